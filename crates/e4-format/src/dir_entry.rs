@@ -1,0 +1,257 @@
+//! Linear directory entries (`struct ext4_dir_entry_2`) and the checksum tail
+//! (`struct ext4_dir_entry_tail`) that ends each directory block under metadata_csum.
+
+use crate::checksum::crc32c_raw;
+use crate::codec::{le16, le32};
+use crate::error::{verify_checksum, FormatError, Location, Result};
+
+/// Bytes before the name: inode, rec_len, name_len, file_type.
+pub const ENTRY_HEADER_SIZE: usize = 8;
+/// Size of the checksum tail at the end of a leaf block.
+pub const TAIL_SIZE: usize = 12;
+/// `det_reserved_ft` marking the tail.
+const TAIL_FILE_TYPE: u8 = 0xDE;
+/// The longest name ext4 stores.
+pub const MAX_NAME_LEN: usize = 255;
+
+/// `file_type` values in directory entries (the filetype feature).
+pub mod file_type {
+    pub const UNKNOWN: u8 = 0;
+    pub const REGULAR: u8 = 1;
+    pub const DIRECTORY: u8 = 2;
+    pub const CHAR_DEVICE: u8 = 3;
+    pub const BLOCK_DEVICE: u8 = 4;
+    pub const FIFO: u8 = 5;
+    pub const SOCKET: u8 = 6;
+    pub const SYMLINK: u8 = 7;
+}
+
+/// One entry, borrowing its name from the block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DirEntry<'a> {
+    /// `inode`: 0 for an unused slot.
+    pub inode: u32,
+    /// `rec_len`: bytes to the next entry.
+    pub rec_len: usize,
+    /// `file_type`, or `UNKNOWN` without the filetype feature.
+    pub file_type: u8,
+    /// `name`, `name_len` bytes.
+    pub name: &'a [u8],
+}
+
+/// Decodes `rec_len` as the kernel does: 64 KiB blocks need 17 bits, so the low two bits
+/// (always zero for a 4-byte-aligned length) carry bits 16 and 17.
+pub fn rec_len_from_disk(raw: u16, block_size: usize) -> usize {
+    let len = usize::from(raw);
+    if block_size < 65536 {
+        len
+    } else if raw == u16::MAX || raw == 0 {
+        block_size
+    } else {
+        (len & 65532) | ((len & 3) << 16)
+    }
+}
+
+/// The space an entry with an `n`-byte name needs.
+pub fn entry_size(name_len: usize) -> usize {
+    (ENTRY_HEADER_SIZE + name_len + 3) & !3
+}
+
+/// Walks the entries of a linear directory region: a leaf block (without its tail) or the
+/// inline-data area. Stops at the first malformed entry with an error naming it.
+pub struct DirEntryIter<'a> {
+    region: &'a [u8],
+    offset: usize,
+    block_size: usize,
+    filetype: bool,
+    loc: Location,
+}
+
+impl<'a> DirEntryIter<'a> {
+    /// `filetype` says whether the name_len high byte is a file type (the filetype feature)
+    /// or the high byte of a 16-bit name length (ext2 without it).
+    pub fn new(region: &'a [u8], block_size: usize, filetype: bool, loc: Location) -> Self {
+        DirEntryIter {
+            region,
+            offset: 0,
+            block_size,
+            filetype,
+            loc,
+        }
+    }
+
+    fn parse_at(&self, at: usize) -> Result<DirEntry<'a>> {
+        let bad = |reason: String| {
+            FormatError::corrupt(
+                "directory entry",
+                self.loc,
+                format!("at offset {at}: {reason}"),
+            )
+        };
+        let rest = &self.region[at..];
+        let (Some(inode), Some(raw_len)) = (le32(rest, 0), le16(rest, 4)) else {
+            return Err(bad(format!(
+                "{} bytes left, too few for an entry",
+                rest.len()
+            )));
+        };
+        let rec_len = rec_len_from_disk(raw_len, self.block_size);
+        let (name_len, file_type) = if self.filetype {
+            (usize::from(rest[6]), rest[7])
+        } else {
+            (
+                usize::from(u16::from_le_bytes([rest[6], rest[7]])),
+                file_type::UNKNOWN,
+            )
+        };
+        if rec_len < ENTRY_HEADER_SIZE || rec_len % 4 != 0 {
+            return Err(bad(format!("record length {rec_len}")));
+        }
+        if rec_len > rest.len() {
+            return Err(bad(format!("record length {rec_len} runs past the end")));
+        }
+        if inode != 0 && (name_len == 0 || entry_size(name_len) > rec_len) {
+            return Err(bad(format!(
+                "name length {name_len} in a {rec_len}-byte record"
+            )));
+        }
+        let name = if inode == 0 {
+            &rest[..0]
+        } else {
+            &rest[ENTRY_HEADER_SIZE..ENTRY_HEADER_SIZE + name_len]
+        };
+        Ok(DirEntry {
+            inode,
+            rec_len,
+            file_type,
+            name,
+        })
+    }
+}
+
+impl<'a> Iterator for DirEntryIter<'a> {
+    type Item = Result<DirEntry<'a>>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.offset >= self.region.len() {
+            return None;
+        }
+        match self.parse_at(self.offset) {
+            Ok(entry) => {
+                self.offset += entry.rec_len;
+                Some(Ok(entry))
+            }
+            Err(e) => {
+                self.offset = self.region.len();
+                Some(Err(e))
+            }
+        }
+    }
+}
+
+/// Encodes an entry at the start of `out` (which must hold `rec_len` bytes).
+pub fn encode_entry(out: &mut [u8], inode: u32, rec_len: usize, file_type: u8, name: &[u8]) {
+    out[0..4].copy_from_slice(&inode.to_le_bytes());
+    let raw_len = if rec_len >= 65536 {
+        // The inverse of rec_len_from_disk for 64 KiB blocks.
+        if rec_len == 65536 {
+            u16::MAX
+        } else {
+            ((rec_len & 65532) | ((rec_len >> 16) & 3)) as u16
+        }
+    } else {
+        rec_len as u16
+    };
+    out[4..6].copy_from_slice(&raw_len.to_le_bytes());
+    out[6] = name.len() as u8;
+    out[7] = file_type;
+    out[ENTRY_HEADER_SIZE..ENTRY_HEADER_SIZE + name.len()].copy_from_slice(name);
+}
+
+/// Whether `block` ends with a checksum tail (`det_rec_len` 12, `det_reserved_ft` 0xDE).
+pub fn has_tail(block: &[u8]) -> bool {
+    let Some(at) = block.len().checked_sub(TAIL_SIZE) else {
+        return false;
+    };
+    le32(block, at) == Some(0)
+        && le16(block, at + 4) == Some(TAIL_SIZE as u16)
+        && block[at + 6] == 0
+        && block[at + 7] == TAIL_FILE_TYPE
+}
+
+/// Verifies the leaf block checksum: crc32c over everything before the tail.
+pub fn verify_leaf_checksum(block: &[u8], inode_seed: u32, loc: Location) -> Result<()> {
+    if !has_tail(block) {
+        return Err(FormatError::corrupt(
+            "directory block",
+            loc,
+            "no checksum tail at the end",
+        ));
+    }
+    let at = block.len() - TAIL_SIZE;
+    // OK to unwrap: has_tail checked the length.
+    let stored = le32(block, at + 8).unwrap();
+    verify_checksum(
+        "directory block",
+        loc,
+        stored,
+        crc32c_raw(inode_seed, &block[..at]),
+    )
+}
+
+/// Writes an empty tail and its checksum at the end of `block`.
+pub fn write_leaf_tail(block: &mut [u8], inode_seed: u32) {
+    let at = block.len() - TAIL_SIZE;
+    encode_entry(&mut block[at..], 0, TAIL_SIZE, TAIL_FILE_TYPE, &[]);
+    let sum = crc32c_raw(inode_seed, &block[..at]);
+    block[at + 8..].copy_from_slice(&sum.to_le_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn walk_block_with_tail() {
+        let mut block = vec![0u8; 1024];
+        encode_entry(&mut block, 2, 12, file_type::DIRECTORY, b".");
+        encode_entry(&mut block[12..], 2, 12, file_type::DIRECTORY, b"..");
+        encode_entry(
+            &mut block[24..],
+            11,
+            1024 - 24 - TAIL_SIZE,
+            file_type::REGULAR,
+            b"hello",
+        );
+        write_leaf_tail(&mut block, 5);
+        verify_leaf_checksum(&block, 5, Location::Block(1)).unwrap();
+        let names: Vec<_> =
+            DirEntryIter::new(&block[..1024 - TAIL_SIZE], 1024, true, Location::Block(1))
+                .map(|e| e.unwrap().name.to_vec())
+                .collect();
+        assert_eq!(
+            names,
+            vec![b".".to_vec(), b"..".to_vec(), b"hello".to_vec()]
+        );
+    }
+
+    #[test]
+    fn rec_len_for_64k_blocks() {
+        for len in [12usize, 4096, 65532, 65536] {
+            let mut buf = vec![0u8; 65536];
+            encode_entry(&mut buf, 0, len, 0, &[]);
+            assert_eq!(
+                rec_len_from_disk(u16::from_le_bytes([buf[4], buf[5]]), 65536),
+                len
+            );
+        }
+    }
+
+    #[test]
+    fn zero_rec_len_is_an_error() {
+        let block = vec![0u8; 64];
+        let mut it = DirEntryIter::new(&block, 1024, true, Location::Block(3));
+        assert!(it.next().unwrap().is_err());
+        assert!(it.next().is_none());
+    }
+}

@@ -1,0 +1,238 @@
+//! Hashed directory index nodes (htree): `struct dx_root` in the directory's first block,
+//! `struct dx_node` in interior blocks, and `struct dx_tail` holding the checksum. To linear
+//! readers both look like blocks of deleted entries, which is how htree stays compatible.
+
+use crate::checksum::crc32c_raw;
+use crate::codec::{le16, le32, on_disk_struct, prefix, Le};
+use crate::error::{verify_checksum, FormatError, Location, Result};
+
+/// Offset of `dx_root_info` (after the "." and ".." entries).
+const ROOT_INFO_OFFSET: usize = 0x18;
+/// `dx_root_info.info_length`.
+const ROOT_INFO_LENGTH: u8 = 8;
+/// Offset of the entries in an interior node (after a fake empty dirent).
+const NODE_ENTRIES_OFFSET: usize = 8;
+/// Size of a `dx_entry` (hash, block) and of `dx_tail`.
+const DX_ENTRY_SIZE: usize = 8;
+const DX_TAIL_SIZE: usize = 8;
+/// Deepest index the kernel builds: 2 levels, 3 with large_dir.
+pub const MAX_LEVELS_LARGEDIR: u8 = 3;
+pub const MAX_LEVELS: u8 = 2;
+
+on_disk_struct! {
+    /// `struct dx_root_info`.
+    pub struct DxRootInfo(Le, 8) {
+        /// `reserved_zero`.
+        reserved_zero: u32 = 0x0,
+        /// `hash_version`.
+        hash_version: u8 = 0x4,
+        /// `info_length`: 8.
+        info_length: u8 = 0x5,
+        /// `indirect_levels`: interior levels below the root.
+        indirect_levels: u8 = 0x6,
+        /// `unused_flags`.
+        unused_flags: u8 = 0x7,
+    }
+}
+
+/// One `dx_entry`: names hashing at or above `hash` are under `block` (a logical block of
+/// the directory). The first entry's hash slot holds `limit`/`count` instead; it reads as 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DxEntry {
+    pub hash: u32,
+    pub block: u32,
+}
+
+/// An index node (root or interior): its entries, sorted by hash.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DxNode {
+    /// `dx_countlimit.limit`: capacity.
+    pub limit: u16,
+    /// The entries; `entries[0].hash` is 0.
+    pub entries: Vec<DxEntry>,
+    /// Where the entries start in the block.
+    entries_offset: usize,
+}
+
+/// The parsed root block.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DxRoot {
+    pub info: DxRootInfo,
+    pub node: DxNode,
+}
+
+const ROOT: &str = "htree root";
+const NODE: &str = "htree node";
+
+impl DxRoot {
+    /// Parses block 0 of an indexed directory. `csum` says whether a dx_tail is present
+    /// (metadata_csum); `max_levels` is 2, or 3 with large_dir.
+    pub fn parse(block: &[u8], csum: bool, max_levels: u8, loc: Location) -> Result<Self> {
+        let bad = |reason: String| FormatError::corrupt(ROOT, loc, reason);
+        let info_bytes = block
+            .get(ROOT_INFO_OFFSET..)
+            .and_then(prefix::<8>)
+            .ok_or_else(|| bad("block too small".into()))?;
+        let info = DxRootInfo::decode(info_bytes);
+        if info.reserved_zero != 0 || info.info_length != ROOT_INFO_LENGTH {
+            return Err(bad(format!(
+                "root info length {} (reserved {:#x})",
+                info.info_length, info.reserved_zero
+            )));
+        }
+        if info.indirect_levels >= max_levels {
+            return Err(bad(format!("{} index levels", info.indirect_levels + 1)));
+        }
+        let offset = ROOT_INFO_OFFSET + usize::from(info.info_length);
+        let node = DxNode::parse_at(block, offset, csum, ROOT, loc)?;
+        Ok(DxRoot { info, node })
+    }
+}
+
+impl DxNode {
+    /// Parses an interior index block.
+    pub fn parse(block: &[u8], csum: bool, loc: Location) -> Result<Self> {
+        // The fake dirent must span the whole block, or this is not an index node.
+        let fake_len = le16(block, 4).map(|l| crate::dir_entry::rec_len_from_disk(l, block.len()));
+        if le32(block, 0) != Some(0) || fake_len != Some(block.len()) {
+            return Err(FormatError::corrupt(NODE, loc, "not an index block"));
+        }
+        Self::parse_at(block, NODE_ENTRIES_OFFSET, csum, NODE, loc)
+    }
+
+    fn expected_limit(block_len: usize, offset: usize, csum: bool) -> usize {
+        let tail = if csum { DX_TAIL_SIZE } else { 0 };
+        (block_len - offset - tail) / DX_ENTRY_SIZE
+    }
+
+    fn parse_at(
+        block: &[u8],
+        offset: usize,
+        csum: bool,
+        structure: &'static str,
+        loc: Location,
+    ) -> Result<Self> {
+        let bad = |reason: String| FormatError::corrupt(structure, loc, reason);
+        let (Some(limit), Some(count)) = (le16(block, offset), le16(block, offset + 2)) else {
+            return Err(bad("block too small".into()));
+        };
+        let expected = Self::expected_limit(block.len(), offset, csum);
+        if usize::from(limit) != expected {
+            return Err(bad(format!("limit {limit}, expected {expected}")));
+        }
+        if count == 0 || count > limit {
+            return Err(bad(format!("count {count} with limit {limit}")));
+        }
+        let entries = (0..usize::from(count))
+            .map(|i| {
+                let at = offset + DX_ENTRY_SIZE * i;
+                // OK to unwrap: count <= limit and the limit fits in the block.
+                DxEntry {
+                    hash: if i == 0 { 0 } else { le32(block, at).unwrap() },
+                    block: le32(block, at + 4).unwrap(),
+                }
+            })
+            .collect::<Vec<_>>();
+        if entries.windows(2).any(|w| w[0].hash > w[1].hash) {
+            return Err(bad("hashes out of order".into()));
+        }
+        Ok(DxNode {
+            limit,
+            entries,
+            entries_offset: offset,
+        })
+    }
+
+    /// The child to follow for `hash`: the last entry whose hash is not above it.
+    pub fn child_for(&self, hash: u32) -> usize {
+        // entries[0].hash is 0, so the partition point is at least 1.
+        self.entries.partition_point(|e| e.hash <= hash) - 1
+    }
+
+    /// Writes `limit`, `count` and the entries into `block` at this node's offset.
+    pub fn encode_into(&self, block: &mut [u8]) {
+        let at = self.entries_offset;
+        for (i, e) in self.entries.iter().enumerate() {
+            let slot = at + DX_ENTRY_SIZE * i;
+            block[slot..slot + 4].copy_from_slice(&e.hash.to_le_bytes());
+            block[slot + 4..slot + 8].copy_from_slice(&e.block.to_le_bytes());
+        }
+        block[at..at + 2].copy_from_slice(&self.limit.to_le_bytes());
+        block[at + 2..at + 4].copy_from_slice(&(self.entries.len() as u16).to_le_bytes());
+    }
+
+    /// (tail offset, computed checksum) for this node's block.
+    fn checksum(&self, block: &[u8], inode_seed: u32) -> (usize, u32) {
+        let tail = self.entries_offset + DX_ENTRY_SIZE * usize::from(self.limit);
+        let covered = self.entries_offset + DX_ENTRY_SIZE * self.entries.len();
+        let sum = crc32c_raw(inode_seed, &block[..covered]);
+        // The tail's reserved word is covered too.
+        (tail, crc32c_raw(sum, &block[tail..tail + 4]))
+    }
+
+    /// Verifies the dx_tail checksum (metadata_csum).
+    pub fn verify_checksum(&self, block: &[u8], inode_seed: u32, loc: Location) -> Result<()> {
+        let (tail, computed) = self.checksum(block, inode_seed);
+        // OK to unwrap: parse_at sized the limit to leave room for the tail.
+        let stored = le32(block, tail + 4).unwrap();
+        verify_checksum("htree index", loc, stored, computed)
+    }
+
+    /// Writes the dx_tail checksum (metadata_csum).
+    pub fn write_checksum(&self, block: &mut [u8], inode_seed: u32) {
+        let (tail, computed) = self.checksum(block, inode_seed);
+        block[tail + 4..tail + 8].copy_from_slice(&computed.to_le_bytes());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node_block(csum: bool) -> Vec<u8> {
+        let mut block = vec![0u8; 1024];
+        block[4..6].copy_from_slice(&1024u16.to_le_bytes());
+        let node = DxNode {
+            limit: DxNode::expected_limit(1024, 8, csum) as u16,
+            entries: vec![
+                DxEntry { hash: 0, block: 1 },
+                DxEntry {
+                    hash: 0x100,
+                    block: 2,
+                },
+                DxEntry {
+                    hash: 0x900,
+                    block: 3,
+                },
+            ],
+            entries_offset: 8,
+        };
+        node.encode_into(&mut block);
+        if csum {
+            node.write_checksum(&mut block, 42);
+        }
+        block
+    }
+
+    #[test]
+    fn node_round_trip_and_lookup() {
+        let block = node_block(true);
+        let loc = Location::Block(4);
+        let node = DxNode::parse(&block, true, loc).unwrap();
+        node.verify_checksum(&block, 42, loc).unwrap();
+        assert_eq!(node.child_for(0x50), 0);
+        assert_eq!(node.child_for(0x100), 1);
+        assert_eq!(node.child_for(u32::MAX), 2);
+        let mut again = vec![0u8; 1024];
+        again[4..6].copy_from_slice(&1024u16.to_le_bytes());
+        node.encode_into(&mut again);
+        node.write_checksum(&mut again, 42);
+        assert_eq!(again, block);
+    }
+
+    #[test]
+    fn wrong_limit_is_corrupt() {
+        let block = node_block(false);
+        assert!(DxNode::parse(&block, true, Location::Block(4)).is_err());
+    }
+}

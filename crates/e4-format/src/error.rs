@@ -1,0 +1,89 @@
+//! The three ways reading a structure can fail are kept apart: the bytes are corrupt, the
+//! checksum does not match, or the filesystem needs a feature e4 does not implement.
+
+use std::fmt;
+
+/// Where in the image a structure was found; it reads as part of a sentence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Location {
+    /// The primary superblock at byte 1024.
+    Superblock,
+    /// A block group's descriptor.
+    Group(u32),
+    /// An inode record, or data held inside it (`i_block`, in-inode xattrs).
+    Inode(u32),
+    /// A filesystem block, not tied to one inode.
+    Block(u64),
+    /// A block that belongs to an inode (extent node, directory block, xattr block).
+    InodeBlock { inode: u32, block: u64 },
+    /// A block inside the journal, by its number in the journal.
+    JournalBlock(u64),
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Location::Superblock => write!(f, "the superblock"),
+            Location::Group(g) => write!(f, "group {g}"),
+            Location::Inode(i) => write!(f, "inode {i}"),
+            Location::Block(b) => write!(f, "block {b}"),
+            Location::InodeBlock { inode, block } => write!(f, "block {block} of inode {inode}"),
+            Location::JournalBlock(b) => write!(f, "journal block {b}"),
+        }
+    }
+}
+
+/// A failure to understand on-disk bytes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FormatError {
+    /// The bytes do not form a valid structure.
+    #[error("{structure} in {location} is corrupt: {reason}")]
+    Corrupt {
+        structure: &'static str,
+        location: Location,
+        reason: String,
+    },
+    /// The structure parsed, but its checksum does not match its contents.
+    #[error("{structure} in {location} has an invalid checksum (stored {stored:#x}, computed {computed:#x})")]
+    Checksum {
+        structure: &'static str,
+        location: Location,
+        stored: u32,
+        computed: u32,
+    },
+    /// The filesystem uses a feature e4 cannot handle safely.
+    #[error("the filesystem uses {0}, which e4 does not support")]
+    Incompatible(String),
+}
+
+impl FormatError {
+    /// Builds a [`FormatError::Corrupt`].
+    pub fn corrupt(structure: &'static str, location: Location, reason: impl Into<String>) -> Self {
+        FormatError::Corrupt {
+            structure,
+            location,
+            reason: reason.into(),
+        }
+    }
+}
+
+/// Checks a stored checksum against the computed one.
+pub fn verify_checksum(
+    structure: &'static str,
+    location: Location,
+    stored: u32,
+    computed: u32,
+) -> Result<()> {
+    if stored == computed {
+        Ok(())
+    } else {
+        Err(FormatError::Checksum {
+            structure,
+            location,
+            stored,
+            computed,
+        })
+    }
+}
+
+pub type Result<T, E = FormatError> = std::result::Result<T, E>;

@@ -1,0 +1,251 @@
+//! Extent tree nodes (`struct ext4_extent_header`, `ext4_extent_idx`, `ext4_extent`, and the
+//! `ext4_extent_tail` checksum). The root lives in the inode's `i_block`; deeper nodes fill a
+//! block each and end with a crc32c of everything before the tail.
+
+use crate::checksum::crc32c_raw;
+use crate::codec::{on_disk_struct, prefix, Le};
+use crate::error::{verify_checksum, FormatError, Location, Result};
+
+/// `eh_magic`.
+pub const EXTENT_MAGIC: u16 = 0xF30A;
+/// The kernel refuses trees deeper than this (`EXT4_MAX_EXTENT_DEPTH`).
+pub const MAX_DEPTH: u16 = 5;
+/// Size of the header and of each entry.
+pub const ENTRY_SIZE: usize = 12;
+/// `ee_len` above this marks an unwritten (preallocated) extent.
+pub const MAX_INIT_LEN: u16 = 32768;
+
+on_disk_struct! {
+    /// `struct ext4_extent_header`.
+    pub struct ExtentHeader(Le, 12) {
+        /// `eh_magic`: 0xF30A.
+        magic: u16 = 0x0,
+        /// `eh_entries`: entries in use.
+        entries: u16 = 0x2,
+        /// `eh_max`: capacity of this node.
+        max: u16 = 0x4,
+        /// `eh_depth`: 0 for leaves.
+        depth: u16 = 0x6,
+        /// `eh_generation`.
+        generation: u32 = 0x8,
+    }
+}
+
+on_disk_struct! {
+    /// `struct ext4_extent_idx`: points at the node covering blocks from `block` on.
+    pub struct ExtentIndex(Le, 12) {
+        /// `ei_block`: first logical block covered.
+        block: u32 = 0x0,
+        /// `ei_leaf_lo`.
+        leaf_lo: u32 = 0x4,
+        /// `ei_leaf_hi`.
+        leaf_hi: u16 = 0x8,
+        /// `ei_unused`.
+        unused: u16 = 0xA,
+    }
+}
+
+on_disk_struct! {
+    /// `struct ext4_extent`: a run of logical blocks mapped to contiguous physical blocks.
+    pub struct ExtentLeaf(Le, 12) {
+        /// `ee_block`: first logical block.
+        block: u32 = 0x0,
+        /// `ee_len`: length; above 32768 the extent is unwritten.
+        len: u16 = 0x4,
+        /// `ee_start_hi`.
+        start_hi: u16 = 0x6,
+        /// `ee_start_lo`.
+        start_lo: u32 = 0x8,
+    }
+}
+
+impl ExtentIndex {
+    /// Physical block of the child node.
+    pub fn leaf(&self) -> u64 {
+        u64::from(self.leaf_lo) | (u64::from(self.leaf_hi) << 32)
+    }
+}
+
+/// A decoded leaf extent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Extent {
+    /// First logical block.
+    pub logical: u32,
+    /// Number of blocks.
+    pub len: u32,
+    /// First physical block.
+    pub physical: u64,
+    /// Allocated but not written: reads as zeros.
+    pub unwritten: bool,
+}
+
+impl ExtentLeaf {
+    pub fn extent(&self) -> Extent {
+        let unwritten = self.len > MAX_INIT_LEN;
+        Extent {
+            logical: self.block,
+            len: u32::from(if unwritten {
+                self.len - MAX_INIT_LEN
+            } else {
+                self.len
+            }),
+            physical: u64::from(self.start_lo) | (u64::from(self.start_hi) << 32),
+            unwritten,
+        }
+    }
+}
+
+/// The entries of a node: indexes in interior nodes, extents in leaves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExtentEntries {
+    Index(Vec<ExtentIndex>),
+    Leaf(Vec<ExtentLeaf>),
+}
+
+/// One node of an extent tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExtentNode {
+    pub header: ExtentHeader,
+    pub entries: ExtentEntries,
+}
+
+const STRUCTURE: &str = "extent tree node";
+
+impl ExtentNode {
+    /// Parses a node from `bytes` (60 bytes for the root in `i_block`, a block otherwise).
+    /// Checks the magic, that the entries fit, and that depth is within the kernel's limit.
+    pub fn parse(bytes: &[u8], loc: Location) -> Result<Self> {
+        let bad = |reason: String| FormatError::corrupt(STRUCTURE, loc, reason);
+        let header = ExtentHeader::decode(
+            prefix::<12>(bytes).ok_or_else(|| bad("shorter than its header".into()))?,
+        );
+        if header.magic != EXTENT_MAGIC {
+            return Err(bad(format!("bad magic {:#06x}", header.magic)));
+        }
+        let capacity = (bytes.len() - ENTRY_SIZE) / ENTRY_SIZE;
+        if usize::from(header.max) > capacity {
+            return Err(bad(format!("{} entries cannot fit", header.max)));
+        }
+        if header.entries > header.max {
+            return Err(bad(format!(
+                "{} entries exceed the maximum {}",
+                header.entries, header.max
+            )));
+        }
+        if header.depth > MAX_DEPTH {
+            return Err(bad(format!("depth {}", header.depth)));
+        }
+        let records = (0..usize::from(header.entries)).map(|i| {
+            let start = ENTRY_SIZE * (i + 1);
+            // OK to unwrap: entries <= max <= capacity, checked above.
+            prefix::<12>(&bytes[start..]).unwrap()
+        });
+        let entries = if header.depth == 0 {
+            ExtentEntries::Leaf(records.map(ExtentLeaf::decode).collect())
+        } else {
+            ExtentEntries::Index(records.map(ExtentIndex::decode).collect())
+        };
+        Ok(ExtentNode { header, entries })
+    }
+
+    /// Writes the header and entries into `bytes`; other bytes are left as they are.
+    pub fn encode_into(&self, bytes: &mut [u8]) {
+        let mut chunk = [0u8; 12];
+        self.header.encode(&mut chunk);
+        bytes[..ENTRY_SIZE].copy_from_slice(&chunk);
+        let mut put = |i: usize, chunk: &[u8; 12]| {
+            bytes[ENTRY_SIZE * (i + 1)..ENTRY_SIZE * (i + 2)].copy_from_slice(chunk)
+        };
+        match &self.entries {
+            ExtentEntries::Leaf(leaves) => leaves.iter().enumerate().for_each(|(i, e)| {
+                e.encode(&mut chunk);
+                put(i, &chunk);
+            }),
+            ExtentEntries::Index(indexes) => indexes.iter().enumerate().for_each(|(i, e)| {
+                e.encode(&mut chunk);
+                put(i, &chunk);
+            }),
+        }
+    }
+
+    /// Offset of the checksum tail in a block node.
+    fn tail_offset(&self) -> usize {
+        ENTRY_SIZE * (1 + usize::from(self.header.max))
+    }
+
+    /// Verifies the tail checksum of a node read from a block (metadata_csum).
+    pub fn verify_checksum(&self, block: &[u8], inode_seed: u32, loc: Location) -> Result<()> {
+        let tail = self.tail_offset();
+        let stored = crate::codec::le32(block, tail)
+            .ok_or_else(|| FormatError::corrupt(STRUCTURE, loc, "no room for the checksum tail"))?;
+        verify_checksum(
+            STRUCTURE,
+            loc,
+            stored,
+            crc32c_raw(inode_seed, &block[..tail]),
+        )
+    }
+
+    /// Writes the tail checksum of a block node.
+    pub fn write_checksum(&self, block: &mut [u8], inode_seed: u32) {
+        let tail = self.tail_offset();
+        let sum = crc32c_raw(inode_seed, &block[..tail]);
+        block[tail..tail + 4].copy_from_slice(&sum.to_le_bytes());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leaf_round_trip_and_checksum() {
+        let node = ExtentNode {
+            header: ExtentHeader {
+                magic: EXTENT_MAGIC,
+                entries: 2,
+                max: 340,
+                depth: 0,
+                generation: 0,
+            },
+            entries: ExtentEntries::Leaf(vec![
+                ExtentLeaf {
+                    block: 0,
+                    len: 8,
+                    start_hi: 1,
+                    start_lo: 100,
+                },
+                ExtentLeaf {
+                    block: 8,
+                    len: MAX_INIT_LEN + 4,
+                    start_hi: 0,
+                    start_lo: 500,
+                },
+            ]),
+        };
+        let mut block = vec![0u8; 4096];
+        node.encode_into(&mut block);
+        node.write_checksum(&mut block, 77);
+        let loc = Location::Block(9);
+        let back = ExtentNode::parse(&block, loc).unwrap();
+        assert_eq!(back, node);
+        back.verify_checksum(&block, 77, loc).unwrap();
+        let ExtentEntries::Leaf(leaves) = &back.entries else {
+            panic!("leaf expected")
+        };
+        assert_eq!(leaves[0].extent().physical, (1 << 32) | 100);
+        assert!(leaves[1].extent().unwritten);
+        assert_eq!(leaves[1].extent().len, 4);
+        block[20] ^= 1;
+        assert!(back.verify_checksum(&block, 77, loc).is_err());
+    }
+
+    #[test]
+    fn rejects_overfull_root() {
+        let mut root = [0u8; 60];
+        root[..2].copy_from_slice(&EXTENT_MAGIC.to_le_bytes());
+        root[2..4].copy_from_slice(&5u16.to_le_bytes());
+        root[4..6].copy_from_slice(&5u16.to_le_bytes());
+        assert!(ExtentNode::parse(&root, Location::Inode(12)).is_err());
+    }
+}

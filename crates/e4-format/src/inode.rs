@@ -1,0 +1,424 @@
+//! Inode records (`struct ext4_inode`): a 128-byte base, then `i_extra_isize` bytes of extra
+//! fields (high checksum, nanosecond times, creation time, project), then in-inode extended
+//! attributes up to `s_inode_size`.
+
+use crate::checksum::{crc32c_raw, inode_csum_seed};
+use crate::codec::{on_disk_struct, Le};
+use crate::error::{verify_checksum, FormatError, Location, Result};
+
+/// Size of the original ext2 inode; the extra fields start here.
+pub const GOOD_OLD_INODE_SIZE: usize = 128;
+/// Bytes of `i_block`: extent root, block map or inline data.
+pub const I_BLOCK_SIZE: usize = 60;
+/// The record this module decodes: base plus all extra fields known today.
+const RECORD_SIZE: usize = 0xA0;
+/// Offset of `l_i_checksum_lo` in the base inode.
+const CHECKSUM_LO_OFFSET: usize = 0x7C;
+/// Offset of `i_checksum_hi` in the extra fields.
+const CHECKSUM_HI_OFFSET: usize = 0x82;
+
+/// Reserved inode numbers.
+pub const ROOT_INO: u32 = 2;
+pub const JOURNAL_INO: u32 = 8;
+
+/// `i_flags` bits e4 interprets.
+pub mod flags {
+    /// The inode stores its encrypted content (encrypt feature).
+    pub const ENCRYPT: u32 = 0x800;
+    /// Directory uses hashed indexes (htree).
+    pub const INDEX: u32 = 0x1000;
+    /// `i_blocks` counts filesystem blocks, not 512-byte sectors.
+    pub const HUGE_FILE: u32 = 0x40000;
+    /// `i_block` holds an extent tree.
+    pub const EXTENTS: u32 = 0x80000;
+    /// The inode holds a large extended attribute value (ea_inode).
+    pub const EA_INODE: u32 = 0x200000;
+    /// Data lives in `i_block` and the `system.data` attribute.
+    pub const INLINE_DATA: u32 = 0x1000_0000;
+}
+
+/// File type bits of `i_mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FileType {
+    Fifo,
+    CharDevice,
+    Directory,
+    BlockDevice,
+    Regular,
+    Symlink,
+    Socket,
+}
+
+impl FileType {
+    /// The type in `i_mode`'s top four bits, if it is a valid one.
+    pub fn from_mode(mode: u16) -> Option<Self> {
+        Some(match mode & 0xF000 {
+            0x1000 => FileType::Fifo,
+            0x2000 => FileType::CharDevice,
+            0x4000 => FileType::Directory,
+            0x6000 => FileType::BlockDevice,
+            0x8000 => FileType::Regular,
+            0xA000 => FileType::Symlink,
+            0xC000 => FileType::Socket,
+            _ => return None,
+        })
+    }
+
+    /// The letter `ls -l` shows.
+    pub fn ls_char(self) -> char {
+        match self {
+            FileType::Fifo => 'p',
+            FileType::CharDevice => 'c',
+            FileType::Directory => 'd',
+            FileType::BlockDevice => 'b',
+            FileType::Regular => '-',
+            FileType::Symlink => 'l',
+            FileType::Socket => 's',
+        }
+    }
+}
+
+on_disk_struct! {
+    /// `struct ext4_inode` up to the last extra field defined today. Extra fields beyond
+    /// `i_extra_isize` are not present on disk and decode as zero.
+    pub struct InodeRecord(Le, 0xA0) {
+        /// `i_mode`: file type and permissions.
+        mode: u16 = 0x0,
+        /// `i_uid`: low 16 bits of the owner.
+        uid_lo: u16 = 0x2,
+        /// `i_size_lo`.
+        size_lo: u32 = 0x4,
+        /// `i_atime`.
+        atime: u32 = 0x8,
+        /// `i_ctime`.
+        ctime: u32 = 0xC,
+        /// `i_mtime`.
+        mtime: u32 = 0x10,
+        /// `i_dtime`: deletion time, or the next orphan.
+        dtime: u32 = 0x14,
+        /// `i_gid`: low 16 bits of the group.
+        gid_lo: u16 = 0x18,
+        /// `i_links_count`.
+        links_count: u16 = 0x1A,
+        /// `i_blocks_lo`.
+        blocks_lo: u32 = 0x1C,
+        /// `i_flags`.
+        flags: u32 = 0x20,
+        /// `l_i_version` (osd1).
+        version_lo: u32 = 0x24,
+        /// `i_block`: extent root, block map or inline data.
+        block: [u8; 60] = 0x28,
+        /// `i_generation`.
+        generation: u32 = 0x64,
+        /// `i_file_acl_lo`: xattr block.
+        file_acl_lo: u32 = 0x68,
+        /// `i_size_high`.
+        size_high: u32 = 0x6C,
+        /// `i_obso_faddr`.
+        obso_faddr: u32 = 0x70,
+        /// `l_i_blocks_high`.
+        blocks_high: u16 = 0x74,
+        /// `l_i_file_acl_high`.
+        file_acl_high: u16 = 0x76,
+        /// `l_i_uid_high`.
+        uid_high: u16 = 0x78,
+        /// `l_i_gid_high`.
+        gid_high: u16 = 0x7A,
+        /// `l_i_checksum_lo`.
+        checksum_lo: u16 = 0x7C,
+        /// `l_i_reserved`.
+        osd2_reserved: u16 = 0x7E,
+        /// `i_extra_isize`: bytes of extra fields in use after the base.
+        extra_isize: u16 = 0x80,
+        /// `i_checksum_hi`.
+        checksum_hi: u16 = 0x82,
+        /// `i_ctime_extra`: epoch bits and nanoseconds.
+        ctime_extra: u32 = 0x84,
+        /// `i_mtime_extra`.
+        mtime_extra: u32 = 0x88,
+        /// `i_atime_extra`.
+        atime_extra: u32 = 0x8C,
+        /// `i_crtime`: creation time.
+        crtime: u32 = 0x90,
+        /// `i_crtime_extra`.
+        crtime_extra: u32 = 0x94,
+        /// `i_version_hi`.
+        version_hi: u32 = 0x98,
+        /// `i_projid`.
+        projid: u32 = 0x9C,
+    }
+}
+
+/// A timestamp with nanoseconds, seconds relative to the Unix epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub struct Timestamp {
+    pub seconds: i64,
+    pub nanoseconds: u32,
+}
+
+/// A parsed inode: the record, plus the in-inode xattr area that follows the extra fields.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inode {
+    /// The inode's number.
+    pub ino: u32,
+    /// The fixed fields.
+    pub record: InodeRecord,
+    /// `s_inode_size`: how many bytes the record occupies on disk.
+    pub inode_size: usize,
+    /// Bytes from the end of the extra fields to `s_inode_size` (in-inode xattrs).
+    pub xattr_area: Vec<u8>,
+}
+
+impl Inode {
+    /// Parses inode `ino` from its `inode_size` bytes. With `csum_seed` (metadata_csum), the
+    /// checksum is verified.
+    pub fn parse(bytes: &[u8], ino: u32, csum_seed: Option<u32>) -> Result<Self> {
+        let loc = Location::Inode(ino);
+        let inode_size = bytes.len();
+        if inode_size < GOOD_OLD_INODE_SIZE {
+            return Err(FormatError::corrupt(
+                "inode",
+                loc,
+                format!("record of {inode_size} bytes"),
+            ));
+        }
+        let mut raw = [0u8; RECORD_SIZE];
+        let known = inode_size.min(RECORD_SIZE);
+        raw[..known].copy_from_slice(&bytes[..known]);
+        let extra_isize = if inode_size > GOOD_OLD_INODE_SIZE {
+            usize::from(u16::from_le_bytes([raw[0x80], raw[0x81]]))
+        } else {
+            0
+        };
+        if GOOD_OLD_INODE_SIZE + extra_isize > inode_size || extra_isize % 4 != 0 {
+            return Err(FormatError::corrupt(
+                "inode",
+                loc,
+                format!("extra size {extra_isize} does not fit a {inode_size}-byte inode"),
+            ));
+        }
+        // Extra fields past i_extra_isize are xattr bytes, not fields.
+        let fields_end = GOOD_OLD_INODE_SIZE + extra_isize;
+        if fields_end < RECORD_SIZE {
+            raw[fields_end..].fill(0);
+        }
+        let inode = Inode {
+            ino,
+            record: InodeRecord::decode(&raw),
+            inode_size,
+            xattr_area: bytes[fields_end.min(inode_size)..].to_vec(),
+        };
+        if let Some(seed) = csum_seed {
+            let (stored, computed) = inode.checksums(bytes, seed);
+            verify_checksum("inode", loc, stored, computed)?;
+        }
+        Ok(inode)
+    }
+
+    /// Serializes to `inode_size` bytes, recomputing the checksum when `csum_seed` is given.
+    pub fn to_bytes(&self, csum_seed: Option<u32>) -> Vec<u8> {
+        let mut raw = [0u8; RECORD_SIZE];
+        self.record.encode(&mut raw);
+        let mut out = vec![0u8; self.inode_size.max(RECORD_SIZE)];
+        out[..RECORD_SIZE].copy_from_slice(&raw);
+        let fields_end = self.fields_end();
+        out[fields_end..fields_end + self.xattr_area.len()].copy_from_slice(&self.xattr_area);
+        out.truncate(self.inode_size);
+        if let Some(seed) = csum_seed {
+            let (_, sum) = self.checksums(&out, seed);
+            out[CHECKSUM_LO_OFFSET..CHECKSUM_LO_OFFSET + 2]
+                .copy_from_slice(&(sum as u16).to_le_bytes());
+            if self.has_checksum_hi() {
+                out[CHECKSUM_HI_OFFSET..CHECKSUM_HI_OFFSET + 2]
+                    .copy_from_slice(&((sum >> 16) as u16).to_le_bytes());
+            }
+        }
+        out
+    }
+
+    fn fields_end(&self) -> usize {
+        if self.inode_size > GOOD_OLD_INODE_SIZE {
+            GOOD_OLD_INODE_SIZE + usize::from(self.record.extra_isize)
+        } else {
+            GOOD_OLD_INODE_SIZE
+        }
+    }
+
+    fn has_checksum_hi(&self) -> bool {
+        self.fields_end() >= CHECKSUM_HI_OFFSET + 2
+    }
+
+    /// (stored, computed) checksums; 16-bit when the record has no `i_checksum_hi`.
+    fn checksums(&self, bytes: &[u8], fs_seed: u32) -> (u32, u32) {
+        let seed = inode_csum_seed(fs_seed, self.ino, self.record.generation);
+        let mut sum = crc32c_raw(seed, &bytes[..CHECKSUM_LO_OFFSET]);
+        sum = crc32c_raw(sum, &[0, 0]);
+        if self.has_checksum_hi() {
+            sum = crc32c_raw(sum, &bytes[CHECKSUM_LO_OFFSET + 2..CHECKSUM_HI_OFFSET]);
+            sum = crc32c_raw(sum, &[0, 0]);
+            sum = crc32c_raw(sum, &bytes[CHECKSUM_HI_OFFSET + 2..]);
+            let stored =
+                u32::from(self.record.checksum_lo) | (u32::from(self.record.checksum_hi) << 16);
+            (stored, sum)
+        } else {
+            sum = crc32c_raw(sum, &bytes[CHECKSUM_LO_OFFSET + 2..]);
+            (u32::from(self.record.checksum_lo), sum & 0xFFFF)
+        }
+    }
+
+    /// Whether an extra field ending at byte `end` of the record is present on disk.
+    fn has_extra(&self, end: usize) -> bool {
+        self.fields_end() >= end
+    }
+
+    pub fn file_type(&self) -> Option<FileType> {
+        FileType::from_mode(self.record.mode)
+    }
+
+    /// Permission bits, including setuid, setgid and sticky.
+    pub fn permissions(&self) -> u16 {
+        self.record.mode & 0o7777
+    }
+
+    pub fn size(&self) -> u64 {
+        u64::from(self.record.size_lo) | (u64::from(self.record.size_high) << 32)
+    }
+
+    pub fn uid(&self) -> u32 {
+        u32::from(self.record.uid_lo) | (u32::from(self.record.uid_high) << 16)
+    }
+
+    pub fn gid(&self) -> u32 {
+        u32::from(self.record.gid_lo) | (u32::from(self.record.gid_high) << 16)
+    }
+
+    pub fn links_count(&self) -> u16 {
+        self.record.links_count
+    }
+
+    pub fn flags(&self) -> u32 {
+        self.record.flags
+    }
+
+    pub fn has_flag(&self, flag: u32) -> bool {
+        self.record.flags & flag != 0
+    }
+
+    /// The xattr block, 0 if none.
+    pub fn file_acl(&self) -> u64 {
+        u64::from(self.record.file_acl_lo) | (u64::from(self.record.file_acl_high) << 32)
+    }
+
+    /// Space used in 512-byte units, as `stat` reports it. `huge_file` says whether the
+    /// high 16 bits and `HUGE_FILE` flag are honoured (the huge_file feature).
+    pub fn blocks_512(&self, huge_file: bool, block_size: u32) -> u64 {
+        if !huge_file {
+            return u64::from(self.record.blocks_lo);
+        }
+        let n = u64::from(self.record.blocks_lo) | (u64::from(self.record.blocks_high) << 32);
+        if self.has_flag(flags::HUGE_FILE) {
+            n * u64::from(block_size / 512)
+        } else {
+            n
+        }
+    }
+
+    fn time(&self, seconds: u32, extra: u32, extra_end: usize) -> Timestamp {
+        let base = i64::from(seconds as i32);
+        if self.has_extra(extra_end) {
+            Timestamp {
+                seconds: base + (i64::from(extra & 3) << 32),
+                nanoseconds: (extra >> 2).min(999_999_999),
+            }
+        } else {
+            Timestamp {
+                seconds: base,
+                nanoseconds: 0,
+            }
+        }
+    }
+
+    pub fn atime(&self) -> Timestamp {
+        self.time(self.record.atime, self.record.atime_extra, 0x90)
+    }
+
+    pub fn mtime(&self) -> Timestamp {
+        self.time(self.record.mtime, self.record.mtime_extra, 0x8C)
+    }
+
+    pub fn ctime(&self) -> Timestamp {
+        self.time(self.record.ctime, self.record.ctime_extra, 0x88)
+    }
+
+    /// Creation time, if the record has room for it.
+    pub fn crtime(&self) -> Option<Timestamp> {
+        self.has_extra(0x94)
+            .then(|| self.time(self.record.crtime, self.record.crtime_extra, 0x98))
+    }
+
+    /// The `(major, minor)` device number of a character or block special file, decoded
+    /// as the kernel does from `i_block` (old 16-bit form in word 0, new form in word 1).
+    pub fn device_number(&self) -> (u32, u32) {
+        let word = |i: usize| {
+            u32::from_le_bytes([
+                self.record.block[4 * i],
+                self.record.block[4 * i + 1],
+                self.record.block[4 * i + 2],
+                self.record.block[4 * i + 3],
+            ])
+        };
+        let old = word(0);
+        if old != 0 {
+            ((old >> 8) & 0xFF, old & 0xFF)
+        } else {
+            let new = word(1);
+            ((new & 0xFFF00) >> 8, (new & 0xFF) | ((new >> 12) & 0xFFF00))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(inode_size: usize) -> Vec<u8> {
+        let mut b = vec![0u8; inode_size];
+        b[0..2].copy_from_slice(&0o100644u16.to_le_bytes());
+        b[4..8].copy_from_slice(&12345u32.to_le_bytes());
+        if inode_size > 128 {
+            b[0x80..0x82].copy_from_slice(&32u16.to_le_bytes());
+            b[0x88..0x8C].copy_from_slice(&((500u32 << 2) | 1).to_le_bytes());
+            b[0xA0..0xA4].copy_from_slice(&0xEA02_0000u32.to_le_bytes());
+        }
+        b
+    }
+
+    #[test]
+    fn round_trip_with_checksum() {
+        for size in [128usize, 256, 512] {
+            let plain = Inode::parse(&sample(size), 12, None).unwrap();
+            let with_sum = plain.to_bytes(Some(0xABCD));
+            let back = Inode::parse(&with_sum, 12, Some(0xABCD)).unwrap();
+            assert_eq!(back.to_bytes(Some(0xABCD)), with_sum);
+            assert_eq!(back.size(), 12345);
+            let mut bad = with_sum.clone();
+            bad[5] ^= 0x40;
+            assert!(Inode::parse(&bad, 12, Some(0xABCD)).is_err());
+        }
+    }
+
+    #[test]
+    fn extended_epoch_and_nanoseconds() {
+        let inode = Inode::parse(&sample(256), 12, None).unwrap();
+        let m = inode.mtime();
+        assert_eq!(m.seconds, 1 << 32);
+        assert_eq!(m.nanoseconds, 500);
+    }
+
+    #[test]
+    fn bad_extra_isize() {
+        let mut b = sample(256);
+        b[0x80..0x82].copy_from_slice(&200u16.to_le_bytes());
+        assert!(Inode::parse(&b, 12, None).is_err());
+    }
+}

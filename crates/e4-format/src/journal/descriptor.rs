@@ -1,0 +1,92 @@
+//! Descriptor blocks: a list of tags, each naming the filesystem block that the next log
+//! block is a copy of (`journal_block_tag_t`, or `journal_block_tag3_t` with csum v3).
+
+use crate::checksum::crc32c_raw;
+use crate::codec::prefix;
+use crate::error::{verify_checksum, FormatError, Location, Result};
+
+use super::JournalFeatures;
+
+/// Tag flags (`JBD2_FLAG_*`).
+const FLAG_ESCAPE: u32 = 0x1;
+const FLAG_SAME_UUID: u32 = 0x2;
+const FLAG_LAST_TAG: u32 = 0x8;
+const HEADER_SIZE: usize = 12;
+const UUID_SIZE: usize = 16;
+
+/// One tag of a descriptor block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JournalTag {
+    /// The filesystem block the logged copy belongs to.
+    pub block: u64,
+    /// The logged copy had the journal magic in its first word, replaced by zero.
+    pub escaped: bool,
+    /// Checksum of the logged data (16 bits with csum v2).
+    pub checksum: u32,
+}
+
+fn tag_size(f: &JournalFeatures) -> usize {
+    if f.csum_v3 {
+        16
+    } else {
+        8 + if f.csum_v2 { 2 } else { 0 } + if f.bit64 { 4 } else { 0 }
+    }
+}
+
+fn be32(b: &[u8], at: usize) -> u32 {
+    // OK to unwrap: callers check that `at + 4` is inside the block.
+    u32::from_be_bytes(*prefix::<4>(&b[at..]).unwrap())
+}
+
+/// Parses the tags of a descriptor block. With checksums, the block's tail is verified.
+pub fn parse_descriptor_block(
+    block: &[u8],
+    f: &JournalFeatures,
+    seed: u32,
+    loc: Location,
+) -> Result<Vec<JournalTag>> {
+    let csum = f.csum_v2 || f.csum_v3;
+    let end = if csum { block.len() - 4 } else { block.len() };
+    if csum {
+        let sum = crc32c_raw(crc32c_raw(seed, &block[..end]), &[0; 4]);
+        verify_checksum("journal descriptor", loc, be32(block, end), sum)?;
+    }
+    let size = tag_size(f);
+    let mut tags = Vec::new();
+    let mut at = HEADER_SIZE;
+    loop {
+        if at + size > end {
+            return Err(FormatError::corrupt(
+                "journal descriptor",
+                loc,
+                "tags run past the end",
+            ));
+        }
+        let (low, flags, high, checksum) = if f.csum_v3 {
+            (
+                be32(block, at),
+                be32(block, at + 4),
+                be32(block, at + 8),
+                be32(block, at + 12),
+            )
+        } else {
+            let word = be32(block, at + 4);
+            let high = if f.bit64 { be32(block, at + 8) } else { 0 };
+            (be32(block, at), word & 0xFFFF, high, word >> 16)
+        };
+        let block_nr = u64::from(low) | if f.bit64 { u64::from(high) << 32 } else { 0 };
+        tags.push(JournalTag {
+            block: block_nr,
+            escaped: flags & FLAG_ESCAPE != 0,
+            checksum,
+        });
+        at += size;
+        if flags & FLAG_SAME_UUID == 0 {
+            at += UUID_SIZE;
+        }
+        if flags & FLAG_LAST_TAG != 0 {
+            break;
+        }
+    }
+    Ok(tags)
+}

@@ -1,0 +1,158 @@
+//! The journal superblock (`journal_superblock_t`), in the journal's first block.
+
+use crate::checksum::crc32c_raw;
+use crate::codec::{on_disk_struct, prefix, Be};
+use crate::error::{verify_checksum, FormatError, Location, Result};
+
+use super::{JournalBlockType, JournalHeader};
+
+/// Offset of `s_checksum`.
+const CHECKSUM_OFFSET: usize = 0xFC;
+
+on_disk_struct! {
+    /// `journal_superblock_t` (v2 layout; v1 uses only the fields up to `errno`).
+    pub struct JournalSuperblock(Be, 1024) {
+        /// `s_header`.
+        header: [u8; 12] = 0x0,
+        /// `s_blocksize`.
+        blocksize: u32 = 0xC,
+        /// `s_maxlen`: blocks in the journal.
+        maxlen: u32 = 0x10,
+        /// `s_first`: first block of log data.
+        first: u32 = 0x14,
+        /// `s_sequence`: first commit ID expected in the log.
+        sequence: u32 = 0x18,
+        /// `s_start`: block of the start of the log; 0 means the journal is empty.
+        start: u32 = 0x1C,
+        /// `s_errno`.
+        errno: u32 = 0x20,
+        /// `s_feature_compat`.
+        feature_compat: u32 = 0x24,
+        /// `s_feature_incompat`.
+        feature_incompat: u32 = 0x28,
+        /// `s_feature_ro_compat`.
+        feature_ro_compat: u32 = 0x2C,
+        /// `s_uuid`.
+        uuid: [u8; 16] = 0x30,
+        /// `s_nr_users`.
+        nr_users: u32 = 0x40,
+        /// `s_dynsuper`.
+        dynsuper: u32 = 0x44,
+        /// `s_max_transaction`.
+        max_transaction: u32 = 0x48,
+        /// `s_max_trans_data`.
+        max_trans_data: u32 = 0x4C,
+        /// `s_checksum_type`.
+        checksum_type: u8 = 0x50,
+        /// `s_padding2`.
+        padding2: [u8; 3] = 0x51,
+        /// `s_num_fc_blks`: fast-commit blocks.
+        num_fc_blks: u32 = 0x54,
+        /// `s_head`.
+        head: u32 = 0x58,
+        /// `s_padding`.
+        padding: [u32; 40] = 0x5C,
+        /// `s_checksum`.
+        checksum: u32 = 0xFC,
+        /// `s_users`: UUIDs of filesystems sharing the journal.
+        users: [u8; 768] = 0x100,
+    }
+}
+
+/// `s_feature_incompat` bits (`JBD2_FEATURE_INCOMPAT_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JournalFeatures {
+    pub revoke: bool,
+    pub bit64: bool,
+    pub async_commit: bool,
+    pub csum_v2: bool,
+    pub csum_v3: bool,
+    pub fast_commit: bool,
+}
+
+/// Incompat bits this crate can parse.
+const KNOWN_INCOMPAT: u32 = 0x3F;
+
+impl JournalSuperblock {
+    /// Parses the journal superblock, checking the header, the geometry and (v2/v3) the
+    /// checksum.
+    pub fn parse(block: &[u8]) -> Result<Self> {
+        let loc = Location::JournalBlock(0);
+        let bad = |reason: String| FormatError::corrupt("journal superblock", loc, reason);
+        let header = JournalHeader::parse(block).ok_or_else(|| bad("bad magic".into()))?;
+        let kind = header.block_type(loc)?;
+        if !matches!(
+            kind,
+            JournalBlockType::SuperblockV1 | JournalBlockType::SuperblockV2
+        ) {
+            return Err(bad(format!("block type {kind:?}")));
+        }
+        let raw = prefix::<1024>(block).ok_or_else(|| bad("shorter than 1024 bytes".into()))?;
+        let sb = JournalSuperblock::decode(raw);
+        if sb.blocksize < 1024 || !sb.blocksize.is_power_of_two() || sb.blocksize > 65536 {
+            return Err(bad(format!("block size {}", sb.blocksize)));
+        }
+        if sb.first == 0 || sb.first >= sb.maxlen {
+            return Err(bad(format!("log starts at {} of {}", sb.first, sb.maxlen)));
+        }
+        if kind == JournalBlockType::SuperblockV1 {
+            return Ok(sb);
+        }
+        let unknown = sb.feature_incompat & !KNOWN_INCOMPAT;
+        if unknown != 0 {
+            return Err(FormatError::Incompatible(format!(
+                "journal incompatible feature bits {unknown:#x}"
+            )));
+        }
+        let f = sb.features();
+        if f.csum_v2 || f.csum_v3 {
+            verify_checksum(
+                "journal superblock",
+                loc,
+                sb.checksum,
+                Self::compute_checksum(raw),
+            )?;
+        }
+        Ok(sb)
+    }
+
+    fn compute_checksum(raw: &[u8; 1024]) -> u32 {
+        let sum = crc32c_raw(!0, &raw[..CHECKSUM_OFFSET]);
+        let sum = crc32c_raw(sum, &[0; 4]);
+        crc32c_raw(sum, &raw[CHECKSUM_OFFSET + 4..])
+    }
+
+    /// Serializes, recomputing the checksum under csum v2/v3.
+    pub fn to_bytes(&self) -> [u8; 1024] {
+        let mut raw = [0u8; 1024];
+        self.encode(&mut raw);
+        let f = self.features();
+        if f.csum_v2 || f.csum_v3 {
+            let sum = Self::compute_checksum(&raw);
+            raw[CHECKSUM_OFFSET..CHECKSUM_OFFSET + 4].copy_from_slice(&sum.to_be_bytes());
+        }
+        raw
+    }
+
+    pub fn features(&self) -> JournalFeatures {
+        let bit = |b: u32| self.feature_incompat & b != 0;
+        JournalFeatures {
+            revoke: bit(0x1),
+            bit64: bit(0x2),
+            async_commit: bit(0x4),
+            csum_v2: bit(0x8),
+            csum_v3: bit(0x10),
+            fast_commit: bit(0x20),
+        }
+    }
+
+    /// Seed for descriptor, commit, revoke and data-block checksums.
+    pub fn csum_seed(&self) -> u32 {
+        crc32c_raw(!0, &self.uuid)
+    }
+
+    /// Whether the log holds transactions to replay.
+    pub fn needs_recovery(&self) -> bool {
+        self.start != 0
+    }
+}
