@@ -1,0 +1,393 @@
+//! Reading directories: linear blocks, htree-indexed blocks (read linearly, skipping index
+//! nodes) and inline directories; name lookup (by index where there is one).
+
+use std::sync::Arc;
+
+use e4_format::checksum::inode_csum_seed;
+use e4_format::dir_entry::{
+    file_type as ft, has_tail, verify_leaf_checksum, DirEntryIter, TAIL_SIZE,
+};
+use e4_format::dir_htree::{DxNode, DxRoot};
+use e4_format::features::{CompatFeatures, IncompatFeatures};
+use e4_format::inline_data::{inline_dir_parent, inline_dir_regions, SYSTEM_DATA};
+use e4_format::inode::{flags, FileType, Inode};
+use e4_format::{FormatError, Location};
+
+use crate::block_cache::CachedBlock;
+use crate::error::Result;
+use crate::file_map::Mapping;
+use crate::filesystem::Filesystem;
+
+/// A directory entry as returned to callers ("." and ".." are not included).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    pub name: Vec<u8>,
+    pub ino: u32,
+    /// The type recorded in the entry, when the filetype feature records one.
+    pub file_type: Option<FileType>,
+}
+
+fn file_type_of(code: u8) -> Option<FileType> {
+    Some(match code {
+        ft::REGULAR => FileType::Regular,
+        ft::DIRECTORY => FileType::Directory,
+        ft::CHAR_DEVICE => FileType::CharDevice,
+        ft::BLOCK_DEVICE => FileType::BlockDevice,
+        ft::FIFO => FileType::Fifo,
+        ft::SOCKET => FileType::Socket,
+        ft::SYMLINK => FileType::Symlink,
+        _ => return None,
+    })
+}
+
+/// What a directory block holds.
+enum DirBlock {
+    /// Entries, in `bytes[..end]`.
+    Leaf { block: Arc<CachedBlock>, end: usize },
+    /// An htree index block: no entries.
+    Index,
+}
+
+impl Filesystem {
+    fn require_dir(&self, dir: &Inode) -> Result<()> {
+        if dir.file_type() != Some(FileType::Directory) {
+            return Err(crate::error::Error::NotADirectory(format!(
+                "inode {}",
+                dir.ino
+            )));
+        }
+        Ok(())
+    }
+
+    fn is_htree(&self, dir: &Inode) -> bool {
+        dir.has_flag(flags::INDEX)
+            && self
+                .superblock()
+                .compat()
+                .contains(CompatFeatures::DIR_INDEX)
+            && !dir.has_flag(flags::INLINE_DATA)
+    }
+
+    fn filetype_feature(&self) -> bool {
+        self.superblock()
+            .incompat()
+            .contains(IncompatFeatures::FILETYPE)
+    }
+
+    fn dir_seed(&self, dir: &Inode) -> Option<u32> {
+        self.csum_seed()
+            .map(|s| inode_csum_seed(s, dir.ino, dir.record.generation))
+    }
+
+    /// Number of blocks in a (non-inline) directory.
+    fn dir_blocks(&self, dir: &Inode) -> u64 {
+        dir.size().div_ceil(u64::from(self.block_size()))
+    }
+
+    /// Reads logical block `logical` of a directory through the cache; holes are corrupt.
+    pub(crate) fn read_dir_block(
+        &self,
+        dir: &Inode,
+        logical: u64,
+    ) -> Result<(u64, Arc<CachedBlock>)> {
+        match self.map_block(dir, logical, 1)? {
+            Mapping::Data {
+                physical,
+                unwritten: false,
+                ..
+            } => Ok((physical, self.read_block(physical)?)),
+            _ => Err(FormatError::corrupt(
+                "directory",
+                Location::Inode(dir.ino),
+                format!("block {logical} is a hole"),
+            )
+            .into()),
+        }
+    }
+
+    /// Reads and classifies a directory block, verifying its checksum.
+    fn dir_block(&self, dir: &Inode, logical: u64) -> Result<DirBlock> {
+        let (physical, block) = self.read_dir_block(dir, logical)?;
+        let loc = Location::InodeBlock {
+            inode: dir.ino,
+            block: physical,
+        };
+        let bytes = block.bytes();
+        let bs = bytes.len();
+        let seed = self.dir_seed(dir);
+        let csum = self.superblock().has_metadata_csum();
+        if self.is_htree(dir) {
+            if logical == 0 {
+                // "." and ".." are real entries at the start of the root block.
+                let root = DxRoot::parse(bytes, csum, self.htree_max_levels(), loc)?;
+                if let Some(seed) = seed {
+                    block.verify_once(|b| root.node.verify_checksum(b, seed, loc))?;
+                }
+                return Ok(DirBlock::Index);
+            }
+            let fake_len = e4_format::codec::le16(bytes, 4)
+                .map(|l| e4_format::dir_entry::rec_len_from_disk(l, bs));
+            if e4_format::codec::le32(bytes, 0) == Some(0) && fake_len == Some(bs) {
+                let node = DxNode::parse(bytes, csum, loc);
+                // Without checksums an empty leaf looks the same as an index node; only a
+                // well-formed index is treated as one.
+                match (node, seed) {
+                    (Ok(node), Some(seed)) => {
+                        block.verify_once(|b| node.verify_checksum(b, seed, loc))?;
+                        return Ok(DirBlock::Index);
+                    }
+                    (Ok(_), None) => return Ok(DirBlock::Index),
+                    (Err(e), _) if csum => return Err(e.into()),
+                    (Err(_), _) => {}
+                }
+            }
+        }
+        let end = if csum && has_tail(bytes) {
+            bs - TAIL_SIZE
+        } else {
+            bs
+        };
+        if let Some(seed) = seed {
+            block.verify_once(|b| verify_leaf_checksum(b, seed, loc))?;
+        }
+        Ok(DirBlock::Leaf { block, end })
+    }
+
+    fn htree_max_levels(&self) -> u8 {
+        if self
+            .superblock()
+            .incompat()
+            .contains(IncompatFeatures::LARGEDIR)
+        {
+            e4_format::dir_htree::MAX_LEVELS_LARGEDIR
+        } else {
+            e4_format::dir_htree::MAX_LEVELS
+        }
+    }
+
+    /// Calls `visit` for each live entry (including "." and "..") until it returns `Some`.
+    fn scan_dir<T>(
+        &self,
+        dir: &Inode,
+        mut visit: impl FnMut(&e4_format::dir_entry::DirEntry<'_>) -> Option<T>,
+    ) -> Result<Option<T>> {
+        self.require_dir(dir)?;
+        let bs = self.block_size() as usize;
+        let filetype = self.filetype_feature();
+        if dir.has_flag(flags::INLINE_DATA) {
+            let extra = self.raw_xattr(dir, SYSTEM_DATA)?.unwrap_or_default();
+            for region in inline_dir_regions(&dir.record.block, &extra) {
+                for entry in DirEntryIter::new(region, bs, filetype, Location::Inode(dir.ino)) {
+                    let entry = entry?;
+                    if entry.inode != 0 {
+                        if let Some(found) = visit(&entry) {
+                            return Ok(Some(found));
+                        }
+                    }
+                }
+            }
+            return Ok(None);
+        }
+        let htree = self.is_htree(dir);
+        for logical in 0..self.dir_blocks(dir) {
+            if htree && logical == 0 {
+                // Only "." and ".." precede the index in the root block.
+                let (physical, block) = self.read_dir_block(dir, 0)?;
+                self.dir_block(dir, 0)?;
+                let loc = Location::InodeBlock {
+                    inode: dir.ino,
+                    block: physical,
+                };
+                for entry in DirEntryIter::new(block.bytes(), bs, filetype, loc).take(2) {
+                    let entry = entry?;
+                    if let Some(found) = visit(&entry) {
+                        return Ok(Some(found));
+                    }
+                }
+                continue;
+            }
+            if let Some(found) = self.scan_leaf(dir, logical, &mut visit)? {
+                return Ok(Some(found));
+            }
+        }
+        Ok(None)
+    }
+
+    fn scan_leaf<T>(
+        &self,
+        dir: &Inode,
+        logical: u64,
+        visit: &mut impl FnMut(&e4_format::dir_entry::DirEntry<'_>) -> Option<T>,
+    ) -> Result<Option<T>> {
+        let DirBlock::Leaf { block, end } = self.dir_block(dir, logical)? else {
+            return Ok(None);
+        };
+        let loc = Location::InodeBlock {
+            inode: dir.ino,
+            block: logical,
+        };
+        let bs = self.block_size() as usize;
+        for entry in DirEntryIter::new(&block.bytes()[..end], bs, self.filetype_feature(), loc) {
+            let entry = entry?;
+            if entry.inode != 0 {
+                if let Some(found) = visit(&entry) {
+                    return Ok(Some(found));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Lists a directory, without "." and "..".
+    pub fn read_dir(&self, dir: &Inode) -> Result<Vec<DirEntry>> {
+        let mut out = Vec::new();
+        self.scan_dir::<()>(dir, |e| {
+            if e.name != b"." && e.name != b".." {
+                out.push(DirEntry {
+                    name: e.name.to_vec(),
+                    ino: e.inode,
+                    file_type: file_type_of(e.file_type),
+                });
+            }
+            None
+        })?;
+        Ok(out)
+    }
+
+    /// The parent of a directory (its ".." entry).
+    pub fn parent_of(&self, dir: &Inode) -> Result<u32> {
+        self.require_dir(dir)?;
+        if dir.has_flag(flags::INLINE_DATA) {
+            return Ok(inline_dir_parent(&dir.record.block));
+        }
+        self.scan_dir(dir, |e| (e.name == b"..").then_some(e.inode))?
+            .ok_or_else(|| {
+                FormatError::corrupt("directory", Location::Inode(dir.ino), "has no \"..\" entry")
+                    .into()
+            })
+    }
+
+    /// Finds `name` in `dir`, through the hash index when the directory has one (reading
+    /// one block per index level plus the leaf), linearly otherwise.
+    pub fn lookup(&self, dir: &Inode, name: &[u8]) -> Result<Option<u32>> {
+        self.require_dir(dir)?;
+        if name == b"." {
+            return Ok(Some(dir.ino));
+        }
+        if name == b".." {
+            return self.parent_of(dir).map(Some);
+        }
+        if self.is_htree(dir) {
+            return self.htree_lookup(dir, name);
+        }
+        self.scan_dir(dir, |e| (e.name == name).then_some(e.inode))
+    }
+
+    fn htree_lookup(&self, dir: &Inode, name: &[u8]) -> Result<Option<u32>> {
+        let csum = self.superblock().has_metadata_csum();
+        let seed = self.dir_seed(dir);
+        let (physical, root_block) = self.read_dir_block(dir, 0)?;
+        let loc = Location::InodeBlock {
+            inode: dir.ino,
+            block: physical,
+        };
+        let root = DxRoot::parse(root_block.bytes(), csum, self.htree_max_levels(), loc)?;
+        if let Some(seed) = seed {
+            root_block.verify_once(|b| root.node.verify_checksum(b, seed, loc))?;
+        }
+        let sb = self.superblock();
+        let version = e4_format::dir_hash::HashVersion::from_disk(
+            root.info.hash_version,
+            sb.unsigned_dir_hash(),
+        )
+        .ok_or_else(|| {
+            FormatError::corrupt(
+                "htree root",
+                loc,
+                format!("unknown hash version {}", root.info.hash_version),
+            )
+        })?;
+        let hash = e4_format::dir_hash::dir_hash(version, name, &sb.hash_seed).major;
+        // Path of (node, position) from the root down to the bottom index level.
+        let mut path = vec![(root.node.clone(), root.node.child_for(hash))];
+        for _ in 0..root.info.indirect_levels {
+            let (node, pos) = path.last().expect("path starts with the root");
+            let child = u64::from(node.entries[*pos].block);
+            let next = self.read_index_node(dir, child, seed)?;
+            let pos = next.child_for(hash);
+            path.push((next, pos));
+        }
+        loop {
+            let (node, pos) = path.last().expect("path is never empty");
+            let leaf = u64::from(node.entries[*pos].block);
+            if leaf == 0 || leaf >= self.dir_blocks(dir) {
+                return Err(FormatError::corrupt(
+                    "htree index",
+                    loc,
+                    format!("points at block {leaf}"),
+                )
+                .into());
+            }
+            if let Some(ino) =
+                self.scan_leaf(dir, leaf, &mut |e| (e.name == name).then_some(e.inode))?
+            {
+                return Ok(Some(ino));
+            }
+            // Names with the same hash may continue in the next leaf, whose starting hash
+            // then has the collision bit set (ext4_htree_next_block).
+            if !self.advance_htree_path(dir, &mut path, seed)? {
+                return Ok(None);
+            }
+            let (node, pos) = path.last().expect("path is never empty");
+            if node.entries[*pos].hash & !1 != hash {
+                return Ok(None);
+            }
+        }
+    }
+
+    fn read_index_node(&self, dir: &Inode, logical: u64, seed: Option<u32>) -> Result<DxNode> {
+        if logical == 0 || logical >= self.dir_blocks(dir) {
+            return Err(FormatError::corrupt(
+                "htree index",
+                Location::Inode(dir.ino),
+                format!("points at block {logical}"),
+            )
+            .into());
+        }
+        let (physical, block) = self.read_dir_block(dir, logical)?;
+        let loc = Location::InodeBlock {
+            inode: dir.ino,
+            block: physical,
+        };
+        let node = DxNode::parse(block.bytes(), self.superblock().has_metadata_csum(), loc)?;
+        if let Some(seed) = seed {
+            block.verify_once(|b| node.verify_checksum(b, seed, loc))?;
+        }
+        Ok(node)
+    }
+
+    /// Moves the path to the next leaf in hash order; false at the end of the index.
+    fn advance_htree_path(
+        &self,
+        dir: &Inode,
+        path: &mut Vec<(DxNode, usize)>,
+        seed: Option<u32>,
+    ) -> Result<bool> {
+        let depth = path.len();
+        // Find the deepest level that has a next entry.
+        let Some(level) = (0..depth)
+            .rev()
+            .find(|&l| path[l].1 + 1 < path[l].0.entries.len())
+        else {
+            return Ok(false);
+        };
+        path[level].1 += 1;
+        path.truncate(level + 1);
+        while path.len() < depth {
+            let (node, pos) = path.last().expect("path is never empty");
+            let child = self.read_index_node(dir, u64::from(node.entries[*pos].block), seed)?;
+            path.push((child, 0));
+        }
+        Ok(true)
+    }
+}

@@ -1,0 +1,46 @@
+//! Errors from the engine: the format layer's (corrupt, checksum, incompatible), I/O, and
+//! the ones a caller causes (a path that does not exist, a file that is not a directory).
+
+use std::io;
+
+use e4_format::FormatError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The image is corrupt or uses an unsupported feature.
+    #[error(transparent)]
+    Format(#[from] FormatError),
+    /// Reading the device failed.
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: io::Error,
+    },
+    /// A path component does not exist.
+    #[error("{0}: no such file or directory")]
+    NotFound(String),
+    /// A path component that must be a directory is not one.
+    #[error("{0}: not a directory")]
+    NotADirectory(String),
+    /// An operation that needs a regular file or symlink got something else.
+    #[error("{path}: {reason}")]
+    WrongType { path: String, reason: &'static str },
+    /// Symlinks nest too deeply or form a loop.
+    #[error("{0}: too many levels of symbolic links")]
+    SymlinkLoop(String),
+    /// An attribute does not exist.
+    #[error("inode {inode} has no attribute {name}")]
+    NoAttribute { inode: u32, name: String },
+}
+
+impl Error {
+    pub(crate) fn io(context: impl Into<String>, source: io::Error) -> Self {
+        Error::Io {
+            context: context.into(),
+            source,
+        }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,274 @@
+//! The `Filesystem` handle: opening an image, its geometry, and reading metadata blocks and
+//! inodes. `Filesystem` is `Send + Sync` and every operation takes `&self`; the only shared
+//! mutable state is the sharded block cache.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use e4_format::features::{feature_names, FeatureKind, IncompatFeatures, READABLE_INCOMPAT};
+use e4_format::group_descriptor::{GroupChecksum, GroupDescriptor, BG_INODE_UNINIT};
+use e4_format::inode::Inode;
+use e4_format::superblock::{Superblock, SUPERBLOCK_OFFSET};
+use e4_format::{FormatError, Location};
+
+use crate::block_cache::{BlockCache, CachedBlock};
+use crate::device::{Device, FileDevice, MemoryDevice};
+use crate::error::{Error, Result};
+
+/// How to open a filesystem.
+#[derive(Debug, Clone)]
+pub struct OpenOptions {
+    /// Verify metadata checksums (metadata_csum, gdt_csum) when blocks are first read.
+    /// On by default; turning it off lets a damaged image be salvaged.
+    pub verify_checksums: bool,
+    /// Bytes of metadata the block cache may hold. Default 64 MiB.
+    pub cache_bytes: usize,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions {
+            verify_checksums: true,
+            cache_bytes: 64 << 20,
+        }
+    }
+}
+
+/// An open ext2/3/4 filesystem.
+pub struct Filesystem {
+    device: Box<dyn Device>,
+    superblock: Superblock,
+    groups: Vec<GroupDescriptor>,
+    cache: BlockCache,
+    block_size: u32,
+    /// Checksum seed when metadata_csum is on and verification is wanted.
+    csum_seed: Option<u32>,
+    /// Why the filesystem may only be read, if it may not be written.
+    read_only_reason: Option<String>,
+}
+
+impl Filesystem {
+    /// Opens the image file or block device at `path`.
+    pub fn open(path: impl AsRef<Path>, options: OpenOptions) -> Result<Self> {
+        let path = path.as_ref();
+        let device = FileDevice::open(path)
+            .map_err(|e| Error::io(format!("cannot open {}", path.display()), e))?;
+        Self::open_device(Box::new(device), options)
+    }
+
+    /// Opens an image held in memory.
+    pub fn open_bytes(bytes: Vec<u8>, options: OpenOptions) -> Result<Self> {
+        Self::open_device(Box::new(MemoryDevice::new(bytes)), options)
+    }
+
+    /// Opens a filesystem on any device.
+    pub fn open_device(device: Box<dyn Device>, options: OpenOptions) -> Result<Self> {
+        let mut raw = [0u8; 1024];
+        device
+            .read_exact_at(&mut raw, SUPERBLOCK_OFFSET)
+            .map_err(|e| Error::io("cannot read the superblock", e))?;
+        let superblock = Superblock::parse(&raw)?;
+        let incompat = superblock.incompat();
+        let unsupported = incompat.bits() & !READABLE_INCOMPAT.bits();
+        if unsupported != 0 {
+            return Err(FormatError::Incompatible(
+                feature_names(FeatureKind::Incompat, unsupported).join(", "),
+            )
+            .into());
+        }
+        if incompat.contains(IncompatFeatures::RECOVER) {
+            return Err(FormatError::Incompatible(
+                "a journal that needs recovery (needs_recovery); replay it with e2fsck first"
+                    .into(),
+            )
+            .into());
+        }
+        let ro_unknown =
+            superblock.ro_compat().bits() & !e4_format::features::RoCompatFeatures::all().bits();
+        let read_only_reason = (ro_unknown != 0).then(|| {
+            format!(
+                "unknown read-only-compatible features {}",
+                feature_names(FeatureKind::RoCompat, ro_unknown).join(", ")
+            )
+        });
+        let block_size = superblock.block_size();
+        let blocks = superblock.blocks_count();
+        if device.size() < blocks.saturating_mul(u64::from(block_size)) {
+            return Err(FormatError::corrupt(
+                "superblock",
+                Location::Superblock,
+                format!(
+                    "{blocks} blocks of {block_size} bytes do not fit in a {}-byte device",
+                    device.size()
+                ),
+            )
+            .into());
+        }
+        let csum_seed = (options.verify_checksums && superblock.has_metadata_csum())
+            .then(|| superblock.csum_seed());
+        let cache_blocks = options.cache_bytes / block_size as usize;
+        let mut fs = Filesystem {
+            device,
+            superblock,
+            groups: Vec::new(),
+            cache: BlockCache::new(cache_blocks.max(64)),
+            block_size,
+            csum_seed,
+            read_only_reason,
+        };
+        fs.groups = fs.read_group_descriptors(options.verify_checksums)?;
+        Ok(fs)
+    }
+
+    /// Block holding the descriptors of `group`, per the classic and meta_bg layouts.
+    fn descriptor_block(&self, group: u32) -> u64 {
+        let sb = &self.superblock;
+        let per_block = self.block_size / sb.desc_size();
+        let meta_group = group / per_block;
+        let first = u64::from(sb.first_data_block);
+        if !sb.incompat().contains(IncompatFeatures::META_BG) || meta_group < sb.first_meta_bg {
+            return first + 1 + u64::from(meta_group);
+        }
+        let leader = meta_group * per_block;
+        let has_super = u64::from(sb.group_has_superblock(leader));
+        first + u64::from(leader) * u64::from(sb.blocks_per_group) + has_super
+    }
+
+    fn read_group_descriptors(&self, verify: bool) -> Result<Vec<GroupDescriptor>> {
+        let sb = &self.superblock;
+        let desc_size = sb.desc_size() as usize;
+        let per_block = self.block_size as usize / desc_size;
+        let checksum = if verify {
+            GroupChecksum::for_superblock(sb)
+        } else {
+            GroupChecksum::None
+        };
+        let count = sb.group_count() as u32;
+        let mut groups = Vec::with_capacity(count as usize);
+        let blocks = sb.blocks_count();
+        for group in 0..count {
+            let block = self.read_block(self.descriptor_block(group))?;
+            let at = (group as usize % per_block) * desc_size;
+            let desc =
+                GroupDescriptor::parse(&block.bytes()[at..at + desc_size], group, &checksum)?;
+            for (what, nr) in [
+                ("block bitmap", desc.block_bitmap()),
+                ("inode bitmap", desc.inode_bitmap()),
+                ("inode table", desc.inode_table()),
+            ] {
+                if nr == 0 || nr >= blocks {
+                    return Err(FormatError::corrupt(
+                        "group descriptor",
+                        Location::Group(group),
+                        format!("{what} at block {nr} is outside the filesystem"),
+                    )
+                    .into());
+                }
+            }
+            groups.push(desc);
+        }
+        Ok(groups)
+    }
+
+    pub fn superblock(&self) -> &Superblock {
+        &self.superblock
+    }
+
+    pub fn group_descriptors(&self) -> &[GroupDescriptor] {
+        &self.groups
+    }
+
+    pub fn block_size(&self) -> u32 {
+        self.block_size
+    }
+
+    /// The checksum seed, when checksums are verified.
+    pub(crate) fn csum_seed(&self) -> Option<u32> {
+        self.csum_seed
+    }
+
+    /// Why the filesystem can only be opened read-only, if so.
+    pub fn read_only_reason(&self) -> Option<&str> {
+        self.read_only_reason.as_deref()
+    }
+
+    /// Reads metadata block `nr` through the cache.
+    pub(crate) fn read_block(&self, nr: u64) -> Result<Arc<CachedBlock>> {
+        if nr >= self.superblock.blocks_count() {
+            return Err(FormatError::corrupt(
+                "block pointer",
+                Location::Block(nr),
+                "points outside the filesystem",
+            )
+            .into());
+        }
+        self.cache.get_or_read(nr, || {
+            let mut buf = vec![0u8; self.block_size as usize].into_boxed_slice();
+            self.read_bytes(&mut buf, nr * u64::from(self.block_size))?;
+            Ok(buf)
+        })
+    }
+
+    /// Reads bytes straight from the device (file data bypasses the metadata cache).
+    pub(crate) fn read_bytes(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        self.device
+            .read_exact_at(buf, offset)
+            .map_err(|e| Error::io(format!("read of {} bytes at byte {offset}", buf.len()), e))
+    }
+
+    /// Reads and parses inode `ino`, verifying its checksum.
+    pub fn read_inode(&self, ino: u32) -> Result<Inode> {
+        let sb = &self.superblock;
+        let loc = Location::Inode(ino);
+        if ino == 0 || ino > sb.inodes_count {
+            return Err(FormatError::corrupt("inode number", loc, "out of range").into());
+        }
+        let ipg = sb.inodes_per_group;
+        let group = (ino - 1) / ipg;
+        let index = (ino - 1) % ipg;
+        let desc = &self.groups[group as usize];
+        if self.past_itable_used(desc, index) {
+            return Err(FormatError::corrupt(
+                "inode",
+                loc,
+                format!("lies in the uninitialized part of group {group}'s inode table"),
+            )
+            .into());
+        }
+        let inode_size = u64::from(sb.inode_size());
+        let byte = u64::from(index) * inode_size;
+        let block_nr = desc.inode_table() + byte / u64::from(self.block_size);
+        let block = self.read_block(block_nr)?;
+        let at = (byte % u64::from(self.block_size)) as usize;
+        let raw = &block.bytes()[at..at + inode_size as usize];
+        Ok(Inode::parse(raw, ino, self.csum_seed)?)
+    }
+
+    /// With group descriptor checksums, `bg_itable_unused` marks the tail of the inode
+    /// table as never written; such inodes are not in use.
+    fn past_itable_used(&self, desc: &GroupDescriptor, index: u32) -> bool {
+        let sb = &self.superblock;
+        let checksummed = sb.has_metadata_csum()
+            || sb
+                .ro_compat()
+                .contains(e4_format::features::RoCompatFeatures::GDT_CSUM);
+        checksummed
+            && (desc.flags & BG_INODE_UNINIT != 0
+                || index >= sb.inodes_per_group.saturating_sub(desc.itable_unused()))
+    }
+
+    /// Checks that a run of physical blocks lies inside the filesystem.
+    pub(crate) fn check_extent_bounds(&self, start: u64, len: u64, loc: Location) -> Result<()> {
+        let end = start.checked_add(len);
+        let first = u64::from(self.superblock.first_data_block);
+        match end {
+            Some(end) if start >= first && end <= self.superblock.blocks_count() => Ok(()),
+            _ => Err(FormatError::corrupt(
+                "block mapping",
+                loc,
+                format!("blocks {start}+{len} lie outside the filesystem"),
+            )
+            .into()),
+        }
+    }
+}

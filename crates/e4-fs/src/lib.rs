@@ -1,0 +1,35 @@
+//! The e4 engine: a thread-safe handle on an ext2/ext3/ext4 filesystem.
+//!
+//! [`Filesystem`] is `Send + Sync` and every operation takes `&self`, so one handle serves
+//! any number of threads. Metadata goes through a sharded block cache that verifies each
+//! block's checksum once; file data is read straight from the device, one read per extent.
+//!
+//! ```no_run
+//! use e4_fs::{Filesystem, OpenOptions};
+//! let fs = Filesystem::open("disk.img", OpenOptions::default())?;
+//! let ino = fs.resolve("/etc/hostname", true)?;
+//! let inode = fs.read_inode(ino)?;
+//! let mut buf = vec![0u8; inode.size() as usize];
+//! fs.read_at(&inode, 0, &mut buf)?;
+//! # Ok::<(), e4_fs::Error>(())
+//! ```
+
+#![forbid(unsafe_code)]
+
+pub mod block_cache;
+pub mod device;
+mod directory;
+mod error;
+mod file_map;
+mod file_read;
+mod filesystem;
+mod metadata;
+mod path;
+mod xattr;
+
+pub use directory::DirEntry;
+pub use e4_format::inode::{FileType, Inode, Timestamp};
+pub use error::{Error, Result};
+pub use file_map::Mapping;
+pub use filesystem::{Filesystem, OpenOptions};
+pub use metadata::{Metadata, StatFs};

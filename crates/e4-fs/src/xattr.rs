@@ -1,0 +1,97 @@
+//! Extended attributes of an inode: the in-inode area and the xattr block, values stored in
+//! separate inodes (ea_inode), and POSIX ACLs converted to the form `getxattr` returns.
+
+use e4_format::inode::{flags, Inode};
+use e4_format::posix_acl::acl_to_xattr;
+use e4_format::xattr::{parse_inode_xattrs, parse_xattr_block, Xattr, XattrValue};
+use e4_format::{FormatError, Location};
+
+use crate::error::Result;
+use crate::filesystem::Filesystem;
+
+/// The largest value the kernel accepts (`XATTR_SIZE_MAX`).
+const MAX_VALUE_SIZE: u64 = 65536;
+
+/// Names the kernel lists; others (`system.data`, richacl) are internal.
+fn is_listed(name: &[u8]) -> bool {
+    [&b"user."[..], b"trusted.", b"security."]
+        .iter()
+        .any(|p| name.starts_with(p))
+        || name == b"system.posix_acl_access"
+        || name == b"system.posix_acl_default"
+}
+
+impl Filesystem {
+    /// All attributes as stored: in-inode first, then the block.
+    fn stored_xattrs(&self, inode: &Inode) -> Result<Vec<Xattr>> {
+        let mut all = parse_inode_xattrs(&inode.xattr_area, Location::Inode(inode.ino))?;
+        let block_nr = inode.file_acl();
+        if block_nr != 0 {
+            let loc = Location::InodeBlock {
+                inode: inode.ino,
+                block: block_nr,
+            };
+            let block = self.read_block(block_nr)?;
+            let parsed = parse_xattr_block(block.bytes(), block_nr, None, loc)?;
+            if let Some(seed) = self.csum_seed() {
+                block.verify_once(|b| parse_xattr_block(b, block_nr, Some(seed), loc).map(drop))?;
+            }
+            all.extend(parsed);
+        }
+        Ok(all)
+    }
+
+    fn value_of(&self, owner: u32, xattr: Xattr) -> Result<Vec<u8>> {
+        match xattr.value {
+            XattrValue::Inline(bytes) => Ok(bytes),
+            XattrValue::InInode { inode, size } => {
+                let holder = self.read_inode(inode)?;
+                if !holder.has_flag(flags::EA_INODE) || holder.size() != u64::from(size) {
+                    return Err(FormatError::corrupt(
+                        "xattr value inode",
+                        Location::Inode(inode),
+                        format!("does not hold the {size}-byte value of inode {owner}"),
+                    )
+                    .into());
+                }
+                self.read_all(&holder, MAX_VALUE_SIZE)
+            }
+        }
+    }
+
+    /// A stored attribute's raw value (internal names included).
+    pub(crate) fn raw_xattr(&self, inode: &Inode, name: &[u8]) -> Result<Option<Vec<u8>>> {
+        match self
+            .stored_xattrs(inode)?
+            .into_iter()
+            .find(|x| x.name == name)
+        {
+            Some(x) => self.value_of(inode.ino, x).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Names of the attributes `listxattr` would show.
+    pub fn list_xattrs(&self, inode: &Inode) -> Result<Vec<Vec<u8>>> {
+        Ok(self
+            .stored_xattrs(inode)?
+            .into_iter()
+            .map(|x| x.name)
+            .filter(|n| is_listed(n))
+            .collect())
+    }
+
+    /// An attribute's value as `getxattr` returns it.
+    pub fn get_xattr(&self, inode: &Inode, name: &[u8]) -> Result<Option<Vec<u8>>> {
+        if !is_listed(name) {
+            return Ok(None);
+        }
+        let Some(value) = self.raw_xattr(inode, name)? else {
+            return Ok(None);
+        };
+        if name.starts_with(b"system.posix_acl_") {
+            return Ok(Some(acl_to_xattr(&value, Location::Inode(inode.ino))?));
+        }
+        Ok(Some(value))
+    }
+}
