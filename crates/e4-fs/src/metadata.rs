@@ -61,6 +61,12 @@ impl Filesystem {
             .ro_compat()
             .contains(RoCompatFeatures::HUGE_FILE);
         let is_device = matches!(file_type, FileType::CharDevice | FileType::BlockDevice);
+        let mut blocks = inode.blocks_512(huge, self.block_size());
+        if file_type == FileType::Regular && inode.has_flag(e4_format::inode::flags::INLINE_DATA) {
+            // Like the kernel (ext4_file_getattr), report the inline bytes as sectors, so tools that look for
+            // sparse files (tar, rsync) do not take an inline file for an empty one.
+            blocks += inode.size().div_ceil(512);
+        }
         Ok(Metadata {
             ino,
             file_type,
@@ -69,7 +75,7 @@ impl Filesystem {
             gid: inode.gid(),
             size: inode.size(),
             nlink: inode.links_count(),
-            blocks: inode.blocks_512(huge, self.block_size()),
+            blocks,
             atime: inode.atime(),
             mtime: inode.mtime(),
             ctime: inode.ctime(),

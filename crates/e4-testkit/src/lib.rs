@@ -1,0 +1,13 @@
+//! Test support shared by e4's crates. Everything an oracle needs is built at test time:
+//! trees are generated, images are made from them by `mke2fs -d`, and results are checked
+//! with `e2fsck -fn` and, where the machine allows, the kernel's own ext4 on a loop device.
+
+mod compare;
+mod image;
+mod kernel_mount;
+mod tree;
+
+pub use compare::{compare_trees, CompareOptions};
+pub use image::{e2fsck_clean, make_image, Image, Profile, PROFILES};
+pub use kernel_mount::KernelMount;
+pub use tree::{generate_tree, TreeSpec};
