@@ -166,8 +166,9 @@ impl DxNode {
         let tail = self.entries_offset + DX_ENTRY_SIZE * usize::from(self.limit);
         let covered = self.entries_offset + DX_ENTRY_SIZE * self.entries.len();
         let sum = crc32c_raw(inode_seed, &block[..covered]);
-        // The tail's reserved word is covered too.
-        (tail, crc32c_raw(sum, &block[tail..tail + 4]))
+        // Then the tail, with its checksum field counted as zero.
+        let sum = crc32c_raw(sum, &block[tail..tail + 4]);
+        (tail, crc32c_raw(sum, &[0; 4]))
     }
 
     /// Verifies the dx_tail checksum (metadata_csum).

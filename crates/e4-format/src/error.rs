@@ -3,7 +3,8 @@
 
 use std::fmt;
 
-/// Where in the image a structure was found; it reads as part of a sentence.
+/// Where in the image a structure was found. It displays with its preposition, so that an
+/// error reads as a sentence: "extent tree node in block 812 of inode 12 ...".
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Location {
     /// The primary superblock at byte 1024.
@@ -23,12 +24,12 @@ pub enum Location {
 impl fmt::Display for Location {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Location::Superblock => write!(f, "the superblock"),
-            Location::Group(g) => write!(f, "group {g}"),
-            Location::Inode(i) => write!(f, "inode {i}"),
-            Location::Block(b) => write!(f, "block {b}"),
-            Location::InodeBlock { inode, block } => write!(f, "block {block} of inode {inode}"),
-            Location::JournalBlock(b) => write!(f, "journal block {b}"),
+            Location::Superblock => write!(f, "at byte 1024"),
+            Location::Group(g) => write!(f, "of group {g}"),
+            Location::Inode(i) => write!(f, "of inode {i}"),
+            Location::Block(b) => write!(f, "in block {b}"),
+            Location::InodeBlock { inode, block } => write!(f, "in block {block} of inode {inode}"),
+            Location::JournalBlock(b) => write!(f, "in journal block {b}"),
         }
     }
 }
@@ -37,14 +38,14 @@ impl fmt::Display for Location {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FormatError {
     /// The bytes do not form a valid structure.
-    #[error("{structure} in {location} is corrupt: {reason}")]
+    #[error("{structure} {location} is corrupt: {reason}")]
     Corrupt {
         structure: &'static str,
         location: Location,
         reason: String,
     },
     /// The structure parsed, but its checksum does not match its contents.
-    #[error("{structure} in {location} has an invalid checksum (stored {stored:#x}, computed {computed:#x})")]
+    #[error("{structure} {location} has an invalid checksum (stored {stored:#x}, computed {computed:#x})")]
     Checksum {
         structure: &'static str,
         location: Location,

@@ -177,7 +177,7 @@ impl Inode {
         let inode_size = bytes.len();
         if inode_size < GOOD_OLD_INODE_SIZE {
             return Err(FormatError::corrupt(
-                "inode",
+                "inode record",
                 loc,
                 format!("record of {inode_size} bytes"),
             ));
@@ -192,7 +192,7 @@ impl Inode {
         };
         if GOOD_OLD_INODE_SIZE + extra_isize > inode_size || extra_isize % 4 != 0 {
             return Err(FormatError::corrupt(
-                "inode",
+                "inode record",
                 loc,
                 format!("extra size {extra_isize} does not fit a {inode_size}-byte inode"),
             ));
@@ -210,7 +210,7 @@ impl Inode {
         };
         if let Some(seed) = csum_seed {
             let (stored, computed) = inode.checksums(bytes, seed);
-            verify_checksum("inode", loc, stored, computed)?;
+            verify_checksum("inode record", loc, stored, computed)?;
         }
         Ok(inode)
     }

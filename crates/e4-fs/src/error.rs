@@ -29,9 +29,6 @@ pub enum Error {
     /// Symlinks nest too deeply or form a loop.
     #[error("{0}: too many levels of symbolic links")]
     SymlinkLoop(String),
-    /// An attribute does not exist.
-    #[error("inode {inode} has no attribute {name}")]
-    NoAttribute { inode: u32, name: String },
 }
 
 impl Error {

@@ -8,7 +8,7 @@ use e4_format::extent::{ExtentEntries, ExtentNode};
 use e4_format::inode::{flags, Inode};
 use e4_format::{FormatError, Location};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::filesystem::Filesystem;
 
 /// What a run of logical blocks starting at the requested one maps to.
@@ -26,8 +26,15 @@ pub enum Mapping {
 }
 
 impl Filesystem {
-    /// Maps `logical` of `inode`; the run returned is at most `max_len` blocks.
+    /// Maps `logical` of `inode`; the run returned is at most `max_len` blocks. Inline-data
+    /// inodes have no blocks to map.
     pub fn map_block(&self, inode: &Inode, logical: u64, max_len: u64) -> Result<Mapping> {
+        if inode.has_flag(flags::INLINE_DATA) {
+            return Err(Error::WrongType {
+                path: format!("inode {}", inode.ino),
+                reason: "its data is inline and has no block mapping",
+            });
+        }
         let mapping = if inode.has_flag(flags::EXTENTS) {
             self.map_extent(inode, logical)?
         } else {

@@ -229,7 +229,7 @@ impl Filesystem {
         let desc = &self.groups[group as usize];
         if self.past_itable_used(desc, index) {
             return Err(FormatError::corrupt(
-                "inode",
+                "inode record",
                 loc,
                 format!("lies in the uninitialized part of group {group}'s inode table"),
             )

@@ -51,7 +51,7 @@ impl Filesystem {
         let inode = self.read_inode(ino)?;
         let file_type = inode.file_type().ok_or_else(|| {
             FormatError::corrupt(
-                "inode",
+                "inode record",
                 Location::Inode(ino),
                 format!("mode {:#o} has no valid file type", inode.record.mode),
             )

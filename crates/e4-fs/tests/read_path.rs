@@ -1,0 +1,199 @@
+//! The read path under load: htree lookups read O(depth) blocks, many threads share one
+//! handle and read the same bytes the source tree holds, and feature gating refuses what
+//! e4 cannot read.
+
+use std::io;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use e4_format::superblock::{Superblock, SUPERBLOCK_OFFSET};
+use e4_fs::device::{Device, FileDevice};
+use e4_fs::{Error, Filesystem, OpenOptions};
+use e4_testkit::{e2fsck_clean, generate_tree, make_image, Image, TreeSpec, PROFILES};
+use rand::{Rng, SeedableRng};
+
+fn source_tree() -> &'static Path {
+    static TREE: OnceLock<tempfile::TempDir> = OnceLock::new();
+    TREE.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        generate_tree(dir.path(), &TreeSpec::full());
+        dir
+    })
+    .path()
+}
+
+fn image(profile: &str) -> Image {
+    let p = PROFILES.iter().find(|p| p.name == profile).unwrap();
+    make_image(source_tree(), p, 256, 32768)
+}
+
+/// A device that counts the reads that reach it.
+struct CountingDevice {
+    inner: FileDevice,
+    reads: Arc<AtomicUsize>,
+}
+
+impl Device for CountingDevice {
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        self.inner.read_exact_at(buf, offset)
+    }
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+}
+
+#[test]
+fn htree_lookup_reads_depth_blocks_and_finds_every_name() {
+    // 1 KiB blocks make the 20,000-entry directory a two-level htree.
+    let img = image("ext4-1k");
+    let reads = Arc::new(AtomicUsize::new(0));
+    let device = CountingDevice {
+        inner: FileDevice::open(&img.path).unwrap(),
+        reads: Arc::clone(&reads),
+    };
+    let fs = Filesystem::open_device(Box::new(device), OpenOptions::default()).unwrap();
+    let dir_ino = fs.resolve("/big_dir", true).unwrap();
+    let dir = fs.read_inode(dir_ino).unwrap();
+    assert!(
+        dir.has_flag(e4_format::inode::flags::INDEX),
+        "big_dir should be indexed"
+    );
+    let dir_blocks = dir.size() / u64::from(fs.block_size());
+    assert!(dir_blocks > 500, "big_dir has only {dir_blocks} blocks");
+
+    let before = reads.load(Ordering::Relaxed);
+    assert!(fs.lookup(&dir, b"needle").unwrap().is_some());
+    let used = reads.load(Ordering::Relaxed) - before;
+    // Root, one interior node, one leaf, and at most two extent-tree blocks.
+    assert!(
+        used <= 5,
+        "lookup read {used} blocks of a {dir_blocks}-block directory"
+    );
+
+    // Every listed name is found by the index, with the same inode.
+    let entries = fs.read_dir(&dir).unwrap();
+    assert_eq!(entries.len(), TreeSpec::full().big_dir_entries + 1);
+    for entry in &entries {
+        assert_eq!(
+            fs.lookup(&dir, &entry.name).unwrap(),
+            Some(entry.ino),
+            "{:?}",
+            String::from_utf8_lossy(&entry.name)
+        );
+    }
+    for missing in [&b"entry_999999_"[..], b"needle2", b"x"] {
+        assert_eq!(fs.lookup(&dir, missing).unwrap(), None);
+    }
+}
+
+#[test]
+fn many_threads_share_one_handle() {
+    let img = image("ext4-default-4k");
+    let fs = Arc::new(
+        Filesystem::open(
+            &img.path,
+            OpenOptions {
+                cache_bytes: 1 << 20,
+                ..Default::default()
+            },
+        )
+        .unwrap(),
+    );
+    let files = [
+        "large.bin",
+        "small.txt",
+        "sparse_middle",
+        "sparse_leading",
+        "block_exact",
+        "names/héllo wörld",
+    ];
+    std::thread::scope(|s| {
+        for t in 0..32u64 {
+            let fs = Arc::clone(&fs);
+            s.spawn(move || {
+                let mut rng = rand::rngs::StdRng::seed_from_u64(t);
+                for _ in 0..40 {
+                    let name = files[rng.gen_range(0..files.len())];
+                    let expected = std::fs::read(source_tree().join(name)).unwrap();
+                    let inode = fs
+                        .read_inode(fs.resolve(&format!("/{name}"), true).unwrap())
+                        .unwrap();
+                    let start = rng.gen_range(0..=expected.len());
+                    let mut buf = vec![0u8; rng.gen_range(0..200_000)];
+                    let n = fs.read_at(&inode, start as u64, &mut buf).unwrap();
+                    assert_eq!(
+                        &buf[..n],
+                        &expected[start..(start + n).min(expected.len())],
+                        "{name} at {start}"
+                    );
+                    assert_eq!(n, buf.len().min(expected.len() - start));
+                    let i = rng.gen_range(0..TreeSpec::full().big_dir_entries);
+                    let entry = format!("/big_dir/entry_{i:06}_{}", "z".repeat(i % 40));
+                    fs.resolve(&entry, true).unwrap();
+                }
+            });
+        }
+    });
+}
+
+/// Rewrites the superblock of a copy of `image` with `edit` applied.
+fn with_superblock_edit(image: &Path, edit: impl FnOnce(&mut Superblock)) -> Vec<u8> {
+    let mut bytes = std::fs::read(image).unwrap();
+    let at = SUPERBLOCK_OFFSET as usize;
+    let mut sb = Superblock::parse(&bytes[at..at + 1024]).unwrap();
+    edit(&mut sb);
+    bytes[at..at + 1024].copy_from_slice(&sb.to_bytes());
+    bytes
+}
+
+#[test]
+fn feature_gating() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("f"), b"x").unwrap();
+    let p = PROFILES
+        .iter()
+        .find(|p| p.name == "ext4-default-4k")
+        .unwrap();
+    let img = make_image(dir.path(), p, 8, 128);
+    e2fsck_clean(&img.path).unwrap();
+
+    let unknown_incompat = with_superblock_edit(&img.path, |sb| sb.feature_incompat |= 1 << 24);
+    let err = Filesystem::open_bytes(unknown_incompat, OpenOptions::default())
+        .err()
+        .unwrap();
+    assert!(matches!(err, Error::Format(_)));
+    assert!(err.to_string().contains("FEATURE_I24"), "{err}");
+
+    let casefold = with_superblock_edit(&img.path, |sb| sb.feature_incompat |= 0x20000);
+    let err = Filesystem::open_bytes(casefold, OpenOptions::default())
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains("casefold"), "{err}");
+
+    let recover = with_superblock_edit(&img.path, |sb| sb.feature_incompat |= 0x4);
+    let err = Filesystem::open_bytes(recover, OpenOptions::default())
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains("needs recovery"), "{err}");
+
+    let unknown_ro = with_superblock_edit(&img.path, |sb| sb.feature_ro_compat |= 1 << 30);
+    let fs = Filesystem::open_bytes(unknown_ro, OpenOptions::default()).unwrap();
+    assert!(fs.read_only_reason().unwrap().contains("FEATURE_R30"));
+    assert_eq!(
+        fs.read_all(&fs.read_inode(fs.resolve("/f", true).unwrap()).unwrap(), 10)
+            .unwrap(),
+        b"x"
+    );
+
+    let mut bad_csum = std::fs::read(&img.path).unwrap();
+    bad_csum[SUPERBLOCK_OFFSET as usize + 0x78] ^= 1; // volume name, covered by the checksum
+    let err = Filesystem::open_bytes(bad_csum, OpenOptions::default())
+        .err()
+        .unwrap();
+    assert_eq!(
+        err.to_string().split(" (").next().unwrap(),
+        "superblock at byte 1024 has an invalid checksum"
+    );
+}
