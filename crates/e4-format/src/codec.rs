@@ -164,6 +164,7 @@ macro_rules! on_disk_struct {
         }
 
         // Every field must lie inside the record.
+        #[allow(clippy::int_plus_one)]
         const _: () = {
             use $crate::codec::Field;
             $( assert!($off + <$ty as Field>::SIZE <= $size); )*

@@ -16,7 +16,7 @@ use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use e4_fs::{FileType, Filesystem, Metadata};
+use e4_fs::{FileType, Filesystem, Mapping, Metadata};
 use filetime::FileTime;
 use nix::sys::stat::{makedev, mknod, Mode, SFlag};
 use rayon::prelude::*;
@@ -153,19 +153,7 @@ fn create(fs: &Filesystem, dest: &Path, node: &Node) -> Result<(), String> {
     match node.meta.file_type {
         FileType::Regular => {
             let file = File::create(&path).map_err(|e| err(&e))?;
-            let mut buf = vec![0u8; CHUNK];
-            let mut offset = 0u64;
-            loop {
-                let n = fs.read_at(&inode, offset, &mut buf).map_err(|e| err(&e))?;
-                if n == 0 {
-                    break;
-                }
-                // Leave runs of zeros as holes, so sparse files stay sparse.
-                if buf[..n].iter().any(|&b| b != 0) {
-                    file.write_all_at(&buf[..n], offset).map_err(|e| err(&e))?;
-                }
-                offset += n as u64;
-            }
+            copy_contents(fs, &inode, &file).map_err(|e| err(&e))?;
             file.set_len(node.meta.size).map_err(|e| err(&e))?;
         }
         FileType::Symlink => {
@@ -189,6 +177,49 @@ fn create(fs: &Filesystem, dest: &Path, node: &Node) -> Result<(), String> {
             .map_err(|e| err(&e))?;
         }
         FileType::Directory => unreachable!("directories are created in phase 1"),
+    }
+    Ok(())
+}
+
+/// Copies a file's data, leaving its holes (and unwritten extents) as holes in the copy, so
+/// the work is proportional to the data, not to the file's size.
+fn copy_contents(fs: &Filesystem, inode: &e4_fs::Inode, file: &File) -> Result<(), String> {
+    if inode.has_flag(e4_format::inode::flags::INLINE_DATA) {
+        let data = fs
+            .read_all(inode, inode.size())
+            .map_err(|e| e.to_string())?;
+        return file.write_all_at(&data, 0).map_err(|e| e.to_string());
+    }
+    let bs = u64::from(fs.block_size());
+    let size = inode.size();
+    let blocks = size.div_ceil(bs);
+    let mut buf = vec![0u8; CHUNK];
+    let mut logical = 0;
+    while logical < blocks {
+        let mapping = fs
+            .map_block(inode, logical, blocks - logical)
+            .map_err(|e| e.to_string())?;
+        match mapping {
+            Mapping::Data {
+                len,
+                unwritten: false,
+                ..
+            } => {
+                let end = ((logical + len) * bs).min(size);
+                let mut offset = logical * bs;
+                while offset < end {
+                    let want = ((end - offset) as usize).min(CHUNK);
+                    let n = fs
+                        .read_at(inode, offset, &mut buf[..want])
+                        .map_err(|e| e.to_string())?;
+                    file.write_all_at(&buf[..n], offset)
+                        .map_err(|e| e.to_string())?;
+                    offset += n as u64;
+                }
+                logical += len;
+            }
+            Mapping::Data { len, .. } | Mapping::Hole { len } => logical += len,
+        }
     }
     Ok(())
 }
