@@ -8,7 +8,7 @@ use std::collections::HashSet;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use e4_fs::{FileType, Filesystem, Mapping, OpenOptions};
-use e4_testkit::{generate_tree, make_image, TreeSpec, PROFILES};
+use e4_testkit::{generate_tree, make_image, walk_everything, TreeSpec, PROFILES};
 use rand::{Rng, SeedableRng};
 
 /// Mutated images in total, spread over the profiles. `E4_CORRUPTION_CASES` raises it for
@@ -22,58 +22,6 @@ fn mutations() -> usize {
 /// Profiles mutated: checksummed ext4 (1 KiB blocks, so the big directory has an htree),
 /// inline data, block-mapped ext3 with a journal, and ext2.
 const PROFILE_NAMES: &[&str] = &["ext4-1k", "ext4-inline-data", "ext3", "ext2"];
-
-/// Walks everything reachable; returns how many inodes were visited. Bounded, so a corrupt
-/// image cannot make it run long.
-fn walk_everything(fs: &Filesystem) -> usize {
-    let _ = fs.statfs();
-    let mut seen = HashSet::new();
-    let mut queue = vec![e4_format::inode::ROOT_INO];
-    let mut buf = vec![0u8; 64 << 10];
-    while let Some(ino) = queue.pop() {
-        if !seen.insert(ino) || seen.len() > 2_000 {
-            continue;
-        }
-        let Ok(inode) = fs.read_inode(ino) else {
-            continue;
-        };
-        let _ = fs.metadata(ino);
-        if let Ok(names) = fs.list_xattrs(&inode) {
-            for name in names {
-                let _ = fs.get_xattr(&inode, &name);
-            }
-        }
-        match inode.file_type() {
-            Some(FileType::Directory) => {
-                let _ = fs.parent_of(&inode);
-                if let Ok(entries) = fs.read_dir(&inode) {
-                    for entry in entries.into_iter().take(500) {
-                        let _ = fs.lookup(&inode, &entry.name);
-                        queue.push(entry.ino);
-                    }
-                }
-                let _ = fs.lookup(&inode, b"no-such-name");
-            }
-            Some(FileType::Regular) => {
-                let mut offset = 0u64;
-                while offset < (1 << 20) {
-                    match fs.read_at(&inode, offset, &mut buf) {
-                        Ok(n) if n > 0 => offset += n as u64,
-                        _ => break,
-                    }
-                }
-                let _ = fs.map_block(&inode, u64::from(u32::MAX), 8);
-            }
-            Some(FileType::Symlink) => {
-                let _ = fs.read_link(&inode);
-            }
-            _ => {}
-        }
-    }
-    let _ = fs.resolve("/link_dir/level01/../level01/level02", true);
-    let _ = fs.resolve("/big_dir/needle", true);
-    seen.len()
-}
 
 /// Blocks holding metadata: every non-zero block that is not regular-file data.
 fn metadata_blocks(image: &[u8], block_size: usize) -> Vec<usize> {

@@ -6,8 +6,10 @@ mod compare;
 mod image;
 mod kernel_mount;
 mod tree;
+mod walk;
 
 pub use compare::{compare_trees, CompareOptions};
 pub use image::{e2fsck_clean, make_image, Image, Profile, PROFILES};
 pub use kernel_mount::KernelMount;
 pub use tree::{generate_tree, TreeSpec};
+pub use walk::walk_everything;

@@ -45,6 +45,13 @@ pub fn parse_descriptor_block(
     seed: u32,
     loc: Location,
 ) -> Result<Vec<JournalTag>> {
+    if block.len() < HEADER_SIZE + 4 {
+        return Err(FormatError::corrupt(
+            "journal descriptor",
+            loc,
+            "block too small",
+        ));
+    }
     let csum = f.csum_v2 || f.csum_v3;
     let end = if csum { block.len() - 4 } else { block.len() };
     if csum {
@@ -89,4 +96,10 @@ pub fn parse_descriptor_block(
         }
     }
     Ok(tags)
+}
+
+/// The checksum a tag carries for its logged block (csum v2 keeps the low 16 bits): over
+/// the transaction's sequence number, big-endian, then the block as logged.
+pub fn logged_block_checksum(seed: u32, sequence: u32, data: &[u8]) -> u32 {
+    crc32c_raw(crc32c_raw(seed, &sequence.to_be_bytes()), data)
 }

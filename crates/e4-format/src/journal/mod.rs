@@ -9,7 +9,7 @@ mod revoke;
 mod superblock;
 
 pub use commit::CommitBlock;
-pub use descriptor::{parse_descriptor_block, JournalTag};
+pub use descriptor::{logged_block_checksum, parse_descriptor_block, JournalTag};
 pub use revoke::parse_revoke_block;
 pub use superblock::{JournalFeatures, JournalSuperblock};
 

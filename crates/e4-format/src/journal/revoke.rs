@@ -18,6 +18,9 @@ pub fn parse_revoke_block(
     loc: Location,
 ) -> Result<Vec<u64>> {
     let bad = |reason: String| FormatError::corrupt("journal revoke block", loc, reason);
+    if block.len() < RECORDS_OFFSET + 4 {
+        return Err(bad("block too small".into()));
+    }
     let word = |at: usize| prefix::<4>(&block[at..]).map(|w| u32::from_be_bytes(*w));
     let csum = f.csum_v2 || f.csum_v3;
     let limit = if csum { block.len() - 4 } else { block.len() };

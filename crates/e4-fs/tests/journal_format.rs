@@ -1,0 +1,131 @@
+//! The jbd2 structures against a journal written by e2fsprogs: debugfs logs a transaction
+//! with two blocks (one needing an escape) and a revoke, and every block of the log must
+//! parse, with its checksums, to exactly what was written. The open that follows must refuse
+//! the filesystem, naming the recovery it needs.
+
+use std::process::Command;
+
+use e4_format::journal::{
+    logged_block_checksum, parse_descriptor_block, parse_revoke_block, CommitBlock,
+    JournalBlockType, JournalHeader, JournalSuperblock, JOURNAL_MAGIC,
+};
+use e4_format::Location;
+use e4_fs::{Filesystem, Mapping, OpenOptions};
+
+#[test]
+fn parses_a_journal_written_by_debugfs() {
+    let dir = tempfile::tempdir().unwrap();
+    let image = dir.path().join("journal.img");
+    let ok = Command::new("mke2fs")
+        .args(["-q", "-F", "-t", "ext4", "-b", "4096"])
+        .arg(&image)
+        .arg("64M")
+        .status()
+        .unwrap();
+    assert!(ok.success());
+
+    // Where the journal's first blocks are (the journal inode does not move).
+    let fs = Filesystem::open(&image, OpenOptions::default()).unwrap();
+    let journal = fs.read_inode(fs.superblock().journal_inum).unwrap();
+    let Mapping::Data { physical, len, .. } = fs.map_block(&journal, 0, 16).unwrap() else {
+        panic!("journal starts with a hole");
+    };
+    assert!(len >= 8);
+    drop(fs);
+
+    let mut escaped = vec![0x5Au8; 4096];
+    escaped[..4].copy_from_slice(&JOURNAL_MAGIC.to_be_bytes());
+    let plain = vec![0xC3u8; 4096];
+    std::fs::write(dir.path().join("escaped"), &escaped).unwrap();
+    std::fs::write(dir.path().join("plain"), &plain).unwrap();
+    let script = format!(
+        "jo -c\njw -b 300 {}\njw -b 301 {}\njw -r 302,303\njc\n",
+        dir.path().join("escaped").display(),
+        dir.path().join("plain").display()
+    );
+    std::fs::write(dir.path().join("script"), script).unwrap();
+    let out = Command::new("debugfs")
+        .arg("-w")
+        .arg("-f")
+        .arg(dir.path().join("script"))
+        .arg(&image)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+
+    let bytes = std::fs::read(&image).unwrap();
+    let block =
+        |i: u64| &bytes[((physical + i) * 4096) as usize..((physical + i + 1) * 4096) as usize];
+    let jsb = JournalSuperblock::parse(block(0)).unwrap();
+    let f = jsb.features();
+    assert!(f.csum_v3 && f.bit64 && f.revoke, "{f:?}");
+    assert!(jsb.needs_recovery());
+    assert_eq!(
+        jsb.to_bytes().as_slice(),
+        &block(0)[..1024],
+        "journal superblock round trip"
+    );
+    let seed = jsb.csum_seed();
+
+    // Walk the log from s_start, as recovery would.
+    let mut logged = Vec::new();
+    let mut revoked = Vec::new();
+    let mut commits = 0;
+    let mut at = u64::from(jsb.start);
+    while let Some(header) = JournalHeader::parse(block(at)) {
+        let loc = Location::JournalBlock(at);
+        match header.block_type(loc).unwrap() {
+            JournalBlockType::Descriptor => {
+                let tags = parse_descriptor_block(block(at), &f, seed, loc).unwrap();
+                for tag in tags {
+                    at += 1;
+                    let data = block(at);
+                    assert_eq!(
+                        tag.checksum,
+                        logged_block_checksum(seed, header.sequence, data)
+                    );
+                    logged.push((tag.block, tag.escaped, data.to_vec()));
+                }
+            }
+            JournalBlockType::Revoke => {
+                revoked.extend(parse_revoke_block(block(at), &f, seed, loc).unwrap())
+            }
+            JournalBlockType::Commit => {
+                CommitBlock::parse(block(at), Some(seed), loc).unwrap();
+                commits += 1;
+            }
+            other => panic!("unexpected {other:?} at {at}"),
+        }
+        at += 1;
+    }
+    assert!(commits >= 1);
+    assert_eq!(revoked, vec![302, 303]);
+    assert_eq!(logged.len(), 2);
+    let (nr, was_escaped, data) = &logged[0];
+    assert_eq!((*nr, *was_escaped), (300, true));
+    assert_eq!(
+        &data[..4],
+        &[0; 4],
+        "an escaped block is logged with its magic zeroed"
+    );
+    assert_eq!(&data[4..], &escaped[4..]);
+    assert_eq!(
+        (logged[1].0, logged[1].1, &logged[1].2),
+        (301, false, &plain)
+    );
+
+    // A damaged commit block fails its checksum.
+    let commit_at = (0..8).find(|&i| {
+        JournalHeader::parse(block(i)).is_some_and(|h| {
+            h.block_type(Location::JournalBlock(i)).ok() == Some(JournalBlockType::Commit)
+        })
+    });
+    let mut damaged = block(commit_at.unwrap()).to_vec();
+    damaged[0x30] ^= 1;
+    assert!(CommitBlock::parse(&damaged, Some(seed), Location::JournalBlock(0)).is_err());
+
+    let err = Filesystem::open(&image, OpenOptions::default())
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains("needs recovery"), "{err}");
+}
