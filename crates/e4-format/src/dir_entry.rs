@@ -89,12 +89,14 @@ impl<'a> DirEntryIter<'a> {
             )
         };
         let rest = &self.region[at..];
-        let (Some(inode), Some(raw_len)) = (le32(rest, 0), le16(rest, 4)) else {
+        if rest.len() < ENTRY_HEADER_SIZE {
             return Err(bad(format!(
                 "{} bytes left, too few for an entry",
                 rest.len()
             )));
-        };
+        }
+        // OK to unwrap: the header's 8 bytes are present.
+        let (inode, raw_len) = (le32(rest, 0).unwrap(), le16(rest, 4).unwrap());
         let rec_len = rec_len_from_disk(raw_len, self.block_size);
         let (name_len, file_type) = if self.filetype {
             (usize::from(rest[6]), rest[7])
@@ -245,6 +247,13 @@ mod tests {
                 len
             );
         }
+    }
+
+    #[test]
+    fn truncated_header_is_an_error() {
+        let region = [0x93u8, 0x93, 0x2a, 0x93, 0x2a, 0x2a];
+        let mut it = DirEntryIter::new(&region, 4096, true, Location::Block(3));
+        assert!(it.next().unwrap().is_err());
     }
 
     #[test]

@@ -81,7 +81,10 @@ impl DxRoot {
             )));
         }
         if info.indirect_levels >= max_levels {
-            return Err(bad(format!("{} index levels", info.indirect_levels + 1)));
+            return Err(bad(format!(
+                "{} index levels",
+                u32::from(info.indirect_levels) + 1
+            )));
         }
         let offset = ROOT_INFO_OFFSET + usize::from(info.info_length);
         let node = DxNode::parse_at(block, offset, csum, ROOT, loc)?;
@@ -102,7 +105,7 @@ impl DxNode {
 
     fn expected_limit(block_len: usize, offset: usize, csum: bool) -> usize {
         let tail = if csum { DX_TAIL_SIZE } else { 0 };
-        (block_len - offset - tail) / DX_ENTRY_SIZE
+        block_len.saturating_sub(offset + tail) / DX_ENTRY_SIZE
     }
 
     fn parse_at(

@@ -165,6 +165,9 @@ pub struct Inode {
     pub record: InodeRecord,
     /// `s_inode_size`: how many bytes the record occupies on disk.
     pub inode_size: usize,
+    /// Extra-field bytes past the last field e4 knows (`i_extra_isize` can be larger than
+    /// today's fields), kept verbatim.
+    pub unknown_extra: Vec<u8>,
     /// Bytes from the end of the extra fields to `s_inode_size` (in-inode xattrs).
     pub xattr_area: Vec<u8>,
 }
@@ -206,7 +209,11 @@ impl Inode {
             ino,
             record: InodeRecord::decode(&raw),
             inode_size,
-            xattr_area: bytes[fields_end.min(inode_size)..].to_vec(),
+            unknown_extra: bytes
+                .get(RECORD_SIZE..fields_end)
+                .unwrap_or_default()
+                .to_vec(),
+            xattr_area: bytes[fields_end..].to_vec(),
         };
         if let Some(seed) = csum_seed {
             let (stored, computed) = inode.checksums(bytes, seed);
@@ -222,6 +229,8 @@ impl Inode {
         let mut out = vec![0u8; self.inode_size.max(RECORD_SIZE)];
         out[..RECORD_SIZE].copy_from_slice(&raw);
         let fields_end = self.fields_end();
+        let unknown_end = RECORD_SIZE + self.unknown_extra.len();
+        out[RECORD_SIZE..unknown_end].copy_from_slice(&self.unknown_extra);
         out[fields_end..fields_end + self.xattr_area.len()].copy_from_slice(&self.xattr_area);
         out.truncate(self.inode_size);
         if let Some(seed) = csum_seed {

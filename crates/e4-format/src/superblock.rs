@@ -329,8 +329,10 @@ impl Superblock {
         if self.first_ino() < 11 || self.first_ino() > self.inodes_count {
             return bad(format!("first inode {}", self.first_ino()));
         }
+        // Clusters of up to 2^16 blocks (EXT4_MAX_CLUSTER_LOG_SIZE is 30, in bytes).
         if self.ro_compat().contains(RoCompatFeatures::BIGALLOC)
-            && self.log_cluster_size < self.log_block_size
+            && (self.log_cluster_size < self.log_block_size
+                || self.log_cluster_size > self.log_block_size + 16)
         {
             return bad(format!("cluster size log {}", self.log_cluster_size));
         }

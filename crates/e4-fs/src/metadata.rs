@@ -99,7 +99,7 @@ impl Filesystem {
             .iter()
             .map(|g| u64::from(g.free_blocks_count()))
             .sum::<u64>()
-            * u64::from(sb.cluster_ratio());
+            .saturating_mul(u64::from(sb.cluster_ratio()));
         let free_inodes: u64 = groups
             .iter()
             .map(|g| u64::from(g.free_inodes_count()))
