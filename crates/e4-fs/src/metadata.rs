@@ -38,7 +38,8 @@ pub struct StatFs {
     pub block_size: u32,
     pub blocks: u64,
     pub free_blocks: u64,
-    /// Free blocks an unprivileged user may use (free less the reserved blocks).
+    /// Free blocks an unprivileged user may use: free, less the superuser's reserve and the
+    /// kernel's metadata reserve.
     pub available_blocks: u64,
     pub inodes: u64,
     pub free_inodes: u64,
@@ -90,6 +91,22 @@ impl Filesystem {
         })
     }
 
+    /// Blocks held back from ordinary allocation so that converting unwritten extents or
+    /// punching holes never fails for want of a metadata block: 2 % of the filesystem or
+    /// 4096 clusters, whichever is smaller, and nothing without extents. This is the kernel's
+    /// rule (`ext4_calculate_resv_clusters`), so `statfs` agrees with it.
+    fn reserved_for_metadata(&self) -> u64 {
+        let sb = self.superblock();
+        if !sb
+            .incompat()
+            .contains(e4_format::features::IncompatFeatures::EXTENTS)
+        {
+            return 0;
+        }
+        let ratio = u64::from(sb.cluster_ratio());
+        (sb.blocks_count() / ratio / 50).min(4096) * ratio
+    }
+
     /// Counts from the group descriptors, which are authoritative (the superblock's summary
     /// is only refreshed at unmount).
     pub fn statfs(&self) -> StatFs {
@@ -108,7 +125,9 @@ impl Filesystem {
             block_size: self.block_size(),
             blocks: sb.blocks_count(),
             free_blocks,
-            available_blocks: free_blocks.saturating_sub(sb.reserved_blocks_count()),
+            available_blocks: free_blocks
+                .saturating_sub(sb.reserved_blocks_count())
+                .saturating_sub(self.reserved_for_metadata()),
             inodes: u64::from(sb.inodes_count),
             free_inodes,
             name_max: e4_format::dir_entry::MAX_NAME_LEN as u32,

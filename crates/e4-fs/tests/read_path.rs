@@ -89,6 +89,37 @@ fn htree_lookup_reads_depth_blocks_and_finds_every_name() {
 }
 
 #[test]
+fn path_resolution() {
+    let img = image("ext4-default-4k");
+    let fs = Filesystem::open(&img.path, OpenOptions::default()).unwrap();
+    let small = fs.resolve("/small.txt", true).unwrap();
+    assert_eq!(fs.resolve("small.txt", true).unwrap(), small);
+    assert_eq!(fs.resolve("//names/../small.txt", true).unwrap(), small);
+    assert_eq!(fs.resolve("/link_fast", true).unwrap(), small);
+    assert_eq!(fs.resolve("/link_absolute", true).unwrap(), small);
+    assert_ne!(fs.resolve("/link_fast", false).unwrap(), small);
+    let deep = fs.resolve("/link_dir/level01/level02", true).unwrap();
+    assert_eq!(
+        fs.resolve("/deep/level00/level01/level02", true).unwrap(),
+        deep
+    );
+    assert!(matches!(
+        fs.resolve("/loop_a", true),
+        Err(Error::SymlinkLoop(_))
+    ));
+    assert!(fs.resolve("/loop_a", false).is_ok());
+    assert!(matches!(
+        fs.resolve("/link_dangling", true),
+        Err(Error::NotFound(_))
+    ));
+    assert!(matches!(
+        fs.resolve("/small.txt/x", true),
+        Err(Error::NotADirectory(_))
+    ));
+    assert_eq!(fs.resolve("/", true).unwrap(), e4_format::inode::ROOT_INO);
+}
+
+#[test]
 fn many_threads_share_one_handle() {
     let img = image("ext4-default-4k");
     let fs = Arc::new(

@@ -105,6 +105,8 @@ pub fn generate_tree(root: &Path, spec: &TreeSpec) {
     symlink("deep/level00", root.join("link_dir")).unwrap();
     symlink("x".repeat(59), root.join("link_59")).unwrap();
     symlink("y".repeat(60), root.join("link_60")).unwrap();
+    symlink("loop_b", root.join("loop_a")).unwrap();
+    symlink("loop_a", root.join("loop_b")).unwrap();
 
     // Hard links, within and across directories.
     fs::hard_link(root.join("small.txt"), root.join("hardlink_same_dir")).unwrap();

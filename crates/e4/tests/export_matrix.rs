@@ -44,10 +44,32 @@ fn all_paths(root: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// Compares e4's metadata and directory listings with the kernel's for every path.
+/// Compares e4's statfs, metadata and directory listings with the kernel's for every path.
 fn compare_with_kernel(fs: &Filesystem, mount: &Path) -> Vec<String> {
     use std::os::unix::ffi::OsStrExt;
     let mut diffs = Vec::new();
+    let k = nix::sys::statvfs::statvfs(mount).unwrap();
+    let s = fs.statfs();
+    // f_blocks is not compared: the kernel subtracts metadata overhead, e4 reports the total.
+    let kernel = (
+        k.block_size(),
+        k.blocks_free(),
+        k.blocks_available(),
+        k.files(),
+        k.files_free(),
+        k.name_max(),
+    );
+    let ours = (
+        u64::from(s.block_size),
+        s.free_blocks,
+        s.available_blocks,
+        s.inodes,
+        s.free_inodes,
+        u64::from(s.name_max),
+    );
+    if kernel != ours {
+        diffs.push(format!("statfs: kernel {kernel:?} vs e4 {ours:?}"));
+    }
     for rel in all_paths(mount) {
         let k = std::fs::symlink_metadata(mount.join(&rel)).unwrap();
         let path = format!("/{}", rel.display());
