@@ -42,10 +42,19 @@ fn file_type_of(code: u8) -> Option<FileType> {
 
 /// What a directory block holds.
 enum DirBlock {
-    /// Entries, in `bytes[..end]`.
-    Leaf { block: Arc<CachedBlock>, end: usize },
+    /// Entries, in `bytes[..end]` of physical block `physical`.
+    Leaf {
+        block: Arc<CachedBlock>,
+        physical: u64,
+        end: usize,
+    },
     /// An htree index block: no entries.
     Index,
+    /// The htree root: "." and ".." followed by the index.
+    Root {
+        block: Arc<CachedBlock>,
+        physical: u64,
+    },
 }
 
 impl Filesystem {
@@ -123,7 +132,7 @@ impl Filesystem {
                 if let Some(seed) = seed {
                     block.verify_once(|b| root.node.verify_checksum(b, seed, loc))?;
                 }
-                return Ok(DirBlock::Index);
+                return Ok(DirBlock::Root { block, physical });
             }
             let fake_len = e4_format::codec::le16(bytes, 4)
                 .map(|l| e4_format::dir_entry::rec_len_from_disk(l, bs));
@@ -150,7 +159,11 @@ impl Filesystem {
         if let Some(seed) = seed {
             block.verify_once(|b| verify_leaf_checksum(b, seed, loc))?;
         }
-        Ok(DirBlock::Leaf { block, end })
+        Ok(DirBlock::Leaf {
+            block,
+            physical,
+            end,
+        })
     }
 
     fn htree_max_levels(&self) -> u8 {
@@ -191,13 +204,14 @@ impl Filesystem {
         let htree = self.is_htree(dir);
         for logical in 0..self.dir_blocks(dir) {
             if htree && logical == 0 {
-                // Only "." and ".." precede the index in the root block.
-                let (physical, block) = self.read_dir_block(dir, 0)?;
-                self.dir_block(dir, 0)?;
+                let DirBlock::Root { block, physical } = self.dir_block(dir, 0)? else {
+                    unreachable!("block 0 of an indexed directory is its root");
+                };
                 let loc = Location::InodeBlock {
                     inode: dir.ino,
                     block: physical,
                 };
+                // Only "." and ".." precede the index in the root block.
                 for entry in DirEntryIter::new(block.bytes(), bs, filetype, loc).take(2) {
                     let entry = entry?;
                     if let Some(found) = visit(&entry) {
@@ -219,12 +233,17 @@ impl Filesystem {
         logical: u64,
         visit: &mut impl FnMut(&e4_format::dir_entry::DirEntry<'_>) -> Option<T>,
     ) -> Result<Option<T>> {
-        let DirBlock::Leaf { block, end } = self.dir_block(dir, logical)? else {
+        let DirBlock::Leaf {
+            block,
+            physical,
+            end,
+        } = self.dir_block(dir, logical)?
+        else {
             return Ok(None);
         };
         let loc = Location::InodeBlock {
             inode: dir.ino,
-            block: logical,
+            block: physical,
         };
         let bs = self.block_size() as usize;
         for entry in DirEntryIter::new(&block.bytes()[..end], bs, self.filetype_feature(), loc) {

@@ -10,6 +10,8 @@ use std::process::Command;
 use e4_fs::{Filesystem, OpenOptions};
 use e4_testkit::e2fsck_clean;
 use filetime::FileTime;
+use nix::fcntl::{fallocate, FallocateFlags};
+use std::os::fd::AsRawFd;
 
 fn mount_rw(image: &Path, at: &Path) -> Result<(), String> {
     let out = Command::new("mount")
@@ -61,6 +63,34 @@ fn reads_what_the_kernel_wrote() {
     for i in 0..3000 {
         std::fs::write(big.join(format!("kernel-file-{i}")), i.to_string()).unwrap();
     }
+    // A file fragmented by punching every other block: 1500 extents, more than the inode's
+    // four root slots can index in one level (4 x 340 leaves), so the tree is two deep.
+    let holes = mnt.join("punched");
+    let data: Vec<u8> = (0..4096 * 3000).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::write(&holes, &data).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&holes)
+        .unwrap();
+    for block in (0..3000).step_by(2) {
+        fallocate(
+            f.as_raw_fd(),
+            FallocateFlags::FALLOC_FL_PUNCH_HOLE | FallocateFlags::FALLOC_FL_KEEP_SIZE,
+            block * 4096,
+            4096,
+        )
+        .unwrap();
+    }
+    // Preallocated (unwritten) space with a little data written into it.
+    let prealloc = mnt.join("prealloc");
+    let g = std::fs::File::create(&prealloc).unwrap();
+    fallocate(g.as_raw_fd(), FallocateFlags::empty(), 0, 1 << 20).unwrap();
+    use std::os::unix::fs::FileExt;
+    g.write_all_at(b"written inside an unwritten extent", 300_000)
+        .unwrap();
+    drop((f, g));
+    let kernel_punched = std::fs::read(&holes).unwrap();
+    let kernel_prealloc = std::fs::read(&prealloc).unwrap();
     let kernel_meta: Vec<_> = expected
         .iter()
         .map(|(p, ..)| std::fs::metadata(mnt.join(&p[1..])).unwrap())
@@ -95,6 +125,23 @@ fn reads_what_the_kernel_wrote() {
             index.as_bytes()
         );
     }
+    let punched = fs
+        .read_inode(fs.resolve("/punched", true).unwrap())
+        .unwrap();
+    let root = e4_format::extent::ExtentNode::parse(
+        &punched.record.block,
+        e4_format::Location::Inode(punched.ino),
+    )
+    .unwrap();
+    assert_eq!(
+        root.header.depth, 2,
+        "1500 extents overflow four leaves of 340"
+    );
+    assert_eq!(fs.read_all(&punched, 1 << 30).unwrap(), kernel_punched);
+    let pre = fs
+        .read_inode(fs.resolve("/prealloc", true).unwrap())
+        .unwrap();
+    assert_eq!(fs.read_all(&pre, 1 << 30).unwrap(), kernel_prealloc);
     let grown = fs.read_inode(fs.resolve("/grown", true).unwrap()).unwrap();
     assert!(
         grown.has_flag(e4_format::inode::flags::INDEX),
