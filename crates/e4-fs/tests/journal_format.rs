@@ -11,18 +11,13 @@ use e4_format::journal::{
 };
 use e4_format::Location;
 use e4_fs::{Filesystem, Mapping, OpenOptions};
+use e4_testkit::make_empty_image;
 
 #[test]
 fn parses_a_journal_written_by_debugfs() {
     let dir = tempfile::tempdir().unwrap();
-    let image = dir.path().join("journal.img");
-    let ok = Command::new("mke2fs")
-        .args(["-q", "-F", "-t", "ext4", "-b", "4096"])
-        .arg(&image)
-        .arg("64M")
-        .status()
-        .unwrap();
-    assert!(ok.success());
+    let img = make_empty_image(&["-t", "ext4", "-b", "4096"], 64);
+    let image = img.path.clone();
 
     // Where the journal's first blocks are (the journal inode does not move).
     let fs = Filesystem::open(&image, OpenOptions::default()).unwrap();

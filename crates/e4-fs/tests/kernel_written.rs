@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::Command;
 
 use e4_fs::{Filesystem, OpenOptions};
-use e4_testkit::e2fsck_clean;
+use e4_testkit::{e2fsck_clean, make_empty_image};
 use filetime::FileTime;
 use nix::fcntl::{fallocate, FallocateFlags};
 use std::os::fd::AsRawFd;
@@ -30,16 +30,10 @@ fn mount_rw(image: &Path, at: &Path) -> Result<(), String> {
 #[test]
 fn reads_what_the_kernel_wrote() {
     let dir = tempfile::tempdir().unwrap();
-    let image = dir.path().join("kernel.img");
+    let img = make_empty_image(&["-t", "ext4", "-b", "4096"], 64);
+    let image = img.path.clone();
     let mnt = dir.path().join("mnt");
     std::fs::create_dir(&mnt).unwrap();
-    assert!(Command::new("mke2fs")
-        .args(["-q", "-F", "-t", "ext4", "-b", "4096"])
-        .arg(&image)
-        .arg("64M")
-        .status()
-        .unwrap()
-        .success());
     if let Err(reason) = mount_rw(&image, &mnt) {
         eprintln!("kernel comparison skipped: loop mount unavailable: {reason}");
         return;

@@ -1,24 +1,16 @@
 //! Orphan-file blocks as mke2fs writes them: every block carries the tail magic and a
 //! checksum seeded by the orphan inode, and holds no orphans on a fresh filesystem.
 
-use std::process::Command;
-
 use e4_format::checksum::inode_csum_seed;
 use e4_format::orphan_file::parse_orphan_block;
 use e4_format::Location;
 use e4_fs::{Filesystem, Mapping, OpenOptions};
+use e4_testkit::make_empty_image;
 
 #[test]
 fn orphan_file_blocks_from_mke2fs() {
-    let dir = tempfile::tempdir().unwrap();
-    let image = dir.path().join("orphan.img");
-    let ok = Command::new("mke2fs")
-        .args(["-q", "-F", "-t", "ext4", "-b", "4096", "-O", "orphan_file"])
-        .arg(&image)
-        .arg("64M")
-        .status()
-        .unwrap();
-    assert!(ok.success());
+    let img = make_empty_image(&["-t", "ext4", "-b", "4096", "-O", "orphan_file"], 64);
+    let image = img.path.clone();
     let fs = Filesystem::open(&image, OpenOptions::default()).unwrap();
     let sb = fs.superblock();
     let ino = sb.orphan_file_inum;

@@ -5,27 +5,17 @@
 use std::io;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use e4_format::superblock::{Superblock, SUPERBLOCK_OFFSET};
 use e4_fs::device::{Device, FileDevice};
 use e4_fs::{Error, Filesystem, OpenOptions};
-use e4_testkit::{e2fsck_clean, generate_tree, make_image, Image, TreeSpec, PROFILES};
+use e4_testkit::{e2fsck_clean, full_source_tree, make_image, Image, TreeSpec, PROFILES};
 use rand::{Rng, SeedableRng};
-
-fn source_tree() -> &'static Path {
-    static TREE: OnceLock<tempfile::TempDir> = OnceLock::new();
-    TREE.get_or_init(|| {
-        let dir = tempfile::tempdir().unwrap();
-        generate_tree(dir.path(), &TreeSpec::full());
-        dir
-    })
-    .path()
-}
 
 fn image(profile: &str) -> Image {
     let p = PROFILES.iter().find(|p| p.name == profile).unwrap();
-    make_image(source_tree(), p, 256, 32768)
+    make_image(full_source_tree(), p, 256, 32768)
 }
 
 /// A device that counts the reads that reach it.
@@ -147,7 +137,7 @@ fn many_threads_share_one_handle() {
                 let mut rng = rand::rngs::StdRng::seed_from_u64(t);
                 for _ in 0..40 {
                     let name = files[rng.gen_range(0..files.len())];
-                    let expected = std::fs::read(source_tree().join(name)).unwrap();
+                    let expected = std::fs::read(full_source_tree().join(name)).unwrap();
                     let inode = fs
                         .read_inode(fs.resolve(&format!("/{name}"), true).unwrap())
                         .unwrap();

@@ -126,3 +126,22 @@ pub fn e2fsck_clean(image: &Path) -> Result<(), String> {
         ))
     }
 }
+
+/// An image with nothing but what mke2fs puts there, for tests of single structures.
+pub fn make_empty_image(mke2fs_args: &[&str], size_mib: u64) -> Image {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("empty.img");
+    let out = Command::new("mke2fs")
+        .args(["-q", "-F"])
+        .args(mke2fs_args)
+        .arg(&path)
+        .arg(format!("{size_mib}M"))
+        .output()
+        .expect("mke2fs must be installed (e2fsprogs)");
+    assert!(
+        out.status.success(),
+        "mke2fs failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Image { _dir: dir, path }
+}

@@ -148,3 +148,14 @@ pub fn generate_tree(root: &Path, spec: &TreeSpec) {
     }
     fs::write(big.join("needle"), b"found me").unwrap();
 }
+
+/// The [`TreeSpec::full`] tree, generated once per test process and shared by its tests.
+pub fn full_source_tree() -> &'static Path {
+    static TREE: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    TREE.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        generate_tree(dir.path(), &TreeSpec::full());
+        dir
+    })
+    .path()
+}

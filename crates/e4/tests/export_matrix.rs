@@ -5,23 +5,12 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
 
 use e4_fs::{Filesystem, OpenOptions};
 use e4_testkit::{
-    compare_trees, e2fsck_clean, generate_tree, make_image, CompareOptions, KernelMount, Profile,
-    TreeSpec, PROFILES,
+    compare_trees, e2fsck_clean, full_source_tree, make_image, CompareOptions, KernelMount,
+    Profile, PROFILES,
 };
-
-fn source_tree() -> &'static Path {
-    static TREE: OnceLock<tempfile::TempDir> = OnceLock::new();
-    TREE.get_or_init(|| {
-        let dir = tempfile::tempdir().unwrap();
-        generate_tree(dir.path(), &TreeSpec::full());
-        dir
-    })
-    .path()
-}
 
 fn profile(name: &str) -> &'static Profile {
     PROFILES.iter().find(|p| p.name == name).unwrap()
@@ -151,7 +140,7 @@ impl ModeBits for e4_fs::Metadata {
 }
 
 fn check_profile(name: &str) {
-    let src = source_tree();
+    let src = full_source_tree();
     let image = make_image(src, profile(name), 256, 32768);
     e2fsck_clean(&image.path).unwrap();
 
