@@ -66,6 +66,9 @@ pub fn generate_tree(root: &Path, spec: &TreeSpec) {
     let lead = fs::File::create(root.join("sparse_leading")).unwrap();
     lead.write_all_at(&random_bytes(&mut rng, 5000), 1 << 20)
         .unwrap();
+    // Far enough out that a 1 KiB-block map needs its triple-indirect level.
+    let far = fs::File::create(root.join("sparse_far")).unwrap();
+    far.write_all_at(b"beyond 64 MiB", 100 << 20).unwrap();
     let trail = fs::File::create(root.join("sparse_trailing")).unwrap();
     trail.write_all_at(b"data", 0).unwrap();
     trail.set_len(2 << 20).unwrap();
