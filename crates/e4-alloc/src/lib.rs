@@ -1,0 +1,13 @@
+//! Concurrent space management for e4, in memory: per-group state, the free-space index,
+//! the block and inode allocators, and the limit counter for free blocks and inodes. It knows
+//! nothing of files or disks; e4-fs loads on-disk bitmaps into it and persists what changes.
+//!
+//! Every piece is built so that independent work never meets on a shared lock or a shared
+//! written cache line (../shared/DESIGN.md, S1–S4), and every lock and shared atomic on the
+//! hot paths is counted ([`stats`]).
+
+pub mod limit_counter;
+pub mod stats;
+mod sync;
+
+pub use limit_counter::LimitCounter;

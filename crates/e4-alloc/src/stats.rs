@@ -1,0 +1,90 @@
+//! Instrumentation that can stay on in benchmarks: every lock and shared atomic on the
+//! allocation and free paths is counted, in striped counters so that counting does not
+//! itself become a shared hot cache line.
+
+use crossbeam_utils::CachePadded;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+/// Stripes per counter: threads hash onto them by a per-thread index.
+const STRIPES: usize = 64;
+
+fn thread_stripe() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static STRIPE: usize = NEXT.fetch_add(1, Ordering::Relaxed) % STRIPES;
+    }
+    STRIPE.with(|s| *s)
+}
+
+/// A monotonically increasing event count, striped over cache lines.
+pub struct Counter {
+    stripes: Box<[CachePadded<AtomicU64>]>,
+}
+
+impl Default for Counter {
+    fn default() -> Self {
+        Counter {
+            stripes: (0..STRIPES)
+                .map(|_| CachePadded::new(AtomicU64::new(0)))
+                .collect(),
+        }
+    }
+}
+
+impl Counter {
+    /// Adds `n` on the calling thread's stripe.
+    #[inline]
+    pub fn add(&self, n: u64) {
+        self.stripes[thread_stripe()].fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// The total (not a snapshot: concurrent adds may or may not be included).
+    pub fn get(&self) -> u64 {
+        self.stripes.iter().map(|s| s.load(Ordering::Relaxed)).sum()
+    }
+}
+
+/// Lock events of one kind of lock (e.g. all group locks).
+#[derive(Default)]
+pub struct LockStats {
+    /// Acquisitions, blocking or by a successful try-lock.
+    pub acquisitions: Counter,
+    /// Acquisitions that found the lock held and had to wait.
+    pub contended: Counter,
+    /// Try-locks that found the lock held and skipped it.
+    pub try_skips: Counter,
+}
+
+/// A plain copy of the counters, for reports.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LockSnapshot {
+    pub acquisitions: u64,
+    pub contended: u64,
+    pub try_skips: u64,
+}
+
+impl LockStats {
+    pub fn snapshot(&self) -> LockSnapshot {
+        LockSnapshot {
+            acquisitions: self.acquisitions.get(),
+            contended: self.contended.get(),
+            try_skips: self.try_skips.get(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_across_threads() {
+        let c = Counter::default();
+        std::thread::scope(|s| {
+            for _ in 0..8 {
+                s.spawn(|| (0..1000).for_each(|_| c.add(1)));
+            }
+        });
+        assert_eq!(c.get(), 8000);
+    }
+}
