@@ -6,8 +6,10 @@
 //! written cache line (../shared/DESIGN.md, S1–S4), and every lock and shared atomic on the
 //! hot paths is counted ([`stats`]).
 
+pub mod free_space_index;
 pub mod limit_counter;
 pub mod stats;
 mod sync;
 
+pub use free_space_index::{AtomicBitset, FreeSpaceIndex};
 pub use limit_counter::LimitCounter;

@@ -67,3 +67,20 @@ fn limit_counter_failure_is_exact_during_a_refill() {
         assert_eq!(c.sum(), 0);
     });
 }
+
+/// Two threads insert and remove bits that share a word (and so a summary bit): once they
+/// are done, the summary is exact and a search finds what is there.
+#[test]
+fn bitset_summary_is_exact_after_racing_updates() {
+    model(|| {
+        let bits = Arc::new(e4_alloc::AtomicBitset::new(128));
+        bits.insert(1);
+        let b2 = Arc::clone(&bits);
+        let t = loom::thread::spawn(move || b2.insert(2));
+        bits.remove(1);
+        t.join().unwrap();
+        let mut words = 0;
+        assert_eq!(bits.find_next(0, 128, &mut words), Some(2));
+        assert_eq!(bits.find_next(3, 128, &mut words), None);
+    });
+}
