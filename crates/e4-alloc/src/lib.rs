@@ -6,6 +6,7 @@
 //! written cache line (../shared/DESIGN.md, S1–S4), and every lock and shared atomic on the
 //! hot paths is counted ([`stats`]).
 
+pub mod block_group;
 pub mod free_space_index;
 pub mod limit_counter;
 pub mod stats;
