@@ -6,11 +6,21 @@
 //! written cache line (../shared/DESIGN.md, S1–S4), and every lock and shared atomic on the
 //! hot paths is counted ([`stats`]).
 
+pub mod block_allocator;
 pub mod block_group;
 pub mod free_space_index;
+mod instrumented_lock;
 pub mod limit_counter;
+pub mod pending_frees;
+pub mod reservation_window;
 pub mod stats;
 mod sync;
 
+pub use block_allocator::{
+    AllocError, AllocRequest, AllocatorConfig, BlockAllocator, Extent, Geometry, GoalPolicy,
+    GroupLocking,
+};
 pub use free_space_index::{AtomicBitset, FreeSpaceIndex};
 pub use limit_counter::LimitCounter;
+pub use pending_frees::TransactionFrees;
+pub use reservation_window::ReservationWindow;

@@ -1,0 +1,47 @@
+//! A mutex that counts its own acquisitions, contention and skipped try-locks, so that
+//! benchmarks can report lock traffic per operation beside throughput.
+
+use parking_lot::{Mutex, MutexGuard};
+
+use crate::stats::LockStats;
+
+pub struct InstrumentedMutex<T> {
+    inner: Mutex<T>,
+}
+
+impl<T> InstrumentedMutex<T> {
+    pub fn new(value: T) -> Self {
+        InstrumentedMutex {
+            inner: Mutex::new(value),
+        }
+    }
+
+    /// Locks, waiting if needed; a wait is counted as contention.
+    pub fn lock<'a>(&'a self, stats: &LockStats) -> MutexGuard<'a, T> {
+        stats.acquisitions.add(1);
+        if let Some(guard) = self.inner.try_lock() {
+            return guard;
+        }
+        stats.contended.add(1);
+        self.inner.lock()
+    }
+
+    /// Locks only if free; a busy lock is counted as a skip.
+    pub fn try_lock<'a>(&'a self, stats: &LockStats) -> Option<MutexGuard<'a, T>> {
+        match self.inner.try_lock() {
+            Some(guard) => {
+                stats.acquisitions.add(1);
+                Some(guard)
+            }
+            None => {
+                stats.try_skips.add(1);
+                None
+            }
+        }
+    }
+
+    /// Exclusive access without locking (construction, tear-down).
+    pub fn get_mut(&mut self) -> &mut T {
+        self.inner.get_mut()
+    }
+}
