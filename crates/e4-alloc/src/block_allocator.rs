@@ -433,22 +433,25 @@ impl BlockAllocator {
         })
     }
 
-    /// The group and in-group range of an extent, if it lies inside one group.
-    pub(crate) fn locate(&self, extent: Extent) -> Option<(u32, GroupExtent)> {
+    /// The per-group pieces of an extent (extents may cross group boundaries), or `None`
+    /// if it is empty or runs outside the volume.
+    pub(crate) fn pieces(&self, extent: Extent) -> Option<Vec<(u32, GroupExtent)>> {
         if extent.start < self.geometry.first_data_block
             || extent.end() > self.geometry.blocks
             || extent.len == 0
         {
             return None;
         }
-        let (g, offset) = self.geometry.group_of(extent.start);
-        (offset + extent.len <= self.geometry.group_blocks(g)).then_some((
-            g,
-            GroupExtent {
-                start: offset,
-                len: extent.len,
-            },
-        ))
+        let mut out = Vec::new();
+        let mut at = extent.start;
+        while at < extent.end() {
+            let (g, offset) = self.geometry.group_of(at);
+            let len =
+                (u64::from(self.geometry.group_blocks(g) - offset)).min(extent.end() - at) as u32;
+            out.push((g, GroupExtent { start: offset, len }));
+            at += u64::from(len);
+        }
+        Some(out)
     }
 
     /// Returns blocks to free space at once. Blocks freed by a transaction that has not
@@ -456,8 +459,10 @@ impl BlockAllocator {
     pub fn free(&self, extent: Extent, slot: usize) -> Result<(), AllocError> {
         let _global = (self.config.locking == GroupLocking::Global)
             .then(|| self.global.lock(&self.stats.global_lock));
-        let (g, range) = self.locate(extent).ok_or(AllocError::BadFree(extent))?;
-        self.free_in_group(g, range, slot)
+        for (g, range) in self.pieces(extent).ok_or(AllocError::BadFree(extent))? {
+            self.free_in_group(g, range, slot)?;
+        }
+        Ok(())
     }
 
     pub(crate) fn group(&self, g: u32) -> &BlockGroup {

@@ -29,27 +29,29 @@ impl BlockAllocator {
         extent: Extent,
         txn: &mut TransactionFrees,
     ) -> Result<(), AllocError> {
-        let (g, range) = self.locate(extent).ok_or(AllocError::BadFree(extent))?;
-        let mut pending = self.group(g).pending.lock(&self.stats().group_locks);
-        let overlaps = pending
-            .iter()
-            .any(|(_, p)| p.start < range.start + range.len && range.start < p.start + p.len);
-        if overlaps {
-            return Err(AllocError::BadFree(extent));
-        }
-        // Merge with a neighbouring run of the same transaction.
-        let neighbour = pending.iter_mut().find(|(t, p)| {
-            *t == txn.txn && (p.start + p.len == range.start || range.start + range.len == p.start)
-        });
-        match neighbour {
-            Some((_, p)) => {
-                p.start = p.start.min(range.start);
-                p.len += range.len;
+        for (g, range) in self.pieces(extent).ok_or(AllocError::BadFree(extent))? {
+            let mut pending = self.group(g).pending.lock(&self.stats().group_locks);
+            let overlaps = pending
+                .iter()
+                .any(|(_, p)| p.start < range.start + range.len && range.start < p.start + p.len);
+            if overlaps {
+                return Err(AllocError::BadFree(extent));
             }
-            None => pending.push((txn.txn, range)),
-        }
-        if !txn.groups.contains(&g) {
-            txn.groups.push(g);
+            // Merge with a neighbouring run of the same transaction.
+            let neighbour = pending.iter_mut().find(|(t, p)| {
+                *t == txn.txn
+                    && (p.start + p.len == range.start || range.start + range.len == p.start)
+            });
+            match neighbour {
+                Some((_, p)) => {
+                    p.start = p.start.min(range.start);
+                    p.len += range.len;
+                }
+                None => pending.push((txn.txn, range)),
+            }
+            if !txn.groups.contains(&g) {
+                txn.groups.push(g);
+            }
         }
         Ok(())
     }
