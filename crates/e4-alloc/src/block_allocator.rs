@@ -279,15 +279,18 @@ impl BlockAllocator {
         })
     }
 
+    /// The stream-goal slot of a stream key (Fibonacci hashing spreads nearby keys).
+    fn goal_slot(&self, stream: u64) -> &AtomicU64 {
+        &self.stream_goals[(stream.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as usize % GOAL_SLOTS]
+    }
+
     fn start_goal(&self, req: &AllocRequest) -> u64 {
         if let Some(goal) = req.goal {
             return goal;
         }
         match self.config.goals {
             GoalPolicy::HashedSlots => {
-                let slot =
-                    (req.stream.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as usize % GOAL_SLOTS;
-                let goal = self.stream_goals[slot].load(Ordering::Relaxed);
+                let goal = self.goal_slot(req.stream).load(Ordering::Relaxed);
                 if goal == 0 {
                     // A new stream starts in a group of its own, spread by its key.
                     let group = (req.stream % u64::from(self.geometry.groups())) as u32;
@@ -306,9 +309,7 @@ impl BlockAllocator {
         }
         match self.config.goals {
             GoalPolicy::HashedSlots => {
-                let slot =
-                    (req.stream.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as usize % GOAL_SLOTS;
-                self.stream_goals[slot].store(end, Ordering::Relaxed);
+                self.goal_slot(req.stream).store(end, Ordering::Relaxed);
             }
             GoalPolicy::SharedLocked => *self.shared_goal.lock(&self.stats.goal_lock) = end,
         }

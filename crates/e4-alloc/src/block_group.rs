@@ -111,10 +111,6 @@ impl GroupSpace {
         out
     }
 
-    pub fn blocks(&self) -> u32 {
-        self.blocks
-    }
-
     pub fn free(&self) -> u32 {
         self.free
     }

@@ -37,14 +37,6 @@ impl AtomicBitset {
         }
     }
 
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
     fn summary_bit(word: usize) -> (usize, u64) {
         (word / BITS, 1 << (word % BITS))
     }

@@ -67,10 +67,6 @@ impl LimitCounter {
         }
     }
 
-    pub fn slot_count(&self) -> usize {
-        self.slots.len()
-    }
-
     pub fn stats(&self) -> &LimitCounterStats {
         &self.stats
     }

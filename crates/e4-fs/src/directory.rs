@@ -52,6 +52,7 @@ enum DirBlock {
     Index,
     /// The htree root: "." and ".." followed by the index.
     Root {
+        root: DxRoot,
         block: Arc<CachedBlock>,
         physical: u64,
     },
@@ -132,7 +133,11 @@ impl Filesystem {
                 if let Some(seed) = seed {
                     block.verify_once(|b| root.node.verify_checksum(b, seed, loc))?;
                 }
-                return Ok(DirBlock::Root { block, physical });
+                return Ok(DirBlock::Root {
+                    root,
+                    block,
+                    physical,
+                });
             }
             let fake_len = e4_format::codec::le16(bytes, 4)
                 .map(|l| e4_format::dir_entry::rec_len_from_disk(l, bs));
@@ -204,7 +209,10 @@ impl Filesystem {
         let htree = self.is_htree(dir);
         for logical in 0..self.dir_blocks(dir) {
             if htree && logical == 0 {
-                let DirBlock::Root { block, physical } = self.dir_block(dir, 0)? else {
+                let DirBlock::Root {
+                    block, physical, ..
+                } = self.dir_block(dir, 0)?
+                else {
                     unreachable!("block 0 of an indexed directory is its root");
                 };
                 let loc = Location::InodeBlock {
@@ -303,17 +311,14 @@ impl Filesystem {
     }
 
     fn htree_lookup(&self, dir: &Inode, name: &[u8]) -> Result<Option<u32>> {
-        let csum = self.superblock().has_metadata_csum();
         let seed = self.dir_seed(dir);
-        let (physical, root_block) = self.read_dir_block(dir, 0)?;
+        let DirBlock::Root { root, physical, .. } = self.dir_block(dir, 0)? else {
+            unreachable!("block 0 of an indexed directory is its root");
+        };
         let loc = Location::InodeBlock {
             inode: dir.ino,
             block: physical,
         };
-        let root = DxRoot::parse(root_block.bytes(), csum, self.htree_max_levels(), loc)?;
-        if let Some(seed) = seed {
-            root_block.verify_once(|b| root.node.verify_checksum(b, seed, loc))?;
-        }
         let sb = self.superblock();
         let version = e4_format::dir_hash::HashVersion::from_disk(
             root.info.hash_version,
