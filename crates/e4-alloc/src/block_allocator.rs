@@ -8,7 +8,7 @@
 //! ablation benchmark measures each one's effect in the same binary.
 
 use crossbeam_utils::CachePadded;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::block_group::{GroupExtent, GroupSpace, ORDERS};
 use crate::free_space_index::FreeSpaceIndex;
@@ -170,6 +170,9 @@ pub struct BlockGroup {
     /// Blocks freed by transactions that have not committed: still marked in use, so they
     /// cannot be handed out before the free is durable. Per group, never a global list.
     pub(crate) pending: InstrumentedMutex<Vec<(u64, GroupExtent)>>,
+    /// The group's free count as of its last change, published under the lock for readers
+    /// that must not take it (the inode allocator's Orlov heuristic).
+    free_published: AtomicU32,
 }
 
 /// Stream-goal slots: enough that concurrent streams rarely share one.
@@ -211,6 +214,7 @@ impl BlockAllocator {
             .map(|g| {
                 let space = GroupSpace::from_bitmap(&bitmap(g), geometry.group_blocks(g));
                 CachePadded::new(BlockGroup {
+                    free_published: AtomicU32::new(space.free()),
                     space: InstrumentedMutex::new(space),
                     pending: InstrumentedMutex::new(Vec::new()),
                 })
@@ -261,6 +265,19 @@ impl BlockAllocator {
     /// Free blocks not promised to anyone (exact when quiescent).
     pub fn free_blocks(&self) -> u64 {
         self.free_blocks.sum()
+    }
+
+    /// A lower bound on the free blocks (see [`LimitCounter::estimate`]); O(1).
+    pub fn free_blocks_estimate(&self) -> u64 {
+        self.free_blocks.estimate()
+    }
+
+    /// Free blocks in `group` as of its last change, read without its lock (for placement
+    /// heuristics; the allocator itself decides under the lock).
+    pub fn group_free_blocks(&self, group: u32) -> u32 {
+        self.groups[group as usize]
+            .free_published
+            .load(Ordering::Relaxed)
     }
 
     /// A group's bitmap and free count, for persisting.
@@ -418,16 +435,17 @@ impl BlockAllocator {
         wait: bool,
         find: impl Fn(&GroupSpace) -> Option<GroupExtent>,
     ) -> Option<Extent> {
-        let group = &self.groups[g as usize].space;
+        let group = &self.groups[g as usize];
         let mut space = match self.config.locking {
-            GroupLocking::TrySkip if !wait => group.try_lock(&self.stats.group_locks)?,
-            _ => group.lock(&self.stats.group_locks),
+            GroupLocking::TrySkip if !wait => group.space.try_lock(&self.stats.group_locks)?,
+            _ => group.space.lock(&self.stats.group_locks),
         };
         let found = find(&space)?;
         let before = space.largest_order();
         // OK to unwrap: `find` only returns free space of this group, and we hold its lock.
         space.mark_used(found).unwrap();
         self.index.update(g as usize, before, space.largest_order());
+        group.free_published.store(space.free(), Ordering::Relaxed);
         Some(Extent {
             start: self.geometry.block_at(g, found.start),
             len: found.len,
@@ -477,7 +495,8 @@ impl BlockAllocator {
         range: GroupExtent,
         slot: usize,
     ) -> Result<(), AllocError> {
-        let mut space = self.groups[g as usize].space.lock(&self.stats.group_locks);
+        let group = &self.groups[g as usize];
+        let mut space = group.space.lock(&self.stats.group_locks);
         let before = space.largest_order();
         space.mark_free(range).map_err(|_| {
             AllocError::BadFree(Extent {
@@ -486,6 +505,7 @@ impl BlockAllocator {
             })
         })?;
         self.index.update(g as usize, before, space.largest_order());
+        group.free_published.store(space.free(), Ordering::Relaxed);
         drop(space);
         self.free_blocks.release(slot, u64::from(range.len));
         self.stats.frees.add(1);

@@ -1,9 +1,8 @@
 //! A mutex that counts its own acquisitions, contention and skipped try-locks, so that
 //! benchmarks can report lock traffic per operation beside throughput.
 
-use parking_lot::{Mutex, MutexGuard};
-
 use crate::stats::LockStats;
+use crate::sync::{Mutex, MutexGuard};
 
 pub struct InstrumentedMutex<T> {
     inner: Mutex<T>,

@@ -9,6 +9,8 @@
 pub mod block_allocator;
 pub mod block_group;
 pub mod free_space_index;
+pub mod inode_allocator;
+mod inode_group;
 mod instrumented_lock;
 pub mod limit_counter;
 pub mod pending_frees;
@@ -21,6 +23,10 @@ pub use block_allocator::{
     GroupLocking,
 };
 pub use free_space_index::{AtomicBitset, FreeSpaceIndex};
+pub use inode_allocator::{
+    InodeAllocator, InodeError, InodeGeometry, InodeKind, InodeRequest, NewInode,
+};
+pub use inode_group::InodeGroupSnapshot;
 pub use limit_counter::LimitCounter;
 pub use pending_frees::TransactionFrees;
 pub use reservation_window::ReservationWindow;

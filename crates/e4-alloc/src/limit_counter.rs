@@ -184,6 +184,12 @@ impl LimitCounter {
         }
     }
 
+    /// Units in the shared pool: a lower bound on [`Self::sum`], short by at most what the
+    /// slots cache (two batches each). O(1), for heuristics such as Orlov's averages.
+    pub fn estimate(&self) -> u64 {
+        self.pool.load(Ordering::Relaxed)
+    }
+
     /// Units not reserved: exact when no operation is in flight; O(slots), so for reports
     /// and write-back, never for the allocation path.
     pub fn sum(&self) -> u64 {

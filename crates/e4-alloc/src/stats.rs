@@ -38,9 +38,18 @@ impl Counter {
         self.stripes[thread_stripe()].fetch_add(n, Ordering::Relaxed);
     }
 
+    /// Subtracts `n` on the calling thread's stripe (a stripe may wrap; the total does not
+    /// as long as it never goes below zero).
+    #[inline]
+    pub fn sub(&self, n: u64) {
+        self.stripes[thread_stripe()].fetch_sub(n, Ordering::Relaxed);
+    }
+
     /// The total (not a snapshot: concurrent adds may or may not be included).
     pub fn get(&self) -> u64 {
-        self.stripes.iter().map(|s| s.load(Ordering::Relaxed)).sum()
+        self.stripes
+            .iter()
+            .fold(0u64, |sum, s| sum.wrapping_add(s.load(Ordering::Relaxed)))
     }
 }
 
@@ -86,5 +95,9 @@ mod tests {
             }
         });
         assert_eq!(c.get(), 8000);
+        std::thread::scope(|s| {
+            s.spawn(|| c.sub(8000));
+        });
+        assert_eq!(c.get(), 0);
     }
 }

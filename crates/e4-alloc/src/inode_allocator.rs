@@ -1,0 +1,483 @@
+//! The inode allocator: where a new inode goes, and how it is claimed (requirement S3).
+//!
+//! Placement follows ext4's `find_group_orlov` and `find_group_other`, so that the images e4
+//! writes are laid out as the kernel would lay them out. Directories are spread across flex
+//! groups: one created in the root goes to the flex group with the fewest directories among
+//! those with at least average free inodes and blocks, starting from a hash of its name; a
+//! deeper one goes to the first flex group from its parent's that is not crowded with
+//! directories nor short of inodes or blocks. Everything else goes into its parent's flex
+//! group. All of it reads per-group counts published by the group-lock holders, never a lock.
+//!
+//! The chosen group is only where the scan starts. Each group is first examined without its
+//! lock (is any inode free, and from where to search), then locked with `try_lock`, so a
+//! group busy with another creator is skipped for the next one; only the last pass waits,
+//! which makes "no free inode" exact. Under the lock the claim is one find-and-set
+//! ([`crate::inode_group`]). A limit counter admits a creation only if an inode is free.
+
+use crossbeam_utils::CachePadded;
+
+use crate::block_allocator::{BlockAllocator, GroupLocking};
+use crate::inode_group::{InodeGroup, InodeGroupSnapshot, LockedInodeGroup};
+use crate::instrumented_lock::InstrumentedMutex;
+use crate::limit_counter::LimitCounter;
+use crate::stats::{Counter, LockStats};
+
+/// How inodes are laid out in groups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InodeGeometry {
+    pub groups: u32,
+    pub inodes_per_group: u32,
+    /// Groups per flex group: a power of two, 1 without `flex_bg`.
+    pub groups_per_flex: u32,
+    /// The first inode number not reserved for the filesystem (`s_first_ino`, usually 11).
+    pub first_inode: u32,
+}
+
+impl InodeGeometry {
+    fn flexes(&self) -> u32 {
+        self.groups.div_ceil(self.groups_per_flex)
+    }
+
+    /// The group of inode `ino` and its index there.
+    pub fn group_of(&self, ino: u32) -> (u32, u32) {
+        (
+            (ino - 1) / self.inodes_per_group,
+            (ino - 1) % self.inodes_per_group,
+        )
+    }
+
+    pub fn inode_at(&self, group: u32, index: u32) -> u32 {
+        group * self.inodes_per_group + index + 1
+    }
+
+    /// The groups of flex group `flex`.
+    fn flex_groups(&self, flex: u32) -> std::ops::Range<u32> {
+        let start = flex * self.groups_per_flex;
+        start..(start + self.groups_per_flex).min(self.groups)
+    }
+}
+
+/// What kind of inode is wanted, which decides where it goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InodeKind {
+    /// A directory whose parent is the root (or one marked top-level, `chattr +T`), spread
+    /// over the volume starting from `name_hash` (the half-MD4 hash of its name, as ext4
+    /// uses).
+    TopDirectory { name_hash: u32 },
+    /// Any other directory.
+    Directory,
+    /// A regular file, symlink or special file.
+    Other,
+}
+
+impl InodeKind {
+    fn is_directory(self) -> bool {
+        self != InodeKind::Other
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct InodeRequest {
+    /// The parent directory's inode number.
+    pub parent: u32,
+    /// The group where the parent's last child went (ext4's `i_last_alloc_group`), if known.
+    pub parent_hint: Option<u32>,
+    pub kind: InodeKind,
+    /// Limit-counter slot of the caller (its thread or CPU).
+    pub slot: usize,
+}
+
+/// A newly claimed inode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NewInode {
+    pub ino: u32,
+    /// Its group: the parent's next `parent_hint`.
+    pub group: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InodeError {
+    /// No inode is free.
+    NoSpace,
+    /// A freed inode number is reserved, outside the volume, or not in use.
+    BadFree(u32),
+}
+
+impl std::fmt::Display for InodeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            InodeError::NoSpace => write!(f, "no free inodes left on the filesystem"),
+            InodeError::BadFree(ino) => write!(f, "inode {ino} is not allocated"),
+        }
+    }
+}
+
+impl std::error::Error for InodeError {}
+
+/// Counters for reports.
+#[derive(Default)]
+pub struct InodeAllocatorStats {
+    pub group_locks: LockStats,
+    pub global_lock: LockStats,
+    pub allocations: Counter,
+    pub frees: Counter,
+    /// Groups looked at without their lock while scanning.
+    pub groups_examined: Counter,
+    /// Inode-bitmap words read, with or without the lock.
+    pub words_scanned: Counter,
+}
+
+/// Sums over one flex group, read without locks.
+#[derive(Debug, Clone, Copy)]
+struct FlexCounts {
+    free_inodes: u64,
+    used_dirs: u64,
+    free_blocks: u64,
+}
+
+pub struct InodeAllocator {
+    geometry: InodeGeometry,
+    locking: GroupLocking,
+    groups: Box<[CachePadded<InodeGroup>]>,
+    free_inodes: LimitCounter,
+    /// Directories on the volume, for Orlov's "directories per flex group" average.
+    directories: Counter,
+    global: InstrumentedMutex<()>,
+    stats: InodeAllocatorStats,
+}
+
+impl InodeAllocator {
+    /// An allocator over groups built from their on-disk inode bitmaps (`bitmap(group)`) and
+    /// used-directory counts (`used_dirs(group)`). Inodes below `first_inode` are never
+    /// handed out, whatever group 0's bitmap says. `locking` is [`GroupLocking::TrySkip`] in
+    /// e4; the others exist for comparison.
+    pub fn new(
+        geometry: InodeGeometry,
+        locking: GroupLocking,
+        counter_slots: usize,
+        bitmap: impl Fn(u32) -> Vec<u8>,
+        used_dirs: impl Fn(u32) -> u32,
+    ) -> Self {
+        let groups: Box<[_]> = (0..geometry.groups)
+            .map(|g| {
+                let reserved = if g == 0 { geometry.first_inode - 1 } else { 0 };
+                CachePadded::new(InodeGroup::from_bitmap(
+                    &bitmap(g),
+                    geometry.inodes_per_group,
+                    reserved,
+                    used_dirs(g),
+                ))
+            })
+            .collect();
+        let free: u64 = groups.iter().map(|g| u64::from(g.free())).sum();
+        let directories = Counter::default();
+        directories.add(groups.iter().map(|g| u64::from(g.used_dirs())).sum());
+        InodeAllocator {
+            geometry,
+            locking,
+            groups,
+            free_inodes: LimitCounter::new(free, counter_slots, 16),
+            directories,
+            global: InstrumentedMutex::new(()),
+            stats: InodeAllocatorStats::default(),
+        }
+    }
+
+    /// An allocator over a volume whose only inodes in use are the reserved ones.
+    pub fn empty(geometry: InodeGeometry, locking: GroupLocking, counter_slots: usize) -> Self {
+        let bytes = geometry.inodes_per_group.div_ceil(8) as usize;
+        Self::new(geometry, locking, counter_slots, |_| vec![0; bytes], |_| 0)
+    }
+
+    pub fn geometry(&self) -> &InodeGeometry {
+        &self.geometry
+    }
+
+    pub fn stats(&self) -> &InodeAllocatorStats {
+        &self.stats
+    }
+
+    /// Free inodes not promised to anyone (exact when quiescent).
+    pub fn free_inodes(&self) -> u64 {
+        self.free_inodes.sum()
+    }
+
+    /// Directories on the volume (exact when quiescent).
+    pub fn directories(&self) -> u64 {
+        self.directories.get()
+    }
+
+    /// A group's bitmap and counts, for persisting.
+    pub fn group_snapshot(&self, group: u32) -> InodeGroupSnapshot {
+        self.groups[group as usize].snapshot(&self.stats.group_locks)
+    }
+
+    /// Claims a free inode for `req`, placed next to `blocks`' free space as Orlov wants.
+    pub fn allocate(
+        &self,
+        req: &InodeRequest,
+        blocks: &BlockAllocator,
+    ) -> Result<NewInode, InodeError> {
+        // Admission: from here on an inode is free that no one else has been promised.
+        if !self.free_inodes.try_reserve(req.slot, 1) {
+            return Err(InodeError::NoSpace);
+        }
+        let _global = (self.locking == GroupLocking::Global)
+            .then(|| self.global.lock(&self.stats.global_lock));
+        let parent_group = self.parent_group(req.parent);
+        let start = match req.kind {
+            InodeKind::TopDirectory { name_hash } => self.orlov_top(name_hash, blocks),
+            InodeKind::Directory => self.orlov(req.parent_hint.unwrap_or(parent_group), blocks),
+            InodeKind::Other => self.near_parent(req, parent_group, blocks),
+        }
+        .unwrap_or(parent_group);
+        // The reservation guarantees a free inode exists, so a scan that finds none lost a
+        // race to creators that did find one (each miss is someone else's progress).
+        loop {
+            if let Some(new) = self.claim_from(start, req.kind.is_directory()) {
+                if req.kind.is_directory() {
+                    self.directories.add(1);
+                }
+                self.stats.allocations.add(1);
+                return Ok(new);
+            }
+        }
+    }
+
+    /// Returns inode `ino` (a directory if `directory`) to the free inodes.
+    pub fn free(&self, ino: u32, directory: bool, slot: usize) -> Result<(), InodeError> {
+        let _global = (self.locking == GroupLocking::Global)
+            .then(|| self.global.lock(&self.stats.global_lock));
+        let bad = InodeError::BadFree(ino);
+        if ino < self.geometry.first_inode
+            || ino > self.geometry.groups * self.geometry.inodes_per_group
+        {
+            return Err(bad);
+        }
+        let (g, index) = self.geometry.group_of(ino);
+        self.groups[g as usize]
+            .lock(&self.stats.group_locks)
+            .release(index, directory)
+            .map_err(|_| bad)?;
+        self.free_inodes.release(slot, 1);
+        if directory {
+            self.directories.sub(1);
+        }
+        self.stats.frees.add(1);
+        Ok(())
+    }
+
+    fn parent_group(&self, parent: u32) -> u32 {
+        let parent = parent.clamp(1, self.geometry.groups * self.geometry.inodes_per_group);
+        self.geometry.group_of(parent).0
+    }
+
+    /// One scan over every group from `start`: try-locks on the first pass (groups that look
+    /// full are not even locked), waiting locks on the last.
+    fn claim_from(&self, start: u32, directory: bool) -> Option<NewInode> {
+        let groups = self.geometry.groups;
+        let passes: &[bool] = match self.locking {
+            GroupLocking::TrySkip => &[false, true],
+            GroupLocking::Blocking | GroupLocking::Global => &[true],
+        };
+        for &wait in passes {
+            for g in (0..groups).map(|i| (start + i) % groups) {
+                if let Some(index) = self.claim_in(g, wait, directory) {
+                    return Some(NewInode {
+                        ino: self.geometry.inode_at(g, index),
+                        group: g,
+                    });
+                }
+            }
+        }
+        None
+    }
+
+    fn claim_in(&self, g: u32, wait: bool, directory: bool) -> Option<u32> {
+        let group = &self.groups[g as usize];
+        self.stats.groups_examined.add(1);
+        let mut words = 0;
+        let hint = group.find_free_unlocked(&mut words);
+        self.stats.words_scanned.add(words);
+        let mut locked: LockedInodeGroup = if wait {
+            group.lock(&self.stats.group_locks)
+        } else {
+            // A group that looks full is not worth its lock before the last pass.
+            hint?;
+            group.try_lock(&self.stats.group_locks)?
+        };
+        locked.claim(hint.unwrap_or(0), directory, &self.stats.words_scanned)
+    }
+
+    fn flex_counts(&self, flex: u32, blocks: &BlockAllocator) -> FlexCounts {
+        let mut c = FlexCounts {
+            free_inodes: 0,
+            used_dirs: 0,
+            free_blocks: 0,
+        };
+        for g in self.geometry.flex_groups(flex) {
+            let group = &self.groups[g as usize];
+            c.free_inodes += u64::from(group.free());
+            c.used_dirs += u64::from(group.used_dirs());
+            c.free_blocks += u64::from(blocks.group_free_blocks(g));
+        }
+        c
+    }
+
+    /// The first group of `flex` with a free inode (inodes are packed at the start of a flex
+    /// group's tables, as ext4 packs them).
+    fn first_with_free_inode(&self, flex: u32) -> Option<u32> {
+        self.geometry
+            .flex_groups(flex)
+            .find(|&g| self.groups[g as usize].free() > 0)
+    }
+
+    /// Free inodes and blocks per flex group on average (from the counters' cheap lower
+    /// bounds, as ext4 reads its per-CPU counters approximately).
+    fn averages(&self, blocks: &BlockAllocator) -> (u64, u64) {
+        let flexes = u64::from(self.geometry.flexes());
+        (
+            self.free_inodes.estimate() / flexes,
+            blocks.free_blocks_estimate() / flexes,
+        )
+    }
+
+    /// A top-level directory: of the flex groups with at least average free inodes and
+    /// blocks, the one with the fewest directories, scanning from the name's hash.
+    fn orlov_top(&self, name_hash: u32, blocks: &BlockAllocator) -> Option<u32> {
+        let flexes = self.geometry.flexes();
+        let (avg_inodes, avg_blocks) = self.averages(blocks);
+        let start = name_hash % flexes;
+        let mut best: Option<(u64, u32)> = None;
+        for flex in (0..flexes).map(|i| (start + i) % flexes) {
+            let c = self.flex_counts(flex, blocks);
+            if c.free_inodes == 0 || c.free_inodes < avg_inodes || c.free_blocks < avg_blocks {
+                continue;
+            }
+            if best.is_none_or(|(dirs, _)| c.used_dirs < dirs) {
+                best = Some((c.used_dirs, flex));
+            }
+        }
+        match best {
+            Some((_, flex)) => self.first_with_free_inode(flex),
+            None => self.fallback(name_hash % self.geometry.groups),
+        }
+    }
+
+    /// A directory below the top: the first flex group from `start_group`'s that does not
+    /// hold more than its share of directories and is not short of inodes or blocks.
+    fn orlov(&self, start_group: u32, blocks: &BlockAllocator) -> Option<u32> {
+        let geo = &self.geometry;
+        let flexes = geo.flexes();
+        let (avg_inodes, avg_blocks) = self.averages(blocks);
+        let inodes_per_flex = u64::from(geo.inodes_per_group * geo.groups_per_flex);
+        let blocks_per_flex =
+            u64::from(blocks.geometry().blocks_per_group) * u64::from(geo.groups_per_flex);
+        let max_dirs = self.directories.get() / u64::from(flexes) + inodes_per_flex / 16;
+        let min_inodes = avg_inodes.saturating_sub(inodes_per_flex / 4).max(1);
+        let min_blocks = avg_blocks.saturating_sub(blocks_per_flex / 4);
+        let start = (start_group % geo.groups) / geo.groups_per_flex;
+        (0..flexes)
+            .map(|i| (start + i) % flexes)
+            .find(|&flex| {
+                let c = self.flex_counts(flex, blocks);
+                c.used_dirs < max_dirs && c.free_inodes >= min_inodes && c.free_blocks >= min_blocks
+            })
+            .and_then(|flex| self.first_with_free_inode(flex))
+            .or_else(|| self.fallback(start_group))
+    }
+
+    /// Orlov's last resort: a group with at least average free inodes, else any free inode.
+    fn fallback(&self, start_group: u32) -> Option<u32> {
+        let groups = self.geometry.groups;
+        let avg = self.free_inodes.estimate() / u64::from(groups);
+        let order = || (0..groups).map(|i| (start_group % groups + i) % groups);
+        order()
+            .find(|&g| {
+                let free = u64::from(self.groups[g as usize].free());
+                free > 0 && free >= avg
+            })
+            .or_else(|| order().find(|&g| self.groups[g as usize].free() > 0))
+    }
+
+    /// A file, symlink or special file: in its parent's flex group, else where the parent's
+    /// last child went, else a fresh flex group (ext4's `find_group_other`). Without flex
+    /// groups: the parent's group, else a quadratic hash from it, so that files of one
+    /// directory stay together and different directories' files spread.
+    fn near_parent(
+        &self,
+        req: &InodeRequest,
+        parent_group: u32,
+        blocks: &BlockAllocator,
+    ) -> Option<u32> {
+        let geo = &self.geometry;
+        let has_space =
+            |g: u32| self.groups[g as usize].free() > 0 && blocks.group_free_blocks(g) > 0;
+        if geo.groups_per_flex > 1 {
+            let parent_flex = parent_group / geo.groups_per_flex;
+            return self
+                .first_with_free_inode(parent_flex)
+                .or_else(|| {
+                    req.parent_hint.and_then(|hint| {
+                        self.first_with_free_inode((hint % geo.groups) / geo.groups_per_flex)
+                    })
+                })
+                .or_else(|| {
+                    let next = parent_group + geo.groups_per_flex;
+                    self.orlov(if next >= geo.groups { 0 } else { next }, blocks)
+                });
+        }
+        if has_space(parent_group) {
+            return Some(parent_group);
+        }
+        let mut g = (parent_group + req.parent) % geo.groups;
+        let mut step = 1;
+        while step < geo.groups {
+            g = (g + step) % geo.groups;
+            if has_space(g) {
+                return Some(g);
+            }
+            step <<= 1;
+        }
+        self.fallback(parent_group)
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::block_allocator::{AllocatorConfig, Geometry};
+
+    /// A creator that finds its group's lock held goes to the next group of the flex group
+    /// instead of waiting, and the skip is counted.
+    #[test]
+    fn busy_group_is_skipped_not_waited_for() {
+        let geo = InodeGeometry {
+            groups: 4,
+            inodes_per_group: 64,
+            groups_per_flex: 4,
+            first_inode: 11,
+        };
+        let alloc = InodeAllocator::empty(geo, GroupLocking::TrySkip, 1);
+        let blocks = BlockAllocator::empty(
+            Geometry {
+                first_data_block: 0,
+                blocks_per_group: 128,
+                blocks: 512,
+            },
+            AllocatorConfig::default(),
+        );
+        let req = InodeRequest {
+            parent: 2,
+            parent_hint: None,
+            kind: InodeKind::Other,
+            slot: 0,
+        };
+        let held = alloc.groups[0].lock(&alloc.stats.group_locks);
+        let new = alloc.allocate(&req, &blocks).unwrap();
+        assert_eq!(new.group, 1);
+        assert_eq!(alloc.stats.group_locks.snapshot().try_skips, 1);
+        drop(held);
+        assert_eq!(alloc.allocate(&req, &blocks).unwrap().ino, 11);
+    }
+}
