@@ -14,6 +14,7 @@ use crate::block_group::{GroupExtent, GroupSpace, ORDERS};
 use crate::free_space_index::FreeSpaceIndex;
 use crate::instrumented_lock::InstrumentedMutex;
 use crate::limit_counter::LimitCounter;
+use crate::small_file_packing::PackingWindows;
 use crate::stats::{Counter, LockStats};
 
 /// Where the groups are on the volume.
@@ -81,6 +82,8 @@ pub struct AllocatorConfig {
     /// Largest reservation window, in blocks; 0 turns windows off (each append allocates
     /// exactly what it writes).
     pub window_cap: u32,
+    /// Pack small files into per-slot windows ([`crate::small_file_packing`]).
+    pub pack_small_files: bool,
 }
 
 impl Default for AllocatorConfig {
@@ -92,6 +95,7 @@ impl Default for AllocatorConfig {
             use_index: true,
             counter_slots: 64,
             window_cap: crate::reservation_window::DEFAULT_WINDOW_CAP,
+            pack_small_files: true,
         }
     }
 }
@@ -149,6 +153,8 @@ pub struct AllocatorStats {
     pub group_locks: LockStats,
     pub global_lock: LockStats,
     pub goal_lock: LockStats,
+    /// The per-slot small-file packing windows' locks.
+    pub packing_locks: LockStats,
     pub allocations: Counter,
     pub frees: Counter,
     pub windows: WindowStats,
@@ -187,6 +193,7 @@ pub struct BlockAllocator {
     stream_goals: Box<[CachePadded<AtomicU64>]>,
     global: InstrumentedMutex<()>,
     shared_goal: InstrumentedMutex<u64>,
+    packing: PackingWindows,
     stats: AllocatorStats,
 }
 
@@ -239,6 +246,7 @@ impl BlockAllocator {
                 .collect(),
             global: InstrumentedMutex::new(()),
             shared_goal: InstrumentedMutex::new(0),
+            packing: PackingWindows::new(config.counter_slots),
             stats: AllocatorStats::default(),
         }
     }
@@ -332,8 +340,18 @@ impl BlockAllocator {
         }
     }
 
-    /// Allocates between `min_len` and `len` contiguous blocks.
+    /// Allocates between `min_len` and `len` contiguous blocks. Before reporting no space,
+    /// it takes back what small-file packing windows hold and tries once more.
     pub fn allocate(&self, req: AllocRequest) -> Result<Extent, AllocError> {
+        match self.allocate_once(req) {
+            Err(AllocError::NoSpace) if self.reclaim_small_file_windows() > 0 => {
+                self.allocate_once(req)
+            }
+            result => result,
+        }
+    }
+
+    fn allocate_once(&self, req: AllocRequest) -> Result<Extent, AllocError> {
         let min_len = req.min_len.clamp(1, req.len.max(1));
         let len = req.len.max(min_len);
         // Admission: promise only blocks that exist.
@@ -518,5 +536,9 @@ impl BlockAllocator {
 
     pub(crate) fn config(&self) -> &AllocatorConfig {
         &self.config
+    }
+
+    pub(crate) fn packing(&self) -> &PackingWindows {
+        &self.packing
     }
 }

@@ -15,6 +15,7 @@ mod instrumented_lock;
 pub mod limit_counter;
 pub mod pending_frees;
 pub mod reservation_window;
+pub mod small_file_packing;
 pub mod stats;
 mod sync;
 

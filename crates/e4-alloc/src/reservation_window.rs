@@ -5,6 +5,10 @@
 //! lock), so carving an append out of it touches no shared lock and no shared atomic. When
 //! it runs out, the next window is requested at the block right after it, so a file that
 //! grows alone stays one extent; the window doubles each time, from 16 blocks up to a cap.
+//! This is mballoc's request normalization done once per window rather than per request:
+//! a window is a power of two at least as large as the request, and a file reopened for
+//! appending starts with a window the size of what it already holds
+//! ([`ReservationWindow::for_file`]), as mballoc sizes its window from `i_size`.
 //!
 //! The cap: an extent cannot exceed 32,768 blocks (the `ee_len` limit, also the size of a
 //! 4 KiB-block group), and a window is space other files cannot use until it is released.
@@ -32,6 +36,16 @@ pub struct ReservationWindow {
 impl ReservationWindow {
     pub fn new() -> Self {
         ReservationWindow::default()
+    }
+
+    /// The window of a file that already holds `blocks` blocks: its first reservation is
+    /// the file's size rounded up to a power of two (then capped), since a file's past
+    /// growth predicts its next.
+    pub fn for_file(blocks: u64) -> Self {
+        ReservationWindow {
+            grow_to: blocks.clamp(1, 1 << 31).next_power_of_two() as u32,
+            ..ReservationWindow::default()
+        }
     }
 
     /// Blocks reserved and not yet used.
@@ -63,7 +77,11 @@ impl BlockAllocator {
             });
         }
         if window.remaining == 0 {
-            let size = len.max(window.grow_to.max(FIRST_WINDOW)).min(cap.max(len));
+            let size = len
+                .checked_next_power_of_two()
+                .unwrap_or(len)
+                .max(window.grow_to.max(FIRST_WINDOW))
+                .min(cap.max(len));
             let next_goal = if window.next != 0 {
                 Some(window.next)
             } else {

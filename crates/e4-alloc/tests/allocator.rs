@@ -69,10 +69,17 @@ enum Op {
     Close {
         file: usize,
     },
+    SmallFile {
+        len: u32,
+        slot: usize,
+    },
+    ReleasePacking,
 }
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
+        (1u32..20, 0usize..3).prop_map(|(len, slot)| Op::SmallFile { len, slot }),
+        Just(Op::ReleasePacking),
         (proptest::option::of(0u64..8000), 1u32..300, 1u32..300).prop_map(|(goal, len, min)| {
             Op::Allocate {
                 goal,
@@ -139,9 +146,21 @@ proptest! {
                     used = held.iter().flat_map(|e| e.start..e.end()).collect();
                 }
                 Op::Close { file } => alloc.release_window(&mut windows[file], 0).unwrap(),
+                Op::SmallFile { len, slot } => {
+                    match alloc.allocate_small_file(len, slot, 9) {
+                        Ok(e) => {
+                            prop_assert!(e.len <= len);
+                            claim(&mut used, e).map_err(TestCaseError::fail)?;
+                            held.push(e);
+                        }
+                        Err(err) => prop_assert_eq!(err, AllocError::NoSpace),
+                    }
+                }
+                Op::ReleasePacking => alloc.release_small_file_windows().unwrap(),
                 _ => {}
             }
-            let in_windows: u64 = windows.iter().map(|w| u64::from(w.remaining())).sum();
+            let in_windows: u64 = windows.iter().map(|w| u64::from(w.remaining())).sum::<u64>()
+                + alloc.small_file_window_blocks();
             let live: u64 = held.iter().map(|e| u64::from(e.len)).sum();
             prop_assert_eq!(alloc.free_blocks() + live + in_windows + pending, total);
             prop_assert_eq!(alloc.pending_blocks(), pending);
@@ -151,8 +170,8 @@ proptest! {
     }
 }
 
-/// 64 threads on 2 cores: mixed allocations, appends through windows, frees and
-/// transactional frees. Afterwards nothing overlaps and every block is accounted for.
+/// 64 threads on 2 cores: mixed allocations, appends through windows, packed small files,
+/// frees and transactional frees. Afterwards nothing overlaps and every block is accounted for.
 #[test]
 fn stress_many_more_threads_than_cores() {
     for config in configs() {
@@ -203,6 +222,17 @@ fn stress_many_more_threads_than_cores() {
                                 let e = mine.swap_remove(rng.gen_range(0..mine.len()));
                                 alloc.free_in_transaction(e, &mut txn).unwrap();
                             }
+                            9 if i % 2 == 0 => {
+                                // Slots shared by four threads each: a busy packing window
+                                // sends the file down the normal path.
+                                if let Ok(e) = alloc.allocate_small_file(
+                                    rng.gen_range(1..=16),
+                                    t / 4,
+                                    t as u64,
+                                ) {
+                                    mine.push(e);
+                                }
+                            }
                             _ if i % 50 == 0 => {
                                 let done = std::mem::replace(
                                     &mut txn,
@@ -232,7 +262,10 @@ fn stress_many_more_threads_than_cores() {
         }
         let live: u64 = survivors.iter().map(|e| u64::from(e.len)).sum();
         assert_eq!(
-            alloc.free_blocks() + live + in_windows.load(Ordering::Relaxed),
+            alloc.free_blocks()
+                + live
+                + in_windows.load(Ordering::Relaxed)
+                + alloc.small_file_window_blocks(),
             total,
             "{config:?}"
         );
@@ -315,4 +348,80 @@ fn bad_frees_are_errors() {
     assert!(alloc
         .free_in_transaction(Extent { start: 0, len: 1 }, &mut txn)
         .is_err());
+}
+
+/// Small files from one slot are packed one after another, apart from another slot's, and
+/// cost a group lock only once per packing window.
+#[test]
+fn small_files_are_packed_per_slot() {
+    let alloc = BlockAllocator::empty(geometry(8, 4096), AllocatorConfig::default());
+    let mut files: [Vec<Extent>; 2] = Default::default();
+    for i in 0..400u32 {
+        for (slot, list) in files.iter_mut().enumerate() {
+            let e = alloc
+                .allocate_small_file(1 + (i + slot as u32) % 4, slot, 1 + slot as u64)
+                .unwrap();
+            list.push(e);
+        }
+    }
+    for list in &files {
+        let runs = 1 + list.windows(2).filter(|w| w[0].end() != w[1].start).count();
+        // About 1,000 blocks each: contiguous within each 512-block window.
+        assert!(runs <= 3, "one slot's 400 small files lie in {runs} runs");
+    }
+    let locks = alloc.stats().group_locks.snapshot().acquisitions;
+    assert!(locks <= 10, "{locks} group locks for 800 small files");
+    // Requests over the small-file size are not packed.
+    let big = alloc.allocate_small_file(100, 0, 1).unwrap();
+    assert_ne!(big.start, files[0].last().unwrap().end());
+    // Packing windows are free space for statfs, and are given back on request.
+    let in_windows = alloc.small_file_window_blocks();
+    assert!(in_windows > 0);
+    assert_eq!(
+        alloc.free_blocks_for_statfs(),
+        alloc.free_blocks() + in_windows
+    );
+    alloc.release_small_file_windows().unwrap();
+    assert_eq!(alloc.small_file_window_blocks(), 0);
+    assert_eq!(alloc.free_blocks_for_statfs(), alloc.free_blocks());
+}
+
+/// Blocks parked in packing windows never cause a false "no space".
+#[test]
+fn packing_windows_are_reclaimed_before_no_space() {
+    let alloc = BlockAllocator::empty(geometry(2, 1024), AllocatorConfig::default());
+    let total = alloc.free_blocks();
+    for slot in 0..3 {
+        alloc.allocate_small_file(1, slot, 1).unwrap();
+    }
+    assert!(alloc.small_file_window_blocks() >= 3 * 500);
+    // Everything else, one block at a time through the normal path.
+    let mut taken = 3;
+    while alloc
+        .allocate(AllocRequest {
+            goal: None,
+            len: 1,
+            min_len: 1,
+            slot: 5,
+            stream: 2,
+        })
+        .is_ok()
+    {
+        taken += 1;
+    }
+    assert_eq!(taken, total);
+    assert_eq!(alloc.small_file_window_blocks(), 0);
+}
+
+/// A file reopened for appending gets a first window the size of what it holds, and a
+/// request is rounded up to a power of two (mballoc's normalization).
+#[test]
+fn windows_are_normalized_to_the_file_size() {
+    let alloc = BlockAllocator::empty(geometry(8, 4096), AllocatorConfig::default());
+    let mut reopened = ReservationWindow::for_file(300);
+    alloc.allocate_append(&mut reopened, None, 1, 0, 1).unwrap();
+    assert_eq!(reopened.remaining(), 511);
+    let mut fresh = ReservationWindow::new();
+    alloc.allocate_append(&mut fresh, None, 100, 0, 2).unwrap();
+    assert_eq!(fresh.remaining(), 28);
 }

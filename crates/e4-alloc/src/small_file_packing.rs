@@ -1,0 +1,153 @@
+//! Small-file packing: ext4's locality groups, without their mutex.
+//!
+//! Files of a few blocks are worth keeping together (one thread unpacking an archive writes
+//! thousands of them, later read together) and not worth a group-lock search each. So every
+//! limit-counter slot (one per thread or CPU) keeps a packing window of `PACK_WINDOW` blocks,
+//! and a small file is carved from the caller's window. The window sits behind its own
+//! cache-line-padded lock, which only another thread using the same slot ever touches; if
+//! it is busy the file is allocated normally rather than waiting. ext4 holds its per-CPU
+//! `lg_mutex` across the whole allocation, and a migrated task waits on it.
+//!
+//! Like reservation windows, a packing window's blocks count as free for `statfs`. What is
+//! left of a window when it is replaced (too short for the next file) is freed at once.
+
+use crossbeam_utils::CachePadded;
+
+use crate::block_allocator::{AllocError, AllocRequest, BlockAllocator, Extent};
+use crate::instrumented_lock::InstrumentedMutex;
+
+/// Largest allocation packed, in blocks: ext4's stream threshold (`s_mb_stream_request`).
+pub const SMALL_FILE_BLOCKS: u32 = 16;
+/// Blocks a packing window reserves at a time: ext4's `s_mb_group_prealloc`.
+pub const PACK_WINDOW: u32 = 512;
+
+/// Blocks `[next, next + remaining)` reserved for one slot's small files.
+#[derive(Debug, Default)]
+struct PackWindow {
+    next: u64,
+    remaining: u32,
+}
+
+/// One packing window per slot.
+pub(crate) struct PackingWindows {
+    slots: Box<[CachePadded<InstrumentedMutex<PackWindow>>]>,
+}
+
+impl PackingWindows {
+    pub(crate) fn new(slots: usize) -> Self {
+        PackingWindows {
+            slots: (0..slots.max(1))
+                .map(|_| CachePadded::new(InstrumentedMutex::new(PackWindow::default())))
+                .collect(),
+        }
+    }
+}
+
+impl BlockAllocator {
+    /// Allocates `len` blocks for a small file, packed after the previous small file of the
+    /// same slot. Larger requests, and any when packing is off, are allocated normally
+    /// (and may then come back shorter than `len`).
+    pub fn allocate_small_file(
+        &self,
+        len: u32,
+        slot: usize,
+        stream: u64,
+    ) -> Result<Extent, AllocError> {
+        let plain = AllocRequest {
+            goal: None,
+            len,
+            min_len: 1,
+            slot,
+            stream,
+        };
+        if !self.config().pack_small_files || len == 0 || len > SMALL_FILE_BLOCKS {
+            return self.allocate(plain);
+        }
+        let packing = self.packing();
+        let cell = &packing.slots[slot % packing.slots.len()];
+        let Some(mut window) = cell.try_lock(&self.stats().packing_locks) else {
+            return self.allocate(plain);
+        };
+        if window.remaining < len {
+            // The next window continues where this one ends, so a slot's small files stay
+            // in order on disk.
+            let goal = (window.next != 0).then_some(window.next + u64::from(window.remaining));
+            let fresh = match self.allocate(AllocRequest {
+                goal,
+                len: PACK_WINDOW,
+                min_len: len,
+                ..plain
+            }) {
+                Ok(fresh) => fresh,
+                // Too fragmented or too full for a window: just this file.
+                Err(_) => return self.allocate(plain),
+            };
+            self.release_pack_window(&mut window, slot)?;
+            self.window_stats().reserved.add(u64::from(fresh.len));
+            *window = PackWindow {
+                next: fresh.start,
+                remaining: fresh.len,
+            };
+        }
+        let extent = Extent {
+            start: window.next,
+            len,
+        };
+        window.next += u64::from(len);
+        window.remaining -= len;
+        self.window_stats().consumed.add(u64::from(len));
+        Ok(extent)
+    }
+
+    fn release_pack_window(&self, window: &mut PackWindow, slot: usize) -> Result<(), AllocError> {
+        if window.remaining > 0 {
+            self.free(
+                Extent {
+                    start: window.next,
+                    len: window.remaining,
+                },
+                slot,
+            )?;
+            self.window_stats()
+                .consumed
+                .add(u64::from(window.remaining));
+        }
+        *window = PackWindow::default();
+        Ok(())
+    }
+
+    /// Frees what is left of every packing window (before the bitmaps are written back, or
+    /// when space runs short).
+    pub fn release_small_file_windows(&self) -> Result<(), AllocError> {
+        for (slot, cell) in self.packing().slots.iter().enumerate() {
+            let mut window = cell.lock(&self.stats().packing_locks);
+            self.release_pack_window(&mut window, slot)?;
+        }
+        Ok(())
+    }
+
+    /// Frees what is left of every packing window not in use right now, returning how many
+    /// blocks that gave back: the allocator's last resort before "no space". A window in
+    /// use (its own caller's, perhaps) is skipped, not waited for.
+    pub(crate) fn reclaim_small_file_windows(&self) -> u64 {
+        let mut reclaimed = 0;
+        for (slot, cell) in self.packing().slots.iter().enumerate() {
+            if let Some(mut window) = cell.try_lock(&self.stats().packing_locks) {
+                let blocks = u64::from(window.remaining);
+                if self.release_pack_window(&mut window, slot).is_ok() {
+                    reclaimed += blocks;
+                }
+            }
+        }
+        reclaimed
+    }
+
+    /// Blocks held in packing windows (O(slots), for checks and reports).
+    pub fn small_file_window_blocks(&self) -> u64 {
+        self.packing()
+            .slots
+            .iter()
+            .map(|cell| u64::from(cell.lock(&self.stats().packing_locks).remaining))
+            .sum()
+    }
+}
