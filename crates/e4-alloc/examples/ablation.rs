@@ -1,22 +1,30 @@
-//! Ablation benchmark of the block allocator (a benchmark, not a test).
+//! Ablation benchmark of e4-alloc (a benchmark, not a test).
 //!
-//! `cargo run --release -p e4-alloc --example ablation -- [seconds per cell]`
+//! `cargo run --release -p e4-alloc --example ablation -- [seconds per cell] [repeats]`
 //!
-//! Workloads, each thread on its own file:
+//! Workloads, each thread on its own file or directory, at 1 to 64 threads:
 //! - fallocate2: allocate 8 KiB at a time up to 1 MiB, free everything, repeat (timed).
-//! - append: append 4 KiB at a time up to 256 MiB per file (sized), reporting the layout.
+//! - append: append 4 KiB at a time up to 64 MiB per file (sized), reporting the layout;
+//!   and the headline case, 8 threads appending 256 MiB each.
+//! - small files: files of 1 to 4 blocks, 1,024 at a time, then all freed (timed).
+//! - create: make a directory, then files in it, 1,024 at a time, then remove them (the
+//!   inode allocator; timed).
 //!
 //! Configurations: one global lock; ext4 before 6.17 (blocking group locks, one goal under
 //! a lock, no ordered index, no reservation windows); e4; and e4 with each mechanism
-//! switched off in turn. Lock counts are per operation.
+//! switched off in turn. Lock counts are per operation, summed over the repeats; ops/s is
+//! the mean and standard deviation over the repeats.
 
 use std::time::{Duration, Instant};
 
+use e4_alloc::stats::LockSnapshot;
 use e4_alloc::{
-    AllocatorConfig, BlockAllocator, Extent, Geometry, GoalPolicy, GroupLocking, ReservationWindow,
+    AllocatorConfig, BlockAllocator, Extent, Geometry, GoalPolicy, GroupLocking, InodeAllocator,
+    InodeGeometry, InodeKind, InodeRequest, ReservationWindow,
 };
 
 const BLOCK: u64 = 4096;
+const THREADS: [usize; 7] = [1, 2, 4, 8, 16, 32, 64];
 
 fn geometry() -> Geometry {
     // 512 groups of 32,768 4 KiB blocks: a 64 GiB volume.
@@ -24,6 +32,16 @@ fn geometry() -> Geometry {
         first_data_block: 0,
         blocks_per_group: 32768,
         blocks: 512 * 32768,
+    }
+}
+
+fn inode_geometry() -> InodeGeometry {
+    // The same volume as mke2fs makes it: 8,192 inodes per group, flex groups of 16.
+    InodeGeometry {
+        groups: 512,
+        inodes_per_group: 8192,
+        groups_per_flex: 16,
+        first_inode: 11,
     }
 }
 
@@ -76,82 +94,116 @@ fn configs() -> Vec<(&'static str, AllocatorConfig)> {
                 ..e4
             },
         ),
+        (
+            "e4 - small-file packing",
+            AllocatorConfig {
+                pack_small_files: false,
+                ..e4
+            },
+        ),
     ]
 }
 
-struct Cell {
+/// One run of one workload: operations, time, and lock traffic.
+#[derive(Default, Clone, Copy)]
+struct Run {
     ops: u64,
     secs: f64,
-    group_acq: u64,
-    group_contended: u64,
-    try_skips: u64,
-    shared_acq: u64,
-    shared_contended: u64,
+    /// Per-group locks (block or inode groups).
+    group: LockSnapshot,
+    /// The per-slot small-file packing windows' locks.
+    packing: LockSnapshot,
+    /// The global lock and the shared stream-goal lock.
+    shared: LockSnapshot,
 }
 
-fn measure(alloc: &BlockAllocator, ops: u64, secs: f64) -> Cell {
+fn block_run(alloc: &BlockAllocator, ops: u64, secs: f64) -> Run {
     let s = alloc.stats();
-    let (g, gl, gg) = (
+    let (g, p, gl, gg) = (
         s.group_locks.snapshot(),
+        s.packing_locks.snapshot(),
         s.global_lock.snapshot(),
         s.goal_lock.snapshot(),
     );
-    Cell {
+    Run {
         ops,
         secs,
-        group_acq: g.acquisitions,
-        group_contended: g.contended,
-        try_skips: g.try_skips,
-        shared_acq: gl.acquisitions + gg.acquisitions,
-        shared_contended: gl.contended + gg.contended,
+        group: g,
+        packing: p,
+        shared: add(gl, gg),
     }
 }
 
-/// fallocate2: per thread, 8 KiB allocations up to 1 MiB, then free all; repeat.
-fn fallocate2(config: AllocatorConfig, threads: usize, duration: Duration) -> Cell {
-    let alloc = BlockAllocator::empty(geometry(), config);
+fn add(a: LockSnapshot, b: LockSnapshot) -> LockSnapshot {
+    LockSnapshot {
+        acquisitions: a.acquisitions + b.acquisitions,
+        contended: a.contended + b.contended,
+        try_skips: a.try_skips + b.try_skips,
+    }
+}
+
+/// Runs `work(thread, deadline) -> ops` on `threads` threads until `duration` has passed.
+fn timed(
+    threads: usize,
+    duration: Duration,
+    work: impl Fn(usize, Instant) -> u64 + Sync,
+) -> (u64, f64) {
     let start = Instant::now();
-    let ops: u64 = std::thread::scope(|s| {
+    let deadline = start + duration;
+    let ops = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
-                let alloc = &alloc;
-                s.spawn(move || {
-                    let mut ops = 0u64;
-                    let mut window = ReservationWindow::new();
-                    let mut extents: Vec<Extent> = Vec::new();
-                    while start.elapsed() < duration {
-                        let mut end: Option<u64> = None;
-                        for _ in 0..128 {
-                            let mut want = 2;
-                            while want > 0 {
-                                let e = alloc
-                                    .allocate_append(&mut window, end, want, t, t as u64 + 1)
-                                    .expect("volume is large enough");
-                                want -= e.len;
-                                end = Some(e.end());
-                                match extents.last_mut() {
-                                    Some(last) if last.end() == e.start => last.len += e.len,
-                                    _ => extents.push(e),
-                                }
-                            }
-                            ops += 1;
-                        }
-                        for e in extents.drain(..) {
-                            alloc.free(e, t).unwrap();
-                        }
-                        alloc.release_window(&mut window, t).unwrap();
-                    }
-                    ops
-                })
+                let work = &work;
+                s.spawn(move || work(t, deadline))
             })
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).sum()
     });
-    measure(&alloc, ops, start.elapsed().as_secs_f64())
+    (ops, start.elapsed().as_secs_f64())
 }
 
-/// append: per thread, 4 KiB appends up to `bytes`; returns the cell and extents per file.
-fn append(config: AllocatorConfig, threads: usize, bytes: u64) -> (Cell, Vec<usize>) {
+/// Appends `e` to a file's extent list, merging with the last extent when contiguous (up
+/// to ext4's 32,768-block extent limit).
+fn push_extent(extents: &mut Vec<Extent>, e: Extent) {
+    match extents.last_mut() {
+        Some(last) if last.end() == e.start && last.len + e.len <= 32768 => last.len += e.len,
+        _ => extents.push(e),
+    }
+}
+
+/// fallocate2: per thread, 8 KiB allocations up to 1 MiB, then free all; repeat.
+fn fallocate2(config: AllocatorConfig, threads: usize, duration: Duration) -> Run {
+    let alloc = BlockAllocator::empty(geometry(), config);
+    let (ops, secs) = timed(threads, duration, |t, deadline| {
+        let mut ops = 0u64;
+        let mut window = ReservationWindow::new();
+        let mut extents: Vec<Extent> = Vec::new();
+        while Instant::now() < deadline {
+            let mut end: Option<u64> = None;
+            for _ in 0..128 {
+                let mut want = 2;
+                while want > 0 {
+                    let e = alloc
+                        .allocate_append(&mut window, end, want, t, t as u64 + 1)
+                        .expect("volume is large enough");
+                    want -= e.len;
+                    end = Some(e.end());
+                    push_extent(&mut extents, e);
+                }
+                ops += 1;
+            }
+            for e in extents.drain(..) {
+                alloc.free(e, t).unwrap();
+            }
+            alloc.release_window(&mut window, t).unwrap();
+        }
+        ops
+    });
+    block_run(&alloc, ops, secs)
+}
+
+/// append: per thread, 4 KiB appends up to `bytes`; the run and extents per file.
+fn append(config: AllocatorConfig, threads: usize, bytes: u64) -> (Run, Vec<usize>) {
     let alloc = BlockAllocator::empty(geometry(), config);
     let blocks = bytes / BLOCK;
     let start = Instant::now();
@@ -167,12 +219,7 @@ fn append(config: AllocatorConfig, threads: usize, bytes: u64) -> (Cell, Vec<usi
                         let e = alloc
                             .allocate_append(&mut window, goal, 1, t, t as u64 + 1)
                             .expect("volume is large enough");
-                        match extents.last_mut() {
-                            Some(last) if last.end() == e.start && last.len < 32768 => {
-                                last.len += e.len
-                            }
-                            _ => extents.push(e),
-                        }
+                        push_extent(&mut extents, e);
                     }
                     extents
                 })
@@ -182,55 +229,260 @@ fn append(config: AllocatorConfig, threads: usize, bytes: u64) -> (Cell, Vec<usi
     });
     let secs = start.elapsed().as_secs_f64();
     (
-        measure(&alloc, blocks * threads as u64, secs),
+        block_run(&alloc, blocks * threads as u64, secs),
         files.iter().map(Vec::len).collect(),
     )
+}
+
+/// Small files: per thread, 1,024 files of 1 to 4 blocks, then all freed; repeat. Also
+/// returns the mean number of contiguous runs one batch of 1,024 files occupies.
+fn small_files(config: AllocatorConfig, threads: usize, duration: Duration) -> (Run, f64) {
+    let alloc = BlockAllocator::empty(geometry(), config);
+    let runs = std::sync::Mutex::new((0u64, 0u64));
+    let (ops, secs) = timed(threads, duration, |t, deadline| {
+        let mut ops = 0u64;
+        let mut files: Vec<Extent> = Vec::with_capacity(1024);
+        let (mut batches, mut batch_runs) = (0u64, 0u64);
+        while Instant::now() < deadline {
+            for i in 0..1024u32 {
+                let len = 1 + (i * 7 + t as u32) % 4;
+                // Each file is its own stream (its inode number).
+                let file = (t as u64) << 32 | ops + u64::from(i);
+                files.push(
+                    alloc
+                        .allocate_small_file(len, t, file)
+                        .expect("volume is large enough"),
+                );
+            }
+            ops += 1024;
+            batches += 1;
+            batch_runs += 1 + files
+                .windows(2)
+                .filter(|w| w[0].end() != w[1].start)
+                .count() as u64;
+            for e in files.drain(..) {
+                alloc.free(e, t).unwrap();
+            }
+        }
+        let mut r = runs.lock().unwrap();
+        r.0 += batches;
+        r.1 += batch_runs;
+        ops
+    });
+    let (batches, batch_runs) = runs.into_inner().unwrap();
+    (
+        block_run(&alloc, ops, secs),
+        batch_runs as f64 / batches.max(1) as f64,
+    )
+}
+
+/// Creates: per thread, a directory under one shared top-level directory, 1,024 files in
+/// it, then all removed; repeat. Every thread's directory is in the same flex group, which
+/// is where creators meet on the same inode groups.
+fn creates(locking: GroupLocking, threads: usize, duration: Duration) -> Run {
+    let blocks = BlockAllocator::empty(geometry(), AllocatorConfig::default());
+    let inodes = InodeAllocator::empty(inode_geometry(), locking, 64);
+    let top = inodes
+        .allocate(
+            &InodeRequest {
+                parent: 2,
+                parent_hint: None,
+                kind: InodeKind::TopDirectory { name_hash: 12345 },
+                slot: 0,
+            },
+            &blocks,
+        )
+        .unwrap();
+    let (ops, secs) = timed(threads, duration, |t, deadline| {
+        let mut ops = 0u64;
+        let request = |parent: u32, hint: Option<u32>, kind: InodeKind| InodeRequest {
+            parent,
+            parent_hint: hint,
+            kind,
+            slot: t,
+        };
+        let dir = inodes
+            .allocate(
+                &request(top.ino, Some(top.group), InodeKind::Directory),
+                &blocks,
+            )
+            .unwrap();
+        let mut files = Vec::with_capacity(1024);
+        let mut hint = None;
+        while Instant::now() < deadline {
+            for _ in 0..1024 {
+                let new = inodes
+                    .allocate(&request(dir.ino, hint, InodeKind::Other), &blocks)
+                    .expect("enough inodes");
+                hint = Some(new.group);
+                files.push(new.ino);
+            }
+            for ino in files.drain(..) {
+                inodes.free(ino, false, t).unwrap();
+            }
+            ops += 2048;
+        }
+        ops
+    });
+    let s = inodes.stats();
+    Run {
+        ops,
+        secs,
+        group: s.group_locks.snapshot(),
+        packing: LockSnapshot::default(),
+        shared: s.global_lock.snapshot(),
+    }
+}
+
+/// Repeats a run and summarizes: mean and standard deviation of ops/s, and the lock
+/// counts summed over all repeats.
+struct Summary {
+    mean: f64,
+    sd: f64,
+    total: Run,
+}
+
+fn repeat(n: usize, mut run: impl FnMut() -> Run) -> Summary {
+    let runs: Vec<Run> = (0..n).map(|_| run()).collect();
+    let rates: Vec<f64> = runs.iter().map(|r| r.ops as f64 / r.secs).collect();
+    let mean = rates.iter().sum::<f64>() / n as f64;
+    let var = rates.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / (n.max(2) - 1) as f64;
+    let mut total = Run::default();
+    for r in &runs {
+        total.ops += r.ops;
+        total.secs += r.secs;
+        total.group = add(total.group, r.group);
+        total.packing = add(total.packing, r.packing);
+        total.shared = add(total.shared, r.shared);
+    }
+    Summary {
+        mean,
+        sd: var.sqrt(),
+        total,
+    }
 }
 
 fn per_op(n: u64, ops: u64) -> f64 {
     n as f64 / ops.max(1) as f64
 }
 
+/// The columns every table shares: ops/s ± sd, then lock traffic per operation.
+fn lock_columns(s: &Summary) -> String {
+    let t = &s.total;
+    format!(
+        "{:.0} ± {:.0} | {:.3} | {:.4} | {:.4} | {:.3} | {:.4}",
+        s.mean,
+        s.sd,
+        per_op(t.group.acquisitions, t.ops),
+        per_op(t.group.contended, t.ops),
+        per_op(t.group.try_skips, t.ops),
+        per_op(t.shared.acquisitions, t.ops),
+        per_op(t.shared.contended, t.ops),
+    )
+}
+
+const LOCK_HEADER: &str = "ops/s (mean ± sd) | group locks/op | contended/op | try-skips/op | shared locks/op | shared contended/op";
+
 fn main() {
-    let seconds: f64 = std::env::args()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1.0);
+    let mut args = std::env::args().skip(1);
+    let seconds: f64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(1.0);
+    let repeats: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(3).max(1);
     let duration = Duration::from_secs_f64(seconds);
-    let thread_counts = [1usize, 2, 4, 8, 16, 32, 64];
-    println!("## fallocate2 ({seconds} s per cell)\n");
-    println!("| config | threads | ops/s | group locks/op | contended/op | try-skips/op | shared locks/op | shared contended/op |");
+    let block_configs: Vec<_> = configs()
+        .into_iter()
+        .filter(|(name, _)| *name != "e4 - small-file packing")
+        .collect();
+
+    println!("## fallocate2 ({seconds} s per run, {repeats} runs per cell)\n");
+    println!("| config | threads | {LOCK_HEADER} |");
     println!("|---|---:|---:|---:|---:|---:|---:|---:|");
-    for (name, config) in configs() {
-        for &threads in &thread_counts {
-            let c = fallocate2(config, threads, duration);
+    for (name, config) in &block_configs {
+        for threads in THREADS {
+            let s = repeat(repeats, || fallocate2(*config, threads, duration));
+            println!("| {name} | {threads} | {} |", lock_columns(&s));
+        }
+    }
+
+    println!("\n## append: 4 KiB appends, 64 MiB per thread ({repeats} runs per cell)\n");
+    println!("| config | threads | {LOCK_HEADER} | extents per file | mean extent |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for (name, config) in &block_configs {
+        for threads in THREADS {
+            let bytes = 64u64 << 20;
+            let mut extents = Vec::new();
+            let s = repeat(repeats, || {
+                let (run, e) = append(*config, threads, bytes);
+                extents.extend(e);
+                run
+            });
+            let mean_extents = extents.iter().sum::<usize>() as f64 / extents.len() as f64;
             println!(
-                "| {name} | {threads} | {:.0} | {:.3} | {:.4} | {:.4} | {:.3} | {:.4} |",
-                c.ops as f64 / c.secs,
-                per_op(c.group_acq, c.ops),
-                per_op(c.group_contended, c.ops),
-                per_op(c.try_skips, c.ops),
-                per_op(c.shared_acq, c.ops),
-                per_op(c.shared_contended, c.ops),
+                "| {name} | {threads} | {} | {mean_extents:.1} | {:.2} MiB |",
+                lock_columns(&s),
+                bytes as f64 / mean_extents / (1 << 20) as f64
             );
         }
     }
+
     println!("\n## append: 8 threads x 256 MiB, 4 KiB appends\n");
-    println!("| config | appends/s | extents per file (mean) | mean extent | group locks/op | contended/op | shared locks/op |");
-    println!("|---|---:|---:|---:|---:|---:|---:|");
-    for (name, config) in configs() {
+    println!("| config | {LOCK_HEADER} | extents per file | mean extent |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for (name, config) in &block_configs {
         let bytes = 256u64 << 20;
-        let (c, extents) = append(config, 8, bytes);
+        let mut extents = Vec::new();
+        let s = repeat(1, || {
+            let (run, e) = append(*config, 8, bytes);
+            extents = e;
+            run
+        });
         let mean_extents = extents.iter().sum::<usize>() as f64 / extents.len() as f64;
-        let mean_extent_mib = bytes as f64 / mean_extents / (1 << 20) as f64;
         println!(
-            "| {name} | {:.0} | {:.1} | {:.2} MiB | {:.4} | {:.5} | {:.4} |",
-            c.ops as f64 / c.secs,
-            mean_extents,
-            mean_extent_mib,
-            per_op(c.group_acq, c.ops),
-            per_op(c.group_contended, c.ops),
-            per_op(c.shared_acq, c.ops),
+            "| {name} | {} | {mean_extents:.1} | {:.2} MiB |",
+            lock_columns(&s),
+            bytes as f64 / mean_extents / (1 << 20) as f64
         );
+    }
+
+    println!("\n## small files: 1 to 4 blocks, 1,024 per batch ({seconds} s per run, {repeats} runs per cell)\n");
+    println!("| config | threads | {LOCK_HEADER} | packing locks/op | packing contended/op | runs per batch |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for (name, config) in configs().into_iter().filter(|(name, _)| {
+        [
+            "global lock",
+            "ext4 < 6.17",
+            "e4",
+            "e4 - small-file packing",
+        ]
+        .contains(name)
+    }) {
+        for threads in THREADS {
+            let mut runs = 0.0;
+            let s = repeat(repeats, || {
+                let (run, r) = small_files(config, threads, duration);
+                runs += r / repeats as f64;
+                run
+            });
+            let p = s.total.packing;
+            println!(
+                "| {name} | {threads} | {} | {:.3} | {:.4} | {runs:.1} |",
+                lock_columns(&s),
+                per_op(p.acquisitions, s.total.ops),
+                per_op(p.contended, s.total.ops),
+            );
+        }
+    }
+
+    println!("\n## create: 1,024 files per directory, then removed ({seconds} s per run, {repeats} runs per cell)\n");
+    println!("| inode group locking | threads | {LOCK_HEADER} |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    for (name, locking) in [
+        ("global lock", GroupLocking::Global),
+        ("blocking (ext4)", GroupLocking::Blocking),
+        ("try-lock skip (e4)", GroupLocking::TrySkip),
+    ] {
+        for threads in THREADS {
+            let s = repeat(repeats, || creates(locking, threads, duration));
+            println!("| {name} | {threads} | {} |", lock_columns(&s));
+        }
     }
 }

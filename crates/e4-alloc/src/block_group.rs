@@ -3,7 +3,9 @@
 //! keeps), the free count, the number of free extents and the first free block.
 //!
 //! The summary is maintained incrementally: an allocation or free only re-decomposes the free
-//! extents it touches, so its cost is proportional to those extents, not to the group.
+//! extents it touches. Finding where those extents begin and end is quick too: a second
+//! level of bits says which bitmap words hold any used and any free block, so a search
+//! skips 64 words (4,096 blocks) per step, and a 32,768-block group is crossed in 8 steps.
 
 /// Buddy orders 0..ORDERS: chunks up to 2^15 blocks, the largest group a 4 KiB-block
 /// filesystem has (32,768 blocks).
@@ -22,6 +24,10 @@ pub struct GroupExtent {
 pub struct GroupSpace {
     /// One bit per block, set when in use.
     words: Vec<u64>,
+    /// One bit per word of `words`: set when it has a used block.
+    words_with_used: Vec<u64>,
+    /// One bit per word of `words`: set when it has a free block.
+    words_with_free: Vec<u64>,
     blocks: u32,
     free: u32,
     /// Free chunks of each order in the buddy decomposition of the free extents.
@@ -80,13 +86,19 @@ impl GroupSpace {
             let last = words.len() - 1;
             words[last] |= !0u64 << (blocks % BITS);
         }
+        let summary_len = words.len().div_ceil(BITS as usize);
         let mut space = GroupSpace {
             words,
+            words_with_used: vec![0; summary_len],
+            words_with_free: vec![0; summary_len],
             blocks,
             free: 0,
             buddy: [0; ORDERS],
             fragments: 0,
         };
+        for w in 0..space.words.len() {
+            space.refresh_summary(w);
+        }
         let mut at = space.next_free(0);
         while at < blocks {
             let end = space.next_used(at);
@@ -135,17 +147,53 @@ impl GroupSpace {
         self.words[(block / BITS) as usize] & (1 << (block % BITS)) != 0
     }
 
+    /// Brings word `w`'s summary bits up to date after it changed.
+    fn refresh_summary(&mut self, w: usize) {
+        let (s, bit) = (w / BITS as usize, 1u64 << (w % BITS as usize));
+        let word = self.words[w];
+        let set = |summary: &mut Vec<u64>, on: bool| {
+            if on {
+                summary[s] |= bit;
+            } else {
+                summary[s] &= !bit;
+            }
+        };
+        set(&mut self.words_with_used, word != 0);
+        set(&mut self.words_with_free, word != !0);
+    }
+
     /// The first block at or after `from` whose bit equals `used`, or `blocks`.
     fn next_with(&self, from: u32, used: bool) -> u32 {
-        let mut at = from;
-        while at < self.blocks {
-            let w = (at / BITS) as usize;
-            let word = if used { self.words[w] } else { !self.words[w] };
-            let masked = word & (!0u64 << (at % BITS));
-            if masked != 0 {
-                return (w as u32 * BITS + masked.trailing_zeros()).min(self.blocks);
+        if from >= self.blocks {
+            return self.blocks;
+        }
+        let bits = |w: usize| if used { self.words[w] } else { !self.words[w] };
+        let w = (from / BITS) as usize;
+        let masked = bits(w) & (!0u64 << (from % BITS));
+        if masked != 0 {
+            return (w as u32 * BITS + masked.trailing_zeros()).min(self.blocks);
+        }
+        // The next word with a matching bit, from the summary.
+        let summary = if used {
+            &self.words_with_used
+        } else {
+            &self.words_with_free
+        };
+        let next = w + 1;
+        let mut s = next / BITS as usize;
+        let mut mask = if next % BITS as usize == 0 {
+            !0
+        } else {
+            !0u64 << (next % BITS as usize)
+        };
+        while s < summary.len() {
+            let m = summary[s] & mask;
+            if m != 0 {
+                let w = s * BITS as usize + m.trailing_zeros() as usize;
+                return (w as u32 * BITS + bits(w).trailing_zeros()).min(self.blocks);
             }
-            at = (w as u32 + 1) * BITS;
+            s += 1;
+            mask = !0;
         }
         self.blocks
     }
@@ -161,28 +209,52 @@ impl GroupSpace {
     /// The start of the free extent that ends just before `end` (`end` itself if the block
     /// before it is in use).
     fn free_run_start(&self, end: u32) -> u32 {
-        let mut at = end;
-        while at > 0 {
-            let w = ((at - 1) / BITS) as usize;
-            let bit = (at - 1) % BITS;
-            // Used bits at or below `bit` in this word.
-            let used = self.words[w] & (!0u64 >> (BITS - 1 - bit));
-            if used != 0 {
-                return w as u32 * BITS + (BITS - used.leading_zeros());
-            }
-            at = w as u32 * BITS;
+        if end == 0 {
+            return 0;
         }
-        0
+        let after_last_used = |w: usize, used: u64| w as u32 * BITS + (BITS - used.leading_zeros());
+        let w = ((end - 1) / BITS) as usize;
+        // Used bits at or below `end - 1` in its word.
+        let used = self.words[w] & (!0u64 >> (BITS - 1 - (end - 1) % BITS));
+        if used != 0 {
+            return after_last_used(w, used);
+        }
+        if w == 0 {
+            return 0;
+        }
+        // The previous word with a used block, from the summary.
+        let prev = w - 1;
+        let mut s = prev / BITS as usize;
+        let mut mask = !0u64 >> (BITS as usize - 1 - prev % BITS as usize);
+        loop {
+            let m = self.words_with_used[s] & mask;
+            if m != 0 {
+                let w = s * BITS as usize + (BITS - 1 - m.leading_zeros()) as usize;
+                return after_last_used(w, self.words[w]);
+            }
+            if s == 0 {
+                return 0;
+            }
+            s -= 1;
+            mask = !0;
+        }
     }
 
     fn set_range(&mut self, start: u32, end: u32, used: bool) {
-        for block in start..end {
-            let (w, bit) = ((block / BITS) as usize, 1u64 << (block % BITS));
+        let mut at = start;
+        while at < end {
+            let w = (at / BITS) as usize;
+            let lo = at % BITS;
+            let hi = (end - w as u32 * BITS).min(BITS);
+            let upto = if hi == BITS { !0 } else { (1u64 << hi) - 1 };
+            let mask = upto & (!0u64 << lo);
             if used {
-                self.words[w] |= bit;
+                self.words[w] |= mask;
             } else {
-                self.words[w] &= !bit;
+                self.words[w] &= !mask;
             }
+            self.refresh_summary(w);
+            at = w as u32 * BITS + hi;
         }
     }
 
@@ -321,6 +393,34 @@ mod tests {
         assert_eq!(space.largest_order(), Some(8));
     }
 
+    fn check_against_model(blocks: u32, ops: Vec<(bool, u32, u32)>) -> Result<(), TestCaseError> {
+        let mut space = GroupSpace::all_free(blocks);
+        let mut model = vec![false; blocks as usize];
+        for (alloc, start, len) in ops {
+            let e = GroupExtent { start, len };
+            let range = start as usize..(start as usize + len as usize).min(blocks as usize);
+            let in_range = start.checked_add(len).is_some_and(|end| end <= blocks);
+            let result = if alloc {
+                space.mark_used(e)
+            } else {
+                space.mark_free(e)
+            };
+            let legal = in_range && model[range.clone()].iter().all(|&u| u != alloc);
+            prop_assert_eq!(result.is_ok(), legal);
+            if legal {
+                model[range].iter_mut().for_each(|u| *u = alloc);
+            }
+            let (free, buddy, fragments) = summarise(&model);
+            prop_assert_eq!(space.free(), free);
+            prop_assert_eq!(space.buddy(), &buddy);
+            prop_assert_eq!(space.fragments(), fragments);
+        }
+        let rebuilt =
+            GroupSpace::from_bitmap(&space.to_bitmap(blocks.div_ceil(8) as usize), blocks);
+        prop_assert_eq!(rebuilt, space);
+        Ok(())
+    }
+
     proptest! {
         /// Any sequence of allocations and frees keeps the free count, buddy summary and
         /// fragment count equal to a recomputation from the bitmap, and rejects double use.
@@ -329,26 +429,19 @@ mod tests {
             blocks in 1u32..3000,
             ops in proptest::collection::vec((any::<bool>(), 0u32..3000, 1u32..300), 1..200),
         ) {
-            let mut space = GroupSpace::all_free(blocks);
-            let mut model = vec![false; blocks as usize];
-            for (alloc, start, len) in ops {
-                let e = GroupExtent { start, len };
-                let range = start as usize..(start as usize + len as usize).min(blocks as usize);
-                let in_range = start.checked_add(len).is_some_and(|end| end <= blocks);
-                let result = if alloc { space.mark_used(e) } else { space.mark_free(e) };
-                let legal = in_range && model[range.clone()].iter().all(|&u| u != alloc);
-                prop_assert_eq!(result.is_ok(), legal);
-                if legal {
-                    model[range].iter_mut().for_each(|u| *u = alloc);
-                }
-                let (free, buddy, fragments) = summarise(&model);
-                prop_assert_eq!(space.free(), free);
-                prop_assert_eq!(space.buddy(), &buddy);
-                prop_assert_eq!(space.fragments(), fragments);
-            }
-            let rebuilt = GroupSpace::from_bitmap(&space.to_bitmap(blocks.div_ceil(8) as usize), blocks);
-            prop_assert_eq!(rebuilt, space);
+            check_against_model(blocks, ops)?;
         }
+
+        /// The same in groups large enough for the word summary to span several words,
+        /// with extents long enough to cross many words.
+        #[test]
+        fn summary_matches_model_in_large_groups(
+            blocks in 4000u32..33000,
+            ops in proptest::collection::vec((any::<bool>(), 0u32..33000, 1u32..9000), 1..40),
+        ) {
+            check_against_model(blocks, ops)?;
+        }
+
 
         #[test]
         fn searches_return_free_space(used in proptest::collection::vec(0u32..2048, 0..1500), order in 0u8..8, min in 1u32..64) {

@@ -9,7 +9,8 @@
 //! `lg_mutex` across the whole allocation, and a migrated task waits on it.
 //!
 //! Like reservation windows, a packing window's blocks count as free for `statfs`. What is
-//! left of a window when it is replaced (too short for the next file) is freed at once.
+//! left of a window when it is replaced (too short for the next file) is freed at once, and
+//! the next window is asked for right there.
 
 use crossbeam_utils::CachePadded;
 
@@ -69,9 +70,10 @@ impl BlockAllocator {
             return self.allocate(plain);
         };
         if window.remaining < len {
-            // The next window continues where this one ends, so a slot's small files stay
-            // in order on disk.
-            let goal = (window.next != 0).then_some(window.next + u64::from(window.remaining));
+            // The next window starts where this one's unused tail did, so a slot's small
+            // files stay in order on disk with no gap.
+            let goal = (window.next != 0).then_some(window.next);
+            self.release_pack_window(&mut window, slot)?;
             let fresh = match self.allocate(AllocRequest {
                 goal,
                 len: PACK_WINDOW,
@@ -82,7 +84,6 @@ impl BlockAllocator {
                 // Too fragmented or too full for a window: just this file.
                 Err(_) => return self.allocate(plain),
             };
-            self.release_pack_window(&mut window, slot)?;
             self.window_stats().reserved.add(u64::from(fresh.len));
             *window = PackWindow {
                 next: fresh.start,
