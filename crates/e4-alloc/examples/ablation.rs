@@ -247,7 +247,7 @@ fn small_files(config: AllocatorConfig, threads: usize, duration: Duration) -> (
             for i in 0..1024u32 {
                 let len = 1 + (i * 7 + t as u32) % 4;
                 // Each file is its own stream (its inode number).
-                let file = (t as u64) << 32 | ops + u64::from(i);
+                let file = ((t as u64) << 32) | (ops + u64::from(i));
                 files.push(
                     alloc
                         .allocate_small_file(len, t, file)
