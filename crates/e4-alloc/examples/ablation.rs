@@ -17,6 +17,7 @@
 
 use std::time::{Duration, Instant};
 
+use e4_alloc::limit_counter::LimitCounterStats;
 use e4_alloc::stats::LockSnapshot;
 use e4_alloc::{
     AllocatorConfig, BlockAllocator, Extent, Geometry, GoalPolicy, GroupLocking, InodeAllocator,
@@ -115,6 +116,19 @@ struct Run {
     packing: LockSnapshot,
     /// The global lock and the shared stream-goal lock.
     shared: LockSnapshot,
+    /// Writes to shared atomics: free-space index bit moves, and the limit counter's
+    /// shared-pool operations (refills, direct takes, drains).
+    shared_atomics: u64,
+    /// Free-space index searches, and the bitset words they read.
+    index_searches: u64,
+    index_words: u64,
+    /// Inode groups looked at without their lock, and inode-bitmap words read.
+    inode_groups_examined: u64,
+    inode_bitmap_words: u64,
+}
+
+fn counter_writes(c: &LimitCounterStats) -> u64 {
+    c.refills.get() + c.pool_direct.get() + c.drains.get()
 }
 
 fn block_run(alloc: &BlockAllocator, ops: u64, secs: f64) -> Run {
@@ -125,12 +139,17 @@ fn block_run(alloc: &BlockAllocator, ops: u64, secs: f64) -> Run {
         s.global_lock.snapshot(),
         s.goal_lock.snapshot(),
     );
+    let index = alloc.index().stats();
     Run {
         ops,
         secs,
         group: g,
         packing: p,
         shared: add(gl, gg),
+        shared_atomics: index.updates.get() + counter_writes(alloc.counter_stats()),
+        index_searches: index.searches.get(),
+        index_words: index.words_read.get(),
+        ..Run::default()
     }
 }
 
@@ -329,8 +348,11 @@ fn creates(locking: GroupLocking, threads: usize, duration: Duration) -> Run {
         ops,
         secs,
         group: s.group_locks.snapshot(),
-        packing: LockSnapshot::default(),
         shared: s.global_lock.snapshot(),
+        shared_atomics: counter_writes(inodes.counter_stats()),
+        inode_groups_examined: s.groups_examined.get(),
+        inode_bitmap_words: s.words_scanned.get(),
+        ..Run::default()
     }
 }
 
@@ -353,6 +375,11 @@ fn repeat(n: usize, mut run: impl FnMut() -> Run) -> Summary {
         total.secs += r.secs;
         total.group = add(total.group, r.group);
         total.packing = add(total.packing, r.packing);
+        total.shared_atomics += r.shared_atomics;
+        total.index_searches += r.index_searches;
+        total.index_words += r.index_words;
+        total.inode_groups_examined += r.inode_groups_examined;
+        total.inode_bitmap_words += r.inode_bitmap_words;
         total.shared = add(total.shared, r.shared);
     }
     Summary {
@@ -370,7 +397,7 @@ fn per_op(n: u64, ops: u64) -> f64 {
 fn lock_columns(s: &Summary) -> String {
     let t = &s.total;
     format!(
-        "{:.0} ± {:.0} | {:.3} | {:.4} | {:.4} | {:.3} | {:.4}",
+        "{:.0} ± {:.0} | {:.3} | {:.4} | {:.4} | {:.3} | {:.4} | {:.4} | {:.4} | {:.3}",
         s.mean,
         s.sd,
         per_op(t.group.acquisitions, t.ops),
@@ -378,10 +405,17 @@ fn lock_columns(s: &Summary) -> String {
         per_op(t.group.try_skips, t.ops),
         per_op(t.shared.acquisitions, t.ops),
         per_op(t.shared.contended, t.ops),
+        per_op(t.shared_atomics, t.ops),
+        per_op(t.index_searches, t.ops),
+        per_op(t.index_words, t.ops),
     )
 }
 
-const LOCK_HEADER: &str = "ops/s (mean ± sd) | group locks/op | contended/op | try-skips/op | shared locks/op | shared contended/op";
+const LOCK_HEADER: &str = "ops/s (mean ± sd) | group locks/op | contended/op | try-skips/op | shared locks/op | shared contended/op | shared atomic writes/op | index searches/op | index words/op";
+/// The alignment row for LOCK_HEADER and `extra` more numeric columns.
+fn align_row(leading: usize, extra: usize) -> String {
+    format!("|{}{}", "---|".repeat(leading), "---:|".repeat(9 + extra))
+}
 
 fn main() {
     let mut args = std::env::args().skip(1);
@@ -395,7 +429,7 @@ fn main() {
 
     println!("## fallocate2 ({seconds} s per run, {repeats} runs per cell)\n");
     println!("| config | threads | {LOCK_HEADER} |");
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    println!("{}", align_row(1, 1));
     for (name, config) in &block_configs {
         for threads in THREADS {
             let s = repeat(repeats, || fallocate2(*config, threads, duration));
@@ -405,7 +439,7 @@ fn main() {
 
     println!("\n## append: 4 KiB appends, 64 MiB per thread ({repeats} runs per cell)\n");
     println!("| config | threads | {LOCK_HEADER} | extents per file | mean extent |");
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("{}", align_row(1, 3));
     for (name, config) in &block_configs {
         for threads in THREADS {
             let bytes = 64u64 << 20;
@@ -426,7 +460,7 @@ fn main() {
 
     println!("\n## append: 8 threads x 256 MiB, 4 KiB appends\n");
     println!("| config | {LOCK_HEADER} | extents per file | mean extent |");
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("{}", align_row(1, 2));
     for (name, config) in &block_configs {
         let bytes = 256u64 << 20;
         let mut extents = Vec::new();
@@ -445,7 +479,7 @@ fn main() {
 
     println!("\n## small files: 1 to 4 blocks, 1,024 per batch ({seconds} s per run, {repeats} runs per cell)\n");
     println!("| config | threads | {LOCK_HEADER} | packing locks/op | packing contended/op | runs per batch |");
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("{}", align_row(1, 4));
     for (name, config) in configs().into_iter().filter(|(name, _)| {
         [
             "global lock",
@@ -473,8 +507,10 @@ fn main() {
     }
 
     println!("\n## create: 1,024 files per directory, then removed ({seconds} s per run, {repeats} runs per cell)\n");
-    println!("| inode group locking | threads | {LOCK_HEADER} |");
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    println!(
+        "| inode group locking | threads | {LOCK_HEADER} | groups examined/op | bitmap words/op |"
+    );
+    println!("{}", align_row(1, 3));
     for (name, locking) in [
         ("global lock", GroupLocking::Global),
         ("blocking (ext4)", GroupLocking::Blocking),
@@ -482,7 +518,13 @@ fn main() {
     ] {
         for threads in THREADS {
             let s = repeat(repeats, || creates(locking, threads, duration));
-            println!("| {name} | {threads} | {} |", lock_columns(&s));
+            let t = &s.total;
+            println!(
+                "| {name} | {threads} | {} | {:.3} | {:.2} |",
+                lock_columns(&s),
+                per_op(t.inode_groups_examined, t.ops),
+                per_op(t.inode_bitmap_words, t.ops),
+            );
         }
     }
 }

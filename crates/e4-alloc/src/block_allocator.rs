@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use crate::block_group::{GroupExtent, GroupSpace, ORDERS};
 use crate::free_space_index::FreeSpaceIndex;
 use crate::instrumented_lock::InstrumentedMutex;
-use crate::limit_counter::LimitCounter;
+use crate::limit_counter::{LimitCounter, LimitCounterStats};
 use crate::small_file_packing::PackingWindows;
 use crate::stats::{Counter, LockStats};
 
@@ -268,6 +268,11 @@ impl BlockAllocator {
 
     pub fn index(&self) -> &FreeSpaceIndex {
         &self.index
+    }
+
+    /// The free-block counter's statistics (its shared-pool operations among them).
+    pub fn counter_stats(&self) -> &LimitCounterStats {
+        self.free_blocks.stats()
     }
 
     /// Free blocks not promised to anyone (exact when quiescent).

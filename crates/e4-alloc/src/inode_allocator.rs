@@ -19,7 +19,7 @@ use crossbeam_utils::CachePadded;
 use crate::block_allocator::{BlockAllocator, GroupLocking};
 use crate::inode_group::{InodeGroup, InodeGroupSnapshot, LockedInodeGroup};
 use crate::instrumented_lock::InstrumentedMutex;
-use crate::limit_counter::LimitCounter;
+use crate::limit_counter::{LimitCounter, LimitCounterStats};
 use crate::stats::{Counter, LockStats};
 
 /// How inodes are laid out in groups.
@@ -195,6 +195,11 @@ impl InodeAllocator {
 
     pub fn stats(&self) -> &InodeAllocatorStats {
         &self.stats
+    }
+
+    /// The free-inode counter's statistics (its shared-pool operations among them).
+    pub fn counter_stats(&self) -> &LimitCounterStats {
+        self.free_inodes.stats()
     }
 
     /// Free inodes not promised to anyone (exact when quiescent).
