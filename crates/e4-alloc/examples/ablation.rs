@@ -1,6 +1,8 @@
 //! Ablation benchmark of e4-alloc (a benchmark, not a test).
 //!
-//! `cargo run --release -p e4-alloc --example ablation -- [seconds per cell] [repeats]`
+//! `cargo run --release -p e4-alloc --example ablation -- [seconds per run] [repeats] [workloads]`
+//!
+//! `workloads` is a comma-separated subset of `fallocate2,append,small,create` (default: all).
 //!
 //! Workloads, each thread on its own file or directory, at 1 to 64 threads:
 //! - fallocate2: allocate 8 KiB at a time up to 1 MiB, free everything, repeat (timed).
@@ -122,6 +124,8 @@ struct Run {
     /// Free-space index searches, and the bitset words they read.
     index_searches: u64,
     index_words: u64,
+    /// Inode group locks taken to free inodes.
+    inode_free_locks: LockSnapshot,
     /// Inode groups looked at without their lock, and inode-bitmap words read.
     inode_groups_examined: u64,
     inode_bitmap_words: u64,
@@ -350,6 +354,7 @@ fn creates(locking: GroupLocking, threads: usize, duration: Duration) -> Run {
         group: s.group_locks.snapshot(),
         shared: s.global_lock.snapshot(),
         shared_atomics: counter_writes(inodes.counter_stats()),
+        inode_free_locks: s.free_locks.snapshot(),
         inode_groups_examined: s.groups_examined.get(),
         inode_bitmap_words: s.words_scanned.get(),
         ..Run::default()
@@ -378,6 +383,7 @@ fn repeat(n: usize, mut run: impl FnMut() -> Run) -> Summary {
         total.shared_atomics += r.shared_atomics;
         total.index_searches += r.index_searches;
         total.index_words += r.index_words;
+        total.inode_free_locks = add(total.inode_free_locks, r.inode_free_locks);
         total.inode_groups_examined += r.inode_groups_examined;
         total.inode_bitmap_words += r.inode_bitmap_words;
         total.shared = add(total.shared, r.shared);
@@ -421,110 +427,123 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let seconds: f64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(1.0);
     let repeats: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(3).max(1);
+    // Optionally only some workloads: a comma-separated list of section names.
+    let only: Option<String> = args.next();
+    let wanted = |section: &str| {
+        only.as_ref()
+            .is_none_or(|o| o.split(',').any(|s| s == section))
+    };
     let duration = Duration::from_secs_f64(seconds);
     let block_configs: Vec<_> = configs()
         .into_iter()
         .filter(|(name, _)| *name != "e4 - small-file packing")
         .collect();
 
-    println!("## fallocate2 ({seconds} s per run, {repeats} runs per cell)\n");
-    println!("| config | threads | {LOCK_HEADER} |");
-    println!("{}", align_row(1, 1));
-    for (name, config) in &block_configs {
-        for threads in THREADS {
-            let s = repeat(repeats, || fallocate2(*config, threads, duration));
-            println!("| {name} | {threads} | {} |", lock_columns(&s));
+    if wanted("fallocate2") {
+        println!("## fallocate2 ({seconds} s per run, {repeats} runs per cell)\n");
+        println!("| config | threads | {LOCK_HEADER} |");
+        println!("{}", align_row(1, 1));
+        for (name, config) in &block_configs {
+            for threads in THREADS {
+                let s = repeat(repeats, || fallocate2(*config, threads, duration));
+                println!("| {name} | {threads} | {} |", lock_columns(&s));
+            }
         }
     }
+    if wanted("append") {
+        println!("\n## append: 4 KiB appends, 64 MiB per thread ({repeats} runs per cell)\n");
+        println!("| config | threads | {LOCK_HEADER} | extents per file | mean extent |");
+        println!("{}", align_row(1, 3));
+        for (name, config) in &block_configs {
+            for threads in THREADS {
+                let bytes = 64u64 << 20;
+                let mut extents = Vec::new();
+                let s = repeat(repeats, || {
+                    let (run, e) = append(*config, threads, bytes);
+                    extents.extend(e);
+                    run
+                });
+                let mean_extents = extents.iter().sum::<usize>() as f64 / extents.len() as f64;
+                println!(
+                    "| {name} | {threads} | {} | {mean_extents:.1} | {:.2} MiB |",
+                    lock_columns(&s),
+                    bytes as f64 / mean_extents / (1 << 20) as f64
+                );
+            }
+        }
 
-    println!("\n## append: 4 KiB appends, 64 MiB per thread ({repeats} runs per cell)\n");
-    println!("| config | threads | {LOCK_HEADER} | extents per file | mean extent |");
-    println!("{}", align_row(1, 3));
-    for (name, config) in &block_configs {
-        for threads in THREADS {
-            let bytes = 64u64 << 20;
+        println!("\n## append: 8 threads x 256 MiB, 4 KiB appends\n");
+        println!("| config | {LOCK_HEADER} | extents per file | mean extent |");
+        println!("{}", align_row(1, 2));
+        for (name, config) in &block_configs {
+            let bytes = 256u64 << 20;
             let mut extents = Vec::new();
-            let s = repeat(repeats, || {
-                let (run, e) = append(*config, threads, bytes);
-                extents.extend(e);
+            let s = repeat(1, || {
+                let (run, e) = append(*config, 8, bytes);
+                extents = e;
                 run
             });
             let mean_extents = extents.iter().sum::<usize>() as f64 / extents.len() as f64;
             println!(
-                "| {name} | {threads} | {} | {mean_extents:.1} | {:.2} MiB |",
+                "| {name} | {} | {mean_extents:.1} | {:.2} MiB |",
                 lock_columns(&s),
                 bytes as f64 / mean_extents / (1 << 20) as f64
             );
         }
     }
-
-    println!("\n## append: 8 threads x 256 MiB, 4 KiB appends\n");
-    println!("| config | {LOCK_HEADER} | extents per file | mean extent |");
-    println!("{}", align_row(1, 2));
-    for (name, config) in &block_configs {
-        let bytes = 256u64 << 20;
-        let mut extents = Vec::new();
-        let s = repeat(1, || {
-            let (run, e) = append(*config, 8, bytes);
-            extents = e;
-            run
-        });
-        let mean_extents = extents.iter().sum::<usize>() as f64 / extents.len() as f64;
-        println!(
-            "| {name} | {} | {mean_extents:.1} | {:.2} MiB |",
-            lock_columns(&s),
-            bytes as f64 / mean_extents / (1 << 20) as f64
-        );
-    }
-
-    println!("\n## small files: 1 to 4 blocks, 1,024 per batch ({seconds} s per run, {repeats} runs per cell)\n");
-    println!("| config | threads | {LOCK_HEADER} | packing locks/op | packing contended/op | runs per batch |");
-    println!("{}", align_row(1, 4));
-    for (name, config) in configs().into_iter().filter(|(name, _)| {
-        [
-            "global lock",
-            "ext4 < 6.17",
-            "e4",
-            "e4 - small-file packing",
-        ]
-        .contains(name)
-    }) {
-        for threads in THREADS {
-            let mut runs = 0.0;
-            let s = repeat(repeats, || {
-                let (run, r) = small_files(config, threads, duration);
-                runs += r / repeats as f64;
-                run
-            });
-            let p = s.total.packing;
-            println!(
-                "| {name} | {threads} | {} | {:.3} | {:.4} | {runs:.1} |",
-                lock_columns(&s),
-                per_op(p.acquisitions, s.total.ops),
-                per_op(p.contended, s.total.ops),
-            );
+    if wanted("small") {
+        println!("\n## small files: 1 to 4 blocks, 1,024 per batch ({seconds} s per run, {repeats} runs per cell)\n");
+        println!("| config | threads | {LOCK_HEADER} | packing locks/op | packing contended/op | runs per batch |");
+        println!("{}", align_row(1, 4));
+        for (name, config) in configs().into_iter().filter(|(name, _)| {
+            [
+                "global lock",
+                "ext4 < 6.17",
+                "e4",
+                "e4 - small-file packing",
+            ]
+            .contains(name)
+        }) {
+            for threads in THREADS {
+                let mut runs = 0.0;
+                let s = repeat(repeats, || {
+                    let (run, r) = small_files(config, threads, duration);
+                    runs += r / repeats as f64;
+                    run
+                });
+                let p = s.total.packing;
+                println!(
+                    "| {name} | {threads} | {} | {:.3} | {:.4} | {runs:.1} |",
+                    lock_columns(&s),
+                    per_op(p.acquisitions, s.total.ops),
+                    per_op(p.contended, s.total.ops),
+                );
+            }
         }
     }
-
-    println!("\n## create: 1,024 files per directory, then removed ({seconds} s per run, {repeats} runs per cell)\n");
-    println!(
+    if wanted("create") {
+        println!("\n## create: 1,024 files per directory, then removed ({seconds} s per run, {repeats} runs per cell)\n");
+        println!(
         "| inode group locking | threads | {LOCK_HEADER} | groups examined/op | bitmap words/op |"
     );
-    println!("{}", align_row(1, 3));
-    for (name, locking) in [
-        ("global lock", GroupLocking::Global),
-        ("blocking (ext4)", GroupLocking::Blocking),
-        ("try-lock skip (e4)", GroupLocking::TrySkip),
-    ] {
-        for threads in THREADS {
-            let s = repeat(repeats, || creates(locking, threads, duration));
-            let t = &s.total;
-            println!(
-                "| {name} | {threads} | {} | {:.3} | {:.2} |",
-                lock_columns(&s),
-                per_op(t.inode_groups_examined, t.ops),
-                per_op(t.inode_bitmap_words, t.ops),
-            );
+        println!("{}", align_row(1, 3));
+        for (name, locking) in [
+            ("global lock", GroupLocking::Global),
+            ("blocking (ext4)", GroupLocking::Blocking),
+            ("try-lock skip (e4)", GroupLocking::TrySkip),
+        ] {
+            for threads in THREADS {
+                let s = repeat(repeats, || creates(locking, threads, duration));
+                let t = &s.total;
+                println!(
+                    "| {name} | {threads} | {} | {:.3} | {:.4} | {:.3} | {:.2} |",
+                    lock_columns(&s),
+                    per_op(t.inode_free_locks.acquisitions, t.ops),
+                    per_op(t.inode_free_locks.contended, t.ops),
+                    per_op(t.inode_groups_examined, t.ops),
+                    per_op(t.inode_bitmap_words, t.ops),
+                );
+            }
         }
     }
 }

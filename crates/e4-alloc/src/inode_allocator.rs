@@ -117,7 +117,10 @@ impl std::error::Error for InodeError {}
 /// Counters for reports.
 #[derive(Default)]
 pub struct InodeAllocatorStats {
+    /// Group locks taken to claim an inode (and to read a group for persisting).
     pub group_locks: LockStats,
+    /// Group locks taken to free an inode.
+    pub free_locks: LockStats,
     pub global_lock: LockStats,
     pub allocations: Counter,
     pub frees: Counter,
@@ -149,7 +152,7 @@ pub struct InodeAllocator {
 impl InodeAllocator {
     /// An allocator over groups built from their on-disk inode bitmaps (`bitmap(group)`) and
     /// used-directory counts (`used_dirs(group)`). Inodes below `first_inode` are never
-    /// handed out, whatever group 0's bitmap says. `locking` is [`GroupLocking::TrySkip`] in
+    /// handed out, whatever the bitmaps say. `locking` is [`GroupLocking::TrySkip`] in
     /// e4; the others exist for comparison.
     pub fn new(
         geometry: InodeGeometry,
@@ -158,9 +161,17 @@ impl InodeAllocator {
         bitmap: impl Fn(u32) -> Vec<u8>,
         used_dirs: impl Fn(u32) -> u32,
     ) -> Self {
+        let geometry = InodeGeometry {
+            groups_per_flex: geometry.groups_per_flex.max(1),
+            ..geometry
+        };
         let groups: Box<[_]> = (0..geometry.groups)
             .map(|g| {
-                let reserved = if g == 0 { geometry.first_inode - 1 } else { 0 };
+                // Inodes below the first non-reserved one, wherever they are.
+                let reserved = u64::from(geometry.first_inode.saturating_sub(1))
+                    .saturating_sub(u64::from(g) * u64::from(geometry.inodes_per_group))
+                    .min(u64::from(geometry.inodes_per_group))
+                    as u32;
                 CachePadded::new(InodeGroup::from_bitmap(
                     &bitmap(g),
                     geometry.inodes_per_group,
@@ -254,14 +265,12 @@ impl InodeAllocator {
         let _global = (self.locking == GroupLocking::Global)
             .then(|| self.global.lock(&self.stats.global_lock));
         let bad = InodeError::BadFree(ino);
-        if ino < self.geometry.first_inode
-            || ino > self.geometry.groups * self.geometry.inodes_per_group
-        {
+        if ino < self.geometry.first_inode || ino > self.last_inode() {
             return Err(bad);
         }
         let (g, index) = self.geometry.group_of(ino);
         self.groups[g as usize]
-            .lock(&self.stats.group_locks)
+            .lock(&self.stats.free_locks)
             .release(index, directory)
             .map_err(|_| bad)?;
         self.free_inodes.release(slot, 1);
@@ -272,9 +281,17 @@ impl InodeAllocator {
         Ok(())
     }
 
+    /// The highest inode number (inode numbers are 32 bits on disk).
+    fn last_inode(&self) -> u32 {
+        self.geometry
+            .groups
+            .saturating_mul(self.geometry.inodes_per_group)
+    }
+
     fn parent_group(&self, parent: u32) -> u32 {
-        let parent = parent.clamp(1, self.geometry.groups * self.geometry.inodes_per_group);
-        self.geometry.group_of(parent).0
+        self.geometry
+            .group_of(parent.clamp(1, self.last_inode().max(1)))
+            .0
     }
 
     /// One scan over every group from `start`: try-locks on the first pass (groups that look

@@ -113,6 +113,9 @@ impl InodeGroup {
     /// The first clear bit at or after `from`, wrapping around to the start.
     fn find_free(&self, from: u32, words: &mut u64) -> Option<u32> {
         let n = self.words.len() as u32;
+        if n == 0 {
+            return None;
+        }
         let from = from.min(self.inodes.saturating_sub(1));
         let first_word = from / BITS;
         for step in 0..=n {

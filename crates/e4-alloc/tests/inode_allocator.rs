@@ -417,3 +417,31 @@ fn enospc_race_hands_out_exactly_what_is_free() {
         assert_eq!(alloc.free_inodes(), 0);
     }
 }
+
+/// Degenerate geometries (as a corrupt superblock could describe) give "no space", not a
+/// panic.
+#[test]
+fn degenerate_geometries_are_not_a_panic() {
+    for (groups, inodes_per_group, groups_per_flex, first_inode) in
+        [(0, 64, 4, 11), (3, 0, 0, 11), (2, 8, 1, 0), (2, 8, 1, 1000)]
+    {
+        let geo = InodeGeometry {
+            groups,
+            inodes_per_group,
+            groups_per_flex,
+            first_inode,
+        };
+        let alloc = InodeAllocator::empty(geo, GroupLocking::TrySkip, 2);
+        let blocks = blocks_for(&InodeGeometry {
+            groups: groups.max(1),
+            ..geo
+        });
+        let result = alloc.allocate(&request(ROOT, InodeKind::Directory, 0), &blocks);
+        if groups * inodes_per_group == 0 || first_inode > groups * inodes_per_group {
+            assert_eq!(result, Err(InodeError::NoSpace), "{geo:?}");
+        } else {
+            assert!(result.is_ok(), "{geo:?}");
+        }
+        assert_eq!(alloc.free(5, false, 0), Err(InodeError::BadFree(5)));
+    }
+}
