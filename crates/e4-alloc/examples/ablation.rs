@@ -524,9 +524,9 @@ fn main() {
     if wanted("create") {
         println!("\n## create: 1,024 files per directory, then removed ({seconds} s per run, {repeats} runs per cell)\n");
         println!(
-        "| inode group locking | threads | {LOCK_HEADER} | groups examined/op | bitmap words/op |"
+        "| inode group locking | threads | {LOCK_HEADER} | free locks/op | free contended/op | groups examined/op | bitmap words/op |"
     );
-        println!("{}", align_row(1, 3));
+        println!("{}", align_row(1, 5));
         for (name, locking) in [
             ("global lock", GroupLocking::Global),
             ("blocking (ext4)", GroupLocking::Blocking),
