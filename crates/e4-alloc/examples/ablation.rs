@@ -395,6 +395,22 @@ fn repeat(n: usize, mut run: impl FnMut() -> Run) -> Summary {
     }
 }
 
+/// The append pattern's table cells: lock columns, extents per file, mean extent size.
+fn append_cell(config: AllocatorConfig, threads: usize, bytes: u64, repeats: usize) -> String {
+    let mut extents = Vec::new();
+    let s = repeat(repeats, || {
+        let (run, e) = append(config, threads, bytes);
+        extents.extend(e);
+        run
+    });
+    let mean_extents = extents.iter().sum::<usize>() as f64 / extents.len() as f64;
+    format!(
+        "{} | {mean_extents:.1} | {:.2} MiB",
+        lock_columns(&s),
+        bytes as f64 / mean_extents / (1 << 20) as f64
+    )
+}
+
 fn per_op(n: u64, ops: u64) -> f64 {
     n as f64 / ops.max(1) as f64
 }
@@ -456,19 +472,8 @@ fn main() {
         println!("{}", align_row(1, 3));
         for (name, config) in &block_configs {
             for threads in THREADS {
-                let bytes = 64u64 << 20;
-                let mut extents = Vec::new();
-                let s = repeat(repeats, || {
-                    let (run, e) = append(*config, threads, bytes);
-                    extents.extend(e);
-                    run
-                });
-                let mean_extents = extents.iter().sum::<usize>() as f64 / extents.len() as f64;
-                println!(
-                    "| {name} | {threads} | {} | {mean_extents:.1} | {:.2} MiB |",
-                    lock_columns(&s),
-                    bytes as f64 / mean_extents / (1 << 20) as f64
-                );
+                let cell = append_cell(*config, threads, 64 << 20, repeats);
+                println!("| {name} | {threads} | {cell} |");
             }
         }
 
@@ -476,19 +481,7 @@ fn main() {
         println!("| config | {LOCK_HEADER} | extents per file | mean extent |");
         println!("{}", align_row(1, 2));
         for (name, config) in &block_configs {
-            let bytes = 256u64 << 20;
-            let mut extents = Vec::new();
-            let s = repeat(1, || {
-                let (run, e) = append(*config, 8, bytes);
-                extents = e;
-                run
-            });
-            let mean_extents = extents.iter().sum::<usize>() as f64 / extents.len() as f64;
-            println!(
-                "| {name} | {} | {mean_extents:.1} | {:.2} MiB |",
-                lock_columns(&s),
-                bytes as f64 / mean_extents / (1 << 20) as f64
-            );
+            println!("| {name} | {} |", append_cell(*config, 8, 256 << 20, 1));
         }
     }
     if wanted("small") {

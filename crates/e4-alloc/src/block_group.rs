@@ -67,25 +67,31 @@ fn decompose(buddy: &mut [u32; ORDERS], mut start: u32, end: u32, add: bool) {
     }
 }
 
+/// An on-disk bitmap (bit set = in use) of `bits` bits as 64-bit words: missing bytes read
+/// as in use, and so do the bits past `bits` in the last word, so a search never finds them.
+pub(crate) fn words_from_bitmap(bitmap: &[u8], bits: u32) -> Vec<u64> {
+    let mut words = vec![!0u64; bits.div_ceil(BITS) as usize];
+    for (i, word) in words.iter_mut().enumerate() {
+        let mut bytes = [0xFFu8; 8];
+        for (j, b) in bytes.iter_mut().enumerate() {
+            if let Some(&v) = bitmap.get(8 * i + j) {
+                *b = v;
+            }
+        }
+        *word = u64::from_le_bytes(bytes);
+    }
+    if bits % BITS != 0 {
+        let last = words.len() - 1;
+        words[last] |= !0u64 << (bits % BITS);
+    }
+    words
+}
+
 impl GroupSpace {
     /// Builds the state from an on-disk block bitmap (bit set = in use) covering `blocks`
     /// blocks; bytes past the group are ignored.
     pub fn from_bitmap(bitmap: &[u8], blocks: u32) -> Self {
-        let mut words = vec![!0u64; blocks.div_ceil(BITS) as usize];
-        for (i, word) in words.iter_mut().enumerate() {
-            let mut bytes = [0xFFu8; 8];
-            for (j, b) in bytes.iter_mut().enumerate() {
-                if let Some(&v) = bitmap.get(8 * i + j) {
-                    *b = v;
-                }
-            }
-            *word = u64::from_le_bytes(bytes);
-        }
-        // Blocks past the end of the group are never free.
-        if blocks % BITS != 0 {
-            let last = words.len() - 1;
-            words[last] |= !0u64 << (blocks % BITS);
-        }
+        let words = words_from_bitmap(bitmap, blocks);
         let summary_len = words.len().div_ceil(BITS as usize);
         let mut space = GroupSpace {
             words,

@@ -7,6 +7,7 @@
 //! bitmap, so one search either takes a free bit or proves the group full. There is no
 //! test-and-set outside the lock to lose and retry (the livelock ext4 had before 4.14).
 
+use crate::block_group::words_from_bitmap;
 use crate::instrumented_lock::InstrumentedMutex;
 use crate::stats::{Counter, LockStats};
 use crate::sync::{AtomicU32, AtomicU64, MutexGuard, Ordering};
@@ -51,17 +52,8 @@ impl InodeGroup {
     /// missing bytes taken as in use), with `reserved` leading inodes forced in use (group
     /// 0's reserved inodes, which are never handed out even if a bitmap says they are free).
     pub(crate) fn from_bitmap(bitmap: &[u8], inodes: u32, reserved: u32, used_dirs: u32) -> Self {
-        let mut words = vec![0u64; inodes.div_ceil(BITS) as usize];
-        for (i, word) in words.iter_mut().enumerate() {
-            let mut bytes = [0xFFu8; 8];
-            for (j, b) in bytes.iter_mut().enumerate() {
-                if let Some(&v) = bitmap.get(8 * i + j) {
-                    *b = v;
-                }
-            }
-            *word = u64::from_le_bytes(bytes);
-        }
-        for index in (0..reserved.min(inodes)).chain(inodes..words.len() as u32 * BITS) {
+        let mut words = words_from_bitmap(bitmap, inodes);
+        for index in 0..reserved.min(inodes) {
             words[(index / BITS) as usize] |= 1 << (index % BITS);
         }
         let used: u32 = words.iter().map(|w| w.count_ones()).sum();
