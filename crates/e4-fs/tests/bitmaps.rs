@@ -19,41 +19,29 @@ fn bitmap_checksums_from_mke2fs() {
         let block = |nr: u64| &bytes[nr as usize * bs..(nr as usize + 1) * bs];
         let mut checked = 0;
         for (g, desc) in fs.group_descriptors().iter().enumerate() {
-            let size = sb.desc_size() as usize;
-            if desc.flags & BG_BLOCK_UNINIT == 0 {
-                let bits = sb.clusters_per_group;
+            let verify = |kind, bitmap: &[u8], bits| {
                 desc.verify_bitmap(
-                    BitmapKind::Block,
-                    block(desc.block_bitmap()),
+                    kind,
+                    bitmap,
                     bits,
                     sb.csum_seed(),
-                    size,
+                    sb.desc_size() as usize,
                     g as u32,
                 )
-                .unwrap();
-                let mut damaged = block(desc.block_bitmap()).to_vec();
+            };
+            if desc.flags & BG_BLOCK_UNINIT == 0 {
+                let bitmap = block(desc.block_bitmap());
+                verify(BitmapKind::Block, bitmap, sb.clusters_per_group).unwrap();
+                let mut damaged = bitmap.to_vec();
                 damaged[0] ^= 0x80;
-                assert!(desc
-                    .verify_bitmap(
-                        BitmapKind::Block,
-                        &damaged,
-                        bits,
-                        sb.csum_seed(),
-                        size,
-                        g as u32
-                    )
-                    .is_err());
+                assert!(verify(BitmapKind::Block, &damaged, sb.clusters_per_group).is_err());
                 checked += 1;
             }
             if desc.flags & BG_INODE_UNINIT == 0 {
-                let bits = sb.inodes_per_group;
-                desc.verify_bitmap(
+                verify(
                     BitmapKind::Inode,
                     block(desc.inode_bitmap()),
-                    bits,
-                    sb.csum_seed(),
-                    size,
-                    g as u32,
+                    sb.inodes_per_group,
                 )
                 .unwrap();
                 checked += 1;
