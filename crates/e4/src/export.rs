@@ -1,99 +1,451 @@
 //! `e4 export`: extract the whole tree with contents, modes, owners, times, symlinks, hard
 //! links, device nodes and xattrs, in parallel.
 //!
-//! Three phases, each parallel within itself:
-//! 1. walk the tree (directories fan out over the thread pool) and create the directories;
-//! 2. create every other inode once, at its first path (hard links are linked afterwards),
-//!    and set its owner, mode, xattrs and times;
-//! 3. set directory metadata deepest first, so creating children does not disturb a
-//!    parent's times.
+//! The walk streams: each directory is read, its entries are exported in parallel (rayon), and
+//! its own metadata is applied once its children are done, so creating children never
+//! disturbs a parent's times. Every host call is relative to an open directory descriptor
+//! (`openat`, `mkdirat`, `symlinkat`, ...), so paths of any length export.
+//!
+//! Memory does not grow with the tree: what is held is the entry list of each directory being
+//! exported (at most one per level per thread), one copy buffer per thread (up to
+//! [`CHUNK`] bytes), one bit per inode of the image for cycle detection, and one record per
+//! inode with several links (hard links whose second name is met before the first is done
+//! are linked at the end, then their directories' times are set again).
+//!
+//! A host-side failure (a name or xattr the host refuses, no space) is reported as one line
+//! naming the path, and the export goes on; the command fails at the end if anything did.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::OsStr;
+use std::fmt::Display;
 use std::fs::{self, File};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileExt, PermissionsExt};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
-use e4_fs::{FileType, Filesystem, Mapping, Metadata};
-use filetime::FileTime;
-use nix::sys::stat::{makedev, mknod, Mode, SFlag};
+use e4_fs::{DirEntry, FileType, Filesystem, Inode, Mapping, Metadata, Timestamp};
 use rayon::prelude::*;
+use rustix::fs::{self as host, AtFlags, Mode, OFlags, Timespec, Timestamps, XattrFlags};
 
-/// Bytes read per call while copying a file.
+use crate::output::CliError;
+
+/// Bytes read per call while copying a file: large enough that a contiguous file is one
+/// device read per MiB, small enough that a buffer per thread is cheap.
 const CHUNK: usize = 1 << 20;
 
-/// One path in the image.
-struct Node {
-    /// Path relative to the export root.
-    path: PathBuf,
-    meta: Metadata,
+thread_local! {
+    /// The copy buffer of this worker thread. It grows to the largest chunk a file needed and
+    /// is reused, so a small file costs no allocation and no zeroing.
+    static COPY_BUFFER: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
-pub fn run(fs: &Filesystem, dest: &Path) -> Result<(), String> {
+pub fn run(fs: &Filesystem, dest: &Path, threads: Option<usize>) -> Result<(), CliError> {
     if dest.exists() {
         let mut entries = fs::read_dir(dest).map_err(|e| format!("{}: {e}", dest.display()))?;
         if entries.next().is_some() {
-            return Err(format!("{}: destination is not empty", dest.display()));
+            return Err(format!("{}: destination is not empty", dest.display()).into());
         }
     } else {
         fs::create_dir_all(dest).map_err(|e| format!("{}: {e}", dest.display()))?;
     }
-    let root = fs
-        .metadata(e4_format::inode::ROOT_INO)
-        .map_err(|e| e.to_string())?;
-    let visited = InodeSet::new(fs.superblock().inodes_count);
-    let mut nodes = walk(fs, PathBuf::new(), root.ino, &visited)?;
-    nodes.sort_by(|a, b| a.path.cmp(&b.path));
-    let set_owner = nix::unistd::geteuid().is_root();
+    let root_fd = host::open(dest, OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
+        .map_err(|e| format!("{}: {e}", dest.display()))?;
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads.unwrap_or(0))
+        .build()
+        .map_err(|e| format!("cannot start worker threads: {e}"))?;
+    let export = Export {
+        fs,
+        set_owner: rustix::process::geteuid().is_root(),
+        visited: InodeSet::new(fs.superblock().inodes_count),
+        first_names: Mutex::new(HashMap::new()),
+        late_links: Mutex::new(Vec::new()),
+        failures: AtomicU64::new(0),
+    };
+    let root_ino = e4_format::inode::ROOT_INO;
+    pool.install(|| match fs.metadata(root_ino) {
+        Ok(root) => {
+            export.visited.insert(root_ino);
+            export.directory_contents(&root_fd, Path::new(""), &root);
+            export.finish_late_links(&root_fd);
+            export.apply_metadata(Target::Fd(&root_fd), Path::new("/"), &root);
+        }
+        Err(e) => export.fail("/", e),
+    });
+    match export.failures.load(Ordering::Relaxed) {
+        0 => Ok(()),
+        n => Err(format!(
+            "{n} path{} could not be exported (each is named above)",
+            if n == 1 { "" } else { "s" }
+        )
+        .into()),
+    }
+}
 
-    // Phase 1: directories.
-    for node in nodes
-        .iter()
-        .filter(|n| n.meta.file_type == FileType::Directory)
-    {
-        let path = dest.join(&node.path);
-        fs::create_dir_all(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+/// State shared by the workers of one export.
+struct Export<'a> {
+    fs: &'a Filesystem,
+    /// Owners can only be set by root; others keep their own.
+    set_owner: bool,
+    /// Directories already entered, to refuse a directory cycle in a damaged image.
+    visited: InodeSet,
+    /// For each inode with several links: the path it was first created at.
+    first_names: Mutex<HashMap<u32, PathBuf>>,
+    /// Hard links to make once every file exists.
+    late_links: Mutex<Vec<LateLink>>,
+    failures: AtomicU64,
+}
+
+/// A second name of an inode, linked after the walk.
+struct LateLink {
+    first: PathBuf,
+    link: PathBuf,
+    /// The directory the link goes in (its times are set again afterwards).
+    parent: PathBuf,
+    parent_times: (Timestamp, Timestamp),
+}
+
+/// What a metadata call applies to: an open descriptor, or a name in a directory.
+#[derive(Clone, Copy)]
+enum Target<'f> {
+    Fd(&'f OwnedFd),
+    At(&'f OwnedFd, &'f OsStr),
+}
+
+impl Export<'_> {
+    /// Reports one failure (one line on stderr) and counts it.
+    fn fail(&self, path: impl AsRef<Path>, what: impl Display) {
+        self.failures.fetch_add(1, Ordering::Relaxed);
+        eprintln!("e4: {}: {what}", shown(path.as_ref()));
     }
 
-    // Phase 2: everything else, each inode once; then hard links.
-    let mut first_path: HashMap<u32, &Node> = HashMap::new();
-    let mut links: Vec<(&Node, &Node)> = Vec::new();
-    for node in nodes
-        .iter()
-        .filter(|n| n.meta.file_type != FileType::Directory)
-    {
-        match first_path.get(&node.meta.ino) {
-            Some(primary) => links.push((node, primary)),
-            None => {
-                first_path.insert(node.meta.ino, node);
+    /// Exports every entry of the directory `dir_fd` (at `rel` in the image).
+    fn directory_contents(&self, dir_fd: &OwnedFd, rel: &Path, meta: &Metadata) {
+        let entries = match self
+            .fs
+            .read_inode(meta.ino)
+            .and_then(|inode| self.fs.read_dir(&inode))
+        {
+            Ok(entries) => entries,
+            Err(e) => return self.fail(rel, e),
+        };
+        entries
+            .par_iter()
+            .for_each(|entry| self.entry(dir_fd, rel, meta, entry));
+    }
+
+    fn entry(&self, dir_fd: &OwnedFd, rel: &Path, parent: &Metadata, entry: &DirEntry) {
+        let name = OsStr::from_bytes(&entry.name);
+        let path = rel.join(name);
+        if let Some(problem) = bad_name(&entry.name) {
+            return self.fail(rel, format!("entry {:?} skipped: {problem}", name));
+        }
+        let meta = match self.fs.metadata(entry.ino) {
+            Ok(meta) => meta,
+            Err(e) => return self.fail(&path, e),
+        };
+        let result = match meta.file_type {
+            FileType::Directory => self.directory(dir_fd, name, &path, &meta),
+            _ if meta.nlink > 1 => self.linked(dir_fd, name, &path, rel, parent, &meta),
+            _ => self.non_directory(dir_fd, name, &path, &meta),
+        };
+        if let Err(e) = result {
+            self.fail(&path, e);
+        }
+    }
+
+    fn directory(
+        &self,
+        parent_fd: &OwnedFd,
+        name: &OsStr,
+        path: &Path,
+        meta: &Metadata,
+    ) -> Result<(), String> {
+        if !self.visited.insert(meta.ino) {
+            return Err(format!(
+                "directory inode {} appears twice (a directory cycle); skipped",
+                meta.ino
+            ));
+        }
+        // Owner-only until its children are in; its own mode is applied afterwards.
+        host::mkdirat(parent_fd, name, Mode::RWXU).map_err(|e| e.to_string())?;
+        let dir_fd = host::openat(
+            parent_fd,
+            name,
+            OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| e.to_string())?;
+        self.directory_contents(&dir_fd, path, meta);
+        self.apply_metadata(Target::Fd(&dir_fd), path, meta);
+        Ok(())
+    }
+
+    /// An inode with several names: the first name met creates it; a later name links to it
+    /// at once if that is safe, or at the end.
+    fn linked(
+        &self,
+        dir_fd: &OwnedFd,
+        name: &OsStr,
+        path: &Path,
+        rel: &Path,
+        parent: &Metadata,
+        meta: &Metadata,
+    ) -> Result<(), String> {
+        {
+            let mut first_names = self.first_names.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(first) = first_names.get(&meta.ino) {
+                let link = LateLink {
+                    first: first.clone(),
+                    link: path.to_path_buf(),
+                    parent: rel.to_path_buf(),
+                    parent_times: (parent.atime, parent.mtime),
+                };
+                drop(first_names);
+                self.late_links
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(link);
+                return Ok(());
+            }
+            first_names.insert(meta.ino, path.to_path_buf());
+        }
+        self.non_directory(dir_fd, name, path, meta)
+    }
+
+    /// Links every second name, then sets the times of the directories that got one again.
+    fn finish_late_links(&self, root_fd: &OwnedFd) {
+        let links = std::mem::take(&mut *self.late_links.lock().unwrap_or_else(|p| p.into_inner()));
+        for link in &links {
+            if let Err(e) = host::linkat(root_fd, &link.first, root_fd, &link.link, AtFlags::empty())
+            {
+                self.fail(&link.link, format!("cannot link to {}: {e}", shown(&link.first)));
+            }
+        }
+        for link in &links {
+            let (atime, mtime) = link.parent_times;
+            let target = if link.parent.as_os_str().is_empty() {
+                Target::Fd(root_fd)
+            } else {
+                Target::At(root_fd, link.parent.as_os_str())
+            };
+            if let Err(e) = set_times(target, atime, mtime) {
+                self.fail(&link.parent, e);
             }
         }
     }
-    let primaries: Vec<&Node> = first_path.into_values().collect();
-    primaries.par_iter().try_for_each(|node| {
-        create(fs, dest, node).and_then(|()| apply_metadata(fs, dest, node, set_owner))
-    })?;
-    for (node, primary) in links {
-        let (from, to) = (dest.join(&primary.path), dest.join(&node.path));
-        fs::hard_link(&from, &to).map_err(|e| format!("{}: {e}", to.display()))?;
+
+    fn non_directory(
+        &self,
+        dir_fd: &OwnedFd,
+        name: &OsStr,
+        path: &Path,
+        meta: &Metadata,
+    ) -> Result<(), String> {
+        let inode = self.fs.read_inode(meta.ino).map_err(|e| e.to_string())?;
+        match meta.file_type {
+            FileType::Regular => {
+                let fd = host::openat(
+                    dir_fd,
+                    name,
+                    OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                    Mode::RUSR | Mode::WUSR,
+                )
+                .map_err(|e| e.to_string())?;
+                let file = File::from(fd);
+                self.copy_contents(&inode, &file)?;
+                let fd = OwnedFd::from(file);
+                self.apply_metadata(Target::Fd(&fd), path, meta);
+            }
+            FileType::Symlink => {
+                let target = self.fs.read_link(&inode).map_err(|e| e.to_string())?;
+                host::symlinkat(OsStr::from_bytes(&target), dir_fd, name)
+                    .map_err(|e| e.to_string())?;
+                self.apply_metadata(Target::At(dir_fd, name), path, meta);
+            }
+            FileType::CharDevice | FileType::BlockDevice | FileType::Fifo | FileType::Socket => {
+                let kind = match meta.file_type {
+                    FileType::CharDevice => host::FileType::CharacterDevice,
+                    FileType::BlockDevice => host::FileType::BlockDevice,
+                    FileType::Fifo => host::FileType::Fifo,
+                    _ => host::FileType::Socket,
+                };
+                let (major, minor) = meta.rdev;
+                host::mknodat(
+                    dir_fd,
+                    name,
+                    kind,
+                    Mode::RUSR | Mode::WUSR,
+                    host::makedev(major, minor),
+                )
+                .map_err(|e| e.to_string())?;
+                self.apply_metadata(Target::At(dir_fd, name), path, meta);
+            }
+            FileType::Directory => unreachable!("directories are exported by `directory`"),
+        }
+        Ok(())
     }
 
-    // Phase 3: directories, deepest first.
-    let mut dirs: Vec<&Node> = nodes
-        .iter()
-        .filter(|n| n.meta.file_type == FileType::Directory)
-        .collect();
-    dirs.sort_by_key(|n| std::cmp::Reverse(n.path.components().count()));
-    for depth_group in
-        dirs.chunk_by(|a, b| a.path.components().count() == b.path.components().count())
-    {
-        depth_group
-            .par_iter()
-            .try_for_each(|node| apply_metadata(fs, dest, node, set_owner))?;
+    /// Copies a file's data, leaving its holes (and unwritten extents) as holes in the copy,
+    /// so the work is proportional to the data, not to the file's size.
+    fn copy_contents(&self, inode: &Inode, file: &File) -> Result<(), String> {
+        let fs = self.fs;
+        let size = inode.size();
+        if inode.has_flag(e4_format::inode::flags::INLINE_DATA) {
+            let data = fs.read_all(inode, size).map_err(|e| e.to_string())?;
+            return file.write_all_at(&data, 0).map_err(|e| e.to_string());
+        }
+        let bs = u64::from(fs.block_size());
+        let blocks = size.div_ceil(bs);
+        COPY_BUFFER.with_borrow_mut(|buf| {
+            let mut logical = 0;
+            while logical < blocks {
+                let mapping = fs
+                    .map_block(inode, logical, blocks - logical)
+                    .map_err(|e| e.to_string())?;
+                match mapping {
+                    Mapping::Data {
+                        len,
+                        unwritten: false,
+                        ..
+                    } => {
+                        let end = ((logical + len) * bs).min(size);
+                        let mut offset = logical * bs;
+                        while offset < end {
+                            let want = ((end - offset) as usize).min(CHUNK);
+                            if buf.len() < want {
+                                buf.resize(want, 0);
+                            }
+                            let n = fs
+                                .read_at(inode, offset, &mut buf[..want])
+                                .map_err(|e| e.to_string())?;
+                            file.write_all_at(&buf[..n], offset)
+                                .map_err(|e| e.to_string())?;
+                            offset += n as u64;
+                        }
+                        logical += len;
+                    }
+                    Mapping::Data { len, .. } | Mapping::Hole { len } => logical += len,
+                }
+            }
+            Ok::<_, String>(())
+        })?;
+        // A trailing hole: the size is what the inode says, not where the data ended.
+        file.set_len(size).map_err(|e| e.to_string())
     }
-    Ok(())
+
+    /// Owner, then permissions (chown clears setuid), then xattrs, then times. Each failure
+    /// is reported on its own; the others are still applied.
+    fn apply_metadata(&self, target: Target<'_>, path: &Path, m: &Metadata) {
+        if self.set_owner {
+            let (uid, gid) = (
+                Some(rustix::fs::Uid::from_raw(m.uid)),
+                Some(rustix::fs::Gid::from_raw(m.gid)),
+            );
+            let owned = match target {
+                Target::Fd(fd) => host::fchown(fd, uid, gid),
+                Target::At(dir, name) => {
+                    host::chownat(dir, name, uid, gid, AtFlags::SYMLINK_NOFOLLOW)
+                }
+            };
+            if let Err(e) = owned {
+                self.fail(path, format!("cannot set owner {}:{}: {e}", m.uid, m.gid));
+            }
+        }
+        if m.file_type != FileType::Symlink {
+            let mode = Mode::from_raw_mode(u32::from(m.permissions));
+            let changed = match target {
+                Target::Fd(fd) => host::fchmod(fd, mode),
+                Target::At(dir, name) => host::chmodat(dir, name, mode, AtFlags::empty()),
+            };
+            if let Err(e) = changed {
+                self.fail(path, format!("cannot set mode {:o}: {e}", m.permissions));
+            }
+        }
+        if let Err(e) = self.copy_xattrs(target, path, m.ino) {
+            self.fail(path, e);
+        }
+        if let Err(e) = set_times(target, m.atime, m.mtime) {
+            self.fail(path, e);
+        }
+    }
+
+    fn copy_xattrs(&self, target: Target<'_>, path: &Path, ino: u32) -> Result<(), String> {
+        let fs = self.fs;
+        let inode = fs.read_inode(ino).map_err(|e| e.to_string())?;
+        for name in fs.list_xattrs(&inode).map_err(|e| e.to_string())? {
+            let value = fs
+                .get_xattr(&inode, &name)
+                .map_err(|e| e.to_string())?
+                .unwrap_or_default();
+            let set = match target {
+                Target::Fd(fd) => host::fsetxattr(fd, name.as_slice(), &value, XattrFlags::empty()),
+                // No *at form of setxattr exists: name the entry through the directory's
+                // descriptor in /proc, which keeps the path short whatever the depth.
+                Target::At(dir, entry) => {
+                    let mut through = PathBuf::from(format!(
+                        "/proc/self/fd/{}",
+                        std::os::fd::AsRawFd::as_raw_fd(&dir.as_fd())
+                    ));
+                    through.push(entry);
+                    host::lsetxattr(&through, name.as_slice(), &value, XattrFlags::empty())
+                }
+            };
+            if let Err(e) = set {
+                self.fail(
+                    path,
+                    format!(
+                        "cannot set xattr {} ({} bytes): {e}",
+                        String::from_utf8_lossy(&name),
+                        value.len()
+                    ),
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+fn set_times(target: Target<'_>, atime: Timestamp, mtime: Timestamp) -> Result<(), String> {
+    let spec = |t: Timestamp| Timespec {
+        tv_sec: t.seconds,
+        tv_nsec: t.nanoseconds.into(),
+    };
+    let times = Timestamps {
+        last_access: spec(atime),
+        last_modification: spec(mtime),
+    };
+    match target {
+        Target::Fd(fd) => host::futimens(fd, &times),
+        Target::At(dir, name) => host::utimensat(dir, name, &times, AtFlags::SYMLINK_NOFOLLOW),
+    }
+    .map_err(|e| format!("cannot set times: {e}"))
+}
+
+/// Why a directory entry's name cannot be a host file name, if it cannot.
+fn bad_name(name: &[u8]) -> Option<&'static str> {
+    if name.is_empty() {
+        Some("empty name")
+    } else if name.contains(&b'/') {
+        Some("name contains '/'")
+    } else if name.contains(&0) {
+        Some("name contains a NUL byte")
+    } else {
+        None
+    }
+}
+
+/// A path inside the image as a user would write it.
+fn shown(rel: &Path) -> String {
+    if rel.is_absolute() {
+        rel.display().to_string()
+    } else {
+        format!("/{}", rel.display())
+    }
 }
 
 /// A concurrent set of inode numbers, one bit each, to refuse directory cycles.
@@ -108,149 +460,12 @@ impl InodeSet {
         }
     }
 
-    /// Adds `ino`; false if it was already present.
+    /// Adds `ino`; false if it was already present (or out of range, which only a corrupt
+    /// entry can name and `metadata` would have refused).
     fn insert(&self, ino: u32) -> bool {
         let bit = 1u64 << (ino % 64);
-        self.words[(ino / 64) as usize].fetch_or(bit, Ordering::Relaxed) & bit == 0
+        self.words
+            .get((ino / 64) as usize)
+            .is_some_and(|w| w.fetch_or(bit, Ordering::Relaxed) & bit == 0)
     }
-}
-
-fn walk(fs: &Filesystem, path: PathBuf, ino: u32, visited: &InodeSet) -> Result<Vec<Node>, String> {
-    let shown = || format!("/{}", path.display());
-    let meta = fs.metadata(ino).map_err(|e| format!("{}: {e}", shown()))?;
-    if meta.file_type != FileType::Directory {
-        return Ok(vec![Node { path, meta }]);
-    }
-    if !visited.insert(ino) {
-        return Err(format!(
-            "{}: directory inode {ino} appears twice (a directory cycle)",
-            shown()
-        ));
-    }
-    let dir = fs
-        .read_inode(ino)
-        .map_err(|e| format!("{}: {e}", shown()))?;
-    let entries = fs.read_dir(&dir).map_err(|e| format!("{}: {e}", shown()))?;
-    let children: Vec<Vec<Node>> = entries
-        .into_par_iter()
-        .map(|entry| {
-            let name = OsStr::from_bytes(&entry.name);
-            if entry.name.contains(&b'/') {
-                return Err(format!("{}: entry name contains '/'", shown()));
-            }
-            walk(fs, path.join(name), entry.ino, visited)
-        })
-        .collect::<Result<_, _>>()?;
-    let mut out = vec![Node { path, meta }];
-    out.extend(children.into_iter().flatten());
-    Ok(out)
-}
-
-fn create(fs: &Filesystem, dest: &Path, node: &Node) -> Result<(), String> {
-    let path = dest.join(&node.path);
-    let err = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
-    let inode = fs.read_inode(node.meta.ino).map_err(|e| err(&e))?;
-    match node.meta.file_type {
-        FileType::Regular => {
-            let file = File::create(&path).map_err(|e| err(&e))?;
-            copy_contents(fs, &inode, &file).map_err(|e| err(&e))?;
-            file.set_len(node.meta.size).map_err(|e| err(&e))?;
-        }
-        FileType::Symlink => {
-            let target = fs.read_link(&inode).map_err(|e| err(&e))?;
-            std::os::unix::fs::symlink(OsStr::from_bytes(&target), &path).map_err(|e| err(&e))?;
-        }
-        FileType::CharDevice | FileType::BlockDevice | FileType::Fifo | FileType::Socket => {
-            let kind = match node.meta.file_type {
-                FileType::CharDevice => SFlag::S_IFCHR,
-                FileType::BlockDevice => SFlag::S_IFBLK,
-                FileType::Fifo => SFlag::S_IFIFO,
-                _ => SFlag::S_IFSOCK,
-            };
-            let (major, minor) = node.meta.rdev;
-            mknod(
-                &path,
-                kind,
-                Mode::from_bits_truncate(0o600),
-                makedev(major.into(), minor.into()),
-            )
-            .map_err(|e| err(&e))?;
-        }
-        FileType::Directory => unreachable!("directories are created in phase 1"),
-    }
-    Ok(())
-}
-
-/// Copies a file's data, leaving its holes (and unwritten extents) as holes in the copy, so
-/// the work is proportional to the data, not to the file's size.
-fn copy_contents(fs: &Filesystem, inode: &e4_fs::Inode, file: &File) -> Result<(), String> {
-    if inode.has_flag(e4_format::inode::flags::INLINE_DATA) {
-        let data = fs
-            .read_all(inode, inode.size())
-            .map_err(|e| e.to_string())?;
-        return file.write_all_at(&data, 0).map_err(|e| e.to_string());
-    }
-    let bs = u64::from(fs.block_size());
-    let size = inode.size();
-    let blocks = size.div_ceil(bs);
-    let mut buf = vec![0u8; CHUNK];
-    let mut logical = 0;
-    while logical < blocks {
-        let mapping = fs
-            .map_block(inode, logical, blocks - logical)
-            .map_err(|e| e.to_string())?;
-        match mapping {
-            Mapping::Data {
-                len,
-                unwritten: false,
-                ..
-            } => {
-                let end = ((logical + len) * bs).min(size);
-                let mut offset = logical * bs;
-                while offset < end {
-                    let want = ((end - offset) as usize).min(CHUNK);
-                    let n = fs
-                        .read_at(inode, offset, &mut buf[..want])
-                        .map_err(|e| e.to_string())?;
-                    file.write_all_at(&buf[..n], offset)
-                        .map_err(|e| e.to_string())?;
-                    offset += n as u64;
-                }
-                logical += len;
-            }
-            Mapping::Data { len, .. } | Mapping::Hole { len } => logical += len,
-        }
-    }
-    Ok(())
-}
-
-/// Owner, then permissions (chown clears setuid), then xattrs, then times.
-fn apply_metadata(
-    fs: &Filesystem,
-    dest: &Path,
-    node: &Node,
-    set_owner: bool,
-) -> Result<(), String> {
-    let path = dest.join(&node.path);
-    let err = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
-    let m = &node.meta;
-    if set_owner {
-        std::os::unix::fs::lchown(&path, Some(m.uid), Some(m.gid)).map_err(|e| err(&e))?;
-    }
-    if m.file_type != FileType::Symlink {
-        fs::set_permissions(&path, fs::Permissions::from_mode(u32::from(m.permissions)))
-            .map_err(|e| err(&e))?;
-    }
-    let inode = fs.read_inode(m.ino).map_err(|e| err(&e))?;
-    for name in fs.list_xattrs(&inode).map_err(|e| err(&e))? {
-        let value = fs
-            .get_xattr(&inode, &name)
-            .map_err(|e| err(&e))?
-            .unwrap_or_default();
-        // Symlinks cannot carry user.* attributes on Linux; the kernel never stores them.
-        xattr::set(&path, OsStr::from_bytes(&name), &value).map_err(|e| err(&e))?;
-    }
-    let time = |t: e4_fs::Timestamp| FileTime::from_unix_time(t.seconds, t.nanoseconds);
-    filetime::set_symlink_file_times(&path, time(m.atime), time(m.mtime)).map_err(|e| err(&e))?;
-    Ok(())
 }

@@ -4,9 +4,12 @@ use e4_format::features::{feature_names, FeatureKind};
 use e4_format::superblock::{format_uuid, STATE_ERROR, STATE_VALID};
 use e4_fs::{Filesystem, Timestamp};
 
+use crate::outln;
+use crate::output::{CliError, Output};
 use crate::time_format::format_timestamp;
 
-pub fn run(fs: &Filesystem, groups: bool) -> Result<(), String> {
+pub fn run(fs: &Filesystem, groups: bool) -> Result<(), CliError> {
+    let mut out = Output::new();
     let sb = fs.superblock();
     let stat = fs.statfs();
     let time = |s: i64| {
@@ -72,14 +75,15 @@ pub fn run(fs: &Filesystem, groups: bool) -> Result<(), String> {
         ),
     ];
     for (label, value) in rows {
-        println!("{:<26}{value}", format!("{label}:"));
+        outln!(out, "{:<26}{value}", format!("{label}:"))?;
     }
     if let Some(reason) = fs.read_only_reason() {
-        println!("{:<26}{reason}", "Read-only because:");
+        outln!(out, "{:<26}{reason}", "Read-only because:")?;
     }
     if groups {
         for (g, desc) in fs.group_descriptors().iter().enumerate() {
-            println!(
+            outln!(
+                out,
                 "Group {g}: block bitmap {}, inode bitmap {}, inode table {}; {} free blocks, {} free inodes, {} directories, flags {:#x}",
                 desc.block_bitmap(),
                 desc.inode_bitmap(),
@@ -88,10 +92,10 @@ pub fn run(fs: &Filesystem, groups: bool) -> Result<(), String> {
                 desc.free_inodes_count(),
                 desc.used_dirs_count(),
                 desc.flags
-            );
+            )?;
         }
     }
-    Ok(())
+    out.finish()
 }
 
 fn or_none(s: String) -> String {

@@ -4,25 +4,57 @@ use std::os::unix::ffi::OsStrExt;
 
 use e4_fs::{FileType, Filesystem, Metadata};
 
+use crate::output::{CliError, Output};
 use crate::time_format::format_short;
 
-pub fn run(fs: &Filesystem, path: &str, long: bool) -> Result<(), String> {
-    let fail = |e: e4_fs::Error| e.to_string();
-    let ino = fs.resolve(path, true).map_err(fail)?;
-    let meta = fs.metadata(ino).map_err(fail)?;
+/// How `e4 ls` shows each entry.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Listing {
+    /// `-l`: mode, links, owner, group, size, time.
+    pub long: bool,
+    /// `-h`: sizes as 1.5K, 12M, 3.1G (powers of 1024, as `ls -lh`).
+    pub human: bool,
+}
+
+pub fn run(fs: &Filesystem, path: &str, listing: Listing) -> Result<(), CliError> {
+    let ino = fs.resolve(path, true)?;
+    let meta = fs.metadata(ino)?;
+    let mut out = Output::new();
     if meta.file_type != FileType::Directory {
         let name = path.rsplit('/').find(|s| !s.is_empty()).unwrap_or(path);
-        print_entry(fs, name.as_bytes(), &meta, long).map_err(fail)?;
-        return Ok(());
+        print_entry(&mut out, fs, name.as_bytes(), &meta, listing)?;
+        return out.finish();
     }
-    let dir = fs.read_inode(ino).map_err(fail)?;
-    let mut entries = fs.read_dir(&dir).map_err(fail)?;
+    let dir = fs.read_inode(ino)?;
+    let mut entries = fs.read_dir(&dir)?;
     entries.sort_by(|a, b| a.name.cmp(&b.name));
     for entry in entries {
-        let meta = fs.metadata(entry.ino).map_err(fail)?;
-        print_entry(fs, &entry.name, &meta, long).map_err(fail)?;
+        let meta = fs.metadata(entry.ino)?;
+        print_entry(&mut out, fs, &entry.name, &meta, listing)?;
     }
-    Ok(())
+    out.finish()
+}
+
+/// `ls -h` style: the size in the largest power-of-1024 unit that keeps it at or above 1,
+/// with one decimal below 10 (rounded up, as GNU ls does).
+pub fn human_size(bytes: u64) -> String {
+    const UNITS: [char; 6] = ['K', 'M', 'G', 'T', 'P', 'E'];
+    if bytes < 1024 {
+        return bytes.to_string();
+    }
+    let mut value = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if value < 10.0 {
+        let tenths = (value * 10.0).ceil() / 10.0;
+        if tenths < 10.0 {
+            return format!("{tenths:.1}{}", UNITS[unit]);
+        }
+    }
+    format!("{}{}", value.ceil() as u64, UNITS[unit])
 }
 
 /// `drwxr-xr-x`-style mode string.
@@ -48,14 +80,20 @@ pub fn mode_string(meta: &Metadata) -> String {
     s
 }
 
-fn print_entry(fs: &Filesystem, name: &[u8], meta: &Metadata, long: bool) -> e4_fs::Result<()> {
+fn print_entry(
+    out: &mut Output,
+    fs: &Filesystem,
+    name: &[u8],
+    meta: &Metadata,
+    listing: Listing,
+) -> Result<(), CliError> {
     let shown = String::from_utf8_lossy(name);
-    if !long {
-        println!("{shown}");
-        return Ok(());
+    if !listing.long {
+        return out.line(format_args!("{shown}"));
     }
     let size = match meta.file_type {
         FileType::CharDevice | FileType::BlockDevice => format!("{}, {}", meta.rdev.0, meta.rdev.1),
+        _ if listing.human => human_size(meta.size),
         _ => meta.size.to_string(),
     };
     let mut line = format!(
@@ -72,6 +110,26 @@ fn print_entry(fs: &Filesystem, name: &[u8], meta: &Metadata, long: bool) -> e4_
         line.push_str(" -> ");
         line.push_str(&std::ffi::OsStr::from_bytes(&target).to_string_lossy());
     }
-    println!("{line}");
-    Ok(())
+    out.line(format_args!("{line}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::human_size;
+
+    #[test]
+    fn human_sizes_match_gnu_ls() {
+        // Expected values are what `ls -lh` (coreutils 9) prints for files of these sizes.
+        for (bytes, shown) in [
+            (0, "0"),
+            (1023, "1023"),
+            (1024, "1.0K"),
+            (1025, "1.1K"),
+            (10 * 1024 - 1, "10K"),
+            (12_582_912, "12M"),
+            (3_000_000_000, "2.8G"),
+        ] {
+            assert_eq!(human_size(bytes), shown, "{bytes}");
+        }
+    }
 }

@@ -1,21 +1,28 @@
 //! `e4`: inspect, read and export ext2/3/4 images in user space.
+//!
+//! Exit status: 0 on success, 1 when a command fails (one line on stderr), 2 for bad
+//! arguments. See [`output`].
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{ArgAction, Parser, Subcommand};
 
 mod cat;
 mod export;
 mod info;
 mod ls;
+mod output;
 mod stat;
 mod time_format;
+
+use output::{CliError, EXIT_RUNTIME, EXIT_USAGE};
 
 #[derive(Parser)]
 #[command(
     name = "e4",
     version,
-    about = "ext4 in user space: read and export ext2/3/4 images without root"
+    about = "ext4 in user space: read and export ext2/3/4 images without root",
+    after_help = "Exit status: 0 on success, 1 when the command fails, 2 for bad arguments."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -24,62 +31,114 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Print the superblock and a summary of every block group (like `dumpe2fs`).
+    /// Print the superblock summary (like `dumpe2fs -h`); with -g, every block group too.
     Info {
-        /// Image file or block device.
+        /// The ext2/3/4 image file or block device.
         image: String,
-        /// Also list every block group.
+        /// Also list every block group's descriptor.
         #[arg(short, long)]
         groups: bool,
     },
     /// List a directory (or show one file).
+    #[command(disable_help_flag = true)]
     Ls {
+        /// The ext2/3/4 image file or block device.
         image: String,
-        /// Path inside the image; the root by default.
+        /// Path inside the image, from its root; `/` by default.
         #[arg(default_value = "/")]
         path: String,
         /// Long listing: mode, links, owner, group, size, time.
         #[arg(short)]
         long: bool,
+        /// With -l, sizes in powers of 1024 (1.5K, 12M), as `ls -lh`.
+        #[arg(short = 'h', long = "human-readable")]
+        human: bool,
+        /// Print help.
+        #[arg(long, action = ArgAction::Help)]
+        help: Option<bool>,
     },
     /// Show an inode's attributes (like `stat`; the last symlink is not followed).
-    Stat { image: String, path: String },
+    Stat {
+        /// The ext2/3/4 image file or block device.
+        image: String,
+        /// Path inside the image, from its root.
+        path: String,
+    },
     /// Write a file's contents to standard output.
-    Cat { image: String, path: String },
-    /// Extract the whole tree into DIR with modes, owners, times, links and xattrs, using
-    /// all cores.
+    Cat {
+        /// The ext2/3/4 image file or block device.
+        image: String,
+        /// Path of a regular file inside the image (symlinks are followed).
+        path: String,
+    },
+    /// Extract the whole tree into DIR with modes, owners, times, symlinks, hard links,
+    /// device nodes and xattrs. Goes on past files the host refuses, reports each one, and
+    /// exits 1 at the end if any failed.
     Export {
+        /// The ext2/3/4 image file or block device.
         image: String,
         /// Destination directory; created if missing, must be empty if present.
         dir: String,
+        /// Worker threads; all cores by default.
+        #[arg(short = 'j', long, value_parser = clap::value_parser!(u16).range(1..))]
+        threads: Option<u16>,
     },
 }
 
-fn run(cli: Cli) -> Result<(), String> {
+fn run(cli: Cli) -> Result<(), CliError> {
     let open = |image: &str| {
         e4_fs::Filesystem::open(image, e4_fs::OpenOptions::default())
-            .map_err(|e| format!("{image}: {e}"))
+            .map_err(|e| CliError::Message(format!("{image}: {e}")))
     };
     match cli.command {
         Command::Info { image, groups } => info::run(&open(&image)?, groups),
-        Command::Ls { image, path, long } => ls::run(&open(&image)?, &path, long),
+        Command::Ls {
+            image,
+            path,
+            long,
+            human,
+            help: _,
+        } => ls::run(&open(&image)?, &path, ls::Listing { long, human }),
         Command::Stat { image, path } => stat::run(&open(&image)?, &path),
         Command::Cat { image, path } => cat::run(&open(&image)?, &path),
-        Command::Export { image, dir } => export::run(&open(&image)?, std::path::Path::new(&dir)),
+        Command::Export {
+            image,
+            dir,
+            threads,
+        } => export::run(
+            &open(&image)?,
+            std::path::Path::new(&dir),
+            threads.map(usize::from),
+        ),
     }
 }
 
 fn main() -> ExitCode {
     // A panic is a bug in e4; report it on one line rather than with a backtrace.
     std::panic::set_hook(Box::new(|info| {
-        eprintln!("e4: internal error (please report): {info}");
+        let message = info.to_string().replace('\n', " ");
+        eprintln!("e4: internal error (please report): {message}");
     }));
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => {
+            // --help and --version: clap prints them to stdout.
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            let rendered = e.render().to_string();
+            let first = rendered.lines().next().unwrap_or_default();
+            let message = first.strip_prefix("error: ").unwrap_or(first);
+            eprintln!("e4: {message} (see 'e4 --help')");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
     match run(cli) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
+        Ok(()) | Err(CliError::StdoutClosed) => ExitCode::SUCCESS,
+        Err(CliError::Message(message)) => {
             eprintln!("e4: {message}");
-            ExitCode::FAILURE
+            ExitCode::from(EXIT_RUNTIME)
         }
     }
 }
