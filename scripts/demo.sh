@@ -5,14 +5,22 @@ set -euo pipefail
 e4=$(command -v e4 || echo "$(dirname "$0")/../target/release/e4")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+step() { printf '\n== %s\n' "$*"; }
 mkdir -p "$work/src/docs/deep/er"
 echo "hello from e4" > "$work/src/hello.txt"
 head -c 3000000 /dev/urandom > "$work/src/random.bin"
 ln -s hello.txt "$work/src/link"
 echo nested > "$work/src/docs/deep/er/file.txt"
-mke2fs -q -F -t ext4 -d "$work/src" "$work/sample.img" 32M
+# The image file exists before mke2fs runs, so mke2fs does not announce creating it.
+truncate -s 32M "$work/sample.img"
+mke2fs -q -F -t ext4 -d "$work/src" "$work/sample.img"
+step "e4 info sample.img   (the superblock, like dumpe2fs -h)"
 "$e4" info "$work/sample.img"
-"$e4" ls -l "$work/sample.img" /
+step "e4 ls -lh sample.img /"
+"$e4" ls -lh "$work/sample.img" /
+step "e4 cat sample.img /link   (follows the symlink)"
 "$e4" cat "$work/sample.img" /link
+step "e4 export sample.img out/   (the whole tree, in parallel)"
 "$e4" export "$work/sample.img" "$work/out"
-diff -r --no-dereference "$work/src" "$work/out" --exclude=lost+found && echo "export matches the source tree"
+diff -r --no-dereference "$work/src" "$work/out" --exclude=lost+found
+echo "export matches the source tree"

@@ -11,6 +11,8 @@ use crate::features::{CompatFeatures, IncompatFeatures, RoCompatFeatures};
 pub const SUPERBLOCK_OFFSET: u64 = 1024;
 /// `s_magic`.
 pub const SUPERBLOCK_MAGIC: u16 = 0xEF53;
+/// Where `s_magic` sits inside the superblock, for recognising a filesystem before parsing.
+pub const SUPERBLOCK_MAGIC_OFFSET: usize = 0x38;
 /// Offset of `s_checksum`, which covers every byte before it.
 const CHECKSUM_OFFSET: usize = 0x3FC;
 /// `s_checksum_type` value for CRC32C, the only one defined.
@@ -288,10 +290,29 @@ impl Superblock {
                 self.log_block_size
             ));
         }
+        // Clusters of up to 2^16 blocks (EXT4_MAX_CLUSTER_LOG_SIZE is 30, in bytes).
+        if self.ro_compat().contains(RoCompatFeatures::BIGALLOC)
+            && (self.log_cluster_size < self.log_block_size
+                || self.log_cluster_size > self.log_block_size + 16)
+        {
+            return bad(format!("cluster size log {}", self.log_cluster_size));
+        }
         let block_size = self.block_size();
         let bits_per_block = 8 * block_size;
-        if self.blocks_per_group == 0 || self.blocks_per_group > bits_per_block {
-            return bad(format!("{} blocks per group", self.blocks_per_group));
+        // A block bitmap has one bit per cluster, so the limit is on clusters per group
+        // (ext4_fill_super: "#clusters per group too big"); blocks per group is that many
+        // clusters exactly.
+        let ratio = self.cluster_ratio();
+        let clusters_per_group = self.blocks_per_group / ratio;
+        if self.blocks_per_group == 0
+            || clusters_per_group > bits_per_block
+            || self.blocks_per_group % ratio != 0
+            || (ratio > 1 && self.clusters_per_group != clusters_per_group)
+        {
+            return bad(format!(
+                "{} blocks per group ({} clusters per group)",
+                self.blocks_per_group, self.clusters_per_group
+            ));
         }
         if self.inodes_per_group == 0 || self.inodes_per_group > bits_per_block {
             return bad(format!("{} inodes per group", self.inodes_per_group));
@@ -328,13 +349,6 @@ impl Superblock {
         }
         if self.first_ino() < 11 || self.first_ino() > self.inodes_count {
             return bad(format!("first inode {}", self.first_ino()));
-        }
-        // Clusters of up to 2^16 blocks (EXT4_MAX_CLUSTER_LOG_SIZE is 30, in bytes).
-        if self.ro_compat().contains(RoCompatFeatures::BIGALLOC)
-            && (self.log_cluster_size < self.log_block_size
-                || self.log_cluster_size > self.log_block_size + 16)
-        {
-            return bad(format!("cluster size log {}", self.log_cluster_size));
         }
         Ok(())
     }

@@ -61,8 +61,21 @@ pub enum XattrValue {
 /// One attribute with its full name (prefix included).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Xattr {
+    /// `e_name_index`. Indexes e4 has no prefix for (fs-verity's 11, Lustre's 5, the Hurd's
+    /// 10, ...) are kept, unnamed, so a writer can carry them over; the kernel hides them
+    /// from `listxattr` and so does e4.
+    pub index: u8,
+    /// The full name: the index's prefix and the stored suffix; only the suffix when the
+    /// index is unknown ([`Xattr::is_known`] is false).
     pub name: Vec<u8>,
     pub value: XattrValue,
+}
+
+impl Xattr {
+    /// Whether the name index is one e4 knows a prefix for.
+    pub fn is_known(&self) -> bool {
+        name_prefix(self.index).is_some()
+    }
 }
 
 /// The prefix for `e_name_index`, or `None` for an index e4 does not know.
@@ -151,8 +164,7 @@ fn parse_entries(region: &[u8], first: usize, base: usize, loc: Location) -> Res
         let name = region
             .get(name_start..name_start + usize::from(record.name_len))
             .ok_or_else(|| bad(at, "name runs past the end".into()))?;
-        let prefix = name_prefix(record.name_index)
-            .ok_or_else(|| bad(at, format!("unknown name index {}", record.name_index)))?;
+        let prefix = name_prefix(record.name_index).unwrap_or_default();
         let mut full = prefix.as_bytes().to_vec();
         full.extend_from_slice(name);
         let value = if record.value_inum != 0 {
@@ -168,7 +180,11 @@ fn parse_entries(region: &[u8], first: usize, base: usize, loc: Location) -> Res
                 .ok_or_else(|| bad(at, format!("value at {start}..{end} runs past the end")))?;
             XattrValue::Inline(bytes.to_vec())
         };
-        out.push(Xattr { name: full, value });
+        out.push(Xattr {
+            index: record.name_index,
+            name: full,
+            value,
+        });
         at = name_start + ((usize::from(record.name_len) + 3) & !3);
     }
     Ok(out)

@@ -25,6 +25,12 @@ impl FileDevice {
     /// of a block device is found by seeking to its end).
     pub fn open(path: &Path) -> io::Result<Self> {
         let mut file = File::open(path)?;
+        if file.metadata()?.is_dir() {
+            return Err(io::Error::new(
+                io::ErrorKind::IsADirectory,
+                "is a directory",
+            ));
+        }
         let size = file.seek(SeekFrom::End(0))?;
         Ok(FileDevice { file, size })
     }

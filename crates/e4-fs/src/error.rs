@@ -17,6 +17,10 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+    /// The device holds no ext2/3/4 filesystem at all (too small, or no superblock magic):
+    /// not a damaged filesystem, something else entirely.
+    #[error("not an ext2/ext3/ext4 filesystem: {0}")]
+    NotAFilesystem(String),
     /// A path component does not exist.
     #[error("{0}: no such file or directory")]
     NotFound(String),

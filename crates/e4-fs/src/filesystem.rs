@@ -8,7 +8,9 @@ use std::sync::Arc;
 use e4_format::features::{feature_names, FeatureKind, IncompatFeatures, READABLE_INCOMPAT};
 use e4_format::group_descriptor::{GroupChecksum, GroupDescriptor, BG_INODE_UNINIT};
 use e4_format::inode::Inode;
-use e4_format::superblock::{Superblock, SUPERBLOCK_OFFSET};
+use e4_format::superblock::{
+    Superblock, SUPERBLOCK_MAGIC, SUPERBLOCK_MAGIC_OFFSET, SUPERBLOCK_OFFSET,
+};
 use e4_format::{FormatError, Location};
 
 use crate::block_cache::{BlockCache, CachedBlock};
@@ -45,14 +47,82 @@ pub struct Filesystem {
     csum_seed: Option<u32>,
     /// Why the filesystem may only be read, if it may not be written.
     read_only_reason: Option<String>,
+    /// The block the group descriptor table follows: the primary superblock's, or the
+    /// backup's the filesystem was opened with.
+    descriptors_after: u64,
+    /// What was damaged but could be read around (see [`Filesystem::warnings`]).
+    warnings: Vec<String>,
+}
+
+/// Where a backup superblock of a filesystem with `block_size`-byte blocks and the default
+/// 8 x block_size blocks per group sits: at the start of group 1 (e2fsck's guesses for `-b`).
+fn backup_superblock_block(block_size: u64) -> u64 {
+    u64::from(block_size == 1024) + 8 * block_size
+}
+
+/// Reads the primary superblock; if it is unusable but a backup in group 1 is good, uses
+/// that one (as e2fsck and the kernel's `sb=` do) and says so. Returns the superblock, the
+/// block its descriptor table follows, and the warnings.
+fn read_superblock(device: &dyn Device) -> Result<(Superblock, u64, Vec<String>)> {
+    let read_at = |offset: u64| -> Result<Option<[u8; 1024]>> {
+        let mut raw = [0u8; 1024];
+        if device.size() < offset + raw.len() as u64 {
+            return Ok(None);
+        }
+        device
+            .read_exact_at(&mut raw, offset)
+            .map_err(|e| Error::io(format!("cannot read a superblock at byte {offset}"), e))?;
+        Ok(Some(raw))
+    };
+    let needed = SUPERBLOCK_OFFSET + 1024;
+    let Some(raw) = read_at(SUPERBLOCK_OFFSET)? else {
+        return Err(Error::NotAFilesystem(format!(
+            "{} bytes is too small to hold a superblock (it ends at byte {needed})",
+            device.size()
+        )));
+    };
+    let primary_error = match Superblock::parse(&raw) {
+        Ok(sb) => {
+            let first = u64::from(sb.first_data_block);
+            return Ok((sb, first, Vec::new()));
+        }
+        Err(e) => e,
+    };
+    for log in 0..=6 {
+        let block_size = 1024u64 << log;
+        let block = backup_superblock_block(block_size);
+        let Some(raw) = read_at(block * block_size)? else {
+            continue;
+        };
+        let Ok(sb) = Superblock::parse(&raw) else {
+            continue;
+        };
+        if u64::from(sb.block_size()) == block_size
+            && u64::from(sb.first_data_block) + u64::from(sb.blocks_per_group) == block
+        {
+            let warning = format!(
+                "the primary superblock is unusable ({primary_error}); using the backup in block {block}"
+            );
+            return Ok((sb, block, vec![warning]));
+        }
+    }
+    let magic = u16::from_le_bytes([
+        raw[SUPERBLOCK_MAGIC_OFFSET],
+        raw[SUPERBLOCK_MAGIC_OFFSET + 1],
+    ]);
+    if magic != SUPERBLOCK_MAGIC {
+        return Err(Error::NotAFilesystem(format!(
+            "bad magic number {magic:#06x} in the superblock at byte {SUPERBLOCK_OFFSET} (ext2/3/4 has 0xef53), and no backup superblock was found"
+        )));
+    }
+    Err(primary_error.into())
 }
 
 impl Filesystem {
     /// Opens the image file or block device at `path`.
     pub fn open(path: impl AsRef<Path>, options: OpenOptions) -> Result<Self> {
         let path = path.as_ref();
-        let device = FileDevice::open(path)
-            .map_err(|e| Error::io(format!("cannot open {}", path.display()), e))?;
+        let device = FileDevice::open(path).map_err(|e| Error::io("cannot open the image", e))?;
         Self::open_device(Box::new(device), options)
     }
 
@@ -63,11 +133,7 @@ impl Filesystem {
 
     /// Opens a filesystem on any device.
     pub fn open_device(device: Box<dyn Device>, options: OpenOptions) -> Result<Self> {
-        let mut raw = [0u8; 1024];
-        device
-            .read_exact_at(&mut raw, SUPERBLOCK_OFFSET)
-            .map_err(|e| Error::io("cannot read the superblock", e))?;
-        let superblock = Superblock::parse(&raw)?;
+        let (superblock, descriptors_after, mut warnings) = read_superblock(device.as_ref())?;
         let incompat = superblock.incompat();
         let unsupported = incompat.bits() & !READABLE_INCOMPAT.bits();
         if unsupported != 0 {
@@ -115,8 +181,14 @@ impl Filesystem {
             block_size,
             csum_seed,
             read_only_reason,
+            descriptors_after,
+            warnings: Vec::new(),
         };
-        fs.groups = fs.read_group_descriptors(options.verify_checksums)?;
+        fs.groups = fs.read_group_descriptors(options.verify_checksums, &mut warnings)?;
+        if !warnings.is_empty() && fs.read_only_reason.is_none() {
+            fs.read_only_reason = Some(warnings.join("; "));
+        }
+        fs.warnings = warnings;
         Ok(fs)
     }
 
@@ -127,14 +199,21 @@ impl Filesystem {
         let meta_group = group / per_block;
         let first = u64::from(sb.first_data_block);
         if !sb.incompat().contains(IncompatFeatures::META_BG) || meta_group < sb.first_meta_bg {
-            return first + 1 + u64::from(meta_group);
+            return self.descriptors_after + 1 + u64::from(meta_group);
         }
         let leader = meta_group * per_block;
         let has_super = u64::from(sb.group_has_superblock(leader));
         first + u64::from(leader) * u64::from(sb.blocks_per_group) + has_super
     }
 
-    fn read_group_descriptors(&self, verify: bool) -> Result<Vec<GroupDescriptor>> {
+    /// Reads every group descriptor. A descriptor whose checksum is wrong is still used (its
+    /// fields are checked as usual) and recorded in `warnings`: the kernel mounts such a
+    /// filesystem read-only (`ext4_check_descriptors`), and so reading goes on.
+    fn read_group_descriptors(
+        &self,
+        verify: bool,
+        warnings: &mut Vec<String>,
+    ) -> Result<Vec<GroupDescriptor>> {
         let sb = &self.superblock;
         let desc_size = sb.desc_size() as usize;
         let per_block = self.block_size as usize / desc_size;
@@ -149,8 +228,14 @@ impl Filesystem {
         for group in 0..count {
             let block = self.read_block(self.descriptor_block(group))?;
             let at = (group as usize % per_block) * desc_size;
-            let desc =
-                GroupDescriptor::parse(&block.bytes()[at..at + desc_size], group, &checksum)?;
+            let bytes = &block.bytes()[at..at + desc_size];
+            let desc = match GroupDescriptor::parse(bytes, group, &checksum) {
+                Err(e @ FormatError::Checksum { .. }) => {
+                    warnings.push(e.to_string());
+                    GroupDescriptor::parse(bytes, group, &GroupChecksum::None)?
+                }
+                parsed => parsed?,
+            };
             for (what, nr) in [
                 ("block bitmap", desc.block_bitmap()),
                 ("inode bitmap", desc.inode_bitmap()),
@@ -187,6 +272,12 @@ impl Filesystem {
         self.csum_seed
     }
 
+    /// Damage that was read around at open (a bad primary superblock, descriptor
+    /// checksums): the filesystem is readable, but should be checked with e2fsck.
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
     /// Why the filesystem can only be opened read-only, if so.
     pub fn read_only_reason(&self) -> Option<&str> {
         self.read_only_reason.as_deref()
@@ -216,8 +307,24 @@ impl Filesystem {
             .map_err(|e| Error::io(format!("read of {} bytes at byte {offset}", buf.len()), e))
     }
 
-    /// Reads and parses inode `ino`, verifying its checksum.
+    /// Reads and parses inode `ino`, verifying its checksum. An inode that holds an xattr
+    /// value (the EA_INODE flag) is not a file and is refused, as the kernel's `__ext4_iget`
+    /// refuses it ("unexpected EA_INODE flag"); such values are read by the xattr code.
     pub fn read_inode(&self, ino: u32) -> Result<Inode> {
+        let inode = self.read_inode_record(ino)?;
+        if inode.has_flag(e4_format::inode::flags::EA_INODE) {
+            return Err(FormatError::corrupt(
+                "inode record",
+                Location::Inode(ino),
+                "unexpected EA_INODE flag (it holds an xattr value, not a file)",
+            )
+            .into());
+        }
+        Ok(inode)
+    }
+
+    /// Reads and parses inode `ino` whatever it holds.
+    pub(crate) fn read_inode_record(&self, ino: u32) -> Result<Inode> {
         let sb = &self.superblock;
         let loc = Location::Inode(ino);
         if ino == 0 || ino > sb.inodes_count {
@@ -241,7 +348,20 @@ impl Filesystem {
         let block = self.read_block(block_nr)?;
         let at = (byte % u64::from(self.block_size)) as usize;
         let raw = &block.bytes()[at..at + inode_size as usize];
-        Ok(Inode::parse(raw, ino, self.csum_seed)?)
+        let inode = Inode::parse(raw, ino, self.csum_seed)?;
+        // An xattr-value inode is a regular file (ext4_xattr_inode_iget); the kernel refuses
+        // a directory that claims to be one.
+        if inode.has_flag(e4_format::inode::flags::EA_INODE)
+            && inode.file_type() == Some(e4_format::inode::FileType::Directory)
+        {
+            return Err(FormatError::corrupt(
+                "inode record",
+                loc,
+                "a directory with the EA_INODE flag",
+            )
+            .into());
+        }
+        Ok(inode)
     }
 
     /// With group descriptor checksums, `bg_itable_unused` marks the tail of the inode

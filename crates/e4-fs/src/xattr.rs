@@ -1,6 +1,7 @@
 //! Extended attributes of an inode: the in-inode area and the xattr block, values stored in
 //! separate inodes (ea_inode), and POSIX ACLs converted to the form `getxattr` returns.
 
+use e4_format::features::IncompatFeatures;
 use e4_format::inode::{flags, Inode};
 use e4_format::posix_acl::acl_to_xattr;
 use e4_format::xattr::{parse_inode_xattrs, parse_xattr_block, Xattr, XattrValue};
@@ -45,7 +46,20 @@ impl Filesystem {
         match xattr.value {
             XattrValue::Inline(bytes) => Ok(bytes),
             XattrValue::InInode { inode, size } => {
-                let holder = self.read_inode(inode)?;
+                // ext4_xattr_inode_get: a value in an inode needs the ea_inode feature.
+                if !self
+                    .superblock()
+                    .incompat()
+                    .contains(IncompatFeatures::EA_INODE)
+                {
+                    return Err(FormatError::corrupt(
+                        "xattr entry",
+                        Location::Inode(owner),
+                        format!("value in inode {inode} without the ea_inode feature"),
+                    )
+                    .into());
+                }
+                let holder = self.read_inode_record(inode)?;
                 if !holder.has_flag(flags::EA_INODE) || holder.size() != u64::from(size) {
                     return Err(FormatError::corrupt(
                         "xattr value inode",
@@ -64,7 +78,7 @@ impl Filesystem {
         match self
             .stored_xattrs(inode)?
             .into_iter()
-            .find(|x| x.name == name)
+            .find(|x| x.is_known() && x.name == name)
         {
             Some(x) => self.value_of(inode.ino, x).map(Some),
             None => Ok(None),
@@ -76,8 +90,8 @@ impl Filesystem {
         Ok(self
             .stored_xattrs(inode)?
             .into_iter()
+            .filter(|x| x.is_known() && is_listed(&x.name))
             .map(|x| x.name)
-            .filter(|n| is_listed(n))
             .collect())
     }
 

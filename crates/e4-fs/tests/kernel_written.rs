@@ -35,7 +35,7 @@ fn reads_what_the_kernel_wrote() {
     let mnt = dir.path().join("mnt");
     std::fs::create_dir(&mnt).unwrap();
     if let Err(reason) = mount_rw(&image, &mnt) {
-        eprintln!("kernel comparison skipped: loop mount unavailable: {reason}");
+        e4_testkit::kernel_comparison_skipped("a kernel-written image", &reason);
         return;
     }
     let times = [

@@ -10,6 +10,6 @@ mod walk;
 
 pub use compare::{compare_trees, CompareOptions};
 pub use image::{e2fsck_clean, make_empty_image, make_image, Image, Profile, PROFILES};
-pub use kernel_mount::KernelMount;
+pub use kernel_mount::{kernel_comparison_skipped, KernelMount};
 pub use tree::{full_source_tree, generate_tree, TreeSpec};
 pub use walk::walk_everything;

@@ -221,9 +221,13 @@ impl Export<'_> {
     fn finish_late_links(&self, root_fd: &OwnedFd) {
         let links = std::mem::take(&mut *self.late_links.lock().unwrap_or_else(|p| p.into_inner()));
         for link in &links {
-            if let Err(e) = host::linkat(root_fd, &link.first, root_fd, &link.link, AtFlags::empty())
+            if let Err(e) =
+                host::linkat(root_fd, &link.first, root_fd, &link.link, AtFlags::empty())
             {
-                self.fail(&link.link, format!("cannot link to {}: {e}", shown(&link.first)));
+                self.fail(
+                    &link.link,
+                    format!("cannot link to {}: {e}", shown(&link.first)),
+                );
             }
         }
         for link in &links {
@@ -252,7 +256,11 @@ impl Export<'_> {
                 let fd = host::openat(
                     dir_fd,
                     name,
-                    OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                    OFlags::CREATE
+                        | OFlags::EXCL
+                        | OFlags::WRONLY
+                        | OFlags::NOFOLLOW
+                        | OFlags::CLOEXEC,
                     Mode::RUSR | Mode::WUSR,
                 )
                 .map_err(|e| e.to_string())?;

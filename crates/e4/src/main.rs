@@ -87,8 +87,14 @@ enum Command {
 
 fn run(cli: Cli) -> Result<(), CliError> {
     let open = |image: &str| {
-        e4_fs::Filesystem::open(image, e4_fs::OpenOptions::default())
-            .map_err(|e| CliError::Message(format!("{image}: {e}")))
+        let fs = e4_fs::Filesystem::open(image, e4_fs::OpenOptions::default())
+            .map_err(|e| CliError::Message(format!("{image}: {e}")))?;
+        // Damage read around (a bad primary superblock, descriptor checksums): one line
+        // each, and the command goes on, as the kernel's read-only mount does.
+        for warning in fs.warnings() {
+            eprintln!("e4: warning: {image}: {warning}");
+        }
+        Ok::<_, CliError>(fs)
     };
     match cli.command {
         Command::Info { image, groups } => info::run(&open(&image)?, groups),

@@ -194,7 +194,8 @@ fn check_profile(name: &str) {
                 diffs.join("\n")
             );
         }
-        Err(reason) => eprintln!("{name}: kernel comparison skipped: {reason}"),
+        // Reported (or failed, with E4_REQUIRE_KERNEL=1) by KernelMount::mount.
+        Err(_) => {}
     }
     // Reading must not have changed the image.
     e2fsck_clean(&image.path).unwrap();

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs what e4 and its tests need on Debian or Ubuntu: e2fsprogs (mke2fs, e2fsck,
+# debugfs: the demo and the test oracles) and mount (util-linux, for the kernel comparisons).
+# Works as root (no sudo needed) and as a user with sudo. Rust itself comes from rustup.
+set -euo pipefail
+packages=(e2fsprogs mount)
+if [ "$(id -u)" = 0 ]; then
+  as_root=()
+elif command -v sudo >/dev/null; then
+  as_root=(sudo)
+else
+  echo "setup: run as root, or install sudo, to install: ${packages[*]}" >&2
+  exit 1
+fi
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  "${as_root[@]}" apt-get update -qq
+  "${as_root[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+if ! command -v cargo >/dev/null && [ ! -x "$HOME/.cargo/bin/cargo" ]; then
+  echo "setup: cargo not found; install Rust with rustup (https://rustup.rs), then rerun" >&2
+  exit 1
+fi
+echo "setup: e2fsprogs and mount are installed"
