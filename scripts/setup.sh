@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what e4 and its tests need on Debian or Ubuntu: e2fsprogs (mke2fs, e2fsck,
-# debugfs: the demo and the test oracles) and mount (util-linux, for the kernel comparisons).
+# debugfs: the demo and the test oracles)) and mount (util-linux, for the kernel comparisons).
 # Works as root (no sudo needed) and as a user with sudo. Rust itself comes from rustup.
 set -euo pipefail
 packages=(e2fsprogs mount)
@@ -25,4 +25,4 @@ if ! command -v cargo >/dev/null && [ ! -x "$HOME/.cargo/bin/cargo" ]; then
   echo "setup: cargo not found; install Rust with rustup (https://rustup.rs), then rerun" >&2
   exit 1
 fi
-echo "setup: e2fsprogs and mount are installed"
+echo "setup: ${packages[*]} are installed"

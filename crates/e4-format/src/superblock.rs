@@ -327,7 +327,10 @@ impl Superblock {
                 return bad(format!("group descriptor size {d}"));
             }
         }
-        let expected_first = u32::from(block_size == 1024);
+        // The first data block is the one holding the superblock with 1 KiB blocks, except
+        // under bigalloc, where it is always 0 (ext4_fill_super, e2fsprogs' initialize).
+        let bigalloc = self.ro_compat().contains(RoCompatFeatures::BIGALLOC);
+        let expected_first = u32::from(block_size == 1024 && !bigalloc);
         if self.first_data_block != expected_first {
             return bad(format!(
                 "first data block {} with {block_size}-byte blocks",

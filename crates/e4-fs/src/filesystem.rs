@@ -83,8 +83,10 @@ fn read_superblock(device: &dyn Device) -> Result<(Superblock, u64, Vec<String>)
     };
     let primary_error = match Superblock::parse(&raw) {
         Ok(sb) => {
-            let first = u64::from(sb.first_data_block);
-            return Ok((sb, first, Vec::new()));
+            // The descriptor table starts in the block after the superblock's: block 2 with
+            // 1 KiB blocks (block 1 under bigalloc, whose first data block is 0), else block 1.
+            let superblock_block = SUPERBLOCK_OFFSET / u64::from(sb.block_size());
+            return Ok((sb, superblock_block, Vec::new()));
         }
         Err(e) => e,
     };
@@ -348,20 +350,7 @@ impl Filesystem {
         let block = self.read_block(block_nr)?;
         let at = (byte % u64::from(self.block_size)) as usize;
         let raw = &block.bytes()[at..at + inode_size as usize];
-        let inode = Inode::parse(raw, ino, self.csum_seed)?;
-        // An xattr-value inode is a regular file (ext4_xattr_inode_iget); the kernel refuses
-        // a directory that claims to be one.
-        if inode.has_flag(e4_format::inode::flags::EA_INODE)
-            && inode.file_type() == Some(e4_format::inode::FileType::Directory)
-        {
-            return Err(FormatError::corrupt(
-                "inode record",
-                loc,
-                "a directory with the EA_INODE flag",
-            )
-            .into());
-        }
-        Ok(inode)
+        Ok(Inode::parse(raw, ino, self.csum_seed)?)
     }
 
     /// With group descriptor checksums, `bg_itable_unused` marks the tail of the inode
