@@ -243,6 +243,69 @@ fn ea_inode_flag_on_a_directory_is_corruption() {
     }
 }
 
+/// Finding 16, the other half: an xattr value stored in an inode on a filesystem without the
+/// ea_inode feature is corruption to the kernel (EUCLEAN from getxattr), so e4 reports it
+/// (and export goes on with the rest).
+#[test]
+fn ea_inode_value_without_the_feature_is_corruption() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    std::fs::write(src.join("f"), b"x").unwrap();
+    let image = dir.path().join("fs.img");
+    run("truncate", &[&"-s", &"16M", &image]);
+    run(
+        "mke2fs",
+        &[
+            &"-q",
+            &"-F",
+            &"-t",
+            &"ext4",
+            &"-b",
+            &"4096",
+            &"-O",
+            &"ea_inode",
+            &"-d",
+            &src,
+            &image,
+        ],
+    );
+    let value = dir.path().join("value");
+    std::fs::write(&value, vec![7u8; 10_000]).unwrap();
+    let set = format!("ea_set -f {} /f user.big", value.display());
+    run("debugfs", &[&"-w", &"-R", &set, &image]);
+    // debugfs 1.47.0 leaves the owner's i_blocks short by the value inode's share; let
+    // e2fsck mend that first so only the damage below remains.
+    let mended = Command::new("e2fsck")
+        .arg("-fy")
+        .arg(&image)
+        .output()
+        .unwrap();
+    assert!(matches!(mended.status.code(), Some(0 | 1)));
+    e2fsck_clean(&image).unwrap();
+    // Healthy, the value reads back (through the library: a host filesystem without large
+    // xattrs could not take it in an export).
+    let fs = e4_fs::Filesystem::open(&image, e4_fs::OpenOptions::default()).unwrap();
+    let inode = fs.read_inode(fs.resolve("/f", true).unwrap()).unwrap();
+    let stored = fs.get_xattr(&inode, b"user.big").unwrap().unwrap();
+    assert!(stored.len() > 2048 && stored.iter().all(|&b| b == 7));
+    drop(fs);
+
+    // (e2fsck 1.47.0 does not flag this; the kernel's refusal below is the oracle.)
+    run("debugfs", &[&"-w", &"-R", &"feature -ea_inode", &image]);
+    let out = e4(&[&"export", &image, &dir.path().join("bad")]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("e4: /f: xattr entry of inode 12 is corrupt: value in inode"),
+        "{stderr}"
+    );
+    if let Ok(mount) = KernelMount::mount(&image) {
+        let err = xattr::get(mount.path().join("f"), "user.big").unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc_euclean()), "{err}");
+    }
+}
+
 /// `EUCLEAN` ("Structure needs cleaning"), what the kernel returns for corruption.
 fn libc_euclean() -> i32 {
     117
