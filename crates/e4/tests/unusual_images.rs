@@ -7,8 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use e4_testkit::{
-    compare_trees, e2fsck_clean, generate_tree, kernel_comparison_skipped, CompareOptions,
-    KernelMount, TreeSpec,
+    compare_trees, e2fsck_clean, generate_tree, CompareOptions, KernelMount, TreeSpec,
 };
 
 fn e4(args: &[&dyn AsRef<std::ffi::OsStr>]) -> Output {
