@@ -9,9 +9,11 @@
 
 use crossbeam_utils::CachePadded;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
 
 use crate::block_group::{GroupExtent, GroupSpace, ORDERS};
 use crate::free_space_index::FreeSpaceIndex;
+use crate::group_state::{FreeRefusal, GroupState, ReservedRun};
 use crate::instrumented_lock::InstrumentedMutex;
 use crate::limit_counter::{LimitCounter, LimitCounterStats};
 use crate::small_file_packing::PackingWindows;
@@ -132,15 +134,61 @@ pub struct AllocRequest {
 pub enum AllocError {
     /// Fewer than `min_len` blocks are free (or free in one piece, for `min_len` > 1).
     NoSpace,
-    /// A free named blocks outside the volume or not in use (a double free).
-    BadFree(Extent),
+    /// A free was refused, and nothing was changed.
+    BadFree { extent: Extent, reason: BadFree },
+    /// A group's on-disk bitmap shows metadata (the system zone) as free: the bitmap is
+    /// corrupt, and the allocator will not hand those blocks out.
+    CorruptBitmap { group: u32, block: u64 },
+}
+
+/// Why a free was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BadFree {
+    /// Empty, or outside the volume.
+    OutsideVolume,
+    /// Part of it is not in use (a double free).
+    NotInUse,
+    /// Part of it is the unused part of a reservation window: someone's future blocks.
+    Reserved,
+    /// Part of it already waits in a transaction's pending frees.
+    Pending,
+    /// Part of it is filesystem metadata (the system zone).
+    SystemZone,
+}
+
+impl From<FreeRefusal> for BadFree {
+    fn from(r: FreeRefusal) -> Self {
+        match r {
+            FreeRefusal::NotInUse => BadFree::NotInUse,
+            FreeRefusal::Reserved => BadFree::Reserved,
+            FreeRefusal::Pending => BadFree::Pending,
+            FreeRefusal::SystemZone => BadFree::SystemZone,
+        }
+    }
 }
 
 impl std::fmt::Display for AllocError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             AllocError::NoSpace => write!(f, "no space left on the filesystem"),
-            AllocError::BadFree(e) => write!(f, "blocks {}+{} are not allocated", e.start, e.len),
+            AllocError::BadFree { extent, reason } => {
+                let why = match reason {
+                    BadFree::OutsideVolume => "lie outside the volume",
+                    BadFree::NotInUse => "are not all in use",
+                    BadFree::Reserved => "are reserved for another file's appends",
+                    BadFree::Pending => "are already being freed",
+                    BadFree::SystemZone => "hold filesystem metadata",
+                };
+                write!(
+                    f,
+                    "cannot free blocks {}+{}: they {why}",
+                    extent.start, extent.len
+                )
+            }
+            AllocError::CorruptBitmap { group, block } => write!(
+                f,
+                "block bitmap of group {group} is corrupt: metadata block {block} is marked free"
+            ),
         }
     }
 }
@@ -170,12 +218,9 @@ pub struct WindowStats {
     pub consumed: Counter,
 }
 
-/// One group: its free space and its pending frees, behind its own cache-line-aligned lock.
+/// One group behind its own cache-line-aligned lock (see [`GroupState`]).
 pub struct BlockGroup {
-    space: InstrumentedMutex<GroupSpace>,
-    /// Blocks freed by transactions that have not committed: still marked in use, so they
-    /// cannot be handed out before the free is durable. Per group, never a global list.
-    pub(crate) pending: InstrumentedMutex<Vec<(u64, GroupExtent)>>,
+    pub(crate) state: InstrumentedMutex<GroupState>,
     /// The group's free count as of its last change, published under the lock for readers
     /// that must not take it (the inode allocator's Orlov heuristic).
     free_published: AtomicU32,
@@ -211,31 +256,53 @@ enum Criterion {
 }
 
 impl BlockAllocator {
-    /// An allocator over groups built from their on-disk bitmaps (`bitmap(group)`).
+    /// An allocator over groups built from their on-disk bitmaps (`bitmap(group)`), with
+    /// `system_zone` (metadata: superblocks and backups, descriptors, reserved GDT blocks,
+    /// bitmaps, inode tables, the journal) never handed out or freed. A bitmap that shows a
+    /// system-zone block free is corrupt, and refused.
     pub fn new(
         geometry: Geometry,
         config: AllocatorConfig,
         bitmap: impl Fn(u32) -> Vec<u8>,
-    ) -> Self {
-        let groups: Vec<_> = (0..geometry.groups())
-            .map(|g| {
-                let space = GroupSpace::from_bitmap(&bitmap(g), geometry.group_blocks(g));
-                CachePadded::new(BlockGroup {
-                    free_published: AtomicU32::new(space.free()),
-                    space: InstrumentedMutex::new(space),
-                    pending: InstrumentedMutex::new(Vec::new()),
-                })
-            })
-            .collect();
+        system_zone: &[Extent],
+    ) -> Result<Self, AllocError> {
+        let mut system: Vec<Vec<GroupExtent>> = vec![Vec::new(); geometry.groups() as usize];
+        for &extent in system_zone {
+            for (g, range) in pieces_of(&geometry, extent).ok_or(AllocError::BadFree {
+                extent,
+                reason: BadFree::OutsideVolume,
+            })? {
+                system[g as usize].push(range);
+            }
+        }
+        let mut groups = Vec::with_capacity(system.len());
+        for (g, mut zone) in system.into_iter().enumerate() {
+            let g = g as u32;
+            let space = GroupSpace::from_bitmap(&bitmap(g), geometry.group_blocks(g));
+            zone.sort_by_key(|r| r.start);
+            for range in &zone {
+                if let Some(free) =
+                    (range.start..range.start + range.len).find(|&b| !space.is_used(b))
+                {
+                    return Err(AllocError::CorruptBitmap {
+                        group: g,
+                        block: geometry.block_at(g, free),
+                    });
+                }
+            }
+            groups.push(CachePadded::new(BlockGroup {
+                free_published: AtomicU32::new(space.free()),
+                state: InstrumentedMutex::new(GroupState::new(space, zone)),
+            }));
+        }
         let index = FreeSpaceIndex::new(groups.len(), ORDERS);
         let mut free = 0u64;
-        let mut groups = groups;
         for (g, group) in groups.iter_mut().enumerate() {
-            let space = group.space.get_mut();
+            let space = &group.state.get_mut().space;
             free += u64::from(space.free());
             index.update(g, None, space.largest_order());
         }
-        BlockAllocator {
+        Ok(BlockAllocator {
             geometry,
             config,
             groups: groups.into_boxed_slice(),
@@ -248,14 +315,14 @@ impl BlockAllocator {
             shared_goal: InstrumentedMutex::new(0),
             packing: PackingWindows::new(config.counter_slots),
             stats: AllocatorStats::default(),
-        }
+        })
     }
 
-    /// An allocator over an empty volume.
+    /// An allocator over an empty volume with no system zone (for tests and benchmarks).
     pub fn empty(geometry: Geometry, config: AllocatorConfig) -> Self {
-        Self::new(geometry, config, |g| {
-            vec![0u8; geometry.group_blocks(g).div_ceil(8) as usize]
-        })
+        let bitmap = |g| vec![0u8; geometry.group_blocks(g).div_ceil(8) as usize];
+        // OK to unwrap: with no system zone there is nothing to contradict.
+        Self::new(geometry, config, bitmap, &[]).unwrap()
     }
 
     pub fn geometry(&self) -> &Geometry {
@@ -293,20 +360,72 @@ impl BlockAllocator {
             .load(Ordering::Relaxed)
     }
 
-    /// A group's bitmap and free count, for persisting.
-    pub fn group_bitmap(&self, group: u32, bytes: usize) -> (Vec<u8>, u32) {
-        let space = self.groups[group as usize]
-            .space
-            .lock(&self.stats.group_locks);
-        (space.to_bitmap(bytes), space.free())
+    /// A group's block bitmap as it must be written to disk (`bytes` long) and its free
+    /// count: blocks in reservation windows and blocks whose free waits for a commit are
+    /// free there, though the allocator will not hand them out. Nothing else may be
+    /// persisted. Call it with the transaction quiescent (a commit waits for its handles), so
+    /// no window is being carved.
+    pub fn group_bitmap_for_disk(&self, group: u32, bytes: usize) -> (Vec<u8>, u32) {
+        self.lock_group(group, 0).disk_bitmap(bytes)
     }
 
     /// Whether every group's filing in the index matches its largest free order.
     pub fn index_is_consistent(&self) -> bool {
         self.groups.iter().enumerate().all(|(g, group)| {
-            let space = group.space.lock(&self.stats.group_locks);
-            self.index.order_of(g) == space.largest_order()
+            let state = group.state.lock(&self.stats.group_locks);
+            self.index.order_of(g) == state.space.largest_order()
         })
+    }
+
+    /// Locks group `g`, waiting, and first takes back released reservations (their blocks
+    /// return to the counter through `slot`).
+    pub(crate) fn lock_group(
+        &self,
+        g: u32,
+        slot: usize,
+    ) -> parking_lot::MutexGuard<'_, GroupState> {
+        let state = self.groups[g as usize].state.lock(&self.stats.group_locks);
+        self.after_lock(g, state, slot).0
+    }
+
+    /// Bookkeeping every lock holder does: take back released reservations, so a dropped
+    /// window costs nothing until its group is next used.
+    fn after_lock<'a>(
+        &self,
+        g: u32,
+        mut state: parking_lot::MutexGuard<'a, GroupState>,
+        slot: usize,
+    ) -> (parking_lot::MutexGuard<'a, GroupState>, u32) {
+        let before = state.space.largest_order();
+        let freed = state.reclaim_released();
+        if freed > 0 {
+            self.publish(g, before, &state);
+            self.free_blocks.release(slot, u64::from(freed));
+            self.stats.windows.consumed.add(u64::from(freed));
+        }
+        (state, freed)
+    }
+
+    /// After a change to group `g`'s space (still under its lock): refile it in the index
+    /// and publish its free count. Both happen before the lock is dropped, so the index
+    /// never lags a change another thread could act on.
+    pub(crate) fn publish(&self, g: u32, before: Option<u8>, state: &GroupState) {
+        self.index
+            .update(g as usize, before, state.space.largest_order());
+        self.groups[g as usize]
+            .free_published
+            .store(state.space.free(), Ordering::Relaxed);
+    }
+
+    /// Takes back every released reservation in every group and what idle packing windows
+    /// hold; returns the blocks recovered. The last resort before "no space": O(groups).
+    fn reclaim_for_space(&self, slot: usize) -> u64 {
+        let mut recovered = self.reclaim_small_file_windows();
+        for g in 0..self.geometry.groups() {
+            let state = self.groups[g as usize].state.lock(&self.stats.group_locks);
+            recovered += u64::from(self.after_lock(g, state, slot).1);
+        }
+        recovered
     }
 
     /// The stream-goal slot of a stream key (Fibonacci hashing spreads nearby keys).
@@ -346,17 +465,31 @@ impl BlockAllocator {
     }
 
     /// Allocates between `min_len` and `len` contiguous blocks. Before reporting no space,
-    /// it takes back what small-file packing windows hold and tries once more.
+    /// it takes back released reservations and idle packing windows and tries once more.
     pub fn allocate(&self, req: AllocRequest) -> Result<Extent, AllocError> {
-        match self.allocate_once(req) {
-            Err(AllocError::NoSpace) if self.reclaim_small_file_windows() > 0 => {
-                self.allocate_once(req)
+        self.allocate_run(req, false).map(|(extent, _)| extent)
+    }
+
+    /// [`Self::allocate`], optionally registering the extent as a reservation of its group
+    /// (for windows), in the same lock hold.
+    pub(crate) fn allocate_run(
+        &self,
+        req: AllocRequest,
+        reserve: bool,
+    ) -> Result<(Extent, Option<Arc<ReservedRun>>), AllocError> {
+        match self.allocate_once(req, reserve) {
+            Err(AllocError::NoSpace) if self.reclaim_for_space(req.slot) > 0 => {
+                self.allocate_once(req, reserve)
             }
             result => result,
         }
     }
 
-    fn allocate_once(&self, req: AllocRequest) -> Result<Extent, AllocError> {
+    fn allocate_once(
+        &self,
+        req: AllocRequest,
+        reserve: bool,
+    ) -> Result<(Extent, Option<Arc<ReservedRun>>), AllocError> {
         let min_len = req.min_len.clamp(1, req.len.max(1));
         let len = req.len.max(min_len);
         // Admission: promise only blocks that exist.
@@ -370,16 +503,16 @@ impl BlockAllocator {
         let _global = (self.config.locking == GroupLocking::Global)
             .then(|| self.global.lock(&self.stats.global_lock));
         let goal = self.start_goal(&req);
-        let result = self.search(goal, reserved, min_len);
+        let result = self.search(goal, reserved, min_len, req.slot, reserve);
         match result {
-            Some(extent) => {
+            Some((extent, run)) => {
                 let unused = reserved - extent.len;
                 if unused > 0 {
                     self.free_blocks.release(req.slot, u64::from(unused));
                 }
                 self.remember_goal(&req, extent.end());
                 self.stats.allocations.add(1);
-                Ok(extent)
+                Ok((extent, run))
             }
             None => {
                 self.free_blocks.release(req.slot, u64::from(reserved));
@@ -389,16 +522,26 @@ impl BlockAllocator {
     }
 
     /// Runs the ladder: the goal itself, then each criterion over the candidate groups.
-    fn search(&self, goal: u64, len: u32, min_len: u32) -> Option<Extent> {
+    fn search(
+        &self,
+        goal: u64,
+        len: u32,
+        min_len: u32,
+        slot: usize,
+        reserve: bool,
+    ) -> Option<(Extent, Option<Arc<ReservedRun>>)> {
         let goal = goal.clamp(self.geometry.first_data_block, self.geometry.blocks - 1);
         let (goal_group, goal_offset) = self.geometry.group_of(goal);
+        let take = |g: u32, wait: bool, find: &dyn Fn(&GroupSpace) -> Option<GroupExtent>| {
+            self.try_group(g, wait, find, slot, reserve)
+        };
         // Next-fit at the goal: the cheapest way to stay contiguous.
-        if let Some(e) = self.try_group(goal_group, false, |s| {
+        if let Some(found) = take(goal_group, false, &|s: &GroupSpace| {
             s.find_free(goal_offset, len, len)
                 .filter(|e| e.start == goal_offset)
         }) {
             self.stats.by_criterion[0].add(1);
-            return Some(e);
+            return Some(found);
         }
         let ladder: &[Criterion] = if len.is_power_of_two() && len > 1 {
             &[
@@ -436,103 +579,146 @@ impl BlockAllocator {
                 // "no space" exact. Without the index, every pass is a linear walk.
                 (0..self.geometry.groups())
                     .map(|i| (goal_group + i) % self.geometry.groups())
-                    .find_map(|g| self.try_group(g, last, find))
+                    .find_map(|g| take(g, last, &find))
             } else {
                 self.index
                     .candidates(goal_group as usize, min_order)
-                    .find_map(|g| self.try_group(g as u32, false, find))
+                    .find_map(|g| take(g as u32, false, &find))
             };
-            if let Some(e) = found {
+            if let Some(found) = found {
                 self.stats.by_criterion[rung + 1].add(1);
-                return Some(e);
+                return Some(found);
             }
         }
         None
     }
 
     /// Locks group `g` (skipping it if busy, unless `wait`), looks for space with `find`,
-    /// and takes what it finds.
+    /// and takes what it finds, registering it as a reservation if `reserve`.
     fn try_group(
         &self,
         g: u32,
         wait: bool,
-        find: impl Fn(&GroupSpace) -> Option<GroupExtent>,
-    ) -> Option<Extent> {
+        find: &dyn Fn(&GroupSpace) -> Option<GroupExtent>,
+        slot: usize,
+        reserve: bool,
+    ) -> Option<(Extent, Option<Arc<ReservedRun>>)> {
         let group = &self.groups[g as usize];
-        let mut space = match self.config.locking {
-            GroupLocking::TrySkip if !wait => group.space.try_lock(&self.stats.group_locks)?,
-            _ => group.space.lock(&self.stats.group_locks),
+        let state = match self.config.locking {
+            GroupLocking::TrySkip if !wait => group.state.try_lock(&self.stats.group_locks)?,
+            _ => group.state.lock(&self.stats.group_locks),
         };
-        let found = find(&space)?;
-        let before = space.largest_order();
+        let (mut state, _) = self.after_lock(g, state, slot);
+        let found = find(&state.space)?;
+        let before = state.space.largest_order();
         // OK to unwrap: `find` only returns free space of this group, and we hold its lock.
-        space.mark_used(found).unwrap();
-        self.index.update(g as usize, before, space.largest_order());
-        group.free_published.store(space.free(), Ordering::Relaxed);
-        Some(Extent {
+        state.space.mark_used(found).unwrap();
+        let run = reserve.then(|| {
+            let run = Arc::new(ReservedRun::new(g, found));
+            state.reserved.push(Arc::clone(&run));
+            run
+        });
+        self.publish(g, before, &state);
+        let extent = Extent {
             start: self.geometry.block_at(g, found.start),
             len: found.len,
+        };
+        Some((extent, run))
+    }
+
+    /// The per-group pieces of an extent (extents may cross group boundaries).
+    pub(crate) fn pieces(&self, extent: Extent) -> Result<Vec<(u32, GroupExtent)>, AllocError> {
+        pieces_of(&self.geometry, extent).ok_or(AllocError::BadFree {
+            extent,
+            reason: BadFree::OutsideVolume,
         })
     }
 
-    /// The per-group pieces of an extent (extents may cross group boundaries), or `None`
-    /// if it is empty or runs outside the volume.
-    pub(crate) fn pieces(&self, extent: Extent) -> Option<Vec<(u32, GroupExtent)>> {
-        if extent.start < self.geometry.first_data_block
-            || extent.end() > self.geometry.blocks
-            || extent.len == 0
-        {
-            return None;
+    /// The pieces of `extent`, each checked under its group's lock to be freeable by its
+    /// owner, before anything is changed: a free that would be refused in its second group
+    /// does not free its first. (Another thread freeing the same blocks at the same moment
+    /// could still interleave; the owner's inode lock rules that out.)
+    pub(crate) fn checked_pieces(
+        &self,
+        extent: Extent,
+    ) -> Result<Vec<(u32, GroupExtent)>, AllocError> {
+        let pieces = self.pieces(extent)?;
+        for &(g, range) in &pieces {
+            self.lock_group(g, 0)
+                .check_free(range)
+                .map_err(|r| AllocError::BadFree {
+                    extent,
+                    reason: r.into(),
+                })?;
         }
-        let mut out = Vec::new();
-        let mut at = extent.start;
-        while at < extent.end() {
-            let (g, offset) = self.geometry.group_of(at);
-            let len =
-                (u64::from(self.geometry.group_blocks(g) - offset)).min(extent.end() - at) as u32;
-            out.push((g, GroupExtent { start: offset, len }));
-            at += u64::from(len);
-        }
-        Some(out)
+        Ok(pieces)
     }
 
     /// Returns blocks to free space at once. Blocks freed by a transaction that has not
-    /// committed go through [`crate::pending_frees`] instead.
+    /// committed go through [`crate::pending_frees`] instead. Refused, changing nothing, if
+    /// any block is free already, reserved in a window, pending, or metadata.
     pub fn free(&self, extent: Extent, slot: usize) -> Result<(), AllocError> {
         let _global = (self.config.locking == GroupLocking::Global)
             .then(|| self.global.lock(&self.stats.global_lock));
-        for (g, range) in self.pieces(extent).ok_or(AllocError::BadFree(extent))? {
-            self.free_in_group(g, range, slot)?;
+        for (g, range) in self.checked_pieces(extent)? {
+            let mut state = self.lock_group(g, slot);
+            state.check_free(range).map_err(|r| AllocError::BadFree {
+                extent,
+                reason: r.into(),
+            })?;
+            self.mark_free_locked(g, &mut state, range);
+            drop(state);
+            self.free_blocks.release(slot, u64::from(range.len));
         }
-        Ok(())
-    }
-
-    pub(crate) fn group(&self, g: u32) -> &BlockGroup {
-        &self.groups[g as usize]
-    }
-
-    /// Marks `range` of group `g` free and returns its blocks to the counter.
-    pub(crate) fn free_in_group(
-        &self,
-        g: u32,
-        range: GroupExtent,
-        slot: usize,
-    ) -> Result<(), AllocError> {
-        let group = &self.groups[g as usize];
-        let mut space = group.space.lock(&self.stats.group_locks);
-        let before = space.largest_order();
-        space.mark_free(range).map_err(|_| {
-            AllocError::BadFree(Extent {
-                start: self.geometry.block_at(g, range.start),
-                len: range.len,
-            })
-        })?;
-        self.index.update(g as usize, before, space.largest_order());
-        group.free_published.store(space.free(), Ordering::Relaxed);
-        drop(space);
-        self.free_blocks.release(slot, u64::from(range.len));
         self.stats.frees.add(1);
         Ok(())
+    }
+
+    /// Marks `range` (checked to be in use) free, under group `g`'s lock.
+    pub(crate) fn mark_free_locked(&self, g: u32, state: &mut GroupState, range: GroupExtent) {
+        let before = state.space.largest_order();
+        // OK to unwrap: the caller checked the range is in use, under this lock.
+        state.space.mark_free(range).unwrap();
+        self.publish(g, before, state);
+    }
+
+    /// Gives a reservation's unused blocks back to its group at once.
+    pub(crate) fn release_run(&self, run: &Arc<ReservedRun>, slot: usize) {
+        let g = run.group;
+        let mut state = self.lock_group(g, slot);
+        let before = state.space.largest_order();
+        let freed = state.release(run);
+        if freed > 0 {
+            self.publish(g, before, &state);
+            drop(state);
+            self.free_blocks.release(slot, u64::from(freed));
+            self.stats.windows.consumed.add(u64::from(freed));
+        }
+    }
+
+    /// Free blocks as `statfs` reports them: unreserved blocks plus blocks held in windows,
+    /// read without a lock. The two are separate counters that move while they are read, so
+    /// the sum is clamped to the volume: it can lag, but never claims more than exists.
+    pub fn free_blocks_for_statfs(&self) -> u64 {
+        let w = &self.stats.windows;
+        let in_windows = w.reserved.get().saturating_sub(w.consumed.get());
+        let capacity = self.geometry.blocks - self.geometry.first_data_block;
+        (self.free_blocks() + in_windows).min(capacity)
+    }
+
+    /// Blocks held unused in reservations, over all groups (O(groups), for checks).
+    pub fn reserved_blocks(&self) -> u64 {
+        (0..self.geometry.groups())
+            .map(|g| self.lock_group(g, 0).reserved_blocks())
+            .sum()
+    }
+
+    /// Returns `n` freed blocks to the free-block counter.
+    pub(crate) fn release_free_blocks(&self, slot: usize, n: u64) {
+        if n > 0 {
+            self.free_blocks.release(slot, n);
+            self.stats.frees.add(1);
+        }
     }
 
     pub(crate) fn window_stats(&self) -> &WindowStats {
@@ -545,5 +731,71 @@ impl BlockAllocator {
 
     pub(crate) fn packing(&self) -> &PackingWindows {
         &self.packing
+    }
+}
+
+/// The per-group pieces of an extent, or `None` if it is empty or runs outside the volume.
+fn pieces_of(geometry: &Geometry, extent: Extent) -> Option<Vec<(u32, GroupExtent)>> {
+    if extent.start < geometry.first_data_block || extent.end() > geometry.blocks || extent.len == 0
+    {
+        return None;
+    }
+    let mut out = Vec::new();
+    let mut at = extent.start;
+    while at < extent.end() {
+        let (g, offset) = geometry.group_of(at);
+        let len = (u64::from(geometry.group_blocks(g) - offset)).min(extent.end() - at) as u32;
+        out.push((g, GroupExtent { start: offset, len }));
+        at += u64::from(len);
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The last pass of the ladder waits for a busy group instead of skipping it: with all
+    /// free space in a group whose lock another thread holds, the allocation must wait and
+    /// succeed, never report a false "no space".
+    #[test]
+    fn the_last_pass_waits_for_a_busy_group() {
+        let geometry = Geometry {
+            first_data_block: 0,
+            blocks_per_group: 1024,
+            blocks: 2048,
+        };
+        let alloc = BlockAllocator::empty(geometry, AllocatorConfig::default());
+        // Group 0 full, so only group 1 has space.
+        let full = alloc
+            .allocate(AllocRequest {
+                goal: Some(0),
+                len: 1024,
+                min_len: 1024,
+                slot: 0,
+                stream: 0,
+            })
+            .unwrap();
+        assert_eq!(full.start, 0);
+        let held = alloc.groups[1].state.lock(&alloc.stats.group_locks);
+        std::thread::scope(|s| {
+            let waiter = s.spawn(|| {
+                alloc.allocate(AllocRequest {
+                    goal: Some(0),
+                    len: 8,
+                    min_len: 8,
+                    slot: 1,
+                    stream: 1,
+                })
+            });
+            // Let the allocation reach the busy group before the lock is given up.
+            while alloc.stats.group_locks.snapshot().try_skips == 0 {
+                std::thread::yield_now();
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            drop(held);
+            let got = waiter.join().unwrap().unwrap();
+            assert_eq!(geometry.group_of(got.start).0, 1);
+        });
     }
 }

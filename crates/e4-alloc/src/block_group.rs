@@ -133,6 +133,11 @@ impl GroupSpace {
         self.free
     }
 
+    /// Blocks in the group.
+    pub fn blocks(&self) -> u32 {
+        self.blocks
+    }
+
     pub fn fragments(&self) -> u32 {
         self.fragments
     }

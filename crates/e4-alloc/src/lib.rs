@@ -9,6 +9,7 @@
 pub mod block_allocator;
 pub mod block_group;
 pub mod free_space_index;
+mod group_state;
 pub mod inode_allocator;
 mod inode_group;
 mod instrumented_lock;
@@ -20,8 +21,8 @@ pub mod stats;
 mod sync;
 
 pub use block_allocator::{
-    AllocError, AllocRequest, AllocatorConfig, BlockAllocator, Extent, Geometry, GoalPolicy,
-    GroupLocking,
+    AllocError, AllocRequest, AllocatorConfig, BadFree, BlockAllocator, Extent, Geometry,
+    GoalPolicy, GroupLocking,
 };
 pub use free_space_index::{AtomicBitset, FreeSpaceIndex};
 pub use inode_allocator::{

@@ -16,21 +16,42 @@
 //! extents of tens of MiB under any number of concurrent appenders. Windows are released
 //! on close and truncate, and count as free space for `statfs`.
 
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
 use crate::block_allocator::{AllocError, AllocRequest, BlockAllocator, Extent};
+use crate::group_state::ReservedRun;
 
 /// The largest window by default, in blocks.
 pub const DEFAULT_WINDOW_CAP: u32 = 8192;
 /// The first window a file gets.
 const FIRST_WINDOW: u32 = 16;
 
-/// A file's reserved run: blocks `[next, next + remaining)` are allocated to the file's
+/// A file's reserved run: blocks `[next, next + remaining)` are set aside for the file's
 /// future appends.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
+///
+/// It is an owned value, neither `Clone` nor `Copy`: two copies would hand the same blocks
+/// out twice. Its blocks are never in the bitmap written to disk (they are the group's
+/// reservation, [`ReservedRun`]), and dropping it gives them back: the group takes the
+/// unused part back the next time its lock is held, or before any "no space" answer.
+/// [`BlockAllocator::release_window`] gives them back at once.
+#[derive(Debug, Default)]
 pub struct ReservationWindow {
+    run: Option<Arc<ReservedRun>>,
+    /// The first unused block (or, once used up, the block after the window: where the next
+    /// window is asked for).
     next: u64,
     remaining: u32,
     /// Size of the window to ask for next.
     grow_to: u32,
+}
+
+impl Drop for ReservationWindow {
+    fn drop(&mut self) {
+        if let Some(run) = &self.run {
+            run.released.store(true, Ordering::Release);
+        }
+    }
 }
 
 impl ReservationWindow {
@@ -43,14 +64,24 @@ impl ReservationWindow {
     /// growth predicts its next.
     pub fn for_file(blocks: u64) -> Self {
         ReservationWindow {
+            run: None,
+            next: 0,
+            remaining: 0,
             grow_to: blocks.clamp(1, 1 << 31).next_power_of_two() as u32,
-            ..ReservationWindow::default()
         }
     }
 
     /// Blocks reserved and not yet used.
     pub fn remaining(&self) -> u32 {
         self.remaining
+    }
+
+    /// The reserved blocks not yet used, if any.
+    pub fn unused(&self) -> Option<Extent> {
+        (self.remaining > 0).then_some(Extent {
+            start: self.next,
+            len: self.remaining,
+        })
     }
 }
 
@@ -87,50 +118,62 @@ impl BlockAllocator {
             } else {
                 goal
             };
-            let fresh = self.allocate(AllocRequest {
-                goal: next_goal,
-                len: size,
-                min_len: 1,
-                slot,
-                stream,
-            })?;
+            let (fresh, run) = self.allocate_run(
+                AllocRequest {
+                    goal: next_goal,
+                    len: size,
+                    min_len: 1,
+                    slot,
+                    stream,
+                },
+                true,
+            )?;
             self.window_stats().reserved.add(u64::from(fresh.len));
+            // The used-up run is dropped here: the group forgets it at its next lock.
+            if let Some(old) = std::mem::replace(&mut window.run, run) {
+                old.released.store(true, Ordering::Release);
+            }
             window.next = fresh.start;
             window.remaining = fresh.len;
             window.grow_to = size.saturating_mul(2).min(cap);
         }
-        let take = len.min(window.remaining);
+        Ok(self.carve(
+            window.run.as_deref(),
+            &mut window.next,
+            &mut window.remaining,
+            len,
+        ))
+    }
+
+    /// Takes up to `len` blocks off the front of a reservation, publishing the new front to
+    /// the group (one release store to a line only this owner writes; no lock).
+    pub(crate) fn carve(
+        &self,
+        run: Option<&ReservedRun>,
+        next: &mut u64,
+        remaining: &mut u32,
+        len: u32,
+    ) -> Extent {
+        let take = len.min(*remaining);
         let extent = Extent {
-            start: window.next,
+            start: *next,
             len: take,
         };
-        window.next += u64::from(take);
-        window.remaining -= take;
+        *next += u64::from(take);
+        *remaining -= take;
+        if let (Some(run), true) = (run, take > 0) {
+            let (_, offset) = self.geometry().group_of(*next - 1);
+            run.next.store(offset + 1, Ordering::Release);
+        }
         self.window_stats().consumed.add(u64::from(take));
-        Ok(extent)
+        extent
     }
 
-    /// Gives back what is left of a window (on close or truncate).
-    pub fn release_window(
-        &self,
-        window: &mut ReservationWindow,
-        slot: usize,
-    ) -> Result<(), AllocError> {
-        if window.remaining > 0 {
-            let rest = Extent {
-                start: window.next,
-                len: window.remaining,
-            };
-            self.free(rest, slot)?;
-            self.window_stats().consumed.add(u64::from(rest.len));
+    /// Gives back what is left of a window at once (on close or truncate).
+    pub fn release_window(&self, window: &mut ReservationWindow, slot: usize) {
+        if let Some(run) = window.run.take() {
+            self.release_run(&run, slot);
         }
         *window = ReservationWindow::new();
-        Ok(())
-    }
-
-    /// Free blocks as `statfs` reports them: unreserved blocks plus blocks held in windows.
-    pub fn free_blocks_for_statfs(&self) -> u64 {
-        let w = self.window_stats();
-        self.free_blocks() + (w.reserved.get() - w.consumed.get())
     }
 }

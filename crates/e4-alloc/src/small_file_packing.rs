@@ -12,9 +12,12 @@
 //! left of a window when it is replaced (too short for the next file) is freed at once, and
 //! the next window is asked for right there.
 
+use std::sync::Arc;
+
 use crossbeam_utils::CachePadded;
 
 use crate::block_allocator::{AllocError, AllocRequest, BlockAllocator, Extent};
+use crate::group_state::ReservedRun;
 use crate::instrumented_lock::InstrumentedMutex;
 
 /// Largest allocation packed, in blocks: ext4's stream threshold (`s_mb_stream_request`).
@@ -22,9 +25,11 @@ pub const SMALL_FILE_BLOCKS: u32 = 16;
 /// Blocks a packing window reserves at a time: ext4's `s_mb_group_prealloc`.
 pub const PACK_WINDOW: u32 = 512;
 
-/// Blocks `[next, next + remaining)` reserved for one slot's small files.
+/// Blocks `[next, next + remaining)` reserved for one slot's small files: like a file's
+/// reservation window, the group's reservation ([`ReservedRun`]), never on disk as used.
 #[derive(Debug, Default)]
 struct PackWindow {
+    run: Option<Arc<ReservedRun>>,
     next: u64,
     remaining: u32,
 }
@@ -73,71 +78,61 @@ impl BlockAllocator {
             // The next window starts where this one's unused tail did, so a slot's small
             // files stay in order on disk with no gap.
             let goal = (window.next != 0).then_some(window.next);
-            self.release_pack_window(&mut window, slot)?;
-            let fresh = match self.allocate(AllocRequest {
-                goal,
-                len: PACK_WINDOW,
-                min_len: len,
-                ..plain
-            }) {
+            self.release_pack_window(&mut window, slot);
+            let (fresh, run) = match self.allocate_run(
+                AllocRequest {
+                    goal,
+                    len: PACK_WINDOW,
+                    min_len: len,
+                    ..plain
+                },
+                true,
+            ) {
                 Ok(fresh) => fresh,
                 // Too fragmented or too full for a window: just this file.
                 Err(_) => return self.allocate(plain),
             };
             self.window_stats().reserved.add(u64::from(fresh.len));
             *window = PackWindow {
+                run,
                 next: fresh.start,
                 remaining: fresh.len,
             };
         }
-        let extent = Extent {
-            start: window.next,
-            len,
-        };
-        window.next += u64::from(len);
-        window.remaining -= len;
-        self.window_stats().consumed.add(u64::from(len));
-        Ok(extent)
+        let PackWindow {
+            run,
+            next,
+            remaining,
+        } = &mut *window;
+        Ok(self.carve(run.as_deref(), next, remaining, len))
     }
 
-    fn release_pack_window(&self, window: &mut PackWindow, slot: usize) -> Result<(), AllocError> {
-        if window.remaining > 0 {
-            self.free(
-                Extent {
-                    start: window.next,
-                    len: window.remaining,
-                },
-                slot,
-            )?;
-            self.window_stats()
-                .consumed
-                .add(u64::from(window.remaining));
+    /// Gives what is left of a packing window back to its group.
+    fn release_pack_window(&self, window: &mut PackWindow, slot: usize) {
+        if let Some(run) = window.run.take() {
+            self.release_run(&run, slot);
         }
-        *window = PackWindow::default();
-        Ok(())
+        window.remaining = 0;
     }
 
-    /// Frees what is left of every packing window (before the bitmaps are written back, or
-    /// when space runs short).
-    pub fn release_small_file_windows(&self) -> Result<(), AllocError> {
+    /// Frees what is left of every packing window (when a caller wants them gone, e.g. at
+    /// unmount; the bitmap written to disk never contains them either way).
+    pub fn release_small_file_windows(&self) {
         for (slot, cell) in self.packing().slots.iter().enumerate() {
             let mut window = cell.lock(&self.stats().packing_locks);
-            self.release_pack_window(&mut window, slot)?;
+            self.release_pack_window(&mut window, slot);
         }
-        Ok(())
     }
 
     /// Frees what is left of every packing window not in use right now, returning how many
-    /// blocks that gave back: the allocator's last resort before "no space". A window in
-    /// use (its own caller's, perhaps) is skipped, not waited for.
+    /// blocks that gave back: part of the allocator's last resort before "no space". A
+    /// window in use (its own caller's, perhaps) is skipped, not waited for.
     pub(crate) fn reclaim_small_file_windows(&self) -> u64 {
         let mut reclaimed = 0;
         for (slot, cell) in self.packing().slots.iter().enumerate() {
             if let Some(mut window) = cell.try_lock(&self.stats().packing_locks) {
-                let blocks = u64::from(window.remaining);
-                if self.release_pack_window(&mut window, slot).is_ok() {
-                    reclaimed += blocks;
-                }
+                reclaimed += u64::from(window.remaining);
+                self.release_pack_window(&mut window, slot);
             }
         }
         reclaimed
