@@ -674,25 +674,30 @@ fn statfs_never_exceeds_the_volume_under_churn() {
             let (alloc, stop) = (&alloc, &stop);
             s.spawn(move || {
                 while !stop.load(Ordering::Relaxed) {
-                    let mut window = ReservationWindow::new();
-                    let mut mine = Vec::new();
-                    for _ in 0..20 {
-                        if let Ok(e) = alloc.allocate_append(&mut window, None, 3, t, t as u64) {
-                            mine.push(e);
-                        }
-                    }
-                    alloc.release_window(&mut window, t);
-                    for e in mine {
+                    // A large window, one block used and freed first: when the window is
+                    // released nothing else is held, so counting its blocks twice (once
+                    // as free, once as in a window) would exceed the volume.
+                    let mut window = ReservationWindow::for_file(512);
+                    if let Ok(e) = alloc.allocate_append(&mut window, None, 1, t, t as u64) {
                         alloc.free(e, t).unwrap();
                     }
+                    alloc.release_window(&mut window, t);
                 }
             });
         }
-        for _ in 0..200_000 {
+        // Stop the churn however the sampling ends (a failed assertion included), or the
+        // scope would wait for it forever.
+        struct StopOnDrop<'a>(&'a std::sync::atomic::AtomicBool);
+        impl Drop for StopOnDrop<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::Relaxed);
+            }
+        }
+        let _stop = StopOnDrop(&stop);
+        for _ in 0..2_000_000 {
             let free = alloc.free_blocks_for_statfs();
             assert!(free <= capacity, "statfs says {free} free of {capacity}");
         }
-        stop.store(true, Ordering::Relaxed);
     });
 }
 
