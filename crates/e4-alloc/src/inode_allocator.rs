@@ -38,24 +38,39 @@ impl InodeGeometry {
         self.groups.div_ceil(self.groups_per_flex)
     }
 
-    /// The group of inode `ino` and its index there.
-    pub fn group_of(&self, ino: u32) -> (u32, u32) {
-        (
-            (ino - 1) / self.inodes_per_group,
-            (ino - 1) % self.inodes_per_group,
-        )
+    /// The group of inode `ino` and its index there; `None` for inode 0 or an inode past
+    /// the last group.
+    pub fn group_of(&self, ino: u32) -> Option<(u32, u32)> {
+        let rel = ino.checked_sub(1)?;
+        let group = rel.checked_div(self.inodes_per_group)?;
+        (group < self.groups).then_some((group, rel % self.inodes_per_group))
     }
 
-    pub fn inode_at(&self, group: u32, index: u32) -> u32 {
-        group * self.inodes_per_group + index + 1
+    /// The inode number at `index` of `group`; `None` outside the geometry or past the
+    /// 32-bit inode numbers.
+    pub fn inode_at(&self, group: u32, index: u32) -> Option<u32> {
+        if group >= self.groups || index >= self.inodes_per_group {
+            return None;
+        }
+        group
+            .checked_mul(self.inodes_per_group)?
+            .checked_add(index)?
+            .checked_add(1)
     }
 
     /// The groups of flex group `flex`.
     fn flex_groups(&self, flex: u32) -> std::ops::Range<u32> {
-        let start = flex * self.groups_per_flex;
-        start..(start + self.groups_per_flex).min(self.groups)
+        let start = u64::from(flex) * u64::from(self.groups_per_flex);
+        let end = (start + u64::from(self.groups_per_flex)).min(u64::from(self.groups));
+        start.min(u64::from(self.groups)) as u32..end as u32
     }
 }
+
+/// Full scans of every group one allocation may make before it concludes that the
+/// free-inode count and the bitmaps disagree. A scan misses only when concurrent creators
+/// took the free inodes it passed; eight in a row, with a yield between, means no inode is
+/// there to find.
+const MAX_CLAIM_SCANS: usize = 8;
 
 /// What kind of inode is wanted, which decides where it goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,6 +116,9 @@ pub enum InodeError {
     NoSpace,
     /// A freed inode number is reserved, outside the volume, or not in use.
     BadFree(u32),
+    /// The free-inode count promised an inode that repeated scans of every group's bitmap
+    /// could not find: the counts and the bitmaps disagree (corruption, or a bug).
+    CountMismatch { counted_free: u64 },
 }
 
 impl std::fmt::Display for InodeError {
@@ -108,6 +126,10 @@ impl std::fmt::Display for InodeError {
         match self {
             InodeError::NoSpace => write!(f, "no free inodes left on the filesystem"),
             InodeError::BadFree(ino) => write!(f, "inode {ino} is not allocated"),
+            InodeError::CountMismatch { counted_free } => write!(
+                f,
+                "inode bitmaps are inconsistent with the free-inode count ({counted_free} counted free, none found)"
+            ),
         }
     }
 }
@@ -161,8 +183,12 @@ impl InodeAllocator {
         bitmap: impl Fn(u32) -> Vec<u8>,
         used_dirs: impl Fn(u32) -> u32,
     ) -> Self {
+        // Inode numbers are 32 bits (s_inodes_count): groups past that hold no inodes a
+        // caller could name, so they are not managed.
+        let addressable = u32::MAX.checked_div(geometry.inodes_per_group).unwrap_or(0);
         let geometry = InodeGeometry {
             groups_per_flex: geometry.groups_per_flex.max(1),
+            groups: geometry.groups.min(addressable),
             ..geometry
         };
         let groups: Box<[_]> = (0..geometry.groups)
@@ -248,8 +274,9 @@ impl InodeAllocator {
         }
         .unwrap_or(parent_group);
         // The reservation guarantees a free inode exists, so a scan that finds none lost a
-        // race to creators that did find one (each miss is someone else's progress).
-        loop {
+        // race to creators that did find one (each miss is someone else's progress). That
+        // cannot go on: past a bound, the counts and the bitmaps disagree.
+        for _ in 0..MAX_CLAIM_SCANS {
             if let Some(new) = self.claim_from(start, req.kind.is_directory()) {
                 if req.kind.is_directory() {
                     self.directories.add(1);
@@ -257,7 +284,12 @@ impl InodeAllocator {
                 self.stats.allocations.add(1);
                 return Ok(new);
             }
+            std::thread::yield_now();
         }
+        self.free_inodes.release(req.slot, 1);
+        Err(InodeError::CountMismatch {
+            counted_free: self.free_inodes.sum(),
+        })
     }
 
     /// Returns inode `ino` (a directory if `directory`) to the free inodes.
@@ -268,7 +300,7 @@ impl InodeAllocator {
         if ino < self.geometry.first_inode || ino > self.last_inode() {
             return Err(bad);
         }
-        let (g, index) = self.geometry.group_of(ino);
+        let (g, index) = self.geometry.group_of(ino).ok_or(bad)?;
         self.groups[g as usize]
             .lock(&self.stats.free_locks)
             .release(index, directory)
@@ -291,7 +323,7 @@ impl InodeAllocator {
     fn parent_group(&self, parent: u32) -> u32 {
         self.geometry
             .group_of(parent.clamp(1, self.last_inode().max(1)))
-            .0
+            .map_or(0, |(g, _)| g)
     }
 
     /// One scan over every group from `start`: try-locks on the first pass (groups that look
@@ -305,10 +337,10 @@ impl InodeAllocator {
         for &wait in passes {
             for g in (0..groups).map(|i| (start + i) % groups) {
                 if let Some(index) = self.claim_in(g, wait, directory) {
-                    return Some(NewInode {
-                        ino: self.geometry.inode_at(g, index),
-                        group: g,
-                    });
+                    // OK to unwrap: the constructor keeps every group's inode numbers
+                    // within 32 bits, and `index` is below inodes_per_group.
+                    let ino = self.geometry.inode_at(g, index).unwrap();
+                    return Some(NewInode { ino, group: g });
                 }
             }
         }
@@ -392,7 +424,7 @@ impl InodeAllocator {
         let geo = &self.geometry;
         let flexes = geo.flexes();
         let (avg_inodes, avg_blocks) = self.averages(blocks);
-        let inodes_per_flex = u64::from(geo.inodes_per_group * geo.groups_per_flex);
+        let inodes_per_flex = u64::from(geo.inodes_per_group) * u64::from(geo.groups_per_flex);
         let blocks_per_flex =
             u64::from(blocks.geometry().blocks_per_group) * u64::from(geo.groups_per_flex);
         let max_dirs = self.directories.get() / u64::from(flexes) + inodes_per_flex / 16;
@@ -501,5 +533,92 @@ mod tests {
         assert_eq!(alloc.stats.group_locks.snapshot().try_skips, 1);
         drop(held);
         assert_eq!(alloc.allocate(&req, &blocks).unwrap().ino, 11);
+    }
+
+    /// When the free-inode count promises an inode that no bitmap holds (corruption, or a
+    /// bug elsewhere), allocation ends with an error naming the mismatch instead of
+    /// scanning forever (finding 8).
+    #[test]
+    fn a_count_bitmap_mismatch_is_an_error_not_a_livelock() {
+        let geo = InodeGeometry {
+            groups: 2,
+            inodes_per_group: 16,
+            groups_per_flex: 1,
+            first_inode: 11,
+        };
+        let alloc = InodeAllocator::empty(geo, GroupLocking::TrySkip, 1);
+        let blocks = BlockAllocator::empty(
+            Geometry {
+                first_data_block: 0,
+                blocks_per_group: 128,
+                blocks: 256,
+            },
+            AllocatorConfig::default(),
+        );
+        let req = InodeRequest {
+            parent: 2,
+            parent_hint: None,
+            kind: InodeKind::Other,
+            slot: 0,
+        };
+        for _ in 0..22 {
+            alloc.allocate(&req, &blocks).unwrap();
+        }
+        assert_eq!(alloc.allocate(&req, &blocks), Err(InodeError::NoSpace));
+        // Now the count claims three inodes the bitmaps do not have.
+        alloc.free_inodes.release(0, 3);
+        assert_eq!(
+            alloc.allocate(&req, &blocks),
+            Err(InodeError::CountMismatch { counted_free: 3 })
+        );
+    }
+
+    /// Groups per flex group as large as e4-format accepts (2^31) and inode numbers at the
+    /// top of the 32-bit range compute without overflow (finding 9).
+    #[test]
+    fn huge_flex_groups_and_inode_numbers_do_not_overflow() {
+        let geo = InodeGeometry {
+            groups: 3,
+            inodes_per_group: 64,
+            groups_per_flex: 1 << 31,
+            first_inode: 11,
+        };
+        let alloc = InodeAllocator::empty(geo, GroupLocking::TrySkip, 1);
+        let blocks = BlockAllocator::empty(
+            Geometry {
+                first_data_block: 0,
+                blocks_per_group: 128,
+                blocks: 384,
+            },
+            AllocatorConfig::default(),
+        );
+        for kind in [
+            InodeKind::TopDirectory { name_hash: 7 },
+            InodeKind::Directory,
+            InodeKind::Other,
+        ] {
+            let req = InodeRequest {
+                parent: 2,
+                parent_hint: Some(2),
+                kind,
+                slot: 0,
+            };
+            alloc.allocate(&req, &blocks).unwrap();
+        }
+        let top = InodeGeometry {
+            groups: u32::MAX,
+            inodes_per_group: 2,
+            groups_per_flex: 1,
+            first_inode: 11,
+        };
+        assert_eq!(top.inode_at(u32::MAX - 1, 1), None);
+        assert_eq!(top.inode_at(u32::MAX / 2 - 1, 1), Some(u32::MAX - 1));
+        assert_eq!(top.group_of(0), None);
+        assert_eq!(top.group_of(u32::MAX), Some((u32::MAX / 2, 0)));
+        let no_inodes = InodeGeometry {
+            inodes_per_group: 0,
+            ..top
+        };
+        assert_eq!(no_inodes.group_of(5), None);
     }
 }
