@@ -2,6 +2,8 @@
 # Makes a sample ext4 image with mke2fs, then reads it with e4: info, ls, cat, and export of
 # the whole tree, which must equal the source tree. Uses `e4` from PATH, or target/release.
 set -euo pipefail
+# mke2fs lives in /sbin, which a non-root user's PATH may lack on Debian.
+PATH="$PATH:/usr/sbin:/sbin"
 e4=$(command -v e4 || echo "$(dirname "$0")/../target/release/e4")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
