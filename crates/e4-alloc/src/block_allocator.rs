@@ -11,8 +11,9 @@ use crossbeam_utils::CachePadded;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crate::block_group::{GroupExtent, GroupSpace, ORDERS};
-use crate::free_space_index::FreeSpaceIndex;
+use crate::block_group::{GroupExtent, GroupSpace};
+use crate::free_space_index::{AtomicBitset, FreeSpaceIndex};
+use crate::group_loading::{BlockBitmapSource, GroupSummary};
 use crate::group_state::{FreeRefusal, GroupState, ReservedRun};
 use crate::instrumented_lock::InstrumentedMutex;
 use crate::limit_counter::{LimitCounter, LimitCounterStats};
@@ -130,7 +131,7 @@ pub struct AllocRequest {
     pub stream: u64,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AllocError {
     /// Fewer than `min_len` blocks are free (or free in one piece, for `min_len` > 1).
     NoSpace,
@@ -139,6 +140,9 @@ pub enum AllocError {
     /// A group's on-disk bitmap shows metadata (the system zone) as free: the bitmap is
     /// corrupt, and the allocator will not hand those blocks out.
     CorruptBitmap { group: u32, block: u64 },
+    /// A group's bitmap could not be loaded (the source's words: an I/O error, a bad
+    /// checksum).
+    BitmapUnreadable { group: u32, reason: String },
 }
 
 /// Why a free was refused.
@@ -189,6 +193,12 @@ impl std::fmt::Display for AllocError {
                 f,
                 "block bitmap of group {group} is corrupt: metadata block {block} is marked free"
             ),
+            AllocError::BitmapUnreadable { group, reason } => {
+                write!(
+                    f,
+                    "block bitmap of group {group} cannot be loaded: {reason}"
+                )
+            }
         }
     }
 }
@@ -218,28 +228,42 @@ pub struct WindowStats {
     pub consumed: Counter,
 }
 
-/// One group behind its own cache-line-aligned lock (see [`GroupState`]).
+/// One group behind its own cache-line-aligned lock (see [`GroupState`]). Until its bitmap
+/// is needed the group is only this: a few dozen bytes (see [`crate::group_loading`]).
 pub struct BlockGroup {
-    pub(crate) state: InstrumentedMutex<GroupState>,
+    /// `None` until the bitmap is first needed, and again after a clean group is evicted.
+    /// Boxed, so an unloaded group stays within one cache line.
+    pub(crate) state: InstrumentedMutex<Option<Box<GroupState>>>,
+    /// Metadata ranges of the group, sorted: never handed out or freed.
+    pub(crate) system: Box<[GroupExtent]>,
+    /// BLOCK_UNINIT: the on-disk bitmap was never written; it is computed, not read.
+    pub(crate) uninit: bool,
     /// The group's free count as of its last change, published under the lock for readers
     /// that must not take it (the inode allocator's Orlov heuristic).
-    free_published: AtomicU32,
+    pub(crate) free_published: AtomicU32,
 }
 
+/// A locked, loaded group.
+pub(crate) type LockedGroup<'a> = parking_lot::MappedMutexGuard<'a, GroupState>;
+
 /// Stream-goal slots: enough that concurrent streams rarely share one.
-const GOAL_SLOTS: usize = 256;
+pub(crate) const GOAL_SLOTS: usize = 256;
 
 pub struct BlockAllocator {
-    geometry: Geometry,
-    config: AllocatorConfig,
-    groups: Box<[CachePadded<BlockGroup>]>,
-    index: FreeSpaceIndex,
-    free_blocks: LimitCounter,
-    stream_goals: Box<[CachePadded<AtomicU64>]>,
-    global: InstrumentedMutex<()>,
-    shared_goal: InstrumentedMutex<u64>,
-    packing: PackingWindows,
-    stats: AllocatorStats,
+    pub(crate) geometry: Geometry,
+    pub(crate) config: AllocatorConfig,
+    pub(crate) groups: Box<[CachePadded<BlockGroup>]>,
+    pub(crate) index: FreeSpaceIndex,
+    pub(crate) free_blocks: LimitCounter,
+    pub(crate) stream_goals: Box<[CachePadded<AtomicU64>]>,
+    pub(crate) global: InstrumentedMutex<()>,
+    pub(crate) shared_goal: InstrumentedMutex<u64>,
+    pub(crate) packing: PackingWindows,
+    pub(crate) stats: AllocatorStats,
+    /// Where group bitmaps come from when first needed.
+    pub(crate) source: Box<dyn BlockBitmapSource>,
+    /// Groups whose on-disk bitmap may differ from what was last written back.
+    pub(crate) dirty: AtomicBitset,
 }
 
 /// The rungs of the criteria ladder, as mballoc names them (CR_POWER2_ALIGNED and so on).
@@ -256,73 +280,38 @@ enum Criterion {
 }
 
 impl BlockAllocator {
-    /// An allocator over groups built from their on-disk bitmaps (`bitmap(group)`), with
-    /// `system_zone` (metadata: superblocks and backups, descriptors, reserved GDT blocks,
-    /// bitmaps, inode tables, the journal) never handed out or freed. A bitmap that shows a
-    /// system-zone block free is corrupt, and refused.
+    /// An allocator over groups built from their on-disk bitmaps (`bitmap(group)`), all
+    /// loaded now, with `system_zone` (metadata: superblocks and backups, descriptors,
+    /// reserved GDT blocks, bitmaps, inode tables, the journal) never handed out or freed. A
+    /// bitmap that shows a system-zone block free is corrupt, and refused. For a real
+    /// volume, [`BlockAllocator::open`] loads each group when it is first needed instead.
     pub fn new(
         geometry: Geometry,
         config: AllocatorConfig,
-        bitmap: impl Fn(u32) -> Vec<u8>,
+        bitmap: impl Fn(u32) -> Vec<u8> + Send + Sync + 'static,
         system_zone: &[Extent],
     ) -> Result<Self, AllocError> {
-        let mut system: Vec<Vec<GroupExtent>> = vec![Vec::new(); geometry.groups() as usize];
-        for &extent in system_zone {
-            for (g, range) in pieces_of(&geometry, extent).ok_or(AllocError::BadFree {
-                extent,
-                reason: BadFree::OutsideVolume,
-            })? {
-                system[g as usize].push(range);
-            }
+        let unknown = |_| GroupSummary {
+            free: 0,
+            uninit: false,
+        };
+        let source = move |g: u32| Ok::<_, String>(bitmap(g));
+        let alloc = Self::open(geometry, config, unknown, system_zone, source)?;
+        for g in 0..geometry.groups() {
+            drop(alloc.lock_group(g, 0)?);
         }
-        let mut groups = Vec::with_capacity(system.len());
-        for (g, mut zone) in system.into_iter().enumerate() {
-            let g = g as u32;
-            let space = GroupSpace::from_bitmap(&bitmap(g), geometry.group_blocks(g));
-            zone.sort_by_key(|r| r.start);
-            for range in &zone {
-                if let Some(free) =
-                    (range.start..range.start + range.len).find(|&b| !space.is_used(b))
-                {
-                    return Err(AllocError::CorruptBitmap {
-                        group: g,
-                        block: geometry.block_at(g, free),
-                    });
-                }
-            }
-            groups.push(CachePadded::new(BlockGroup {
-                free_published: AtomicU32::new(space.free()),
-                state: InstrumentedMutex::new(GroupState::new(space, zone)),
-            }));
-        }
-        let index = FreeSpaceIndex::new(groups.len(), ORDERS);
-        let mut free = 0u64;
-        for (g, group) in groups.iter_mut().enumerate() {
-            let space = &group.state.get_mut().space;
-            free += u64::from(space.free());
-            index.update(g, None, space.largest_order());
-        }
-        Ok(BlockAllocator {
-            geometry,
-            config,
-            groups: groups.into_boxed_slice(),
-            index,
-            free_blocks: LimitCounter::new(free, config.counter_slots, 64),
-            stream_goals: (0..GOAL_SLOTS)
-                .map(|_| CachePadded::new(AtomicU64::new(0)))
-                .collect(),
-            global: InstrumentedMutex::new(()),
-            shared_goal: InstrumentedMutex::new(0),
-            packing: PackingWindows::new(config.counter_slots),
-            stats: AllocatorStats::default(),
-        })
+        Ok(alloc)
     }
 
     /// An allocator over an empty volume with no system zone (for tests and benchmarks).
     pub fn empty(geometry: Geometry, config: AllocatorConfig) -> Self {
-        let bitmap = |g| vec![0u8; geometry.group_blocks(g).div_ceil(8) as usize];
+        let uninit = |g| GroupSummary {
+            free: geometry.group_blocks(g),
+            uninit: true,
+        };
+        let never_read = |_: u32| Err::<Vec<u8>, _>("an empty volume has no bitmaps".into());
         // OK to unwrap: with no system zone there is nothing to contradict.
-        Self::new(geometry, config, bitmap, &[]).unwrap()
+        Self::open(geometry, config, uninit, &[], never_read).unwrap()
     }
 
     pub fn geometry(&self) -> &Geometry {
@@ -365,37 +354,45 @@ impl BlockAllocator {
     /// free there, though the allocator will not hand them out. Nothing else may be
     /// persisted. Call it with the transaction quiescent (a commit waits for its handles), so
     /// no window is being carved.
-    pub fn group_bitmap_for_disk(&self, group: u32, bytes: usize) -> (Vec<u8>, u32) {
-        self.lock_group(group, 0).disk_bitmap(bytes)
+    pub fn group_bitmap_for_disk(
+        &self,
+        group: u32,
+        bytes: usize,
+    ) -> Result<(Vec<u8>, u32), AllocError> {
+        Ok(self.lock_group(group, 0)?.disk_bitmap(bytes))
     }
 
-    /// Whether every group's filing in the index matches its largest free order.
+    /// Whether every loaded group's filing in the index matches its largest free order.
     pub fn index_is_consistent(&self) -> bool {
         self.groups.iter().enumerate().all(|(g, group)| {
             let state = group.state.lock(&self.stats.group_locks);
-            self.index.order_of(g) == state.space.largest_order()
+            state
+                .as_ref()
+                .is_none_or(|s| self.index.order_of(g) == s.space.largest_order())
         })
     }
 
-    /// Locks group `g`, waiting, and first takes back released reservations (their blocks
-    /// return to the counter through `slot`).
-    pub(crate) fn lock_group(
-        &self,
-        g: u32,
-        slot: usize,
-    ) -> parking_lot::MutexGuard<'_, GroupState> {
-        let state = self.groups[g as usize].state.lock(&self.stats.group_locks);
-        self.after_lock(g, state, slot).0
+    /// Locks group `g`, waiting, loads its bitmap if it is not loaded, and takes back
+    /// released reservations (their blocks return to the counter through `slot`).
+    pub(crate) fn lock_group(&self, g: u32, slot: usize) -> Result<LockedGroup<'_>, AllocError> {
+        let guard = self.groups[g as usize].state.lock(&self.stats.group_locks);
+        Ok(self.after_lock(g, guard, slot)?.0)
     }
 
-    /// Bookkeeping every lock holder does: take back released reservations, so a dropped
-    /// window costs nothing until its group is next used.
+    /// Bookkeeping every lock holder does: load the group if needed, and take back
+    /// released reservations, so a dropped window costs nothing until its group is next
+    /// used. Returns the locked state and the blocks taken back.
     fn after_lock<'a>(
         &self,
         g: u32,
-        mut state: parking_lot::MutexGuard<'a, GroupState>,
+        mut guard: parking_lot::MutexGuard<'a, Option<Box<GroupState>>>,
         slot: usize,
-    ) -> (parking_lot::MutexGuard<'a, GroupState>, u32) {
+    ) -> Result<(LockedGroup<'a>, u32), AllocError> {
+        if guard.is_none() {
+            *guard = Some(Box::new(self.load_group(g, slot)?));
+        }
+        // OK to unwrap: loaded just above if it was not.
+        let mut state = parking_lot::MutexGuard::map(guard, |s| &mut **s.as_mut().unwrap());
         let before = state.space.largest_order();
         let freed = state.reclaim_released();
         if freed > 0 {
@@ -403,13 +400,14 @@ impl BlockAllocator {
             self.free_blocks.release(slot, u64::from(freed));
             self.stats.windows.consumed.add(u64::from(freed));
         }
-        (state, freed)
+        Ok((state, freed))
     }
 
     /// After a change to group `g`'s space (still under its lock): refile it in the index
     /// and publish its free count. Both happen before the lock is dropped, so the index
     /// never lags a change another thread could act on.
     pub(crate) fn publish(&self, g: u32, before: Option<u8>, state: &GroupState) {
+        self.dirty.insert(g as usize);
         self.index
             .update(g as usize, before, state.space.largest_order());
         self.groups[g as usize]
@@ -422,8 +420,13 @@ impl BlockAllocator {
     fn reclaim_for_space(&self, slot: usize) -> u64 {
         let mut recovered = self.reclaim_small_file_windows();
         for g in 0..self.geometry.groups() {
-            let state = self.groups[g as usize].state.lock(&self.stats.group_locks);
-            recovered += u64::from(self.after_lock(g, state, slot).1);
+            let guard = self.groups[g as usize].state.lock(&self.stats.group_locks);
+            // An unloaded group holds no reservations; nothing to take back there.
+            if guard.is_some() {
+                if let Ok((_, freed)) = self.after_lock(g, guard, slot) {
+                    recovered += u64::from(freed);
+                }
+            }
         }
         recovered
     }
@@ -503,7 +506,8 @@ impl BlockAllocator {
         let _global = (self.config.locking == GroupLocking::Global)
             .then(|| self.global.lock(&self.stats.global_lock));
         let goal = self.start_goal(&req);
-        let result = self.search(goal, reserved, min_len, req.slot, reserve);
+        let load_error = std::cell::RefCell::new(None);
+        let result = self.search(goal, reserved, min_len, req.slot, reserve, &load_error);
         match result {
             Some((extent, run)) => {
                 let unused = reserved - extent.len;
@@ -516,7 +520,7 @@ impl BlockAllocator {
             }
             None => {
                 self.free_blocks.release(req.slot, u64::from(reserved));
-                Err(AllocError::NoSpace)
+                Err(load_error.into_inner().unwrap_or(AllocError::NoSpace))
             }
         }
     }
@@ -529,11 +533,12 @@ impl BlockAllocator {
         min_len: u32,
         slot: usize,
         reserve: bool,
+        load_error: &std::cell::RefCell<Option<AllocError>>,
     ) -> Option<(Extent, Option<Arc<ReservedRun>>)> {
         let goal = goal.clamp(self.geometry.first_data_block, self.geometry.blocks - 1);
         let (goal_group, goal_offset) = self.geometry.group_of(goal);
         let take = |g: u32, wait: bool, find: &dyn Fn(&GroupSpace) -> Option<GroupExtent>| {
-            self.try_group(g, wait, find, slot, reserve)
+            self.try_group(g, wait, find, slot, reserve, load_error)
         };
         // Next-fit at the goal: the cheapest way to stay contiguous.
         if let Some(found) = take(goal_group, false, &|s: &GroupSpace| {
@@ -602,13 +607,22 @@ impl BlockAllocator {
         find: &dyn Fn(&GroupSpace) -> Option<GroupExtent>,
         slot: usize,
         reserve: bool,
+        load_error: &std::cell::RefCell<Option<AllocError>>,
     ) -> Option<(Extent, Option<Arc<ReservedRun>>)> {
         let group = &self.groups[g as usize];
-        let state = match self.config.locking {
+        let guard = match self.config.locking {
             GroupLocking::TrySkip if !wait => group.state.try_lock(&self.stats.group_locks)?,
             _ => group.state.lock(&self.stats.group_locks),
         };
-        let (mut state, _) = self.after_lock(g, state, slot);
+        let mut state = match self.after_lock(g, guard, slot) {
+            Ok((state, _)) => state,
+            Err(e) => {
+                // The group cannot be used; the search goes on without it, and reports
+                // this instead of "no space" if nothing else is found.
+                load_error.replace(Some(e));
+                return None;
+            }
+        };
         let found = find(&state.space)?;
         let before = state.space.largest_order();
         // OK to unwrap: `find` only returns free space of this group, and we hold its lock.
@@ -644,7 +658,7 @@ impl BlockAllocator {
     ) -> Result<Vec<(u32, GroupExtent)>, AllocError> {
         let pieces = self.pieces(extent)?;
         for &(g, range) in &pieces {
-            self.lock_group(g, 0)
+            self.lock_group(g, 0)?
                 .check_free(range)
                 .map_err(|r| AllocError::BadFree {
                     extent,
@@ -661,7 +675,7 @@ impl BlockAllocator {
         let _global = (self.config.locking == GroupLocking::Global)
             .then(|| self.global.lock(&self.stats.global_lock));
         for (g, range) in self.checked_pieces(extent)? {
-            let mut state = self.lock_group(g, slot);
+            let mut state = self.lock_group(g, slot)?;
             state.check_free(range).map_err(|r| AllocError::BadFree {
                 extent,
                 reason: r.into(),
@@ -675,7 +689,7 @@ impl BlockAllocator {
     }
 
     /// Marks `range` (checked to be in use) free, under group `g`'s lock.
-    pub(crate) fn mark_free_locked(&self, g: u32, state: &mut GroupState, range: GroupExtent) {
+    pub(crate) fn mark_free_locked(&self, g: u32, state: &mut LockedGroup<'_>, range: GroupExtent) {
         let before = state.space.largest_order();
         // OK to unwrap: the caller checked the range is in use, under this lock.
         state.space.mark_free(range).unwrap();
@@ -685,7 +699,12 @@ impl BlockAllocator {
     /// Gives a reservation's unused blocks back to its group at once.
     pub(crate) fn release_run(&self, run: &Arc<ReservedRun>, slot: usize) {
         let g = run.group;
-        let mut state = self.lock_group(g, slot);
+        // A group holding a reservation is loaded and never evicted, so this cannot fail;
+        // if it did, the run stays released and is taken back at the next load.
+        let Ok(mut state) = self.lock_group(g, slot) else {
+            run.released.store(true, Ordering::Release);
+            return;
+        };
         let before = state.space.largest_order();
         let freed = state.release(run);
         if freed > 0 {
@@ -709,7 +728,14 @@ impl BlockAllocator {
     /// Blocks held unused in reservations, over all groups (O(groups), for checks).
     pub fn reserved_blocks(&self) -> u64 {
         (0..self.geometry.groups())
-            .map(|g| self.lock_group(g, 0).reserved_blocks())
+            .map(|g| {
+                let guard = self.groups[g as usize].state.lock(&self.stats.group_locks);
+                if guard.is_none() {
+                    return 0; // An unloaded group holds no reservations.
+                }
+                self.after_lock(g, guard, 0)
+                    .map_or(0, |(state, _)| state.reserved_blocks())
+            })
             .sum()
     }
 
@@ -735,7 +761,7 @@ impl BlockAllocator {
 }
 
 /// The per-group pieces of an extent, or `None` if it is empty or runs outside the volume.
-fn pieces_of(geometry: &Geometry, extent: Extent) -> Option<Vec<(u32, GroupExtent)>> {
+pub(crate) fn pieces_of(geometry: &Geometry, extent: Extent) -> Option<Vec<(u32, GroupExtent)>> {
     if extent.start < geometry.first_data_block || extent.end() > geometry.blocks || extent.len == 0
     {
         return None;
@@ -777,6 +803,7 @@ mod tests {
             })
             .unwrap();
         assert_eq!(full.start, 0);
+        drop(alloc.lock_group(1, 0).unwrap());
         let held = alloc.groups[1].state.lock(&alloc.stats.group_locks);
         std::thread::scope(|s| {
             let waiter = s.spawn(|| {

@@ -138,6 +138,11 @@ impl GroupSpace {
         self.blocks
     }
 
+    /// Bytes of heap the bitmaps hold.
+    pub fn memory_bytes(&self) -> usize {
+        (self.words.len() + self.words_with_used.len() + self.words_with_free.len()) * 8
+    }
+
     pub fn fragments(&self) -> u32 {
         self.fragments
     }

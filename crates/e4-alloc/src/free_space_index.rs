@@ -37,6 +37,11 @@ impl AtomicBitset {
         }
     }
 
+    /// Bytes of memory the set holds.
+    pub fn memory_bytes(&self) -> usize {
+        (self.words.len() + self.summary.len()) * std::mem::size_of::<AtomicU64>()
+    }
+
     fn summary_bit(word: usize) -> (usize, u64) {
         (word / BITS, 1 << (word % BITS))
     }
@@ -181,6 +186,11 @@ impl FreeSpaceIndex {
     }
 
     /// The order a group is filed under, if any (for consistency checks).
+    /// Bytes of memory the index holds.
+    pub fn memory_bytes(&self) -> usize {
+        self.orders.iter().map(AtomicBitset::memory_bytes).sum()
+    }
+
     pub fn order_of(&self, group: usize) -> Option<u8> {
         (0..self.orders.len())
             .find(|&o| self.orders[o].contains(group))

@@ -181,6 +181,15 @@ impl GroupState {
         (bitmap, free)
     }
 
+    /// Bytes this loaded state holds beyond its fixed size.
+    pub(crate) fn memory_bytes(&self) -> usize {
+        std::mem::size_of::<Self>()
+            + self.space.memory_bytes()
+            + self.reserved.len() * std::mem::size_of::<std::sync::Arc<ReservedRun>>()
+            + self.pending.len() * std::mem::size_of::<(u64, GroupExtent)>()
+            + self.system.len() * std::mem::size_of::<GroupExtent>()
+    }
+
     /// Blocks held in the unused parts of reservations.
     pub(crate) fn reserved_blocks(&self) -> u64 {
         self.reserved

@@ -38,9 +38,4 @@ impl<T> InstrumentedMutex<T> {
             }
         }
     }
-
-    /// Exclusive access without locking (construction, tear-down).
-    pub fn get_mut(&mut self) -> &mut T {
-        self.inner.get_mut()
-    }
 }

@@ -9,6 +9,7 @@
 pub mod block_allocator;
 pub mod block_group;
 pub mod free_space_index;
+pub mod group_loading;
 mod group_state;
 pub mod inode_allocator;
 mod inode_group;
@@ -25,6 +26,7 @@ pub use block_allocator::{
     GoalPolicy, GroupLocking,
 };
 pub use free_space_index::{AtomicBitset, FreeSpaceIndex};
+pub use group_loading::{BlockBitmapSource, DirtyGroup, GroupSummary};
 pub use inode_allocator::{
     InodeAllocator, InodeError, InodeGeometry, InodeKind, InodeRequest, NewInode,
 };

@@ -41,7 +41,7 @@ impl BlockAllocator {
         txn: &mut TransactionFrees,
     ) -> Result<(), AllocError> {
         for (g, range) in self.checked_pieces(extent)? {
-            let mut state = self.lock_group(g, 0);
+            let mut state = self.lock_group(g, 0)?;
             state.check_free(range).map_err(|r| AllocError::BadFree {
                 extent,
                 reason: r.into(),
@@ -58,6 +58,8 @@ impl BlockAllocator {
                 }
                 None => state.pending.push((txn.txn, range)),
             }
+            // The bitmap written for this transaction changes.
+            self.dirty.insert(g as usize);
             if !txn.groups.contains(&g) {
                 txn.groups.push(g);
             }
@@ -69,7 +71,10 @@ impl BlockAllocator {
     pub fn pending_runs(&self, txn: &TransactionFrees) -> Vec<Extent> {
         let mut runs = Vec::new();
         for &g in &txn.groups {
-            let state = self.lock_group(g, 0);
+            // A group with pending frees is loaded and never evicted.
+            let Ok(state) = self.lock_group(g, 0) else {
+                continue;
+            };
             let mine = state.pending.iter().filter(|(t, _)| *t == txn.txn);
             runs.extend(mine.map(|(_, p)| Extent {
                 start: self.geometry().block_at(g, p.start),
@@ -84,7 +89,10 @@ impl BlockAllocator {
     /// checked when it was added, and nothing else may free a pending block.
     pub fn commit_frees(&self, txn: TransactionFrees, slot: usize) {
         for g in txn.groups {
-            let mut state = self.lock_group(g, slot);
+            // A group with pending frees is loaded and never evicted.
+            let Ok(mut state) = self.lock_group(g, slot) else {
+                continue;
+            };
             let mut freed = 0u64;
             let mut i = 0;
             while i < state.pending.len() {
@@ -105,12 +113,12 @@ impl BlockAllocator {
     pub fn pending_blocks(&self) -> u64 {
         (0..self.geometry().groups())
             .map(|g| {
-                let state = self.lock_group(g, 0);
-                state
-                    .pending
-                    .iter()
-                    .map(|(_, p)| u64::from(p.len))
-                    .sum::<u64>()
+                let state = self.groups[g as usize]
+                    .state
+                    .lock(&self.stats().group_locks);
+                state.as_ref().map_or(0, |s| {
+                    s.pending.iter().map(|(_, p)| u64::from(p.len)).sum::<u64>()
+                })
             })
             .sum()
     }

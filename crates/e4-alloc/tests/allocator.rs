@@ -53,8 +53,9 @@ fn disk_blocks(alloc: &BlockAllocator, geo: &Geometry) -> BTreeSet<u64> {
     let mut out = BTreeSet::new();
     for g in 0..geo.groups() {
         let blocks = geo.group_blocks(g);
-        let (bitmap, free) =
-            alloc.group_bitmap_for_disk(g, geo.blocks_per_group.div_ceil(8) as usize);
+        let (bitmap, free) = alloc
+            .group_bitmap_for_disk(g, geo.blocks_per_group.div_ceil(8) as usize)
+            .unwrap();
         let mut used = 0;
         for b in 0..blocks {
             if bitmap[(b / 8) as usize] & (1 << (b % 8)) != 0 {
@@ -571,10 +572,11 @@ fn the_system_zone_is_never_handed_out_or_freed() {
             len: 20,
         },
     ];
-    fn bitmap_with(geo: Geometry, marked: &[Extent]) -> impl Fn(u32) -> Vec<u8> + '_ {
+    fn bitmap_with(geo: Geometry, marked: &[Extent]) -> impl Fn(u32) -> Vec<u8> + Send + Sync {
+        let marked = marked.to_vec();
         move |g: u32| {
             let mut bytes = vec![0u8; 128];
-            for e in marked {
+            for e in &marked {
                 for b in e.start..e.end() {
                     let (bg, off) = geo.group_of(b);
                     if bg == g {
