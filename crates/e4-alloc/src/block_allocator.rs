@@ -19,6 +19,7 @@ use crate::instrumented_lock::InstrumentedMutex;
 use crate::limit_counter::{LimitCounter, LimitCounterStats};
 use crate::small_file_packing::PackingWindows;
 use crate::stats::{Counter, LockStats};
+use crate::sync::MutexGuard;
 
 /// Where the groups are on the volume.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -243,8 +244,24 @@ pub struct BlockGroup {
     pub(crate) free_published: AtomicU32,
 }
 
-/// A locked, loaded group.
-pub(crate) type LockedGroup<'a> = parking_lot::MappedMutexGuard<'a, GroupState>;
+/// A locked group whose bitmap is loaded (made only by [`BlockAllocator::lock_group`] and
+/// the search, after loading).
+pub(crate) struct LockedGroup<'a>(MutexGuard<'a, Option<Box<GroupState>>>);
+
+impl std::ops::Deref for LockedGroup<'_> {
+    type Target = GroupState;
+    fn deref(&self) -> &GroupState {
+        // OK to unwrap: a LockedGroup is only made once the state is loaded.
+        self.0.as_deref().unwrap()
+    }
+}
+
+impl std::ops::DerefMut for LockedGroup<'_> {
+    fn deref_mut(&mut self) -> &mut GroupState {
+        // OK to unwrap: as in `deref`.
+        self.0.as_deref_mut().unwrap()
+    }
+}
 
 /// Stream-goal slots: enough that concurrent streams rarely share one.
 pub(crate) const GOAL_SLOTS: usize = 256;
@@ -385,14 +402,13 @@ impl BlockAllocator {
     fn after_lock<'a>(
         &self,
         g: u32,
-        mut guard: parking_lot::MutexGuard<'a, Option<Box<GroupState>>>,
+        mut guard: MutexGuard<'a, Option<Box<GroupState>>>,
         slot: usize,
     ) -> Result<(LockedGroup<'a>, u32), AllocError> {
         if guard.is_none() {
             *guard = Some(Box::new(self.load_group(g, slot)?));
         }
-        // OK to unwrap: loaded just above if it was not.
-        let mut state = parking_lot::MutexGuard::map(guard, |s| &mut **s.as_mut().unwrap());
+        let mut state = LockedGroup(guard);
         let before = state.space.largest_order();
         let freed = state.reclaim_released();
         if freed > 0 {

@@ -31,10 +31,6 @@ impl<T> Mutex<T> {
     pub(crate) fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
         self.0.try_lock().ok()
     }
-
-    pub(crate) fn get_mut(&mut self) -> &mut T {
-        self.0.get_mut().unwrap()
-    }
 }
 
 /// Yield to other threads while waiting on one in flight (a loom yield under the model).
