@@ -17,6 +17,7 @@ use crate::group_loading::{BlockBitmapSource, GroupSummary};
 use crate::group_state::{FreeRefusal, GroupState, ReservedRun};
 use crate::instrumented_lock::InstrumentedMutex;
 use crate::limit_counter::{LimitCounter, LimitCounterStats};
+use crate::root_reserve::RootReserve;
 use crate::small_file_packing::PackingWindows;
 use crate::stats::{Counter, LockStats};
 use crate::sync::MutexGuard;
@@ -130,6 +131,9 @@ pub struct AllocRequest {
     pub slot: usize,
     /// Key of the caller's stream (e.g. its inode number), picking its stream-goal slot.
     pub stream: u64,
+    /// May use the root-reserved blocks (the caller is root, or the filesystem's reserved
+    /// uid/gid; see [`BlockAllocator::with_root_reserve`]).
+    pub privileged: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -281,6 +285,8 @@ pub struct BlockAllocator {
     pub(crate) source: Box<dyn BlockBitmapSource>,
     /// Groups whose on-disk bitmap may differ from what was last written back.
     pub(crate) dirty: AtomicBitset,
+    /// Blocks only privileged requests may use.
+    pub(crate) root_reserve: RootReserve,
 }
 
 /// The rungs of the criteria ladder, as mballoc names them (CR_POWER2_ALIGNED and so on).
@@ -350,7 +356,34 @@ impl BlockAllocator {
 
     /// Free blocks not promised to anyone (exact when quiescent).
     pub fn free_blocks(&self) -> u64 {
+        self.free_blocks.sum() + self.root_reserve.held()
+    }
+
+    /// Sets aside `blocks` (`s_r_blocks_count`) for privileged requests only, taken from the
+    /// free blocks now (as many as are free).
+    pub fn with_root_reserve(self, blocks: u64) -> Self {
+        let mut held = blocks.min(self.free_blocks.sum());
+        while held > 0 && !self.free_blocks.try_reserve(0, held) {
+            held -= 1;
+        }
+        BlockAllocator {
+            root_reserve: RootReserve::new(blocks, held),
+            ..self
+        }
+    }
+
+    /// Free blocks an unprivileged caller could still get (statfs's `f_bavail`, less what
+    /// windows hold): the free blocks without the root reserve.
+    pub fn available_blocks(&self) -> u64 {
         self.free_blocks.sum()
+    }
+
+    /// Returns `n` blocks to the free count: to the root reserve first while it is short.
+    pub(crate) fn return_blocks(&self, slot: usize, n: u64) {
+        let rest = self.root_reserve.refill(n);
+        if rest > 0 {
+            self.free_blocks.release(slot, rest);
+        }
     }
 
     /// A lower bound on the free blocks (see [`LimitCounter::estimate`]); O(1).
@@ -413,7 +446,7 @@ impl BlockAllocator {
         let freed = state.reclaim_released();
         if freed > 0 {
             self.publish(g, before, &state);
-            self.free_blocks.release(slot, u64::from(freed));
+            self.return_blocks(slot, u64::from(freed));
             self.stats.windows.consumed.add(u64::from(freed));
         }
         Ok((state, freed))
@@ -511,10 +544,17 @@ impl BlockAllocator {
     ) -> Result<(Extent, Option<Arc<ReservedRun>>), AllocError> {
         let min_len = req.min_len.clamp(1, req.len.max(1));
         let len = req.len.max(min_len);
-        // Admission: promise only blocks that exist.
-        let reserved = if self.free_blocks.try_reserve(req.slot, u64::from(len)) {
+        // Admission: promise only blocks that exist (and, to the unprivileged, only blocks
+        // outside the root reserve).
+        let counter = &self.free_blocks;
+        let root = |n: u32| req.privileged && self.root_reserve.take(u64::from(n));
+        let reserved = if counter.try_reserve(req.slot, u64::from(len)) {
             len
-        } else if min_len < len && self.free_blocks.try_reserve(req.slot, u64::from(min_len)) {
+        } else if min_len < len && counter.try_reserve(req.slot, u64::from(min_len)) {
+            min_len
+        } else if root(len) {
+            len
+        } else if min_len < len && root(min_len) {
             min_len
         } else {
             return Err(AllocError::NoSpace);
@@ -528,14 +568,14 @@ impl BlockAllocator {
             Some((extent, run)) => {
                 let unused = reserved - extent.len;
                 if unused > 0 {
-                    self.free_blocks.release(req.slot, u64::from(unused));
+                    self.return_blocks(req.slot, u64::from(unused));
                 }
                 self.remember_goal(&req, extent.end());
                 self.stats.allocations.add(1);
                 Ok((extent, run))
             }
             None => {
-                self.free_blocks.release(req.slot, u64::from(reserved));
+                self.return_blocks(req.slot, u64::from(reserved));
                 Err(load_error.into_inner().unwrap_or(AllocError::NoSpace))
             }
         }
@@ -698,7 +738,7 @@ impl BlockAllocator {
             })?;
             self.mark_free_locked(g, &mut state, range);
             drop(state);
-            self.free_blocks.release(slot, u64::from(range.len));
+            self.return_blocks(slot, u64::from(range.len));
         }
         self.stats.frees.add(1);
         Ok(())
@@ -726,7 +766,7 @@ impl BlockAllocator {
         if freed > 0 {
             self.publish(g, before, &state);
             drop(state);
-            self.free_blocks.release(slot, u64::from(freed));
+            self.return_blocks(slot, u64::from(freed));
             self.stats.windows.consumed.add(u64::from(freed));
         }
     }
@@ -737,8 +777,9 @@ impl BlockAllocator {
     pub fn free_blocks_for_statfs(&self) -> u64 {
         let w = &self.stats.windows;
         let in_windows = w.reserved.get().saturating_sub(w.consumed.get());
+        let counted = self.free_blocks();
         let capacity = self.geometry.blocks - self.geometry.first_data_block;
-        (self.free_blocks() + in_windows).min(capacity)
+        (counted + in_windows).min(capacity)
     }
 
     /// Blocks held unused in reservations, over all groups (O(groups), for checks).
@@ -758,7 +799,7 @@ impl BlockAllocator {
     /// Returns `n` freed blocks to the free-block counter.
     pub(crate) fn release_free_blocks(&self, slot: usize, n: u64) {
         if n > 0 {
-            self.free_blocks.release(slot, n);
+            self.return_blocks(slot, n);
             self.stats.frees.add(1);
         }
     }
@@ -816,6 +857,7 @@ mod tests {
                 min_len: 1024,
                 slot: 0,
                 stream: 0,
+                privileged: false,
             })
             .unwrap();
         assert_eq!(full.start, 0);
@@ -829,6 +871,7 @@ mod tests {
                     min_len: 8,
                     slot: 1,
                     stream: 1,
+                    privileged: false,
                 })
             });
             // Let the allocation reach the busy group before the lock is given up.

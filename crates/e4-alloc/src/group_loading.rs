@@ -27,6 +27,7 @@ use crate::free_space_index::{AtomicBitset, FreeSpaceIndex};
 use crate::group_state::GroupState;
 use crate::instrumented_lock::InstrumentedMutex;
 use crate::limit_counter::LimitCounter;
+use crate::root_reserve::RootReserve;
 use crate::small_file_packing::PackingWindows;
 
 /// What a group descriptor says of a group before its bitmap is read.
@@ -124,6 +125,7 @@ impl BlockAllocator {
             stats: Default::default(),
             source: Box::new(source),
             dirty: AtomicBitset::new(count),
+            root_reserve: RootReserve::new(0, 0),
         })
     }
 
@@ -159,7 +161,7 @@ impl BlockAllocator {
         let counted = group.free_published.load(Ordering::Relaxed);
         let actual = space.free();
         if actual > counted {
-            self.free_blocks.release(slot, u64::from(actual - counted));
+            self.return_blocks(slot, u64::from(actual - counted));
         } else if actual < counted {
             // The descriptor promised more than the bitmap has. Take the difference back if
             // it is still unpromised; if not, allocations that counted on it find the

@@ -17,6 +17,7 @@ mod instrumented_lock;
 pub mod limit_counter;
 pub mod pending_frees;
 pub mod reservation_window;
+mod root_reserve;
 pub mod small_file_packing;
 pub mod stats;
 mod sync;

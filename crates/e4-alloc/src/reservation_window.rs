@@ -105,6 +105,7 @@ impl BlockAllocator {
                 min_len: 1,
                 slot,
                 stream,
+                privileged: false,
             });
         }
         if window.remaining == 0 {
@@ -125,6 +126,7 @@ impl BlockAllocator {
                     min_len: 1,
                     slot,
                     stream,
+                    privileged: false,
                 },
                 true,
             )?;

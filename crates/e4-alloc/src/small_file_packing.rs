@@ -65,6 +65,7 @@ impl BlockAllocator {
             min_len: 1,
             slot,
             stream,
+            privileged: false,
         };
         if !self.config().pack_small_files || len == 0 || len > SMALL_FILE_BLOCKS {
             return self.allocate(plain);

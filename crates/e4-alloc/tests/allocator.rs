@@ -176,7 +176,7 @@ proptest! {
         for op in ops {
             match op {
                 Op::Allocate { goal, len, min_len } => {
-                    match alloc.allocate(AllocRequest { goal: goal.map(|g| g + 1), len, min_len, slot: 0, stream: 7 }) {
+                    match alloc.allocate(AllocRequest { goal: goal.map(|g| g + 1), len, min_len, slot: 0, stream: 7, privileged: false }) {
                         Ok(e) => {
                             prop_assert!(e.len >= min_len && e.len <= len);
                             claim(&mut used, e).map_err(TestCaseError::fail)?;
@@ -276,6 +276,7 @@ fn stress_many_more_threads_than_cores() {
                                     min_len: 1,
                                     slot: t,
                                     stream: t as u64,
+                                    privileged: false,
                                 };
                                 if let Ok(e) = alloc.allocate(req) {
                                     mine.push(e);
@@ -390,6 +391,7 @@ fn enospc_race_hands_out_exactly_what_is_free() {
                     min_len: 1,
                     slot: 0,
                     stream: 1,
+                    privileged: false,
                 })
                 .unwrap();
             filler -= u64::from(e.len);
@@ -406,6 +408,7 @@ fn enospc_race_hands_out_exactly_what_is_free() {
                         min_len: 1,
                         slot: t,
                         stream: t as u64,
+                        privileged: false,
                     };
                     match alloc.allocate(req) {
                         Ok(e) => {
@@ -430,6 +433,7 @@ fn one(alloc: &BlockAllocator, goal: u64, len: u32) -> Extent {
             min_len: len,
             slot: 0,
             stream: 0,
+            privileged: false,
         })
         .unwrap()
 }
@@ -453,6 +457,7 @@ fn short_requests_are_admitted_down_to_min_len() {
             min_len: 3,
             slot: 0,
             stream: 0,
+            privileged: false,
         })
         .unwrap();
     assert!((3..=5).contains(&got.len), "{got:?}");
@@ -614,6 +619,7 @@ fn the_system_zone_is_never_handed_out_or_freed() {
         min_len: 1,
         slot: 0,
         stream: 3,
+        privileged: false,
     }) {
         claim(&mut taken, e).unwrap();
     }
@@ -656,6 +662,7 @@ fn dropped_windows_leak_nothing() {
         min_len: 1,
         slot: 1,
         stream: 9,
+        privileged: false,
     }) {
         taken += u64::from(e.len);
     }
@@ -757,6 +764,7 @@ fn packing_windows_are_reclaimed_before_no_space() {
             min_len: 1,
             slot: 5,
             stream: 2,
+            privileged: false,
         })
         .is_ok()
     {
@@ -777,4 +785,49 @@ fn windows_are_normalized_to_the_file_size() {
     let mut fresh = ReservationWindow::new();
     alloc.allocate_append(&mut fresh, None, 100, 0, 2).unwrap();
     assert_eq!(fresh.remaining(), 28);
+}
+
+/// Root-reserved blocks: unprivileged requests stop at the reserve, privileged ones get
+/// it, and freed blocks refill the reserve before anyone unprivileged can have them.
+#[test]
+fn the_root_reserve_is_for_privileged_requests_only() {
+    let geo = geometry(2, 1024);
+    let alloc = BlockAllocator::empty(geo, AllocatorConfig::default()).with_root_reserve(100);
+    let total = alloc.free_blocks();
+    assert_eq!(alloc.available_blocks(), total - 100);
+    let ask = |privileged: bool| {
+        alloc.allocate(AllocRequest {
+            goal: None,
+            len: 10,
+            min_len: 1,
+            slot: 0,
+            stream: 4,
+            privileged,
+        })
+    };
+    let mut user = Vec::new();
+    while let Ok(e) = ask(false) {
+        user.push(e);
+    }
+    let taken: u64 = user.iter().map(|e| u64::from(e.len)).sum();
+    assert_eq!(taken, total - 100);
+    assert_eq!(alloc.free_blocks(), 100);
+    let mut root = Vec::new();
+    while let Ok(e) = ask(true) {
+        root.push(e);
+    }
+    assert_eq!(root.iter().map(|e| u64::from(e.len)).sum::<u64>(), 100);
+    // Freed blocks go back to the reserve first: still nothing for the unprivileged.
+    for e in user.drain(..5) {
+        alloc.free(e, 0).unwrap();
+    }
+    assert_eq!(alloc.free_blocks(), 50);
+    assert_eq!(ask(false), Err(AllocError::NoSpace));
+    assert!(ask(true).is_ok());
+    // Past the reserve's target, frees are for everyone again.
+    for e in root.drain(..) {
+        alloc.free(e, 0).unwrap();
+    }
+    assert_eq!(alloc.available_blocks(), 40);
+    assert!(ask(false).is_ok());
 }

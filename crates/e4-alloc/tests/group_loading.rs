@@ -19,6 +19,7 @@ fn request(len: u32, goal: Option<u64>) -> AllocRequest {
         min_len: 1,
         slot: 0,
         stream: 1,
+        privileged: false,
     }
 }
 
