@@ -502,6 +502,30 @@ mod tests {
     use super::*;
     use crate::block_allocator::{AllocatorConfig, Geometry};
 
+    /// An inode allocator over `geo` and an empty block allocator with as many groups of
+    /// 128 blocks.
+    fn allocators(geo: InodeGeometry) -> (InodeAllocator, BlockAllocator) {
+        let blocks = BlockAllocator::empty(
+            Geometry {
+                first_data_block: 0,
+                blocks_per_group: 128,
+                blocks: 128 * u64::from(geo.groups),
+            },
+            AllocatorConfig::default(),
+        );
+        (InodeAllocator::empty(geo, GroupLocking::TrySkip, 1), blocks)
+    }
+
+    /// A file in the root directory.
+    fn file_request() -> InodeRequest {
+        InodeRequest {
+            parent: 2,
+            parent_hint: None,
+            kind: InodeKind::Other,
+            slot: 0,
+        }
+    }
+
     /// A creator that finds its group's lock held goes to the next group of the flex group
     /// instead of waiting, and the skip is counted.
     #[test]
@@ -512,21 +536,8 @@ mod tests {
             groups_per_flex: 4,
             first_inode: 11,
         };
-        let alloc = InodeAllocator::empty(geo, GroupLocking::TrySkip, 1);
-        let blocks = BlockAllocator::empty(
-            Geometry {
-                first_data_block: 0,
-                blocks_per_group: 128,
-                blocks: 512,
-            },
-            AllocatorConfig::default(),
-        );
-        let req = InodeRequest {
-            parent: 2,
-            parent_hint: None,
-            kind: InodeKind::Other,
-            slot: 0,
-        };
+        let (alloc, blocks) = allocators(geo);
+        let req = file_request();
         let held = alloc.groups[0].lock(&alloc.stats.group_locks);
         let new = alloc.allocate(&req, &blocks).unwrap();
         assert_eq!(new.group, 1);
@@ -546,21 +557,8 @@ mod tests {
             groups_per_flex: 1,
             first_inode: 11,
         };
-        let alloc = InodeAllocator::empty(geo, GroupLocking::TrySkip, 1);
-        let blocks = BlockAllocator::empty(
-            Geometry {
-                first_data_block: 0,
-                blocks_per_group: 128,
-                blocks: 256,
-            },
-            AllocatorConfig::default(),
-        );
-        let req = InodeRequest {
-            parent: 2,
-            parent_hint: None,
-            kind: InodeKind::Other,
-            slot: 0,
-        };
+        let (alloc, blocks) = allocators(geo);
+        let req = file_request();
         for _ in 0..22 {
             alloc.allocate(&req, &blocks).unwrap();
         }
@@ -583,15 +581,7 @@ mod tests {
             groups_per_flex: 1 << 31,
             first_inode: 11,
         };
-        let alloc = InodeAllocator::empty(geo, GroupLocking::TrySkip, 1);
-        let blocks = BlockAllocator::empty(
-            Geometry {
-                first_data_block: 0,
-                blocks_per_group: 128,
-                blocks: 384,
-            },
-            AllocatorConfig::default(),
-        );
+        let (alloc, blocks) = allocators(geo);
         for kind in [
             InodeKind::TopDirectory { name_hash: 7 },
             InodeKind::Directory,

@@ -53,6 +53,21 @@ fn image_from_tree(dir: &Path, args: &[&str], size: &str) -> (PathBuf, PathBuf) 
     (src, image)
 }
 
+/// An image (4 KiB blocks, `features` as mke2fs `-O` takes them) holding one file `name`
+/// with `content`, in `dir`.
+fn one_file_image(dir: &Path, name: &str, content: &[u8], features: &str) -> PathBuf {
+    let src = dir.join("src");
+    std::fs::create_dir(&src).unwrap();
+    std::fs::write(src.join(name), content).unwrap();
+    let image = dir.join("fs.img");
+    run("truncate", &[&"-s", &"16M", &image]);
+    let mkfs: [&dyn AsRef<std::ffi::OsStr>; 11] = [
+        &"-q", &"-F", &"-t", &"ext4", &"-b", &"4096", &"-O", &features, &"-d", &src, &image,
+    ];
+    run("mke2fs", &mkfs);
+    image
+}
+
 fn export_ok(image: &Path, dest: &Path) -> String {
     let out = e4(&[&"export", &image, &dest]);
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
@@ -156,27 +171,7 @@ fn damaged_primary_superblock_and_descriptor_checksum() {
 #[test]
 fn unknown_xattr_index_is_hidden() {
     let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("src");
-    std::fs::create_dir(&src).unwrap();
-    std::fs::write(src.join("sealed"), b"sealed content").unwrap();
-    let image = dir.path().join("fs.img");
-    run("truncate", &[&"-s", &"16M", &image]);
-    run(
-        "mke2fs",
-        &[
-            &"-q",
-            &"-F",
-            &"-t",
-            &"ext4",
-            &"-b",
-            &"4096",
-            &"-O",
-            &"^metadata_csum",
-            &"-d",
-            &src,
-            &image,
-        ],
-    );
+    let image = one_file_image(dir.path(), "sealed", b"sealed content", "^metadata_csum");
     run(
         "debugfs",
         &[&"-w", &"-R", &"ea_set /sealed user.e4-probe hi", &image],
@@ -248,27 +243,7 @@ fn ea_inode_flag_on_a_directory_is_corruption() {
 #[test]
 fn ea_inode_value_without_the_feature_is_corruption() {
     let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("src");
-    std::fs::create_dir(&src).unwrap();
-    std::fs::write(src.join("f"), b"x").unwrap();
-    let image = dir.path().join("fs.img");
-    run("truncate", &[&"-s", &"16M", &image]);
-    run(
-        "mke2fs",
-        &[
-            &"-q",
-            &"-F",
-            &"-t",
-            &"ext4",
-            &"-b",
-            &"4096",
-            &"-O",
-            &"ea_inode",
-            &"-d",
-            &src,
-            &image,
-        ],
-    );
+    let image = one_file_image(dir.path(), "f", b"x", "ea_inode");
     let value = dir.path().join("value");
     std::fs::write(&value, vec![7u8; 10_000]).unwrap();
     let set = format!("ea_set -f {} /f user.big", value.display());
