@@ -10,6 +10,7 @@ pub mod block_allocator;
 pub mod block_group;
 pub mod free_space_index;
 pub mod inode_allocator;
+mod inode_flex_counts;
 mod inode_group;
 mod instrumented_lock;
 pub mod limit_counter;
@@ -27,6 +28,7 @@ pub use free_space_index::{AtomicBitset, FreeSpaceIndex};
 pub use inode_allocator::{
     InodeAllocator, InodeError, InodeGeometry, InodeKind, InodeRequest, NewInode,
 };
+pub use inode_flex_counts::FlexInodeSummary;
 pub use inode_group::InodeGroupSnapshot;
 pub use limit_counter::LimitCounter;
 pub use pending_frees::TransactionFrees;

@@ -49,12 +49,16 @@ fn request(parent: u32, kind: InodeKind, slot: usize) -> InodeRequest {
 fn check_against(alloc: &InodeAllocator, held: &BTreeMap<u32, bool>) -> Result<(), String> {
     let geo = *alloc.geometry();
     let mut free_total = 0;
+    let mut flex_sums: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
     for g in 0..geo.groups {
         let snap = alloc.group_snapshot(g);
+        let sums = flex_sums.entry(g / geo.groups_per_flex).or_default();
+        sums.0 += u64::from(snap.free_inodes);
+        sums.1 += u64::from(snap.used_dirs);
         let mut free = 0;
         let mut dirs = 0;
         for index in 0..geo.inodes_per_group {
-            let ino = geo.inode_at(g, index);
+            let ino = geo.inode_at(g, index).unwrap();
             let used = snap.bitmap[(index / 8) as usize] & (1 << (index % 8)) != 0;
             let expected = ino < geo.first_inode || held.contains_key(&ino);
             if used != expected {
@@ -70,6 +74,21 @@ fn check_against(alloc: &InodeAllocator, held: &BTreeMap<u32, bool>) -> Result<(
             ));
         }
         free_total += u64::from(free);
+    }
+    // The per-flex-group sums Orlov reads, against a from-scratch sum of the groups.
+    for (&flex, &(free, dirs)) in &flex_sums {
+        let summary = alloc.flex_summary(flex).ok_or("missing flex group")?;
+        if (summary.free_inodes, summary.used_dirs) != (free, dirs) {
+            return Err(format!(
+                "flex group {flex}: sums {summary:?} but its groups have {free} free, {dirs} dirs"
+            ));
+        }
+    }
+    if alloc
+        .flex_summary(geo.groups.div_ceil(geo.groups_per_flex))
+        .is_some()
+    {
+        return Err("a flex group past the last group".into());
     }
     if alloc.free_inodes() != free_total {
         return Err(format!("counter {} != {free_total}", alloc.free_inodes()));
@@ -135,7 +154,7 @@ proptest! {
                     match alloc.allocate(&request(parent, kind, step % 4), &blocks) {
                         Ok(new) => {
                             prop_assert!(new.ino >= geo.first_inode);
-                            prop_assert_eq!(geo.group_of(new.ino).0, new.group);
+                            prop_assert_eq!(geo.group_of(new.ino).unwrap().0, new.group);
                             prop_assert!(held.insert(new.ino, kind != InodeKind::Other).is_none(),
                                 "inode {} handed out twice", new.ino);
                         }
@@ -170,7 +189,7 @@ fn orlov_spreads_directories_and_keeps_files_near_their_parent() {
     let geo = inode_geometry(80, 256, 16);
     let alloc = InodeAllocator::empty(geo, GroupLocking::TrySkip, 4);
     let blocks = blocks_for(&geo);
-    let flex_of = |ino: u32| geo.group_of(ino).0 / geo.groups_per_flex;
+    let flex_of = |ino: u32| geo.group_of(ino).unwrap().0 / geo.groups_per_flex;
     let mut top = Vec::new();
     for hash in [0u32, 1, 2, 3] {
         let dir = alloc
@@ -236,7 +255,7 @@ fn without_flex_groups_files_follow_their_parent_group() {
     let geo = inode_geometry(8, 32, 1);
     let alloc = InodeAllocator::empty(geo, GroupLocking::TrySkip, 1);
     let blocks = blocks_for(&geo);
-    let parent = geo.inode_at(5, 3);
+    let parent = geo.inode_at(5, 3).unwrap();
     let groups: Vec<u32> = (0..40)
         .map(|_| {
             alloc
@@ -274,7 +293,7 @@ fn finds_the_last_free_inode_anywhere() {
     let new = alloc
         .allocate(&request(ROOT, InodeKind::Directory, 3), &blocks)
         .unwrap();
-    assert_eq!(new.ino, geo.inode_at(13, 28));
+    assert_eq!(new.ino, geo.inode_at(13, 28).unwrap());
     assert_eq!(
         alloc.allocate(&request(ROOT, InodeKind::Other, 3), &blocks),
         Err(InodeError::NoSpace)
@@ -388,7 +407,7 @@ fn enospc_race_hands_out_exactly_what_is_free() {
             |g| {
                 let mut bitmap = vec![0xFFu8; 8];
                 for &ino in &free_at {
-                    let (group, index) = geo.group_of(ino);
+                    let (group, index) = geo.group_of(ino).unwrap();
                     if group == g {
                         bitmap[(index / 8) as usize] &= !(1 << (index % 8));
                     }
@@ -444,4 +463,58 @@ fn degenerate_geometries_are_not_a_panic() {
         }
         assert_eq!(alloc.free(5, false, 0), Err(InodeError::BadFree(5)));
     }
+}
+
+/// 2^31 groups per flex group (accepted by e4-format) is one flex group holding every group:
+/// the same placements as a flex group of exactly the volume, no overflow (which in a release
+/// build wraps silently and changes Orlov's limits).
+#[test]
+fn huge_flex_group_places_like_one_flex_group_of_every_group() {
+    let place_all = |groups_per_flex: u32| {
+        let geo = inode_geometry(8, 64, groups_per_flex);
+        let alloc = InodeAllocator::empty(geo, GroupLocking::TrySkip, 1);
+        let blocks = blocks_for(&geo);
+        let mut placed = Vec::new();
+        let mut parent = ROOT;
+        for i in 0..300u32 {
+            let kind = match i % 5 {
+                0 => InodeKind::TopDirectory {
+                    name_hash: i * 7919,
+                },
+                1 => InodeKind::Directory,
+                _ => InodeKind::Other,
+            };
+            let new = alloc.allocate(&request(parent, kind, 0), &blocks).unwrap();
+            if kind != InodeKind::Other {
+                parent = new.ino;
+            }
+            placed.push(new.ino);
+        }
+        assert_eq!(alloc.flex_summary(0).unwrap().used_dirs, 120);
+        assert_eq!(alloc.flex_summary(1), None);
+        placed
+    };
+    assert_eq!(place_all(1 << 31), place_all(8));
+}
+
+/// Inode numbers and groups convert only inside the geometry and the 32-bit inode numbers.
+#[test]
+fn inode_numbers_convert_only_inside_the_geometry() {
+    let geo = inode_geometry(4, 64, 2);
+    assert_eq!(geo.inode_at(0, 0), Some(1));
+    assert_eq!(geo.inode_at(3, 63), Some(256));
+    assert_eq!(geo.inode_at(4, 0), None);
+    assert_eq!(geo.inode_at(0, 64), None);
+    assert_eq!(geo.group_of(1), Some((0, 0)));
+    assert_eq!(geo.group_of(256), Some((3, 63)));
+    assert_eq!(geo.group_of(0), None);
+    assert_eq!(geo.group_of(257), None);
+    assert_eq!(geo.group_of(u32::MAX), None);
+    // 2^20 groups of 8,192 inodes: numbers past 2^32 - 1 do not exist.
+    let big = inode_geometry(1 << 20, 8192, 16);
+    assert_eq!(big.inode_at((1 << 19) - 1, 8190), Some(u32::MAX));
+    assert_eq!(big.inode_at((1 << 19) - 1, 8191), None);
+    assert_eq!(big.inode_at(1 << 19, 0), None);
+    assert_eq!(big.group_of(u32::MAX), Some(((1 << 19) - 1, 8190)));
+    assert_eq!(inode_geometry(4, 0, 1).group_of(1), None);
 }
