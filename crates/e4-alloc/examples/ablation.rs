@@ -2,7 +2,8 @@
 //!
 //! `cargo run --release -p e4-alloc --example ablation -- [seconds per run] [repeats] [workloads]`
 //!
-//! `workloads` is a comma-separated subset of `fallocate2,append,small,create` (default: all).
+//! `workloads` is a comma-separated subset of
+//! `fallocate2,append,small,create,create-shared,create-full` (default: all).
 //!
 //! Workloads, each thread on its own file or directory, at 1 to 64 threads:
 //! - fallocate2: allocate 8 KiB at a time up to 1 MiB, free everything, repeat (timed).
@@ -10,7 +11,8 @@
 //!   and the headline case, 8 threads appending 256 MiB each.
 //! - small files: files of 1 to 4 blocks, 1,024 at a time, then all freed (timed).
 //! - create: make a directory, then files in it, 1,024 at a time, then remove them (the
-//!   inode allocator; timed).
+//!   inode allocator; timed). create-shared: every thread in one directory, so creators
+//!   share groups. create-full: a nearly full 8-group volume, 16 files per batch.
 //!
 //! Configurations: one global lock; ext4 before 6.17 (blocking group locks, one goal under
 //! a lock, no ordered index, no reservation windows); e4; and e4 with each mechanism
@@ -157,6 +159,14 @@ fn block_run(alloc: &BlockAllocator, ops: u64, secs: f64) -> Run {
     }
 }
 
+fn sub(a: LockSnapshot, b: LockSnapshot) -> LockSnapshot {
+    LockSnapshot {
+        acquisitions: a.acquisitions - b.acquisitions,
+        contended: a.contended - b.contended,
+        try_skips: a.try_skips - b.try_skips,
+    }
+}
+
 fn add(a: LockSnapshot, b: LockSnapshot) -> LockSnapshot {
     LockSnapshot {
         acquisitions: a.acquisitions + b.acquisitions,
@@ -299,12 +309,36 @@ fn small_files(config: AllocatorConfig, threads: usize, duration: Duration) -> (
     )
 }
 
-/// Creates: per thread, a directory under one shared top-level directory, 1,024 files in
-/// it, then all removed; repeat. Every thread's directory is in the same flex group, which
-/// is where creators meet on the same inode groups.
-fn creates(locking: GroupLocking, threads: usize, duration: Duration) -> Run {
+/// Where the creators of the create workloads meet.
+#[derive(Clone, Copy)]
+enum Creators {
+    /// Each thread in its own directory (all under one top-level directory, so in one flex
+    /// group), 1,024 files per batch.
+    OwnDirectories,
+    /// Every thread in the same directory, 1,024 files per batch.
+    OneSharedDirectory,
+    /// A volume of 8 groups of 1,024 inodes filled but for 16 inodes per thread and 64
+    /// more; each thread in its own directory, 16 files per batch.
+    NearlyFull,
+}
+
+/// Creates: a directory under one shared top-level directory (per thread, or one for all),
+/// a batch of files in it, then all removed; repeat.
+fn creates(creators: Creators, locking: GroupLocking, threads: usize, duration: Duration) -> Run {
     let blocks = BlockAllocator::empty(geometry(), AllocatorConfig::default());
-    let inodes = InodeAllocator::empty(inode_geometry(), locking, 64);
+    let (geometry, batch) = match creators {
+        Creators::NearlyFull => (
+            InodeGeometry {
+                groups: 8,
+                inodes_per_group: 1024,
+                groups_per_flex: 4,
+                first_inode: 11,
+            },
+            16,
+        ),
+        _ => (inode_geometry(), 1024),
+    };
+    let inodes = InodeAllocator::empty(geometry, locking, 64);
     let top = inodes
         .allocate(
             &InodeRequest {
@@ -316,6 +350,38 @@ fn creates(locking: GroupLocking, threads: usize, duration: Duration) -> Run {
             &blocks,
         )
         .unwrap();
+    let shared_dir = inodes
+        .allocate(
+            &InodeRequest {
+                parent: top.ino,
+                parent_hint: Some(top.group),
+                kind: InodeKind::Directory,
+                slot: 0,
+            },
+            &blocks,
+        )
+        .unwrap();
+    if let Creators::NearlyFull = creators {
+        let keep_free = (threads * batch + 64) as u64;
+        while inodes.free_inodes() > keep_free {
+            inodes
+                .allocate(
+                    &InodeRequest {
+                        parent: shared_dir.ino,
+                        parent_hint: None,
+                        kind: InodeKind::Other,
+                        slot: 0,
+                    },
+                    &blocks,
+                )
+                .unwrap();
+        }
+    }
+    // Counts from the timed part only.
+    let s = inodes.stats();
+    let (group_before, global_before) = (s.group_locks.snapshot(), s.global_lock.snapshot());
+    let counter_before = counter_writes(inodes.counter_stats());
+    let (examined_before, words_before) = (s.groups_examined.get(), s.words_scanned.get());
     let (ops, secs) = timed(threads, duration, |t, deadline| {
         let mut ops = 0u64;
         let request = |parent: u32, hint: Option<u32>, kind: InodeKind| InodeRequest {
@@ -324,16 +390,19 @@ fn creates(locking: GroupLocking, threads: usize, duration: Duration) -> Run {
             kind,
             slot: t,
         };
-        let dir = inodes
-            .allocate(
-                &request(top.ino, Some(top.group), InodeKind::Directory),
-                &blocks,
-            )
-            .unwrap();
-        let mut files = Vec::with_capacity(1024);
+        let dir = match creators {
+            Creators::OneSharedDirectory => shared_dir,
+            _ => inodes
+                .allocate(
+                    &request(top.ino, Some(top.group), InodeKind::Directory),
+                    &blocks,
+                )
+                .unwrap(),
+        };
+        let mut files = Vec::with_capacity(batch);
         let mut hint = None;
         while Instant::now() < deadline {
-            for _ in 0..1024 {
+            for _ in 0..batch {
                 let new = inodes
                     .allocate(&request(dir.ino, hint, InodeKind::Other), &blocks)
                     .expect("enough inodes");
@@ -343,7 +412,7 @@ fn creates(locking: GroupLocking, threads: usize, duration: Duration) -> Run {
             for ino in files.drain(..) {
                 inodes.free(ino, false, t).unwrap();
             }
-            ops += 2048;
+            ops += 2 * batch as u64;
         }
         ops
     });
@@ -351,12 +420,12 @@ fn creates(locking: GroupLocking, threads: usize, duration: Duration) -> Run {
     Run {
         ops,
         secs,
-        group: s.group_locks.snapshot(),
-        shared: s.global_lock.snapshot(),
-        shared_atomics: counter_writes(inodes.counter_stats()),
+        group: sub(s.group_locks.snapshot(), group_before),
+        shared: sub(s.global_lock.snapshot(), global_before),
+        shared_atomics: counter_writes(inodes.counter_stats()) - counter_before,
         inode_free_locks: s.free_locks.snapshot(),
-        inode_groups_examined: s.groups_examined.get(),
-        inode_bitmap_words: s.words_scanned.get(),
+        inode_groups_examined: s.groups_examined.get() - examined_before,
+        inode_bitmap_words: s.words_scanned.get() - words_before,
         ..Run::default()
     }
 }
@@ -514,8 +583,15 @@ fn main() {
             }
         }
     }
-    if wanted("create") {
-        println!("\n## create: 1,024 files per directory, then removed ({seconds} s per run, {repeats} runs per cell)\n");
+    for (section, creators, title) in [
+        ("create", Creators::OwnDirectories, "create: 1,024 files per directory (one per thread), then removed"),
+        ("create-shared", Creators::OneSharedDirectory, "create in one shared directory: 1,024 files per thread, then removed"),
+        ("create-full", Creators::NearlyFull, "create on a nearly full volume (8 groups of 1,024 inodes): 16 files per thread, then removed"),
+    ] {
+        if !wanted(section) {
+            continue;
+        }
+        println!("\n## {title} ({seconds} s per run, {repeats} runs per cell)\n");
         println!(
         "| inode group locking | threads | {LOCK_HEADER} | free locks/op | free contended/op | groups examined/op | bitmap words/op |"
     );
@@ -526,7 +602,7 @@ fn main() {
             ("try-lock skip (e4)", GroupLocking::TrySkip),
         ] {
             for threads in THREADS {
-                let s = repeat(repeats, || creates(locking, threads, duration));
+                let s = repeat(repeats, || creates(creators, locking, threads, duration));
                 let t = &s.total;
                 println!(
                     "| {name} | {threads} | {} | {:.3} | {:.4} | {:.3} | {:.2} |",

@@ -17,6 +17,7 @@
 use crossbeam_utils::CachePadded;
 
 use crate::block_allocator::{BlockAllocator, GroupLocking};
+use crate::inode_flex_counts::{FlexInodeCounts, FlexInodeSummary};
 use crate::inode_group::{InodeGroup, InodeGroupSnapshot, LockedInodeGroup};
 use crate::instrumented_lock::InstrumentedMutex;
 use crate::limit_counter::{LimitCounter, LimitCounterStats};
@@ -38,39 +39,39 @@ impl InodeGeometry {
         self.groups.div_ceil(self.groups_per_flex)
     }
 
-    /// The group of inode `ino` and its index there; `None` for inode 0 or an inode past
-    /// the last group.
+    /// The group of inode `ino` and its index there; `None` for inode 0 and numbers past the
+    /// last group.
     pub fn group_of(&self, ino: u32) -> Option<(u32, u32)> {
-        let rel = ino.checked_sub(1)?;
-        let group = rel.checked_div(self.inodes_per_group)?;
-        (group < self.groups).then_some((group, rel % self.inodes_per_group))
+        let zero_based = ino.checked_sub(1)?;
+        let group = zero_based.checked_div(self.inodes_per_group)?;
+        (group < self.groups).then_some((group, zero_based % self.inodes_per_group))
     }
 
-    /// The inode number at `index` of `group`; `None` outside the geometry or past the
+    /// The number of inode `index` of `group`; `None` outside the geometry or past the
     /// 32-bit inode numbers.
     pub fn inode_at(&self, group: u32, index: u32) -> Option<u32> {
         if group >= self.groups || index >= self.inodes_per_group {
             return None;
         }
-        group
-            .checked_mul(self.inodes_per_group)?
-            .checked_add(index)?
-            .checked_add(1)
+        let ino = u64::from(group) * u64::from(self.inodes_per_group) + u64::from(index) + 1;
+        u32::try_from(ino).ok()
     }
 
-    /// The groups of flex group `flex`.
+    /// The groups of flex group `flex` (64-bit arithmetic: `groups_per_flex` may be 2^31).
     fn flex_groups(&self, flex: u32) -> std::ops::Range<u32> {
         let start = u64::from(flex) * u64::from(self.groups_per_flex);
         let end = (start + u64::from(self.groups_per_flex)).min(u64::from(self.groups));
-        start.min(u64::from(self.groups)) as u32..end as u32
+        start.min(end) as u32..end as u32
+    }
+
+    /// Inodes a group may hand out: those whose number fits in 32 bits.
+    fn numbered_in(&self, group: u32) -> u32 {
+        let first = u64::from(group) * u64::from(self.inodes_per_group);
+        u64::from(u32::MAX)
+            .saturating_sub(first)
+            .min(u64::from(self.inodes_per_group)) as u32
     }
 }
-
-/// Full scans of every group one allocation may make before it concludes that the
-/// free-inode count and the bitmaps disagree. A scan misses only when concurrent creators
-/// took the free inodes it passed; eight in a row, with a yield between, means no inode is
-/// there to find.
-const MAX_CLAIM_SCANS: usize = 8;
 
 /// What kind of inode is wanted, which decides where it goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,8 +117,9 @@ pub enum InodeError {
     NoSpace,
     /// A freed inode number is reserved, outside the volume, or not in use.
     BadFree(u32),
-    /// The free-inode count promised an inode that repeated scans of every group's bitmap
-    /// could not find: the counts and the bitmaps disagree (corruption, or a bug).
+    /// Corruption: the free-inode count promised a free inode, but with every group locked
+    /// every group's inode bitmap is full. `counted_free` is what the count still says
+    /// (including the inode the failed creation was promised).
     CountMismatch { counted_free: u64 },
 }
 
@@ -128,7 +130,8 @@ impl std::fmt::Display for InodeError {
             InodeError::BadFree(ino) => write!(f, "inode {ino} is not allocated"),
             InodeError::CountMismatch { counted_free } => write!(
                 f,
-                "inode bitmaps are inconsistent with the free-inode count ({counted_free} counted free, none found)"
+                "free inode count says {counted_free} free but every group's inode bitmap is \
+                 full (count and bitmaps disagree)"
             ),
         }
     }
@@ -160,10 +163,18 @@ struct FlexCounts {
     free_blocks: u64,
 }
 
+/// Scans over every group (try-lock passes and waiting passes) before a creation concludes
+/// that the count and the bitmaps disagree. A scan that finds nothing while the count
+/// promised an inode lost races to creators that claimed in front of it while frees landed
+/// behind it; after this many, the last check locks every group and decides exactly.
+const RACED_SCANS: usize = 4;
+
 pub struct InodeAllocator {
     geometry: InodeGeometry,
     locking: GroupLocking,
     groups: Box<[CachePadded<InodeGroup>]>,
+    /// Per-flex-group sums of `groups`' counts, kept by the group-lock holders.
+    flexes: Box<[CachePadded<FlexInodeCounts>]>,
     free_inodes: LimitCounter,
     /// Directories on the volume, for Orlov's "directories per flex group" average.
     directories: Counter,
@@ -183,12 +194,10 @@ impl InodeAllocator {
         bitmap: impl Fn(u32) -> Vec<u8>,
         used_dirs: impl Fn(u32) -> u32,
     ) -> Self {
-        // Inode numbers are 32 bits (s_inodes_count): groups past that hold no inodes a
-        // caller could name, so they are not managed.
-        let addressable = u32::MAX.checked_div(geometry.inodes_per_group).unwrap_or(0);
+        // A flex group larger than the volume is the whole volume (e4-format accepts up to
+        // 2^31 groups per flex group).
         let geometry = InodeGeometry {
-            groups_per_flex: geometry.groups_per_flex.max(1),
-            groups: geometry.groups.min(addressable),
+            groups_per_flex: geometry.groups_per_flex.clamp(1, geometry.groups.max(1)),
             ..geometry
         };
         let groups: Box<[_]> = (0..geometry.groups)
@@ -202,7 +211,18 @@ impl InodeAllocator {
                     &bitmap(g),
                     geometry.inodes_per_group,
                     reserved,
+                    geometry.numbered_in(g),
                     used_dirs(g),
+                ))
+            })
+            .collect();
+        let flexes: Box<[_]> = (0..geometry.flexes())
+            .map(|flex| {
+                let members = &groups[geometry.flex_groups(flex).start as usize
+                    ..geometry.flex_groups(flex).end as usize];
+                CachePadded::new(FlexInodeCounts::new(
+                    members.iter().map(|g| u64::from(g.free())).sum(),
+                    members.iter().map(|g| u64::from(g.used_dirs())).sum(),
                 ))
             })
             .collect();
@@ -213,6 +233,7 @@ impl InodeAllocator {
             geometry,
             locking,
             groups,
+            flexes,
             free_inodes: LimitCounter::new(free, counter_slots, 16),
             directories,
             global: InstrumentedMutex::new(()),
@@ -249,6 +270,12 @@ impl InodeAllocator {
         self.directories.get()
     }
 
+    /// Flex group `flex`'s sums of free inodes and directories (exact when quiescent); `None`
+    /// past the last flex group.
+    pub fn flex_summary(&self, flex: u32) -> Option<FlexInodeSummary> {
+        self.flexes.get(flex as usize).map(|f| f.summary())
+    }
+
     /// A group's bitmap and counts, for persisting.
     pub fn group_snapshot(&self, group: u32) -> InodeGroupSnapshot {
         self.groups[group as usize].snapshot(&self.stats.group_locks)
@@ -274,21 +301,34 @@ impl InodeAllocator {
         }
         .unwrap_or(parent_group);
         // The reservation guarantees a free inode exists, so a scan that finds none lost a
-        // race to creators that did find one (each miss is someone else's progress). That
-        // cannot go on: past a bound, the counts and the bitmaps disagree.
-        for _ in 0..MAX_CLAIM_SCANS {
-            if let Some(new) = self.claim_from(start, req.kind.is_directory()) {
-                if req.kind.is_directory() {
-                    self.directories.add(1);
-                }
-                self.stats.allocations.add(1);
+        // race to creators that did find one (each miss is someone else's progress); a
+        // bounded number of those, then a decision with the bitmaps frozen.
+        let directory = req.kind.is_directory();
+        let new = (0..RACED_SCANS)
+            .find_map(|_| self.claim_from(start, directory))
+            .map_or_else(|| self.claim_with_every_group_locked(directory), Ok)?;
+        if directory {
+            self.directories.add(1);
+        }
+        self.stats.allocations.add(1);
+        Ok(new)
+    }
+
+    /// Locks the groups in ascending order, keeping each lock, and claims in the first with a
+    /// free inode. A group once locked cannot change, so reaching the end holding every lock
+    /// proves every bitmap full: the count that admitted this creation is corrupt. (Every
+    /// other path holds at most one group lock, so the ordered acquisition cannot deadlock.)
+    fn claim_with_every_group_locked(&self, directory: bool) -> Result<NewInode, InodeError> {
+        let mut held: Vec<LockedInodeGroup> = Vec::new();
+        for g in 0..self.geometry.groups {
+            let mut locked = self.groups[g as usize].lock(&self.stats.group_locks);
+            if let Some(new) = self.claim_locked(&mut locked, g, 0, directory) {
                 return Ok(new);
             }
-            std::thread::yield_now();
+            held.push(locked);
         }
-        self.free_inodes.release(req.slot, 1);
         Err(InodeError::CountMismatch {
-            counted_free: self.free_inodes.sum(),
+            counted_free: self.free_inodes.sum() + 1,
         })
     }
 
@@ -303,7 +343,7 @@ impl InodeAllocator {
         let (g, index) = self.geometry.group_of(ino).ok_or(bad)?;
         self.groups[g as usize]
             .lock(&self.stats.free_locks)
-            .release(index, directory)
+            .release(index, directory, &self.flexes[self.flex_of(g) as usize])
             .map_err(|_| bad)?;
         self.free_inodes.release(slot, 1);
         if directory {
@@ -326,6 +366,10 @@ impl InodeAllocator {
             .map_or(0, |(g, _)| g)
     }
 
+    fn flex_of(&self, group: u32) -> u32 {
+        group / self.geometry.groups_per_flex
+    }
+
     /// One scan over every group from `start`: try-locks on the first pass (groups that look
     /// full are not even locked), waiting locks on the last.
     fn claim_from(&self, start: u32, directory: bool) -> Option<NewInode> {
@@ -336,18 +380,15 @@ impl InodeAllocator {
         };
         for &wait in passes {
             for g in (0..groups).map(|i| (start + i) % groups) {
-                if let Some(index) = self.claim_in(g, wait, directory) {
-                    // OK to unwrap: the constructor keeps every group's inode numbers
-                    // within 32 bits, and `index` is below inodes_per_group.
-                    let ino = self.geometry.inode_at(g, index).unwrap();
-                    return Some(NewInode { ino, group: g });
+                if let Some(new) = self.claim_in(g, wait, directory) {
+                    return Some(new);
                 }
             }
         }
         None
     }
 
-    fn claim_in(&self, g: u32, wait: bool, directory: bool) -> Option<u32> {
+    fn claim_in(&self, g: u32, wait: bool, directory: bool) -> Option<NewInode> {
         let group = &self.groups[g as usize];
         self.stats.groups_examined.add(1);
         let mut words = 0;
@@ -360,22 +401,35 @@ impl InodeAllocator {
             hint?;
             group.try_lock(&self.stats.group_locks)?
         };
-        locked.claim(hint.unwrap_or(0), directory, &self.stats.words_scanned)
+        self.claim_locked(&mut locked, g, hint.unwrap_or(0), directory)
+    }
+
+    /// Claims in group `g`, locked, from `hint`. Only numbered inodes are ever free
+    /// (`InodeGroup::from_bitmap` forces the rest in use), so the number always exists.
+    fn claim_locked(
+        &self,
+        locked: &mut LockedInodeGroup,
+        g: u32,
+        hint: u32,
+        directory: bool,
+    ) -> Option<NewInode> {
+        let flex = &self.flexes[self.flex_of(g) as usize];
+        let index = locked.claim(hint, directory, flex, &self.stats.words_scanned)?;
+        let ino = self.geometry.inode_at(g, index)?;
+        Some(NewInode { ino, group: g })
     }
 
     fn flex_counts(&self, flex: u32, blocks: &BlockAllocator) -> FlexCounts {
-        let mut c = FlexCounts {
-            free_inodes: 0,
-            used_dirs: 0,
-            free_blocks: 0,
-        };
-        for g in self.geometry.flex_groups(flex) {
-            let group = &self.groups[g as usize];
-            c.free_inodes += u64::from(group.free());
-            c.used_dirs += u64::from(group.used_dirs());
-            c.free_blocks += u64::from(blocks.group_free_blocks(g));
+        let inodes = self.flexes[flex as usize].summary();
+        FlexCounts {
+            free_inodes: inodes.free_inodes,
+            used_dirs: inodes.used_dirs,
+            free_blocks: self
+                .geometry
+                .flex_groups(flex)
+                .map(|g| u64::from(blocks.group_free_blocks(g)))
+                .sum(),
         }
-        c
     }
 
     /// The first group of `flex` with a free inode (inodes are packed at the start of a flex
@@ -477,7 +531,7 @@ impl InodeAllocator {
                     })
                 })
                 .or_else(|| {
-                    let next = parent_group + geo.groups_per_flex;
+                    let next = parent_group.saturating_add(geo.groups_per_flex);
                     self.orlov(if next >= geo.groups { 0 } else { next }, blocks)
                 });
         }
@@ -502,27 +556,57 @@ mod tests {
     use super::*;
     use crate::block_allocator::{AllocatorConfig, Geometry};
 
-    /// An inode allocator over `geo` and an empty block allocator with as many groups of
-    /// 128 blocks.
-    fn allocators(geo: InodeGeometry) -> (InodeAllocator, BlockAllocator) {
-        let blocks = BlockAllocator::empty(
+    fn small_blocks() -> BlockAllocator {
+        BlockAllocator::empty(
             Geometry {
                 first_data_block: 0,
                 blocks_per_group: 128,
-                blocks: 128 * u64::from(geo.groups),
+                blocks: 512,
             },
             AllocatorConfig::default(),
-        );
-        (InodeAllocator::empty(geo, GroupLocking::TrySkip, 1), blocks)
+        )
     }
 
-    /// A file in the root directory.
-    fn file_request() -> InodeRequest {
-        InodeRequest {
-            parent: 2,
-            parent_hint: None,
-            kind: InodeKind::Other,
-            slot: 0,
+    /// Counts that promise free inodes over bitmaps that are full: a bounded number of scans,
+    /// then an error naming the disagreement, in every locking mode and for every kind (not a
+    /// loop forever, not "no space").
+    #[test]
+    fn count_and_bitmap_disagreeing_is_an_error_not_a_spin() {
+        let geo = InodeGeometry {
+            groups: 4,
+            inodes_per_group: 64,
+            groups_per_flex: 2,
+            first_inode: 11,
+        };
+        let blocks = small_blocks();
+        for locking in [
+            GroupLocking::TrySkip,
+            GroupLocking::Blocking,
+            GroupLocking::Global,
+        ] {
+            for kind in [
+                InodeKind::Other,
+                InodeKind::Directory,
+                InodeKind::TopDirectory { name_hash: 7 },
+            ] {
+                let alloc = InodeAllocator::empty(geo, locking, 1);
+                for group in alloc.groups.iter() {
+                    group.corrupt_bitmap_all_used();
+                }
+                let free = alloc.free_inodes();
+                let req = InodeRequest {
+                    parent: 2,
+                    parent_hint: None,
+                    kind,
+                    slot: 0,
+                };
+                let err = alloc.allocate(&req, &blocks).unwrap_err();
+                assert_eq!(err, InodeError::CountMismatch { counted_free: free });
+                assert!(err.to_string().contains("count and bitmaps disagree"));
+                // Every group locked once per raced scan's last pass plus the final check.
+                let locks = alloc.stats.group_locks.snapshot().acquisitions;
+                assert_eq!(locks, (RACED_SCANS as u64 + 1) * 4, "{locking:?}");
+            }
         }
     }
 
@@ -536,79 +620,19 @@ mod tests {
             groups_per_flex: 4,
             first_inode: 11,
         };
-        let (alloc, blocks) = allocators(geo);
-        let req = file_request();
+        let alloc = InodeAllocator::empty(geo, GroupLocking::TrySkip, 1);
+        let blocks = small_blocks();
+        let req = InodeRequest {
+            parent: 2,
+            parent_hint: None,
+            kind: InodeKind::Other,
+            slot: 0,
+        };
         let held = alloc.groups[0].lock(&alloc.stats.group_locks);
         let new = alloc.allocate(&req, &blocks).unwrap();
         assert_eq!(new.group, 1);
         assert_eq!(alloc.stats.group_locks.snapshot().try_skips, 1);
         drop(held);
         assert_eq!(alloc.allocate(&req, &blocks).unwrap().ino, 11);
-    }
-
-    /// When the free-inode count promises an inode that no bitmap holds (corruption, or a
-    /// bug elsewhere), allocation ends with an error naming the mismatch instead of
-    /// scanning forever (finding 8).
-    #[test]
-    fn a_count_bitmap_mismatch_is_an_error_not_a_livelock() {
-        let geo = InodeGeometry {
-            groups: 2,
-            inodes_per_group: 16,
-            groups_per_flex: 1,
-            first_inode: 11,
-        };
-        let (alloc, blocks) = allocators(geo);
-        let req = file_request();
-        for _ in 0..22 {
-            alloc.allocate(&req, &blocks).unwrap();
-        }
-        assert_eq!(alloc.allocate(&req, &blocks), Err(InodeError::NoSpace));
-        // Now the count claims three inodes the bitmaps do not have.
-        alloc.free_inodes.release(0, 3);
-        assert_eq!(
-            alloc.allocate(&req, &blocks),
-            Err(InodeError::CountMismatch { counted_free: 3 })
-        );
-    }
-
-    /// Groups per flex group as large as e4-format accepts (2^31) and inode numbers at the
-    /// top of the 32-bit range compute without overflow (finding 9).
-    #[test]
-    fn huge_flex_groups_and_inode_numbers_do_not_overflow() {
-        let geo = InodeGeometry {
-            groups: 3,
-            inodes_per_group: 64,
-            groups_per_flex: 1 << 31,
-            first_inode: 11,
-        };
-        let (alloc, blocks) = allocators(geo);
-        for kind in [
-            InodeKind::TopDirectory { name_hash: 7 },
-            InodeKind::Directory,
-            InodeKind::Other,
-        ] {
-            let req = InodeRequest {
-                parent: 2,
-                parent_hint: Some(2),
-                kind,
-                slot: 0,
-            };
-            alloc.allocate(&req, &blocks).unwrap();
-        }
-        let top = InodeGeometry {
-            groups: u32::MAX,
-            inodes_per_group: 2,
-            groups_per_flex: 1,
-            first_inode: 11,
-        };
-        assert_eq!(top.inode_at(u32::MAX - 1, 1), None);
-        assert_eq!(top.inode_at(u32::MAX / 2 - 1, 1), Some(u32::MAX - 1));
-        assert_eq!(top.group_of(0), None);
-        assert_eq!(top.group_of(u32::MAX), Some((u32::MAX / 2, 0)));
-        let no_inodes = InodeGeometry {
-            inodes_per_group: 0,
-            ..top
-        };
-        assert_eq!(no_inodes.group_of(5), None);
     }
 }

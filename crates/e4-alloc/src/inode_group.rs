@@ -8,6 +8,7 @@
 //! test-and-set outside the lock to lose and retry (the livelock ext4 had before 4.14).
 
 use crate::block_group::words_from_bitmap;
+use crate::inode_flex_counts::FlexInodeCounts;
 use crate::instrumented_lock::InstrumentedMutex;
 use crate::stats::{Counter, LockStats};
 use crate::sync::{AtomicU32, AtomicU64, MutexGuard, Ordering};
@@ -50,10 +51,18 @@ pub(crate) struct LockedInodeGroup<'a> {
 impl InodeGroup {
     /// A group of `inodes` inodes from its on-disk bitmap (bytes past the group ignored,
     /// missing bytes taken as in use), with `reserved` leading inodes forced in use (group
-    /// 0's reserved inodes, which are never handed out even if a bitmap says they are free).
-    pub(crate) fn from_bitmap(bitmap: &[u8], inodes: u32, reserved: u32, used_dirs: u32) -> Self {
+    /// 0's reserved inodes, which are never handed out even if a bitmap says they are free)
+    /// and every inode from index `numbered` on (those whose number would not fit 32 bits).
+    pub(crate) fn from_bitmap(
+        bitmap: &[u8],
+        inodes: u32,
+        reserved: u32,
+        numbered: u32,
+        used_dirs: u32,
+    ) -> Self {
         let mut words = words_from_bitmap(bitmap, inodes);
-        for index in 0..reserved.min(inodes) {
+        let forced = (0..reserved.min(inodes)).chain(numbered.min(inodes)..inodes);
+        for index in forced {
             words[(index / BITS) as usize] |= 1 << (index % BITS);
         }
         let used: u32 = words.iter().map(|w| w.count_ones()).sum();
@@ -127,6 +136,15 @@ impl InodeGroup {
         None
     }
 
+    /// Test support: marks every inode in use in the bitmap alone, leaving the counts as they
+    /// were (a corrupt volume whose counts and bitmap disagree).
+    #[cfg(test)]
+    pub(crate) fn corrupt_bitmap_all_used(&self) {
+        for word in self.words.iter() {
+            word.store(!0, Ordering::Release);
+        }
+    }
+
     fn is_used(&self, index: u32) -> bool {
         self.words[(index / BITS) as usize].load(Ordering::Acquire) & (1 << (index % BITS)) != 0
     }
@@ -151,8 +169,15 @@ impl InodeGroup {
 
 impl LockedInodeGroup<'_> {
     /// Takes the first free inode at or after `hint` (wrapping), or reports the group full.
-    /// One step: with the lock held, the search cannot be overtaken.
-    pub(crate) fn claim(&mut self, hint: u32, directory: bool, words: &Counter) -> Option<u32> {
+    /// One step: with the lock held, the search cannot be overtaken. `flex` (the group's flex
+    /// group sums) changes with the group, under the same lock.
+    pub(crate) fn claim(
+        &mut self,
+        hint: u32,
+        directory: bool,
+        flex: &FlexInodeCounts,
+        words: &Counter,
+    ) -> Option<u32> {
         let g = self.group;
         let mut scanned = 0;
         let found = g.find_free(hint, &mut scanned);
@@ -167,6 +192,7 @@ impl LockedInodeGroup<'_> {
         if directory {
             g.used_dirs.store(g.used_dirs() + 1, Ordering::Relaxed);
         }
+        flex.claimed(directory);
         if index == g.first_free.load(Ordering::Relaxed) {
             let next = g.find_free(index, &mut 0).unwrap_or(g.inodes);
             g.first_free.store(next, Ordering::Relaxed);
@@ -174,8 +200,13 @@ impl LockedInodeGroup<'_> {
         Some(index)
     }
 
-    /// Returns inode `index` to the group.
-    pub(crate) fn release(&mut self, index: u32, directory: bool) -> Result<(), NotInUse> {
+    /// Returns inode `index` to the group (and to its flex group's sums, `flex`).
+    pub(crate) fn release(
+        &mut self,
+        index: u32,
+        directory: bool,
+        flex: &FlexInodeCounts,
+    ) -> Result<(), NotInUse> {
         let g = self.group;
         if index >= g.inodes || !g.is_used(index) || (directory && g.used_dirs() == 0) {
             return Err(NotInUse);
@@ -189,6 +220,7 @@ impl LockedInodeGroup<'_> {
         if directory {
             g.used_dirs.store(g.used_dirs() - 1, Ordering::Relaxed);
         }
+        flex.released(directory);
         if index < g.first_free.load(Ordering::Relaxed) {
             g.first_free.store(index, Ordering::Relaxed);
         }
@@ -206,7 +238,7 @@ mod tests {
         let mut bitmap = vec![0u8; 13];
         bitmap[0] = 0b0000_0111;
         bitmap[8] = 0b0100_0000;
-        let g = InodeGroup::from_bitmap(&bitmap, 100, 5, 1);
+        let g = InodeGroup::from_bitmap(&bitmap, 100, 5, 100, 1);
         assert_eq!(g.free(), 100 - 6);
         let stats = LockStats::default();
         let snap = g.snapshot(&stats);
@@ -219,20 +251,28 @@ mod tests {
 
     #[test]
     fn claims_every_free_inode_once_then_reports_full() {
-        let g = InodeGroup::from_bitmap(&[0u8; 16], 128, 0, 0);
+        let g = InodeGroup::from_bitmap(&[0u8; 16], 128, 0, 128, 0);
         let (stats, words) = (LockStats::default(), Counter::default());
+        let flex = FlexInodeCounts::new(128, 0);
         let mut seen = std::collections::BTreeSet::new();
         for i in 0..128u32 {
             let hint = (i * 37) % 128;
-            let index = g.lock(&stats).claim(hint, i % 2 == 0, &words).unwrap();
+            let index = g
+                .lock(&stats)
+                .claim(hint, i % 2 == 0, &flex, &words)
+                .unwrap();
             assert!(seen.insert(index), "inode {index} handed out twice");
         }
-        assert_eq!(g.lock(&stats).claim(5, false, &words), None);
+        assert_eq!(g.lock(&stats).claim(5, false, &flex, &words), None);
         assert_eq!((g.free(), g.used_dirs()), (0, 64));
+        assert_eq!(
+            (flex.summary().free_inodes, flex.summary().used_dirs),
+            (0, 64)
+        );
         assert_eq!(g.snapshot(&stats).itable_unused, 0);
-        assert_eq!(g.lock(&stats).release(77, false), Ok(()));
-        assert_eq!(g.lock(&stats).release(77, false), Err(NotInUse));
+        assert_eq!(g.lock(&stats).release(77, false, &flex), Ok(()));
+        assert_eq!(g.lock(&stats).release(77, false, &flex), Err(NotInUse));
         assert_eq!(g.find_free_unlocked(&mut 0), Some(77));
-        assert_eq!(g.lock(&stats).claim(0, false, &words), Some(77));
+        assert_eq!(g.lock(&stats).claim(0, false, &flex, &words), Some(77));
     }
 }

@@ -12,6 +12,7 @@ pub mod free_space_index;
 pub mod group_loading;
 mod group_state;
 pub mod inode_allocator;
+mod inode_flex_counts;
 mod inode_group;
 mod instrumented_lock;
 pub mod limit_counter;
@@ -31,6 +32,7 @@ pub use group_loading::{BlockBitmapSource, DirtyGroup, GroupSummary};
 pub use inode_allocator::{
     InodeAllocator, InodeError, InodeGeometry, InodeKind, InodeRequest, NewInode,
 };
+pub use inode_flex_counts::FlexInodeSummary;
 pub use inode_group::InodeGroupSnapshot;
 pub use limit_counter::LimitCounter;
 pub use pending_frees::TransactionFrees;

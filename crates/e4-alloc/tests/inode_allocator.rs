@@ -49,8 +49,12 @@ fn request(parent: u32, kind: InodeKind, slot: usize) -> InodeRequest {
 fn check_against(alloc: &InodeAllocator, held: &BTreeMap<u32, bool>) -> Result<(), String> {
     let geo = *alloc.geometry();
     let mut free_total = 0;
+    let mut flex_sums: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
     for g in 0..geo.groups {
         let snap = alloc.group_snapshot(g);
+        let sums = flex_sums.entry(g / geo.groups_per_flex).or_default();
+        sums.0 += u64::from(snap.free_inodes);
+        sums.1 += u64::from(snap.used_dirs);
         let mut free = 0;
         let mut dirs = 0;
         for index in 0..geo.inodes_per_group {
@@ -70,6 +74,21 @@ fn check_against(alloc: &InodeAllocator, held: &BTreeMap<u32, bool>) -> Result<(
             ));
         }
         free_total += u64::from(free);
+    }
+    // The per-flex-group sums Orlov reads, against a from-scratch sum of the groups.
+    for (&flex, &(free, dirs)) in &flex_sums {
+        let summary = alloc.flex_summary(flex).ok_or("missing flex group")?;
+        if (summary.free_inodes, summary.used_dirs) != (free, dirs) {
+            return Err(format!(
+                "flex group {flex}: sums {summary:?} but its groups have {free} free, {dirs} dirs"
+            ));
+        }
+    }
+    if alloc
+        .flex_summary(geo.groups.div_ceil(geo.groups_per_flex))
+        .is_some()
+    {
+        return Err("a flex group past the last group".into());
     }
     if alloc.free_inodes() != free_total {
         return Err(format!("counter {} != {free_total}", alloc.free_inodes()));
@@ -444,4 +463,94 @@ fn degenerate_geometries_are_not_a_panic() {
         }
         assert_eq!(alloc.free(5, false, 0), Err(InodeError::BadFree(5)));
     }
+}
+
+/// 2^31 groups per flex group (accepted by e4-format) is one flex group holding every group:
+/// the same placements as a flex group of exactly the volume, no overflow (which in a release
+/// build wraps silently and changes Orlov's limits).
+#[test]
+fn huge_flex_group_places_like_one_flex_group_of_every_group() {
+    let place_all = |groups_per_flex: u32| {
+        let geo = inode_geometry(8, 64, groups_per_flex);
+        let alloc = InodeAllocator::empty(geo, GroupLocking::TrySkip, 1);
+        let blocks = blocks_for(&geo);
+        let mut placed = Vec::new();
+        let mut parent = ROOT;
+        for i in 0..300u32 {
+            let kind = match i % 5 {
+                0 => InodeKind::TopDirectory {
+                    name_hash: i * 7919,
+                },
+                1 => InodeKind::Directory,
+                _ => InodeKind::Other,
+            };
+            let new = alloc.allocate(&request(parent, kind, 0), &blocks).unwrap();
+            if kind != InodeKind::Other {
+                parent = new.ino;
+            }
+            placed.push(new.ino);
+        }
+        assert_eq!(alloc.flex_summary(0).unwrap().used_dirs, 120);
+        assert_eq!(alloc.flex_summary(1), None);
+        placed
+    };
+    assert_eq!(place_all(1 << 31), place_all(8));
+}
+
+/// Inode numbers and groups convert only inside the geometry and the 32-bit inode numbers.
+#[test]
+fn inode_numbers_convert_only_inside_the_geometry() {
+    let geo = inode_geometry(4, 64, 2);
+    assert_eq!(geo.inode_at(0, 0), Some(1));
+    assert_eq!(geo.inode_at(3, 63), Some(256));
+    assert_eq!(geo.inode_at(4, 0), None);
+    assert_eq!(geo.inode_at(0, 64), None);
+    assert_eq!(geo.group_of(1), Some((0, 0)));
+    assert_eq!(geo.group_of(256), Some((3, 63)));
+    assert_eq!(geo.group_of(0), None);
+    assert_eq!(geo.group_of(257), None);
+    assert_eq!(geo.group_of(u32::MAX), None);
+    // 2^20 groups of 8,192 inodes: numbers past 2^32 - 1 do not exist.
+    let big = inode_geometry(1 << 20, 8192, 16);
+    assert_eq!(big.inode_at((1 << 19) - 1, 8190), Some(u32::MAX));
+    assert_eq!(big.inode_at((1 << 19) - 1, 8191), None);
+    assert_eq!(big.inode_at(1 << 19, 0), None);
+    assert_eq!(big.group_of(u32::MAX), Some(((1 << 19) - 1, 8190)));
+    assert_eq!(inode_geometry(4, 0, 1).group_of(1), None);
+}
+
+/// Threads creating and removing in different groups of one flex group change that flex
+/// group's sums at once: after the churn the sums equal a from-scratch sum of the groups
+/// (a sum updated by load-then-store instead of one atomic step loses updates here).
+#[test]
+fn flex_sums_stay_exact_under_concurrent_churn_in_one_flex_group() {
+    let geo = inode_geometry(64, 2048, 64);
+    let alloc = InodeAllocator::empty(geo, GroupLocking::TrySkip, 8);
+    let blocks = blocks_for(&geo);
+    let held = Mutex::new(BTreeMap::new());
+    let start = std::sync::Barrier::new(8);
+    std::thread::scope(|s| {
+        for t in 0..8usize {
+            let (alloc, blocks, held, start) = (&alloc, &blocks, &held, &start);
+            s.spawn(move || {
+                let mut mine = Vec::new();
+                start.wait();
+                for i in 0..20_000 {
+                    let kind = if i % 3 == 0 {
+                        InodeKind::Directory
+                    } else {
+                        InodeKind::Other
+                    };
+                    let new = alloc.allocate(&request(ROOT, kind, t), blocks).unwrap();
+                    mine.push((new.ino, kind == InodeKind::Directory));
+                    if i % 2 == 1 {
+                        let (ino, dir) = mine.swap_remove(i % mine.len());
+                        alloc.free(ino, dir, t).unwrap();
+                    }
+                }
+                held.lock().unwrap().extend(mine);
+            });
+        }
+    });
+    check_against(&alloc, &held.into_inner().unwrap()).unwrap();
 }

@@ -144,11 +144,13 @@ fn inode_claims_never_collide_and_find_the_last_inodes() {
             volume.0.allocate(&file_request(1), &volume.1),
             Err(e4_alloc::InodeError::NoSpace)
         );
+        assert_eq!(volume.0.flex_summary(0).unwrap().free_inodes, 0);
     });
 }
 
 /// A creation racing the free of the only inode in use: the creator gets an inode whatever
-/// the order (the other free one, or the freed one), and the counts end exact.
+/// the order (the other free one, or the freed one), and the counts (the flex group's sums
+/// among them) end exact.
 #[test]
 fn inode_claim_races_a_free() {
     model(|| {
@@ -161,5 +163,7 @@ fn inode_claim_races_a_free() {
         assert_eq!(volume.0.free_inodes(), 1);
         let (a, b) = (volume.0.group_snapshot(0), volume.0.group_snapshot(1));
         assert_eq!(a.free_inodes + b.free_inodes, 1);
+        // The flex group's sum, changed by both under different group locks, lost neither.
+        assert_eq!(volume.0.flex_summary(0).unwrap().free_inodes, 1);
     });
 }
