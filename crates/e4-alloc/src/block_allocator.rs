@@ -456,12 +456,21 @@ impl BlockAllocator {
     /// and publish its free count. Both happen before the lock is dropped, so the index
     /// never lags a change another thread could act on.
     pub(crate) fn publish(&self, g: u32, before: Option<u8>, state: &GroupState) {
-        self.dirty.insert(g as usize);
+        self.mark_dirty(g);
         self.index
             .update(g as usize, before, state.space.largest_order());
         self.groups[g as usize]
             .free_published
             .store(state.space.free(), Ordering::Relaxed);
+    }
+
+    /// Notes that group `g`'s on-disk bitmap changed (caller holds its lock). The bit is
+    /// read first: it is shared with 63 other groups, and only the first change after a
+    /// write-back needs to write it. (It is cleared only under the same group's lock.)
+    pub(crate) fn mark_dirty(&self, g: u32) {
+        if !self.dirty.contains(g as usize) {
+            self.dirty.insert(g as usize);
+        }
     }
 
     /// Takes back every released reservation in every group and what idle packing windows

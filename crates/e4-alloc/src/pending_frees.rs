@@ -59,7 +59,7 @@ impl BlockAllocator {
                 None => state.pending.push((txn.txn, range)),
             }
             // The bitmap written for this transaction changes.
-            self.dirty.insert(g as usize);
+            self.mark_dirty(g);
             if !txn.groups.contains(&g) {
                 txn.groups.push(g);
             }
