@@ -243,6 +243,8 @@ pub struct BlockGroup {
     pub(crate) system: Box<[GroupExtent]>,
     /// BLOCK_UNINIT: the on-disk bitmap was never written; it is computed, not read.
     pub(crate) uninit: bool,
+    /// Set when an owner gives up a reservation of this group ([`ReservedRun::give_up`]).
+    pub(crate) has_released: Arc<std::sync::atomic::AtomicBool>,
     /// The group's free count as of its last change, published under the lock for readers
     /// that must not take it (the inode allocator's Orlov heuristic).
     pub(crate) free_published: AtomicU32,
@@ -443,7 +445,7 @@ impl BlockAllocator {
         }
         let mut state = LockedGroup(guard);
         let before = state.space.largest_order();
-        let freed = state.reclaim_released();
+        let freed = state.reclaim_released(&self.groups[g as usize].has_released);
         if freed > 0 {
             self.publish(g, before, &state);
             self.return_blocks(slot, u64::from(freed));
@@ -693,7 +695,7 @@ impl BlockAllocator {
         // OK to unwrap: `find` only returns free space of this group, and we hold its lock.
         state.space.mark_used(found).unwrap();
         let run = reserve.then(|| {
-            let run = Arc::new(ReservedRun::new(g, found));
+            let run = Arc::new(ReservedRun::new(g, found, Arc::clone(&group.has_released)));
             state.reserved.push(Arc::clone(&run));
             run
         });
@@ -767,7 +769,7 @@ impl BlockAllocator {
         // A group holding a reservation is loaded and never evicted, so this cannot fail;
         // if it did, the run stays released and is taken back at the next load.
         let Ok(mut state) = self.lock_group(g, slot) else {
-            run.released.store(true, Ordering::Release);
+            run.give_up();
             return;
         };
         let before = state.space.largest_order();

@@ -105,6 +105,7 @@ impl BlockAllocator {
                     state: InstrumentedMutex::new(None),
                     system: zone.into_boxed_slice(),
                     uninit: s.uninit,
+                    has_released: Default::default(),
                     free_published: AtomicU32::new(free_blocks),
                 })
             })
@@ -236,6 +237,8 @@ impl BlockAllocator {
     pub fn memory_bytes(&self) -> usize {
         let fixed = std::mem::size_of::<Self>()
             + self.groups.len() * std::mem::size_of::<CachePadded<BlockGroup>>()
+            // Each group's shared "a run was given up" flag: the flag and two counts.
+            + self.groups.len() * (1 + 2 * std::mem::size_of::<usize>())
             + self.index.memory_bytes()
             + self.dirty.memory_bytes()
             + self.stream_goals.len() * std::mem::size_of::<CachePadded<AtomicU64>>();

@@ -31,17 +31,29 @@ pub(crate) struct ReservedRun {
     /// One past the run's last block, as an offset in the group.
     pub(crate) end: u32,
     /// Set by the owner when it no longer wants the rest.
-    pub(crate) released: AtomicBool,
+    released: AtomicBool,
+    /// The group's "some run was given up" flag, shared by all its runs, so a lock holder
+    /// looks through the group's runs only when one was (not on every acquisition).
+    group_has_released: Arc<AtomicBool>,
 }
 
 impl ReservedRun {
-    pub(crate) fn new(group: u32, range: GroupExtent) -> Self {
+    pub(crate) fn new(group: u32, range: GroupExtent, group_has_released: Arc<AtomicBool>) -> Self {
         ReservedRun {
             group,
             next: AtomicU32::new(range.start),
             end: range.start + range.len,
             released: AtomicBool::new(false),
+            group_has_released,
         }
+    }
+
+    /// The owner gives up the rest of the run; its group takes it back at its next lock.
+    /// The run's flag is set before the group's (both release stores), so a lock holder
+    /// that sees the group's flag (acquire) sees the run's.
+    pub(crate) fn give_up(&self) {
+        self.released.store(true, Ordering::Release);
+        self.group_has_released.store(true, Ordering::Release);
     }
 
     /// The part not yet carved. Acquire pairs with the owner's release store of `next`, so
@@ -128,7 +140,11 @@ impl GroupState {
     }
 
     /// Takes back the unused part of every released reservation; returns the blocks freed.
-    pub(crate) fn reclaim_released(&mut self) -> u32 {
+    pub(crate) fn reclaim_released(&mut self, group_has_released: &AtomicBool) -> u32 {
+        // Cleared before the scan: a run given up during it sets the flag again.
+        if !group_has_released.swap(false, Ordering::AcqRel) {
+            return 0;
+        }
         let mut freed = 0;
         let space = &mut self.space;
         self.reserved.retain(|run| {

@@ -49,7 +49,7 @@ pub struct ReservationWindow {
 impl Drop for ReservationWindow {
     fn drop(&mut self) {
         if let Some(run) = &self.run {
-            run.released.store(true, Ordering::Release);
+            run.give_up();
         }
     }
 }
@@ -133,7 +133,7 @@ impl BlockAllocator {
             self.window_stats().reserved.add(u64::from(fresh.len));
             // The used-up run is dropped here: the group forgets it at its next lock.
             if let Some(old) = std::mem::replace(&mut window.run, run) {
-                old.released.store(true, Ordering::Release);
+                old.give_up();
             }
             window.next = fresh.start;
             window.remaining = fresh.len;
