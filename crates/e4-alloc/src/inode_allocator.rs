@@ -276,6 +276,21 @@ impl InodeAllocator {
         self.flexes.get(flex as usize).map(|f| f.summary())
     }
 
+    /// Write-back: every group changed since the last call, with its bitmap and counts, each
+    /// marked clean under its lock as it is read. A claim or free that lands after a group's
+    /// snapshot marks it dirty again, so it is in the next call's result; one that lands
+    /// before is in this snapshot. Groups never changed are not locked.
+    pub fn take_dirty_groups(&self) -> Vec<(u32, InodeGroupSnapshot)> {
+        (0..self.geometry.groups)
+            .filter(|&g| self.groups[g as usize].looks_dirty())
+            .filter_map(|g| {
+                self.groups[g as usize]
+                    .take_dirty_snapshot(&self.stats.group_locks)
+                    .map(|snapshot| (g, snapshot))
+            })
+            .collect()
+    }
+
     /// A group's bitmap and counts, for persisting.
     pub fn group_snapshot(&self, group: u32) -> InodeGroupSnapshot {
         self.groups[group as usize].snapshot(&self.stats.group_locks)

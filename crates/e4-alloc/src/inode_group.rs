@@ -11,7 +11,7 @@ use crate::block_group::words_from_bitmap;
 use crate::inode_flex_counts::FlexInodeCounts;
 use crate::instrumented_lock::InstrumentedMutex;
 use crate::stats::{Counter, LockStats};
-use crate::sync::{AtomicU32, AtomicU64, MutexGuard, Ordering};
+use crate::sync::{AtomicBool, AtomicU32, AtomicU64, MutexGuard, Ordering};
 
 const BITS: u32 = 64;
 
@@ -40,6 +40,9 @@ pub(crate) struct InodeGroup {
     used_dirs: AtomicU32,
     /// No inode below this index is free. Written under `lock`.
     first_free: AtomicU32,
+    /// Changed since its last write-back snapshot. Set and cleared only under `lock`, so a
+    /// snapshot and the clearing of the flag are one step that no claim can fall between.
+    dirty: AtomicBool,
 }
 
 /// The group's lock, held: the only way to change the group.
@@ -75,6 +78,7 @@ impl InodeGroup {
             free: AtomicU32::new(free),
             used_dirs: AtomicU32::new(used_dirs),
             first_free: AtomicU32::new(0),
+            dirty: AtomicBool::new(false),
         };
         let first = group.find_free(0, &mut 0).unwrap_or(inodes);
         group.first_free.store(first, Ordering::Relaxed);
@@ -152,6 +156,27 @@ impl InodeGroup {
     /// The group's state, consistent because it is read under the lock.
     pub(crate) fn snapshot(&self, stats: &LockStats) -> InodeGroupSnapshot {
         let _locked = self.lock(stats);
+        self.snapshot_locked()
+    }
+
+    /// Whether the group changed since its last write-back snapshot (a hint without the
+    /// lock: a change still in progress may not show yet).
+    pub(crate) fn looks_dirty(&self) -> bool {
+        self.dirty.load(Ordering::Relaxed)
+    }
+
+    /// The group's state if it changed since the last call, marking it clean in the same
+    /// critical section.
+    pub(crate) fn take_dirty_snapshot(&self, stats: &LockStats) -> Option<InodeGroupSnapshot> {
+        let _locked = self.lock(stats);
+        if !self.dirty.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.dirty.store(false, Ordering::Relaxed);
+        Some(self.snapshot_locked())
+    }
+
+    fn snapshot_locked(&self) -> InodeGroupSnapshot {
         let mut bitmap = Vec::with_capacity(self.inodes.div_ceil(8) as usize);
         for word in self.words.iter() {
             bitmap.extend_from_slice(&word.load(Ordering::Acquire).to_le_bytes());
@@ -193,6 +218,7 @@ impl LockedInodeGroup<'_> {
             g.used_dirs.store(g.used_dirs() + 1, Ordering::Relaxed);
         }
         flex.claimed(directory);
+        g.dirty.store(true, Ordering::Relaxed);
         if index == g.first_free.load(Ordering::Relaxed) {
             let next = g.find_free(index, &mut 0).unwrap_or(g.inodes);
             g.first_free.store(next, Ordering::Relaxed);
@@ -221,6 +247,7 @@ impl LockedInodeGroup<'_> {
             g.used_dirs.store(g.used_dirs() - 1, Ordering::Relaxed);
         }
         flex.released(directory);
+        g.dirty.store(true, Ordering::Relaxed);
         if index < g.first_free.load(Ordering::Relaxed) {
             g.first_free.store(index, Ordering::Relaxed);
         }

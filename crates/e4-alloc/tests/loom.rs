@@ -167,3 +167,31 @@ fn inode_claim_races_a_free() {
         assert_eq!(volume.0.flex_summary(0).unwrap().free_inodes, 1);
     });
 }
+
+/// Write-back racing creations: whatever the order, the snapshots taken during the race
+/// and one taken after it end at the group's final state (the creation is never marked clean
+/// without being in a snapshot).
+#[test]
+fn inode_write_back_races_claims() {
+    model(|| {
+        let volume = Arc::new(inode_volume([2, 0]));
+        let v2 = Arc::clone(&volume);
+        // Two creations, so that one can land between a snapshot and its clean mark.
+        let creator = loom::thread::spawn(move || {
+            for _ in 0..2 {
+                v2.0.allocate(&file_request(1), &v2.1).unwrap();
+            }
+        });
+        let mut persisted = volume.0.group_snapshot(0);
+        for (g, snapshot) in volume.0.take_dirty_groups() {
+            assert_eq!(g, 0);
+            persisted = snapshot;
+        }
+        creator.join().unwrap();
+        for (g, snapshot) in volume.0.take_dirty_groups() {
+            assert_eq!(g, 0);
+            persisted = snapshot;
+        }
+        assert_eq!(persisted, volume.0.group_snapshot(0));
+    });
+}
