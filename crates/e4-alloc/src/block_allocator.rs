@@ -420,7 +420,7 @@ impl BlockAllocator {
             let state = group.state.lock(&self.stats.group_locks);
             state
                 .as_ref()
-                .is_none_or(|s| self.index.order_of(g) == s.space.largest_order())
+                .is_none_or(|s| self.index.is_filed_only_under(g, s.space.largest_order()))
         })
     }
 

@@ -191,6 +191,13 @@ impl FreeSpaceIndex {
         self.orders.iter().map(AtomicBitset::memory_bytes).sum()
     }
 
+    /// Whether `group` is filed under `order` and under no other (`None`: under none). A
+    /// group filed twice (two updates applied out of order) fails this while its lowest
+    /// filing may still look right.
+    pub fn is_filed_only_under(&self, group: usize, order: Option<u8>) -> bool {
+        (0..self.orders.len()).all(|o| self.orders[o].contains(group) == (order == Some(o as u8)))
+    }
+
     pub fn order_of(&self, group: usize) -> Option<u8> {
         (0..self.orders.len())
             .find(|&o| self.orders[o].contains(group))

@@ -195,3 +195,42 @@ fn inode_write_back_races_claims() {
         assert_eq!(persisted, volume.0.group_snapshot(0));
     });
 }
+
+/// Two allocations in the one group of a 64-block volume, each lowering its largest free
+/// order (32 blocks, then 16): whatever the order, the free-space index ends filing the group
+/// under exactly its final largest order. Catches an index update made after the group lock
+/// is dropped (two updates applied out of order leave the group filed twice).
+#[test]
+fn block_index_updates_stay_in_lock_order() {
+    use e4_alloc::{AllocRequest, AllocatorConfig, BlockAllocator, Geometry};
+    model(|| {
+        let alloc = Arc::new(BlockAllocator::empty(
+            Geometry {
+                first_data_block: 0,
+                blocks_per_group: 64,
+                blocks: 64,
+            },
+            AllocatorConfig {
+                counter_slots: 2,
+                ..AllocatorConfig::default()
+            },
+        ));
+        let request = |len, slot| AllocRequest {
+            goal: None,
+            len,
+            min_len: len,
+            slot,
+            stream: slot as u64,
+            privileged: false,
+        };
+        let a2 = Arc::clone(&alloc);
+        let other = loom::thread::spawn(move || a2.allocate(request(16, 1)).unwrap());
+        let mine = alloc.allocate(request(32, 0)).unwrap();
+        let theirs = other.join().unwrap();
+        assert!(mine.end() <= theirs.start || theirs.end() <= mine.start);
+        assert!(alloc.index_is_consistent());
+        // 16 blocks are left in one aligned piece, whatever the order: the group must not
+        // still be filed under a larger order.
+        assert_eq!(alloc.index().next_group(0, 1, 5), None);
+    });
+}
