@@ -364,10 +364,13 @@ impl BlockAllocator {
     /// Sets aside `blocks` (`s_r_blocks_count`) for privileged requests only, taken from the
     /// free blocks now (as many as are free).
     pub fn with_root_reserve(self, blocks: u64) -> Self {
-        let mut held = blocks.min(self.free_blocks.sum());
-        while held > 0 && !self.free_blocks.try_reserve(0, held) {
-            held -= 1;
-        }
+        // Nothing else runs yet, so the counter's sum is exact and the reservation succeeds.
+        let wanted = blocks.min(self.free_blocks.sum());
+        let held = if self.free_blocks.try_reserve(0, wanted) {
+            wanted
+        } else {
+            0
+        };
         BlockAllocator {
             root_reserve: RootReserve::new(blocks, held),
             ..self
@@ -724,6 +727,11 @@ impl BlockAllocator {
         extent: Extent,
     ) -> Result<Vec<(u32, GroupExtent)>, AllocError> {
         let pieces = self.pieces(extent)?;
+        // A free inside one group (every extent e4 allocates) is checked once, under the
+        // lock that applies it; only a multi-group free needs the look ahead.
+        if pieces.len() == 1 {
+            return Ok(pieces);
+        }
         for &(g, range) in &pieces {
             self.lock_group(g, 0)?
                 .check_free(range)
