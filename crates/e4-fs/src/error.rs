@@ -33,6 +33,36 @@ pub enum Error {
     /// Symlinks nest too deeply or form a loop.
     #[error("{0}: too many levels of symbolic links")]
     SymlinkLoop(String),
+    /// No space left: the string says of what ("blocks", "inodes", "directory index").
+    #[error("no space left on the filesystem ({0})")]
+    NoSpace(String),
+    /// A name that must be new already exists (EEXIST).
+    #[error("{0}: file exists")]
+    Exists(String),
+    /// A directory that must be empty is not (ENOTEMPTY).
+    #[error("{0}: directory not empty")]
+    NotEmpty(String),
+    /// An operation on files met a directory (EISDIR).
+    #[error("{0}: is a directory")]
+    IsADirectory(String),
+    /// A name longer than 255 bytes (ENAMETOOLONG).
+    #[error("{0}: file name too long")]
+    NameTooLong(String),
+    /// A link count would pass its limit (EMLINK).
+    #[error("{0}: too many links")]
+    TooManyLinks(String),
+    /// A size or offset the format cannot express (EFBIG).
+    #[error("{0}: file too large")]
+    FileTooBig(String),
+    /// A bad argument (EINVAL).
+    #[error("invalid argument: {0}")]
+    Invalid(String),
+    /// The filesystem is open read-only, or can only be read (EROFS).
+    #[error("read-only filesystem: {0}")]
+    ReadOnly(String),
+    /// The operation is valid but this filesystem's features do not allow it (EOPNOTSUPP).
+    #[error("not supported: {0}")]
+    NotSupported(String),
 }
 
 impl Error {

@@ -23,6 +23,7 @@ mod error;
 mod file_map;
 mod file_read;
 mod filesystem;
+pub mod meta_io;
 mod metadata;
 mod path;
 mod xattr;

@@ -1,0 +1,140 @@
+//! The small interface every on-disk mechanism (extent tree, block map, directory blocks,
+//! htree) works through, so each mechanism is a unit that can be tested on an in-memory store
+//! and knows nothing of caches, transactions or allocators.
+//!
+//! Reads return a copy of the block as the running transaction sees it; writes record the new
+//! contents, which reach the disk when the transaction commits. Checksums are not the
+//! mechanism's business: a block is *sealed* (its checksum computed) at write-back, by the
+//! [`BlockKind`] it was written as and its [`Owner`] (DESIGN.md, concurrency rule 4).
+
+use crate::error::Result;
+
+/// What a metadata block holds: decides how it is verified when read and sealed when written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BlockKind {
+    /// A non-root extent tree node (header, entries, `ext4_extent_tail`).
+    ExtentNode,
+    /// A block of an indirect block map (no checksum).
+    IndirectBlock,
+    /// A directory block holding entries (with a checksum tail under metadata_csum).
+    DirectoryLeaf,
+    /// An htree interior node or root (with a `dx_tail` under metadata_csum).
+    HtreeNode,
+    /// An extended attribute block.
+    XattrBlock,
+}
+
+/// The inode a block belongs to: its checksum is seeded with the inode's number and
+/// generation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Owner {
+    pub ino: u32,
+    pub generation: u32,
+}
+
+/// Block-level access inside one transaction, as a mechanism needs it.
+pub trait MetaIo {
+    /// Block size in bytes.
+    fn block_size(&self) -> usize;
+    /// A copy of metadata block `nr` as this transaction sees it (verified as `kind` the
+    /// first time it comes from the disk).
+    fn read(&self, nr: u64, kind: BlockKind, owner: Owner) -> Result<Vec<u8>>;
+    /// Replaces the contents of block `nr` (a whole block); it is sealed as `kind` and
+    /// written at commit.
+    fn write(&self, nr: u64, kind: BlockKind, owner: Owner, bytes: &[u8]) -> Result<()>;
+    /// A new block for `owner`'s metadata, near `goal` (0: no preference). Fails with
+    /// [`crate::Error::NoSpace`] when the filesystem is full.
+    fn allocate(&self, goal: u64, owner: Owner) -> Result<u64>;
+    /// Gives back `len` blocks from `start` that `owner` no longer uses; they become
+    /// reusable once the transaction commits.
+    fn free(&self, start: u64, len: u64, owner: Owner) -> Result<()>;
+}
+
+#[cfg(test)]
+pub(crate) mod memory {
+    //! A [`MetaIo`] over a map of blocks with a bump allocator, for mechanism unit tests.
+
+    use std::collections::{BTreeMap, BTreeSet};
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::error::Error;
+
+    /// Blocks in memory; allocation hands out increasing numbers from `first`, up to `limit`.
+    pub(crate) struct MemoryMetaIo {
+        pub block_size: usize,
+        pub blocks: Mutex<BTreeMap<u64, (BlockKind, Vec<u8>)>>,
+        pub allocated: Mutex<BTreeSet<u64>>,
+        next: Mutex<u64>,
+        limit: u64,
+    }
+
+    impl MemoryMetaIo {
+        pub(crate) fn new(block_size: usize, first: u64, limit: u64) -> Self {
+            MemoryMetaIo {
+                block_size,
+                blocks: Mutex::default(),
+                allocated: Mutex::default(),
+                next: Mutex::new(first),
+                limit,
+            }
+        }
+
+        /// Blocks allocated and not freed.
+        pub(crate) fn live_blocks(&self) -> usize {
+            self.allocated.lock().unwrap().len()
+        }
+    }
+
+    impl MetaIo for MemoryMetaIo {
+        fn block_size(&self) -> usize {
+            self.block_size
+        }
+
+        fn read(&self, nr: u64, kind: BlockKind, _owner: Owner) -> Result<Vec<u8>> {
+            match self.blocks.lock().unwrap().get(&nr) {
+                Some((written_as, bytes)) => {
+                    assert_eq!(*written_as, kind, "block {nr} read as another kind");
+                    Ok(bytes.clone())
+                }
+                None => Ok(vec![0; self.block_size]),
+            }
+        }
+
+        fn write(&self, nr: u64, kind: BlockKind, _owner: Owner, bytes: &[u8]) -> Result<()> {
+            assert_eq!(bytes.len(), self.block_size);
+            assert!(
+                self.allocated.lock().unwrap().contains(&nr),
+                "write to block {nr}, which is not allocated"
+            );
+            self.blocks
+                .lock()
+                .unwrap()
+                .insert(nr, (kind, bytes.to_vec()));
+            Ok(())
+        }
+
+        fn allocate(&self, _goal: u64, _owner: Owner) -> Result<u64> {
+            let mut next = self.next.lock().unwrap();
+            if *next >= self.limit {
+                return Err(Error::NoSpace("blocks".into()));
+            }
+            let nr = *next;
+            *next += 1;
+            self.allocated.lock().unwrap().insert(nr);
+            Ok(nr)
+        }
+
+        fn free(&self, start: u64, len: u64, _owner: Owner) -> Result<()> {
+            let mut allocated = self.allocated.lock().unwrap();
+            for nr in start..start + len {
+                assert!(
+                    allocated.remove(&nr),
+                    "free of block {nr}, which is not allocated"
+                );
+                self.blocks.lock().unwrap().remove(&nr);
+            }
+            Ok(())
+        }
+    }
+}
