@@ -181,6 +181,56 @@ impl GroupDescriptor {
         u32::from(self.itable_unused_lo) | (u32::from(self.itable_unused_hi) << 16)
     }
 
+    pub fn set_free_blocks_count(&mut self, n: u32) {
+        self.free_blocks_count_lo = n as u16;
+        self.free_blocks_count_hi = (n >> 16) as u16;
+    }
+
+    pub fn set_free_inodes_count(&mut self, n: u32) {
+        self.free_inodes_count_lo = n as u16;
+        self.free_inodes_count_hi = (n >> 16) as u16;
+    }
+
+    pub fn set_used_dirs_count(&mut self, n: u32) {
+        self.used_dirs_count_lo = n as u16;
+        self.used_dirs_count_hi = (n >> 16) as u16;
+    }
+
+    pub fn set_itable_unused(&mut self, n: u32) {
+        self.itable_unused_lo = n as u16;
+        self.itable_unused_hi = (n >> 16) as u16;
+    }
+
+    /// Seals a bitmap: stores its checksum in `bg_block_bitmap_csum` or
+    /// `bg_inode_bitmap_csum` (the high half only in descriptors long enough to hold it),
+    /// computed as [`GroupDescriptor::verify_bitmap`] checks it.
+    pub fn set_bitmap_checksum(
+        &mut self,
+        kind: BitmapKind,
+        bitmap: &[u8],
+        bits: u32,
+        seed: u32,
+        desc_size: usize,
+    ) {
+        let len = (bits as usize / 8).min(bitmap.len());
+        let sum = crc32c_raw(seed, &bitmap[..len]);
+        let hi = if desc_size >= BITMAP_CSUM_HI_END {
+            (sum >> 16) as u16
+        } else {
+            0
+        };
+        match kind {
+            BitmapKind::Block => {
+                self.block_bitmap_csum_lo = sum as u16;
+                self.block_bitmap_csum_hi = hi;
+            }
+            BitmapKind::Inode => {
+                self.inode_bitmap_csum_lo = sum as u16;
+                self.inode_bitmap_csum_hi = hi;
+            }
+        }
+    }
+
     /// Verifies a bitmap block against `bg_block_bitmap_csum` or `bg_inode_bitmap_csum`
     /// (metadata_csum only). `bits` is clusters or inodes per group; only those bytes count.
     pub fn verify_bitmap(
@@ -246,6 +296,14 @@ mod tests {
             let bytes = d.to_bytes(5, size, &csum);
             let back = GroupDescriptor::parse(&bytes, 5, &csum).unwrap();
             assert_eq!(back.to_bytes(5, size, &csum), bytes);
+            let mut sealed = back;
+            sealed.set_bitmap_checksum(BitmapKind::Inode, &[0xAB; 64], 512, 77, size);
+            sealed
+                .verify_bitmap(BitmapKind::Inode, &[0xAB; 64], 512, 77, size, 5)
+                .unwrap();
+            assert!(sealed
+                .verify_bitmap(BitmapKind::Inode, &[0xAC; 64], 512, 77, size, 5)
+                .is_err());
             if csum != GroupChecksum::None {
                 let mut bad = bytes.clone();
                 bad[3] ^= 1;

@@ -365,6 +365,88 @@ impl Inode {
             .then(|| self.time(self.record.crtime, self.record.crtime_extra, 0x98))
     }
 
+    /// A fresh record for inode `ino` in an `inode_size`-byte slot: `mode`, `generation`,
+    /// the extra fields sized for today's fields when the slot has room (`i_extra_isize` 32,
+    /// as the kernel makes them), everything else zero.
+    pub fn new(ino: u32, inode_size: usize, mode: u16, generation: u32) -> Self {
+        let mut record = InodeRecord::decode(&[0; RECORD_SIZE]);
+        record.mode = mode;
+        record.generation = generation;
+        if inode_size > GOOD_OLD_INODE_SIZE {
+            record.extra_isize = (RECORD_SIZE - GOOD_OLD_INODE_SIZE) as u16;
+        }
+        let fields_end = if inode_size > GOOD_OLD_INODE_SIZE {
+            RECORD_SIZE.min(inode_size)
+        } else {
+            GOOD_OLD_INODE_SIZE
+        };
+        Inode {
+            ino,
+            record,
+            inode_size,
+            unknown_extra: Vec::new(),
+            xattr_area: vec![0; inode_size - fields_end],
+        }
+    }
+
+    pub fn set_size(&mut self, size: u64) {
+        self.record.size_lo = size as u32;
+        self.record.size_high = (size >> 32) as u32;
+    }
+
+    pub fn set_uid(&mut self, uid: u32) {
+        self.record.uid_lo = uid as u16;
+        self.record.uid_high = (uid >> 16) as u16;
+    }
+
+    pub fn set_gid(&mut self, gid: u32) {
+        self.record.gid_lo = gid as u16;
+        self.record.gid_high = (gid >> 16) as u16;
+    }
+
+    /// Sets the space used, in 512-byte units (`huge_file` allows the high 16 bits; counts
+    /// past 2^48 would need `HUGE_FILE` block units, which e4 does not write). Returns false
+    /// when the count does not fit.
+    pub fn set_blocks_512(&mut self, blocks: u64, huge_file: bool) -> bool {
+        let limit = if huge_file { 1u64 << 48 } else { 1u64 << 32 };
+        if blocks >= limit {
+            return false;
+        }
+        self.record.blocks_lo = blocks as u32;
+        self.record.blocks_high = (blocks >> 32) as u16;
+        self.record.flags &= !flags::HUGE_FILE;
+        true
+    }
+
+    /// Encodes a time as the kernel does: the low 32 bits of the seconds, and in the extra
+    /// field (when the record has one) two epoch bits and the nanoseconds.
+    fn encode_time(&self, t: Timestamp, extra_end: usize) -> (u32, u32) {
+        let extra = if self.has_extra(extra_end) {
+            let epoch = ((t.seconds - i64::from(t.seconds as i32)) >> 32) as u32 & 3;
+            (t.nanoseconds.min(999_999_999) << 2) | epoch
+        } else {
+            0
+        };
+        (t.seconds as u32, extra)
+    }
+
+    pub fn set_atime(&mut self, t: Timestamp) {
+        (self.record.atime, self.record.atime_extra) = self.encode_time(t, 0x90);
+    }
+
+    pub fn set_mtime(&mut self, t: Timestamp) {
+        (self.record.mtime, self.record.mtime_extra) = self.encode_time(t, 0x8C);
+    }
+
+    pub fn set_ctime(&mut self, t: Timestamp) {
+        (self.record.ctime, self.record.ctime_extra) = self.encode_time(t, 0x88);
+    }
+
+    /// Sets the creation time where the record has room for it.
+    pub fn set_crtime(&mut self, t: Timestamp) {
+        (self.record.crtime, self.record.crtime_extra) = self.encode_time(t, 0x98);
+    }
+
     /// The `(major, minor)` device number of a character or block special file, decoded
     /// as the kernel does from `i_block` (old 16-bit form in word 0, new form in word 1).
     pub fn device_number(&self) -> (u32, u32) {
@@ -422,6 +504,32 @@ mod tests {
         let m = inode.mtime();
         assert_eq!(m.seconds, 1 << 32);
         assert_eq!(m.nanoseconds, 500);
+    }
+
+    #[test]
+    fn setters_round_trip() {
+        for size in [128usize, 256] {
+            let mut inode = Inode::new(12, size, 0o100600, 7);
+            inode.set_size(5 << 32 | 3);
+            inode.set_uid(70_000);
+            inode.set_gid(65_536 + 5);
+            assert!(inode.set_blocks_512(1 << 33, true));
+            assert!(!inode.set_blocks_512(1 << 33, false));
+            let t = Timestamp {
+                seconds: (1 << 32) + 17,
+                nanoseconds: 123_456_789,
+            };
+            inode.set_mtime(t);
+            let back = Inode::parse(&inode.to_bytes(Some(1)), 12, Some(1)).unwrap();
+            assert_eq!(back.size(), 5 << 32 | 3);
+            assert_eq!((back.uid(), back.gid()), (70_000, 65_541));
+            assert_eq!(back.blocks_512(true, 4096), 1 << 33);
+            if size > 128 {
+                assert_eq!(back.mtime(), t);
+            } else {
+                assert_eq!(back.mtime().seconds, 17);
+            }
+        }
     }
 
     #[test]

@@ -487,6 +487,26 @@ impl Superblock {
         [3u32, 5, 7].iter().any(|&base| is_power_of(group, base))
     }
 
+    /// Records the free block count (both halves on 64bit filesystems).
+    pub fn set_free_blocks_count(&mut self, free: u64) {
+        self.free_blocks_count_lo = free as u32;
+        if self.is_64bit() {
+            self.free_blocks_count_hi = (free >> 32) as u32;
+        }
+    }
+
+    /// Records the last write time (with the extended-epoch high byte).
+    pub fn set_write_time(&mut self, seconds: i64) {
+        self.wtime = seconds as u32;
+        self.wtime_hi = (seconds >> 32) as u8;
+    }
+
+    /// Records the last mount time (with the extended-epoch high byte).
+    pub fn set_mount_time(&mut self, seconds: i64) {
+        self.mtime = seconds as u32;
+        self.mtime_hi = (seconds >> 32) as u8;
+    }
+
     /// Last write time, with the extended-epoch high byte.
     pub fn write_time(&self) -> i64 {
         i64::from(self.wtime) | (i64::from(self.wtime_hi) << 32)

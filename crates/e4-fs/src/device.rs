@@ -1,17 +1,32 @@
-//! Where the bytes come from: an image file, a block device, or memory. Reads are positional
-//! (`pread`), so any number of threads read at once without a shared file offset or lock.
+//! Where the bytes live: an image file, a block device, or memory. Reads and writes are
+//! positional (`pread`/`pwrite`), so any number of threads use a device at once without a
+//! shared file offset or lock.
 
-use std::fs::File;
+use std::fs::{File, OpenOptions};
 use std::io::{self, Seek, SeekFrom};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::{Mutex, RwLock};
 
 /// A byte-addressed store the filesystem lives on.
 pub trait Device: Send + Sync {
     /// Fills `buf` from byte `offset`; reading past the end is an error.
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+    /// Writes all of `buf` at byte `offset`; writing past the end is an error.
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+    /// Makes every completed write durable.
+    fn flush(&self) -> io::Result<()>;
     /// Size in bytes.
     fn size(&self) -> u64;
+}
+
+fn past_end(len: usize, offset: u64) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::UnexpectedEof,
+        format!("{len} bytes at {offset} reach past the end of the device"),
+    )
 }
 
 /// An image file or block device.
@@ -21,10 +36,10 @@ pub struct FileDevice {
 }
 
 impl FileDevice {
-    /// Opens `path` for reading. Works for regular files and block devices alike (the size
-    /// of a block device is found by seeking to its end).
-    pub fn open(path: &Path) -> io::Result<Self> {
-        let mut file = File::open(path)?;
+    /// Opens `path`, for writing too when `writable`. Works for regular files and block
+    /// devices alike (the size of a block device is found by seeking to its end).
+    pub fn open(path: &Path, writable: bool) -> io::Result<Self> {
+        let mut file = OpenOptions::new().read(true).write(writable).open(path)?;
         if file.metadata()?.is_dir() {
             return Err(io::Error::new(
                 io::ErrorKind::IsADirectory,
@@ -41,6 +56,20 @@ impl Device for FileDevice {
         FileExt::read_exact_at(&self.file, buf, offset)
     }
 
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        if offset
+            .checked_add(buf.len() as u64)
+            .is_none_or(|end| end > self.size)
+        {
+            return Err(past_end(buf.len(), offset));
+        }
+        FileExt::write_all_at(&self.file, buf, offset)
+    }
+
+    fn flush(&self) -> io::Result<()> {
+        self.file.sync_data()
+    }
+
     fn size(&self) -> u64 {
         self.size
     }
@@ -48,35 +77,161 @@ impl Device for FileDevice {
 
 /// A filesystem image held in memory (tests, fuzzing, images built in memory).
 pub struct MemoryDevice {
-    bytes: Vec<u8>,
+    bytes: RwLock<Vec<u8>>,
 }
 
 impl MemoryDevice {
     pub fn new(bytes: Vec<u8>) -> Self {
-        MemoryDevice { bytes }
+        MemoryDevice {
+            bytes: RwLock::new(bytes),
+        }
+    }
+
+    /// The image as it stands.
+    pub fn bytes(&self) -> Vec<u8> {
+        self.bytes.read().clone()
+    }
+}
+
+fn range(len: usize, offset: u64, size: usize) -> io::Result<std::ops::Range<usize>> {
+    let start = usize::try_from(offset).map_err(|_| past_end(len, offset))?;
+    match start.checked_add(len) {
+        Some(end) if end <= size => Ok(start..end),
+        _ => Err(past_end(len, offset)),
     }
 }
 
 impl Device for MemoryDevice {
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        let start = usize::try_from(offset).ok();
-        let range = start.and_then(|s| Some(s..s.checked_add(buf.len())?));
-        match range.and_then(|r| self.bytes.get(r)) {
-            Some(src) => {
-                buf.copy_from_slice(src);
-                Ok(())
-            }
-            None => Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                format!(
-                    "read of {} bytes at {offset} past the end of the image",
-                    buf.len()
-                ),
-            )),
-        }
+        let bytes = self.bytes.read();
+        buf.copy_from_slice(&bytes[range(buf.len(), offset, bytes.len())?]);
+        Ok(())
+    }
+
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        let mut bytes = self.bytes.write();
+        let r = range(buf.len(), offset, bytes.len())?;
+        bytes[r].copy_from_slice(buf);
+        Ok(())
+    }
+
+    fn flush(&self) -> io::Result<()> {
+        Ok(())
     }
 
     fn size(&self) -> u64 {
-        self.bytes.len() as u64
+        self.bytes.read().len() as u64
+    }
+}
+
+/// Which operations a [`FaultyDevice`] fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Fault {
+    /// None: a recording pass-through.
+    #[default]
+    Never,
+    /// Every read from the `n`th on (counting from 0).
+    ReadsFrom(u64),
+    /// Every write from the `n`th on.
+    WritesFrom(u64),
+    /// Every flush.
+    Flushes,
+}
+
+/// A device for tests: passes through to another device, counts reads, writes and flushes,
+/// records the byte ranges written, and fails operations as its [`Fault`] says (with EIO).
+pub struct FaultyDevice<D> {
+    inner: D,
+    fault: Mutex<Fault>,
+    reads: AtomicU64,
+    writes: AtomicU64,
+    flushes: AtomicU64,
+    written: Mutex<Vec<(u64, usize)>>,
+}
+
+impl<D: Device> FaultyDevice<D> {
+    pub fn new(inner: D, fault: Fault) -> Self {
+        FaultyDevice {
+            inner,
+            fault: Mutex::new(fault),
+            reads: AtomicU64::new(0),
+            writes: AtomicU64::new(0),
+            flushes: AtomicU64::new(0),
+            written: Mutex::default(),
+        }
+    }
+
+    /// Changes what fails from now on.
+    pub fn set_fault(&self, fault: Fault) {
+        *self.fault.lock() = fault;
+    }
+
+    /// (reads, writes, flushes) so far.
+    pub fn counts(&self) -> (u64, u64, u64) {
+        (
+            self.reads.load(Ordering::Relaxed),
+            self.writes.load(Ordering::Relaxed),
+            self.flushes.load(Ordering::Relaxed),
+        )
+    }
+
+    /// (offset, length) of every successful write, in order.
+    pub fn writes(&self) -> Vec<(u64, usize)> {
+        self.written.lock().clone()
+    }
+
+    pub fn inner(&self) -> &D {
+        &self.inner
+    }
+}
+
+fn injected(what: &str) -> io::Error {
+    io::Error::other(format!("injected {what} error"))
+}
+
+impl<D: Device> Device for FaultyDevice<D> {
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        let n = self.reads.fetch_add(1, Ordering::Relaxed);
+        if matches!(*self.fault.lock(), Fault::ReadsFrom(from) if n >= from) {
+            return Err(injected("read"));
+        }
+        self.inner.read_exact_at(buf, offset)
+    }
+
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        let n = self.writes.fetch_add(1, Ordering::Relaxed);
+        if matches!(*self.fault.lock(), Fault::WritesFrom(from) if n >= from) {
+            return Err(injected("write"));
+        }
+        self.inner.write_all_at(buf, offset)?;
+        self.written.lock().push((offset, buf.len()));
+        Ok(())
+    }
+
+    fn flush(&self) -> io::Result<()> {
+        self.flushes.fetch_add(1, Ordering::Relaxed);
+        if *self.fault.lock() == Fault::Flushes {
+            return Err(injected("flush"));
+        }
+        self.inner.flush()
+    }
+
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+}
+
+impl<D: Device + ?Sized> Device for std::sync::Arc<D> {
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        (**self).read_exact_at(buf, offset)
+    }
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        (**self).write_all_at(buf, offset)
+    }
+    fn flush(&self) -> io::Result<()> {
+        (**self).flush()
+    }
+    fn size(&self) -> u64 {
+        (**self).size()
     }
 }

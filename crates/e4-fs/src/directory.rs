@@ -13,10 +13,11 @@ use e4_format::inline_data::{inline_dir_parent, inline_dir_regions, SYSTEM_DATA}
 use e4_format::inode::{flags, FileType, Inode};
 use e4_format::{FormatError, Location};
 
-use crate::block_cache::CachedBlock;
+use crate::buffer_cache::Buffer;
 use crate::error::Result;
 use crate::file_map::Mapping;
 use crate::filesystem::Filesystem;
+use crate::meta_io::BlockKind;
 
 /// A directory entry as returned to callers ("." and ".." are not included).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,7 +45,7 @@ fn file_type_of(code: u8) -> Option<FileType> {
 enum DirBlock {
     /// Entries, in `bytes[..end]` of physical block `physical`.
     Leaf {
-        block: Arc<CachedBlock>,
+        block: Arc<Buffer>,
         physical: u64,
         end: usize,
     },
@@ -53,7 +54,7 @@ enum DirBlock {
     /// The htree root: "." and ".." followed by the index.
     Root {
         root: DxRoot,
-        block: Arc<CachedBlock>,
+        block: Arc<Buffer>,
         physical: u64,
     },
 }
@@ -95,11 +96,7 @@ impl Filesystem {
     }
 
     /// Reads logical block `logical` of a directory through the cache; holes are corrupt.
-    pub(crate) fn read_dir_block(
-        &self,
-        dir: &Inode,
-        logical: u64,
-    ) -> Result<(u64, Arc<CachedBlock>)> {
+    pub(crate) fn read_dir_block(&self, dir: &Inode, logical: u64) -> Result<(u64, Arc<Buffer>)> {
         match self.map_block(dir, logical, 1)? {
             Mapping::Data {
                 physical,
@@ -122,16 +119,39 @@ impl Filesystem {
             inode: dir.ino,
             block: physical,
         };
-        let bytes = block.bytes();
-        let bs = bytes.len();
         let seed = self.dir_seed(dir);
         let csum = self.superblock().has_metadata_csum();
-        if self.is_htree(dir) {
-            if logical == 0 {
+        let htree_role = self.role(BlockKind::HtreeNode, dir);
+        // The bytes are read under the buffer's lock and checked after it is released
+        // (verification takes it again).
+        let classified = {
+            let bytes = block.bytes();
+            let bs = bytes.len();
+            if self.is_htree(dir) && logical == 0 {
                 // "." and ".." are real entries at the start of the root block.
-                let root = DxRoot::parse(bytes, csum, self.htree_max_levels(), loc)?;
+                let root = DxRoot::parse(&bytes, csum, self.htree_max_levels(), loc)?;
+                Some(Ok(root))
+            } else if self.is_htree(dir)
+                && e4_format::codec::le32(&bytes, 0) == Some(0)
+                && e4_format::codec::le16(&bytes, 4)
+                    .map(|l| e4_format::dir_entry::rec_len_from_disk(l, bs))
+                    == Some(bs)
+            {
+                // Without checksums an empty leaf looks the same as an index node; only a
+                // well-formed index is treated as one.
+                match DxNode::parse(&bytes, csum, loc) {
+                    Ok(node) => Some(Err(node)),
+                    Err(e) if csum => return Err(e.into()),
+                    Err(_) => None,
+                }
+            } else {
+                None
+            }
+        };
+        match (classified, seed) {
+            (Some(Ok(root)), seed) => {
                 if let Some(seed) = seed {
-                    block.verify_once(|b| root.node.verify_checksum(b, seed, loc))?;
+                    block.verify_as(htree_role, |b| root.node.verify_checksum(b, seed, loc))?;
                 }
                 return Ok(DirBlock::Root {
                     root,
@@ -139,30 +159,26 @@ impl Filesystem {
                     physical,
                 });
             }
-            let fake_len = e4_format::codec::le16(bytes, 4)
-                .map(|l| e4_format::dir_entry::rec_len_from_disk(l, bs));
-            if e4_format::codec::le32(bytes, 0) == Some(0) && fake_len == Some(bs) {
-                let node = DxNode::parse(bytes, csum, loc);
-                // Without checksums an empty leaf looks the same as an index node; only a
-                // well-formed index is treated as one.
-                match (node, seed) {
-                    (Ok(node), Some(seed)) => {
-                        block.verify_once(|b| node.verify_checksum(b, seed, loc))?;
-                        return Ok(DirBlock::Index);
-                    }
-                    (Ok(_), None) => return Ok(DirBlock::Index),
-                    (Err(e), _) if csum => return Err(e.into()),
-                    (Err(_), _) => {}
+            (Some(Err(node)), seed) => {
+                if let Some(seed) = seed {
+                    block.verify_as(htree_role, |b| node.verify_checksum(b, seed, loc))?;
                 }
+                return Ok(DirBlock::Index);
             }
+            (None, _) => {}
         }
-        let end = if csum && has_tail(bytes) {
-            bs - TAIL_SIZE
-        } else {
-            bs
+        let end = {
+            let bytes = block.bytes();
+            if csum && has_tail(&bytes) {
+                bytes.len() - TAIL_SIZE
+            } else {
+                bytes.len()
+            }
         };
         if let Some(seed) = seed {
-            block.verify_once(|b| verify_leaf_checksum(b, seed, loc))?;
+            block.verify_as(self.role(BlockKind::DirectoryLeaf, dir), |b| {
+                verify_leaf_checksum(b, seed, loc)
+            })?;
         }
         Ok(DirBlock::Leaf {
             block,
@@ -220,7 +236,7 @@ impl Filesystem {
                     block: physical,
                 };
                 // Only "." and ".." precede the index in the root block.
-                for entry in DirEntryIter::new(block.bytes(), bs, filetype, loc).take(2) {
+                for entry in DirEntryIter::new(&block.bytes(), bs, filetype, loc).take(2) {
                     let entry = entry?;
                     if let Some(found) = visit(&entry) {
                         return Ok(Some(found));
@@ -383,9 +399,11 @@ impl Filesystem {
             inode: dir.ino,
             block: physical,
         };
-        let node = DxNode::parse(block.bytes(), self.superblock().has_metadata_csum(), loc)?;
+        let node = DxNode::parse(&block.bytes(), self.superblock().has_metadata_csum(), loc)?;
         if let Some(seed) = seed {
-            block.verify_once(|b| node.verify_checksum(b, seed, loc))?;
+            block.verify_as(self.role(BlockKind::HtreeNode, dir), |b| {
+                node.verify_checksum(b, seed, loc)
+            })?;
         }
         Ok(node)
     }

@@ -10,6 +10,7 @@ use e4_format::{FormatError, Location};
 
 use crate::error::{Error, Result};
 use crate::filesystem::Filesystem;
+use crate::meta_io::BlockKind;
 
 /// What a run of logical blocks starting at the requested one maps to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,9 +82,11 @@ impl Filesystem {
                         block: child_nr,
                     };
                     let block = self.read_block(child_nr)?;
-                    let child = ExtentNode::parse(block.bytes(), loc)?;
+                    let child = ExtentNode::parse(&block.bytes(), loc)?;
                     if let Some(seed) = seed {
-                        block.verify_once(|b| child.verify_checksum(b, seed, loc))?;
+                        block.verify_as(self.role(BlockKind::ExtentNode, inode), |b| {
+                            child.verify_checksum(b, seed, loc)
+                        })?;
                     }
                     if child.header.depth + 1 != depth {
                         return Err(FormatError::corrupt(
@@ -129,7 +132,7 @@ impl Filesystem {
         // Walk down to the array holding the final pointer: i_block, or an indirect block.
         let root = &inode.record.block;
         let mut pointer = word(root, path.slot);
-        let mut array: Option<std::sync::Arc<crate::block_cache::CachedBlock>> = None;
+        let mut array: Option<std::sync::Arc<crate::buffer_cache::Buffer>> = None;
         for level in 0..path.depth {
             if pointer == 0 {
                 return Ok(Mapping::Hole { len: 1 });
@@ -137,12 +140,13 @@ impl Filesystem {
             self.check_extent_bounds(u64::from(pointer), 1, Location::Inode(inode.ino))?;
             let block = self.read_block(u64::from(pointer))?;
             // OK to unwrap: the index is below block_size / 4.
-            pointer = indirect_pointer(block.bytes(), path.indexes[level]).unwrap();
+            pointer = indirect_pointer(&block.bytes(), path.indexes[level]).unwrap();
             array = Some(block);
         }
         // Extend the run over following pointers in the same array.
-        let (words, at): (&[u8], usize) = match &array {
-            Some(block) => (block.bytes(), path.indexes[path.depth - 1] as usize),
+        let guard = array.as_ref().map(|block| block.bytes());
+        let (words, at): (&[u8], usize) = match &guard {
+            Some(bytes) => (bytes, path.indexes[path.depth - 1] as usize),
             None => (&root[..4 * 12], path.slot),
         };
         let slots = words.len() / 4;

@@ -6,25 +6,32 @@ use std::path::Path;
 use std::sync::Arc;
 
 use e4_format::features::{feature_names, FeatureKind, IncompatFeatures, READABLE_INCOMPAT};
+use e4_format::geometry::Geometry;
 use e4_format::group_descriptor::{GroupChecksum, GroupDescriptor, BG_INODE_UNINIT};
 use e4_format::inode::Inode;
 use e4_format::superblock::{
     Superblock, SUPERBLOCK_MAGIC, SUPERBLOCK_MAGIC_OFFSET, SUPERBLOCK_OFFSET,
 };
 use e4_format::{FormatError, Location};
+use parking_lot::Mutex;
 
-use crate::block_cache::{BlockCache, CachedBlock};
+use crate::buffer_cache::{Buffer, BufferCache, BufferRole};
 use crate::device::{Device, FileDevice, MemoryDevice};
 use crate::error::{Error, Result};
+use crate::inode_cache::{InodeCache, InodeHandle};
+use crate::meta_io::BlockKind;
+use crate::writer::Writer;
 
 /// How to open a filesystem.
 #[derive(Debug, Clone)]
 pub struct OpenOptions {
     /// Verify metadata checksums (metadata_csum, gdt_csum) when blocks are first read.
-    /// On by default; turning it off lets a damaged image be salvaged.
+    /// On by default; turning it off lets a damaged image be salvaged (read-only).
     pub verify_checksums: bool,
-    /// Bytes of metadata the block cache may hold. Default 64 MiB.
+    /// Bytes of clean metadata the block cache may hold. Default 64 MiB.
     pub cache_bytes: usize,
+    /// Open for writing. The image is marked "not clean" until [`Filesystem::unmount`].
+    pub writable: bool,
 }
 
 impl Default for OpenOptions {
@@ -32,26 +39,50 @@ impl Default for OpenOptions {
         OpenOptions {
             verify_checksums: true,
             cache_bytes: 64 << 20,
+            writable: false,
+        }
+    }
+}
+
+impl OpenOptions {
+    /// The defaults, for writing.
+    pub fn writable() -> Self {
+        OpenOptions {
+            writable: true,
+            ..Self::default()
         }
     }
 }
 
 /// An open ext2/3/4 filesystem.
 pub struct Filesystem {
-    device: Box<dyn Device>,
+    pub(crate) device: Arc<dyn Device>,
     superblock: Superblock,
-    groups: Vec<GroupDescriptor>,
-    cache: BlockCache,
+    pub(crate) geometry: Geometry,
+    /// The group descriptors as they are now (write-back changes counts and flags).
+    pub(crate) descriptors: Box<[Mutex<GroupDescriptor>]>,
+    pub(crate) cache: BufferCache,
+    pub(crate) inodes: InodeCache,
     block_size: u32,
     /// Checksum seed when metadata_csum is on and verification is wanted.
     csum_seed: Option<u32>,
     /// Why the filesystem may only be read, if it may not be written.
     read_only_reason: Option<String>,
-    /// The block the group descriptor table follows: the primary superblock's, or the
-    /// backup's the filesystem was opened with.
-    descriptors_after: u64,
     /// What was damaged but could be read around (see [`Filesystem::warnings`]).
     warnings: Vec<String>,
+    /// Allocators and the running transaction, when open for writing.
+    pub(crate) writer: Option<Writer>,
+}
+
+impl Drop for Filesystem {
+    fn drop(&mut self) {
+        if let Some(w) = &self.writer {
+            if w.is_open() {
+                // Nowhere to report a failure: the next e2fsck will.
+                let _ = w.unmount(self);
+            }
+        }
+    }
 }
 
 /// Where a backup superblock of a filesystem with `block_size`-byte blocks and the default
@@ -124,17 +155,18 @@ impl Filesystem {
     /// Opens the image file or block device at `path`.
     pub fn open(path: impl AsRef<Path>, options: OpenOptions) -> Result<Self> {
         let path = path.as_ref();
-        let device = FileDevice::open(path).map_err(|e| Error::io("cannot open the image", e))?;
-        Self::open_device(Box::new(device), options)
+        let device = FileDevice::open(path, options.writable)
+            .map_err(|e| Error::io("cannot open the image", e))?;
+        Self::open_device(Arc::new(device), options)
     }
 
     /// Opens an image held in memory.
     pub fn open_bytes(bytes: Vec<u8>, options: OpenOptions) -> Result<Self> {
-        Self::open_device(Box::new(MemoryDevice::new(bytes)), options)
+        Self::open_device(Arc::new(MemoryDevice::new(bytes)), options)
     }
 
     /// Opens a filesystem on any device.
-    pub fn open_device(device: Box<dyn Device>, options: OpenOptions) -> Result<Self> {
+    pub fn open_device(device: Arc<dyn Device>, options: OpenOptions) -> Result<Self> {
         let (superblock, descriptors_after, mut warnings) = read_superblock(device.as_ref())?;
         let incompat = superblock.incompat();
         let unsupported = incompat.bits() & !READABLE_INCOMPAT.bits();
@@ -177,35 +209,38 @@ impl Filesystem {
         let cache_blocks = options.cache_bytes / block_size as usize;
         let mut fs = Filesystem {
             device,
+            geometry: Geometry::with_descriptors_after(&superblock, descriptors_after),
             superblock,
-            groups: Vec::new(),
-            cache: BlockCache::new(cache_blocks.max(64)),
+            descriptors: Box::new([]),
+            cache: BufferCache::new(cache_blocks.max(64), block_size as usize),
+            inodes: InodeCache::new(),
             block_size,
             csum_seed,
             read_only_reason,
-            descriptors_after,
             warnings: Vec::new(),
+            writer: None,
         };
-        fs.groups = fs.read_group_descriptors(options.verify_checksums, &mut warnings)?;
+        fs.descriptors = fs
+            .read_group_descriptors(options.verify_checksums, &mut warnings)?
+            .into_iter()
+            .map(Mutex::new)
+            .collect();
         if !warnings.is_empty() && fs.read_only_reason.is_none() {
             fs.read_only_reason = Some(warnings.join("; "));
         }
-        fs.warnings = warnings;
-        Ok(fs)
-    }
-
-    /// Block holding the descriptors of `group`, per the classic and meta_bg layouts.
-    fn descriptor_block(&self, group: u32) -> u64 {
-        let sb = &self.superblock;
-        let per_block = self.block_size / sb.desc_size();
-        let meta_group = group / per_block;
-        let first = u64::from(sb.first_data_block);
-        if !sb.incompat().contains(IncompatFeatures::META_BG) || meta_group < sb.first_meta_bg {
-            return self.descriptors_after + 1 + u64::from(meta_group);
+        if !options.verify_checksums && fs.read_only_reason.is_none() {
+            fs.read_only_reason = Some("checksums are not verified".into());
         }
-        let leader = meta_group * per_block;
-        let has_super = u64::from(sb.group_has_superblock(leader));
-        first + u64::from(leader) * u64::from(sb.blocks_per_group) + has_super
+        fs.warnings = warnings;
+        if options.writable {
+            if let Some(reason) = &fs.read_only_reason {
+                return Err(Error::ReadOnly(format!(
+                    "the filesystem can only be read: {reason}"
+                )));
+            }
+            fs.writer = Some(Writer::start(&fs)?);
+        }
+        Ok(fs)
     }
 
     /// Reads every group descriptor. A descriptor whose checksum is wrong is still used (its
@@ -218,7 +253,6 @@ impl Filesystem {
     ) -> Result<Vec<GroupDescriptor>> {
         let sb = &self.superblock;
         let desc_size = sb.desc_size() as usize;
-        let per_block = self.block_size as usize / desc_size;
         let checksum = if verify {
             GroupChecksum::for_superblock(sb)
         } else {
@@ -228,8 +262,8 @@ impl Filesystem {
         let mut groups = Vec::with_capacity(count as usize);
         let blocks = sb.blocks_count();
         for group in 0..count {
-            let block = self.read_block(self.descriptor_block(group))?;
-            let at = (group as usize % per_block) * desc_size;
+            let block = self.read_block(self.geometry.descriptor_block(group))?;
+            let at = self.geometry.descriptor_offset(group);
             let bytes = &block.bytes()[at..at + desc_size];
             let desc = match GroupDescriptor::parse(bytes, group, &checksum) {
                 Err(e @ FormatError::Checksum { .. }) => {
@@ -261,8 +295,36 @@ impl Filesystem {
         &self.superblock
     }
 
-    pub fn group_descriptors(&self) -> &[GroupDescriptor] {
-        &self.groups
+    /// The group descriptors as they stand (a copy: write-back changes them).
+    pub fn group_descriptors(&self) -> Vec<GroupDescriptor> {
+        self.descriptors.iter().map(|d| d.lock().clone()).collect()
+    }
+
+    /// The layout arithmetic of this filesystem.
+    pub fn geometry(&self) -> &Geometry {
+        &self.geometry
+    }
+
+    /// Writes everything changed so far to the image (a commit of the running transaction).
+    pub fn sync(&self) -> Result<()> {
+        match &self.writer {
+            Some(w) => w.commit(self),
+            None => Ok(()),
+        }
+    }
+
+    /// Writes everything back, gives back every reservation and marks the filesystem clean.
+    /// Dropping a writable `Filesystem` does the same but cannot report a failure.
+    pub fn unmount(self) -> Result<()> {
+        match &self.writer {
+            Some(w) if w.is_open() => w.unmount(&self),
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether the filesystem was opened for writing.
+    pub fn is_writable(&self) -> bool {
+        self.writer.is_some()
     }
 
     pub fn block_size(&self) -> u32 {
@@ -285,8 +347,9 @@ impl Filesystem {
         self.read_only_reason.as_deref()
     }
 
-    /// Reads metadata block `nr` through the cache.
-    pub(crate) fn read_block(&self, nr: u64) -> Result<Arc<CachedBlock>> {
+    /// Reads metadata block `nr` through the cache (unverified: callers verify it in the
+    /// role they use it for, see [`Buffer::verify_as`]).
+    pub(crate) fn read_block(&self, nr: u64) -> Result<Arc<Buffer>> {
         if nr >= self.superblock.blocks_count() {
             return Err(FormatError::corrupt(
                 "block pointer",
@@ -295,11 +358,23 @@ impl Filesystem {
             )
             .into());
         }
-        self.cache.get_or_read(nr, || {
-            let mut buf = vec![0u8; self.block_size as usize].into_boxed_slice();
-            self.read_bytes(&mut buf, nr * u64::from(self.block_size))?;
-            Ok(buf)
+        let offset = nr * u64::from(self.block_size);
+        self.cache.get_or_read(nr, |buf| {
+            self.device
+                .read_exact_at(buf, offset)
+                .map_err(|e| Error::io(format!("read of block {nr}"), e))
         })
+    }
+
+    /// The role a block has when it belongs to inode `ino` as `kind`.
+    pub(crate) fn role(&self, kind: BlockKind, inode: &Inode) -> BufferRole {
+        BufferRole {
+            kind,
+            owner: Some(crate::meta_io::Owner {
+                ino: inode.ino,
+                generation: inode.record.generation,
+            }),
+        }
     }
 
     /// Reads bytes straight from the device (file data bypasses the metadata cache).
@@ -309,11 +384,12 @@ impl Filesystem {
             .map_err(|e| Error::io(format!("read of {} bytes at byte {offset}", buf.len()), e))
     }
 
-    /// Reads and parses inode `ino`, verifying its checksum. An inode that holds an xattr
-    /// value (the EA_INODE flag) is not a file and is refused, as the kernel's `__ext4_iget`
-    /// refuses it ("unexpected EA_INODE flag"); such values are read by the xattr code.
+    /// Inode `ino` as it is now (a copy: it may change as soon as it is returned; writers
+    /// work under the inode's handle). An inode that holds an xattr value (the EA_INODE
+    /// flag) is not a file and is refused, as the kernel's `__ext4_iget` refuses it
+    /// ("unexpected EA_INODE flag"); such values are read by the xattr code.
     pub fn read_inode(&self, ino: u32) -> Result<Inode> {
-        let inode = self.read_inode_record(ino)?;
+        let inode = self.inode_handle(ino)?.lock().inode.clone();
         if inode.has_flag(e4_format::inode::flags::EA_INODE) {
             return Err(FormatError::corrupt(
                 "inode record",
@@ -325,31 +401,48 @@ impl Filesystem {
         Ok(inode)
     }
 
-    /// Reads and parses inode `ino` whatever it holds.
+    /// The shared handle of inode `ino`, reading the inode on first use.
+    pub(crate) fn inode_handle(&self, ino: u32) -> Result<Arc<InodeHandle>> {
+        self.inodes.get_or_load(ino, || self.read_inode_record(ino))
+    }
+
+    /// Where inode `ino`'s record is: its inode-table block and the byte offset there.
+    pub(crate) fn inode_slot(&self, ino: u32) -> Result<(u64, usize)> {
+        let loc = self.geometry.inode_location(ino).ok_or_else(|| {
+            FormatError::corrupt("inode number", Location::Inode(ino), "out of range")
+        })?;
+        let table = self.descriptors[loc.group as usize].lock().inode_table();
+        let bs = u64::from(self.block_size);
+        Ok((
+            table + loc.table_offset / bs,
+            (loc.table_offset % bs) as usize,
+        ))
+    }
+
+    /// Reads and parses inode `ino` from the disk (or the cached table block), whatever it
+    /// holds.
     pub(crate) fn read_inode_record(&self, ino: u32) -> Result<Inode> {
-        let sb = &self.superblock;
         let loc = Location::Inode(ino);
-        if ino == 0 || ino > sb.inodes_count {
-            return Err(FormatError::corrupt("inode number", loc, "out of range").into());
-        }
-        let ipg = sb.inodes_per_group;
-        let group = (ino - 1) / ipg;
-        let index = (ino - 1) % ipg;
-        let desc = &self.groups[group as usize];
-        if self.past_itable_used(desc, index) {
+        let (block_nr, at) = self.inode_slot(ino)?;
+        let location = self
+            .geometry
+            .inode_location(ino)
+            .expect("checked by inode_slot");
+        let desc = self.descriptors[location.group as usize].lock().clone();
+        if self.past_itable_used(&desc, location.index) {
             return Err(FormatError::corrupt(
                 "inode record",
                 loc,
-                format!("lies in the uninitialized part of group {group}'s inode table"),
+                format!(
+                    "lies in the uninitialized part of group {}'s inode table",
+                    location.group
+                ),
             )
             .into());
         }
-        let inode_size = u64::from(sb.inode_size());
-        let byte = u64::from(index) * inode_size;
-        let block_nr = desc.inode_table() + byte / u64::from(self.block_size);
         let block = self.read_block(block_nr)?;
-        let at = (byte % u64::from(self.block_size)) as usize;
-        let raw = &block.bytes()[at..at + inode_size as usize];
+        let inode_size = self.superblock.inode_size() as usize;
+        let raw = &block.bytes()[at..at + inode_size];
         Ok(Inode::parse(raw, ino, self.csum_seed)?)
     }
 

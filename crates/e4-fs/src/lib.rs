@@ -16,21 +16,30 @@
 
 #![forbid(unsafe_code)]
 
-pub mod block_cache;
+mod block_checksums;
+pub mod buffer_cache;
 pub mod device;
 mod directory;
 mod error;
+mod extent_tree;
 mod file_map;
 mod file_read;
+mod file_write;
 mod filesystem;
+mod inode_cache;
+mod inode_table;
 pub mod meta_io;
 mod metadata;
 mod path;
+mod time;
+mod txn_io;
+mod writer;
 mod xattr;
 
 pub use directory::DirEntry;
 pub use e4_format::inode::{FileType, Inode, Timestamp};
 pub use error::{Error, Result};
 pub use file_map::Mapping;
+pub use file_write::FallocateMode;
 pub use filesystem::{Filesystem, OpenOptions};
 pub use metadata::{Metadata, StatFs};

@@ -22,6 +22,12 @@ pub enum BlockKind {
     HtreeNode,
     /// An extended attribute block.
     XattrBlock,
+    /// A block of an inode table: each record carries its own checksum, computed when the
+    /// inode is written into the block.
+    InodeTable,
+    /// Anything else read through the cache (descriptor blocks at open): no checksum of
+    /// its own.
+    Plain,
 }
 
 /// The inode a block belongs to: its checksum is seeded with the inode's number and

@@ -33,9 +33,15 @@ impl Filesystem {
                 block: block_nr,
             };
             let block = self.read_block(block_nr)?;
-            let parsed = parse_xattr_block(block.bytes(), block_nr, None, loc)?;
+            let parsed = parse_xattr_block(&block.bytes(), block_nr, None, loc)?;
             if let Some(seed) = self.csum_seed() {
-                block.verify_once(|b| parse_xattr_block(b, block_nr, Some(seed), loc).map(drop))?;
+                let role = crate::buffer_cache::BufferRole {
+                    kind: crate::meta_io::BlockKind::XattrBlock,
+                    owner: None,
+                };
+                block.verify_as(role, |b| {
+                    parse_xattr_block(b, block_nr, Some(seed), loc).map(drop)
+                })?;
             }
             all.extend(parsed);
         }

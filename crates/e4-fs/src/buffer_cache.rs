@@ -1,0 +1,392 @@
+//! The metadata buffer cache shared by all threads.
+//!
+//! One copy of each block while anyone uses it: a miss inserts the buffer (still loading)
+//! under its shard's lock before reading, so a second reader waits for that read instead of
+//! making a copy of its own, and a buffer that someone holds (an `Arc` beside the cache's) or
+//! that is dirty is never evicted. A shard's lock is never held during I/O; a buffer's own
+//! lock is held only to copy bytes in or out.
+//!
+//! Each buffer remembers what it was verified as (its kind and owning inode): a block
+//! verified as one inode's extent node is verified again before it is trusted as anything
+//! else. Dirty buffers are listed per shard so a commit finds them without scanning the cache.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use crossbeam_utils::CachePadded;
+use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use crate::meta_io::{BlockKind, Owner};
+
+/// Shards: a power of two comfortably above the thread counts the engine targets.
+const SHARDS: usize = 64;
+
+/// What a buffer was last verified as, or written as: decides whether a read must verify it
+/// again, and how write-back seals it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BufferRole {
+    pub kind: BlockKind,
+    pub owner: Option<Owner>,
+}
+
+/// A cached metadata block.
+pub struct Buffer {
+    nr: u64,
+    bytes: RwLock<Box<[u8]>>,
+    /// Set once the bytes came from the device (a failed load leaves it clear, and readers
+    /// that waited for the load go back to the cache).
+    loaded: AtomicBool,
+    dirty: AtomicBool,
+    role: Mutex<Option<BufferRole>>,
+}
+
+impl Buffer {
+    pub fn nr(&self) -> u64 {
+        self.nr
+    }
+
+    /// The bytes, shared with other readers.
+    pub fn bytes(&self) -> RwLockReadGuard<'_, Box<[u8]>> {
+        self.bytes.read()
+    }
+
+    /// The bytes, for changing them; the caller holds the lock of the object that owns the
+    /// block, and marks the buffer dirty through [`BufferCache::mark_dirty`].
+    pub fn bytes_mut(&self) -> RwLockWriteGuard<'_, Box<[u8]>> {
+        self.bytes.write()
+    }
+
+    pub fn is_dirty(&self) -> bool {
+        self.dirty.load(Ordering::Acquire)
+    }
+
+    /// What the buffer was last verified or written as.
+    pub fn role(&self) -> Option<BufferRole> {
+        *self.role.lock()
+    }
+
+    /// Runs `verify` on the bytes unless the buffer was already verified (or written) in
+    /// this `role`; remembers the role on success.
+    pub fn verify_as<E>(
+        &self,
+        role: BufferRole,
+        verify: impl FnOnce(&[u8]) -> Result<(), E>,
+    ) -> Result<(), E> {
+        if *self.role.lock() == Some(role) {
+            return Ok(());
+        }
+        verify(&self.bytes())?;
+        *self.role.lock() = Some(role);
+        Ok(())
+    }
+
+    /// Records the role the bytes were written in (they are sealed accordingly).
+    pub fn set_role(&self, role: BufferRole) {
+        *self.role.lock() = Some(role);
+    }
+}
+
+struct Slot {
+    buffer: Arc<Buffer>,
+    referenced: bool,
+}
+
+#[derive(Default)]
+struct Shard {
+    slots: HashMap<u64, Slot>,
+    /// CLOCK hand order: block numbers in insertion order.
+    clock: VecDeque<u64>,
+    /// Buffers dirtied since the last [`BufferCache::take_dirty`].
+    dirty: Vec<Arc<Buffer>>,
+}
+
+impl Shard {
+    /// Evicts one buffer nobody holds and nobody changed, if there is one within a turn of
+    /// the clock; otherwise the shard grows past its share (dirty buffers wait for a commit).
+    fn evict_one(&mut self) {
+        for _ in 0..self.clock.len() {
+            let Some(nr) = self.clock.pop_front() else {
+                return;
+            };
+            let Some(slot) = self.slots.get_mut(&nr) else {
+                continue;
+            };
+            let busy = slot.buffer.is_dirty() || Arc::strong_count(&slot.buffer) > 1;
+            if slot.referenced || busy {
+                slot.referenced = false;
+                self.clock.push_back(nr);
+                continue;
+            }
+            self.slots.remove(&nr);
+            return;
+        }
+    }
+}
+
+pub struct BufferCache {
+    shards: Box<[CachePadded<Mutex<Shard>>]>,
+    per_shard: usize,
+    block_size: usize,
+}
+
+impl BufferCache {
+    /// A cache holding about `capacity` clean blocks of `block_size` bytes.
+    pub fn new(capacity: usize, block_size: usize) -> Self {
+        BufferCache {
+            shards: (0..SHARDS)
+                .map(|_| CachePadded::new(Mutex::default()))
+                .collect(),
+            per_shard: capacity.div_ceil(SHARDS).max(1),
+            block_size,
+        }
+    }
+
+    fn shard(&self, nr: u64) -> &Mutex<Shard> {
+        // Fibonacci hashing spreads neighbouring blocks over different shards.
+        let h = nr.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - SHARDS.trailing_zeros());
+        &self.shards[h as usize]
+    }
+
+    fn insert_locked(&self, shard: &mut Shard, buffer: &Arc<Buffer>) {
+        if shard.slots.len() >= self.per_shard {
+            shard.evict_one();
+        }
+        shard.slots.insert(
+            buffer.nr,
+            Slot {
+                buffer: Arc::clone(buffer),
+                referenced: false,
+            },
+        );
+        shard.clock.push_back(buffer.nr);
+    }
+
+    /// Returns block `nr`, reading it with `read` on a miss. Concurrent misses on one block
+    /// read it once.
+    pub fn get_or_read<E>(
+        &self,
+        nr: u64,
+        mut read: impl FnMut(&mut [u8]) -> Result<(), E>,
+    ) -> Result<Arc<Buffer>, E> {
+        loop {
+            let buffer = Arc::new(Buffer {
+                nr,
+                bytes: RwLock::new(vec![0; self.block_size].into_boxed_slice()),
+                loaded: AtomicBool::new(false),
+                dirty: AtomicBool::new(false),
+                role: Mutex::new(None),
+            });
+            let mut loading = {
+                let mut shard = self.shard(nr).lock();
+                if let Some(slot) = shard.slots.get_mut(&nr) {
+                    slot.referenced = true;
+                    let found = Arc::clone(&slot.buffer);
+                    drop(shard);
+                    // Wait for a load in progress; a failed one sends us round again.
+                    drop(found.bytes.read());
+                    if found.loaded.load(Ordering::Acquire) {
+                        return Ok(found);
+                    }
+                    continue;
+                }
+                // Locked before it is visible, so others wait for the read below.
+                let guard = buffer.bytes.write();
+                self.insert_locked(&mut shard, &buffer);
+                guard
+            };
+            match read(&mut loading) {
+                Ok(()) => {
+                    buffer.loaded.store(true, Ordering::Release);
+                    drop(loading);
+                    return Ok(buffer);
+                }
+                Err(e) => {
+                    let mut shard = self.shard(nr).lock();
+                    if shard
+                        .slots
+                        .get(&nr)
+                        .is_some_and(|s| Arc::ptr_eq(&s.buffer, &buffer))
+                    {
+                        shard.slots.remove(&nr);
+                    }
+                    drop(loading);
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// Returns block `nr` with its contents replaced by `fill` (a block the caller owns and
+    /// rewrites whole, such as a newly allocated one): no read from the device.
+    pub fn get_new(&self, nr: u64, fill: &[u8]) -> Arc<Buffer> {
+        let mut shard = self.shard(nr).lock();
+        if let Some(slot) = shard.slots.get(&nr) {
+            let buffer = Arc::clone(&slot.buffer);
+            drop(shard);
+            buffer.bytes.write().copy_from_slice(fill);
+            buffer.loaded.store(true, Ordering::Release);
+            return buffer;
+        }
+        let buffer = Arc::new(Buffer {
+            nr,
+            bytes: RwLock::new(fill.to_vec().into_boxed_slice()),
+            loaded: AtomicBool::new(true),
+            dirty: AtomicBool::new(false),
+            role: Mutex::new(None),
+        });
+        self.insert_locked(&mut shard, &buffer);
+        buffer
+    }
+
+    /// Marks `buffer` changed: it stays cached until [`BufferCache::take_dirty`] hands it to
+    /// a commit.
+    pub fn mark_dirty(&self, buffer: &Arc<Buffer>) {
+        if !buffer.dirty.swap(true, Ordering::AcqRel) {
+            self.shard(buffer.nr).lock().dirty.push(Arc::clone(buffer));
+        }
+    }
+
+    /// Every dirty buffer, marked clean (the caller writes them back; a buffer dirtied again
+    /// afterwards is listed again).
+    pub fn take_dirty(&self) -> Vec<Arc<Buffer>> {
+        let mut out = Vec::new();
+        for shard in self.shards.iter() {
+            let taken = std::mem::take(&mut shard.lock().dirty);
+            for buffer in &taken {
+                buffer.dirty.store(false, Ordering::Release);
+            }
+            out.extend(taken);
+        }
+        out.sort_by_key(|b| b.nr);
+        out
+    }
+
+    /// Forgets block `nr` (it was freed): a later use reads or fills it afresh.
+    pub fn forget(&self, nr: u64) {
+        let mut shard = self.shard(nr).lock();
+        if let Some(slot) = shard.slots.remove(&nr) {
+            slot.buffer.dirty.store(false, Ordering::Release);
+            shard.dirty.retain(|b| b.nr != nr);
+        }
+    }
+
+    /// Dirty buffers waiting for a commit (a snapshot, for deciding when to commit).
+    pub fn dirty_count(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().dirty.len()).sum()
+    }
+
+    /// Buffers held now (clean and dirty).
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().slots.len()).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read_ok(nr: u64) -> impl FnMut(&mut [u8]) -> Result<(), ()> {
+        move |b| {
+            b.fill(nr as u8);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn hit_miss_and_eviction() {
+        let cache = BufferCache::new(SHARDS, 8); // one block per shard
+        for _ in 0..2 {
+            for nr in 0..(4 * SHARDS as u64) {
+                let b = cache.get_or_read(nr, read_ok(nr)).unwrap();
+                assert_eq!(b.bytes()[0], nr as u8);
+            }
+        }
+        assert!(cache.len() <= SHARDS);
+    }
+
+    #[test]
+    fn held_and_dirty_buffers_are_never_evicted() {
+        let cache = BufferCache::new(SHARDS, 8);
+        let held = cache.get_or_read(0, read_ok(0)).unwrap();
+        let dirty = cache.get_or_read(1, read_ok(1)).unwrap();
+        dirty.bytes_mut()[0] = 99;
+        cache.mark_dirty(&dirty);
+        drop(dirty);
+        for nr in 2..(20 * SHARDS as u64) {
+            cache.get_or_read(nr, read_ok(nr)).unwrap();
+        }
+        // Same buffer, not a second copy; the change survived.
+        assert!(Arc::ptr_eq(
+            &held,
+            &cache.get_or_read(0, read_ok(0)).unwrap()
+        ));
+        let mut reads = 0;
+        let again = cache
+            .get_or_read(1, |_| {
+                reads += 1;
+                Ok::<(), ()>(())
+            })
+            .unwrap();
+        assert_eq!((again.bytes()[0], reads), (99, 0));
+        let taken = cache.take_dirty();
+        assert_eq!(taken.len(), 1);
+        assert!(!again.is_dirty());
+        assert!(cache.take_dirty().is_empty());
+    }
+
+    #[test]
+    fn a_failed_load_is_not_cached() {
+        let cache = BufferCache::new(64, 8);
+        assert!(cache.get_or_read(5, |_| Err("eio")).is_err());
+        let b = cache.get_or_read(5, read_ok(5)).unwrap();
+        assert_eq!(b.bytes()[0], 5);
+    }
+
+    #[test]
+    fn concurrent_misses_read_once() {
+        let cache = BufferCache::new(64, 8);
+        let reads = std::sync::atomic::AtomicU32::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..8 {
+                s.spawn(|| {
+                    let b = cache
+                        .get_or_read(7, |bytes| {
+                            reads.fetch_add(1, Ordering::Relaxed);
+                            std::thread::sleep(std::time::Duration::from_millis(20));
+                            bytes.fill(7);
+                            Ok::<(), ()>(())
+                        })
+                        .unwrap();
+                    assert_eq!(b.bytes()[0], 7);
+                });
+            }
+        });
+        assert_eq!(reads.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn verification_is_per_role() {
+        let cache = BufferCache::new(16, 4);
+        let block = cache.get_or_read(1, read_ok(1)).unwrap();
+        let owner = |ino| Some(Owner { ino, generation: 0 });
+        let extent = |ino| BufferRole {
+            kind: BlockKind::ExtentNode,
+            owner: owner(ino),
+        };
+        let mut runs = 0;
+        for role in [extent(12), extent(12), extent(13), extent(13)] {
+            block
+                .verify_as::<()>(role, |_| {
+                    runs += 1;
+                    Ok(())
+                })
+                .unwrap();
+        }
+        assert_eq!(runs, 2);
+    }
+}

@@ -1,0 +1,388 @@
+//! Writing file contents: `write_at`, `truncate` and `fallocate`.
+//!
+//! Data goes straight to its final place on the device while the operation runs; the blocks
+//! come from the file's reservation window (or, for a small new file, from its thread's
+//! packing window), so concurrent appenders each stay contiguous without delayed allocation.
+//! A block that is newly allocated, or an unwritten block being written, is written whole,
+//! zero-padded around the new bytes, so it never exposes what the disk held before.
+
+use e4_format::extent::Extent;
+use e4_format::features::RoCompatFeatures;
+use e4_format::inode::{flags, FileType, Inode};
+
+use crate::error::{Error, Result};
+use crate::extent_tree::ExtentTree;
+use crate::filesystem::Filesystem;
+use crate::inode_cache::InodeState;
+use crate::meta_io::Owner;
+use crate::txn_io::TxnIo;
+use crate::writer::Writer;
+
+/// Most blocks one step of a write handles (bounds the zero-padding buffer).
+const STEP_BLOCKS: u64 = 256;
+/// Longest written extent.
+const MAX_EXTENT: u64 = 32768;
+/// Files that start with at most this many blocks are packed with other small files.
+const SMALL_FILE_BLOCKS: u64 = 4;
+
+/// How [`Filesystem::fallocate`] changes a range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FallocateMode {
+    /// Allocate unwritten blocks and grow the size to cover the range.
+    Allocate,
+    /// Allocate unwritten blocks; leave the size.
+    KeepSize,
+    /// Free the blocks of the range (the size stays).
+    PunchHole,
+    /// Make the range read as zeros, allocated.
+    ZeroRange,
+}
+
+pub(crate) fn owner_of(inode: &Inode) -> Owner {
+    Owner {
+        ino: inode.ino,
+        generation: inode.record.generation,
+    }
+}
+
+impl Filesystem {
+    /// The writer, or the reason this filesystem cannot be written.
+    pub(crate) fn writer(&self) -> Result<&Writer> {
+        self.writer
+            .as_ref()
+            .ok_or_else(|| Error::ReadOnly("the filesystem was opened read-only".into()))
+    }
+
+    /// Largest size a file of `inode`'s mapping kind may have.
+    fn max_file_size(&self, inode: &Inode) -> u64 {
+        let bs = u64::from(self.block_size());
+        if inode.has_flag(flags::EXTENTS) {
+            // `ee_block` is 32 bits: the last logical block is 2^32 - 2 (EXT_MAX_BLOCKS - 1).
+            ((1u64 << 32) - 1) * bs
+        } else {
+            let per = bs / 4;
+            (12 + per + per * per + per * per * per).min(1 << 32) * bs
+        }
+    }
+
+    /// Adds `blocks` filesystem blocks (negative: removes) to `i_blocks`.
+    pub(crate) fn add_blocks(&self, inode: &mut Inode, blocks: i64) -> Result<()> {
+        let huge = self
+            .superblock()
+            .ro_compat()
+            .contains(RoCompatFeatures::HUGE_FILE);
+        let per_block = i64::from(self.block_size() / 512);
+        let now = inode.blocks_512(huge, self.block_size()) as i64;
+        let next = (now + blocks * per_block).max(0) as u64;
+        if !inode.set_blocks_512(next, huge) {
+            return Err(Error::FileTooBig(format!("inode {}", inode.ino)));
+        }
+        Ok(())
+    }
+
+    fn require_regular(&self, inode: &Inode) -> Result<()> {
+        match inode.file_type() {
+            Some(FileType::Regular) => {}
+            Some(FileType::Directory) => {
+                return Err(Error::IsADirectory(format!("inode {}", inode.ino)))
+            }
+            _ => {
+                return Err(Error::Invalid(format!(
+                    "inode {} is not a regular file",
+                    inode.ino
+                )))
+            }
+        }
+        if !inode.has_flag(flags::EXTENTS) || inode.has_flag(flags::INLINE_DATA) {
+            return Err(Error::NotSupported(format!(
+                "writing inode {}: only extent-mapped files are written so far",
+                inode.ino
+            )));
+        }
+        Ok(())
+    }
+
+    /// Writes `data` at byte `offset` of regular file `ino`, growing it as needed. Returns
+    /// the bytes written: all of them, or fewer when the filesystem filled up part-way (then
+    /// the file holds what was written). With nothing written, a full filesystem is an error.
+    pub fn write_at(&self, ino: u32, offset: u64, data: &[u8]) -> Result<usize> {
+        let writer = self.writer()?;
+        let written = {
+            let txn = writer.begin()?;
+            let handle = self.inode_handle(ino)?;
+            let mut state = handle.lock();
+            self.require_regular(&state.inode)?;
+            offset
+                .checked_add(data.len() as u64)
+                .filter(|&end| end <= self.max_file_size(&state.inode))
+                .ok_or_else(|| Error::FileTooBig(format!("inode {ino}")))?;
+            if data.is_empty() {
+                return Ok(0);
+            }
+            let io = TxnIo {
+                fs: self,
+                writer,
+                slot: txn.slot,
+            };
+            let result = self.write_blocks(&io, &mut state, offset, data);
+            let written = match &result {
+                Ok(()) => data.len(),
+                Err(WriteStop { written, .. }) => *written,
+            };
+            if written > 0 {
+                let new_end = offset + written as u64;
+                if new_end > state.inode.size() {
+                    self.require_large_file(new_end);
+                    state.inode.set_size(new_end);
+                }
+                let now = crate::time::now();
+                state.inode.set_mtime(now);
+                state.inode.set_ctime(now);
+            }
+            self.inodes.mark_dirty(&handle);
+            if let Err(WriteStop { written: 0, error }) = result {
+                return Err(error);
+            }
+            written
+        };
+        self.commit_if_needed()?;
+        Ok(written)
+    }
+
+    /// Sets the large_file feature once a file reaches 2 GiB.
+    fn require_large_file(&self, size: u64) {
+        if size >= 1 << 31 {
+            if let Some(w) = &self.writer {
+                w.add_ro_compat(RoCompatFeatures::LARGE_FILE);
+            }
+        }
+    }
+
+    /// The block writes of [`Filesystem::write_at`], stopping at the first failure with how
+    /// much was written before it. `i_blocks` is kept in step either way.
+    fn write_blocks(
+        &self,
+        io: &TxnIo<'_>,
+        state: &mut InodeState,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<(), WriteStop> {
+        let bs = u64::from(self.block_size());
+        let InodeState { inode, window, .. } = state;
+        let owner = owner_of(inode);
+        let stream = u64::from(inode.ino);
+        let group = (inode.ino - 1) / self.geometry.inodes_per_group();
+        let group_start = self.geometry.group_first_block(group);
+        let mut done = 0usize;
+        let mut data_blocks = 0i64;
+        let mut tree = ExtentTree::new(&mut inode.record.block, io, owner);
+        let mut step = || -> Result<bool> {
+            if done == data.len() {
+                return Ok(false);
+            }
+            let pos = offset + done as u64;
+            let (logical, within) = (pos / bs, pos % bs);
+            let rest = (data.len() - done) as u64;
+            let span = (within + rest).div_ceil(bs).min(STEP_BLOCKS);
+            let l32 = logical as u32;
+            let taken = match tree.find(l32)? {
+                Some(e) if !e.unwritten => {
+                    let run = u64::from(e.logical) + u64::from(e.len) - logical;
+                    let bytes = (run * bs - within).min(rest) as usize;
+                    let physical = e.physical + logical - u64::from(e.logical);
+                    self.write_data(physical * bs + within, &data[done..done + bytes])?;
+                    bytes
+                }
+                Some(e) => {
+                    let run = (u64::from(e.logical) + u64::from(e.len) - logical).min(span);
+                    let physical = e.physical + logical - u64::from(e.logical);
+                    let bytes = (run * bs - within).min(rest) as usize;
+                    self.write_padded(physical, within, &data[done..done + bytes], run)?;
+                    tree.mark_written(l32, run)?;
+                    bytes
+                }
+                None => {
+                    let hole_end = tree
+                        .next_extent(l32)?
+                        .map_or(1u64 << 32, |n| u64::from(n.logical));
+                    let want = (hole_end - logical).min(span).min(MAX_EXTENT) as u32;
+                    let after_previous = match logical.checked_sub(1) {
+                        Some(prev) => tree
+                            .find(prev as u32)?
+                            .map(|e| e.physical + prev - u64::from(e.logical) + 1),
+                        None => None,
+                    };
+                    let small = after_previous.is_none()
+                        && logical == 0
+                        && hole_end == 1 << 32
+                        && (offset + data.len() as u64).div_ceil(bs) <= SMALL_FILE_BLOCKS;
+                    let blocks = &io.writer.blocks;
+                    let got = if small {
+                        blocks.allocate_small_file(want, io.slot, stream)
+                    } else {
+                        let goal = after_previous.unwrap_or(group_start);
+                        blocks.allocate_append(window, Some(goal), want, io.slot, stream)
+                    }
+                    .map_err(|_| Error::NoSpace("blocks".into()))?;
+                    let bytes = (u64::from(got.len) * bs - within).min(rest) as usize;
+                    let extent = Extent {
+                        logical: l32,
+                        len: got.len,
+                        physical: got.start,
+                        unwritten: false,
+                    };
+                    let placed = self
+                        .write_padded(
+                            got.start,
+                            within,
+                            &data[done..done + bytes],
+                            u64::from(got.len),
+                        )
+                        .and_then(|()| tree.insert(extent));
+                    if let Err(e) = placed {
+                        // Never mapped: the blocks go straight back.
+                        blocks.free(got, io.slot).ok();
+                        return Err(e);
+                    }
+                    data_blocks += i64::from(got.len);
+                    bytes
+                }
+            };
+            done += taken;
+            Ok(true)
+        };
+        let outcome = loop {
+            match step() {
+                Ok(true) => {}
+                Ok(false) => break Ok(()),
+                Err(e) => break Err(e),
+            }
+        };
+        let tree_blocks = tree.node_blocks_change();
+        drop(tree);
+        let counted = self.add_blocks(inode, data_blocks + tree_blocks);
+        outcome.and(counted).map_err(|error| WriteStop {
+            written: done,
+            error,
+        })
+    }
+
+    /// Writes file bytes to the device.
+    fn write_data(&self, byte: u64, data: &[u8]) -> Result<()> {
+        self.device
+            .write_all_at(data, byte)
+            .map_err(|e| Error::io(format!("write of {} bytes at byte {byte}", data.len()), e))
+    }
+
+    /// Writes `data` at byte `within` of the `blocks` blocks from `physical`, zeroing every
+    /// other byte of those blocks.
+    fn write_padded(&self, physical: u64, within: u64, data: &[u8], blocks: u64) -> Result<()> {
+        let bs = u64::from(self.block_size());
+        let start = physical * bs;
+        if within == 0 && data.len() as u64 == blocks * bs {
+            return self.write_data(start, data);
+        }
+        let mut buf = vec![0u8; (blocks * bs) as usize];
+        buf[within as usize..within as usize + data.len()].copy_from_slice(data);
+        self.write_data(start, &buf)
+    }
+
+    /// Commits when the running transaction has grown large (called after an operation has
+    /// released its handle and locks).
+    pub(crate) fn commit_if_needed(&self) -> Result<()> {
+        match &self.writer {
+            Some(w) if w.wants_commit(self) => w.commit(self),
+            _ => Ok(()),
+        }
+    }
+
+    /// Sets regular file `ino`'s size: shrinking frees the blocks past the new end (they
+    /// become reusable at the next commit) and zeroes the rest of the last block on disk, so
+    /// growing it again reads zeros; growing leaves a hole.
+    pub fn truncate(&self, ino: u32, size: u64) -> Result<()> {
+        let writer = self.writer()?;
+        {
+            let txn = writer.begin()?;
+            let handle = self.inode_handle(ino)?;
+            let mut state = handle.lock();
+            self.require_regular(&state.inode)?;
+            if size > self.max_file_size(&state.inode) {
+                return Err(Error::FileTooBig(format!("inode {ino}")));
+            }
+            let io = TxnIo {
+                fs: self,
+                writer,
+                slot: txn.slot,
+            };
+            if size < state.inode.size() {
+                self.free_range(
+                    &io,
+                    &mut state,
+                    size.div_ceil(u64::from(self.block_size())),
+                    u64::MAX,
+                )?;
+                self.zero_tail(&io, &mut state, size)?;
+            }
+            writer.blocks.release_window(&mut state.window, txn.slot);
+            self.require_large_file(size);
+            state.inode.set_size(size);
+            let now = crate::time::now();
+            state.inode.set_mtime(now);
+            state.inode.set_ctime(now);
+            self.inodes.mark_dirty(&handle);
+        }
+        self.commit_if_needed()
+    }
+
+    /// Unmaps logical blocks `first..first+len` (clamped to what extents can map), freeing
+    /// their data blocks in the running transaction and keeping `i_blocks` in step.
+    pub(crate) fn free_range(
+        &self,
+        io: &TxnIo<'_>,
+        state: &mut InodeState,
+        first: u64,
+        len: u64,
+    ) -> Result<()> {
+        if first >= 1 << 32 {
+            return Ok(());
+        }
+        let len = len.min((1 << 32) - first);
+        let owner = owner_of(&state.inode);
+        let mut tree = ExtentTree::new(&mut state.inode.record.block, io, owner);
+        let runs = tree.remove(first as u32, len)?;
+        let tree_blocks = tree.node_blocks_change();
+        drop(tree);
+        let mut freed = 0i64;
+        for (start, n) in runs {
+            io.writer.free_blocks(start, n, io.slot)?;
+            freed += n as i64;
+        }
+        self.add_blocks(&mut state.inode, tree_blocks - freed)
+    }
+
+    /// Zeroes the bytes of the block holding byte `size` from `size` on, if that block is
+    /// written (a later extension must read zeros there).
+    fn zero_tail(&self, io: &TxnIo<'_>, state: &mut InodeState, size: u64) -> Result<()> {
+        let bs = u64::from(self.block_size());
+        let within = size % bs;
+        if within == 0 {
+            return Ok(());
+        }
+        let owner = owner_of(&state.inode);
+        let tree = ExtentTree::new(&mut state.inode.record.block, io, owner);
+        let logical = size / bs;
+        if let Some(e) = tree.find(logical as u32)? {
+            if !e.unwritten {
+                let physical = e.physical + logical - u64::from(e.logical);
+                self.write_data(physical * bs + within, &vec![0u8; (bs - within) as usize])?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Where a write stopped, and why.
+struct WriteStop {
+    written: usize,
+    error: Error,
+}

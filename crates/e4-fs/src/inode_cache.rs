@@ -1,0 +1,164 @@
+//! The inode cache: one shared handle per inode in use, so every thread that works on an
+//! inode works on the same state under the same lock (DESIGN.md, "Inode handles"). A caller
+//! never holds a private copy that can go stale; it takes the handle's lock, reads or changes
+//! the decoded inode, and marks the handle dirty so the next commit writes it back.
+//!
+//! Handles are spread over shards by inode number; a shard's lock is held only to find or
+//! insert a handle, never while an inode is read from disk by another thread (two threads
+//! missing on one inode may both read it; the first to insert wins and both use its handle).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use crossbeam_utils::CachePadded;
+use e4_alloc::ReservationWindow;
+use e4_format::inode::Inode;
+use parking_lot::{Mutex, MutexGuard};
+
+use crate::error::Result;
+
+const SHARDS: usize = 64;
+/// Clean, unused handles a shard keeps before it drops some.
+const CLEAN_PER_SHARD: usize = 1024;
+
+/// What the engine knows of an inode besides its record.
+pub(crate) struct InodeState {
+    pub inode: Inode,
+    /// The file's reservation window: where its appends go next (e4-alloc).
+    pub window: ReservationWindow,
+    /// Opens through the API (a FUSE mount's file handles); an inode whose last link is
+    /// removed while open lives on until the last close.
+    pub open_count: u32,
+    /// Freed: the number may be reused, and this handle is no longer in the cache.
+    pub deleted: bool,
+}
+
+/// One inode's shared handle.
+pub(crate) struct InodeHandle {
+    pub ino: u32,
+    state: Mutex<InodeState>,
+    dirty: AtomicBool,
+}
+
+impl InodeHandle {
+    pub fn lock(&self) -> MutexGuard<'_, InodeState> {
+        self.state.lock()
+    }
+}
+
+#[derive(Default)]
+struct Shard {
+    handles: HashMap<u32, Arc<InodeHandle>>,
+    dirty: Vec<Arc<InodeHandle>>,
+}
+
+pub(crate) struct InodeCache {
+    shards: Box<[CachePadded<Mutex<Shard>>]>,
+}
+
+impl InodeCache {
+    pub fn new() -> Self {
+        InodeCache {
+            shards: (0..SHARDS)
+                .map(|_| CachePadded::new(Mutex::default()))
+                .collect(),
+        }
+    }
+
+    fn shard(&self, ino: u32) -> &Mutex<Shard> {
+        &self.shards[ino as usize % SHARDS]
+    }
+
+    fn handle_for(inode: Inode) -> Arc<InodeHandle> {
+        Arc::new(InodeHandle {
+            ino: inode.ino,
+            state: Mutex::new(InodeState {
+                inode,
+                window: ReservationWindow::new(),
+                open_count: 0,
+                deleted: false,
+            }),
+            dirty: AtomicBool::new(false),
+        })
+    }
+
+    /// The handle of inode `ino`, loading the inode with `load` on a miss.
+    pub fn get_or_load(
+        &self,
+        ino: u32,
+        load: impl FnOnce() -> Result<Inode>,
+    ) -> Result<Arc<InodeHandle>> {
+        if let Some(h) = self.shard(ino).lock().handles.get(&ino) {
+            return Ok(Arc::clone(h));
+        }
+        let handle = Self::handle_for(load()?);
+        let mut shard = self.shard(ino).lock();
+        if let Some(h) = shard.handles.get(&ino) {
+            return Ok(Arc::clone(h));
+        }
+        Self::trim(&mut shard);
+        shard.handles.insert(ino, Arc::clone(&handle));
+        Ok(handle)
+    }
+
+    /// Installs the handle of a newly created inode (its number was just claimed, so no
+    /// handle for it can exist but a deleted one's, which is replaced).
+    pub fn insert_new(&self, inode: Inode) -> Arc<InodeHandle> {
+        let handle = Self::handle_for(inode);
+        let mut shard = self.shard(handle.ino).lock();
+        Self::trim(&mut shard);
+        shard.handles.insert(handle.ino, Arc::clone(&handle));
+        handle
+    }
+
+    /// Drops clean handles nobody holds once a shard has many.
+    fn trim(shard: &mut Shard) {
+        if shard.handles.len() < CLEAN_PER_SHARD {
+            return;
+        }
+        shard.handles.retain(|_, h| {
+            // Held only by the cache and clean: keep it if it is open or has a window. The
+            // state is only tried: a holder of an inode lock may be waiting for this shard.
+            Arc::strong_count(h) > 1
+                || h.dirty.load(Ordering::Acquire)
+                || h.state
+                    .try_lock()
+                    .is_none_or(|s| s.open_count > 0 || s.window.unused().is_some())
+        });
+    }
+
+    /// Marks `handle` changed; the next commit writes its inode back.
+    pub fn mark_dirty(&self, handle: &Arc<InodeHandle>) {
+        if !handle.dirty.swap(true, Ordering::AcqRel) {
+            self.shard(handle.ino).lock().dirty.push(Arc::clone(handle));
+        }
+    }
+
+    /// Every dirty handle, marked clean (the caller writes them back).
+    pub fn take_dirty(&self) -> Vec<Arc<InodeHandle>> {
+        let mut out = Vec::new();
+        for shard in self.shards.iter() {
+            let taken = std::mem::take(&mut shard.lock().dirty);
+            for h in &taken {
+                h.dirty.store(false, Ordering::Release);
+            }
+            out.extend(taken);
+        }
+        out.sort_by_key(|h| h.ino);
+        out
+    }
+
+    /// Forgets inode `ino` (it was freed).
+    pub fn remove(&self, ino: u32) {
+        self.shard(ino).lock().handles.remove(&ino);
+    }
+
+    /// Every handle (for releasing windows at unmount).
+    pub fn all(&self) -> Vec<Arc<InodeHandle>> {
+        self.shards
+            .iter()
+            .flat_map(|s| s.lock().handles.values().cloned().collect::<Vec<_>>())
+            .collect()
+    }
+}

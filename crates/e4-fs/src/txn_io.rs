@@ -1,0 +1,70 @@
+//! The engine's [`MetaIo`]: the mechanisms' block access inside the running transaction.
+//! Reads go through the buffer cache (verified in the role asked for); writes replace the
+//! cached copy and mark it dirty with its role, so write-back seals it; allocations come from
+//! e4-alloc near the goal; frees wait for the commit.
+
+use e4_alloc::AllocRequest;
+
+use crate::buffer_cache::BufferRole;
+use crate::error::{Error, Result};
+use crate::filesystem::Filesystem;
+use crate::meta_io::{BlockKind, MetaIo, Owner};
+use crate::writer::Writer;
+
+pub(crate) struct TxnIo<'a> {
+    pub fs: &'a Filesystem,
+    pub writer: &'a Writer,
+    /// The caller's thread slot (limit counters, pending-free list).
+    pub slot: usize,
+}
+
+impl MetaIo for TxnIo<'_> {
+    fn block_size(&self) -> usize {
+        self.fs.block_size() as usize
+    }
+
+    fn read(&self, nr: u64, kind: BlockKind, owner: Owner) -> Result<Vec<u8>> {
+        let buffer = self.fs.read_block(nr)?;
+        let role = BufferRole {
+            kind,
+            owner: Some(owner),
+        };
+        self.fs.verify_block(&buffer, role)?;
+        let bytes = buffer.bytes().to_vec();
+        Ok(bytes)
+    }
+
+    fn write(&self, nr: u64, kind: BlockKind, owner: Owner, bytes: &[u8]) -> Result<()> {
+        let buffer = self.fs.cache.get_new(nr, bytes);
+        buffer.set_role(BufferRole {
+            kind,
+            owner: Some(owner),
+        });
+        self.fs.cache.mark_dirty(&buffer);
+        Ok(())
+    }
+
+    fn allocate(&self, goal: u64, owner: Owner) -> Result<u64> {
+        let extent = self
+            .writer
+            .blocks
+            .allocate(AllocRequest {
+                goal: (goal != 0).then_some(goal),
+                len: 1,
+                min_len: 1,
+                slot: self.slot,
+                stream: u64::from(owner.ino),
+                privileged: false,
+            })
+            .map_err(|_| Error::NoSpace("blocks".into()))?;
+        Ok(extent.start)
+    }
+
+    fn free(&self, start: u64, len: u64, _owner: Owner) -> Result<()> {
+        self.writer.free_blocks(start, len, self.slot)?;
+        for nr in start..start + len {
+            self.fs.cache.forget(nr);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,459 @@
+//! What a filesystem open for writing has besides its reader: the allocators (e4-alloc), the
+//! running transaction and its commit.
+//!
+//! Every operation runs inside a [`TxnHandle`]: it joins the running transaction by taking
+//! one slot of the commit gate for reading (slots are per thread, so operations on different
+//! threads share no lock word). A commit closes every slot, so it waits for the handles that
+//! are running and none starts until it is done; it then writes back, in this order:
+//! dirty inodes into their inode-table blocks, inode bitmaps (and newly exposed inode-table
+//! slots, zeroed), every dirty metadata block sealed by its role, block bitmaps, group
+//! descriptors and the superblock; flushes the device; and only then releases the blocks the
+//! transaction freed (pending frees), so no block is reused before the change that freed it
+//! is on disk. File data is written to its final place during the operation itself, before
+//! any commit that makes it reachable.
+//!
+//! Until the journal lands, metadata goes to its home location directly: a commit that is
+//! interrupted (a crash, a failed write) can leave the image inconsistent, and after a failed
+//! commit the filesystem refuses further changes.
+
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+
+use crossbeam_utils::CachePadded;
+use e4_alloc::{
+    AllocatorConfig, BlockAllocator, Geometry as AllocGeometry, GroupLocking, GroupSummary,
+    InodeAllocator, InodeGeometry, TransactionFrees,
+};
+use e4_format::features::RoCompatFeatures;
+use e4_format::group_descriptor::{
+    BitmapKind, GroupChecksum, BG_BLOCK_UNINIT, BG_INODE_UNINIT, BG_INODE_ZEROED,
+};
+use e4_format::superblock::{Superblock, STATE_VALID, SUPERBLOCK_OFFSET};
+use parking_lot::{Mutex, RwLock, RwLockReadGuard};
+
+use crate::error::{Error, Result};
+use crate::filesystem::Filesystem;
+
+/// Limit-counter slots, commit-gate slots and pending-free lists: one per thread up to this.
+const SLOTS: usize = 64;
+
+/// Dirty metadata blocks that make an operation commit once it is done.
+const DIRTY_LIMIT: usize = 16 * 1024;
+
+thread_local! {
+    static THREAD_SLOT: usize = {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        NEXT.fetch_add(1, Ordering::Relaxed) % SLOTS
+    };
+}
+
+/// This thread's slot.
+pub(crate) fn thread_slot() -> usize {
+    THREAD_SLOT.with(|s| *s)
+}
+
+/// An operation's membership in the running transaction. Hold it across every change the
+/// operation makes; drop it before waiting for a commit.
+pub(crate) struct TxnHandle<'a> {
+    _gate: RwLockReadGuard<'a, ()>,
+    pub slot: usize,
+}
+
+pub(crate) struct Writer {
+    pub blocks: BlockAllocator,
+    pub inodes: InodeAllocator,
+    gate: Box<[CachePadded<RwLock<()>>]>,
+    /// Each slot's frees in the running transaction.
+    frees: Box<[CachePadded<Mutex<TransactionFrees>>]>,
+    running: AtomicU64,
+    commit_lock: Mutex<()>,
+    /// Serialises renames that move something to another directory (as the kernel's
+    /// `s_vfs_rename_mutex` does), so two of them cannot make a directory its own ancestor.
+    pub rename_lock: Mutex<()>,
+    /// The superblock as it will be written next.
+    superblock: Mutex<Superblock>,
+    /// [`OPEN`], [`FAILED`] (a commit failed part-way: the image may be inconsistent, so
+    /// further changes are refused) or [`UNMOUNTED`].
+    state: AtomicU8,
+}
+
+const OPEN: u8 = 0;
+const FAILED: u8 = 1;
+const UNMOUNTED: u8 = 2;
+
+impl Writer {
+    /// Builds the allocators from the descriptors (bitmaps load lazily per group) and marks
+    /// the filesystem as being written.
+    pub fn start(fs: &Filesystem) -> Result<Self> {
+        let sb = fs.superblock();
+        if sb.cluster_ratio() > 1 {
+            return Err(Error::NotSupported(
+                "writing bigalloc filesystems (clusters larger than a block)".into(),
+            ));
+        }
+        if sb.last_orphan != 0 || sb.ro_compat().contains(RoCompatFeatures::ORPHAN_PRESENT) {
+            return Err(Error::ReadOnly(
+                "the filesystem has orphan inodes to clean up; run e2fsck first".into(),
+            ));
+        }
+        let geometry = &fs.geometry;
+        let descriptors = fs.group_descriptors();
+        let csum = sb.has_metadata_csum() || sb.ro_compat().contains(RoCompatFeatures::GDT_CSUM);
+        let mut system_zone = Vec::new();
+        for (g, desc) in descriptors.iter().enumerate() {
+            let base = geometry.base_metadata(g as u32);
+            for (start, len) in [
+                (base.start, base.len),
+                (desc.block_bitmap(), 1),
+                (desc.inode_bitmap(), 1),
+                (desc.inode_table(), geometry.inode_table_blocks()),
+            ] {
+                if len > 0 {
+                    system_zone.push(e4_alloc::Extent {
+                        start,
+                        len: len as u32,
+                    });
+                }
+            }
+        }
+        let alloc_geometry = AllocGeometry {
+            first_data_block: geometry.first_data_block(),
+            blocks_per_group: geometry.blocks_per_group(),
+            blocks: geometry.blocks(),
+        };
+        let device = fs.device.clone();
+        let block_size = fs.block_size() as usize;
+        let seed = sb.has_metadata_csum().then(|| sb.csum_seed());
+        let desc_size = sb.desc_size() as usize;
+        let bits = sb.blocks_per_group;
+        let bitmap_descs = descriptors.clone();
+        let source = move |g: u32| -> std::result::Result<Vec<u8>, String> {
+            let desc = &bitmap_descs[g as usize];
+            let mut bitmap = vec![0u8; block_size];
+            device
+                .read_exact_at(&mut bitmap, desc.block_bitmap() * block_size as u64)
+                .map_err(|e| format!("read of block {}: {e}", desc.block_bitmap()))?;
+            if let Some(seed) = seed {
+                desc.verify_bitmap(BitmapKind::Block, &bitmap, bits, seed, desc_size, g)
+                    .map_err(|e| e.to_string())?;
+            }
+            Ok(bitmap)
+        };
+        let config = AllocatorConfig {
+            counter_slots: SLOTS,
+            ..AllocatorConfig::default()
+        };
+        let summary = |g: u32| {
+            let d = &descriptors[g as usize];
+            GroupSummary {
+                free: d.free_blocks_count(),
+                uninit: csum && d.flags & BG_BLOCK_UNINIT != 0,
+            }
+        };
+        let blocks = BlockAllocator::open(alloc_geometry, config, summary, &system_zone, source)
+            .map_err(|e| Error::Invalid(format!("cannot set up block allocation: {e}")))?
+            .with_root_reserve(sb.reserved_blocks_count());
+        let inode_geometry = InodeGeometry {
+            groups: geometry.groups(),
+            inodes_per_group: geometry.inodes_per_group(),
+            groups_per_flex: sb.groups_per_flex(),
+            first_inode: sb.first_ino(),
+        };
+        let mut inode_bitmaps = Vec::with_capacity(descriptors.len());
+        for (g, desc) in descriptors.iter().enumerate() {
+            let ipg = geometry.inodes_per_group();
+            if csum && desc.flags & BG_INODE_UNINIT != 0 {
+                inode_bitmaps.push(vec![0u8; ipg.div_ceil(8) as usize]);
+                continue;
+            }
+            let mut bitmap = vec![0u8; block_size];
+            fs.read_bytes(&mut bitmap, desc.inode_bitmap() * block_size as u64)?;
+            if let Some(seed) = seed {
+                desc.verify_bitmap(BitmapKind::Inode, &bitmap, ipg, seed, desc_size, g as u32)?;
+            }
+            bitmap.truncate(ipg.div_ceil(8) as usize);
+            inode_bitmaps.push(bitmap);
+        }
+        let inodes = InodeAllocator::new(
+            inode_geometry,
+            GroupLocking::TrySkip,
+            SLOTS,
+            |g| inode_bitmaps[g as usize].clone(),
+            |g| descriptors[g as usize].used_dirs_count(),
+        );
+        let mut superblock = sb.clone();
+        superblock.state &= !STATE_VALID;
+        superblock.mnt_count = superblock.mnt_count.wrapping_add(1);
+        superblock.set_mount_time(crate::time::now().seconds);
+        let writer = Writer {
+            blocks,
+            inodes,
+            gate: (0..SLOTS)
+                .map(|_| CachePadded::new(RwLock::new(())))
+                .collect(),
+            frees: (0..SLOTS)
+                .map(|_| CachePadded::new(Mutex::new(TransactionFrees::new(1))))
+                .collect(),
+            running: AtomicU64::new(1),
+            commit_lock: Mutex::new(()),
+            rename_lock: Mutex::new(()),
+            superblock: Mutex::new(superblock),
+            state: AtomicU8::new(OPEN),
+        };
+        // The image says "being written" before anything else changes.
+        writer.write_superblock(fs)?;
+        fs.device
+            .flush()
+            .map_err(|e| Error::io("flush after marking the filesystem in use", e))?;
+        Ok(writer)
+    }
+
+    fn check_open(&self) -> Result<()> {
+        match self.state.load(Ordering::Acquire) {
+            OPEN => Ok(()),
+            FAILED => Err(Error::ReadOnly(
+                "an earlier write-back failed; the image needs e2fsck".into(),
+            )),
+            _ => Err(Error::ReadOnly("the filesystem was unmounted".into())),
+        }
+    }
+
+    /// Whether the writer still accepts changes (not unmounted, no failed commit).
+    pub fn is_open(&self) -> bool {
+        self.state.load(Ordering::Acquire) == OPEN
+    }
+
+    /// Joins the running transaction.
+    pub fn begin(&self) -> Result<TxnHandle<'_>> {
+        self.check_open()?;
+        let slot = thread_slot();
+        Ok(TxnHandle {
+            _gate: self.gate[slot].read(),
+            slot,
+        })
+    }
+
+    /// Frees `len` blocks from `start` when the running transaction commits. The caller
+    /// holds a handle, so the transaction cannot commit in between.
+    pub fn free_blocks(&self, start: u64, len: u64, slot: usize) -> Result<()> {
+        let mut frees = self.frees[slot].lock();
+        let mut at = start;
+        while at < start + len {
+            let piece = (start + len - at).min(u64::from(u32::MAX)) as u32;
+            self.blocks
+                .free_in_transaction(
+                    e4_alloc::Extent {
+                        start: at,
+                        len: piece,
+                    },
+                    &mut frees,
+                )
+                .map_err(|e| {
+                    Error::Format(e4_format::FormatError::corrupt(
+                        "block mapping",
+                        e4_format::Location::Block(at),
+                        e.to_string(),
+                    ))
+                })?;
+            at += u64::from(piece);
+        }
+        Ok(())
+    }
+
+    /// Whether enough is dirty that the operation that just finished should commit.
+    pub fn wants_commit(&self, fs: &Filesystem) -> bool {
+        fs.cache.dirty_count() > DIRTY_LIMIT
+    }
+
+    /// Writes the running transaction back (see the module docs for the order).
+    pub fn commit(&self, fs: &Filesystem) -> Result<()> {
+        let _one = self.commit_lock.lock();
+        let _closed: Vec<_> = self.gate.iter().map(|g| g.write()).collect();
+        self.check_open()?;
+        let txn = self.running.fetch_add(1, Ordering::AcqRel);
+        let frees: Vec<TransactionFrees> = self
+            .frees
+            .iter()
+            .map(|f| std::mem::replace(&mut *f.lock(), TransactionFrees::new(txn + 1)))
+            .collect();
+        let result = self.write_back(fs);
+        if result.is_err() {
+            self.state.store(FAILED, Ordering::Release);
+            return result;
+        }
+        for f in frees {
+            self.blocks.commit_frees(f, 0);
+        }
+        Ok(())
+    }
+
+    fn write_back(&self, fs: &Filesystem) -> Result<()> {
+        for handle in fs.inodes.take_dirty() {
+            let state = handle.lock();
+            fs.write_inode_record(&state.inode)?;
+        }
+        self.write_inode_bitmaps(fs)?;
+        for buffer in fs.cache.take_dirty() {
+            let mut bytes = buffer.bytes_mut();
+            fs.seal(&buffer, &mut bytes);
+            let offset = buffer.nr() * u64::from(fs.block_size());
+            fs.device
+                .write_all_at(&bytes, offset)
+                .map_err(|e| Error::io(format!("write of block {}", buffer.nr()), e))?;
+        }
+        self.write_block_bitmaps(fs)?;
+        self.write_descriptors(fs)?;
+        self.write_superblock(fs)?;
+        fs.device
+            .flush()
+            .map_err(|e| Error::io("flush at commit", e))
+    }
+
+    fn write_inode_bitmaps(&self, fs: &Filesystem) -> Result<()> {
+        let sb = fs.superblock();
+        let bs = fs.block_size() as usize;
+        let ipg = sb.inodes_per_group;
+        let seed = sb.has_metadata_csum().then(|| sb.csum_seed());
+        let checksummed =
+            sb.has_metadata_csum() || sb.ro_compat().contains(RoCompatFeatures::GDT_CSUM);
+        for (g, snapshot) in self.inodes.take_dirty_groups() {
+            let mut desc = fs.descriptors[g as usize].lock();
+            if checksummed {
+                let exposed_from = ipg - desc.itable_unused().min(ipg);
+                let exposed_to = ipg - snapshot.itable_unused.min(ipg);
+                if desc.flags & BG_INODE_ZEROED == 0 || desc.flags & BG_INODE_UNINIT != 0 {
+                    // Slots the kernel's e2fsck now reads must hold no stale records.
+                    let from = if desc.flags & BG_INODE_UNINIT != 0 {
+                        0
+                    } else {
+                        exposed_from
+                    };
+                    fs.zero_inode_slots(g, from, exposed_to, &snapshot.bitmap)?;
+                }
+                desc.flags &= !BG_INODE_UNINIT;
+                desc.set_itable_unused(snapshot.itable_unused);
+            }
+            let mut block = vec![0xFFu8; bs];
+            block[..snapshot.bitmap.len()].copy_from_slice(&snapshot.bitmap);
+            // Bits past the group's inodes are padding, set.
+            for bit in ipg as usize..8 * snapshot.bitmap.len() {
+                block[bit / 8] |= 1 << (bit % 8);
+            }
+            if let Some(seed) = seed {
+                desc.set_bitmap_checksum(
+                    BitmapKind::Inode,
+                    &block,
+                    ipg,
+                    seed,
+                    sb.desc_size() as usize,
+                );
+            }
+            desc.set_free_inodes_count(snapshot.free_inodes);
+            desc.set_used_dirs_count(snapshot.used_dirs);
+            let nr = desc.inode_bitmap();
+            drop(desc);
+            fs.write_raw_block(nr, &block)?;
+        }
+        Ok(())
+    }
+
+    fn write_block_bitmaps(&self, fs: &Filesystem) -> Result<()> {
+        let sb = fs.superblock();
+        let bs = fs.block_size() as usize;
+        let seed = sb.has_metadata_csum().then(|| sb.csum_seed());
+        let groups = self
+            .blocks
+            .take_dirty_groups(bs)
+            .map_err(|e| Error::Invalid(format!("block bitmaps: {e}")))?;
+        for dirty in groups {
+            let mut desc = fs.descriptors[dirty.group as usize].lock();
+            desc.flags &= !BG_BLOCK_UNINIT;
+            desc.set_free_blocks_count(dirty.free);
+            if let Some(seed) = seed {
+                desc.set_bitmap_checksum(
+                    BitmapKind::Block,
+                    &dirty.bitmap,
+                    sb.blocks_per_group,
+                    seed,
+                    sb.desc_size() as usize,
+                );
+            }
+            let nr = desc.block_bitmap();
+            drop(desc);
+            fs.write_raw_block(nr, &dirty.bitmap)?;
+        }
+        Ok(())
+    }
+
+    /// Rewrites every descriptor block (the primary table; backups are left as mke2fs and
+    /// resize wrote them, as the kernel leaves them).
+    fn write_descriptors(&self, fs: &Filesystem) -> Result<()> {
+        let sb = fs.superblock();
+        let geometry = &fs.geometry;
+        let desc_size = sb.desc_size() as usize;
+        let checksum = GroupChecksum::for_superblock(sb);
+        let per_block = geometry.descriptors_per_block();
+        let groups = geometry.groups();
+        let bs = fs.block_size() as usize;
+        for first in (0..groups).step_by(per_block as usize) {
+            let nr = geometry.descriptor_block(first);
+            let mut block = vec![0u8; bs];
+            fs.read_bytes(&mut block, nr * bs as u64)?;
+            for g in first..(first + per_block).min(groups) {
+                let at = geometry.descriptor_offset(g);
+                let bytes = fs.descriptors[g as usize]
+                    .lock()
+                    .to_bytes(g, desc_size, &checksum);
+                block[at..at + desc_size].copy_from_slice(&bytes);
+            }
+            fs.write_raw_block(nr, &block)?;
+        }
+        Ok(())
+    }
+
+    /// Writes the primary superblock with the free counts of the descriptors as they stand.
+    fn write_superblock(&self, fs: &Filesystem) -> Result<()> {
+        let mut sb = self.superblock.lock();
+        let (mut free_blocks, mut free_inodes) = (0u64, 0u64);
+        for d in fs.descriptors.iter() {
+            let d = d.lock();
+            free_blocks += u64::from(d.free_blocks_count());
+            free_inodes += u64::from(d.free_inodes_count());
+        }
+        sb.set_free_blocks_count(free_blocks);
+        sb.free_inodes_count = free_inodes as u32;
+        sb.set_write_time(crate::time::now().seconds);
+        let bytes = sb.to_bytes();
+        fs.device
+            .write_all_at(&bytes, SUPERBLOCK_OFFSET)
+            .map_err(|e| Error::io("write of the superblock", e))
+    }
+
+    /// Commits, gives back every reservation, commits what that changed, and marks the
+    /// filesystem clean.
+    pub fn unmount(&self, fs: &Filesystem) -> Result<()> {
+        self.commit(fs)?;
+        {
+            let _closed: Vec<_> = self.gate.iter().map(|g| g.write()).collect();
+            for handle in fs.inodes.all() {
+                let mut state = handle.lock();
+                self.blocks.release_window(&mut state.window, 0);
+            }
+            self.blocks.release_small_file_windows();
+        }
+        self.commit(fs)?;
+        let _closed: Vec<_> = self.gate.iter().map(|g| g.write()).collect();
+        self.superblock.lock().state |= STATE_VALID;
+        self.write_superblock(fs)?;
+        self.state.store(UNMOUNTED, Ordering::Release);
+        fs.device
+            .flush()
+            .map_err(|e| Error::io("flush at unmount", e))
+    }
+
+    /// Turns on a read-only-compatible feature the filesystem now needs (large_file when a
+    /// file reaches 2 GiB, as the kernel does); written with the next superblock.
+    pub fn add_ro_compat(&self, feature: RoCompatFeatures) {
+        let mut sb = self.superblock.lock();
+        sb.feature_ro_compat |= feature.bits();
+    }
+}
