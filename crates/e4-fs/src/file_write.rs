@@ -287,6 +287,19 @@ impl Filesystem {
         self.write_data(start, &buf)
     }
 
+    /// Writes a slow symlink's target into its (new, empty) inode's first block.
+    pub(crate) fn write_symlink_block(
+        &self,
+        io: &TxnIo<'_>,
+        state: &mut InodeState,
+        target: &[u8],
+    ) -> Result<()> {
+        self.write_blocks(io, state, 0, target)
+            .map_err(|stop| stop.error)?;
+        state.inode.set_size(target.len() as u64);
+        Ok(())
+    }
+
     /// Commits when the running transaction has grown large (called after an operation has
     /// released its handle and locks).
     pub(crate) fn commit_if_needed(&self) -> Result<()> {

@@ -34,6 +34,19 @@ pub(crate) struct InodeState {
     pub deleted: bool,
 }
 
+impl InodeState {
+    /// State for an inode no handle holds yet (one being built, or being torn down after a
+    /// failed creation).
+    pub fn detached(inode: Inode) -> Self {
+        InodeState {
+            inode,
+            window: ReservationWindow::new(),
+            open_count: 0,
+            deleted: false,
+        }
+    }
+}
+
 /// One inode's shared handle.
 pub(crate) struct InodeHandle {
     pub ino: u32,
@@ -73,12 +86,7 @@ impl InodeCache {
     fn handle_for(inode: Inode) -> Arc<InodeHandle> {
         Arc::new(InodeHandle {
             ino: inode.ino,
-            state: Mutex::new(InodeState {
-                inode,
-                window: ReservationWindow::new(),
-                open_count: 0,
-                deleted: false,
-            }),
+            state: Mutex::new(InodeState::detached(inode)),
             dirty: AtomicBool::new(false),
         })
     }

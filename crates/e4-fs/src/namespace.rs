@@ -1,0 +1,837 @@
+//! Changing the tree of names: create, mkdir, mknod, symlink, link, unlink, rmdir, rename.
+//!
+//! Each operation joins the running transaction, then locks the inodes it changes in
+//! inode-number order (DESIGN.md, lock order), so operations in different directories share
+//! no lock, and two operations on the same inodes cannot deadlock. A rename that moves
+//! something to another directory first takes the filesystem's rename lock (as the kernel's
+//! `s_vfs_rename_mutex`), so checking "the target is not inside the directory being moved"
+//! cannot race with another such move.
+//!
+//! A name is looked up again once every lock is held; if it changed in between (another
+//! thread renamed or removed it), the operation starts over.
+
+use std::sync::Arc;
+
+use e4_alloc::{InodeKind, InodeRequest};
+use e4_format::dir_hash::{dir_hash, HashVersion};
+use e4_format::features::{IncompatFeatures, RoCompatFeatures};
+use e4_format::inode::{flags, FileType, Inode, ROOT_INO};
+use parking_lot::MutexGuard;
+
+use crate::dir_write::{DirFormat, DirectoryEditor};
+use crate::directory::DirEntry;
+use crate::directory_blocks::InodeDirectoryBlocks;
+use crate::error::{Error, Result};
+use crate::extent_tree::ExtentTree;
+use crate::file_write::owner_of;
+use crate::filesystem::Filesystem;
+use crate::inode_cache::{InodeHandle, InodeState};
+use crate::txn_io::TxnIo;
+
+/// The kernel's cap on a directory's link count; past it, dir_nlink directories count 1.
+const MAX_LINKS: u16 = 65000;
+/// Fast symlinks keep their target in `i_block`, which holds 60 bytes (one for the NUL).
+const FAST_SYMLINK_MAX: usize = 59;
+
+/// Who creates an inode, and with which permission bits (the file type comes from the
+/// operation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Creator {
+    /// Permission bits, including setuid, setgid and sticky.
+    pub permissions: u16,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// How [`Filesystem::rename`] treats an existing target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RenameMode {
+    /// Replace it (POSIX rename).
+    #[default]
+    Replace,
+    /// Fail with [`Error::Exists`] (RENAME_NOREPLACE).
+    NoReplace,
+    /// Swap the two names (RENAME_EXCHANGE); both must exist.
+    Exchange,
+}
+
+/// What a new inode is.
+enum NewKind<'a> {
+    Regular,
+    Directory,
+    Symlink(&'a [u8]),
+    Special { file_type: FileType, rdev: (u32, u32) },
+}
+
+impl NewKind<'_> {
+    fn file_type(&self) -> FileType {
+        match self {
+            NewKind::Regular => FileType::Regular,
+            NewKind::Directory => FileType::Directory,
+            NewKind::Symlink(_) => FileType::Symlink,
+            NewKind::Special { file_type, .. } => *file_type,
+        }
+    }
+}
+
+fn mode_bits(t: FileType) -> u16 {
+    match t {
+        FileType::Fifo => 0o010000,
+        FileType::CharDevice => 0o020000,
+        FileType::Directory => 0o040000,
+        FileType::BlockDevice => 0o060000,
+        FileType::Regular => 0o100000,
+        FileType::Symlink => 0o120000,
+        FileType::Socket => 0o140000,
+    }
+}
+
+fn shown(name: &[u8]) -> String {
+    String::from_utf8_lossy(name).into_owned()
+}
+
+/// A name that may go into a directory: 1 to 255 bytes, no '/' or NUL, not "." or "..".
+fn check_name(name: &[u8]) -> Result<()> {
+    if name.len() > e4_format::dir_entry::MAX_NAME_LEN {
+        return Err(Error::NameTooLong(shown(name)));
+    }
+    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0)
+    {
+        return Err(Error::Invalid(format!("{:?} cannot be a file name", shown(name))));
+    }
+    Ok(())
+}
+
+/// A small random number for `i_generation` (not for security: it only distinguishes
+/// successive uses of an inode number, for NFS handles and checksum seeds).
+fn new_generation(ino: u32) -> u32 {
+    use std::cell::Cell;
+    thread_local!(static STATE: Cell<u64> = Cell::new(0));
+    STATE.with(|s| {
+        let mut x = s.get();
+        if x == 0 {
+            let t = crate::time::now();
+            x = (t.seconds as u64) ^ (u64::from(t.nanoseconds) << 20) ^ 0x9E37_79B9_7F4A_7C15;
+        }
+        x ^= u64::from(ino).wrapping_mul(0xD6E8_FEB8_6659_FD93);
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        s.set(x);
+        (x >> 32) as u32
+    })
+}
+
+/// Locks the handles' inodes in inode-number order (each once).
+fn lock_in_order(handles: &[Arc<InodeHandle>]) -> Vec<(u32, MutexGuard<'_, InodeState>)> {
+    let mut order: Vec<&Arc<InodeHandle>> = handles.iter().collect();
+    order.sort_by_key(|h| h.ino);
+    order.dedup_by_key(|h| h.ino);
+    order.into_iter().map(|h| (h.ino, h.lock())).collect()
+}
+
+/// The guard of inode `ino` among `locked`.
+fn state<'g, 'a>(
+    locked: &'g mut [(u32, MutexGuard<'a, InodeState>)],
+    ino: u32,
+) -> &'g mut InodeState {
+    let at = locked
+        .iter()
+        .position(|(i, _)| *i == ino)
+        .expect("the inode was locked");
+    &mut locked[at].1
+}
+
+/// Two distinct entries of `locked`, mutably.
+fn two_states<'g, 'a>(
+    locked: &'g mut [(u32, MutexGuard<'a, InodeState>)],
+    a: u32,
+    b: u32,
+) -> (&'g mut InodeState, &'g mut InodeState) {
+    assert_ne!(a, b);
+    let ia = locked.iter().position(|(i, _)| *i == a).expect("locked");
+    let ib = locked.iter().position(|(i, _)| *i == b).expect("locked");
+    if ia < ib {
+        let (left, right) = locked.split_at_mut(ib);
+        (&mut left[ia].1, &mut right[0].1)
+    } else {
+        let (left, right) = locked.split_at_mut(ia);
+        (&mut right[0].1, &mut left[ib].1)
+    }
+}
+
+impl Filesystem {
+    fn dir_format(&self) -> DirFormat {
+        DirFormat::from_superblock(self.superblock())
+    }
+
+    fn require_directory(&self, inode: &Inode) -> Result<()> {
+        if inode.file_type() != Some(FileType::Directory) {
+            return Err(Error::NotADirectory(format!("inode {}", inode.ino)));
+        }
+        if inode.links_count() == 0 {
+            // Removed while someone still held its number.
+            return Err(Error::NotFound(format!("directory inode {}", inode.ino)));
+        }
+        if inode.has_flag(flags::INLINE_DATA) || !inode.has_flag(flags::EXTENTS) {
+            return Err(Error::NotSupported(format!(
+                "changing directory {} (only extent-mapped directories are written so far)",
+                inode.ino
+            )));
+        }
+        Ok(())
+    }
+
+    /// Runs `f` on an editor of the locked directory `dir`.
+    fn edit_dir<T>(
+        &self,
+        io: &TxnIo<'_>,
+        format: &DirFormat,
+        dir: &mut Inode,
+        f: impl FnOnce(&mut DirectoryEditor<'_>) -> Result<T>,
+    ) -> Result<T> {
+        let owner = owner_of(dir);
+        let mut blocks = InodeDirectoryBlocks {
+            fs: self,
+            io,
+            inode: dir,
+        };
+        let mut editor = DirectoryEditor::new(io, &mut blocks, format, owner);
+        f(&mut editor)
+    }
+
+    fn lookup_locked(
+        &self,
+        io: &TxnIo<'_>,
+        format: &DirFormat,
+        dir: &mut Inode,
+        name: &[u8],
+    ) -> Result<Option<DirEntry>> {
+        self.edit_dir(io, format, dir, |e| e.lookup(name))
+    }
+
+    fn has_feature(&self, feature: RoCompatFeatures) -> bool {
+        self.superblock().ro_compat().contains(feature)
+    }
+
+    /// Adds one to a directory's link count for a new subdirectory: past 65,000 a dir_nlink
+    /// filesystem records 1 ("many"), anything else refuses.
+    fn add_dir_link(&self, dir: &mut Inode) -> Result<()> {
+        let links = dir.links_count();
+        if links == 1 && self.has_feature(RoCompatFeatures::DIR_NLINK) {
+            return Ok(());
+        }
+        if links >= MAX_LINKS - 1 {
+            if self.has_feature(RoCompatFeatures::DIR_NLINK) {
+                dir.record.links_count = 1;
+                return Ok(());
+            }
+            return Err(Error::TooManyLinks(format!("directory inode {}", dir.ino)));
+        }
+        dir.record.links_count = links + 1;
+        Ok(())
+    }
+
+    /// Takes one from a directory's link count for a removed subdirectory (a count of 1
+    /// means "many" and stays, as the kernel's `ext4_dec_count`).
+    fn drop_dir_link(dir: &mut Inode) {
+        if dir.record.links_count > 2 {
+            dir.record.links_count -= 1;
+        }
+    }
+
+    fn touch(inode: &mut Inode, mtime: bool) {
+        let now = crate::time::now();
+        inode.set_ctime(now);
+        if mtime {
+            inode.set_mtime(now);
+        }
+    }
+
+    /// Creates a regular file `name` in directory `parent`; returns its inode number.
+    pub fn create(&self, parent: u32, name: &[u8], creator: Creator) -> Result<u32> {
+        self.make_node(parent, name, creator, NewKind::Regular)
+    }
+
+    /// Creates directory `name` in `parent`.
+    pub fn mkdir(&self, parent: u32, name: &[u8], creator: Creator) -> Result<u32> {
+        self.make_node(parent, name, creator, NewKind::Directory)
+    }
+
+    /// Creates a symlink `name` in `parent` pointing at `target` (up to 4,095 bytes; fast,
+    /// in the inode, when it fits).
+    pub fn symlink(&self, parent: u32, name: &[u8], target: &[u8], creator: Creator) -> Result<u32> {
+        if target.is_empty() || target.len() >= 4096 {
+            return Err(Error::NameTooLong(format!("symlink target of {} bytes", target.len())));
+        }
+        self.make_node(parent, name, creator, NewKind::Symlink(target))
+    }
+
+    /// Creates a special file (fifo, socket, character or block device) `name` in `parent`.
+    pub fn mknod(
+        &self,
+        parent: u32,
+        name: &[u8],
+        file_type: FileType,
+        rdev: (u32, u32),
+        creator: Creator,
+    ) -> Result<u32> {
+        match file_type {
+            FileType::Fifo | FileType::Socket | FileType::CharDevice | FileType::BlockDevice => {}
+            _ => return Err(Error::Invalid(format!("mknod of a {file_type:?}"))),
+        }
+        self.make_node(parent, name, creator, NewKind::Special { file_type, rdev })
+    }
+
+    fn make_node(&self, parent: u32, name: &[u8], creator: Creator, kind: NewKind<'_>) -> Result<u32> {
+        check_name(name)?;
+        let writer = self.writer()?;
+        let ino = {
+            let txn = writer.begin()?;
+            let io = TxnIo {
+                fs: self,
+                writer,
+                slot: txn.slot,
+            };
+            let format = self.dir_format();
+            let parent_handle = self.inode_handle(parent)?;
+            let mut parent_state = parent_handle.lock();
+            let dir = &mut parent_state.inode;
+            self.require_directory(dir)?;
+            if self.lookup_locked(&io, &format, dir, name)?.is_some() {
+                return Err(Error::Exists(shown(name)));
+            }
+            let is_dir = matches!(kind, NewKind::Directory);
+            if is_dir && dir.links_count() >= MAX_LINKS - 1 && !self.has_feature(RoCompatFeatures::DIR_NLINK) {
+                return Err(Error::TooManyLinks(shown(name)));
+            }
+            let alloc_kind = match (&kind, parent) {
+                (NewKind::Directory, ROOT_INO) => {
+                    let sb = self.superblock();
+                    let version = HashVersion::from_disk(sb.def_hash_version, sb.unsigned_dir_hash())
+                        .unwrap_or(HashVersion::HalfMd4);
+                    InodeKind::TopDirectory {
+                        name_hash: dir_hash(version, name, &sb.hash_seed).major,
+                    }
+                }
+                (NewKind::Directory, _) => InodeKind::Directory,
+                _ => InodeKind::Other,
+            };
+            let new = writer
+                .inodes
+                .allocate(
+                    &InodeRequest {
+                        parent,
+                        parent_hint: None,
+                        kind: alloc_kind,
+                        slot: txn.slot,
+                    },
+                    &writer.blocks,
+                )
+                .map_err(|e| match e {
+                    e4_alloc::InodeError::NoSpace => Error::NoSpace("inodes".into()),
+                    other => Error::Invalid(other.to_string()),
+                })?;
+            let ino = new.ino;
+            let mut inode = self.new_inode(ino, &kind, creator);
+            let built = self.fill_new_inode(&io, &format, &mut inode, &kind, parent);
+            let linked = built.and_then(|()| {
+                self.edit_dir(&io, &format, &mut parent_state.inode, |e| {
+                    e.add_entry(name, ino, kind.file_type())
+                })
+            });
+            if let Err(e) = linked {
+                // Give back what the new inode took; the directory is unchanged.
+                let mut doomed = InodeState::detached(inode);
+                self.release_inode_space(&io, &mut doomed).ok();
+                writer.inodes.free(ino, is_dir, txn.slot).ok();
+                return Err(e);
+            }
+            let dir = &mut parent_state.inode;
+            if is_dir {
+                self.add_dir_link(dir)?;
+            }
+            Self::touch(dir, true);
+            self.inodes.mark_dirty(&parent_handle);
+            let handle = self.inodes.insert_new(inode);
+            self.inodes.mark_dirty(&handle);
+            ino
+        };
+        self.commit_if_needed()?;
+        Ok(ino)
+    }
+
+    /// A fresh inode record: mode, owner, times, link count, and the mapping flags the
+    /// kernel gives each kind.
+    fn new_inode(&self, ino: u32, kind: &NewKind<'_>, creator: Creator) -> Inode {
+        let sb = self.superblock();
+        let file_type = kind.file_type();
+        let mode = mode_bits(file_type) | (creator.permissions & 0o7777);
+        let mut inode = Inode::new(ino, sb.inode_size() as usize, mode, new_generation(ino));
+        inode.set_uid(creator.uid);
+        inode.set_gid(creator.gid);
+        let now = crate::time::now();
+        inode.set_atime(now);
+        inode.set_mtime(now);
+        inode.set_ctime(now);
+        inode.set_crtime(now);
+        inode.record.links_count = if file_type == FileType::Directory { 2 } else { 1 };
+        let extents = sb.incompat().contains(IncompatFeatures::EXTENTS);
+        let mapped = match kind {
+            NewKind::Regular | NewKind::Directory => true,
+            NewKind::Symlink(target) => target.len() > FAST_SYMLINK_MAX,
+            NewKind::Special { .. } => false,
+        };
+        if extents && mapped {
+            inode.record.flags |= flags::EXTENTS;
+            ExtentTree::init_empty(&mut inode.record.block);
+        }
+        inode
+    }
+
+    /// What a new inode holds before it is linked: a directory's first block, a symlink's
+    /// target, a device number.
+    fn fill_new_inode(
+        &self,
+        io: &TxnIo<'_>,
+        format: &DirFormat,
+        inode: &mut Inode,
+        kind: &NewKind<'_>,
+        parent: u32,
+    ) -> Result<()> {
+        match kind {
+            NewKind::Regular => {
+                if !inode.has_flag(flags::EXTENTS) {
+                    return Err(Error::NotSupported(
+                        "creating files on a filesystem without extents".into(),
+                    ));
+                }
+                Ok(())
+            }
+            NewKind::Directory => {
+                self.require_extents(inode)?;
+                self.edit_dir(io, format, inode, |e| e.init(parent))
+            }
+            NewKind::Symlink(target) if target.len() <= FAST_SYMLINK_MAX => {
+                inode.record.block[..target.len()].copy_from_slice(target);
+                inode.set_size(target.len() as u64);
+                Ok(())
+            }
+            NewKind::Symlink(target) => {
+                self.require_extents(inode)?;
+                let mut state = InodeState::detached(inode.clone());
+                self.write_symlink_block(io, &mut state, target)?;
+                *inode = state.inode;
+                Ok(())
+            }
+            NewKind::Special { rdev, .. } => {
+                let (major, minor) = *rdev;
+                if major < 256 && minor < 256 {
+                    inode.record.block[..4].copy_from_slice(&((major << 8) | minor).to_le_bytes());
+                } else {
+                    let new = (minor & 0xFF) | (major << 8) | ((minor & !0xFF) << 12);
+                    inode.record.block[4..8].copy_from_slice(&new.to_le_bytes());
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn require_extents(&self, inode: &Inode) -> Result<()> {
+        if inode.has_flag(flags::EXTENTS) {
+            Ok(())
+        } else {
+            Err(Error::NotSupported(
+                "creating mapped inodes on a filesystem without extents".into(),
+            ))
+        }
+    }
+
+    /// Adds a hard link `name` in `parent` to inode `ino` (not a directory).
+    pub fn link(&self, ino: u32, parent: u32, name: &[u8]) -> Result<()> {
+        check_name(name)?;
+        let writer = self.writer()?;
+        {
+            let txn = writer.begin()?;
+            let io = TxnIo {
+                fs: self,
+                writer,
+                slot: txn.slot,
+            };
+            let format = self.dir_format();
+            let handles = [self.inode_handle(parent)?, self.inode_handle(ino)?];
+            let mut locked = lock_in_order(&handles);
+            if parent == ino {
+                return Err(Error::Invalid("a directory cannot be hard-linked".into()));
+            }
+            let (dir, target) = two_states(&mut locked, parent, ino);
+            self.require_directory(&dir.inode)?;
+            let file_type = target.inode.file_type().ok_or_else(|| {
+                Error::Invalid(format!("inode {ino} has no valid file type"))
+            })?;
+            if file_type == FileType::Directory {
+                return Err(Error::Invalid("a directory cannot be hard-linked".into()));
+            }
+            if target.inode.links_count() == 0 {
+                return Err(Error::NotFound(format!("inode {ino}")));
+            }
+            if target.inode.links_count() >= MAX_LINKS {
+                return Err(Error::TooManyLinks(shown(name)));
+            }
+            if self.lookup_locked(&io, &format, &mut dir.inode, name)?.is_some() {
+                return Err(Error::Exists(shown(name)));
+            }
+            self.edit_dir(&io, &format, &mut dir.inode, |e| e.add_entry(name, ino, file_type))?;
+            target.inode.record.links_count += 1;
+            Self::touch(&mut target.inode, false);
+            Self::touch(&mut dir.inode, true);
+            drop(locked);
+            for h in &handles {
+                self.inodes.mark_dirty(h);
+            }
+        }
+        self.commit_if_needed()
+    }
+
+    /// Removes `name` (not a directory) from `parent`; the inode is freed with its last link.
+    pub fn unlink(&self, parent: u32, name: &[u8]) -> Result<()> {
+        self.remove_name(parent, name, false)
+    }
+
+    /// Removes the empty directory `name` from `parent`.
+    pub fn rmdir(&self, parent: u32, name: &[u8]) -> Result<()> {
+        self.remove_name(parent, name, true)
+    }
+
+    fn remove_name(&self, parent: u32, name: &[u8], directory: bool) -> Result<()> {
+        if name == b"." || name == b".." {
+            return Err(Error::Invalid(format!("cannot remove {:?}", shown(name))));
+        }
+        check_name(name)?;
+        let writer = self.writer()?;
+        loop {
+            let txn = writer.begin()?;
+            let io = TxnIo {
+                fs: self,
+                writer,
+                slot: txn.slot,
+            };
+            let format = self.dir_format();
+            let parent_handle = self.inode_handle(parent)?;
+            let victim = {
+                let mut p = parent_handle.lock();
+                self.require_directory(&p.inode)?;
+                self.lookup_locked(&io, &format, &mut p.inode, name)?
+                    .ok_or_else(|| Error::NotFound(shown(name)))?
+                    .ino
+            };
+            let handles = [parent_handle, self.inode_handle(victim)?];
+            let mut locked = lock_in_order(&handles);
+            if victim == parent {
+                return Err(Error::Invalid(format!("cannot remove {:?}", shown(name))));
+            }
+            let (dir, target) = two_states(&mut locked, parent, victim);
+            // Still the same entry now that both are locked?
+            let again = self.lookup_locked(&io, &format, &mut dir.inode, name)?;
+            if again.map(|e| e.ino) != Some(victim) {
+                continue;
+            }
+            let is_dir = target.inode.file_type() == Some(FileType::Directory);
+            match (directory, is_dir) {
+                (false, true) => return Err(Error::IsADirectory(shown(name))),
+                (true, false) => return Err(Error::NotADirectory(shown(name))),
+                _ => {}
+            }
+            if is_dir {
+                self.require_directory(&target.inode)?;
+                if !self.edit_dir(&io, &format, &mut target.inode, |e| e.is_empty())? {
+                    return Err(Error::NotEmpty(shown(name)));
+                }
+            }
+            self.edit_dir(&io, &format, &mut dir.inode, |e| e.remove_entry(name))?;
+            if is_dir {
+                Self::drop_dir_link(&mut dir.inode);
+                target.inode.record.links_count = 0;
+            } else {
+                target.inode.record.links_count = target.inode.links_count().saturating_sub(1);
+            }
+            Self::touch(&mut dir.inode, true);
+            Self::touch(&mut target.inode, false);
+            let freed = target.inode.links_count() == 0 && target.open_count == 0;
+            if freed {
+                self.delete_inode(&io, target)?;
+            }
+            drop(locked);
+            self.inodes.mark_dirty(&handles[0]);
+            if freed {
+                self.inodes.remove(victim);
+            } else {
+                self.inodes.mark_dirty(&handles[1]);
+            }
+            break;
+        }
+        self.commit_if_needed()
+    }
+
+    /// Frees an inode whose last link is gone and that nobody has open: its blocks (in the
+    /// running transaction), its xattr block reference, its number; writes its final record
+    /// (links 0, dtime set) into the inode table now, so a reuse of the number in this
+    /// transaction writes over it.
+    fn delete_inode(&self, io: &TxnIo<'_>, state: &mut InodeState) -> Result<()> {
+        self.release_inode_space(io, state)?;
+        let is_dir = state.inode.file_type() == Some(FileType::Directory);
+        let now = crate::time::now();
+        state.inode.record.dtime = (now.seconds as u32).max(1);
+        state.inode.record.links_count = 0;
+        state.inode.set_size(0);
+        state.deleted = true;
+        self.write_inode_record(&state.inode)?;
+        io.writer
+            .inodes
+            .free(state.inode.ino, is_dir, io.slot)
+            .map_err(|e| Error::Invalid(e.to_string()))
+    }
+
+    /// Frees every block an inode owns (data, tree, xattr block reference) and its window.
+    fn release_inode_space(&self, io: &TxnIo<'_>, state: &mut InodeState) -> Result<()> {
+        io.writer.blocks.release_window(&mut state.window, io.slot);
+        let inode = &state.inode;
+        let mapped = inode.has_flag(flags::EXTENTS) && !inode.has_flag(flags::INLINE_DATA);
+        if mapped {
+            self.free_range(io, state, 0, u64::MAX)?;
+        }
+        if state.inode.file_acl() != 0 {
+            self.drop_xattr_block(io, &mut state.inode)?;
+        }
+        Ok(())
+    }
+
+    /// Renames `old_parent/old_name` to `new_parent/new_name`, per `mode`.
+    pub fn rename(
+        &self,
+        old_parent: u32,
+        old_name: &[u8],
+        new_parent: u32,
+        new_name: &[u8],
+        mode: RenameMode,
+    ) -> Result<()> {
+        check_name(old_name)?;
+        check_name(new_name)?;
+        let writer = self.writer()?;
+        // Moves between directories are serialised (the kernel's s_vfs_rename_mutex).
+        let _moving = (old_parent != new_parent).then(|| writer.rename_lock.lock());
+        loop {
+            let txn = writer.begin()?;
+            let io = TxnIo {
+                fs: self,
+                writer,
+                slot: txn.slot,
+            };
+            let format = self.dir_format();
+            let old_dir = self.inode_handle(old_parent)?;
+            let new_dir = self.inode_handle(new_parent)?;
+            // Find the inodes involved, then lock them all in order and check again.
+            let (source, target) = {
+                let both = [old_dir.clone(), new_dir.clone()];
+                let mut dirs = lock_in_order(&both);
+                let o = state(&mut dirs, old_parent);
+                self.require_directory(&o.inode)?;
+                let source = self
+                    .lookup_locked(&io, &format, &mut o.inode, old_name)?
+                    .ok_or_else(|| Error::NotFound(shown(old_name)))?;
+                let n = state(&mut dirs, new_parent);
+                self.require_directory(&n.inode)?;
+                let target = self.lookup_locked(&io, &format, &mut n.inode, new_name)?;
+                (source.ino, target.map(|t| t.ino))
+            };
+            if target == Some(source) {
+                // Two names of one inode: nothing to do (POSIX).
+                return Ok(());
+            }
+            if old_parent != new_parent {
+                let is_dir = |ino| -> Result<bool> {
+                    Ok(self.read_inode(ino)?.file_type() == Some(FileType::Directory))
+                };
+                let into_itself = (is_dir(source)? && self.is_ancestor(source, new_parent)?)
+                    || (mode == RenameMode::Exchange
+                        && match target {
+                            Some(t) => is_dir(t)? && self.is_ancestor(t, old_parent)?,
+                            None => false,
+                        });
+                if into_itself {
+                    return Err(Error::Invalid(
+                        "cannot move a directory into itself".into(),
+                    ));
+                }
+            }
+            let mut handles = vec![old_dir.clone(), new_dir.clone(), self.inode_handle(source)?];
+            if let Some(t) = target {
+                handles.push(self.inode_handle(t)?);
+            }
+            let mut locked = lock_in_order(&handles);
+            let now_source = self
+                .lookup_locked(&io, &format, &mut state(&mut locked, old_parent).inode, old_name)?
+                .map(|e| e.ino);
+            let now_target = self
+                .lookup_locked(&io, &format, &mut state(&mut locked, new_parent).inode, new_name)?
+                .map(|e| e.ino);
+            if now_source != Some(source) || now_target != target {
+                continue;
+            }
+            self.rename_locked(&io, &format, &mut locked, old_parent, old_name, new_parent, new_name, source, target, mode)?;
+            drop(locked);
+            for h in &handles {
+                self.inodes.mark_dirty(h);
+            }
+            if let Some(t) = target {
+                if mode != RenameMode::Exchange && self.inode_is_deleted(&handles[3]) {
+                    self.inodes.remove(t);
+                }
+            }
+            break;
+        }
+        self.commit_if_needed()
+    }
+
+    fn inode_is_deleted(&self, handle: &Arc<InodeHandle>) -> bool {
+        handle.lock().deleted
+    }
+
+    /// Whether directory `ancestor` is `dir` or one of its ancestors, walking ".." up to
+    /// the root. Called with no inode locked and the rename lock held, so no directory
+    /// moves meanwhile (only renames between directories move one).
+    fn is_ancestor(&self, ancestor: u32, dir: u32) -> Result<bool> {
+        let mut at = dir;
+        // A chain longer than the inode count is a loop: corruption.
+        for _ in 0..=self.superblock().inodes_count {
+            if at == ancestor {
+                return Ok(true);
+            }
+            if at == ROOT_INO {
+                return Ok(false);
+            }
+            at = self.parent_of(&self.read_inode(at)?)?;
+        }
+        Err(e4_format::FormatError::corrupt(
+            "directory",
+            e4_format::Location::Inode(dir),
+            "its \"..\" entries form a loop",
+        )
+        .into())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn rename_locked(
+        &self,
+        io: &TxnIo<'_>,
+        format: &DirFormat,
+        locked: &mut [(u32, MutexGuard<'_, InodeState>)],
+        old_parent: u32,
+        old_name: &[u8],
+        new_parent: u32,
+        new_name: &[u8],
+        source: u32,
+        target: Option<u32>,
+        mode: RenameMode,
+    ) -> Result<()> {
+        let type_of = |locked: &mut [(u32, MutexGuard<'_, InodeState>)], ino: u32| {
+            state(locked, ino).inode.file_type().ok_or_else(|| {
+                Error::Invalid(format!("inode {ino} has no valid file type"))
+            })
+        };
+        let source_type = type_of(locked, source)?;
+        let source_dir = source_type == FileType::Directory;
+        let target_type = target.map(|t| type_of(locked, t)).transpose()?;
+        let target_dir = target_type == Some(FileType::Directory);
+        match (mode, target) {
+            (RenameMode::NoReplace, Some(_)) => return Err(Error::Exists(shown(new_name))),
+            (RenameMode::Exchange, None) => return Err(Error::NotFound(shown(new_name))),
+            _ => {}
+        }
+        let moving = old_parent != new_parent;
+        if mode == RenameMode::Exchange {
+            let target = target.expect("checked above");
+            let target_type = target_type.expect("checked above");
+            self.edit_dir(io, format, &mut state(locked, new_parent).inode, |e| {
+                e.set_entry(new_name, source, source_type).map(drop)
+            })?;
+            self.edit_dir(io, format, &mut state(locked, old_parent).inode, |e| {
+                e.set_entry(old_name, target, target_type).map(drop)
+            })?;
+            if moving {
+                if source_dir {
+                    self.edit_dir(io, format, &mut state(locked, source).inode, |e| e.set_parent(new_parent))?;
+                }
+                if target_dir {
+                    self.edit_dir(io, format, &mut state(locked, target).inode, |e| e.set_parent(old_parent))?;
+                }
+                if source_dir != target_dir {
+                    let (gains, loses) = if source_dir { (new_parent, old_parent) } else { (old_parent, new_parent) };
+                    self.add_dir_link(&mut state(locked, gains).inode)?;
+                    Self::drop_dir_link(&mut state(locked, loses).inode);
+                }
+            }
+            for ino in [source, target] {
+                Self::touch(&mut state(locked, ino).inode, false);
+            }
+        } else {
+            if let Some(t) = target {
+                match (source_dir, target_dir) {
+                    (true, false) => return Err(Error::NotADirectory(shown(new_name))),
+                    (false, true) => return Err(Error::IsADirectory(shown(new_name))),
+                    (true, true) => {
+                        if !self.edit_dir(io, format, &mut state(locked, t).inode, |e| e.is_empty())? {
+                            return Err(Error::NotEmpty(shown(new_name)));
+                        }
+                    }
+                    _ => {}
+                }
+                self.edit_dir(io, format, &mut state(locked, new_parent).inode, |e| {
+                    e.set_entry(new_name, source, source_type).map(drop)
+                })?;
+            } else {
+                if source_dir && moving {
+                    // Check the link before changing anything.
+                    let n = &state(locked, new_parent).inode;
+                    if n.links_count() >= MAX_LINKS - 1 && !self.has_feature(RoCompatFeatures::DIR_NLINK) {
+                        return Err(Error::TooManyLinks(shown(new_name)));
+                    }
+                }
+                self.edit_dir(io, format, &mut state(locked, new_parent).inode, |e| {
+                    e.add_entry(new_name, source, source_type)
+                })?;
+            }
+            self.edit_dir(io, format, &mut state(locked, old_parent).inode, |e| e.remove_entry(old_name))?;
+            if source_dir && moving {
+                self.edit_dir(io, format, &mut state(locked, source).inode, |e| e.set_parent(new_parent))?;
+                Self::drop_dir_link(&mut state(locked, old_parent).inode);
+                if !target_dir {
+                    self.add_dir_link(&mut state(locked, new_parent).inode)?;
+                }
+            }
+            if let Some(t) = target {
+                let victim = state(locked, t);
+                if target_dir {
+                    victim.inode.record.links_count = 0;
+                    // The replaced directory's ".." link to its parent goes. A directory
+                    // moved in from elsewhere brings its own (not added above), so the
+                    // parent's count only drops when the source was already its child.
+                    if !moving {
+                        Self::drop_dir_link(&mut state(locked, new_parent).inode);
+                    }
+                } else {
+                    victim.inode.record.links_count = victim.inode.links_count().saturating_sub(1);
+                }
+                let victim = state(locked, t);
+                Self::touch(&mut victim.inode, false);
+                if victim.inode.links_count() == 0 && victim.open_count == 0 {
+                    self.delete_inode(io, victim)?;
+                }
+            }
+            Self::touch(&mut state(locked, source).inode, false);
+        }
+        Self::touch(&mut state(locked, old_parent).inode, true);
+        Self::touch(&mut state(locked, new_parent).inode, true);
+        Ok(())
+    }
+}
