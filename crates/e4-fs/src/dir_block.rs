@@ -5,7 +5,8 @@
 //! blocks the kernel edits.
 
 use e4_format::dir_entry::{
-    encode_entry, entry_size, has_tail, init_leaf_tail, rec_len_to_disk, DirEntry, DirEntryIter, TAIL_SIZE,
+    encode_entry, entry_size, has_tail, init_leaf_tail, rec_len_to_disk, DirEntry, DirEntryIter,
+    TAIL_SIZE,
 };
 use e4_format::{FormatError, Location};
 

@@ -186,9 +186,8 @@ impl DirectoryEditor<'_> {
 
         let mut root_block = block0.bytes().to_vec();
         let dotdot_len = self.format().block_size - DOTDOT_OFFSET;
-        root_block[DOTDOT_OFFSET + 4..DOTDOT_OFFSET + 6].copy_from_slice(
-            &e4_format::dir_entry::rec_len_to_disk(dotdot_len).to_le_bytes(),
-        );
+        root_block[DOTDOT_OFFSET + 4..DOTDOT_OFFSET + 6]
+            .copy_from_slice(&e4_format::dir_entry::rec_len_to_disk(dotdot_len).to_le_bytes());
         let root = DxRoot::new(
             self.format().block_size,
             self.format().metadata_csum,
@@ -323,12 +322,12 @@ impl DirectoryEditor<'_> {
         let loc = self.loc(self.physical(0)?);
         let version = HashVersion::from_disk(root_info.hash_version, self.format().unsigned_hash)
             .ok_or_else(|| {
-                FormatError::corrupt(
-                    "htree root",
-                    loc,
-                    format!("unknown hash version {}", root_info.hash_version),
-                )
-            })?;
+            FormatError::corrupt(
+                "htree root",
+                loc,
+                format!("unknown hash version {}", root_info.hash_version),
+            )
+        })?;
         let hash = self.hash_name(version, name);
         let mut levels = vec![IndexLevel {
             logical: 0,
@@ -380,7 +379,9 @@ impl DirectoryEditor<'_> {
     /// Block 0, its root info and its index.
     fn read_root(&self) -> Result<(Vec<u8>, DxRootInfo, DxNode)> {
         let physical = self.physical(0)?;
-        let bytes = self.io().read(physical, BlockKind::HtreeNode, self.owner())?;
+        let bytes = self
+            .io()
+            .read(physical, BlockKind::HtreeNode, self.owner())?;
         let root = DxRoot::parse(
             &bytes,
             self.format().metadata_csum,
@@ -392,7 +393,9 @@ impl DirectoryEditor<'_> {
 
     fn read_index_node(&self, logical: u64) -> Result<DxNode> {
         let physical = self.physical(logical)?;
-        let bytes = self.io().read(physical, BlockKind::HtreeNode, self.owner())?;
+        let bytes = self
+            .io()
+            .read(physical, BlockKind::HtreeNode, self.owner())?;
         Ok(DxNode::parse(
             &bytes,
             self.format().metadata_csum,
@@ -464,7 +467,10 @@ impl DirectoryEditor<'_> {
 /// Adds (key → logical) right after the entry `index` follows (`dx_insert_block`).
 fn insert_key(index: &mut IndexLevel, key: u32, logical: u64) -> Result<()> {
     let block = block_number(logical)?;
-    index.node.entries.insert(index.at + 1, DxEntry { hash: key, block });
+    index
+        .node
+        .entries
+        .insert(index.at + 1, DxEntry { hash: key, block });
     Ok(())
 }
 

@@ -354,12 +354,8 @@ impl<'a> DirectoryEditor<'a> {
     }
 
     pub(crate) fn write_leaf(&self, physical: u64, leaf: &LeafBlock) -> Result<()> {
-        self.io.write(
-            physical,
-            BlockKind::DirectoryLeaf,
-            self.owner,
-            leaf.bytes(),
-        )
+        self.io
+            .write(physical, BlockKind::DirectoryLeaf, self.owner, leaf.bytes())
     }
 
     fn block_zero_kind(&self) -> BlockKind {
@@ -403,7 +399,10 @@ fn check_name(name: &[u8]) -> Result<()> {
     }
     if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0)
     {
-        return Err(Error::Invalid(format!("{:?} as a directory entry name", shown())));
+        return Err(Error::Invalid(format!(
+            "{:?} as a directory entry name",
+            shown()
+        )));
     }
     Ok(())
 }

@@ -268,8 +268,22 @@ impl Filesystem {
         Ok(None)
     }
 
-    /// Lists a directory, without "." and "..".
-    pub fn read_dir(&self, dir: &Inode) -> Result<Vec<DirEntry>> {
+    /// Lists directory `dir`, without "." and "..".
+    pub fn read_dir(&self, dir: u32) -> Result<Vec<DirEntry>> {
+        self.read_dir_of(&self.read_inode(dir)?)
+    }
+
+    /// Finds `name` in directory `dir`.
+    pub fn lookup(&self, dir: u32, name: &[u8]) -> Result<Option<u32>> {
+        self.lookup_in(&self.read_inode(dir)?, name)
+    }
+
+    /// The parent of directory `dir` (its ".." entry).
+    pub fn parent(&self, dir: u32) -> Result<u32> {
+        self.parent_of(&self.read_inode(dir)?)
+    }
+
+    pub(crate) fn read_dir_of(&self, dir: &Inode) -> Result<Vec<DirEntry>> {
         let mut out = Vec::new();
         self.scan_dir::<()>(dir, |e| {
             if e.name != b"." && e.name != b".." {
@@ -285,7 +299,7 @@ impl Filesystem {
     }
 
     /// The parent of a directory (its ".." entry).
-    pub fn parent_of(&self, dir: &Inode) -> Result<u32> {
+    pub(crate) fn parent_of(&self, dir: &Inode) -> Result<u32> {
         self.require_dir(dir)?;
         if dir.has_flag(flags::INLINE_DATA) {
             return Ok(inline_dir_parent(&dir.record.block));
@@ -299,7 +313,7 @@ impl Filesystem {
 
     /// Finds `name` in `dir`, through the hash index when the directory has one (reading
     /// one block per index level plus the leaf), linearly otherwise.
-    pub fn lookup(&self, dir: &Inode, name: &[u8]) -> Result<Option<u32>> {
+    pub(crate) fn lookup_in(&self, dir: &Inode, name: &[u8]) -> Result<Option<u32>> {
         self.require_dir(dir)?;
         if name == b"." {
             return Ok(Some(dir.ino));

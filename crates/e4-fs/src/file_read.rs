@@ -13,8 +13,28 @@ use crate::filesystem::Filesystem;
 const MAX_SYMLINK_LEN: u64 = 4096;
 
 impl Filesystem {
-    /// Reads up to `buf.len()` bytes at `offset`; returns how many were read (0 at the end).
-    pub fn read_at(&self, inode: &Inode, offset: u64, buf: &mut [u8]) -> Result<usize> {
+    /// Reads up to `buf.len()` bytes at `offset` of file `ino`; returns how many were read
+    /// (0 at the end).
+    pub fn read_at(&self, ino: u32, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        self.read_inode_at(&self.read_inode(ino)?, offset, buf)
+    }
+
+    /// Reads the whole of file `ino`, which must be at most `limit` bytes.
+    pub fn read_file(&self, ino: u32, limit: u64) -> Result<Vec<u8>> {
+        self.read_all(&self.read_inode(ino)?, limit)
+    }
+
+    /// The target of symlink `ino`.
+    pub fn read_link(&self, ino: u32) -> Result<Vec<u8>> {
+        self.read_link_of(&self.read_inode(ino)?)
+    }
+
+    pub(crate) fn read_inode_at(
+        &self,
+        inode: &Inode,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> Result<usize> {
         let size = inode.size();
         if offset >= size || buf.is_empty() {
             return Ok(0);
@@ -57,7 +77,7 @@ impl Filesystem {
     }
 
     /// Reads a whole file of at most `limit` bytes into memory.
-    pub fn read_all(&self, inode: &Inode, limit: u64) -> Result<Vec<u8>> {
+    pub(crate) fn read_all(&self, inode: &Inode, limit: u64) -> Result<Vec<u8>> {
         let size = inode.size();
         if size > limit {
             return Err(FormatError::corrupt(
@@ -68,7 +88,7 @@ impl Filesystem {
             .into());
         }
         let mut out = vec![0u8; size as usize];
-        self.read_at(inode, 0, &mut out)?;
+        self.read_inode_at(inode, 0, &mut out)?;
         Ok(out)
     }
 
@@ -83,7 +103,7 @@ impl Filesystem {
     }
 
     /// The target of a symlink: in `i_block` for a fast symlink, in a data block otherwise.
-    pub fn read_link(&self, inode: &Inode) -> Result<Vec<u8>> {
+    pub(crate) fn read_link_of(&self, inode: &Inode) -> Result<Vec<u8>> {
         let loc = Location::Inode(inode.ino);
         if inode.file_type() != Some(FileType::Symlink) {
             return Err(FormatError::corrupt("symlink", loc, "not a symlink").into());

@@ -48,5 +48,5 @@ pub use error::{Error, Result};
 pub use file_map::Mapping;
 pub use file_write::FallocateMode;
 pub use filesystem::{Filesystem, OpenOptions};
-pub use namespace::{Creator, RenameMode};
 pub use metadata::{Metadata, StatFs};
+pub use namespace::{Creator, RenameMode};

@@ -60,7 +60,10 @@ enum NewKind<'a> {
     Regular,
     Directory,
     Symlink(&'a [u8]),
-    Special { file_type: FileType, rdev: (u32, u32) },
+    Special {
+        file_type: FileType,
+        rdev: (u32, u32),
+    },
 }
 
 impl NewKind<'_> {
@@ -97,7 +100,10 @@ fn check_name(name: &[u8]) -> Result<()> {
     }
     if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0)
     {
-        return Err(Error::Invalid(format!("{:?} cannot be a file name", shown(name))));
+        return Err(Error::Invalid(format!(
+            "{:?} cannot be a file name",
+            shown(name)
+        )));
     }
     Ok(())
 }
@@ -260,9 +266,18 @@ impl Filesystem {
 
     /// Creates a symlink `name` in `parent` pointing at `target` (up to 4,095 bytes; fast,
     /// in the inode, when it fits).
-    pub fn symlink(&self, parent: u32, name: &[u8], target: &[u8], creator: Creator) -> Result<u32> {
+    pub fn symlink(
+        &self,
+        parent: u32,
+        name: &[u8],
+        target: &[u8],
+        creator: Creator,
+    ) -> Result<u32> {
         if target.is_empty() || target.len() >= 4096 {
-            return Err(Error::NameTooLong(format!("symlink target of {} bytes", target.len())));
+            return Err(Error::NameTooLong(format!(
+                "symlink target of {} bytes",
+                target.len()
+            )));
         }
         self.make_node(parent, name, creator, NewKind::Symlink(target))
     }
@@ -283,7 +298,13 @@ impl Filesystem {
         self.make_node(parent, name, creator, NewKind::Special { file_type, rdev })
     }
 
-    fn make_node(&self, parent: u32, name: &[u8], creator: Creator, kind: NewKind<'_>) -> Result<u32> {
+    fn make_node(
+        &self,
+        parent: u32,
+        name: &[u8],
+        creator: Creator,
+        kind: NewKind<'_>,
+    ) -> Result<u32> {
         check_name(name)?;
         let writer = self.writer()?;
         let ino = {
@@ -302,14 +323,18 @@ impl Filesystem {
                 return Err(Error::Exists(shown(name)));
             }
             let is_dir = matches!(kind, NewKind::Directory);
-            if is_dir && dir.links_count() >= MAX_LINKS - 1 && !self.has_feature(RoCompatFeatures::DIR_NLINK) {
+            if is_dir
+                && dir.links_count() >= MAX_LINKS - 1
+                && !self.has_feature(RoCompatFeatures::DIR_NLINK)
+            {
                 return Err(Error::TooManyLinks(shown(name)));
             }
             let alloc_kind = match (&kind, parent) {
                 (NewKind::Directory, ROOT_INO) => {
                     let sb = self.superblock();
-                    let version = HashVersion::from_disk(sb.def_hash_version, sb.unsigned_dir_hash())
-                        .unwrap_or(HashVersion::HalfMd4);
+                    let version =
+                        HashVersion::from_disk(sb.def_hash_version, sb.unsigned_dir_hash())
+                            .unwrap_or(HashVersion::HalfMd4);
                     InodeKind::TopDirectory {
                         name_hash: dir_hash(version, name, &sb.hash_seed).major,
                     }
@@ -375,7 +400,11 @@ impl Filesystem {
         inode.set_mtime(now);
         inode.set_ctime(now);
         inode.set_crtime(now);
-        inode.record.links_count = if file_type == FileType::Directory { 2 } else { 1 };
+        inode.record.links_count = if file_type == FileType::Directory {
+            2
+        } else {
+            1
+        };
         let extents = sb.incompat().contains(IncompatFeatures::EXTENTS);
         let mapped = match kind {
             NewKind::Regular | NewKind::Directory => true,
@@ -466,9 +495,10 @@ impl Filesystem {
             }
             let (dir, target) = two_states(&mut locked, parent, ino);
             self.require_directory(&dir.inode)?;
-            let file_type = target.inode.file_type().ok_or_else(|| {
-                Error::Invalid(format!("inode {ino} has no valid file type"))
-            })?;
+            let file_type = target
+                .inode
+                .file_type()
+                .ok_or_else(|| Error::Invalid(format!("inode {ino} has no valid file type")))?;
             if file_type == FileType::Directory {
                 return Err(Error::Invalid("a directory cannot be hard-linked".into()));
             }
@@ -478,10 +508,15 @@ impl Filesystem {
             if target.inode.links_count() >= MAX_LINKS {
                 return Err(Error::TooManyLinks(shown(name)));
             }
-            if self.lookup_locked(&io, &format, &mut dir.inode, name)?.is_some() {
+            if self
+                .lookup_locked(&io, &format, &mut dir.inode, name)?
+                .is_some()
+            {
                 return Err(Error::Exists(shown(name)));
             }
-            self.edit_dir(&io, &format, &mut dir.inode, |e| e.add_entry(name, ino, file_type))?;
+            self.edit_dir(&io, &format, &mut dir.inode, |e| {
+                e.add_entry(name, ino, file_type)
+            })?;
             target.inode.record.links_count += 1;
             Self::touch(&mut target.inode, false);
             Self::touch(&mut dir.inode, true);
@@ -659,9 +694,7 @@ impl Filesystem {
                             None => false,
                         });
                 if into_itself {
-                    return Err(Error::Invalid(
-                        "cannot move a directory into itself".into(),
-                    ));
+                    return Err(Error::Invalid("cannot move a directory into itself".into()));
                 }
             }
             let mut handles = vec![old_dir.clone(), new_dir.clone(), self.inode_handle(source)?];
@@ -670,15 +703,36 @@ impl Filesystem {
             }
             let mut locked = lock_in_order(&handles);
             let now_source = self
-                .lookup_locked(&io, &format, &mut state(&mut locked, old_parent).inode, old_name)?
+                .lookup_locked(
+                    &io,
+                    &format,
+                    &mut state(&mut locked, old_parent).inode,
+                    old_name,
+                )?
                 .map(|e| e.ino);
             let now_target = self
-                .lookup_locked(&io, &format, &mut state(&mut locked, new_parent).inode, new_name)?
+                .lookup_locked(
+                    &io,
+                    &format,
+                    &mut state(&mut locked, new_parent).inode,
+                    new_name,
+                )?
                 .map(|e| e.ino);
             if now_source != Some(source) || now_target != target {
                 continue;
             }
-            self.rename_locked(&io, &format, &mut locked, old_parent, old_name, new_parent, new_name, source, target, mode)?;
+            self.rename_locked(
+                &io,
+                &format,
+                &mut locked,
+                old_parent,
+                old_name,
+                new_parent,
+                new_name,
+                source,
+                target,
+                mode,
+            )?;
             drop(locked);
             for h in &handles {
                 self.inodes.mark_dirty(h);
@@ -735,9 +789,10 @@ impl Filesystem {
         mode: RenameMode,
     ) -> Result<()> {
         let type_of = |locked: &mut [(u32, MutexGuard<'_, InodeState>)], ino: u32| {
-            state(locked, ino).inode.file_type().ok_or_else(|| {
-                Error::Invalid(format!("inode {ino} has no valid file type"))
-            })
+            state(locked, ino)
+                .inode
+                .file_type()
+                .ok_or_else(|| Error::Invalid(format!("inode {ino} has no valid file type")))
         };
         let source_type = type_of(locked, source)?;
         let source_dir = source_type == FileType::Directory;
@@ -760,13 +815,21 @@ impl Filesystem {
             })?;
             if moving {
                 if source_dir {
-                    self.edit_dir(io, format, &mut state(locked, source).inode, |e| e.set_parent(new_parent))?;
+                    self.edit_dir(io, format, &mut state(locked, source).inode, |e| {
+                        e.set_parent(new_parent)
+                    })?;
                 }
                 if target_dir {
-                    self.edit_dir(io, format, &mut state(locked, target).inode, |e| e.set_parent(old_parent))?;
+                    self.edit_dir(io, format, &mut state(locked, target).inode, |e| {
+                        e.set_parent(old_parent)
+                    })?;
                 }
                 if source_dir != target_dir {
-                    let (gains, loses) = if source_dir { (new_parent, old_parent) } else { (old_parent, new_parent) };
+                    let (gains, loses) = if source_dir {
+                        (new_parent, old_parent)
+                    } else {
+                        (old_parent, new_parent)
+                    };
                     self.add_dir_link(&mut state(locked, gains).inode)?;
                     Self::drop_dir_link(&mut state(locked, loses).inode);
                 }
@@ -780,7 +843,9 @@ impl Filesystem {
                     (true, false) => return Err(Error::NotADirectory(shown(new_name))),
                     (false, true) => return Err(Error::IsADirectory(shown(new_name))),
                     (true, true) => {
-                        if !self.edit_dir(io, format, &mut state(locked, t).inode, |e| e.is_empty())? {
+                        if !self
+                            .edit_dir(io, format, &mut state(locked, t).inode, |e| e.is_empty())?
+                        {
                             return Err(Error::NotEmpty(shown(new_name)));
                         }
                     }
@@ -793,7 +858,9 @@ impl Filesystem {
                 if source_dir && moving {
                     // Check the link before changing anything.
                     let n = &state(locked, new_parent).inode;
-                    if n.links_count() >= MAX_LINKS - 1 && !self.has_feature(RoCompatFeatures::DIR_NLINK) {
+                    if n.links_count() >= MAX_LINKS - 1
+                        && !self.has_feature(RoCompatFeatures::DIR_NLINK)
+                    {
                         return Err(Error::TooManyLinks(shown(new_name)));
                     }
                 }
@@ -801,9 +868,13 @@ impl Filesystem {
                     e.add_entry(new_name, source, source_type)
                 })?;
             }
-            self.edit_dir(io, format, &mut state(locked, old_parent).inode, |e| e.remove_entry(old_name))?;
+            self.edit_dir(io, format, &mut state(locked, old_parent).inode, |e| {
+                e.remove_entry(old_name)
+            })?;
             if source_dir && moving {
-                self.edit_dir(io, format, &mut state(locked, source).inode, |e| e.set_parent(new_parent))?;
+                self.edit_dir(io, format, &mut state(locked, source).inode, |e| {
+                    e.set_parent(new_parent)
+                })?;
                 Self::drop_dir_link(&mut state(locked, old_parent).inode);
                 if !target_dir {
                     self.add_dir_link(&mut state(locked, new_parent).inode)?;

@@ -30,7 +30,7 @@ impl Filesystem {
                 return Err(Error::NotADirectory(shown()));
             }
             let ino = self
-                .lookup(&dir, &name)?
+                .lookup_in(&dir, &name)?
                 .ok_or_else(|| Error::NotFound(shown()))?;
             let inode = self.read_inode(ino)?;
             let is_last = pending.is_empty();
@@ -39,7 +39,7 @@ impl Filesystem {
                 if followed > MAX_SYMLINKS {
                     return Err(Error::SymlinkLoop(shown()));
                 }
-                let target = self.read_link(&inode)?;
+                let target = self.read_link_of(&inode)?;
                 if target.first() == Some(&b'/') {
                     current = ROOT_INO;
                 }

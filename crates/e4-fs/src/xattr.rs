@@ -92,7 +92,18 @@ impl Filesystem {
     }
 
     /// Names of the attributes `listxattr` would show.
-    pub fn list_xattrs(&self, inode: &Inode) -> Result<Vec<Vec<u8>>> {
+    /// The names of inode `ino`'s extended attributes, with their namespace prefixes.
+    pub fn list_xattrs(&self, ino: u32) -> Result<Vec<Vec<u8>>> {
+        self.list_xattrs_of(&self.read_inode(ino)?)
+    }
+
+    /// The value of inode `ino`'s extended attribute `name` (with its prefix, e.g.
+    /// `user.comment`), if it has one.
+    pub fn get_xattr(&self, ino: u32, name: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.get_xattr_of(&self.read_inode(ino)?, name)
+    }
+
+    pub(crate) fn list_xattrs_of(&self, inode: &Inode) -> Result<Vec<Vec<u8>>> {
         Ok(self
             .stored_xattrs(inode)?
             .into_iter()
@@ -102,7 +113,7 @@ impl Filesystem {
     }
 
     /// An attribute's value as `getxattr` returns it.
-    pub fn get_xattr(&self, inode: &Inode, name: &[u8]) -> Result<Option<Vec<u8>>> {
+    pub(crate) fn get_xattr_of(&self, inode: &Inode, name: &[u8]) -> Result<Option<Vec<u8>>> {
         if !is_listed(name) {
             return Ok(None);
         }

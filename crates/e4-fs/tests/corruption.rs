@@ -36,7 +36,7 @@ fn metadata_blocks(image: &[u8], block_size: usize) -> Vec<usize> {
         let inode = fs.read_inode(ino).unwrap();
         match inode.file_type() {
             Some(FileType::Directory) => {
-                queue.extend(fs.read_dir(&inode).unwrap().into_iter().map(|e| e.ino));
+                queue.extend(fs.read_dir(ino).unwrap().into_iter().map(|e| e.ino));
             }
             Some(FileType::Regular) if !inode.has_flag(e4_format::inode::flags::INLINE_DATA) => {
                 let blocks = inode.size().div_ceil(block_size as u64);
@@ -98,6 +98,7 @@ fn mutated_images_never_panic() {
             let options = OpenOptions {
                 verify_checksums: case % 2 == 0,
                 cache_bytes: 1 << 20,
+                writable: false,
             };
             let outcome = catch_unwind(AssertUnwindSafe(|| {
                 Filesystem::open_bytes(bytes, options).map(|fs| walk_everything(&fs))

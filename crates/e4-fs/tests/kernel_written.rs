@@ -112,10 +112,9 @@ fn reads_what_the_kernel_wrote() {
             (k.ctime(), k.ctime_nsec()),
             "{path} ctime"
         );
-        let inode = fs.read_inode(ino).unwrap();
         let index = path[2..].to_string();
         assert_eq!(
-            fs.get_xattr(&inode, b"user.index").unwrap().unwrap(),
+            fs.get_xattr(ino, b"user.index").unwrap().unwrap(),
             index.as_bytes()
         );
     }
@@ -131,25 +130,22 @@ fn reads_what_the_kernel_wrote() {
         root.header.depth, 2,
         "1500 extents overflow four leaves of 340"
     );
-    assert_eq!(fs.read_all(&punched, 1 << 30).unwrap(), kernel_punched);
+    assert_eq!(fs.read_file(punched.ino, 1 << 30).unwrap(), kernel_punched);
     let pre = fs
         .read_inode(fs.resolve("/prealloc", true).unwrap())
         .unwrap();
-    assert_eq!(fs.read_all(&pre, 1 << 30).unwrap(), kernel_prealloc);
+    assert_eq!(fs.read_file(pre.ino, 1 << 30).unwrap(), kernel_prealloc);
     let grown = fs.read_inode(fs.resolve("/grown", true).unwrap()).unwrap();
     assert!(
         grown.has_flag(e4_format::inode::flags::INDEX),
         "the kernel indexes a 3000-entry directory"
     );
-    assert_eq!(fs.read_dir(&grown).unwrap().len(), 3000);
+    assert_eq!(fs.read_dir(grown.ino).unwrap().len(), 3000);
     for i in (0..3000).step_by(7) {
         let ino = fs
-            .lookup(&grown, format!("kernel-file-{i}").as_bytes())
+            .lookup(grown.ino, format!("kernel-file-{i}").as_bytes())
             .unwrap()
             .unwrap();
-        assert_eq!(
-            fs.read_all(&fs.read_inode(ino).unwrap(), 16).unwrap(),
-            i.to_string().as_bytes()
-        );
+        assert_eq!(fs.read_file(ino, 16).unwrap(), i.to_string().as_bytes());
     }
 }

@@ -2,13 +2,11 @@
 //! handle and read the same bytes the source tree holds, and feature gating refuses what
 //! e4 cannot read.
 
-use std::io;
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use e4_format::superblock::{Superblock, SUPERBLOCK_OFFSET};
-use e4_fs::device::{Device, FileDevice};
+use e4_fs::device::{Fault, FaultyDevice, FileDevice};
 use e4_fs::{Error, Filesystem, OpenOptions};
 use e4_testkit::{e2fsck_clean, full_source_tree, make_image, Image, TreeSpec, PROFILES};
 use rand::{Rng, SeedableRng};
@@ -18,32 +16,16 @@ fn image(profile: &str) -> Image {
     make_image(full_source_tree(), p, 256, 32768)
 }
 
-/// A device that counts the reads that reach it.
-struct CountingDevice {
-    inner: FileDevice,
-    reads: Arc<AtomicUsize>,
-}
-
-impl Device for CountingDevice {
-    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        self.reads.fetch_add(1, Ordering::Relaxed);
-        self.inner.read_exact_at(buf, offset)
-    }
-    fn size(&self) -> u64 {
-        self.inner.size()
-    }
-}
-
 #[test]
 fn htree_lookup_reads_depth_blocks_and_finds_every_name() {
     // 1 KiB blocks make the 20,000-entry directory a two-level htree.
     let img = image("ext4-1k");
-    let reads = Arc::new(AtomicUsize::new(0));
-    let device = CountingDevice {
-        inner: FileDevice::open(&img.path).unwrap(),
-        reads: Arc::clone(&reads),
-    };
-    let fs = Filesystem::open_device(Box::new(device), OpenOptions::default()).unwrap();
+    let device = Arc::new(FaultyDevice::new(
+        FileDevice::open(&img.path, false).unwrap(),
+        Fault::Never,
+    ));
+    let fs = Filesystem::open_device(device.clone(), OpenOptions::default()).unwrap();
+    let reads = || device.counts().0;
     let dir_ino = fs.resolve("/big_dir", true).unwrap();
     let dir = fs.read_inode(dir_ino).unwrap();
     assert!(
@@ -53,9 +35,9 @@ fn htree_lookup_reads_depth_blocks_and_finds_every_name() {
     let dir_blocks = dir.size() / u64::from(fs.block_size());
     assert!(dir_blocks > 500, "big_dir has only {dir_blocks} blocks");
 
-    let before = reads.load(Ordering::Relaxed);
-    assert!(fs.lookup(&dir, b"needle").unwrap().is_some());
-    let used = reads.load(Ordering::Relaxed) - before;
+    let before = reads();
+    assert!(fs.lookup(dir.ino, b"needle").unwrap().is_some());
+    let used = reads() - before;
     // Root, one interior node, one leaf, and at most two extent-tree blocks.
     assert!(
         used <= 5,
@@ -63,18 +45,18 @@ fn htree_lookup_reads_depth_blocks_and_finds_every_name() {
     );
 
     // Every listed name is found by the index, with the same inode.
-    let entries = fs.read_dir(&dir).unwrap();
+    let entries = fs.read_dir(dir.ino).unwrap();
     assert_eq!(entries.len(), TreeSpec::full().big_dir_entries + 1);
     for entry in &entries {
         assert_eq!(
-            fs.lookup(&dir, &entry.name).unwrap(),
+            fs.lookup(dir.ino, &entry.name).unwrap(),
             Some(entry.ino),
             "{:?}",
             String::from_utf8_lossy(&entry.name)
         );
     }
     for missing in [&b"entry_999999_"[..], b"needle2", b"x"] {
-        assert_eq!(fs.lookup(&dir, missing).unwrap(), None);
+        assert_eq!(fs.lookup(dir.ino, missing).unwrap(), None);
     }
 }
 
@@ -143,7 +125,7 @@ fn many_threads_share_one_handle() {
                         .unwrap();
                     let start = rng.gen_range(0..=expected.len());
                     let mut buf = vec![0u8; rng.gen_range(0..200_000)];
-                    let n = fs.read_at(&inode, start as u64, &mut buf).unwrap();
+                    let n = fs.read_at(inode.ino, start as u64, &mut buf).unwrap();
                     assert_eq!(
                         &buf[..n],
                         &expected[start..(start + n).min(expected.len())],
@@ -203,8 +185,7 @@ fn feature_gating() {
     let fs = Filesystem::open_bytes(unknown_ro, OpenOptions::default()).unwrap();
     assert!(fs.read_only_reason().unwrap().contains("FEATURE_R30"));
     assert_eq!(
-        fs.read_all(&fs.read_inode(fs.resolve("/f", true).unwrap()).unwrap(), 10)
-            .unwrap(),
+        fs.read_file(fs.resolve("/f", true).unwrap(), 10).unwrap(),
         b"x"
     );
 

@@ -93,7 +93,12 @@ fn kind(e: &Error) -> &'static str {
     }
 }
 
-fn check<T: std::fmt::Debug>(step: usize, what: &str, got: Result<T, Error>, want: Result<(), &str>) -> Option<T> {
+fn check<T: std::fmt::Debug>(
+    step: usize,
+    what: &str,
+    got: Result<T, Error>,
+    want: Result<(), &str>,
+) -> Option<T> {
     match (got, want) {
         (Ok(v), Ok(())) => Some(v),
         (Err(e), Err(k)) => {
@@ -132,7 +137,7 @@ fn run(profile_args: &[&str], name: &str, seed: u64, steps: usize) {
     let fs = Filesystem::open(&img.path, OpenOptions::writable()).unwrap();
     // Start from the root as mke2fs left it (lost+found included).
     let mut root = BTreeMap::new();
-    for e in fs.read_dir(&fs.read_inode(ROOT).unwrap()).unwrap() {
+    for e in fs.read_dir(ROOT).unwrap() {
         root.insert(e.name.clone(), e.ino);
         model.nodes.insert(e.ino, Node::Dir(BTreeMap::new()));
         model.links.insert(e.ino, 1);
@@ -147,7 +152,11 @@ fn run(profile_args: &[&str], name: &str, seed: u64, steps: usize) {
         let existing = model.dir(dir).get(&nm).copied();
         match rng.gen_range(0..100) {
             0..=17 => {
-                let want = if existing.is_some() { Err("EEXIST") } else { Ok(()) };
+                let want = if existing.is_some() {
+                    Err("EEXIST")
+                } else {
+                    Ok(())
+                };
                 if let Some(ino) = check(step, "create", fs.create(dir, &nm, ME), want) {
                     model.nodes.insert(ino, Node::File(Vec::new()));
                     model.links.insert(ino, 1);
@@ -155,7 +164,11 @@ fn run(profile_args: &[&str], name: &str, seed: u64, steps: usize) {
                 }
             }
             18..=27 => {
-                let want = if existing.is_some() { Err("EEXIST") } else { Ok(()) };
+                let want = if existing.is_some() {
+                    Err("EEXIST")
+                } else {
+                    Ok(())
+                };
                 if let Some(ino) = check(step, "mkdir", fs.mkdir(dir, &nm, ME), want) {
                     model.nodes.insert(ino, Node::Dir(BTreeMap::new()));
                     model.links.insert(ino, 1);
@@ -164,9 +177,17 @@ fn run(profile_args: &[&str], name: &str, seed: u64, steps: usize) {
                 }
             }
             28..=31 => {
-                let len = if rng.gen_bool(0.5) { rng.gen_range(1..60) } else { rng.gen_range(60..400) };
+                let len = if rng.gen_bool(0.5) {
+                    rng.gen_range(1..60)
+                } else {
+                    rng.gen_range(60..400)
+                };
                 let target: Vec<u8> = (0..len).map(|_| rng.gen_range(b'a'..=b'z')).collect();
-                let want = if existing.is_some() { Err("EEXIST") } else { Ok(()) };
+                let want = if existing.is_some() {
+                    Err("EEXIST")
+                } else {
+                    Ok(())
+                };
                 if let Some(ino) = check(step, "symlink", fs.symlink(dir, &nm, &target, ME), want) {
                     model.nodes.insert(ino, Node::Symlink(target));
                     model.links.insert(ino, 1);
@@ -174,8 +195,17 @@ fn run(profile_args: &[&str], name: &str, seed: u64, steps: usize) {
                 }
             }
             32..=33 => {
-                let want = if existing.is_some() { Err("EEXIST") } else { Ok(()) };
-                if let Some(ino) = check(step, "mknod", fs.mknod(dir, &nm, FileType::Fifo, (0, 0), ME), want) {
+                let want = if existing.is_some() {
+                    Err("EEXIST")
+                } else {
+                    Ok(())
+                };
+                if let Some(ino) = check(
+                    step,
+                    "mknod",
+                    fs.mknod(dir, &nm, FileType::Fifo, (0, 0), ME),
+                    want,
+                ) {
                     model.nodes.insert(ino, Node::Fifo);
                     model.links.insert(ino, 1);
                     model.dir_mut(dir).insert(nm, ino);
@@ -188,16 +218,23 @@ fn run(profile_args: &[&str], name: &str, seed: u64, steps: usize) {
                 }
                 let ino = files[rng.gen_range(0..files.len())];
                 let offset = if rng.gen_bool(0.5) {
-                    match &model.nodes[&ino] { Node::File(d) => d.len() as u64, _ => 0 }
+                    match &model.nodes[&ino] {
+                        Node::File(d) => d.len() as u64,
+                        _ => 0,
+                    }
                 } else {
                     rng.gen_range(0..2 << 20)
                 };
                 let max_len = if rng.gen_bool(0.8) { 8192 } else { 300_000 };
                 let len = rng.gen_range(1..max_len);
                 let data: Vec<u8> = (0..len).map(|_| rng.gen()).collect();
-                let n = fs.write_at(ino, offset, &data).unwrap_or_else(|e| panic!("step {step}: write: {e}"));
+                let n = fs
+                    .write_at(ino, offset, &data)
+                    .unwrap_or_else(|e| panic!("step {step}: write: {e}"));
                 assert_eq!(n, len);
-                let Some(Node::File(content)) = model.nodes.get_mut(&ino) else { unreachable!() };
+                let Some(Node::File(content)) = model.nodes.get_mut(&ino) else {
+                    unreachable!()
+                };
                 let end = offset as usize + len;
                 if content.len() < end {
                     content.resize(end, 0);
@@ -211,8 +248,11 @@ fn run(profile_args: &[&str], name: &str, seed: u64, steps: usize) {
                 }
                 let ino = files[rng.gen_range(0..files.len())];
                 let size = rng.gen_range(0..3 << 20);
-                fs.truncate(ino, size).unwrap_or_else(|e| panic!("step {step}: truncate: {e}"));
-                let Some(Node::File(content)) = model.nodes.get_mut(&ino) else { unreachable!() };
+                fs.truncate(ino, size)
+                    .unwrap_or_else(|e| panic!("step {step}: truncate: {e}"));
+                let Some(Node::File(content)) = model.nodes.get_mut(&ino) else {
+                    unreachable!()
+                };
                 content.resize(size as usize, 0);
             }
             60..=71 => {
@@ -246,7 +286,11 @@ fn run(profile_args: &[&str], name: &str, seed: u64, steps: usize) {
                     continue;
                 }
                 let ino = files[rng.gen_range(0..files.len())];
-                let want = if existing.is_some() { Err("EEXIST") } else { Ok(()) };
+                let want = if existing.is_some() {
+                    Err("EEXIST")
+                } else {
+                    Ok(())
+                };
                 if check(step, "link", fs.link(ino, dir, &nm), want).is_some() {
                     *model.links.get_mut(&ino).unwrap() += 1;
                     model.dir_mut(dir).insert(nm, ino);
@@ -269,7 +313,9 @@ fn run(profile_args: &[&str], name: &str, seed: u64, steps: usize) {
                         let into_itself = moving
                             && ((model.is_dir(s) && model.is_ancestor(s, to_dir))
                                 || (mode == RenameMode::Exchange
-                                    && t.is_some_and(|t| model.is_dir(t) && model.is_ancestor(t, dir))));
+                                    && t.is_some_and(|t| {
+                                        model.is_dir(t) && model.is_ancestor(t, dir)
+                                    })));
                         if into_itself {
                             Err("EINVAL")
                         } else {
@@ -328,7 +374,14 @@ fn run(profile_args: &[&str], name: &str, seed: u64, steps: usize) {
         "{name} seed {seed}: {} inodes, {} directories, {} bytes of file data in the model",
         model.nodes.len(),
         model.dirs().len(),
-        model.files().iter().map(|f| match &model.nodes[f] { Node::File(d) => d.len(), _ => 0 }).sum::<usize>()
+        model
+            .files()
+            .iter()
+            .map(|f| match &model.nodes[f] {
+                Node::File(d) => d.len(),
+                _ => 0,
+            })
+            .sum::<usize>()
     );
     fs.unmount().unwrap();
     e2fsck_clean(&img.path).unwrap_or_else(|e| panic!("{name} seed {seed}: {e}"));
@@ -342,25 +395,33 @@ fn run(profile_args: &[&str], name: &str, seed: u64, steps: usize) {
 
 fn compare_e4(fs: &Filesystem, model: &Model, dir: u32, name: &str) {
     let mut listed: BTreeMap<Vec<u8>, u32> = BTreeMap::new();
-    for e in fs.read_dir(&fs.read_inode(dir).unwrap()).unwrap() {
+    for e in fs.read_dir(dir).unwrap() {
         listed.insert(e.name, e.ino);
     }
     assert_eq!(&listed, model.dir(dir), "{name}: directory {dir}");
     for (entry, &ino) in model.dir(dir) {
         let inode = fs.read_inode(ino).unwrap();
         let what = format!("{name}: {} (inode {ino})", String::from_utf8_lossy(entry));
-        assert_eq!(u32::from(inode.links_count()), if model.is_dir(ino) {
-            2 + model.dir(ino).values().filter(|&&c| model.is_dir(c)).count() as u32
-        } else {
-            model.links[&ino]
-        }, "{what}: links");
+        assert_eq!(
+            u32::from(inode.links_count()),
+            if model.is_dir(ino) {
+                2 + model
+                    .dir(ino)
+                    .values()
+                    .filter(|&&c| model.is_dir(c))
+                    .count() as u32
+            } else {
+                model.links[&ino]
+            },
+            "{what}: links"
+        );
         match &model.nodes[&ino] {
             Node::File(content) => {
                 assert_eq!(inode.size(), content.len() as u64, "{what}");
-                let got = fs.read_all(&inode, u64::MAX).unwrap();
+                let got = fs.read_file(ino, u64::MAX).unwrap();
                 assert!(got == *content, "{what}: content differs");
             }
-            Node::Symlink(target) => assert_eq!(&fs.read_link(&inode).unwrap(), target, "{what}"),
+            Node::Symlink(target) => assert_eq!(&fs.read_link(ino).unwrap(), target, "{what}"),
             Node::Dir(_) => compare_e4(fs, model, ino, name),
             Node::Fifo => assert_eq!(inode.file_type(), Some(FileType::Fifo)),
         }
@@ -380,9 +441,16 @@ fn compare_host(path: &Path, model: &Model, dir: u32, name: &str) {
         let p = path.join(std::ffi::OsStr::from_bytes(entry));
         match &model.nodes[&ino] {
             Node::File(content) => {
-                assert!(std::fs::read(&p).unwrap() == *content, "{name}: kernel reads {} differently", p.display())
+                assert!(
+                    std::fs::read(&p).unwrap() == *content,
+                    "{name}: kernel reads {} differently",
+                    p.display()
+                )
             }
-            Node::Symlink(target) => assert_eq!(std::fs::read_link(&p).unwrap().as_os_str().as_bytes(), &target[..]),
+            Node::Symlink(target) => assert_eq!(
+                std::fs::read_link(&p).unwrap().as_os_str().as_bytes(),
+                &target[..]
+            ),
             Node::Dir(_) => compare_host(&p, model, ino, name),
             Node::Fifo => {}
         }

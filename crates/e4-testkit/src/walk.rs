@@ -20,26 +20,26 @@ pub fn walk_everything(fs: &Filesystem) -> usize {
             continue;
         };
         let _ = fs.metadata(ino);
-        if let Ok(names) = fs.list_xattrs(&inode) {
+        if let Ok(names) = fs.list_xattrs(ino) {
             for name in names {
-                let _ = fs.get_xattr(&inode, &name);
+                let _ = fs.get_xattr(ino, &name);
             }
         }
         match inode.file_type() {
             Some(FileType::Directory) => {
-                let _ = fs.parent_of(&inode);
-                if let Ok(entries) = fs.read_dir(&inode) {
+                let _ = fs.parent(ino);
+                if let Ok(entries) = fs.read_dir(ino) {
                     for entry in entries.into_iter().take(500) {
-                        let _ = fs.lookup(&inode, &entry.name);
+                        let _ = fs.lookup(ino, &entry.name);
                         queue.push(entry.ino);
                     }
                 }
-                let _ = fs.lookup(&inode, b"no-such-name");
+                let _ = fs.lookup(ino, b"no-such-name");
             }
             Some(FileType::Regular) => {
                 let mut offset = 0u64;
                 while offset < (1 << 20) {
-                    match fs.read_at(&inode, offset, &mut buf) {
+                    match fs.read_at(ino, offset, &mut buf) {
                         Ok(n) if n > 0 => offset += n as u64,
                         _ => break,
                     }
@@ -47,7 +47,7 @@ pub fn walk_everything(fs: &Filesystem) -> usize {
                 let _ = fs.map_block(&inode, u64::from(u32::MAX), 8);
             }
             Some(FileType::Symlink) => {
-                let _ = fs.read_link(&inode);
+                let _ = fs.read_link(ino);
             }
             _ => {}
         }

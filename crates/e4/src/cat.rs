@@ -17,7 +17,7 @@ pub fn run(fs: &Filesystem, path: &str) -> Result<(), CliError> {
     let mut buf = vec![0u8; CHUNK];
     let mut offset = 0u64;
     loop {
-        let n = fs.read_at(&inode, offset, &mut buf)?;
+        let n = fs.read_at(inode.ino, offset, &mut buf)?;
         if n == 0 {
             break;
         }

@@ -125,11 +125,7 @@ impl Export<'_> {
 
     /// Exports every entry of the directory `dir_fd` (at `rel` in the image).
     fn directory_contents(&self, dir_fd: &OwnedFd, rel: &Path, meta: &Metadata) {
-        let entries = match self
-            .fs
-            .read_inode(meta.ino)
-            .and_then(|inode| self.fs.read_dir(&inode))
-        {
+        let entries = match self.fs.read_dir(meta.ino) {
             Ok(entries) => entries,
             Err(e) => return self.fail(rel, e),
         };
@@ -270,7 +266,7 @@ impl Export<'_> {
                 self.apply_metadata(Target::Fd(&fd), path, meta);
             }
             FileType::Symlink => {
-                let target = self.fs.read_link(&inode).map_err(|e| e.to_string())?;
+                let target = self.fs.read_link(inode.ino).map_err(|e| e.to_string())?;
                 host::symlinkat(OsStr::from_bytes(&target), dir_fd, name)
                     .map_err(|e| e.to_string())?;
                 self.apply_metadata(Target::At(dir_fd, name), path, meta);
@@ -304,7 +300,7 @@ impl Export<'_> {
         let fs = self.fs;
         let size = inode.size();
         if inode.has_flag(e4_format::inode::flags::INLINE_DATA) {
-            let data = fs.read_all(inode, size).map_err(|e| e.to_string())?;
+            let data = fs.read_file(inode.ino, size).map_err(|e| e.to_string())?;
             return file.write_all_at(&data, 0).map_err(|e| e.to_string());
         }
         let bs = u64::from(fs.block_size());
@@ -329,7 +325,7 @@ impl Export<'_> {
                                 buf.resize(want, 0);
                             }
                             let n = fs
-                                .read_at(inode, offset, &mut buf[..want])
+                                .read_at(inode.ino, offset, &mut buf[..want])
                                 .map_err(|e| e.to_string())?;
                             file.write_all_at(&buf[..n], offset)
                                 .map_err(|e| e.to_string())?;
@@ -384,10 +380,9 @@ impl Export<'_> {
 
     fn copy_xattrs(&self, target: Target<'_>, path: &Path, ino: u32) -> Result<(), String> {
         let fs = self.fs;
-        let inode = fs.read_inode(ino).map_err(|e| e.to_string())?;
-        for name in fs.list_xattrs(&inode).map_err(|e| e.to_string())? {
+        for name in fs.list_xattrs(ino).map_err(|e| e.to_string())? {
             let value = fs
-                .get_xattr(&inode, &name)
+                .get_xattr(ino, &name)
                 .map_err(|e| e.to_string())?
                 .unwrap_or_default();
             let set = match target {

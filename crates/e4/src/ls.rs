@@ -25,8 +25,7 @@ pub fn run(fs: &Filesystem, path: &str, listing: Listing) -> Result<(), CliError
         print_entry(&mut out, fs, name.as_bytes(), &meta, listing)?;
         return out.finish();
     }
-    let dir = fs.read_inode(ino)?;
-    let mut entries = fs.read_dir(&dir)?;
+    let mut entries = fs.read_dir(ino)?;
     entries.sort_by(|a, b| a.name.cmp(&b.name));
     for entry in entries {
         let meta = fs.metadata(entry.ino)?;
@@ -106,7 +105,7 @@ fn print_entry(
         format_short(meta.mtime.seconds),
     );
     if meta.file_type == FileType::Symlink {
-        let target = fs.read_link(&fs.read_inode(meta.ino)?)?;
+        let target = fs.read_link(meta.ino)?;
         line.push_str(" -> ");
         line.push_str(&std::ffi::OsStr::from_bytes(&target).to_string_lossy());
     }

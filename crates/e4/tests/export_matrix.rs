@@ -104,9 +104,8 @@ fn compare_with_kernel(fs: &Filesystem, mount: &Path) -> Vec<String> {
                 .map(|e| e.unwrap().file_name().as_bytes().to_vec())
                 .collect();
             names.sort();
-            let inode = fs.read_inode(ino).unwrap();
             let mut ours: Vec<Vec<u8>> = fs
-                .read_dir(&inode)
+                .read_dir(ino)
                 .unwrap()
                 .into_iter()
                 .map(|e| e.name)
