@@ -16,6 +16,7 @@
 
 #![forbid(unsafe_code)]
 
+mod attributes;
 mod block_checksums;
 pub mod buffer_cache;
 pub mod device;
@@ -42,6 +43,7 @@ mod writer;
 mod xattr;
 mod xattr_write;
 
+pub use attributes::SetAttributes;
 pub use directory::DirEntry;
 pub use e4_format::inode::{FileType, Inode, Timestamp};
 pub use error::{Error, Result};
@@ -50,3 +52,4 @@ pub use file_write::FallocateMode;
 pub use filesystem::{Filesystem, OpenOptions};
 pub use metadata::{Metadata, StatFs};
 pub use namespace::{Creator, RenameMode};
+pub use xattr_write::XattrSet;

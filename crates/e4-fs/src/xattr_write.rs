@@ -12,7 +12,36 @@ use crate::filesystem::Filesystem;
 use crate::meta_io::{BlockKind, MetaIo};
 use crate::txn_io::TxnIo;
 
+/// How [`Filesystem::set_xattr`] treats an existing attribute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum XattrSet {
+    /// Create it or replace it.
+    #[default]
+    Either,
+    /// Fail with [`crate::Error::Exists`] if it exists (XATTR_CREATE).
+    Create,
+    /// Fail if it does not exist (XATTR_REPLACE).
+    Replace,
+}
+
 impl Filesystem {
+    /// Sets extended attribute `name` (with its namespace prefix, e.g. `user.comment` or
+    /// `system.posix_acl_access`) of inode `ino` to `value`.
+    pub fn set_xattr(&self, ino: u32, name: &[u8], value: &[u8], how: XattrSet) -> Result<()> {
+        let _ = (ino, name, value, how);
+        Err(crate::Error::NotSupported(
+            "setting extended attributes".into(),
+        ))
+    }
+
+    /// Removes extended attribute `name` of inode `ino`.
+    pub fn remove_xattr(&self, ino: u32, name: &[u8]) -> Result<()> {
+        let _ = (ino, name);
+        Err(crate::Error::NotSupported(
+            "removing extended attributes".into(),
+        ))
+    }
+
     /// Takes `inode`'s reference to its xattr block away (freeing the block with its last
     /// reference) and clears `i_file_acl`.
     pub(crate) fn drop_xattr_block(&self, io: &TxnIo<'_>, inode: &mut Inode) -> Result<()> {
