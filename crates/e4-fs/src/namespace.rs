@@ -359,26 +359,37 @@ impl Filesystem {
                 })?;
             let ino = new.ino;
             let mut inode = self.new_inode(ino, &kind, creator);
-            let built = self.fill_new_inode(&io, &format, &mut inode, &kind, parent);
-            let linked = built.and_then(|()| {
-                self.edit_dir(&io, &format, &mut parent_state.inode, |e| {
-                    e.add_entry(name, ino, kind.file_type())
-                })
-            });
-            if let Err(e) = linked {
-                // Give back what the new inode took; the directory is unchanged.
+            if let Err(e) = self.fill_new_inode(&io, &format, &mut inode, &kind, parent) {
                 let mut doomed = InodeState::detached(inode);
                 self.release_inode_space(&io, &mut doomed).ok();
                 writer.inodes.free(ino, is_dir, txn.slot).ok();
                 return Err(e);
             }
-            let dir = &mut parent_state.inode;
-            if is_dir {
-                self.add_dir_link(dir)?;
-            }
-            Self::touch(dir, true);
-            self.inodes.mark_dirty(&parent_handle);
+            // The handle exists before the name does: a reader that finds the name must
+            // find this inode, not read a stale record from the table.
             let handle = self.inodes.insert_new(inode);
+            let linked = self.edit_dir(&io, &format, &mut parent_state.inode, |e| {
+                e.add_entry(name, ino, kind.file_type())
+            });
+            let linked = linked.and_then(|()| {
+                if is_dir {
+                    self.add_dir_link(&mut parent_state.inode)
+                } else {
+                    Ok(())
+                }
+            });
+            if let Err(e) = linked {
+                // Give back what the new inode took; the directory is unchanged. Nothing
+                // else can hold the new inode's lock: no name leads to it.
+                let mut new_state = handle.lock();
+                self.release_inode_space(&io, &mut new_state).ok();
+                new_state.deleted = true;
+                self.inodes.remove(ino);
+                writer.inodes.free(ino, is_dir, txn.slot).ok();
+                return Err(e);
+            }
+            Self::touch(&mut parent_state.inode, true);
+            self.inodes.mark_dirty(&parent_handle);
             self.inodes.mark_dirty(&handle);
             ino
         };
@@ -598,9 +609,7 @@ impl Filesystem {
             }
             drop(locked);
             self.inodes.mark_dirty(&handles[0]);
-            if freed {
-                self.inodes.remove(victim);
-            } else {
+            if !freed {
                 self.inodes.mark_dirty(&handles[1]);
             }
             break;
@@ -621,6 +630,8 @@ impl Filesystem {
         state.inode.set_size(0);
         state.deleted = true;
         self.write_inode_record(&state.inode)?;
+        // Out of the cache before the number can be handed out again.
+        self.inodes.remove(state.inode.ino);
         io.writer
             .inodes
             .free(state.inode.ino, is_dir, io.slot)
@@ -737,18 +748,9 @@ impl Filesystem {
             for h in &handles {
                 self.inodes.mark_dirty(h);
             }
-            if let Some(t) = target {
-                if mode != RenameMode::Exchange && self.inode_is_deleted(&handles[3]) {
-                    self.inodes.remove(t);
-                }
-            }
             break;
         }
         self.commit_if_needed()
-    }
-
-    fn inode_is_deleted(&self, handle: &Arc<InodeHandle>) -> bool {
-        handle.lock().deleted
     }
 
     /// Whether directory `ancestor` is `dir` or one of its ancestors, walking ".." up to

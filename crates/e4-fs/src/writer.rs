@@ -289,7 +289,11 @@ impl Writer {
     fn write_back(&self, fs: &Filesystem) -> Result<()> {
         for handle in fs.inodes.take_dirty() {
             let state = handle.lock();
-            fs.write_inode_record(&state.inode)?;
+            // A deleted inode's last record went into the table when it was freed; its
+            // number may already belong to a new inode.
+            if !state.deleted {
+                fs.write_inode_record(&state.inode)?;
+            }
         }
         self.write_inode_bitmaps(fs)?;
         for buffer in fs.cache.take_dirty() {

@@ -1,0 +1,199 @@
+//! Many more threads than cores change one filesystem at once: private directories, one
+//! shared directory, and files moved between directories (cross-directory renames), with
+//! writes, appends and truncates in between. Afterwards `e2fsck -fn` must pass, every file's
+//! bytes must be the pattern its writer used (whatever name it ended under), and the kernel
+//! must see the same tree as e4.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use e4_fs::{Creator, Error, FileType, Filesystem, OpenOptions, RenameMode};
+use e4_testkit::{e2fsck_clean, make_empty_image, KernelMount};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+const ROOT: u32 = 2;
+const THREADS: usize = 24;
+const OPS: usize = 400;
+const ME: Creator = Creator {
+    permissions: 0o644,
+    uid: 0,
+    gid: 0,
+};
+
+/// Byte `i` of the file whose writer id is `id`: files carry their id in bytes 0..8.
+fn pattern(id: u64, i: u64) -> u8 {
+    if i < 8 {
+        id.to_le_bytes()[i as usize]
+    } else {
+        (id.wrapping_mul(31).wrapping_add(i * 7) % 251) as u8
+    }
+}
+
+fn bytes(id: u64, from: u64, len: u64) -> Vec<u8> {
+    (from..from + len).map(|i| pattern(id, i)).collect()
+}
+
+/// Errors another thread's concurrent change can cause; anything else fails the test.
+fn tolerated(result: Result<(), Error>) {
+    match result {
+        Ok(()) | Err(Error::NotFound(_) | Error::Exists(_) | Error::NotEmpty(_)) => {}
+        Err(e) => panic!("unexpected error under concurrency: {e}"),
+    }
+}
+
+fn worker(fs: &Filesystem, t: usize, dirs: &[u32], shared: u32, ids: &AtomicU64) {
+    let mut rng = StdRng::seed_from_u64(t as u64 * 7919);
+    let mine = dirs[t];
+    let mut files: Vec<(u32, Vec<u8>)> = Vec::new();
+    for k in 0..OPS {
+        let dir = if rng.gen_bool(0.3) { shared } else { mine };
+        match rng.gen_range(0..10) {
+            0..=2 => {
+                let name = format!("t{t}-{k}").into_bytes();
+                match fs.create(dir, &name, ME) {
+                    Ok(ino) => {
+                        let id = ids.fetch_add(1, Ordering::Relaxed);
+                        let len = rng.gen_range(8..40_000);
+                        fs.write_at(ino, 0, &bytes(id, 0, len)).unwrap();
+                        if dir == mine {
+                            files.push((ino, name));
+                        }
+                    }
+                    Err(e) => tolerated(Err(e)),
+                }
+            }
+            3 => {
+                if let Some((ino, _)) = files.get(rng.gen_range(0..files.len().max(1))) {
+                    // Append the continuation of the file's own pattern.
+                    let Ok(meta) = fs.metadata(*ino) else { continue };
+                    if meta.nlink == 0 || meta.size < 8 {
+                        continue;
+                    }
+                    let mut head = [0u8; 8];
+                    fs.read_at(*ino, 0, &mut head).unwrap();
+                    let id = u64::from_le_bytes(head);
+                    let len = rng.gen_range(1..20_000);
+                    fs.write_at(*ino, meta.size, &bytes(id, meta.size, len)).unwrap();
+                }
+            }
+            4 => {
+                if let Some((ino, _)) = files.get(rng.gen_range(0..files.len().max(1))) {
+                    let Ok(meta) = fs.metadata(*ino) else { continue };
+                    if meta.nlink > 0 && meta.size > 8 {
+                        fs.truncate(*ino, rng.gen_range(8..=meta.size)).unwrap();
+                    }
+                }
+            }
+            5 => {
+                if !files.is_empty() {
+                    let (_, name) = files.swap_remove(rng.gen_range(0..files.len()));
+                    tolerated(fs.unlink(mine, &name));
+                }
+            }
+            6 => {
+                // Move one of my files into another thread's directory.
+                if !files.is_empty() {
+                    let (_, name) = files.swap_remove(rng.gen_range(0..files.len()));
+                    let to = dirs[rng.gen_range(0..dirs.len())];
+                    let new_name = format!("moved-{t}-{k}").into_bytes();
+                    tolerated(fs.rename(mine, &name, to, &new_name, RenameMode::Replace));
+                }
+            }
+            7 => {
+                // Renames inside the shared directory collide with everyone's.
+                let from = format!("t{}-{}", rng.gen_range(0..THREADS), rng.gen_range(0..k + 1));
+                let to = format!("s{}", rng.gen_range(0..50));
+                tolerated(fs.rename(shared, from.as_bytes(), shared, to.as_bytes(), RenameMode::Replace));
+            }
+            8 => {
+                let name = format!("d{t}-{}", rng.gen_range(0..8)).into_bytes();
+                if rng.gen_bool(0.5) {
+                    tolerated(fs.mkdir(dir, &name, ME).map(drop));
+                } else {
+                    tolerated(fs.rmdir(dir, &name));
+                }
+            }
+            _ => {
+                let name = format!("t{}-{}", rng.gen_range(0..THREADS), rng.gen_range(0..k + 1));
+                match fs.unlink(shared, name.as_bytes()) {
+                    Err(Error::IsADirectory(_)) => {}
+                    other => tolerated(other),
+                }
+            }
+        }
+    }
+}
+
+/// Checks every regular file's bytes against its pattern; returns (path, size) of each.
+fn check_tree(fs: &Filesystem, dir: u32, path: &str, out: &mut BTreeMap<String, u64>) {
+    for e in fs.read_dir(dir).unwrap() {
+        let p = format!("{path}/{}", String::from_utf8_lossy(&e.name));
+        let inode = fs.read_inode(e.ino).unwrap();
+        match inode.file_type() {
+            Some(FileType::Directory) => check_tree(fs, e.ino, &p, out),
+            Some(FileType::Regular) => {
+                let data = fs.read_file(e.ino, 1 << 30).unwrap();
+                if data.len() >= 8 {
+                    let id = u64::from_le_bytes(data[..8].try_into().unwrap());
+                    assert!(data == bytes(id, 0, data.len() as u64), "{p}: bytes are not its writer's");
+                }
+                out.insert(p, data.len() as u64);
+            }
+            _ => {}
+        }
+    }
+}
+
+fn host_tree(dir: &Path, path: &str, out: &mut BTreeMap<String, u64>) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let e = e.unwrap();
+        let p = format!("{path}/{}", e.file_name().to_string_lossy());
+        let meta = e.metadata().unwrap();
+        if meta.is_dir() {
+            host_tree(&e.path(), &p, out);
+        } else if meta.is_file() {
+            out.insert(p, meta.len());
+        }
+    }
+}
+
+#[test]
+fn many_threads_on_private_and_shared_directories() {
+    for args in [&["-t", "ext4"][..], &["-t", "ext4", "-b", "1024", "-O", "^metadata_csum,uninit_bg"]] {
+        let img = make_empty_image(args, 256);
+        let fs = Filesystem::open(&img.path, OpenOptions::writable()).unwrap();
+        let dirs: Vec<u32> = (0..THREADS)
+            .map(|t| fs.mkdir(ROOT, format!("private{t}").as_bytes(), ME).unwrap())
+            .collect();
+        let shared = fs.mkdir(ROOT, b"shared", ME).unwrap();
+        let ids = AtomicU64::new(1);
+        std::thread::scope(|s| {
+            for t in 0..THREADS {
+                let (fs, dirs, ids) = (&fs, &dirs, &ids);
+                s.spawn(move || worker(fs, t, dirs, shared, ids));
+            }
+            // Commits race with the workers.
+            s.spawn(|| {
+                for _ in 0..20 {
+                    fs.sync().unwrap();
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+            });
+        });
+        fs.unmount().unwrap();
+        e2fsck_clean(&img.path).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        let fs = Filesystem::open(&img.path, OpenOptions::default()).unwrap();
+        let mut ours = BTreeMap::new();
+        check_tree(&fs, ROOT, "", &mut ours);
+        assert!(ours.len() > THREADS, "only {} files survived", ours.len());
+        if let Ok(mount) = KernelMount::mount(&img.path) {
+            let mut kernel = BTreeMap::new();
+            host_tree(&mount.path(), "", &mut kernel);
+            kernel.retain(|p, _| !p.starts_with("/lost+found"));
+            ours.retain(|p, _| !p.starts_with("/lost+found"));
+            assert_eq!(kernel, ours, "{args:?}: the kernel sees another tree");
+        }
+    }
+}
