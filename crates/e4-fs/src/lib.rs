@@ -20,6 +20,7 @@ pub mod block_cache;
 pub mod device;
 mod directory;
 mod error;
+pub mod extent_tree;
 mod file_map;
 mod file_read;
 mod filesystem;
