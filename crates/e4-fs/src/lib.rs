@@ -17,6 +17,7 @@
 #![forbid(unsafe_code)]
 
 pub mod block_cache;
+pub mod block_map_tree;
 pub mod device;
 mod directory;
 mod error;
