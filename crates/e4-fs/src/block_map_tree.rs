@@ -13,6 +13,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use e4_format::block_map::{block_map_path, indirect_pointer, DIRECT_BLOCKS, SINGLE_INDIRECT_SLOT};
 
+use e4_format::{FormatError, Location};
+
 use crate::error::{Error, Result};
 use crate::meta_io::{BlockKind, MetaIo, Owner};
 
@@ -267,6 +269,19 @@ impl<'a> BlockMapTree<'a> {
             return Ok(true);
         }
         let block = u64::from(pointer);
+        if pending.freed.contains(&block) {
+            // A second pointer to a block this removal already freed: freeing it again
+            // would hand the allocator a block twice.
+            return Err(FormatError::corrupt(
+                "block map",
+                Location::InodeBlock {
+                    inode: self.owner.ino,
+                    block,
+                },
+                "indirect block is referenced twice",
+            )
+            .into());
+        }
         self.load(pending, block)?;
         let per = (self.io.block_size() / 4) as u64;
         let child_span = per.pow(depth - 1);

@@ -194,6 +194,24 @@ fn no_space_mid_insert_changes_nothing() {
     }
 }
 
+#[test]
+fn an_indirect_block_referenced_twice_is_corruption() {
+    let io = MemoryMetaIo::new(1024, 100_000, 1 << 31);
+    let mut root = [0u8; ROOT_SIZE];
+    let mut map = BlockMapTree::new(&mut root, &io, OWNER);
+    map.insert(12, 5000, 300).unwrap();
+    // Point the double indirect slot's first entry at the single indirect block.
+    let single = pointer_at(&root, 12);
+    let double = pointer_at(&root, 13);
+    let mut bytes = io.blocks.lock().unwrap()[&u64::from(double)].1.clone();
+    set_pointer(&mut bytes, 0, single);
+    io.write(u64::from(double), BlockKind::IndirectBlock, OWNER, &bytes)
+        .unwrap();
+    let mut map = BlockMapTree::new(&mut root, &io, OWNER);
+    let err = map.remove(0, u64::MAX).unwrap_err();
+    assert!(err.to_string().contains("referenced twice"), "{err}");
+}
+
 #[derive(Debug, Clone)]
 enum Op {
     Insert { logical: u64, len: u64 },
