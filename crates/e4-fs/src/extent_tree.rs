@@ -367,23 +367,22 @@ impl<'a> ExtentTree<'a> {
     /// Marks logical blocks `logical .. logical + len` written where they are mapped by
     /// unwritten extents (holes and written blocks in the range are left alone). Extents are
     /// split at the range edges and the converted part merges with written neighbours.
+    ///
+    /// Fails with `NoSpace` when an edge split needs a node block and none is left; the
+    /// mapping and every block's state are then as they were (one edge may have been split
+    /// into two extents of the same state, which maps the same blocks).
     pub fn mark_written(&mut self, logical: u32, len: u64) -> Result<()> {
         let end = u64::from(logical).saturating_add(len).min(LOGICAL_LIMIT);
         if len == 0 {
             return Ok(());
         }
-        // Split at the far edge first: if the near edge then fails with NoSpace, the mapping
-        // and every extent's state are still as they were.
+        // Split at the far edge first: if the near edge then fails, no state has changed.
         for edge in [end, u64::from(logical)] {
-            if edge >= LOGICAL_LIMIT {
-                continue;
-            }
-            // OK to cast: edge < 2^32.
-            let edge = edge as u32;
-            if let Some(e) = self.find(edge)? {
-                if e.unwritten && e.logical < edge {
-                    self.split_extent_at(edge)?;
-                }
+            if let Err(err) = self.split_unwritten_at(edge) {
+                // The far-edge split may have added a node: keep the shape e2fsck wants
+                // even on the way out (re-packing never allocates).
+                self.keep_e2fsck_shape()?;
+                return Err(err);
             }
         }
         let mut root = self.read_root()?;
@@ -733,6 +732,18 @@ impl<'a> ExtentTree<'a> {
             self.correct_keys(&mut path)?;
         }
         Ok(())
+    }
+
+    /// Splits an unwritten extent that runs across `logical` so that one ends there.
+    fn split_unwritten_at(&mut self, logical: u64) -> Result<()> {
+        let Ok(logical) = u32::try_from(logical) else {
+            // The end of the logical space is an edge already.
+            return Ok(());
+        };
+        match self.find(logical)? {
+            Some(e) if e.unwritten && e.logical < logical => self.split_extent_at(logical),
+            _ => Ok(()),
+        }
     }
 
     /// Splits the extent containing `logical` (which must start before it) into two of the

@@ -464,25 +464,47 @@ fn no_space_when_punching_or_converting_inside_an_extent_keeps_the_mapping() {
 }
 
 #[test]
-fn corrupt_nodes_are_errors_not_panics() {
-    let io = MemoryMetaIo::new(TINY_BLOCK, 100, 10_000);
-    let mut root = new_root();
-    let mut tree = ExtentTree::new(&mut root, &io, OWNER);
-    append_unmergeable(&mut tree, 0, 10);
-    // A child whose depth disagrees with its parent.
-    let child = io.allocated.lock().unwrap().iter().next().copied().unwrap();
-    let mut bytes = io.blocks.lock().unwrap()[&child].1.clone();
-    bytes[6] = 3;
-    io.write(child, BlockKind::ExtentNode, OWNER, &bytes)
-        .unwrap();
-    let mut tree = ExtentTree::new(&mut root, &io, OWNER);
-    assert!(matches!(tree.find(0), Err(Error::Format(_))));
-    assert!(tree.insert(extent(1, 1, 5, false)).is_err());
-    // A root with a bad magic.
-    let mut bad = [0u8; ROOT_SIZE];
-    let tree = ExtentTree::new(&mut bad, &io, OWNER);
-    let err = tree.find(0).unwrap_err();
-    assert!(err.to_string().contains("inode 12"), "{err}");
+fn conversion_that_runs_out_of_blocks_between_edges_keeps_mapping_and_shape() {
+    let mut failures = 0;
+    for (prefix, run, allowed) in
+        (5..30).flat_map(|p| (0..5).flat_map(move |r| (0..4).map(move |a| (p, r, a))))
+    {
+        let io = MemoryMetaIo::new(TINY_BLOCK, 100, 10_000);
+        let failing = FailingAllocations {
+            inner: &io,
+            allocations_left: Cell::new(usize::MAX),
+        };
+        let mut root = new_root();
+        let mut tree = ExtentTree::new(&mut root, &failing, OWNER);
+        append_unmergeable(&mut tree, 0, prefix);
+        for run in 0..5 {
+            tree.insert(extent(
+                100 + 20 * run,
+                20,
+                90_000 + 40 * u64::from(run),
+                true,
+            ))
+            .unwrap();
+        }
+        let before = check(&root, &io).mapping;
+        let live_before = io.live_blocks() as i64;
+        failing.allocations_left.set(allowed);
+        let mut tree = ExtentTree::new(&mut root, &failing, OWNER);
+        let start = 105 + 20 * run;
+        let result = tree.mark_written(start, 10);
+        let change = tree.node_blocks_change();
+        let after = check(&root, &io).mapping;
+        assert_eq!(io.live_blocks() as i64, live_before + change);
+        match result {
+            Err(Error::NoSpace(_)) => {
+                failures += 1;
+                assert_eq!(after, before, "allowed {allowed}");
+            }
+            Ok(()) => assert!((start..start + 10).all(|l| !after[&l].1)),
+            Err(other) => panic!("{other}"),
+        }
+    }
+    assert!(failures > 0, "no allowance made the conversion fail");
 }
 
 /// One step of the model test.
