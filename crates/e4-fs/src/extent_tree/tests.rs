@@ -507,6 +507,28 @@ fn conversion_that_runs_out_of_blocks_between_edges_keeps_mapping_and_shape() {
     assert!(failures > 0, "no allowance made the conversion fail");
 }
 
+#[test]
+fn corrupt_nodes_are_errors_not_panics() {
+    let io = MemoryMetaIo::new(TINY_BLOCK, 100, 10_000);
+    let mut root = new_root();
+    let mut tree = ExtentTree::new(&mut root, &io, OWNER);
+    append_unmergeable(&mut tree, 0, 10);
+    // A child whose depth disagrees with its parent.
+    let child = io.allocated.lock().unwrap().iter().next().copied().unwrap();
+    let mut bytes = io.blocks.lock().unwrap()[&child].1.clone();
+    bytes[6] = 3;
+    io.write(child, BlockKind::ExtentNode, OWNER, &bytes)
+        .unwrap();
+    let mut tree = ExtentTree::new(&mut root, &io, OWNER);
+    assert!(matches!(tree.find(0), Err(Error::Format(_))));
+    assert!(tree.insert(extent(1, 1, 5, false)).is_err());
+    // A root with a bad magic.
+    let mut bad = [0u8; ROOT_SIZE];
+    let tree = ExtentTree::new(&mut bad, &io, OWNER);
+    let err = tree.find(0).unwrap_err();
+    assert!(err.to_string().contains("inode 12"), "{err}");
+}
+
 /// One step of the model test.
 #[derive(Debug, Clone)]
 enum Op {
