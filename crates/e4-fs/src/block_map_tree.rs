@@ -12,16 +12,14 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use e4_format::block_map::{block_map_path, indirect_pointer, DIRECT_BLOCKS, SINGLE_INDIRECT_SLOT};
-
+use e4_format::inode::I_BLOCK_SIZE;
 use e4_format::{FormatError, Location};
 
 use crate::error::{Error, Result};
 use crate::meta_io::{BlockKind, MetaIo, Owner};
 
-/// Bytes of `i_block`: 15 pointers.
-pub const ROOT_SIZE: usize = 60;
 /// Pointers in `i_block`.
-const ROOT_POINTERS: usize = ROOT_SIZE / 4;
+const ROOT_POINTERS: usize = I_BLOCK_SIZE / 4;
 /// Block numbers in a block map are 32 bits, and so are logical block numbers in ext4.
 const POINTER_LIMIT: u64 = 1 << 32;
 
@@ -39,7 +37,7 @@ fn set_pointer(words: &mut [u8], index: usize, value: u32) {
 /// Counts the indirect blocks it allocates and frees ([`BlockMapTree::node_blocks_change`]):
 /// the caller keeps `i_blocks` = data blocks + indirect blocks.
 pub struct BlockMapTree<'a> {
-    root: &'a mut [u8; ROOT_SIZE],
+    root: &'a mut [u8; I_BLOCK_SIZE],
     io: &'a dyn MetaIo,
     owner: Owner,
     node_blocks_change: i64,
@@ -47,7 +45,7 @@ pub struct BlockMapTree<'a> {
 
 /// The changes of one operation, kept aside until it can no longer fail.
 struct Pending {
-    root: [u8; ROOT_SIZE],
+    root: [u8; I_BLOCK_SIZE],
     /// Indirect blocks read or created, by block number.
     blocks: BTreeMap<u64, Vec<u8>>,
     /// Those of `blocks` changed or created, to be written.
@@ -57,7 +55,7 @@ struct Pending {
 }
 
 impl Pending {
-    fn new(root: [u8; ROOT_SIZE]) -> Self {
+    fn new(root: [u8; I_BLOCK_SIZE]) -> Self {
         Pending {
             root,
             blocks: BTreeMap::new(),
@@ -70,7 +68,7 @@ impl Pending {
 
 impl<'a> BlockMapTree<'a> {
     /// The map rooted in `root` (an inode's `i_block`), owned by `owner`.
-    pub fn new(root: &'a mut [u8; ROOT_SIZE], io: &'a dyn MetaIo, owner: Owner) -> Self {
+    pub fn new(root: &'a mut [u8; I_BLOCK_SIZE], io: &'a dyn MetaIo, owner: Owner) -> Self {
         BlockMapTree {
             root,
             io,

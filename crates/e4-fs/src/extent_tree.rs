@@ -30,13 +30,12 @@ use e4_format::extent::{
     Extent, ExtentEntries, ExtentHeader, ExtentIndex, ExtentLeaf, ExtentNode, ENTRY_SIZE,
     EXTENT_MAGIC, MAX_DEPTH, MAX_INIT_LEN,
 };
+use e4_format::inode::I_BLOCK_SIZE;
 use e4_format::{FormatError, Location};
 
 use crate::error::{Error, Result};
 use crate::meta_io::{BlockKind, MetaIo, Owner};
 
-/// Bytes of `i_block` holding the root node.
-pub const ROOT_SIZE: usize = 60;
 /// `eh_max` of the root node in `i_block`: (60 - 12) / 12.
 const ROOT_MAX_ENTRIES: u16 = 4;
 /// Longest written extent (`EXT_INIT_MAX_LEN`).
@@ -220,7 +219,7 @@ impl Survey {
 /// Counts the non-root nodes it allocates and frees ([`ExtentTree::node_blocks_change`]): the
 /// caller keeps `i_blocks` = data blocks + tree blocks.
 pub struct ExtentTree<'a> {
-    root: &'a mut [u8; ROOT_SIZE],
+    root: &'a mut [u8; I_BLOCK_SIZE],
     io: &'a dyn MetaIo,
     owner: Owner,
     node_blocks_change: i64,
@@ -231,7 +230,7 @@ pub struct ExtentTree<'a> {
 
 impl<'a> ExtentTree<'a> {
     /// The tree rooted in `root` (an inode's `i_block`), owned by `owner`.
-    pub fn new(root: &'a mut [u8; ROOT_SIZE], io: &'a dyn MetaIo, owner: Owner) -> Self {
+    pub fn new(root: &'a mut [u8; I_BLOCK_SIZE], io: &'a dyn MetaIo, owner: Owner) -> Self {
         ExtentTree {
             root,
             io,
@@ -242,7 +241,7 @@ impl<'a> ExtentTree<'a> {
     }
 
     /// Writes an empty depth-0 root (magic, eh_max 4, no entries) into `root`.
-    pub fn init_empty(root: &mut [u8; ROOT_SIZE]) {
+    pub fn init_empty(root: &mut [u8; I_BLOCK_SIZE]) {
         Node::empty_leaf(None, ROOT_MAX_ENTRIES).encode(root);
     }
 

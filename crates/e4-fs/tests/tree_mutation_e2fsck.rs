@@ -13,6 +13,7 @@ use std::process::Command;
 
 use e4_format::checksum::inode_csum_seed;
 use e4_format::extent::{seal_node, Extent};
+use e4_format::inode::I_BLOCK_SIZE;
 use e4_format::superblock::Superblock;
 use e4_fs::block_map_tree::BlockMapTree;
 use e4_fs::extent_tree::ExtentTree;
@@ -95,7 +96,7 @@ fn image_io(image: &Path) -> ImageIo {
     );
     ImageIo {
         file,
-        inode_seed: inode_csum_seed(sb.csum_seed(), INO, 1),
+        inode_seed: inode_csum_seed(sb.csum_seed(), INO, 0),
         next: Cell::new(NODE_REGION.start),
         free: RefCell::new(Vec::new()),
         live: RefCell::new(BTreeSet::new()),
@@ -130,7 +131,7 @@ fn debugfs(image: &Path, commands: &[String]) {
 /// the lines passes 1-4 printed beyond their headers.
 fn install_and_check(
     image: &Path,
-    i_block: &[u8; 60],
+    i_block: &[u8; I_BLOCK_SIZE],
     flags: u32,
     used_blocks: &BTreeSet<u64>,
     last_logical: u64,
@@ -195,7 +196,7 @@ fn run_extent_scenario(build: impl FnOnce(&mut ExtentTree)) {
         ino: INO,
         generation: 0,
     };
-    let mut root = [0u8; 60];
+    let mut root = [0u8; I_BLOCK_SIZE];
     ExtentTree::init_empty(&mut root);
     let mut tree = ExtentTree::new(&mut root, &io, owner);
     build(&mut tree);
@@ -298,7 +299,7 @@ fn block_map_with_holes_across_all_levels() {
         ino: INO,
         generation: 0,
     };
-    let mut root = [0u8; 60];
+    let mut root = [0u8; I_BLOCK_SIZE];
     let mut map = BlockMapTree::new(&mut root, &io, owner);
     let mut data = BTreeSet::new();
     let mut physical = DATA_REGION_START;

@@ -19,7 +19,7 @@ type Model = BTreeMap<u64, u64>;
 /// The mapping found by walking every pointer from `i_block`; checks that every indirect
 /// block is allocated, of kind IndirectBlock, referenced once and not empty, and that no
 /// allocated block is unreachable.
-fn walk(root: &[u8; ROOT_SIZE], io: &MemoryMetaIo) -> Model {
+fn walk(root: &[u8; I_BLOCK_SIZE], io: &MemoryMetaIo) -> Model {
     let per = (io.block_size / 4) as u64;
     let mut mapping = Model::new();
     let mut indirect = BTreeSet::new();
@@ -80,7 +80,7 @@ fn walk(root: &[u8; ROOT_SIZE], io: &MemoryMetaIo) -> Model {
 fn limits_follow_the_block_size_table() {
     for (bs, limit) in [(1024, 16_843_020u64), (4096, 1_074_791_436)] {
         let io = MemoryMetaIo::new(bs, 100_000, 1 << 31);
-        let mut root = [0u8; ROOT_SIZE];
+        let mut root = [0u8; I_BLOCK_SIZE];
         let mut map = BlockMapTree::new(&mut root, &io, OWNER);
         assert_eq!(map.logical_limit(), limit);
         map.insert(limit - 1, 5000, 1).unwrap();
@@ -102,14 +102,14 @@ fn limits_follow_the_block_size_table() {
         assert_eq!(map.find(limit).unwrap(), None);
         assert_eq!(map.remove(0, u64::MAX).unwrap(), vec![(5000, 1)]);
         assert_eq!(map.node_blocks_change(), 0);
-        assert_eq!(root, [0u8; ROOT_SIZE]);
+        assert_eq!(root, [0u8; I_BLOCK_SIZE]);
     }
 }
 
 #[test]
 fn boundaries_of_each_level_map_through_the_right_slot() {
     let io = MemoryMetaIo::new(1024, 100_000, 1 << 31);
-    let mut root = [0u8; ROOT_SIZE];
+    let mut root = [0u8; I_BLOCK_SIZE];
     let mut map = BlockMapTree::new(&mut root, &io, OWNER);
     // 11..13 crosses direct → single, 267..269 single → double, 65803..65805 → triple.
     for (logical, physical) in [(11, 100), (267, 200), (65_803, 300)] {
@@ -136,7 +136,7 @@ fn boundaries_of_each_level_map_through_the_right_slot() {
 #[test]
 fn remove_returns_contiguous_runs_and_frees_emptied_blocks() {
     let io = MemoryMetaIo::new(1024, 100_000, 1 << 31);
-    let mut root = [0u8; ROOT_SIZE];
+    let mut root = [0u8; I_BLOCK_SIZE];
     let mut map = BlockMapTree::new(&mut root, &io, OWNER);
     map.insert(0, 1000, 600).unwrap();
     assert!(matches!(map.insert(599, 9, 2), Err(Error::Invalid(_))));
@@ -179,7 +179,7 @@ fn no_space_mid_insert_changes_nothing() {
     }
     let io = MemoryMetaIo::new(1024, 100_000, 1 << 31);
     let failing = FailingAfter(&io, Cell::new(1));
-    let mut root = [0u8; ROOT_SIZE];
+    let mut root = [0u8; I_BLOCK_SIZE];
     let mut map = BlockMapTree::new(&mut root, &failing, OWNER);
     map.insert(0, 1000, 20).unwrap();
     let before = (root, io.blocks.lock().unwrap().clone());
@@ -197,7 +197,7 @@ fn no_space_mid_insert_changes_nothing() {
 #[test]
 fn an_indirect_block_referenced_twice_is_corruption() {
     let io = MemoryMetaIo::new(1024, 100_000, 1 << 31);
-    let mut root = [0u8; ROOT_SIZE];
+    let mut root = [0u8; I_BLOCK_SIZE];
     let mut map = BlockMapTree::new(&mut root, &io, OWNER);
     map.insert(12, 5000, 300).unwrap();
     // Point the double indirect slot's first entry at the single indirect block.
@@ -242,7 +242,7 @@ proptest! {
     #[test]
     fn matches_the_model(ops in prop::collection::vec(op(), 1..80)) {
         let io = MemoryMetaIo::new(1024, 100_000, 1 << 31);
-        let mut root = [0u8; ROOT_SIZE];
+        let mut root = [0u8; I_BLOCK_SIZE];
         let mut model = Model::new();
         let mut next_physical = 1_000u64;
         let mut node_blocks = 0i64;

@@ -18,8 +18,8 @@ const TINY_BLOCK: usize = 76;
 
 type Model = BTreeMap<u32, (u64, bool)>;
 
-fn new_root() -> [u8; ROOT_SIZE] {
-    let mut root = [0u8; ROOT_SIZE];
+fn new_root() -> [u8; I_BLOCK_SIZE] {
+    let mut root = [0u8; I_BLOCK_SIZE];
     ExtentTree::init_empty(&mut root);
     root
 }
@@ -42,7 +42,7 @@ struct Checked {
 
 /// Walks the tree from raw bytes with `ExtentNode::parse` and checks every rule of
 /// write-path.md §1 that the tree code must keep, independently of the tree code itself.
-fn check(root: &[u8; ROOT_SIZE], io: &MemoryMetaIo) -> Checked {
+fn check(root: &[u8; I_BLOCK_SIZE], io: &MemoryMetaIo) -> Checked {
     let cap = ((io.block_size - 12) / 12) as u64;
     let root_node = ExtentNode::parse(root, Location::Inode(OWNER.ino)).expect("root parses");
     assert_eq!(root_node.header.max, 4, "root eh_max");
@@ -217,12 +217,12 @@ impl MetaIo for FailingAllocations<'_> {
 }
 
 type Snapshot = (
-    [u8; ROOT_SIZE],
+    [u8; I_BLOCK_SIZE],
     BTreeMap<u64, (BlockKind, Vec<u8>)>,
     BTreeSet<u64>,
 );
 
-fn snapshot(root: &[u8; ROOT_SIZE], io: &MemoryMetaIo) -> Snapshot {
+fn snapshot(root: &[u8; I_BLOCK_SIZE], io: &MemoryMetaIo) -> Snapshot {
     (
         *root,
         io.blocks.lock().unwrap().clone(),
@@ -523,7 +523,7 @@ fn corrupt_nodes_are_errors_not_panics() {
     assert!(matches!(tree.find(0), Err(Error::Format(_))));
     assert!(tree.insert(extent(1, 1, 5, false)).is_err());
     // A root with a bad magic.
-    let mut bad = [0u8; ROOT_SIZE];
+    let mut bad = [0u8; I_BLOCK_SIZE];
     let tree = ExtentTree::new(&mut bad, &io, OWNER);
     let err = tree.find(0).unwrap_err();
     assert!(err.to_string().contains("inode 12"), "{err}");
