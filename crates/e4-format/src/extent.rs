@@ -185,13 +185,24 @@ impl ExtentNode {
             crc32c_raw(inode_seed, &block[..tail]),
         )
     }
+}
 
-    /// Writes the tail checksum of a block node.
-    pub fn write_checksum(&self, block: &mut [u8], inode_seed: u32) {
-        let tail = self.tail_offset();
-        let sum = crc32c_raw(inode_seed, &block[..tail]);
-        block[tail..tail + 4].copy_from_slice(&sum.to_le_bytes());
+/// Seals a non-root extent node block for write-back: writes the `ext4_extent_tail` checksum,
+/// crc32c seeded with the owning inode's seed (`seed(ino)`, see [`crate::checksum::inode_csum_seed`])
+/// over the header and all `eh_max` entry slots, at offset 12 + 12·`eh_max`. The engine calls
+/// this once per dirty node at write-back (DESIGN.md, concurrency rule 4), so the tree code
+/// never computes checksums. A block whose header claims more slots than leave room for the
+/// tail is left as it is: it cannot be sealed, and the verifier will name it when read.
+pub fn seal_node(block: &mut [u8], inode_seed: u32) {
+    let Some(header) = prefix::<12>(block).map(ExtentHeader::decode) else {
+        return;
+    };
+    let tail = ENTRY_SIZE * (1 + usize::from(header.max));
+    if tail + 4 > block.len() {
+        return;
     }
+    let sum = crc32c_raw(inode_seed, &block[..tail]);
+    block[tail..tail + 4].copy_from_slice(&sum.to_le_bytes());
 }
 
 #[cfg(test)]
@@ -225,7 +236,7 @@ mod tests {
         };
         let mut block = vec![0u8; 4096];
         node.encode_into(&mut block);
-        node.write_checksum(&mut block, 77);
+        seal_node(&mut block, 77);
         let loc = Location::Block(9);
         let back = ExtentNode::parse(&block, loc).unwrap();
         assert_eq!(back, node);
@@ -238,6 +249,45 @@ mod tests {
         assert_eq!(leaves[1].extent().len, 4);
         block[20] ^= 1;
         assert!(back.verify_checksum(&block, 77, loc).is_err());
+    }
+
+    #[test]
+    fn sealed_node_verifies_and_tail_sits_after_all_slots() {
+        let node = ExtentNode {
+            header: ExtentHeader {
+                magic: EXTENT_MAGIC,
+                entries: 1,
+                max: 84,
+                depth: 0,
+                generation: 0,
+            },
+            entries: ExtentEntries::Leaf(vec![ExtentLeaf {
+                block: 3,
+                len: 2,
+                start_hi: 0,
+                start_lo: 900,
+            }]),
+        };
+        let mut block = vec![0u8; 1024];
+        node.encode_into(&mut block);
+        seal_node(&mut block, 0x1234_5678);
+        let loc = Location::Block(5);
+        node.verify_checksum(&block, 0x1234_5678, loc).unwrap();
+        // The tail follows all 84 slots (12 + 12 * 84 = 1020), not just the used one.
+        let expected = crc32c_raw(0x1234_5678, &block[..1020]);
+        assert_eq!(block[1020..1024], expected.to_le_bytes());
+        assert!(node.verify_checksum(&block, 0x1234_5679, loc).is_err());
+    }
+
+    #[test]
+    fn seal_leaves_a_block_without_room_for_the_tail_alone() {
+        let mut block = vec![0u8; 64];
+        block[..2].copy_from_slice(&EXTENT_MAGIC.to_le_bytes());
+        block[4..6].copy_from_slice(&5u16.to_le_bytes());
+        let before = block.clone();
+        seal_node(&mut block, 7);
+        assert_eq!(block, before);
+        seal_node(&mut block[..3], 7);
     }
 
     #[test]

@@ -6,7 +6,7 @@
 use e4_format::checksum::inode_csum_seed;
 use e4_format::dir_entry::{has_tail, verify_leaf_checksum, write_leaf_tail};
 use e4_format::dir_htree::{DxNode, DxRoot, MAX_LEVELS_LARGEDIR};
-use e4_format::extent::ExtentNode;
+use e4_format::extent::{seal_node, ExtentNode};
 use e4_format::xattr::{parse_xattr_block, xattr_block_checksum};
 use e4_format::Location;
 
@@ -75,11 +75,7 @@ impl Filesystem {
             .owner
             .map(|o| inode_csum_seed(fs_seed, o.ino, o.generation));
         match (role.kind, inode_seed) {
-            (BlockKind::ExtentNode, Some(seed)) => {
-                if let Ok(node) = ExtentNode::parse(bytes, loc) {
-                    node.write_checksum(bytes, seed);
-                }
-            }
+            (BlockKind::ExtentNode, Some(seed)) => seal_node(bytes, seed),
             (BlockKind::DirectoryLeaf, Some(seed)) => {
                 if has_tail(bytes) {
                     write_leaf_tail(bytes, seed);

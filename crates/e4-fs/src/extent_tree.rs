@@ -30,13 +30,12 @@ use e4_format::extent::{
     Extent, ExtentEntries, ExtentHeader, ExtentIndex, ExtentLeaf, ExtentNode, ENTRY_SIZE,
     EXTENT_MAGIC, MAX_DEPTH, MAX_INIT_LEN,
 };
+use e4_format::inode::I_BLOCK_SIZE;
 use e4_format::{FormatError, Location};
 
 use crate::error::{Error, Result};
 use crate::meta_io::{BlockKind, MetaIo, Owner};
 
-/// Bytes of `i_block` holding the root node.
-pub const ROOT_SIZE: usize = 60;
 /// `eh_max` of the root node in `i_block`: (60 - 12) / 12.
 const ROOT_MAX_ENTRIES: u16 = 4;
 /// Longest written extent (`EXT_INIT_MAX_LEN`).
@@ -220,7 +219,7 @@ impl Survey {
 /// Counts the non-root nodes it allocates and frees ([`ExtentTree::node_blocks_change`]): the
 /// caller keeps `i_blocks` = data blocks + tree blocks.
 pub struct ExtentTree<'a> {
-    root: &'a mut [u8; ROOT_SIZE],
+    root: &'a mut [u8; I_BLOCK_SIZE],
     io: &'a dyn MetaIo,
     owner: Owner,
     node_blocks_change: i64,
@@ -231,7 +230,7 @@ pub struct ExtentTree<'a> {
 
 impl<'a> ExtentTree<'a> {
     /// The tree rooted in `root` (an inode's `i_block`), owned by `owner`.
-    pub fn new(root: &'a mut [u8; ROOT_SIZE], io: &'a dyn MetaIo, owner: Owner) -> Self {
+    pub fn new(root: &'a mut [u8; I_BLOCK_SIZE], io: &'a dyn MetaIo, owner: Owner) -> Self {
         ExtentTree {
             root,
             io,
@@ -242,7 +241,7 @@ impl<'a> ExtentTree<'a> {
     }
 
     /// Writes an empty depth-0 root (magic, eh_max 4, no entries) into `root`.
-    pub fn init_empty(root: &mut [u8; ROOT_SIZE]) {
+    pub fn init_empty(root: &mut [u8; I_BLOCK_SIZE]) {
         Node::empty_leaf(None, ROOT_MAX_ENTRIES).encode(root);
     }
 
@@ -341,7 +340,7 @@ impl<'a> ExtentTree<'a> {
     /// tree goes back to a depth-0 root. Fails with `NoSpace` (and changes nothing) only when
     /// the range lies strictly inside one extent in a full leaf, which must split.
     pub fn remove(&mut self, start: u32, len: u64) -> Result<Vec<(u64, u64)>> {
-        let end = (u64::from(start) + len).min(LOGICAL_LIMIT);
+        let end = u64::from(start).saturating_add(len).min(LOGICAL_LIMIT);
         if len == 0 {
             return Ok(Vec::new());
         }
@@ -367,23 +366,22 @@ impl<'a> ExtentTree<'a> {
     /// Marks logical blocks `logical .. logical + len` written where they are mapped by
     /// unwritten extents (holes and written blocks in the range are left alone). Extents are
     /// split at the range edges and the converted part merges with written neighbours.
+    ///
+    /// Fails with `NoSpace` when an edge split needs a node block and none is left; the
+    /// mapping and every block's state are then as they were (one edge may have been split
+    /// into two extents of the same state, which maps the same blocks).
     pub fn mark_written(&mut self, logical: u32, len: u64) -> Result<()> {
-        let end = (u64::from(logical) + len).min(LOGICAL_LIMIT);
+        let end = u64::from(logical).saturating_add(len).min(LOGICAL_LIMIT);
         if len == 0 {
             return Ok(());
         }
-        // Split at the far edge first: if the near edge then fails with NoSpace, the mapping
-        // and every extent's state are still as they were.
+        // Split at the far edge first: if the near edge then fails, no state has changed.
         for edge in [end, u64::from(logical)] {
-            if edge >= LOGICAL_LIMIT {
-                continue;
-            }
-            // OK to cast: edge < 2^32.
-            let edge = edge as u32;
-            if let Some(e) = self.find(edge)? {
-                if e.unwritten && e.logical < edge {
-                    self.split_extent_at(edge)?;
-                }
+            if let Err(err) = self.split_unwritten_at(edge) {
+                // The far-edge split may have added a node: keep the shape e2fsck wants
+                // even on the way out (re-packing never allocates).
+                self.keep_e2fsck_shape()?;
+                return Err(err);
             }
         }
         let mut root = self.read_root()?;
@@ -735,6 +733,18 @@ impl<'a> ExtentTree<'a> {
         Ok(())
     }
 
+    /// Splits an unwritten extent that runs across `logical` so that one ends there.
+    fn split_unwritten_at(&mut self, logical: u64) -> Result<()> {
+        let Ok(logical) = u32::try_from(logical) else {
+            // The end of the logical space is an edge already.
+            return Ok(());
+        };
+        match self.find(logical)? {
+            Some(e) if e.unwritten && e.logical < logical => self.split_extent_at(logical),
+            _ => Ok(()),
+        }
+    }
+
     /// Splits the extent containing `logical` (which must start before it) into two of the
     /// same state that meet at `logical`: the mapping is unchanged, the tree has one more
     /// entry. Fails with `NoSpace`, changing nothing, when a full leaf cannot split.
@@ -1022,3 +1032,6 @@ impl<'a> ExtentTree<'a> {
 fn corrupt(loc: Location, reason: impl Into<String>) -> Error {
     FormatError::corrupt(STRUCTURE, loc, reason).into()
 }
+
+#[cfg(test)]
+mod tests;

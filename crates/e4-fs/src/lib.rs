@@ -18,6 +18,7 @@
 
 mod attributes;
 mod block_checksums;
+pub mod block_map_tree;
 pub mod buffer_cache;
 pub mod device;
 mod dir_block;
@@ -26,7 +27,7 @@ pub mod dir_write;
 mod directory;
 mod directory_blocks;
 mod error;
-mod extent_tree;
+pub mod extent_tree;
 mod file_map;
 mod file_read;
 mod file_write;
