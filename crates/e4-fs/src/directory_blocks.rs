@@ -3,14 +3,12 @@
 //! placed after the directory's last block.
 
 use e4_alloc::AllocRequest;
-use e4_format::extent::Extent;
 use e4_format::inode::{flags, Inode};
 
 use crate::dir_write::DirectoryBlocks;
 use crate::error::{Error, Result};
-use crate::extent_tree::ExtentTree;
 use crate::file_map::Mapping;
-use crate::file_write::owner_of;
+use crate::file_mapping::FileMapping;
 use crate::filesystem::Filesystem;
 use crate::txn_io::TxnIo;
 
@@ -57,12 +55,6 @@ impl DirectoryBlocks for InodeDirectoryBlocks<'_> {
         if new_size >= SMALL_DIR_LIMIT && !large_dir {
             return Err(Error::FileTooBig(format!("directory {}", self.inode.ino)));
         }
-        if !self.inode.has_flag(flags::EXTENTS) {
-            return Err(Error::NotSupported(format!(
-                "growing block-mapped directory {}",
-                self.inode.ino
-            )));
-        }
         let goal = match logical.checked_sub(1) {
             Some(last) => self.physical(last)? + 1,
             None => {
@@ -83,16 +75,10 @@ impl DirectoryBlocks for InodeDirectoryBlocks<'_> {
                 privileged: false,
             })
             .map_err(|_| Error::NoSpace("blocks".into()))?;
-        let owner = owner_of(self.inode);
-        let mut tree = ExtentTree::new(&mut self.inode.record.block, self.io, owner);
-        let inserted = tree.insert(Extent {
-            logical: logical as u32,
-            len: 1,
-            physical: got.start,
-            unwritten: false,
-        });
-        let tree_blocks = tree.node_blocks_change();
-        drop(tree);
+        let mut map = FileMapping::of(self.inode, self.io);
+        let inserted = map.insert(logical, got.start, 1, false);
+        let tree_blocks = map.node_blocks_change();
+        drop(map);
         if let Err(e) = inserted {
             self.io.writer.blocks.free(got, self.io.slot).ok();
             return Err(e);

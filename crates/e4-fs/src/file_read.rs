@@ -124,7 +124,7 @@ impl Filesystem {
     }
 
     /// A fast symlink owns no blocks besides an xattr block (`ext4_inode_is_fast_symlink`).
-    fn is_fast_symlink(&self, inode: &Inode) -> bool {
+    pub(crate) fn is_fast_symlink(&self, inode: &Inode) -> bool {
         if inode.has_flag(flags::EA_INODE) {
             return inode.size() < 60;
         }

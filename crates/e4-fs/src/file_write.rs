@@ -6,12 +6,11 @@
 //! A block that is newly allocated, or an unwritten block being written, is written whole,
 //! zero-padded around the new bytes, so it never exposes what the disk held before.
 
-use e4_format::extent::Extent;
 use e4_format::features::RoCompatFeatures;
 use e4_format::inode::{flags, FileType, Inode};
 
 use crate::error::{Error, Result};
-use crate::extent_tree::ExtentTree;
+use crate::file_mapping::FileMapping;
 use crate::filesystem::Filesystem;
 use crate::inode_cache::InodeState;
 use crate::meta_io::Owner;
@@ -20,8 +19,6 @@ use crate::writer::Writer;
 
 /// Most blocks one step of a write handles (bounds the zero-padding buffer).
 const STEP_BLOCKS: u64 = 256;
-/// Longest written extent.
-const MAX_EXTENT: u64 = 32768;
 /// Files that start with at most this many blocks are packed with other small files.
 const SMALL_FILE_BLOCKS: u64 = 4;
 
@@ -93,9 +90,9 @@ impl Filesystem {
                 )))
             }
         }
-        if !inode.has_flag(flags::EXTENTS) || inode.has_flag(flags::INLINE_DATA) {
+        if inode.has_flag(flags::INLINE_DATA) {
             return Err(Error::NotSupported(format!(
-                "writing inode {}: only extent-mapped files are written so far",
+                "writing inode {}: inline data is not written yet",
                 inode.ino
             )));
         }
@@ -169,13 +166,12 @@ impl Filesystem {
     ) -> Result<(), WriteStop> {
         let bs = u64::from(self.block_size());
         let InodeState { inode, window, .. } = state;
-        let owner = owner_of(inode);
         let stream = u64::from(inode.ino);
         let group = (inode.ino - 1) / self.geometry.inodes_per_group();
         let group_start = self.geometry.group_first_block(group);
         let mut done = 0usize;
         let mut data_blocks = 0i64;
-        let mut tree = ExtentTree::new(&mut inode.record.block, io, owner);
+        let mut map = FileMapping::of(inode, io);
         let mut step = || -> Result<bool> {
             if done == data.len() {
                 return Ok(false);
@@ -184,37 +180,27 @@ impl Filesystem {
             let (logical, within) = (pos / bs, pos % bs);
             let rest = (data.len() - done) as u64;
             let span = (within + rest).div_ceil(bs).min(STEP_BLOCKS);
-            let l32 = logical as u32;
-            let taken = match tree.find(l32)? {
-                Some(e) if !e.unwritten => {
-                    let run = u64::from(e.logical) + u64::from(e.len) - logical;
-                    let bytes = (run * bs - within).min(rest) as usize;
-                    let physical = e.physical + logical - u64::from(e.logical);
-                    self.write_data(physical * bs + within, &data[done..done + bytes])?;
+            let taken = match map.lookup(logical)? {
+                Some(run) if !run.unwritten => {
+                    let bytes = (run.len * bs - within).min(rest) as usize;
+                    self.write_data(run.physical * bs + within, &data[done..done + bytes])?;
                     bytes
                 }
-                Some(e) => {
-                    let run = (u64::from(e.logical) + u64::from(e.len) - logical).min(span);
-                    let physical = e.physical + logical - u64::from(e.logical);
-                    let bytes = (run * bs - within).min(rest) as usize;
-                    self.write_padded(physical, within, &data[done..done + bytes], run)?;
-                    tree.mark_written(l32, run)?;
+                Some(run) => {
+                    let blocks = run.len.min(span);
+                    let bytes = (blocks * bs - within).min(rest) as usize;
+                    self.write_padded(run.physical, within, &data[done..done + bytes], blocks)?;
+                    map.mark_written(logical, blocks)?;
                     bytes
                 }
                 None => {
-                    let hole_end = tree
-                        .next_extent(l32)?
-                        .map_or(1u64 << 32, |n| u64::from(n.logical));
-                    let want = (hole_end - logical).min(span).min(MAX_EXTENT) as u32;
+                    let want = map.hole_len(logical, span.min(map.max_run()))? as u32;
                     let after_previous = match logical.checked_sub(1) {
-                        Some(prev) => tree
-                            .find(prev as u32)?
-                            .map(|e| e.physical + prev - u64::from(e.logical) + 1),
+                        Some(prev) => map.lookup(prev)?.map(|r| r.physical + 1),
                         None => None,
                     };
-                    let small = after_previous.is_none()
-                        && logical == 0
-                        && hole_end == 1 << 32
+                    let small = logical == 0
+                        && map.hole_len(0, SMALL_FILE_BLOCKS + 1)? > SMALL_FILE_BLOCKS
                         && (offset + data.len() as u64).div_ceil(bs) <= SMALL_FILE_BLOCKS;
                     let blocks = &io.writer.blocks;
                     let got = if small {
@@ -225,12 +211,6 @@ impl Filesystem {
                     }
                     .map_err(|_| Error::NoSpace("blocks".into()))?;
                     let bytes = (u64::from(got.len) * bs - within).min(rest) as usize;
-                    let extent = Extent {
-                        logical: l32,
-                        len: got.len,
-                        physical: got.start,
-                        unwritten: false,
-                    };
                     let placed = self
                         .write_padded(
                             got.start,
@@ -238,7 +218,7 @@ impl Filesystem {
                             &data[done..done + bytes],
                             u64::from(got.len),
                         )
-                        .and_then(|()| tree.insert(extent));
+                        .and_then(|()| map.insert(logical, got.start, u64::from(got.len), false));
                     if let Err(e) = placed {
                         // Never mapped: the blocks go straight back.
                         blocks.free(got, io.slot).ok();
@@ -258,8 +238,8 @@ impl Filesystem {
                 Err(e) => break Err(e),
             }
         };
-        let tree_blocks = tree.node_blocks_change();
-        drop(tree);
+        let tree_blocks = map.node_blocks_change();
+        drop(map);
         let counted = self.add_blocks(inode, data_blocks + tree_blocks);
         outcome.and(counted).map_err(|error| WriteStop {
             written: done,
@@ -356,15 +336,10 @@ impl Filesystem {
         first: u64,
         len: u64,
     ) -> Result<()> {
-        if first >= 1 << 32 {
-            return Ok(());
-        }
-        let len = len.min((1 << 32) - first);
-        let owner = owner_of(&state.inode);
-        let mut tree = ExtentTree::new(&mut state.inode.record.block, io, owner);
-        let runs = tree.remove(first as u32, len)?;
-        let tree_blocks = tree.node_blocks_change();
-        drop(tree);
+        let mut map = FileMapping::of(&mut state.inode, io);
+        let runs = map.remove(first, len)?;
+        let tree_blocks = map.node_blocks_change();
+        drop(map);
         let mut freed = 0i64;
         for (start, n) in runs {
             io.writer.free_blocks(start, n, io.slot)?;
@@ -381,13 +356,13 @@ impl Filesystem {
         if within == 0 {
             return Ok(());
         }
-        let owner = owner_of(&state.inode);
-        let tree = ExtentTree::new(&mut state.inode.record.block, io, owner);
-        let logical = size / bs;
-        if let Some(e) = tree.find(logical as u32)? {
-            if !e.unwritten {
-                let physical = e.physical + logical - u64::from(e.logical);
-                self.write_data(physical * bs + within, &vec![0u8; (bs - within) as usize])?;
+        let map = FileMapping::of(&mut state.inode, io);
+        if let Some(run) = map.lookup(size / bs)? {
+            if !run.unwritten {
+                self.write_data(
+                    run.physical * bs + within,
+                    &vec![0u8; (bs - within) as usize],
+                )?;
             }
         }
         Ok(())

@@ -61,6 +61,8 @@ pub struct Filesystem {
     pub(crate) geometry: Geometry,
     /// The group descriptors as they are now (write-back changes counts and flags).
     pub(crate) descriptors: Box<[Mutex<GroupDescriptor>]>,
+    /// Each group's inode table (fixed: read once, without the descriptor's lock).
+    inode_tables: Box<[u64]>,
     pub(crate) cache: BufferCache,
     pub(crate) inodes: InodeCache,
     block_size: u32,
@@ -212,6 +214,7 @@ impl Filesystem {
             geometry: Geometry::with_descriptors_after(&superblock, descriptors_after),
             superblock,
             descriptors: Box::new([]),
+            inode_tables: Box::new([]),
             cache: BufferCache::new(cache_blocks.max(64), block_size as usize),
             inodes: InodeCache::new(),
             block_size,
@@ -220,11 +223,9 @@ impl Filesystem {
             warnings: Vec::new(),
             writer: None,
         };
-        fs.descriptors = fs
-            .read_group_descriptors(options.verify_checksums, &mut warnings)?
-            .into_iter()
-            .map(Mutex::new)
-            .collect();
+        let descriptors = fs.read_group_descriptors(options.verify_checksums, &mut warnings)?;
+        fs.inode_tables = descriptors.iter().map(|d| d.inode_table()).collect();
+        fs.descriptors = descriptors.into_iter().map(Mutex::new).collect();
         if !warnings.is_empty() && fs.read_only_reason.is_none() {
             fs.read_only_reason = Some(warnings.join("; "));
         }
@@ -411,7 +412,7 @@ impl Filesystem {
         let loc = self.geometry.inode_location(ino).ok_or_else(|| {
             FormatError::corrupt("inode number", Location::Inode(ino), "out of range")
         })?;
-        let table = self.descriptors[loc.group as usize].lock().inode_table();
+        let table = self.inode_tables[loc.group as usize];
         let bs = u64::from(self.block_size);
         Ok((
             table + loc.table_offset / bs,

@@ -29,6 +29,7 @@ mod directory_blocks;
 mod error;
 pub mod extent_tree;
 mod file_map;
+mod file_mapping;
 mod file_read;
 mod file_write;
 mod filesystem;

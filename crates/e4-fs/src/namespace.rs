@@ -179,9 +179,9 @@ impl Filesystem {
             // Removed while someone still held its number.
             return Err(Error::NotFound(format!("directory inode {}", inode.ino)));
         }
-        if inode.has_flag(flags::INLINE_DATA) || !inode.has_flag(flags::EXTENTS) {
+        if inode.has_flag(flags::INLINE_DATA) {
             return Err(Error::NotSupported(format!(
-                "changing directory {} (only extent-mapped directories are written so far)",
+                "changing directory {}: inline directories are not written yet",
                 inode.ino
             )));
         }
@@ -440,25 +440,14 @@ impl Filesystem {
         parent: u32,
     ) -> Result<()> {
         match kind {
-            NewKind::Regular => {
-                if !inode.has_flag(flags::EXTENTS) {
-                    return Err(Error::NotSupported(
-                        "creating files on a filesystem without extents".into(),
-                    ));
-                }
-                Ok(())
-            }
-            NewKind::Directory => {
-                self.require_extents(inode)?;
-                self.edit_dir(io, format, inode, |e| e.init(parent))
-            }
+            NewKind::Regular => Ok(()),
+            NewKind::Directory => self.edit_dir(io, format, inode, |e| e.init(parent)),
             NewKind::Symlink(target) if target.len() <= FAST_SYMLINK_MAX => {
                 inode.record.block[..target.len()].copy_from_slice(target);
                 inode.set_size(target.len() as u64);
                 Ok(())
             }
             NewKind::Symlink(target) => {
-                self.require_extents(inode)?;
                 let mut state = InodeState::detached(inode.clone());
                 self.write_symlink_block(io, &mut state, target)?;
                 *inode = state.inode;
@@ -474,16 +463,6 @@ impl Filesystem {
                 }
                 Ok(())
             }
-        }
-    }
-
-    fn require_extents(&self, inode: &Inode) -> Result<()> {
-        if inode.has_flag(flags::EXTENTS) {
-            Ok(())
-        } else {
-            Err(Error::NotSupported(
-                "creating mapped inodes on a filesystem without extents".into(),
-            ))
         }
     }
 
@@ -642,8 +621,15 @@ impl Filesystem {
     fn release_inode_space(&self, io: &TxnIo<'_>, state: &mut InodeState) -> Result<()> {
         io.writer.blocks.release_window(&mut state.window, io.slot);
         let inode = &state.inode;
-        let mapped = inode.has_flag(flags::EXTENTS) && !inode.has_flag(flags::INLINE_DATA);
-        if mapped {
+        let mapped = match inode.file_type() {
+            Some(FileType::Regular | FileType::Directory) => true,
+            // A fast symlink keeps its target in i_block, not block pointers.
+            Some(FileType::Symlink) => {
+                inode.has_flag(flags::EXTENTS) || !self.is_fast_symlink(inode)
+            }
+            _ => false,
+        };
+        if mapped && !inode.has_flag(flags::INLINE_DATA) {
             self.free_range(io, state, 0, u64::MAX)?;
         }
         if state.inode.file_acl() != 0 {
@@ -664,10 +650,10 @@ impl Filesystem {
         check_name(old_name)?;
         check_name(new_name)?;
         let writer = self.writer()?;
-        // Moves between directories are serialised (the kernel's s_vfs_rename_mutex).
-        let _moving = (old_parent != new_parent).then(|| writer.rename_lock.lock());
         loop {
             let txn = writer.begin()?;
+            // Moves between directories are serialised (the kernel's s_vfs_rename_mutex).
+            let _moving = (old_parent != new_parent).then(|| writer.rename_lock.lock());
             let io = TxnIo {
                 fs: self,
                 writer,

@@ -320,19 +320,24 @@ impl Writer {
         let checksummed =
             sb.has_metadata_csum() || sb.ro_compat().contains(RoCompatFeatures::GDT_CSUM);
         for (g, snapshot) in self.inodes.take_dirty_groups() {
-            let mut desc = fs.descriptors[g as usize].lock();
             if checksummed {
-                let exposed_from = ipg - desc.itable_unused().min(ipg);
+                let (flags, unused) = {
+                    let desc = fs.descriptors[g as usize].lock();
+                    (desc.flags, desc.itable_unused())
+                };
                 let exposed_to = ipg - snapshot.itable_unused.min(ipg);
-                if desc.flags & BG_INODE_ZEROED == 0 || desc.flags & BG_INODE_UNINIT != 0 {
-                    // Slots the kernel's e2fsck now reads must hold no stale records.
-                    let from = if desc.flags & BG_INODE_UNINIT != 0 {
+                if flags & BG_INODE_ZEROED == 0 || flags & BG_INODE_UNINIT != 0 {
+                    // Slots e2fsck now reads must hold no stale records.
+                    let from = if flags & BG_INODE_UNINIT != 0 {
                         0
                     } else {
-                        exposed_from
+                        ipg - unused.min(ipg)
                     };
                     fs.zero_inode_slots(g, from, exposed_to, &snapshot.bitmap)?;
                 }
+            }
+            let mut desc = fs.descriptors[g as usize].lock();
+            if checksummed {
                 desc.flags &= !BG_INODE_UNINIT;
                 desc.set_itable_unused(snapshot.itable_unused);
             }

@@ -458,11 +458,8 @@ fn compare_host(path: &Path, model: &Model, dir: u32, name: &str) {
 }
 
 #[test]
-fn random_operations_match_the_model_on_every_extent_profile() {
+fn random_operations_match_the_model_on_every_profile() {
     for profile in PROFILES {
-        if matches!(profile.name, "ext2" | "ext3") {
-            continue;
-        }
         for seed in 0..2 {
             run(profile.mke2fs_args, profile.name, seed, 1500);
         }

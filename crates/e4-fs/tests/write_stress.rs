@@ -67,7 +67,9 @@ fn worker(fs: &Filesystem, t: usize, dirs: &[u32], shared: u32, ids: &AtomicU64)
             3 => {
                 if let Some((ino, _)) = files.get(rng.gen_range(0..files.len().max(1))) {
                     // Append the continuation of the file's own pattern.
-                    let Ok(meta) = fs.metadata(*ino) else { continue };
+                    let Ok(meta) = fs.metadata(*ino) else {
+                        continue;
+                    };
                     if meta.nlink == 0 || meta.size < 8 {
                         continue;
                     }
@@ -75,12 +77,15 @@ fn worker(fs: &Filesystem, t: usize, dirs: &[u32], shared: u32, ids: &AtomicU64)
                     fs.read_at(*ino, 0, &mut head).unwrap();
                     let id = u64::from_le_bytes(head);
                     let len = rng.gen_range(1..20_000);
-                    fs.write_at(*ino, meta.size, &bytes(id, meta.size, len)).unwrap();
+                    fs.write_at(*ino, meta.size, &bytes(id, meta.size, len))
+                        .unwrap();
                 }
             }
             4 => {
                 if let Some((ino, _)) = files.get(rng.gen_range(0..files.len().max(1))) {
-                    let Ok(meta) = fs.metadata(*ino) else { continue };
+                    let Ok(meta) = fs.metadata(*ino) else {
+                        continue;
+                    };
                     if meta.nlink > 0 && meta.size > 8 {
                         fs.truncate(*ino, rng.gen_range(8..=meta.size)).unwrap();
                     }
@@ -105,7 +110,13 @@ fn worker(fs: &Filesystem, t: usize, dirs: &[u32], shared: u32, ids: &AtomicU64)
                 // Renames inside the shared directory collide with everyone's.
                 let from = format!("t{}-{}", rng.gen_range(0..THREADS), rng.gen_range(0..k + 1));
                 let to = format!("s{}", rng.gen_range(0..50));
-                tolerated(fs.rename(shared, from.as_bytes(), shared, to.as_bytes(), RenameMode::Replace));
+                tolerated(fs.rename(
+                    shared,
+                    from.as_bytes(),
+                    shared,
+                    to.as_bytes(),
+                    RenameMode::Replace,
+                ));
             }
             8 => {
                 let name = format!("d{t}-{}", rng.gen_range(0..8)).into_bytes();
@@ -137,7 +148,10 @@ fn check_tree(fs: &Filesystem, dir: u32, path: &str, out: &mut BTreeMap<String, 
                 let data = fs.read_file(e.ino, 1 << 30).unwrap();
                 if data.len() >= 8 {
                     let id = u64::from_le_bytes(data[..8].try_into().unwrap());
-                    assert!(data == bytes(id, 0, data.len() as u64), "{p}: bytes are not its writer's");
+                    assert!(
+                        data == bytes(id, 0, data.len() as u64),
+                        "{p}: bytes are not its writer's"
+                    );
                 }
                 out.insert(p, data.len() as u64);
             }
@@ -161,11 +175,19 @@ fn host_tree(dir: &Path, path: &str, out: &mut BTreeMap<String, u64>) {
 
 #[test]
 fn many_threads_on_private_and_shared_directories() {
-    for args in [&["-t", "ext4"][..], &["-t", "ext4", "-b", "1024", "-O", "^metadata_csum,uninit_bg"]] {
+    let profiles: [&[&str]; 3] = [
+        &["-t", "ext4"],
+        &["-t", "ext4", "-b", "1024", "-O", "^metadata_csum,uninit_bg"],
+        &["-t", "ext3"],
+    ];
+    for args in profiles {
         let img = make_empty_image(args, 256);
         let fs = Filesystem::open(&img.path, OpenOptions::writable()).unwrap();
         let dirs: Vec<u32> = (0..THREADS)
-            .map(|t| fs.mkdir(ROOT, format!("private{t}").as_bytes(), ME).unwrap())
+            .map(|t| {
+                fs.mkdir(ROOT, format!("private{t}").as_bytes(), ME)
+                    .unwrap()
+            })
             .collect();
         let shared = fs.mkdir(ROOT, b"shared", ME).unwrap();
         let ids = AtomicU64::new(1);
