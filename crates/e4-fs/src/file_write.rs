@@ -369,6 +369,138 @@ impl Filesystem {
     }
 }
 
+impl Filesystem {
+    /// Changes the allocation of `len` bytes from `offset` of regular file `ino` (Linux's
+    /// `fallocate`). Allocated ranges get unwritten extents, which read as zeros until
+    /// written; only extent-mapped files have them (block-mapped files: NotSupported, as
+    /// the kernel's EOPNOTSUPP).
+    pub fn fallocate(&self, ino: u32, mode: FallocateMode, offset: u64, len: u64) -> Result<()> {
+        let writer = self.writer()?;
+        if len == 0 {
+            return Err(Error::Invalid("fallocate of 0 bytes".into()));
+        }
+        {
+            let txn = writer.begin()?;
+            let handle = self.inode_handle(ino)?;
+            let mut state = handle.lock();
+            self.require_regular(&state.inode)?;
+            if !state.inode.has_flag(flags::EXTENTS) {
+                return Err(Error::NotSupported(format!(
+                    "fallocate on block-mapped inode {ino} (no unwritten extents)"
+                )));
+            }
+            let end = offset
+                .checked_add(len)
+                .filter(|&end| end <= self.max_file_size(&state.inode))
+                .ok_or_else(|| Error::FileTooBig(format!("inode {ino}")))?;
+            let io = TxnIo {
+                fs: self,
+                writer,
+                slot: txn.slot,
+            };
+            let bs = u64::from(self.block_size());
+            let (first_full, end_full) = (offset.div_ceil(bs), end / bs);
+            match mode {
+                FallocateMode::Allocate | FallocateMode::KeepSize => {
+                    self.allocate_unwritten(&io, &mut state, offset / bs, end.div_ceil(bs))?;
+                    if mode == FallocateMode::Allocate && end > state.inode.size() {
+                        self.require_large_file(end);
+                        state.inode.set_size(end);
+                    }
+                }
+                FallocateMode::PunchHole | FallocateMode::ZeroRange => {
+                    self.zero_partial(&io, &mut state, offset, end)?;
+                    if end_full > first_full {
+                        self.free_range(&io, &mut state, first_full, end_full - first_full)?;
+                    }
+                    if mode == FallocateMode::ZeroRange {
+                        self.allocate_unwritten(&io, &mut state, offset / bs, end.div_ceil(bs))?;
+                        if end > state.inode.size() {
+                            self.require_large_file(end);
+                            state.inode.set_size(end);
+                        }
+                    }
+                }
+            }
+            let now = crate::time::now();
+            state.inode.set_ctime(now);
+            if matches!(mode, FallocateMode::PunchHole | FallocateMode::ZeroRange) {
+                state.inode.set_mtime(now);
+            }
+            drop(state);
+            self.inodes.mark_dirty(&handle);
+        }
+        self.commit_if_needed()
+    }
+
+    /// Maps every hole in logical blocks `first..end` to newly allocated unwritten blocks.
+    fn allocate_unwritten(
+        &self,
+        io: &TxnIo<'_>,
+        state: &mut InodeState,
+        first: u64,
+        end: u64,
+    ) -> Result<()> {
+        let InodeState { inode, window, .. } = state;
+        let stream = u64::from(inode.ino);
+        let mut map = FileMapping::of(inode, io);
+        let mut data_blocks = 0i64;
+        let mut logical = first;
+        let outcome = (|| -> Result<()> {
+            while logical < end {
+                if let Some(run) = map.lookup(logical)? {
+                    logical += run.len;
+                    continue;
+                }
+                // Unwritten extents hold at most 32,767 blocks.
+                let want = map.hole_len(logical, (end - logical).min(32767))? as u32;
+                let goal = match logical.checked_sub(1) {
+                    Some(prev) => map.lookup(prev)?.map(|r| r.physical + 1),
+                    None => None,
+                };
+                let got = io
+                    .writer
+                    .blocks
+                    .allocate_append(window, goal, want, io.slot, stream)
+                    .map_err(|_| Error::NoSpace("blocks".into()))?;
+                if let Err(e) = map.insert(logical, got.start, u64::from(got.len), true) {
+                    io.writer.blocks.free(got, io.slot).ok();
+                    return Err(e);
+                }
+                data_blocks += i64::from(got.len);
+                logical += u64::from(got.len);
+            }
+            Ok(())
+        })();
+        let tree_blocks = map.node_blocks_change();
+        drop(map);
+        let counted = self.add_blocks(inode, data_blocks + tree_blocks);
+        outcome.and(counted)
+    }
+
+    /// Writes zeros over the bytes of `offset..end` that lie in partly covered blocks, where
+    /// those blocks are written (holes and unwritten blocks already read as zeros).
+    fn zero_partial(&self, io: &TxnIo<'_>, state: &mut InodeState, offset: u64, end: u64) -> Result<()> {
+        let bs = u64::from(self.block_size());
+        let map = FileMapping::of(&mut state.inode, io);
+        let mut edges = vec![(offset, end.min((offset / bs + 1) * bs))];
+        if end % bs != 0 && end / bs != offset / bs {
+            edges.push((end / bs * bs, end));
+        }
+        for (from, to) in edges {
+            if from % bs == 0 && to - from == bs {
+                continue; // a whole block: freed or left to the caller
+            }
+            if let Some(run) = map.lookup(from / bs)? {
+                if !run.unwritten {
+                    self.write_data(run.physical * bs + from % bs, &vec![0u8; (to - from) as usize])?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Where a write stopped, and why.
 struct WriteStop {
     written: usize,

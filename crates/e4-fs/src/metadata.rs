@@ -107,10 +107,29 @@ impl Filesystem {
         (sb.blocks_count() / ratio / 50).min(4096) * ratio
     }
 
-    /// Counts from the group descriptors, which are authoritative (the superblock's summary
-    /// is only refreshed at unmount).
+    /// Filesystem-wide counts: from the allocators when open for writing, else from the group
+    /// descriptors, which are authoritative (the superblock's summary is only refreshed at
+    /// unmount).
     pub fn statfs(&self) -> StatFs {
         let sb = self.superblock();
+        if let Some(w) = &self.writer {
+            // Open for writing: the allocators' counters are the truth (descriptors are
+            // only brought up to date at each commit).
+            let free_blocks = w.blocks.free_blocks_for_statfs();
+            return StatFs {
+                block_size: self.block_size(),
+                blocks: sb.blocks_count(),
+                free_blocks,
+                available_blocks: w
+                    .blocks
+                    .available_blocks()
+                    .min(free_blocks)
+                    .saturating_sub(self.reserved_for_metadata()),
+                inodes: u64::from(sb.inodes_count),
+                free_inodes: w.inodes.free_inodes(),
+                name_max: e4_format::dir_entry::MAX_NAME_LEN as u32,
+            };
+        }
         let groups = self.group_descriptors();
         let free_blocks: u64 = groups
             .iter()

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use e4_fs::{Creator, Error, FileType, Filesystem, OpenOptions, RenameMode};
+use e4_fs::{Creator, Error, FallocateMode, FileType, Filesystem, OpenOptions, RenameMode};
 use e4_testkit::{e2fsck_clean, make_empty_image, KernelMount, PROFILES};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -134,6 +134,7 @@ fn run(profile_args: &[&str], name: &str, seed: u64, steps: usize) {
         links: BTreeMap::new(),
         parents: BTreeMap::new(),
     };
+    let extents = !profile_args.contains(&"ext2") && !profile_args.contains(&"ext3");
     let fs = Filesystem::open(&img.path, OpenOptions::writable()).unwrap();
     // Start from the root as mke2fs left it (lost+found included).
     let mut root = BTreeMap::new();
@@ -241,7 +242,40 @@ fn run(profile_args: &[&str], name: &str, seed: u64, steps: usize) {
                 }
                 content[offset as usize..end].copy_from_slice(&data);
             }
-            54..=59 => {
+            54..=56 => {
+                let files = model.files();
+                if files.is_empty() {
+                    continue;
+                }
+                let ino = files[rng.gen_range(0..files.len())];
+                let offset = rng.gen_range(0..2 << 20);
+                let len = rng.gen_range(1..600_000);
+                let mode = [
+                    FallocateMode::Allocate,
+                    FallocateMode::KeepSize,
+                    FallocateMode::PunchHole,
+                    FallocateMode::ZeroRange,
+                ][rng.gen_range(0..4)];
+                let got = fs.fallocate(ino, mode, offset, len);
+                if !extents {
+                    assert!(matches!(got, Err(Error::NotSupported(_))), "step {step}: {got:?}");
+                    continue;
+                }
+                got.unwrap_or_else(|e| panic!("step {step}: fallocate {mode:?}: {e}"));
+                let Some(Node::File(content)) = model.nodes.get_mut(&ino) else { unreachable!() };
+                let end = (offset + len) as usize;
+                let grows = matches!(mode, FallocateMode::Allocate | FallocateMode::ZeroRange);
+                if grows && content.len() < end {
+                    content.resize(end, 0);
+                }
+                if matches!(mode, FallocateMode::PunchHole | FallocateMode::ZeroRange) {
+                    let stop = end.min(content.len());
+                    if (offset as usize) < stop {
+                        content[offset as usize..stop].fill(0);
+                    }
+                }
+            }
+            57..=59 => {
                 let files = model.files();
                 if files.is_empty() {
                     continue;
