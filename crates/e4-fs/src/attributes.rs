@@ -22,6 +22,58 @@ pub struct SetAttributes {
 }
 
 impl Filesystem {
+    /// Records that inode `ino` is open (a file handle of a FUSE mount, say): if its last
+    /// link is removed, it lives on (on the orphan list) until [`Filesystem::release_inode`].
+    pub fn open_inode(&self, ino: u32) -> Result<()> {
+        let handle = self.inode_handle(ino)?;
+        let mut state = handle.lock();
+        if state.inode.links_count() == 0 && state.open_count == 0 {
+            return Err(Error::NotFound(format!("inode {ino}")));
+        }
+        state.open_count += 1;
+        Ok(())
+    }
+
+    /// Ends one [`Filesystem::open_inode`] of inode `ino`; the last close of an inode without
+    /// links frees it.
+    pub fn release_inode(&self, ino: u32) -> Result<()> {
+        let writer = self.writer.as_ref();
+        let handle = self.inode_handle(ino)?;
+        let last = {
+            let mut state = handle.lock();
+            if state.open_count == 0 {
+                return Err(Error::Invalid(format!("inode {ino} is not open")));
+            }
+            state.open_count -= 1;
+            state.open_count == 0 && state.inode.links_count() == 0
+        };
+        if last && writer.is_some() {
+            self.close_orphan(ino)?;
+            self.commit_if_needed()?;
+        }
+        Ok(())
+    }
+
+    /// Frees orphan `ino` if nobody has it open any more and it has no links.
+    pub(crate) fn close_orphan(&self, ino: u32) -> Result<()> {
+        let writer = self.writer()?;
+        let txn = writer.begin()?;
+        let io = crate::txn_io::TxnIo {
+            fs: self,
+            writer,
+            slot: txn.slot,
+        };
+        let handle = self.inode_handle(ino)?;
+        let mut state = handle.lock();
+        if state.deleted || state.open_count > 0 || state.inode.links_count() > 0 {
+            return Ok(());
+        }
+        state.open_count = 0;
+        self.delete_inode(&io, &mut state)?;
+        writer.orphans.lock().remove(&ino);
+        Ok(())
+    }
+
     /// Changes the attributes of inode `ino`; returns them as they now are.
     pub fn setattr(&self, ino: u32, attrs: &SetAttributes) -> Result<Metadata> {
         if let Some(size) = attrs.size {

@@ -480,7 +480,13 @@ impl Filesystem {
 
     /// Writes zeros over the bytes of `offset..end` that lie in partly covered blocks, where
     /// those blocks are written (holes and unwritten blocks already read as zeros).
-    fn zero_partial(&self, io: &TxnIo<'_>, state: &mut InodeState, offset: u64, end: u64) -> Result<()> {
+    fn zero_partial(
+        &self,
+        io: &TxnIo<'_>,
+        state: &mut InodeState,
+        offset: u64,
+        end: u64,
+    ) -> Result<()> {
         let bs = u64::from(self.block_size());
         let map = FileMapping::of(&mut state.inode, io);
         let mut edges = vec![(offset, end.min((offset / bs + 1) * bs))];
@@ -493,7 +499,10 @@ impl Filesystem {
             }
             if let Some(run) = map.lookup(from / bs)? {
                 if !run.unwritten {
-                    self.write_data(run.physical * bs + from % bs, &vec![0u8; (to - from) as usize])?;
+                    self.write_data(
+                        run.physical * bs + from % bs,
+                        &vec![0u8; (to - from) as usize],
+                    )?;
                 }
             }
         }

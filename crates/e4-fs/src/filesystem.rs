@@ -318,8 +318,9 @@ impl Filesystem {
     /// Dropping a writable `Filesystem` does the same but cannot report a failure.
     pub fn unmount(self) -> Result<()> {
         match &self.writer {
-            Some(w) if w.is_open() => w.unmount(&self),
-            _ => Ok(()),
+            // A failed commit left the image needing e2fsck: say so.
+            Some(w) => w.check_open().and_then(|()| w.unmount(&self)),
+            None => Ok(()),
         }
     }
 

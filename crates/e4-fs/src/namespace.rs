@@ -585,6 +585,8 @@ impl Filesystem {
             let freed = target.inode.links_count() == 0 && target.open_count == 0;
             if freed {
                 self.delete_inode(&io, target)?;
+            } else if target.inode.links_count() == 0 {
+                writer.orphans.lock().insert(victim);
             }
             drop(locked);
             self.inodes.mark_dirty(&handles[0]);
@@ -600,7 +602,7 @@ impl Filesystem {
     /// running transaction), its xattr block reference, its number; writes its final record
     /// (links 0, dtime set) into the inode table now, so a reuse of the number in this
     /// transaction writes over it.
-    fn delete_inode(&self, io: &TxnIo<'_>, state: &mut InodeState) -> Result<()> {
+    pub(crate) fn delete_inode(&self, io: &TxnIo<'_>, state: &mut InodeState) -> Result<()> {
         self.release_inode_space(io, state)?;
         let is_dir = state.inode.file_type() == Some(FileType::Directory);
         let now = crate::time::now();
@@ -883,8 +885,12 @@ impl Filesystem {
                 }
                 let victim = state(locked, t);
                 Self::touch(&mut victim.inode, false);
-                if victim.inode.links_count() == 0 && victim.open_count == 0 {
-                    self.delete_inode(io, victim)?;
+                if victim.inode.links_count() == 0 {
+                    if victim.open_count == 0 {
+                        self.delete_inode(io, victim)?;
+                    } else {
+                        io.writer.orphans.lock().insert(t);
+                    }
                 }
             }
             Self::touch(&mut state(locked, source).inode, false);

@@ -71,6 +71,11 @@ pub(crate) struct Writer {
     pub rename_lock: Mutex<()>,
     /// The superblock as it will be written next.
     superblock: Mutex<Superblock>,
+    /// Inodes without links that are still open: the on-disk orphan list (`s_last_orphan`,
+    /// chained through `i_dtime`) is rebuilt from this at each commit, so e2fsck frees them
+    /// if the filesystem is not unmounted cleanly. Touched only when the last link of an open
+    /// file goes and at its last close.
+    pub orphans: Mutex<std::collections::BTreeSet<u32>>,
     /// [`OPEN`], [`FAILED`] (a commit failed part-way: the image may be inconsistent, so
     /// further changes are refused) or [`UNMOUNTED`].
     state: AtomicU8,
@@ -197,6 +202,7 @@ impl Writer {
             commit_lock: Mutex::new(()),
             rename_lock: Mutex::new(()),
             superblock: Mutex::new(superblock),
+            orphans: Mutex::default(),
             state: AtomicU8::new(OPEN),
         };
         // The image says "being written" before anything else changes.
@@ -207,7 +213,7 @@ impl Writer {
         Ok(writer)
     }
 
-    fn check_open(&self) -> Result<()> {
+    pub fn check_open(&self) -> Result<()> {
         match self.state.load(Ordering::Acquire) {
             OPEN => Ok(()),
             FAILED => Err(Error::ReadOnly(
@@ -287,6 +293,7 @@ impl Writer {
     }
 
     fn write_back(&self, fs: &Filesystem) -> Result<()> {
+        self.chain_orphans(fs)?;
         for handle in fs.inodes.take_dirty() {
             let state = handle.lock();
             // A deleted inode's last record went into the table when it was freed; its
@@ -437,10 +444,29 @@ impl Writer {
             .map_err(|e| Error::io("write of the superblock", e))
     }
 
-    /// Commits, gives back every reservation, commits what that changed, and marks the
-    /// filesystem clean.
+    /// Writes the orphan list: the superblock's head and each orphan's `i_dtime` pointing
+    /// at the next (no operation runs during a commit, so their locks are free).
+    fn chain_orphans(&self, fs: &Filesystem) -> Result<()> {
+        let orphans: Vec<u32> = self.orphans.lock().iter().copied().collect();
+        for (i, &ino) in orphans.iter().enumerate() {
+            let handle = fs.inode_handle(ino)?;
+            handle.lock().inode.record.dtime = orphans.get(i + 1).copied().unwrap_or(0);
+            fs.inodes.mark_dirty(&handle);
+        }
+        self.superblock.lock().last_orphan = orphans.first().copied().unwrap_or(0);
+        Ok(())
+    }
+
+    /// Commits, frees the orphans nobody can close any more, gives back every reservation,
+    /// commits what that changed, and marks the filesystem clean.
     pub fn unmount(&self, fs: &Filesystem) -> Result<()> {
         self.commit(fs)?;
+        let orphans: Vec<u32> = self.orphans.lock().iter().copied().collect();
+        for ino in orphans {
+            // Whoever had it open can no longer close it.
+            fs.inode_handle(ino)?.lock().open_count = 0;
+            fs.close_orphan(ino)?;
+        }
         {
             let _closed: Vec<_> = self.gate.iter().map(|g| g.write()).collect();
             for handle in fs.inodes.all() {

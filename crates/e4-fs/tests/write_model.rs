@@ -258,11 +258,16 @@ fn run(profile_args: &[&str], name: &str, seed: u64, steps: usize) {
                 ][rng.gen_range(0..4)];
                 let got = fs.fallocate(ino, mode, offset, len);
                 if !extents {
-                    assert!(matches!(got, Err(Error::NotSupported(_))), "step {step}: {got:?}");
+                    assert!(
+                        matches!(got, Err(Error::NotSupported(_))),
+                        "step {step}: {got:?}"
+                    );
                     continue;
                 }
                 got.unwrap_or_else(|e| panic!("step {step}: fallocate {mode:?}: {e}"));
-                let Some(Node::File(content)) = model.nodes.get_mut(&ino) else { unreachable!() };
+                let Some(Node::File(content)) = model.nodes.get_mut(&ino) else {
+                    unreachable!()
+                };
                 let end = (offset + len) as usize;
                 let grows = matches!(mode, FallocateMode::Allocate | FallocateMode::ZeroRange);
                 if grows && content.len() < end {

@@ -1,0 +1,210 @@
+//! The write path at its edges: files unlinked while open, a full filesystem (blocks and
+//! inodes) with concurrent writers, injected I/O errors, and very large and very sparse files.
+//! Every image that is written ends with `e2fsck -fn`.
+
+use std::sync::Arc;
+
+use e4_format::superblock::{Superblock, SUPERBLOCK_OFFSET};
+use e4_fs::device::{Device, Fault, FaultyDevice, MemoryDevice};
+use e4_fs::{Creator, Error, FallocateMode, Filesystem, OpenOptions};
+use e4_testkit::{e2fsck_clean, make_empty_image};
+
+const ROOT: u32 = 2;
+const ME: Creator = Creator {
+    permissions: 0o600,
+    uid: 0,
+    gid: 0,
+};
+
+fn superblock_of(path: &std::path::Path) -> Superblock {
+    let bytes = std::fs::read(path).unwrap();
+    Superblock::parse(&bytes[SUPERBLOCK_OFFSET as usize..SUPERBLOCK_OFFSET as usize + 1024])
+        .unwrap()
+}
+
+#[test]
+fn a_file_unlinked_while_open_lives_until_its_last_close() {
+    let img = make_empty_image(&["-t", "ext4"], 32);
+    let fs = Filesystem::open(&img.path, OpenOptions::writable()).unwrap();
+    let ino = fs.create(ROOT, b"victim", ME).unwrap();
+    fs.write_at(ino, 0, &vec![7u8; 100_000]).unwrap();
+    let free_with_file = fs.statfs().free_blocks;
+    fs.open_inode(ino).unwrap();
+    fs.unlink(ROOT, b"victim").unwrap();
+    fs.sync().unwrap();
+    // On disk it is an orphan: the superblock's list starts at it, its blocks are in use.
+    assert_eq!(superblock_of(&img.path).last_orphan, ino);
+    let mut back = vec![0u8; 100_000];
+    assert_eq!(fs.read_at(ino, 0, &mut back).unwrap(), 100_000);
+    assert!(back.iter().all(|&b| b == 7));
+    assert_eq!(fs.lookup(ROOT, b"victim").unwrap(), None);
+    fs.release_inode(ino).unwrap();
+    fs.sync().unwrap();
+    assert_eq!(superblock_of(&img.path).last_orphan, 0);
+    assert!(fs.statfs().free_blocks > free_with_file);
+    // Another one is still open at unmount: unmount frees it.
+    let other = fs.create(ROOT, b"other", ME).unwrap();
+    fs.write_at(other, 0, b"x").unwrap();
+    fs.open_inode(other).unwrap();
+    fs.unlink(ROOT, b"other").unwrap();
+    fs.unmount().unwrap();
+    assert_eq!(superblock_of(&img.path).last_orphan, 0);
+    e2fsck_clean(&img.path).unwrap();
+}
+
+#[test]
+fn concurrent_writers_fill_the_filesystem_exactly() {
+    let img = make_empty_image(&["-t", "ext4", "-m", "0"], 24);
+    let fs = Filesystem::open(&img.path, OpenOptions::writable()).unwrap();
+    let free_before = fs.statfs().free_blocks;
+    let threads = 8;
+    let inos: Vec<u32> = (0..threads)
+        .map(|t| fs.create(ROOT, format!("w{t}").as_bytes(), ME).unwrap())
+        .collect();
+    let sizes: Vec<u64> = std::thread::scope(|s| {
+        let handles: Vec<_> = inos
+            .iter()
+            .enumerate()
+            .map(|(t, &ino)| {
+                let fs = &fs;
+                s.spawn(move || {
+                    let chunk = vec![t as u8 + 1; 4096];
+                    let mut size = 0u64;
+                    loop {
+                        match fs.write_at(ino, size, &chunk) {
+                            Ok(n) => size += n as u64,
+                            Err(Error::NoSpace(_)) => return size,
+                            Err(e) => panic!("writer {t}: {e}"),
+                        }
+                    }
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let written: u64 = sizes.iter().sum::<u64>() / 4096;
+    let st = fs.statfs();
+    // Nothing over-committed: the data plus what is left never exceeds what was free, and
+    // at most the extent-tree blocks are unaccounted for.
+    assert!(
+        written <= free_before,
+        "{written} blocks written of {free_before}"
+    );
+    assert!(written + st.free_blocks <= free_before);
+    assert!(
+        st.free_blocks < 64,
+        "{} blocks still free after ENOSPC",
+        st.free_blocks
+    );
+    for (t, &ino) in inos.iter().enumerate() {
+        let data = fs.read_file(ino, 1 << 30).unwrap();
+        assert_eq!(data.len() as u64, sizes[t]);
+        assert!(data.iter().all(|&b| b == t as u8 + 1), "writer {t}'s data");
+    }
+    fs.unmount().unwrap();
+    e2fsck_clean(&img.path).unwrap();
+    // statfs after reopening agrees with what the writers saw.
+    let fs = Filesystem::open(&img.path, OpenOptions::default()).unwrap();
+    assert_eq!(fs.statfs().free_blocks, st.free_blocks);
+}
+
+#[test]
+fn inode_exhaustion_is_exact() {
+    let img = make_empty_image(&["-t", "ext4", "-N", "256"], 16);
+    let fs = Filesystem::open(&img.path, OpenOptions::writable()).unwrap();
+    let free = fs.statfs().free_inodes;
+    let mut made = 0u64;
+    loop {
+        match fs.create(ROOT, format!("f{made}").as_bytes(), ME) {
+            Ok(_) => made += 1,
+            Err(Error::NoSpace(what)) => {
+                assert_eq!(what, "inodes");
+                break;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert_eq!(made, free);
+    assert_eq!(fs.statfs().free_inodes, 0);
+    fs.unlink(ROOT, b"f0").unwrap();
+    fs.create(ROOT, b"again", ME).unwrap();
+    fs.unmount().unwrap();
+    e2fsck_clean(&img.path).unwrap();
+}
+
+#[test]
+fn large_and_sparse_files() {
+    let img = make_empty_image(&["-t", "ext4", "-b", "4096", "-O", "^large_file"], 64);
+    let fs = Filesystem::open(&img.path, OpenOptions::writable()).unwrap();
+    let ino = fs.create(ROOT, b"big", ME).unwrap();
+    // Past 4 GiB (needs large_file, which is switched on) and near the 16 TiB extent limit.
+    fs.write_at(ino, 5 << 30, b"five gib").unwrap();
+    let last = ((1u64 << 32) - 1) * 4096;
+    fs.write_at(ino, last - 8, b"the end!").unwrap();
+    assert!(matches!(
+        fs.write_at(ino, last, b"x"),
+        Err(Error::FileTooBig(_))
+    ));
+    fs.fallocate(ino, FallocateMode::KeepSize, 1 << 40, 1 << 20)
+        .unwrap();
+    let mut buf = [0u8; 8];
+    fs.read_at(ino, 5 << 30, &mut buf).unwrap();
+    assert_eq!(&buf, b"five gib");
+    fs.read_at(ino, 1 << 40, &mut buf).unwrap();
+    assert_eq!(buf, [0; 8]);
+    assert_eq!(fs.metadata(ino).unwrap().size, last);
+    fs.unmount().unwrap();
+    assert!(superblock_of(&img.path)
+        .ro_compat()
+        .contains(e4_format::features::RoCompatFeatures::LARGE_FILE));
+    e2fsck_clean(&img.path).unwrap();
+}
+
+/// Operations on a device that fails: errors, never panics, and after a failed commit no
+/// further change is accepted (the image would need e2fsck).
+#[test]
+fn injected_io_errors_are_errors() {
+    let img = make_empty_image(&["-t", "ext4"], 16);
+    let bytes = std::fs::read(&img.path).unwrap();
+    for fail_from in [0u64, 1, 3, 10, 40] {
+        let device = Arc::new(FaultyDevice::new(
+            MemoryDevice::new(bytes.clone()),
+            Fault::Never,
+        ));
+        let fs = Filesystem::open_device(device.clone(), OpenOptions::writable()).unwrap();
+        let dir = fs.mkdir(ROOT, b"d", ME).unwrap();
+        let (_, writes_so_far, _) = device.counts();
+        device.set_fault(Fault::WritesFrom(writes_so_far + fail_from));
+        let mut failed = false;
+        for i in 0..200 {
+            let r = fs
+                .create(dir, format!("f{i}").as_bytes(), ME)
+                .and_then(|ino| fs.write_at(ino, 0, &[1u8; 10_000]).map(drop))
+                .and_then(|()| if i % 20 == 0 { fs.sync() } else { Ok(()) });
+            if let Err(e) = r {
+                assert!(matches!(e, Error::Io { .. } | Error::ReadOnly(_)), "{e}");
+                failed = true;
+            }
+        }
+        assert!(failed, "no write failed from write {fail_from}");
+        // A failed data write changes nothing on disk; a failed commit may have, and then
+        // nothing more is accepted.
+        assert!(fs.sync().is_err());
+        assert!(matches!(
+            fs.create(dir, b"late", ME),
+            Err(Error::ReadOnly(_))
+        ));
+        assert!(fs.unmount().is_err());
+    }
+    // Reads that fail during an operation.
+    let device = Arc::new(FaultyDevice::new(MemoryDevice::new(bytes), Fault::Never));
+    let fs = Filesystem::open_device(device.clone(), OpenOptions::writable()).unwrap();
+    device.set_fault(Fault::ReadsFrom(0));
+    for i in 0..50 {
+        let _ = fs.mkdir(ROOT, format!("d{i}").as_bytes(), ME);
+        let _ = fs.read_dir(ROOT);
+    }
+    device.set_fault(Fault::Never);
+    drop(fs);
+    let _ = device.inner().size();
+}
