@@ -36,6 +36,32 @@ impl KernelMount {
         result
     }
 
+    /// Mounts `image` read-write (to let the kernel change an image e4 wrote, or to make one
+    /// for e4 to change), or explains why it cannot. Unmounting (drop) writes it back.
+    pub fn mount_writable(image: &Path) -> Result<Self, String> {
+        let result = (|| {
+            let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+            let out = Command::new("mount")
+                .args(["-o", "loop"])
+                .arg(image)
+                .arg(dir.path())
+                .output()
+                .map_err(|e| format!("cannot run mount: {e}"))?;
+            if out.status.success() {
+                Ok(KernelMount { dir })
+            } else {
+                Err(format!(
+                    "loop mount unavailable: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ))
+            }
+        })();
+        if let Err(reason) = &result {
+            kernel_comparison_skipped(&image.display().to_string(), reason);
+        }
+        result
+    }
+
     fn try_mount(image: &Path, options: &[&str]) -> Result<Self, String> {
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         // `noload` keeps a read-only mount from replaying a journal; the ext2 driver path
