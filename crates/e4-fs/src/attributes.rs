@@ -26,7 +26,7 @@ impl Filesystem {
     /// link is removed, it lives on (on the orphan list) until [`Filesystem::release_inode`].
     pub fn open_inode(&self, ino: u32) -> Result<()> {
         let handle = self.inode_handle(ino)?;
-        let mut state = handle.lock();
+        let mut state = handle.lock(&self.inodes);
         if state.inode.links_count() == 0 && state.open_count == 0 {
             return Err(Error::NotFound(format!("inode {ino}")));
         }
@@ -40,7 +40,7 @@ impl Filesystem {
         let writer = self.writer.as_ref();
         let handle = self.inode_handle(ino)?;
         let last = {
-            let mut state = handle.lock();
+            let mut state = handle.lock(&self.inodes);
             if state.open_count == 0 {
                 return Err(Error::Invalid(format!("inode {ino} is not open")));
             }
@@ -64,7 +64,7 @@ impl Filesystem {
             slot: txn.slot,
         };
         let handle = self.inode_handle(ino)?;
-        let mut state = handle.lock();
+        let mut state = handle.lock(&self.inodes);
         if state.deleted || state.open_count > 0 || state.inode.links_count() > 0 {
             return Ok(());
         }
@@ -83,7 +83,7 @@ impl Filesystem {
         {
             let _txn = writer.begin()?;
             let handle = self.inode_handle(ino)?;
-            let mut state = handle.lock();
+            let mut state = handle.lock(&self.inodes);
             let inode = &mut state.inode;
             if inode.links_count() == 0 && inode.file_type() != Some(FileType::Regular) {
                 return Err(Error::NotFound(format!("inode {ino}")));

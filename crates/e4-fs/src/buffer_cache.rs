@@ -11,12 +11,15 @@
 //! else. Dirty buffers are listed per shard so a commit finds them without scanning the cache.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crossbeam_utils::CachePadded;
-use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use parking_lot::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
+use e4_alloc::stats::LockStats;
+
+use crate::engine_stats::counted_lock;
 use crate::meta_io::{BlockKind, Owner};
 
 /// Shards: a power of two comfortably above the thread counts the engine targets.
@@ -126,6 +129,10 @@ impl Shard {
 
 pub struct BufferCache {
     shards: Box<[CachePadded<Mutex<Shard>>]>,
+    shard_locks: LockStats,
+    /// Buffers dirtied since the last [`BufferCache::take_dirty`] (written on a buffer's
+    /// first change in a transaction only; read by every operation to decide on a commit).
+    dirty_buffers: AtomicUsize,
     per_shard: usize,
     block_size: usize,
 }
@@ -139,13 +146,20 @@ impl BufferCache {
                 .collect(),
             per_shard: capacity.div_ceil(SHARDS).max(1),
             block_size,
+            shard_locks: LockStats::default(),
+            dirty_buffers: AtomicUsize::new(0),
         }
     }
 
-    fn shard(&self, nr: u64) -> &Mutex<Shard> {
+    fn shard(&self, nr: u64) -> MutexGuard<'_, Shard> {
         // Fibonacci hashing spreads neighbouring blocks over different shards.
         let h = nr.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - SHARDS.trailing_zeros());
-        &self.shards[h as usize]
+        counted_lock(&self.shards[h as usize], &self.shard_locks)
+    }
+
+    /// Lock counts of the shards.
+    pub fn shard_stats(&self) -> &LockStats {
+        &self.shard_locks
     }
 
     fn insert_locked(&self, shard: &mut Shard, buffer: &Arc<Buffer>) {
@@ -178,7 +192,7 @@ impl BufferCache {
                 role: Mutex::new(None),
             });
             let mut loading = {
-                let mut shard = self.shard(nr).lock();
+                let mut shard = self.shard(nr);
                 if let Some(slot) = shard.slots.get_mut(&nr) {
                     slot.referenced = true;
                     let found = Arc::clone(&slot.buffer);
@@ -202,7 +216,7 @@ impl BufferCache {
                     return Ok(buffer);
                 }
                 Err(e) => {
-                    let mut shard = self.shard(nr).lock();
+                    let mut shard = self.shard(nr);
                     if shard
                         .slots
                         .get(&nr)
@@ -220,7 +234,7 @@ impl BufferCache {
     /// Returns block `nr` with its contents replaced by `fill` (a block the caller owns and
     /// rewrites whole, such as a newly allocated one): no read from the device.
     pub fn get_new(&self, nr: u64, fill: &[u8]) -> Arc<Buffer> {
-        let mut shard = self.shard(nr).lock();
+        let mut shard = self.shard(nr);
         if let Some(slot) = shard.slots.get(&nr) {
             let buffer = Arc::clone(&slot.buffer);
             drop(shard);
@@ -243,7 +257,8 @@ impl BufferCache {
     /// a commit.
     pub fn mark_dirty(&self, buffer: &Arc<Buffer>) {
         if !buffer.dirty.swap(true, Ordering::AcqRel) {
-            self.shard(buffer.nr).lock().dirty.push(Arc::clone(buffer));
+            self.shard(buffer.nr).dirty.push(Arc::clone(buffer));
+            self.dirty_buffers.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -251,6 +266,7 @@ impl BufferCache {
     /// afterwards is listed again).
     pub fn take_dirty(&self) -> Vec<Arc<Buffer>> {
         let mut out = Vec::new();
+        self.dirty_buffers.store(0, Ordering::Relaxed);
         for shard in self.shards.iter() {
             let taken = std::mem::take(&mut shard.lock().dirty);
             for buffer in &taken {
@@ -264,16 +280,18 @@ impl BufferCache {
 
     /// Forgets block `nr` (it was freed): a later use reads or fills it afresh.
     pub fn forget(&self, nr: u64) {
-        let mut shard = self.shard(nr).lock();
+        let mut shard = self.shard(nr);
         if let Some(slot) = shard.slots.remove(&nr) {
-            slot.buffer.dirty.store(false, Ordering::Release);
-            shard.dirty.retain(|b| b.nr != nr);
+            if slot.buffer.dirty.swap(false, Ordering::AcqRel) {
+                shard.dirty.retain(|b| b.nr != nr);
+                self.dirty_buffers.fetch_sub(1, Ordering::Relaxed);
+            }
         }
     }
 
     /// Dirty buffers waiting for a commit (a snapshot, for deciding when to commit).
     pub fn dirty_count(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().dirty.len()).sum()
+        self.dirty_buffers.load(Ordering::Relaxed)
     }
 
     /// Buffers held now (clean and dirty).

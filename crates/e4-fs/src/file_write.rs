@@ -103,11 +103,31 @@ impl Filesystem {
     /// the bytes written: all of them, or fewer when the filesystem filled up part-way (then
     /// the file holds what was written). With nothing written, a full filesystem is an error.
     pub fn write_at(&self, ino: u32, offset: u64, data: &[u8]) -> Result<usize> {
+        self.retry_when_full(|| self.write_at_once(ino, offset, data))
+    }
+
+    /// Runs `op`; if it finds the filesystem full while blocks freed in the running
+    /// transaction wait for a commit, commits (making them free) and runs it once more, so a
+    /// "no space" is never reported while space is only waiting (the kernel's
+    /// `ext4_should_retry_alloc`). `op` must change nothing when it fails with NoSpace.
+    pub(crate) fn retry_when_full<T>(&self, op: impl Fn() -> Result<T>) -> Result<T> {
+        match op() {
+            Err(Error::NoSpace(_))
+                if self.writer.as_ref().is_some_and(|w| w.pending_blocks() > 0) =>
+            {
+                self.sync()?;
+                op()
+            }
+            other => other,
+        }
+    }
+
+    fn write_at_once(&self, ino: u32, offset: u64, data: &[u8]) -> Result<usize> {
         let writer = self.writer()?;
         let written = {
             let txn = writer.begin()?;
             let handle = self.inode_handle(ino)?;
-            let mut state = handle.lock();
+            let mut state = handle.lock(&self.inodes);
             self.require_regular(&state.inode)?;
             offset
                 .checked_add(data.len() as u64)
@@ -297,7 +317,7 @@ impl Filesystem {
         {
             let txn = writer.begin()?;
             let handle = self.inode_handle(ino)?;
-            let mut state = handle.lock();
+            let mut state = handle.lock(&self.inodes);
             self.require_regular(&state.inode)?;
             if size > self.max_file_size(&state.inode) {
                 return Err(Error::FileTooBig(format!("inode {ino}")));
@@ -375,6 +395,10 @@ impl Filesystem {
     /// written; only extent-mapped files have them (block-mapped files: NotSupported, as
     /// the kernel's EOPNOTSUPP).
     pub fn fallocate(&self, ino: u32, mode: FallocateMode, offset: u64, len: u64) -> Result<()> {
+        self.retry_when_full(|| self.fallocate_once(ino, mode, offset, len))
+    }
+
+    fn fallocate_once(&self, ino: u32, mode: FallocateMode, offset: u64, len: u64) -> Result<()> {
         let writer = self.writer()?;
         if len == 0 {
             return Err(Error::Invalid("fallocate of 0 bytes".into()));
@@ -382,7 +406,7 @@ impl Filesystem {
         {
             let txn = writer.begin()?;
             let handle = self.inode_handle(ino)?;
-            let mut state = handle.lock();
+            let mut state = handle.lock(&self.inodes);
             self.require_regular(&state.inode)?;
             if !state.inode.has_flag(flags::EXTENTS) {
                 return Err(Error::NotSupported(format!(

@@ -391,7 +391,7 @@ impl Filesystem {
     /// flag) is not a file and is refused, as the kernel's `__ext4_iget` refuses it
     /// ("unexpected EA_INODE flag"); such values are read by the xattr code.
     pub fn read_inode(&self, ino: u32) -> Result<Inode> {
-        let inode = self.inode_handle(ino)?.lock().inode.clone();
+        let inode = self.inode_handle(ino)?.lock(&self.inodes).inode.clone();
         if inode.has_flag(e4_format::inode::flags::EA_INODE) {
             return Err(FormatError::corrupt(
                 "inode record",

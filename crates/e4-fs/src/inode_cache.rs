@@ -16,6 +16,9 @@ use e4_alloc::ReservationWindow;
 use e4_format::inode::Inode;
 use parking_lot::{Mutex, MutexGuard};
 
+use e4_alloc::stats::LockStats;
+
+use crate::engine_stats::counted_lock;
 use crate::error::Result;
 
 const SHARDS: usize = 64;
@@ -55,8 +58,9 @@ pub(crate) struct InodeHandle {
 }
 
 impl InodeHandle {
-    pub fn lock(&self) -> MutexGuard<'_, InodeState> {
-        self.state.lock()
+    /// The inode's lock (counted in the cache's inode-lock statistics).
+    pub fn lock<'a>(&'a self, cache: &InodeCache) -> MutexGuard<'a, InodeState> {
+        counted_lock(&self.state, &cache.inode_locks)
     }
 }
 
@@ -68,6 +72,8 @@ struct Shard {
 
 pub(crate) struct InodeCache {
     shards: Box<[CachePadded<Mutex<Shard>>]>,
+    shard_locks: LockStats,
+    inode_locks: LockStats,
 }
 
 impl InodeCache {
@@ -76,11 +82,21 @@ impl InodeCache {
             shards: (0..SHARDS)
                 .map(|_| CachePadded::new(Mutex::default()))
                 .collect(),
+            shard_locks: LockStats::default(),
+            inode_locks: LockStats::default(),
         }
     }
 
-    fn shard(&self, ino: u32) -> &Mutex<Shard> {
-        &self.shards[ino as usize % SHARDS]
+    fn shard(&self, ino: u32) -> MutexGuard<'_, Shard> {
+        counted_lock(&self.shards[ino as usize % SHARDS], &self.shard_locks)
+    }
+
+    pub fn shard_stats(&self) -> &LockStats {
+        &self.shard_locks
+    }
+
+    pub fn lock_stats(&self) -> &LockStats {
+        &self.inode_locks
     }
 
     fn handle_for(inode: Inode) -> Arc<InodeHandle> {
@@ -97,11 +113,11 @@ impl InodeCache {
         ino: u32,
         load: impl FnOnce() -> Result<Inode>,
     ) -> Result<Arc<InodeHandle>> {
-        if let Some(h) = self.shard(ino).lock().handles.get(&ino) {
+        if let Some(h) = self.shard(ino).handles.get(&ino) {
             return Ok(Arc::clone(h));
         }
         let handle = Self::handle_for(load()?);
-        let mut shard = self.shard(ino).lock();
+        let mut shard = self.shard(ino);
         if let Some(h) = shard.handles.get(&ino) {
             return Ok(Arc::clone(h));
         }
@@ -114,7 +130,7 @@ impl InodeCache {
     /// handle for it can exist but a deleted one's, which is replaced).
     pub fn insert_new(&self, inode: Inode) -> Arc<InodeHandle> {
         let handle = Self::handle_for(inode);
-        let mut shard = self.shard(handle.ino).lock();
+        let mut shard = self.shard(handle.ino);
         Self::trim(&mut shard);
         shard.handles.insert(handle.ino, Arc::clone(&handle));
         handle
@@ -139,7 +155,7 @@ impl InodeCache {
     /// Marks `handle` changed; the next commit writes its inode back.
     pub fn mark_dirty(&self, handle: &Arc<InodeHandle>) {
         if !handle.dirty.swap(true, Ordering::AcqRel) {
-            self.shard(handle.ino).lock().dirty.push(Arc::clone(handle));
+            self.shard(handle.ino).dirty.push(Arc::clone(handle));
         }
     }
 
@@ -159,7 +175,7 @@ impl InodeCache {
 
     /// Forgets inode `ino` (it was freed).
     pub fn remove(&self, ino: u32) {
-        self.shard(ino).lock().handles.remove(&ino);
+        self.shard(ino).handles.remove(&ino);
     }
 
     /// Every handle (for releasing windows at unmount).

@@ -25,7 +25,7 @@ use crate::error::{Error, Result};
 use crate::extent_tree::ExtentTree;
 use crate::file_write::owner_of;
 use crate::filesystem::Filesystem;
-use crate::inode_cache::{InodeHandle, InodeState};
+use crate::inode_cache::{InodeCache, InodeHandle, InodeState};
 use crate::txn_io::TxnIo;
 
 /// The kernel's cap on a directory's link count; past it, dir_nlink directories count 1.
@@ -129,11 +129,14 @@ fn new_generation(ino: u32) -> u32 {
 }
 
 /// Locks the handles' inodes in inode-number order (each once).
-fn lock_in_order(handles: &[Arc<InodeHandle>]) -> Vec<(u32, MutexGuard<'_, InodeState>)> {
+fn lock_in_order<'a>(
+    cache: &InodeCache,
+    handles: &'a [Arc<InodeHandle>],
+) -> Vec<(u32, MutexGuard<'a, InodeState>)> {
     let mut order: Vec<&Arc<InodeHandle>> = handles.iter().collect();
     order.sort_by_key(|h| h.ino);
     order.dedup_by_key(|h| h.ino);
-    order.into_iter().map(|h| (h.ino, h.lock())).collect()
+    order.into_iter().map(|h| (h.ino, h.lock(cache))).collect()
 }
 
 /// The guard of inode `ino` among `locked`.
@@ -316,7 +319,7 @@ impl Filesystem {
             };
             let format = self.dir_format();
             let parent_handle = self.inode_handle(parent)?;
-            let mut parent_state = parent_handle.lock();
+            let mut parent_state = parent_handle.lock(&self.inodes);
             let dir = &mut parent_state.inode;
             self.require_directory(dir)?;
             if self.lookup_locked(&io, &format, dir, name)?.is_some() {
@@ -381,7 +384,7 @@ impl Filesystem {
             if let Err(e) = linked {
                 // Give back what the new inode took; the directory is unchanged. Nothing
                 // else can hold the new inode's lock: no name leads to it.
-                let mut new_state = handle.lock();
+                let mut new_state = handle.lock(&self.inodes);
                 self.release_inode_space(&io, &mut new_state).ok();
                 new_state.deleted = true;
                 self.inodes.remove(ino);
@@ -479,7 +482,7 @@ impl Filesystem {
             };
             let format = self.dir_format();
             let handles = [self.inode_handle(parent)?, self.inode_handle(ino)?];
-            let mut locked = lock_in_order(&handles);
+            let mut locked = lock_in_order(&self.inodes, &handles);
             if parent == ino {
                 return Err(Error::Invalid("a directory cannot be hard-linked".into()));
             }
@@ -544,14 +547,14 @@ impl Filesystem {
             let format = self.dir_format();
             let parent_handle = self.inode_handle(parent)?;
             let victim = {
-                let mut p = parent_handle.lock();
+                let mut p = parent_handle.lock(&self.inodes);
                 self.require_directory(&p.inode)?;
                 self.lookup_locked(&io, &format, &mut p.inode, name)?
                     .ok_or_else(|| Error::NotFound(shown(name)))?
                     .ino
             };
             let handles = [parent_handle, self.inode_handle(victim)?];
-            let mut locked = lock_in_order(&handles);
+            let mut locked = lock_in_order(&self.inodes, &handles);
             if victim == parent {
                 return Err(Error::Invalid(format!("cannot remove {:?}", shown(name))));
             }
@@ -667,7 +670,7 @@ impl Filesystem {
             // Find the inodes involved, then lock them all in order and check again.
             let (source, target) = {
                 let both = [old_dir.clone(), new_dir.clone()];
-                let mut dirs = lock_in_order(&both);
+                let mut dirs = lock_in_order(&self.inodes, &both);
                 let o = state(&mut dirs, old_parent);
                 self.require_directory(&o.inode)?;
                 let source = self
@@ -700,7 +703,7 @@ impl Filesystem {
             if let Some(t) = target {
                 handles.push(self.inode_handle(t)?);
             }
-            let mut locked = lock_in_order(&handles);
+            let mut locked = lock_in_order(&self.inodes, &handles);
             let now_source = self
                 .lookup_locked(
                     &io,

@@ -30,6 +30,9 @@ use e4_format::group_descriptor::{
 use e4_format::superblock::{Superblock, STATE_VALID, SUPERBLOCK_OFFSET};
 use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 
+use e4_alloc::stats::{Counter, LockStats};
+
+use crate::engine_stats::counted_read;
 use crate::error::{Error, Result};
 use crate::filesystem::Filesystem;
 
@@ -76,6 +79,12 @@ pub(crate) struct Writer {
     /// if the filesystem is not unmounted cleanly. Touched only when the last link of an open
     /// file goes and at its last close.
     pub orphans: Mutex<std::collections::BTreeSet<u32>>,
+    gate_locks: LockStats,
+    commits: Counter,
+    /// Blocks freed since the last commit: they are free again only after it.
+    pending_blocks: AtomicU64,
+    /// Pending frees that make an operation commit: a sixteenth of the volume.
+    pending_limit: u64,
     /// [`OPEN`], [`FAILED`] (a commit failed part-way: the image may be inconsistent, so
     /// further changes are refused) or [`UNMOUNTED`].
     state: AtomicU8,
@@ -203,6 +212,10 @@ impl Writer {
             rename_lock: Mutex::new(()),
             superblock: Mutex::new(superblock),
             orphans: Mutex::default(),
+            gate_locks: LockStats::default(),
+            commits: Counter::default(),
+            pending_blocks: AtomicU64::new(0),
+            pending_limit: (fs.geometry.blocks() / 16).max(256),
             state: AtomicU8::new(OPEN),
         };
         // The image says "being written" before anything else changes.
@@ -228,12 +241,20 @@ impl Writer {
         self.state.load(Ordering::Acquire) == OPEN
     }
 
+    pub fn gate_stats(&self) -> &LockStats {
+        &self.gate_locks
+    }
+
+    pub fn commits(&self) -> u64 {
+        self.commits.get()
+    }
+
     /// Joins the running transaction.
     pub fn begin(&self) -> Result<TxnHandle<'_>> {
         self.check_open()?;
         let slot = thread_slot();
         Ok(TxnHandle {
-            _gate: self.gate[slot].read(),
+            _gate: counted_read(&self.gate[slot], &self.gate_locks),
             slot,
         })
     }
@@ -242,6 +263,7 @@ impl Writer {
     /// holds a handle, so the transaction cannot commit in between.
     pub fn free_blocks(&self, start: u64, len: u64, slot: usize) -> Result<()> {
         let mut frees = self.frees[slot].lock();
+        self.pending_blocks.fetch_add(len, Ordering::Relaxed);
         let mut at = start;
         while at < start + len {
             let piece = (start + len - at).min(u64::from(u32::MAX)) as u32;
@@ -265,9 +287,16 @@ impl Writer {
         Ok(())
     }
 
-    /// Whether enough is dirty that the operation that just finished should commit.
+    /// Whether the operation that just finished should commit: many dirty blocks, or many
+    /// freed blocks that only a commit makes reusable.
     pub fn wants_commit(&self, fs: &Filesystem) -> bool {
         fs.cache.dirty_count() > DIRTY_LIMIT
+            || self.pending_blocks.load(Ordering::Relaxed) > self.pending_limit
+    }
+
+    /// Blocks freed in the running transaction (reusable after it commits).
+    pub fn pending_blocks(&self) -> u64 {
+        self.pending_blocks.load(Ordering::Relaxed)
     }
 
     /// Writes the running transaction back (see the module docs for the order).
@@ -289,13 +318,15 @@ impl Writer {
         for f in frees {
             self.blocks.commit_frees(f, 0);
         }
+        self.pending_blocks.store(0, Ordering::Relaxed);
+        self.commits.add(1);
         Ok(())
     }
 
     fn write_back(&self, fs: &Filesystem) -> Result<()> {
         self.chain_orphans(fs)?;
         for handle in fs.inodes.take_dirty() {
-            let state = handle.lock();
+            let state = handle.lock(&fs.inodes);
             // A deleted inode's last record went into the table when it was freed; its
             // number may already belong to a new inode.
             if !state.deleted {
@@ -450,7 +481,7 @@ impl Writer {
         let orphans: Vec<u32> = self.orphans.lock().iter().copied().collect();
         for (i, &ino) in orphans.iter().enumerate() {
             let handle = fs.inode_handle(ino)?;
-            handle.lock().inode.record.dtime = orphans.get(i + 1).copied().unwrap_or(0);
+            handle.lock(&fs.inodes).inode.record.dtime = orphans.get(i + 1).copied().unwrap_or(0);
             fs.inodes.mark_dirty(&handle);
         }
         self.superblock.lock().last_orphan = orphans.first().copied().unwrap_or(0);
@@ -464,13 +495,13 @@ impl Writer {
         let orphans: Vec<u32> = self.orphans.lock().iter().copied().collect();
         for ino in orphans {
             // Whoever had it open can no longer close it.
-            fs.inode_handle(ino)?.lock().open_count = 0;
+            fs.inode_handle(ino)?.lock(&fs.inodes).open_count = 0;
             fs.close_orphan(ino)?;
         }
         {
             let _closed: Vec<_> = self.gate.iter().map(|g| g.write()).collect();
             for handle in fs.inodes.all() {
-                let mut state = handle.lock();
+                let mut state = handle.lock(&fs.inodes);
                 self.blocks.release_window(&mut state.window, 0);
             }
             self.blocks.release_small_file_windows();

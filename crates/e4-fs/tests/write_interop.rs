@@ -17,7 +17,9 @@ const ME: Creator = Creator {
 };
 
 fn content(i: usize) -> Vec<u8> {
-    (0..(i * 997) % 70_000).map(|k| (k * 31 + i) as u8).collect()
+    (0..(i * 997) % 70_000)
+        .map(|k| (k * 31 + i) as u8)
+        .collect()
 }
 
 /// Every regular file under `dir` (relative path → bytes), read by the kernel.
@@ -57,12 +59,18 @@ fn e4_files(fs: &Filesystem, dir: u32, prefix: &str, out: &mut BTreeMap<String, 
 
 #[test]
 fn kernel_then_e4_then_kernel() {
-    for args in [&["-t", "ext4"][..], &["-t", "ext3"], &["-t", "ext4", "-b", "1024", "-O", "^metadata_csum,uninit_bg"]] {
+    for args in [
+        &["-t", "ext4"][..],
+        &["-t", "ext3"],
+        &["-t", "ext4", "-b", "1024", "-O", "^metadata_csum,uninit_bg"],
+    ] {
         let img = make_empty_image(args, 64);
         let mut expected = BTreeMap::new();
         // 1. The kernel writes a tree, including a directory big enough to be indexed.
         {
-            let Ok(mount) = KernelMount::mount_writable(&img.path) else { return };
+            let Ok(mount) = KernelMount::mount_writable(&img.path) else {
+                return;
+            };
             let root = mount.path();
             std::fs::create_dir_all(root.join("k/big")).unwrap();
             for i in 0..600 {
@@ -83,7 +91,10 @@ fn kernel_then_e4_then_kernel() {
                 let ino = fs.lookup(big, name.as_bytes()).unwrap().unwrap();
                 let size = fs.metadata(ino).unwrap().size;
                 fs.write_at(ino, size, b"+e4").unwrap();
-                expected.get_mut(&format!("/k/big/{name}")).unwrap().extend_from_slice(b"+e4");
+                expected
+                    .get_mut(&format!("/k/big/{name}"))
+                    .unwrap()
+                    .extend_from_slice(b"+e4");
             }
             for i in (1..600).step_by(3) {
                 fs.unlink(big, format!("file-{i}").as_bytes()).unwrap();
@@ -91,7 +102,14 @@ fn kernel_then_e4_then_kernel() {
             }
             for i in (2..600).step_by(6) {
                 let from = format!("file-{i}");
-                fs.rename(big, from.as_bytes(), e4dir, from.as_bytes(), RenameMode::Replace).unwrap();
+                fs.rename(
+                    big,
+                    from.as_bytes(),
+                    e4dir,
+                    from.as_bytes(),
+                    RenameMode::Replace,
+                )
+                .unwrap();
                 let data = expected.remove(&format!("/k/big/{from}")).unwrap();
                 expected.insert(format!("/e4/{from}"), data);
             }
@@ -108,7 +126,10 @@ fn kernel_then_e4_then_kernel() {
             let mount = KernelMount::mount_writable(&img.path).unwrap();
             let mut seen = BTreeMap::new();
             host_files(&mount.path(), "", &mut seen);
-            assert!(seen == expected, "{args:?}: the kernel reads another tree after e4's changes");
+            assert!(
+                seen == expected,
+                "{args:?}: the kernel reads another tree after e4's changes"
+            );
             let root = mount.path();
             for i in (0..300).step_by(2) {
                 std::fs::remove_file(root.join(format!("k/new-{i}"))).unwrap();
@@ -122,7 +143,10 @@ fn kernel_then_e4_then_kernel() {
         let fs = Filesystem::open(&img.path, OpenOptions::writable()).unwrap();
         let mut seen = BTreeMap::new();
         e4_files(&fs, ROOT, "", &mut seen);
-        assert!(seen == expected, "{args:?}: e4 reads another tree after the kernel's changes");
+        assert!(
+            seen == expected,
+            "{args:?}: e4 reads another tree after the kernel's changes"
+        );
         let e4dir = fs.resolve("/e4", true).unwrap();
         let ino = fs.lookup(e4dir, b"from-kernel").unwrap().unwrap();
         fs.write_at(ino, 6, b" and e4").unwrap();

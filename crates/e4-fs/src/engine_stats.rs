@@ -1,0 +1,81 @@
+//! Lock traffic of the engine, readable from the handle ([`Filesystem::lock_stats`]), so a
+//! benchmark can print acquisitions and contended acquisitions per operation beside its
+//! throughput (DESIGN.md, concurrency rule 5). Counting is striped (e4-alloc's
+//! [`Counter`](e4_alloc::stats::Counter)), so it does not itself become a shared hot line.
+
+use e4_alloc::stats::{LockSnapshot, LockStats};
+use parking_lot::{Mutex, MutexGuard, RwLock, RwLockReadGuard};
+
+use crate::filesystem::Filesystem;
+
+/// Takes `lock`, counting the acquisition and whether it had to wait.
+pub(crate) fn counted_lock<'a, T>(lock: &'a Mutex<T>, stats: &LockStats) -> MutexGuard<'a, T> {
+    stats.acquisitions.add(1);
+    if let Some(guard) = lock.try_lock() {
+        return guard;
+    }
+    stats.contended.add(1);
+    lock.lock()
+}
+
+/// Takes `lock` for reading, counting as [`counted_lock`] does.
+pub(crate) fn counted_read<'a, T>(
+    lock: &'a RwLock<T>,
+    stats: &LockStats,
+) -> RwLockReadGuard<'a, T> {
+    stats.acquisitions.add(1);
+    if let Some(guard) = lock.try_read() {
+        return guard;
+    }
+    stats.contended.add(1);
+    lock.read()
+}
+
+/// Every lock kind on the engine's hot paths, with its counts so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LockReport {
+    /// Per-inode locks (files and directories).
+    pub inode: LockSnapshot,
+    /// Shards of the inode cache (finding or inserting a handle).
+    pub inode_cache_shards: LockSnapshot,
+    /// Shards of the buffer cache.
+    pub buffer_cache_shards: LockSnapshot,
+    /// The commit gate, taken for reading by every operation (one slot per thread).
+    pub commit_gate: LockSnapshot,
+    /// Block groups' locks in the block allocator.
+    pub block_groups: LockSnapshot,
+    /// Small-file packing windows' locks.
+    pub packing_windows: LockSnapshot,
+    /// Inode groups' locks in the inode allocator (claims and frees).
+    pub inode_groups: LockSnapshot,
+    /// Commits so far.
+    pub commits: u64,
+}
+
+impl Filesystem {
+    /// Lock acquisitions and contention so far, per lock kind (all zeros for the
+    /// allocators and the gate when the filesystem is read-only).
+    pub fn lock_stats(&self) -> LockReport {
+        let mut report = LockReport {
+            inode: self.inodes.lock_stats().snapshot(),
+            inode_cache_shards: self.inodes.shard_stats().snapshot(),
+            buffer_cache_shards: self.cache.shard_stats().snapshot(),
+            ..LockReport::default()
+        };
+        if let Some(w) = &self.writer {
+            report.commit_gate = w.gate_stats().snapshot();
+            report.commits = w.commits();
+            let blocks = w.blocks.stats();
+            report.block_groups = blocks.group_locks.snapshot();
+            report.packing_windows = blocks.packing_locks.snapshot();
+            let inodes = w.inodes.stats();
+            let (claims, frees) = (inodes.group_locks.snapshot(), inodes.free_locks.snapshot());
+            report.inode_groups = LockSnapshot {
+                acquisitions: claims.acquisitions + frees.acquisitions,
+                contended: claims.contended + frees.contended,
+                try_skips: claims.try_skips + frees.try_skips,
+            };
+        }
+        report
+    }
+}
