@@ -101,13 +101,13 @@ impl BlockAllocator {
                 let free_blocks = s.free.min(geometry.group_blocks(g as u32));
                 free += u64::from(free_blocks);
                 index.update(g, None, order_bound(free_blocks));
-                CachePadded::new(BlockGroup {
+                BlockGroup {
                     state: InstrumentedMutex::new(None),
                     system: zone.into_boxed_slice(),
                     uninit: s.uninit,
                     has_released: Default::default(),
                     free_published: AtomicU32::new(free_blocks),
-                })
+                }
             })
             .collect();
         let count = groups.len();
@@ -236,7 +236,7 @@ impl BlockAllocator {
     /// bound; allocator overhead of the heap is not included).
     pub fn memory_bytes(&self) -> usize {
         let fixed = std::mem::size_of::<Self>()
-            + self.groups.len() * std::mem::size_of::<CachePadded<BlockGroup>>()
+            + self.groups.len() * std::mem::size_of::<BlockGroup>()
             // Each group's shared "a run was given up" flag: the flag and two counts.
             + self.groups.len() * (1 + 2 * std::mem::size_of::<usize>())
             + self.index.memory_bytes()

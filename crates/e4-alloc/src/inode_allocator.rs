@@ -17,8 +17,10 @@
 use crossbeam_utils::CachePadded;
 
 use crate::block_allocator::{BlockAllocator, GroupLocking};
+use crate::free_space_index::AtomicBitset;
 use crate::inode_flex_counts::{FlexInodeCounts, FlexInodeSummary};
-use crate::inode_group::{InodeGroup, InodeGroupSnapshot, LockedInodeGroup};
+use crate::inode_group::{InodeBitmap, InodeGroup, InodeGroupSnapshot, LockedInodeGroup};
+use crate::inode_group_loading::{InodeBitmapSource, InodeGroupSummary};
 use crate::instrumented_lock::InstrumentedMutex;
 use crate::limit_counter::{LimitCounter, LimitCounterStats};
 use crate::stats::{Counter, LockStats};
@@ -64,8 +66,24 @@ impl InodeGeometry {
         start.min(end) as u32..end as u32
     }
 
+    /// The geometry with a flex group no larger than the volume (e4-format accepts up to
+    /// 2^31 groups per flex group: such a flex group is the whole volume).
+    pub(crate) fn clamped(self) -> Self {
+        InodeGeometry {
+            groups_per_flex: self.groups_per_flex.clamp(1, self.groups.max(1)),
+            ..self
+        }
+    }
+
+    /// Leading inodes of `group` below the first non-reserved one (`s_first_ino`).
+    pub(crate) fn reserved_in(&self, group: u32) -> u32 {
+        u64::from(self.first_inode.saturating_sub(1))
+            .saturating_sub(u64::from(group) * u64::from(self.inodes_per_group))
+            .min(u64::from(self.inodes_per_group)) as u32
+    }
+
     /// Inodes a group may hand out: those whose number fits in 32 bits.
-    fn numbered_in(&self, group: u32) -> u32 {
+    pub(crate) fn numbered_in(&self, group: u32) -> u32 {
         let first = u64::from(group) * u64::from(self.inodes_per_group);
         u64::from(u32::MAX)
             .saturating_sub(first)
@@ -111,7 +129,7 @@ pub struct NewInode {
     pub group: u32,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum InodeError {
     /// No inode is free.
     NoSpace,
@@ -121,6 +139,9 @@ pub enum InodeError {
     /// every group's inode bitmap is full. `counted_free` is what the count still says
     /// (including the inode the failed creation was promised).
     CountMismatch { counted_free: u64 },
+    /// A group's inode bitmap could not be loaded (the source's words: an I/O error, a bad
+    /// checksum).
+    BitmapUnreadable { group: u32, reason: String },
 }
 
 impl std::fmt::Display for InodeError {
@@ -133,6 +154,12 @@ impl std::fmt::Display for InodeError {
                 "free inode count says {counted_free} free but every group's inode bitmap is \
                  full (count and bitmaps disagree)"
             ),
+            InodeError::BitmapUnreadable { group, reason } => {
+                write!(
+                    f,
+                    "inode bitmap of group {group} cannot be loaded: {reason}"
+                )
+            }
         }
     }
 }
@@ -151,7 +178,7 @@ pub struct InodeAllocatorStats {
     pub frees: Counter,
     /// Groups looked at without their lock while scanning.
     pub groups_examined: Counter,
-    /// Inode-bitmap words read, with or without the lock.
+    /// Inode-bitmap words read (under the group lock).
     pub words_scanned: Counter,
 }
 
@@ -170,23 +197,28 @@ struct FlexCounts {
 const RACED_SCANS: usize = 4;
 
 pub struct InodeAllocator {
-    geometry: InodeGeometry,
+    pub(crate) geometry: InodeGeometry,
     locking: GroupLocking,
-    groups: Box<[CachePadded<InodeGroup>]>,
+    pub(crate) groups: Box<[InodeGroup]>,
     /// Per-flex-group sums of `groups`' counts, kept by the group-lock holders.
-    flexes: Box<[CachePadded<FlexInodeCounts>]>,
-    free_inodes: LimitCounter,
+    pub(crate) flexes: Box<[CachePadded<FlexInodeCounts>]>,
+    pub(crate) free_inodes: LimitCounter,
     /// Directories on the volume, for Orlov's "directories per flex group" average.
     directories: Counter,
     global: InstrumentedMutex<()>,
-    stats: InodeAllocatorStats,
+    pub(crate) stats: InodeAllocatorStats,
+    /// Where group bitmaps come from when first needed.
+    pub(crate) source: Box<dyn InodeBitmapSource>,
+    /// Groups changed since their last write-back snapshot.
+    pub(crate) dirty: AtomicBitset,
 }
 
 impl InodeAllocator {
-    /// An allocator over groups built from their on-disk inode bitmaps (`bitmap(group)`) and
-    /// used-directory counts (`used_dirs(group)`). Inodes below `first_inode` are never
-    /// handed out, whatever the bitmaps say. `locking` is [`GroupLocking::TrySkip`] in
-    /// e4; the others exist for comparison.
+    /// An allocator over groups built from their on-disk inode bitmaps (`bitmap(group)`),
+    /// all read now, and used-directory counts (`used_dirs(group)`). Inodes below
+    /// `first_inode` are never handed out, whatever the bitmaps say. `locking` is
+    /// [`GroupLocking::TrySkip`] in e4; the others exist for comparison. For a real volume,
+    /// [`InodeAllocator::open`] reads each bitmap when it is first needed instead.
     pub fn new(
         geometry: InodeGeometry,
         locking: GroupLocking,
@@ -194,28 +226,42 @@ impl InodeAllocator {
         bitmap: impl Fn(u32) -> Vec<u8>,
         used_dirs: impl Fn(u32) -> u32,
     ) -> Self {
-        // A flex group larger than the volume is the whole volume (e4-format accepts up to
-        // 2^31 groups per flex group).
-        let geometry = InodeGeometry {
-            groups_per_flex: geometry.groups_per_flex.clamp(1, geometry.groups.max(1)),
-            ..geometry
-        };
-        let groups: Box<[_]> = (0..geometry.groups)
+        let geometry = geometry.clamped();
+        let groups = (0..geometry.groups)
             .map(|g| {
-                // Inodes below the first non-reserved one, wherever they are.
-                let reserved = u64::from(geometry.first_inode.saturating_sub(1))
-                    .saturating_sub(u64::from(g) * u64::from(geometry.inodes_per_group))
-                    .min(u64::from(geometry.inodes_per_group))
-                    as u32;
-                CachePadded::new(InodeGroup::from_bitmap(
-                    &bitmap(g),
-                    geometry.inodes_per_group,
-                    reserved,
-                    geometry.numbered_in(g),
+                let ipg = geometry.inodes_per_group;
+                InodeGroup::loaded(
+                    InodeBitmap::from_bitmap(
+                        &bitmap(g),
+                        ipg,
+                        geometry.reserved_in(g),
+                        geometry.numbered_in(g),
+                        ipg,
+                    ),
                     used_dirs(g),
-                ))
+                )
             })
             .collect();
+        let never_read =
+            |g: u32| Err::<Vec<u8>, _>(format!("group {g}'s bitmap was read at construction"));
+        Self::from_groups(
+            geometry,
+            locking,
+            counter_slots,
+            groups,
+            Box::new(never_read),
+        )
+    }
+
+    /// The allocator over `groups` (of the clamped `geometry`): flex-group sums and counters
+    /// from the groups' counts.
+    pub(crate) fn from_groups(
+        geometry: InodeGeometry,
+        locking: GroupLocking,
+        counter_slots: usize,
+        groups: Box<[InodeGroup]>,
+        source: Box<dyn InodeBitmapSource>,
+    ) -> Self {
         let flexes: Box<[_]> = (0..geometry.flexes())
             .map(|flex| {
                 let members = &groups[geometry.flex_groups(flex).start as usize
@@ -230,6 +276,7 @@ impl InodeAllocator {
         let directories = Counter::default();
         directories.add(groups.iter().map(|g| u64::from(g.used_dirs())).sum());
         InodeAllocator {
+            dirty: AtomicBitset::new(groups.len()),
             geometry,
             locking,
             groups,
@@ -238,13 +285,22 @@ impl InodeAllocator {
             directories,
             global: InstrumentedMutex::new(()),
             stats: InodeAllocatorStats::default(),
+            source,
         }
     }
 
-    /// An allocator over a volume whose only inodes in use are the reserved ones.
+    /// An allocator over a volume whose only inodes in use are the reserved ones: every
+    /// group `INODE_UNINIT`, its bitmap computed when first needed.
     pub fn empty(geometry: InodeGeometry, locking: GroupLocking, counter_slots: usize) -> Self {
-        let bytes = geometry.inodes_per_group.div_ceil(8) as usize;
-        Self::new(geometry, locking, counter_slots, |_| vec![0; bytes], |_| 0)
+        let geo = geometry.clamped();
+        let uninit = |g| InodeGroupSummary {
+            free_inodes: geo.numbered_in(g).saturating_sub(geo.reserved_in(g)),
+            used_dirs: 0,
+            itable_unused: geo.inodes_per_group,
+            uninit: true,
+        };
+        let never_read = |_: u32| Err::<Vec<u8>, _>("an empty volume has no bitmaps".into());
+        Self::open(geometry, locking, counter_slots, uninit, never_read)
     }
 
     pub fn geometry(&self) -> &InodeGeometry {
@@ -276,24 +332,10 @@ impl InodeAllocator {
         self.flexes.get(flex as usize).map(|f| f.summary())
     }
 
-    /// Write-back: every group changed since the last call, with its bitmap and counts, each
-    /// marked clean under its lock as it is read. A claim or free that lands after a group's
-    /// snapshot marks it dirty again, so it is in the next call's result; one that lands
-    /// before is in this snapshot. Groups never changed are not locked.
-    pub fn take_dirty_groups(&self) -> Vec<(u32, InodeGroupSnapshot)> {
-        (0..self.geometry.groups)
-            .filter(|&g| self.groups[g as usize].looks_dirty())
-            .filter_map(|g| {
-                self.groups[g as usize]
-                    .take_dirty_snapshot(&self.stats.group_locks)
-                    .map(|snapshot| (g, snapshot))
-            })
-            .collect()
-    }
-
-    /// A group's bitmap and counts, for persisting.
-    pub fn group_snapshot(&self, group: u32) -> InodeGroupSnapshot {
-        self.groups[group as usize].snapshot(&self.stats.group_locks)
+    /// A group's bitmap and counts, for persisting (loads the bitmap if needed).
+    pub fn group_snapshot(&self, group: u32) -> Result<InodeGroupSnapshot, InodeError> {
+        let guard = self.groups[group as usize].lock(&self.stats.group_locks);
+        Ok(self.loaded(group, guard, 0)?.snapshot())
     }
 
     /// Claims a free inode for `req`, placed next to `blocks`' free space as Orlov wants.
@@ -316,12 +358,27 @@ impl InodeAllocator {
         }
         .unwrap_or(parent_group);
         // The reservation guarantees a free inode exists, so a scan that finds none lost a
-        // race to creators that did find one (each miss is someone else's progress); a
-        // bounded number of those, then a decision with the bitmaps frozen.
+        // race to creators that did find one (each miss is someone else's progress), or met
+        // a bitmap it could not load; a bounded number of those, then a decision with the
+        // bitmaps frozen.
         let directory = req.kind.is_directory();
-        let new = (0..RACED_SCANS)
-            .find_map(|_| self.claim_from(start, directory))
-            .map_or_else(|| self.claim_with_every_group_locked(directory), Ok)?;
+        let mut load_error = None;
+        let found = (0..RACED_SCANS)
+            .find_map(|_| self.claim_from(start, directory, req.slot, &mut load_error));
+        let claimed = match found {
+            Some(new) => Ok(new),
+            None => self.claim_with_every_group_locked(directory, req.slot, &mut load_error),
+        };
+        let new = match (claimed, load_error) {
+            (Ok(new), _) => new,
+            // The promised inode may be in the group that could not be read: give the
+            // promise back and say why.
+            (Err(_), Some(unreadable)) => {
+                self.free_inodes.release(req.slot, 1);
+                return Err(unreadable);
+            }
+            (Err(e), None) => return Err(e),
+        };
         if directory {
             self.directories.add(1);
         }
@@ -333,10 +390,24 @@ impl InodeAllocator {
     /// free inode. A group once locked cannot change, so reaching the end holding every lock
     /// proves every bitmap full: the count that admitted this creation is corrupt. (Every
     /// other path holds at most one group lock, so the ordered acquisition cannot deadlock.)
-    fn claim_with_every_group_locked(&self, directory: bool) -> Result<NewInode, InodeError> {
+    /// A group whose bitmap cannot be loaded is left out (it cannot change either), and the
+    /// failure noted in `load_error`.
+    fn claim_with_every_group_locked(
+        &self,
+        directory: bool,
+        slot: usize,
+        load_error: &mut Option<InodeError>,
+    ) -> Result<NewInode, InodeError> {
         let mut held: Vec<LockedInodeGroup> = Vec::new();
         for g in 0..self.geometry.groups {
-            let mut locked = self.groups[g as usize].lock(&self.stats.group_locks);
+            let guard = self.groups[g as usize].lock(&self.stats.group_locks);
+            let mut locked = match self.loaded(g, guard, slot) {
+                Ok(locked) => locked,
+                Err(e) => {
+                    *load_error = Some(e);
+                    continue;
+                }
+            };
             if let Some(new) = self.claim_locked(&mut locked, g, 0, directory) {
                 return Ok(new);
             }
@@ -351,15 +422,15 @@ impl InodeAllocator {
     pub fn free(&self, ino: u32, directory: bool, slot: usize) -> Result<(), InodeError> {
         let _global = (self.locking == GroupLocking::Global)
             .then(|| self.global.lock(&self.stats.global_lock));
-        let bad = InodeError::BadFree(ino);
+        let bad = || InodeError::BadFree(ino);
         if ino < self.geometry.first_inode || ino > self.last_inode() {
-            return Err(bad);
+            return Err(bad());
         }
-        let (g, index) = self.geometry.group_of(ino).ok_or(bad)?;
-        self.groups[g as usize]
-            .lock(&self.stats.free_locks)
+        let (g, index) = self.geometry.group_of(ino).ok_or_else(bad)?;
+        let guard = self.groups[g as usize].lock(&self.stats.free_locks);
+        self.loaded(g, guard, slot)?
             .release(index, directory, &self.flexes[self.flex_of(g) as usize])
-            .map_err(|_| bad)?;
+            .map_err(|_| bad())?;
         self.free_inodes.release(slot, 1);
         if directory {
             self.directories.sub(1);
@@ -381,13 +452,19 @@ impl InodeAllocator {
             .map_or(0, |(g, _)| g)
     }
 
-    fn flex_of(&self, group: u32) -> u32 {
+    pub(crate) fn flex_of(&self, group: u32) -> u32 {
         group / self.geometry.groups_per_flex
     }
 
     /// One scan over every group from `start`: try-locks on the first pass (groups that look
     /// full are not even locked), waiting locks on the last.
-    fn claim_from(&self, start: u32, directory: bool) -> Option<NewInode> {
+    fn claim_from(
+        &self,
+        start: u32,
+        directory: bool,
+        slot: usize,
+        load_error: &mut Option<InodeError>,
+    ) -> Option<NewInode> {
         let groups = self.geometry.groups;
         let passes: &[bool] = match self.locking {
             GroupLocking::TrySkip => &[false, true],
@@ -395,7 +472,7 @@ impl InodeAllocator {
         };
         for &wait in passes {
             for g in (0..groups).map(|i| (start + i) % groups) {
-                if let Some(new) = self.claim_in(g, wait, directory) {
+                if let Some(new) = self.claim_in(g, wait, directory, slot, load_error) {
                     return Some(new);
                 }
             }
@@ -403,18 +480,35 @@ impl InodeAllocator {
         None
     }
 
-    fn claim_in(&self, g: u32, wait: bool, directory: bool) -> Option<NewInode> {
+    /// Group `g`'s attempt: a group that looks full is not worth its lock before the last
+    /// pass, and one that is still unloaded and counted full is not worth reading before
+    /// the final check ([`Self::claim_with_every_group_locked`]).
+    fn claim_in(
+        &self,
+        g: u32,
+        wait: bool,
+        directory: bool,
+        slot: usize,
+        load_error: &mut Option<InodeError>,
+    ) -> Option<NewInode> {
         let group = &self.groups[g as usize];
         self.stats.groups_examined.add(1);
-        let mut words = 0;
-        let hint = group.find_free_unlocked(&mut words);
-        self.stats.words_scanned.add(words);
-        let mut locked: LockedInodeGroup = if wait {
+        let hint = group.hint();
+        let guard = if wait {
             group.lock(&self.stats.group_locks)
         } else {
-            // A group that looks full is not worth its lock before the last pass.
             hint?;
             group.try_lock(&self.stats.group_locks)?
+        };
+        if guard.is_none() && group.free() == 0 {
+            return None;
+        }
+        let mut locked = match self.loaded(g, guard, slot) {
+            Ok(locked) => locked,
+            Err(e) => {
+                *load_error = Some(e);
+                return None;
+            }
         };
         self.claim_locked(&mut locked, g, hint.unwrap_or(0), directory)
     }
@@ -605,8 +699,9 @@ mod tests {
                 InodeKind::TopDirectory { name_hash: 7 },
             ] {
                 let alloc = InodeAllocator::empty(geo, locking, 1);
-                for group in alloc.groups.iter() {
-                    group.corrupt_bitmap_all_used();
+                for g in 0..geo.groups {
+                    let guard = alloc.groups[g as usize].lock(&LockStats::default());
+                    alloc.loaded(g, guard, 0).unwrap().corrupt_all_used();
                 }
                 let free = alloc.free_inodes();
                 let req = InodeRequest {
@@ -618,9 +713,15 @@ mod tests {
                 let err = alloc.allocate(&req, &blocks).unwrap_err();
                 assert_eq!(err, InodeError::CountMismatch { counted_free: free });
                 assert!(err.to_string().contains("count and bitmaps disagree"));
-                // Every group locked once per raced scan's last pass plus the final check.
+                // Every group locked once per raced scan's pass (the try-lock pass too: the
+                // counts say every group has free inodes) plus the final check.
+                let passes = if locking == GroupLocking::TrySkip {
+                    2
+                } else {
+                    1
+                };
                 let locks = alloc.stats.group_locks.snapshot().acquisitions;
-                assert_eq!(locks, (RACED_SCANS as u64 + 1) * 4, "{locking:?}");
+                assert_eq!(locks, (passes * RACED_SCANS as u64 + 1) * 4, "{locking:?}");
             }
         }
     }
@@ -643,7 +744,7 @@ mod tests {
             kind: InodeKind::Other,
             slot: 0,
         };
-        let held = alloc.groups[0].lock(&alloc.stats.group_locks);
+        let held = alloc.groups[0].lock(&LockStats::default());
         let new = alloc.allocate(&req, &blocks).unwrap();
         assert_eq!(new.group, 1);
         assert_eq!(alloc.stats.group_locks.snapshot().try_skips, 1);

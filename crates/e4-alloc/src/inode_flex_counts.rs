@@ -43,6 +43,18 @@ impl FlexInodeCounts {
         }
     }
 
+    /// A group of the flex group loaded its bitmap, which had `after` free inodes where its
+    /// descriptor (and so this sum) counted `before` (by the group-lock holder).
+    pub(crate) fn corrected(&self, before: u32, after: u32) {
+        if after > before {
+            self.free_inodes
+                .fetch_add(u64::from(after - before), Ordering::Relaxed);
+        } else {
+            self.free_inodes
+                .fetch_sub(u64::from(before - after), Ordering::Relaxed);
+        }
+    }
+
     /// One inode of the flex group was freed (by a group-lock holder).
     pub(crate) fn released(&self, directory: bool) {
         self.free_inodes.fetch_add(1, Ordering::Relaxed);

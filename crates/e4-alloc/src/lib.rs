@@ -14,6 +14,7 @@ mod group_state;
 pub mod inode_allocator;
 mod inode_flex_counts;
 mod inode_group;
+pub mod inode_group_loading;
 mod instrumented_lock;
 pub mod limit_counter;
 pub mod pending_frees;
@@ -34,6 +35,7 @@ pub use inode_allocator::{
 };
 pub use inode_flex_counts::FlexInodeSummary;
 pub use inode_group::InodeGroupSnapshot;
+pub use inode_group_loading::{InodeBitmapSource, InodeGroupSummary};
 pub use limit_counter::LimitCounter;
 pub use pending_frees::TransactionFrees;
 pub use reservation_window::ReservationWindow;
