@@ -363,8 +363,7 @@ impl InodeAllocator {
         // bitmaps frozen.
         let directory = req.kind.is_directory();
         let mut load_error = None;
-        let found = (0..RACED_SCANS)
-            .find_map(|_| self.claim_from(start, directory, req.slot, &mut load_error));
+        let found = (0..RACED_SCANS).find_map(|_| self.claim_from(start, directory, req.slot));
         let claimed = match found {
             Some(new) => Ok(new),
             None => self.claim_with_every_group_locked(directory, req.slot, &mut load_error),
@@ -458,13 +457,7 @@ impl InodeAllocator {
 
     /// One scan over every group from `start`: try-locks on the first pass (groups that look
     /// full are not even locked), waiting locks on the last.
-    fn claim_from(
-        &self,
-        start: u32,
-        directory: bool,
-        slot: usize,
-        load_error: &mut Option<InodeError>,
-    ) -> Option<NewInode> {
+    fn claim_from(&self, start: u32, directory: bool, slot: usize) -> Option<NewInode> {
         let groups = self.geometry.groups;
         let passes: &[bool] = match self.locking {
             GroupLocking::TrySkip => &[false, true],
@@ -472,7 +465,7 @@ impl InodeAllocator {
         };
         for &wait in passes {
             for g in (0..groups).map(|i| (start + i) % groups) {
-                if let Some(new) = self.claim_in(g, wait, directory, slot, load_error) {
+                if let Some(new) = self.claim_in(g, wait, directory, slot) {
                     return Some(new);
                 }
             }
@@ -482,15 +475,9 @@ impl InodeAllocator {
 
     /// Group `g`'s attempt: a group that looks full is not worth its lock before the last
     /// pass, and one that is still unloaded and counted full is not worth reading before
-    /// the final check ([`Self::claim_with_every_group_locked`]).
-    fn claim_in(
-        &self,
-        g: u32,
-        wait: bool,
-        directory: bool,
-        slot: usize,
-        load_error: &mut Option<InodeError>,
-    ) -> Option<NewInode> {
+    /// the final check ([`Self::claim_with_every_group_locked`]). A bitmap that cannot be
+    /// loaded is passed over here; the final check meets it again and reports it.
+    fn claim_in(&self, g: u32, wait: bool, directory: bool, slot: usize) -> Option<NewInode> {
         let group = &self.groups[g as usize];
         self.stats.groups_examined.add(1);
         let hint = group.hint();
@@ -503,13 +490,7 @@ impl InodeAllocator {
         if guard.is_none() && group.free() == 0 {
             return None;
         }
-        let mut locked = match self.loaded(g, guard, slot) {
-            Ok(locked) => locked,
-            Err(e) => {
-                *load_error = Some(e);
-                return None;
-            }
-        };
+        let mut locked = self.loaded(g, guard, slot).ok()?;
         self.claim_locked(&mut locked, g, hint.unwrap_or(0), directory)
     }
 
