@@ -11,6 +11,7 @@ use crossbeam_utils::CachePadded;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
+use crate::block_flex_sums::FlexFreeBlocks;
 use crate::block_group::{GroupExtent, GroupSpace};
 use crate::free_space_index::{AtomicBitset, FreeSpaceIndex};
 use crate::group_loading::{BlockBitmapSource, GroupSummary};
@@ -292,6 +293,8 @@ pub struct BlockAllocator {
     pub(crate) dirty: AtomicBitset,
     /// Blocks only privileged requests may use.
     pub(crate) root_reserve: RootReserve,
+    /// Free blocks per flex group, if the inode allocator's flex-group size was given.
+    pub(crate) flex_free: Option<FlexFreeBlocks>,
 }
 
 /// The rungs of the criteria ladder, as mballoc names them (CR_POWER2_ALIGNED and so on).
@@ -467,9 +470,17 @@ impl BlockAllocator {
         self.mark_dirty(g);
         self.index
             .update(g as usize, before, state.space.largest_order());
-        self.groups[g as usize]
+        self.set_published_free(g, state.space.free());
+    }
+
+    /// Publishes group `g`'s free count (under its lock), moving its flex group's sum.
+    pub(crate) fn set_published_free(&self, g: u32, free: u32) {
+        let before = self.groups[g as usize]
             .free_published
-            .store(state.space.free(), Ordering::Relaxed);
+            .swap(free, Ordering::Relaxed);
+        if let Some(flex_free) = &self.flex_free {
+            flex_free.changed(g, before, free);
+        }
     }
 
     /// Notes that group `g`'s on-disk bitmap changed (caller holds its lock). The bit is

@@ -127,6 +127,7 @@ impl BlockAllocator {
             source: Box::new(source),
             dirty: AtomicBitset::new(count),
             root_reserve: RootReserve::new(0, 0),
+            flex_free: None,
         })
     }
 
@@ -177,7 +178,7 @@ impl BlockAllocator {
             order_bound(counted.min(blocks)),
             state.space.largest_order(),
         );
-        group.free_published.store(actual, Ordering::Relaxed);
+        self.set_published_free(g, actual);
         Ok(state)
     }
 
@@ -241,7 +242,8 @@ impl BlockAllocator {
             + self.groups.len() * (1 + 2 * std::mem::size_of::<usize>())
             + self.index.memory_bytes()
             + self.dirty.memory_bytes()
-            + self.stream_goals.len() * std::mem::size_of::<CachePadded<AtomicU64>>();
+            + self.stream_goals.len() * std::mem::size_of::<CachePadded<AtomicU64>>()
+            + self.flex_free.as_ref().map_or(0, |f| f.memory_bytes());
         let per_group: usize = self
             .groups
             .iter()

@@ -1,20 +1,16 @@
 //! The inode allocator: where a new inode goes, and how it is claimed (requirement S3).
 //!
-//! Placement follows ext4's `find_group_orlov` and `find_group_other`, so that the images e4
-//! writes are laid out as the kernel would lay them out. Directories are spread across flex
-//! groups: one created in the root goes to the flex group with the fewest directories among
-//! those with at least average free inodes and blocks, starting from a hash of its name; a
-//! deeper one goes to the first flex group from its parent's that is not crowded with
-//! directories nor short of inodes or blocks. Everything else goes into its parent's flex
-//! group. All of it reads per-group counts published by the group-lock holders, never a lock.
+//! Placement ([`crate::inode_placement`]) follows ext4's `find_group_orlov` and
+//! `find_group_other`, so that the images e4 writes are laid out as the kernel would lay them
+//! out: directories spread across flex groups, files near their parent. It reads per-group
+//! and per-flex-group counts published by the group-lock holders, never a lock, and searches
+//! flex groups in O(log flex groups).
 //!
 //! The chosen group is only where the scan starts. Each group is first examined without its
 //! lock (is any inode free, and from where to search), then locked with `try_lock`, so a
 //! group busy with another creator is skipped for the next one; only the last pass waits,
 //! which makes "no free inode" exact. Under the lock the claim is one find-and-set
 //! ([`crate::inode_group`]). A limit counter admits a creation only if an inode is free.
-
-use crossbeam_utils::CachePadded;
 
 use crate::block_allocator::{BlockAllocator, GroupLocking};
 use crate::free_space_index::AtomicBitset;
@@ -37,7 +33,7 @@ pub struct InodeGeometry {
 }
 
 impl InodeGeometry {
-    fn flexes(&self) -> u32 {
+    pub(crate) fn flexes(&self) -> u32 {
         self.groups.div_ceil(self.groups_per_flex)
     }
 
@@ -60,7 +56,7 @@ impl InodeGeometry {
     }
 
     /// The groups of flex group `flex` (64-bit arithmetic: `groups_per_flex` may be 2^31).
-    fn flex_groups(&self, flex: u32) -> std::ops::Range<u32> {
+    pub(crate) fn flex_groups(&self, flex: u32) -> std::ops::Range<u32> {
         let start = u64::from(flex) * u64::from(self.groups_per_flex);
         let end = (start + u64::from(self.groups_per_flex)).min(u64::from(self.groups));
         start.min(end) as u32..end as u32
@@ -180,14 +176,8 @@ pub struct InodeAllocatorStats {
     pub groups_examined: Counter,
     /// Inode-bitmap words read (under the group lock).
     pub words_scanned: Counter,
-}
-
-/// Sums over one flex group, read without locks.
-#[derive(Debug, Clone, Copy)]
-struct FlexCounts {
-    free_inodes: u64,
-    used_dirs: u64,
-    free_blocks: u64,
+    /// Flex-group tree nodes Orlov's searches visited ([`crate::inode_placement`]).
+    pub placement_nodes: Counter,
 }
 
 /// Scans over every group (try-lock passes and waiting passes) before a creation concludes
@@ -201,10 +191,10 @@ pub struct InodeAllocator {
     locking: GroupLocking,
     pub(crate) groups: Box<[InodeGroup]>,
     /// Per-flex-group sums of `groups`' counts, kept by the group-lock holders.
-    pub(crate) flexes: Box<[CachePadded<FlexInodeCounts>]>,
+    pub(crate) flexes: FlexInodeCounts,
     pub(crate) free_inodes: LimitCounter,
     /// Directories on the volume, for Orlov's "directories per flex group" average.
-    directories: Counter,
+    pub(crate) directories: Counter,
     global: InstrumentedMutex<()>,
     pub(crate) stats: InodeAllocatorStats,
     /// Where group bitmaps come from when first needed.
@@ -262,16 +252,14 @@ impl InodeAllocator {
         groups: Box<[InodeGroup]>,
         source: Box<dyn InodeBitmapSource>,
     ) -> Self {
-        let flexes: Box<[_]> = (0..geometry.flexes())
-            .map(|flex| {
-                let members = &groups[geometry.flex_groups(flex).start as usize
-                    ..geometry.flex_groups(flex).end as usize];
-                CachePadded::new(FlexInodeCounts::new(
-                    members.iter().map(|g| u64::from(g.free())).sum(),
-                    members.iter().map(|g| u64::from(g.used_dirs())).sum(),
-                ))
-            })
-            .collect();
+        let flexes = FlexInodeCounts::new((0..geometry.flexes()).map(|flex| {
+            let members = &groups[geometry.flex_groups(flex).start as usize
+                ..geometry.flex_groups(flex).end as usize];
+            (
+                members.iter().map(|g| u64::from(g.free())).sum(),
+                members.iter().map(|g| u64::from(g.used_dirs())).sum(),
+            )
+        }));
         let free: u64 = groups.iter().map(|g| u64::from(g.free())).sum();
         let directories = Counter::default();
         directories.add(groups.iter().map(|g| u64::from(g.used_dirs())).sum());
@@ -329,7 +317,7 @@ impl InodeAllocator {
     /// Flex group `flex`'s sums of free inodes and directories (exact when quiescent); `None`
     /// past the last flex group.
     pub fn flex_summary(&self, flex: u32) -> Option<FlexInodeSummary> {
-        self.flexes.get(flex as usize).map(|f| f.summary())
+        self.flexes.summary(flex as usize)
     }
 
     /// A group's bitmap and counts, for persisting (loads the bitmap if needed).
@@ -428,7 +416,7 @@ impl InodeAllocator {
         let (g, index) = self.geometry.group_of(ino).ok_or_else(bad)?;
         let guard = self.groups[g as usize].lock(&self.stats.free_locks);
         self.loaded(g, guard, slot)?
-            .release(index, directory, &self.flexes[self.flex_of(g) as usize])
+            .release(index, directory, &self.flexes, self.flex_of(g) as usize)
             .map_err(|_| bad())?;
         self.free_inodes.release(slot, 1);
         if directory {
@@ -503,141 +491,16 @@ impl InodeAllocator {
         hint: u32,
         directory: bool,
     ) -> Option<NewInode> {
-        let flex = &self.flexes[self.flex_of(g) as usize];
-        let index = locked.claim(hint, directory, flex, &self.stats.words_scanned)?;
+        let flex = self.flex_of(g) as usize;
+        let index = locked.claim(
+            hint,
+            directory,
+            &self.flexes,
+            flex,
+            &self.stats.words_scanned,
+        )?;
         let ino = self.geometry.inode_at(g, index)?;
         Some(NewInode { ino, group: g })
-    }
-
-    fn flex_counts(&self, flex: u32, blocks: &BlockAllocator) -> FlexCounts {
-        let inodes = self.flexes[flex as usize].summary();
-        FlexCounts {
-            free_inodes: inodes.free_inodes,
-            used_dirs: inodes.used_dirs,
-            free_blocks: self
-                .geometry
-                .flex_groups(flex)
-                .map(|g| u64::from(blocks.group_free_blocks(g)))
-                .sum(),
-        }
-    }
-
-    /// The first group of `flex` with a free inode (inodes are packed at the start of a flex
-    /// group's tables, as ext4 packs them).
-    fn first_with_free_inode(&self, flex: u32) -> Option<u32> {
-        self.geometry
-            .flex_groups(flex)
-            .find(|&g| self.groups[g as usize].free() > 0)
-    }
-
-    /// Free inodes and blocks per flex group on average (from the counters' cheap lower
-    /// bounds, as ext4 reads its per-CPU counters approximately).
-    fn averages(&self, blocks: &BlockAllocator) -> (u64, u64) {
-        let flexes = u64::from(self.geometry.flexes());
-        (
-            self.free_inodes.estimate() / flexes,
-            blocks.free_blocks_estimate() / flexes,
-        )
-    }
-
-    /// A top-level directory: of the flex groups with at least average free inodes and
-    /// blocks, the one with the fewest directories, scanning from the name's hash.
-    fn orlov_top(&self, name_hash: u32, blocks: &BlockAllocator) -> Option<u32> {
-        let flexes = self.geometry.flexes();
-        let (avg_inodes, avg_blocks) = self.averages(blocks);
-        let start = name_hash % flexes;
-        let mut best: Option<(u64, u32)> = None;
-        for flex in (0..flexes).map(|i| (start + i) % flexes) {
-            let c = self.flex_counts(flex, blocks);
-            if c.free_inodes == 0 || c.free_inodes < avg_inodes || c.free_blocks < avg_blocks {
-                continue;
-            }
-            if best.is_none_or(|(dirs, _)| c.used_dirs < dirs) {
-                best = Some((c.used_dirs, flex));
-            }
-        }
-        match best {
-            Some((_, flex)) => self.first_with_free_inode(flex),
-            None => self.fallback(name_hash % self.geometry.groups),
-        }
-    }
-
-    /// A directory below the top: the first flex group from `start_group`'s that does not
-    /// hold more than its share of directories and is not short of inodes or blocks.
-    fn orlov(&self, start_group: u32, blocks: &BlockAllocator) -> Option<u32> {
-        let geo = &self.geometry;
-        let flexes = geo.flexes();
-        let (avg_inodes, avg_blocks) = self.averages(blocks);
-        let inodes_per_flex = u64::from(geo.inodes_per_group) * u64::from(geo.groups_per_flex);
-        let blocks_per_flex =
-            u64::from(blocks.geometry().blocks_per_group) * u64::from(geo.groups_per_flex);
-        let max_dirs = self.directories.get() / u64::from(flexes) + inodes_per_flex / 16;
-        let min_inodes = avg_inodes.saturating_sub(inodes_per_flex / 4).max(1);
-        let min_blocks = avg_blocks.saturating_sub(blocks_per_flex / 4);
-        let start = (start_group % geo.groups) / geo.groups_per_flex;
-        (0..flexes)
-            .map(|i| (start + i) % flexes)
-            .find(|&flex| {
-                let c = self.flex_counts(flex, blocks);
-                c.used_dirs < max_dirs && c.free_inodes >= min_inodes && c.free_blocks >= min_blocks
-            })
-            .and_then(|flex| self.first_with_free_inode(flex))
-            .or_else(|| self.fallback(start_group))
-    }
-
-    /// Orlov's last resort: a group with at least average free inodes, else any free inode.
-    fn fallback(&self, start_group: u32) -> Option<u32> {
-        let groups = self.geometry.groups;
-        let avg = self.free_inodes.estimate() / u64::from(groups);
-        let order = || (0..groups).map(|i| (start_group % groups + i) % groups);
-        order()
-            .find(|&g| {
-                let free = u64::from(self.groups[g as usize].free());
-                free > 0 && free >= avg
-            })
-            .or_else(|| order().find(|&g| self.groups[g as usize].free() > 0))
-    }
-
-    /// A file, symlink or special file: in its parent's flex group, else where the parent's
-    /// last child went, else a fresh flex group (ext4's `find_group_other`). Without flex
-    /// groups: the parent's group, else a quadratic hash from it, so that files of one
-    /// directory stay together and different directories' files spread.
-    fn near_parent(
-        &self,
-        req: &InodeRequest,
-        parent_group: u32,
-        blocks: &BlockAllocator,
-    ) -> Option<u32> {
-        let geo = &self.geometry;
-        let has_space =
-            |g: u32| self.groups[g as usize].free() > 0 && blocks.group_free_blocks(g) > 0;
-        if geo.groups_per_flex > 1 {
-            let parent_flex = parent_group / geo.groups_per_flex;
-            return self
-                .first_with_free_inode(parent_flex)
-                .or_else(|| {
-                    req.parent_hint.and_then(|hint| {
-                        self.first_with_free_inode((hint % geo.groups) / geo.groups_per_flex)
-                    })
-                })
-                .or_else(|| {
-                    let next = parent_group.saturating_add(geo.groups_per_flex);
-                    self.orlov(if next >= geo.groups { 0 } else { next }, blocks)
-                });
-        }
-        if has_space(parent_group) {
-            return Some(parent_group);
-        }
-        let mut g = (parent_group + req.parent) % geo.groups;
-        let mut step = 1;
-        while step < geo.groups {
-            g = (g + step) % geo.groups;
-            if has_space(g) {
-                return Some(g);
-            }
-            step <<= 1;
-        }
-        self.fallback(parent_group)
     }
 }
 

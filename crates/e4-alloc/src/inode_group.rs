@@ -272,13 +272,14 @@ impl<'a> LockedInodeGroup<'a> {
     }
 
     /// Takes the first free inode at or after `hint` (wrapping), or reports the group full.
-    /// One step: with the lock held, the search cannot be overtaken. `flex` (the group's flex
-    /// group sums) changes with the group, under the same lock.
+    /// One step: with the lock held, the search cannot be overtaken. The sums of `flex` (the
+    /// group's flex group) change with the group, under the same lock.
     pub(crate) fn claim(
         &mut self,
         hint: u32,
         directory: bool,
-        flex: &FlexInodeCounts,
+        flexes: &FlexInodeCounts,
+        flex: usize,
         words: &Counter,
     ) -> Option<u32> {
         let mut scanned = 0;
@@ -296,7 +297,7 @@ impl<'a> LockedInodeGroup<'a> {
         if directory {
             g.used_dirs.store(g.used_dirs() + 1, Ordering::Relaxed);
         }
-        flex.claimed(directory);
+        flexes.claimed(flex, directory);
         self.mark_dirty();
         if index == g.first_free.load(Ordering::Relaxed) {
             let next = self.bitmap().find_free(index, &mut 0).unwrap_or(inodes);
@@ -305,12 +306,13 @@ impl<'a> LockedInodeGroup<'a> {
         Some(index)
     }
 
-    /// Returns inode `index` to the group (and to its flex group's sums, `flex`).
+    /// Returns inode `index` to the group (and to the sums of `flex`, its flex group).
     pub(crate) fn release(
         &mut self,
         index: u32,
         directory: bool,
-        flex: &FlexInodeCounts,
+        flexes: &FlexInodeCounts,
+        flex: usize,
     ) -> Result<(), NotInUse> {
         let g = self.group;
         let bitmap = self.bitmap_mut();
@@ -322,7 +324,7 @@ impl<'a> LockedInodeGroup<'a> {
         if directory {
             g.used_dirs.store(g.used_dirs() - 1, Ordering::Relaxed);
         }
-        flex.released(directory);
+        flexes.released(flex, directory);
         self.mark_dirty();
         if index < g.first_free.load(Ordering::Relaxed) {
             g.first_free.store(index, Ordering::Relaxed);
@@ -392,32 +394,38 @@ mod tests {
             Counter::default(),
             AtomicBitset::new(1),
         );
-        let flex = FlexInodeCounts::new(128, 0);
+        let flex = FlexInodeCounts::new([(128, 0)]);
         let mut seen = std::collections::BTreeSet::new();
         for i in 0..128u32 {
             let hint = (i * 37) % 128;
             let index = locked(&g, &dirty, &stats)
-                .claim(hint, i % 2 == 0, &flex, &words)
+                .claim(hint, i % 2 == 0, &flex, 0, &words)
                 .unwrap();
             assert!(seen.insert(index), "inode {index} handed out twice");
         }
         let mut held = locked(&g, &dirty, &stats);
-        assert_eq!(held.claim(5, false, &flex, &words), None);
+        assert_eq!(held.claim(5, false, &flex, 0, &words), None);
         drop(held);
         assert_eq!((g.free(), g.used_dirs()), (0, 64));
         assert_eq!(
-            (flex.summary().free_inodes, flex.summary().used_dirs),
+            (
+                flex.summary(0).unwrap().free_inodes,
+                flex.summary(0).unwrap().used_dirs
+            ),
             (0, 64)
         );
         assert_eq!(locked(&g, &dirty, &stats).snapshot().itable_unused, 0);
-        assert_eq!(locked(&g, &dirty, &stats).release(77, false, &flex), Ok(()));
         assert_eq!(
-            locked(&g, &dirty, &stats).release(77, false, &flex),
+            locked(&g, &dirty, &stats).release(77, false, &flex, 0),
+            Ok(())
+        );
+        assert_eq!(
+            locked(&g, &dirty, &stats).release(77, false, &flex, 0),
             Err(NotInUse)
         );
         assert_eq!(g.hint(), Some(77));
         assert_eq!(
-            locked(&g, &dirty, &stats).claim(0, false, &flex, &words),
+            locked(&g, &dirty, &stats).claim(0, false, &flex, 0, &words),
             Some(77)
         );
     }
@@ -437,12 +445,12 @@ mod tests {
             Counter::default(),
             AtomicBitset::new(1),
         );
-        let flex = FlexInodeCounts::new(54, 0);
+        let flex = FlexInodeCounts::new([(54, 0)]);
         let mut held = locked(&g, &dirty, &stats);
         assert_eq!(held.snapshot().itable_unused, 54);
-        assert_eq!(held.claim(40, false, &flex, &words), Some(40));
+        assert_eq!(held.claim(40, false, &flex, 0, &words), Some(40));
         assert_eq!(held.snapshot().itable_unused, 23);
-        held.release(40, false, &flex).unwrap();
+        held.release(40, false, &flex, 0).unwrap();
         assert_eq!(held.snapshot().itable_unused, 23);
         // A descriptor that hides an in-use inode in the tail is corrected at load.
         let mut bytes = vec![0u8; 8];

@@ -101,7 +101,8 @@ impl InodeAllocator {
             let actual = bitmap.free();
             let counted = group.install(&mut guard, bitmap);
             if actual != counted {
-                self.flexes[self.flex_of(g) as usize].corrected(counted, actual);
+                self.flexes
+                    .corrected(self.flex_of(g) as usize, counted, actual);
                 if actual > counted {
                     self.free_inodes.release(slot, u64::from(actual - counted));
                 } else {
@@ -163,7 +164,7 @@ impl InodeAllocator {
             .sum();
         std::mem::size_of::<Self>()
             + std::mem::size_of_val(&*self.groups)
-            + std::mem::size_of_val(&*self.flexes)
+            + self.flexes.memory_bytes()
             + self.dirty.memory_bytes()
             + loaded
     }

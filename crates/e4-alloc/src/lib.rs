@@ -7,7 +7,9 @@
 //! hot paths is counted ([`stats`]).
 
 pub mod block_allocator;
+mod block_flex_sums;
 pub mod block_group;
+mod flex_tree;
 pub mod free_space_index;
 pub mod group_loading;
 mod group_state;
@@ -15,6 +17,7 @@ pub mod inode_allocator;
 mod inode_flex_counts;
 mod inode_group;
 pub mod inode_group_loading;
+mod inode_placement;
 mod instrumented_lock;
 pub mod limit_counter;
 pub mod pending_frees;
