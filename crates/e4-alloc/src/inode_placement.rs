@@ -367,13 +367,15 @@ mod tests {
         }
     }
 
-    /// 16 TiB: 8,192 flex groups of 16. Top-level directories each visit a few dozen tree
-    /// nodes (never more than the budget), where the walk read 8,192 flex groups, and still
-    /// spread one to a flex group.
+    /// 2,048 flex groups: 2,400 top-level directories, so that after the first round every
+    /// flex group holds one and the search must find where the fewest now are. Each visits
+    /// a few dozen tree nodes (never more than the budget), where the walk read 2,048 flex
+    /// groups, and the first round puts one in each flex group but the first (which holds
+    /// the reserved inodes, so fewer free than average).
     #[test]
-    fn top_level_placement_visits_log_many_nodes_at_16_tib() {
+    fn top_level_placement_visits_log_many_nodes() {
         let geo = InodeGeometry {
-            groups: 131_072,
+            groups: 2048 * 16,
             inodes_per_group: 64,
             groups_per_flex: 16,
             first_inode: 11,
@@ -383,15 +385,15 @@ mod tests {
             Geometry {
                 first_data_block: 0,
                 blocks_per_group: 256,
-                blocks: 131_072 * 256,
+                blocks: 2048 * 16 * 256,
             },
             AllocatorConfig::default(),
         )
         .with_flex_groups(16);
-        let budget = SEARCH_NODES_PER_LEVEL * 14;
-        let mut flexes = std::collections::BTreeSet::new();
+        let budget = SEARCH_NODES_PER_LEVEL * 12;
+        let mut first_round = std::collections::BTreeSet::new();
         let mut most = 0;
-        for i in 0..200u32 {
+        for i in 0..2400u32 {
             let before = alloc.stats.placement_nodes.get();
             let req = crate::inode_allocator::InodeRequest {
                 parent: 2,
@@ -402,15 +404,57 @@ mod tests {
                 slot: 0,
             };
             let dir = alloc.allocate(&req, &blocks).unwrap();
-            flexes.insert(dir.group / 16);
+            if i < 2047 {
+                first_round.insert(dir.group / 16);
+            }
             most = most.max(alloc.stats.placement_nodes.get() - before);
         }
         assert_eq!(
-            flexes.len(),
-            200,
+            first_round.len(),
+            2047,
             "top-level directories shared flex groups"
         );
+        assert!(!first_round.contains(&0));
         assert!(most <= budget as u64, "{most} nodes");
         assert!(most <= 80, "{most} nodes for one top-level directory");
+    }
+
+    /// A bitmap load that finds more free inodes than the descriptor said (here through a
+    /// snapshot, with no claim after it) shows in placement at once: the flex group it
+    /// raised is chosen as the walk chooses it.
+    #[test]
+    fn a_load_that_corrects_counts_refreshes_placement() {
+        let geo = InodeGeometry {
+            groups: 8,
+            inodes_per_group: 64,
+            groups_per_flex: 2,
+            first_inode: 11,
+        };
+        // Descriptors of flex group 2 (groups 4 and 5) say 0 free; the bitmaps are empty.
+        let alloc = InodeAllocator::open(
+            geo,
+            GroupLocking::TrySkip,
+            1,
+            |g| crate::InodeGroupSummary {
+                free_inodes: if g / 2 == 2 { 0 } else { 64 },
+                used_dirs: if g / 2 == 2 { 0 } else { 1 },
+                itable_unused: 0,
+                uninit: false,
+            },
+            |_: u32| Ok(vec![0u8; 8]),
+        );
+        let blocks = BlockAllocator::empty(
+            Geometry {
+                first_data_block: 0,
+                blocks_per_group: 256,
+                blocks: 8 * 256,
+            },
+            AllocatorConfig::default(),
+        );
+        alloc.group_snapshot(4).unwrap();
+        alloc.group_snapshot(5).unwrap();
+        assert_eq!(alloc.flexes.summary(2).unwrap().free_inodes, 128);
+        assert_eq!(alloc.orlov_top(0, &blocks), walked_top(&alloc, 0, &blocks));
+        assert_eq!(alloc.orlov_top(0, &blocks), Some(4));
     }
 }
