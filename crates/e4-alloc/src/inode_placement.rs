@@ -430,14 +430,15 @@ mod tests {
             groups_per_flex: 2,
             first_inode: 11,
         };
-        // Descriptors of flex group 2 (groups 4 and 5) say 0 free; the bitmaps are empty.
+        // Descriptors of flex groups 2 and 3 (groups 4 to 7, under one tree node) say 0
+        // free; the bitmaps are empty.
         let alloc = InodeAllocator::open(
             geo,
             GroupLocking::TrySkip,
             1,
             |g| crate::InodeGroupSummary {
-                free_inodes: if g / 2 == 2 { 0 } else { 64 },
-                used_dirs: if g / 2 == 2 { 0 } else { 1 },
+                free_inodes: if g / 2 >= 2 { 0 } else { 64 },
+                used_dirs: if g / 2 >= 2 { 0 } else { 1 },
                 itable_unused: 0,
                 uninit: false,
             },
