@@ -90,6 +90,11 @@ pub struct AllocatorConfig {
     pub window_cap: u32,
     /// Pack small files into per-slot windows ([`crate::small_file_packing`]).
     pub pack_small_files: bool,
+    /// Blocks per allocation cluster (`1 << (s_log_cluster_size - s_log_block_size)`). The
+    /// allocator counts, searches and hands out single blocks, so a bigalloc volume (more
+    /// than 1) is refused by the constructors ([`AllocError::Bigalloc`]) rather than
+    /// corrupted by block-granular bitmaps over cluster-granular ones.
+    pub blocks_per_cluster: u32,
 }
 
 impl Default for AllocatorConfig {
@@ -102,6 +107,7 @@ impl Default for AllocatorConfig {
             counter_slots: 64,
             window_cap: crate::reservation_window::DEFAULT_WINDOW_CAP,
             pack_small_files: true,
+            blocks_per_cluster: 1,
         }
     }
 }
@@ -149,6 +155,9 @@ pub enum AllocError {
     /// A group's bitmap could not be loaded (the source's words: an I/O error, a bad
     /// checksum).
     BitmapUnreadable { group: u32, reason: String },
+    /// The volume uses bigalloc (`blocks_per_cluster` blocks per cluster), which the
+    /// allocator does not support.
+    Bigalloc { blocks_per_cluster: u32 },
 }
 
 /// Why a free was refused.
@@ -205,6 +214,11 @@ impl std::fmt::Display for AllocError {
                     "block bitmap of group {group} cannot be loaded: {reason}"
                 )
             }
+            AllocError::Bigalloc { blocks_per_cluster } => write!(
+                f,
+                "bigalloc (clusters of {blocks_per_cluster} blocks) is not supported by the \
+                 block allocator"
+            ),
         }
     }
 }
@@ -335,14 +349,21 @@ impl BlockAllocator {
     }
 
     /// An allocator over an empty volume with no system zone (for tests and benchmarks).
+    ///
+    /// # Panics
+    ///
+    /// If `config` describes bigalloc: a caller's mistake, as no volume is read here.
     pub fn empty(geometry: Geometry, config: AllocatorConfig) -> Self {
         let uninit = |g| GroupSummary {
             free: geometry.group_blocks(g),
             uninit: true,
         };
         let never_read = |_: u32| Err::<Vec<u8>, _>("an empty volume has no bitmaps".into());
-        // OK to unwrap: with no system zone there is nothing to contradict.
-        Self::open(geometry, config, uninit, &[], never_read).unwrap()
+        match Self::open(geometry, config, uninit, &[], never_read) {
+            Ok(alloc) => alloc,
+            // With no system zone there is nothing else to refuse.
+            Err(e) => panic!("BlockAllocator::empty: {e}"),
+        }
     }
 
     pub fn geometry(&self) -> &Geometry {

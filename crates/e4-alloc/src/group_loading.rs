@@ -69,7 +69,8 @@ impl BlockAllocator {
     /// An allocator over a volume whose groups are described by `summary(group)` (from
     /// their descriptors) and whose bitmaps are read from `source` when first needed, with
     /// `system_zone` (superblocks and backups, descriptors, reserved GDT blocks, bitmaps,
-    /// inode tables, the journal) never handed out or freed. Reads no bitmap.
+    /// inode tables, the journal) never handed out or freed. Reads no bitmap. Refuses
+    /// bigalloc ([`AllocatorConfig::blocks_per_cluster`] above 1).
     pub fn open(
         geometry: Geometry,
         config: AllocatorConfig,
@@ -77,6 +78,11 @@ impl BlockAllocator {
         system_zone: &[Extent],
         source: impl BlockBitmapSource + 'static,
     ) -> Result<Self, AllocError> {
+        if config.blocks_per_cluster > 1 {
+            return Err(AllocError::Bigalloc {
+                blocks_per_cluster: config.blocks_per_cluster,
+            });
+        }
         let groups = geometry.groups() as usize;
         let mut system: Vec<Vec<GroupExtent>> = vec![Vec::new(); groups];
         for &extent in system_zone {
