@@ -522,23 +522,23 @@ fn inode_numbers_convert_only_inside_the_geometry() {
     assert_eq!(inode_geometry(4, 0, 1).group_of(1), None);
 }
 
-/// Threads creating and removing in different groups of one flex group change that flex
-/// group's sums at once: after the churn the sums equal a from-scratch sum of the groups
+/// 16 threads (8 per core) creating and removing in different groups of one flex group
+/// change that flex group's sums at once: after the churn the sums equal a from-scratch sum of the groups
 /// (a sum updated by load-then-store instead of one atomic step loses updates here).
 #[test]
 fn flex_sums_stay_exact_under_concurrent_churn_in_one_flex_group() {
-    let geo = inode_geometry(64, 2048, 64);
-    let alloc = InodeAllocator::empty(geo, GroupLocking::TrySkip, 8);
+    let geo = inode_geometry(64, 8192, 64);
+    let alloc = InodeAllocator::empty(geo, GroupLocking::TrySkip, 16);
     let blocks = blocks_for(&geo);
     let held = Mutex::new(BTreeMap::new());
-    let start = std::sync::Barrier::new(8);
+    let start = std::sync::Barrier::new(16);
     std::thread::scope(|s| {
-        for t in 0..8usize {
+        for t in 0..16usize {
             let (alloc, blocks, held, start) = (&alloc, &blocks, &held, &start);
             s.spawn(move || {
                 let mut mine = Vec::new();
                 start.wait();
-                for i in 0..20_000 {
+                for i in 0..40_000 {
                     let kind = if i % 3 == 0 {
                         InodeKind::Directory
                     } else {
