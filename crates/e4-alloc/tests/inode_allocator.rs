@@ -527,7 +527,7 @@ fn inode_numbers_convert_only_inside_the_geometry() {
 /// (a sum updated by load-then-store instead of one atomic step loses updates here).
 #[test]
 fn flex_sums_stay_exact_under_concurrent_churn_in_one_flex_group() {
-    let geo = inode_geometry(64, 8192, 64);
+    let geo = inode_geometry(256, 8192, 256);
     let alloc = InodeAllocator::empty(geo, GroupLocking::TrySkip, 16);
     let blocks = blocks_for(&geo);
     let held = Mutex::new(BTreeMap::new());
@@ -538,7 +538,7 @@ fn flex_sums_stay_exact_under_concurrent_churn_in_one_flex_group() {
             s.spawn(move || {
                 let mut mine = Vec::new();
                 start.wait();
-                for i in 0..40_000 {
+                for i in 0..120_000 {
                     let kind = if i % 3 == 0 {
                         InodeKind::Directory
                     } else {
