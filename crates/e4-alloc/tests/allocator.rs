@@ -913,10 +913,10 @@ fn bigalloc_is_refused_by_name() {
 
 /// 16 threads (8 per core) allocating and freeing small extents in one 4,096-block group, so
 /// that every allocation moves the group in the free-space index while others wait for its
-/// lock, and a checker that keeps taking the group's lock: whenever it holds the lock, the
-/// group is filed under exactly its largest free order. An index update made after the lock
-/// is dropped is seen by the checker whenever it takes the lock in between (and a later
-/// update can heal the filing, so a check at the end alone almost never sees it).
+/// lock, and four checkers that keep taking the group's lock: whenever one holds the lock,
+/// the group is filed under exactly its largest free order. An index update made after the
+/// lock is dropped is seen by a checker that takes the lock in between (and a later update
+/// can heal the filing, so a check at the end alone almost never sees it).
 #[test]
 fn index_stays_exact_under_same_group_churn() {
     let alloc = BlockAllocator::empty(
@@ -934,12 +934,14 @@ fn index_stays_exact_under_same_group_churn() {
     );
     let done = std::sync::atomic::AtomicUsize::new(0);
     std::thread::scope(|s| {
-        let (alloc_ref, done_ref) = (&alloc, &done);
-        s.spawn(move || {
-            while done_ref.load(Ordering::Acquire) < 16 {
-                assert!(alloc_ref.index_is_consistent());
-            }
-        });
+        for _ in 0..4 {
+            let (alloc, done) = (&alloc, &done);
+            s.spawn(move || {
+                while done.load(Ordering::Acquire) < 16 {
+                    assert!(alloc.index_is_consistent());
+                }
+            });
+        }
         for t in 0..16usize {
             let (alloc, done) = (&alloc, &done);
             s.spawn(move || {
