@@ -947,7 +947,7 @@ fn index_stays_exact_under_same_group_churn() {
             s.spawn(move || {
                 let mut rng = rand::rngs::StdRng::seed_from_u64(t as u64);
                 let mut mine: Vec<Extent> = Vec::new();
-                for _ in 0..20_000 {
+                for _ in 0..150_000 {
                     if mine.len() < 8 && rng.gen_bool(0.6) {
                         let len = rng.gen_range(1..48);
                         if let Ok(e) = alloc.allocate(AllocRequest {
