@@ -888,7 +888,7 @@ pub(crate) fn pieces_of(geometry: &Geometry, extent: Extent) -> Option<Vec<(u32,
     Some(out)
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
 

@@ -116,7 +116,7 @@ impl InodeBitmap {
 
     /// Test support: marks every inode in use in the bitmap alone, leaving the counts as they
     /// were (a corrupt volume whose counts and bitmap disagree).
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn corrupt_all_used(&mut self) {
         self.words.fill(!0);
     }
@@ -255,7 +255,7 @@ impl<'a> LockedInodeGroup<'a> {
     }
 
     /// Test support: see [`InodeBitmap::corrupt_all_used`].
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn corrupt_all_used(&mut self) {
         self.bitmap_mut().corrupt_all_used();
     }
