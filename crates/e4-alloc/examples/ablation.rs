@@ -325,7 +325,9 @@ enum Creators {
 /// Creates: a directory under one shared top-level directory (per thread, or one for all),
 /// a batch of files in it, then all removed; repeat.
 fn creates(creators: Creators, locking: GroupLocking, threads: usize, duration: Duration) -> Run {
-    let blocks = BlockAllocator::empty(geometry(), AllocatorConfig::default());
+    // Free blocks kept per flex group, as e4 keeps them for Orlov.
+    let blocks = BlockAllocator::empty(geometry(), AllocatorConfig::default())
+        .with_flex_groups(inode_geometry().groups_per_flex);
     let (geometry, batch) = match creators {
         Creators::NearlyFull => (
             InodeGeometry {

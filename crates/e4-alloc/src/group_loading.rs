@@ -69,7 +69,8 @@ impl BlockAllocator {
     /// An allocator over a volume whose groups are described by `summary(group)` (from
     /// their descriptors) and whose bitmaps are read from `source` when first needed, with
     /// `system_zone` (superblocks and backups, descriptors, reserved GDT blocks, bitmaps,
-    /// inode tables, the journal) never handed out or freed. Reads no bitmap.
+    /// inode tables, the journal) never handed out or freed. Reads no bitmap. Refuses
+    /// bigalloc ([`AllocatorConfig::blocks_per_cluster`] above 1).
     pub fn open(
         geometry: Geometry,
         config: AllocatorConfig,
@@ -77,6 +78,11 @@ impl BlockAllocator {
         system_zone: &[Extent],
         source: impl BlockBitmapSource + 'static,
     ) -> Result<Self, AllocError> {
+        if config.blocks_per_cluster > 1 {
+            return Err(AllocError::Bigalloc {
+                blocks_per_cluster: config.blocks_per_cluster,
+            });
+        }
         let groups = geometry.groups() as usize;
         let mut system: Vec<Vec<GroupExtent>> = vec![Vec::new(); groups];
         for &extent in system_zone {
@@ -101,13 +107,13 @@ impl BlockAllocator {
                 let free_blocks = s.free.min(geometry.group_blocks(g as u32));
                 free += u64::from(free_blocks);
                 index.update(g, None, order_bound(free_blocks));
-                CachePadded::new(BlockGroup {
+                BlockGroup {
                     state: InstrumentedMutex::new(None),
                     system: zone.into_boxed_slice(),
                     uninit: s.uninit,
                     has_released: Default::default(),
                     free_published: AtomicU32::new(free_blocks),
-                })
+                }
             })
             .collect();
         let count = groups.len();
@@ -127,6 +133,7 @@ impl BlockAllocator {
             source: Box::new(source),
             dirty: AtomicBitset::new(count),
             root_reserve: RootReserve::new(0, 0),
+            flex_free: None,
         })
     }
 
@@ -177,7 +184,7 @@ impl BlockAllocator {
             order_bound(counted.min(blocks)),
             state.space.largest_order(),
         );
-        group.free_published.store(actual, Ordering::Relaxed);
+        self.set_published_free(g, actual);
         Ok(state)
     }
 
@@ -236,12 +243,13 @@ impl BlockAllocator {
     /// bound; allocator overhead of the heap is not included).
     pub fn memory_bytes(&self) -> usize {
         let fixed = std::mem::size_of::<Self>()
-            + self.groups.len() * std::mem::size_of::<CachePadded<BlockGroup>>()
+            + self.groups.len() * std::mem::size_of::<BlockGroup>()
             // Each group's shared "a run was given up" flag: the flag and two counts.
             + self.groups.len() * (1 + 2 * std::mem::size_of::<usize>())
             + self.index.memory_bytes()
             + self.dirty.memory_bytes()
-            + self.stream_goals.len() * std::mem::size_of::<CachePadded<AtomicU64>>();
+            + self.stream_goals.len() * std::mem::size_of::<CachePadded<AtomicU64>>()
+            + self.flex_free.as_ref().map_or(0, |f| f.memory_bytes());
         let per_group: usize = self
             .groups
             .iter()

@@ -1,28 +1,35 @@
 //! One group's inodes: the inode bitmap, the free-inode and used-directory counts, and the
 //! claim of a free inode (requirement S3).
 //!
-//! The bitmap words are atomics that only the holder of the group lock writes, so anyone may
-//! search them without the lock for a group worth locking and a place to start. The claim
-//! itself is a find-and-set under the lock: while the lock is held nothing else changes the
-//! bitmap, so one search either takes a free bit or proves the group full. There is no
-//! test-and-set outside the lock to lose and retry (the livelock ext4 had before 4.14).
+//! A group is its descriptor's counts (a few dozen bytes) until its bitmap is first needed
+//! (see [`crate::inode_group_loading`]); the bitmap then lives behind the group's lock. The
+//! counts and a first-free hint are atomics that only the lock holder writes, so placement
+//! and the scan read them without the lock to pick a group worth locking and a place to
+//! start. The claim itself is a find-and-set under the lock: while the lock is held nothing
+//! else changes the bitmap, so one search either takes a free bit or proves the group full.
+//! There is no test-and-set outside the lock to lose and retry (the livelock ext4 had
+//! before 4.14).
 
 use crate::block_group::words_from_bitmap;
+use crate::free_space_index::AtomicBitset;
 use crate::inode_flex_counts::FlexInodeCounts;
 use crate::instrumented_lock::InstrumentedMutex;
 use crate::stats::{Counter, LockStats};
-use crate::sync::{AtomicBool, AtomicU32, AtomicU64, MutexGuard, Ordering};
+use crate::sync::{AtomicU32, MutexGuard, Ordering};
 
 const BITS: u32 = 64;
 
-/// What a group holds, for persisting to its descriptor and bitmap block.
+/// What a group holds, for persisting to its descriptor and bitmap block. A group written
+/// back has a real bitmap: the caller clears its `INODE_UNINIT` flag.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InodeGroupSnapshot {
     /// The inode bitmap, `inodes_per_group / 8` bytes (bit set = in use).
     pub bitmap: Vec<u8>,
     pub free_inodes: u32,
     pub used_dirs: u32,
-    /// Inodes past the last one in use (`bg_itable_unused`).
+    /// Inodes past the last one ever handed out (`bg_itable_unused`): lowered when a claim
+    /// lands in the unused tail, never raised by a free (as ext4 keeps it, so e2fsck never
+    /// finds an in-use inode in the unused area).
     pub itable_unused: u32,
 }
 
@@ -30,93 +37,51 @@ pub struct InodeGroupSnapshot {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct NotInUse;
 
-pub(crate) struct InodeGroup {
-    lock: InstrumentedMutex<()>,
-    /// One bit per inode, set when in use. Written only under `lock`.
-    words: Box<[AtomicU64]>,
+/// A loaded group's bitmap and the one count only it knows. Lives behind the group's lock.
+pub(crate) struct InodeBitmap {
+    /// One bit per inode, set when in use; bits past `inodes` set.
+    words: Box<[u64]>,
     inodes: u32,
-    /// Written only under `lock`; read without it by placement heuristics.
-    free: AtomicU32,
-    used_dirs: AtomicU32,
-    /// No inode below this index is free. Written under `lock`.
-    first_free: AtomicU32,
-    /// Changed since its last write-back snapshot. Set and cleared only under `lock`, so a
-    /// snapshot and the clearing of the flag are one step that no claim can fall between.
-    dirty: AtomicBool,
+    itable_unused: u32,
 }
 
-/// The group's lock, held: the only way to change the group.
-pub(crate) struct LockedInodeGroup<'a> {
-    group: &'a InodeGroup,
-    _guard: MutexGuard<'a, ()>,
-}
-
-impl InodeGroup {
+impl InodeBitmap {
     /// A group of `inodes` inodes from its on-disk bitmap (bytes past the group ignored,
     /// missing bytes taken as in use), with `reserved` leading inodes forced in use (group
     /// 0's reserved inodes, which are never handed out even if a bitmap says they are free)
     /// and every inode from index `numbered` on (those whose number would not fit 32 bits).
+    /// `itable_unused` is the descriptor's, lowered if an inode in the tail is in use.
     pub(crate) fn from_bitmap(
         bitmap: &[u8],
         inodes: u32,
         reserved: u32,
         numbered: u32,
-        used_dirs: u32,
+        itable_unused: u32,
     ) -> Self {
         let mut words = words_from_bitmap(bitmap, inodes);
         let forced = (0..reserved.min(inodes)).chain(numbered.min(inodes)..inodes);
         for index in forced {
             words[(index / BITS) as usize] |= 1 << (index % BITS);
         }
-        let used: u32 = words.iter().map(|w| w.count_ones()).sum();
-        let padding = words.len() as u32 * BITS - inodes;
-        let free = inodes - (used - padding);
-        let group = InodeGroup {
-            lock: InstrumentedMutex::new(()),
-            words: words.into_iter().map(AtomicU64::new).collect(),
+        let mut loaded = InodeBitmap {
+            words: words.into_boxed_slice(),
             inodes,
-            free: AtomicU32::new(free),
-            used_dirs: AtomicU32::new(used_dirs),
-            first_free: AtomicU32::new(0),
-            dirty: AtomicBool::new(false),
+            itable_unused: 0,
         };
-        let first = group.find_free(0, &mut 0).unwrap_or(inodes);
-        group.first_free.store(first, Ordering::Relaxed);
-        group
+        let last_used = (0..inodes).rev().find(|&i| loaded.is_used(i));
+        loaded.itable_unused = itable_unused.min(inodes - last_used.map_or(0, |i| i + 1));
+        loaded
     }
 
-    /// Free inodes as of the last change (exact under the lock).
+    /// Free inodes in the bitmap.
     pub(crate) fn free(&self) -> u32 {
-        self.free.load(Ordering::Relaxed)
-    }
-
-    pub(crate) fn used_dirs(&self) -> u32 {
-        self.used_dirs.load(Ordering::Relaxed)
-    }
-
-    pub(crate) fn lock(&self, stats: &LockStats) -> LockedInodeGroup<'_> {
-        LockedInodeGroup {
-            group: self,
-            _guard: self.lock.lock(stats),
-        }
-    }
-
-    pub(crate) fn try_lock(&self, stats: &LockStats) -> Option<LockedInodeGroup<'_>> {
-        Some(LockedInodeGroup {
-            group: self,
-            _guard: self.lock.try_lock(stats)?,
-        })
-    }
-
-    /// The first free inode index at or after the first-free hint, searching without the
-    /// lock: a hint that may be stale by the time the caller locks. `words` counts the
-    /// bitmap words read.
-    pub(crate) fn find_free_unlocked(&self, words: &mut u64) -> Option<u32> {
-        self.find_free(self.first_free.load(Ordering::Relaxed), words)
+        let used: u32 = self.words.iter().map(|w| w.count_ones()).sum();
+        let padding = self.words.len() as u32 * BITS - self.inodes;
+        self.inodes - (used - padding)
     }
 
     /// The first clear bit at or after `from`, wrapping around to the start.
-    fn find_free(&self, from: u32, words: &mut u64) -> Option<u32> {
+    pub(crate) fn find_free(&self, from: u32, words: &mut u64) -> Option<u32> {
         let n = self.words.len() as u32;
         if n == 0 {
             return None;
@@ -126,7 +91,7 @@ impl InodeGroup {
         for step in 0..=n {
             let w = (first_word + step) % n;
             *words += 1;
-            let mut used = self.words[w as usize].load(Ordering::Acquire);
+            let mut used = self.words[w as usize];
             if step == 0 {
                 // Bits below `from` in the first word are looked at last, after wrapping.
                 used |= (1u64 << (from % BITS)) - 1;
@@ -140,118 +105,255 @@ impl InodeGroup {
         None
     }
 
+    fn is_used(&self, index: u32) -> bool {
+        self.words[(index / BITS) as usize] & (1 << (index % BITS)) != 0
+    }
+
+    /// Bytes the loaded bitmap holds.
+    pub(crate) fn memory_bytes(&self) -> usize {
+        std::mem::size_of::<Self>() + self.words.len() * std::mem::size_of::<u64>()
+    }
+
     /// Test support: marks every inode in use in the bitmap alone, leaving the counts as they
     /// were (a corrupt volume whose counts and bitmap disagree).
-    #[cfg(test)]
-    pub(crate) fn corrupt_bitmap_all_used(&self) {
-        for word in self.words.iter() {
-            word.store(!0, Ordering::Release);
-        }
-    }
-
-    fn is_used(&self, index: u32) -> bool {
-        self.words[(index / BITS) as usize].load(Ordering::Acquire) & (1 << (index % BITS)) != 0
-    }
-
-    /// The group's state, consistent because it is read under the lock.
-    pub(crate) fn snapshot(&self, stats: &LockStats) -> InodeGroupSnapshot {
-        let _locked = self.lock(stats);
-        self.snapshot_locked()
-    }
-
-    /// Whether the group changed since its last write-back snapshot (a hint without the
-    /// lock: a change still in progress may not show yet).
-    pub(crate) fn looks_dirty(&self) -> bool {
-        self.dirty.load(Ordering::Relaxed)
-    }
-
-    /// The group's state if it changed since the last call, marking it clean in the same
-    /// critical section.
-    pub(crate) fn take_dirty_snapshot(&self, stats: &LockStats) -> Option<InodeGroupSnapshot> {
-        let _locked = self.lock(stats);
-        if !self.dirty.load(Ordering::Relaxed) {
-            return None;
-        }
-        self.dirty.store(false, Ordering::Relaxed);
-        Some(self.snapshot_locked())
-    }
-
-    fn snapshot_locked(&self) -> InodeGroupSnapshot {
-        let mut bitmap = Vec::with_capacity(self.inodes.div_ceil(8) as usize);
-        for word in self.words.iter() {
-            bitmap.extend_from_slice(&word.load(Ordering::Acquire).to_le_bytes());
-        }
-        bitmap.truncate(self.inodes.div_ceil(8) as usize);
-        let last_used = (0..self.inodes).rev().find(|&i| self.is_used(i));
-        InodeGroupSnapshot {
-            bitmap,
-            free_inodes: self.free(),
-            used_dirs: self.used_dirs(),
-            itable_unused: self.inodes - last_used.map_or(0, |i| i + 1),
-        }
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn corrupt_all_used(&mut self) {
+        self.words.fill(!0);
     }
 }
 
-impl LockedInodeGroup<'_> {
+/// One inode group. Until loaded, its counts are the descriptor's. Aligned to a cache line
+/// so that creators in neighbouring groups do not share one; 64 bytes, not the 128 of
+/// `CachePadded`, keeps 131,072 groups (16 TiB) at 8 MiB.
+#[repr(align(64))]
+pub(crate) struct InodeGroup {
+    /// `None` until the bitmap is first needed.
+    bitmap: InstrumentedMutex<Option<Box<InodeBitmap>>>,
+    /// Written only under the lock; read without it by placement heuristics.
+    free: AtomicU32,
+    used_dirs: AtomicU32,
+    /// No inode below this index is free. Written under the lock.
+    first_free: AtomicU32,
+    /// `bg_itable_unused` as the descriptor had it (the loaded bitmap keeps the live value).
+    descriptor_itable_unused: u32,
+    /// `INODE_UNINIT`: the on-disk bitmap was never written; it is computed, not read.
+    uninit: bool,
+}
+
+/// The group's lock, held, with its bitmap loaded: the only way to change the group.
+pub(crate) struct LockedInodeGroup<'a> {
+    group: &'a InodeGroup,
+    guard: MutexGuard<'a, Option<Box<InodeBitmap>>>,
+    /// The group's number, and the allocator's set of groups changed since write-back.
+    number: u32,
+    dirty: &'a AtomicBitset,
+}
+
+impl InodeGroup {
+    /// A group known only by its descriptor's counts.
+    pub(crate) fn unloaded(
+        free: u32,
+        used_dirs: u32,
+        itable_unused: u32,
+        uninit: bool,
+    ) -> InodeGroup {
+        InodeGroup {
+            bitmap: InstrumentedMutex::new(None),
+            free: AtomicU32::new(free),
+            used_dirs: AtomicU32::new(used_dirs),
+            first_free: AtomicU32::new(0),
+            descriptor_itable_unused: itable_unused,
+            uninit,
+        }
+    }
+
+    /// A group whose bitmap is already loaded.
+    pub(crate) fn loaded(bitmap: InodeBitmap, used_dirs: u32) -> InodeGroup {
+        let group = InodeGroup::unloaded(bitmap.free(), used_dirs, bitmap.itable_unused, false);
+        group.first_free.store(
+            bitmap.find_free(0, &mut 0).unwrap_or(bitmap.inodes),
+            Ordering::Relaxed,
+        );
+        *group.bitmap.lock(&LockStats::default()) = Some(Box::new(bitmap));
+        group
+    }
+
+    /// Free inodes as of the last change (exact under the lock).
+    pub(crate) fn free(&self) -> u32 {
+        self.free.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn used_dirs(&self) -> u32 {
+        self.used_dirs.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn is_uninit(&self) -> bool {
+        self.uninit
+    }
+
+    pub(crate) fn descriptor_itable_unused(&self) -> u32 {
+        self.descriptor_itable_unused
+    }
+
+    /// Where a claim should start searching, read without the lock: `None` if the group
+    /// looks full. A hint that may be stale by the time the caller locks.
+    pub(crate) fn hint(&self) -> Option<u32> {
+        (self.free() > 0).then(|| self.first_free.load(Ordering::Relaxed))
+    }
+
+    pub(crate) fn lock(&self, stats: &LockStats) -> MutexGuard<'_, Option<Box<InodeBitmap>>> {
+        self.bitmap.lock(stats)
+    }
+
+    pub(crate) fn try_lock(
+        &self,
+        stats: &LockStats,
+    ) -> Option<MutexGuard<'_, Option<Box<InodeBitmap>>>> {
+        self.bitmap.try_lock(stats)
+    }
+
+    /// Installs a freshly loaded bitmap (under the lock) and publishes its counts; returns
+    /// the free count the group had published before (the descriptor's).
+    pub(crate) fn install(
+        &self,
+        guard: &mut MutexGuard<'_, Option<Box<InodeBitmap>>>,
+        bitmap: InodeBitmap,
+    ) -> u32 {
+        let first = bitmap.find_free(0, &mut 0).unwrap_or(bitmap.inodes);
+        self.first_free.store(first, Ordering::Relaxed);
+        let before = self.free.swap(bitmap.free(), Ordering::Relaxed);
+        **guard = Some(Box::new(bitmap));
+        before
+    }
+}
+
+impl<'a> LockedInodeGroup<'a> {
+    /// The locked group `number`, whose bitmap `guard` holds (loaded). `None` if it is not
+    /// loaded.
+    pub(crate) fn new(
+        group: &'a InodeGroup,
+        guard: MutexGuard<'a, Option<Box<InodeBitmap>>>,
+        number: u32,
+        dirty: &'a AtomicBitset,
+    ) -> Option<Self> {
+        guard.is_some().then_some(LockedInodeGroup {
+            group,
+            guard,
+            number,
+            dirty,
+        })
+    }
+
+    fn bitmap(&self) -> &InodeBitmap {
+        // OK to unwrap: a LockedInodeGroup is only made with its bitmap loaded.
+        self.guard.as_deref().unwrap()
+    }
+
+    fn bitmap_mut(&mut self) -> &mut InodeBitmap {
+        // OK to unwrap: as in `bitmap`.
+        self.guard.as_deref_mut().unwrap()
+    }
+
+    /// Test support: see [`InodeBitmap::corrupt_all_used`].
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn corrupt_all_used(&mut self) {
+        self.bitmap_mut().corrupt_all_used();
+    }
+
+    /// Notes that the group changed since write-back. The bit is read first: it is shared
+    /// with 63 other groups, and only the first change after a write-back needs to write it.
+    /// It is set and cleared only under this group's lock, so a snapshot and the clearing
+    /// of the bit are one step that no claim can fall between.
+    fn mark_dirty(&self) {
+        let n = self.number as usize;
+        if !self.dirty.contains(n) {
+            self.dirty.insert(n);
+        }
+    }
+
     /// Takes the first free inode at or after `hint` (wrapping), or reports the group full.
-    /// One step: with the lock held, the search cannot be overtaken. `flex` (the group's flex
-    /// group sums) changes with the group, under the same lock.
+    /// One step: with the lock held, the search cannot be overtaken. The sums of `flex` (the
+    /// group's flex group) change with the group, under the same lock.
     pub(crate) fn claim(
         &mut self,
         hint: u32,
         directory: bool,
-        flex: &FlexInodeCounts,
+        flexes: &FlexInodeCounts,
+        flex: usize,
         words: &Counter,
     ) -> Option<u32> {
-        let g = self.group;
         let mut scanned = 0;
-        let found = g.find_free(hint, &mut scanned);
+        let found = self.bitmap().find_free(hint, &mut scanned);
         words.add(scanned);
         let index = found?;
-        let word = &g.words[(index / BITS) as usize];
-        word.store(
-            word.load(Ordering::Relaxed) | 1 << (index % BITS),
-            Ordering::Release,
-        );
+        let bitmap = self.bitmap_mut();
+        bitmap.words[(index / BITS) as usize] |= 1 << (index % BITS);
+        let inodes = bitmap.inodes;
+        if index >= inodes - bitmap.itable_unused {
+            bitmap.itable_unused = inodes - index - 1;
+        }
+        let g = self.group;
         g.free.store(g.free() - 1, Ordering::Relaxed);
         if directory {
             g.used_dirs.store(g.used_dirs() + 1, Ordering::Relaxed);
         }
-        flex.claimed(directory);
-        g.dirty.store(true, Ordering::Relaxed);
+        flexes.claimed(flex, directory);
+        self.mark_dirty();
         if index == g.first_free.load(Ordering::Relaxed) {
-            let next = g.find_free(index, &mut 0).unwrap_or(g.inodes);
+            let next = self.bitmap().find_free(index, &mut 0).unwrap_or(inodes);
             g.first_free.store(next, Ordering::Relaxed);
         }
         Some(index)
     }
 
-    /// Returns inode `index` to the group (and to its flex group's sums, `flex`).
+    /// Returns inode `index` to the group (and to the sums of `flex`, its flex group).
     pub(crate) fn release(
         &mut self,
         index: u32,
         directory: bool,
-        flex: &FlexInodeCounts,
+        flexes: &FlexInodeCounts,
+        flex: usize,
     ) -> Result<(), NotInUse> {
         let g = self.group;
-        if index >= g.inodes || !g.is_used(index) || (directory && g.used_dirs() == 0) {
+        let bitmap = self.bitmap_mut();
+        if index >= bitmap.inodes || !bitmap.is_used(index) || (directory && g.used_dirs() == 0) {
             return Err(NotInUse);
         }
-        let word = &g.words[(index / BITS) as usize];
-        word.store(
-            word.load(Ordering::Relaxed) & !(1 << (index % BITS)),
-            Ordering::Release,
-        );
+        bitmap.words[(index / BITS) as usize] &= !(1 << (index % BITS));
         g.free.store(g.free() + 1, Ordering::Relaxed);
         if directory {
             g.used_dirs.store(g.used_dirs() - 1, Ordering::Relaxed);
         }
-        flex.released(directory);
-        g.dirty.store(true, Ordering::Relaxed);
+        flexes.released(flex, directory);
+        self.mark_dirty();
         if index < g.first_free.load(Ordering::Relaxed) {
             g.first_free.store(index, Ordering::Relaxed);
         }
         Ok(())
+    }
+
+    /// The group's state, for write-back.
+    pub(crate) fn snapshot(&self) -> InodeGroupSnapshot {
+        let bitmap = self.bitmap();
+        let mut bytes: Vec<u8> = bitmap.words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        bytes.truncate(bitmap.inodes.div_ceil(8) as usize);
+        InodeGroupSnapshot {
+            bitmap: bytes,
+            free_inodes: self.group.free(),
+            used_dirs: self.group.used_dirs(),
+            itable_unused: bitmap.itable_unused,
+        }
+    }
+
+    /// The group's state if it changed since the last call, marking it clean in the same
+    /// critical section.
+    pub(crate) fn take_dirty_snapshot(&self) -> Option<InodeGroupSnapshot> {
+        let n = self.number as usize;
+        if !self.dirty.contains(n) {
+            return None;
+        }
+        self.dirty.remove(n);
+        Some(self.snapshot())
     }
 }
 
@@ -259,16 +361,24 @@ impl LockedInodeGroup<'_> {
 mod tests {
     use super::*;
 
+    fn locked<'a>(
+        group: &'a InodeGroup,
+        dirty: &'a AtomicBitset,
+        stats: &LockStats,
+    ) -> LockedInodeGroup<'a> {
+        LockedInodeGroup::new(group, group.lock(stats), 0, dirty).unwrap()
+    }
+
     #[test]
     fn loads_counts_and_hands_back_the_bitmap() {
         // 100 inodes: 0..3 and 70 in use on disk, 2 more reserved.
         let mut bitmap = vec![0u8; 13];
         bitmap[0] = 0b0000_0111;
         bitmap[8] = 0b0100_0000;
-        let g = InodeGroup::from_bitmap(&bitmap, 100, 5, 100, 1);
+        let g = InodeGroup::loaded(InodeBitmap::from_bitmap(&bitmap, 100, 5, 100, 100), 1);
         assert_eq!(g.free(), 100 - 6);
-        let stats = LockStats::default();
-        let snap = g.snapshot(&stats);
+        let (stats, dirty) = (LockStats::default(), AtomicBitset::new(1));
+        let snap = locked(&g, &dirty, &stats).snapshot();
         assert_eq!(snap.bitmap.len(), 13);
         assert_eq!(snap.bitmap[0], 0b0001_1111);
         assert_eq!(snap.bitmap[8], 0b0100_0000);
@@ -278,28 +388,74 @@ mod tests {
 
     #[test]
     fn claims_every_free_inode_once_then_reports_full() {
-        let g = InodeGroup::from_bitmap(&[0u8; 16], 128, 0, 128, 0);
-        let (stats, words) = (LockStats::default(), Counter::default());
-        let flex = FlexInodeCounts::new(128, 0);
+        let g = InodeGroup::loaded(InodeBitmap::from_bitmap(&[0u8; 16], 128, 0, 128, 128), 0);
+        let (stats, words, dirty) = (
+            LockStats::default(),
+            Counter::default(),
+            AtomicBitset::new(1),
+        );
+        let flex = FlexInodeCounts::new([(128, 0)]);
         let mut seen = std::collections::BTreeSet::new();
         for i in 0..128u32 {
             let hint = (i * 37) % 128;
-            let index = g
-                .lock(&stats)
-                .claim(hint, i % 2 == 0, &flex, &words)
+            let index = locked(&g, &dirty, &stats)
+                .claim(hint, i % 2 == 0, &flex, 0, &words)
                 .unwrap();
             assert!(seen.insert(index), "inode {index} handed out twice");
         }
-        assert_eq!(g.lock(&stats).claim(5, false, &flex, &words), None);
+        let mut held = locked(&g, &dirty, &stats);
+        assert_eq!(held.claim(5, false, &flex, 0, &words), None);
+        drop(held);
         assert_eq!((g.free(), g.used_dirs()), (0, 64));
         assert_eq!(
-            (flex.summary().free_inodes, flex.summary().used_dirs),
+            (
+                flex.summary(0).unwrap().free_inodes,
+                flex.summary(0).unwrap().used_dirs
+            ),
             (0, 64)
         );
-        assert_eq!(g.snapshot(&stats).itable_unused, 0);
-        assert_eq!(g.lock(&stats).release(77, false, &flex), Ok(()));
-        assert_eq!(g.lock(&stats).release(77, false, &flex), Err(NotInUse));
-        assert_eq!(g.find_free_unlocked(&mut 0), Some(77));
-        assert_eq!(g.lock(&stats).claim(0, false, &flex, &words), Some(77));
+        assert_eq!(locked(&g, &dirty, &stats).snapshot().itable_unused, 0);
+        assert_eq!(
+            locked(&g, &dirty, &stats).release(77, false, &flex, 0),
+            Ok(())
+        );
+        assert_eq!(
+            locked(&g, &dirty, &stats).release(77, false, &flex, 0),
+            Err(NotInUse)
+        );
+        assert_eq!(g.hint(), Some(77));
+        assert_eq!(
+            locked(&g, &dirty, &stats).claim(0, false, &flex, 0, &words),
+            Some(77)
+        );
+    }
+
+    /// `bg_itable_unused` follows the kernel: a claim in the unused tail lowers it to just
+    /// past the claimed inode, a free never raises it, and a loaded bitmap with an inode in
+    /// use in the tail lowers the descriptor's value to cover it.
+    #[test]
+    fn itable_unused_is_lowered_by_claims_and_kept_by_frees() {
+        // 64 inodes, the first 10 in use, the descriptor says the last 54 are unused.
+        let mut bytes = vec![0u8; 8];
+        bytes[0] = 0xFF;
+        bytes[1] = 0b11;
+        let g = InodeGroup::loaded(InodeBitmap::from_bitmap(&bytes, 64, 0, 64, 54), 0);
+        let (stats, words, dirty) = (
+            LockStats::default(),
+            Counter::default(),
+            AtomicBitset::new(1),
+        );
+        let flex = FlexInodeCounts::new([(54, 0)]);
+        let mut held = locked(&g, &dirty, &stats);
+        assert_eq!(held.snapshot().itable_unused, 54);
+        assert_eq!(held.claim(40, false, &flex, 0, &words), Some(40));
+        assert_eq!(held.snapshot().itable_unused, 23);
+        held.release(40, false, &flex, 0).unwrap();
+        assert_eq!(held.snapshot().itable_unused, 23);
+        // A descriptor that hides an in-use inode in the tail is corrected at load.
+        let mut bytes = vec![0u8; 8];
+        bytes[6] = 1;
+        let bitmap = InodeBitmap::from_bitmap(&bytes, 64, 0, 64, 60);
+        assert_eq!(bitmap.itable_unused, 64 - 49);
     }
 }

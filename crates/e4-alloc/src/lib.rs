@@ -7,13 +7,17 @@
 //! hot paths is counted ([`stats`]).
 
 pub mod block_allocator;
+mod block_flex_sums;
 pub mod block_group;
+mod flex_tree;
 pub mod free_space_index;
 pub mod group_loading;
 mod group_state;
 pub mod inode_allocator;
 mod inode_flex_counts;
 mod inode_group;
+pub mod inode_group_loading;
+mod inode_placement;
 mod instrumented_lock;
 pub mod limit_counter;
 pub mod pending_frees;
@@ -34,6 +38,7 @@ pub use inode_allocator::{
 };
 pub use inode_flex_counts::FlexInodeSummary;
 pub use inode_group::InodeGroupSnapshot;
+pub use inode_group_loading::{InodeBitmapSource, InodeGroupSummary};
 pub use limit_counter::LimitCounter;
 pub use pending_frees::TransactionFrees;
 pub use reservation_window::ReservationWindow;

@@ -171,6 +171,41 @@ impl BlockAllocator {
         extent
     }
 
+    /// [`Self::allocate_append`] for a caller that may use the root reserve (root, or the
+    /// reserved uid/gid) when `privileged`. Root-reserved blocks are never put in a window,
+    /// where an unprivileged writer of the same file could use them: when only the reserve
+    /// is left, a privileged append gets exactly `len` blocks (or fewer), windowless.
+    pub fn allocate_append_as(
+        &self,
+        window: &mut ReservationWindow,
+        goal: Option<u64>,
+        len: u32,
+        slot: usize,
+        stream: u64,
+        privileged: bool,
+    ) -> Result<Extent, AllocError> {
+        match self.allocate_append(window, goal, len, slot, stream) {
+            Err(AllocError::NoSpace) if privileged => {
+                let extent = self.allocate(AllocRequest {
+                    goal: if window.next != 0 {
+                        Some(window.next)
+                    } else {
+                        goal
+                    },
+                    len,
+                    min_len: 1,
+                    slot,
+                    stream,
+                    privileged: true,
+                })?;
+                // The next window is asked for after this extent, to stay contiguous.
+                window.next = extent.end();
+                Ok(extent)
+            }
+            other => other,
+        }
+    }
+
     /// Gives back what is left of a window at once (on close or truncate).
     pub fn release_window(&self, window: &mut ReservationWindow, slot: usize) {
         if let Some(run) = window.run.take() {

@@ -108,6 +108,30 @@ impl BlockAllocator {
         Ok(self.carve(run.as_deref(), next, remaining, len))
     }
 
+    /// [`Self::allocate_small_file`] for a caller that may use the root reserve when
+    /// `privileged`. Root-reserved blocks are never put in a packing window (shared by
+    /// every caller of the slot): when only the reserve is left, a privileged small file
+    /// gets its blocks on their own.
+    pub fn allocate_small_file_as(
+        &self,
+        len: u32,
+        slot: usize,
+        stream: u64,
+        privileged: bool,
+    ) -> Result<Extent, AllocError> {
+        match self.allocate_small_file(len, slot, stream) {
+            Err(AllocError::NoSpace) if privileged => self.allocate(AllocRequest {
+                goal: None,
+                len,
+                min_len: 1,
+                slot,
+                stream,
+                privileged: true,
+            }),
+            other => other,
+        }
+    }
+
     /// Gives what is left of a packing window back to its group.
     fn release_pack_window(&self, window: &mut PackWindow, slot: usize) {
         if let Some(run) = window.run.take() {

@@ -831,3 +831,143 @@ fn the_root_reserve_is_for_privileged_requests_only() {
     assert_eq!(alloc.available_blocks(), 40);
     assert!(ask(false).is_ok());
 }
+
+/// Appends and small files can use the root reserve when the caller is privileged, as plain
+/// requests can; the unprivileged cannot; and reserve blocks are handed out exactly, never
+/// parked in a window or packing window an unprivileged writer could then use.
+#[test]
+fn privileged_appends_and_small_files_use_the_root_reserve() {
+    let geo = geometry(2, 1024);
+    let alloc = BlockAllocator::empty(geo, AllocatorConfig::default()).with_root_reserve(100);
+    let fill = |privileged: bool| {
+        alloc.allocate(AllocRequest {
+            goal: None,
+            len: 64,
+            min_len: 1,
+            slot: 0,
+            stream: 1,
+            privileged,
+        })
+    };
+    while fill(false).is_ok() {}
+    assert_eq!(alloc.free_blocks(), 100);
+    let mut window = ReservationWindow::new();
+    assert_eq!(
+        alloc.allocate_append_as(&mut window, None, 3, 0, 7, false),
+        Err(AllocError::NoSpace)
+    );
+    assert_eq!(
+        alloc.allocate_small_file_as(2, 0, 8, false),
+        Err(AllocError::NoSpace)
+    );
+    let appended = alloc
+        .allocate_append_as(&mut window, None, 3, 0, 7, true)
+        .unwrap();
+    assert_eq!(appended.len, 3);
+    assert_eq!(window.remaining(), 0, "reserve blocks went into a window");
+    let small = alloc.allocate_small_file_as(2, 0, 8, true).unwrap();
+    assert_eq!(small.len, 2);
+    assert_eq!(alloc.small_file_window_blocks(), 0);
+    // Exactly what was handed out left the reserve.
+    assert_eq!(alloc.free_blocks(), 95);
+    // The file's next append continues right after its last block.
+    let next = alloc
+        .allocate_append_as(&mut window, None, 4, 0, 7, true)
+        .unwrap();
+    assert_eq!(next.start, appended.end());
+    assert_eq!(alloc.free_blocks(), 91);
+    assert_eq!(
+        alloc.allocate_append_as(&mut window, None, 4, 0, 7, false),
+        Err(AllocError::NoSpace)
+    );
+}
+
+/// A bigalloc volume (clusters of several blocks) is refused by every constructor that
+/// reads a volume, by name, before anything is read.
+#[test]
+fn bigalloc_is_refused_by_name() {
+    let geo = geometry(2, 1024);
+    let bigalloc = AllocatorConfig {
+        blocks_per_cluster: 16,
+        ..AllocatorConfig::default()
+    };
+    let refused = AllocError::Bigalloc {
+        blocks_per_cluster: 16,
+    };
+    let opened = BlockAllocator::open(
+        geo,
+        bigalloc,
+        |_| e4_alloc::GroupSummary {
+            free: 0,
+            uninit: false,
+        },
+        &[],
+        |_: u32| Err::<Vec<u8>, String>("must not be read".into()),
+    );
+    assert_eq!(opened.err(), Some(refused.clone()));
+    let built = BlockAllocator::new(geo, bigalloc, |_| vec![0u8; 128], &[]);
+    assert_eq!(built.err(), Some(refused.clone()));
+    assert!(refused.to_string().contains("bigalloc"));
+    assert!(BlockAllocator::new(geo, AllocatorConfig::default(), |_| vec![0u8; 128], &[]).is_ok());
+}
+
+/// 16 threads (8 per core) allocating and freeing small extents in one 4,096-block group, so
+/// that every allocation moves the group in the free-space index while others wait for its
+/// lock, and four checkers that keep taking the group's lock: whenever one holds the lock,
+/// the group is filed under exactly its largest free order. An index update made after the
+/// lock is dropped is seen by a checker that takes the lock in between (and a later update
+/// can heal the filing, so a check at the end alone almost never sees it).
+#[test]
+fn index_stays_exact_under_same_group_churn() {
+    let alloc = BlockAllocator::empty(
+        Geometry {
+            first_data_block: 0,
+            blocks_per_group: 4096,
+            blocks: 4096,
+        },
+        AllocatorConfig {
+            counter_slots: 16,
+            window_cap: 0,
+            pack_small_files: false,
+            ..AllocatorConfig::default()
+        },
+    );
+    let done = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            let (alloc, done) = (&alloc, &done);
+            s.spawn(move || {
+                while done.load(Ordering::Acquire) < 16 {
+                    assert!(alloc.index_is_consistent());
+                }
+            });
+        }
+        for t in 0..16usize {
+            let (alloc, done) = (&alloc, &done);
+            s.spawn(move || {
+                let mut rng = rand::rngs::StdRng::seed_from_u64(t as u64);
+                let mut mine: Vec<Extent> = Vec::new();
+                for _ in 0..150_000 {
+                    if mine.len() < 8 && rng.gen_bool(0.6) {
+                        let len = rng.gen_range(1..48);
+                        if let Ok(e) = alloc.allocate(AllocRequest {
+                            goal: None,
+                            len,
+                            min_len: 1,
+                            slot: t,
+                            stream: t as u64,
+                            privileged: false,
+                        }) {
+                            mine.push(e);
+                        }
+                    } else if !mine.is_empty() {
+                        let e = mine.swap_remove(rng.gen_range(0..mine.len()));
+                        alloc.free(e, t).unwrap();
+                    }
+                }
+                done.fetch_add(1, Ordering::Release);
+            });
+        }
+    });
+    assert!(alloc.index_is_consistent());
+}

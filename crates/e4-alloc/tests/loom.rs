@@ -161,7 +161,10 @@ fn inode_claim_races_a_free() {
         freer.join().unwrap();
         assert!(new.ino == 1 || new.ino == 65, "inode {}", new.ino);
         assert_eq!(volume.0.free_inodes(), 1);
-        let (a, b) = (volume.0.group_snapshot(0), volume.0.group_snapshot(1));
+        let (a, b) = (
+            volume.0.group_snapshot(0).unwrap(),
+            volume.0.group_snapshot(1).unwrap(),
+        );
         assert_eq!(a.free_inodes + b.free_inodes, 1);
         // The flex group's sum, changed by both under different group locks, lost neither.
         assert_eq!(volume.0.flex_summary(0).unwrap().free_inodes, 1);
@@ -182,7 +185,7 @@ fn inode_write_back_races_claims() {
                 v2.0.allocate(&file_request(1), &v2.1).unwrap();
             }
         });
-        let mut persisted = volume.0.group_snapshot(0);
+        let mut persisted = volume.0.group_snapshot(0).unwrap();
         for (g, snapshot) in volume.0.take_dirty_groups() {
             assert_eq!(g, 0);
             persisted = snapshot;
@@ -192,7 +195,7 @@ fn inode_write_back_races_claims() {
             assert_eq!(g, 0);
             persisted = snapshot;
         }
-        assert_eq!(persisted, volume.0.group_snapshot(0));
+        assert_eq!(persisted, volume.0.group_snapshot(0).unwrap());
     });
 }
 
