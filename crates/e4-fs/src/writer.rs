@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use crossbeam_utils::CachePadded;
 use e4_alloc::{
     AllocatorConfig, BlockAllocator, Geometry as AllocGeometry, GroupLocking, GroupSummary,
-    InodeAllocator, InodeGeometry, TransactionFrees,
+    InodeAllocator, InodeGeometry, InodeGroupSummary, TransactionFrees,
 };
 use e4_format::features::RoCompatFeatures;
 use e4_format::group_descriptor::{
@@ -165,34 +165,45 @@ impl Writer {
         };
         let blocks = BlockAllocator::open(alloc_geometry, config, summary, &system_zone, source)
             .map_err(|e| Error::Invalid(format!("cannot set up block allocation: {e}")))?
-            .with_root_reserve(sb.reserved_blocks_count());
+            .with_root_reserve(sb.reserved_blocks_count())
+            .with_flex_groups(sb.groups_per_flex());
         let inode_geometry = InodeGeometry {
             groups: geometry.groups(),
             inodes_per_group: geometry.inodes_per_group(),
             groups_per_flex: sb.groups_per_flex(),
             first_inode: sb.first_ino(),
         };
-        let mut inode_bitmaps = Vec::with_capacity(descriptors.len());
-        for (g, desc) in descriptors.iter().enumerate() {
-            let ipg = geometry.inodes_per_group();
-            if csum && desc.flags & BG_INODE_UNINIT != 0 {
-                inode_bitmaps.push(vec![0u8; ipg.div_ceil(8) as usize]);
-                continue;
-            }
+        let inode_device = fs.device.clone();
+        let inode_descs = descriptors.clone();
+        let ipg = geometry.inodes_per_group();
+        let inode_source = move |g: u32| -> std::result::Result<Vec<u8>, String> {
+            let desc = &inode_descs[g as usize];
             let mut bitmap = vec![0u8; block_size];
-            fs.read_bytes(&mut bitmap, desc.inode_bitmap() * block_size as u64)?;
+            inode_device
+                .read_exact_at(&mut bitmap, desc.inode_bitmap() * block_size as u64)
+                .map_err(|e| format!("read of block {}: {e}", desc.inode_bitmap()))?;
             if let Some(seed) = seed {
-                desc.verify_bitmap(BitmapKind::Inode, &bitmap, ipg, seed, desc_size, g as u32)?;
+                desc.verify_bitmap(BitmapKind::Inode, &bitmap, ipg, seed, desc_size, g)
+                    .map_err(|e| e.to_string())?;
             }
             bitmap.truncate(ipg.div_ceil(8) as usize);
-            inode_bitmaps.push(bitmap);
-        }
-        let inodes = InodeAllocator::new(
+            Ok(bitmap)
+        };
+        let inodes = InodeAllocator::open(
             inode_geometry,
             GroupLocking::TrySkip,
             SLOTS,
-            |g| inode_bitmaps[g as usize].clone(),
-            |g| descriptors[g as usize].used_dirs_count(),
+            |g| {
+                let d = &descriptors[g as usize];
+                // The uninit flags and itable_unused mean something only with checksums.
+                InodeGroupSummary {
+                    free_inodes: d.free_inodes_count(),
+                    used_dirs: d.used_dirs_count(),
+                    itable_unused: if csum { d.itable_unused() } else { 0 },
+                    uninit: csum && d.flags & BG_INODE_UNINIT != 0,
+                }
+            },
+            inode_source,
         );
         let mut superblock = sb.clone();
         superblock.state &= !STATE_VALID;
