@@ -24,6 +24,36 @@ pub mod file_type {
     pub const FIFO: u8 = 5;
     pub const SOCKET: u8 = 6;
     pub const SYMLINK: u8 = 7;
+
+    use crate::inode::FileType;
+
+    /// The code a directory entry records for a file of type `t`.
+    pub fn from_file_type(t: FileType) -> u8 {
+        match t {
+            FileType::Regular => REGULAR,
+            FileType::Directory => DIRECTORY,
+            FileType::CharDevice => CHAR_DEVICE,
+            FileType::BlockDevice => BLOCK_DEVICE,
+            FileType::Fifo => FIFO,
+            FileType::Socket => SOCKET,
+            FileType::Symlink => SYMLINK,
+        }
+    }
+
+    /// The file type a directory entry's code names; `None` for `UNKNOWN` and for codes
+    /// ext4 does not define.
+    pub fn to_file_type(code: u8) -> Option<FileType> {
+        Some(match code {
+            REGULAR => FileType::Regular,
+            DIRECTORY => FileType::Directory,
+            CHAR_DEVICE => FileType::CharDevice,
+            BLOCK_DEVICE => FileType::BlockDevice,
+            FIFO => FileType::Fifo,
+            SOCKET => FileType::Socket,
+            SYMLINK => FileType::Symlink,
+            _ => return None,
+        })
+    }
 }
 
 /// One entry, borrowing its name from the block.
@@ -151,11 +181,10 @@ impl<'a> Iterator for DirEntryIter<'a> {
     }
 }
 
-/// Encodes an entry at the start of `out` (which must hold `rec_len` bytes).
-pub fn encode_entry(out: &mut [u8], inode: u32, rec_len: usize, file_type: u8, name: &[u8]) {
-    out[0..4].copy_from_slice(&inode.to_le_bytes());
-    let raw_len = if rec_len >= 65536 {
-        // The inverse of rec_len_from_disk for 64 KiB blocks.
+/// Encodes `rec_len` for the disk: the inverse of [`rec_len_from_disk`].
+pub fn rec_len_to_disk(rec_len: usize) -> u16 {
+    if rec_len >= 65536 {
+        // 64 KiB blocks: bits 16 and 17 go in the low two bits.
         if rec_len == 65536 {
             u16::MAX
         } else {
@@ -163,8 +192,13 @@ pub fn encode_entry(out: &mut [u8], inode: u32, rec_len: usize, file_type: u8, n
         }
     } else {
         rec_len as u16
-    };
-    out[4..6].copy_from_slice(&raw_len.to_le_bytes());
+    }
+}
+
+/// Encodes an entry at the start of `out` (which must hold `rec_len` bytes).
+pub fn encode_entry(out: &mut [u8], inode: u32, rec_len: usize, file_type: u8, name: &[u8]) {
+    out[0..4].copy_from_slice(&inode.to_le_bytes());
+    out[4..6].copy_from_slice(&rec_len_to_disk(rec_len).to_le_bytes());
     out[6] = name.len() as u8;
     out[7] = file_type;
     out[ENTRY_HEADER_SIZE..ENTRY_HEADER_SIZE + name.len()].copy_from_slice(name);
@@ -201,10 +235,19 @@ pub fn verify_leaf_checksum(block: &[u8], inode_seed: u32, loc: Location) -> Res
     )
 }
 
-/// Writes an empty tail and its checksum at the end of `block`.
-pub fn write_leaf_tail(block: &mut [u8], inode_seed: u32) {
+/// Writes the tail entry at the end of `block` with a zero checksum: a leaf built in memory
+/// carries its tail from the start, and [`write_leaf_tail`] fills the checksum when the block
+/// is sealed at write-back.
+pub fn init_leaf_tail(block: &mut [u8]) {
     let at = block.len() - TAIL_SIZE;
+    block[at..].fill(0);
     encode_entry(&mut block[at..], 0, TAIL_SIZE, TAIL_FILE_TYPE, &[]);
+}
+
+/// Writes an empty tail and its checksum at the end of `block` (seals a leaf block).
+pub fn write_leaf_tail(block: &mut [u8], inode_seed: u32) {
+    init_leaf_tail(block);
+    let at = block.len() - TAIL_SIZE;
     let sum = crc32c_raw(inode_seed, &block[..at]);
     block[at + 8..].copy_from_slice(&sum.to_le_bytes());
 }

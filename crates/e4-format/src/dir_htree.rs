@@ -10,8 +10,13 @@ use crate::error::{verify_checksum, FormatError, Location, Result};
 const ROOT_INFO_OFFSET: usize = 0x18;
 /// `dx_root_info.info_length`.
 const ROOT_INFO_LENGTH: u8 = 8;
+/// Offset of the root's entries (after "." , ".." and `dx_root_info`).
+const ROOT_ENTRIES_OFFSET: usize = ROOT_INFO_OFFSET + ROOT_INFO_LENGTH as usize;
 /// Offset of the entries in an interior node (after a fake empty dirent).
 const NODE_ENTRIES_OFFSET: usize = 8;
+/// Bits of `dx_entry.block` that hold the block number (`EXT4_DX_BLOCK_MASK`); the top four
+/// are reserved.
+pub const DX_BLOCK_MASK: u32 = 0x0FFF_FFFF;
 /// Size of a `dx_entry` (hash, block) and of `dx_tail`.
 const DX_ENTRY_SIZE: usize = 8;
 const DX_TAIL_SIZE: usize = 8;
@@ -86,9 +91,42 @@ impl DxRoot {
                 u32::from(info.indirect_levels) + 1
             )));
         }
-        let offset = ROOT_INFO_OFFSET + usize::from(info.info_length);
-        let node = DxNode::parse_at(block, offset, csum, ROOT, loc)?;
+        let node = DxNode::parse_at(block, ROOT_ENTRIES_OFFSET, csum, ROOT, loc)?;
         Ok(DxRoot { info, node })
+    }
+
+    /// The root a directory gets when it becomes indexed (`make_indexed_dir`): no interior
+    /// levels, one entry pointing at `first_leaf`. `hash_version` is the superblock's
+    /// `s_def_hash_version` (0-2; the unsigned variant is the superblock's business).
+    pub fn new(block_size: usize, csum: bool, hash_version: u8, first_leaf: u32) -> Self {
+        DxRoot {
+            info: DxRootInfo {
+                reserved_zero: 0,
+                hash_version,
+                info_length: ROOT_INFO_LENGTH,
+                indirect_levels: 0,
+                unused_flags: 0,
+            },
+            node: DxNode {
+                limit: DxNode::limit_for(block_size, ROOT_ENTRIES_OFFSET, csum),
+                entries: vec![DxEntry {
+                    hash: 0,
+                    block: first_leaf,
+                }],
+                entries_offset: ROOT_ENTRIES_OFFSET,
+            },
+        }
+    }
+
+    /// Writes `dx_root_info` and the index into block 0 of the directory, whose "." and ".."
+    /// entries (the first 24 bytes) are left as they are. Unused slots and the `dx_tail` are
+    /// zeroed; [`seal_htree_block`] fills the tail.
+    pub fn encode_into(&self, block: &mut [u8]) {
+        block[ROOT_INFO_OFFSET..].fill(0);
+        let mut info = [0u8; DxRootInfo::SIZE];
+        self.info.encode(&mut info);
+        block[ROOT_INFO_OFFSET..ROOT_ENTRIES_OFFSET].copy_from_slice(&info);
+        self.node.encode_into(block);
     }
 }
 
@@ -106,6 +144,30 @@ impl DxNode {
     fn expected_limit(block_len: usize, offset: usize, csum: bool) -> usize {
         let tail = if csum { DX_TAIL_SIZE } else { 0 };
         block_len.saturating_sub(offset + tail) / DX_ENTRY_SIZE
+    }
+
+    /// `limit` as a u16: block sizes are at most 64 KiB, so at most 8191 entries.
+    fn limit_for(block_len: usize, offset: usize, csum: bool) -> u16 {
+        u16::try_from(Self::expected_limit(block_len, offset, csum)).unwrap_or(u16::MAX)
+    }
+
+    /// An interior index node holding `entries` (`entries[0].hash` is not stored).
+    pub fn new_interior(block_size: usize, csum: bool, entries: Vec<DxEntry>) -> Self {
+        DxNode {
+            limit: Self::limit_for(block_size, NODE_ENTRIES_OFFSET, csum),
+            entries,
+            entries_offset: NODE_ENTRIES_OFFSET,
+        }
+    }
+
+    /// A whole interior index block for this node: the fake dirent spanning the block (so
+    /// linear readers see one deleted entry), the index, zeroed unused slots and a zeroed
+    /// `dx_tail` that [`seal_htree_block`] fills.
+    pub fn encode_interior(&self, block_size: usize) -> Vec<u8> {
+        let mut block = vec![0u8; block_size];
+        crate::dir_entry::encode_entry(&mut block, 0, block_size, 0, &[]);
+        self.encode_into(&mut block);
+        block
     }
 
     fn parse_at(
@@ -166,12 +228,13 @@ impl DxNode {
 
     /// (tail offset, computed checksum) for this node's block.
     fn checksum(&self, block: &[u8], inode_seed: u32) -> (usize, u32) {
-        let tail = self.entries_offset + DX_ENTRY_SIZE * usize::from(self.limit);
-        let covered = self.entries_offset + DX_ENTRY_SIZE * self.entries.len();
-        let sum = crc32c_raw(inode_seed, &block[..covered]);
-        // Then the tail, with its checksum field counted as zero.
-        let sum = crc32c_raw(sum, &block[tail..tail + 4]);
-        (tail, crc32c_raw(sum, &[0; 4]))
+        dx_checksum(
+            block,
+            self.entries_offset,
+            self.entries.len(),
+            usize::from(self.limit),
+            inode_seed,
+        )
     }
 
     /// Verifies the dx_tail checksum (metadata_csum).
@@ -187,6 +250,46 @@ impl DxNode {
         let (tail, computed) = self.checksum(block, inode_seed);
         block[tail + 4..tail + 8].copy_from_slice(&computed.to_le_bytes());
     }
+}
+
+/// (tail offset, checksum) of an index block whose count/limit is at `offset`: crc32c over
+/// the header and the `count` live entries, then `dt_reserved` and a zero checksum field.
+fn dx_checksum(
+    block: &[u8],
+    offset: usize,
+    count: usize,
+    limit: usize,
+    inode_seed: u32,
+) -> (usize, u32) {
+    let tail = offset + DX_ENTRY_SIZE * limit;
+    let covered = offset + DX_ENTRY_SIZE * count;
+    let sum = crc32c_raw(inode_seed, &block[..covered]);
+    let sum = crc32c_raw(sum, &block[tail..tail + 4]);
+    (tail, crc32c_raw(sum, &[0; 4]))
+}
+
+/// Seals an htree root or interior block at write-back (metadata_csum): finds its
+/// count/limit (after the fake dirent of an interior node, after `dx_root_info` in the root)
+/// and writes the `dx_tail`. A block whose count/limit leave no room for a tail is not one
+/// e4 built; it is left unchanged and fails verification when read back.
+pub fn seal_htree_block(block: &mut [u8], inode_seed: u32) {
+    let fake_len = le16(block, 4).map(|l| crate::dir_entry::rec_len_from_disk(l, block.len()));
+    let offset = if le32(block, 0) == Some(0) && fake_len == Some(block.len()) {
+        NODE_ENTRIES_OFFSET
+    } else {
+        ROOT_ENTRIES_OFFSET
+    };
+    let (Some(limit), Some(count)) = (le16(block, offset), le16(block, offset + 2)) else {
+        return;
+    };
+    let (limit, count) = (usize::from(limit), usize::from(count));
+    if count > limit || offset + DX_ENTRY_SIZE * limit + DX_TAIL_SIZE > block.len() {
+        return;
+    }
+    let tail = offset + DX_ENTRY_SIZE * limit;
+    block[tail..tail + 4].fill(0);
+    let (tail, sum) = dx_checksum(block, offset, count, limit, inode_seed);
+    block[tail + 4..tail + 8].copy_from_slice(&sum.to_le_bytes());
 }
 
 #[cfg(test)]
@@ -238,5 +341,50 @@ mod tests {
     fn wrong_limit_is_corrupt() {
         let block = node_block(false);
         assert!(DxNode::parse(&block, true, Location::Block(4)).is_err());
+    }
+
+    #[test]
+    fn sealed_interior_block_parses_and_verifies() {
+        let loc = Location::Block(9);
+        let node = DxNode::new_interior(
+            1024,
+            true,
+            vec![
+                DxEntry { hash: 0, block: 1 },
+                DxEntry {
+                    hash: 0x100,
+                    block: 2,
+                },
+            ],
+        );
+        assert_eq!(node.limit, 126);
+        let mut block = node.encode_interior(1024);
+        seal_htree_block(&mut block, 42);
+        let parsed = DxNode::parse(&block, true, loc).unwrap();
+        assert_eq!(parsed, node);
+        parsed.verify_checksum(&block, 42, loc).unwrap();
+        assert!(parsed.verify_checksum(&block, 43, loc).is_err());
+    }
+
+    #[test]
+    fn sealed_root_block_parses_and_verifies() {
+        use crate::dir_entry::{encode_entry, file_type::DIRECTORY};
+        let loc = Location::Block(9);
+        let mut block = vec![0xAAu8; 4096];
+        encode_entry(&mut block, 2, 12, DIRECTORY, b".");
+        encode_entry(&mut block[12..], 2, 4096 - 12, DIRECTORY, b"..");
+        let mut root = DxRoot::new(4096, true, 1, 1);
+        root.node.entries.push(DxEntry {
+            hash: 0x200,
+            block: 2,
+        });
+        root.encode_into(&mut block);
+        seal_htree_block(&mut block, 7);
+        let parsed = DxRoot::parse(&block, true, MAX_LEVELS, loc).unwrap();
+        assert_eq!(parsed, root);
+        assert_eq!(parsed.node.limit, 507);
+        parsed.node.verify_checksum(&block, 7, loc).unwrap();
+        // Without metadata_csum there is no tail: the limit takes its room.
+        assert_eq!(DxRoot::new(4096, false, 1, 1).node.limit, 508);
     }
 }

@@ -27,19 +27,6 @@ pub struct DirEntry {
     pub file_type: Option<FileType>,
 }
 
-fn file_type_of(code: u8) -> Option<FileType> {
-    Some(match code {
-        ft::REGULAR => FileType::Regular,
-        ft::DIRECTORY => FileType::Directory,
-        ft::CHAR_DEVICE => FileType::CharDevice,
-        ft::BLOCK_DEVICE => FileType::BlockDevice,
-        ft::FIFO => FileType::Fifo,
-        ft::SOCKET => FileType::Socket,
-        ft::SYMLINK => FileType::Symlink,
-        _ => return None,
-    })
-}
-
 /// What a directory block holds.
 enum DirBlock {
     /// Entries, in `bytes[..end]` of physical block `physical`.
@@ -273,7 +260,7 @@ impl Filesystem {
                 out.push(DirEntry {
                     name: e.name.to_vec(),
                     ino: e.inode,
-                    file_type: file_type_of(e.file_type),
+                    file_type: ft::to_file_type(e.file_type),
                 });
             }
             None

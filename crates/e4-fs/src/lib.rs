@@ -18,6 +18,11 @@
 
 pub mod block_cache;
 pub mod device;
+mod dir_block;
+#[cfg(test)]
+mod dir_check;
+mod dir_index;
+pub mod dir_write;
 mod directory;
 mod error;
 mod file_map;

@@ -1,0 +1,483 @@
+//! The htree index of a directory, being searched and grown (`fs/ext4/namei.c`): the path
+//! from the root to the leaf a hash selects (`dx_probe`), the walk to the next leaf for names
+//! whose hashes collide across a split (`ext4_htree_next_block`), turning a full one-block
+//! directory into an indexed one (`make_indexed_dir`), leaf splits (`do_split`), index node
+//! splits and root growth (`ext4_dx_add_entry`).
+
+use e4_format::dir_hash::{dir_hash, HashVersion};
+use e4_format::dir_htree::{DxEntry, DxNode, DxRoot, DxRootInfo, DX_BLOCK_MASK};
+use e4_format::FormatError;
+
+use crate::dir_block::{LeafBlock, LeafEntry, NewEntry};
+use crate::dir_write::{check_dot_entries, DirectoryEditor, Found, DOTDOT_OFFSET};
+use crate::error::{Error, Result};
+use crate::meta_io::BlockKind;
+
+/// One index node on the path from the root, and the entry the path follows in it.
+struct IndexLevel {
+    /// The node's logical block in the directory (0 for the root).
+    logical: u64,
+    node: DxNode,
+    /// Index of the entry followed.
+    at: usize,
+}
+
+impl IndexLevel {
+    fn is_full(&self) -> bool {
+        self.node.entries.len() >= usize::from(self.node.limit)
+    }
+
+    /// The entry the path follows.
+    fn followed(&self) -> DxEntry {
+        self.node.entries[self.at]
+    }
+}
+
+/// The path from the root to a leaf (`struct dx_frame` array).
+struct IndexPath {
+    /// Block 0 as read: the root is rewritten in place, keeping "." and "..".
+    root_block: Vec<u8>,
+    root_info: DxRootInfo,
+    /// Root first; one level per index level.
+    levels: Vec<IndexLevel>,
+    /// How names are hashed, from the root and the superblock.
+    version: HashVersion,
+}
+
+impl IndexPath {
+    fn bottom(&self) -> &IndexLevel {
+        // OK to unwrap: a path always holds the root.
+        self.levels.last().unwrap()
+    }
+}
+
+/// A live entry with the hash that orders it.
+struct HashedEntry {
+    hash: u32,
+    /// `rec_len` where the entry was: `do_split` weighs entries by it.
+    rec_len: usize,
+    /// Position in the block's chain, to repack the staying entries in their old order.
+    order: usize,
+    entry: NewEntry,
+}
+
+impl DirectoryEditor<'_> {
+    /// The live entry `name` in an indexed directory: in the leaf its hash selects, or in the
+    /// following leaves whose keys carry the same hash (a run of equal hashes split across
+    /// leaves).
+    pub(crate) fn find_indexed(&self, name: &[u8]) -> Result<Option<Found>> {
+        let mut path = self.probe_name(name)?;
+        let hash = self.hash_name(path.version, name);
+        loop {
+            let logical = self.index_target(path.bottom().followed(), path.bottom().logical)?;
+            let (physical, leaf) = self.read_leaf(logical)?;
+            if let Some(entry) = leaf.find(name) {
+                return Ok(Some(Found {
+                    physical,
+                    leaf,
+                    entry,
+                }));
+            }
+            match self.advance(&mut path)? {
+                Some(key) if key & !1 == hash => continue,
+                _ => return Ok(None),
+            }
+        }
+    }
+
+    /// Every leaf of the index, in hash order.
+    pub(crate) fn index_leaves(&self) -> Result<Vec<u64>> {
+        let (_, info, root) = self.read_root()?;
+        let mut frontier = root
+            .entries
+            .iter()
+            .map(|&e| self.index_target(e, 0))
+            .collect::<Result<Vec<_>>>()?;
+        for _ in 0..info.indirect_levels {
+            let mut next = Vec::new();
+            for logical in frontier {
+                let node = self.read_index_node(logical)?;
+                for &e in &node.entries {
+                    next.push(self.index_target(e, logical)?);
+                }
+            }
+            frontier = next;
+        }
+        Ok(frontier)
+    }
+
+    /// Adds an entry to an indexed directory (`ext4_dx_add_entry`): into the leaf its hash
+    /// selects if it has room; else the leaf splits, after the index above it has made room
+    /// for one more key by splitting a node or adding a level.
+    pub(crate) fn add_indexed(&mut self, entry: NewEntry) -> Result<()> {
+        loop {
+            let mut path = self.probe_name(&entry.name)?;
+            let hash = self.hash_name(path.version, &entry.name);
+            let logical = self.index_target(path.bottom().followed(), path.bottom().logical)?;
+            let (physical, mut leaf) = self.read_leaf(logical)?;
+            if leaf.insert(&entry.name, entry.ino, entry.file_type) {
+                return self.write_leaf(physical, &leaf);
+            }
+            if !path.bottom().is_full() {
+                let staying = self.hashed_entries(&leaf, path.version);
+                return self.split_leaf(&mut path, physical, staying, entry, hash);
+            }
+            // The index changed shape: find the leaf again from the root, as the kernel does.
+            self.make_room_in_index(&mut path)?;
+        }
+    }
+
+    /// Turns a full one-block linear directory into an indexed one (`make_indexed_dir`):
+    /// block 0 keeps "." and ".." and becomes the root; its other entries, with the new one,
+    /// are split between new blocks 1 and 2.
+    pub(crate) fn make_indexed(
+        &mut self,
+        physical: u64,
+        block0: LeafBlock,
+        entry: NewEntry,
+    ) -> Result<()> {
+        let loc = self.loc(physical);
+        check_dot_entries(block0.bytes(), self.format(), loc)?;
+        let version =
+            HashVersion::from_disk(self.format().def_hash_version, self.format().unsigned_hash)
+                .ok_or_else(|| {
+                    Error::NotSupported(format!(
+                        "default directory hash version {}",
+                        self.format().def_hash_version
+                    ))
+                })?;
+        let mut live: Vec<LeafEntry> = block0.entries().skip(2).collect();
+        // The kernel first copies everything after ".." to the start of block 1, so the
+        // entry that ended the chain grows by the bytes "." and ".." occupied.
+        let moved_from = block0
+            .entries()
+            .nth(1)
+            .map_or(DOTDOT_OFFSET, |dotdot| dotdot.offset + dotdot.rec_len);
+        let chain_end = block0.bytes().len()
+            - if self.format().metadata_csum {
+                e4_format::dir_entry::TAIL_SIZE
+            } else {
+                0
+            };
+        if let Some(last) = live.last_mut() {
+            if last.offset + last.rec_len == chain_end {
+                last.rec_len += moved_from;
+            }
+        }
+        let staying = live
+            .into_iter()
+            .enumerate()
+            .map(|(order, e)| HashedEntry {
+                hash: self.hash_name(version, &e.name),
+                rec_len: e.rec_len,
+                order,
+                entry: NewEntry {
+                    ino: e.ino,
+                    file_type: e.file_type,
+                    name: e.name,
+                },
+            })
+            .collect();
+
+        // Block 1 gets an empty leaf at once, so that if block 2 cannot be had the
+        // directory is still a valid linear one.
+        let physical1 = self.blocks().append_block()?;
+        self.write_leaf(physical1, &LeafBlock::empty(self.format()))?;
+
+        let mut root_block = block0.bytes().to_vec();
+        let dotdot_len = self.format().block_size - DOTDOT_OFFSET;
+        root_block[DOTDOT_OFFSET + 4..DOTDOT_OFFSET + 6]
+            .copy_from_slice(&e4_format::dir_entry::rec_len_to_disk(dotdot_len).to_le_bytes());
+        let root = DxRoot::new(
+            self.format().block_size,
+            self.format().metadata_csum,
+            self.format().def_hash_version,
+            1,
+        );
+        let mut path = IndexPath {
+            root_block,
+            root_info: root.info,
+            levels: vec![IndexLevel {
+                logical: 0,
+                node: root.node,
+                at: 0,
+            }],
+            version,
+        };
+        let hash = self.hash_name(version, &entry.name);
+        self.split_leaf(&mut path, physical1, staying, entry, hash)?;
+        self.blocks().set_indexed(true);
+        Ok(())
+    }
+
+    /// Splits the full leaf at `physical` (the one `path` leads to) in two by hash
+    /// (`do_split`), adds `entry` to the half its hash belongs in, and adds the new half's
+    /// key to the bottom index node, which has room.
+    fn split_leaf(
+        &mut self,
+        path: &mut IndexPath,
+        physical: u64,
+        mut entries: Vec<HashedEntry>,
+        entry: NewEntry,
+        hash: u32,
+    ) -> Result<()> {
+        let new_physical = self.blocks().append_block()?;
+        let new_logical = self.blocks().block_count() - 1;
+
+        entries.sort_by_key(|e| (e.hash, e.order));
+        // Move entries from the top while the moved bytes, with half the next entry, stay
+        // within half a block; if that takes them all, split by count.
+        let half = self.format().block_size / 2;
+        let mut moved_bytes = 0;
+        let mut moved = 0;
+        let mut stopped_at = None;
+        for (i, e) in entries.iter().enumerate().rev() {
+            if moved_bytes + e.rec_len / 2 > half {
+                stopped_at = Some(i);
+                break;
+            }
+            moved_bytes += e.rec_len;
+            moved += 1;
+        }
+        let split = match stopped_at {
+            Some(i) if i > 0 => entries.len() - moved,
+            _ => entries.len() / 2,
+        };
+        let hash2 = entries.get(split).map_or(hash, |e| e.hash);
+        // Equal hashes on both sides: the new key says the run continues from the left.
+        let continued = split > 0 && entries[split - 1].hash == hash2;
+
+        let mut right: Vec<NewEntry> = Vec::new();
+        let mut left_ordered: Vec<(usize, NewEntry)> = Vec::new();
+        for (i, e) in entries.into_iter().enumerate() {
+            if i >= split {
+                right.push(e.entry);
+            } else {
+                left_ordered.push((e.order, e.entry));
+            }
+        }
+        left_ordered.sort_by_key(|(order, _)| *order);
+        let mut left: Vec<NewEntry> = left_ordered.into_iter().map(|(_, e)| e).collect();
+        if hash >= hash2 {
+            right.push(entry);
+        } else {
+            left.push(entry);
+        }
+        let pack = |entries: &[NewEntry]| {
+            LeafBlock::packed(self.format(), entries)
+                .ok_or_else(|| Error::NoSpace("directory leaf after a split".into()))
+        };
+        let (left, right) = (pack(&left)?, pack(&right)?);
+        self.write_leaf(physical, &left)?;
+        self.write_leaf(new_physical, &right)?;
+
+        let bottom = path.levels.len() - 1;
+        let key = hash2 | u32::from(continued);
+        insert_key(&mut path.levels[bottom], key, new_logical)?;
+        self.write_index_level(path, bottom)
+    }
+
+    /// Makes room for one more key in the bottom node of `path` (full): splits the lowest
+    /// full node whose parent has room, or, when every node on the path is full, moves the
+    /// root's entries into a new node below it (one more level). At the deepest allowed
+    /// index the directory is full: [`Error::NoSpace`]`("directory index")`.
+    fn make_room_in_index(&mut self, path: &mut IndexPath) -> Result<()> {
+        let mut level = path.levels.len() - 1;
+        while level > 0 && path.levels[level - 1].is_full() {
+            level -= 1;
+        }
+        let block_size = self.format().block_size;
+        let csum = self.format().metadata_csum;
+        if level == 0 {
+            if path.levels.len() >= usize::from(self.format().max_index_levels()) {
+                return Err(Error::NoSpace("directory index".into()));
+            }
+            let physical = self.blocks().append_block()?;
+            let logical = self.blocks().block_count() - 1;
+            let root = &mut path.levels[0];
+            let child = DxNode::new_interior(block_size, csum, root.node.entries.clone());
+            self.write_index_node(physical, &child)?;
+            root.node.entries = vec![DxEntry {
+                hash: 0,
+                block: block_number(logical)?,
+            }];
+            path.root_info.indirect_levels += 1;
+            return self.write_index_level(path, 0);
+        }
+        let physical = self.blocks().append_block()?;
+        let logical = self.blocks().block_count() - 1;
+        let full = &mut path.levels[level];
+        let keep = full.node.entries.len() / 2;
+        let moved = full.node.entries.split_off(keep);
+        let key = moved[0].hash;
+        self.write_index_node(physical, &DxNode::new_interior(block_size, csum, moved))?;
+        self.write_index_level(path, level)?;
+        insert_key(&mut path.levels[level - 1], key, logical)?;
+        self.write_index_level(path, level - 1)
+    }
+
+    /// Reads the root and walks down to the bottom index node for `name`'s hash.
+    fn probe_name(&self, name: &[u8]) -> Result<IndexPath> {
+        let (root_block, root_info, root) = self.read_root()?;
+        let loc = self.loc(self.physical(0)?);
+        let version = HashVersion::from_disk(root_info.hash_version, self.format().unsigned_hash)
+            .ok_or_else(|| {
+            FormatError::corrupt(
+                "htree root",
+                loc,
+                format!("unknown hash version {}", root_info.hash_version),
+            )
+        })?;
+        let hash = self.hash_name(version, name);
+        let mut levels = vec![IndexLevel {
+            logical: 0,
+            at: root.child_for(hash),
+            node: root,
+        }];
+        for _ in 0..root_info.indirect_levels {
+            let parent = levels.last().expect("levels start with the root");
+            let logical = self.index_target(parent.followed(), parent.logical)?;
+            let node = self.read_index_node(logical)?;
+            levels.push(IndexLevel {
+                logical,
+                at: node.child_for(hash),
+                node,
+            });
+        }
+        Ok(IndexPath {
+            root_block,
+            root_info,
+            levels,
+            version,
+        })
+    }
+
+    /// Moves `path` to the next leaf in hash order (`ext4_htree_next_block`) and returns
+    /// the key of the entry it moved to at the level that advanced; `None` past the last
+    /// leaf.
+    fn advance(&self, path: &mut IndexPath) -> Result<Option<u32>> {
+        let Some(level) = (0..path.levels.len())
+            .rev()
+            .find(|&l| path.levels[l].at + 1 < path.levels[l].node.entries.len())
+        else {
+            return Ok(None);
+        };
+        path.levels[level].at += 1;
+        let key = path.levels[level].followed().hash;
+        for below in level + 1..path.levels.len() {
+            let above = &path.levels[below - 1];
+            let logical = self.index_target(above.followed(), above.logical)?;
+            path.levels[below] = IndexLevel {
+                logical,
+                node: self.read_index_node(logical)?,
+                at: 0,
+            };
+        }
+        Ok(Some(key))
+    }
+
+    /// Block 0, its root info and its index.
+    fn read_root(&self) -> Result<(Vec<u8>, DxRootInfo, DxNode)> {
+        let physical = self.physical(0)?;
+        let bytes = self
+            .io()
+            .read(physical, BlockKind::HtreeNode, self.owner())?;
+        let root = DxRoot::parse(
+            &bytes,
+            self.format().metadata_csum,
+            self.format().max_index_levels(),
+            self.loc(physical),
+        )?;
+        Ok((bytes, root.info, root.node))
+    }
+
+    fn read_index_node(&self, logical: u64) -> Result<DxNode> {
+        let physical = self.physical(logical)?;
+        let bytes = self
+            .io()
+            .read(physical, BlockKind::HtreeNode, self.owner())?;
+        Ok(DxNode::parse(
+            &bytes,
+            self.format().metadata_csum,
+            self.loc(physical),
+        )?)
+    }
+
+    /// The logical block an index entry in node `from` points at, checked to lie inside
+    /// the directory and not to be the root.
+    fn index_target(&self, entry: DxEntry, from: u64) -> Result<u64> {
+        let block = u64::from(entry.block & DX_BLOCK_MASK);
+        let count = self.block_count()?;
+        if block == 0 || block >= count {
+            let loc = self.loc(self.physical(from)?);
+            return Err(FormatError::corrupt(
+                "htree index",
+                loc,
+                format!("points at block {block} of a {count}-block directory"),
+            )
+            .into());
+        }
+        Ok(block)
+    }
+
+    fn write_index_level(&self, path: &IndexPath, level: usize) -> Result<()> {
+        let index = &path.levels[level];
+        let physical = self.physical(index.logical)?;
+        if index.logical != 0 {
+            return self.write_index_node(physical, &index.node);
+        }
+        let mut block = path.root_block.clone();
+        DxRoot {
+            info: path.root_info.clone(),
+            node: index.node.clone(),
+        }
+        .encode_into(&mut block);
+        self.io()
+            .write(physical, BlockKind::HtreeNode, self.owner(), &block)
+    }
+
+    fn write_index_node(&self, physical: u64, node: &DxNode) -> Result<()> {
+        let block = node.encode_interior(self.format().block_size);
+        self.io()
+            .write(physical, BlockKind::HtreeNode, self.owner(), &block)
+    }
+
+    fn hash_name(&self, version: HashVersion, name: &[u8]) -> u32 {
+        dir_hash(version, name, &self.format().hash_seed).major
+    }
+
+    /// A leaf's live entries with their hashes, in chain order.
+    fn hashed_entries(&self, leaf: &LeafBlock, version: HashVersion) -> Vec<HashedEntry> {
+        leaf.entries()
+            .enumerate()
+            .map(|(order, e)| HashedEntry {
+                hash: self.hash_name(version, &e.name),
+                rec_len: e.rec_len,
+                order,
+                entry: NewEntry {
+                    ino: e.ino,
+                    file_type: e.file_type,
+                    name: e.name,
+                },
+            })
+            .collect()
+    }
+}
+
+/// Adds (key → logical) right after the entry `index` follows (`dx_insert_block`).
+fn insert_key(index: &mut IndexLevel, key: u32, logical: u64) -> Result<()> {
+    let block = block_number(logical)?;
+    index
+        .node
+        .entries
+        .insert(index.at + 1, DxEntry { hash: key, block });
+    Ok(())
+}
+
+/// A logical block number as an index entry stores it.
+fn block_number(logical: u64) -> Result<u32> {
+    u32::try_from(logical)
+        .ok()
+        .filter(|&b| b <= DX_BLOCK_MASK)
+        .ok_or_else(|| Error::FileTooBig("directory past 2^28 blocks".into()))
+}

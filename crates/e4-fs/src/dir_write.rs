@@ -1,0 +1,420 @@
+//! Changing a directory's contents: adding, removing, retargeting and finding names, in
+//! linear directories and in htree-indexed ones (write-path.md §3).
+//!
+//! The mechanism works on one directory through two small interfaces, so it can be tested
+//! on an in-memory store: [`MetaIo`] for its blocks' bytes and [`DirectoryBlocks`] for the
+//! mapping from the directory's logical blocks to physical ones (the engine implements it
+//! over the inode's extent tree or block map). It never computes checksums: leaf blocks are
+//! written as [`BlockKind::DirectoryLeaf`] with their 12-byte tail entry in place and index
+//! blocks as [`BlockKind::HtreeNode`]; the engine seals them at write-back with
+//! [`e4_format::dir_entry::write_leaf_tail`] and [`e4_format::dir_htree::seal_htree_block`].
+//!
+//! ```ignore
+//! let mut dir = DirectoryEditor::new(&io, &mut blocks, &format, owner);
+//! dir.init(parent_ino)?;
+//! dir.add_entry(b"hello", 12, FileType::Regular)?;
+//! assert_eq!(dir.lookup(b"hello")?.map(|e| e.ino), Some(12));
+//! ```
+//!
+//! The caller holds the directory's lock and has checked that a name it adds is absent (a
+//! linear directory reports a duplicate as [`Error::Exists`]; an indexed one only looks in
+//! the leaf the new name hashes to). Blocks are never freed: a directory only grows.
+
+use e4_format::dir_entry::{file_type as ft, DirEntryIter, MAX_NAME_LEN};
+use e4_format::features::{CompatFeatures, IncompatFeatures};
+use e4_format::inode::FileType;
+use e4_format::superblock::Superblock;
+use e4_format::{FormatError, Location};
+
+use crate::dir_block::{LeafBlock, LeafEntry, NewEntry};
+use crate::directory::DirEntry;
+use crate::error::{Error, Result};
+use crate::meta_io::{BlockKind, MetaIo, Owner};
+
+/// The blocks of one directory, as the engine maps them.
+pub trait DirectoryBlocks {
+    /// How many blocks the directory holds: `i_size` / block size.
+    fn block_count(&self) -> u64;
+    /// The physical block behind logical block `logical` (below [`Self::block_count`]). A
+    /// hole or an unwritten extent is corruption, reported as such.
+    fn physical(&self, logical: u64) -> Result<u64>;
+    /// Allocates and maps logical block [`Self::block_count`], grows `i_size` by one block
+    /// and returns the new block's physical number. Fails with [`Error::NoSpace`] when the
+    /// filesystem is full, or [`Error::FileTooBig`] when the directory cannot grow (`i_size`
+    /// above 4 GiB needs large_dir).
+    fn append_block(&mut self) -> Result<u64>;
+    /// Whether the directory is hash-indexed (`EXT4_INDEX_FL`).
+    fn is_indexed(&self) -> bool;
+    /// Sets or clears `EXT4_INDEX_FL`.
+    fn set_indexed(&mut self, on: bool);
+}
+
+/// The filesystem-wide facts directory edits depend on, read from the superblock once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirFormat {
+    /// Block size in bytes.
+    pub block_size: usize,
+    /// INCOMPAT_FILETYPE: entries record their file type.
+    pub filetype: bool,
+    /// RO_COMPAT_METADATA_CSUM: leaves end with a checksum tail, index blocks with a dx_tail.
+    pub metadata_csum: bool,
+    /// COMPAT_DIR_INDEX: full one-block directories become htree-indexed.
+    pub dir_index: bool,
+    /// INCOMPAT_LARGEDIR: three index levels instead of two.
+    pub large_dir: bool,
+    /// `s_def_hash_version`: the hash a new index root records (0 legacy, 1 half-MD4, 2 TEA).
+    pub def_hash_version: u8,
+    /// `s_flags` EXT2_FLAGS_UNSIGNED_HASH: hash names as unsigned bytes.
+    pub unsigned_hash: bool,
+    /// `s_hash_seed`.
+    pub hash_seed: [u32; 4],
+}
+
+impl DirFormat {
+    pub fn from_superblock(sb: &Superblock) -> Self {
+        DirFormat {
+            block_size: sb.block_size() as usize,
+            filetype: sb.incompat().contains(IncompatFeatures::FILETYPE),
+            metadata_csum: sb.has_metadata_csum(),
+            dir_index: sb.compat().contains(CompatFeatures::DIR_INDEX),
+            large_dir: sb.incompat().contains(IncompatFeatures::LARGEDIR),
+            def_hash_version: sb.def_hash_version,
+            unsigned_hash: sb.unsigned_dir_hash(),
+            hash_seed: sb.hash_seed,
+        }
+    }
+
+    /// The `file_type` code an entry records: 0 without the filetype feature.
+    pub(crate) fn file_type_code(&self, t: FileType) -> u8 {
+        if self.filetype {
+            ft::from_file_type(t)
+        } else {
+            ft::UNKNOWN
+        }
+    }
+
+    /// Index levels an htree may have, the root included (`ext4_dir_htree_level`).
+    pub(crate) fn max_index_levels(&self) -> u8 {
+        if self.large_dir {
+            e4_format::dir_htree::MAX_LEVELS_LARGEDIR
+        } else {
+            e4_format::dir_htree::MAX_LEVELS
+        }
+    }
+}
+
+/// A live entry found by name, with the block that holds it.
+pub(crate) struct Found {
+    pub physical: u64,
+    pub leaf: LeafBlock,
+    pub entry: LeafEntry,
+}
+
+/// Edits one directory. Holds no state between calls beyond its borrows.
+pub struct DirectoryEditor<'a> {
+    io: &'a dyn MetaIo,
+    blocks: &'a mut dyn DirectoryBlocks,
+    format: &'a DirFormat,
+    owner: Owner,
+}
+
+impl<'a> DirectoryEditor<'a> {
+    /// `owner` is the directory inode: its number goes in ".", and with its generation it
+    /// seeds the checksums the engine computes at write-back.
+    pub fn new(
+        io: &'a dyn MetaIo,
+        blocks: &'a mut dyn DirectoryBlocks,
+        format: &'a DirFormat,
+        owner: Owner,
+    ) -> Self {
+        DirectoryEditor {
+            io,
+            blocks,
+            format,
+            owner,
+        }
+    }
+
+    /// Gives a new, blockless directory its first block: "." and ".." pointing at
+    /// `parent_ino` (`ext4_init_new_dir`). Link counts are the caller's.
+    pub fn init(&mut self, parent_ino: u32) -> Result<()> {
+        if self.blocks.block_count() != 0 {
+            return Err(Error::Invalid(format!(
+                "directory {} already has blocks",
+                self.owner.ino
+            )));
+        }
+        let physical = self.blocks.append_block()?;
+        let leaf = LeafBlock::with_dot_entries(self.format, self.owner.ino, parent_ino);
+        self.write_leaf(physical, &leaf)
+    }
+
+    /// Adds `name` → `ino` (`ext4_add_entry`). A linear directory takes it in the first
+    /// block with room, or in a new block; a full one-block directory becomes indexed when
+    /// the filesystem has dir_index; an indexed one inserts through its index, splitting
+    /// leaves and index nodes and growing a level as needed. A full index fails with
+    /// [`Error::NoSpace`]`("directory index")`.
+    pub fn add_entry(&mut self, name: &[u8], ino: u32, file_type: FileType) -> Result<()> {
+        check_name(name)?;
+        if ino == 0 {
+            return Err(Error::Invalid("directory entry for inode 0".into()));
+        }
+        let entry = NewEntry {
+            ino,
+            file_type: self.format.file_type_code(file_type),
+            name: name.to_vec(),
+        };
+        if self.is_indexed() {
+            return self.add_indexed(entry);
+        }
+        let count = self.block_count()?;
+        for logical in 0..count {
+            let (physical, mut leaf) = self.read_leaf(logical)?;
+            if leaf.find(name).is_some() {
+                return Err(Error::Exists(String::from_utf8_lossy(name).into_owned()));
+            }
+            if leaf.insert(&entry.name, entry.ino, entry.file_type) {
+                return self.write_leaf(physical, &leaf);
+            }
+            if count == 1 && self.format.dir_index {
+                return self.make_indexed(physical, leaf, entry);
+            }
+        }
+        let physical = self.blocks.append_block()?;
+        let mut leaf = LeafBlock::empty(self.format);
+        if !leaf.insert(&entry.name, entry.ino, entry.file_type) {
+            // An empty leaf holds at least 1012 bytes; the longest entry needs 264.
+            return Err(Error::NoSpace("directory block".into()));
+        }
+        self.write_leaf(physical, &leaf)
+    }
+
+    /// Removes `name` (`ext4_delete_entry`) and returns what it pointed at; `None` if the
+    /// directory has no such entry. Blocks are never freed.
+    pub fn remove_entry(&mut self, name: &[u8]) -> Result<Option<DirEntry>> {
+        let Some(mut found) = self.find(name)? else {
+            return Ok(None);
+        };
+        found.leaf.remove(found.entry.offset);
+        self.write_leaf(found.physical, &found.leaf)?;
+        Ok(Some(public_entry(found.entry)))
+    }
+
+    /// Finds `name` ("." and ".." are the caller's: they are not looked up here).
+    pub fn lookup(&self, name: &[u8]) -> Result<Option<DirEntry>> {
+        Ok(self.find(name)?.map(|found| public_entry(found.entry)))
+    }
+
+    /// Points the existing entry `name` at `ino` (a rename over an existing name) and
+    /// returns what it pointed at before; `None`, changing nothing, if there is no entry.
+    pub fn set_entry(
+        &mut self,
+        name: &[u8],
+        ino: u32,
+        file_type: FileType,
+    ) -> Result<Option<DirEntry>> {
+        let Some(mut found) = self.find(name)? else {
+            return Ok(None);
+        };
+        let code = self.format.file_type_code(file_type);
+        found.leaf.set_target(found.entry.offset, ino, code);
+        self.write_leaf(found.physical, &found.leaf)?;
+        Ok(Some(public_entry(found.entry)))
+    }
+
+    /// Rewrites ".." to point at `parent_ino` (a directory moved to another parent).
+    pub fn set_parent(&mut self, parent_ino: u32) -> Result<()> {
+        let kind = self.block_zero_kind();
+        let physical = self.blocks.physical(0)?;
+        let mut bytes = self.io.read(physical, kind, self.owner)?;
+        check_dot_entries(&bytes, self.format, self.loc(physical))?;
+        bytes[DOTDOT_OFFSET..DOTDOT_OFFSET + 4].copy_from_slice(&parent_ino.to_le_bytes());
+        self.io.write(physical, kind, self.owner, &bytes)
+    }
+
+    /// Whether the directory holds nothing but "." and ".." (`ext4_empty_dir`).
+    pub fn is_empty(&self) -> Result<bool> {
+        let mut empty = true;
+        self.visit_entries(|_| {
+            empty = false;
+            false
+        })?;
+        Ok(empty)
+    }
+
+    /// Every live entry but "." and "..", in block order (hash order when indexed).
+    pub fn entries(&self) -> Result<Vec<DirEntry>> {
+        let mut out = Vec::new();
+        self.visit_entries(|e| {
+            out.push(public_entry(e));
+            true
+        })?;
+        Ok(out)
+    }
+
+    /// Calls `visit` on each live entry but "." and ".." until it returns false.
+    fn visit_entries(&self, mut visit: impl FnMut(LeafEntry) -> bool) -> Result<()> {
+        let leaves = if self.is_indexed() {
+            self.index_leaves()?
+        } else {
+            (0..self.block_count()?).collect()
+        };
+        for logical in leaves {
+            let (physical, leaf) = self.read_leaf(logical)?;
+            // Block 0 of a linear directory starts with "." and "..".
+            let skip = if logical == 0 {
+                check_dot_entries(leaf.bytes(), self.format, self.loc(physical))?;
+                2
+            } else {
+                0
+            };
+            for entry in leaf.entries().skip(skip) {
+                if !visit(entry) {
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The live entry `name`, through the index when there is one.
+    fn find(&self, name: &[u8]) -> Result<Option<Found>> {
+        if self.is_indexed() {
+            return self.find_indexed(name);
+        }
+        for logical in 0..self.block_count()? {
+            let (physical, leaf) = self.read_leaf(logical)?;
+            if let Some(entry) = leaf.find(name) {
+                return Ok(Some(Found {
+                    physical,
+                    leaf,
+                    entry,
+                }));
+            }
+        }
+        Ok(None)
+    }
+
+    // Block access shared with the index code (dir_index.rs).
+
+    pub(crate) fn format(&self) -> &DirFormat {
+        self.format
+    }
+
+    pub(crate) fn owner(&self) -> Owner {
+        self.owner
+    }
+
+    pub(crate) fn io(&self) -> &dyn MetaIo {
+        self.io
+    }
+
+    pub(crate) fn blocks(&mut self) -> &mut dyn DirectoryBlocks {
+        self.blocks
+    }
+
+    pub(crate) fn physical(&self, logical: u64) -> Result<u64> {
+        self.blocks.physical(logical)
+    }
+
+    /// The directory's indexed flag counts only on a dir_index filesystem (`is_dx`).
+    pub(crate) fn is_indexed(&self) -> bool {
+        self.format.dir_index && self.blocks.is_indexed()
+    }
+
+    /// Blocks in the directory; a directory without any is corrupt.
+    pub(crate) fn block_count(&self) -> Result<u64> {
+        match self.blocks.block_count() {
+            0 => Err(FormatError::corrupt(
+                "directory",
+                Location::Inode(self.owner.ino),
+                "has no blocks",
+            )
+            .into()),
+            n => Ok(n),
+        }
+    }
+
+    pub(crate) fn loc(&self, physical: u64) -> Location {
+        Location::InodeBlock {
+            inode: self.owner.ino,
+            block: physical,
+        }
+    }
+
+    pub(crate) fn read_leaf(&self, logical: u64) -> Result<(u64, LeafBlock)> {
+        let physical = self.physical(logical)?;
+        let bytes = self
+            .io
+            .read(physical, BlockKind::DirectoryLeaf, self.owner)?;
+        Ok((
+            physical,
+            LeafBlock::parse(bytes, self.format, self.loc(physical))?,
+        ))
+    }
+
+    pub(crate) fn write_leaf(&self, physical: u64, leaf: &LeafBlock) -> Result<()> {
+        self.io
+            .write(physical, BlockKind::DirectoryLeaf, self.owner, leaf.bytes())
+    }
+
+    fn block_zero_kind(&self) -> BlockKind {
+        if self.is_indexed() {
+            BlockKind::HtreeNode
+        } else {
+            BlockKind::DirectoryLeaf
+        }
+    }
+}
+
+/// Where ".." starts: "." always takes the first 12 bytes (`ext4_init_new_dir`).
+pub(crate) const DOTDOT_OFFSET: usize = 12;
+
+/// Checks that a directory's block 0 (a leaf or an index root) starts with "." in 12 bytes
+/// and then "..", as `make_indexed_dir` and `ext4_empty_dir` require.
+pub(crate) fn check_dot_entries(bytes: &[u8], format: &DirFormat, loc: Location) -> Result<()> {
+    let mut first_two = DirEntryIter::new(bytes, format.block_size, format.filetype, loc);
+    let dot = first_two.next().transpose()?;
+    let dotdot = first_two.next().transpose()?;
+    match (dot, dotdot) {
+        (Some(dot), Some(dotdot))
+            if dot.name == b"." && dot.rec_len == DOTDOT_OFFSET && dotdot.name == b".." =>
+        {
+            Ok(())
+        }
+        _ => Err(FormatError::corrupt(
+            "directory block",
+            loc,
+            "does not start with \".\" and \"..\"",
+        )
+        .into()),
+    }
+}
+
+/// Rejects names no directory may hold. The engine checks them first; this is the last line.
+fn check_name(name: &[u8]) -> Result<()> {
+    let shown = || String::from_utf8_lossy(name).into_owned();
+    if name.len() > MAX_NAME_LEN {
+        return Err(Error::NameTooLong(shown()));
+    }
+    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0)
+    {
+        return Err(Error::Invalid(format!(
+            "{:?} as a directory entry name",
+            shown()
+        )));
+    }
+    Ok(())
+}
+
+fn public_entry(entry: LeafEntry) -> DirEntry {
+    DirEntry {
+        name: entry.name,
+        ino: entry.ino,
+        file_type: ft::to_file_type(entry.file_type),
+    }
+}
+
+#[cfg(test)]
+#[path = "dir_write_tests.rs"]
+mod tests;
