@@ -16,9 +16,10 @@
 //! assert_eq!(dir.lookup(b"hello")?.map(|e| e.ino), Some(12));
 //! ```
 //!
-//! The caller holds the directory's lock and has checked that a name it adds is absent (a
-//! linear directory reports a duplicate as [`Error::Exists`]; an indexed one only looks in
-//! the leaf the new name hashes to). Blocks are never freed: a directory only grows.
+//! The caller holds the directory's lock and has checked that a name it adds is absent (as
+//! a last line, a linear directory reports a duplicate it meets before the free slot as
+//! [`Error::Exists`]; an indexed one does not look). Blocks are never freed: a directory
+//! only grows.
 
 use e4_format::dir_entry::{file_type as ft, DirEntryIter, MAX_NAME_LEN};
 use e4_format::features::{CompatFeatures, IncompatFeatures};

@@ -483,6 +483,33 @@ fn every_hash_version_indexes_consistently() {
 }
 
 #[test]
+fn every_block_size_up_to_64k() {
+    for bs in [1024, 2048, 4096, 65536] {
+        for csum in [false, true] {
+            let mut fixture = Fixture::new(format(bs, csum));
+            let names: Vec<Vec<u8>> = (0..3000).map(unique_name).collect();
+            for (i, name) in names.iter().enumerate() {
+                fixture
+                    .editor()
+                    .add_entry(name, 100 + i as u32, FileType::Regular)
+                    .unwrap();
+            }
+            for name in names.iter().step_by(3) {
+                fixture.editor().remove_entry(name).unwrap().unwrap();
+            }
+            let (contents, shape) = fixture.check();
+            assert_eq!(contents.len(), 2000, "{bs} {csum}");
+            assert!(shape.leaves > 1, "{bs} {csum}");
+            let dir = fixture.editor();
+            for (i, name) in names.iter().enumerate() {
+                let found = dir.lookup(name).unwrap().map(|e| e.ino);
+                assert_eq!(found, (i % 3 != 0).then_some(100 + i as u32));
+            }
+        }
+    }
+}
+
+#[test]
 fn colliding_names_are_found_across_leaf_splits() {
     let names = colliding_names();
     assert!(names.len() > 1000, "only {} colliding names", names.len());
