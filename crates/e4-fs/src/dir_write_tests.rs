@@ -252,7 +252,10 @@ fn remove_merges_into_the_previous_record_or_frees_the_first() {
     assert!(block[36..48].iter().all(|&b| b == 0));
     assert_eq!(&block[48..52], &22u32.to_le_bytes());
     // The next name that fits goes in the first record with room: the gap "bb" left.
-    fixture.editor().add_entry(b"dd", 23, FileType::Regular).unwrap();
+    fixture
+        .editor()
+        .add_entry(b"dd", 23, FileType::Regular)
+        .unwrap();
     let block = fixture.block(0);
     assert_eq!(u16::from_le_bytes([block[28], block[29]]), 12);
     assert_eq!(&block[36..40], &23u32.to_le_bytes());
