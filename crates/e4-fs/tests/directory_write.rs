@@ -16,6 +16,7 @@ use std::sync::Mutex;
 
 use e4_format::checksum::inode_csum_seed;
 use e4_format::dir_entry::write_leaf_tail;
+use e4_format::dir_hash::{dir_hash, HashVersion};
 use e4_format::dir_htree::{seal_htree_block, DxRoot};
 use e4_format::inode::FileType;
 use e4_format::Location;
@@ -101,15 +102,44 @@ impl DirectoryBlocks for PreparedBlocks {
     }
 }
 
-/// What the test does to the directory: add `count` names (of `len` bytes), then remove
-/// every `remove_every`-th.
-#[derive(Clone, Copy)]
+/// What the test does to the directory: add the names, then remove every
+/// `remove_every`-th.
 struct Workload {
-    count: usize,
-    len: usize,
+    names: Names,
     remove_every: usize,
     /// The root's `indirect_levels` the directory must reach; `None`: it stays linear.
     index_levels: Option<u8>,
+}
+
+/// Which names to add.
+enum Names {
+    /// `count` distinct names of `len` bytes.
+    Padded { count: usize, len: usize },
+    /// Names sharing their hash with another, under the image's hash seed: found among two
+    /// million candidates by their birthday collisions.
+    Colliding,
+}
+
+impl Names {
+    fn make(&self, format: &DirFormat) -> Vec<Vec<u8>> {
+        match *self {
+            Names::Padded { count, len } => (0..count).map(|i| name(i, len)).collect(),
+            Names::Colliding => {
+                let version =
+                    HashVersion::from_disk(format.def_hash_version, format.unsigned_hash).unwrap();
+                let candidate = |i: usize| name(i, 8 + (i * 7919) % 248);
+                let mut hashed: Vec<(u32, usize)> = (0..1 << 21)
+                    .map(|i| (dir_hash(version, &candidate(i), &format.hash_seed).major, i))
+                    .collect();
+                hashed.sort_unstable();
+                hashed
+                    .chunk_by(|a, b| a.0 == b.0)
+                    .filter(|run| run.len() > 1)
+                    .flat_map(|run| run.iter().map(|&(_, i)| candidate(i)))
+                    .collect()
+            }
+        }
+    }
 }
 
 /// Links per target file, below the 65000 cap.
@@ -121,26 +151,26 @@ fn name(i: usize, len: usize) -> Vec<u8> {
     name
 }
 
-/// Runs the workload; returns the numbers of the names left.
+/// Adds `names`, then removes every `remove_every`-th; returns the indexes of those left.
 fn run(
     io: &ImageBlocks,
     blocks: &mut PreparedBlocks,
     format: &DirFormat,
     owner: Owner,
     targets: &[u32],
-    work: Workload,
+    names: &[Vec<u8>],
+    remove_every: usize,
 ) -> Vec<usize> {
     let mut dir = DirectoryEditor::new(io, blocks, format, owner);
     dir.init(2).unwrap();
-    for i in 0..work.count {
+    for (i, name) in names.iter().enumerate() {
         let target = targets[i / LINKS_PER_FILE];
-        dir.add_entry(&name(i, work.len), target, FileType::Regular)
-            .unwrap();
+        dir.add_entry(name, target, FileType::Regular).unwrap();
     }
     let mut left = Vec::new();
-    for i in 0..work.count {
-        if i % work.remove_every == 0 {
-            assert!(dir.remove_entry(&name(i, work.len)).unwrap().is_some());
+    for (i, name) in names.iter().enumerate() {
+        if i % remove_every == 0 {
+            assert!(dir.remove_entry(name).unwrap().is_some());
         } else {
             left.push(i);
         }
@@ -190,7 +220,13 @@ fn directory_blocks(image: &Path) -> Vec<u64> {
 
 fn build_and_check(mke2fs_args: &[&str], size_mib: u64, work: Workload) {
     let img = make_empty_image(mke2fs_args, size_mib);
-    let files = work.count.div_ceil(LINKS_PER_FILE);
+    let sb = Filesystem::open(&img.path, OpenOptions::default())
+        .unwrap()
+        .superblock()
+        .clone();
+    let format = DirFormat::from_superblock(&sb);
+    let names = work.names.make(&format);
+    let files = names.len().div_ceil(LINKS_PER_FILE);
     let mut script = String::from("mkdir d\n");
     for f in 0..files {
         script += &format!("write /dev/null f{f}\n");
@@ -198,8 +234,6 @@ fn build_and_check(mke2fs_args: &[&str], size_mib: u64, work: Workload) {
     debugfs(&img.path, &script);
 
     let fs = Filesystem::open(&img.path, OpenOptions::default()).unwrap();
-    let sb = fs.superblock().clone();
-    let format = DirFormat::from_superblock(&sb);
     let ino = fs.resolve("/d", true).unwrap();
     let owner = Owner {
         ino,
@@ -221,7 +255,16 @@ fn build_and_check(mke2fs_args: &[&str], size_mib: u64, work: Workload) {
         used: 0,
         indexed: false,
     };
-    run(&scratch, &mut dry, &format, owner, &targets, work);
+    let remove_every = work.remove_every;
+    run(
+        &scratch,
+        &mut dry,
+        &format,
+        owner,
+        &targets,
+        &names,
+        remove_every,
+    );
     let needed = dry.used;
 
     debugfs(&img.path, &"expand_dir d\n".repeat(needed - 1));
@@ -238,7 +281,15 @@ fn build_and_check(mke2fs_args: &[&str], size_mib: u64, work: Workload) {
         used: 0,
         indexed: false,
     };
-    let left = run(&io, &mut blocks, &format, owner, &targets, work);
+    let left = run(
+        &io,
+        &mut blocks,
+        &format,
+        owner,
+        &targets,
+        &names,
+        remove_every,
+    );
     assert_eq!(blocks.used, needed);
     let levels = blocks.indexed.then(|| {
         let root = &io.written.lock().unwrap()[&blocks.pool[0]].1;
@@ -292,10 +343,10 @@ fn build_and_check(mke2fs_args: &[&str], size_mib: u64, work: Workload) {
         .into_iter()
         .map(|e| e.name)
         .collect();
-    let expected: BTreeSet<Vec<u8>> = left.iter().map(|&i| name(i, work.len)).collect();
+    let expected: BTreeSet<Vec<u8>> = left.iter().map(|&i| names[i].clone()).collect();
     assert_eq!(listed, expected);
-    for &i in left.iter().step_by(7) {
-        let found = fs.lookup(&dir, &name(i, work.len)).unwrap();
+    for &i in &left {
+        let found = fs.lookup(&dir, &names[i]).unwrap();
         assert_eq!(found, Some(targets[i / LINKS_PER_FILE]), "entry {i}");
     }
 }
@@ -306,8 +357,10 @@ fn e2fsck_accepts_a_two_level_htree_with_checksums() {
         &["-t", "ext4", "-b", "1024"],
         64,
         Workload {
-            count: 4000,
-            len: 200,
+            names: Names::Padded {
+                count: 4000,
+                len: 200,
+            },
             remove_every: 3,
             index_levels: Some(1),
         },
@@ -320,8 +373,10 @@ fn e2fsck_accepts_an_htree_without_checksums() {
         &["-t", "ext4", "-b", "4096", "-O", "^metadata_csum"],
         64,
         Workload {
-            count: 12_000,
-            len: 120,
+            names: Names::Padded {
+                count: 12_000,
+                len: 120,
+            },
             remove_every: 5,
             index_levels: Some(1),
         },
@@ -334,8 +389,10 @@ fn e2fsck_accepts_a_linear_directory() {
         &["-t", "ext4", "-b", "1024", "-O", "^dir_index"],
         32,
         Workload {
-            count: 500,
-            len: 30,
+            names: Names::Padded {
+                count: 500,
+                len: 30,
+            },
             remove_every: 4,
             index_levels: None,
         },
@@ -348,10 +405,34 @@ fn e2fsck_accepts_a_three_level_htree_with_large_dir() {
         &["-t", "ext4", "-b", "1024", "-O", "large_dir", "-N", "2048"],
         160,
         Workload {
-            count: 36_000,
-            len: 250,
+            names: Names::Padded {
+                count: 36_000,
+                len: 250,
+            },
             remove_every: 11,
             index_levels: Some(2),
+        },
+    );
+}
+
+#[test]
+fn e2fsck_and_the_reader_accept_runs_of_equal_hashes_split_across_leaves() {
+    // A fixed seed makes the collisions, and so the tree, the same on every run; with this
+    // one, some run of equal hashes continues across the boundary between two index nodes.
+    build_and_check(
+        &[
+            "-t",
+            "ext4",
+            "-b",
+            "1024",
+            "-E",
+            "hash_seed=12345678-9abc-def0-0fed-cba987654321",
+        ],
+        64,
+        Workload {
+            names: Names::Colliding,
+            remove_every: 13,
+            index_levels: Some(1),
         },
     );
 }
