@@ -1,6 +1,7 @@
 //! Directories built by e4's directory editor inside real images, judged by `e2fsck -fn`
 //! (whose pass 2 checks every entry chain, htree limit, count, hash range, depth and
-//! checksum) and read back through e4's own reader.
+//! checksum), read back through e4's own reader, and, where loop mounts work, listed and
+//! looked up by the kernel.
 //!
 //! debugfs makes the directory and gives it exactly as many blocks as the editor will use
 //! (learnt from a dry run on a scratch store: the editor is deterministic); the editor
@@ -9,7 +10,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{File, OpenOptions as FileOptions};
-use std::os::unix::fs::FileExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::Path;
 use std::process::Command;
 use std::sync::Mutex;
@@ -23,7 +25,7 @@ use e4_format::Location;
 use e4_fs::dir_write::{DirFormat, DirectoryBlocks, DirectoryEditor};
 use e4_fs::meta_io::{BlockKind, MetaIo, Owner};
 use e4_fs::{Error, Filesystem, OpenOptions, Result};
-use e4_testkit::{e2fsck_clean, make_empty_image};
+use e4_testkit::{e2fsck_clean, make_empty_image, KernelMount};
 
 /// Blocks read from an image (or zeros, for a dry run) and written to memory.
 struct ImageBlocks {
@@ -348,6 +350,22 @@ fn build_and_check(mke2fs_args: &[&str], size_mib: u64, work: Workload) {
     for &i in &left {
         let found = fs.lookup(&dir, &names[i]).unwrap();
         assert_eq!(found, Some(targets[i / LINKS_PER_FILE]), "entry {i}");
+    }
+    drop(fs);
+
+    // The kernel lists the same names and finds each through its own htree lookup.
+    if let Ok(mount) = KernelMount::mount(&img.path) {
+        let d = mount.path().join("d");
+        let listed: BTreeSet<Vec<u8>> = std::fs::read_dir(&d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_vec())
+            .collect();
+        assert_eq!(listed, expected);
+        for &i in &left {
+            let path = d.join(std::ffi::OsStr::from_bytes(&names[i]));
+            let ino = std::fs::symlink_metadata(&path).unwrap().ino();
+            assert_eq!(ino, u64::from(targets[i / LINKS_PER_FILE]), "entry {i}");
+        }
     }
 }
 
