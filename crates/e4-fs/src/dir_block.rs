@@ -18,7 +18,7 @@ use crate::error::Result;
 const MIN_REC_LEN: usize = 12;
 /// Fields of `ext4_dir_entry_2`, as byte ranges in a record.
 const INODE_FIELD: std::ops::Range<usize> = 0..4;
-const REC_LEN_FIELD: std::ops::Range<usize> = 4..6;
+pub(crate) const REC_LEN_FIELD: std::ops::Range<usize> = 4..6;
 /// `name_len`: the first byte after `rec_len`.
 const NAME_LEN_FIELD: usize = 6;
 /// `file_type` (the high byte of `name_len` without the filetype feature).
@@ -160,6 +160,11 @@ impl LeafBlock {
             end,
             filetype: format.filetype,
         })
+    }
+
+    /// Where the entry chain ends: the block size, less the tail under metadata_csum.
+    pub(crate) fn chain_end(&self) -> usize {
+        self.end
     }
 
     /// The block's bytes, to be written as a [`crate::meta_io::BlockKind::DirectoryLeaf`].

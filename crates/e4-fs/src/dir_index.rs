@@ -4,11 +4,12 @@
 //! directory into an indexed one (`make_indexed_dir`), leaf splits (`do_split`), index node
 //! splits and root growth (`ext4_dx_add_entry`).
 
+use e4_format::dir_entry::rec_len_to_disk;
 use e4_format::dir_hash::{dir_hash, HashVersion};
 use e4_format::dir_htree::{DxEntry, DxNode, DxRoot, DxRootInfo, DX_BLOCK_MASK};
 use e4_format::FormatError;
 
-use crate::dir_block::{LeafBlock, LeafEntry, NewEntry};
+use crate::dir_block::{LeafBlock, LeafEntry, NewEntry, REC_LEN_FIELD};
 use crate::dir_write::{check_dot_entries, DirectoryEditor, Found, DOTDOT_OFFSET};
 use crate::error::{Error, Result};
 use crate::meta_io::BlockKind;
@@ -119,7 +120,7 @@ impl DirectoryEditor<'_> {
                 return self.write_leaf(physical, &leaf);
             }
             if !path.bottom().is_full() {
-                let staying = self.hashed_entries(&leaf, path.version);
+                let staying = self.hashed(leaf.entries(), path.version);
                 return self.split_leaf(&mut path, physical, staying, entry, hash);
             }
             // The index changed shape: find the leaf again from the root, as the kernel does.
@@ -153,31 +154,12 @@ impl DirectoryEditor<'_> {
             .entries()
             .nth(1)
             .map_or(DOTDOT_OFFSET, |dotdot| dotdot.offset + dotdot.rec_len);
-        let chain_end = block0.bytes().len()
-            - if self.format().metadata_csum {
-                e4_format::dir_entry::TAIL_SIZE
-            } else {
-                0
-            };
         if let Some(last) = live.last_mut() {
-            if last.offset + last.rec_len == chain_end {
+            if last.offset + last.rec_len == block0.chain_end() {
                 last.rec_len += moved_from;
             }
         }
-        let staying = live
-            .into_iter()
-            .enumerate()
-            .map(|(order, e)| HashedEntry {
-                hash: self.hash_name(version, &e.name),
-                rec_len: e.rec_len,
-                order,
-                entry: NewEntry {
-                    ino: e.ino,
-                    file_type: e.file_type,
-                    name: e.name,
-                },
-            })
-            .collect();
+        let staying = self.hashed(live.into_iter(), version);
 
         // Block 1 gets an empty leaf at once, so that if block 2 cannot be had the
         // directory is still a valid linear one.
@@ -186,8 +168,8 @@ impl DirectoryEditor<'_> {
 
         let mut root_block = block0.bytes().to_vec();
         let dotdot_len = self.format().block_size - DOTDOT_OFFSET;
-        root_block[DOTDOT_OFFSET + 4..DOTDOT_OFFSET + 6]
-            .copy_from_slice(&e4_format::dir_entry::rec_len_to_disk(dotdot_len).to_le_bytes());
+        let rec_len_field = DOTDOT_OFFSET + REC_LEN_FIELD.start..DOTDOT_OFFSET + REC_LEN_FIELD.end;
+        root_block[rec_len_field].copy_from_slice(&rec_len_to_disk(dotdot_len).to_le_bytes());
         let root = DxRoot::new(
             self.format().block_size,
             self.format().metadata_csum,
@@ -446,9 +428,13 @@ impl DirectoryEditor<'_> {
         dir_hash(version, name, &self.format().hash_seed).major
     }
 
-    /// A leaf's live entries with their hashes, in chain order.
-    fn hashed_entries(&self, leaf: &LeafBlock, version: HashVersion) -> Vec<HashedEntry> {
-        leaf.entries()
+    /// Live entries with their hashes, numbered in the order given (chain order).
+    fn hashed(
+        &self,
+        entries: impl Iterator<Item = LeafEntry>,
+        version: HashVersion,
+    ) -> Vec<HashedEntry> {
+        entries
             .enumerate()
             .map(|(order, e)| HashedEntry {
                 hash: self.hash_name(version, &e.name),

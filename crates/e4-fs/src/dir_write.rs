@@ -193,6 +193,7 @@ impl<'a> DirectoryEditor<'a> {
     /// Removes `name` (`ext4_delete_entry`) and returns what it pointed at; `None` if the
     /// directory has no such entry. Blocks are never freed.
     pub fn remove_entry(&mut self, name: &[u8]) -> Result<Option<DirEntry>> {
+        check_name(name)?;
         let Some(mut found) = self.find(name)? else {
             return Ok(None);
         };
@@ -201,8 +202,11 @@ impl<'a> DirectoryEditor<'a> {
         Ok(Some(public_entry(found.entry)))
     }
 
-    /// Finds `name` ("." and ".." are the caller's: they are not looked up here).
+    /// Finds `name`. "." and ".." are the caller's to resolve: like every name no entry may
+    /// have, they are [`Error::Invalid`] here (and a name over 255 bytes
+    /// [`Error::NameTooLong`]).
     pub fn lookup(&self, name: &[u8]) -> Result<Option<DirEntry>> {
+        check_name(name)?;
         Ok(self.find(name)?.map(|found| public_entry(found.entry)))
     }
 
@@ -214,6 +218,7 @@ impl<'a> DirectoryEditor<'a> {
         ino: u32,
         file_type: FileType,
     ) -> Result<Option<DirEntry>> {
+        check_name(name)?;
         let Some(mut found) = self.find(name)? else {
             return Ok(None);
         };

@@ -418,6 +418,13 @@ fn bad_names_are_refused() {
         dir.add_entry(&[b'n'; 256], 5, FileType::Regular),
         Err(Error::NameTooLong(_))
     ));
+    // "." and ".." are not entries to look up, retarget or remove here.
+    for name in [&b"."[..], b".."] {
+        assert!(matches!(dir.lookup(name), Err(Error::Invalid(_))));
+        assert!(matches!(dir.remove_entry(name), Err(Error::Invalid(_))));
+        let retarget = dir.set_entry(name, 9, FileType::Directory);
+        assert!(matches!(retarget, Err(Error::Invalid(_))));
+    }
     dir.add_entry(&[b'n'; 255], 5, FileType::Regular).unwrap();
 }
 
