@@ -203,9 +203,6 @@ impl DirectoryEditor<'_> {
         entry: NewEntry,
         hash: u32,
     ) -> Result<()> {
-        let new_physical = self.blocks().append_block()?;
-        let new_logical = self.blocks().block_count() - 1;
-
         entries.sort_by_key(|e| (e.hash, e.order));
         // Move entries from the top while the moved bytes, with half the next entry, stay
         // within half a block; if that takes them all, split by count.
@@ -249,14 +246,27 @@ impl DirectoryEditor<'_> {
             LeafBlock::packed(self.format(), entries)
                 .ok_or_else(|| Error::NoSpace("directory leaf after a split".into()))
         };
+        // Everything that can fail comes before the first write, so a failed split leaves
+        // the directory as it was (but for an unused block at its end, if a write fails).
         let (left, right) = (pack(&left)?, pack(&right)?);
+        let (new_physical, new_logical) = self.append_index_block()?;
         self.write_leaf(physical, &left)?;
         self.write_leaf(new_physical, &right)?;
 
         let bottom = path.levels.len() - 1;
         let key = hash2 | u32::from(continued);
-        insert_key(&mut path.levels[bottom], key, new_logical)?;
+        insert_key(&mut path.levels[bottom], key, new_logical);
         self.write_index_level(path, bottom)
+    }
+
+    /// Appends a block that an index entry will point at, first checking that its number
+    /// fits in `dx_entry.block`.
+    fn append_index_block(&mut self) -> Result<(u64, u32)> {
+        let logical = u32::try_from(self.blocks().block_count())
+            .ok()
+            .filter(|&b| b <= DX_BLOCK_MASK)
+            .ok_or_else(|| Error::FileTooBig("directory past 2^28 blocks".into()))?;
+        Ok((self.blocks().append_block()?, logical))
     }
 
     /// Makes room for one more key in the bottom node of `path` (full): splits the lowest
@@ -274,27 +284,25 @@ impl DirectoryEditor<'_> {
             if path.levels.len() >= usize::from(self.format().max_index_levels()) {
                 return Err(Error::NoSpace("directory index".into()));
             }
-            let physical = self.blocks().append_block()?;
-            let logical = self.blocks().block_count() - 1;
+            let (physical, logical) = self.append_index_block()?;
             let root = &mut path.levels[0];
             let child = DxNode::new_interior(block_size, csum, root.node.entries.clone());
             self.write_index_node(physical, &child)?;
             root.node.entries = vec![DxEntry {
                 hash: 0,
-                block: block_number(logical)?,
+                block: logical,
             }];
             path.root_info.indirect_levels += 1;
             return self.write_index_level(path, 0);
         }
-        let physical = self.blocks().append_block()?;
-        let logical = self.blocks().block_count() - 1;
+        let (physical, logical) = self.append_index_block()?;
         let full = &mut path.levels[level];
         let keep = full.node.entries.len() / 2;
         let moved = full.node.entries.split_off(keep);
         let key = moved[0].hash;
         self.write_index_node(physical, &DxNode::new_interior(block_size, csum, moved))?;
         self.write_index_level(path, level)?;
-        insert_key(&mut path.levels[level - 1], key, logical)?;
+        insert_key(&mut path.levels[level - 1], key, logical);
         self.write_index_level(path, level - 1)
     }
 
@@ -450,20 +458,10 @@ impl DirectoryEditor<'_> {
     }
 }
 
-/// Adds (key → logical) right after the entry `index` follows (`dx_insert_block`).
-fn insert_key(index: &mut IndexLevel, key: u32, logical: u64) -> Result<()> {
-    let block = block_number(logical)?;
+/// Adds (key → block) right after the entry `index` follows (`dx_insert_block`).
+fn insert_key(index: &mut IndexLevel, key: u32, block: u32) {
     index
         .node
         .entries
         .insert(index.at + 1, DxEntry { hash: key, block });
-    Ok(())
-}
-
-/// A logical block number as an index entry stores it.
-fn block_number(logical: u64) -> Result<u32> {
-    u32::try_from(logical)
-        .ok()
-        .filter(|&b| b <= DX_BLOCK_MASK)
-        .ok_or_else(|| Error::FileTooBig("directory past 2^28 blocks".into()))
 }
