@@ -111,6 +111,8 @@ struct Workload {
     remove_every: usize,
     /// The root's `indirect_levels` the directory must reach; `None`: it stays linear.
     index_levels: Option<u8>,
+    /// Whether the filesystem hashes names as unsigned bytes.
+    unsigned_hash: bool,
 }
 
 /// Which names to add.
@@ -147,9 +149,11 @@ impl Names {
 /// Links per target file, below the 65000 cap.
 const LINKS_PER_FILE: usize = 60_000;
 
+/// Entry `i`, `len` bytes long; from the third byte on, bytes above 0x7f, where the signed
+/// and unsigned hash variants differ.
 fn name(i: usize, len: usize) -> Vec<u8> {
-    let mut name = format!("entry-{i:x}.").into_bytes();
-    name.resize(len.max(name.len()), b'x');
+    let mut name = format!("é-{i:x}.").into_bytes();
+    name.resize(len.max(name.len()), 0xE9);
     name
 }
 
@@ -222,6 +226,10 @@ fn directory_blocks(image: &Path) -> Vec<u64> {
 
 fn build_and_check(mke2fs_args: &[&str], size_mib: u64, work: Workload) {
     let img = make_empty_image(mke2fs_args, size_mib);
+    if work.unsigned_hash {
+        // s_flags: EXT2_FLAGS_UNSIGNED_HASH instead of mke2fs's SIGNED_HASH.
+        debugfs(&img.path, "ssv flags 2\n");
+    }
     let sb = Filesystem::open(&img.path, OpenOptions::default())
         .unwrap()
         .superblock()
@@ -381,6 +389,7 @@ fn e2fsck_accepts_a_two_level_htree_with_checksums() {
             },
             remove_every: 3,
             index_levels: Some(1),
+            unsigned_hash: false,
         },
     );
 }
@@ -397,6 +406,7 @@ fn e2fsck_accepts_an_htree_without_checksums() {
             },
             remove_every: 5,
             index_levels: Some(1),
+            unsigned_hash: false,
         },
     );
 }
@@ -413,6 +423,7 @@ fn e2fsck_accepts_a_linear_directory() {
             },
             remove_every: 4,
             index_levels: None,
+            unsigned_hash: false,
         },
     );
 }
@@ -429,6 +440,7 @@ fn e2fsck_accepts_a_three_level_htree_with_large_dir() {
             },
             remove_every: 11,
             index_levels: Some(2),
+            unsigned_hash: false,
         },
     );
 }
@@ -451,6 +463,24 @@ fn e2fsck_and_the_reader_accept_runs_of_equal_hashes_split_across_leaves() {
             names: Names::Colliding,
             remove_every: 13,
             index_levels: Some(1),
+            unsigned_hash: false,
+        },
+    );
+}
+
+#[test]
+fn e2fsck_accepts_an_htree_hashed_as_unsigned_bytes() {
+    build_and_check(
+        &["-t", "ext4", "-b", "1024"],
+        64,
+        Workload {
+            names: Names::Padded {
+                count: 3000,
+                len: 150,
+            },
+            remove_every: 7,
+            index_levels: Some(1),
+            unsigned_hash: true,
         },
     );
 }
