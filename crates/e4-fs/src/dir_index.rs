@@ -4,6 +4,8 @@
 //! directory into an indexed one (`make_indexed_dir`), leaf splits (`do_split`), index node
 //! splits and root growth (`ext4_dx_add_entry`).
 
+use std::collections::BTreeSet;
+
 use e4_format::dir_entry::rec_len_to_disk;
 use e4_format::dir_hash::{dir_hash, HashVersion};
 use e4_format::dir_htree::{DxEntry, DxNode, DxRoot, DxRootInfo, DX_BLOCK_MASK};
@@ -86,21 +88,34 @@ impl DirectoryEditor<'_> {
         }
     }
 
-    /// Every leaf of the index, in hash order.
+    /// Every leaf of the index, in hash order. A block the index references twice is
+    /// corruption (e2fsck's PR_2_HTREE_DUPREF): left alone, a node referenced from many
+    /// places would multiply the walk.
     pub(crate) fn index_leaves(&self) -> Result<Vec<u64>> {
         let (_, info, root) = self.read_root()?;
-        let mut frontier = root
-            .entries
-            .iter()
-            .map(|&e| self.index_target(e, 0))
-            .collect::<Result<Vec<_>>>()?;
+        let mut seen = BTreeSet::new();
+        let mut targets = |node: &DxNode, from: u64| -> Result<Vec<u64>> {
+            let mut out = Vec::with_capacity(node.entries.len());
+            for &e in &node.entries {
+                let target = self.index_target(e, from)?;
+                if !seen.insert(target) {
+                    return Err(FormatError::corrupt(
+                        "htree index",
+                        self.loc(self.physical(from)?),
+                        format!("references block {target} a second time"),
+                    )
+                    .into());
+                }
+                out.push(target);
+            }
+            Ok(out)
+        };
+        let mut frontier = targets(&root, 0)?;
         for _ in 0..info.indirect_levels {
             let mut next = Vec::new();
             for logical in frontier {
                 let node = self.read_index_node(logical)?;
-                for &e in &node.entries {
-                    next.push(self.index_target(e, logical)?);
-                }
+                next.extend(targets(&node, logical)?);
             }
             frontier = next;
         }

@@ -462,6 +462,12 @@ fn corrupt_blocks_are_errors_not_panics() {
         let added = fixture.editor().add_entry(&name, 1, FileType::Regular);
         assert!(matches!(added, Err(Error::Format(_))));
     }
+    // Two index entries naming the same leaf.
+    let mut bad = good.clone();
+    bad[0x20 + 8 + 4..0x20 + 8 + 8].copy_from_slice(&good[0x20 + 4..0x20 + 8]);
+    fixture.set_block(0, bad);
+    let listed = fixture.editor().entries();
+    assert!(matches!(listed, Err(Error::Format(_))), "{listed:?}");
     fixture.set_block(0, good);
     fixture.check();
 }
