@@ -131,6 +131,10 @@ impl DirectoryEditor<'_> {
             let hash = self.hash_name(path.version, &entry.name);
             let logical = self.index_target(path.bottom().followed(), path.bottom().logical)?;
             let (physical, mut leaf) = self.read_leaf(logical)?;
+            if leaf.find(&entry.name).is_some() {
+                let name = String::from_utf8_lossy(&entry.name).into_owned();
+                return Err(Error::Exists(name));
+            }
             if leaf.insert(&entry.name, entry.ino, entry.file_type) {
                 return self.write_leaf(physical, &leaf);
             }

@@ -17,9 +17,9 @@
 //! ```
 //!
 //! The caller holds the directory's lock and has checked that a name it adds is absent (as
-//! a last line, a linear directory reports a duplicate it meets before the free slot as
-//! [`Error::Exists`]; an indexed one does not look). Blocks are never freed: a directory
-//! only grows.
+//! a last line, a duplicate in a block the insertion reads, every block up to the one with
+//! room when linear, the leaf the hash selects when indexed, is [`Error::Exists`]). Blocks
+//! are never freed: a directory only grows.
 
 use e4_format::dir_entry::{file_type as ft, DirEntryIter, MAX_NAME_LEN};
 use e4_format::features::{CompatFeatures, IncompatFeatures};

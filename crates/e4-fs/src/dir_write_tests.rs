@@ -316,6 +316,8 @@ fn a_full_one_block_directory_becomes_indexed() {
         }
         assert!(fixture.dir.indexed);
         assert_eq!(fixture.dir.blocks.len(), 3);
+        let again = fixture.editor().add_entry(&added[0], 1, FileType::Regular);
+        assert!(matches!(again, Err(Error::Exists(_))), "{again:?}");
         let root = DxRoot::parse(&fixture.block(0), csum, 2, Location::Block(0)).unwrap();
         assert_eq!(root.node.entries.len(), 2);
         assert_eq!(
