@@ -5,7 +5,7 @@
 
 use e4_format::checksum::inode_csum_seed;
 use e4_format::dir_entry::{has_tail, verify_leaf_checksum, write_leaf_tail};
-use e4_format::dir_htree::{DxNode, DxRoot, MAX_LEVELS_LARGEDIR};
+use e4_format::dir_htree::{seal_htree_block, DxNode, DxRoot, MAX_LEVELS_LARGEDIR};
 use e4_format::extent::{seal_node, ExtentNode};
 use e4_format::xattr::{parse_xattr_block, xattr_block_checksum};
 use e4_format::Location;
@@ -70,7 +70,6 @@ impl Filesystem {
         let Some(role) = buffer.role() else {
             return;
         };
-        let loc = Location::Block(buffer.nr());
         let inode_seed = role
             .owner
             .map(|o| inode_csum_seed(fs_seed, o.ino, o.generation));
@@ -81,17 +80,7 @@ impl Filesystem {
                     write_leaf_tail(bytes, seed);
                 }
             }
-            (BlockKind::HtreeNode, Some(seed)) => {
-                // A root starts with the "." entry; an interior node with an empty entry.
-                let is_node = bytes[..4] == [0, 0, 0, 0];
-                if is_node {
-                    if let Ok(node) = DxNode::parse(bytes, true, loc) {
-                        node.write_checksum(bytes, seed);
-                    }
-                } else if let Ok(root) = DxRoot::parse(bytes, true, MAX_LEVELS_LARGEDIR, loc) {
-                    root.node.write_checksum(bytes, seed);
-                }
-            }
+            (BlockKind::HtreeNode, Some(seed)) => seal_htree_block(bytes, seed),
             (BlockKind::XattrBlock, _) => {
                 let sum = xattr_block_checksum(bytes, buffer.nr(), fs_seed);
                 bytes[XATTR_CHECKSUM_OFFSET..XATTR_CHECKSUM_OFFSET + 4]

@@ -18,7 +18,7 @@ use crate::error::Result;
 const MIN_REC_LEN: usize = 12;
 /// Fields of `ext4_dir_entry_2`, as byte ranges in a record.
 const INODE_FIELD: std::ops::Range<usize> = 0..4;
-const REC_LEN_FIELD: std::ops::Range<usize> = 4..6;
+pub(crate) const REC_LEN_FIELD: std::ops::Range<usize> = 4..6;
 /// `name_len`: the first byte after `rec_len`.
 const NAME_LEN_FIELD: usize = 6;
 /// `file_type` (the high byte of `name_len` without the filetype feature).
@@ -35,6 +35,18 @@ pub(crate) struct LeafEntry {
     /// The raw `file_type` code (0 without the filetype feature).
     pub file_type: u8,
     pub name: Vec<u8>,
+}
+
+impl LeafEntry {
+    fn new(offset: usize, entry: &DirEntry<'_>) -> Self {
+        LeafEntry {
+            offset,
+            rec_len: entry.rec_len,
+            ino: entry.inode,
+            file_type: entry.file_type,
+            name: entry.name.to_vec(),
+        }
+    }
 }
 
 /// An entry to place in a block that is being built from scratch.
@@ -71,7 +83,8 @@ impl LeafBlock {
             filetype: format.filetype,
         };
         let mut offset = 0;
-        for entry in DirEntryIter::new(&leaf.bytes[..leaf.end], leaf.end, leaf.filetype, loc) {
+        let block_size = leaf.bytes.len();
+        for entry in DirEntryIter::new(&leaf.bytes[..leaf.end], block_size, leaf.filetype, loc) {
             let entry = entry?;
             if entry.rec_len < MIN_REC_LEN {
                 return Err(bad(format!(
@@ -149,6 +162,11 @@ impl LeafBlock {
         })
     }
 
+    /// Where the entry chain ends: the block size, less the tail under metadata_csum.
+    pub(crate) fn chain_end(&self) -> usize {
+        self.end
+    }
+
     /// The block's bytes, to be written as a [`crate::meta_io::BlockKind::DirectoryLeaf`].
     pub(crate) fn bytes(&self) -> &[u8] {
         &self.bytes
@@ -160,7 +178,7 @@ impl LeafBlock {
         // valid, so the iterator yields no errors; stopping at one would only hide entries.
         let entries = DirEntryIter::new(
             &self.bytes[..self.end],
-            self.end,
+            self.bytes.len(),
             self.filetype,
             Location::Block(0),
         )
@@ -176,18 +194,14 @@ impl LeafBlock {
     pub(crate) fn entries(&self) -> impl Iterator<Item = LeafEntry> + '_ {
         self.records()
             .filter(|(_, e)| e.inode != 0)
-            .map(|(offset, e)| LeafEntry {
-                offset,
-                rec_len: e.rec_len,
-                ino: e.inode,
-                file_type: e.file_type,
-                name: e.name.to_vec(),
-            })
+            .map(|(offset, e)| LeafEntry::new(offset, &e))
     }
 
     /// The live entry called `name`, if the block holds one.
     pub(crate) fn find(&self, name: &[u8]) -> Option<LeafEntry> {
-        self.entries().find(|e| e.name == name)
+        self.records()
+            .find(|(_, e)| e.inode != 0 && e.name == name)
+            .map(|(offset, e)| LeafEntry::new(offset, &e))
     }
 
     /// Adds an entry in the first record with room for it (`ext4_find_dest_de`): a live

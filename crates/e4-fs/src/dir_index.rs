@@ -4,11 +4,14 @@
 //! directory into an indexed one (`make_indexed_dir`), leaf splits (`do_split`), index node
 //! splits and root growth (`ext4_dx_add_entry`).
 
+use std::collections::BTreeSet;
+
+use e4_format::dir_entry::rec_len_to_disk;
 use e4_format::dir_hash::{dir_hash, HashVersion};
 use e4_format::dir_htree::{DxEntry, DxNode, DxRoot, DxRootInfo, DX_BLOCK_MASK};
 use e4_format::FormatError;
 
-use crate::dir_block::{LeafBlock, LeafEntry, NewEntry};
+use crate::dir_block::{LeafBlock, LeafEntry, NewEntry, REC_LEN_FIELD};
 use crate::dir_write::{check_dot_entries, DirectoryEditor, Found, DOTDOT_OFFSET};
 use crate::error::{Error, Result};
 use crate::meta_io::BlockKind;
@@ -85,21 +88,34 @@ impl DirectoryEditor<'_> {
         }
     }
 
-    /// Every leaf of the index, in hash order.
+    /// Every leaf of the index, in hash order. A block the index references twice is
+    /// corruption (e2fsck's PR_2_HTREE_DUPREF): left alone, a node referenced from many
+    /// places would multiply the walk.
     pub(crate) fn index_leaves(&self) -> Result<Vec<u64>> {
         let (_, info, root) = self.read_root()?;
-        let mut frontier = root
-            .entries
-            .iter()
-            .map(|&e| self.index_target(e, 0))
-            .collect::<Result<Vec<_>>>()?;
+        let mut seen = BTreeSet::new();
+        let mut targets = |node: &DxNode, from: u64| -> Result<Vec<u64>> {
+            let mut out = Vec::with_capacity(node.entries.len());
+            for &e in &node.entries {
+                let target = self.index_target(e, from)?;
+                if !seen.insert(target) {
+                    return Err(FormatError::corrupt(
+                        "htree index",
+                        self.loc(self.physical(from)?),
+                        format!("references block {target} a second time"),
+                    )
+                    .into());
+                }
+                out.push(target);
+            }
+            Ok(out)
+        };
+        let mut frontier = targets(&root, 0)?;
         for _ in 0..info.indirect_levels {
             let mut next = Vec::new();
             for logical in frontier {
                 let node = self.read_index_node(logical)?;
-                for &e in &node.entries {
-                    next.push(self.index_target(e, logical)?);
-                }
+                next.extend(targets(&node, logical)?);
             }
             frontier = next;
         }
@@ -115,11 +131,15 @@ impl DirectoryEditor<'_> {
             let hash = self.hash_name(path.version, &entry.name);
             let logical = self.index_target(path.bottom().followed(), path.bottom().logical)?;
             let (physical, mut leaf) = self.read_leaf(logical)?;
+            if leaf.find(&entry.name).is_some() {
+                let name = String::from_utf8_lossy(&entry.name).into_owned();
+                return Err(Error::Exists(name));
+            }
             if leaf.insert(&entry.name, entry.ino, entry.file_type) {
                 return self.write_leaf(physical, &leaf);
             }
             if !path.bottom().is_full() {
-                let staying = self.hashed_entries(&leaf, path.version);
+                let staying = self.hashed(leaf.entries(), path.version);
                 return self.split_leaf(&mut path, physical, staying, entry, hash);
             }
             // The index changed shape: find the leaf again from the root, as the kernel does.
@@ -153,31 +173,12 @@ impl DirectoryEditor<'_> {
             .entries()
             .nth(1)
             .map_or(DOTDOT_OFFSET, |dotdot| dotdot.offset + dotdot.rec_len);
-        let chain_end = block0.bytes().len()
-            - if self.format().metadata_csum {
-                e4_format::dir_entry::TAIL_SIZE
-            } else {
-                0
-            };
         if let Some(last) = live.last_mut() {
-            if last.offset + last.rec_len == chain_end {
+            if last.offset + last.rec_len == block0.chain_end() {
                 last.rec_len += moved_from;
             }
         }
-        let staying = live
-            .into_iter()
-            .enumerate()
-            .map(|(order, e)| HashedEntry {
-                hash: self.hash_name(version, &e.name),
-                rec_len: e.rec_len,
-                order,
-                entry: NewEntry {
-                    ino: e.ino,
-                    file_type: e.file_type,
-                    name: e.name,
-                },
-            })
-            .collect();
+        let staying = self.hashed(live.into_iter(), version);
 
         // Block 1 gets an empty leaf at once, so that if block 2 cannot be had the
         // directory is still a valid linear one.
@@ -186,8 +187,8 @@ impl DirectoryEditor<'_> {
 
         let mut root_block = block0.bytes().to_vec();
         let dotdot_len = self.format().block_size - DOTDOT_OFFSET;
-        root_block[DOTDOT_OFFSET + 4..DOTDOT_OFFSET + 6]
-            .copy_from_slice(&e4_format::dir_entry::rec_len_to_disk(dotdot_len).to_le_bytes());
+        let rec_len_field = DOTDOT_OFFSET + REC_LEN_FIELD.start..DOTDOT_OFFSET + REC_LEN_FIELD.end;
+        root_block[rec_len_field].copy_from_slice(&rec_len_to_disk(dotdot_len).to_le_bytes());
         let root = DxRoot::new(
             self.format().block_size,
             self.format().metadata_csum,
@@ -221,9 +222,6 @@ impl DirectoryEditor<'_> {
         entry: NewEntry,
         hash: u32,
     ) -> Result<()> {
-        let new_physical = self.blocks().append_block()?;
-        let new_logical = self.blocks().block_count() - 1;
-
         entries.sort_by_key(|e| (e.hash, e.order));
         // Move entries from the top while the moved bytes, with half the next entry, stay
         // within half a block; if that takes them all, split by count.
@@ -267,14 +265,27 @@ impl DirectoryEditor<'_> {
             LeafBlock::packed(self.format(), entries)
                 .ok_or_else(|| Error::NoSpace("directory leaf after a split".into()))
         };
+        // Everything that can fail comes before the first write, so a failed split leaves
+        // the directory as it was (but for an unused block at its end, if a write fails).
         let (left, right) = (pack(&left)?, pack(&right)?);
+        let (new_physical, new_logical) = self.append_index_block()?;
         self.write_leaf(physical, &left)?;
         self.write_leaf(new_physical, &right)?;
 
         let bottom = path.levels.len() - 1;
         let key = hash2 | u32::from(continued);
-        insert_key(&mut path.levels[bottom], key, new_logical)?;
+        insert_key(&mut path.levels[bottom], key, new_logical);
         self.write_index_level(path, bottom)
+    }
+
+    /// Appends a block that an index entry will point at, first checking that its number
+    /// fits in `dx_entry.block`.
+    fn append_index_block(&mut self) -> Result<(u64, u32)> {
+        let logical = u32::try_from(self.blocks().block_count())
+            .ok()
+            .filter(|&b| b <= DX_BLOCK_MASK)
+            .ok_or_else(|| Error::FileTooBig("directory past 2^28 blocks".into()))?;
+        Ok((self.blocks().append_block()?, logical))
     }
 
     /// Makes room for one more key in the bottom node of `path` (full): splits the lowest
@@ -292,27 +303,25 @@ impl DirectoryEditor<'_> {
             if path.levels.len() >= usize::from(self.format().max_index_levels()) {
                 return Err(Error::NoSpace("directory index".into()));
             }
-            let physical = self.blocks().append_block()?;
-            let logical = self.blocks().block_count() - 1;
+            let (physical, logical) = self.append_index_block()?;
             let root = &mut path.levels[0];
             let child = DxNode::new_interior(block_size, csum, root.node.entries.clone());
             self.write_index_node(physical, &child)?;
             root.node.entries = vec![DxEntry {
                 hash: 0,
-                block: block_number(logical)?,
+                block: logical,
             }];
             path.root_info.indirect_levels += 1;
             return self.write_index_level(path, 0);
         }
-        let physical = self.blocks().append_block()?;
-        let logical = self.blocks().block_count() - 1;
+        let (physical, logical) = self.append_index_block()?;
         let full = &mut path.levels[level];
         let keep = full.node.entries.len() / 2;
         let moved = full.node.entries.split_off(keep);
         let key = moved[0].hash;
         self.write_index_node(physical, &DxNode::new_interior(block_size, csum, moved))?;
         self.write_index_level(path, level)?;
-        insert_key(&mut path.levels[level - 1], key, logical)?;
+        insert_key(&mut path.levels[level - 1], key, logical);
         self.write_index_level(path, level - 1)
     }
 
@@ -446,9 +455,13 @@ impl DirectoryEditor<'_> {
         dir_hash(version, name, &self.format().hash_seed).major
     }
 
-    /// A leaf's live entries with their hashes, in chain order.
-    fn hashed_entries(&self, leaf: &LeafBlock, version: HashVersion) -> Vec<HashedEntry> {
-        leaf.entries()
+    /// Live entries with their hashes, numbered in the order given (chain order).
+    fn hashed(
+        &self,
+        entries: impl Iterator<Item = LeafEntry>,
+        version: HashVersion,
+    ) -> Vec<HashedEntry> {
+        entries
             .enumerate()
             .map(|(order, e)| HashedEntry {
                 hash: self.hash_name(version, &e.name),
@@ -464,20 +477,10 @@ impl DirectoryEditor<'_> {
     }
 }
 
-/// Adds (key → logical) right after the entry `index` follows (`dx_insert_block`).
-fn insert_key(index: &mut IndexLevel, key: u32, logical: u64) -> Result<()> {
-    let block = block_number(logical)?;
+/// Adds (key → block) right after the entry `index` follows (`dx_insert_block`).
+fn insert_key(index: &mut IndexLevel, key: u32, block: u32) {
     index
         .node
         .entries
         .insert(index.at + 1, DxEntry { hash: key, block });
-    Ok(())
-}
-
-/// A logical block number as an index entry stores it.
-fn block_number(logical: u64) -> Result<u32> {
-    u32::try_from(logical)
-        .ok()
-        .filter(|&b| b <= DX_BLOCK_MASK)
-        .ok_or_else(|| Error::FileTooBig("directory past 2^28 blocks".into()))
 }

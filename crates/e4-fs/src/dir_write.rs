@@ -16,9 +16,10 @@
 //! assert_eq!(dir.lookup(b"hello")?.map(|e| e.ino), Some(12));
 //! ```
 //!
-//! The caller holds the directory's lock and has checked that a name it adds is absent (a
-//! linear directory reports a duplicate as [`Error::Exists`]; an indexed one only looks in
-//! the leaf the new name hashes to). Blocks are never freed: a directory only grows.
+//! The caller holds the directory's lock and has checked that a name it adds is absent (as
+//! a last line, a duplicate in a block the insertion reads, every block up to the one with
+//! room when linear, the leaf the hash selects when indexed, is [`Error::Exists`]). Blocks
+//! are never freed: a directory only grows.
 
 use e4_format::dir_entry::{file_type as ft, DirEntryIter, MAX_NAME_LEN};
 use e4_format::features::{CompatFeatures, IncompatFeatures};
@@ -192,6 +193,7 @@ impl<'a> DirectoryEditor<'a> {
     /// Removes `name` (`ext4_delete_entry`) and returns what it pointed at; `None` if the
     /// directory has no such entry. Blocks are never freed.
     pub fn remove_entry(&mut self, name: &[u8]) -> Result<Option<DirEntry>> {
+        check_name(name)?;
         let Some(mut found) = self.find(name)? else {
             return Ok(None);
         };
@@ -200,8 +202,11 @@ impl<'a> DirectoryEditor<'a> {
         Ok(Some(public_entry(found.entry)))
     }
 
-    /// Finds `name` ("." and ".." are the caller's: they are not looked up here).
+    /// Finds `name`. "." and ".." are the caller's to resolve: like every name no entry may
+    /// have, they are [`Error::Invalid`] here (and a name over 255 bytes
+    /// [`Error::NameTooLong`]).
     pub fn lookup(&self, name: &[u8]) -> Result<Option<DirEntry>> {
+        check_name(name)?;
         Ok(self.find(name)?.map(|found| public_entry(found.entry)))
     }
 
@@ -213,6 +218,7 @@ impl<'a> DirectoryEditor<'a> {
         ino: u32,
         file_type: FileType,
     ) -> Result<Option<DirEntry>> {
+        check_name(name)?;
         let Some(mut found) = self.find(name)? else {
             return Ok(None);
         };
@@ -414,3 +420,7 @@ fn public_entry(entry: LeafEntry) -> DirEntry {
         file_type: ft::to_file_type(entry.file_type),
     }
 }
+
+#[cfg(test)]
+#[path = "dir_write_tests.rs"]
+mod tests;

@@ -376,12 +376,9 @@ impl Filesystem {
             }
             // Names with the same hash may continue in the next leaf, whose starting hash
             // then has the collision bit set (ext4_htree_next_block).
-            if !self.advance_htree_path(dir, &mut path, seed)? {
-                return Ok(None);
-            }
-            let (node, pos) = path.last().expect("path is never empty");
-            if node.entries[*pos].hash & !1 != hash {
-                return Ok(None);
+            match self.advance_htree_path(dir, &mut path, seed)? {
+                Some(key) if key & !1 == hash => {}
+                _ => return Ok(None),
             }
         }
     }
@@ -409,28 +406,31 @@ impl Filesystem {
         Ok(node)
     }
 
-    /// Moves the path to the next leaf in hash order; false at the end of the index.
+    /// Moves the path to the next leaf in hash order and returns that leaf's starting hash:
+    /// the key at the level that advanced, since the first entry of a node below stores
+    /// none. `None` at the end of the index.
     fn advance_htree_path(
         &self,
         dir: &Inode,
         path: &mut Vec<(DxNode, usize)>,
         seed: Option<u32>,
-    ) -> Result<bool> {
+    ) -> Result<Option<u32>> {
         let depth = path.len();
         // Find the deepest level that has a next entry.
         let Some(level) = (0..depth)
             .rev()
             .find(|&l| path[l].1 + 1 < path[l].0.entries.len())
         else {
-            return Ok(false);
+            return Ok(None);
         };
         path[level].1 += 1;
+        let key = path[level].0.entries[path[level].1].hash;
         path.truncate(level + 1);
         while path.len() < depth {
             let (node, pos) = path.last().expect("path is never empty");
             let child = self.read_index_node(dir, u64::from(node.entries[*pos].block), seed)?;
             path.push((child, 0));
         }
-        Ok(true)
+        Ok(Some(key))
     }
 }

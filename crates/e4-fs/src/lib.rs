@@ -22,6 +22,8 @@ pub mod block_map_tree;
 pub mod buffer_cache;
 pub mod device;
 mod dir_block;
+#[cfg(test)]
+mod dir_check;
 mod dir_index;
 pub mod dir_write;
 mod directory;
