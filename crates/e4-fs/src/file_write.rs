@@ -77,7 +77,14 @@ impl Filesystem {
         Ok(())
     }
 
-    fn require_regular(&self, inode: &Inode) -> Result<()> {
+    /// A regular file that may be changed: linked, or an orphan someone still has open
+    /// (an inode number kept past its last unlink without [`Filesystem::open_inode`] is
+    /// stale: the number may already name another file).
+    fn require_regular(&self, state: &InodeState) -> Result<()> {
+        let inode = &state.inode;
+        if state.deleted || (inode.links_count() == 0 && state.open_count == 0) {
+            return Err(Error::NotFound(format!("inode {} has no links", inode.ino)));
+        }
         match inode.file_type() {
             Some(FileType::Regular) => {}
             Some(FileType::Directory) => {
@@ -128,7 +135,7 @@ impl Filesystem {
             let txn = writer.begin()?;
             let handle = self.inode_handle(ino)?;
             let mut state = handle.lock(&self.inodes);
-            self.require_regular(&state.inode)?;
+            self.require_regular(&state)?;
             offset
                 .checked_add(data.len() as u64)
                 .filter(|&end| end <= self.max_file_size(&state.inode))
@@ -318,7 +325,7 @@ impl Filesystem {
             let txn = writer.begin()?;
             let handle = self.inode_handle(ino)?;
             let mut state = handle.lock(&self.inodes);
-            self.require_regular(&state.inode)?;
+            self.require_regular(&state)?;
             if size > self.max_file_size(&state.inode) {
                 return Err(Error::FileTooBig(format!("inode {ino}")));
             }
@@ -407,7 +414,7 @@ impl Filesystem {
             let txn = writer.begin()?;
             let handle = self.inode_handle(ino)?;
             let mut state = handle.lock(&self.inodes);
-            self.require_regular(&state.inode)?;
+            self.require_regular(&state)?;
             if !state.inode.has_flag(flags::EXTENTS) {
                 return Err(Error::NotSupported(format!(
                     "fallocate on block-mapped inode {ino} (no unwritten extents)"

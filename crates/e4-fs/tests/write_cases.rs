@@ -42,6 +42,15 @@ fn a_file_unlinked_while_open_lives_until_its_last_close() {
     fs.sync().unwrap();
     assert_eq!(superblock_of(&img.path).last_orphan, 0);
     assert!(fs.statfs().free_blocks > free_with_file);
+    // A number kept past the last unlink, without an open, is stale: writing through it
+    // must not reach whatever file gets the number next.
+    let stale = fs.create(ROOT, b"stale", ME).unwrap();
+    fs.unlink(ROOT, b"stale").unwrap();
+    assert!(matches!(
+        fs.write_at(stale, 0, b"x"),
+        Err(Error::NotFound(_))
+    ));
+    assert!(matches!(fs.truncate(stale, 10), Err(Error::NotFound(_))));
     // Another one is still open at unmount: unmount frees it.
     let other = fs.create(ROOT, b"other", ME).unwrap();
     fs.write_at(other, 0, b"x").unwrap();

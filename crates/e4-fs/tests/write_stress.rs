@@ -51,17 +51,18 @@ fn worker(fs: &Filesystem, t: usize, dirs: &[u32], shared: u32, ids: &AtomicU64)
         let dir = if rng.gen_bool(0.3) { shared } else { mine };
         match rng.gen_range(0..10) {
             0..=2 => {
+                // Made and written in my directory (where nobody else removes it), then
+                // moved to the shared one: an inode number is only safe to use while a name
+                // (or an open) keeps it.
                 let name = format!("t{t}-{k}").into_bytes();
-                match fs.create(dir, &name, ME) {
-                    Ok(ino) => {
-                        let id = ids.fetch_add(1, Ordering::Relaxed);
-                        let len = rng.gen_range(8..40_000);
-                        fs.write_at(ino, 0, &bytes(id, 0, len)).unwrap();
-                        if dir == mine {
-                            files.push((ino, name));
-                        }
-                    }
-                    Err(e) => tolerated(Err(e)),
+                let ino = fs.create(mine, &name, ME).unwrap();
+                let id = ids.fetch_add(1, Ordering::Relaxed);
+                let len = rng.gen_range(8..40_000);
+                fs.write_at(ino, 0, &bytes(id, 0, len)).unwrap();
+                if dir == mine {
+                    files.push((ino, name));
+                } else {
+                    tolerated(fs.rename(mine, &name, shared, &name, RenameMode::Replace));
                 }
             }
             3 => {
