@@ -478,9 +478,10 @@ fn blocks_shared_by_the_kernel_are_copied_on_write() {
 #[test]
 fn concurrent_copies_of_one_shared_block_keep_its_count() {
     let img = make_empty_image(&["-t", "ext4", "-I", "128"], 32);
-    let names: Vec<String> = (0..32).map(|i| format!("f{i}")).collect();
+    let names: Vec<String> = (0..320).map(|i| format!("f{i}")).collect();
     let name_refs: Vec<&str> = names.iter().map(String::as_str).collect();
     let attrs = [("user.shared", vec![b's'; 100])];
+    const COPIED: usize = 256;
     if kernel_shared_block(&img.path, &name_refs, &attrs).is_none() {
         return;
     }
@@ -489,9 +490,16 @@ fn concurrent_copies_of_one_shared_block_keep_its_count() {
         .iter()
         .map(|n| fs.lookup(ROOT, n.as_bytes()).unwrap().unwrap())
         .collect();
-    // Each of 8 threads copies the block for its 3 files; the last 8 files keep it.
+    let shared = fs.read_inode(inos[0]).unwrap().file_acl();
+    let block_size = u64::from(fs.block_size());
+    assert_eq!(
+        refcount(&img.path, block_size, shared),
+        320,
+        "one block for all"
+    );
+    // Each of 8 threads copies the block for its 32 files; the last 64 files keep it.
     std::thread::scope(|s| {
-        for chunk in inos[..24].chunks(3) {
+        for chunk in inos[..COPIED].chunks(COPIED / 8) {
             let fs = &fs;
             s.spawn(move || {
                 for &ino in chunk {
@@ -505,7 +513,7 @@ fn concurrent_copies_of_one_shared_block_keep_its_count() {
     for (i, &ino) in inos.iter().enumerate() {
         let attrs = model.entry(ino).or_default();
         attrs.insert(b"user.shared".to_vec(), vec![b's'; 100]);
-        if i < 24 {
+        if i < COPIED {
             attrs.insert(b"user.own".to_vec(), ino.to_le_bytes().to_vec());
         }
     }
