@@ -294,6 +294,7 @@ pub(crate) fn release_xattr_block(
 mod tests {
     use super::*;
     use crate::meta_io::memory::MemoryMetaIo;
+    use crate::meta_io::Owner;
 
     const BS: usize = 1024;
 
@@ -431,6 +432,49 @@ mod tests {
             .unwrap();
         assert_eq!(set(&io, &mut other, "z", None).unwrap(), -1);
         assert_eq!((other.file_acl(), header(&io, nr).refcount), (0, 1));
+    }
+
+    /// A store whose reads take a while, so that racing read-modify-writes overlap.
+    struct SlowReads<'a>(&'a MemoryMetaIo);
+
+    impl MetaIo for SlowReads<'_> {
+        fn block_size(&self) -> usize {
+            self.0.block_size()
+        }
+        fn read(&self, nr: u64, kind: BlockKind, owner: Owner) -> Result<Vec<u8>> {
+            let bytes = self.0.read(nr, kind, owner)?;
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            Ok(bytes)
+        }
+        fn write(&self, nr: u64, kind: BlockKind, owner: Owner, bytes: &[u8]) -> Result<()> {
+            self.0.write(nr, kind, owner, bytes)
+        }
+        fn allocate(&self, goal: u64, owner: Owner) -> Result<u64> {
+            self.0.allocate(goal, owner)
+        }
+        fn free(&self, start: u64, len: u64, owner: Owner) -> Result<()> {
+            self.0.free(start, len, owner)
+        }
+    }
+
+    #[test]
+    fn concurrent_releases_of_a_shared_block_lose_no_reference() {
+        let io = MemoryMetaIo::new(BS, 100, 200);
+        let mut inode = inode_with_area(0);
+        set(&io, &mut inode, "x", Some(10)).unwrap();
+        let nr = inode.file_acl();
+        let mut bytes = io.blocks.lock().unwrap()[&nr].1.clone();
+        bytes[4] = 9;
+        io.write(nr, BlockKind::XattrBlock, owner_of(&inode), &bytes)
+            .unwrap();
+        let slow = SlowReads(&io);
+        let lock = Mutex::new(());
+        std::thread::scope(|s| {
+            for _ in 0..8 {
+                s.spawn(|| release_xattr_block(&slow, &inode, nr, &lock).unwrap());
+            }
+        });
+        assert_eq!(header(&io, nr).refcount, 1);
     }
 
     #[test]
