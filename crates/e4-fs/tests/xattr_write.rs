@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use e4_format::features::CompatFeatures;
 use e4_format::xattr::{entry_len, split_name, value_len};
 use e4_fs::{Creator, Error, Filesystem, OpenOptions, XattrSet};
 use e4_testkit::{
@@ -340,6 +341,24 @@ fn access_acl_equivalent_to_the_mode_sets_the_mode_and_is_not_stored() {
         &[("f", file), ("d", dir)],
         "equivalent ACL",
     );
+}
+
+#[test]
+fn the_first_attribute_turns_on_ext_attr() {
+    for args in [
+        &["-t", "ext4", "-O", "^ext_attr", "-I", "128"][..],
+        &["-t", "ext4", "-O", "^ext_attr"],
+    ] {
+        let img = make_empty_image(args, 8);
+        let fs = Filesystem::open(&img.path, OpenOptions::writable()).unwrap();
+        assert!(!fs.superblock().compat().contains(CompatFeatures::EXT_ATTR));
+        let file = fs.create(ROOT, b"f", creator()).unwrap();
+        let mut model = Model::new();
+        set(&fs, &mut model, file, b"user.x", b"value", XattrSet::Create);
+        check_image(fs, &img.path, &model, &[("f", file)], "ext_attr");
+        let fs = Filesystem::open(&img.path, OpenOptions::default()).unwrap();
+        assert!(fs.superblock().compat().contains(CompatFeatures::EXT_ATTR));
+    }
 }
 
 /// A read-write kernel mount, unmounted on drop.
