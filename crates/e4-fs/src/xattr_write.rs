@@ -84,6 +84,31 @@ enum XattrChange<'a> {
     Clear { how: XattrSet },
 }
 
+impl<'a> XattrChange<'a> {
+    /// What becomes of the attribute, whose value is now `current`: `None` when nothing
+    /// changes, else its new value (`Some(None)`: removed). Errors per `how`.
+    fn resolve(
+        self,
+        current: Option<&[u8]>,
+        name: impl Fn() -> String,
+    ) -> Result<Option<Option<&'a [u8]>>> {
+        let how = match self {
+            XattrChange::Set { how, .. } | XattrChange::Clear { how } => how,
+            XattrChange::Remove => XattrSet::Replace,
+        };
+        match (how, current) {
+            (XattrSet::Create, Some(_)) => return Err(Error::Exists(name())),
+            (XattrSet::Replace, None) => return Err(Error::NoAttribute(name())),
+            _ => {}
+        }
+        Ok(match self {
+            XattrChange::Set { value, .. } if current != Some(value) => Some(Some(value)),
+            XattrChange::Set { .. } => None,
+            XattrChange::Remove | XattrChange::Clear { .. } => current.is_some().then_some(None),
+        })
+    }
+}
+
 /// One change an API call makes to an inode.
 struct XattrUpdate<'a> {
     /// The full name, for errors.
@@ -208,24 +233,7 @@ impl Filesystem {
         }
         let stored = InodeXattrs::load(io, inode)?;
         let current = stored.value(update.key);
-        let new_value = match update.change {
-            XattrChange::Set { how, .. } | XattrChange::Clear { how } => {
-                match (how, current) {
-                    (XattrSet::Create, Some(_)) => return Err(Error::Exists(shown())),
-                    (XattrSet::Replace, None) => return Err(Error::NoAttribute(shown())),
-                    _ => {}
-                }
-                match update.change {
-                    XattrChange::Set { value, .. } if current != Some(value) => Some(Some(value)),
-                    XattrChange::Clear { .. } if current.is_some() => Some(None),
-                    _ => None,
-                }
-            }
-            XattrChange::Remove if current.is_none() => {
-                return Err(Error::NoAttribute(shown()));
-            }
-            XattrChange::Remove => Some(None),
-        };
+        let new_value = update.change.resolve(current, shown)?;
         let mut changed = false;
         if let Some(value) = new_value {
             let layout = stored.change(
