@@ -1,48 +1,239 @@
 //! POSIX ACLs as ext4 stores them (`ext4_acl_header`, version 1, with 4-byte short entries
 //! for the owner/group/mask/other tags) and as the `system.posix_acl_*` xattr interface
-//! presents them (`posix_acl_xattr_header`, version 2, every entry 8 bytes).
+//! presents them (`posix_acl_xattr_header`, version 2, every entry 8 bytes). Both forms go
+//! through [`PosixAcl`]: `fs/ext4/acl.c` converts between the disk form and the kernel's
+//! `struct posix_acl`, `fs/posix_acl.c` between that and the xattr form.
 
 use crate::codec::{le16, le32};
 use crate::error::{FormatError, Location, Result};
 
 const EXT4_ACL_VERSION: u32 = 1;
-const VFS_ACL_VERSION: u32 = 2;
-/// Tags whose entries carry an id (`ACL_USER`, `ACL_GROUP`).
-const TAG_USER: u16 = 0x02;
-const TAG_GROUP: u16 = 0x08;
+const XATTR_ACL_VERSION: u32 = 2;
+/// Bytes of an entry that carries an id, in either form; short disk entries have 4.
+const LONG_ENTRY_SIZE: usize = 8;
+const SHORT_ENTRY_SIZE: usize = 4;
+/// Bytes of the version header, in either form.
+const HEADER_SIZE: usize = 4;
 /// `ACL_UNDEFINED_ID`, written for tags without an id.
 const UNDEFINED_ID: u32 = u32::MAX;
+/// The permission bits an entry may have (`ACL_READ | ACL_WRITE | ACL_EXECUTE`).
+const PERM_BITS: u16 = 0o7;
 
-/// Converts an ext4 on-disk ACL to the form `getxattr` returns.
-pub fn acl_to_xattr(disk: &[u8], loc: Location) -> Result<Vec<u8>> {
-    let bad = |reason: &str| FormatError::corrupt("POSIX ACL", loc, reason.to_string());
-    if le32(disk, 0) != Some(EXT4_ACL_VERSION) {
-        return Err(bad("unknown version"));
+/// `e_tag` values.
+pub mod tag {
+    /// `ACL_USER_OBJ`: the file's owner.
+    pub const USER_OBJ: u16 = 0x01;
+    /// `ACL_USER`: a named user (has an id).
+    pub const USER: u16 = 0x02;
+    /// `ACL_GROUP_OBJ`: the file's group.
+    pub const GROUP_OBJ: u16 = 0x04;
+    /// `ACL_GROUP`: a named group (has an id).
+    pub const GROUP: u16 = 0x08;
+    /// `ACL_MASK`: the most a named entry or the group may be granted.
+    pub const MASK: u16 = 0x10;
+    /// `ACL_OTHER`: everyone else.
+    pub const OTHER: u16 = 0x20;
+}
+
+/// One entry of an ACL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AclEntry {
+    /// `e_tag`: one of [`tag`].
+    pub tag: u16,
+    /// `e_perm`: read 4, write 2, execute 1.
+    pub perm: u16,
+    /// `e_id`: the user or group for [`tag::USER`] and [`tag::GROUP`]; unused otherwise.
+    pub id: u32,
+}
+
+impl AclEntry {
+    fn has_id(&self) -> bool {
+        self.tag == tag::USER || self.tag == tag::GROUP
     }
-    let mut out = VFS_ACL_VERSION.to_le_bytes().to_vec();
-    let mut at = 4;
-    while at < disk.len() {
-        let (Some(tag), Some(perm)) = (le16(disk, at), le16(disk, at + 2)) else {
-            return Err(bad("truncated entry"));
-        };
-        let id = if tag == TAG_USER || tag == TAG_GROUP {
-            let id = le32(disk, at + 4).ok_or_else(|| bad("truncated entry"))?;
-            at += 8;
-            id
+}
+
+/// Why an ACL passed to `setxattr` was refused (the kernel's EINVAL or EOPNOTSUPP).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid POSIX ACL: {0}")]
+pub struct InvalidAcl(pub &'static str);
+
+/// A POSIX ACL: its entries in the order they are stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PosixAcl {
+    pub entries: Vec<AclEntry>,
+}
+
+impl PosixAcl {
+    /// Parses the ext4 on-disk form.
+    pub fn from_disk(disk: &[u8], loc: Location) -> Result<Self> {
+        let bad = |reason: &str| FormatError::corrupt("POSIX ACL", loc, reason.to_string());
+        if le32(disk, 0) != Some(EXT4_ACL_VERSION) {
+            return Err(bad("unknown version"));
+        }
+        let mut entries = Vec::new();
+        let mut at = HEADER_SIZE;
+        while at < disk.len() {
+            let (Some(tag), Some(perm)) = (le16(disk, at), le16(disk, at + 2)) else {
+                return Err(bad("truncated entry"));
+            };
+            let mut entry = AclEntry {
+                tag,
+                perm,
+                id: UNDEFINED_ID,
+            };
+            if entry.has_id() {
+                entry.id = le32(disk, at + 4).ok_or_else(|| bad("truncated entry"))?;
+                at += LONG_ENTRY_SIZE;
+            } else {
+                at += SHORT_ENTRY_SIZE;
+            }
+            entries.push(entry);
+        }
+        Ok(PosixAcl { entries })
+    }
+
+    /// The ext4 on-disk form (`ext4_acl_to_disk`): version 1, short entries for the tags
+    /// without an id.
+    pub fn to_disk(&self) -> Vec<u8> {
+        let mut out = EXT4_ACL_VERSION.to_le_bytes().to_vec();
+        for entry in &self.entries {
+            out.extend_from_slice(&entry.tag.to_le_bytes());
+            out.extend_from_slice(&entry.perm.to_le_bytes());
+            if entry.has_id() {
+                out.extend_from_slice(&entry.id.to_le_bytes());
+            }
+        }
+        out
+    }
+
+    /// Parses the form `setxattr` passes (`posix_acl_from_xattr`) and checks it as the
+    /// kernel does before storing it (`posix_acl_valid`). `None` for an ACL with no entries,
+    /// which removes the ACL.
+    pub fn from_xattr(value: &[u8]) -> Result<Option<Self>, InvalidAcl> {
+        if le32(value, 0) != Some(XATTR_ACL_VERSION) {
+            return Err(InvalidAcl("not version 2 of the xattr form"));
+        }
+        let body = &value[HEADER_SIZE..];
+        if body.len() % LONG_ENTRY_SIZE != 0 {
+            return Err(InvalidAcl("size is not a whole number of entries"));
+        }
+        if body.is_empty() {
+            return Ok(None);
+        }
+        let entries = body
+            .chunks_exact(LONG_ENTRY_SIZE)
+            .map(|raw| {
+                let mut entry = AclEntry {
+                    tag: u16::from_le_bytes([raw[0], raw[1]]),
+                    perm: u16::from_le_bytes([raw[2], raw[3]]),
+                    id: u32::from_le_bytes([raw[4], raw[5], raw[6], raw[7]]),
+                };
+                if !entry.has_id() {
+                    entry.id = UNDEFINED_ID;
+                }
+                entry
+            })
+            .collect();
+        let acl = PosixAcl { entries };
+        acl.validate()?;
+        Ok(Some(acl))
+    }
+
+    /// The form `getxattr` returns: version 2, every entry 8 bytes.
+    pub fn to_xattr(&self) -> Vec<u8> {
+        let mut out = XATTR_ACL_VERSION.to_le_bytes().to_vec();
+        for entry in &self.entries {
+            out.extend_from_slice(&entry.tag.to_le_bytes());
+            out.extend_from_slice(&entry.perm.to_le_bytes());
+            out.extend_from_slice(&entry.id.to_le_bytes());
+        }
+        out
+    }
+
+    /// `posix_acl_valid`: permissions within rwx; one owner entry, named users, one group
+    /// entry, named groups, a mask (required when there are named entries), one other
+    /// entry, in that order.
+    fn validate(&self) -> Result<(), InvalidAcl> {
+        #[derive(PartialEq)]
+        enum Expect {
+            UserObj,
+            Users,
+            Groups,
+            Other,
+            Done,
+        }
+        let mut state = Expect::UserObj;
+        let mut needs_mask = false;
+        for entry in &self.entries {
+            if entry.perm & !PERM_BITS != 0 {
+                return Err(InvalidAcl("permission bits other than rwx"));
+            }
+            state = match (entry.tag, state) {
+                (tag::USER_OBJ, Expect::UserObj) => Expect::Users,
+                (tag::USER, Expect::Users) => {
+                    needs_mask = true;
+                    Expect::Users
+                }
+                (tag::GROUP_OBJ, Expect::Users) => Expect::Groups,
+                (tag::GROUP, Expect::Groups) => {
+                    needs_mask = true;
+                    Expect::Groups
+                }
+                (tag::MASK, Expect::Groups) => Expect::Other,
+                (tag::OTHER, Expect::Other) => Expect::Done,
+                (tag::OTHER, Expect::Groups) if !needs_mask => Expect::Done,
+                _ => return Err(InvalidAcl("entries missing, repeated or out of order")),
+            };
+        }
+        if state == Expect::Done {
+            Ok(())
         } else {
-            at += 4;
-            UNDEFINED_ID
-        };
-        out.extend_from_slice(&tag.to_le_bytes());
-        out.extend_from_slice(&perm.to_le_bytes());
-        out.extend_from_slice(&id.to_le_bytes());
+            Err(InvalidAcl("entries missing, repeated or out of order"))
+        }
     }
-    Ok(out)
+
+    /// The permission bits (`rwxrwxrwx`) a file with this access ACL has
+    /// (`posix_acl_equiv_mode`): owner, mask (or group when there is no mask), other; and
+    /// whether the ACL says no more than those bits, so the kernel does not store it.
+    pub fn equivalent_mode(&self) -> (u16, bool) {
+        let mut mode = 0;
+        let mut mask = None;
+        let mut equivalent = true;
+        for entry in &self.entries {
+            let perm = entry.perm & PERM_BITS;
+            match entry.tag {
+                tag::USER_OBJ => mode |= perm << 6,
+                tag::GROUP_OBJ => mode |= perm << 3,
+                tag::OTHER => mode |= perm,
+                tag::MASK => {
+                    mask = Some(perm);
+                    equivalent = false;
+                }
+                _ => equivalent = false,
+            }
+        }
+        if let Some(mask) = mask {
+            mode = (mode & !0o070) | (mask << 3);
+        }
+        (mode, equivalent)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn xattr_form(entries: &[(u16, u16, u32)]) -> Vec<u8> {
+        let mut out = 2u32.to_le_bytes().to_vec();
+        for &(tag, perm, id) in entries {
+            out.extend_from_slice(&tag.to_le_bytes());
+            out.extend_from_slice(&perm.to_le_bytes());
+            out.extend_from_slice(&id.to_le_bytes());
+        }
+        out
+    }
+
+    const NO_ID: u32 = UNDEFINED_ID;
 
     #[test]
     fn short_and_long_entries() {
@@ -50,9 +241,94 @@ mod tests {
         disk.extend_from_slice(&[1, 0, 6, 0]); // USER_OBJ rw
         disk.extend_from_slice(&[2, 0, 4, 0, 0xE8, 3, 0, 0]); // USER 1000 r
         disk.extend_from_slice(&[0x20, 0, 4, 0]); // OTHER r
-        let vfs = acl_to_xattr(&disk, Location::Inode(12)).unwrap();
+        let acl = PosixAcl::from_disk(&disk, Location::Inode(12)).unwrap();
+        let vfs = acl.to_xattr();
         assert_eq!(vfs.len(), 4 + 3 * 8);
         assert_eq!(&vfs[12..20], &[2, 0, 4, 0, 0xE8, 3, 0, 0]);
         assert_eq!(&vfs[20..28], &[0x20, 0, 4, 0, 0xFF, 0xFF, 0xFF, 0xFF]);
+        assert_eq!(acl.to_disk(), disk);
+    }
+
+    #[test]
+    fn xattr_form_converts_to_disk_and_back() {
+        let value = xattr_form(&[
+            (tag::USER_OBJ, 6, NO_ID),
+            (tag::USER, 4, 1000),
+            (tag::GROUP_OBJ, 4, NO_ID),
+            (tag::GROUP, 5, 50),
+            (tag::MASK, 7, NO_ID),
+            (tag::OTHER, 0, NO_ID),
+        ]);
+        let acl = PosixAcl::from_xattr(&value).unwrap().unwrap();
+        let disk = acl.to_disk();
+        // 4 header + 4 short entries of 4 + 2 long entries of 8.
+        assert_eq!(disk.len(), 4 + 4 * 4 + 2 * 8);
+        assert_eq!(&disk[..4], &[1, 0, 0, 0]);
+        assert_eq!(&disk[8..16], &[2, 0, 4, 0, 0xE8, 3, 0, 0]);
+        let back = PosixAcl::from_disk(&disk, Location::Inode(12)).unwrap();
+        assert_eq!(back.to_xattr(), value);
+    }
+
+    #[test]
+    fn ids_of_short_tags_are_ignored() {
+        let value = xattr_form(&[
+            (tag::USER_OBJ, 6, 7),
+            (tag::GROUP_OBJ, 4, 7),
+            (tag::OTHER, 4, 7),
+        ]);
+        let acl = PosixAcl::from_xattr(&value).unwrap().unwrap();
+        assert!(acl.entries.iter().all(|e| e.id == UNDEFINED_ID));
+    }
+
+    #[test]
+    fn invalid_acls_are_refused() {
+        let base = [
+            (tag::USER_OBJ, 6, NO_ID),
+            (tag::GROUP_OBJ, 4, NO_ID),
+            (tag::OTHER, 4, NO_ID),
+        ];
+        assert!(PosixAcl::from_xattr(&xattr_form(&base)).unwrap().is_some());
+        // Named user without a mask.
+        let no_mask = [base[0], (tag::USER, 4, 1), base[1], (tag::OTHER, 4, NO_ID)];
+        assert!(PosixAcl::from_xattr(&xattr_form(&no_mask)).is_err());
+        // Out of order, missing, repeated, bad permission, unknown tag.
+        for bad in [
+            vec![base[1], base[0], base[2]],
+            vec![base[0], base[2]],
+            vec![base[0], base[0], base[1], base[2]],
+            vec![base[0], base[1], base[2], base[2]],
+            vec![base[0], (tag::GROUP_OBJ, 8, NO_ID), base[2]],
+            vec![base[0], base[1], (0x40, 4, NO_ID)],
+        ] {
+            assert!(PosixAcl::from_xattr(&xattr_form(&bad)).is_err(), "{bad:?}");
+        }
+        let mut wrong_version = xattr_form(&base);
+        wrong_version[0] = 1;
+        assert!(PosixAcl::from_xattr(&wrong_version).is_err());
+        let mut ragged = xattr_form(&base);
+        ragged.push(0);
+        assert!(PosixAcl::from_xattr(&ragged).is_err());
+        assert_eq!(PosixAcl::from_xattr(&2u32.to_le_bytes()), Ok(None));
+    }
+
+    #[test]
+    fn equivalent_mode_uses_the_mask_for_group_bits() {
+        let plain = PosixAcl::from_xattr(&xattr_form(&[
+            (tag::USER_OBJ, 7, NO_ID),
+            (tag::GROUP_OBJ, 5, NO_ID),
+            (tag::OTHER, 1, NO_ID),
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!(plain.equivalent_mode(), (0o751, true));
+        let masked = PosixAcl::from_xattr(&xattr_form(&[
+            (tag::USER_OBJ, 6, NO_ID),
+            (tag::GROUP_OBJ, 6, NO_ID),
+            (tag::MASK, 4, NO_ID),
+            (tag::OTHER, 0, NO_ID),
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!(masked.equivalent_mode(), (0o640, false));
     }
 }

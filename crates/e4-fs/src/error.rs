@@ -39,6 +39,9 @@ pub enum Error {
     /// A name that must be new already exists (EEXIST).
     #[error("{0}: file exists")]
     Exists(String),
+    /// An extended attribute that must exist does not (ENODATA).
+    #[error("{0}: no such attribute")]
+    NoAttribute(String),
     /// A directory that must be empty is not (ENOTEMPTY).
     #[error("{0}: directory not empty")]
     NotEmpty(String),

@@ -46,6 +46,7 @@ mod time;
 mod txn_io;
 mod writer;
 mod xattr;
+mod xattr_store;
 mod xattr_write;
 
 pub use attributes::SetAttributes;

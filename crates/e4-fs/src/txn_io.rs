@@ -18,6 +18,15 @@ pub(crate) struct TxnIo<'a> {
     pub slot: usize,
 }
 
+/// The role a block is read or written in. An xattr block has no owner: several inodes may
+/// share it, its checksum is seeded by its block number alone, and the read path verifies
+/// it without an inode (a role with an owner would make it verify a block written in this
+/// transaction, whose checksum is only sealed at write-back).
+fn role(kind: BlockKind, owner: Owner) -> BufferRole {
+    let owner = (kind != BlockKind::XattrBlock).then_some(owner);
+    BufferRole { kind, owner }
+}
+
 impl MetaIo for TxnIo<'_> {
     fn block_size(&self) -> usize {
         self.fs.block_size() as usize
@@ -25,21 +34,14 @@ impl MetaIo for TxnIo<'_> {
 
     fn read(&self, nr: u64, kind: BlockKind, owner: Owner) -> Result<Vec<u8>> {
         let buffer = self.fs.read_block(nr)?;
-        let role = BufferRole {
-            kind,
-            owner: Some(owner),
-        };
-        self.fs.verify_block(&buffer, role)?;
+        self.fs.verify_block(&buffer, role(kind, owner))?;
         let bytes = buffer.bytes().to_vec();
         Ok(bytes)
     }
 
     fn write(&self, nr: u64, kind: BlockKind, owner: Owner, bytes: &[u8]) -> Result<()> {
         let buffer = self.fs.cache.get_new(nr, bytes);
-        buffer.set_role(BufferRole {
-            kind,
-            owner: Some(owner),
-        });
+        buffer.set_role(role(kind, owner));
         self.fs.cache.mark_dirty(&buffer);
         Ok(())
     }

@@ -23,7 +23,7 @@ use e4_alloc::{
     AllocatorConfig, BlockAllocator, Geometry as AllocGeometry, GroupLocking, GroupSummary,
     InodeAllocator, InodeGeometry, InodeGroupSummary, TransactionFrees,
 };
-use e4_format::features::RoCompatFeatures;
+use e4_format::features::{CompatFeatures, RoCompatFeatures};
 use e4_format::group_descriptor::{
     BitmapKind, GroupChecksum, BG_BLOCK_UNINIT, BG_INODE_UNINIT, BG_INODE_ZEROED,
 };
@@ -38,6 +38,9 @@ use crate::filesystem::Filesystem;
 
 /// Limit-counter slots, commit-gate slots and pending-free lists: one per thread up to this.
 const SLOTS: usize = 64;
+
+/// Stripes of the xattr block reference-count locks.
+const XATTR_BLOCK_LOCKS: usize = 64;
 
 /// Dirty metadata blocks that make an operation commit once it is done.
 const DIRTY_LIMIT: usize = 16 * 1024;
@@ -72,6 +75,9 @@ pub(crate) struct Writer {
     /// Serialises renames that move something to another directory (as the kernel's
     /// `s_vfs_rename_mutex` does), so two of them cannot make a directory its own ancestor.
     pub rename_lock: Mutex<()>,
+    /// Locks for xattr blocks' reference counts, striped by block number: a shared block
+    /// has no owning inode whose lock would cover it (the kernel locks its buffer).
+    xattr_block_locks: Box<[CachePadded<Mutex<()>>]>,
     /// The superblock as it will be written next.
     superblock: Mutex<Superblock>,
     /// Inodes without links that are still open: the on-disk orphan list (`s_last_orphan`,
@@ -221,6 +227,9 @@ impl Writer {
             running: AtomicU64::new(1),
             commit_lock: Mutex::new(()),
             rename_lock: Mutex::new(()),
+            xattr_block_locks: (0..XATTR_BLOCK_LOCKS)
+                .map(|_| CachePadded::new(Mutex::new(())))
+                .collect(),
             superblock: Mutex::new(superblock),
             orphans: Mutex::default(),
             gate_locks: LockStats::default(),
@@ -525,6 +534,20 @@ impl Writer {
         fs.device
             .flush()
             .map_err(|e| Error::io("flush at unmount", e))
+    }
+
+    /// The lock that covers xattr block `nr`'s reference count. Taken after the inode's
+    /// lock and held only while the count is read and written (and the block freed).
+    pub fn xattr_block_lock(&self, nr: u64) -> &Mutex<()> {
+        &self.xattr_block_locks[(nr % self.xattr_block_locks.len() as u64) as usize]
+    }
+
+    /// Turns on a compatible feature the filesystem now uses (ext_attr with the first
+    /// extended attribute, as `ext4_xattr_update_super_block` does); written with the next
+    /// superblock.
+    pub fn add_compat(&self, feature: CompatFeatures) {
+        let mut sb = self.superblock.lock();
+        sb.feature_compat |= feature.bits();
     }
 
     /// Turns on a read-only-compatible feature the filesystem now needs (large_file when a

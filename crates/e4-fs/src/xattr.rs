@@ -3,7 +3,7 @@
 
 use e4_format::features::IncompatFeatures;
 use e4_format::inode::{flags, Inode};
-use e4_format::posix_acl::acl_to_xattr;
+use e4_format::posix_acl::PosixAcl;
 use e4_format::xattr::{parse_inode_xattrs, parse_xattr_block, Xattr, XattrValue};
 use e4_format::{FormatError, Location};
 
@@ -121,7 +121,8 @@ impl Filesystem {
             return Ok(None);
         };
         if name.starts_with(b"system.posix_acl_") {
-            return Ok(Some(acl_to_xattr(&value, Location::Inode(inode.ino))?));
+            let acl = PosixAcl::from_disk(&value, Location::Inode(inode.ino))?;
+            return Ok(Some(acl.to_xattr()));
         }
         Ok(Some(value))
     }
