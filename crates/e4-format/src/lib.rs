@@ -25,6 +25,7 @@ pub mod dir_htree;
 pub mod error;
 pub mod extent;
 pub mod features;
+pub mod geometry;
 pub mod group_descriptor;
 pub mod inline_data;
 pub mod inode;

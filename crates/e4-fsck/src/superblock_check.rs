@@ -1,0 +1,277 @@
+//! Before pass 1 (e2fsck's `check_super_block`): read and check the superblock, then every
+//! group descriptor (placement of bitmaps and inode tables, flags, counts, checksums) and
+//! the summary counters. What makes the image impossible to check is an [`FsckError`];
+//! everything else is a problem and the check goes on.
+
+use std::path::Path;
+
+use rayon::prelude::*;
+
+use e4_format::features::READABLE_INCOMPAT;
+use e4_format::features::{feature_names, FeatureKind, IncompatFeatures, RoCompatFeatures};
+use e4_format::geometry::Geometry;
+use e4_format::group_descriptor::{
+    GroupChecksum, GroupDescriptor, BG_BLOCK_UNINIT, BG_INODE_UNINIT,
+};
+use e4_format::superblock::{Superblock, SUPERBLOCK_OFFSET};
+use e4_format::FormatError;
+
+use crate::context::Context;
+use crate::image::Image;
+use crate::problem::{Location, Problem, ProblemCode};
+
+/// Why an image cannot be checked at all (e2fsck's exit status 8).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FsckError {
+    /// The image could not be opened or read.
+    Io(String),
+    /// The superblock does not describe an ext2/3/4 filesystem.
+    NotExt(String),
+    /// The filesystem uses a feature the checker does not understand.
+    Unsupported(String),
+}
+
+impl std::fmt::Display for FsckError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FsckError::Io(m) => write!(f, "cannot read the image: {m}"),
+            FsckError::NotExt(m) => write!(f, "not an ext2/3/4 filesystem: {m}"),
+            FsckError::Unsupported(m) => write!(f, "unsupported filesystem: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for FsckError {}
+
+/// Opens `path`, checks the superblock and descriptors, and returns the shared state with
+/// their problems recorded.
+pub fn open_and_check(path: &Path) -> Result<Context, FsckError> {
+    let image = Image::open(path).map_err(|e| FsckError::Io(format!("{}: {e}", path.display())))?;
+    let mut raw = [0u8; 1024];
+    image
+        .read_at(SUPERBLOCK_OFFSET, &mut raw)
+        .map_err(|e| FsckError::NotExt(format!("reading the superblock: {e}")))?;
+    let mut problems = Vec::new();
+    let sb = match Superblock::parse(&raw) {
+        Ok(sb) => sb,
+        // Validation passed (it runs first); only the checksum is wrong.
+        Err(FormatError::Checksum {
+            stored, computed, ..
+        }) => {
+            problems.push(Problem::new(
+                ProblemCode::PR_0_SB_CORRUPT,
+                Location::Superblock,
+                format!("superblock checksum is {stored:#010x}, should be {computed:#010x}"),
+            ));
+            Superblock::decode(&raw)
+        }
+        Err(FormatError::Incompatible(m)) => return Err(FsckError::Unsupported(m)),
+        Err(e) => return Err(FsckError::NotExt(e.to_string())),
+    };
+    let unknown = sb.incompat().bits() & !READABLE_INCOMPAT.bits();
+    if unknown != 0 {
+        return Err(FsckError::Unsupported(format!(
+            "incompatible features {}",
+            feature_names(FeatureKind::Incompat, unknown).join(", ")
+        )));
+    }
+    if sb.ro_compat().contains(RoCompatFeatures::BIGALLOC) {
+        return Err(FsckError::Unsupported("bigalloc".into()));
+    }
+    let geo = Geometry::new(&sb);
+    let device_blocks = image.len() / u64::from(geo.block_size);
+    if device_blocks < geo.blocks_count {
+        problems.push(Problem::new(
+            ProblemCode::PR_0_FS_SIZE_WRONG,
+            Location::Superblock,
+            format!(
+                "the superblock says {} blocks, the device holds {device_blocks}",
+                geo.blocks_count
+            ),
+        ));
+    }
+    let groups = read_descriptors(&image, &sb, &geo, &mut problems)?;
+    let ctx = Context::new(image, sb, groups, problems);
+    check_descriptors(&ctx);
+    check_summary_counts(&ctx);
+    check_journal_state(&ctx);
+    Ok(ctx)
+}
+
+/// Reads every group descriptor; a descriptor whose checksum is wrong is reported and used.
+fn read_descriptors(
+    image: &Image,
+    sb: &Superblock,
+    geo: &Geometry,
+    problems: &mut Vec<Problem>,
+) -> Result<Vec<GroupDescriptor>, FsckError> {
+    let checksum = GroupChecksum::for_superblock(sb);
+    let desc_size = sb.desc_size() as usize;
+    let parsed: Vec<Result<(GroupDescriptor, Option<Problem>), FsckError>> = (0..geo
+        .group_count())
+        .into_par_iter()
+        .map(|group| {
+            let block = geo.descriptor_block(group);
+            let at = geo.descriptor_offset(group);
+            let mut bytes = vec![0u8; desc_size];
+            let offset = block * u64::from(geo.block_size) + at as u64;
+            image.read_at(offset, &mut bytes).map_err(|e| {
+                FsckError::NotExt(format!("reading group {group}'s descriptor: {e}"))
+            })?;
+            match GroupDescriptor::parse(&bytes, group, &checksum) {
+                Ok(desc) => Ok((desc, None)),
+                Err(FormatError::Checksum {
+                    stored, computed, ..
+                }) => {
+                    let desc = GroupDescriptor::parse(&bytes, group, &GroupChecksum::None)
+                        .map_err(|e| FsckError::NotExt(e.to_string()))?;
+                    let problem = Problem::new(
+                        ProblemCode::PR_0_GDT_CSUM,
+                        Location::Group(group),
+                        format!(
+                            "group descriptor {group} checksum is {stored:#06x}, should be {computed:#06x}"
+                        ),
+                    );
+                    Ok((desc, Some(problem)))
+                }
+                Err(e) => Err(FsckError::NotExt(e.to_string())),
+            }
+        })
+        .collect();
+    let mut groups = Vec::with_capacity(parsed.len());
+    for result in parsed {
+        let (desc, problem) = result?;
+        problems.extend(problem);
+        groups.push(desc);
+    }
+    Ok(groups)
+}
+
+/// e2fsck's per-group descriptor checks in `check_super_block`.
+fn check_descriptors(ctx: &Context) {
+    let geo = &ctx.geo;
+    let flex = ctx.sb.incompat().contains(IncompatFeatures::FLEX_BG);
+    let csum = ctx.has_group_csum();
+    let table_blocks = geo.inode_table_blocks();
+    (0..geo.group_count()).into_par_iter().for_each(|group| {
+        let desc = &ctx.groups[group as usize];
+        let (first, last) = if flex {
+            (geo.first_data_block, geo.blocks_count.saturating_sub(1))
+        } else {
+            let start = geo.group_first_block(group);
+            (
+                start,
+                start + geo.group_block_count(group).saturating_sub(1),
+            )
+        };
+        let loc = Location::Group(group);
+        let outside = |b: u64, len: u64| b < first || b.saturating_add(len - 1) > last;
+        if outside(desc.block_bitmap(), 1) {
+            ctx.report(
+                ProblemCode::PR_0_BB_NOT_GROUP,
+                loc,
+                format!(
+                    "block bitmap for group {group} is not in group (block {})",
+                    desc.block_bitmap()
+                ),
+            );
+        }
+        if outside(desc.inode_bitmap(), 1) {
+            ctx.report(
+                ProblemCode::PR_0_IB_NOT_GROUP,
+                loc,
+                format!(
+                    "inode bitmap for group {group} is not in group (block {})",
+                    desc.inode_bitmap()
+                ),
+            );
+        }
+        if outside(desc.inode_table(), table_blocks.max(1)) {
+            ctx.report(
+                ProblemCode::PR_0_ITABLE_NOT_GROUP,
+                loc,
+                format!(
+                    "inode table for group {group} is not in group (block {})",
+                    desc.inode_table()
+                ),
+            );
+        }
+        let uninit_flags = desc.flags & (BG_BLOCK_UNINIT | BG_INODE_UNINIT);
+        if !csum && (uninit_flags != 0 || desc.itable_unused() != 0) {
+            ctx.report(
+                ProblemCode::PR_0_GDT_UNINIT,
+                loc,
+                format!("group descriptor {group} marked uninitialized without feature set"),
+            );
+        }
+        if group + 1 == geo.group_count() && desc.flags & BG_BLOCK_UNINIT != 0 && csum {
+            ctx.report(
+                ProblemCode::PR_0_BB_UNINIT_LAST,
+                loc,
+                "last group block bitmap uninitialized",
+            );
+        }
+        if csum
+            && (desc.itable_unused() > desc.free_inodes_count()
+                || desc.itable_unused() > geo.inodes_per_group)
+        {
+            ctx.report(
+                ProblemCode::PR_0_GDT_ITABLE_UNUSED,
+                loc,
+                format!(
+                    "group descriptor {group} has invalid unused inodes count {}",
+                    desc.itable_unused()
+                ),
+            );
+        }
+    });
+}
+
+/// The superblock's free counts against the sum of the descriptors' (e2fsck reports the
+/// difference and, under `-n`, leaves the filesystem marked in error).
+fn check_summary_counts(ctx: &Context) {
+    let free_blocks: u64 = ctx
+        .groups
+        .iter()
+        .map(|g| u64::from(g.free_blocks_count()))
+        .sum();
+    let free_inodes: u64 = ctx
+        .groups
+        .iter()
+        .map(|g| u64::from(g.free_inodes_count()))
+        .sum();
+    if free_blocks != ctx.sb.free_blocks_count() && free_blocks <= ctx.geo.blocks_count {
+        ctx.report(
+            ProblemCode::PR_0_FREE_BLOCK_COUNT,
+            Location::Superblock,
+            format!(
+                "free blocks count is {}, the groups sum to {free_blocks}",
+                ctx.sb.free_blocks_count()
+            ),
+        );
+    }
+    if free_inodes != u64::from(ctx.sb.free_inodes_count)
+        && free_inodes <= u64::from(ctx.sb.inodes_count)
+    {
+        ctx.report(
+            ProblemCode::PR_0_FREE_INODE_COUNT,
+            Location::Superblock,
+            format!(
+                "free inodes count is {}, the groups sum to {free_inodes}",
+                ctx.sb.free_inodes_count
+            ),
+        );
+    }
+}
+
+/// A journal that needs recovery is reported, as `e2fsck -n` does; the check goes on with
+/// the image as it stands.
+fn check_journal_state(ctx: &Context) {
+    if ctx.sb.incompat().contains(IncompatFeatures::RECOVER) {
+        ctx.report(
+            ProblemCode::PR_0_JOURNAL_RUN,
+            Location::Journal,
+            "the journal needs recovery; checking the image without replaying it",
+        );
+    }
+}
