@@ -24,10 +24,14 @@ mod block_claim;
 mod block_map_walk;
 mod block_tally;
 mod context;
+mod dir_htree_check;
 mod extent_walk;
 mod image;
 mod inode_state;
 mod pass1;
+mod pass2;
+mod pass3;
+mod pass4;
 mod pass5;
 pub mod problem;
 pub mod report;
@@ -79,8 +83,11 @@ fn check_in_pool(path: &Path, options: &Options) -> Result<Report, FsckError> {
         });
     }
     let pieces = pass1::plan_pieces(&ctx);
-    let (_dirs, xattrs) = pass1::run(&ctx, &pieces);
+    let (dirs, xattrs) = pass1::run(&ctx, &pieces);
     pass1::find_shared_owners(&ctx, &pieces, &xattrs);
+    let links = pass2::run(&ctx, &dirs);
+    pass3::run(&ctx, &dirs, &links);
+    pass4::run(&ctx);
     pass5::run(&ctx);
     let inodes_used = (1..=ctx.sb.inodes_count)
         .filter(|&ino| ino < ctx.sb.first_ino() || ctx.inodes.kind(ino).in_use())

@@ -223,6 +223,10 @@ fn check_inode(
     let kind = if reserved {
         check_reserved_mode(walk, &inode);
         InodeKind::Reserved
+    } else if is_special_inode(ctx, ino) || inode.has_flag(flags::EA_INODE) {
+        // Journal, quota and orphan files, and xattr value inodes, are referenced from
+        // the superblock or from xattrs, not from directories.
+        InodeKind::Reserved
     } else {
         check_dtime(walk, &inode);
         if ino == ROOT_INO && file_type != Some(FileType::Directory) {
@@ -307,6 +311,19 @@ fn has_valid_blocks(ctx: &Context, inode: &Inode, ino: u32) -> bool {
         None => ino < ctx.sb.first_ino(),
         _ => false,
     }
+}
+
+/// Inodes the superblock names (journal, quota, orphan file), wherever they are.
+fn is_special_inode(ctx: &Context, ino: u32) -> bool {
+    let sb = &ctx.sb;
+    [
+        sb.journal_inum,
+        sb.usr_quota_inum,
+        sb.grp_quota_inum,
+        sb.prj_quota_inum,
+        sb.orphan_file_inum,
+    ]
+    .contains(&ino)
 }
 
 /// Reserved inodes may only have the modes e2fsck allows.

@@ -291,7 +291,7 @@ problem_codes! {
     /// Directories form a loop not reachable from the root.
     PR_3_LOOPED_DIR = 0x03001D, Connect, Connectivity, true;
     /// /lost+found is missing.
-    PR_3_NO_LF_DIR = 0x030004, Create, Connectivity, false;
+    PR_3_NO_LF_DIR = 0x030004, Create, Connectivity, true;
     /// An inode in use has no directory entry and no content.
     PR_4_ZERO_LEN_INODE = 0x040001, Clear, LinkCount, false;
     /// An inode in use has no directory entry.
