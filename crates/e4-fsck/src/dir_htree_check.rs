@@ -60,9 +60,9 @@ impl HtreeLayout {
         self.leaves.get(&logical).copied()
     }
 
-    /// Reads and checks `dir`'s index. An invalid root is reported and gives an empty
-    /// layout: the directory is then checked as a linear one, as e2fsck does once it
-    /// has decided to clear the index.
+    /// Reads and checks `dir`'s index. An invalid root is reported and leaves a layout
+    /// naming only the root as an index block: the other blocks are then checked as
+    /// linear leaves, as e2fsck does once it has decided to clear the index.
     pub fn check(ctx: &Context, dir: &Directory) -> Self {
         let mut walker = IndexWalker {
             ctx,
@@ -74,7 +74,7 @@ impl HtreeLayout {
             references: HashMap::new(),
         };
         if walker.walk_root().is_none() {
-            return HtreeLayout::default();
+            return walker.layout;
         }
         walker.check_references();
         walker.layout
@@ -119,6 +119,8 @@ impl IndexWalker<'_> {
 
     fn walk_root(&mut self) -> Option<()> {
         let ino = self.dir.ino;
+        // Block 0 of an htree directory is the root, never a leaf with a checksum tail.
+        self.layout.index_blocks.insert(0);
         let (physical, bytes) = self.read(0)?;
         let sb = &self.ctx.sb;
         let max_levels = if sb.incompat().contains(IncompatFeatures::LARGEDIR) {
@@ -173,7 +175,6 @@ impl IndexWalker<'_> {
                 );
             }
         }
-        self.layout.index_blocks.insert(0);
         let template = LeafRange {
             min: 0,
             max: LAST_MAX_HASH,

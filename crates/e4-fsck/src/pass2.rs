@@ -156,7 +156,7 @@ fn check_block(
                 block: task.physical,
             },
         ) {
-            if !entries.had_problem {
+            if !entries.corrupted {
                 ctx.report(
                     ProblemCode::PR_2_LEAF_NODE_ONLY_CSUM_INVALID,
                     loc,
@@ -205,7 +205,9 @@ struct EntryChecker<'a> {
     lost_and_found: &'a AtomicBool,
     names: HashSet<Vec<u8>>,
     links: Vec<SubdirLink>,
-    had_problem: bool,
+    /// The entries stopped parsing: e2fsck then salvages the block rather than calling
+    /// its checksum the only problem.
+    corrupted: bool,
     hash_bounds: Option<(u32, u32)>,
 }
 
@@ -227,13 +229,13 @@ impl<'a> EntryChecker<'a> {
             lost_and_found,
             names: HashSet::new(),
             links: Vec::new(),
-            had_problem: false,
+            corrupted: false,
             hash_bounds: None,
         }
     }
 
     fn report(&mut self, code: ProblemCode, offset: usize, message: String) {
-        self.had_problem = true;
+        self.corrupted |= code == ProblemCode::PR_2_DIR_CORRUPTED;
         self.ctx.report(
             code,
             Location::DirEntry {

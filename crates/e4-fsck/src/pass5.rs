@@ -10,6 +10,7 @@ use e4_format::group_descriptor::BitmapKind;
 use e4_format::FormatError;
 
 use crate::context::Context;
+use crate::inode_state::InodeKind;
 use crate::problem::{Location, ProblemCode};
 
 /// What one group counted.
@@ -75,8 +76,6 @@ fn check_block_bitmap(ctx: &Context, group: u32) -> u64 {
     let start = geo.group_first_block(group);
     let count = geo.group_block_count(group);
     let found = |i: u64| ctx.block_found.get(start + i);
-    let used = (0..count).filter(|&i| found(i)).count() as u64;
-    let free = count - used;
     let uninit = ctx.block_uninit(group);
     // A BLOCK_UNINIT group's bitmap reads as its metadata alone (libext2fs computes it).
     let on_disk: Option<Vec<u8>> = if uninit {
@@ -89,6 +88,11 @@ fn check_block_bitmap(ctx: &Context, group: u32) -> u64 {
         Some(bytes)
     } else {
         read_bitmap(ctx, desc.block_bitmap())
+    };
+    // Under -n the bitmap is not corrected, so e2fsck counts what it says is free.
+    let free = match &on_disk {
+        Some(bytes) => (0..count).filter(|&i| !bit(bytes, i)).count() as u64,
+        None => (0..count).filter(|&i| !found(i)).count() as u64,
     };
     if let Some(bytes) = &on_disk {
         report_differences(
@@ -153,19 +157,23 @@ fn check_inode_bitmap(ctx: &Context, group: u32) -> u64 {
         let ino = first + i;
         ino < first_ino || ctx.inodes.kind(ino as u32).in_use()
     };
-    let used = (0..count).filter(|&i| found(i)).count() as u64;
-    let dirs = (0..count)
-        .filter(|&i| {
-            ctx.inodes.kind((first + i) as u32) == crate::inode_state::InodeKind::Directory
-        })
-        .count() as u64;
-    let free = count - used;
     let uninit = ctx.inode_uninit(group);
     let on_disk = if uninit {
         Some(vec![0u8; geo.block_size as usize])
     } else {
         read_bitmap(ctx, desc.inode_bitmap())
     };
+    // As for blocks, e2fsck -n counts from the bitmap it did not correct; a directory
+    // counts where the bitmap says its inode is in use.
+    let marked = |i: u64| {
+        on_disk
+            .as_ref()
+            .map_or_else(|| found(i), |bytes| bit(bytes, i))
+    };
+    let free = (0..count).filter(|&i| !marked(i)).count() as u64;
+    let dirs = (0..count)
+        .filter(|&i| marked(i) && ctx.inodes.kind((first + i) as u32) == InodeKind::Directory)
+        .count() as u64;
     if let Some(bytes) = &on_disk {
         report_differences(
             ctx,

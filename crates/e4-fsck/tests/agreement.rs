@@ -1,0 +1,564 @@
+//! Agreement with e2fsck. Images are made at test time by mke2fs, damaged in targeted ways
+//! with debugfs or by writing bytes, then checked by `e2fsck -fn` (the oracle) and by
+//! e4-fsck. Both must agree on clean versus errors and on which classes of problem are
+//! present: e2fsck's messages are mapped to [`ProblemClass`]es by the table below, e4's
+//! codes by `ProblemCode::class`.
+
+use std::collections::BTreeSet;
+use std::fs::{self, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use e4_fsck::{check, Options, ProblemClass};
+use e4_testkit::{make_image, Image, Profile, PROFILES};
+
+/// e2fsck message fragments and the class each one names. The first match wins.
+const E2FSCK_CLASSES: &[(&str, ProblemClass)] = &[
+    ("multiply-claimed", ProblemClass::MultiplyClaimed),
+    ("Multiply-claimed", ProblemClass::MultiplyClaimed),
+    ("i_size is", ProblemClass::InodeSize),
+    ("i_blocks is", ProblemClass::InodeBlocks),
+    ("HTREE", ProblemClass::Htree),
+    ("extent", ProblemClass::ExtentTree),
+    ("Illegal block", ProblemClass::IllegalBlock),
+    ("xtended attribute", ProblemClass::Xattr),
+    (
+        "bitmap does not match checksum",
+        ProblemClass::BitmapChecksum,
+    ),
+    ("Block bitmap differences", ProblemClass::BlockBitmap),
+    ("Inode bitmap differences", ProblemClass::InodeBitmap),
+    ("count wrong", ProblemClass::FreeCounts),
+    ("Setting free", ProblemClass::FreeCounts),
+    ("ref count is", ProblemClass::LinkCount),
+    ("Unattached", ProblemClass::LinkCount),
+    ("Unconnected directory", ProblemClass::Connectivity),
+    ("Recursively looped", ProblemClass::Connectivity),
+    ("'..' in", ProblemClass::Connectivity),
+    ("/lost+found not found", ProblemClass::Connectivity),
+    ("Root inode not allocated", ProblemClass::Connectivity),
+    ("directory corrupted", ProblemClass::DirectoryBlock),
+    ("Missing '.'", ProblemClass::DirectoryBlock),
+    ("Missing '..'", ProblemClass::DirectoryBlock),
+    ("has no checksum", ProblemClass::DirectoryBlock),
+    (
+        "passes checks but fails checksum",
+        ProblemClass::DirectoryBlock,
+    ),
+    ("duplicate '.", ProblemClass::DirectoryBlock),
+    ("has an unallocated", ProblemClass::DirectoryBlock),
+    ("Invalid inode number for '.'", ProblemClass::DirectoryBlock),
+    ("deleted/unused inode", ProblemClass::DirectoryEntry),
+    ("has invalid inode #", ProblemClass::DirectoryEntry),
+    ("incorrect filetype", ProblemClass::DirectoryEntry),
+    ("Duplicate entry", ProblemClass::DirectoryEntry),
+    ("is a link to", ProblemClass::DirectoryEntry),
+    ("illegal characters", ProblemClass::DirectoryEntry),
+    ("is not in group", ProblemClass::GroupDescriptor),
+    ("Group descriptor", ProblemClass::GroupDescriptor),
+    (
+        "passes checks, but checksum does not match inode",
+        ProblemClass::Inode,
+    ),
+    ("dtime", ProblemClass::Inode),
+    ("invalid mode", ProblemClass::Inode),
+    ("Root inode is not a directory", ProblemClass::Inode),
+];
+
+/// What a checker concluded about one image.
+#[derive(Debug, PartialEq, Eq)]
+struct Verdict {
+    errors: bool,
+    classes: BTreeSet<ProblemClass>,
+}
+
+fn e2fsck_verdict(image: &Path) -> (Verdict, String) {
+    let out = Command::new("e2fsck")
+        .arg("-fn")
+        .arg(image)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let classes = text
+        .lines()
+        .filter_map(|line| {
+            E2FSCK_CLASSES
+                .iter()
+                .find(|(fragment, _)| line.contains(fragment))
+                .map(|&(_, class)| class)
+        })
+        .collect();
+    let code = out.status.code().unwrap_or(-1);
+    assert!(
+        matches!(code, 0 | 4 | 12),
+        "e2fsck -fn exited {code}:\n{text}"
+    );
+    (
+        Verdict {
+            errors: code & 4 != 0,
+            classes,
+        },
+        text,
+    )
+}
+
+/// Whether e2fsck stopped early (exit 12: errors, then an operational error). Declining to
+/// salvage a corrupted directory block aborts `e2fsck -n` in pass 2, so it never reports
+/// later passes; e4 goes on. Then e2fsck's classes must be a subset of e4's.
+fn e2fsck_aborted(text: &str) -> bool {
+    text.contains("Salvage? no") && !text.contains("Pass 5")
+}
+
+fn e4_verdict(image: &Path, threads: usize) -> (Verdict, String) {
+    let options = Options {
+        threads: Some(threads),
+        force: true,
+    };
+    let report = check(image, &options).unwrap();
+    let mut text = Vec::new();
+    report.write_text(&mut text, "image").unwrap();
+    (
+        Verdict {
+            errors: report.exit_code() == e4_fsck::report::EXIT_ERRORS,
+            classes: report.problems.iter().map(|p| p.code.class()).collect(),
+        },
+        String::from_utf8(text).unwrap(),
+    )
+}
+
+/// Checks `image` with both and asserts they agree; returns e4's classes.
+fn assert_agreement(image: &Path, what: &str) -> BTreeSet<ProblemClass> {
+    let (oracle, oracle_text) = e2fsck_verdict(image);
+    let (ours, our_text) = e4_verdict(image, 4);
+    let agree = if e2fsck_aborted(&oracle_text) {
+        ours.errors == oracle.errors && oracle.classes.is_subset(&ours.classes)
+    } else {
+        ours == oracle
+    };
+    assert!(
+        agree,
+        "{what}: e4 fsck and e2fsck disagree\n--- e2fsck -fn:\n{oracle_text}\n--- e4 fsck:\n{our_text}\n{ours:?}\n{oracle:?}"
+    );
+    // The output must not depend on the thread count.
+    let (_, single) = e4_verdict(image, 1);
+    assert_eq!(
+        single, our_text,
+        "{what}: output differs between 1 and 4 threads"
+    );
+    ours.classes
+}
+
+/// A small tree: files of several sizes, a sparse file, subdirectories, a directory large
+/// enough to be indexed, and a hard link.
+fn source_tree() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    fs::write(root.join("small"), b"hello").unwrap();
+    fs::write(root.join("medium"), vec![7u8; 20 * 1024]).unwrap();
+    fs::write(root.join("other"), vec![9u8; 12 * 1024]).unwrap();
+    let sparse = fs::File::create(root.join("sparse")).unwrap();
+    sparse.write_all_at(&[1u8; 4096], 0).unwrap();
+    sparse.write_all_at(&[2u8; 4096], 256 * 1024).unwrap();
+    fs::create_dir_all(root.join("dir1/sub")).unwrap();
+    fs::create_dir_all(root.join("dir2")).unwrap();
+    for name in ["a", "b", "c"] {
+        fs::write(root.join("dir1").join(name), name.as_bytes()).unwrap();
+    }
+    fs::hard_link(root.join("dir1/a"), root.join("dir2/a_link")).unwrap();
+    fs::create_dir(root.join("big")).unwrap();
+    for i in 0..400 {
+        fs::write(
+            root.join(format!("big/entry_with_a_longish_name_{i:04}")),
+            b"",
+        )
+        .unwrap();
+    }
+    dir
+}
+
+const EXT4: Profile = Profile {
+    name: "ext4-4k",
+    mke2fs_args: &["-t", "ext4", "-b", "4096"],
+    mke2fs_miscopies: &[],
+};
+
+fn fresh_image(profile: &Profile) -> (tempfile::TempDir, Image) {
+    let source = source_tree();
+    let image = make_image(source.path(), profile, 16, 2048);
+    (source, image)
+}
+
+fn debugfs(image: &Path, command: &str) -> String {
+    let out = Command::new("debugfs")
+        .arg("-w")
+        .arg("-R")
+        .arg(command)
+        .arg(image)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The physical block of logical block `logical` of `path`.
+fn bmap(image: &Path, path: &str, logical: u64) -> u64 {
+    debugfs(image, &format!("bmap {path} {logical}"))
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("bmap {path} {logical}"))
+}
+
+/// The inode number of `path`.
+fn inode_of(image: &Path, path: &str) -> u32 {
+    let text = debugfs(image, &format!("stat {path}"));
+    let rest = text.split("Inode: ").nth(1).expect("stat output");
+    rest.split_whitespace().next().unwrap().parse().unwrap()
+}
+
+fn block_size(image: &Path) -> u64 {
+    let text = debugfs(image, "stats");
+    let line = text.lines().find(|l| l.starts_with("Block size:")).unwrap();
+    line.split_whitespace().last().unwrap().parse().unwrap()
+}
+
+fn write_bytes(image: &Path, offset: u64, bytes: &[u8]) {
+    let file = OpenOptions::new().write(true).open(image).unwrap();
+    file.write_all_at(bytes, offset).unwrap();
+}
+
+fn read_bytes(image: &Path, offset: u64, len: usize) -> Vec<u8> {
+    let file = fs::File::open(image).unwrap();
+    let mut buf = vec![0u8; len];
+    file.read_exact_at(&mut buf, offset).unwrap();
+    buf
+}
+
+/// Byte offset of inode `ino`'s record.
+fn inode_offset(image: &Path, ino: u32) -> u64 {
+    let text = debugfs(image, &format!("imap <{ino}>"));
+    // "Inode 12 is part of block group 0\n\tlocated at block 1234, offset 0x0b00"
+    let block: u64 = text
+        .split("located at block ")
+        .nth(1)
+        .unwrap()
+        .split(',')
+        .next()
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let offset = text.split("offset 0x").nth(1).unwrap().trim();
+    block * block_size(image) + u64::from_str_radix(offset, 16).unwrap()
+}
+
+#[test]
+fn clean_images_of_every_profile_report_nothing() {
+    let source = source_tree();
+    for profile in PROFILES {
+        let image = make_image(source.path(), profile, 16, 2048);
+        let classes = assert_agreement(&image.path, profile.name);
+        assert!(classes.is_empty(), "{}: {classes:?}", profile.name);
+        let report = check(
+            &image.path,
+            &Options {
+                threads: None,
+                force: true,
+            },
+        )
+        .unwrap();
+        assert!(
+            report.problems.is_empty(),
+            "{}: {:?}",
+            profile.name,
+            report.problems
+        );
+    }
+}
+
+/// One damage scenario: a name, what to do to a fresh image, and the classes e4 must find.
+type Damage = fn(&Path);
+
+fn run_scenario(name: &str, damage: Damage, expected: &[ProblemClass]) {
+    let (_source, image) = fresh_image(&EXT4);
+    damage(&image.path);
+    let classes = assert_agreement(&image.path, name);
+    for class in expected {
+        assert!(
+            classes.contains(class),
+            "{name}: {class:?} not found in {classes:?}"
+        );
+    }
+}
+
+#[test]
+fn wrong_i_size() {
+    run_scenario(
+        "wrong i_size",
+        |img| {
+            debugfs(img, "sif /medium size 100");
+        },
+        &[ProblemClass::InodeSize],
+    );
+}
+
+#[test]
+fn wrong_i_blocks() {
+    run_scenario(
+        "wrong i_blocks",
+        |img| {
+            debugfs(img, "sif /medium blocks 1000");
+        },
+        &[ProblemClass::InodeBlocks],
+    );
+}
+
+#[test]
+fn wrong_link_count() {
+    run_scenario(
+        "wrong link count",
+        |img| {
+            debugfs(img, "sif /dir1/b links_count 5");
+        },
+        &[ProblemClass::LinkCount],
+    );
+}
+
+#[test]
+fn bad_extent_start() {
+    run_scenario(
+        "bad extent start",
+        |img| {
+            // i_block words 3..5 are the first extent: logical, len/start_hi, start_lo.
+            debugfs(img, "sif /medium block[5] 4000000");
+        },
+        &[ProblemClass::ExtentTree],
+    );
+}
+
+#[test]
+fn overlapping_extents() {
+    run_scenario(
+        "overlapping extents",
+        |img| {
+            // The sparse file has two extents; give the second the first's logical start.
+            debugfs(img, "sif /sparse block[6] 0");
+        },
+        &[ProblemClass::ExtentTree],
+    );
+}
+
+#[test]
+fn block_in_two_files() {
+    run_scenario(
+        "block in two files",
+        |img| {
+            let theirs = bmap(img, "/medium", 0);
+            debugfs(img, &format!("sif /other block[5] {theirs}"));
+        },
+        &[ProblemClass::MultiplyClaimed],
+    );
+}
+
+#[test]
+fn unreachable_directory() {
+    run_scenario(
+        "unreachable directory",
+        |img| {
+            debugfs(img, "unlink /dir2");
+        },
+        &[ProblemClass::Connectivity],
+    );
+}
+
+#[test]
+fn bad_rec_len() {
+    run_scenario(
+        "bad rec_len",
+        |img| {
+            let block = bmap(img, "/dir1", 0);
+            let bs = block_size(img);
+            // The '.' entry's rec_len, made too small to hold an entry.
+            write_bytes(img, block * bs + 4, &5u16.to_le_bytes());
+        },
+        &[ProblemClass::DirectoryBlock],
+    );
+}
+
+#[test]
+fn duplicate_names() {
+    run_scenario(
+        "duplicate names",
+        |img| {
+            // Rename entry 'b' (name_len 1, file type 1) to 'a' in place.
+            let block = bmap(img, "/dir1", 0);
+            let bs = block_size(img);
+            let bytes = read_bytes(img, block * bs, bs as usize);
+            let at = bytes.windows(3).position(|w| w == [1, 1, b'b']).unwrap();
+            write_bytes(img, block * bs + at as u64 + 2, b"a");
+        },
+        &[ProblemClass::DirectoryEntry],
+    );
+}
+
+#[test]
+fn wrong_group_free_counts() {
+    run_scenario(
+        "wrong free counts",
+        |img| {
+            debugfs(img, "set_bg 0 free_blocks_count 3");
+            debugfs(img, "set_bg 0 free_inodes_count 3");
+        },
+        &[ProblemClass::FreeCounts],
+    );
+}
+
+#[test]
+fn flipped_block_bitmap_bit() {
+    run_scenario(
+        "flipped bitmap bit",
+        |img| {
+            let block = bmap(img, "/medium", 1);
+            debugfs(img, &format!("freeb {block}"));
+        },
+        &[ProblemClass::BlockBitmap],
+    );
+}
+
+#[test]
+fn flipped_inode_bitmap_bit() {
+    run_scenario(
+        "flipped inode bitmap bit",
+        |img| {
+            let ino = inode_of(img, "/dir1/c");
+            debugfs(img, &format!("freei <{ino}>"));
+        },
+        &[ProblemClass::InodeBitmap],
+    );
+}
+
+#[test]
+fn bad_inode_checksum() {
+    run_scenario(
+        "bad inode checksum",
+        |img| {
+            let ino = inode_of(img, "/small");
+            let at = inode_offset(img, ino) + 0x7C;
+            let sum = read_bytes(img, at, 2);
+            write_bytes(img, at, &[sum[0] ^ 0xFF, sum[1]]);
+        },
+        &[ProblemClass::Inode],
+    );
+}
+
+#[test]
+fn bad_directory_block_checksum() {
+    run_scenario(
+        "bad directory checksum",
+        |img| {
+            let block = bmap(img, "/dir1", 0);
+            let bs = block_size(img);
+            let at = block * bs + bs - 4;
+            let sum = read_bytes(img, at, 1);
+            write_bytes(img, at, &[sum[0] ^ 0xFF]);
+        },
+        &[ProblemClass::DirectoryBlock],
+    );
+}
+
+#[test]
+fn bad_block_bitmap_checksum() {
+    run_scenario(
+        "bad bitmap checksum",
+        |img| {
+            debugfs(img, "set_bg 0 block_bitmap_csum 0x1234");
+        },
+        &[ProblemClass::BitmapChecksum],
+    );
+}
+
+#[test]
+fn cleared_dotdot() {
+    run_scenario(
+        "cleared ..",
+        |img| {
+            let block = bmap(img, "/dir1/sub", 0);
+            let bs = block_size(img);
+            // '..' is the second entry, at byte 12; its inode field first.
+            write_bytes(img, block * bs + 12, &0u32.to_le_bytes());
+        },
+        &[ProblemClass::DirectoryBlock],
+    );
+}
+
+#[test]
+fn entry_to_unused_inode() {
+    run_scenario(
+        "entry to unused inode",
+        |img| {
+            debugfs(img, "clri /dir1/b");
+        },
+        &[ProblemClass::DirectoryEntry],
+    );
+}
+
+#[test]
+fn htree_hash_out_of_order() {
+    run_scenario(
+        "htree hash out of order",
+        |img| {
+            let block = bmap(img, "/big", 0);
+            let bs = block_size(img);
+            // dx_root entries start at 0x20 (limit, count, block 0); entry 1's hash at 0x28.
+            let base = block * bs + 0x20;
+            let count = u16::from_le_bytes(read_bytes(img, base + 2, 2).try_into().unwrap());
+            assert!(count >= 3, "the big directory needs several leaves");
+            let first = read_bytes(img, base + 8, 4);
+            let second = read_bytes(img, base + 16, 4);
+            write_bytes(img, base + 8, &second);
+            write_bytes(img, base + 16, &first);
+        },
+        &[ProblemClass::Htree],
+    );
+}
+
+#[test]
+fn random_byte_flips_never_panic_or_hang() {
+    use rand::{Rng, SeedableRng};
+    let (_source, image) = fresh_image(&Profile {
+        name: "fuzz-1k",
+        mke2fs_args: &["-t", "ext4", "-b", "1024"],
+        mke2fs_miscopies: &[],
+    });
+    let pristine = fs::read(&image.path).unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0xe4f5c);
+    let scratch = tempfile::tempdir().unwrap();
+    let path: PathBuf = scratch.path().join("fuzzed.img");
+    // Metadata lives in the first few hundred KiB: superblock, descriptors, bitmaps,
+    // inode tables, directory blocks.
+    let hot = pristine.len().min(600 * 1024);
+    for round in 0..60 {
+        let mut bytes = pristine.clone();
+        for _ in 0..rng.gen_range(1..40) {
+            let at = rng.gen_range(1024..hot);
+            bytes[at] ^= 1 << rng.gen_range(0..8);
+        }
+        fs::write(&path, &bytes).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let p = path.clone();
+        std::thread::spawn(move || {
+            let result = std::panic::catch_unwind(|| {
+                check(
+                    &p,
+                    &Options {
+                        threads: Some(2),
+                        force: true,
+                    },
+                )
+                .map(|r| r.exit_code())
+            });
+            let _ = tx.send(result.is_ok());
+        });
+        let finished = rx.recv_timeout(std::time::Duration::from_secs(60));
+        assert_eq!(finished, Ok(true), "round {round}: panicked or hung");
+    }
+}
