@@ -19,16 +19,6 @@ impl AtomicBitmap {
         AtomicBitmap { words, len }
     }
 
-    /// Number of bits.
-    pub fn len(&self) -> u64 {
-        self.len
-    }
-
-    /// Whether the bitmap has no bits.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
     /// Sets bit `bit` and returns whether it was already set. Bits past the end are
     /// ignored (reported as not set): callers check bounds first and report them.
     pub fn set(&self, bit: u64) -> bool {
@@ -78,9 +68,12 @@ impl AtomicBitmap {
         self.words.iter().any(|w| w.load(Ordering::Relaxed) != 0)
     }
 
-    /// Number of set bits in `start..end`.
-    pub fn count_range(&self, start: u64, end: u64) -> u64 {
-        (start..end.min(self.len)).filter(|&b| self.get(b)).count() as u64
+    /// Number of set bits.
+    pub fn count_ones(&self) -> u64 {
+        self.words
+            .iter()
+            .map(|w| u64::from(w.load(Ordering::Relaxed).count_ones()))
+            .sum()
     }
 
     /// Bytes of memory held.
@@ -112,7 +105,7 @@ mod tests {
         let mut dups = Vec::new();
         map.set_range(100, 150, |b| dups.push(b));
         assert_eq!(dups, (100..110).collect::<Vec<_>>());
-        assert_eq!(map.count_range(0, 300), 240);
+        assert_eq!(map.count_ones(), 240);
         assert!(!map.set(299));
         assert!(!map.set(1000));
         assert!(!map.get(1000));

@@ -90,6 +90,14 @@ impl Context {
             .all(|p| !p.code.is_error())
     }
 
+    /// Bytes held by the shared arrays.
+    pub fn state_bytes(&self) -> u64 {
+        (self.block_found.memory_bytes()
+            + self.block_dup.memory_bytes()
+            + self.metadata.memory_bytes()
+            + self.inodes.memory_bytes()) as u64
+    }
+
     /// Block size in bytes.
     pub fn block_size(&self) -> u32 {
         self.geo.block_size

@@ -108,11 +108,6 @@ impl InodeStates {
         (ino as usize).wrapping_sub(1)
     }
 
-    /// Number of inodes tracked.
-    pub fn count(&self) -> u32 {
-        self.kind.len() as u32
-    }
-
     /// Records what pass 1 found (from the one thread that scans `ino`).
     pub fn record(&self, ino: u32, kind: InodeKind, links: u16, zero_length: bool) {
         let i = Self::slot(ino);

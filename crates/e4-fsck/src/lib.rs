@@ -78,6 +78,7 @@ fn check_in_pool(path: &Path, options: &Options) -> Result<Report, FsckError> {
                 inodes_count: u64::from(sb.inodes_count),
                 blocks_used: sb.blocks_count().saturating_sub(sb.free_blocks_count()),
                 blocks_count: sb.blocks_count(),
+                state_bytes: ctx.state_bytes(),
             },
             skipped: true,
         });
@@ -92,10 +93,8 @@ fn check_in_pool(path: &Path, options: &Options) -> Result<Report, FsckError> {
     let inodes_used = (1..=ctx.sb.inodes_count)
         .filter(|&ino| ino < ctx.sb.first_ino() || ctx.inodes.kind(ino).in_use())
         .count() as u64;
-    let blocks_used = (0..ctx.geo.blocks_count)
-        .filter(|&b| ctx.block_found.get(b))
-        .count() as u64
-        + ctx.geo.first_data_block;
+    // Block 0 of a 1 KiB filesystem (the boot block) is outside every group but in use.
+    let blocks_used = ctx.block_found.count_ones() + ctx.geo.first_data_block;
     Ok(Report {
         problems: ctx.take_problems(),
         summary: Summary {
@@ -103,6 +102,7 @@ fn check_in_pool(path: &Path, options: &Options) -> Result<Report, FsckError> {
             inodes_count: u64::from(ctx.sb.inodes_count),
             blocks_used,
             blocks_count: ctx.geo.blocks_count,
+            state_bytes: ctx.state_bytes(),
         },
         skipped: false,
     })

@@ -27,6 +27,9 @@ pub struct Summary {
     pub blocks_used: u64,
     /// `s_blocks_count`.
     pub blocks_count: u64,
+    /// Bytes held by the checker's per-block and per-inode arrays, its peak state (the
+    /// image is read through positional reads, not held in memory).
+    pub state_bytes: u64,
 }
 
 /// The result of checking one filesystem.
@@ -96,13 +99,14 @@ impl Report {
         let s = &self.summary;
         write!(
             out,
-            "{{\"skipped\":{},\"exit_code\":{},\"inodes_used\":{},\"inodes_count\":{},\"blocks_used\":{},\"blocks_count\":{},\"problems\":[",
+            "{{\"skipped\":{},\"exit_code\":{},\"inodes_used\":{},\"inodes_count\":{},\"blocks_used\":{},\"blocks_count\":{},\"state_bytes\":{},\"problems\":[",
             self.skipped,
             self.exit_code(),
             s.inodes_used,
             s.inodes_count,
             s.blocks_used,
-            s.blocks_count
+            s.blocks_count,
+            s.state_bytes
         )?;
         for (i, p) in self.problems.iter().enumerate() {
             if i > 0 {
