@@ -166,6 +166,16 @@ fn source_tree() -> tempfile::TempDir {
         fs::write(root.join("dir1").join(name), name.as_bytes()).unwrap();
     }
     fs::hard_link(root.join("dir1/a"), root.join("dir2/a_link")).unwrap();
+    // Eight separate extents: more than i_block holds, so the tree has a leaf block.
+    let fragmented = fs::File::create(root.join("fragmented")).unwrap();
+    for i in 0..8u64 {
+        fragmented
+            .write_all_at(&[3u8; 4096], i * 64 * 1024)
+            .unwrap();
+    }
+    // A value too large for the inode goes to an xattr block.
+    let _ = xattr::set(root.join("small"), "user.big", &[b'x'; 700]);
+    let _ = xattr::set(root.join("other"), "user.big", &[b'x'; 700]);
     fs::create_dir(root.join("big")).unwrap();
     for i in 0..400 {
         fs::write(
@@ -279,7 +289,11 @@ fn clean_images_of_every_profile_report_nothing() {
 type Damage = fn(&Path);
 
 fn run_scenario(name: &str, damage: Damage, expected: &[ProblemClass]) {
-    let (_source, image) = fresh_image(&EXT4);
+    run_scenario_on(&EXT4, name, damage, expected);
+}
+
+fn run_scenario_on(profile: &Profile, name: &str, damage: Damage, expected: &[ProblemClass]) {
+    let (_source, image) = fresh_image(profile);
     damage(&image.path);
     let classes = assert_agreement(&image.path, name);
     for class in expected {
@@ -518,6 +532,122 @@ fn htree_hash_out_of_order() {
             write_bytes(img, base + 16, &first);
         },
         &[ProblemClass::Htree],
+    );
+}
+
+const EXT2: Profile = Profile {
+    name: "ext2",
+    mke2fs_args: &["-t", "ext2", "-b", "1024"],
+    mke2fs_miscopies: &[],
+};
+
+#[test]
+fn illegal_block_in_block_map() {
+    run_scenario_on(
+        &EXT2,
+        "illegal block",
+        |img| {
+            debugfs(img, "sif /medium block[2] 99999999");
+        },
+        &[ProblemClass::IllegalBlock],
+    );
+}
+
+#[test]
+fn block_map_block_in_two_files() {
+    run_scenario_on(
+        &EXT2,
+        "block map duplicate",
+        |img| {
+            let theirs = bmap(img, "/medium", 3);
+            debugfs(img, &format!("sif /other block[1] {theirs}"));
+        },
+        &[ProblemClass::MultiplyClaimed],
+    );
+}
+
+#[test]
+fn block_map_wrong_link_count_and_size() {
+    run_scenario_on(
+        &EXT2,
+        "ext2 size and links",
+        |img| {
+            debugfs(img, "sif /medium size 10");
+            debugfs(img, "sif /dir1/a links_count 1");
+        },
+        &[ProblemClass::InodeSize, ProblemClass::LinkCount],
+    );
+}
+
+#[test]
+fn bad_xattr_refcount() {
+    run_scenario(
+        "bad xattr refcount",
+        |img| {
+            let text = debugfs(img, "stat /small");
+            let Some(acl) = text.split("File ACL: ").nth(1) else {
+                return;
+            };
+            let block: u64 = acl.split_whitespace().next().unwrap().parse().unwrap();
+            if block == 0 {
+                return; // the host refused user xattrs: nothing to damage
+            }
+            let bs = block_size(img);
+            write_bytes(img, block * bs + 4, &7u32.to_le_bytes());
+        },
+        &[],
+    );
+}
+
+#[test]
+fn bad_extent_block_checksum() {
+    run_scenario(
+        "bad extent block checksum",
+        |img| {
+            let text = debugfs(img, "ex /fragmented");
+            // The first line after the header names the index's child block:
+            // "Level Entries  Logical  Physical Length Flags" then " 0/ 1   1/  1     0 - ... 1234 ..."
+            let line = text.lines().nth(1).unwrap();
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let block: u64 = fields[fields.len() - 2].parse().unwrap();
+            let bs = block_size(img);
+            // The checksum tail follows eh_max entries: 12 + 12 * max bytes in.
+            let max = u16::from_le_bytes(read_bytes(img, block * bs + 4, 2).try_into().unwrap());
+            let at = block * bs + 12 + 12 * u64::from(max);
+            let sum = read_bytes(img, at, 1);
+            write_bytes(img, at, &[sum[0] ^ 0x5A]);
+        },
+        &[ProblemClass::ExtentTree],
+    );
+}
+
+#[test]
+fn bad_group_descriptor_checksum() {
+    run_scenario(
+        "bad group descriptor checksum",
+        |img| {
+            // debugfs would reseal the descriptor, so flip group 0's bg_checksum by hand.
+            let bs = block_size(img);
+            let table = if bs == 1024 { 2 } else { 1 };
+            let at = table * bs + 0x1E;
+            let sum = read_bytes(img, at, 1);
+            write_bytes(img, at, &[sum[0] ^ 0x42]);
+        },
+        &[ProblemClass::GroupDescriptor],
+    );
+}
+
+#[test]
+fn directory_loop() {
+    run_scenario(
+        "directory loop",
+        |img| {
+            // /dir1/sub gets an entry for /dir1, then /dir1 leaves the root: each is now the
+            // other's only parent.
+            debugfs(img, "link /dir1 /dir1/sub/up");
+            debugfs(img, "unlink /dir1");
+        },
+        &[ProblemClass::Connectivity],
     );
 }
 
