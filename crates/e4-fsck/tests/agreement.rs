@@ -10,7 +10,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use e4_fsck::{check, Options, ProblemClass};
+use e4_fsck::{check, Options, ProblemClass, ProblemCode};
 use e4_testkit::{make_image, Image, Profile, PROFILES};
 
 /// e2fsck message fragments and the class each one names. The first match wins.
@@ -293,6 +293,18 @@ fn run_scenario(name: &str, damage: Damage, expected: &[ProblemClass]) {
 }
 
 fn run_scenario_on(profile: &Profile, name: &str, damage: Damage, expected: &[ProblemClass]) {
+    run_scenario_with_codes(profile, name, damage, expected, &[]);
+}
+
+/// As [`run_scenario_on`], and e4 must report each of `codes` (where a class alone would
+/// not tell a specific check from a fallback that finds the same class).
+fn run_scenario_with_codes(
+    profile: &Profile,
+    name: &str,
+    damage: Damage,
+    expected: &[ProblemClass],
+    codes: &[ProblemCode],
+) {
     let (_source, image) = fresh_image(profile);
     damage(&image.path);
     let classes = assert_agreement(&image.path, name);
@@ -300,6 +312,21 @@ fn run_scenario_on(profile: &Profile, name: &str, damage: Damage, expected: &[Pr
         assert!(
             classes.contains(class),
             "{name}: {class:?} not found in {classes:?}"
+        );
+    }
+    let report = check(
+        &image.path,
+        &Options {
+            threads: Some(2),
+            force: true,
+        },
+    )
+    .unwrap();
+    for code in codes {
+        assert!(
+            report.problems.iter().any(|p| p.code == *code),
+            "{name}: {code} not reported: {:?}",
+            report.problems
         );
     }
 }
@@ -517,7 +544,8 @@ fn entry_to_unused_inode() {
 
 #[test]
 fn htree_hash_out_of_order() {
-    run_scenario(
+    run_scenario_with_codes(
+        &EXT4,
         "htree hash out of order",
         |img| {
             let block = bmap(img, "/big", 0);
@@ -532,6 +560,7 @@ fn htree_hash_out_of_order() {
             write_bytes(img, base + 16, &first);
         },
         &[ProblemClass::Htree],
+        &[ProblemCode::PR_2_HTREE_HASH_ORDER],
     );
 }
 
@@ -621,6 +650,106 @@ fn bad_extent_block_checksum() {
         },
         &[ProblemClass::ExtentTree],
     );
+}
+
+/// The block of `path`'s first extent tree node below the root (from `debugfs ex`).
+fn first_extent_node(image: &Path, path: &str) -> u64 {
+    let text = debugfs(image, &format!("ex {path}"));
+    // " 0/ 1   1/  1     0 - 4294967295  1234  4294967296" : the index entry's child.
+    let line = text.lines().nth(1).unwrap();
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    fields[fields.len() - 2].parse().unwrap()
+}
+
+#[test]
+fn out_of_order_extents() {
+    let (_source, image) = fresh_image(&EXT4);
+    let img = &image.path;
+    let node = first_extent_node(img, "/fragmented");
+    let bs = block_size(img);
+    // The fifth extent (logical 64) claims logical 20, below the fourth (48).
+    write_bytes(img, node * bs + 12 + 12 * 4, &20u32.to_le_bytes());
+    let classes = assert_agreement(img, "out of order extents");
+    assert!(classes.contains(&ProblemClass::ExtentTree));
+    let report = check(
+        img,
+        &Options {
+            threads: Some(2),
+            force: true,
+        },
+    )
+    .unwrap();
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| p.code == e4_fsck::ProblemCode::PR_1_OUT_OF_ORDER_EXTENTS),
+        "{:?}",
+        report.problems
+    );
+}
+
+#[test]
+fn second_link_to_a_directory() {
+    run_scenario(
+        "second link to a directory",
+        |img| {
+            debugfs(img, "link /dir2 /dir1/dir2_again");
+        },
+        &[ProblemClass::DirectoryEntry],
+    );
+}
+
+#[test]
+fn many_problems_print_in_one_order_whatever_the_threads() {
+    let source = tempfile::tempdir().unwrap();
+    for d in 0..8 {
+        let dir = source.path().join(format!("d{d}"));
+        fs::create_dir(&dir).unwrap();
+        for f in 0..10 {
+            fs::write(dir.join(format!("f{f}")), vec![1u8; 3000]).unwrap();
+        }
+    }
+    let profile = Profile {
+        name: "groups-1k",
+        mke2fs_args: &["-t", "ext4", "-b", "1024", "-g", "1024"],
+        mke2fs_miscopies: &[],
+    };
+    // 16 inodes per group: the files spread over every group, so over many pieces of
+    // inode table scanned by different threads.
+    let image = make_image(source.path(), &profile, 8, 128);
+    let commands: String = (0..8)
+        .flat_map(|d| (0..10).map(move |f| format!("sif /d{d}/f{f} links_count 3\n")))
+        .collect();
+    let script = image.path.with_extension("cmds");
+    fs::write(&script, commands).unwrap();
+    let out = Command::new("debugfs")
+        .arg("-w")
+        .arg("-f")
+        .arg(&script)
+        .arg(&image.path)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let runs: Vec<Vec<e4_fsck::Problem>> = [1, 8, 3, 8]
+        .iter()
+        .map(|&threads| {
+            check(
+                &image.path,
+                &Options {
+                    threads: Some(threads),
+                    force: true,
+                },
+            )
+            .unwrap()
+            .problems
+        })
+        .collect();
+    assert!(runs[0].len() >= 80, "{}", runs[0].len());
+    for run in &runs[1..] {
+        assert_eq!(run, &runs[0]);
+    }
+    assert_agreement(&image.path, "many problems");
 }
 
 #[test]
