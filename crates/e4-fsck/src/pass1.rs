@@ -202,8 +202,9 @@ fn check_inode(
     let blank = raw.iter().all(|&b| b == 0);
     let reserved = ino < ctx.sb.first_ino() && ino != ROOT_INO;
     let links = inode.links_count();
+    check_low_dtime(walk, &inode);
     if !reserved && links == 0 {
-        if inode.record.mode != 0 && inode.record.dtime == 0 && ctx.sb.last_orphan == 0 {
+        if inode.record.mode != 0 && inode.record.dtime == 0 {
             walk.report(
                 ProblemCode::PR_1_ZERO_DTIME,
                 loc,
@@ -355,10 +356,27 @@ fn check_reserved_mode(walk: &BlockWalk<'_>, inode: &Inode) {
     }
 }
 
-/// An inode in use must have no deletion time (the orphan list aside).
+/// A dtime below the inode count is the link of an orphan list (e2fsck's
+/// `low_dtime_check`, off while the journal needs recovery, whose replay may fix it).
+fn check_low_dtime(walk: &BlockWalk<'_>, inode: &Inode) {
+    let ctx = walk.ctx;
+    let dtime = inode.record.dtime;
+    if dtime != 0
+        && dtime < ctx.sb.inodes_count
+        && !ctx.sb.incompat().contains(IncompatFeatures::RECOVER)
+    {
+        walk.report(
+            ProblemCode::PR_1_LOW_DTIME,
+            Location::Inode(walk.ino),
+            format!("inode {} was part of the orphaned inode list", walk.ino),
+        );
+    }
+}
+
+/// An inode in use must have no deletion time.
 fn check_dtime(walk: &BlockWalk<'_>, inode: &Inode) {
     let ino = walk.ino;
-    if inode.record.dtime == 0 || walk.ctx.sb.last_orphan != 0 {
+    if inode.record.dtime == 0 {
         return;
     }
     let (code, text) = if ino == ROOT_INO {

@@ -166,10 +166,6 @@ problem_codes! {
     PR_0_FREE_INODE_COUNT = 0x00003F, Fix, FreeCounts, true;
     /// The superblock's free block count disagrees with the descriptors.
     PR_0_FREE_BLOCK_COUNT = 0x000040, Fix, FreeCounts, true;
-    /// The orphan list's head is not a valid inode.
-    PR_0_ORPHAN_ILLEGAL_HEAD_INODE = 0x000023, Clear, Orphan, true;
-    /// An inode on the orphan list is not a valid inode, or the list loops.
-    PR_0_ORPHAN_ILLEGAL_INODE = 0x000024, Clear, Orphan, true;
     /// The journal superblock cannot be used.
     PR_0_JOURNAL_BAD_SUPER = 0x000015, Fix, Journal, true;
     /// The journal needs recovery; `-n` checks the image as it stands.
@@ -180,6 +176,9 @@ problem_codes! {
     PR_1_ROOT_DTIME = 0x010002, Fix, Inode, true;
     /// A reserved inode has a mode it must not have.
     PR_1_RESERVED_BAD_MODE = 0x010003, Clear, Inode, true;
+    /// An inode's dtime is an inode number: it was left on a corrupted orphan list
+    /// (`e2fsck -n` does not process the orphan list, so pass 1 finds its members).
+    PR_1_LOW_DTIME = 0x010036, Fix, Orphan, true;
     /// A deleted inode (no links) has no deletion time.
     PR_1_ZERO_DTIME = 0x010004, Fix, Inode, true;
     /// An inode in use has a deletion time.

@@ -61,6 +61,7 @@ const E2FSCK_CLASSES: &[(&str, ProblemClass)] = &[
         "passes checks, but checksum does not match inode",
         ProblemClass::Inode,
     ),
+    ("orphan", ProblemClass::Orphan),
     ("dtime", ProblemClass::Inode),
     ("invalid mode", ProblemClass::Inode),
     ("Root inode is not a directory", ProblemClass::Inode),
@@ -750,6 +751,21 @@ fn many_problems_print_in_one_order_whatever_the_threads() {
         assert_eq!(run, &runs[0]);
     }
     assert_agreement(&image.path, "many problems");
+}
+
+#[test]
+fn orphan_chain_loop() {
+    run_scenario(
+        "orphan chain loop",
+        |img| {
+            let a = inode_of(img, "/dir1/a");
+            let b = inode_of(img, "/dir1/b");
+            debugfs(img, &format!("ssv last_orphan {a}"));
+            debugfs(img, &format!("sif <{a}> dtime {b}"));
+            debugfs(img, &format!("sif <{b}> dtime {a}"));
+        },
+        &[ProblemClass::Orphan, ProblemClass::Inode],
+    );
 }
 
 #[test]
