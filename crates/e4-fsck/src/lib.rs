@@ -28,6 +28,7 @@ mod dir_htree_check;
 mod extent_walk;
 mod image;
 mod inode_state;
+mod journal_check;
 mod pass1;
 mod pass2;
 mod pass3;

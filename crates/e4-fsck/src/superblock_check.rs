@@ -95,6 +95,7 @@ pub fn open_and_check(path: &Path) -> Result<Context, FsckError> {
     check_descriptors(&ctx);
     check_summary_counts(&ctx);
     check_journal_state(&ctx);
+    crate::journal_check::check(&ctx);
     Ok(ctx)
 }
 

@@ -61,6 +61,8 @@ const E2FSCK_CLASSES: &[(&str, ProblemClass)] = &[
         "passes checks, but checksum does not match inode",
         ProblemClass::Inode,
     ),
+    ("invalid journal", ProblemClass::Journal),
+    ("Journal", ProblemClass::Journal),
     ("orphan", ProblemClass::Orphan),
     ("dtime", ProblemClass::Inode),
     ("invalid mode", ProblemClass::Inode),
@@ -104,11 +106,12 @@ fn e2fsck_verdict(image: &Path) -> (Verdict, String) {
     )
 }
 
-/// Whether e2fsck stopped early (exit 12: errors, then an operational error). Declining to
-/// salvage a corrupted directory block aborts `e2fsck -n` in pass 2, so it never reports
-/// later passes; e4 goes on. Then e2fsck's classes must be a subset of e4's.
+/// Whether e2fsck stopped early (it printed no pass 5): declining to salvage a corrupted
+/// directory block aborts `e2fsck -n` in pass 2, and a corrupt journal superblock before
+/// pass 1 ("Cannot proceed with file system check", exit 12). e4 goes on, so then
+/// e2fsck's classes must be a subset of e4's.
 fn e2fsck_aborted(text: &str) -> bool {
-    text.contains("Salvage? no") && !text.contains("Pass 5")
+    !text.contains("Pass 5")
 }
 
 fn e4_verdict(image: &Path, threads: usize) -> (Verdict, String) {
@@ -765,6 +768,18 @@ fn orphan_chain_loop() {
             debugfs(img, &format!("sif <{b}> dtime {a}"));
         },
         &[ProblemClass::Orphan, ProblemClass::Inode],
+    );
+}
+
+#[test]
+fn corrupt_journal_superblock() {
+    run_scenario(
+        "corrupt journal superblock",
+        |img| {
+            let block = bmap(img, "<8>", 0);
+            write_bytes(img, block * block_size(img), &[0u8; 4]);
+        },
+        &[ProblemClass::Journal],
     );
 }
 
