@@ -35,6 +35,7 @@ mod pass3;
 mod pass4;
 mod pass5;
 pub mod problem;
+pub mod progress;
 pub mod report;
 mod superblock_check;
 mod xattr_refs;
@@ -44,6 +45,7 @@ use std::path::Path;
 use e4_format::superblock::{STATE_ERROR, STATE_VALID};
 
 pub use problem::{Location, Problem, ProblemClass, ProblemCode, Repair};
+pub use progress::{Progress, ProgressUpdate};
 pub use report::{Report, Summary};
 pub use superblock_check::FsckError;
 
@@ -54,6 +56,8 @@ pub struct Options {
     pub threads: Option<usize>,
     /// Check even a clean filesystem (`-f`).
     pub force: bool,
+    /// Called as each pass advances (`-C`).
+    pub progress: Option<Progress>,
 }
 
 /// Checks the image at `path`.
@@ -85,12 +89,13 @@ fn check_in_pool(path: &Path, options: &Options) -> Result<Report, FsckError> {
         });
     }
     let pieces = pass1::plan_pieces(&ctx);
-    let (dirs, xattrs) = pass1::run(&ctx, &pieces);
+    let progress = options.progress.as_ref();
+    let (dirs, xattrs) = pass1::run(&ctx, &pieces, progress);
     pass1::find_shared_owners(&ctx, &pieces, &xattrs);
-    let links = pass2::run(&ctx, &dirs);
-    pass3::run(&ctx, &dirs, &links);
-    pass4::run(&ctx);
-    pass5::run(&ctx);
+    let links = pass2::run(&ctx, &dirs, progress);
+    pass3::run(&ctx, &dirs, &links, progress);
+    pass4::run(&ctx, progress);
+    pass5::run(&ctx, progress);
     let inodes_used = (1..=ctx.sb.inodes_count)
         .filter(|&ino| ino < ctx.sb.first_ino() || ctx.inodes.kind(ino).in_use())
         .count() as u64;

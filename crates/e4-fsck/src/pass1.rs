@@ -19,6 +19,7 @@ use crate::context::Context;
 use crate::extent_walk::walk_extent_tree;
 use crate::inode_state::InodeKind;
 use crate::problem::{Location, ProblemCode};
+use crate::progress::{PassMeter, Progress};
 use crate::xattr_refs::XattrBlocks;
 
 /// Inodes per unit of work: large enough that one read covers many table blocks, small
@@ -77,12 +78,22 @@ pub fn plan_pieces(ctx: &Context) -> Vec<TablePiece> {
 }
 
 /// Runs pass 1 and returns the directories found (in inode order) and the xattr blocks.
-pub fn run(ctx: &Context, pieces: &[TablePiece]) -> (Vec<Directory>, XattrBlocks) {
+pub fn run(
+    ctx: &Context,
+    pieces: &[TablePiece],
+    progress: Option<&Progress>,
+) -> (Vec<Directory>, XattrBlocks) {
     mark_metadata(ctx);
     let xattrs = XattrBlocks::default();
+    let total = pieces.iter().map(|p| u64::from(p.count)).sum();
+    let meter = PassMeter::start(progress, 1, total);
     let dirs: Vec<Directory> = pieces
         .par_iter()
-        .flat_map_iter(|piece| scan_piece(ctx, piece, WalkMode::Claim, &xattrs).0)
+        .flat_map_iter(|piece| {
+            let dirs = scan_piece(ctx, piece, WalkMode::Claim, &xattrs).0;
+            meter.advance(u64::from(piece.count));
+            dirs
+        })
         .collect();
     xattrs.check_refcounts(ctx);
     (dirs, xattrs)

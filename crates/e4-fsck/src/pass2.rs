@@ -23,6 +23,7 @@ use crate::dir_htree_check::{HtreeLayout, LeafRange};
 use crate::inode_state::InodeKind;
 use crate::pass1::Directory;
 use crate::problem::{Location, ProblemCode};
+use crate::progress::{PassMeter, Progress};
 
 /// An entry naming a directory (not `.` or `..`): the candidate parent links pass 3
 /// chooses from. Ordered by where the entry is, as e2fsck meets them.
@@ -56,7 +57,7 @@ struct BlockTask<'a> {
 }
 
 /// Runs pass 2.
-pub fn run(ctx: &Context, dirs: &[Directory]) -> Pass2Result {
+pub fn run(ctx: &Context, dirs: &[Directory], progress: Option<&Progress>) -> Pass2Result {
     let layouts: Vec<Option<HtreeLayout>> = dirs
         .par_iter()
         .map(|dir| dir.htree.then(|| HtreeLayout::check(ctx, dir)))
@@ -77,9 +78,14 @@ pub fn run(ctx: &Context, dirs: &[Directory]) -> Pass2Result {
         .collect();
     tasks.sort_by_key(|t| (t.physical, t.dir.ino, t.logical));
     let lost_and_found = AtomicBool::new(false);
+    let meter = PassMeter::start(progress, 2, tasks.len() as u64);
     let mut subdir_links: Vec<SubdirLink> = tasks
         .par_iter()
-        .flat_map_iter(|task| check_block(ctx, task, &lost_and_found))
+        .flat_map_iter(|task| {
+            let links = check_block(ctx, task, &lost_and_found);
+            meter.advance(1);
+            links
+        })
         .collect();
     subdir_links.par_extend(
         dirs.par_iter()

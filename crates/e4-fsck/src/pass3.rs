@@ -15,13 +15,15 @@ use crate::inode_state::InodeKind;
 use crate::pass1::Directory;
 use crate::pass2::Pass2Result;
 use crate::problem::{Location, ProblemCode};
+use crate::progress::{PassMeter, Progress};
 
 const UNKNOWN: u8 = 0;
 const CONNECTED: u8 = 1;
 const DETACHED: u8 = 2;
 
 /// Runs pass 3.
-pub fn run(ctx: &Context, dirs: &[Directory], pass2: &Pass2Result) {
+pub fn run(ctx: &Context, dirs: &[Directory], pass2: &Pass2Result, progress: Option<&Progress>) {
+    let meter = PassMeter::start(progress, 3, dirs.len() as u64);
     if ctx.inodes.kind(ROOT_INO) != InodeKind::Directory {
         ctx.report(
             ProblemCode::PR_3_NO_ROOT_INODE,
@@ -72,6 +74,7 @@ pub fn run(ctx: &Context, dirs: &[Directory], pass2: &Pass2Result) {
         }
     });
     dirs.par_iter().for_each(|dir| {
+        meter.advance(1);
         let ino = dir.ino;
         let parent = parent_of(ino);
         let detached =

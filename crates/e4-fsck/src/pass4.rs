@@ -11,19 +11,29 @@ use e4_format::inode::ROOT_INO;
 use crate::context::Context;
 use crate::inode_state::InodeKind;
 use crate::problem::{Location, ProblemCode};
+use crate::progress::{PassMeter, Progress};
+
+/// Inodes checked between progress reports.
+const PROGRESS_CHUNK: usize = 4096;
 
 /// The most links a directory counts before dir_nlink stores 1 (`EXT2_LINK_MAX`).
 const LINK_MAX: u32 = 65000;
 
 /// Runs pass 4.
-pub fn run(ctx: &Context) {
+pub fn run(ctx: &Context, progress: Option<&Progress>) {
     let first = ctx.sb.first_ino();
     let dir_nlink = ctx.sb.ro_compat().contains(RoCompatFeatures::DIR_NLINK);
-    std::iter::once(ROOT_INO)
+    let inodes: Vec<u32> = std::iter::once(ROOT_INO)
         .chain(first..=ctx.sb.inodes_count)
-        .collect::<Vec<_>>()
-        .par_iter()
-        .for_each(|&ino| {
+        .collect();
+    let meter = PassMeter::start(progress, 4, inodes.len() as u64);
+    inodes
+        .par_chunks(PROGRESS_CHUNK)
+        .flat_map_iter(|chunk| {
+            meter.advance(chunk.len() as u64);
+            chunk.iter().copied()
+        })
+        .for_each(|ino| {
             let kind = ctx.inodes.kind(ino);
             if !kind.in_use() || kind == InodeKind::Reserved {
                 return;

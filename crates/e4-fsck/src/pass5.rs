@@ -12,6 +12,7 @@ use e4_format::FormatError;
 use crate::context::Context;
 use crate::inode_state::InodeKind;
 use crate::problem::{Location, ProblemCode};
+use crate::progress::{PassMeter, Progress};
 
 /// What one group counted.
 #[derive(Debug, Clone, Copy, Default)]
@@ -21,12 +22,17 @@ struct GroupCounts {
 }
 
 /// Runs pass 5.
-pub fn run(ctx: &Context) {
+pub fn run(ctx: &Context, progress: Option<&Progress>) {
+    let meter = PassMeter::start(progress, 5, u64::from(ctx.geo.group_count()));
     let totals = (0..ctx.geo.group_count())
         .into_par_iter()
-        .map(|group| GroupCounts {
-            free_blocks: check_block_bitmap(ctx, group),
-            free_inodes: check_inode_bitmap(ctx, group),
+        .map(|group| {
+            let counts = GroupCounts {
+                free_blocks: check_block_bitmap(ctx, group),
+                free_inodes: check_inode_bitmap(ctx, group),
+            };
+            meter.advance(1);
+            counts
         })
         .reduce(GroupCounts::default, |a, b| GroupCounts {
             free_blocks: a.free_blocks + b.free_blocks,

@@ -118,6 +118,7 @@ fn e4_verdict(image: &Path, threads: usize) -> (Verdict, String) {
     let options = Options {
         threads: Some(threads),
         force: true,
+        ..Options::default()
     };
     let report = check(image, &options).unwrap();
     let mut text = Vec::new();
@@ -277,6 +278,7 @@ fn clean_images_of_every_profile_report_nothing() {
             &Options {
                 threads: None,
                 force: true,
+                ..Options::default()
             },
         )
         .unwrap();
@@ -323,6 +325,7 @@ fn run_scenario_with_codes(
         &Options {
             threads: Some(2),
             force: true,
+            ..Options::default()
         },
     )
     .unwrap();
@@ -680,6 +683,7 @@ fn out_of_order_extents() {
         &Options {
             threads: Some(2),
             force: true,
+            ..Options::default()
         },
     )
     .unwrap();
@@ -743,6 +747,7 @@ fn many_problems_print_in_one_order_whatever_the_threads() {
                 &Options {
                     threads: Some(threads),
                     force: true,
+                    ..Options::default()
                 },
             )
             .unwrap()
@@ -844,6 +849,7 @@ fn random_byte_flips_never_panic_or_hang() {
                     &Options {
                         threads: Some(2),
                         force: true,
+                        ..Options::default()
                     },
                 )
                 .map(|r| r.exit_code())

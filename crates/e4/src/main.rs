@@ -101,6 +101,10 @@ enum Command {
         /// Print the result as JSON records instead of text.
         #[arg(long)]
         json: bool,
+        /// Show progress on stderr: a bar on a terminal, else "pass done total device"
+        /// lines as `e2fsck -C 0` prints.
+        #[arg(short = 'C')]
+        progress: bool,
     },
 }
 
@@ -172,6 +176,7 @@ fn main() -> ExitCode {
         force,
         threads,
         json,
+        progress,
     } = cli.command
     {
         return ExitCode::from(fsck::run(&fsck::FsckArgs {
@@ -180,6 +185,7 @@ fn main() -> ExitCode {
             force,
             threads: threads.map(usize::from),
             json,
+            progress,
         }));
     }
     match run(cli) {

@@ -43,6 +43,21 @@ fn exit_statuses_follow_e2fsck() {
     assert_eq!(e4(&["fsck", "-fn", not_ext.path().to_str().unwrap()]).0, 8);
     assert_eq!(e4(&["fsck", "-fn", "/nonexistent/image"]).0, 8);
 
+    // Progress goes to stderr as "pass done total device" lines; stdout is unchanged.
+    let out = Command::new(env!("CARGO_BIN_EXE_e4"))
+        .args(["fsck", "-fnC", path])
+        .output()
+        .unwrap();
+    let progress = String::from_utf8_lossy(&out.stderr);
+    for pass in 1..=5 {
+        assert!(
+            progress
+                .lines()
+                .any(|l| l.starts_with(&format!("{pass} ")) && l.ends_with(path)),
+            "{progress}"
+        );
+    }
+
     assert_eq!(e4(&["fsck", "-n", "-j", "0", path]).0, 16);
     assert_eq!(e4(&["fsck", "--bogus", path]).0, 16);
     assert_eq!(
