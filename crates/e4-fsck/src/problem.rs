@@ -140,12 +140,8 @@ macro_rules! problem_codes {
 }
 
 problem_codes! {
-    /// A field of the superblock is out of range.
-    PR_0_MISC_CORRUPT_SUPER = 0x00000B, Fix, Superblock, true;
     /// The superblock's checksum does not match (e2fsck falls back to a backup).
     PR_0_SB_CORRUPT = 0x000004, Fix, Superblock, true;
-    /// The superblock says the filesystem is larger than the device.
-    PR_0_FS_SIZE_WRONG = 0x000005, None, Superblock, true;
     /// A group's block bitmap lies outside the filesystem or its flex group.
     PR_0_BB_NOT_GROUP = 0x000001, Relocate, GroupDescriptor, true;
     /// A group's inode bitmap lies outside the filesystem or its flex group.
@@ -203,8 +199,6 @@ problem_codes! {
     PR_1_BAD_EA_BLOCK = 0x01003A, Clear, Xattr, true;
     /// An xattr block's reference count disagrees with the inodes using it.
     PR_1_EXTATTR_REFCOUNT = 0x01003C, Fix, Xattr, true;
-    /// An inode's xattr block number is outside the filesystem.
-    PR_1_READ_EA_BLOCK = 0x010039, Clear, Xattr, true;
     /// An extent's physical start is outside the filesystem.
     PR_1_EXTENT_BAD_START_BLK = 0x010058, Clear, ExtentTree, true;
     /// An extent runs past the end of the filesystem.
@@ -319,10 +313,6 @@ problem_codes! {
     PR_5_FREE_BLOCK_COUNT_GROUP = 0x05000E, Fix, FreeCounts, true;
     /// The superblock's free block count is wrong (`PR_NO_OK`: not an error).
     PR_5_FREE_BLOCK_COUNT = 0x05000F, Fix, FreeCounts, false;
-    /// A group marked BLOCK_UNINIT has blocks in use.
-    PR_5_BLOCK_UNINIT = 0x050018, Fix, BlockBitmap, true;
-    /// A group marked INODE_UNINIT has inodes in use.
-    PR_5_INODE_UNINIT = 0x050019, Fix, InodeBitmap, true;
     /// An inode bitmap's checksum does not match.
     PR_5_INODE_BITMAP_CSUM_INVALID = 0x05001A, Fix, BitmapChecksum, true;
     /// A block bitmap's checksum does not match.

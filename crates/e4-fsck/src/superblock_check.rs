@@ -80,15 +80,14 @@ pub fn open_and_check(path: &Path) -> Result<Context, FsckError> {
     }
     let geo = Geometry::new(&sb);
     let device_blocks = image.len() / u64::from(geo.block_size);
+    // e2fsck's PR_0_FS_SIZE_WRONG asks whether to abort; there is nothing past the end
+    // to check, and per-block state sized from a corrupt count could exhaust memory, so
+    // the check stops here.
     if device_blocks < geo.blocks_count {
-        problems.push(Problem::new(
-            ProblemCode::PR_0_FS_SIZE_WRONG,
-            Location::Superblock,
-            format!(
-                "the superblock says {} blocks, the device holds {device_blocks}",
-                geo.blocks_count
-            ),
-        ));
+        return Err(FsckError::NotExt(format!(
+            "the superblock says {} blocks, the device holds {device_blocks}",
+            geo.blocks_count
+        )));
     }
     let groups = read_descriptors(&image, &sb, &geo, &mut problems)?;
     let ctx = Context::new(image, sb, groups, problems);

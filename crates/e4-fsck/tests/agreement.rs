@@ -788,6 +788,65 @@ fn corrupt_journal_superblock() {
     );
 }
 
+/// Damage every profile can take, so each layout (block maps, inline data, meta_bg,
+/// 1 KiB blocks, 128-byte inodes, no checksums) is checked against the oracle too.
+#[test]
+fn common_damage_in_every_profile() {
+    let damages: [(&str, Damage, ProblemClass); 5] = [
+        (
+            "links",
+            |img| {
+                debugfs(img, "sif /dir1/b links_count 4");
+            },
+            ProblemClass::LinkCount,
+        ),
+        (
+            "unlinked dir",
+            |img| {
+                debugfs(img, "unlink /dir2");
+            },
+            ProblemClass::Connectivity,
+        ),
+        (
+            "freed inode",
+            |img| {
+                debugfs(img, "clri /dir1/c");
+            },
+            ProblemClass::DirectoryEntry,
+        ),
+        (
+            "size",
+            |img| {
+                debugfs(img, "sif /medium size 5");
+            },
+            ProblemClass::InodeSize,
+        ),
+        (
+            "free block bit",
+            |img| {
+                let block = bmap(img, "/medium", 2);
+                debugfs(img, &format!("freeb {block}"));
+            },
+            ProblemClass::BlockBitmap,
+        ),
+    ];
+    let source = source_tree();
+    for profile in PROFILES {
+        let pristine = make_image(source.path(), profile, 16, 2048);
+        let bytes = fs::read(&pristine.path).unwrap();
+        for (name, damage, class) in damages {
+            fs::write(&pristine.path, &bytes).unwrap();
+            damage(&pristine.path);
+            let what = format!("{} / {name}", profile.name);
+            let classes = assert_agreement(&pristine.path, &what);
+            assert!(
+                classes.contains(&class),
+                "{what}: {class:?} not in {classes:?}"
+            );
+        }
+    }
+}
+
 #[test]
 fn bad_group_descriptor_checksum() {
     run_scenario(
