@@ -3,6 +3,9 @@
 //! duplicate bitmap at that moment. Pass 1B walks again, reporting nothing new, only
 //! counting which of each inode's blocks are duplicates.
 
+use std::collections::HashSet;
+use std::sync::Mutex;
+
 use crate::block_tally::BlockTally;
 use crate::context::Context;
 use crate::problem::{Location, ProblemCode};
@@ -25,9 +28,21 @@ pub struct BlockWalk<'a> {
     pub ino: u32,
     /// Pass 1 or pass 1B.
     pub mode: WalkMode,
+    /// Tree blocks (extent nodes, indirect blocks) already entered in this walk. A
+    /// corrupt tree may name one block from many entries; entering it once keeps the
+    /// walk linear in the distinct blocks instead of exponential in the depth.
+    pub entered: &'a Mutex<HashSet<u64>>,
 }
 
 impl BlockWalk<'_> {
+    /// Whether tree block `block` is entered for the first time in this walk.
+    pub fn enter(&self, block: u64) -> bool {
+        self.entered
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(block)
+    }
+
     /// Reports a problem in pass 1; pass 1B has already reported it.
     pub fn report(&self, code: ProblemCode, location: Location, message: impl Into<String>) {
         if self.mode == WalkMode::Claim {

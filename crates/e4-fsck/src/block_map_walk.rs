@@ -71,6 +71,10 @@ fn visit_indirect(
         walk.claim(block, 1, tally);
     }
     tally.blocks += 1;
+    if !walk.enter(block) {
+        // Named again by this map: counted and claimed again, not re-walked.
+        return;
+    }
     let bytes = match ctx.image.read_blocks(block, 1, ctx.block_size()) {
         Ok(bytes) => bytes,
         Err(e) => {

@@ -207,6 +207,12 @@ fn walk_child(
         block: physical,
         logical: u32::try_from(lblk).unwrap_or(u32::MAX),
     };
+    if !walk.enter(physical) {
+        // Named again by this tree: claimed again (so it shows as shared), not re-walked.
+        walk.claim(physical, 1, tally);
+        tally.blocks += 1;
+        return true;
+    }
     let bytes = match ctx.image.read_blocks(physical, 1, ctx.block_size()) {
         Ok(bytes) => bytes,
         Err(e) => {

@@ -5,6 +5,9 @@
 //! walked and claimed in the shared ownership bitmap, its `i_size` and `i_blocks`
 //! compared with what was found; directories are returned for pass 2.
 
+use std::collections::HashSet;
+use std::sync::Mutex;
+
 use rayon::prelude::*;
 
 use e4_format::features::{CompatFeatures, IncompatFeatures, RoCompatFeatures};
@@ -152,11 +155,16 @@ fn scan_piece(
     let geo = &ctx.geo;
     let inode_size = geo.inode_size as usize;
     let desc = &ctx.groups[piece.group as usize];
-    let offset =
-        desc.inode_table() * u64::from(geo.block_size) + u64::from(piece.first) * inode_size as u64;
+    let offset = desc
+        .inode_table()
+        .checked_mul(u64::from(geo.block_size))
+        .and_then(|o| o.checked_add(u64::from(piece.first) * inode_size as u64));
     let mut table = vec![0u8; piece.count as usize * inode_size];
     let first_ino = piece.group * geo.inodes_per_group + piece.first + 1;
-    if let Err(e) = ctx.image.read_at(offset, &mut table) {
+    let read = offset
+        .ok_or_else(|| std::io::Error::other("inode table is past any device"))
+        .and_then(|offset| ctx.image.read_at(offset, &mut table));
+    if let Err(e) = read {
         if mode == WalkMode::Claim {
             ctx.report(
                 ProblemCode::PR_1_ISCAN_ERROR,
@@ -173,7 +181,13 @@ fn scan_piece(
         if ino > geo.inodes_count {
             break;
         }
-        let walk = BlockWalk { ctx, ino, mode };
+        let entered = Mutex::new(HashSet::new());
+        let walk = BlockWalk {
+            ctx,
+            ino,
+            mode,
+            entered: &entered,
+        };
         if let Some((dir, tally)) = check_inode(&walk, raw, xattrs) {
             if tally.shared > 0 {
                 shared.push((ino, tally.shared));
