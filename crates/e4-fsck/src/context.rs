@@ -81,8 +81,8 @@ impl Context {
         problems
     }
 
-    /// Whether no problem has been recorded yet.
-    pub fn take_problems_peek_empty(&self) -> bool {
+    /// Whether no problem recorded so far leaves the filesystem in error.
+    pub fn has_no_errors(&self) -> bool {
         self.problems
             .lock()
             .unwrap_or_else(|e| e.into_inner())

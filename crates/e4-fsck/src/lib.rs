@@ -114,8 +114,9 @@ fn check_in_pool(path: &Path, options: &Options) -> Result<Report, FsckError> {
     })
 }
 
-/// e2fsck's `check_if_skip`: cleanly unmounted, no errors recorded, no orphans, and no
-/// problem already found in the superblock or descriptors.
+/// e2fsck's `check_if_skip`: cleanly unmounted, no errors recorded, no orphans, under the
+/// mount count and time limits, and no error already found in the superblock or
+/// descriptors.
 fn is_clean(ctx: &context::Context) -> bool {
     let sb = &ctx.sb;
     sb.state & STATE_VALID != 0
@@ -124,5 +125,16 @@ fn is_clean(ctx: &context::Context) -> bool {
         && (sb.max_mnt_count == 0
             || sb.max_mnt_count as i16 <= 0
             || sb.mnt_count < sb.max_mnt_count)
-        && ctx.take_problems_peek_empty()
+        && ctx.has_no_errors()
+        && !check_is_due(sb)
+}
+
+/// e2fsck's time rules: a last-check time in the future, or `s_checkinterval` seconds
+/// since it, force a check.
+fn check_is_due(sb: &e4_format::superblock::Superblock) -> bool {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    let last = i64::from(sb.lastcheck) | (i64::from(sb.lastcheck_hi) << 32);
+    last > now || (sb.checkinterval != 0 && now >= last + i64::from(sb.checkinterval))
 }

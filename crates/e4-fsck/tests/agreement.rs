@@ -62,6 +62,7 @@ const E2FSCK_CLASSES: &[(&str, ProblemClass)] = &[
         ProblemClass::Inode,
     ),
     ("invalid journal", ProblemClass::Journal),
+    ("skipping journal recovery", ProblemClass::Journal),
     ("Journal", ProblemClass::Journal),
     ("orphan", ProblemClass::Orphan),
     ("dtime", ProblemClass::Inode),
@@ -845,6 +846,17 @@ fn common_damage_in_every_profile() {
             );
         }
     }
+}
+
+#[test]
+fn journal_needing_recovery_is_reported_and_checked_as_it_stands() {
+    run_scenario(
+        "needs recovery",
+        |img| {
+            debugfs(img, "feature needs_recovery");
+        },
+        &[ProblemClass::Journal],
+    );
 }
 
 #[test]
