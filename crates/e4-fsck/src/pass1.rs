@@ -255,6 +255,7 @@ fn check_inode(
         InodeKind::Reserved
     } else {
         check_dtime(walk, &inode);
+        check_zero_fields(walk, &inode);
         if ino == ROOT_INO && file_type != Some(FileType::Directory) {
             walk.report(
                 ProblemCode::PR_1_ROOT_NO_DIR,
@@ -294,7 +295,7 @@ fn check_inode(
             loc,
             format!("inode {ino} is a zero-length directory"),
         );
-    } else if !reserved || ino == e4_format::inode::JOURNAL_INO {
+    } else if ino != BAD_BLOCKS_INO {
         check_size(walk, &inode, &tally, dir);
     }
     check_i_blocks(walk, &inode, &tally);
@@ -332,9 +333,6 @@ fn has_valid_blocks(ctx: &Context, inode: &Inode, ino: u32) -> bool {
             };
             u64::from(inode.record.blocks_lo) > xattr_blocks
         }
-        // A reserved inode with no mode (journal before it is set up, resize inode
-        // variants) still maps blocks if it has any.
-        None => ino < ctx.sb.first_ino(),
         _ => false,
     }
 }
@@ -378,6 +376,56 @@ fn check_reserved_mode(walk: &BlockWalk<'_>, inode: &Inode) {
             Location::Inode(ino),
             format!("reserved inode {ino} has invalid mode ({mode:#o})"),
         );
+    }
+}
+
+/// Fields that must be zero unless a feature gives them a meaning (e2fsck marks such an
+/// inode bad in pass 1 and reports each field from pass 2's `process_bad_inode`). The
+/// Hurd uses these words for its own fields.
+fn check_zero_fields(walk: &BlockWalk<'_>, inode: &Inode) {
+    const CREATOR_HURD: u32 = 1;
+    let ctx = walk.ctx;
+    let sb = &ctx.sb;
+    if sb.creator_os == CREATOR_HURD {
+        return;
+    }
+    let ino = walk.ino;
+    let r = &inode.record;
+    let dir = inode.file_type() == Some(FileType::Directory);
+    let checks = [
+        (
+            r.obso_faddr != 0,
+            ProblemCode::PR_2_FADDR_ZERO,
+            "i_faddr",
+            u64::from(r.obso_faddr),
+        ),
+        (
+            dir && r.size_high != 0 && !sb.incompat().contains(IncompatFeatures::LARGEDIR),
+            ProblemCode::PR_2_DIR_SIZE_HIGH_ZERO,
+            "i_size_high",
+            u64::from(r.size_high),
+        ),
+        (
+            r.blocks_high != 0 && !sb.ro_compat().contains(RoCompatFeatures::HUGE_FILE),
+            ProblemCode::PR_2_BLOCKS_HI_ZERO,
+            "i_blocks_hi",
+            u64::from(r.blocks_high),
+        ),
+        (
+            r.file_acl_high != 0 && !sb.incompat().contains(IncompatFeatures::BIT64),
+            ProblemCode::PR_2_I_FILE_ACL_HI_ZERO,
+            "i_file_acl_hi",
+            u64::from(r.file_acl_high),
+        ),
+    ];
+    for (bad, code, field, value) in checks {
+        if bad {
+            walk.report(
+                code,
+                Location::Inode(ino),
+                format!("{field} for inode {ino} is {value}, should be zero"),
+            );
+        }
     }
 }
 
@@ -437,6 +485,7 @@ fn check_size(walk: &BlockWalk<'_>, inode: &Inode, tally: &BlockTally, dir: bool
         let extents = inode.has_flag(flags::EXTENTS);
         tally.last_init_block.is_some_and(|l| size < l * block_size)
             || (extents && size > (1u64 << (32 + ctx.sb.log_block_size + 10)) - 1)
+            || (!extents && size > block_map_max_size(block_size))
     };
     if bad {
         walk.report(
@@ -445,6 +494,13 @@ fn check_size(walk: &BlockWalk<'_>, inode: &Inode, tally: &BlockTally, dir: bool
             format!("inode {}, i_size is {size}, should be {expected}", walk.ino),
         );
     }
+}
+
+/// The largest size a block-mapped file can have (e2fsck's `ext2_max_sizes`): what its
+/// direct, single, double and triple indirect pointers reach.
+fn block_map_max_size(block_size: u64) -> u64 {
+    let per = block_size / 4;
+    (12 + per + per * per + per * per * per) * block_size
 }
 
 /// e2fsck's `i_blocks` check: 512-byte sectors of every block owned.

@@ -158,10 +158,6 @@ problem_codes! {
     PR_0_GDT_ITABLE_UNUSED = 0x000038, Fix, GroupDescriptor, true;
     /// The last group is marked BLOCK_UNINIT.
     PR_0_BB_UNINIT_LAST = 0x000039, Fix, GroupDescriptor, true;
-    /// The superblock's free inode count disagrees with the descriptors.
-    PR_0_FREE_INODE_COUNT = 0x00003F, Fix, FreeCounts, true;
-    /// The superblock's free block count disagrees with the descriptors.
-    PR_0_FREE_BLOCK_COUNT = 0x000040, Fix, FreeCounts, true;
     /// The journal superblock cannot be used.
     PR_0_JOURNAL_BAD_SUPER = 0x000015, Fix, Journal, true;
     /// The journal needs recovery; `-n` checks the image as it stands.
@@ -245,6 +241,14 @@ problem_codes! {
     PR_2_BAD_INODE_DOT = 0x020001, Fix, DirectoryBlock, true;
     /// An inode's mode is not a valid file type.
     PR_2_BAD_MODE = 0x020012, Clear, Inode, true;
+    /// `i_faddr` (obsolete fragment address) is not zero.
+    PR_2_FADDR_ZERO = 0x02000D, Clear, Inode, true;
+    /// A directory has `i_size_high` set without large_dir.
+    PR_2_DIR_SIZE_HIGH_ZERO = 0x02000F, Clear, Inode, true;
+    /// `i_blocks_hi` is set without huge_file.
+    PR_2_BLOCKS_HI_ZERO = 0x020044, Clear, Inode, true;
+    /// `i_file_acl_hi` is set without 64bit.
+    PR_2_I_FILE_ACL_HI_ZERO = 0x020048, Clear, Inode, true;
     /// A directory block's entries do not parse (rec_len or name_len).
     PR_2_DIR_CORRUPTED = 0x020013, Salvage, DirectoryBlock, true;
     /// A directory has a hole (a logical block with no physical block).

@@ -47,27 +47,8 @@ impl std::error::Error for FsckError {}
 /// their problems recorded.
 pub fn open_and_check(path: &Path) -> Result<Context, FsckError> {
     let image = Image::open(path).map_err(|e| FsckError::Io(format!("{}: {e}", path.display())))?;
-    let mut raw = [0u8; 1024];
-    image
-        .read_at(SUPERBLOCK_OFFSET, &mut raw)
-        .map_err(|e| FsckError::NotExt(format!("reading the superblock: {e}")))?;
     let mut problems = Vec::new();
-    let sb = match Superblock::parse(&raw) {
-        Ok(sb) => sb,
-        // Validation passed (it runs first); only the checksum is wrong.
-        Err(FormatError::Checksum {
-            stored, computed, ..
-        }) => {
-            problems.push(Problem::new(
-                ProblemCode::PR_0_SB_CORRUPT,
-                Location::Superblock,
-                format!("superblock checksum is {stored:#010x}, should be {computed:#010x}"),
-            ));
-            Superblock::decode(&raw)
-        }
-        Err(FormatError::Incompatible(m)) => return Err(FsckError::Unsupported(m)),
-        Err(e) => return Err(FsckError::NotExt(e.to_string())),
-    };
+    let (sb, from_backup) = read_superblock(&image, &mut problems)?;
     let unknown = sb.incompat().bits() & !READABLE_INCOMPAT.bits();
     if unknown != 0 {
         return Err(FsckError::Unsupported(format!(
@@ -89,29 +70,93 @@ pub fn open_and_check(path: &Path) -> Result<Context, FsckError> {
             geo.blocks_count
         )));
     }
-    let groups = read_descriptors(&image, &sb, &geo, &mut problems)?;
+    let groups = read_descriptors(&image, &sb, &geo, from_backup, &mut problems)?;
     let ctx = Context::new(image, sb, groups, problems);
     check_descriptors(&ctx);
-    check_summary_counts(&ctx);
     check_journal_state(&ctx);
     crate::journal_check::check(&ctx);
     Ok(ctx)
 }
 
+/// Reads the primary superblock. One whose checksum alone is wrong is reported and used;
+/// one that does not validate is replaced, as e2fsck does, by the first valid backup in
+/// group 1 for any block size (its usual place), and reported; the second value says so.
+fn read_superblock(
+    image: &Image,
+    problems: &mut Vec<Problem>,
+) -> Result<(Superblock, bool), FsckError> {
+    let mut raw = [0u8; 1024];
+    image
+        .read_at(SUPERBLOCK_OFFSET, &mut raw)
+        .map_err(|e| FsckError::NotExt(format!("reading the superblock: {e}")))?;
+    let primary_error = match Superblock::parse(&raw) {
+        Ok(sb) => return Ok((sb, false)),
+        // Validation passed (it runs first); only the checksum is wrong.
+        Err(FormatError::Checksum {
+            stored, computed, ..
+        }) => {
+            problems.push(Problem::new(
+                ProblemCode::PR_0_SB_CORRUPT,
+                Location::Superblock,
+                format!("superblock checksum is {stored:#010x}, should be {computed:#010x}"),
+            ));
+            return Ok((Superblock::decode(&raw), false));
+        }
+        Err(FormatError::Incompatible(m)) => return Err(FsckError::Unsupported(m)),
+        Err(e) => e,
+    };
+    for log in 0..=6u32 {
+        let block_size = 1024u64 << log;
+        // Group 1 starts after 8 * block_size blocks (one bitmap block's worth), plus
+        // the boot block with 1 KiB blocks.
+        let first_data_block = u64::from(log == 0);
+        let offset = (8 * block_size + first_data_block) * block_size;
+        if image.read_at(offset, &mut raw).is_err() {
+            continue;
+        }
+        if let Ok(backup) = Superblock::parse(&raw) {
+            if u64::from(backup.block_size()) == block_size {
+                problems.push(Problem::new(
+                    ProblemCode::PR_0_SB_CORRUPT,
+                    Location::Superblock,
+                    format!("primary superblock is invalid ({primary_error}); using the backup at byte {offset}"),
+                ));
+                return Ok((backup, true));
+            }
+        }
+    }
+    Err(FsckError::NotExt(primary_error.to_string()))
+}
+
 /// Reads every group descriptor; a descriptor whose checksum is wrong is reported and used.
+/// With `from_backup`, the descriptor table is the copy after the backup superblock in
+/// group 1 (meta_bg descriptors outside group 0 have no such copy and are read from their
+/// primary place).
 fn read_descriptors(
     image: &Image,
     sb: &Superblock,
     geo: &Geometry,
+    from_backup: bool,
     problems: &mut Vec<Problem>,
 ) -> Result<Vec<GroupDescriptor>, FsckError> {
     let checksum = GroupChecksum::for_superblock(sb);
     let desc_size = sb.desc_size() as usize;
+    let group_one = geo.group_first_block(1);
+    let backup_shift = if from_backup && geo.group_count() > 1 {
+        group_one - geo.first_data_block
+    } else {
+        0
+    };
     let parsed: Vec<Result<(GroupDescriptor, Option<Problem>), FsckError>> = (0..geo
         .group_count())
         .into_par_iter()
         .map(|group| {
-            let block = geo.descriptor_block(group);
+            let primary = geo.descriptor_block(group);
+            let block = if primary < group_one {
+                primary + backup_shift
+            } else {
+                primary
+            };
             let at = geo.descriptor_offset(group);
             let mut bytes = vec![0u8; desc_size];
             let offset = block * u64::from(geo.block_size) + at as u64;
@@ -225,43 +270,6 @@ fn check_descriptors(ctx: &Context) {
             );
         }
     });
-}
-
-/// The superblock's free counts against the sum of the descriptors' (e2fsck reports the
-/// difference and, under `-n`, leaves the filesystem marked in error).
-fn check_summary_counts(ctx: &Context) {
-    let free_blocks: u64 = ctx
-        .groups
-        .iter()
-        .map(|g| u64::from(g.free_blocks_count()))
-        .sum();
-    let free_inodes: u64 = ctx
-        .groups
-        .iter()
-        .map(|g| u64::from(g.free_inodes_count()))
-        .sum();
-    if free_blocks != ctx.sb.free_blocks_count() && free_blocks <= ctx.geo.blocks_count {
-        ctx.report(
-            ProblemCode::PR_0_FREE_BLOCK_COUNT,
-            Location::Superblock,
-            format!(
-                "free blocks count is {}, the groups sum to {free_blocks}",
-                ctx.sb.free_blocks_count()
-            ),
-        );
-    }
-    if free_inodes != u64::from(ctx.sb.free_inodes_count)
-        && free_inodes <= u64::from(ctx.sb.inodes_count)
-    {
-        ctx.report(
-            ProblemCode::PR_0_FREE_INODE_COUNT,
-            Location::Superblock,
-            format!(
-                "free inodes count is {}, the groups sum to {free_inodes}",
-                ctx.sb.free_inodes_count
-            ),
-        );
-    }
 }
 
 /// A journal that needs recovery is reported, as `e2fsck -n` does; the check goes on with

@@ -15,6 +15,8 @@ use e4_testkit::{make_image, Image, Profile, PROFILES};
 
 /// e2fsck message fragments and the class each one names. The first match wins.
 const E2FSCK_CLASSES: &[(&str, ProblemClass)] = &[
+    ("should be zero", ProblemClass::Inode),
+    ("Superblock invalid", ProblemClass::Superblock),
     ("multiply-claimed", ProblemClass::MultiplyClaimed),
     ("Multiply-claimed", ProblemClass::MultiplyClaimed),
     ("i_size is", ProblemClass::InodeSize),
@@ -83,7 +85,12 @@ fn e2fsck_verdict(image: &Path) -> (Verdict, String) {
         .arg(image)
         .output()
         .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    // Opening messages ("Superblock invalid, trying backup blocks") go to stderr.
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
     let classes = text
         .lines()
         .filter_map(|line| {
@@ -856,6 +863,40 @@ fn journal_needing_recovery_is_reported_and_checked_as_it_stands() {
             debugfs(img, "feature needs_recovery");
         },
         &[ProblemClass::Journal],
+    );
+}
+
+/// The superblock's totals alone are wrong: e2fsck -n reports them and exits 0
+/// (`PR_5_FREE_*_COUNT` are `PR_NO_OK`).
+#[test]
+fn wrong_superblock_free_counts() {
+    run_scenario(
+        "superblock free counts",
+        |img| {
+            debugfs(img, "ssv free_blocks_count 100");
+            debugfs(img, "ssv free_inodes_count 7");
+        },
+        &[ProblemClass::FreeCounts],
+    );
+}
+
+/// A primary superblock that does not validate: both fall back to the backup in group 1.
+#[test]
+fn corrupt_primary_superblock() {
+    let profile = Profile {
+        name: "ext4-1k",
+        mke2fs_args: &["-t", "ext4", "-b", "1024"],
+        mke2fs_miscopies: &[],
+    };
+    run_scenario_with_codes(
+        &profile,
+        "corrupt primary superblock",
+        |img| {
+            // s_inodes_per_group far past what a bitmap block can hold.
+            write_bytes(img, 1024 + 0x28, &0x2000_0800u32.to_le_bytes());
+        },
+        &[],
+        &[ProblemCode::PR_0_SB_CORRUPT],
     );
 }
 
