@@ -69,6 +69,14 @@ fn read_bitmap(ctx: &Context, block: u64) -> Option<Vec<u8>> {
     ctx.image.read_blocks(block, 1, ctx.block_size()).ok()
 }
 
+/// Whether every byte of a bitmap block after the first `bits` bits is 0xff.
+fn tail_is_set(bytes: &[u8], bits: u64) -> bool {
+    let start = usize::try_from(bits.div_ceil(8)).unwrap_or(usize::MAX);
+    bytes
+        .get(start..)
+        .is_none_or(|tail| tail.iter().all(|&b| b == 0xFF))
+}
+
 fn bit(bytes: &[u8], index: u64) -> bool {
     bytes
         .get((index / 8) as usize)
@@ -112,7 +120,7 @@ fn check_block_bitmap(ctx: &Context, group: u32) -> u64 {
         );
         if !uninit {
             let per_group = u64::from(geo.blocks_per_group);
-            if (count..per_group).any(|i| !bit(bytes, i)) {
+            if (count..per_group).any(|i| !bit(bytes, i)) || !tail_is_set(bytes, per_group) {
                 ctx.report(
                     ProblemCode::PR_5_BLOCK_BMAP_PADDING,
                     Location::Group(group),
@@ -190,6 +198,16 @@ fn check_inode_bitmap(ctx: &Context, group: u32) -> u64 {
             (ProblemCode::PR_5_INODE_UNUSED, ProblemCode::PR_5_INODE_USED),
             BitmapKind::Inode,
         );
+        // Inodes past s_inodes_count, and the rest of the block past the group's inodes,
+        // must read as in use (libext2fs's bitmap tail check).
+        // An INODE_UNINIT group's bitmap is not read, so it has no tail to check.
+        if !uninit && ((count..ipg).any(|i| !bit(bytes, i)) || !tail_is_set(bytes, ipg)) {
+            ctx.report(
+                ProblemCode::PR_5_INODE_BMAP_PADDING,
+                Location::Group(group),
+                "padding at end of inode bitmap is not set",
+            );
+        }
         if let (Some(seed), false) = (ctx.csum_seed, uninit) {
             if let Err(FormatError::Checksum { .. }) = desc.verify_bitmap(
                 BitmapKind::Inode,

@@ -297,6 +297,8 @@ problem_codes! {
     PR_4_UNATTACHED_INODE = 0x040002, Connect, LinkCount, true;
     /// `i_links_count` disagrees with the entries found.
     PR_4_BAD_REF_COUNT = 0x040003, Fix, LinkCount, true;
+    /// Bits past the last inode (`s_inodes_count`) are not set.
+    PR_5_INODE_BMAP_PADDING = 0x050001, Fix, InodeBitmap, true;
     /// Bits past the last block of the last group are not set.
     PR_5_BLOCK_BMAP_PADDING = 0x050002, Fix, BlockBitmap, true;
     /// The block bitmap marks blocks used that nothing owns.

@@ -185,8 +185,16 @@ fn read_descriptors(
         .collect();
     let mut groups = Vec::with_capacity(parsed.len());
     for result in parsed {
-        let (desc, problem) = result?;
+        let (mut desc, problem) = result?;
         problems.extend(problem);
+        if from_backup {
+            // Backup descriptors were written at mkfs or resize time, so their uninit
+            // flags and unused-inode counts may be stale; libext2fs clears them when it
+            // opens from a backup, and so does this.
+            desc.flags &= !(BG_BLOCK_UNINIT | BG_INODE_UNINIT);
+            desc.itable_unused_lo = 0;
+            desc.itable_unused_hi = 0;
+        }
         groups.push(desc);
     }
     Ok(groups)

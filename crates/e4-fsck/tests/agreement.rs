@@ -30,6 +30,8 @@ const E2FSCK_CLASSES: &[(&str, ProblemClass)] = &[
         ProblemClass::BitmapChecksum,
     ),
     ("Block bitmap differences", ProblemClass::BlockBitmap),
+    ("Padding at end of inode bitmap", ProblemClass::InodeBitmap),
+    ("Padding at end of block bitmap", ProblemClass::BlockBitmap),
     ("Inode bitmap differences", ProblemClass::InodeBitmap),
     ("count wrong", ProblemClass::FreeCounts),
     ("Setting free", ProblemClass::FreeCounts),
