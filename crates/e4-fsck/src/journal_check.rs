@@ -25,15 +25,18 @@ pub fn check(ctx: &Context) {
         return;
     }
     let ino = sb.journal_inum;
-    let Some(inode) = read_inode(ctx, ino) else {
-        report(
-            ctx,
-            format!("superblock has an invalid journal (inode {ino}): it cannot be read"),
-        );
-        return;
+    let inode = match read_inode(ctx, ino) {
+        Ok(inode) => inode,
+        Err(why) => {
+            bad_inode(
+                ctx,
+                format!("superblock has an invalid journal (inode {ino}): {why}"),
+            );
+            return;
+        }
     };
     let Some(block) = first_block(ctx, &inode) else {
-        report(
+        bad_inode(
             ctx,
             format!("superblock has an invalid journal (inode {ino}): no block 0"),
         );
@@ -52,6 +55,14 @@ pub fn check(ctx: &Context) {
     }
 }
 
+fn bad_inode(ctx: &Context, message: String) {
+    ctx.report(
+        ProblemCode::PR_0_JOURNAL_BAD_INODE,
+        Location::Journal,
+        message,
+    );
+}
+
 fn report(ctx: &Context, message: String) {
     ctx.report(
         ProblemCode::PR_0_JOURNAL_BAD_SUPER,
@@ -60,16 +71,25 @@ fn report(ctx: &Context, message: String) {
     );
 }
 
-/// Reads inode `ino` without checking its checksum (pass 1 reports that).
-fn read_inode(ctx: &Context, ino: u32) -> Option<Inode> {
+/// Reads inode `ino`, checking its checksum: e2fsck will not trust a journal inode
+/// whose checksum fails.
+fn read_inode(ctx: &Context, ino: u32) -> Result<Inode, String> {
     let geo = &ctx.geo;
     let (group, index) = geo.inode_position(ino);
-    let table = ctx.groups.get(group as usize)?.inode_table();
-    let offset = table.checked_mul(u64::from(geo.block_size))?
+    let table = ctx
+        .groups
+        .get(group as usize)
+        .ok_or("it is past the last group")?
+        .inode_table();
+    let offset = table
+        .checked_mul(u64::from(geo.block_size))
+        .ok_or("its inode table is past any device")?
         + u64::from(index) * u64::from(geo.inode_size);
     let mut raw = vec![0u8; geo.inode_size as usize];
-    ctx.image.read_at(offset, &mut raw).ok()?;
-    Inode::parse(&raw, ino, None).ok()
+    ctx.image
+        .read_at(offset, &mut raw)
+        .map_err(|e| e.to_string())?;
+    Inode::parse(&raw, ino, ctx.csum_seed).map_err(|e| e.to_string())
 }
 
 /// The physical block holding logical block 0 of `inode`.

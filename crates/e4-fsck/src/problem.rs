@@ -158,6 +158,8 @@ problem_codes! {
     PR_0_GDT_ITABLE_UNUSED = 0x000038, Fix, GroupDescriptor, true;
     /// The last group is marked BLOCK_UNINIT.
     PR_0_BB_UNINIT_LAST = 0x000039, Fix, GroupDescriptor, true;
+    /// The journal inode cannot be used (unreadable, bad checksum, no block 0).
+    PR_0_JOURNAL_BAD_INODE = 0x00000F, Clear, Journal, true;
     /// The journal superblock cannot be used.
     PR_0_JOURNAL_BAD_SUPER = 0x000015, Fix, Journal, true;
     /// The journal needs recovery; `-n` checks the image as it stands.

@@ -78,9 +78,9 @@ pub fn open_and_check(path: &Path) -> Result<Context, FsckError> {
     Ok(ctx)
 }
 
-/// Reads the primary superblock. One whose checksum alone is wrong is reported and used;
-/// one that does not validate is replaced, as e2fsck does, by the first valid backup in
-/// group 1 for any block size (its usual place), and reported; the second value says so.
+/// Reads the primary superblock. One that does not validate or whose checksum is wrong is
+/// replaced, as e2fsck does, by the first valid backup in group 1 for any block size (its
+/// usual place), and reported; the second value says a backup is used.
 fn read_superblock(
     image: &Image,
     problems: &mut Vec<Problem>,
@@ -89,21 +89,13 @@ fn read_superblock(
     image
         .read_at(SUPERBLOCK_OFFSET, &mut raw)
         .map_err(|e| FsckError::NotExt(format!("reading the superblock: {e}")))?;
-    let primary_error = match Superblock::parse(&raw) {
+    // e2fsck turns to a backup whenever the primary does not open, a wrong checksum
+    // included; a primary whose checksum alone is wrong is still used if no backup is.
+    let (primary_error, usable_primary) = match Superblock::parse(&raw) {
         Ok(sb) => return Ok((sb, false)),
-        // Validation passed (it runs first); only the checksum is wrong.
-        Err(FormatError::Checksum {
-            stored, computed, ..
-        }) => {
-            problems.push(Problem::new(
-                ProblemCode::PR_0_SB_CORRUPT,
-                Location::Superblock,
-                format!("superblock checksum is {stored:#010x}, should be {computed:#010x}"),
-            ));
-            return Ok((Superblock::decode(&raw), false));
-        }
         Err(FormatError::Incompatible(m)) => return Err(FsckError::Unsupported(m)),
-        Err(e) => e,
+        Err(e @ FormatError::Checksum { .. }) => (e, Some(Superblock::decode(&raw))),
+        Err(e) => (e, None),
     };
     for log in 0..=6u32 {
         let block_size = 1024u64 << log;
@@ -125,7 +117,17 @@ fn read_superblock(
             }
         }
     }
-    Err(FsckError::NotExt(primary_error.to_string()))
+    match usable_primary {
+        Some(sb) => {
+            problems.push(Problem::new(
+                ProblemCode::PR_0_SB_CORRUPT,
+                Location::Superblock,
+                format!("{primary_error}; no valid backup, using it as it is"),
+            ));
+            Ok((sb, false))
+        }
+        None => Err(FsckError::NotExt(primary_error.to_string())),
+    }
 }
 
 /// Reads every group descriptor; a descriptor whose checksum is wrong is reported and used.
