@@ -142,6 +142,8 @@ macro_rules! problem_codes {
 problem_codes! {
     /// The superblock's checksum does not match (e2fsck falls back to a backup).
     PR_0_SB_CORRUPT = 0x000004, Fix, Superblock, true;
+    /// The descriptor table failed `ext2fs_check_desc`; the backup is used instead.
+    PR_0_CHECK_DESC_FAILED = 0x000045, None, GroupDescriptor, true;
     /// A group's block bitmap lies outside the filesystem or its flex group.
     PR_0_BB_NOT_GROUP = 0x000001, Relocate, GroupDescriptor, true;
     /// A group's inode bitmap lies outside the filesystem or its flex group.

@@ -70,7 +70,27 @@ pub fn open_and_check(path: &Path) -> Result<Context, FsckError> {
             geo.blocks_count
         )));
     }
-    let groups = read_descriptors(&image, &sb, &geo, from_backup, &mut problems)?;
+    let mut desc_problems = Vec::new();
+    let mut groups = read_descriptors(&image, &sb, &geo, from_backup, &mut desc_problems)?;
+    let (mut sb, mut geo) = (sb, geo);
+    // Misplaced bitmaps or tables make e2fsck distrust the whole table
+    // (`ext2fs_check_desc`) and start again from the backup superblock and descriptors.
+    let look_bad = (0..geo.group_count())
+        .any(|g| misplaced(&sb, &geo, g, &groups[g as usize]).contains(&true));
+    if look_bad && !from_backup {
+        if let Some((backup, offset)) = read_backup_superblock(&image) {
+            problems.push(Problem::new(
+                ProblemCode::PR_0_CHECK_DESC_FAILED,
+                Location::Superblock,
+                format!("group descriptors look bad; using the backup superblock at byte {offset} and its descriptors"),
+            ));
+            geo = Geometry::new(&backup);
+            sb = backup;
+            desc_problems.clear();
+            groups = read_descriptors(&image, &sb, &geo, true, &mut desc_problems)?;
+        }
+    }
+    problems.append(&mut desc_problems);
     let ctx = Context::new(image, sb, groups, problems);
     check_descriptors(&ctx);
     check_journal_state(&ctx);
@@ -97,25 +117,13 @@ fn read_superblock(
         Err(e @ FormatError::Checksum { .. }) => (e, Some(Superblock::decode(&raw))),
         Err(e) => (e, None),
     };
-    for log in 0..=6u32 {
-        let block_size = 1024u64 << log;
-        // Group 1 starts after 8 * block_size blocks (one bitmap block's worth), plus
-        // the boot block with 1 KiB blocks.
-        let first_data_block = u64::from(log == 0);
-        let offset = (8 * block_size + first_data_block) * block_size;
-        if image.read_at(offset, &mut raw).is_err() {
-            continue;
-        }
-        if let Ok(backup) = Superblock::parse(&raw) {
-            if u64::from(backup.block_size()) == block_size {
-                problems.push(Problem::new(
-                    ProblemCode::PR_0_SB_CORRUPT,
-                    Location::Superblock,
-                    format!("primary superblock is invalid ({primary_error}); using the backup at byte {offset}"),
-                ));
-                return Ok((backup, true));
-            }
-        }
+    if let Some((backup, offset)) = read_backup_superblock(image) {
+        problems.push(Problem::new(
+            ProblemCode::PR_0_SB_CORRUPT,
+            Location::Superblock,
+            format!("primary superblock is invalid ({primary_error}); using the backup at byte {offset}"),
+        ));
+        return Ok((backup, true));
     }
     match usable_primary {
         Some(sb) => {
@@ -131,6 +139,22 @@ fn read_superblock(
 }
 
 /// Reads every group descriptor; a descriptor whose checksum is wrong is reported and used.
+/// The first valid backup superblock in group 1, trying each block size (e2fsck's
+/// `get_backup_sb` guesses), and its byte offset.
+fn read_backup_superblock(image: &Image) -> Option<(Superblock, u64)> {
+    let mut raw = [0u8; 1024];
+    (0..=6u32).find_map(|log| {
+        let block_size = 1024u64 << log;
+        // Group 1 starts after 8 * block_size blocks (one bitmap block's worth), plus
+        // the boot block with 1 KiB blocks.
+        let first_data_block = u64::from(log == 0);
+        let offset = (8 * block_size + first_data_block) * block_size;
+        image.read_at(offset, &mut raw).ok()?;
+        let backup = Superblock::parse(&raw).ok()?;
+        (u64::from(backup.block_size()) == block_size).then_some((backup, offset))
+    })
+}
+
 /// With `from_backup`, the descriptor table is the copy after the backup superblock in
 /// group 1 (meta_bg descriptors outside group 0 have no such copy and are read from their
 /// primary place).
@@ -203,25 +227,35 @@ fn read_descriptors(
 }
 
 /// e2fsck's per-group descriptor checks in `check_super_block`.
+/// Which of a group's bitmaps and inode table lie outside where they may be: the group
+/// itself, or anywhere in the filesystem under flex_bg (e2fsck's placement checks, and
+/// `ext2fs_check_desc`'s). Returns (block bitmap, inode bitmap, inode table).
+fn misplaced(sb: &Superblock, geo: &Geometry, group: u32, desc: &GroupDescriptor) -> [bool; 3] {
+    let (first, last) = if sb.incompat().contains(IncompatFeatures::FLEX_BG) {
+        (geo.first_data_block, geo.blocks_count.saturating_sub(1))
+    } else {
+        let start = geo.group_first_block(group);
+        (
+            start,
+            start + geo.group_block_count(group).saturating_sub(1),
+        )
+    };
+    let outside = |b: u64, len: u64| b < first || b.saturating_add(len - 1) > last;
+    [
+        outside(desc.block_bitmap(), 1),
+        outside(desc.inode_bitmap(), 1),
+        outside(desc.inode_table(), geo.inode_table_blocks().max(1)),
+    ]
+}
+
 fn check_descriptors(ctx: &Context) {
     let geo = &ctx.geo;
-    let flex = ctx.sb.incompat().contains(IncompatFeatures::FLEX_BG);
     let csum = ctx.has_group_csum();
-    let table_blocks = geo.inode_table_blocks();
     (0..geo.group_count()).into_par_iter().for_each(|group| {
         let desc = &ctx.groups[group as usize];
-        let (first, last) = if flex {
-            (geo.first_data_block, geo.blocks_count.saturating_sub(1))
-        } else {
-            let start = geo.group_first_block(group);
-            (
-                start,
-                start + geo.group_block_count(group).saturating_sub(1),
-            )
-        };
         let loc = Location::Group(group);
-        let outside = |b: u64, len: u64| b < first || b.saturating_add(len - 1) > last;
-        if outside(desc.block_bitmap(), 1) {
+        let [block_bitmap, inode_bitmap, inode_table] = misplaced(&ctx.sb, geo, group, desc);
+        if block_bitmap {
             ctx.report(
                 ProblemCode::PR_0_BB_NOT_GROUP,
                 loc,
@@ -231,7 +265,7 @@ fn check_descriptors(ctx: &Context) {
                 ),
             );
         }
-        if outside(desc.inode_bitmap(), 1) {
+        if inode_bitmap {
             ctx.report(
                 ProblemCode::PR_0_IB_NOT_GROUP,
                 loc,
@@ -241,7 +275,7 @@ fn check_descriptors(ctx: &Context) {
                 ),
             );
         }
-        if outside(desc.inode_table(), table_blocks.max(1)) {
+        if inode_table {
             ctx.report(
                 ProblemCode::PR_0_ITABLE_NOT_GROUP,
                 loc,

@@ -61,6 +61,7 @@ const E2FSCK_CLASSES: &[(&str, ProblemClass)] = &[
     ("illegal characters", ProblemClass::DirectoryEntry),
     ("is not in group", ProblemClass::GroupDescriptor),
     ("Group descriptor", ProblemClass::GroupDescriptor),
+    ("roup descriptors look bad", ProblemClass::GroupDescriptor),
     (
         "passes checks, but checksum does not match inode",
         ProblemClass::Inode,
@@ -899,6 +900,26 @@ fn corrupt_primary_superblock() {
         },
         &[],
         &[ProblemCode::PR_0_SB_CORRUPT],
+    );
+}
+
+/// A descriptor placing a bitmap outside the filesystem: e2fsck gives up on the primary
+/// table and starts again from the backup superblock and descriptors; so does e4.
+#[test]
+fn misplaced_bitmap_uses_backup_descriptors() {
+    let profile = Profile {
+        name: "ext4-1k",
+        mke2fs_args: &["-t", "ext4", "-b", "1024"],
+        mke2fs_miscopies: &[],
+    };
+    run_scenario_with_codes(
+        &profile,
+        "misplaced inode bitmap",
+        |img| {
+            debugfs(img, "set_bg 1 inode_bitmap 99999999");
+        },
+        &[ProblemClass::GroupDescriptor],
+        &[ProblemCode::PR_0_CHECK_DESC_FAILED],
     );
 }
 
