@@ -1,259 +1,301 @@
-//! Layout arithmetic derived from the superblock: where each group starts, which blocks of a
-//! group hold the superblock copy and group descriptors (classic and meta_bg layouts), where
-//! an inode's record lives. It is computed once, here, so the engine and the checker cannot
-//! disagree on it (e2fsprogs `ext2fs_super_and_bgd_loc2`, `ext2fs_descriptor_block_loc2`).
-//!
-//! ```
-//! use e4_format::geometry::Geometry;
-//! use e4_format::superblock::Superblock;
-//! let mut raw = [0u8; 1024];
-//! raw[0x4..0x8].copy_from_slice(&20000u32.to_le_bytes()); // blocks
-//! raw[0x14..0x18].copy_from_slice(&1u32.to_le_bytes()); // first data block (1 KiB blocks)
-//! raw[0x20..0x24].copy_from_slice(&8192u32.to_le_bytes()); // blocks per group
-//! raw[0x28..0x2C].copy_from_slice(&2048u32.to_le_bytes()); // inodes per group
-//! let geometry = Geometry::new(&Superblock::decode(&raw));
-//! assert_eq!(geometry.group_count(), 3);
-//! assert_eq!(geometry.group_of_block(8193), 1);
-//! assert_eq!(geometry.group_block_count(2), 20000 - 1 - 2 * 8192);
-//! ```
+//! Where things are: the layout arithmetic every reader and writer of an image needs, in one
+//! place. Which groups hold a superblock backup, which block holds a group's descriptor
+//! (classic and meta_bg layouts), which blocks of a group are fixed metadata, and where an
+//! inode's record lives. Derived from the superblock alone; descriptor-given locations
+//! (bitmaps, inode tables) are the descriptors' business.
 
 use crate::features::IncompatFeatures;
-use crate::superblock::Superblock;
+use crate::superblock::{Superblock, SUPERBLOCK_OFFSET};
 
-/// The blocks at the start of a group that are not bitmaps or inode tables: the superblock
-/// copy, the group descriptor blocks and the reserved GDT blocks (empty for groups without
-/// a backup).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GroupHeader {
-    /// The superblock copy's block, if this group has one.
-    pub superblock: Option<u64>,
-    /// First descriptor (or meta_bg descriptor) block and how many follow, reserved GDT
-    /// blocks included.
-    pub descriptors: Option<(u64, u64)>,
-}
-
-impl GroupHeader {
-    /// Every block of the header, in order.
-    pub fn blocks(&self) -> impl Iterator<Item = u64> {
-        let (start, count) = self.descriptors.unwrap_or((0, 0));
-        self.superblock.into_iter().chain(start..start + count)
-    }
-}
-
-/// The layout of one filesystem, from its superblock.
+/// The layout of a filesystem, derived from its superblock.
 #[derive(Debug, Clone)]
 pub struct Geometry {
-    /// Bytes per block.
-    pub block_size: u32,
-    /// `s_blocks_count`.
-    pub blocks_count: u64,
-    /// `s_first_data_block`: 1 for 1 KiB blocks, else 0.
-    pub first_data_block: u64,
-    /// `s_blocks_per_group`.
-    pub blocks_per_group: u32,
-    /// `s_inodes_per_group`.
-    pub inodes_per_group: u32,
-    /// `s_inodes_count`.
-    pub inodes_count: u32,
-    /// Bytes per inode record.
-    pub inode_size: u32,
-    /// Number of block groups.
-    groups: u32,
-    /// Group descriptors per block.
-    descs_per_block: u32,
-    /// Blocks holding the classic (non-meta_bg) descriptor table.
-    classic_desc_blocks: u64,
-    /// `s_reserved_gdt_blocks`.
-    reserved_gdt_blocks: u64,
-    /// meta_bg with `s_first_meta_bg`, if enabled.
-    first_meta_bg: Option<u32>,
     superblock: Superblock,
+    /// The block the descriptor table follows: the primary superblock's block, or the
+    /// backup's a damaged filesystem was opened with.
+    descriptors_after: u64,
+}
+
+/// A run of blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct BlockRun {
+    pub start: u64,
+    pub len: u64,
+}
+
+/// Where an inode's record is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InodeLocation {
+    pub group: u32,
+    /// Index of the inode within its group.
+    pub index: u32,
+    /// Byte offset of the record from the start of the group's inode table.
+    pub table_offset: u64,
 }
 
 impl Geometry {
-    /// The layout of a superblock that passed [`Superblock::parse`]'s validation (group count
-    /// fits in `u32`, non-zero blocks and inodes per group).
-    pub fn new(sb: &Superblock) -> Self {
-        let block_size = sb.block_size();
-        let groups = u32::try_from(
-            (sb.blocks_count()
-                .saturating_sub(u64::from(sb.first_data_block)))
-            .div_ceil(u64::from(sb.blocks_per_group.max(1))),
-        )
-        .unwrap_or(u32::MAX);
-        let descs_per_block = (block_size / sb.desc_size().max(1)).max(1);
-        let meta_bg = sb.incompat().contains(IncompatFeatures::META_BG);
-        let table_blocks = u64::from(groups.div_ceil(descs_per_block));
+    /// The layout of `superblock`, with the descriptor table after the primary superblock.
+    pub fn new(superblock: &Superblock) -> Self {
+        let descriptors_after = SUPERBLOCK_OFFSET / u64::from(superblock.block_size());
+        Self::with_descriptors_after(superblock, descriptors_after)
+    }
+
+    /// The layout when the filesystem was found through the backup superblock in block
+    /// `superblock_block` (its descriptor copy follows it).
+    pub fn with_descriptors_after(superblock: &Superblock, superblock_block: u64) -> Self {
         Geometry {
-            block_size,
-            blocks_count: sb.blocks_count(),
-            first_data_block: u64::from(sb.first_data_block),
-            blocks_per_group: sb.blocks_per_group.max(1),
-            inodes_per_group: sb.inodes_per_group,
-            inodes_count: sb.inodes_count,
-            inode_size: sb.inode_size(),
-            groups,
-            descs_per_block,
-            classic_desc_blocks: if meta_bg {
-                u64::from(sb.first_meta_bg).min(table_blocks)
-            } else {
-                table_blocks
-            },
-            reserved_gdt_blocks: u64::from(sb.reserved_gdt_blocks),
-            first_meta_bg: meta_bg.then_some(sb.first_meta_bg),
-            superblock: sb.clone(),
+            superblock: superblock.clone(),
+            descriptors_after: superblock_block,
         }
     }
 
-    /// Number of block groups.
-    pub fn group_count(&self) -> u32 {
-        self.groups
+    pub fn block_size(&self) -> u32 {
+        self.superblock.block_size()
     }
 
-    /// First block of `group`.
+    pub fn blocks(&self) -> u64 {
+        self.superblock.blocks_count()
+    }
+
+    pub fn first_data_block(&self) -> u64 {
+        u64::from(self.superblock.first_data_block)
+    }
+
+    pub fn blocks_per_group(&self) -> u32 {
+        self.superblock.blocks_per_group
+    }
+
+    pub fn inodes_per_group(&self) -> u32 {
+        self.superblock.inodes_per_group
+    }
+
+    pub fn groups(&self) -> u32 {
+        self.superblock.group_count() as u32
+    }
+
+    /// Descriptors per descriptor block.
+    pub fn descriptors_per_block(&self) -> u32 {
+        self.block_size() / self.superblock.desc_size()
+    }
+
+    /// Blocks of the classic (non-meta_bg) descriptor table.
+    pub fn descriptor_table_blocks(&self) -> u64 {
+        u64::from(self.groups()).div_ceil(u64::from(self.descriptors_per_block()))
+    }
+
+    fn meta_bg(&self) -> bool {
+        self.superblock
+            .incompat()
+            .contains(IncompatFeatures::META_BG)
+    }
+
+    /// The first block of `group`.
     pub fn group_first_block(&self, group: u32) -> u64 {
-        self.first_data_block + u64::from(group) * u64::from(self.blocks_per_group)
+        self.first_data_block() + u64::from(group) * u64::from(self.blocks_per_group())
     }
 
-    /// Blocks in `group`: `blocks_per_group`, except in a shorter last group.
-    pub fn group_block_count(&self, group: u32) -> u64 {
+    /// Blocks in `group` (the last group may be short).
+    pub fn group_blocks(&self, group: u32) -> u64 {
         let start = self.group_first_block(group);
-        self.blocks_count
+        self.blocks()
             .saturating_sub(start)
-            .min(u64::from(self.blocks_per_group))
+            .min(u64::from(self.blocks_per_group()))
     }
 
-    /// The group a block belongs to (block 0 of a 1 KiB filesystem counts as group 0).
-    pub fn group_of_block(&self, block: u64) -> u32 {
-        (block.saturating_sub(self.first_data_block) / u64::from(self.blocks_per_group)) as u32
+    /// The group holding `block`, or `None` for blocks before the first group or past the end.
+    pub fn group_of_block(&self, block: u64) -> Option<u32> {
+        if block < self.first_data_block() || block >= self.blocks() {
+            return None;
+        }
+        Some(((block - self.first_data_block()) / u64::from(self.blocks_per_group())) as u32)
     }
 
-    /// Blocks holding each group's inode table.
-    pub fn inode_table_blocks(&self) -> u64 {
-        (u64::from(self.inodes_per_group) * u64::from(self.inode_size))
-            .div_ceil(u64::from(self.block_size))
+    /// Whether `group` holds a superblock (primary or backup).
+    pub fn has_superblock(&self, group: u32) -> bool {
+        self.superblock.group_has_superblock(group)
     }
 
-    /// The group of inode `ino` (1-based) and its index within that group's table.
-    pub fn inode_position(&self, ino: u32) -> (u32, u32) {
-        let index = ino.saturating_sub(1);
-        let per = self.inodes_per_group.max(1);
-        (index / per, index % per)
-    }
-
-    /// Block holding the descriptors of `group`, per the classic and meta_bg layouts.
+    /// Block holding the descriptor of `group`, per the classic and meta_bg layouts.
     pub fn descriptor_block(&self, group: u32) -> u64 {
-        let meta_group = group / self.descs_per_block;
-        match self.first_meta_bg {
-            Some(first) if meta_group >= first => {
-                let leader = meta_group * self.descs_per_block;
-                let has_super = u64::from(self.superblock.group_has_superblock(leader));
-                self.group_first_block(leader) + has_super
-            }
-            _ => self.first_data_block + 1 + u64::from(meta_group),
+        let per_block = self.descriptors_per_block();
+        let meta_group = group / per_block;
+        if !self.meta_bg() || meta_group < self.superblock.first_meta_bg {
+            return self.descriptors_after + 1 + u64::from(meta_group);
         }
+        let leader = meta_group * per_block;
+        self.group_first_block(leader) + u64::from(self.has_superblock(leader))
     }
 
-    /// Byte offset of `group`'s descriptor inside [`Geometry::descriptor_block`].
+    /// Byte offset of `group`'s descriptor inside its descriptor block.
     pub fn descriptor_offset(&self, group: u32) -> usize {
-        (group % self.descs_per_block) as usize * self.superblock.desc_size() as usize
+        (group % self.descriptors_per_block()) as usize * self.superblock.desc_size() as usize
     }
 
-    /// The superblock copy and descriptor blocks at the start of `group`
-    /// (`ext2fs_super_and_bgd_loc2`).
-    pub fn group_header(&self, group: u32) -> GroupHeader {
-        let has_super = self.superblock.group_has_superblock(group);
-        // With 1 KiB blocks under bigalloc the first group starts at 0 but the superblock
-        // is still block 1; e2fsprogs makes the same adjustment.
-        let start = match self.group_first_block(group) {
-            0 if self.block_size == 1024 => 1,
-            other => other,
-        };
-        let superblock = has_super.then_some(start);
-        let meta_group = group / self.descs_per_block;
-        let descriptors = match self.first_meta_bg {
-            Some(first) if meta_group >= first => {
-                let index = group % self.descs_per_block;
-                (index == 0 || index == 1 || index == self.descs_per_block - 1)
-                    .then_some((start + u64::from(has_super), 1))
+    /// Descriptor blocks stored in `group` itself (the kernel's `ext4_bg_num_gdb`): the
+    /// classic table (and its reserved growth blocks) in groups with a superblock, or a
+    /// meta_bg group's own descriptor block in the first, second and last group of each
+    /// meta group.
+    fn descriptor_blocks_in(&self, group: u32) -> (u64, u64) {
+        let per_block = self.descriptors_per_block();
+        let classic = !self.meta_bg() || group / per_block < self.superblock.first_meta_bg;
+        if classic {
+            if !self.has_superblock(group) {
+                return (0, 0);
             }
-            _ => {
-                let count = if self.first_meta_bg.is_some() {
-                    self.classic_desc_blocks
-                } else {
-                    self.classic_desc_blocks + self.reserved_gdt_blocks
-                };
-                (has_super && count > 0).then_some((start + 1, count))
-            }
-        };
-        GroupHeader {
-            superblock,
-            descriptors,
+            let table = if self.meta_bg() {
+                u64::from(self.superblock.first_meta_bg)
+            } else {
+                self.descriptor_table_blocks()
+            };
+            return (table, u64::from(self.superblock.reserved_gdt_blocks));
         }
+        let first = group / per_block * per_block;
+        let own = group == first || group == first + 1 || group == first + per_block - 1;
+        (u64::from(own), 0)
+    }
+
+    /// The fixed metadata at the start of `group`: the superblock copy, descriptor blocks
+    /// and reserved descriptor blocks (the kernel's `ext4_num_base_meta_blocks`). Bitmaps and
+    /// inode tables are where the descriptors say.
+    pub fn base_metadata(&self, group: u32) -> BlockRun {
+        let (table, reserved) = self.descriptor_blocks_in(group);
+        let superblock = u64::from(self.has_superblock(group));
+        let mut start = self.group_first_block(group);
+        let mut len = superblock + table + reserved;
+        // With 1 KiB blocks group 0 starts at block 1 and block 0 is the boot block, outside
+        // every group; with larger blocks the superblock shares block 0 with it.
+        if group == 0 && self.first_data_block() == 0 && superblock == 0 {
+            start = 0;
+            len = len.max(1);
+        }
+        BlockRun { start, len }
+    }
+
+    /// Inode table blocks per group.
+    pub fn inode_table_blocks(&self) -> u64 {
+        (u64::from(self.inodes_per_group()) * u64::from(self.superblock.inode_size()))
+            .div_ceil(u64::from(self.block_size()))
+    }
+
+    /// Where inode `ino` lives; `None` for 0 and numbers past the last inode.
+    pub fn inode_location(&self, ino: u32) -> Option<InodeLocation> {
+        if ino == 0 || ino > self.superblock.inodes_count {
+            return None;
+        }
+        let ipg = self.inodes_per_group();
+        let index = (ino - 1) % ipg;
+        Some(InodeLocation {
+            group: (ino - 1) / ipg,
+            index,
+            table_offset: u64::from(index) * u64::from(self.superblock.inode_size()),
+        })
+    }
+
+    /// Whether `start..start+len` lies inside the filesystem's data area.
+    pub fn contains_run(&self, start: u64, len: u64) -> bool {
+        start >= self.first_data_block()
+            && start
+                .checked_add(len)
+                .is_some_and(|end| end <= self.blocks())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::features::RoCompatFeatures;
 
-    fn superblock(blocks: u32, log_block: u32, meta_bg: Option<u32>) -> Superblock {
+    fn superblock(block_log: u32, blocks: u32, bpg: u32, features: &[(&str, u32)]) -> Superblock {
         let mut raw = [0u8; 1024];
-        raw[0x4..0x8].copy_from_slice(&blocks.to_le_bytes());
-        raw[0x14..0x18].copy_from_slice(&u32::from(log_block == 0).to_le_bytes());
-        raw[0x18..0x1C].copy_from_slice(&log_block.to_le_bytes());
-        raw[0x20..0x24].copy_from_slice(&(8192u32 << log_block).to_le_bytes());
-        raw[0x28..0x2C].copy_from_slice(&1024u32.to_le_bytes());
-        raw[0x4C..0x50].copy_from_slice(&1u32.to_le_bytes());
-        raw[0x58..0x5A].copy_from_slice(&256u16.to_le_bytes());
-        raw[0x64..0x68].copy_from_slice(&RoCompatFeatures::SPARSE_SUPER.bits().to_le_bytes());
-        raw[0xCE..0xD0].copy_from_slice(&7u16.to_le_bytes());
-        if let Some(first) = meta_bg {
-            raw[0x60..0x64].copy_from_slice(&IncompatFeatures::META_BG.bits().to_le_bytes());
-            raw[0x104..0x108].copy_from_slice(&first.to_le_bytes());
-            raw[0xCE..0xD0].copy_from_slice(&0u16.to_le_bytes());
+        let sb_fields: [(usize, u32); 8] = [
+            (0x0, 4096),                       // s_inodes_count
+            (0x4, blocks),                     // s_blocks_count_lo
+            (0x14, u32::from(block_log == 0)), // s_first_data_block
+            (0x18, block_log),                 // s_log_block_size
+            (0x1C, block_log),                 // s_log_cluster_size
+            (0x20, bpg),                       // s_blocks_per_group
+            (0x24, bpg),                       // s_clusters_per_group
+            (0x28, 256),                       // s_inodes_per_group
+        ];
+        for (off, v) in sb_fields {
+            raw[off..off + 4].copy_from_slice(&v.to_le_bytes());
+        }
+        raw[0x38..0x3A].copy_from_slice(&0xEF53u16.to_le_bytes());
+        raw[0x4C..0x50].copy_from_slice(&1u32.to_le_bytes()); // rev 1
+        raw[0x58..0x5A].copy_from_slice(&256u16.to_le_bytes()); // inode size
+        for (name, v) in features {
+            let off = match *name {
+                "ro_compat" => 0x64,
+                "incompat" => 0x60,
+                "reserved_gdt" => 0xCE,
+                "first_meta_bg" => 0x104,
+                _ => unreachable!(),
+            };
+            if *name == "reserved_gdt" {
+                raw[off..off + 2].copy_from_slice(&(*v as u16).to_le_bytes());
+            } else {
+                raw[off..off + 4].copy_from_slice(&v.to_le_bytes());
+            }
         }
         Superblock::decode(&raw)
     }
 
     #[test]
-    fn classic_layout_backups_carry_reserved_gdt() {
-        let g = Geometry::new(&superblock(100_000, 0, None));
-        assert_eq!(g.group_count(), 13);
-        let header = g.group_header(0);
-        assert_eq!(header.superblock, Some(1));
-        // 13 descriptors fit one 1 KiB block, plus 7 reserved.
-        assert_eq!(header.descriptors, Some((2, 8)));
+    fn classic_layout_with_sparse_super() {
+        // 1 KiB blocks, 8 groups of 1024 blocks, sparse_super, 3 reserved GDT blocks.
+        let sb = superblock(0, 8193, 1024, &[("ro_compat", 1), ("reserved_gdt", 3)]);
+        let g = Geometry::new(&sb);
+        assert_eq!(g.groups(), 8);
+        assert_eq!(g.descriptor_block(5), 2);
+        assert_eq!(g.base_metadata(0), BlockRun { start: 1, len: 5 });
         assert_eq!(
-            g.group_header(3).blocks().next(),
-            Some(g.group_first_block(3))
+            g.base_metadata(1),
+            BlockRun {
+                start: 1025,
+                len: 5
+            }
         );
-        assert_eq!(g.group_header(2), GroupHeader::default_empty());
-        assert_eq!(g.descriptor_block(12), 2);
+        assert_eq!(
+            g.base_metadata(2),
+            BlockRun {
+                start: 2049,
+                len: 0
+            }
+        );
+        assert_eq!(g.base_metadata(3).len, 5);
+        assert_eq!(g.base_metadata(7).len, 5);
+        assert_eq!(g.group_of_block(1025), Some(1));
+        assert_eq!(g.group_of_block(0), None);
     }
 
     #[test]
-    fn meta_bg_descriptors_sit_in_first_second_and_last_group_of_each_meta_group() {
-        // 1 KiB blocks hold 32 descriptors; 70 groups make 3 meta groups.
-        let g = Geometry::new(&superblock(70 * 8192 + 1, 0, Some(0)));
-        assert_eq!(g.group_count(), 70);
-        assert_eq!(g.group_header(0).descriptors, Some((2, 1)));
-        assert_eq!(g.group_header(1).descriptors, Some((8194, 1)));
-        assert_eq!(
-            g.group_header(31).descriptors,
-            Some((g.group_first_block(31), 1))
+    fn meta_bg_descriptors_live_in_their_meta_group() {
+        // 1 KiB blocks, 32-byte descriptors: 32 per block; 64 groups = two meta groups.
+        let sb = superblock(
+            0,
+            64 * 256 + 1,
+            256,
+            &[("incompat", 0x10), ("ro_compat", 1)],
         );
-        assert_eq!(g.group_header(5).descriptors, None);
+        let g = Geometry::new(&sb);
+        assert_eq!(g.descriptor_block(0), 1 + 1);
         assert_eq!(g.descriptor_block(33), g.group_first_block(32));
+        // Groups 32, 33 and 63 each hold a copy of meta group 1's descriptor block.
+        assert_eq!(g.base_metadata(32).len, 1);
+        assert_eq!(g.base_metadata(33).len, 1);
+        // Group 1 has a superblock backup and its meta group's second descriptor copy.
+        assert_eq!(g.base_metadata(1).len, 2);
+        assert_eq!(g.base_metadata(63).len, 1);
+        assert_eq!(g.base_metadata(34).len, 0);
     }
 
-    impl GroupHeader {
-        fn default_empty() -> Self {
-            GroupHeader {
-                superblock: None,
-                descriptors: None,
-            }
-        }
+    #[test]
+    fn inode_locations() {
+        let sb = superblock(2, 32768, 32768, &[]);
+        let g = Geometry::new(&sb);
+        assert_eq!(g.inode_location(0), None);
+        assert_eq!(g.inode_location(4097), None);
+        let at = g.inode_location(258).unwrap();
+        assert_eq!((at.group, at.index, at.table_offset), (1, 1, 256));
+        assert_eq!(g.inode_table_blocks(), 16);
     }
 }

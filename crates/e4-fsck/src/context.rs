@@ -48,7 +48,7 @@ impl Context {
         problems: Vec<Problem>,
     ) -> Self {
         let geo = Geometry::new(&sb);
-        let blocks = geo.blocks_count;
+        let blocks = geo.blocks();
         let csum_seed = sb.has_metadata_csum().then(|| sb.csum_seed());
         Context {
             image,
@@ -100,7 +100,7 @@ impl Context {
 
     /// Block size in bytes.
     pub fn block_size(&self) -> u32 {
-        self.geo.block_size
+        self.geo.block_size()
     }
 
     /// Whether group descriptors carry checksums and the uninit flags mean something
@@ -112,7 +112,7 @@ impl Context {
     /// Whether `block` may hold data: inside the filesystem and not before the first data
     /// block (e2fsck's test for an illegal block number).
     pub fn is_valid_block(&self, block: u64) -> bool {
-        block >= self.geo.first_data_block && block < self.geo.blocks_count
+        block >= self.geo.first_data_block() && block < self.geo.blocks()
     }
 
     /// Whether the range `start..start + count` lies inside the filesystem.
@@ -120,7 +120,7 @@ impl Context {
         self.is_valid_block(start)
             && start
                 .checked_add(count)
-                .is_some_and(|end| end <= self.geo.blocks_count)
+                .is_some_and(|end| end <= self.geo.blocks())
     }
 
     /// Whether group `group`'s inode table was never initialised (INODE_UNINIT with
@@ -146,7 +146,7 @@ impl Context {
     /// How many inodes at the start of `group`'s table may be in use: all of them, less
     /// `bg_itable_unused` when group checksums make that count trustworthy.
     pub fn inodes_to_scan(&self, group: u32) -> u32 {
-        let ipg = self.geo.inodes_per_group;
+        let ipg = self.geo.inodes_per_group();
         if self.inode_uninit(group) {
             return 0;
         }

@@ -75,17 +75,19 @@ fn report(ctx: &Context, message: String) {
 /// whose checksum fails.
 fn read_inode(ctx: &Context, ino: u32) -> Result<Inode, String> {
     let geo = &ctx.geo;
-    let (group, index) = geo.inode_position(ino);
+    let location = geo
+        .inode_location(ino)
+        .ok_or("it is past the inode count")?;
     let table = ctx
         .groups
-        .get(group as usize)
+        .get(location.group as usize)
         .ok_or("it is past the last group")?
         .inode_table();
     let offset = table
-        .checked_mul(u64::from(geo.block_size))
+        .checked_mul(u64::from(geo.block_size()))
         .ok_or("its inode table is past any device")?
-        + u64::from(index) * u64::from(geo.inode_size);
-    let mut raw = vec![0u8; geo.inode_size as usize];
+        + location.table_offset;
+    let mut raw = vec![0u8; ctx.sb.inode_size() as usize];
     ctx.image
         .read_at(offset, &mut raw)
         .map_err(|e| e.to_string())?;

@@ -100,14 +100,14 @@ fn check_in_pool(path: &Path, options: &Options) -> Result<Report, FsckError> {
         .filter(|&ino| ino < ctx.sb.first_ino() || ctx.inodes.kind(ino).in_use())
         .count() as u64;
     // Block 0 of a 1 KiB filesystem (the boot block) is outside every group but in use.
-    let blocks_used = ctx.block_found.count_ones() + ctx.geo.first_data_block;
+    let blocks_used = ctx.block_found.count_ones() + ctx.geo.first_data_block();
     Ok(Report {
         problems: ctx.take_problems(),
         summary: Summary {
             inodes_used,
             inodes_count: u64::from(ctx.sb.inodes_count),
             blocks_used,
-            blocks_count: ctx.geo.blocks_count,
+            blocks_count: ctx.geo.blocks(),
             state_bytes: ctx.state_bytes(),
         },
         skipped: false,

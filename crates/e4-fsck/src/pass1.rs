@@ -64,7 +64,7 @@ pub struct Directory {
 /// Splits every group's used inode table into pieces of at most [`INODES_PER_PIECE`].
 pub fn plan_pieces(ctx: &Context) -> Vec<TablePiece> {
     let mut pieces = Vec::new();
-    for group in 0..ctx.geo.group_count() {
+    for group in 0..ctx.geo.groups() {
         let used = ctx.inodes_to_scan(group);
         let mut first = 0;
         while first < used {
@@ -125,7 +125,7 @@ pub fn find_shared_owners(ctx: &Context, pieces: &[TablePiece], xattrs: &XattrBl
 fn mark_metadata(ctx: &Context) {
     let geo = &ctx.geo;
     let table_blocks = geo.inode_table_blocks();
-    (0..geo.group_count()).into_par_iter().for_each(|group| {
+    (0..geo.groups()).into_par_iter().for_each(|group| {
         let mark = |start: u64, count: u64| {
             if ctx.is_valid_range(start, count) {
                 ctx.metadata.set_range(start, count, |_| {});
@@ -134,9 +134,8 @@ fn mark_metadata(ctx: &Context) {
                 });
             }
         };
-        for block in geo.group_header(group).blocks() {
-            mark(block, 1);
-        }
+        let base = geo.base_metadata(group);
+        mark(base.start, base.len);
         let desc = &ctx.groups[group as usize];
         mark(desc.block_bitmap(), 1);
         mark(desc.inode_bitmap(), 1);
@@ -153,14 +152,14 @@ fn scan_piece(
     xattrs: &XattrBlocks,
 ) -> (Vec<Directory>, Vec<(u32, u64)>) {
     let geo = &ctx.geo;
-    let inode_size = geo.inode_size as usize;
+    let inode_size = ctx.sb.inode_size() as usize;
     let desc = &ctx.groups[piece.group as usize];
     let offset = desc
         .inode_table()
-        .checked_mul(u64::from(geo.block_size))
+        .checked_mul(u64::from(geo.block_size()))
         .and_then(|o| o.checked_add(u64::from(piece.first) * inode_size as u64));
     let mut table = vec![0u8; piece.count as usize * inode_size];
-    let first_ino = piece.group * geo.inodes_per_group + piece.first + 1;
+    let first_ino = piece.group * geo.inodes_per_group() + piece.first + 1;
     let read = offset
         .ok_or_else(|| std::io::Error::other("inode table is past any device"))
         .and_then(|offset| ctx.image.read_at(offset, &mut table));
@@ -178,7 +177,7 @@ fn scan_piece(
     let mut shared = Vec::new();
     for (i, raw) in table.chunks_exact(inode_size).enumerate() {
         let ino = first_ino + i as u32;
-        if ino > geo.inodes_count {
+        if ino > ctx.sb.inodes_count {
             break;
         }
         let entered = Mutex::new(HashSet::new());

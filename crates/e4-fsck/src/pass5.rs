@@ -23,8 +23,8 @@ struct GroupCounts {
 
 /// Runs pass 5.
 pub fn run(ctx: &Context, progress: Option<&Progress>) {
-    let meter = PassMeter::start(progress, 5, u64::from(ctx.geo.group_count()));
-    let totals = (0..ctx.geo.group_count())
+    let meter = PassMeter::start(progress, 5, u64::from(ctx.geo.groups()));
+    let totals = (0..ctx.geo.groups())
         .into_par_iter()
         .map(|group| {
             let counts = GroupCounts {
@@ -88,12 +88,12 @@ fn check_block_bitmap(ctx: &Context, group: u32) -> u64 {
     let geo = &ctx.geo;
     let desc = &ctx.groups[group as usize];
     let start = geo.group_first_block(group);
-    let count = geo.group_block_count(group);
+    let count = geo.group_blocks(group);
     let found = |i: u64| ctx.block_found.get(start + i);
     let uninit = ctx.block_uninit(group);
     // A BLOCK_UNINIT group's bitmap reads as its metadata alone (libext2fs computes it).
     let on_disk: Option<Vec<u8>> = if uninit {
-        let mut bytes = vec![0u8; geo.block_size as usize];
+        let mut bytes = vec![0u8; geo.block_size() as usize];
         for i in 0..count {
             if ctx.metadata.get(start + i) {
                 bytes[(i / 8) as usize] |= 1 << (i % 8);
@@ -119,7 +119,7 @@ fn check_block_bitmap(ctx: &Context, group: u32) -> u64 {
             BitmapKind::Block,
         );
         if !uninit {
-            let per_group = u64::from(geo.blocks_per_group);
+            let per_group = u64::from(geo.blocks_per_group());
             if (count..per_group).any(|i| !bit(bytes, i)) || !tail_is_set(bytes, per_group) {
                 ctx.report(
                     ProblemCode::PR_5_BLOCK_BMAP_PADDING,
@@ -131,7 +131,7 @@ fn check_block_bitmap(ctx: &Context, group: u32) -> u64 {
                 if let Err(FormatError::Checksum { .. }) = desc.verify_bitmap(
                     BitmapKind::Block,
                     bytes,
-                    geo.blocks_per_group,
+                    geo.blocks_per_group(),
                     seed,
                     ctx.sb.desc_size() as usize,
                     group,
@@ -162,9 +162,9 @@ fn check_block_bitmap(ctx: &Context, group: u32) -> u64 {
 fn check_inode_bitmap(ctx: &Context, group: u32) -> u64 {
     let geo = &ctx.geo;
     let desc = &ctx.groups[group as usize];
-    let ipg = u64::from(geo.inodes_per_group);
+    let ipg = u64::from(geo.inodes_per_group());
     let first = u64::from(group) * ipg + 1;
-    let count = ipg.min(u64::from(geo.inodes_count).saturating_sub(first - 1));
+    let count = ipg.min(u64::from(ctx.sb.inodes_count).saturating_sub(first - 1));
     let first_ino = u64::from(ctx.sb.first_ino());
     // Reserved inodes are always in use (e2fsck marks them so in pass 1).
     let found = |i: u64| {
@@ -173,7 +173,7 @@ fn check_inode_bitmap(ctx: &Context, group: u32) -> u64 {
     };
     let uninit = ctx.inode_uninit(group);
     let on_disk = if uninit {
-        Some(vec![0u8; geo.block_size as usize])
+        Some(vec![0u8; geo.block_size() as usize])
     } else {
         read_bitmap(ctx, desc.inode_bitmap())
     };
@@ -212,7 +212,7 @@ fn check_inode_bitmap(ctx: &Context, group: u32) -> u64 {
             if let Err(FormatError::Checksum { .. }) = desc.verify_bitmap(
                 BitmapKind::Inode,
                 bytes,
-                geo.inodes_per_group,
+                geo.inodes_per_group(),
                 seed,
                 ctx.sb.desc_size() as usize,
                 group,

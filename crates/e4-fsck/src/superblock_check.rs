@@ -60,23 +60,29 @@ pub fn open_and_check(path: &Path) -> Result<Context, FsckError> {
         return Err(FsckError::Unsupported("bigalloc".into()));
     }
     let geo = Geometry::new(&sb);
-    let device_blocks = image.len() / u64::from(geo.block_size);
+    let device_blocks = image.len() / u64::from(geo.block_size());
     // e2fsck's PR_0_FS_SIZE_WRONG asks whether to abort; there is nothing past the end
     // to check, and per-block state sized from a corrupt count could exhaust memory, so
     // the check stops here.
-    if device_blocks < geo.blocks_count {
+    if device_blocks < geo.blocks() {
         return Err(FsckError::NotExt(format!(
             "the superblock says {} blocks, the device holds {device_blocks}",
-            geo.blocks_count
+            geo.blocks()
         )));
     }
     let mut desc_problems = Vec::new();
-    let mut groups = read_descriptors(&image, &sb, &geo, from_backup, &mut desc_problems)?;
-    let (mut sb, mut geo) = (sb, geo);
+    let mut groups = read_descriptors(
+        &image,
+        &sb,
+        &descriptor_geometry(&sb, from_backup),
+        from_backup,
+        &mut desc_problems,
+    )?;
+    let mut sb = sb;
     // Misplaced bitmaps or tables make e2fsck distrust the whole table
     // (`ext2fs_check_desc`) and start again from the backup superblock and descriptors.
-    let look_bad = (0..geo.group_count())
-        .any(|g| misplaced(&sb, &geo, g, &groups[g as usize]).contains(&true));
+    let look_bad =
+        (0..geo.groups()).any(|g| misplaced(&sb, &geo, g, &groups[g as usize]).contains(&true));
     if look_bad && !from_backup {
         if let Some((backup, offset)) = read_backup_superblock(&image) {
             problems.push(Problem::new(
@@ -84,10 +90,15 @@ pub fn open_and_check(path: &Path) -> Result<Context, FsckError> {
                 Location::Superblock,
                 format!("group descriptors look bad; using the backup superblock at byte {offset} and its descriptors"),
             ));
-            geo = Geometry::new(&backup);
             sb = backup;
             desc_problems.clear();
-            groups = read_descriptors(&image, &sb, &geo, true, &mut desc_problems)?;
+            groups = read_descriptors(
+                &image,
+                &sb,
+                &descriptor_geometry(&sb, true),
+                true,
+                &mut desc_problems,
+            )?;
         }
     }
     problems.append(&mut desc_problems);
@@ -139,6 +150,18 @@ fn read_superblock(
 }
 
 /// Reads every group descriptor; a descriptor whose checksum is wrong is reported and used.
+/// The layout to find the descriptor table with: after the primary superblock, or after
+/// the backup in group 1 when that is the superblock in use.
+fn descriptor_geometry(sb: &Superblock, from_backup: bool) -> Geometry {
+    let primary = Geometry::new(sb);
+    if from_backup {
+        let backup_block = primary.group_first_block(1);
+        Geometry::with_descriptors_after(sb, backup_block)
+    } else {
+        primary
+    }
+}
+
 /// The first valid backup superblock in group 1, trying each block size (e2fsck's
 /// `get_backup_sb` guesses), and its byte offset.
 fn read_backup_superblock(image: &Image) -> Option<(Superblock, u64)> {
@@ -155,9 +178,9 @@ fn read_backup_superblock(image: &Image) -> Option<(Superblock, u64)> {
     })
 }
 
-/// With `from_backup`, the descriptor table is the copy after the backup superblock in
-/// group 1 (meta_bg descriptors outside group 0 have no such copy and are read from their
-/// primary place).
+/// `geo` says where the table is: after the primary superblock, or after the backup in
+/// group 1 (`Geometry::with_descriptors_after`); with `from_backup` the uninit flags are
+/// cleared as libext2fs clears them.
 fn read_descriptors(
     image: &Image,
     sb: &Superblock,
@@ -167,25 +190,13 @@ fn read_descriptors(
 ) -> Result<Vec<GroupDescriptor>, FsckError> {
     let checksum = GroupChecksum::for_superblock(sb);
     let desc_size = sb.desc_size() as usize;
-    let group_one = geo.group_first_block(1);
-    let backup_shift = if from_backup && geo.group_count() > 1 {
-        group_one - geo.first_data_block
-    } else {
-        0
-    };
-    let parsed: Vec<Result<(GroupDescriptor, Option<Problem>), FsckError>> = (0..geo
-        .group_count())
+    let parsed: Vec<Result<(GroupDescriptor, Option<Problem>), FsckError>> = (0..geo.groups())
         .into_par_iter()
         .map(|group| {
-            let primary = geo.descriptor_block(group);
-            let block = if primary < group_one {
-                primary + backup_shift
-            } else {
-                primary
-            };
+            let block = geo.descriptor_block(group);
             let at = geo.descriptor_offset(group);
             let mut bytes = vec![0u8; desc_size];
-            let offset = block * u64::from(geo.block_size) + at as u64;
+            let offset = block * u64::from(geo.block_size()) + at as u64;
             image.read_at(offset, &mut bytes).map_err(|e| {
                 FsckError::NotExt(format!("reading group {group}'s descriptor: {e}"))
             })?;
@@ -232,13 +243,10 @@ fn read_descriptors(
 /// `ext2fs_check_desc`'s). Returns (block bitmap, inode bitmap, inode table).
 fn misplaced(sb: &Superblock, geo: &Geometry, group: u32, desc: &GroupDescriptor) -> [bool; 3] {
     let (first, last) = if sb.incompat().contains(IncompatFeatures::FLEX_BG) {
-        (geo.first_data_block, geo.blocks_count.saturating_sub(1))
+        (geo.first_data_block(), geo.blocks().saturating_sub(1))
     } else {
         let start = geo.group_first_block(group);
-        (
-            start,
-            start + geo.group_block_count(group).saturating_sub(1),
-        )
+        (start, start + geo.group_blocks(group).saturating_sub(1))
     };
     let outside = |b: u64, len: u64| b < first || b.saturating_add(len - 1) > last;
     [
@@ -251,7 +259,7 @@ fn misplaced(sb: &Superblock, geo: &Geometry, group: u32, desc: &GroupDescriptor
 fn check_descriptors(ctx: &Context) {
     let geo = &ctx.geo;
     let csum = ctx.has_group_csum();
-    (0..geo.group_count()).into_par_iter().for_each(|group| {
+    (0..geo.groups()).into_par_iter().for_each(|group| {
         let desc = &ctx.groups[group as usize];
         let loc = Location::Group(group);
         let [block_bitmap, inode_bitmap, inode_table] = misplaced(&ctx.sb, geo, group, desc);
@@ -293,7 +301,7 @@ fn check_descriptors(ctx: &Context) {
                 format!("group descriptor {group} marked uninitialized without feature set"),
             );
         }
-        if group + 1 == geo.group_count() && desc.flags & BG_BLOCK_UNINIT != 0 && csum {
+        if group + 1 == geo.groups() && desc.flags & BG_BLOCK_UNINIT != 0 && csum {
             ctx.report(
                 ProblemCode::PR_0_BB_UNINIT_LAST,
                 loc,
@@ -302,7 +310,7 @@ fn check_descriptors(ctx: &Context) {
         }
         if csum
             && (desc.itable_unused() > desc.free_inodes_count()
-                || desc.itable_unused() > geo.inodes_per_group)
+                || desc.itable_unused() > geo.inodes_per_group())
         {
             ctx.report(
                 ProblemCode::PR_0_GDT_ITABLE_UNUSED,
