@@ -9,6 +9,7 @@ use clap::{ArgAction, Parser, Subcommand};
 
 mod cat;
 mod export;
+mod fsck;
 mod info;
 mod ls;
 mod output;
@@ -83,6 +84,28 @@ enum Command {
         #[arg(short = 'j', long, value_parser = clap::value_parser!(u16).range(1..))]
         threads: Option<u16>,
     },
+    /// Check the filesystem without changing it, as `e2fsck -n` does, on every core.
+    /// Exit status as e2fsck's: 0 clean, 4 errors found, 8 cannot check, 16 usage.
+    Fsck {
+        /// The ext2/3/4 image file or block device.
+        image: String,
+        /// Open read-only and answer "no" to every question (required: no repair yet).
+        #[arg(short = 'n')]
+        no_changes: bool,
+        /// Check even if the filesystem is marked clean.
+        #[arg(short = 'f')]
+        force: bool,
+        /// Worker threads; all cores by default.
+        #[arg(short = 'j', long, value_parser = clap::value_parser!(u16).range(1..))]
+        threads: Option<u16>,
+        /// Print the result as JSON records instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Show progress on stderr: a bar on a terminal, else "pass done total device"
+        /// lines as `e2fsck -C 0` prints.
+        #[arg(short = 'C')]
+        progress: bool,
+    },
 }
 
 fn run(cli: Cli) -> Result<(), CliError> {
@@ -116,6 +139,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
             std::path::Path::new(&dir),
             threads.map(usize::from),
         ),
+        Command::Fsck { .. } => unreachable!("fsck is dispatched by main"),
     }
 }
 
@@ -137,9 +161,33 @@ fn main() -> ExitCode {
             let first = rendered.lines().next().unwrap_or_default();
             let message = first.strip_prefix("error: ").unwrap_or(first);
             eprintln!("e4: {message} (see 'e4 --help')");
-            return ExitCode::from(EXIT_USAGE);
+            // fsck keeps e2fsck's usage status, 16.
+            let fsck = std::env::args().nth(1).is_some_and(|a| a == "fsck");
+            return ExitCode::from(if fsck {
+                e4_fsck::report::EXIT_USAGE
+            } else {
+                EXIT_USAGE
+            });
         }
     };
+    if let Command::Fsck {
+        image,
+        no_changes,
+        force,
+        threads,
+        json,
+        progress,
+    } = cli.command
+    {
+        return ExitCode::from(fsck::run(&fsck::FsckArgs {
+            image,
+            no_changes,
+            force,
+            threads: threads.map(usize::from),
+            json,
+            progress,
+        }));
+    }
     match run(cli) {
         Ok(()) | Err(CliError::StdoutClosed) => ExitCode::SUCCESS,
         Err(CliError::Message(message)) => {

@@ -1,0 +1,113 @@
+//! A fixed-size bitmap of atomic words shared by every thread: one map for the whole
+//! filesystem, so nothing is merged at the end. Setting a bit is one `fetch_or`, whose
+//! result says whether the bit was already set: that is how a block claimed twice is seen
+//! at the moment of the second claim, whichever threads make them.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Bits `0..len`, all clear at first.
+#[derive(Debug)]
+pub struct AtomicBitmap {
+    words: Vec<AtomicU64>,
+    len: u64,
+}
+
+impl AtomicBitmap {
+    /// A bitmap of `len` clear bits.
+    pub fn new(len: u64) -> Self {
+        let words = (0..len.div_ceil(64)).map(|_| AtomicU64::new(0)).collect();
+        AtomicBitmap { words, len }
+    }
+
+    /// Sets bit `bit` and returns whether it was already set. Bits past the end are
+    /// ignored (reported as not set): callers check bounds first and report them.
+    pub fn set(&self, bit: u64) -> bool {
+        let Some(word) = self.words.get((bit / 64) as usize) else {
+            return false;
+        };
+        if bit >= self.len {
+            return false;
+        }
+        let mask = 1u64 << (bit % 64);
+        // Relaxed is enough: the only question asked is "was it set before", and fetch_or
+        // is atomic on the word; passes are separated by joins, which order everything.
+        word.fetch_or(mask, Ordering::Relaxed) & mask != 0
+    }
+
+    /// Sets bits `start..start + count`; calls `already_set` for each bit that was set.
+    pub fn set_range(&self, start: u64, count: u64, mut already_set: impl FnMut(u64)) {
+        let end = start.saturating_add(count).min(self.len);
+        let mut bit = start;
+        while bit < end {
+            let in_word = bit % 64;
+            let take = (64 - in_word).min(end - bit);
+            let mask = if take == 64 {
+                u64::MAX
+            } else {
+                ((1u64 << take) - 1) << in_word
+            };
+            let old = self.words[(bit / 64) as usize].fetch_or(mask, Ordering::Relaxed) & mask;
+            let mut dup = old;
+            while dup != 0 {
+                let at = dup.trailing_zeros();
+                already_set(bit - in_word + u64::from(at));
+                dup &= dup - 1;
+            }
+            bit += take;
+        }
+    }
+
+    /// Whether bit `bit` is set (false past the end).
+    pub fn get(&self, bit: u64) -> bool {
+        bit < self.len
+            && self.words[(bit / 64) as usize].load(Ordering::Relaxed) & (1u64 << (bit % 64)) != 0
+    }
+
+    /// Whether any bit is set.
+    pub fn any(&self) -> bool {
+        self.words.iter().any(|w| w.load(Ordering::Relaxed) != 0)
+    }
+
+    /// Number of set bits.
+    pub fn count_ones(&self) -> u64 {
+        self.words
+            .iter()
+            .map(|w| u64::from(w.load(Ordering::Relaxed).count_ones()))
+            .sum()
+    }
+
+    /// Bytes of memory held.
+    pub fn memory_bytes(&self) -> usize {
+        self.words.len() * 8
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rayon::prelude::*;
+
+    #[test]
+    fn second_claim_is_seen_whatever_the_threads() {
+        let map = AtomicBitmap::new(10_000);
+        // Every bit claimed by two tasks: exactly one of each pair sees it already set.
+        let seen: usize = (0..20_000u64)
+            .into_par_iter()
+            .filter(|i| map.set(i % 10_000))
+            .count();
+        assert_eq!(seen, 10_000);
+    }
+
+    #[test]
+    fn range_set_reports_each_overlapping_bit() {
+        let map = AtomicBitmap::new(300);
+        map.set_range(10, 100, |_| panic!("fresh bits"));
+        let mut dups = Vec::new();
+        map.set_range(100, 150, |b| dups.push(b));
+        assert_eq!(dups, (100..110).collect::<Vec<_>>());
+        assert_eq!(map.count_ones(), 240);
+        assert!(!map.set(299));
+        assert!(!map.set(1000));
+        assert!(!map.get(1000));
+    }
+}

@@ -1,0 +1,70 @@
+//! How a walk over an inode's blocks records them. Pass 1 claims each block in the one
+//! shared ownership bitmap; a claim that finds the bit already set marks the block in the
+//! duplicate bitmap at that moment. Pass 1B walks again, reporting nothing new, only
+//! counting which of each inode's blocks are duplicates.
+
+use std::collections::HashSet;
+use std::sync::Mutex;
+
+use crate::block_tally::BlockTally;
+use crate::context::Context;
+use crate::problem::{Location, ProblemCode};
+
+/// Why the blocks are being walked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WalkMode {
+    /// Pass 1: check everything, claim every block.
+    Claim,
+    /// Pass 1B: count blocks that are claimed twice; report nothing.
+    CountShared,
+}
+
+/// One walk over one inode's blocks.
+#[derive(Debug, Clone, Copy)]
+pub struct BlockWalk<'a> {
+    /// Shared state.
+    pub ctx: &'a Context,
+    /// The inode walked.
+    pub ino: u32,
+    /// Pass 1 or pass 1B.
+    pub mode: WalkMode,
+    /// Tree blocks (extent nodes, indirect blocks) already entered in this walk. A
+    /// corrupt tree may name one block from many entries; entering it once keeps the
+    /// walk linear in the distinct blocks instead of exponential in the depth.
+    pub entered: &'a Mutex<HashSet<u64>>,
+}
+
+impl BlockWalk<'_> {
+    /// Whether tree block `block` is entered for the first time in this walk.
+    pub fn enter(&self, block: u64) -> bool {
+        self.entered
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(block)
+    }
+
+    /// Reports a problem in pass 1; pass 1B has already reported it.
+    pub fn report(&self, code: ProblemCode, location: Location, message: impl Into<String>) {
+        if self.mode == WalkMode::Claim {
+            self.ctx.report(code, location, message);
+        }
+    }
+
+    /// Claims `start..start + count` (already checked to be inside the filesystem) for
+    /// this inode and counts it in `tally`'s shared blocks where it is a duplicate.
+    pub fn claim(&self, start: u64, count: u64, tally: &mut BlockTally) {
+        match self.mode {
+            WalkMode::Claim => {
+                let dup = &self.ctx.block_dup;
+                self.ctx.block_found.set_range(start, count, |b| {
+                    dup.set(b);
+                });
+            }
+            WalkMode::CountShared => {
+                tally.shared += (start..start + count)
+                    .filter(|&b| self.ctx.block_dup.get(b))
+                    .count() as u64;
+            }
+        }
+    }
+}

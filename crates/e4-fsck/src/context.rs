@@ -1,0 +1,162 @@
+//! The state every pass shares: the image, the decoded superblock and descriptors, the
+//! one block-ownership bitmap, the per-inode arrays and the problem list. Passes borrow it
+//! immutably and from many threads; everything they change is atomic.
+
+use std::sync::Mutex;
+
+use e4_format::features::RoCompatFeatures;
+use e4_format::geometry::Geometry;
+use e4_format::group_descriptor::{GroupDescriptor, BG_BLOCK_UNINIT, BG_INODE_UNINIT};
+use e4_format::superblock::Superblock;
+
+use crate::atomic_bitmap::AtomicBitmap;
+use crate::image::Image;
+use crate::inode_state::InodeStates;
+use crate::problem::{Location, Problem, ProblemCode};
+
+/// Shared checker state.
+#[derive(Debug)]
+pub struct Context {
+    /// The image, read with positional reads.
+    pub image: Image,
+    /// The primary superblock as decoded (even if its checksum is wrong).
+    pub sb: Superblock,
+    /// Layout arithmetic.
+    pub geo: Geometry,
+    /// Every group's descriptor as decoded.
+    pub groups: Vec<GroupDescriptor>,
+    /// The metadata_csum seed, when the filesystem has metadata checksums.
+    pub csum_seed: Option<u32>,
+    /// Every block found in use: metadata, then each inode's blocks (pass 1).
+    pub block_found: AtomicBitmap,
+    /// Blocks claimed a second time (by an inode after metadata or another inode).
+    pub block_dup: AtomicBitmap,
+    /// Blocks of fixed metadata: superblocks, descriptors, bitmaps, inode tables.
+    pub metadata: AtomicBitmap,
+    /// Per-inode state.
+    pub inodes: InodeStates,
+    /// Problems found, in no particular order until [`Context::take_problems`] sorts them.
+    problems: Mutex<Vec<Problem>>,
+}
+
+impl Context {
+    /// Shared state for a filesystem whose superblock and descriptors have been read.
+    pub fn new(
+        image: Image,
+        sb: Superblock,
+        groups: Vec<GroupDescriptor>,
+        problems: Vec<Problem>,
+    ) -> Self {
+        let geo = Geometry::new(&sb);
+        let blocks = geo.blocks();
+        let csum_seed = sb.has_metadata_csum().then(|| sb.csum_seed());
+        Context {
+            image,
+            inodes: InodeStates::new(sb.inodes_count),
+            sb,
+            geo,
+            groups,
+            csum_seed,
+            block_found: AtomicBitmap::new(blocks),
+            block_dup: AtomicBitmap::new(blocks),
+            metadata: AtomicBitmap::new(blocks),
+            problems: Mutex::new(problems),
+        }
+    }
+
+    /// Records a problem.
+    pub fn report(&self, code: ProblemCode, location: Location, message: impl Into<String>) {
+        let problem = Problem::new(code, location, message);
+        // A poisoned lock means another thread panicked: keep collecting regardless.
+        let mut problems = self.problems.lock().unwrap_or_else(|e| e.into_inner());
+        problems.push(problem);
+    }
+
+    /// The problems found, sorted into the order that does not depend on threads.
+    pub fn take_problems(&self) -> Vec<Problem> {
+        let mut problems =
+            std::mem::take(&mut *self.problems.lock().unwrap_or_else(|e| e.into_inner()));
+        problems.sort_by(|a, b| a.sort_key().cmp(&b.sort_key()));
+        problems.dedup();
+        problems
+    }
+
+    /// Whether no problem recorded so far leaves the filesystem in error.
+    pub fn has_no_errors(&self) -> bool {
+        self.problems
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .all(|p| !p.code.is_error())
+    }
+
+    /// Bytes held by the shared arrays.
+    pub fn state_bytes(&self) -> u64 {
+        (self.block_found.memory_bytes()
+            + self.block_dup.memory_bytes()
+            + self.metadata.memory_bytes()
+            + self.inodes.memory_bytes()) as u64
+    }
+
+    /// Block size in bytes.
+    pub fn block_size(&self) -> u32 {
+        self.geo.block_size()
+    }
+
+    /// Whether group descriptors carry checksums and the uninit flags mean something
+    /// (`gdt_csum` or `metadata_csum`).
+    pub fn has_group_csum(&self) -> bool {
+        self.sb.has_metadata_csum() || self.sb.ro_compat().contains(RoCompatFeatures::GDT_CSUM)
+    }
+
+    /// Whether `block` may hold data: inside the filesystem and not before the first data
+    /// block (e2fsck's test for an illegal block number).
+    pub fn is_valid_block(&self, block: u64) -> bool {
+        block >= self.geo.first_data_block() && block < self.geo.blocks()
+    }
+
+    /// Whether the range `start..start + count` lies inside the filesystem.
+    pub fn is_valid_range(&self, start: u64, count: u64) -> bool {
+        self.is_valid_block(start)
+            && start
+                .checked_add(count)
+                .is_some_and(|end| end <= self.geo.blocks())
+    }
+
+    /// Whether group `group`'s inode table was never initialised (INODE_UNINIT with
+    /// group checksums): its inodes are all free and are not scanned.
+    pub fn inode_uninit(&self, group: u32) -> bool {
+        self.has_group_csum()
+            && self
+                .groups
+                .get(group as usize)
+                .is_some_and(|g| g.flags & BG_INODE_UNINIT != 0)
+    }
+
+    /// Whether group `group`'s block bitmap was never written (BLOCK_UNINIT with group
+    /// checksums): it reads as the group's own metadata only.
+    pub fn block_uninit(&self, group: u32) -> bool {
+        self.has_group_csum()
+            && self
+                .groups
+                .get(group as usize)
+                .is_some_and(|g| g.flags & BG_BLOCK_UNINIT != 0)
+    }
+
+    /// How many inodes at the start of `group`'s table may be in use: all of them, less
+    /// `bg_itable_unused` when group checksums make that count trustworthy.
+    pub fn inodes_to_scan(&self, group: u32) -> u32 {
+        let ipg = self.geo.inodes_per_group();
+        if self.inode_uninit(group) {
+            return 0;
+        }
+        let unused = if self.has_group_csum() {
+            self.groups
+                .get(group as usize)
+                .map_or(0, |g| g.itable_unused())
+        } else {
+            0
+        };
+        ipg.saturating_sub(unused)
+    }
+}

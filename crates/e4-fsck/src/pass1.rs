@@ -1,0 +1,563 @@
+//! Pass 1, "Checking inodes, blocks, and sizes": every inode of every inode table, in
+//! parallel. The tables are cut into pieces of equal inode count (the unused tail of each
+//! group, `bg_itable_unused`, is not read), each read with one positional read, so the
+//! work divides by what it costs, not by group. Each inode's fields are checked, its blocks
+//! walked and claimed in the shared ownership bitmap, its `i_size` and `i_blocks`
+//! compared with what was found; directories are returned for pass 2.
+
+use std::collections::HashSet;
+use std::sync::Mutex;
+
+use rayon::prelude::*;
+
+use e4_format::features::{CompatFeatures, IncompatFeatures, RoCompatFeatures};
+use e4_format::inode::{flags, FileType, Inode, ROOT_INO};
+use e4_format::xattr::{parse_inode_xattrs, XattrValue};
+use e4_format::FormatError;
+
+use crate::block_claim::{BlockWalk, WalkMode};
+use crate::block_map_walk::walk_block_map;
+use crate::block_tally::BlockTally;
+use crate::context::Context;
+use crate::extent_walk::walk_extent_tree;
+use crate::inode_state::InodeKind;
+use crate::problem::{Location, ProblemCode};
+use crate::progress::{PassMeter, Progress};
+use crate::xattr_refs::XattrBlocks;
+
+/// Inodes per unit of work: large enough that one read covers many table blocks, small
+/// enough that a few full groups split over every thread.
+const INODES_PER_PIECE: u32 = 2048;
+
+/// Bad blocks inode: its "blocks" are the bad blocks, not checked here.
+const BAD_BLOCKS_INO: u32 = 1;
+/// `system.data` is stored as name index 7 (`system.`) with the name `data`.
+const XATTR_INDEX_SYSTEM: u8 = 7;
+const SYSTEM_DATA_NAME: &[u8] = b"data";
+
+/// A contiguous run of one group's inode table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TablePiece {
+    /// The group.
+    pub group: u32,
+    /// Index of the first inode within the group.
+    pub first: u32,
+    /// Inodes in the piece.
+    pub count: u32,
+}
+
+/// A directory found in pass 1, with what pass 2 needs to check it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Directory {
+    /// Its inode number.
+    pub ino: u32,
+    /// `i_generation`, for the checksum seed.
+    pub generation: u32,
+    /// `EXT4_INDEX_FL` on a filesystem with dir_index: block 0 is an htree root.
+    pub htree: bool,
+    /// Its blocks, (logical, physical), in logical order.
+    pub blocks: Vec<(u32, u64)>,
+    /// For an inline directory: `i_block` and the `system.data` value.
+    pub inline: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+/// Splits every group's used inode table into pieces of at most [`INODES_PER_PIECE`].
+pub fn plan_pieces(ctx: &Context) -> Vec<TablePiece> {
+    let mut pieces = Vec::new();
+    for group in 0..ctx.geo.groups() {
+        let used = ctx.inodes_to_scan(group);
+        let mut first = 0;
+        while first < used {
+            let count = (used - first).min(INODES_PER_PIECE);
+            pieces.push(TablePiece {
+                group,
+                first,
+                count,
+            });
+            first += count;
+        }
+    }
+    pieces
+}
+
+/// Runs pass 1 and returns the directories found (in inode order) and the xattr blocks.
+pub fn run(
+    ctx: &Context,
+    pieces: &[TablePiece],
+    progress: Option<&Progress>,
+) -> (Vec<Directory>, XattrBlocks) {
+    mark_metadata(ctx);
+    let xattrs = XattrBlocks::default();
+    let total = pieces.iter().map(|p| u64::from(p.count)).sum();
+    let meter = PassMeter::start(progress, 1, total);
+    let dirs: Vec<Directory> = pieces
+        .par_iter()
+        .flat_map_iter(|piece| {
+            let dirs = scan_piece(ctx, piece, WalkMode::Claim, &xattrs).0;
+            meter.advance(u64::from(piece.count));
+            dirs
+        })
+        .collect();
+    xattrs.check_refcounts(ctx);
+    (dirs, xattrs)
+}
+
+/// Pass 1B: when blocks were claimed twice, walks every inode again and reports those
+/// owning any of them, with how many.
+pub fn find_shared_owners(ctx: &Context, pieces: &[TablePiece], xattrs: &XattrBlocks) {
+    if !ctx.block_dup.any() {
+        return;
+    }
+    pieces.par_iter().for_each(|piece| {
+        for (ino, shared) in scan_piece(ctx, piece, WalkMode::CountShared, xattrs).1 {
+            ctx.report(
+                ProblemCode::PR_1B_DUP_BLOCK,
+                Location::Inode(ino),
+                format!("inode {ino} has {shared} multiply-claimed block(s)"),
+            );
+        }
+    });
+}
+
+/// Marks superblocks, descriptors, bitmaps and inode tables as used, before any inode
+/// claims a block (e2fsck's `mark_table_blocks`). A collision between two groups'
+/// metadata shows as a duplicate like any other.
+fn mark_metadata(ctx: &Context) {
+    let geo = &ctx.geo;
+    let table_blocks = geo.inode_table_blocks();
+    (0..geo.groups()).into_par_iter().for_each(|group| {
+        let mark = |start: u64, count: u64| {
+            if ctx.is_valid_range(start, count) {
+                ctx.metadata.set_range(start, count, |_| {});
+                ctx.block_found.set_range(start, count, |b| {
+                    ctx.block_dup.set(b);
+                });
+            }
+        };
+        let base = geo.base_metadata(group);
+        mark(base.start, base.len);
+        let desc = &ctx.groups[group as usize];
+        mark(desc.block_bitmap(), 1);
+        mark(desc.inode_bitmap(), 1);
+        mark(desc.inode_table(), table_blocks);
+    });
+}
+
+/// Scans one piece of inode table. Returns its directories and, in pass 1B, the inodes
+/// owning shared blocks with their counts.
+fn scan_piece(
+    ctx: &Context,
+    piece: &TablePiece,
+    mode: WalkMode,
+    xattrs: &XattrBlocks,
+) -> (Vec<Directory>, Vec<(u32, u64)>) {
+    let geo = &ctx.geo;
+    let inode_size = ctx.sb.inode_size() as usize;
+    let desc = &ctx.groups[piece.group as usize];
+    let offset = desc
+        .inode_table()
+        .checked_mul(u64::from(geo.block_size()))
+        .and_then(|o| o.checked_add(u64::from(piece.first) * inode_size as u64));
+    let mut table = vec![0u8; piece.count as usize * inode_size];
+    let first_ino = piece.group * geo.inodes_per_group() + piece.first + 1;
+    let read = offset
+        .ok_or_else(|| std::io::Error::other("inode table is past any device"))
+        .and_then(|offset| ctx.image.read_at(offset, &mut table));
+    if let Err(e) = read {
+        if mode == WalkMode::Claim {
+            ctx.report(
+                ProblemCode::PR_1_ISCAN_ERROR,
+                Location::Group(piece.group),
+                format!("error while scanning inodes ({first_ino}): {e}"),
+            );
+        }
+        return (Vec::new(), Vec::new());
+    }
+    let mut dirs = Vec::new();
+    let mut shared = Vec::new();
+    for (i, raw) in table.chunks_exact(inode_size).enumerate() {
+        let ino = first_ino + i as u32;
+        if ino > ctx.sb.inodes_count {
+            break;
+        }
+        let entered = Mutex::new(HashSet::new());
+        let walk = BlockWalk {
+            ctx,
+            ino,
+            mode,
+            entered: &entered,
+        };
+        if let Some((dir, tally)) = check_inode(&walk, raw, xattrs) {
+            if tally.shared > 0 {
+                shared.push((ino, tally.shared));
+            }
+            dirs.extend(dir);
+        }
+    }
+    (dirs, shared)
+}
+
+/// Checks one inode. Returns, for an inode in use, its directory record (if a directory)
+/// and the tally of its blocks.
+fn check_inode(
+    walk: &BlockWalk<'_>,
+    raw: &[u8],
+    xattrs: &XattrBlocks,
+) -> Option<(Option<Directory>, BlockTally)> {
+    let ctx = walk.ctx;
+    let ino = walk.ino;
+    let loc = Location::Inode(ino);
+    let (inode, csum_ok) = match Inode::parse(raw, ino, ctx.csum_seed) {
+        Ok(inode) => (inode, true),
+        Err(FormatError::Checksum { .. }) => match Inode::parse(raw, ino, None) {
+            Ok(inode) => (inode, false),
+            Err(_) => return None,
+        },
+        Err(e) => {
+            walk.report(
+                ProblemCode::PR_1_EXTRA_ISIZE,
+                loc,
+                format!("inode {ino}: {e}"),
+            );
+            return None;
+        }
+    };
+    // An inode never written (all zeros) has no checksum to check.
+    let blank = raw.iter().all(|&b| b == 0);
+    let reserved = ino < ctx.sb.first_ino() && ino != ROOT_INO;
+    let links = inode.links_count();
+    check_low_dtime(walk, &inode);
+    if !reserved && links == 0 {
+        if inode.record.mode != 0 && inode.record.dtime == 0 {
+            walk.report(
+                ProblemCode::PR_1_ZERO_DTIME,
+                loc,
+                format!("deleted inode {ino} has zero dtime"),
+            );
+        }
+        return None;
+    }
+    if !csum_ok && !blank {
+        walk.report(
+            ProblemCode::PR_1_INODE_ONLY_CSUM_INVALID,
+            loc,
+            format!("inode {ino} passes checks, but checksum does not match inode"),
+        );
+    }
+    let file_type = inode.file_type();
+    let kind = if reserved {
+        check_reserved_mode(walk, &inode);
+        InodeKind::Reserved
+    } else if is_special_inode(ctx, ino) || inode.has_flag(flags::EA_INODE) {
+        // Journal, quota and orphan files, and xattr value inodes, are referenced from
+        // the superblock or from xattrs, not from directories.
+        InodeKind::Reserved
+    } else {
+        check_dtime(walk, &inode);
+        check_zero_fields(walk, &inode);
+        if ino == ROOT_INO && file_type != Some(FileType::Directory) {
+            walk.report(
+                ProblemCode::PR_1_ROOT_NO_DIR,
+                loc,
+                "root inode is not a directory",
+            );
+        }
+        if file_type.is_none() {
+            walk.report(
+                ProblemCode::PR_2_BAD_MODE,
+                loc,
+                format!("inode {ino} has invalid mode ({:#o})", inode.record.mode),
+            );
+        }
+        InodeKind::of(file_type)
+    };
+    let dir = kind == InodeKind::Directory;
+    let mut tally = BlockTally::default();
+    let extents_fs = ctx.sb.incompat().contains(IncompatFeatures::EXTENTS);
+    if has_valid_blocks(ctx, &inode, ino) {
+        tally = if inode.has_flag(flags::EXTENTS) && extents_fs {
+            walk_extent_tree(walk, &inode, dir)
+        } else {
+            walk_block_map(walk, &inode, dir)
+        };
+    }
+    if inode.file_acl() != 0 {
+        xattrs.visit(walk, inode.file_acl(), &mut tally);
+    }
+    if walk.mode == WalkMode::CountShared {
+        return Some((None, tally));
+    }
+    let inline = inode.has_flag(flags::INLINE_DATA);
+    if dir && tally.dir_blocks.is_empty() && !inline {
+        walk.report(
+            ProblemCode::PR_1_ZERO_LENGTH_DIR,
+            loc,
+            format!("inode {ino} is a zero-length directory"),
+        );
+    } else if ino != BAD_BLOCKS_INO {
+        check_size(walk, &inode, &tally, dir);
+    }
+    check_i_blocks(walk, &inode, &tally);
+    let zero_length = inode.size() == 0 && tally.blocks == 0;
+    ctx.inodes.record(ino, kind, links, zero_length);
+    let directory = dir.then(|| {
+        if !inline {
+            report_holes(walk, &tally.dir_blocks);
+        }
+        Directory {
+            ino,
+            generation: inode.record.generation,
+            htree: inode.has_flag(flags::INDEX)
+                && ctx.sb.compat().contains(CompatFeatures::DIR_INDEX),
+            blocks: std::mem::take(&mut tally.dir_blocks),
+            inline: inline.then(|| (inode.record.block.to_vec(), system_data(&inode))),
+        }
+    });
+    Some((directory, tally))
+}
+
+/// e2fsck's `ext2fs_inode_has_valid_blocks2`: devices, fifos, sockets, fast symlinks and
+/// inline data map no blocks through `i_block`.
+fn has_valid_blocks(ctx: &Context, inode: &Inode, ino: u32) -> bool {
+    if ino == BAD_BLOCKS_INO || inode.has_flag(flags::INLINE_DATA) {
+        return false;
+    }
+    match inode.file_type() {
+        Some(FileType::Directory | FileType::Regular) => true,
+        Some(FileType::Symlink) => {
+            let xattr_blocks = if inode.file_acl() != 0 {
+                u64::from(ctx.block_size() / 512)
+            } else {
+                0
+            };
+            u64::from(inode.record.blocks_lo) > xattr_blocks
+        }
+        _ => false,
+    }
+}
+
+/// Inodes the superblock names (journal, quota, orphan file), wherever they are.
+fn is_special_inode(ctx: &Context, ino: u32) -> bool {
+    let sb = &ctx.sb;
+    [
+        sb.journal_inum,
+        sb.usr_quota_inum,
+        sb.grp_quota_inum,
+        sb.prj_quota_inum,
+        sb.orphan_file_inum,
+    ]
+    .contains(&ino)
+}
+
+/// Reserved inodes may only have the modes e2fsck allows.
+fn check_reserved_mode(walk: &BlockWalk<'_>, inode: &Inode) {
+    let ctx = walk.ctx;
+    let ino = walk.ino;
+    let mode = inode.record.mode;
+    let regular = inode.file_type() == Some(FileType::Regular);
+    let quota = [
+        ctx.sb.usr_quota_inum,
+        ctx.sb.grp_quota_inum,
+        ctx.sb.prj_quota_inum,
+    ]
+    .contains(&ino)
+        || (ino == 3 || ino == 4) && ctx.sb.ro_compat().contains(RoCompatFeatures::QUOTA);
+    let journal = ino == e4_format::inode::JOURNAL_INO;
+    let bad = match ino {
+        5 => inode.file_type() == Some(FileType::Directory),
+        7 => mode != 0 && !regular,
+        _ if journal || quota => mode != 0 && !regular,
+        _ => mode != 0,
+    };
+    if bad {
+        walk.report(
+            ProblemCode::PR_1_RESERVED_BAD_MODE,
+            Location::Inode(ino),
+            format!("reserved inode {ino} has invalid mode ({mode:#o})"),
+        );
+    }
+}
+
+/// Fields that must be zero unless a feature gives them a meaning (e2fsck marks such an
+/// inode bad in pass 1 and reports each field from pass 2's `process_bad_inode`). The
+/// Hurd uses these words for its own fields.
+fn check_zero_fields(walk: &BlockWalk<'_>, inode: &Inode) {
+    const CREATOR_HURD: u32 = 1;
+    let ctx = walk.ctx;
+    let sb = &ctx.sb;
+    if sb.creator_os == CREATOR_HURD {
+        return;
+    }
+    let ino = walk.ino;
+    let r = &inode.record;
+    let dir = inode.file_type() == Some(FileType::Directory);
+    let checks = [
+        (
+            r.obso_faddr != 0,
+            ProblemCode::PR_2_FADDR_ZERO,
+            "i_faddr",
+            u64::from(r.obso_faddr),
+        ),
+        (
+            dir && r.size_high != 0 && !sb.incompat().contains(IncompatFeatures::LARGEDIR),
+            ProblemCode::PR_2_DIR_SIZE_HIGH_ZERO,
+            "i_size_high",
+            u64::from(r.size_high),
+        ),
+        (
+            r.blocks_high != 0 && !sb.ro_compat().contains(RoCompatFeatures::HUGE_FILE),
+            ProblemCode::PR_2_BLOCKS_HI_ZERO,
+            "i_blocks_hi",
+            u64::from(r.blocks_high),
+        ),
+        (
+            r.file_acl_high != 0 && !sb.incompat().contains(IncompatFeatures::BIT64),
+            ProblemCode::PR_2_I_FILE_ACL_HI_ZERO,
+            "i_file_acl_hi",
+            u64::from(r.file_acl_high),
+        ),
+    ];
+    for (bad, code, field, value) in checks {
+        if bad {
+            walk.report(
+                code,
+                Location::Inode(ino),
+                format!("{field} for inode {ino} is {value}, should be zero"),
+            );
+        }
+    }
+}
+
+/// A dtime below the inode count is the link of an orphan list (e2fsck's
+/// `low_dtime_check`, off while the journal needs recovery, whose replay may fix it).
+fn check_low_dtime(walk: &BlockWalk<'_>, inode: &Inode) {
+    let ctx = walk.ctx;
+    let dtime = inode.record.dtime;
+    if dtime != 0
+        && dtime < ctx.sb.inodes_count
+        && !ctx.sb.incompat().contains(IncompatFeatures::RECOVER)
+    {
+        walk.report(
+            ProblemCode::PR_1_LOW_DTIME,
+            Location::Inode(walk.ino),
+            format!("inode {} was part of the orphaned inode list", walk.ino),
+        );
+    }
+}
+
+/// An inode in use must have no deletion time.
+fn check_dtime(walk: &BlockWalk<'_>, inode: &Inode) {
+    let ino = walk.ino;
+    if inode.record.dtime == 0 {
+        return;
+    }
+    let (code, text) = if ino == ROOT_INO {
+        (
+            ProblemCode::PR_1_ROOT_DTIME,
+            "root inode has dtime set".to_string(),
+        )
+    } else {
+        (
+            ProblemCode::PR_1_SET_DTIME,
+            format!("inode {ino} is in use, but has dtime set"),
+        )
+    };
+    walk.report(code, Location::Inode(ino), text);
+}
+
+/// e2fsck's `i_size` checks at the end of `check_blocks`.
+fn check_size(walk: &BlockWalk<'_>, inode: &Inode, tally: &BlockTally, dir: bool) {
+    let ctx = walk.ctx;
+    let block_size = u64::from(ctx.block_size());
+    let size = inode.size();
+    let last = tally.last_block;
+    let expected = last.map_or(0, |l| (l + 1) * block_size);
+    let bad = if inode.has_flag(flags::INLINE_DATA) {
+        false
+    } else if dir {
+        let nblock = size / block_size;
+        let want = last.map_or(0, |l| l + 1);
+        size % block_size != 0
+            || nblock > want
+            || (nblock < want && want - nblock > u64::from(ctx.sb.prealloc_dir_blocks))
+    } else {
+        let extents = inode.has_flag(flags::EXTENTS);
+        tally.last_init_block.is_some_and(|l| size < l * block_size)
+            || (extents && size > (1u64 << (32 + ctx.sb.log_block_size + 10)) - 1)
+            || (!extents && size > block_map_max_size(block_size))
+    };
+    if bad {
+        walk.report(
+            ProblemCode::PR_1_BAD_I_SIZE,
+            Location::Inode(walk.ino),
+            format!("inode {}, i_size is {size}, should be {expected}", walk.ino),
+        );
+    }
+}
+
+/// The largest size a block-mapped file can have (e2fsck's `ext2_max_sizes`): what its
+/// direct, single, double and triple indirect pointers reach.
+fn block_map_max_size(block_size: u64) -> u64 {
+    let per = block_size / 4;
+    (12 + per + per * per + per * per * per) * block_size
+}
+
+/// e2fsck's `i_blocks` check: 512-byte sectors of every block owned.
+fn check_i_blocks(walk: &BlockWalk<'_>, inode: &Inode, tally: &BlockTally) {
+    let ctx = walk.ctx;
+    let huge = ctx.sb.ro_compat().contains(RoCompatFeatures::HUGE_FILE);
+    let on_disk = u64::from(inode.record.blocks_lo)
+        | if huge {
+            u64::from(inode.record.blocks_high) << 32
+        } else {
+            0
+        };
+    let expected = if huge && inode.has_flag(flags::HUGE_FILE) {
+        tally.blocks
+    } else {
+        tally.blocks * u64::from(ctx.block_size() / 512)
+    };
+    if on_disk != expected {
+        walk.report(
+            ProblemCode::PR_1_BAD_I_BLOCKS,
+            Location::Inode(walk.ino),
+            format!(
+                "inode {}, i_blocks is {on_disk}, should be {expected}",
+                walk.ino
+            ),
+        );
+    }
+}
+
+/// A directory's logical blocks below its last must all be mapped (pass 2 asks to
+/// allocate each hole).
+fn report_holes(walk: &BlockWalk<'_>, blocks: &[(u32, u64)]) {
+    let mut expected = 0u32;
+    for &(logical, _) in blocks {
+        if logical > expected {
+            walk.report(
+                ProblemCode::PR_2_DIRECTORY_HOLE,
+                Location::Inode(walk.ino),
+                format!(
+                    "directory inode {} has an unallocated block #{expected}",
+                    walk.ino
+                ),
+            );
+        }
+        expected = logical.saturating_add(1);
+    }
+}
+
+/// The `system.data` attribute of an inline-data inode (empty if absent).
+fn system_data(inode: &Inode) -> Vec<u8> {
+    let loc = e4_format::Location::Inode(inode.ino);
+    parse_inode_xattrs(&inode.xattr_area, loc)
+        .unwrap_or_default()
+        .into_iter()
+        .find(|x| x.index == XATTR_INDEX_SYSTEM && x.name == SYSTEM_DATA_NAME)
+        .and_then(|x| match x.value {
+            XattrValue::Inline(v) => Some(v),
+            XattrValue::InInode { .. } => None,
+        })
+        .unwrap_or_default()
+}

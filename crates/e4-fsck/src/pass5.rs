@@ -1,0 +1,290 @@
+//! Pass 5, "Checking group summary information": each group's on-disk block and inode
+//! bitmaps against what passes 1 to 4 found, its free counts and directory count, the
+//! bitmap checksums and the last group's padding; then the superblock's totals. Groups are
+//! compared in parallel; each reports its own differences as ranges, like e2fsck's
+//! "Block bitmap differences: -(a--b) +c".
+
+use rayon::prelude::*;
+
+use e4_format::group_descriptor::BitmapKind;
+use e4_format::FormatError;
+
+use crate::context::Context;
+use crate::inode_state::InodeKind;
+use crate::problem::{Location, ProblemCode};
+use crate::progress::{PassMeter, Progress};
+
+/// What one group counted.
+#[derive(Debug, Clone, Copy, Default)]
+struct GroupCounts {
+    free_blocks: u64,
+    free_inodes: u64,
+}
+
+/// Runs pass 5.
+pub fn run(ctx: &Context, progress: Option<&Progress>) {
+    let meter = PassMeter::start(progress, 5, u64::from(ctx.geo.groups()));
+    let totals = (0..ctx.geo.groups())
+        .into_par_iter()
+        .map(|group| {
+            let counts = GroupCounts {
+                free_blocks: check_block_bitmap(ctx, group),
+                free_inodes: check_inode_bitmap(ctx, group),
+            };
+            meter.advance(1);
+            counts
+        })
+        .reduce(GroupCounts::default, |a, b| GroupCounts {
+            free_blocks: a.free_blocks + b.free_blocks,
+            free_inodes: a.free_inodes + b.free_inodes,
+        });
+    if totals.free_blocks != ctx.sb.free_blocks_count() {
+        ctx.report(
+            ProblemCode::PR_5_FREE_BLOCK_COUNT,
+            Location::Filesystem,
+            format!(
+                "free blocks count wrong ({}, counted={})",
+                ctx.sb.free_blocks_count(),
+                totals.free_blocks
+            ),
+        );
+    }
+    if totals.free_inodes != u64::from(ctx.sb.free_inodes_count) {
+        ctx.report(
+            ProblemCode::PR_5_FREE_INODE_COUNT,
+            Location::Filesystem,
+            format!(
+                "free inodes count wrong ({}, counted={})",
+                ctx.sb.free_inodes_count, totals.free_inodes
+            ),
+        );
+    }
+}
+
+/// Reads a bitmap block, or `None` if its location is invalid (reported before pass 1).
+fn read_bitmap(ctx: &Context, block: u64) -> Option<Vec<u8>> {
+    if !ctx.is_valid_block(block) {
+        return None;
+    }
+    ctx.image.read_blocks(block, 1, ctx.block_size()).ok()
+}
+
+/// Whether every byte of a bitmap block after the first `bits` bits is 0xff.
+fn tail_is_set(bytes: &[u8], bits: u64) -> bool {
+    let start = usize::try_from(bits.div_ceil(8)).unwrap_or(usize::MAX);
+    bytes
+        .get(start..)
+        .is_none_or(|tail| tail.iter().all(|&b| b == 0xFF))
+}
+
+fn bit(bytes: &[u8], index: u64) -> bool {
+    bytes
+        .get((index / 8) as usize)
+        .is_some_and(|b| b & (1 << (index % 8)) != 0)
+}
+
+/// Compares group `group`'s block bitmap; returns the free blocks counted.
+fn check_block_bitmap(ctx: &Context, group: u32) -> u64 {
+    let geo = &ctx.geo;
+    let desc = &ctx.groups[group as usize];
+    let start = geo.group_first_block(group);
+    let count = geo.group_blocks(group);
+    let found = |i: u64| ctx.block_found.get(start + i);
+    let uninit = ctx.block_uninit(group);
+    // A BLOCK_UNINIT group's bitmap reads as its metadata alone (libext2fs computes it).
+    let on_disk: Option<Vec<u8>> = if uninit {
+        let mut bytes = vec![0u8; geo.block_size() as usize];
+        for i in 0..count {
+            if ctx.metadata.get(start + i) {
+                bytes[(i / 8) as usize] |= 1 << (i % 8);
+            }
+        }
+        Some(bytes)
+    } else {
+        read_bitmap(ctx, desc.block_bitmap())
+    };
+    // Under -n the bitmap is not corrected, so e2fsck counts what it says is free.
+    let free = match &on_disk {
+        Some(bytes) => (0..count).filter(|&i| !bit(bytes, i)).count() as u64,
+        None => (0..count).filter(|&i| !found(i)).count() as u64,
+    };
+    if let Some(bytes) = &on_disk {
+        report_differences(
+            ctx,
+            count,
+            |i| bit(bytes, i),
+            found,
+            |i| start + i,
+            (ProblemCode::PR_5_BLOCK_UNUSED, ProblemCode::PR_5_BLOCK_USED),
+            BitmapKind::Block,
+        );
+        if !uninit {
+            let per_group = u64::from(geo.blocks_per_group());
+            if (count..per_group).any(|i| !bit(bytes, i)) || !tail_is_set(bytes, per_group) {
+                ctx.report(
+                    ProblemCode::PR_5_BLOCK_BMAP_PADDING,
+                    Location::Group(group),
+                    "padding at end of block bitmap is not set",
+                );
+            }
+            if let Some(seed) = ctx.csum_seed {
+                if let Err(FormatError::Checksum { .. }) = desc.verify_bitmap(
+                    BitmapKind::Block,
+                    bytes,
+                    geo.blocks_per_group(),
+                    seed,
+                    ctx.sb.desc_size() as usize,
+                    group,
+                ) {
+                    ctx.report(
+                        ProblemCode::PR_5_BLOCK_BITMAP_CSUM_INVALID,
+                        Location::Group(group),
+                        format!("group {group} block bitmap does not match checksum"),
+                    );
+                }
+            }
+        }
+    }
+    if u64::from(desc.free_blocks_count()) != free {
+        ctx.report(
+            ProblemCode::PR_5_FREE_BLOCK_COUNT_GROUP,
+            Location::Group(group),
+            format!(
+                "free blocks count wrong for group #{group} ({}, counted={free})",
+                desc.free_blocks_count()
+            ),
+        );
+    }
+    free
+}
+
+/// Compares group `group`'s inode bitmap and counts; returns the free inodes counted.
+fn check_inode_bitmap(ctx: &Context, group: u32) -> u64 {
+    let geo = &ctx.geo;
+    let desc = &ctx.groups[group as usize];
+    let ipg = u64::from(geo.inodes_per_group());
+    let first = u64::from(group) * ipg + 1;
+    let count = ipg.min(u64::from(ctx.sb.inodes_count).saturating_sub(first - 1));
+    let first_ino = u64::from(ctx.sb.first_ino());
+    // Reserved inodes are always in use (e2fsck marks them so in pass 1).
+    let found = |i: u64| {
+        let ino = first + i;
+        ino < first_ino || ctx.inodes.kind(ino as u32).in_use()
+    };
+    let uninit = ctx.inode_uninit(group);
+    let on_disk = if uninit {
+        Some(vec![0u8; geo.block_size() as usize])
+    } else {
+        read_bitmap(ctx, desc.inode_bitmap())
+    };
+    // As for blocks, e2fsck -n counts from the bitmap it did not correct; a directory
+    // counts where the bitmap says its inode is in use.
+    let marked = |i: u64| {
+        on_disk
+            .as_ref()
+            .map_or_else(|| found(i), |bytes| bit(bytes, i))
+    };
+    let free = (0..count).filter(|&i| !marked(i)).count() as u64;
+    let dirs = (0..count)
+        .filter(|&i| marked(i) && ctx.inodes.kind((first + i) as u32) == InodeKind::Directory)
+        .count() as u64;
+    if let Some(bytes) = &on_disk {
+        report_differences(
+            ctx,
+            count,
+            |i| bit(bytes, i),
+            found,
+            |i| first + i,
+            (ProblemCode::PR_5_INODE_UNUSED, ProblemCode::PR_5_INODE_USED),
+            BitmapKind::Inode,
+        );
+        // Inodes past s_inodes_count, and the rest of the block past the group's inodes,
+        // must read as in use (libext2fs's bitmap tail check).
+        // An INODE_UNINIT group's bitmap is not read, so it has no tail to check.
+        if !uninit && ((count..ipg).any(|i| !bit(bytes, i)) || !tail_is_set(bytes, ipg)) {
+            ctx.report(
+                ProblemCode::PR_5_INODE_BMAP_PADDING,
+                Location::Group(group),
+                "padding at end of inode bitmap is not set",
+            );
+        }
+        if let (Some(seed), false) = (ctx.csum_seed, uninit) {
+            if let Err(FormatError::Checksum { .. }) = desc.verify_bitmap(
+                BitmapKind::Inode,
+                bytes,
+                geo.inodes_per_group(),
+                seed,
+                ctx.sb.desc_size() as usize,
+                group,
+            ) {
+                ctx.report(
+                    ProblemCode::PR_5_INODE_BITMAP_CSUM_INVALID,
+                    Location::Group(group),
+                    format!("group {group} inode bitmap does not match checksum"),
+                );
+            }
+        }
+    }
+    if u64::from(desc.free_inodes_count()) != free {
+        ctx.report(
+            ProblemCode::PR_5_FREE_INODE_COUNT_GROUP,
+            Location::Group(group),
+            format!(
+                "free inodes count wrong for group #{group} ({}, counted={free})",
+                desc.free_inodes_count()
+            ),
+        );
+    }
+    if u64::from(desc.used_dirs_count()) != dirs {
+        ctx.report(
+            ProblemCode::PR_5_FREE_DIR_COUNT_GROUP,
+            Location::Group(group),
+            format!(
+                "directories count wrong for group #{group} ({}, counted={dirs})",
+                desc.used_dirs_count()
+            ),
+        );
+    }
+    free
+}
+
+/// Reports each run of bits where the on-disk bitmap and what was found differ:
+/// `codes.0` where the disk says used and nothing was found, `codes.1` the reverse.
+fn report_differences(
+    ctx: &Context,
+    count: u64,
+    on_disk: impl Fn(u64) -> bool,
+    found: impl Fn(u64) -> bool,
+    number: impl Fn(u64) -> u64,
+    codes: (ProblemCode, ProblemCode),
+    kind: BitmapKind,
+) {
+    let mut i = 0;
+    while i < count {
+        let (disk, seen) = (on_disk(i), found(i));
+        if disk == seen {
+            i += 1;
+            continue;
+        }
+        let run_start = i;
+        while i < count && on_disk(i) == disk && found(i) == seen {
+            i += 1;
+        }
+        let (first, last) = (number(run_start), number(i - 1));
+        let (code, sign) = if disk { (codes.0, '-') } else { (codes.1, '+') };
+        let range = if first == last {
+            format!("{sign}{first}")
+        } else {
+            format!("{sign}({first}--{last})")
+        };
+        let (location, what) = match kind {
+            BitmapKind::Block => (Location::Block(first), "block"),
+            BitmapKind::Inode => (Location::Inode(first as u32), "inode"),
+        };
+        ctx.report(
+            code,
+            location,
+            format!("{what} bitmap differences: {range}"),
+        );
+    }
+}

@@ -1,0 +1,452 @@
+//! Problems the checker reports: a stable code named after e2fsck's (`PR_*` in
+//! `e2fsck/problem.h`, with the same numeric value), where it was found, one line of text,
+//! and what a repair would do, so that repair can follow without changing the record.
+
+use std::fmt;
+
+/// What e2fsck's answer "yes" would do for a problem (its prompt, `PROMPT_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Repair {
+    /// Rewrite the field or structure with the computed value (`PROMPT_FIX`).
+    Fix,
+    /// Clear the entry, inode, extent or block reference (`PROMPT_CLEAR`).
+    Clear,
+    /// Clear the whole inode (`PROMPT_CLEAR_INODE`).
+    ClearInode,
+    /// Rebuild the directory's hash tree (`PROMPT_CLEAR_HTREE`).
+    ClearHtree,
+    /// Reconnect to /lost+found (`PROMPT_CONNECT`).
+    Connect,
+    /// Give each claimant its own copy of shared blocks (`PROMPT_CLONE`).
+    Clone,
+    /// Salvage what parses of a directory block (`PROMPT_SALVAGE`).
+    Salvage,
+    /// Move metadata to a free place (`PROMPT_RELOCATE`).
+    Relocate,
+    /// Create a missing structure (`PROMPT_CREATE`).
+    Create,
+    /// Nothing to answer: the message is information (`PROMPT_NONE`).
+    None,
+}
+
+impl Repair {
+    /// The word e2fsck prints as its question.
+    pub fn prompt(self) -> &'static str {
+        match self {
+            Repair::Fix => "Fix",
+            Repair::Clear => "Clear",
+            Repair::ClearInode => "Clear inode",
+            Repair::ClearHtree => "Clear HTree index",
+            Repair::Connect => "Connect to /lost+found",
+            Repair::Clone => "Clone multiply-claimed blocks",
+            Repair::Salvage => "Salvage",
+            Repair::Relocate => "Relocate",
+            Repair::Create => "Create",
+            Repair::None => "",
+        }
+    }
+}
+
+/// Which kind of damage a problem is: the unit on which the agreement tests compare e4 with
+/// e2fsck (each e2fsck message maps to one class too).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ProblemClass {
+    /// Superblock fields and summary counters.
+    Superblock,
+    /// Group descriptor fields and checksums.
+    GroupDescriptor,
+    /// Inode fields: mode, dtime, flags, checksum.
+    Inode,
+    /// Extent tree structure, order, bounds, checksums.
+    ExtentTree,
+    /// Block numbers outside the filesystem in a block map.
+    IllegalBlock,
+    /// `i_size` disagrees with the blocks found.
+    InodeSize,
+    /// `i_blocks` disagrees with the blocks found.
+    InodeBlocks,
+    /// A block claimed by two owners.
+    MultiplyClaimed,
+    /// Extended attribute blocks and their reference counts.
+    Xattr,
+    /// Directory block structure: rec_len, name_len, checksum, `.` and `..`.
+    DirectoryBlock,
+    /// A directory entry's target, name or file type.
+    DirectoryEntry,
+    /// htree index nodes.
+    Htree,
+    /// Directories not reachable from the root, or `..` wrong.
+    Connectivity,
+    /// `i_links_count` disagrees with the references found.
+    LinkCount,
+    /// Block bitmap differences.
+    BlockBitmap,
+    /// Inode bitmap differences.
+    InodeBitmap,
+    /// Free block, free inode or directory counts.
+    FreeCounts,
+    /// Bitmap checksums.
+    BitmapChecksum,
+    /// The orphan list.
+    Orphan,
+    /// The journal superblock and recovery state.
+    Journal,
+}
+
+macro_rules! problem_codes {
+    ($( $(#[$doc:meta])* $name:ident = $value:expr, $repair:ident, $class:ident, $error:expr; )*) => {
+        /// A problem's identity: e2fsck's name and number for it.
+        #[allow(non_camel_case_types)]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub enum ProblemCode {
+            $( $(#[$doc])* $name, )*
+        }
+
+        impl ProblemCode {
+            /// e2fsck's name, e.g. `PR_1_BAD_I_SIZE`.
+            pub fn name(self) -> &'static str {
+                match self { $( ProblemCode::$name => stringify!($name), )* }
+            }
+
+            /// e2fsck's numeric code (`0x01000C` for `PR_1_BAD_I_SIZE`).
+            pub fn value(self) -> u32 {
+                match self { $( ProblemCode::$name => $value, )* }
+            }
+
+            /// What a repair would do.
+            pub fn repair(self) -> Repair {
+                match self { $( ProblemCode::$name => Repair::$repair, )* }
+            }
+
+            /// The class the agreement tests compare.
+            pub fn class(self) -> ProblemClass {
+                match self { $( ProblemCode::$name => ProblemClass::$class, )* }
+            }
+
+            /// Whether leaving the problem unrepaired leaves the filesystem in error (exit
+            /// 4 under `-n`). e2fsck flags the exceptions `PR_NO_OK`, or prints them
+            /// without a prompt: summary counters that the kernel recomputes, for example.
+            pub fn is_error(self) -> bool {
+                match self { $( ProblemCode::$name => $error, )* }
+            }
+
+            /// The pass that finds the problem: 0 before pass 1, then 1 to 5 (1B and later
+            /// sub-passes count as their pass).
+            pub fn pass(self) -> u8 {
+                (self.value() >> 16) as u8
+            }
+        }
+    };
+}
+
+problem_codes! {
+    /// The superblock's checksum does not match (e2fsck falls back to a backup).
+    PR_0_SB_CORRUPT = 0x000004, Fix, Superblock, true;
+    /// The descriptor table failed `ext2fs_check_desc`; the backup is used instead.
+    PR_0_CHECK_DESC_FAILED = 0x000045, None, GroupDescriptor, true;
+    /// A group's block bitmap lies outside the filesystem or its flex group.
+    PR_0_BB_NOT_GROUP = 0x000001, Relocate, GroupDescriptor, true;
+    /// A group's inode bitmap lies outside the filesystem or its flex group.
+    PR_0_IB_NOT_GROUP = 0x000002, Relocate, GroupDescriptor, true;
+    /// A group's inode table lies outside the filesystem or its flex group.
+    PR_0_ITABLE_NOT_GROUP = 0x000003, Relocate, GroupDescriptor, true;
+    /// A group descriptor's checksum does not match. `e2fsck -n` answers the latch
+    /// question no and ignores each descriptor, leaving the exit status 0 (observed with
+    /// e2fsprogs 1.47.0; the agreement tests pin it).
+    PR_0_GDT_CSUM = 0x000035, Fix, GroupDescriptor, false;
+    /// A group is marked uninitialized on a filesystem without group checksums.
+    PR_0_GDT_UNINIT = 0x000036, Fix, GroupDescriptor, true;
+    /// `bg_itable_unused` is larger than the group's free inodes.
+    PR_0_GDT_ITABLE_UNUSED = 0x000038, Fix, GroupDescriptor, true;
+    /// The last group is marked BLOCK_UNINIT.
+    PR_0_BB_UNINIT_LAST = 0x000039, Fix, GroupDescriptor, true;
+    /// The journal inode cannot be used (unreadable, bad checksum, no block 0).
+    PR_0_JOURNAL_BAD_INODE = 0x00000F, Clear, Journal, true;
+    /// The journal superblock cannot be used.
+    PR_0_JOURNAL_BAD_SUPER = 0x000015, Fix, Journal, true;
+    /// The journal needs recovery; `-n` checks the image as it stands.
+    PR_0_JOURNAL_RUN = 0x00002B, None, Journal, false;
+    /// The root inode is not a directory.
+    PR_1_ROOT_NO_DIR = 0x010001, Clear, Inode, true;
+    /// The root inode has a deletion time.
+    PR_1_ROOT_DTIME = 0x010002, Fix, Inode, true;
+    /// A reserved inode has a mode it must not have.
+    PR_1_RESERVED_BAD_MODE = 0x010003, Clear, Inode, true;
+    /// An inode's dtime is an inode number: it was left on a corrupted orphan list
+    /// (`e2fsck -n` does not process the orphan list, so pass 1 finds its members).
+    PR_1_LOW_DTIME = 0x010036, Fix, Orphan, true;
+    /// A deleted inode (no links) has no deletion time.
+    PR_1_ZERO_DTIME = 0x010004, Fix, Inode, true;
+    /// An inode in use has a deletion time.
+    PR_1_SET_DTIME = 0x010005, Fix, Inode, true;
+    /// `i_extra_isize` does not fit the inode.
+    PR_1_EXTRA_ISIZE = 0x01004F, Fix, Inode, true;
+    /// The inode table could not be read.
+    PR_1_ISCAN_ERROR = 0x010028, None, Inode, true;
+    /// Two extents map the same logical block.
+    PR_1_EXTENT_COLLISION = 0x01007D, Clear, ExtentTree, true;
+    /// A directory extent is marked uninitialized.
+    PR_1_UNINIT_DBLOCK = 0x010073, Fix, ExtentTree, true;
+    /// A directory has no blocks.
+    PR_1_ZERO_LENGTH_DIR = 0x010006, Clear, Inode, true;
+    /// `i_size` disagrees with the blocks the inode maps.
+    PR_1_BAD_I_SIZE = 0x01000C, Fix, InodeSize, true;
+    /// `i_blocks` disagrees with the blocks the inode owns.
+    PR_1_BAD_I_BLOCKS = 0x01000D, Fix, InodeBlocks, true;
+    /// A block map points outside the filesystem.
+    PR_1_ILLEGAL_BLOCK_NUM = 0x01000E, Clear, IllegalBlock, true;
+    /// An xattr block is not valid.
+    PR_1_BAD_EA_BLOCK = 0x01003A, Clear, Xattr, true;
+    /// An xattr block's reference count disagrees with the inodes using it.
+    PR_1_EXTATTR_REFCOUNT = 0x01003C, Fix, Xattr, true;
+    /// An extent's physical start is outside the filesystem.
+    PR_1_EXTENT_BAD_START_BLK = 0x010058, Clear, ExtentTree, true;
+    /// An extent runs past the end of the filesystem.
+    PR_1_EXTENT_ENDS_BEYOND = 0x010059, Clear, ExtentTree, true;
+    /// Extents are not in increasing, non-overlapping logical order.
+    PR_1_OUT_OF_ORDER_EXTENTS = 0x01005E, Clear, ExtentTree, true;
+    /// An extent tree node's header is invalid.
+    PR_1_EXTENT_HEADER_INVALID = 0x01005F, Clear, ExtentTree, true;
+    /// An extent has length zero.
+    PR_1_EXTENT_LENGTH_ZERO = 0x010066, Clear, ExtentTree, true;
+    /// An inode record's checksum does not match.
+    PR_1_INODE_ONLY_CSUM_INVALID = 0x010068, Fix, Inode, true;
+    /// An extent tree block's checksum does not match.
+    PR_1_EXTENT_ONLY_CSUM_INVALID = 0x01006A, Fix, ExtentTree, true;
+    /// An xattr block's checksum does not match.
+    PR_1_EA_BLOCK_ONLY_CSUM_INVALID = 0x01006C, Fix, Xattr, true;
+    /// An index entry's logical start differs from its child's first extent.
+    PR_1_EXTENT_INDEX_START_INVALID = 0x01006D, Fix, ExtentTree, true;
+    /// An extent runs past the range its index entry covers.
+    PR_1_EXTENT_END_OUT_OF_BOUNDS = 0x01006E, Clear, ExtentTree, true;
+    /// The extent header in `i_block` is missing or invalid.
+    PR_1_MISSING_EXTENT_HEADER = 0x010081, ClearInode, ExtentTree, true;
+    /// Blocks are claimed by more than one inode, or by an inode and metadata (pass 1B).
+    PR_1B_DUP_BLOCK = 0x011002, Clone, MultiplyClaimed, true;
+    /// An inode's xattr block number is invalid (or the filesystem has no xattrs).
+    PR_2_FILE_ACL_BAD = 0x020032, Clear, Xattr, true;
+    /// An entry points past the inode count, or at a reserved inode.
+    PR_2_BAD_INO = 0x020002, Clear, DirectoryEntry, true;
+    /// An entry points at an unused inode.
+    PR_2_UNUSED_INODE = 0x020003, Clear, DirectoryEntry, true;
+    /// An entry other than `.` points at its own directory.
+    PR_2_LINK_DOT = 0x020004, Clear, DirectoryEntry, true;
+    /// A second entry points at a directory (directories have one parent).
+    PR_2_LINK_DIR = 0x020006, Clear, DirectoryEntry, true;
+    /// An entry points at the root directory.
+    PR_2_LINK_ROOT = 0x020007, Clear, DirectoryEntry, true;
+    /// A name holds `/` or NUL.
+    PR_2_BAD_NAME = 0x020008, Fix, DirectoryEntry, true;
+    /// The first entry of a directory is not `.`.
+    PR_2_MISSING_DOT = 0x020009, Fix, DirectoryBlock, true;
+    /// The second entry of a directory is not `..`.
+    PR_2_MISSING_DOT_DOT = 0x02000A, Fix, DirectoryBlock, true;
+    /// `.` does not point at the directory itself.
+    PR_2_BAD_INODE_DOT = 0x020001, Fix, DirectoryBlock, true;
+    /// An inode's mode is not a valid file type.
+    PR_2_BAD_MODE = 0x020012, Clear, Inode, true;
+    /// `i_faddr` (obsolete fragment address) is not zero.
+    PR_2_FADDR_ZERO = 0x02000D, Clear, Inode, true;
+    /// A directory has `i_size_high` set without large_dir.
+    PR_2_DIR_SIZE_HIGH_ZERO = 0x02000F, Clear, Inode, true;
+    /// `i_blocks_hi` is set without huge_file.
+    PR_2_BLOCKS_HI_ZERO = 0x020044, Clear, Inode, true;
+    /// `i_file_acl_hi` is set without 64bit.
+    PR_2_I_FILE_ACL_HI_ZERO = 0x020048, Clear, Inode, true;
+    /// A directory block's entries do not parse (rec_len or name_len).
+    PR_2_DIR_CORRUPTED = 0x020013, Salvage, DirectoryBlock, true;
+    /// A directory has a hole (a logical block with no physical block).
+    PR_2_DIRECTORY_HOLE = 0x020015, Fix, DirectoryBlock, true;
+    /// A second `.` entry.
+    PR_2_DUP_DOT = 0x02001A, Fix, DirectoryBlock, true;
+    /// A second `..` entry.
+    PR_2_DUP_DOT_DOT = 0x02001B, Fix, DirectoryBlock, true;
+    /// An entry's file type disagrees with its inode's mode.
+    PR_2_BAD_FILETYPE = 0x020028, Fix, DirectoryEntry, true;
+    /// An htree root's checksum does not match.
+    PR_2_HTREE_ROOT_CSUM_INVALID = 0x020049, ClearHtree, Htree, true;
+    /// A leaf block of an htree is not referenced by the index.
+    PR_2_HTREE_NOTREF = 0x020034, ClearHtree, Htree, true;
+    /// A leaf block of an htree is referenced twice.
+    PR_2_HTREE_DUPREF = 0x020035, ClearHtree, Htree, true;
+    /// A leaf holds a name hashing below its index range.
+    PR_2_HTREE_MIN_HASH = 0x020036, ClearHtree, Htree, true;
+    /// A leaf holds a name hashing above its index range.
+    PR_2_HTREE_MAX_HASH = 0x020037, ClearHtree, Htree, true;
+    /// An htree root is invalid.
+    PR_2_HTREE_BAD_ROOT = 0x02003C, ClearHtree, Htree, true;
+    /// An htree node's hashes are not in order.
+    PR_2_HTREE_HASH_ORDER = 0x02003F, ClearHtree, Htree, true;
+    /// Two entries in one directory have the same name.
+    PR_2_DUPLICATE_DIRENT = 0x020041, Clear, DirectoryEntry, true;
+    /// An htree index node's checksum does not match.
+    PR_2_HTREE_NODE_CSUM_INVALID = 0x02004A, ClearHtree, Htree, true;
+    /// A directory leaf block has no checksum tail.
+    PR_2_LEAF_NODE_MISSING_CSUM = 0x02004C, Fix, DirectoryBlock, true;
+    /// A directory leaf block parses but its checksum does not match.
+    PR_2_LEAF_NODE_ONLY_CSUM_INVALID = 0x02004D, Fix, DirectoryBlock, true;
+    /// The root inode is not allocated.
+    PR_3_NO_ROOT_INODE = 0x030001, Create, Connectivity, true;
+    /// A directory is not reachable from the root.
+    PR_3_UNCONNECTED_DIR = 0x030003, Connect, Connectivity, true;
+    /// `..` names a directory other than the parent.
+    PR_3_BAD_DOT_DOT = 0x030005, Fix, Connectivity, true;
+    /// Directories form a loop not reachable from the root.
+    PR_3_LOOPED_DIR = 0x03001D, Connect, Connectivity, true;
+    /// /lost+found is missing.
+    PR_3_NO_LF_DIR = 0x030004, Create, Connectivity, true;
+    /// An inode in use has no directory entry and no content.
+    PR_4_ZERO_LEN_INODE = 0x040001, Clear, LinkCount, false;
+    /// An inode in use has no directory entry.
+    PR_4_UNATTACHED_INODE = 0x040002, Connect, LinkCount, true;
+    /// `i_links_count` disagrees with the entries found.
+    PR_4_BAD_REF_COUNT = 0x040003, Fix, LinkCount, true;
+    /// Bits past the last inode (`s_inodes_count`) are not set.
+    PR_5_INODE_BMAP_PADDING = 0x050001, Fix, InodeBitmap, true;
+    /// Bits past the last block of the last group are not set.
+    PR_5_BLOCK_BMAP_PADDING = 0x050002, Fix, BlockBitmap, true;
+    /// The block bitmap marks blocks used that nothing owns.
+    PR_5_BLOCK_UNUSED = 0x050004, Fix, BlockBitmap, true;
+    /// The block bitmap marks blocks free that are in use.
+    PR_5_BLOCK_USED = 0x050005, Fix, BlockBitmap, true;
+    /// The inode bitmap marks inodes used that are not.
+    PR_5_INODE_UNUSED = 0x050008, Fix, InodeBitmap, true;
+    /// The inode bitmap marks inodes free that are in use.
+    PR_5_INODE_USED = 0x050009, Fix, InodeBitmap, true;
+    /// A group's free inode count is wrong.
+    PR_5_FREE_INODE_COUNT_GROUP = 0x05000B, Fix, FreeCounts, true;
+    /// A group's directory count is wrong.
+    PR_5_FREE_DIR_COUNT_GROUP = 0x05000C, Fix, FreeCounts, true;
+    /// The superblock's free inode count is wrong (`PR_NO_OK`: not an error).
+    PR_5_FREE_INODE_COUNT = 0x05000D, Fix, FreeCounts, false;
+    /// A group's free block count is wrong.
+    PR_5_FREE_BLOCK_COUNT_GROUP = 0x05000E, Fix, FreeCounts, true;
+    /// The superblock's free block count is wrong (`PR_NO_OK`: not an error).
+    PR_5_FREE_BLOCK_COUNT = 0x05000F, Fix, FreeCounts, false;
+    /// An inode bitmap's checksum does not match.
+    PR_5_INODE_BITMAP_CSUM_INVALID = 0x05001A, Fix, BitmapChecksum, true;
+    /// A block bitmap's checksum does not match.
+    PR_5_BLOCK_BITMAP_CSUM_INVALID = 0x05001B, Fix, BitmapChecksum, true;
+}
+
+impl fmt::Display for ProblemCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Where a problem is. Ordered so that sorting problems gives one order whatever the thread
+/// count: by pass, then by place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Location {
+    /// The filesystem as a whole (summary counters).
+    Filesystem,
+    /// The primary superblock.
+    Superblock,
+    /// The journal.
+    Journal,
+    /// A block group.
+    Group(u32),
+    /// An inode.
+    Inode(u32),
+    /// A block of an inode (extent node, directory block, xattr block), by physical number,
+    /// with the logical block where it has one.
+    InodeBlock {
+        inode: u32,
+        block: u64,
+        logical: u32,
+    },
+    /// A directory entry: the directory, its logical block and the entry's byte offset.
+    DirEntry { dir: u32, logical: u32, offset: u32 },
+    /// A filesystem block not tied to one inode.
+    Block(u64),
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Location::Filesystem => write!(f, "filesystem"),
+            Location::Superblock => write!(f, "superblock"),
+            Location::Journal => write!(f, "journal"),
+            Location::Group(g) => write!(f, "group {g}"),
+            Location::Inode(i) => write!(f, "inode {i}"),
+            Location::InodeBlock {
+                inode,
+                block,
+                logical,
+            } => write!(f, "inode {inode} block {block} (logical {logical})"),
+            Location::DirEntry {
+                dir,
+                logical,
+                offset,
+            } => write!(f, "directory {dir} block {logical} offset {offset}"),
+            Location::Block(b) => write!(f, "block {b}"),
+        }
+    }
+}
+
+/// One problem found.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Problem {
+    /// e2fsck's code for it.
+    pub code: ProblemCode,
+    /// Where it is.
+    pub location: Location,
+    /// One line saying what is wrong, with the values found and expected.
+    pub message: String,
+}
+
+impl Problem {
+    /// A problem at `location`.
+    pub fn new(code: ProblemCode, location: Location, message: impl Into<String>) -> Self {
+        Problem {
+            code,
+            location,
+            message: message.into(),
+        }
+    }
+
+    /// What a repair would do.
+    pub fn repair(&self) -> Repair {
+        self.code.repair()
+    }
+
+    /// The order reports are printed in: by pass, then location, then code and text, so
+    /// the output is the same whatever the thread count.
+    pub fn sort_key(&self) -> (u8, Location, ProblemCode, &str) {
+        (self.code.pass(), self.location, self.code, &self.message)
+    }
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({}): {}", self.code, self.location, self.message)?;
+        match self.repair().prompt() {
+            "" => Ok(()),
+            prompt => write!(f, "  {prompt}? no"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_keep_e2fsck_names_and_values() {
+        assert_eq!(ProblemCode::PR_1_BAD_I_SIZE.name(), "PR_1_BAD_I_SIZE");
+        assert_eq!(ProblemCode::PR_1_BAD_I_SIZE.value(), 0x01000C);
+        assert_eq!(ProblemCode::PR_5_FREE_BLOCK_COUNT.pass(), 5);
+        assert!(!ProblemCode::PR_5_FREE_BLOCK_COUNT.is_error());
+        assert_eq!(ProblemCode::PR_1B_DUP_BLOCK.pass(), 1);
+    }
+
+    #[test]
+    fn sorting_is_by_pass_then_place() {
+        let late = Problem::new(ProblemCode::PR_5_BLOCK_USED, Location::Block(1), "x");
+        let early = Problem::new(ProblemCode::PR_1_BAD_I_SIZE, Location::Inode(99), "y");
+        let mut v = [late.clone(), early.clone()];
+        v.sort_by(|a, b| a.sort_key().cmp(&b.sort_key()));
+        assert_eq!(v, [early, late]);
+    }
+}

@@ -1,0 +1,337 @@
+//! Before pass 1 (e2fsck's `check_super_block`): read and check the superblock, then every
+//! group descriptor (placement of bitmaps and inode tables, flags, counts, checksums) and
+//! the summary counters. What makes the image impossible to check is an [`FsckError`];
+//! everything else is a problem and the check goes on.
+
+use std::path::Path;
+
+use rayon::prelude::*;
+
+use e4_format::features::READABLE_INCOMPAT;
+use e4_format::features::{feature_names, FeatureKind, IncompatFeatures, RoCompatFeatures};
+use e4_format::geometry::Geometry;
+use e4_format::group_descriptor::{
+    GroupChecksum, GroupDescriptor, BG_BLOCK_UNINIT, BG_INODE_UNINIT,
+};
+use e4_format::superblock::{Superblock, SUPERBLOCK_OFFSET};
+use e4_format::FormatError;
+
+use crate::context::Context;
+use crate::image::Image;
+use crate::problem::{Location, Problem, ProblemCode};
+
+/// Why an image cannot be checked at all (e2fsck's exit status 8).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FsckError {
+    /// The image could not be opened or read.
+    Io(String),
+    /// The superblock does not describe an ext2/3/4 filesystem.
+    NotExt(String),
+    /// The filesystem uses a feature the checker does not understand.
+    Unsupported(String),
+}
+
+impl std::fmt::Display for FsckError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FsckError::Io(m) => write!(f, "cannot read the image: {m}"),
+            FsckError::NotExt(m) => write!(f, "not an ext2/3/4 filesystem: {m}"),
+            FsckError::Unsupported(m) => write!(f, "unsupported filesystem: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for FsckError {}
+
+/// Opens `path`, checks the superblock and descriptors, and returns the shared state with
+/// their problems recorded.
+pub fn open_and_check(path: &Path) -> Result<Context, FsckError> {
+    let image = Image::open(path).map_err(|e| FsckError::Io(format!("{}: {e}", path.display())))?;
+    let mut problems = Vec::new();
+    let (sb, from_backup) = read_superblock(&image, &mut problems)?;
+    let unknown = sb.incompat().bits() & !READABLE_INCOMPAT.bits();
+    if unknown != 0 {
+        return Err(FsckError::Unsupported(format!(
+            "incompatible features {}",
+            feature_names(FeatureKind::Incompat, unknown).join(", ")
+        )));
+    }
+    if sb.ro_compat().contains(RoCompatFeatures::BIGALLOC) {
+        return Err(FsckError::Unsupported("bigalloc".into()));
+    }
+    let geo = Geometry::new(&sb);
+    let device_blocks = image.len() / u64::from(geo.block_size());
+    // e2fsck's PR_0_FS_SIZE_WRONG asks whether to abort; there is nothing past the end
+    // to check, and per-block state sized from a corrupt count could exhaust memory, so
+    // the check stops here.
+    if device_blocks < geo.blocks() {
+        return Err(FsckError::NotExt(format!(
+            "the superblock says {} blocks, the device holds {device_blocks}",
+            geo.blocks()
+        )));
+    }
+    let mut desc_problems = Vec::new();
+    let mut groups = read_descriptors(
+        &image,
+        &sb,
+        &descriptor_geometry(&sb, from_backup),
+        from_backup,
+        &mut desc_problems,
+    )?;
+    let mut sb = sb;
+    // Misplaced bitmaps or tables make e2fsck distrust the whole table
+    // (`ext2fs_check_desc`) and start again from the backup superblock and descriptors.
+    let look_bad =
+        (0..geo.groups()).any(|g| misplaced(&sb, &geo, g, &groups[g as usize]).contains(&true));
+    if look_bad && !from_backup {
+        if let Some((backup, offset)) = read_backup_superblock(&image) {
+            problems.push(Problem::new(
+                ProblemCode::PR_0_CHECK_DESC_FAILED,
+                Location::Superblock,
+                format!("group descriptors look bad; using the backup superblock at byte {offset} and its descriptors"),
+            ));
+            sb = backup;
+            desc_problems.clear();
+            groups = read_descriptors(
+                &image,
+                &sb,
+                &descriptor_geometry(&sb, true),
+                true,
+                &mut desc_problems,
+            )?;
+        }
+    }
+    problems.append(&mut desc_problems);
+    let ctx = Context::new(image, sb, groups, problems);
+    check_descriptors(&ctx);
+    check_journal_state(&ctx);
+    crate::journal_check::check(&ctx);
+    Ok(ctx)
+}
+
+/// Reads the primary superblock. One that does not validate or whose checksum is wrong is
+/// replaced, as e2fsck does, by the first valid backup in group 1 for any block size (its
+/// usual place), and reported; the second value says a backup is used.
+fn read_superblock(
+    image: &Image,
+    problems: &mut Vec<Problem>,
+) -> Result<(Superblock, bool), FsckError> {
+    let mut raw = [0u8; 1024];
+    image
+        .read_at(SUPERBLOCK_OFFSET, &mut raw)
+        .map_err(|e| FsckError::NotExt(format!("reading the superblock: {e}")))?;
+    // e2fsck turns to a backup whenever the primary does not open, a wrong checksum
+    // included; a primary whose checksum alone is wrong is still used if no backup is.
+    let (primary_error, usable_primary) = match Superblock::parse(&raw) {
+        Ok(sb) => return Ok((sb, false)),
+        Err(FormatError::Incompatible(m)) => return Err(FsckError::Unsupported(m)),
+        Err(e @ FormatError::Checksum { .. }) => (e, Some(Superblock::decode(&raw))),
+        Err(e) => (e, None),
+    };
+    if let Some((backup, offset)) = read_backup_superblock(image) {
+        problems.push(Problem::new(
+            ProblemCode::PR_0_SB_CORRUPT,
+            Location::Superblock,
+            format!("primary superblock is invalid ({primary_error}); using the backup at byte {offset}"),
+        ));
+        return Ok((backup, true));
+    }
+    match usable_primary {
+        Some(sb) => {
+            problems.push(Problem::new(
+                ProblemCode::PR_0_SB_CORRUPT,
+                Location::Superblock,
+                format!("{primary_error}; no valid backup, using it as it is"),
+            ));
+            Ok((sb, false))
+        }
+        None => Err(FsckError::NotExt(primary_error.to_string())),
+    }
+}
+
+/// Reads every group descriptor; a descriptor whose checksum is wrong is reported and used.
+/// The layout to find the descriptor table with: after the primary superblock, or after
+/// the backup in group 1 when that is the superblock in use.
+fn descriptor_geometry(sb: &Superblock, from_backup: bool) -> Geometry {
+    let primary = Geometry::new(sb);
+    if from_backup {
+        let backup_block = primary.group_first_block(1);
+        Geometry::with_descriptors_after(sb, backup_block)
+    } else {
+        primary
+    }
+}
+
+/// The first valid backup superblock in group 1, trying each block size (e2fsck's
+/// `get_backup_sb` guesses), and its byte offset.
+fn read_backup_superblock(image: &Image) -> Option<(Superblock, u64)> {
+    let mut raw = [0u8; 1024];
+    (0..=6u32).find_map(|log| {
+        let block_size = 1024u64 << log;
+        // Group 1 starts after 8 * block_size blocks (one bitmap block's worth), plus
+        // the boot block with 1 KiB blocks.
+        let first_data_block = u64::from(log == 0);
+        let offset = (8 * block_size + first_data_block) * block_size;
+        image.read_at(offset, &mut raw).ok()?;
+        let backup = Superblock::parse(&raw).ok()?;
+        (u64::from(backup.block_size()) == block_size).then_some((backup, offset))
+    })
+}
+
+/// `geo` says where the table is: after the primary superblock, or after the backup in
+/// group 1 (`Geometry::with_descriptors_after`); with `from_backup` the uninit flags are
+/// cleared as libext2fs clears them.
+fn read_descriptors(
+    image: &Image,
+    sb: &Superblock,
+    geo: &Geometry,
+    from_backup: bool,
+    problems: &mut Vec<Problem>,
+) -> Result<Vec<GroupDescriptor>, FsckError> {
+    let checksum = GroupChecksum::for_superblock(sb);
+    let desc_size = sb.desc_size() as usize;
+    let parsed: Vec<Result<(GroupDescriptor, Option<Problem>), FsckError>> = (0..geo.groups())
+        .into_par_iter()
+        .map(|group| {
+            let block = geo.descriptor_block(group);
+            let at = geo.descriptor_offset(group);
+            let mut bytes = vec![0u8; desc_size];
+            let offset = block * u64::from(geo.block_size()) + at as u64;
+            image.read_at(offset, &mut bytes).map_err(|e| {
+                FsckError::NotExt(format!("reading group {group}'s descriptor: {e}"))
+            })?;
+            match GroupDescriptor::parse(&bytes, group, &checksum) {
+                Ok(desc) => Ok((desc, None)),
+                Err(FormatError::Checksum {
+                    stored, computed, ..
+                }) => {
+                    let desc = GroupDescriptor::parse(&bytes, group, &GroupChecksum::None)
+                        .map_err(|e| FsckError::NotExt(e.to_string()))?;
+                    let problem = Problem::new(
+                        ProblemCode::PR_0_GDT_CSUM,
+                        Location::Group(group),
+                        format!(
+                            "group descriptor {group} checksum is {stored:#06x}, should be {computed:#06x}"
+                        ),
+                    );
+                    Ok((desc, Some(problem)))
+                }
+                Err(e) => Err(FsckError::NotExt(e.to_string())),
+            }
+        })
+        .collect();
+    let mut groups = Vec::with_capacity(parsed.len());
+    for result in parsed {
+        let (mut desc, problem) = result?;
+        problems.extend(problem);
+        if from_backup {
+            // Backup descriptors were written at mkfs or resize time, so their uninit
+            // flags and unused-inode counts may be stale; libext2fs clears them when it
+            // opens from a backup, and so does this.
+            desc.flags &= !(BG_BLOCK_UNINIT | BG_INODE_UNINIT);
+            desc.itable_unused_lo = 0;
+            desc.itable_unused_hi = 0;
+        }
+        groups.push(desc);
+    }
+    Ok(groups)
+}
+
+/// e2fsck's per-group descriptor checks in `check_super_block`.
+/// Which of a group's bitmaps and inode table lie outside where they may be: the group
+/// itself, or anywhere in the filesystem under flex_bg (e2fsck's placement checks, and
+/// `ext2fs_check_desc`'s). Returns (block bitmap, inode bitmap, inode table).
+fn misplaced(sb: &Superblock, geo: &Geometry, group: u32, desc: &GroupDescriptor) -> [bool; 3] {
+    let (first, last) = if sb.incompat().contains(IncompatFeatures::FLEX_BG) {
+        (geo.first_data_block(), geo.blocks().saturating_sub(1))
+    } else {
+        let start = geo.group_first_block(group);
+        (start, start + geo.group_blocks(group).saturating_sub(1))
+    };
+    let outside = |b: u64, len: u64| b < first || b.saturating_add(len - 1) > last;
+    [
+        outside(desc.block_bitmap(), 1),
+        outside(desc.inode_bitmap(), 1),
+        outside(desc.inode_table(), geo.inode_table_blocks().max(1)),
+    ]
+}
+
+fn check_descriptors(ctx: &Context) {
+    let geo = &ctx.geo;
+    let csum = ctx.has_group_csum();
+    (0..geo.groups()).into_par_iter().for_each(|group| {
+        let desc = &ctx.groups[group as usize];
+        let loc = Location::Group(group);
+        let [block_bitmap, inode_bitmap, inode_table] = misplaced(&ctx.sb, geo, group, desc);
+        if block_bitmap {
+            ctx.report(
+                ProblemCode::PR_0_BB_NOT_GROUP,
+                loc,
+                format!(
+                    "block bitmap for group {group} is not in group (block {})",
+                    desc.block_bitmap()
+                ),
+            );
+        }
+        if inode_bitmap {
+            ctx.report(
+                ProblemCode::PR_0_IB_NOT_GROUP,
+                loc,
+                format!(
+                    "inode bitmap for group {group} is not in group (block {})",
+                    desc.inode_bitmap()
+                ),
+            );
+        }
+        if inode_table {
+            ctx.report(
+                ProblemCode::PR_0_ITABLE_NOT_GROUP,
+                loc,
+                format!(
+                    "inode table for group {group} is not in group (block {})",
+                    desc.inode_table()
+                ),
+            );
+        }
+        let uninit_flags = desc.flags & (BG_BLOCK_UNINIT | BG_INODE_UNINIT);
+        if !csum && (uninit_flags != 0 || desc.itable_unused() != 0) {
+            ctx.report(
+                ProblemCode::PR_0_GDT_UNINIT,
+                loc,
+                format!("group descriptor {group} marked uninitialized without feature set"),
+            );
+        }
+        if group + 1 == geo.groups() && desc.flags & BG_BLOCK_UNINIT != 0 && csum {
+            ctx.report(
+                ProblemCode::PR_0_BB_UNINIT_LAST,
+                loc,
+                "last group block bitmap uninitialized",
+            );
+        }
+        if csum
+            && (desc.itable_unused() > desc.free_inodes_count()
+                || desc.itable_unused() > geo.inodes_per_group())
+        {
+            ctx.report(
+                ProblemCode::PR_0_GDT_ITABLE_UNUSED,
+                loc,
+                format!(
+                    "group descriptor {group} has invalid unused inodes count {}",
+                    desc.itable_unused()
+                ),
+            );
+        }
+    });
+}
+
+/// A journal that needs recovery is reported, as `e2fsck -n` does; the check goes on with
+/// the image as it stands.
+fn check_journal_state(ctx: &Context) {
+    if ctx.sb.incompat().contains(IncompatFeatures::RECOVER) {
+        ctx.report(
+            ProblemCode::PR_0_JOURNAL_RUN,
+            Location::Journal,
+            "the journal needs recovery; checking the image without replaying it",
+        );
+    }
+}

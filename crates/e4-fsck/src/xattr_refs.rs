@@ -1,0 +1,132 @@
+//! Extended attribute blocks and their reference counts (e2fsck's `check_ext_attr` and
+//! `ea_refcount`). The first inode to name a block reads and checks it and claims it; every
+//! inode naming it counts one use and one block of its `i_blocks`. After pass 1 each
+//! block's `h_refcount` is compared with its uses. The table is sharded by block number so
+//! threads rarely meet on a lock, and it holds only blocks that exist (few on most
+//! filesystems).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use e4_format::features::CompatFeatures;
+use e4_format::xattr::{parse_xattr_block, XattrBlockHeader};
+use e4_format::{FormatError, Location as FormatLocation};
+
+use crate::block_claim::{BlockWalk, WalkMode};
+use crate::block_tally::BlockTally;
+use crate::context::Context;
+use crate::problem::{Location, ProblemCode};
+
+const SHARDS: usize = 64;
+
+/// What is known of one xattr block.
+#[derive(Debug, Clone, Copy)]
+struct XattrBlockUse {
+    /// `h_refcount` on disk; `None` when the block is not a valid xattr block.
+    refcount: Option<u32>,
+    /// Inodes found naming it.
+    users: u32,
+}
+
+/// Every xattr block seen in pass 1.
+#[derive(Debug)]
+pub struct XattrBlocks {
+    shards: Vec<Mutex<HashMap<u64, XattrBlockUse>>>,
+}
+
+impl Default for XattrBlocks {
+    fn default() -> Self {
+        XattrBlocks {
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+        }
+    }
+}
+
+impl XattrBlocks {
+    /// Checks inode `walk.ino`'s xattr block `block` and counts its use in `tally`.
+    pub fn visit(&self, walk: &BlockWalk<'_>, block: u64, tally: &mut BlockTally) {
+        let ctx = walk.ctx;
+        let ino = walk.ino;
+        if !ctx.sb.compat().contains(CompatFeatures::EXT_ATTR) || !ctx.is_valid_block(block) {
+            walk.report(
+                ProblemCode::PR_2_FILE_ACL_BAD,
+                Location::Inode(ino),
+                format!("extended attribute block for inode {ino} is invalid ({block})"),
+            );
+            return;
+        }
+        if walk.mode == WalkMode::CountShared {
+            walk.claim(block, 1, tally);
+            return;
+        }
+        let shard = &self.shards[(block % SHARDS as u64) as usize];
+        let mut map = shard.lock().unwrap_or_else(|e| e.into_inner());
+        let entry = match map.get_mut(&block) {
+            Some(entry) => entry,
+            // First sight: read and check it while holding only this shard.
+            None => map.entry(block).or_insert(XattrBlockUse {
+                refcount: read_and_check(ctx, ino, block),
+                users: 0,
+            }),
+        };
+        match entry.refcount {
+            Some(_) => {
+                entry.users += 1;
+                if entry.users == 1 {
+                    walk.claim(block, 1, tally);
+                }
+                tally.blocks += 1;
+            }
+            None => walk.report(
+                ProblemCode::PR_1_BAD_EA_BLOCK,
+                Location::Inode(ino),
+                format!("inode {ino} has a bad extended attribute block {block}"),
+            ),
+        }
+    }
+
+    /// Reports each block whose reference count differs from the inodes naming it.
+    pub fn check_refcounts(&self, ctx: &Context) {
+        for shard in &self.shards {
+            let map = shard.lock().unwrap_or_else(|e| e.into_inner());
+            for (&block, usage) in map.iter() {
+                if let Some(refcount) = usage.refcount.filter(|&r| r != usage.users) {
+                    ctx.report(
+                        ProblemCode::PR_1_EXTATTR_REFCOUNT,
+                        Location::Block(block),
+                        format!(
+                            "extended attribute block {block} has reference count {refcount}, should be {}",
+                            usage.users
+                        ),
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Reads xattr block `block` for inode `ino` and returns its refcount, or `None` (and a
+/// report) if it is not a valid xattr block.
+fn read_and_check(ctx: &Context, ino: u32, block: u64) -> Option<u32> {
+    let loc = FormatLocation::InodeBlock { inode: ino, block };
+    let bytes = ctx.image.read_blocks(block, 1, ctx.block_size()).ok()?;
+    let header = XattrBlockHeader::decode(e4_format::codec::prefix::<32>(&bytes)?);
+    match parse_xattr_block(&bytes, block, ctx.csum_seed, loc) {
+        Ok(_) => Some(header.refcount),
+        Err(FormatError::Checksum { .. }) => {
+            // The structure must still parse for the checksum alone to be the problem.
+            parse_xattr_block(&bytes, block, None, loc).ok()?;
+            ctx.report(
+                ProblemCode::PR_1_EA_BLOCK_ONLY_CSUM_INVALID,
+                Location::InodeBlock {
+                    inode: ino,
+                    block,
+                    logical: 0,
+                },
+                format!("inode {ino} extended attribute block {block} passes checks, but checksum does not match block"),
+            );
+            Some(header.refcount)
+        }
+        Err(_) => None,
+    }
+}

@@ -1,0 +1,1057 @@
+//! Agreement with e2fsck. Images are made at test time by mke2fs, damaged in targeted ways
+//! with debugfs or by writing bytes, then checked by `e2fsck -fn` (the oracle) and by
+//! e4-fsck. Both must agree on clean versus errors and on which classes of problem are
+//! present: e2fsck's messages are mapped to [`ProblemClass`]es by the table below, e4's
+//! codes by `ProblemCode::class`.
+
+use std::collections::BTreeSet;
+use std::fs::{self, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use e4_fsck::{check, Options, ProblemClass, ProblemCode};
+use e4_testkit::{make_image, Image, Profile, PROFILES};
+
+/// e2fsck message fragments and the class each one names. The first match wins.
+const E2FSCK_CLASSES: &[(&str, ProblemClass)] = &[
+    ("should be zero", ProblemClass::Inode),
+    ("Superblock invalid", ProblemClass::Superblock),
+    ("multiply-claimed", ProblemClass::MultiplyClaimed),
+    ("Multiply-claimed", ProblemClass::MultiplyClaimed),
+    ("i_size is", ProblemClass::InodeSize),
+    ("i_blocks is", ProblemClass::InodeBlocks),
+    ("HTREE", ProblemClass::Htree),
+    ("extent", ProblemClass::ExtentTree),
+    ("Illegal block", ProblemClass::IllegalBlock),
+    ("xtended attribute", ProblemClass::Xattr),
+    (
+        "bitmap does not match checksum",
+        ProblemClass::BitmapChecksum,
+    ),
+    ("Block bitmap differences", ProblemClass::BlockBitmap),
+    ("Padding at end of inode bitmap", ProblemClass::InodeBitmap),
+    ("Padding at end of block bitmap", ProblemClass::BlockBitmap),
+    ("Inode bitmap differences", ProblemClass::InodeBitmap),
+    ("count wrong", ProblemClass::FreeCounts),
+    ("Setting free", ProblemClass::FreeCounts),
+    ("ref count is", ProblemClass::LinkCount),
+    ("Unattached", ProblemClass::LinkCount),
+    ("Unconnected directory", ProblemClass::Connectivity),
+    ("Recursively looped", ProblemClass::Connectivity),
+    ("'..' in", ProblemClass::Connectivity),
+    ("/lost+found not found", ProblemClass::Connectivity),
+    ("Root inode not allocated", ProblemClass::Connectivity),
+    ("directory corrupted", ProblemClass::DirectoryBlock),
+    ("Missing '.'", ProblemClass::DirectoryBlock),
+    ("Missing '..'", ProblemClass::DirectoryBlock),
+    ("has no checksum", ProblemClass::DirectoryBlock),
+    (
+        "passes checks but fails checksum",
+        ProblemClass::DirectoryBlock,
+    ),
+    ("duplicate '.", ProblemClass::DirectoryBlock),
+    ("has an unallocated", ProblemClass::DirectoryBlock),
+    ("Invalid inode number for '.'", ProblemClass::DirectoryBlock),
+    ("deleted/unused inode", ProblemClass::DirectoryEntry),
+    ("has invalid inode #", ProblemClass::DirectoryEntry),
+    ("incorrect filetype", ProblemClass::DirectoryEntry),
+    ("Duplicate entry", ProblemClass::DirectoryEntry),
+    ("is a link to", ProblemClass::DirectoryEntry),
+    ("illegal characters", ProblemClass::DirectoryEntry),
+    ("is not in group", ProblemClass::GroupDescriptor),
+    ("Group descriptor", ProblemClass::GroupDescriptor),
+    ("roup descriptors look bad", ProblemClass::GroupDescriptor),
+    (
+        "passes checks, but checksum does not match inode",
+        ProblemClass::Inode,
+    ),
+    ("invalid journal", ProblemClass::Journal),
+    ("skipping journal recovery", ProblemClass::Journal),
+    ("Journal", ProblemClass::Journal),
+    ("orphan", ProblemClass::Orphan),
+    ("dtime", ProblemClass::Inode),
+    ("invalid mode", ProblemClass::Inode),
+    ("Root inode is not a directory", ProblemClass::Inode),
+];
+
+/// What a checker concluded about one image.
+#[derive(Debug, PartialEq, Eq)]
+struct Verdict {
+    errors: bool,
+    classes: BTreeSet<ProblemClass>,
+}
+
+fn e2fsck_verdict(image: &Path) -> (Verdict, String) {
+    let out = Command::new("e2fsck")
+        .arg("-fn")
+        .arg(image)
+        .output()
+        .unwrap();
+    // Opening messages ("Superblock invalid, trying backup blocks") go to stderr.
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let classes = text
+        .lines()
+        .filter_map(|line| {
+            E2FSCK_CLASSES
+                .iter()
+                .find(|(fragment, _)| line.contains(fragment))
+                .map(|&(_, class)| class)
+        })
+        .collect();
+    let code = out.status.code().unwrap_or(-1);
+    assert!(
+        matches!(code, 0 | 4 | 12),
+        "e2fsck -fn exited {code}:\n{text}"
+    );
+    (
+        Verdict {
+            errors: code & 4 != 0,
+            classes,
+        },
+        text,
+    )
+}
+
+/// Whether e2fsck stopped early (it printed no pass 5): declining to salvage a corrupted
+/// directory block aborts `e2fsck -n` in pass 2, and a corrupt journal superblock before
+/// pass 1 ("Cannot proceed with file system check", exit 12). e4 goes on, so then
+/// e2fsck's classes must be a subset of e4's.
+fn e2fsck_aborted(text: &str) -> bool {
+    !text.contains("Pass 5")
+}
+
+fn e4_verdict(image: &Path, threads: usize) -> (Verdict, String) {
+    let options = Options {
+        threads: Some(threads),
+        force: true,
+        ..Options::default()
+    };
+    let report = check(image, &options).unwrap();
+    let mut text = Vec::new();
+    report.write_text(&mut text, "image").unwrap();
+    (
+        Verdict {
+            errors: report.exit_code() == e4_fsck::report::EXIT_ERRORS,
+            classes: report.problems.iter().map(|p| p.code.class()).collect(),
+        },
+        String::from_utf8(text).unwrap(),
+    )
+}
+
+/// Checks `image` with both and asserts they agree; returns e4's classes.
+fn assert_agreement(image: &Path, what: &str) -> BTreeSet<ProblemClass> {
+    let (oracle, oracle_text) = e2fsck_verdict(image);
+    let (ours, our_text) = e4_verdict(image, 4);
+    let agree = if e2fsck_aborted(&oracle_text) {
+        ours.errors == oracle.errors && oracle.classes.is_subset(&ours.classes)
+    } else {
+        ours == oracle
+    };
+    assert!(
+        agree,
+        "{what}: e4 fsck and e2fsck disagree\n--- e2fsck -fn:\n{oracle_text}\n--- e4 fsck:\n{our_text}\n{ours:?}\n{oracle:?}"
+    );
+    // The output must not depend on the thread count.
+    let (_, single) = e4_verdict(image, 1);
+    assert_eq!(
+        single, our_text,
+        "{what}: output differs between 1 and 4 threads"
+    );
+    ours.classes
+}
+
+/// A small tree: files of several sizes, a sparse file, subdirectories, a directory large
+/// enough to be indexed, and a hard link.
+fn source_tree() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    fs::write(root.join("small"), b"hello").unwrap();
+    fs::write(root.join("medium"), vec![7u8; 20 * 1024]).unwrap();
+    fs::write(root.join("other"), vec![9u8; 12 * 1024]).unwrap();
+    let sparse = fs::File::create(root.join("sparse")).unwrap();
+    sparse.write_all_at(&[1u8; 4096], 0).unwrap();
+    sparse.write_all_at(&[2u8; 4096], 256 * 1024).unwrap();
+    fs::create_dir_all(root.join("dir1/sub")).unwrap();
+    fs::create_dir_all(root.join("dir2")).unwrap();
+    for name in ["a", "b", "c"] {
+        fs::write(root.join("dir1").join(name), name.as_bytes()).unwrap();
+    }
+    fs::hard_link(root.join("dir1/a"), root.join("dir2/a_link")).unwrap();
+    // Eight separate extents: more than i_block holds, so the tree has a leaf block.
+    let fragmented = fs::File::create(root.join("fragmented")).unwrap();
+    for i in 0..8u64 {
+        fragmented
+            .write_all_at(&[3u8; 4096], i * 64 * 1024)
+            .unwrap();
+    }
+    // A value too large for the inode goes to an xattr block.
+    xattr::set(root.join("small"), "user.big", &[b'x'; 700]).unwrap();
+    xattr::set(root.join("other"), "user.big", &[b'x'; 700]).unwrap();
+    fs::create_dir(root.join("big")).unwrap();
+    for i in 0..400 {
+        fs::write(
+            root.join(format!("big/entry_with_a_longish_name_{i:04}")),
+            b"",
+        )
+        .unwrap();
+    }
+    dir
+}
+
+const EXT4: Profile = Profile {
+    name: "ext4-4k",
+    mke2fs_args: &["-t", "ext4", "-b", "4096"],
+    mke2fs_miscopies: &[],
+};
+
+fn fresh_image(profile: &Profile) -> (tempfile::TempDir, Image) {
+    let source = source_tree();
+    let image = make_image(source.path(), profile, 16, 2048);
+    (source, image)
+}
+
+fn debugfs(image: &Path, command: &str) -> String {
+    let out = Command::new("debugfs")
+        .arg("-w")
+        .arg("-R")
+        .arg(command)
+        .arg(image)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The physical block of logical block `logical` of `path`.
+fn bmap(image: &Path, path: &str, logical: u64) -> u64 {
+    debugfs(image, &format!("bmap {path} {logical}"))
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("bmap {path} {logical}"))
+}
+
+/// The inode number of `path`.
+fn inode_of(image: &Path, path: &str) -> u32 {
+    let text = debugfs(image, &format!("stat {path}"));
+    let rest = text.split("Inode: ").nth(1).expect("stat output");
+    rest.split_whitespace().next().unwrap().parse().unwrap()
+}
+
+fn block_size(image: &Path) -> u64 {
+    let text = debugfs(image, "stats");
+    let line = text.lines().find(|l| l.starts_with("Block size:")).unwrap();
+    line.split_whitespace().last().unwrap().parse().unwrap()
+}
+
+fn write_bytes(image: &Path, offset: u64, bytes: &[u8]) {
+    let file = OpenOptions::new().write(true).open(image).unwrap();
+    file.write_all_at(bytes, offset).unwrap();
+}
+
+fn read_bytes(image: &Path, offset: u64, len: usize) -> Vec<u8> {
+    let file = fs::File::open(image).unwrap();
+    let mut buf = vec![0u8; len];
+    file.read_exact_at(&mut buf, offset).unwrap();
+    buf
+}
+
+/// Byte offset of inode `ino`'s record.
+fn inode_offset(image: &Path, ino: u32) -> u64 {
+    let text = debugfs(image, &format!("imap <{ino}>"));
+    // "Inode 12 is part of block group 0\n\tlocated at block 1234, offset 0x0b00"
+    let block: u64 = text
+        .split("located at block ")
+        .nth(1)
+        .unwrap()
+        .split(',')
+        .next()
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let offset = text.split("offset 0x").nth(1).unwrap().trim();
+    block * block_size(image) + u64::from_str_radix(offset, 16).unwrap()
+}
+
+#[test]
+fn clean_images_of_every_profile_report_nothing() {
+    let source = source_tree();
+    for profile in PROFILES {
+        let image = make_image(source.path(), profile, 16, 2048);
+        let classes = assert_agreement(&image.path, profile.name);
+        assert!(classes.is_empty(), "{}: {classes:?}", profile.name);
+        let report = check(
+            &image.path,
+            &Options {
+                threads: None,
+                force: true,
+                ..Options::default()
+            },
+        )
+        .unwrap();
+        assert!(
+            report.problems.is_empty(),
+            "{}: {:?}",
+            profile.name,
+            report.problems
+        );
+    }
+}
+
+/// One damage scenario: a name, what to do to a fresh image, and the classes e4 must find.
+type Damage = fn(&Path);
+
+fn run_scenario(name: &str, damage: Damage, expected: &[ProblemClass]) {
+    run_scenario_on(&EXT4, name, damage, expected);
+}
+
+fn run_scenario_on(profile: &Profile, name: &str, damage: Damage, expected: &[ProblemClass]) {
+    run_scenario_with_codes(profile, name, damage, expected, &[]);
+}
+
+/// As [`run_scenario_on`], and e4 must report each of `codes` (where a class alone would
+/// not tell a specific check from a fallback that finds the same class).
+fn run_scenario_with_codes(
+    profile: &Profile,
+    name: &str,
+    damage: Damage,
+    expected: &[ProblemClass],
+    codes: &[ProblemCode],
+) {
+    let (_source, image) = fresh_image(profile);
+    damage(&image.path);
+    let classes = assert_agreement(&image.path, name);
+    for class in expected {
+        assert!(
+            classes.contains(class),
+            "{name}: {class:?} not found in {classes:?}"
+        );
+    }
+    let report = check(
+        &image.path,
+        &Options {
+            threads: Some(2),
+            force: true,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    for code in codes {
+        assert!(
+            report.problems.iter().any(|p| p.code == *code),
+            "{name}: {code} not reported: {:?}",
+            report.problems
+        );
+    }
+}
+
+#[test]
+fn wrong_i_size() {
+    run_scenario(
+        "wrong i_size",
+        |img| {
+            debugfs(img, "sif /medium size 100");
+        },
+        &[ProblemClass::InodeSize],
+    );
+}
+
+#[test]
+fn wrong_i_blocks() {
+    run_scenario(
+        "wrong i_blocks",
+        |img| {
+            debugfs(img, "sif /medium blocks 1000");
+        },
+        &[ProblemClass::InodeBlocks],
+    );
+}
+
+#[test]
+fn wrong_link_count() {
+    run_scenario(
+        "wrong link count",
+        |img| {
+            debugfs(img, "sif /dir1/b links_count 5");
+        },
+        &[ProblemClass::LinkCount],
+    );
+}
+
+#[test]
+fn bad_extent_start() {
+    run_scenario(
+        "bad extent start",
+        |img| {
+            // i_block words 3..5 are the first extent: logical, len/start_hi, start_lo.
+            debugfs(img, "sif /medium block[5] 4000000");
+        },
+        &[ProblemClass::ExtentTree],
+    );
+}
+
+#[test]
+fn overlapping_extents() {
+    run_scenario(
+        "overlapping extents",
+        |img| {
+            // The sparse file has two extents; give the second the first's logical start.
+            debugfs(img, "sif /sparse block[6] 0");
+        },
+        &[ProblemClass::ExtentTree],
+    );
+}
+
+#[test]
+fn block_in_two_files() {
+    run_scenario(
+        "block in two files",
+        |img| {
+            let theirs = bmap(img, "/medium", 0);
+            debugfs(img, &format!("sif /other block[5] {theirs}"));
+        },
+        &[ProblemClass::MultiplyClaimed],
+    );
+}
+
+#[test]
+fn unreachable_directory() {
+    run_scenario(
+        "unreachable directory",
+        |img| {
+            debugfs(img, "unlink /dir2");
+        },
+        &[ProblemClass::Connectivity],
+    );
+}
+
+#[test]
+fn bad_rec_len() {
+    run_scenario(
+        "bad rec_len",
+        |img| {
+            let block = bmap(img, "/dir1", 0);
+            let bs = block_size(img);
+            // The '.' entry's rec_len, made too small to hold an entry.
+            write_bytes(img, block * bs + 4, &5u16.to_le_bytes());
+        },
+        &[ProblemClass::DirectoryBlock],
+    );
+}
+
+#[test]
+fn duplicate_names() {
+    run_scenario(
+        "duplicate names",
+        |img| {
+            // Rename entry 'b' (name_len 1, file type 1) to 'a' in place.
+            let block = bmap(img, "/dir1", 0);
+            let bs = block_size(img);
+            let bytes = read_bytes(img, block * bs, bs as usize);
+            let at = bytes.windows(3).position(|w| w == [1, 1, b'b']).unwrap();
+            write_bytes(img, block * bs + at as u64 + 2, b"a");
+        },
+        &[ProblemClass::DirectoryEntry],
+    );
+}
+
+#[test]
+fn wrong_group_free_counts() {
+    run_scenario(
+        "wrong free counts",
+        |img| {
+            debugfs(img, "set_bg 0 free_blocks_count 3");
+            debugfs(img, "set_bg 0 free_inodes_count 3");
+        },
+        &[ProblemClass::FreeCounts],
+    );
+}
+
+#[test]
+fn flipped_block_bitmap_bit() {
+    run_scenario(
+        "flipped bitmap bit",
+        |img| {
+            let block = bmap(img, "/medium", 1);
+            debugfs(img, &format!("freeb {block}"));
+        },
+        &[ProblemClass::BlockBitmap],
+    );
+}
+
+#[test]
+fn flipped_inode_bitmap_bit() {
+    run_scenario(
+        "flipped inode bitmap bit",
+        |img| {
+            let ino = inode_of(img, "/dir1/c");
+            debugfs(img, &format!("freei <{ino}>"));
+        },
+        &[ProblemClass::InodeBitmap],
+    );
+}
+
+#[test]
+fn bad_inode_checksum() {
+    run_scenario(
+        "bad inode checksum",
+        |img| {
+            let ino = inode_of(img, "/small");
+            let at = inode_offset(img, ino) + 0x7C;
+            let sum = read_bytes(img, at, 2);
+            write_bytes(img, at, &[sum[0] ^ 0xFF, sum[1]]);
+        },
+        &[ProblemClass::Inode],
+    );
+}
+
+#[test]
+fn bad_directory_block_checksum() {
+    run_scenario(
+        "bad directory checksum",
+        |img| {
+            let block = bmap(img, "/dir1", 0);
+            let bs = block_size(img);
+            let at = block * bs + bs - 4;
+            let sum = read_bytes(img, at, 1);
+            write_bytes(img, at, &[sum[0] ^ 0xFF]);
+        },
+        &[ProblemClass::DirectoryBlock],
+    );
+}
+
+#[test]
+fn bad_block_bitmap_checksum() {
+    run_scenario(
+        "bad bitmap checksum",
+        |img| {
+            debugfs(img, "set_bg 0 block_bitmap_csum 0x1234");
+        },
+        &[ProblemClass::BitmapChecksum],
+    );
+}
+
+#[test]
+fn cleared_dotdot() {
+    run_scenario(
+        "cleared ..",
+        |img| {
+            let block = bmap(img, "/dir1/sub", 0);
+            let bs = block_size(img);
+            // '..' is the second entry, at byte 12; its inode field first.
+            write_bytes(img, block * bs + 12, &0u32.to_le_bytes());
+        },
+        &[ProblemClass::DirectoryBlock],
+    );
+}
+
+#[test]
+fn entry_to_unused_inode() {
+    run_scenario(
+        "entry to unused inode",
+        |img| {
+            debugfs(img, "clri /dir1/b");
+        },
+        &[ProblemClass::DirectoryEntry],
+    );
+}
+
+#[test]
+fn htree_hash_out_of_order() {
+    run_scenario_with_codes(
+        &EXT4,
+        "htree hash out of order",
+        |img| {
+            let block = bmap(img, "/big", 0);
+            let bs = block_size(img);
+            // dx_root entries start at 0x20 (limit, count, block 0); entry 1's hash at 0x28.
+            let base = block * bs + 0x20;
+            let count = u16::from_le_bytes(read_bytes(img, base + 2, 2).try_into().unwrap());
+            assert!(count >= 3, "the big directory needs several leaves");
+            let first = read_bytes(img, base + 8, 4);
+            let second = read_bytes(img, base + 16, 4);
+            write_bytes(img, base + 8, &second);
+            write_bytes(img, base + 16, &first);
+        },
+        &[ProblemClass::Htree],
+        &[ProblemCode::PR_2_HTREE_HASH_ORDER],
+    );
+}
+
+const EXT2: Profile = Profile {
+    name: "ext2",
+    mke2fs_args: &["-t", "ext2", "-b", "1024"],
+    mke2fs_miscopies: &[],
+};
+
+#[test]
+fn illegal_block_in_block_map() {
+    run_scenario_on(
+        &EXT2,
+        "illegal block",
+        |img| {
+            debugfs(img, "sif /medium block[2] 99999999");
+        },
+        &[ProblemClass::IllegalBlock],
+    );
+}
+
+#[test]
+fn block_map_block_in_two_files() {
+    run_scenario_on(
+        &EXT2,
+        "block map duplicate",
+        |img| {
+            let theirs = bmap(img, "/medium", 3);
+            debugfs(img, &format!("sif /other block[1] {theirs}"));
+        },
+        &[ProblemClass::MultiplyClaimed],
+    );
+}
+
+#[test]
+fn block_map_wrong_link_count_and_size() {
+    run_scenario_on(
+        &EXT2,
+        "ext2 size and links",
+        |img| {
+            debugfs(img, "sif /medium size 10");
+            debugfs(img, "sif /dir1/a links_count 1");
+        },
+        &[ProblemClass::InodeSize, ProblemClass::LinkCount],
+    );
+}
+
+#[test]
+fn bad_xattr_refcount() {
+    run_scenario(
+        "bad xattr refcount",
+        |img| {
+            let text = debugfs(img, "stat /small");
+            let acl = text
+                .split("File ACL: ")
+                .nth(1)
+                .expect("stat shows File ACL");
+            let block: u64 = acl.split_whitespace().next().unwrap().parse().unwrap();
+            assert_ne!(
+                block, 0,
+                "the source tree's user xattr must make an xattr block"
+            );
+            let bs = block_size(img);
+            write_bytes(img, block * bs + 4, &7u32.to_le_bytes());
+        },
+        &[ProblemClass::Xattr],
+    );
+}
+
+#[test]
+fn bad_extent_block_checksum() {
+    run_scenario(
+        "bad extent block checksum",
+        |img| {
+            let text = debugfs(img, "ex /fragmented");
+            // The first line after the header names the index's child block:
+            // "Level Entries  Logical  Physical Length Flags" then " 0/ 1   1/  1     0 - ... 1234 ..."
+            let line = text.lines().nth(1).unwrap();
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let block: u64 = fields[fields.len() - 2].parse().unwrap();
+            let bs = block_size(img);
+            // The checksum tail follows eh_max entries: 12 + 12 * max bytes in.
+            let max = u16::from_le_bytes(read_bytes(img, block * bs + 4, 2).try_into().unwrap());
+            let at = block * bs + 12 + 12 * u64::from(max);
+            let sum = read_bytes(img, at, 1);
+            write_bytes(img, at, &[sum[0] ^ 0x5A]);
+        },
+        &[ProblemClass::ExtentTree],
+    );
+}
+
+/// The block of `path`'s first extent tree node below the root (from `debugfs ex`).
+fn first_extent_node(image: &Path, path: &str) -> u64 {
+    let text = debugfs(image, &format!("ex {path}"));
+    // " 0/ 1   1/  1     0 - 4294967295  1234  4294967296" : the index entry's child.
+    let line = text.lines().nth(1).unwrap();
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    fields[fields.len() - 2].parse().unwrap()
+}
+
+#[test]
+fn out_of_order_extents() {
+    let (_source, image) = fresh_image(&EXT4);
+    let img = &image.path;
+    let node = first_extent_node(img, "/fragmented");
+    let bs = block_size(img);
+    // The fifth extent (logical 64) claims logical 20, below the fourth (48).
+    write_bytes(img, node * bs + 12 + 12 * 4, &20u32.to_le_bytes());
+    let classes = assert_agreement(img, "out of order extents");
+    assert!(classes.contains(&ProblemClass::ExtentTree));
+    let report = check(
+        img,
+        &Options {
+            threads: Some(2),
+            force: true,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| p.code == e4_fsck::ProblemCode::PR_1_OUT_OF_ORDER_EXTENTS),
+        "{:?}",
+        report.problems
+    );
+}
+
+#[test]
+fn second_link_to_a_directory() {
+    run_scenario(
+        "second link to a directory",
+        |img| {
+            debugfs(img, "link /dir2 /dir1/dir2_again");
+        },
+        &[ProblemClass::DirectoryEntry],
+    );
+}
+
+#[test]
+fn many_problems_print_in_one_order_whatever_the_threads() {
+    let source = tempfile::tempdir().unwrap();
+    for d in 0..8 {
+        let dir = source.path().join(format!("d{d}"));
+        fs::create_dir(&dir).unwrap();
+        for f in 0..10 {
+            fs::write(dir.join(format!("f{f}")), vec![1u8; 3000]).unwrap();
+        }
+    }
+    let profile = Profile {
+        name: "groups-1k",
+        mke2fs_args: &["-t", "ext4", "-b", "1024", "-g", "1024"],
+        mke2fs_miscopies: &[],
+    };
+    // 16 inodes per group: the files spread over every group, so over many pieces of
+    // inode table scanned by different threads.
+    let image = make_image(source.path(), &profile, 8, 128);
+    let commands: String = (0..8)
+        .flat_map(|d| (0..10).map(move |f| format!("sif /d{d}/f{f} links_count 3\n")))
+        .collect();
+    let script = image.path.with_extension("cmds");
+    fs::write(&script, commands).unwrap();
+    let out = Command::new("debugfs")
+        .arg("-w")
+        .arg("-f")
+        .arg(&script)
+        .arg(&image.path)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let runs: Vec<Vec<e4_fsck::Problem>> = [1, 8, 3, 8]
+        .iter()
+        .map(|&threads| {
+            check(
+                &image.path,
+                &Options {
+                    threads: Some(threads),
+                    force: true,
+                    ..Options::default()
+                },
+            )
+            .unwrap()
+            .problems
+        })
+        .collect();
+    assert!(runs[0].len() >= 80, "{}", runs[0].len());
+    for run in &runs[1..] {
+        assert_eq!(run, &runs[0]);
+    }
+    assert_agreement(&image.path, "many problems");
+}
+
+#[test]
+fn orphan_chain_loop() {
+    run_scenario(
+        "orphan chain loop",
+        |img| {
+            let a = inode_of(img, "/dir1/a");
+            let b = inode_of(img, "/dir1/b");
+            debugfs(img, &format!("ssv last_orphan {a}"));
+            debugfs(img, &format!("sif <{a}> dtime {b}"));
+            debugfs(img, &format!("sif <{b}> dtime {a}"));
+        },
+        &[ProblemClass::Orphan, ProblemClass::Inode],
+    );
+}
+
+#[test]
+fn corrupt_journal_superblock() {
+    run_scenario(
+        "corrupt journal superblock",
+        |img| {
+            let block = bmap(img, "<8>", 0);
+            write_bytes(img, block * block_size(img), &[0u8; 4]);
+        },
+        &[ProblemClass::Journal],
+    );
+}
+
+/// Damage every profile can take, so each layout (block maps, inline data, meta_bg,
+/// 1 KiB blocks, 128-byte inodes, no checksums) is checked against the oracle too.
+#[test]
+fn common_damage_in_every_profile() {
+    let damages: [(&str, Damage, ProblemClass); 5] = [
+        (
+            "links",
+            |img| {
+                debugfs(img, "sif /dir1/b links_count 4");
+            },
+            ProblemClass::LinkCount,
+        ),
+        (
+            "unlinked dir",
+            |img| {
+                debugfs(img, "unlink /dir2");
+            },
+            ProblemClass::Connectivity,
+        ),
+        (
+            "freed inode",
+            |img| {
+                debugfs(img, "clri /dir1/c");
+            },
+            ProblemClass::DirectoryEntry,
+        ),
+        (
+            "size",
+            |img| {
+                debugfs(img, "sif /medium size 5");
+            },
+            ProblemClass::InodeSize,
+        ),
+        (
+            "free block bit",
+            |img| {
+                let block = bmap(img, "/medium", 2);
+                debugfs(img, &format!("freeb {block}"));
+            },
+            ProblemClass::BlockBitmap,
+        ),
+    ];
+    let source = source_tree();
+    for profile in PROFILES {
+        let pristine = make_image(source.path(), profile, 16, 2048);
+        let bytes = fs::read(&pristine.path).unwrap();
+        for (name, damage, class) in damages {
+            fs::write(&pristine.path, &bytes).unwrap();
+            damage(&pristine.path);
+            let what = format!("{} / {name}", profile.name);
+            let classes = assert_agreement(&pristine.path, &what);
+            assert!(
+                classes.contains(&class),
+                "{what}: {class:?} not in {classes:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn journal_needing_recovery_is_reported_and_checked_as_it_stands() {
+    run_scenario(
+        "needs recovery",
+        |img| {
+            debugfs(img, "feature needs_recovery");
+        },
+        &[ProblemClass::Journal],
+    );
+}
+
+/// The superblock's totals alone are wrong: e2fsck -n reports them and exits 0
+/// (`PR_5_FREE_*_COUNT` are `PR_NO_OK`).
+#[test]
+fn wrong_superblock_free_counts() {
+    run_scenario(
+        "superblock free counts",
+        |img| {
+            debugfs(img, "ssv free_blocks_count 100");
+            debugfs(img, "ssv free_inodes_count 7");
+        },
+        &[ProblemClass::FreeCounts],
+    );
+}
+
+/// A primary superblock that does not validate: both fall back to the backup in group 1.
+#[test]
+fn corrupt_primary_superblock() {
+    let profile = Profile {
+        name: "ext4-1k",
+        mke2fs_args: &["-t", "ext4", "-b", "1024"],
+        mke2fs_miscopies: &[],
+    };
+    run_scenario_with_codes(
+        &profile,
+        "corrupt primary superblock",
+        |img| {
+            // s_inodes_per_group far past what a bitmap block can hold.
+            write_bytes(img, 1024 + 0x28, &0x2000_0800u32.to_le_bytes());
+        },
+        &[],
+        &[ProblemCode::PR_0_SB_CORRUPT],
+    );
+}
+
+/// A descriptor placing a bitmap outside the filesystem: e2fsck gives up on the primary
+/// table and starts again from the backup superblock and descriptors; so does e4.
+#[test]
+fn misplaced_bitmap_uses_backup_descriptors() {
+    let profile = Profile {
+        name: "ext4-1k",
+        mke2fs_args: &["-t", "ext4", "-b", "1024"],
+        mke2fs_miscopies: &[],
+    };
+    run_scenario_with_codes(
+        &profile,
+        "misplaced inode bitmap",
+        |img| {
+            debugfs(img, "set_bg 1 inode_bitmap 99999999");
+        },
+        &[ProblemClass::GroupDescriptor],
+        &[ProblemCode::PR_0_CHECK_DESC_FAILED],
+    );
+}
+
+#[test]
+fn bad_group_descriptor_checksum() {
+    run_scenario(
+        "bad group descriptor checksum",
+        |img| {
+            // debugfs would reseal the descriptor, so flip group 0's bg_checksum by hand.
+            let bs = block_size(img);
+            let table = if bs == 1024 { 2 } else { 1 };
+            let at = table * bs + 0x1E;
+            let sum = read_bytes(img, at, 1);
+            write_bytes(img, at, &[sum[0] ^ 0x42]);
+        },
+        &[ProblemClass::GroupDescriptor],
+    );
+}
+
+#[test]
+fn directory_loop() {
+    run_scenario(
+        "directory loop",
+        |img| {
+            // /dir1/sub gets an entry for /dir1, then /dir1 leaves the root: each is now the
+            // other's only parent.
+            debugfs(img, "link /dir1 /dir1/sub/up");
+            debugfs(img, "unlink /dir1");
+        },
+        &[ProblemClass::Connectivity],
+    );
+}
+
+/// A block map whose triple and double indirect blocks name one child a thousand times
+/// each: a walk that re-entered every named block would do a billion steps. Each tree
+/// block is entered once per inode, so this finishes at once and reports the sharing.
+#[test]
+fn self_similar_block_map_does_not_hang() {
+    let source = tempfile::tempdir().unwrap();
+    let far = fs::File::create(source.path().join("far")).unwrap();
+    // One block past 4 GiB + 48 KiB: reached through the triple indirect block.
+    far.write_all_at(&[5u8; 4096], 5 << 30).unwrap();
+    let image = make_image(
+        source.path(),
+        &Profile {
+            name: "ext2-4k",
+            mke2fs_args: &["-t", "ext2", "-b", "4096"],
+            mke2fs_miscopies: &[],
+        },
+        16,
+        256,
+    );
+    let img = &image.path;
+    let text = debugfs(img, "stat /far");
+    let pointer = |tag: &str| -> u64 {
+        let after = text.split(&format!("({tag}):")).nth(1).expect(tag);
+        after
+            .split(|c: char| !c.is_ascii_digit())
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    // debugfs lists the chain to the one data block: TIND, then its DIND, then its IND.
+    let (tind, dind, ind) = (pointer("TIND"), pointer("DIND"), pointer("IND"));
+    let repeated = |child: u64| -> Vec<u8> {
+        (0..1024)
+            .flat_map(|_| (child as u32).to_le_bytes())
+            .collect()
+    };
+    write_bytes(img, tind * 4096, &repeated(dind));
+    write_bytes(img, dind * 4096, &repeated(ind));
+    let start = std::time::Instant::now();
+    let report = check(
+        img,
+        &Options {
+            threads: Some(2),
+            force: true,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    assert!(start.elapsed().as_secs() < 5, "took {:?}", start.elapsed());
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| p.code.class() == ProblemClass::MultiplyClaimed),
+        "{:?}",
+        report.problems
+    );
+}
+
+#[test]
+fn random_byte_flips_never_panic_or_hang() {
+    use rand::{Rng, SeedableRng};
+    let (_source, image) = fresh_image(&Profile {
+        name: "fuzz-1k",
+        mke2fs_args: &["-t", "ext4", "-b", "1024"],
+        mke2fs_miscopies: &[],
+    });
+    let pristine = fs::read(&image.path).unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0xe4f5c);
+    let scratch = tempfile::tempdir().unwrap();
+    let path: PathBuf = scratch.path().join("fuzzed.img");
+    // Metadata lives in the first few hundred KiB: superblock, descriptors, bitmaps,
+    // inode tables, directory blocks.
+    let hot = pristine.len().min(600 * 1024);
+    for round in 0..60 {
+        let mut bytes = pristine.clone();
+        for _ in 0..rng.gen_range(1..40) {
+            let at = rng.gen_range(1024..hot);
+            bytes[at] ^= 1 << rng.gen_range(0..8);
+        }
+        fs::write(&path, &bytes).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let p = path.clone();
+        std::thread::spawn(move || {
+            let result = std::panic::catch_unwind(|| {
+                check(
+                    &p,
+                    &Options {
+                        threads: Some(2),
+                        force: true,
+                        ..Options::default()
+                    },
+                )
+                .map(|r| r.exit_code())
+            });
+            let _ = tx.send(result.is_ok());
+        });
+        let finished = rx.recv_timeout(std::time::Duration::from_secs(60));
+        assert_eq!(finished, Ok(true), "round {round}: panicked or hung");
+    }
+}

@@ -1,0 +1,89 @@
+//! `e4 fsck`: check an image without changing it, with e2fsck's exit statuses (0 clean,
+//! 4 errors left, 8 cannot check, 16 usage) rather than the other commands' 0/1/2.
+
+use std::io::{IsTerminal, Write};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use e4_fsck::report::{EXIT_OPERATIONAL, EXIT_USAGE};
+use e4_fsck::{Options, Progress, ProgressUpdate};
+
+/// What `e4 fsck` was asked to do.
+pub struct FsckArgs {
+    pub image: String,
+    pub no_changes: bool,
+    pub force: bool,
+    pub threads: Option<usize>,
+    pub json: bool,
+    pub progress: bool,
+}
+
+/// Runs the check and returns the exit status.
+pub fn run(args: &FsckArgs) -> u8 {
+    if !args.no_changes {
+        // Repair is not implemented: refuse rather than pretend (e2fsck without -n/-p/-y
+        // would ask; there is no one to ask here).
+        eprintln!("e4 fsck: only checking is supported; pass -n");
+        return EXIT_USAGE;
+    }
+    let options = Options {
+        threads: args.threads,
+        force: args.force,
+        progress: args.progress.then(|| progress_on_stderr(&args.image)),
+    };
+    let report = match e4_fsck::check(Path::new(&args.image), &options) {
+        Ok(report) => report,
+        Err(e) => {
+            eprintln!("e4 fsck: {}: {e}", args.image);
+            return EXIT_OPERATIONAL;
+        }
+    };
+    let mut out = std::io::stdout().lock();
+    let written = if args.json {
+        report.write_json(&mut out)
+    } else {
+        report.write_text(&mut out, &args.image)
+    };
+    // A closed stdout does not change the verdict.
+    let _ = written.and_then(|()| out.flush());
+    report.exit_code()
+}
+
+/// Progress on standard error: a bar when it is a terminal, else e2fsck's `-C 0` lines
+/// ("pass done total device"), each printed when the pass's permille changes.
+fn progress_on_stderr(device: &str) -> Progress {
+    let terminal = std::io::stderr().is_terminal();
+    let device = device.to_string();
+    let last = Mutex::new((0u8, u64::MAX));
+    Progress(Arc::new(move |u: ProgressUpdate| {
+        let permille = (u.done * 1000).checked_div(u.total).unwrap_or(1000);
+        let mut last = last.lock().unwrap_or_else(|e| e.into_inner());
+        if *last == (u.pass, permille) {
+            return;
+        }
+        *last = (u.pass, permille);
+        let mut err = std::io::stderr().lock();
+        // Progress is best effort: a closed stderr must not stop the check.
+        let _ = if terminal {
+            const WIDTH: u64 = 40;
+            let filled = (permille * WIDTH / 1000) as usize;
+            write!(
+                err,
+                "\r{device}: pass {} |{}{}| {:5.1}%",
+                u.pass,
+                "=".repeat(filled),
+                " ".repeat(WIDTH as usize - filled),
+                permille as f64 / 10.0
+            )
+            .and_then(|()| {
+                if u.pass == 5 && permille == 1000 {
+                    writeln!(err)
+                } else {
+                    Ok(())
+                }
+            })
+        } else {
+            writeln!(err, "{} {} {} {device}", u.pass, u.done, u.total)
+        };
+    }))
+}

@@ -1,0 +1,68 @@
+//! `e4 fsck`'s contract with scripts: e2fsck's exit statuses (0 clean, 4 errors left, 8
+//! cannot check, 16 usage), the clean-skip without `-f`, and JSON records.
+
+use std::process::Command;
+
+use e4_testkit::make_empty_image;
+
+fn e4(args: &[&str]) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_e4"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[test]
+fn exit_statuses_follow_e2fsck() {
+    let image = make_empty_image(&["-t", "ext4"], 8);
+    let path = image.path.to_str().unwrap();
+    let (code, text) = e4(&["fsck", "-fn", path]);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("Pass 5"), "{text}");
+
+    // Clean and not forced: skipped, as e2fsck does.
+    let (code, text) = e4(&["fsck", "-n", path]);
+    assert_eq!(code, 0);
+    assert!(text.contains(": clean,"), "{text}");
+
+    let out = Command::new("debugfs")
+        .args(["-w", "-R", "sif <2> links_count 9", path])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let (code, text) = e4(&["fsck", "-fn", "--json", path]);
+    assert_eq!(code, 4, "{text}");
+    assert!(text.contains("\"code\":\"PR_4_BAD_REF_COUNT\""), "{text}");
+
+    let not_ext = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(not_ext.path(), vec![0u8; 64 * 1024]).unwrap();
+    assert_eq!(e4(&["fsck", "-fn", not_ext.path().to_str().unwrap()]).0, 8);
+    assert_eq!(e4(&["fsck", "-fn", "/nonexistent/image"]).0, 8);
+
+    // Progress goes to stderr as "pass done total device" lines; stdout is unchanged.
+    let out = Command::new(env!("CARGO_BIN_EXE_e4"))
+        .args(["fsck", "-fnC", path])
+        .output()
+        .unwrap();
+    let progress = String::from_utf8_lossy(&out.stderr);
+    for pass in 1..=5 {
+        assert!(
+            progress
+                .lines()
+                .any(|l| l.starts_with(&format!("{pass} ")) && l.ends_with(path)),
+            "{progress}"
+        );
+    }
+
+    assert_eq!(e4(&["fsck", "-n", "-j", "0", path]).0, 16);
+    assert_eq!(e4(&["fsck", "--bogus", path]).0, 16);
+    assert_eq!(
+        e4(&["fsck", "-f", path]).0,
+        16,
+        "repair is not implemented; -n is required"
+    );
+}
