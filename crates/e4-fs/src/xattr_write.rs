@@ -196,7 +196,7 @@ impl Filesystem {
                 slot: txn.slot,
             };
             let handle = self.inode_handle(ino)?;
-            let mut state = handle.lock();
+            let mut state = handle.lock(&self.inodes);
             if is_gone(&state) {
                 return Err(Error::NotFound(format!("inode {ino}")));
             }
