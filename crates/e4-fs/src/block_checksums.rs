@@ -75,10 +75,8 @@ impl Filesystem {
             .map(|o| inode_csum_seed(fs_seed, o.ino, o.generation));
         match (role.kind, inode_seed) {
             (BlockKind::ExtentNode, Some(seed)) => seal_node(bytes, seed),
-            (BlockKind::DirectoryLeaf, Some(seed)) => {
-                if has_tail(bytes) {
-                    write_leaf_tail(bytes, seed);
-                }
+            (BlockKind::DirectoryLeaf, Some(seed)) if has_tail(bytes) => {
+                write_leaf_tail(bytes, seed)
             }
             (BlockKind::HtreeNode, Some(seed)) => seal_htree_block(bytes, seed),
             (BlockKind::XattrBlock, _) => {

@@ -78,7 +78,6 @@ impl DirectoryBlocks for InodeDirectoryBlocks<'_> {
         let mut map = FileMapping::of(self.inode, self.io);
         let inserted = map.insert(logical, got.start, 1, false);
         let tree_blocks = map.node_blocks_change();
-        drop(map);
         if let Err(e) = inserted {
             self.io.writer.blocks.free(got, self.io.slot).ok();
             return Err(e);

@@ -266,7 +266,6 @@ impl Filesystem {
             }
         };
         let tree_blocks = map.node_blocks_change();
-        drop(map);
         let counted = self.add_blocks(inode, data_blocks + tree_blocks);
         outcome.and(counted).map_err(|error| WriteStop {
             written: done,
@@ -366,7 +365,6 @@ impl Filesystem {
         let mut map = FileMapping::of(&mut state.inode, io);
         let runs = map.remove(first, len)?;
         let tree_blocks = map.node_blocks_change();
-        drop(map);
         let mut freed = 0i64;
         for (start, n) in runs {
             io.writer.free_blocks(start, n, io.slot)?;
@@ -504,7 +502,6 @@ impl Filesystem {
             Ok(())
         })();
         let tree_blocks = map.node_blocks_change();
-        drop(map);
         let counted = self.add_blocks(inode, data_blocks + tree_blocks);
         outcome.and(counted)
     }

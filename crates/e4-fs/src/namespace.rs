@@ -112,7 +112,7 @@ fn check_name(name: &[u8]) -> Result<()> {
 /// successive uses of an inode number, for NFS handles and checksum seeds).
 fn new_generation(ino: u32) -> u32 {
     use std::cell::Cell;
-    thread_local!(static STATE: Cell<u64> = Cell::new(0));
+    thread_local!(static STATE: Cell<u64> = const { Cell::new(0) });
     STATE.with(|s| {
         let mut x = s.get();
         if x == 0 {
@@ -835,12 +835,12 @@ impl Filesystem {
                 match (source_dir, target_dir) {
                     (true, false) => return Err(Error::NotADirectory(shown(new_name))),
                     (false, true) => return Err(Error::IsADirectory(shown(new_name))),
-                    (true, true) => {
-                        if !self
-                            .edit_dir(io, format, &mut state(locked, t).inode, |e| e.is_empty())?
-                        {
-                            return Err(Error::NotEmpty(shown(new_name)));
-                        }
+                    (true, true)
+                        if !self.edit_dir(io, format, &mut state(locked, t).inode, |e| {
+                            e.is_empty()
+                        })? =>
+                    {
+                        return Err(Error::NotEmpty(shown(new_name)));
                     }
                     _ => {}
                 }
