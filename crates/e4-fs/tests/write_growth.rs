@@ -1,0 +1,147 @@
+//! Structures grown large through the engine: a directory to 200,000 entries (htree leaf
+//! and index splits; three levels with large_dir, "index full" at two levels without it), a
+//! directory with more than 65,000 subdirectories (dir_nlink), and a file punched into a
+//! deep extent tree. Each image ends with `e2fsck -fn` and a read-back.
+
+use e4_fs::{Creator, Error, FallocateMode, Filesystem, OpenOptions};
+use e4_testkit::{e2fsck_clean, make_empty_image};
+
+const ROOT: u32 = 2;
+const ME: Creator = Creator {
+    permissions: 0o644,
+    uid: 0,
+    gid: 0,
+};
+
+/// Index levels of an htree directory (its root's `indirect_levels` + 1), read from the
+/// image at `path` after a commit.
+fn htree_levels(fs: &Filesystem, dir: u32, path: &std::path::Path) -> u8 {
+    fs.sync().unwrap();
+    let inode = fs.read_inode(dir).unwrap();
+    assert!(inode.has_flag(e4_format::inode::flags::INDEX));
+    let Some(e4_fs::Mapping::Data { physical, .. }) = fs.map_block(&inode, 0, 1).ok() else {
+        panic!("no block 0")
+    };
+    let mut block = vec![0u8; fs.block_size() as usize];
+    let file = std::fs::File::open(path).unwrap();
+    std::os::unix::fs::FileExt::read_exact_at(
+        &file,
+        &mut block,
+        physical * u64::from(fs.block_size()),
+    )
+    .unwrap();
+    block[30] + 1
+}
+
+#[test]
+fn a_directory_grows_to_200000_entries() {
+    for (large_dir, args) in [
+        (
+            true,
+            &[
+                "-t",
+                "ext4",
+                "-b",
+                "1024",
+                "-O",
+                "large_dir",
+                "-N",
+                "220000",
+            ][..],
+        ),
+        (false, &["-t", "ext4", "-b", "1024", "-N", "220000"]),
+    ] {
+        let img = make_empty_image(args, 512);
+        let fs = Filesystem::open(&img.path, OpenOptions::writable()).unwrap();
+        let dir = fs.mkdir(ROOT, b"big", ME).unwrap();
+        // Long names fill 1 KiB leaves fast, so the index needs its deepest level.
+        let name = |i: u32| format!("entry-{i:07}-{}", "x".repeat(40)).into_bytes();
+        let mut made = 0u32;
+        for i in 0..200_000u32 {
+            match fs.create(dir, &name(i), ME) {
+                Ok(_) => made += 1,
+                Err(Error::NoSpace(what)) if !large_dir => {
+                    assert_eq!(what, "directory index");
+                    break;
+                }
+                Err(e) => panic!("entry {i}: {e}"),
+            }
+        }
+        if large_dir {
+            assert_eq!(made, 200_000);
+            assert_eq!(htree_levels(&fs, dir, &img.path), 3);
+        } else {
+            assert!(
+                made < 200_000,
+                "two levels of 1 KiB index blocks cannot hold 200,000 long names"
+            );
+            assert_eq!(htree_levels(&fs, dir, &img.path), 2);
+        }
+        // Every name is found through the index; remove a third.
+        for i in (0..made).step_by(3) {
+            assert!(fs.lookup(dir, &name(i)).unwrap().is_some(), "entry {i}");
+            fs.unlink(dir, &name(i)).unwrap();
+        }
+        fs.unmount().unwrap();
+        e2fsck_clean(&img.path).unwrap_or_else(|e| panic!("large_dir {large_dir}: {e}"));
+        let fs = Filesystem::open(&img.path, OpenOptions::default()).unwrap();
+        let dir = fs.resolve("/big", true).unwrap();
+        assert_eq!(
+            fs.read_dir(dir).unwrap().len() as u32,
+            made - made.div_ceil(3)
+        );
+        for i in (1..made).step_by(997) {
+            let found = fs.lookup(dir, &name(i)).unwrap();
+            assert_eq!(found.is_some(), i % 3 != 0, "entry {i}");
+        }
+    }
+}
+
+#[test]
+fn more_than_65000_subdirectories_with_dir_nlink() {
+    let img = make_empty_image(&["-t", "ext4", "-N", "70000"], 512);
+    let fs = Filesystem::open(&img.path, OpenOptions::writable()).unwrap();
+    let dir = fs.mkdir(ROOT, b"many", ME).unwrap();
+    for i in 0..65_100u32 {
+        fs.mkdir(dir, format!("d{i}").as_bytes(), ME).unwrap();
+    }
+    // Past 65,000 a dir_nlink directory counts 1 ("many"), as the kernel records it.
+    assert_eq!(fs.metadata(dir).unwrap().nlink, 1);
+    fs.rmdir(dir, b"d7").unwrap();
+    assert_eq!(fs.metadata(dir).unwrap().nlink, 1);
+    fs.unmount().unwrap();
+    e2fsck_clean(&img.path).unwrap();
+}
+
+#[test]
+fn punching_every_other_block_builds_a_deep_extent_tree() {
+    let img = make_empty_image(&["-t", "ext4", "-b", "1024"], 256);
+    let fs = Filesystem::open(&img.path, OpenOptions::writable()).unwrap();
+    let ino = fs.create(ROOT, b"holes", ME).unwrap();
+    let blocks = 60_000u64;
+    fs.fallocate(ino, FallocateMode::Allocate, 0, blocks * 1024)
+        .unwrap();
+    fs.write_at(ino, 0, &vec![9u8; (blocks * 1024) as usize])
+        .unwrap();
+    for b in (0..blocks).step_by(2) {
+        fs.fallocate(ino, FallocateMode::PunchHole, b * 1024, 1024)
+            .unwrap();
+    }
+    let root = e4_format::extent::ExtentNode::parse(
+        &fs.read_inode(ino).unwrap().record.block,
+        e4_format::Location::Inode(ino),
+    )
+    .unwrap();
+    assert!(root.header.depth >= 2, "depth {}", root.header.depth);
+    fs.unmount().unwrap();
+    e2fsck_clean(&img.path).unwrap();
+    let fs = Filesystem::open(&img.path, OpenOptions::default()).unwrap();
+    let data = fs.read_file(ino, 1 << 30).unwrap();
+    for b in 0..blocks as usize {
+        let want = if b % 2 == 0 { 0 } else { 9 };
+        assert!(
+            data[b * 1024..(b + 1) * 1024].iter().all(|&x| x == want),
+            "block {b}"
+        );
+    }
+}
