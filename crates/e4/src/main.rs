@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use clap::{ArgAction, Parser, Subcommand};
 
+mod bench;
 mod cat;
 mod export;
 mod fsck;
@@ -32,6 +33,43 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Measure e4 beside the kernel's ext4 (and fuse2fs, tmpfs, any directory): throughput
+    /// per thread count, ratios against a baseline, and the layout each left on disk.
+    /// With no arguments: a short run (about a minute) of fallocate2, append, create and
+    /// unlink at 1, 2 and 4 threads on e4 and, when run as root, kernel-ext4.
+    Bench {
+        /// Workloads: fallocate2, append, create, unlink, create-shared, unlink-shared, dwol,
+        /// dwtl, dwsl, mrpl, mrdl, mwrl, mwrm, near-full.
+        #[arg(value_parser = |s: &str| s.parse::<e4_bench::Workload>())]
+        workloads: Vec<e4_bench::Workload>,
+        /// Comma-separated: e4, kernel-ext4, fuse2fs, tmpfs, posix:DIR.
+        #[arg(long, value_parser = bench::parse_targets)]
+        targets: Option<std::vec::Vec<e4_bench::Target>>,
+        /// Comma-separated thread counts (default 1,2,4).
+        #[arg(long, value_parser = bench::parse_threads)]
+        threads: Option<std::vec::Vec<usize>>,
+        /// Seconds per point (default 2).
+        #[arg(long, value_parser = bench::parse_duration)]
+        duration: Option<f64>,
+        /// Bytes each append thread writes at most, and dwtl's starting size (default 256 MiB).
+        #[arg(long)]
+        size: Option<u64>,
+        /// How append grows its files: write or fallocate.
+        #[arg(long, default_value = "write", value_parser = bench::parse_append_by)]
+        by: e4_bench::AppendBy,
+        /// Target the ratios are against (default kernel-ext4).
+        #[arg(long, value_parser = |s: &str| s.parse::<e4_bench::Target>())]
+        baseline: Option<e4_bench::Target>,
+        /// Write every record as JSON to FILE.
+        #[arg(long, value_name = "FILE")]
+        json: Option<String>,
+        /// Draw ops/s against threads, a panel per workload, to FILE (SVG).
+        #[arg(long, value_name = "FILE")]
+        chart: Option<String>,
+        /// Make and leave each target's image in DIR (a tmpfs keeps timings comparable).
+        #[arg(long, value_name = "DIR")]
+        keep: Option<String>,
+    },
     /// Print the superblock summary (like `dumpe2fs -h`); with -g, every block group too.
     Info {
         /// The ext2/3/4 image file or block device.
@@ -139,6 +177,29 @@ fn run(cli: Cli) -> Result<(), CliError> {
             std::path::Path::new(&dir),
             threads.map(usize::from),
         ),
+        Command::Bench {
+            workloads,
+            targets,
+            threads,
+            duration,
+            size,
+            by,
+            baseline,
+            json,
+            chart,
+            keep,
+        } => bench::run(bench::BenchArgs {
+            workloads,
+            targets,
+            threads,
+            duration,
+            size,
+            by,
+            baseline,
+            json: json.map(Into::into),
+            chart: chart.map(Into::into),
+            keep: keep.map(Into::into),
+        }),
         Command::Fsck { .. } => unreachable!("fsck is dispatched by main"),
     }
 }

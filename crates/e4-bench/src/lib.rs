@@ -1,0 +1,168 @@
+//! `e4 bench`: the experiments behind e4's scalability claims in one command, e4 side by
+//! side with what users would pick instead.
+//!
+//! A [`Plan`] names workloads ([`Workload`]: will-it-scale fallocate2, appends, FxMark
+//! micro-benchmarks, a near-full race), targets ([`Target`]: e4 in process, the kernel's
+//! ext4 on a loop device, fuse2fs, tmpfs, any directory) and thread counts. [`run`] measures
+//! every point from a freshly made filesystem, reads the layout each image-backed target
+//! left ([`LayoutReport`]) and returns a [`BenchReport`] for the table, `--json` and
+//! `--chart`.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use e4_bench::{run, Plan, Target, Workload};
+//! let plan = Plan {
+//!     workloads: vec![Workload::Create],
+//!     targets: vec![Target::E4],
+//!     threads: vec![1, 2],
+//!     duration: Duration::from_secs(1),
+//!     ..Plan::default()
+//! };
+//! let report = run(&plan, &mut |line| eprintln!("{line}"));
+//! print!("{}", report.table());
+//! ```
+
+#![forbid(unsafe_code)]
+
+pub mod chart;
+pub mod fs_ops;
+pub mod layout;
+pub mod report;
+pub mod target;
+pub mod workload;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub use layout::LayoutReport;
+pub use report::{BenchReport, Machine, Record};
+pub use target::{Target, TargetError};
+pub use workload::{AppendBy, Params, Workload};
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub workloads: Vec<Workload>,
+    pub targets: Vec<Target>,
+    pub threads: Vec<usize>,
+    pub duration: Duration,
+    /// Per-thread file size for `append` (and the size `dwtl` shrinks from).
+    pub size: u64,
+    pub append_by: AppendBy,
+    /// The target ratios are taken against.
+    pub baseline: Target,
+    /// Where to leave each image (else scratch on tmpfs, removed after reading it back).
+    pub keep: Option<PathBuf>,
+}
+
+impl Default for Plan {
+    /// The short run `e4 bench` does with no arguments (about a minute): fallocate2,
+    /// append, create and unlink at 1, 2 and 4 threads on e4 and the kernel's ext4.
+    fn default() -> Self {
+        Plan {
+            workloads: vec![
+                Workload::Fallocate2,
+                Workload::Append,
+                Workload::Create,
+                Workload::Unlink,
+            ],
+            targets: vec![Target::E4, Target::KernelExt4],
+            threads: vec![1, 2, 4],
+            duration: Duration::from_secs(2),
+            size: 256 << 20,
+            append_by: AppendBy::Write,
+            baseline: Target::KernelExt4,
+            keep: None,
+        }
+    }
+}
+
+/// Runs every point of `plan`, telling `progress` what it is doing (one line per point).
+/// A target that cannot be set up is skipped with one line, the first time it fails.
+pub fn run(plan: &Plan, progress: &mut dyn FnMut(&str)) -> BenchReport {
+    let scratch = plan
+        .keep
+        .clone()
+        .unwrap_or_else(|| target::scratch_base().join(format!("e4-bench-{}", std::process::id())));
+    let mut report = BenchReport {
+        machine: Machine::this(),
+        duration_secs: plan.duration.as_secs_f64(),
+        baseline: plan.baseline.name(),
+        records: Vec::new(),
+        skipped: Vec::new(),
+    };
+    if let Err(e) = std::fs::create_dir_all(&scratch) {
+        report
+            .skipped
+            .push(format!("every target: {}: {e}", scratch.display()));
+        return report;
+    }
+    let total = plan.workloads.len() * plan.threads.len() * plan.targets.len();
+    let mut done = 0;
+    let mut unavailable: Vec<Target> = Vec::new();
+    for &workload in &plan.workloads {
+        for &threads in &plan.threads {
+            for target in &plan.targets {
+                done += 1;
+                if unavailable.contains(target) {
+                    continue;
+                }
+                let params = Params {
+                    threads,
+                    duration: plan.duration,
+                    size: plan.size,
+                    append_by: plan.append_by,
+                };
+                let name = target.name();
+                progress(&format!(
+                    "[{done}/{total}] {} on {name}, {threads} thread(s)",
+                    workload.name()
+                ));
+                let image_name = format!(
+                    "{}-{}-{threads}.img",
+                    name.replace(['/', ':'], "_"),
+                    workload.name()
+                );
+                match target::run_point(target, workload, &params, &scratch, &image_name) {
+                    Ok(point) => {
+                        let layout = match (&point.image, workload.writes_data()) {
+                            (Some(image), true) => match LayoutReport::read(image) {
+                                Ok(l) => Some(l),
+                                Err(e) => {
+                                    progress(&format!("  layout not read: {e}"));
+                                    None
+                                }
+                            },
+                            _ => None,
+                        };
+                        if let (Some(image), None) = (&point.image, &plan.keep) {
+                            let _ = std::fs::remove_file(image);
+                        }
+                        report.records.push(Record::new(
+                            workload,
+                            &name,
+                            threads,
+                            &point.measurement,
+                            layout.as_ref(),
+                        ));
+                    }
+                    Err(TargetError::Unavailable(why)) => {
+                        let line = format!("{name}: {why}");
+                        progress(&format!("  skipped {line}"));
+                        report.skipped.push(line);
+                        unavailable.push(target.clone());
+                    }
+                    Err(TargetError::Failed(why)) => {
+                        let line = format!("{name} {} {threads}: {why}", workload.name());
+                        progress(&format!("  failed: {line}"));
+                        report.skipped.push(line);
+                    }
+                }
+            }
+        }
+    }
+    if plan.keep.is_none() {
+        let _ = std::fs::remove_dir_all(&scratch);
+    }
+    report
+}

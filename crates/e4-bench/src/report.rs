@@ -1,0 +1,248 @@
+//! The results: one [`Record`] per (workload, target, threads), the machine they ran on,
+//! the terminal table with ratios against a baseline target, and the JSON document.
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+
+use e4_fs::LockReport;
+use serde::Serialize;
+
+use crate::layout::{FreeExtentBucket, LayoutReport};
+use crate::workload::{Measurement, Workload};
+
+/// Where the run happened.
+#[derive(Debug, Clone, Serialize)]
+pub struct Machine {
+    /// Cores this process may run on.
+    pub cores: usize,
+    /// `uname -r`.
+    pub kernel: String,
+    /// The first "model name" of /proc/cpuinfo.
+    pub cpu: String,
+}
+
+impl Machine {
+    pub fn this() -> Machine {
+        let uname = rustix::system::uname();
+        let cpu = std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|c| {
+                c.lines()
+                    .find(|l| l.starts_with("model name"))
+                    .and_then(|l| l.split(':').nth(1))
+                    .map(|m| m.trim().to_string())
+            })
+            .unwrap_or_default();
+        Machine {
+            cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            kernel: uname.release().to_string_lossy().into_owned(),
+            cpu,
+        }
+    }
+}
+
+/// One measured point.
+#[derive(Debug, Clone, Serialize)]
+pub struct Record {
+    pub workload: String,
+    pub target: String,
+    pub threads: usize,
+    pub ops: u64,
+    pub seconds: f64,
+    pub ops_per_sec: f64,
+    /// For workloads that move data.
+    pub mib_per_sec: Option<f64>,
+    /// Read back from the image after unmount (image-backed targets, workloads that write).
+    pub extents_per_file: Option<f64>,
+    pub mean_extent_bytes: Option<f64>,
+    pub fragmentation_score: Option<f64>,
+    pub free_extents: Option<u64>,
+    pub free_extent_histogram: Option<Vec<FreeExtentBucket>>,
+    /// e4 only: lock acquisitions, contended acquisitions and commits per operation.
+    pub locks_per_op: Option<f64>,
+    pub contended_per_op: Option<f64>,
+    pub commits_per_op: Option<f64>,
+    /// near-full only: bytes acknowledged but missing afterwards (0 when nothing was lost).
+    pub lost_bytes: Option<u64>,
+}
+
+fn lock_totals(r: &LockReport) -> (u64, u64) {
+    let kinds = [
+        r.inode,
+        r.inode_cache_shards,
+        r.buffer_cache_shards,
+        r.commit_gate,
+        r.block_groups,
+        r.packing_windows,
+        r.inode_groups,
+    ];
+    (
+        kinds.iter().map(|k| k.acquisitions).sum(),
+        kinds.iter().map(|k| k.contended).sum(),
+    )
+}
+
+impl Record {
+    pub fn new(
+        workload: Workload,
+        target: &str,
+        threads: usize,
+        m: &Measurement,
+        layout: Option<&LayoutReport>,
+    ) -> Record {
+        let seconds = m.elapsed.as_secs_f64().max(1e-9);
+        let ops = m.ops.max(1) as f64;
+        let per_op = |f: &dyn Fn(&LockReport, &LockReport) -> u64| {
+            m.locks.as_ref().map(|(b, a)| f(b, a) as f64 / ops)
+        };
+        Record {
+            workload: workload.name().into(),
+            target: target.into(),
+            threads,
+            ops: m.ops,
+            seconds,
+            ops_per_sec: m.ops as f64 / seconds,
+            mib_per_sec: workload
+                .moves_bytes()
+                .then(|| m.bytes as f64 / seconds / f64::from(1 << 20)),
+            extents_per_file: layout.map(|l| l.extents_per_file),
+            mean_extent_bytes: layout.map(|l| l.mean_extent_bytes),
+            fragmentation_score: layout.map(|l| l.fragmentation_score),
+            free_extents: layout.map(|l| l.free_extents),
+            free_extent_histogram: layout.map(|l| l.free_extent_histogram.clone()),
+            locks_per_op: per_op(&|b, a| lock_totals(a).0 - lock_totals(b).0),
+            contended_per_op: per_op(&|b, a| lock_totals(a).1 - lock_totals(b).1),
+            commits_per_op: per_op(&|b, a| a.commits - b.commits),
+            lost_bytes: m.lost_bytes,
+        }
+    }
+}
+
+/// The whole result, as `--json` writes it.
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchReport {
+    pub machine: Machine,
+    pub duration_secs: f64,
+    pub baseline: String,
+    pub records: Vec<Record>,
+    /// One line per target that could not be set up.
+    pub skipped: Vec<String>,
+}
+
+impl BenchReport {
+    pub fn to_json(&self) -> String {
+        // OK to unwrap: every field serialises (no maps with non-string keys).
+        serde_json::to_string_pretty(self).unwrap()
+    }
+
+    /// The terminal table: per workload, a row per thread count and target, with the ratio
+    /// of each throughput to the baseline target's at the same thread count.
+    pub fn table(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "{} cores, {}, Linux {}; {:.1} s per point; ratios against {}",
+            self.machine.cores,
+            self.machine.cpu,
+            self.machine.kernel,
+            self.duration_secs,
+            self.baseline
+        );
+        let workloads: Vec<&str> = {
+            let mut seen = Vec::new();
+            for r in &self.records {
+                if !seen.contains(&r.workload.as_str()) {
+                    seen.push(r.workload.as_str());
+                }
+            }
+            seen
+        };
+        for w in workloads {
+            let _ = writeln!(
+                out,
+                "\n{w}\n  {:>7}  {:<14} {:>12} {:>8} {:>9} {:>10} {:>10} {:>6} {:>9} {:>11}",
+                "threads",
+                "target",
+                "ops/s",
+                "ratio",
+                "MiB/s",
+                "ext/file",
+                "mean ext",
+                "score",
+                "locks/op",
+                "contended/op"
+            );
+            let rows: Vec<&Record> = self.records.iter().filter(|r| r.workload == w).collect();
+            let threads: BTreeSet<usize> = rows.iter().map(|r| r.threads).collect();
+            for t in threads {
+                let baseline = rows
+                    .iter()
+                    .find(|r| r.threads == t && r.target == self.baseline)
+                    .map(|r| r.ops_per_sec);
+                for r in rows.iter().filter(|r| r.threads == t) {
+                    let ratio = baseline
+                        .filter(|b| *b > 0.0)
+                        .map_or("-".to_string(), |b| format!("{:.2}x", r.ops_per_sec / b));
+                    let opt =
+                        |v: Option<f64>, f: &dyn Fn(f64) -> String| v.map_or("-".to_string(), f);
+                    let _ = writeln!(
+                        out,
+                        "  {:>7}  {:<14} {:>12.0} {:>8} {:>9} {:>10} {:>10} {:>6} {:>9} {:>11}",
+                        t,
+                        r.target,
+                        r.ops_per_sec,
+                        ratio,
+                        opt(r.mib_per_sec, &|v| format!("{v:.0}")),
+                        opt(r.extents_per_file, &|v| format!("{v:.1}")),
+                        opt(r.mean_extent_bytes, &human_bytes),
+                        opt(r.fragmentation_score, &|v| format!("{v:.0}")),
+                        opt(r.locks_per_op, &|v| format!("{v:.1}")),
+                        opt(r.contended_per_op, &|v| format!("{v:.4}")),
+                    );
+                    if let Some(lost) = r.lost_bytes {
+                        let _ = writeln!(
+                            out,
+                            "           near-full check: {}",
+                            if lost == 0 {
+                                "nothing lost".to_string()
+                            } else {
+                                format!("{lost} acknowledged bytes missing")
+                            }
+                        );
+                    }
+                }
+            }
+        }
+        for line in &self.skipped {
+            let _ = writeln!(out, "\nskipped: {line}");
+        }
+        out
+    }
+}
+
+/// 1.5M, 128K: sizes in powers of 1024.
+pub fn human_bytes(v: f64) -> String {
+    let units = ["B", "K", "M", "G", "T"];
+    let mut v = v;
+    let mut i = 0;
+    while v >= 1024.0 && i + 1 < units.len() {
+        v /= 1024.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{v:.0}{}", units[i])
+    } else {
+        format!("{v:.1}{}", units[i])
+    }
+}
+
+/// 1.2M, 350K: counts with a decimal suffix, for axis labels.
+pub fn human_count(v: f64) -> String {
+    if v >= 1e6 {
+        format!("{:.1}M", v / 1e6)
+    } else if v >= 1e3 {
+        format!("{:.0}K", v / 1e3)
+    } else {
+        format!("{v:.0}")
+    }
+}

@@ -1,0 +1,312 @@
+//! Where a workload runs: e4 in process, the kernel's ext4 on a loop device, fuse2fs,
+//! tmpfs, or any mounted directory. The image-backed targets all start from an image made
+//! by the same `mke2fs` command, on tmpfs unless `--keep` names a directory, and are read
+//! back by [`LayoutReport`](crate::layout::LayoutReport) after they are unmounted.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::str::FromStr;
+use std::time::Duration;
+
+use e4_fs::{Filesystem, OpenOptions};
+
+use crate::fs_ops::{E4Ops, PosixOps};
+use crate::workload::{self, Measurement, Params, Workload};
+
+/// `mke2fs` options every image-backed target gets: ext4 defaults, no root reserve (so
+/// `near-full` races for the same blocks everywhere), and lazy initialisation so making a
+/// large image on tmpfs is quick.
+pub const MKE2FS_OPTIONS: [&str; 7] = [
+    "-q",
+    "-F",
+    "-t",
+    "ext4",
+    "-m0",
+    "-E",
+    "lazy_itable_init=1,lazy_journal_init=1",
+];
+
+/// `statfs` magic of tmpfs (`f_type`'s width differs between architectures).
+const TMPFS_MAGIC: u64 = 0x0102_1994;
+
+/// A target, by the name `--targets` takes.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Target {
+    E4,
+    KernelExt4,
+    Fuse2fs,
+    Tmpfs,
+    Posix(PathBuf),
+}
+
+impl Target {
+    pub fn name(&self) -> String {
+        match self {
+            Target::E4 => "e4".into(),
+            Target::KernelExt4 => "kernel-ext4".into(),
+            Target::Fuse2fs => "fuse2fs".into(),
+            Target::Tmpfs => "tmpfs".into(),
+            Target::Posix(dir) => format!("posix:{}", dir.display()),
+        }
+    }
+
+    /// Whether the target runs on an ext4 image whose layout can be read back.
+    pub fn has_image(&self) -> bool {
+        matches!(self, Target::E4 | Target::KernelExt4 | Target::Fuse2fs)
+    }
+}
+
+impl FromStr for Target {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "e4" => Ok(Target::E4),
+            "kernel-ext4" => Ok(Target::KernelExt4),
+            "fuse2fs" => Ok(Target::Fuse2fs),
+            "tmpfs" => Ok(Target::Tmpfs),
+            _ => match s.strip_prefix("posix:") {
+                Some(dir) if !dir.is_empty() => Ok(Target::Posix(PathBuf::from(dir))),
+                _ => Err(format!(
+                    "unknown target '{s}' (one of: e4, kernel-ext4, fuse2fs, tmpfs, posix:DIR)"
+                )),
+            },
+        }
+    }
+}
+
+/// Why a point could not be measured.
+#[derive(Debug)]
+pub enum TargetError {
+    /// The target cannot be set up on this machine (not root, no FUSE, ...): skip it.
+    Unavailable(String),
+    /// Set-up worked but the run failed.
+    Failed(String),
+}
+
+/// Where scratch images and mount points go: tmpfs when there is one.
+pub fn scratch_base() -> PathBuf {
+    let shm = Path::new("/dev/shm");
+    if is_tmpfs(shm) {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    }
+}
+
+fn is_tmpfs(dir: &Path) -> bool {
+    rustix::fs::statfs(dir).is_ok_and(|s| s.f_type as u64 == TMPFS_MAGIC)
+}
+
+/// Whether this process may mount (loop devices, FUSE as root).
+pub fn is_root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
+/// Image size for a run: room for every thread's `--size` of data, and at least 2 GiB.
+pub fn image_bytes(params: &Params) -> u64 {
+    let data = params.size.saturating_mul(params.threads as u64);
+    (data + data / 4 + (512 << 20)).max(2 << 30)
+}
+
+/// Makes the image every image-backed target starts from.
+pub fn make_image(path: &Path, bytes: u64) -> Result<(), TargetError> {
+    let _ = std::fs::remove_file(path);
+    let out = Command::new("mke2fs")
+        .args(MKE2FS_OPTIONS)
+        .arg(path)
+        .arg(format!("{}k", bytes / 1024))
+        .output()
+        .map_err(|e| TargetError::Unavailable(format!("cannot run mke2fs: {e}")))?;
+    if !out.status.success() {
+        return Err(TargetError::Failed(format!(
+            "mke2fs {}: {}",
+            path.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(())
+}
+
+fn failed(what: &str) -> impl Fn(io::Error) -> TargetError + '_ {
+    move |e| TargetError::Failed(format!("{what}: {e}"))
+}
+
+/// A mount the harness made, undone on drop (also when the workload fails).
+struct Mounted {
+    dir: PathBuf,
+    /// fuse2fs, run in the foreground so its exit (after writing the image back) can be
+    /// waited for.
+    daemon: Option<Child>,
+}
+
+impl Mounted {
+    /// Unmounts; for fuse2fs, waits until it has written the image back and exited.
+    fn unmount(mut self) -> Result<(), TargetError> {
+        let status = Command::new("umount")
+            .arg(&self.dir)
+            .status()
+            .map_err(failed("umount"))?;
+        if !status.success() {
+            return Err(TargetError::Failed(format!(
+                "umount {} failed",
+                self.dir.display()
+            )));
+        }
+        if let Some(mut daemon) = self.daemon.take() {
+            daemon.wait().map_err(failed("fuse2fs"))?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        // Only reached when the run failed before `unmount`: best effort.
+        let _ = Command::new("umount")
+            .arg(&self.dir)
+            .stderr(Stdio::null())
+            .status();
+        if let Some(mut daemon) = self.daemon.take() {
+            let _ = daemon.wait();
+        }
+    }
+}
+
+fn is_mounted(dir: &Path) -> bool {
+    let needle = format!(" {} ", dir.display());
+    std::fs::read_to_string("/proc/mounts").is_ok_and(|m| m.contains(&needle))
+}
+
+fn mount(target: &Target, image: &Path, dir: &Path) -> Result<Mounted, TargetError> {
+    if !is_root() {
+        return Err(TargetError::Unavailable(
+            "needs root to mount its image".into(),
+        ));
+    }
+    std::fs::create_dir_all(dir).map_err(failed("mount point"))?;
+    if *target == Target::KernelExt4 {
+        let out = Command::new("mount")
+            .args(["-t", "ext4", "-o", "loop"])
+            .arg(image)
+            .arg(dir)
+            .output()
+            .map_err(|e| TargetError::Unavailable(format!("cannot run mount: {e}")))?;
+        if !out.status.success() {
+            return Err(TargetError::Unavailable(format!(
+                "mount -o loop failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        return Ok(Mounted {
+            dir: dir.to_path_buf(),
+            daemon: None,
+        });
+    }
+    if !Path::new("/dev/fuse").exists() {
+        return Err(TargetError::Unavailable(
+            "no /dev/fuse on this machine".into(),
+        ));
+    }
+    let mut daemon = Command::new("fuse2fs")
+        .arg(image)
+        .arg(dir)
+        .args(["-f", "-o", "rw"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| {
+            TargetError::Unavailable(format!("cannot run fuse2fs: {e} (apt install fuse2fs)"))
+        })?;
+    for _ in 0..200 {
+        if is_mounted(dir) {
+            return Ok(Mounted {
+                dir: dir.to_path_buf(),
+                daemon: Some(daemon),
+            });
+        }
+        if let Ok(Some(status)) = daemon.try_wait() {
+            let mut message = String::new();
+            if let Some(mut err) = daemon.stderr.take() {
+                let _ = io::Read::read_to_string(&mut err, &mut message);
+            }
+            return Err(TargetError::Unavailable(format!(
+                "fuse2fs exited ({status}): {}",
+                message.trim()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    // Our own child, stuck before mounting: stop it.
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    Err(TargetError::Unavailable(
+        "fuse2fs did not mount within 5 s".into(),
+    ))
+}
+
+/// One measured point, and the image it left (image-backed targets).
+pub struct Point {
+    pub measurement: Measurement,
+    pub image: Option<PathBuf>,
+}
+
+/// Runs `workload` on `target` in a fresh filesystem under `work` (a scratch directory this
+/// point owns; its image is left there for the caller to read back and remove or keep).
+pub fn run_point(
+    target: &Target,
+    workload: Workload,
+    params: &Params,
+    work: &Path,
+    image_name: &str,
+) -> Result<Point, TargetError> {
+    let fail = |e: io::Error| TargetError::Failed(format!("{}: {e}", workload.name()));
+    match target {
+        Target::E4 | Target::KernelExt4 | Target::Fuse2fs => {
+            let image = work.join(image_name);
+            make_image(&image, image_bytes(params))?;
+            let measurement = if *target == Target::E4 {
+                let fs = Filesystem::open(&image, OpenOptions::writable())
+                    .map_err(|e| TargetError::Failed(format!("e4 open: {e}")))?;
+                let ops = E4Ops(fs);
+                let m = workload::run(&ops, workload, params).map_err(fail)?;
+                ops.0
+                    .unmount()
+                    .map_err(|e| TargetError::Failed(format!("e4 unmount: {e}")))?;
+                m
+            } else {
+                let dir = work.join(format!("{image_name}.mnt"));
+                let mounted = mount(target, &image, &dir)?;
+                let m = workload::run(&PosixOps { root: dir.clone() }, workload, params);
+                mounted.unmount()?;
+                let _ = std::fs::remove_dir(&dir);
+                m.map_err(fail)?
+            };
+            Ok(Point {
+                measurement,
+                image: Some(image),
+            })
+        }
+        Target::Tmpfs | Target::Posix(_) => {
+            let base = match target {
+                Target::Posix(dir) => dir.clone(),
+                _ => {
+                    let base = scratch_base();
+                    if !is_tmpfs(&base) {
+                        return Err(TargetError::Unavailable("no tmpfs at /dev/shm".into()));
+                    }
+                    base
+                }
+            };
+            let dir = base.join(format!("e4-bench-{}-{image_name}", std::process::id()));
+            std::fs::create_dir(&dir)
+                .map_err(|e| TargetError::Unavailable(format!("{}: {e}", dir.display())))?;
+            let m = workload::run(&PosixOps { root: dir.clone() }, workload, params);
+            let _ = std::fs::remove_dir_all(&dir);
+            Ok(Point {
+                measurement: m.map_err(fail)?,
+                image: None,
+            })
+        }
+    }
+}

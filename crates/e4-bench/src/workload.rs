@@ -1,0 +1,438 @@
+//! The workloads: will-it-scale's fallocate2, fio-style appends, the FxMark
+//! micro-benchmarks that apply to a filesystem without a page cache of its own
+//! (reference/allocator.md §4.3), and a race for the last blocks of a nearly full
+//! filesystem. Each runs on any [`FsOps`], setting up what it needs before the clock starts.
+
+use std::io;
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use e4_fs::LockReport;
+
+use crate::fs_ops::{is_no_space, FsOps};
+
+/// Bytes per append, overwrite and truncation step.
+pub const BLOCK: u64 = 4096;
+/// fallocate2's step and the size it truncates at.
+const FALLOCATE2_STEP: u64 = 8192;
+const FALLOCATE2_LIMIT: u64 = 1 << 20;
+/// Depth of MRPL's private path.
+const PATH_DEPTH: usize = 8;
+/// Entries in each MRDL directory.
+const LISTED_ENTRIES: usize = 100;
+/// Operations between two looks at the clock.
+const BATCH: u64 = 32;
+/// How full `near-full` makes the filesystem before the race starts.
+const NEAR_FULL_PERCENT: u64 = 95;
+
+/// How `append` grows its files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AppendBy {
+    Write,
+    Fallocate,
+}
+
+/// A workload, by the name `e4 bench` takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Workload {
+    /// will-it-scale fallocate2: 8 KiB fallocate appends to 1 MiB, truncate to 0, repeat.
+    Fallocate2,
+    /// 4 KiB appends to a private file, up to `--size` (FxMark DWAL; fio's appends).
+    Append,
+    /// Creates in a private directory (FxMark MWCL).
+    Create,
+    /// Unlinks in a private directory (MWUL).
+    Unlink,
+    /// Creates in one shared directory (MWCM).
+    CreateShared,
+    /// Unlinks in one shared directory (MWUM).
+    UnlinkShared,
+    /// Overwrites of a private file's one block (DWOL).
+    Dwol,
+    /// Truncation of a private file by one block per operation (DWTL).
+    Dwtl,
+    /// A 4 KiB append and an fsync (DWSL).
+    Dwsl,
+    /// Resolution of a private path 8 directories deep (MRPL).
+    Mrpl,
+    /// Listing of a private directory of 100 entries (MRDL).
+    Mrdl,
+    /// Renames within a private directory (MWRL).
+    Mwrl,
+    /// Moves from a private directory into a shared one (MWRM).
+    Mwrm,
+    /// 4 KiB appends racing for the last 5 % of the filesystem until every thread is out
+    /// of space; checks that nothing was over-committed or lost.
+    NearFull,
+}
+
+impl Workload {
+    pub const ALL: [Workload; 14] = [
+        Workload::Fallocate2,
+        Workload::Append,
+        Workload::Create,
+        Workload::Unlink,
+        Workload::CreateShared,
+        Workload::UnlinkShared,
+        Workload::Dwol,
+        Workload::Dwtl,
+        Workload::Dwsl,
+        Workload::Mrpl,
+        Workload::Mrdl,
+        Workload::Mwrl,
+        Workload::Mwrm,
+        Workload::NearFull,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Fallocate2 => "fallocate2",
+            Workload::Append => "append",
+            Workload::Create => "create",
+            Workload::Unlink => "unlink",
+            Workload::CreateShared => "create-shared",
+            Workload::UnlinkShared => "unlink-shared",
+            Workload::Dwol => "dwol",
+            Workload::Dwtl => "dwtl",
+            Workload::Dwsl => "dwsl",
+            Workload::Mrpl => "mrpl",
+            Workload::Mrdl => "mrdl",
+            Workload::Mwrl => "mwrl",
+            Workload::Mwrm => "mwrm",
+            Workload::NearFull => "near-full",
+        }
+    }
+
+    /// Whether the workload leaves file data whose layout is worth reading back.
+    pub fn writes_data(self) -> bool {
+        matches!(
+            self,
+            Workload::Fallocate2
+                | Workload::Append
+                | Workload::Dwol
+                | Workload::Dwtl
+                | Workload::Dwsl
+                | Workload::NearFull
+        )
+    }
+
+    /// Whether throughput is better told in MiB/s.
+    pub fn moves_bytes(self) -> bool {
+        matches!(self, Workload::Append | Workload::NearFull)
+    }
+}
+
+impl FromStr for Workload {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Workload::ALL
+            .into_iter()
+            .find(|w| w.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<_> = Workload::ALL.iter().map(|w| w.name()).collect();
+                format!("unknown workload '{s}' (one of: {})", names.join(", "))
+            })
+    }
+}
+
+/// How one point of a run is shaped.
+#[derive(Debug, Clone, Copy)]
+pub struct Params {
+    pub threads: usize,
+    pub duration: Duration,
+    /// The per-thread file size `append` stops at, and `dwtl` starts from.
+    pub size: u64,
+    pub append_by: AppendBy,
+}
+
+/// What one point measured.
+#[derive(Debug, Clone, Default)]
+pub struct Measurement {
+    pub ops: u64,
+    pub bytes: u64,
+    pub elapsed: Duration,
+    /// Lock counters before and after the timed part (e4 only).
+    pub locks: Option<(LockReport, LockReport)>,
+    /// For `near-full`: bytes acknowledged but missing from the files afterwards (must be 0).
+    pub lost_bytes: Option<u64>,
+}
+
+/// Per-thread counts from the timed loop.
+#[derive(Default)]
+struct Tally {
+    ops: u64,
+    bytes: u64,
+}
+
+/// Runs `work(thread, deadline)` on every thread at once and adds up what they did.
+fn timed<F>(threads: usize, duration: Duration, work: F) -> io::Result<(Tally, Duration)>
+where
+    F: Fn(usize, Instant) -> io::Result<Tally> + Sync,
+{
+    let start = Instant::now();
+    let deadline = start + duration;
+    let results: Vec<io::Result<Tally>> = std::thread::scope(|s| {
+        let work = &work;
+        let handles: Vec<_> = (0..threads)
+            .map(|t| s.spawn(move || work(t, deadline)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(io::Error::other("a worker thread panicked")))
+            })
+            .collect()
+    });
+    let elapsed = start.elapsed();
+    let mut total = Tally::default();
+    for r in results {
+        let t = r?;
+        total.ops += t.ops;
+        total.bytes += t.bytes;
+    }
+    Ok((total, elapsed))
+}
+
+/// Calls `op(n)` for n = 0, 1, ... until the deadline or until it returns `Ok(false)`.
+fn until(deadline: Instant, mut op: impl FnMut(u64) -> io::Result<bool>) -> io::Result<u64> {
+    let mut n = 0;
+    loop {
+        for _ in 0..BATCH {
+            if !op(n)? {
+                return Ok(n);
+            }
+            n += 1;
+        }
+        if Instant::now() >= deadline {
+            return Ok(n);
+        }
+    }
+}
+
+/// Runs `workload` on `fs`, from an empty filesystem.
+pub fn run<F: FsOps>(fs: &F, workload: Workload, p: &Params) -> io::Result<Measurement> {
+    let root = fs.root();
+    let dirs: Vec<F::Dir> = (0..p.threads)
+        .map(|t| fs.mkdir(&root, &format!("t{t}")))
+        .collect::<io::Result<_>>()?;
+    let shared = fs.mkdir(&root, "shared")?;
+    let data = vec![0x5a_u8; BLOCK as usize];
+    // Set-up before the clock: files to remove, rename, list or shrink.
+    let mut files: Vec<F::File> = Vec::new();
+    match workload {
+        Workload::Unlink | Workload::UnlinkShared | Workload::Mwrm => {
+            let target = |t: usize| {
+                if workload == Workload::UnlinkShared {
+                    &shared
+                } else {
+                    &dirs[t]
+                }
+            };
+            timed(p.threads, p.duration, |t, deadline| {
+                let ops = until(deadline, |n| {
+                    fs.create(target(t), &format!("t{t}-{n}")).map(|()| true)
+                })?;
+                Ok(Tally { ops, bytes: 0 })
+            })?;
+        }
+        Workload::Mrpl => {
+            for dir in &dirs {
+                let mut d = dir.clone();
+                for level in 0..PATH_DEPTH {
+                    d = fs.mkdir(&d, &format!("d{level}"))?;
+                }
+                fs.create(&d, "file")?;
+            }
+        }
+        Workload::Mrdl => {
+            for dir in &dirs {
+                for i in 0..LISTED_ENTRIES {
+                    fs.create(dir, &format!("e{i}"))?;
+                }
+            }
+        }
+        Workload::Mwrl => {
+            for dir in &dirs {
+                fs.create(dir, "r0")?;
+            }
+        }
+        Workload::NearFull => {
+            // Fill to 95 % with one preallocated file before the race.
+            let free = fs.free_bytes()?;
+            let filler = fs.open_new(&root, "filler")?;
+            let fill = free * NEAR_FULL_PERCENT / 100 / BLOCK * BLOCK;
+            fs.fallocate(&filler, 0, fill)?;
+        }
+        _ => {}
+    }
+    if matches!(
+        workload,
+        Workload::Fallocate2
+            | Workload::Append
+            | Workload::Dwol
+            | Workload::Dwtl
+            | Workload::Dwsl
+            | Workload::NearFull
+    ) {
+        for dir in &dirs {
+            let file = fs.open_new(dir, "data")?;
+            match workload {
+                Workload::Dwol => fs.write_at(&file, 0, &data)?,
+                Workload::Dwtl => fs.fallocate(&file, 0, p.size.max(BLOCK))?,
+                _ => {}
+            }
+            files.push(file);
+        }
+    }
+    let before = fs.lock_report();
+    let (tally, elapsed) = timed(p.threads, p.duration, |t, deadline| {
+        let dir = &dirs[t];
+        match workload {
+            Workload::Fallocate2 => {
+                let mut size = 0;
+                let ops = until(deadline, |_| {
+                    if size >= FALLOCATE2_LIMIT {
+                        fs.truncate(&files[t], 0)?;
+                        size = 0;
+                    }
+                    fs.fallocate(&files[t], size, FALLOCATE2_STEP)?;
+                    size += FALLOCATE2_STEP;
+                    Ok(true)
+                })?;
+                Ok(Tally { ops, bytes: 0 })
+            }
+            Workload::Append | Workload::Dwsl => {
+                let mut size = 0;
+                let ops = until(deadline, |_| {
+                    if size + BLOCK > p.size {
+                        return Ok(false);
+                    }
+                    match (workload, p.append_by) {
+                        (Workload::Append, AppendBy::Fallocate) => {
+                            fs.fallocate(&files[t], size, BLOCK)?
+                        }
+                        _ => fs.write_at(&files[t], size, &data)?,
+                    }
+                    if workload == Workload::Dwsl {
+                        fs.fsync(&files[t])?;
+                    }
+                    size += BLOCK;
+                    Ok(true)
+                })?;
+                Ok(Tally {
+                    ops,
+                    bytes: ops * BLOCK,
+                })
+            }
+            Workload::Create => {
+                let ops = until(deadline, |n| {
+                    fs.create(dir, &format!("f{n}")).map(|()| true)
+                })?;
+                Ok(Tally { ops, bytes: 0 })
+            }
+            Workload::CreateShared => {
+                let ops = until(deadline, |n| {
+                    fs.create(&shared, &format!("t{t}-{n}")).map(|()| true)
+                })?;
+                Ok(Tally { ops, bytes: 0 })
+            }
+            Workload::Unlink | Workload::UnlinkShared => {
+                let parent = if workload == Workload::Unlink {
+                    dir
+                } else {
+                    &shared
+                };
+                let ops = until(deadline, |n| {
+                    match fs.unlink(parent, &format!("t{t}-{n}")) {
+                        Ok(()) => Ok(true),
+                        // Every file made in set-up is gone.
+                        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+                        Err(e) => Err(e),
+                    }
+                })?;
+                Ok(Tally { ops, bytes: 0 })
+            }
+            Workload::Dwol => {
+                let ops = until(deadline, |_| {
+                    fs.write_at(&files[t], 0, &data).map(|()| true)
+                })?;
+                Ok(Tally { ops, bytes: 0 })
+            }
+            Workload::Dwtl => {
+                let mut size = p.size.max(BLOCK);
+                let ops = until(deadline, |_| {
+                    if size == 0 {
+                        return Ok(false);
+                    }
+                    size -= BLOCK;
+                    fs.truncate(&files[t], size).map(|()| true)
+                })?;
+                Ok(Tally { ops, bytes: 0 })
+            }
+            Workload::Mrpl => {
+                let path: String = std::iter::once(format!("t{t}"))
+                    .chain((0..PATH_DEPTH).map(|l| format!("d{l}")))
+                    .chain(std::iter::once("file".to_string()))
+                    .collect::<Vec<_>>()
+                    .join("/");
+                let ops = until(deadline, |_| fs.stat_path(&path).map(|()| true))?;
+                Ok(Tally { ops, bytes: 0 })
+            }
+            Workload::Mrdl => {
+                let ops = until(deadline, |_| fs.read_dir(dir).map(|_| true))?;
+                Ok(Tally { ops, bytes: 0 })
+            }
+            Workload::Mwrl => {
+                let ops = until(deadline, |n| {
+                    fs.rename(dir, &format!("r{n}"), dir, &format!("r{}", n + 1))
+                        .map(|()| true)
+                })?;
+                Ok(Tally { ops, bytes: 0 })
+            }
+            Workload::Mwrm => {
+                let ops = until(deadline, |n| {
+                    let name = format!("t{t}-{n}");
+                    match fs.rename(dir, &name, &shared, &name) {
+                        Ok(()) => Ok(true),
+                        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+                        Err(e) => Err(e),
+                    }
+                })?;
+                Ok(Tally { ops, bytes: 0 })
+            }
+            Workload::NearFull => {
+                let mut size = 0;
+                let ops = until(deadline, |_| match fs.write_at(&files[t], size, &data) {
+                    Ok(()) => {
+                        size += BLOCK;
+                        Ok(true)
+                    }
+                    Err(e) if is_no_space(&e) => Ok(false),
+                    Err(e) => Err(e),
+                })?;
+                Ok(Tally {
+                    ops,
+                    bytes: ops * BLOCK,
+                })
+            }
+        }
+    })?;
+    let after = fs.lock_report();
+    let lost_bytes = if workload == Workload::NearFull {
+        let mut kept = 0;
+        for file in &files {
+            kept += fs.file_size(file)?;
+        }
+        Some(tally.bytes.saturating_sub(kept))
+    } else {
+        None
+    };
+    Ok(Measurement {
+        ops: tally.ops,
+        bytes: tally.bytes,
+        elapsed,
+        locks: before.zip(after),
+        lost_bytes,
+    })
+}
