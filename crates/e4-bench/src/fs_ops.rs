@@ -35,7 +35,8 @@ pub trait FsOps: Sync {
     fn stat_path(&self, path: &str) -> io::Result<()>;
     /// Lists `dir`; returns how many entries it holds.
     fn read_dir(&self, dir: &Self::Dir) -> io::Result<usize>;
-    /// Bytes free for new data.
+    /// Free bytes, reserves included (statfs's `f_bfree`): the most any writer could ever
+    /// be granted, so acknowledging more is an over-commit.
     fn free_bytes(&self) -> io::Result<u64>;
     /// The engine's lock counters, where the target has them (e4 only).
     fn lock_report(&self) -> Option<LockReport>;
@@ -140,7 +141,7 @@ impl FsOps for E4Ops {
     }
     fn free_bytes(&self) -> io::Result<u64> {
         let s = self.0.statfs();
-        Ok(s.available_blocks * u64::from(s.block_size))
+        Ok(s.free_blocks * u64::from(s.block_size))
     }
     fn lock_report(&self) -> Option<LockReport> {
         Some(self.0.lock_stats())
@@ -214,7 +215,7 @@ impl FsOps for PosixOps {
     }
     fn free_bytes(&self) -> io::Result<u64> {
         let s = rustix::fs::statvfs(&self.root).map_err(io::Error::from)?;
-        Ok(s.f_bavail * s.f_frsize)
+        Ok(s.f_bfree * s.f_frsize)
     }
     fn lock_report(&self) -> Option<LockReport> {
         None

@@ -64,6 +64,9 @@ pub struct Record {
     pub commits_per_op: Option<f64>,
     /// near-full only: bytes acknowledged but missing afterwards (0 when nothing was lost).
     pub lost_bytes: Option<u64>,
+    /// near-full only: bytes acknowledged beyond the free space at the start (0 when
+    /// nothing was over-committed).
+    pub overcommitted_bytes: Option<u64>,
 }
 
 fn lock_totals(r: &LockReport) -> (u64, u64) {
@@ -91,6 +94,8 @@ impl Record {
         layout: Option<&LayoutReport>,
     ) -> Record {
         let seconds = m.elapsed.as_secs_f64().max(1e-9);
+        // A workload that leaves no file blocks (dwtl ends empty) has no extents to report.
+        let layout = layout.filter(|l| l.files > 0);
         let ops = m.ops.max(1) as f64;
         let per_op = |f: &dyn Fn(&LockReport, &LockReport) -> u64| {
             m.locks.as_ref().map(|(b, a)| f(b, a) as f64 / ops)
@@ -114,6 +119,7 @@ impl Record {
             contended_per_op: per_op(&|b, a| lock_totals(a).1 - lock_totals(b).1),
             commits_per_op: per_op(&|b, a| a.commits - b.commits),
             lost_bytes: m.lost_bytes,
+            overcommitted_bytes: m.overcommitted_bytes,
         }
     }
 }
@@ -157,10 +163,17 @@ impl BenchReport {
             }
             seen
         };
+        let width = self
+            .records
+            .iter()
+            .map(|r| r.target.len())
+            .max()
+            .unwrap_or(0)
+            .max("target".len());
         for w in workloads {
             let _ = writeln!(
                 out,
-                "\n{w}\n  {:>7}  {:<14} {:>12} {:>8} {:>9} {:>10} {:>10} {:>6} {:>9} {:>11}",
+                "\n{w}\n  {:>7}  {:<width$} {:>12} {:>8} {:>9} {:>10} {:>10} {:>6} {:>9} {:>11}",
                 "threads",
                 "target",
                 "ops/s",
@@ -187,7 +200,7 @@ impl BenchReport {
                         |v: Option<f64>, f: &dyn Fn(f64) -> String| v.map_or("-".to_string(), f);
                     let _ = writeln!(
                         out,
-                        "  {:>7}  {:<14} {:>12.0} {:>8} {:>9} {:>10} {:>10} {:>6} {:>9} {:>11}",
+                        "  {:>7}  {:<width$} {:>12.0} {:>8} {:>9} {:>10} {:>10} {:>6} {:>9} {:>11}",
                         t,
                         r.target,
                         r.ops_per_sec,
@@ -199,16 +212,13 @@ impl BenchReport {
                         opt(r.locks_per_op, &|v| format!("{v:.1}")),
                         opt(r.contended_per_op, &|v| format!("{v:.4}")),
                     );
-                    if let Some(lost) = r.lost_bytes {
-                        let _ = writeln!(
-                            out,
-                            "           near-full check: {}",
-                            if lost == 0 {
-                                "nothing lost".to_string()
-                            } else {
-                                format!("{lost} acknowledged bytes missing")
-                            }
-                        );
+                    if let (Some(lost), Some(over)) = (r.lost_bytes, r.overcommitted_bytes) {
+                        let verdict = if lost == 0 && over == 0 {
+                            "no over-commit, nothing lost".to_string()
+                        } else {
+                            format!("FAILED: {over} bytes over-committed, {lost} bytes lost")
+                        };
+                        let _ = writeln!(out, "  {:>7}  near-full check: {verdict}", "");
                     }
                 }
             }

@@ -261,6 +261,12 @@ pub fn run_point(
     image_name: &str,
 ) -> Result<Point, TargetError> {
     let fail = |e: io::Error| TargetError::Failed(format!("{}: {e}", workload.name()));
+    if workload == Workload::NearFull && !target.has_image() {
+        // Filling a shared tmpfs or someone's directory to 95 % is not a benchmark.
+        return Err(TargetError::Failed(
+            "near-full runs only on image-backed targets (e4, kernel-ext4, fuse2fs)".into(),
+        ));
+    }
     match target {
         Target::E4 | Target::KernelExt4 | Target::Fuse2fs => {
             let image = work.join(image_name);

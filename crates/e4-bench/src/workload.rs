@@ -24,6 +24,9 @@ const LISTED_ENTRIES: usize = 100;
 const BATCH: u64 = 32;
 /// How full `near-full` makes the filesystem before the race starts.
 const NEAR_FULL_PERCENT: u64 = 95;
+/// `near-full` races until every thread is out of space, not for `--duration`; this bounds
+/// it should a target never report ENOSPC.
+const NEAR_FULL_LIMIT: Duration = Duration::from_secs(120);
 
 /// How `append` grows its files.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,7 +65,8 @@ pub enum Workload {
     /// Moves from a private directory into a shared one (MWRM).
     Mwrm,
     /// 4 KiB appends racing for the last 5 % of the filesystem until every thread is out
-    /// of space; checks that nothing was over-committed or lost.
+    /// of space (not for `--duration`); checks that nothing was over-committed or lost.
+    /// Image-backed targets only: it fills the filesystem.
     NearFull,
 }
 
@@ -155,6 +159,9 @@ pub struct Measurement {
     pub locks: Option<(LockReport, LockReport)>,
     /// For `near-full`: bytes acknowledged but missing from the files afterwards (must be 0).
     pub lost_bytes: Option<u64>,
+    /// For `near-full`: bytes acknowledged beyond what was free when the race started
+    /// (must be 0).
+    pub overcommitted_bytes: Option<u64>,
 }
 
 /// Per-thread counts from the timed loop.
@@ -285,8 +292,14 @@ pub fn run<F: FsOps>(fs: &F, workload: Workload, p: &Params) -> io::Result<Measu
             files.push(file);
         }
     }
+    let free_at_start = fs.free_bytes()?;
+    let duration = if workload == Workload::NearFull {
+        NEAR_FULL_LIMIT
+    } else {
+        p.duration
+    };
     let before = fs.lock_report();
-    let (tally, elapsed) = timed(p.threads, p.duration, |t, deadline| {
+    let (tally, elapsed) = timed(p.threads, duration, |t, deadline| {
         let dir = &dirs[t];
         match workload {
             Workload::Fallocate2 => {
@@ -419,14 +432,17 @@ pub fn run<F: FsOps>(fs: &F, workload: Workload, p: &Params) -> io::Result<Measu
         }
     })?;
     let after = fs.lock_report();
-    let lost_bytes = if workload == Workload::NearFull {
+    let (lost_bytes, overcommitted_bytes) = if workload == Workload::NearFull {
         let mut kept = 0;
         for file in &files {
             kept += fs.file_size(file)?;
         }
-        Some(tally.bytes.saturating_sub(kept))
+        (
+            Some(tally.bytes.saturating_sub(kept)),
+            Some(tally.bytes.saturating_sub(free_at_start)),
+        )
     } else {
-        None
+        (None, None)
     };
     Ok(Measurement {
         ops: tally.ops,
@@ -434,5 +450,6 @@ pub fn run<F: FsOps>(fs: &F, workload: Workload, p: &Params) -> io::Result<Measu
         elapsed,
         locks: before.zip(after),
         lost_bytes,
+        overcommitted_bytes,
     })
 }
