@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs what e4 and its tests need on Debian or Ubuntu: e2fsprogs (mke2fs, e2fsck,
-# debugfs: the demo and the test oracles)) and mount (util-linux, for the kernel comparisons).
+# debugfs, e2freefrag, e4defrag: the demo and the test oracles), mount (util-linux, for the
+# kernel comparisons) and fuse2fs (the fuse2fs target of `e4 bench`).
 # Works as root (no sudo needed) and as a user with sudo. Rust itself comes from rustup.
 set -euo pipefail
-packages=(e2fsprogs mount)
+packages=(e2fsprogs mount fuse2fs)
 if [ "$(id -u)" = 0 ]; then
   as_root=()
 elif command -v sudo >/dev/null; then

@@ -139,8 +139,9 @@ struct LoopMount(tempfile::TempDir);
 
 impl LoopMount {
     fn new(image: &Path) -> Option<LoopMount> {
+        let skipped = |why: &str| e4_testkit::kernel_comparison_skipped("layout", why);
         if !crate::target::is_root() {
-            eprintln!("kernel comparison skipped: not root");
+            skipped("not root");
             return None;
         }
         let dir = tempfile::tempdir().unwrap();
@@ -151,7 +152,7 @@ impl LoopMount {
             .status()
             .is_ok_and(|s| s.success());
         if !ok {
-            eprintln!("kernel comparison skipped: loop mount failed");
+            skipped("the loop mount failed");
             return None;
         }
         Some(LoopMount(dir))
