@@ -91,3 +91,35 @@ pub fn parse_duration(s: &str) -> Result<f64, String> {
         _ => Err(format!("'{s}' is not a positive number of seconds")),
     }
 }
+
+/// `--size 268435456`, `256M`, `1G`: bytes, with an optional K, M or G (powers of 1024).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let (digits, shift) = match s.char_indices().last() {
+        Some((i, 'K' | 'k')) => (&s[..i], 10),
+        Some((i, 'M' | 'm')) => (&s[..i], 20),
+        Some((i, 'G' | 'g')) => (&s[..i], 30),
+        _ => (s, 0),
+    };
+    digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(1 << shift))
+        .filter(|&n| n >= 4096)
+        .ok_or_else(|| format!("'{s}' is not a size of at least 4096 bytes (e.g. 64M)"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_take_binary_suffixes() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("64M"), Ok(64 << 20));
+        assert_eq!(parse_size("1g"), Ok(1 << 30));
+        assert_eq!(parse_size("8k"), Ok(8192));
+        assert!(parse_size("12").is_err());
+        assert!(parse_size("M").is_err());
+        assert!(parse_size("99999999999G").is_err());
+    }
+}

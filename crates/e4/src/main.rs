@@ -51,8 +51,9 @@ enum Command {
         /// Seconds per point (default 2).
         #[arg(long, value_parser = bench::parse_duration)]
         duration: Option<f64>,
-        /// Bytes each append thread writes at most, and dwtl's starting size (default 256 MiB).
-        #[arg(long)]
+        /// Bytes each append thread writes at most, and dwtl's starting size: a number with
+        /// an optional K, M or G (default 256M).
+        #[arg(long, value_parser = bench::parse_size)]
         size: Option<u64>,
         /// How append grows its files: write or fallocate.
         #[arg(long, default_value = "write", value_parser = bench::parse_append_by)]
