@@ -58,9 +58,11 @@ pub struct Record {
     pub fragmentation_score: Option<f64>,
     pub free_extents: Option<u64>,
     pub free_extent_histogram: Option<Vec<FreeExtentBucket>>,
-    /// e4 only: lock acquisitions, contended acquisitions and commits per operation.
+    /// e4 only: lock acquisitions, contended acquisitions, shared atomic writes and commits
+    /// per operation, from the engine's counters.
     pub locks_per_op: Option<f64>,
     pub contended_per_op: Option<f64>,
+    pub shared_atomic_writes_per_op: Option<f64>,
     pub commits_per_op: Option<f64>,
     /// near-full only: bytes acknowledged but missing afterwards (0 when nothing was lost).
     pub lost_bytes: Option<u64>,
@@ -117,6 +119,9 @@ impl Record {
             free_extent_histogram: layout.map(|l| l.free_extent_histogram.clone()),
             locks_per_op: per_op(&|b, a| lock_totals(a).0 - lock_totals(b).0),
             contended_per_op: per_op(&|b, a| lock_totals(a).1 - lock_totals(b).1),
+            shared_atomic_writes_per_op: per_op(&|b, a| {
+                a.shared_atomic_writes - b.shared_atomic_writes
+            }),
             commits_per_op: per_op(&|b, a| a.commits - b.commits),
             lost_bytes: m.lost_bytes,
             overcommitted_bytes: m.overcommitted_bytes,
@@ -173,7 +178,7 @@ impl BenchReport {
         for w in workloads {
             let _ = writeln!(
                 out,
-                "\n{w}\n  {:>7}  {:<width$} {:>12} {:>8} {:>9} {:>10} {:>10} {:>6} {:>9} {:>11}",
+                "\n{w}\n  {:>7}  {:<width$} {:>12} {:>8} {:>9} {:>10} {:>10} {:>6} {:>9} {:>12} {:>10}",
                 "threads",
                 "target",
                 "ops/s",
@@ -183,7 +188,8 @@ impl BenchReport {
                 "mean ext",
                 "score",
                 "locks/op",
-                "contended/op"
+                "contended/op",
+                "atomics/op"
             );
             let rows: Vec<&Record> = self.records.iter().filter(|r| r.workload == w).collect();
             let threads: BTreeSet<usize> = rows.iter().map(|r| r.threads).collect();
@@ -200,7 +206,7 @@ impl BenchReport {
                         |v: Option<f64>, f: &dyn Fn(f64) -> String| v.map_or("-".to_string(), f);
                     let _ = writeln!(
                         out,
-                        "  {:>7}  {:<width$} {:>12.0} {:>8} {:>9} {:>10} {:>10} {:>6} {:>9} {:>11}",
+                        "  {:>7}  {:<width$} {:>12.0} {:>8} {:>9} {:>10} {:>10} {:>6} {:>9} {:>12} {:>10}",
                         t,
                         r.target,
                         r.ops_per_sec,
@@ -211,6 +217,7 @@ impl BenchReport {
                         opt(r.fragmentation_score, &|v| format!("{v:.0}")),
                         opt(r.locks_per_op, &|v| format!("{v:.1}")),
                         opt(r.contended_per_op, &|v| format!("{v:.4}")),
+                        opt(r.shared_atomic_writes_per_op, &|v| format!("{v:.4}")),
                     );
                     if let (Some(lost), Some(over)) = (r.lost_bytes, r.overcommitted_bytes) {
                         let verdict = if lost == 0 && over == 0 {

@@ -48,6 +48,10 @@ pub struct LockReport {
     pub packing_windows: LockSnapshot,
     /// Inode groups' locks in the inode allocator (claims and frees).
     pub inode_groups: LockSnapshot,
+    /// Writes to shared atomics so far: free-space index bit moves and the free-block and
+    /// free-inode counters' shared-pool operations (refills, direct pool use, drains). The
+    /// rest of the counters' traffic stays in per-slot lines and is not counted.
+    pub shared_atomic_writes: u64,
     /// Commits so far.
     pub commits: u64,
 }
@@ -68,6 +72,12 @@ impl Filesystem {
             let blocks = w.blocks.stats();
             report.block_groups = blocks.group_locks.snapshot();
             report.packing_windows = blocks.packing_locks.snapshot();
+            let pool_writes = |c: &e4_alloc::limit_counter::LimitCounterStats| {
+                c.refills.get() + c.pool_direct.get() + c.drains.get()
+            };
+            report.shared_atomic_writes = w.blocks.index().stats().updates.get()
+                + pool_writes(w.blocks.counter_stats())
+                + pool_writes(w.inodes.counter_stats());
             let inodes = w.inodes.stats();
             let (claims, frees) = (inodes.group_locks.snapshot(), inodes.free_locks.snapshot());
             report.inode_groups = LockSnapshot {
