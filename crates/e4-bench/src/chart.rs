@@ -74,11 +74,16 @@ pub fn write_chart(records: &[Record], path: &Path) -> Result<(), String> {
             .margin(8)
             .x_label_area_size(30)
             .y_label_area_size(60)
-            .build_cartesian_2d((1usize..max_threads).log_scale(), 0.0..max_ops * 1.1)
+            // A little room either side so the 1-thread and last points are not on the frame.
+            .build_cartesian_2d(
+                (0.8..max_threads as f64 * 1.25).log_scale(),
+                0.0..max_ops * 1.1,
+            )
             .map_err(|e| err(&e))?;
         chart
             .configure_mesh()
             .x_desc("threads")
+            .x_label_formatter(&|v| format!("{v:.0}"))
             .y_desc("ops/s")
             .y_label_formatter(&|v| crate::report::human_count(*v))
             .draw()
@@ -86,8 +91,9 @@ pub fn write_chart(records: &[Record], path: &Path) -> Result<(), String> {
         for (target, points) in series {
             let i = targets.iter().position(|t| t == target).unwrap_or(0);
             let color = PALETTE[i % PALETTE.len()];
-            let mut points = points.clone();
-            points.sort_by_key(|p| p.0);
+            let mut points: Vec<(f64, f64)> =
+                points.iter().map(|&(t, ops)| (t as f64, ops)).collect();
+            points.sort_by(|a, b| a.0.total_cmp(&b.0));
             chart
                 .draw_series(LineSeries::new(
                     points.iter().copied(),
