@@ -10,7 +10,7 @@
 //! let ino = fs.resolve("/etc/hostname", true)?;
 //! let inode = fs.read_inode(ino)?;
 //! let mut buf = vec![0u8; inode.size() as usize];
-//! fs.read_at(&inode, 0, &mut buf)?;
+//! fs.read_at(ino, 0, &mut buf)?;
 //! # Ok::<(), e4_fs::Error>(())
 //! ```
 
