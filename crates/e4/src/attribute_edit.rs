@@ -66,7 +66,7 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
 fn set(fs: &Filesystem, path: ImagePath<'_>, attributes: &SetAttributes) -> Result<(), CliError> {
     let ino = path.resolve(fs, true)?;
     fs.setattr(ino, attributes)
-        .map_err(|e| describe(fs, path, &e))?;
+        .map_err(|e| describe(path, &e))?;
     Ok(())
 }
 
@@ -99,7 +99,7 @@ pub fn chown(fs: &Filesystem, owner: Owner, path: ImagePath<'_>) -> Result<(), C
 /// `e4 put` makes files).
 pub fn truncate(fs: &Filesystem, size: u64, path: ImagePath<'_>) -> Result<(), CliError> {
     let ino = path.resolve(fs, true)?;
-    fs.truncate(ino, size).map_err(|e| describe(fs, path, &e))?;
+    fs.truncate(ino, size).map_err(|e| describe(path, &e))?;
     Ok(())
 }
 

@@ -9,7 +9,6 @@
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 
-use e4_format::features::IncompatFeatures;
 use e4_fs::{Error, Filesystem, OpenOptions};
 
 use crate::output::CliError;
@@ -79,14 +78,14 @@ impl<'a> ImagePath<'a> {
             .ok_or_else(|| format!("{}: names no entry (the root, '.' or '..')", self.shown()))?;
         let dir = fs
             .resolve_bytes(parent, true)
-            .map_err(|e| describe(fs, self, &e))?;
+            .map_err(|e| describe(self, &e))?;
         Ok((dir, name))
     }
 
     /// The inode this path names (the last symlink followed when `follow`).
     pub fn resolve(self, fs: &Filesystem, follow: bool) -> Result<u32, String> {
         fs.resolve_bytes(self.bytes(), follow)
-            .map_err(|e| describe(fs, self, &e))
+            .map_err(|e| describe(self, &e))
     }
 }
 
@@ -108,9 +107,8 @@ pub fn last_name(path: &[u8]) -> Option<&[u8]> {
 
 /// One line for an engine error met at `path`: the path, then what is wrong with it. The
 /// engine's own messages name the entry or inode it was working on; the user wants the path
-/// they typed, so the errno-like kinds are reworded. A refusal because the image has no
-/// extents (ext2, ext3) says so, since that is what the user can act on.
-pub fn describe(fs: &Filesystem, path: ImagePath<'_>, error: &Error) -> String {
+/// they typed, so the errno-like kinds are reworded.
+pub fn describe(path: ImagePath<'_>, error: &Error) -> String {
     let reason = match error {
         Error::NotFound(_) => "no such file or directory".to_string(),
         Error::NotADirectory(_) => "not a directory".to_string(),
@@ -122,19 +120,9 @@ pub fn describe(fs: &Filesystem, path: ImagePath<'_>, error: &Error) -> String {
         Error::FileTooBig(_) => "file too large".to_string(),
         Error::SymlinkLoop(_) => "too many levels of symbolic links".to_string(),
         Error::WrongType { reason, .. } => (*reason).to_string(),
-        Error::NotSupported(_) if !has_extents(fs) => "not supported: this image has no \
-            extents feature (ext2 or ext3), and e4 changes only extent-mapped files and \
-            directories so far"
-            .to_string(),
         other => other.to_string(),
     };
     format!("{}: {reason}", path.shown())
-}
-
-fn has_extents(fs: &Filesystem) -> bool {
-    fs.superblock()
-        .incompat()
-        .contains(IncompatFeatures::EXTENTS)
 }
 
 /// Whether an error is about the whole filesystem rather than one path (no space, a feature

@@ -101,10 +101,11 @@ pub fn copy_data(fs: &Filesystem, ino: u32, host: &Path, size: u64) -> Result<u6
         }
         Ok::<_, CopyError>(())
     })?;
-    // A trailing hole: the size is the host's, not where the data ended.
-    if fs.metadata(ino)?.size != size {
-        fs.truncate(ino, size)?;
-    }
+    // The size is the host's, not where the data ended (a trailing hole). Setting it also
+    // gives back the blocks the engine reserved ahead for the file: it has no "close" that
+    // would, as the kernel's last close discards preallocations, and a tree of files each
+    // holding a reservation fills the filesystem early.
+    fs.truncate(ino, size)?;
     Ok(copied)
 }
 

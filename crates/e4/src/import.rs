@@ -87,7 +87,7 @@ pub fn run(
     match import.progress.failures.load(Ordering::Relaxed) {
         0 => Ok(()),
         n => Err(format!(
-            "{n} path{} could not be imported (each is named above); {entries} entries were",
+            "{entries} entries imported; {n} path{} could not be (each is named above)",
             if n == 1 { "" } else { "s" }
         )
         .into()),
@@ -105,14 +105,14 @@ fn target_directory(
         Ok(ino) => match fs.metadata(ino) {
             Ok(m) if m.file_type == FileType::Directory => Ok(ino),
             Ok(_) => Err(format!("{}: not a directory", target.shown())),
-            Err(e) => Err(describe(fs, target, &e)),
+            Err(e) => Err(describe(target, &e)),
         },
         Err(Error::NotFound(_)) => {
             let (parent, name) = target.parent_and_name(fs)?;
             fs.mkdir(parent, name, creator_of(host_meta))
-                .map_err(|e| describe(fs, target, &e))
+                .map_err(|e| describe(target, &e))
         }
-        Err(e) => Err(describe(fs, target, &e)),
+        Err(e) => Err(describe(target, &e)),
     }
 }
 
@@ -184,7 +184,7 @@ impl Import<'_> {
     /// Reports an engine error at `image_path`: a failure of that path, or of the whole
     /// filesystem, which stops the import (the first such reason is the one reported).
     fn image_error(&self, image_path: &[u8], error: &Error) {
-        let line = describe(self.fs, shown(image_path), error);
+        let line = describe(shown(image_path), error);
         if stops_everything(error) {
             self.stopped
                 .lock()

@@ -23,19 +23,19 @@ pub fn run(fs: &Filesystem, host: &Path, path: ImagePath<'_>) -> Result<(), CliE
     let shown = ImagePath::from_bytes(&shown);
     let ino = fs
         .create(parent, name, creator_of(&meta))
-        .map_err(|e| describe(fs, shown, &e))?;
+        .map_err(|e| describe(shown, &e))?;
     if let Err(e) = copy_data(fs, ino, host, meta.len()) {
         // Half a file is worse than none: the name goes again (best effort; the unmount
         // that follows keeps the image consistent either way).
         let _ = fs.unlink(parent, name);
         return Err(match e {
             CopyError::Host(line) => line,
-            CopyError::Image(e) => describe(fs, shown, &e),
+            CopyError::Image(e) => describe(shown, &e),
         }
         .into());
     }
     let xattrs = copy_xattrs(fs, ino, host);
     fs.setattr(ino, &final_attributes(&meta))
-        .map_err(|e| describe(fs, shown, &e))?;
+        .map_err(|e| describe(shown, &e))?;
     xattrs.map_err(|reason| format!("{}: {reason}", shown.shown()).into())
 }

@@ -31,7 +31,7 @@ pub fn mkdir(fs: &Filesystem, path: ImagePath<'_>, parents: bool) -> Result<(), 
     if !parents {
         let (parent, name) = path.parent_and_name(fs)?;
         fs.mkdir(parent, name, new)
-            .map_err(|e| describe(fs, path, &e))?;
+            .map_err(|e| describe(path, &e))?;
         return Ok(());
     }
     // Each prefix in turn: an existing directory (symlinks followed) is used, a missing one
@@ -50,19 +50,19 @@ pub fn mkdir(fs: &Filesystem, path: ImagePath<'_>, parents: bool) -> Result<(), 
             Ok(ino) => {
                 if fs
                     .metadata(ino)
-                    .map_err(|e| describe(fs, prefix, &e))?
+                    .map_err(|e| describe(prefix, &e))?
                     .file_type
                     != FileType::Directory
                 {
-                    return Err(describe(fs, prefix, &Error::NotADirectory(String::new())).into());
+                    return Err(describe(prefix, &Error::NotADirectory(String::new())).into());
                 }
             }
             Err(Error::NotFound(_)) => {
                 let (parent, name) = prefix.parent_and_name(fs)?;
                 fs.mkdir(parent, name, new)
-                    .map_err(|e| describe(fs, prefix, &e))?;
+                    .map_err(|e| describe(prefix, &e))?;
             }
-            Err(e) => return Err(describe(fs, prefix, &e).into()),
+            Err(e) => return Err(describe(prefix, &e).into()),
         }
     }
     Ok(())
@@ -73,24 +73,20 @@ pub fn rm(fs: &Filesystem, path: ImagePath<'_>, recursive: bool) -> Result<(), C
     let (parent, name) = path.parent_and_name(fs)?;
     let ino = fs
         .lookup(parent, name)
-        .map_err(|e| describe(fs, path, &e))?
-        .ok_or_else(|| describe(fs, path, &Error::NotFound(String::new())))?;
-    let is_dir = fs
-        .metadata(ino)
-        .map_err(|e| describe(fs, path, &e))?
-        .file_type
-        == FileType::Directory;
+        .map_err(|e| describe(path, &e))?
+        .ok_or_else(|| describe(path, &Error::NotFound(String::new())))?;
+    let is_dir = fs.metadata(ino).map_err(|e| describe(path, &e))?.file_type == FileType::Directory;
     if !is_dir {
         return fs
             .unlink(parent, name)
-            .map_err(|e| describe(fs, path, &e).into());
+            .map_err(|e| describe(path, &e).into());
     }
     if !recursive {
-        return Err(describe(fs, path, &Error::IsADirectory(String::new())).into());
+        return Err(describe(path, &Error::IsADirectory(String::new())).into());
     }
     remove_contents(fs, ino, path.bytes())?;
     fs.rmdir(parent, name)
-        .map_err(|e| describe(fs, path, &e).into())
+        .map_err(|e| describe(path, &e).into())
 }
 
 /// Removes everything inside directory `dir` (at `dir_path`), subdirectories in parallel so
@@ -106,26 +102,26 @@ fn remove_contents(fs: &Filesystem, dir: u32, dir_path: &[u8]) -> Result<(), Str
     };
     let entries = fs
         .read_dir(dir)
-        .map_err(|e| describe(fs, ImagePath::from_bytes(dir_path), &e))?;
+        .map_err(|e| describe(ImagePath::from_bytes(dir_path), &e))?;
     let mut subdirectories = Vec::new();
     for entry in &entries {
         let path = at(&entry.name);
         let shown = ImagePath::from_bytes(&path);
         let file_type = fs
             .metadata(entry.ino)
-            .map_err(|e| describe(fs, shown, &e))?
+            .map_err(|e| describe(shown, &e))?
             .file_type;
         if file_type == FileType::Directory {
             subdirectories.push((entry, path));
         } else {
             fs.unlink(dir, &entry.name)
-                .map_err(|e| describe(fs, shown, &e))?;
+                .map_err(|e| describe(shown, &e))?;
         }
     }
     subdirectories.par_iter().try_for_each(|(entry, path)| {
         remove_contents(fs, entry.ino, path)?;
         fs.rmdir(dir, &entry.name)
-            .map_err(|e| describe(fs, ImagePath::from_bytes(path), &e))
+            .map_err(|e| describe(ImagePath::from_bytes(path), &e))
     })
 }
 
@@ -166,10 +162,10 @@ pub fn mv(fs: &Filesystem, from: ImagePath<'_>, to: ImagePath<'_>) -> Result<(),
     let (from_parent, from_name) = from.parent_and_name(fs)?;
     if fs
         .lookup(from_parent, from_name)
-        .map_err(|e| describe(fs, from, &e))?
+        .map_err(|e| describe(from, &e))?
         .is_none()
     {
-        return Err(describe(fs, from, &Error::NotFound(String::new())).into());
+        return Err(describe(from, &Error::NotFound(String::new())).into());
     }
     let (to_parent, to_name, shown) = destination(fs, to, from.bytes())?;
     fs.rename(
@@ -179,7 +175,7 @@ pub fn mv(fs: &Filesystem, from: ImagePath<'_>, to: ImagePath<'_>) -> Result<(),
         to_name,
         RenameMode::Replace,
     )
-    .map_err(|e| describe(fs, ImagePath::from_bytes(&shown), &e).into())
+    .map_err(|e| describe(ImagePath::from_bytes(&shown), &e).into())
 }
 
 /// `e4 ln [-s] IMG TARGET PATH`: a hard link to the inode TARGET names (a symlink itself,
@@ -194,10 +190,10 @@ pub fn ln(
     let shown = ImagePath::from_bytes(&shown);
     if symbolic {
         fs.symlink(parent, name, target.bytes(), creator(SYMLINK_PERMISSIONS))
-            .map_err(|e| describe(fs, shown, &e))?;
+            .map_err(|e| describe(shown, &e))?;
         return Ok(());
     }
     let ino = target.resolve(fs, false)?;
     fs.link(ino, parent, name)
-        .map_err(|e| describe(fs, shown, &e).into())
+        .map_err(|e| describe(shown, &e).into())
 }
