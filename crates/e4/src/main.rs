@@ -94,10 +94,12 @@ enum Command {
         #[arg(short = 'j', long, value_parser = clap::value_parser!(u16).range(1..))]
         threads: Option<u16>,
     },
-    /// Copy a host directory's contents into the image (PATH, `/` by default; made if
-    /// missing) with modes, owners, times, symlinks, hard links, device nodes and xattrs, on
-    /// all cores. Goes on past paths that fail, names each one, and exits 1 at the end if
-    /// any did; stops at once when the filesystem is full.
+    /// Copy a host directory's contents into the image, on all cores.
+    ///
+    /// Into PATH (`/` by default; made if missing), with modes, owners, times, symlinks,
+    /// hard links, device nodes and xattrs; a directory that exists is merged into. Goes on
+    /// past paths that fail, names each one, and exits 1 at the end if any did; stops at
+    /// once when the filesystem is full.
     Import {
         /// The ext4 image file or block device to change.
         image: String,
@@ -110,8 +112,10 @@ enum Command {
         #[arg(short = 'j', long, value_parser = clap::value_parser!(u16).range(1..))]
         threads: Option<u16>,
     },
-    /// Copy one host file into the image (into PATH if it is a directory), keeping its
-    /// mode, owner, times and xattrs. An existing file is not replaced.
+    /// Copy one host file into the image.
+    ///
+    /// Into PATH if it is a directory, keeping the file's mode, owner, times and xattrs. An
+    /// existing file is not replaced.
     Put {
         /// The ext4 image file or block device to change.
         image: String,
@@ -140,8 +144,9 @@ enum Command {
         #[arg(short, long)]
         recursive: bool,
     },
-    /// Rename or move FROM to TO (into TO if it is a directory), replacing a file or an
-    /// empty directory there.
+    /// Rename or move FROM to TO (into TO if it is a directory).
+    ///
+    /// A file or an empty directory already at the destination is replaced.
     Mv {
         /// The ext4 image file or block device to change.
         image: String,
@@ -150,8 +155,9 @@ enum Command {
         /// The new path, or an existing directory to move into.
         to: OsString,
     },
-    /// Make a hard link PATH to TARGET (into PATH if it is a directory); with -s, a
-    /// symlink whose target is TARGET as written.
+    /// Make a hard link PATH to TARGET; with -s, a symlink to TARGET as written.
+    ///
+    /// If PATH is a directory, the link goes into it under TARGET's last name.
     Ln {
         /// The ext4 image file or block device to change.
         image: String,

@@ -680,3 +680,41 @@ fn generated_tree_imported_edited_and_compared() {
         Err(reason) => eprintln!("kernel comparison skipped: {reason}"),
     }
 }
+
+/// Every editing command on something that is not an image, or not there: one line naming
+/// the file, exit 1, and the file untouched.
+#[test]
+fn every_command_names_a_bad_image() {
+    let tmp = tempfile::tempdir().unwrap();
+    let garbage = tmp.path().join("garbage.img");
+    let bytes = vec![0xA5u8; 1 << 20];
+    fs::write(&garbage, &bytes).unwrap();
+    let missing = tmp.path().join("missing.img");
+    let host_file = tmp.path().join("host_file");
+    fs::write(&host_file, b"x").unwrap();
+    let host_dir = tmp.path().join("host_dir");
+    fs::create_dir(&host_dir).unwrap();
+    for (image, expect) in [
+        (
+            &garbage,
+            "garbage.img: not an ext2/ext3/ext4 filesystem: bad magic number 0xa5a5",
+        ),
+        (&missing, "missing.img: cannot open the image: No such file"),
+    ] {
+        for args in [
+            vec![&"import" as &dyn AsRef<OsStr>, image, &host_dir],
+            vec![&"put", image, &host_file, &"/f"],
+            vec![&"mkdir", &"-p", image, &"/d"],
+            vec![&"rm", &"-r", image, &"/d"],
+            vec![&"mv", image, &"/a", &"/b"],
+            vec![&"ln", &"-s", image, &"a", &"/b"],
+            vec![&"chmod", image, &"755", &"/"],
+            vec![&"chown", image, &"0:0", &"/"],
+            vec![&"truncate", &"-s", &"0", image, &"/f"],
+        ] {
+            assert_one_line_failure(&e4(&args), expect);
+        }
+    }
+    assert_eq!(fs::read(&garbage).unwrap(), bytes);
+    assert!(!missing.exists());
+}
