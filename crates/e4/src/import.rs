@@ -45,9 +45,11 @@ const ENTRIES_PER_TASK: usize = 64;
 
 /// Imports the contents of host directory `host_dir` into directory `target` of the image
 /// (created if missing; its parent must exist), and gives `target` the host directory's
-/// mode, owner and times.
+/// mode, owner and times. `image` is the image file: if the host tree holds it, it is
+/// skipped (copying an image into itself while it changes is never what was meant).
 pub fn run(
     fs: &Filesystem,
+    image: &Path,
     host_dir: &Path,
     target: ImagePath<'_>,
     threads: Option<usize>,
@@ -64,6 +66,7 @@ pub fn run(
         .map_err(|e| format!("cannot start worker threads: {e}"))?;
     let import = Import {
         fs,
+        image_file: fs::metadata(image).ok().map(|m| (m.dev(), m.ino())),
         progress: Progress::new(),
         stopped: Mutex::new(None),
         first_names: Mutex::new(HashMap::new()),
@@ -82,16 +85,26 @@ pub fn run(
         .into_inner()
         .unwrap_or_else(|p| p.into_inner())
     {
-        return Err(format!("{reason}; the import stopped after {entries} entries").into());
+        return Err(format!(
+            "{reason}; the import stopped after {}",
+            counted(entries, "entry", "entries")
+        )
+        .into());
     }
     match import.progress.failures.load(Ordering::Relaxed) {
         0 => Ok(()),
         n => Err(format!(
-            "{entries} entries imported; {n} path{} could not be (each is named above)",
-            if n == 1 { "" } else { "s" }
+            "{} imported; {} could not be (each is named above)",
+            counted(entries, "entry", "entries"),
+            counted(n, "path", "paths")
         )
         .into()),
     }
+}
+
+/// "1 entry", "2 entries".
+fn counted(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
 }
 
 /// The image directory to import into: `target` if it is one, else a new directory made
@@ -130,6 +143,8 @@ fn trimmed_root(path: &[u8]) -> Vec<u8> {
 /// State shared by the workers of one import.
 struct Import<'a> {
     fs: &'a Filesystem,
+    /// The image file's (device, inode) on the host.
+    image_file: Option<(u64, u64)>,
     progress: Progress,
     /// Why the import stopped, once something stopped it.
     stopped: Mutex<Option<String>>,
@@ -252,6 +267,10 @@ impl Import<'_> {
             Ok(meta) => meta,
             Err(e) => return self.progress.fail(&format!("{}: {e}", host.display())),
         };
+        if self.image_file == Some((meta.dev(), meta.ino())) {
+            let line = format!("{}: skipped: it is the image being written", host.display());
+            return self.progress.fail(&line);
+        }
         let file_type = meta.file_type();
         if file_type.is_dir() {
             return self.directory(&host, dir, &image_path, name, &meta);

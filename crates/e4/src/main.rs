@@ -238,7 +238,13 @@ fn run(cli: Cli) -> Result<(), CliError> {
             path,
             threads,
         } => with_writable_image(&image, |fs| {
-            import::run(fs, &host_dir, ImagePath(&path), threads.map(usize::from))
+            import::run(
+                fs,
+                std::path::Path::new(&image),
+                &host_dir,
+                ImagePath(&path),
+                threads.map(usize::from),
+            )
         }),
         Command::Put {
             image,

@@ -402,7 +402,8 @@ fn a_full_filesystem_is_one_line() {
         stderr(&out)
     );
     // The space is really used up, not refused early (what is left is about the 5% that
-    // mke2fs reserves for root, 409 blocks here, and the allocator's per-thread slack).
+    // mke2fs reserves for root, 409 blocks here, and the allocator's slack: 491 in all when
+    // this was written; a file that keeps its reservation after the copy leaves ~1,900).
     let df = e4(&[&"info", i]);
     let info = String::from_utf8_lossy(&df.stdout);
     let free: u64 = info
@@ -411,7 +412,7 @@ fn a_full_filesystem_is_one_line() {
         .and_then(|l| l.split_whitespace().nth(2))
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no free-block count in {info}"));
-    assert!(free < 600, "{free} blocks still free after ENOSPC");
+    assert!(free < 800, "{free} blocks still free after ENOSPC");
 }
 
 /// Import goes on past paths that fail, names each on one line, and fails at the end with
@@ -465,6 +466,24 @@ fn import_reports_each_failed_path_and_goes_on() {
         "none: No such file or directory",
     );
     assert_usage_error(&e4(&[&"import", &"-j", &"0", i, &tree]), "0");
+
+    // The image inside the tree it imports is not copied into itself.
+    let beside = host.path().join("beside");
+    fs::create_dir(&beside).unwrap();
+    fs::write(beside.join("other"), b"other").unwrap();
+    let inside = beside.join("self.img");
+    fs::copy(i, &inside).unwrap();
+    let out = edit(&inside, &[&"import", &inside, &beside, &"/beside"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "e4: {}: skipped: it is the image being written\n\
+             e4: 1 entry imported; 1 path could not be (each is named above)\n",
+            inside.display()
+        )
+    );
+    assert_eq!(cat(&inside, "/beside/other"), b"other");
 }
 
 fn profile(name: &str) -> &'static e4_testkit::Profile {
