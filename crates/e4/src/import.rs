@@ -27,7 +27,7 @@ use std::io::IsTerminal;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -68,7 +68,8 @@ pub fn run(
         fs,
         image_file: fs::metadata(image).ok().map(|m| (m.dev(), m.ino())),
         progress: Progress::new(),
-        stopped: Mutex::new(None),
+        stopped: AtomicBool::new(false),
+        stop_reason: Mutex::new(None),
         first_names: Mutex::new(HashMap::new()),
         late_links: Mutex::new(Vec::new()),
     };
@@ -81,7 +82,7 @@ pub fn run(
     import.progress.finish();
     let entries = import.progress.entries.load(Ordering::Relaxed);
     if let Some(reason) = import
-        .stopped
+        .stop_reason
         .into_inner()
         .unwrap_or_else(|p| p.into_inner())
     {
@@ -146,8 +147,11 @@ struct Import<'a> {
     /// The image file's (device, inode) on the host.
     image_file: Option<(u64, u64)>,
     progress: Progress,
-    /// Why the import stopped, once something stopped it.
-    stopped: Mutex<Option<String>>,
+    /// Set once something stopped the import; read before every entry, so an atomic
+    /// rather than the lock of the reason.
+    stopped: AtomicBool,
+    /// Why the import stopped (the first reason).
+    stop_reason: Mutex<Option<String>>,
     /// Host inodes with several names, by (device, inode): the image inode made for the
     /// first name, None while it is being made or if making it failed.
     first_names: Mutex<HashMap<(u64, u64), Option<u32>>>,
@@ -180,7 +184,7 @@ fn child_path(parent: &[u8], name: &OsString) -> Vec<u8> {
     path
 }
 
-fn shown(image_path: &[u8]) -> ImagePath<'_> {
+fn as_image_path(image_path: &[u8]) -> ImagePath<'_> {
     ImagePath(std::ffi::OsStr::from_bytes(if image_path.is_empty() {
         b"/"
     } else {
@@ -190,21 +194,19 @@ fn shown(image_path: &[u8]) -> ImagePath<'_> {
 
 impl Import<'_> {
     fn is_stopped(&self) -> bool {
-        self.stopped
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_some()
+        self.stopped.load(Ordering::Relaxed)
     }
 
     /// Reports an engine error at `image_path`: a failure of that path, or of the whole
     /// filesystem, which stops the import (the first such reason is the one reported).
     fn image_error(&self, image_path: &[u8], error: &Error) {
-        let line = describe(shown(image_path), error);
+        let line = describe(as_image_path(image_path), error);
         if stops_everything(error) {
-            self.stopped
+            self.stop_reason
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .get_or_insert(line);
+            self.stopped.store(true, Ordering::Relaxed);
         } else {
             self.progress.fail(&line);
         }
@@ -372,7 +374,7 @@ impl Import<'_> {
         }
         if let Err(reason) = copy_xattrs(self.fs, ino, host) {
             self.progress
-                .fail(&format!("{}: {reason}", shown(image_path).shown()));
+                .fail(&format!("{}: {reason}", as_image_path(image_path).shown()));
         }
     }
 
@@ -439,7 +441,7 @@ impl Import<'_> {
         self.progress.entry(bytes);
         if let Err(reason) = copy_xattrs(fs, ino, host) {
             self.progress
-                .fail(&format!("{}: {reason}", shown(image_path).shown()));
+                .fail(&format!("{}: {reason}", as_image_path(image_path).shown()));
         }
         if let Err(e) = fs.setattr(ino, &final_attributes(meta)) {
             self.image_error(image_path, &e);
@@ -460,7 +462,7 @@ impl Import<'_> {
             let Some(&Some(ino)) = first_names.get(&link.host_inode) else {
                 self.progress.fail(&format!(
                     "{}: not linked: the first name of this hard-linked file was not imported",
-                    shown(&link.image_path).shown()
+                    as_image_path(&link.image_path).shown()
                 ));
                 continue;
             };
