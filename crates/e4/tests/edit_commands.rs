@@ -737,3 +737,40 @@ fn every_command_names_a_bad_image() {
     assert_eq!(fs::read(&garbage).unwrap(), bytes);
     assert!(!missing.exists());
 }
+
+/// The progress line is drawn on a terminal (here a pseudo-terminal from script(1)) and
+/// cleared at the end; without a terminal stderr holds failures only, which every other
+/// test checks.
+#[test]
+fn import_shows_progress_only_on_a_terminal() {
+    let img = ext4_image(16);
+    let host = tempfile::tempdir().unwrap();
+    for n in 0..50 {
+        fs::write(host.path().join(format!("f{n}")), vec![n as u8; 10_000]).unwrap();
+    }
+    let command = format!(
+        "{} import {} {}",
+        env!("CARGO_BIN_EXE_e4"),
+        img.path.display(),
+        host.path().display()
+    );
+    let out = match Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .output()
+    {
+        Ok(out) => out,
+        Err(e) => return eprintln!("script(1) is not available ({e}); progress test skipped"),
+    };
+    let terminal = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{terminal}");
+    assert!(
+        terminal.contains(" entries, "),
+        "no progress line in {terminal:?}"
+    );
+    assert!(
+        terminal.contains("\x1b[2K"),
+        "the progress line is not cleared: {terminal:?}"
+    );
+    e2fsck_clean(&img.path).unwrap();
+    assert_eq!(cat(&img.path, "/f49"), vec![49u8; 10_000]);
+}
