@@ -314,7 +314,6 @@ impl Writer {
             || self.pending_blocks.load(Ordering::Relaxed) > self.pending_limit
     }
 
-
     /// Writes the running transaction back (see the module docs for the order).
     pub fn commit(&self, fs: &Filesystem) -> Result<()> {
         let _one = self.commit_lock.lock();

@@ -150,7 +150,10 @@ fn freed_blocks_are_reused_only_after_the_commit() {
     while let Ok(n) = fs.write_at(c, size, &[3u8; 4096]) {
         size += n as u64;
     }
-    assert!(blocks_of(&fs, c).iter().any(|p| freed.contains(p)), "freed blocks never reused");
+    assert!(
+        blocks_of(&fs, c).iter().any(|p| freed.contains(p)),
+        "freed blocks never reused"
+    );
     fs.unmount().unwrap();
     e2fsck_clean(&img.path).unwrap();
 }
@@ -166,7 +169,11 @@ fn a_full_filesystem_with_pending_frees_is_not_full() {
     }
     // Free it all; the space is pending until a commit, yet writing must succeed at once.
     fs.truncate(ino, 0).unwrap();
-    assert_eq!(fs.write_at(ino, 0, &vec![6u8; (size / 2) as usize]).unwrap() as u64, size / 2);
+    assert_eq!(
+        fs.write_at(ino, 0, &vec![6u8; (size / 2) as usize])
+            .unwrap() as u64,
+        size / 2
+    );
     fs.unmount().unwrap();
     e2fsck_clean(&img.path).unwrap();
 }
