@@ -197,6 +197,9 @@ fn scan_piece(
     (dirs, shared)
 }
 
+/// The size of the original ext2 inode, the part libext2fs looks at for a blank inode.
+const BASE_INODE_SIZE: usize = 128;
+
 /// Checks one inode. Returns, for an inode in use, its directory record (if a directory)
 /// and the tally of its blocks.
 fn check_inode(
@@ -222,8 +225,19 @@ fn check_inode(
             return None;
         }
     };
-    // An inode never written (all zeros) has no checksum to check.
-    let blank = raw.iter().all(|&b| b == 0);
+    // An inode never written has no checksum to check: libext2fs calls a checksum valid
+    // when the 128-byte base inode is all zeros (`ext2fs_inode_csum_verify`).
+    let blank = raw.iter().take(BASE_INODE_SIZE).all(|&b| b == 0);
+    // Unused inodes too: e2fsck's pass 1 reports a failed checksum for every inode it
+    // scans (`finish_processing_inode` on the `!i_links_count` path), so an unused
+    // inode's bad checksum makes the filesystem unclean.
+    if !csum_ok && !blank {
+        walk.report(
+            ProblemCode::PR_1_INODE_ONLY_CSUM_INVALID,
+            loc,
+            format!("inode {ino} passes checks, but checksum does not match inode"),
+        );
+    }
     let reserved = ino < ctx.sb.first_ino() && ino != ROOT_INO;
     let links = inode.links_count();
     check_low_dtime(walk, &inode);
@@ -236,13 +250,6 @@ fn check_inode(
             );
         }
         return None;
-    }
-    if !csum_ok && !blank {
-        walk.report(
-            ProblemCode::PR_1_INODE_ONLY_CSUM_INVALID,
-            loc,
-            format!("inode {ino} passes checks, but checksum does not match inode"),
-        );
     }
     let file_type = inode.file_type();
     let kind = if reserved {
