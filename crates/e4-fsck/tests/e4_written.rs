@@ -12,7 +12,7 @@ use std::fs;
 use std::path::Path;
 
 use e4_fs::{Creator, Error, FallocateMode, Filesystem, OpenOptions, RenameMode, XattrSet};
-use e4_fsck::{check, Options, ProblemClass};
+use e4_fsck::{check, Options, ProblemClass, ProblemCode};
 use e4_testkit::{make_empty_image, Image, Profile, PROFILES};
 
 use common::{
@@ -128,9 +128,10 @@ fn block_of(image: &Path, path: &str, logical: u64) -> Option<u64> {
 /// the structure it damages.
 type Damage = fn(&Path) -> bool;
 
-/// Each damage, the class both checkers must then report, and the profile it must apply
-/// to at least (so a change to the tree cannot silently skip it everywhere).
-const DAMAGES: &[(&str, Damage, ProblemClass)] = &[
+/// Each damage, the class both checkers must then report, and the code e4 must report
+/// where a class alone would not tell the specific check from another that finds the same
+/// class (the htree leaf ranges also catch swapped index hashes, for one).
+const DAMAGES: &[(&str, Damage, ProblemClass, Option<ProblemCode>)] = &[
     (
         "wrong link count",
         |img| {
@@ -138,6 +139,7 @@ const DAMAGES: &[(&str, Damage, ProblemClass)] = &[
             true
         },
         ProblemClass::LinkCount,
+        Some(ProblemCode::PR_4_BAD_REF_COUNT),
     ),
     (
         "unreachable directory",
@@ -146,6 +148,7 @@ const DAMAGES: &[(&str, Damage, ProblemClass)] = &[
             true
         },
         ProblemClass::Connectivity,
+        None,
     ),
     (
         "entry to a cleared inode",
@@ -154,6 +157,7 @@ const DAMAGES: &[(&str, Damage, ProblemClass)] = &[
             true
         },
         ProblemClass::DirectoryEntry,
+        None,
     ),
     (
         "wrong i_size",
@@ -162,6 +166,7 @@ const DAMAGES: &[(&str, Damage, ProblemClass)] = &[
             true
         },
         ProblemClass::InodeSize,
+        Some(ProblemCode::PR_1_BAD_I_SIZE),
     ),
     (
         "wrong i_blocks",
@@ -170,6 +175,7 @@ const DAMAGES: &[(&str, Damage, ProblemClass)] = &[
             true
         },
         ProblemClass::InodeBlocks,
+        Some(ProblemCode::PR_1_BAD_I_BLOCKS),
     ),
     (
         "freed block bit",
@@ -179,6 +185,7 @@ const DAMAGES: &[(&str, Damage, ProblemClass)] = &[
             true
         },
         ProblemClass::BlockBitmap,
+        None,
     ),
     (
         "freed inode bit",
@@ -188,6 +195,7 @@ const DAMAGES: &[(&str, Damage, ProblemClass)] = &[
             true
         },
         ProblemClass::InodeBitmap,
+        None,
     ),
     (
         "wrong group free counts",
@@ -197,6 +205,7 @@ const DAMAGES: &[(&str, Damage, ProblemClass)] = &[
             true
         },
         ProblemClass::FreeCounts,
+        None,
     ),
     (
         "bad extent start",
@@ -209,6 +218,7 @@ const DAMAGES: &[(&str, Damage, ProblemClass)] = &[
             true
         },
         ProblemClass::ExtentTree,
+        Some(ProblemCode::PR_1_EXTENT_BAD_START_BLK),
     ),
     (
         "overlapping extents",
@@ -221,6 +231,7 @@ const DAMAGES: &[(&str, Damage, ProblemClass)] = &[
             true
         },
         ProblemClass::ExtentTree,
+        None,
     ),
     (
         "extent leaf checksum",
@@ -246,6 +257,7 @@ const DAMAGES: &[(&str, Damage, ProblemClass)] = &[
             true
         },
         ProblemClass::ExtentTree,
+        Some(ProblemCode::PR_1_EXTENT_ONLY_CSUM_INVALID),
     ),
     (
         "block in two files",
@@ -260,6 +272,7 @@ const DAMAGES: &[(&str, Damage, ProblemClass)] = &[
             true
         },
         ProblemClass::MultiplyClaimed,
+        None,
     ),
     (
         "bad rec_len",
@@ -272,6 +285,7 @@ const DAMAGES: &[(&str, Damage, ProblemClass)] = &[
             true
         },
         ProblemClass::DirectoryBlock,
+        None,
     ),
     (
         "duplicate names",
@@ -292,6 +306,7 @@ const DAMAGES: &[(&str, Damage, ProblemClass)] = &[
             true
         },
         ProblemClass::DirectoryEntry,
+        Some(ProblemCode::PR_2_DUPLICATE_DIRENT),
     ),
     (
         "cleared ..",
@@ -304,6 +319,7 @@ const DAMAGES: &[(&str, Damage, ProblemClass)] = &[
             true
         },
         ProblemClass::DirectoryBlock,
+        None,
     ),
     (
         "directory leaf checksum",
@@ -321,6 +337,7 @@ const DAMAGES: &[(&str, Damage, ProblemClass)] = &[
             true
         },
         ProblemClass::DirectoryBlock,
+        None,
     ),
     (
         "htree hash out of order",
@@ -343,6 +360,7 @@ const DAMAGES: &[(&str, Damage, ProblemClass)] = &[
             true
         },
         ProblemClass::Htree,
+        Some(ProblemCode::PR_2_HTREE_HASH_ORDER),
     ),
     (
         "xattr block refcount",
@@ -359,6 +377,7 @@ const DAMAGES: &[(&str, Damage, ProblemClass)] = &[
             true
         },
         ProblemClass::Xattr,
+        Some(ProblemCode::PR_1_EXTATTR_REFCOUNT),
     ),
     (
         "inode checksum",
@@ -372,6 +391,26 @@ const DAMAGES: &[(&str, Damage, ProblemClass)] = &[
             true
         },
         ProblemClass::Inode,
+        Some(ProblemCode::PR_1_INODE_ONLY_CSUM_INVALID),
+    ),
+    (
+        "unused inode's checksum",
+        |img| {
+            if !has_feature(img, "metadata_csum") {
+                return false;
+            }
+            // /dir2/gone0 was unlinked after it was written: its record stays, unused.
+            let ino = inode_of(img, "/dir2/gone1") - 1;
+            if !debugfs(img, &format!("stat <{ino}>")).contains("Links: 0") {
+                return false;
+            }
+            let at = inode_offset(img, ino) + 0x7C;
+            let sum = read_bytes(img, at, 2);
+            write_bytes(img, at, &[sum[0] ^ 0xFF, sum[1]]);
+            true
+        },
+        ProblemClass::Inode,
+        Some(ProblemCode::PR_1_INODE_ONLY_CSUM_INVALID),
     ),
     (
         "block bitmap checksum",
@@ -383,6 +422,7 @@ const DAMAGES: &[(&str, Damage, ProblemClass)] = &[
             true
         },
         ProblemClass::BitmapChecksum,
+        Some(ProblemCode::PR_5_BLOCK_BITMAP_CSUM_INVALID),
     ),
     (
         "directory loop",
@@ -393,6 +433,7 @@ const DAMAGES: &[(&str, Damage, ProblemClass)] = &[
             true
         },
         ProblemClass::Connectivity,
+        Some(ProblemCode::PR_3_LOOPED_DIR),
     ),
     (
         "moved directory's entry cleared",
@@ -402,6 +443,7 @@ const DAMAGES: &[(&str, Damage, ProblemClass)] = &[
             true
         },
         ProblemClass::Connectivity,
+        None,
     ),
 ];
 
@@ -436,7 +478,7 @@ fn damaged_e4_written_images_agree_in_every_profile() {
     for profile in PROFILES {
         let image = e4_written_image(profile);
         let pristine = fs::read(&image.path).unwrap();
-        for (k, &(name, damage, class)) in DAMAGES.iter().enumerate() {
+        for (k, &(name, damage, class, code)) in DAMAGES.iter().enumerate() {
             fs::write(&image.path, &pristine).unwrap();
             if !damage(&image.path) {
                 continue;
@@ -448,10 +490,22 @@ fn damaged_e4_written_images_agree_in_every_profile() {
                 classes.contains(&class),
                 "{what}: {class:?} not in {classes:?}"
             );
+            if let Some(code) = code {
+                let options = Options {
+                    force: true,
+                    ..Options::default()
+                };
+                let report = check(&image.path, &options).unwrap();
+                assert!(
+                    report.problems.iter().any(|p| p.code == code),
+                    "{what}: {code} not reported: {:?}",
+                    report.problems
+                );
+            }
         }
     }
     // The default 4 KiB profile has every structure: each damage must have run there.
-    for (k, &(name, _, _)) in DAMAGES.iter().enumerate() {
+    for (k, &(name, ..)) in DAMAGES.iter().enumerate() {
         assert!(
             applied[k].contains(&PROFILES[0].name),
             "{name} applied only to {:?}",
