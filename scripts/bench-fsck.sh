@@ -15,12 +15,14 @@
 # -v). With --callgrind, both checkers (e4 at one thread) also run under callgrind on the
 # images of `--scale dev`, and their instruction counts are printed.
 #
-# Usage: scripts/bench-fsck.sh [--scale dev|full] [--runs N] [--threads "1 2 4 8"]
+# Usage: scripts/bench-fsck.sh [--scale dev|mid|full] [--runs N] [--threads "1 2 4 8"]
 #                              [--dir DIR] [--only "small fragmented mixed"] [--callgrind]
 #
 #   --scale dev (default) makes images of seconds, for developing on a shared machine:
-#   20,000 entries; 2 files of 100,000 blocks; 40,000 entries. --scale full makes the
-#   benchmark's images (about 6 GiB of tmpfs in all; making them takes minutes).
+#   20,000 entries; 2 files of 100,000 blocks; 40,000 entries. --scale mid: 300,000
+#   entries; 2 files of 600,000 blocks; 200,000 entries (about 1.5 GiB of tmpfs, tens of
+#   seconds to make). --scale full makes the benchmark's images (about 6 GiB of tmpfs in
+#   all; making them takes minutes).
 #   Images are kept in DIR (default /dev/shm/e4-fsck-bench) and reused by later runs of the
 #   same scale; delete DIR to make them again. Results go to stdout and DIR/results-SCALE.md.
 set -euo pipefail
@@ -38,7 +40,7 @@ while [ $# -gt 0 ]; do
     *) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 16 ;;
   esac
 done
-case $scale in dev | full) ;; *) echo "--scale must be dev or full" >&2; exit 16 ;; esac
+case $scale in dev | mid | full) ;; *) echo "--scale must be dev, mid or full" >&2; exit 16 ;; esac
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cargo build --quiet --release --manifest-path "$repo/Cargo.toml" -p e4 --bin e4
@@ -64,6 +66,9 @@ make_image() {
     fragmented-dev) mkfs=("$img" 4G); fill=(fragmented "$img" 2 100000) ;;
     mixed-full) mkfs=(-N 1100000 "$img" 12G); fill=(mixed "$img" 1000000) ;;
     mixed-dev) mkfs=(-N 48000 "$img" 2G); fill=(mixed "$img" 40000) ;;
+    small-mid) mkfs=(-N 330000 "$img" 4G); fill=(small "$img" 300000) ;;
+    fragmented-mid) mkfs=("$img" 8G); fill=(fragmented "$img" 2 600000) ;;
+    mixed-mid) mkfs=(-N 220000 "$img" 4G); fill=(mixed "$img" 200000) ;;
   esac
   mke2fs -q -F -t ext4 "${mkfs[@]}" >&2
   /usr/bin/time -f "made $name-$at in %e s" "$maker" "${fill[@]}" -j "$make_threads" >&2
