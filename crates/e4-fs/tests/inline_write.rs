@@ -395,3 +395,51 @@ fn kernel_made_inline_files_and_directories_are_changed_by_e4() {
     }
     kernel_reads(&img.path, &expect);
 }
+
+#[test]
+fn threads_sharing_inline_directories_keep_them_consistent() {
+    let img = inline_image();
+    let fs = Filesystem::open(&img.path, OpenOptions::writable()).unwrap();
+    // Several small directories, each shared by all threads: they fill, grow their value and
+    // convert while other threads add and remove names in them.
+    let dirs: Vec<u32> = (0..4)
+        .map(|i| fs.mkdir(ROOT, format!("shared{i}").as_bytes(), ME).unwrap())
+        .collect();
+    let threads = 8;
+    let per_thread = 30;
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let (fs, dirs) = (&fs, &dirs);
+            s.spawn(move || {
+                for i in 0..per_thread {
+                    let dir = dirs[(t + i) % dirs.len()];
+                    let name = format!("t{t}-{i}");
+                    let ino = fs.create(dir, name.as_bytes(), ME).unwrap();
+                    // Every third file grows out of its inode.
+                    let len = if i % 3 == 0 { 300 } else { 1 + i };
+                    fs.write_at(ino, 0, &vec![t as u8; len]).unwrap();
+                    if i % 4 == 0 {
+                        fs.unlink(dir, name.as_bytes()).unwrap();
+                    }
+                }
+            });
+        }
+    });
+    let fs = checked(fs, &img.path, "concurrent edits");
+    let mut seen = 0;
+    for &dir in &dirs {
+        for e in fs.read_dir(dir).unwrap() {
+            let name = String::from_utf8(e.name).unwrap();
+            let (t, i) = name[1..].split_once('-').unwrap();
+            let (t, i): (u8, usize) = (t.parse().unwrap(), i.parse().unwrap());
+            let len = if i % 3 == 0 { 300 } else { 1 + i };
+            assert_eq!(
+                fs.read_file(e.ino, u64::MAX).unwrap(),
+                vec![t; len],
+                "{name}"
+            );
+            seen += 1;
+        }
+    }
+    assert_eq!(seen, threads * (per_thread - per_thread.div_ceil(4)));
+}
