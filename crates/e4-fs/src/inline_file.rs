@@ -7,8 +7,8 @@
 //! goes, EXTENTS_FL and an empty root come, and the old bytes are written to its first
 //! block before the operation continues on blocks.
 //!
-//! The inline content is always exactly `i_size` bytes: `i_block` up to 60, the value the
-//! rest, as the kernel keeps it, so `e2fsck` sees no bytes past the end.
+//! e4 keeps the inline content exactly `i_size` bytes: `i_block` up to 60 (zero-padded),
+//! the value the rest, as the kernel keeps it.
 
 use e4_format::features::IncompatFeatures;
 use e4_format::inode::{flags, FileType, Inode};
@@ -61,8 +61,9 @@ impl Filesystem {
         } else {
             Vec::new()
         };
-        // OK to cast: an inline file's size is at most its inline capacity, unless the
-        // inode is corrupt, and then this cuts it down.
+        // Bytes past i_size must read as zeros if the file grows again, and another writer
+        // may leave the inline region longer than the size (e2fsck accepts that), so the
+        // content is cut to the size. OK to cast: the minimum is an in-memory length.
         content.resize(state.inode.size().min(content.len() as u64) as usize, 0);
         if let Some(len) = fits {
             let mut changed = content.clone();

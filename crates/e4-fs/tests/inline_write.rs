@@ -192,6 +192,12 @@ fn an_inline_file_stays_in_the_inode_while_it_fits_then_moves_to_a_block() {
     let big = fs.create(ROOT, b"big", ME).unwrap();
     fs.write_at(big, 0, &[7; 200]).unwrap();
     assert_extents(&fs, big, 1, "large first write");
+    // An empty file that owns blocks (fallocated past its size) keeps them: no inline.
+    let reserved = fs.create(ROOT, b"reserved", ME).unwrap();
+    fs.fallocate(reserved, FallocateMode::KeepSize, 0, 3000)
+        .unwrap();
+    fs.write_at(reserved, 0, b"small").unwrap();
+    assert_extents(&fs, reserved, 3, "small write into reserved blocks");
     // An empty file stays as created.
     let empty = fs.create(ROOT, b"empty", ME).unwrap();
     fs = checked(fs, &img.path, "other ways out");
@@ -208,6 +214,7 @@ fn an_inline_file_stays_in_the_inode_while_it_fits_then_moves_to_a_block() {
         ("by-truncate", Some(truncated)),
         ("by-fallocate", Some(fallocated)),
         ("big", Some(vec![7; 200])),
+        ("reserved", Some(b"small".to_vec())),
         ("empty", Some(Vec::new())),
     ]
     .into_iter()
@@ -442,4 +449,40 @@ fn threads_sharing_inline_directories_keep_them_consistent() {
         }
     }
     assert_eq!(seen, threads * (per_thread - per_thread.div_ceil(4)));
+}
+
+#[test]
+fn inline_bytes_past_the_size_never_reappear() {
+    // Another writer may leave an inline region longer than i_size (e2fsck accepts it);
+    // growing the file again must read zeros there, inline and after moving out.
+    let img = inline_image();
+    let fs = Filesystem::open(&img.path, OpenOptions::writable()).unwrap();
+    let ino = fs.create(ROOT, b"f", ME).unwrap();
+    fs.write_at(ino, 0, &[b'A'; 100]).unwrap();
+    let other = fs.create(ROOT, b"g", ME).unwrap();
+    fs.write_at(other, 0, &[b'B'; 100]).unwrap();
+    fs.unmount().unwrap();
+    for name in ["f", "g"] {
+        let out = std::process::Command::new("debugfs")
+            .args(["-w", "-R", &format!("sif /{name} size 10")])
+            .arg(&img.path)
+            .output()
+            .expect("debugfs must be installed (e2fsprogs)");
+        assert!(out.status.success(), "{out:?}");
+    }
+    e2fsck_clean(&img.path).unwrap();
+    let mut fs = Filesystem::open(&img.path, OpenOptions::writable()).unwrap();
+    fs.truncate(ino, 100).unwrap();
+    assert_inline(&fs, ino, 100, "grown inline");
+    // Moving out writes only the bytes below the size.
+    fs.write_at(other, 500, b"end").unwrap();
+    assert_extents(&fs, other, 1, "moved out");
+    fs = checked(fs, &img.path, "regrown");
+    let mut want = vec![b'A'; 10];
+    want.resize(100, 0);
+    assert_eq!(fs.read_file(ino, u64::MAX).unwrap(), want);
+    let mut want = vec![b'B'; 10];
+    want.resize(500, 0);
+    want.extend_from_slice(b"end");
+    assert_eq!(fs.read_file(other, u64::MAX).unwrap(), want);
 }
