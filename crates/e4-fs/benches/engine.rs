@@ -355,14 +355,18 @@ fn main() {
         "e4 engine, in process, vs the kernel's ext4 on a loop device over tmpfs; {} run(s) of {:.1} s; median (min-max)",
         opts.runs, opts.seconds
     );
+    let only = std::env::var("E4_BENCH_ONLY").ok();
     for workload in ["create", "unlink", "append", "fallocate2"] {
+        if only.as_deref().is_some_and(|o| o != workload) {
+            continue;
+        }
         println!("\n{workload}");
         for &threads in &opts.threads {
             let e4: Vec<Run> = (0..opts.runs)
                 .map(|_| e4_run(workload, threads, opts.seconds, &image))
                 .collect();
             let (lo, mid, hi) = median(e4.iter().map(rate).collect());
-            let kernel: Vec<Run> = (0..opts.runs)
+            let kernel: Vec<Run> = (0..opts.runs * usize::from(std::env::var_os("E4_BENCH_NO_KERNEL").is_none()))
                 .filter_map(|_| kernel_run(workload, threads, opts.seconds, &image, &mount))
                 .collect();
             let middle = &e4[e4.len() / 2];

@@ -120,14 +120,27 @@ impl Filesystem {
     /// `ext4_should_retry_alloc`). `op` must change nothing when it fails with NoSpace.
     pub(crate) fn retry_when_full<T>(&self, op: impl Fn() -> Result<T>) -> Result<T> {
         match op() {
-            Err(Error::NoSpace(_))
-                if self.writer.as_ref().is_some_and(|w| w.pending_blocks() > 0) =>
-            {
+            Err(Error::NoSpace(what)) if what == "blocks" && self.writer.is_some() => {
+                self.release_all_windows()?;
                 self.sync()?;
                 op()
             }
             other => other,
         }
+    }
+
+    /// Gives back every reservation window and small-file packing window (the kernel's
+    /// `ext4_mb_discard_preallocations` when it runs out): their blocks are free space that
+    /// files which are not growing are holding.
+    fn release_all_windows(&self) -> Result<()> {
+        let writer = self.writer()?;
+        let txn = writer.begin()?;
+        for handle in self.inodes.all() {
+            let mut state = handle.lock(&self.inodes);
+            writer.blocks.release_window(&mut state.window, txn.slot);
+        }
+        writer.blocks.release_small_file_windows();
+        Ok(())
     }
 
     fn write_at_once(&self, ino: u32, offset: u64, data: &[u8]) -> Result<usize> {
