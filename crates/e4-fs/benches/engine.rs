@@ -366,7 +366,8 @@ fn main() {
                 .map(|_| e4_run(workload, threads, opts.seconds, &image))
                 .collect();
             let (lo, mid, hi) = median(e4.iter().map(rate).collect());
-            let kernel: Vec<Run> = (0..opts.runs * usize::from(std::env::var_os("E4_BENCH_NO_KERNEL").is_none()))
+            let kernel: Vec<Run> = (0..opts.runs
+                * usize::from(std::env::var_os("E4_BENCH_NO_KERNEL").is_none()))
                 .filter_map(|_| kernel_run(workload, threads, opts.seconds, &image, &mount))
                 .collect();
             let middle = &e4[e4.len() / 2];
