@@ -40,11 +40,17 @@ impl Filesystem {
         let writer = self.writer.as_ref();
         let handle = self.inode_handle(ino)?;
         let last = {
+            let txn = writer.map(|w| w.begin()).transpose()?;
             let mut state = handle.lock(&self.inodes);
             if state.open_count == 0 {
                 return Err(Error::Invalid(format!("inode {ino} is not open")));
             }
             state.open_count -= 1;
+            if let (0, Some(w), Some(txn)) = (state.open_count, writer, &txn) {
+                // The last close gives back the blocks reserved for the file's next
+                // appends, as the kernel discards its preallocation then.
+                w.blocks.release_window(&mut state.window, txn.slot);
+            }
             state.open_count == 0 && state.inode.links_count() == 0
         };
         if last && writer.is_some() {

@@ -184,27 +184,32 @@ impl BufferCache {
         mut read: impl FnMut(&mut [u8]) -> Result<(), E>,
     ) -> Result<Arc<Buffer>, E> {
         loop {
-            let buffer = Arc::new(Buffer {
-                nr,
-                bytes: RwLock::new(vec![0; self.block_size].into_boxed_slice()),
-                loaded: AtomicBool::new(false),
-                dirty: AtomicBool::new(false),
-                role: Mutex::new(None),
-            });
+            let buffer;
             let mut loading = {
                 let mut shard = self.shard(nr);
                 if let Some(slot) = shard.slots.get_mut(&nr) {
                     slot.referenced = true;
                     let found = Arc::clone(&slot.buffer);
                     drop(shard);
-                    // Wait for a load in progress; a failed one sends us round again.
+                    if found.loaded.load(Ordering::Acquire) {
+                        return Ok(found);
+                    }
+                    // Wait for the load in progress; a failed one sends us round again.
                     drop(found.bytes.read());
                     if found.loaded.load(Ordering::Acquire) {
                         return Ok(found);
                     }
                     continue;
                 }
-                // Locked before it is visible, so others wait for the read below.
+                // A miss: the buffer is made (and locked before it is visible, so others
+                // wait for the read below) only now, not on every lookup.
+                buffer = Arc::new(Buffer {
+                    nr,
+                    bytes: RwLock::new(vec![0; self.block_size].into_boxed_slice()),
+                    loaded: AtomicBool::new(false),
+                    dirty: AtomicBool::new(false),
+                    role: Mutex::new(None),
+                });
                 let guard = buffer.bytes.write();
                 self.insert_locked(&mut shard, &buffer);
                 guard

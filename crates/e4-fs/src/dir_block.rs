@@ -82,20 +82,87 @@ impl LeafBlock {
             bytes,
             filetype: format.filetype,
         };
+        leaf.check_chain(loc)?;
+        Ok(leaf)
+    }
+
+    /// Checks that every record of the chain is whole and at least [`MIN_REC_LEN`] long.
+    fn check_chain(&self, loc: Location) -> Result<()> {
         let mut offset = 0;
-        let block_size = leaf.bytes.len();
-        for entry in DirEntryIter::new(&leaf.bytes[..leaf.end], block_size, leaf.filetype, loc) {
+        let block_size = self.bytes.len();
+        for entry in DirEntryIter::new(&self.bytes[..self.end], block_size, self.filetype, loc) {
             let entry = entry?;
             if entry.rec_len < MIN_REC_LEN {
-                return Err(bad(format!(
-                    "entry at offset {offset} has record length {}",
-                    entry.rec_len
-                ))
+                return Err(FormatError::corrupt(
+                    "directory block",
+                    loc,
+                    format!(
+                        "entry at offset {offset} has record length {}",
+                        entry.rec_len
+                    ),
+                )
                 .into());
             }
             offset += entry.rec_len;
         }
+        Ok(())
+    }
+
+    /// One entry region of an inline directory (the rest of `i_block`, or the `system.data`
+    /// value): a chain that fills `bytes` exactly, with no tail. `loc` names it in errors.
+    pub(crate) fn inline_region(bytes: Vec<u8>, filetype: bool, loc: Location) -> Result<Self> {
+        let leaf = LeafBlock {
+            end: bytes.len(),
+            bytes,
+            filetype,
+        };
+        leaf.check_chain(loc)?;
         Ok(leaf)
+    }
+
+    /// The first block of a directory converted from inline (`ext4_finish_convert_inline_dir`):
+    /// "." and ".." in 12 bytes each, then the inline regions' records copied as they are,
+    /// the last one stretched to the end of the chain, then the tail. `None` if they do not
+    /// fit the block.
+    pub(crate) fn from_inline(
+        format: &DirFormat,
+        self_ino: u32,
+        parent_ino: u32,
+        regions: &[&LeafBlock],
+    ) -> Option<Self> {
+        let end = chain_end(format);
+        let mut bytes = vec![0u8; format.block_size];
+        if format.metadata_csum {
+            init_leaf_tail(&mut bytes);
+        }
+        let dir_type = format.file_type_code(e4_format::inode::FileType::Directory);
+        encode_entry(&mut bytes, self_ino, MIN_REC_LEN, dir_type, b".");
+        encode_entry(
+            &mut bytes[MIN_REC_LEN..],
+            parent_ino,
+            MIN_REC_LEN,
+            dir_type,
+            b"..",
+        );
+        let mut at = 2 * MIN_REC_LEN;
+        let mut last = MIN_REC_LEN;
+        for region in regions {
+            if at + region.end > end {
+                return None;
+            }
+            if let Some((offset, _)) = region.records().last() {
+                last = at + offset;
+            }
+            bytes[at..at + region.end].copy_from_slice(&region.bytes[..region.end]);
+            at += region.end;
+        }
+        let mut leaf = LeafBlock {
+            bytes,
+            end,
+            filetype: format.filetype,
+        };
+        leaf.set_rec_len(last, end - last);
+        Some(leaf)
     }
 
     /// A block with no entries: one free record spanning the chain, then the tail
@@ -255,6 +322,20 @@ impl LeafBlock {
                 self.bytes[offset + INODE_FIELD.start..offset + INODE_FIELD.end].fill(0);
                 self.bytes[offset + NAME_LEN_FIELD..offset + rec_len].fill(0);
             }
+        }
+    }
+
+    /// Lengthens an inline region to `len` bytes (`ext4_update_final_de`): its last record
+    /// takes the new bytes, or, in an empty region, one free record spans them. `len` is a
+    /// multiple of 4, at least [`MIN_REC_LEN`] more than the current length.
+    pub(crate) fn grow_region(&mut self, len: usize) {
+        let last = self.records().last().map(|(offset, e)| (offset, e.rec_len));
+        let old = self.end;
+        self.bytes.resize(len, 0);
+        self.end = len;
+        match last {
+            Some((offset, rec_len)) => self.set_rec_len(offset, rec_len + len - old),
+            None => encode_entry(&mut self.bytes, 0, len, 0, &[]),
         }
     }
 

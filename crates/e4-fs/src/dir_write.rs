@@ -104,6 +104,45 @@ impl DirFormat {
     }
 }
 
+/// The edits the namespace operations make to one locked directory, whatever holds its
+/// entries: blocks ([`DirectoryEditor`]) or the inode itself
+/// ([`crate::inline_dir::InlineDirectoryEditor`]). Methods as [`DirectoryEditor`]'s.
+pub(crate) trait DirectoryEdit {
+    fn lookup(&self, name: &[u8]) -> Result<Option<DirEntry>>;
+    fn add_entry(&mut self, name: &[u8], ino: u32, file_type: FileType) -> Result<()>;
+    fn remove_entry(&mut self, name: &[u8]) -> Result<Option<DirEntry>>;
+    fn set_entry(&mut self, name: &[u8], ino: u32, file_type: FileType)
+        -> Result<Option<DirEntry>>;
+    fn set_parent(&mut self, parent_ino: u32) -> Result<()>;
+    fn is_empty(&self) -> Result<bool>;
+}
+
+impl DirectoryEdit for DirectoryEditor<'_> {
+    fn lookup(&self, name: &[u8]) -> Result<Option<DirEntry>> {
+        DirectoryEditor::lookup(self, name)
+    }
+    fn add_entry(&mut self, name: &[u8], ino: u32, file_type: FileType) -> Result<()> {
+        DirectoryEditor::add_entry(self, name, ino, file_type)
+    }
+    fn remove_entry(&mut self, name: &[u8]) -> Result<Option<DirEntry>> {
+        DirectoryEditor::remove_entry(self, name)
+    }
+    fn set_entry(
+        &mut self,
+        name: &[u8],
+        ino: u32,
+        file_type: FileType,
+    ) -> Result<Option<DirEntry>> {
+        DirectoryEditor::set_entry(self, name, ino, file_type)
+    }
+    fn set_parent(&mut self, parent_ino: u32) -> Result<()> {
+        DirectoryEditor::set_parent(self, parent_ino)
+    }
+    fn is_empty(&self) -> Result<bool> {
+        DirectoryEditor::is_empty(self)
+    }
+}
+
 /// A live entry found by name, with the block that holds it.
 pub(crate) struct Found {
     pub physical: u64,
@@ -398,7 +437,7 @@ pub(crate) fn check_dot_entries(bytes: &[u8], format: &DirFormat, loc: Location)
 }
 
 /// Rejects names no directory may hold. The engine checks them first; this is the last line.
-fn check_name(name: &[u8]) -> Result<()> {
+pub(crate) fn check_name(name: &[u8]) -> Result<()> {
     let shown = || String::from_utf8_lossy(name).into_owned();
     if name.len() > MAX_NAME_LEN {
         return Err(Error::NameTooLong(shown()));
@@ -413,7 +452,7 @@ fn check_name(name: &[u8]) -> Result<()> {
     Ok(())
 }
 
-fn public_entry(entry: LeafEntry) -> DirEntry {
+pub(crate) fn public_entry(entry: LeafEntry) -> DirEntry {
     DirEntry {
         name: entry.name,
         ino: entry.ino,

@@ -106,7 +106,11 @@ impl Filesystem {
     pub(crate) fn read_link_of(&self, inode: &Inode) -> Result<Vec<u8>> {
         let loc = Location::Inode(inode.ino);
         if inode.file_type() != Some(FileType::Symlink) {
-            return Err(FormatError::corrupt("symlink", loc, "not a symlink").into());
+            // The caller's mistake, not damage in the image (EINVAL, as readlink(2)).
+            return Err(crate::error::Error::WrongType {
+                path: format!("inode {}", inode.ino),
+                reason: "not a symbolic link",
+            });
         }
         let size = inode.size();
         if size > MAX_SYMLINK_LEN {

@@ -6,7 +6,7 @@
 //! A block that is newly allocated, or an unwritten block being written, is written whole,
 //! zero-padded around the new bytes, so it never exposes what the disk held before.
 
-use e4_format::features::RoCompatFeatures;
+use e4_format::features::{IncompatFeatures, RoCompatFeatures};
 use e4_format::inode::{flags, FileType, Inode};
 
 use crate::error::{Error, Result};
@@ -53,7 +53,14 @@ impl Filesystem {
     /// Largest size a file of `inode`'s mapping kind may have.
     fn max_file_size(&self, inode: &Inode) -> u64 {
         let bs = u64::from(self.block_size());
-        if inode.has_flag(flags::EXTENTS) {
+        // An inline file that grows out of the inode gets extents where the filesystem has them.
+        let extents = inode.has_flag(flags::EXTENTS)
+            || (inode.has_flag(flags::INLINE_DATA)
+                && self
+                    .superblock()
+                    .incompat()
+                    .contains(IncompatFeatures::EXTENTS));
+        if extents {
             // `ee_block` is 32 bits: the last logical block is 2^32 - 2 (EXT_MAX_BLOCKS - 1).
             ((1u64 << 32) - 1) * bs
         } else {
@@ -97,12 +104,6 @@ impl Filesystem {
                 )))
             }
         }
-        if inode.has_flag(flags::INLINE_DATA) {
-            return Err(Error::NotSupported(format!(
-                "writing inode {}: inline data is not written yet",
-                inode.ino
-            )));
-        }
         Ok(())
     }
 
@@ -119,14 +120,27 @@ impl Filesystem {
     /// `ext4_should_retry_alloc`). `op` must change nothing when it fails with NoSpace.
     pub(crate) fn retry_when_full<T>(&self, op: impl Fn() -> Result<T>) -> Result<T> {
         match op() {
-            Err(Error::NoSpace(_))
-                if self.writer.as_ref().is_some_and(|w| w.pending_blocks() > 0) =>
-            {
+            Err(Error::NoSpace(what)) if what == "blocks" && self.writer.is_some() => {
+                self.release_all_windows()?;
                 self.sync()?;
                 op()
             }
             other => other,
         }
+    }
+
+    /// Gives back every reservation window and small-file packing window (the kernel's
+    /// `ext4_mb_discard_preallocations` when it runs out): their blocks are free space that
+    /// files which are not growing are holding.
+    fn release_all_windows(&self) -> Result<()> {
+        let writer = self.writer()?;
+        let txn = writer.begin()?;
+        for handle in self.inodes.all() {
+            let mut state = handle.lock(&self.inodes);
+            writer.blocks.release_window(&mut state.window, txn.slot);
+        }
+        writer.blocks.release_small_file_windows();
+        Ok(())
     }
 
     fn write_at_once(&self, ino: u32, offset: u64, data: &[u8]) -> Result<usize> {
@@ -148,7 +162,17 @@ impl Filesystem {
                 writer,
                 slot: txn.slot,
             };
-            let result = self.write_blocks(&io, &mut state, offset, data);
+            let end = offset + data.len() as u64;
+            let new_len = end.max(state.inode.size());
+            let inline = self.change_inline(&io, &mut state, new_len, true, |content| {
+                // OK to cast: the content is `end` bytes or more, in memory.
+                content[offset as usize..end as usize].copy_from_slice(data)
+            })?;
+            let result = if inline {
+                Ok(())
+            } else {
+                self.write_blocks(&io, &mut state, offset, data)
+            };
             let written = match &result {
                 Ok(()) => data.len(),
                 Err(WriteStop { written, .. }) => *written,
@@ -293,16 +317,17 @@ impl Filesystem {
         self.write_data(start, &buf)
     }
 
-    /// Writes a slow symlink's target into its (new, empty) inode's first block.
-    pub(crate) fn write_symlink_block(
+    /// Writes `bytes` from byte 0 of a new, empty inode (a slow symlink's target, an
+    /// inline file's bytes leaving the inode) and sets the size to their length.
+    pub(crate) fn write_first_blocks(
         &self,
         io: &TxnIo<'_>,
         state: &mut InodeState,
-        target: &[u8],
+        bytes: &[u8],
     ) -> Result<()> {
-        self.write_blocks(io, state, 0, target)
+        self.write_blocks(io, state, 0, bytes)
             .map_err(|stop| stop.error)?;
-        state.inode.set_size(target.len() as u64);
+        state.inode.set_size(bytes.len() as u64);
         Ok(())
     }
 
@@ -333,7 +358,8 @@ impl Filesystem {
                 writer,
                 slot: txn.slot,
             };
-            if size < state.inode.size() {
+            let inline = self.change_inline(&io, &mut state, size, false, |_| {})?;
+            if !inline && size < state.inode.size() {
                 self.free_range(
                     &io,
                     &mut state,
@@ -413,11 +439,6 @@ impl Filesystem {
             let handle = self.inode_handle(ino)?;
             let mut state = handle.lock(&self.inodes);
             self.require_regular(&state)?;
-            if !state.inode.has_flag(flags::EXTENTS) {
-                return Err(Error::NotSupported(format!(
-                    "fallocate on block-mapped inode {ino} (no unwritten extents)"
-                )));
-            }
             let end = offset
                 .checked_add(len)
                 .filter(|&end| end <= self.max_file_size(&state.inode))
@@ -427,29 +448,8 @@ impl Filesystem {
                 writer,
                 slot: txn.slot,
             };
-            let bs = u64::from(self.block_size());
-            let (first_full, end_full) = (offset.div_ceil(bs), end / bs);
-            match mode {
-                FallocateMode::Allocate | FallocateMode::KeepSize => {
-                    self.allocate_unwritten(&io, &mut state, offset / bs, end.div_ceil(bs))?;
-                    if mode == FallocateMode::Allocate && end > state.inode.size() {
-                        self.require_large_file(end);
-                        state.inode.set_size(end);
-                    }
-                }
-                FallocateMode::PunchHole | FallocateMode::ZeroRange => {
-                    self.zero_partial(&io, &mut state, offset, end)?;
-                    if end_full > first_full {
-                        self.free_range(&io, &mut state, first_full, end_full - first_full)?;
-                    }
-                    if mode == FallocateMode::ZeroRange {
-                        self.allocate_unwritten(&io, &mut state, offset / bs, end.div_ceil(bs))?;
-                        if end > state.inode.size() {
-                            self.require_large_file(end);
-                            state.inode.set_size(end);
-                        }
-                    }
-                }
+            if !self.fallocate_inline(&io, &mut state, mode, offset, end)? {
+                self.fallocate_blocks(&io, &mut state, mode, offset, end)?;
             }
             let now = crate::time::now();
             state.inode.set_ctime(now);
@@ -460,6 +460,79 @@ impl Filesystem {
             self.inodes.mark_dirty(&handle);
         }
         self.commit_if_needed()
+    }
+
+    /// [`Filesystem::fallocate`] on an inline file whose content still fits the inode:
+    /// allocating only grows the size (inline bytes are always allocated), punching and
+    /// zeroing write zeros. False when the file is not (or no longer) inline.
+    fn fallocate_inline(
+        &self,
+        io: &TxnIo<'_>,
+        state: &mut InodeState,
+        mode: FallocateMode,
+        offset: u64,
+        end: u64,
+    ) -> Result<bool> {
+        let size = state.inode.size();
+        let new_len = match mode {
+            FallocateMode::Allocate | FallocateMode::ZeroRange => size.max(end),
+            FallocateMode::KeepSize | FallocateMode::PunchHole => size,
+        };
+        let zeroes = matches!(mode, FallocateMode::PunchHole | FallocateMode::ZeroRange);
+        let inline = self.change_inline(io, state, new_len, false, |content| {
+            if zeroes {
+                let len = content.len() as u64;
+                // OK to cast: both bounds are within the in-memory content.
+                content[offset.min(len) as usize..end.min(len) as usize].fill(0);
+            }
+        })?;
+        if inline {
+            self.require_large_file(new_len);
+            state.inode.set_size(new_len);
+        }
+        Ok(inline)
+    }
+
+    /// [`Filesystem::fallocate`] on a file mapped by extents.
+    fn fallocate_blocks(
+        &self,
+        io: &TxnIo<'_>,
+        state: &mut InodeState,
+        mode: FallocateMode,
+        offset: u64,
+        end: u64,
+    ) -> Result<()> {
+        let ino = state.inode.ino;
+        if !state.inode.has_flag(flags::EXTENTS) {
+            return Err(Error::NotSupported(format!(
+                "fallocate on block-mapped inode {ino} (no unwritten extents)"
+            )));
+        }
+        let bs = u64::from(self.block_size());
+        let (first_full, end_full) = (offset.div_ceil(bs), end / bs);
+        match mode {
+            FallocateMode::Allocate | FallocateMode::KeepSize => {
+                self.allocate_unwritten(io, state, offset / bs, end.div_ceil(bs))?;
+                if mode == FallocateMode::Allocate && end > state.inode.size() {
+                    self.require_large_file(end);
+                    state.inode.set_size(end);
+                }
+            }
+            FallocateMode::PunchHole | FallocateMode::ZeroRange => {
+                self.zero_partial(io, state, offset, end)?;
+                if end_full > first_full {
+                    self.free_range(io, state, first_full, end_full - first_full)?;
+                }
+                if mode == FallocateMode::ZeroRange {
+                    self.allocate_unwritten(io, state, offset / bs, end.div_ceil(bs))?;
+                    if end > state.inode.size() {
+                        self.require_large_file(end);
+                        state.inode.set_size(end);
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Maps every hole in logical blocks `first..end` to newly allocated unwritten blocks.

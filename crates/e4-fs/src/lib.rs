@@ -1,16 +1,21 @@
-//! The e4 engine: a thread-safe handle on an ext2/ext3/ext4 filesystem.
+//! The e4 engine: a thread-safe handle on an ext2/ext3/ext4 filesystem that reads and
+//! writes it.
 //!
 //! [`Filesystem`] is `Send + Sync` and every operation takes `&self`, so one handle serves
-//! any number of threads. Metadata goes through a sharded block cache that verifies each
-//! block's checksum once; file data is read straight from the device, one read per extent.
+//! any number of threads. Operations name inodes by number. Metadata goes through a sharded
+//! buffer cache that verifies a block's checksum once and seals it once at write-back; file
+//! data goes straight to and from the device. How writing works is in docs/WRITE-PATH.md.
 //!
 //! ```no_run
-//! use e4_fs::{Filesystem, OpenOptions};
-//! let fs = Filesystem::open("disk.img", OpenOptions::default())?;
-//! let ino = fs.resolve("/etc/hostname", true)?;
-//! let inode = fs.read_inode(ino)?;
-//! let mut buf = vec![0u8; inode.size() as usize];
+//! use e4_fs::{Creator, Filesystem, OpenOptions};
+//! let fs = Filesystem::open("disk.img", OpenOptions::writable())?;
+//! let etc = fs.resolve("/etc", true)?;
+//! let me = Creator { permissions: 0o644, uid: 0, gid: 0 };
+//! let ino = fs.create(etc, b"hostname", me)?;
+//! fs.write_at(ino, 0, b"e4\n")?;
+//! let mut buf = vec![0u8; fs.metadata(ino)?.size as usize];
 //! fs.read_at(ino, 0, &mut buf)?;
+//! fs.unmount()?;
 //! # Ok::<(), e4_fs::Error>(())
 //! ```
 
@@ -36,6 +41,9 @@ mod file_mapping;
 mod file_read;
 mod file_write;
 mod filesystem;
+mod inline_data;
+mod inline_dir;
+mod inline_file;
 mod inode_cache;
 mod inode_table;
 pub mod meta_io;

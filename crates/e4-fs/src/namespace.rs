@@ -18,13 +18,15 @@ use e4_format::features::{IncompatFeatures, RoCompatFeatures};
 use e4_format::inode::{flags, FileType, Inode, ROOT_INO};
 use parking_lot::MutexGuard;
 
-use crate::dir_write::{DirFormat, DirectoryEditor};
+use crate::dir_write::{DirFormat, DirectoryEdit, DirectoryEditor};
 use crate::directory::DirEntry;
 use crate::directory_blocks::InodeDirectoryBlocks;
 use crate::error::{Error, Result};
 use crate::extent_tree::ExtentTree;
 use crate::file_write::owner_of;
 use crate::filesystem::Filesystem;
+use crate::inline_data::InlineData;
+use crate::inline_dir::{empty_inline_dir, InlineDirectoryEditor};
 use crate::inode_cache::{InodeCache, InodeHandle, InodeState};
 use crate::txn_io::TxnIo;
 
@@ -182,23 +184,26 @@ impl Filesystem {
             // Removed while someone still held its number.
             return Err(Error::NotFound(format!("directory inode {}", inode.ino)));
         }
-        if inode.has_flag(flags::INLINE_DATA) {
-            return Err(Error::NotSupported(format!(
-                "changing directory {}: inline directories are not written yet",
-                inode.ino
-            )));
-        }
         Ok(())
     }
 
-    /// Runs `f` on an editor of the locked directory `dir`.
+    /// Runs `f` on an editor of the locked directory `dir`: the inline editor while its
+    /// entries are in the inode, the block editor otherwise.
     fn edit_dir<T>(
         &self,
         io: &TxnIo<'_>,
         format: &DirFormat,
         dir: &mut Inode,
-        f: impl FnOnce(&mut DirectoryEditor<'_>) -> Result<T>,
+        f: impl FnOnce(&mut dyn DirectoryEdit) -> Result<T>,
     ) -> Result<T> {
+        if dir.has_flag(flags::INLINE_DATA) {
+            return f(&mut InlineDirectoryEditor {
+                fs: self,
+                io,
+                format,
+                inode: dir,
+            });
+        }
         let owner = owner_of(dir);
         let mut blocks = InodeDirectoryBlocks {
             fs: self,
@@ -444,7 +449,18 @@ impl Filesystem {
     ) -> Result<()> {
         match kind {
             NewKind::Regular => Ok(()),
-            NewKind::Directory => self.edit_dir(io, format, inode, |e| e.init(parent)),
+            NewKind::Directory => {
+                if self.start_inline_dir(inode, parent)? {
+                    return Ok(());
+                }
+                let owner = owner_of(inode);
+                let mut blocks = InodeDirectoryBlocks {
+                    fs: self,
+                    io,
+                    inode,
+                };
+                DirectoryEditor::new(io, &mut blocks, format, owner).init(parent)
+            }
             NewKind::Symlink(target) if target.len() <= FAST_SYMLINK_MAX => {
                 inode.record.block[..target.len()].copy_from_slice(target);
                 inode.set_size(target.len() as u64);
@@ -452,7 +468,7 @@ impl Filesystem {
             }
             NewKind::Symlink(target) => {
                 let mut state = InodeState::detached(inode.clone());
-                self.write_symlink_block(io, &mut state, target)?;
+                self.write_first_blocks(io, &mut state, target)?;
                 *inode = state.inode;
                 Ok(())
             }
@@ -467,6 +483,26 @@ impl Filesystem {
                 Ok(())
             }
         }
+    }
+
+    /// Makes new directory `inode` an empty inline one (`ext4_try_create_inline_dir`) when
+    /// the filesystem has inline_data and the inode has room for `system.data`; false
+    /// otherwise (the directory gets a block).
+    fn start_inline_dir(&self, inode: &mut Inode, parent: u32) -> Result<bool> {
+        if !self
+            .superblock()
+            .incompat()
+            .contains(IncompatFeatures::INLINE_DATA)
+        {
+            return Ok(false);
+        }
+        let mut data = InlineData::load(inode)?;
+        let content = empty_inline_dir(parent);
+        if !data.store(inode, &content) {
+            return Ok(false);
+        }
+        inode.set_size(content.len() as u64);
+        Ok(true)
     }
 
     /// Adds a hard link `name` in `parent` to inode `ino` (not a directory).
@@ -634,7 +670,17 @@ impl Filesystem {
             }
             _ => false,
         };
-        if mapped && !inode.has_flag(flags::INLINE_DATA) {
+        if inode.has_flag(flags::INLINE_DATA) {
+            // What an inline inode holds is in the inode itself: emptied as the kernel's
+            // truncate to 0 leaves it (`ext4_inline_data_truncate`).
+            let mut data = InlineData::load(&state.inode)?;
+            if !data.store(&mut state.inode, &[]) {
+                return Err(Error::Invalid(format!(
+                    "inode {}: emptied inline data does not fit",
+                    state.inode.ino
+                )));
+            }
+        } else if mapped {
             self.free_range(io, state, 0, u64::MAX)?;
         }
         if state.inode.file_acl() != 0 {

@@ -314,11 +314,6 @@ impl Writer {
             || self.pending_blocks.load(Ordering::Relaxed) > self.pending_limit
     }
 
-    /// Blocks freed in the running transaction (reusable after it commits).
-    pub fn pending_blocks(&self) -> u64 {
-        self.pending_blocks.load(Ordering::Relaxed)
-    }
-
     /// Writes the running transaction back (see the module docs for the order).
     pub fn commit(&self, fs: &Filesystem) -> Result<()> {
         let _one = self.commit_lock.lock();

@@ -76,6 +76,14 @@ fn writable_entry(xattr: Xattr, ino: u32) -> Result<XattrEntry> {
     }
 }
 
+/// `inode`'s in-inode attributes in their stored order, in the form the encoders take.
+pub(crate) fn in_inode_entries(inode: &Inode) -> Result<Vec<XattrEntry>> {
+    parse_inode_xattrs(&inode.xattr_area, Location::Inode(inode.ino))?
+        .into_iter()
+        .map(|x| writable_entry(x, inode.ino))
+        .collect()
+}
+
 fn corrupt_block(ino: u32, nr: u64, reason: String) -> Error {
     FormatError::corrupt(
         "xattr block",
@@ -112,10 +120,7 @@ fn read_block_header(
 impl InodeXattrs {
     /// Reads `inode`'s attributes: its in-inode area and its block, if any.
     pub fn load(io: &dyn MetaIo, inode: &Inode) -> Result<Self> {
-        let in_inode = parse_inode_xattrs(&inode.xattr_area, Location::Inode(inode.ino))?
-            .into_iter()
-            .map(|x| writable_entry(x, inode.ino))
-            .collect::<Result<_>>()?;
+        let in_inode = in_inode_entries(inode)?;
         let nr = inode.file_acl();
         let block = if nr == 0 {
             None

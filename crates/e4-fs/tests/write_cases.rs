@@ -117,6 +117,67 @@ fn concurrent_writers_fill_the_filesystem_exactly() {
     assert_eq!(fs.statfs().free_blocks, st.free_blocks);
 }
 
+/// The physical blocks of file `ino`.
+fn blocks_of(fs: &Filesystem, ino: u32) -> Vec<u64> {
+    let inode = fs.read_inode(ino).unwrap();
+    let bs = u64::from(fs.block_size());
+    let mut out = Vec::new();
+    for logical in 0..inode.size().div_ceil(bs) {
+        if let e4_fs::Mapping::Data { physical, .. } = fs.map_block(&inode, logical, 1).unwrap() {
+            out.push(physical);
+        }
+    }
+    out
+}
+
+#[test]
+fn freed_blocks_are_reused_only_after_the_commit() {
+    let img = make_empty_image(&["-t", "ext4", "-m", "0"], 16);
+    let fs = Filesystem::open(&img.path, OpenOptions::writable()).unwrap();
+    let a = fs.create(ROOT, b"a", ME).unwrap();
+    fs.write_at(a, 0, &vec![1u8; 400 << 10]).unwrap();
+    fs.sync().unwrap();
+    let freed = blocks_of(&fs, a);
+    fs.truncate(a, 0).unwrap();
+    // Same transaction: the freed blocks may still be needed (a crash before the commit
+    // leaves `a` as it was), so nothing new may be put there.
+    let b = fs.create(ROOT, b"b", ME).unwrap();
+    fs.write_at(b, 0, &vec![2u8; 400 << 10]).unwrap();
+    assert!(blocks_of(&fs, b).iter().all(|p| !freed.contains(p)));
+    // Fill what is left: the allocation that finds no room commits, and then may use them.
+    let c = fs.create(ROOT, b"c", ME).unwrap();
+    let mut size = 0u64;
+    while let Ok(n) = fs.write_at(c, size, &[3u8; 4096]) {
+        size += n as u64;
+    }
+    assert!(
+        blocks_of(&fs, c).iter().any(|p| freed.contains(p)),
+        "freed blocks never reused"
+    );
+    fs.unmount().unwrap();
+    e2fsck_clean(&img.path).unwrap();
+}
+
+#[test]
+fn a_full_filesystem_with_pending_frees_is_not_full() {
+    let img = make_empty_image(&["-t", "ext4", "-m", "0"], 16);
+    let fs = Filesystem::open(&img.path, OpenOptions::writable()).unwrap();
+    let ino = fs.create(ROOT, b"f", ME).unwrap();
+    let mut size = 0u64;
+    while let Ok(n) = fs.write_at(ino, size, &[5u8; 65536]) {
+        size += n as u64;
+    }
+    // Free it all; the space is pending until a commit, yet writing must succeed at once.
+    fs.truncate(ino, 0).unwrap();
+    assert_eq!(
+        fs.write_at(ino, 0, &vec![6u8; (size / 2) as usize])
+            .unwrap() as u64,
+        size / 2
+    );
+    fs.unmount().unwrap();
+    e2fsck_clean(&img.path).unwrap();
+}
+
 #[test]
 fn inode_exhaustion_is_exact() {
     let img = make_empty_image(&["-t", "ext4", "-N", "256"], 16);

@@ -226,7 +226,12 @@ fn run(profile_args: &[&str], name: &str, seed: u64, steps: usize) {
                 } else {
                     rng.gen_range(0..2 << 20)
                 };
-                let max_len = if rng.gen_bool(0.8) { 8192 } else { 300_000 };
+                // Small writes keep files inline on inline_data filesystems.
+                let max_len = match rng.gen_range(0..10) {
+                    0..=3 => 100,
+                    4..=8 => 8192,
+                    _ => 300_000,
+                };
                 let len = rng.gen_range(1..max_len);
                 let data: Vec<u8> = (0..len).map(|_| rng.gen()).collect();
                 let n = fs
@@ -248,8 +253,11 @@ fn run(profile_args: &[&str], name: &str, seed: u64, steps: usize) {
                     continue;
                 }
                 let ino = files[rng.gen_range(0..files.len())];
-                let offset = rng.gen_range(0..2 << 20);
-                let len = rng.gen_range(1..600_000);
+                let (offset, len) = if rng.gen_bool(0.3) {
+                    (rng.gen_range(0..150), rng.gen_range(1..100))
+                } else {
+                    (rng.gen_range(0..2 << 20), rng.gen_range(1..600_000))
+                };
                 let mode = [
                     FallocateMode::Allocate,
                     FallocateMode::KeepSize,
@@ -286,7 +294,11 @@ fn run(profile_args: &[&str], name: &str, seed: u64, steps: usize) {
                     continue;
                 }
                 let ino = files[rng.gen_range(0..files.len())];
-                let size = rng.gen_range(0..3 << 20);
+                let size = if rng.gen_bool(0.3) {
+                    rng.gen_range(0..200)
+                } else {
+                    rng.gen_range(0..3 << 20)
+                };
                 fs.truncate(ino, size)
                     .unwrap_or_else(|e| panic!("step {step}: truncate: {e}"));
                 let Some(Node::File(content)) = model.nodes.get_mut(&ino) else {
@@ -426,9 +438,32 @@ fn run(profile_args: &[&str], name: &str, seed: u64, steps: usize) {
     e2fsck_clean(&img.path).unwrap_or_else(|e| panic!("{name} seed {seed}: {e}"));
     let fs = Filesystem::open(&img.path, OpenOptions::default()).unwrap();
     compare_e4(&fs, &model, ROOT, name);
+    if profile_args.contains(&"inline_data") {
+        require_inline_coverage(&fs, &model, name, seed);
+    }
     if let Ok(mount) = KernelMount::mount(&img.path) {
         compare_host(&mount.path(), &model, ROOT, name);
     }
+}
+
+/// On an inline_data filesystem the run must have left files and directories inline and
+/// moved some out of their inodes, or the inline paths went untested.
+fn require_inline_coverage(fs: &Filesystem, model: &Model, name: &str, seed: u64) {
+    const INLINE_FL: u32 = 0x1000_0000;
+    let inline = |ino: &u32| fs.read_inode(*ino).unwrap().flags() & INLINE_FL != 0;
+    let files = model.files();
+    let dirs: Vec<u32> = model.dirs().into_iter().filter(|&d| d > 11).collect();
+    let counts = [
+        files.iter().filter(|f| inline(f)).count(),
+        files.iter().filter(|f| !inline(f)).count(),
+        dirs.iter().filter(|d| inline(d)).count(),
+        dirs.iter().filter(|d| !inline(d)).count(),
+    ];
+    eprintln!("{name} seed {seed}: inline/block files, inline/block directories: {counts:?}");
+    assert!(
+        counts.iter().all(|&n| n > 0),
+        "{name} seed {seed}: inline coverage {counts:?}"
+    );
 }
 
 fn compare_e4(fs: &Filesystem, model: &Model, dir: u32, name: &str) {

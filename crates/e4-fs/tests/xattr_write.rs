@@ -5,15 +5,12 @@
 //! reopening) and by the kernel (where loop mounts work) must equal what was set.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
 use e4_format::features::CompatFeatures;
 use e4_format::xattr::{entry_len, split_name, value_len};
 use e4_fs::{Creator, Error, Filesystem, OpenOptions, XattrSet};
-use e4_testkit::{
-    e2fsck_clean, kernel_comparison_skipped, make_empty_image, make_image, KernelMount, Profile,
-};
+use e4_testkit::{e2fsck_clean, make_empty_image, make_image, KernelMount, Profile};
 use proptest::prelude::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -361,45 +358,6 @@ fn the_first_attribute_turns_on_ext_attr() {
     }
 }
 
-/// A read-write kernel mount, unmounted on drop.
-struct KernelRwMount {
-    dir: tempfile::TempDir,
-}
-
-impl KernelRwMount {
-    fn mount(image: &Path) -> Option<Self> {
-        let dir = tempfile::tempdir().unwrap();
-        let out = Command::new("mount")
-            .args(["-o", "loop"])
-            .arg(image)
-            .arg(dir.path())
-            .output();
-        match out {
-            Ok(out) if out.status.success() => Some(KernelRwMount { dir }),
-            Ok(out) => {
-                let reason = String::from_utf8_lossy(&out.stderr).trim().to_string();
-                kernel_comparison_skipped(&image.display().to_string(), &reason);
-                None
-            }
-            Err(e) => {
-                kernel_comparison_skipped(&image.display().to_string(), &e.to_string());
-                None
-            }
-        }
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-}
-
-impl Drop for KernelRwMount {
-    fn drop(&mut self) {
-        let status = Command::new("umount").arg(self.dir.path()).status();
-        assert!(status.is_ok_and(|s| s.success()), "umount failed");
-    }
-}
-
 /// `h_refcount` of xattr block `nr`, read from the image.
 fn refcount(image: &Path, block_size: u64, nr: u64) -> u32 {
     use std::os::unix::fs::FileExt;
@@ -412,11 +370,11 @@ fn refcount(image: &Path, block_size: u64, nr: u64) -> u32 {
 /// Files the kernel gave identical attributes, so they share one xattr block; `names` of
 /// the files, the attributes set on each.
 fn kernel_shared_block(image: &Path, names: &[&str], attrs: &[(&str, Vec<u8>)]) -> Option<()> {
-    let mount = KernelRwMount::mount(image)?;
+    let mount = KernelMount::mount_writable(image).ok()?;
     for name in names {
-        std::fs::write(mount.path(name), name.as_bytes()).unwrap();
+        std::fs::write(mount.path().join(name), name.as_bytes()).unwrap();
         for (attr, value) in attrs {
-            xattr::set(mount.path(name), attr, value).unwrap();
+            xattr::set(mount.path().join(name), attr, value).unwrap();
         }
     }
     Some(())

@@ -63,6 +63,32 @@ impl AtomicBitmap {
             && self.words[(bit / 64) as usize].load(Ordering::Relaxed) & (1u64 << (bit % 64)) != 0
     }
 
+    /// The 64 bits starting at bit `bit`, bit `bit` lowest (any alignment); bits past the
+    /// end read as clear. Pass 5 compares whole words of a group's bitmap with this.
+    pub fn bits_at(&self, bit: u64) -> u64 {
+        if bit >= self.len {
+            return 0;
+        }
+        let word = |k: u64| {
+            self.words
+                .get(k as usize)
+                .map_or(0, |w| w.load(Ordering::Relaxed))
+        };
+        let shift = bit % 64;
+        let low = word(bit / 64) >> shift;
+        let bits = if shift == 0 {
+            low
+        } else {
+            low | word(bit / 64 + 1) << (64 - shift)
+        };
+        let remaining = self.len - bit;
+        if remaining < 64 {
+            bits & ((1u64 << remaining) - 1)
+        } else {
+            bits
+        }
+    }
+
     /// Whether any bit is set.
     pub fn any(&self) -> bool {
         self.words.iter().any(|w| w.load(Ordering::Relaxed) != 0)
@@ -109,5 +135,21 @@ mod tests {
         assert!(!map.set(299));
         assert!(!map.set(1000));
         assert!(!map.get(1000));
+    }
+
+    #[test]
+    fn bits_at_reads_any_alignment_and_stops_at_the_end() {
+        let map = AtomicBitmap::new(200);
+        for bit in [0, 5, 63, 64, 70, 127, 128, 199] {
+            map.set(bit);
+        }
+        for start in 0..200u64 {
+            let want = (0..64)
+                .filter(|&k| map.get(start + k))
+                .fold(0u64, |w, k| w | 1 << k);
+            assert_eq!(map.bits_at(start), want, "bits from {start}");
+        }
+        assert_eq!(map.bits_at(200), 0);
+        assert_eq!(map.bits_at(5000), 0);
     }
 }

@@ -25,6 +25,7 @@ mod block_map_walk;
 mod block_tally;
 mod context;
 mod dir_htree_check;
+mod dir_names;
 mod extent_walk;
 mod image;
 mod inode_state;

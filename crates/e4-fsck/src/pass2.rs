@@ -6,7 +6,6 @@
 //! checksums verified, and each reference counted on an atomic counter for pass 4.
 //! Entries naming directories are returned for pass 3.
 
-use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use rayon::prelude::*;
@@ -20,6 +19,7 @@ use e4_format::FormatError;
 
 use crate::context::Context;
 use crate::dir_htree_check::{HtreeLayout, LeafRange};
+use crate::dir_names::DirNames;
 use crate::inode_state::InodeKind;
 use crate::pass1::Directory;
 use crate::problem::{Location, ProblemCode};
@@ -202,14 +202,14 @@ fn check_inline(ctx: &Context, dir: &Directory, lost_and_found: &AtomicBool) -> 
 }
 
 /// Checks the entries of one block (or inline region) of one directory.
-struct EntryChecker<'a> {
+struct EntryChecker<'a, 'r> {
     ctx: &'a Context,
     dir: &'a Directory,
     logical: u32,
     physical: u64,
     htree_range: Option<LeafRange>,
     lost_and_found: &'a AtomicBool,
-    names: HashSet<Vec<u8>>,
+    names: DirNames<'r>,
     links: Vec<SubdirLink>,
     /// The entries stopped parsing: e2fsck then salvages the block rather than calling
     /// its checksum the only problem.
@@ -217,7 +217,7 @@ struct EntryChecker<'a> {
     hash_bounds: Option<(u32, u32)>,
 }
 
-impl<'a> EntryChecker<'a> {
+impl<'a, 'r> EntryChecker<'a, 'r> {
     fn new(
         ctx: &'a Context,
         dir: &'a Directory,
@@ -233,7 +233,7 @@ impl<'a> EntryChecker<'a> {
             physical,
             htree_range,
             lost_and_found,
-            names: HashSet::new(),
+            names: DirNames::new(),
             links: Vec::new(),
             corrupted: false,
             hash_bounds: None,
@@ -255,7 +255,7 @@ impl<'a> EntryChecker<'a> {
 
     /// Checks the entries of `region`, which starts at byte `base` of the block; `first`
     /// says whether it begins the directory (so starts with `.` and `..`).
-    fn check_region(&mut self, region: &[u8], base: usize, first: bool) {
+    fn check_region(&mut self, region: &'r [u8], base: usize, first: bool) {
         let ctx = self.ctx;
         let ino = self.dir.ino;
         let filetype = ctx.sb.incompat().contains(IncompatFeatures::FILETYPE);
@@ -387,7 +387,7 @@ impl<'a> EntryChecker<'a> {
                     );
                 }
             }
-            if !self.names.insert(name.to_vec()) {
+            if !self.names.insert(name) {
                 self.report(
                     ProblemCode::PR_2_DUPLICATE_DIRENT,
                     at,

@@ -77,6 +77,34 @@ fn tail_is_set(bytes: &[u8], bits: u64) -> bool {
         .is_none_or(|tail| tail.iter().all(|&b| b == 0xFF))
 }
 
+/// Bits `i..i + 64` of an on-disk bitmap (`i` a multiple of 64), bit `i` lowest; bytes
+/// past the end read as clear, as [`bit`] reads them.
+fn disk_word(bytes: &[u8], i: u64) -> u64 {
+    let mut word = [0u8; 8];
+    if let Some(rest) = usize::try_from(i / 8).ok().and_then(|at| bytes.get(at..)) {
+        let n = rest.len().min(8);
+        word[..n].copy_from_slice(&rest[..n]);
+    }
+    u64::from_le_bytes(word)
+}
+
+/// A mask of the lowest `n` bits (all 64 from 64 on).
+fn low_bits(n: u64) -> u64 {
+    if n >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << n) - 1
+    }
+}
+
+/// How many of the first `count` bits of an on-disk bitmap are clear.
+fn clear_bits(bytes: &[u8], count: u64) -> u64 {
+    (0..count)
+        .step_by(64)
+        .map(|i| u64::from((!disk_word(bytes, i) & low_bits(count - i)).count_ones()))
+        .sum()
+}
+
 fn bit(bytes: &[u8], index: u64) -> bool {
     bytes
         .get((index / 8) as usize)
@@ -105,19 +133,26 @@ fn check_block_bitmap(ctx: &Context, group: u32) -> u64 {
     };
     // Under -n the bitmap is not corrected, so e2fsck counts what it says is free.
     let free = match &on_disk {
-        Some(bytes) => (0..count).filter(|&i| !bit(bytes, i)).count() as u64,
+        Some(bytes) => clear_bits(bytes, count),
         None => (0..count).filter(|&i| !found(i)).count() as u64,
     };
     if let Some(bytes) = &on_disk {
-        report_differences(
-            ctx,
-            count,
-            |i| bit(bytes, i),
-            found,
-            |i| start + i,
-            (ProblemCode::PR_5_BLOCK_UNUSED, ProblemCode::PR_5_BLOCK_USED),
-            BitmapKind::Block,
-        );
+        // Word by word first: a group whose bitmap agrees (nearly all of them) costs a
+        // compare per 64 blocks instead of two lookups per block.
+        let agrees = (0..count).step_by(64).all(|i| {
+            (disk_word(bytes, i) ^ ctx.block_found.bits_at(start + i)) & low_bits(count - i) == 0
+        });
+        if !agrees {
+            report_differences(
+                ctx,
+                count,
+                |i| bit(bytes, i),
+                found,
+                |i| start + i,
+                (ProblemCode::PR_5_BLOCK_UNUSED, ProblemCode::PR_5_BLOCK_USED),
+                BitmapKind::Block,
+            );
+        }
         if !uninit {
             let per_group = u64::from(geo.blocks_per_group());
             if (count..per_group).any(|i| !bit(bytes, i)) || !tail_is_set(bytes, per_group) {

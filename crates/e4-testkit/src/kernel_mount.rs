@@ -91,7 +91,21 @@ impl KernelMount {
 }
 
 impl Drop for KernelMount {
+    /// Unmounts, retrying while the mount is briefly busy (another test's process may hold
+    /// it for a moment); a mount that cannot be released fails the test, since a read-write
+    /// mount's changes are only complete once it is unmounted.
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg(self.dir.path()).status();
+        let mut last = String::new();
+        for _ in 0..50 {
+            match Command::new("umount").arg(self.dir.path()).output() {
+                Ok(out) if out.status.success() => return,
+                Ok(out) => last = String::from_utf8_lossy(&out.stderr).trim().to_string(),
+                Err(e) => last = e.to_string(),
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        if !std::thread::panicking() {
+            panic!("umount {} failed: {last}", self.dir.path().display());
+        }
     }
 }

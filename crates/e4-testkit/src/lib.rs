@@ -6,10 +6,12 @@ mod compare;
 mod image;
 mod kernel_mount;
 mod tree;
+#[cfg(feature = "walk")]
 mod walk;
 
 pub use compare::{compare_trees, CompareOptions};
 pub use image::{e2fsck_clean, make_empty_image, make_image, Image, Profile, PROFILES};
 pub use kernel_mount::{kernel_comparison_skipped, KernelMount};
 pub use tree::{full_source_tree, generate_tree, TreeSpec};
+#[cfg(feature = "walk")]
 pub use walk::walk_everything;

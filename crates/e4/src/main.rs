@@ -1,4 +1,4 @@
-//! `e4`: inspect, read and export ext2/3/4 images in user space.
+//! `e4`: inspect, read, export and edit ext2/3/4 images in user space.
 //!
 //! Exit status: 0 on success, 1 when a command fails (one line on stderr), 2 for bad
 //! arguments. See [`output`].
@@ -7,15 +7,26 @@ use std::process::ExitCode;
 
 use clap::{ArgAction, Parser, Subcommand};
 
+mod attribute_edit;
 mod bench;
 mod cat;
+mod edit_session;
 mod export;
 mod fsck;
+mod host_copy;
+mod import;
 mod info;
 mod ls;
 mod output;
+mod put;
 mod stat;
 mod time_format;
+mod tree_edit;
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use edit_session::{with_writable_image, ImagePath};
 
 use output::{CliError, EXIT_RUNTIME, EXIT_USAGE};
 
@@ -23,7 +34,7 @@ use output::{CliError, EXIT_RUNTIME, EXIT_USAGE};
 #[command(
     name = "e4",
     version,
-    about = "ext4 in user space: read and export ext2/3/4 images without root",
+    about = "ext4 in user space: read, export and edit ext2/3/4 images without root",
     after_help = "Exit status: 0 on success, 1 when the command fails, 2 for bad arguments."
 )]
 struct Cli {
@@ -145,6 +156,111 @@ enum Command {
         #[arg(short = 'C')]
         progress: bool,
     },
+    /// Copy a host directory's contents into the image, on all cores.
+    ///
+    /// Into PATH (`/` by default; made if missing), with modes, owners, times, symlinks,
+    /// hard links, device nodes and xattrs; a directory that exists is merged into. Goes on
+    /// past paths that fail, names each one, and exits 1 at the end if any did; stops at
+    /// once when the filesystem is full.
+    Import {
+        /// The ext4 image file or block device to change.
+        image: String,
+        /// The host directory whose contents are copied.
+        host_dir: PathBuf,
+        /// Directory inside the image that receives them.
+        #[arg(default_value = "/")]
+        path: OsString,
+        /// Worker threads; all cores by default.
+        #[arg(short = 'j', long, value_parser = clap::value_parser!(u16).range(1..))]
+        threads: Option<u16>,
+    },
+    /// Copy one host file into the image.
+    ///
+    /// Into PATH if it is a directory, keeping the file's mode, owner, times and xattrs. An
+    /// existing file is not replaced.
+    Put {
+        /// The ext4 image file or block device to change.
+        image: String,
+        /// The host file to copy (a symlink is followed).
+        host_file: PathBuf,
+        /// Where it goes inside the image.
+        path: OsString,
+    },
+    /// Make a directory (mode 755, owned by the caller).
+    Mkdir {
+        /// The ext4 image file or block device to change.
+        image: String,
+        /// The new directory's path inside the image.
+        path: OsString,
+        /// Make missing parents too, and accept an existing directory.
+        #[arg(short, long)]
+        parents: bool,
+    },
+    /// Remove a file, symlink or special file; with -r, a directory and all it holds.
+    Rm {
+        /// The ext4 image file or block device to change.
+        image: String,
+        /// The path inside the image (a symlink is removed, not its target).
+        path: OsString,
+        /// Remove directories and their contents.
+        #[arg(short, long)]
+        recursive: bool,
+    },
+    /// Rename or move FROM to TO (into TO if it is a directory).
+    ///
+    /// A file or an empty directory already at the destination is replaced.
+    Mv {
+        /// The ext4 image file or block device to change.
+        image: String,
+        /// The path to move.
+        from: OsString,
+        /// The new path, or an existing directory to move into.
+        to: OsString,
+    },
+    /// Make a hard link PATH to TARGET; with -s, a symlink to TARGET as written.
+    ///
+    /// If PATH is a directory, the link goes into it under TARGET's last name.
+    Ln {
+        /// The ext4 image file or block device to change.
+        image: String,
+        /// The existing path to link to (with -s: any text).
+        target: OsString,
+        /// The new name.
+        path: OsString,
+        /// Make a symbolic link.
+        #[arg(short, long)]
+        symbolic: bool,
+    },
+    /// Set permission bits (octal, up to 7777).
+    Chmod {
+        /// The ext4 image file or block device to change.
+        image: String,
+        /// Octal mode, e.g. 755 or 4755.
+        #[arg(value_parser = attribute_edit::parse_mode)]
+        mode: u16,
+        /// The path inside the image (a symlink is followed).
+        path: OsString,
+    },
+    /// Set the owner: UID:GID, UID or :GID (numeric).
+    Chown {
+        /// The ext4 image file or block device to change.
+        image: String,
+        /// Numeric owner and group.
+        #[arg(value_parser = attribute_edit::parse_owner)]
+        owner: attribute_edit::Owner,
+        /// The path inside the image (a symlink is followed).
+        path: OsString,
+    },
+    /// Set a regular file's size: shrinking drops data, growing adds a hole.
+    Truncate {
+        /// The new size in bytes, or with a K, M, G or T suffix (powers of 1024).
+        #[arg(short, long, value_parser = attribute_edit::parse_size)]
+        size: u64,
+        /// The ext4 image file or block device to change.
+        image: String,
+        /// The path of an existing file inside the image (a symlink is followed).
+        path: OsString,
+    },
 }
 
 fn run(cli: Cli) -> Result<(), CliError> {
@@ -202,6 +318,55 @@ fn run(cli: Cli) -> Result<(), CliError> {
             keep: keep.map(Into::into),
         }),
         Command::Fsck { .. } => unreachable!("fsck is dispatched by main"),
+        Command::Import {
+            image,
+            host_dir,
+            path,
+            threads,
+        } => with_writable_image(&image, |fs| {
+            import::run(
+                fs,
+                std::path::Path::new(&image),
+                &host_dir,
+                ImagePath(&path),
+                threads.map(usize::from),
+            )
+        }),
+        Command::Put {
+            image,
+            host_file,
+            path,
+        } => with_writable_image(&image, |fs| put::run(fs, &host_file, ImagePath(&path))),
+        Command::Mkdir {
+            image,
+            path,
+            parents,
+        } => with_writable_image(&image, |fs| tree_edit::mkdir(fs, ImagePath(&path), parents)),
+        Command::Rm {
+            image,
+            path,
+            recursive,
+        } => with_writable_image(&image, |fs| tree_edit::rm(fs, ImagePath(&path), recursive)),
+        Command::Mv { image, from, to } => with_writable_image(&image, |fs| {
+            tree_edit::mv(fs, ImagePath(&from), ImagePath(&to))
+        }),
+        Command::Ln {
+            image,
+            target,
+            path,
+            symbolic,
+        } => with_writable_image(&image, |fs| {
+            tree_edit::ln(fs, ImagePath(&target), ImagePath(&path), symbolic)
+        }),
+        Command::Chmod { image, mode, path } => with_writable_image(&image, |fs| {
+            attribute_edit::chmod(fs, mode, ImagePath(&path))
+        }),
+        Command::Chown { image, owner, path } => with_writable_image(&image, |fs| {
+            attribute_edit::chown(fs, owner, ImagePath(&path))
+        }),
+        Command::Truncate { size, image, path } => with_writable_image(&image, |fs| {
+            attribute_edit::truncate(fs, size, ImagePath(&path))
+        }),
     }
 }
 

@@ -40,7 +40,10 @@ fn short_bench_writes_json_records_and_clean_images() {
         assert!(r["ops_per_sec"].as_f64().unwrap() > 0.0, "{r}");
         assert!(r["contended_per_op"].is_number(), "{r}");
         // Creates and preallocations draw on the shared free counters' pools now and then.
-        assert!(r["shared_atomic_writes_per_op"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(
+            r["shared_atomic_writes_per_op"].as_f64().unwrap() > 0.0,
+            "{r}"
+        );
         assert!(r["locks_per_op"].as_f64().unwrap() > 0.0, "{r}");
         for field in [
             "workload",

@@ -1,0 +1,227 @@
+//! What the agreement tests share: e2fsck as the oracle (its messages mapped to problem
+//! classes), e4's verdict, the comparison of the two, and debugfs/byte helpers that find and
+//! damage structures of an image by path. Each test crate uses a subset of it.
+#![allow(dead_code)]
+
+use std::collections::BTreeSet;
+use std::fs::{self, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::process::Command;
+
+use e4_fsck::{check, Options, ProblemClass};
+
+/// e2fsck message fragments and the class each one names. The first match wins.
+pub const E2FSCK_CLASSES: &[(&str, ProblemClass)] = &[
+    ("should be zero", ProblemClass::Inode),
+    ("Superblock invalid", ProblemClass::Superblock),
+    ("multiply-claimed", ProblemClass::MultiplyClaimed),
+    ("Multiply-claimed", ProblemClass::MultiplyClaimed),
+    ("i_size is", ProblemClass::InodeSize),
+    ("i_blocks is", ProblemClass::InodeBlocks),
+    ("HTREE", ProblemClass::Htree),
+    ("extent", ProblemClass::ExtentTree),
+    ("Illegal block", ProblemClass::IllegalBlock),
+    ("xtended attribute", ProblemClass::Xattr),
+    (
+        "bitmap does not match checksum",
+        ProblemClass::BitmapChecksum,
+    ),
+    ("Block bitmap differences", ProblemClass::BlockBitmap),
+    ("Padding at end of inode bitmap", ProblemClass::InodeBitmap),
+    ("Padding at end of block bitmap", ProblemClass::BlockBitmap),
+    ("Inode bitmap differences", ProblemClass::InodeBitmap),
+    ("count wrong", ProblemClass::FreeCounts),
+    ("Setting free", ProblemClass::FreeCounts),
+    ("ref count is", ProblemClass::LinkCount),
+    ("Unattached", ProblemClass::LinkCount),
+    ("Unconnected directory", ProblemClass::Connectivity),
+    ("Recursively looped", ProblemClass::Connectivity),
+    // Before "'..' in": pass 2's "Missing '..' in directory inode N" is a block problem.
+    ("Missing '..'", ProblemClass::DirectoryBlock),
+    ("'..' in", ProblemClass::Connectivity),
+    ("/lost+found not found", ProblemClass::Connectivity),
+    ("Root inode not allocated", ProblemClass::Connectivity),
+    ("directory corrupted", ProblemClass::DirectoryBlock),
+    ("Missing '.'", ProblemClass::DirectoryBlock),
+    ("has no checksum", ProblemClass::DirectoryBlock),
+    (
+        "passes checks but fails checksum",
+        ProblemClass::DirectoryBlock,
+    ),
+    ("duplicate '.", ProblemClass::DirectoryBlock),
+    ("has an unallocated", ProblemClass::DirectoryBlock),
+    ("Invalid inode number for '.'", ProblemClass::DirectoryBlock),
+    ("deleted/unused inode", ProblemClass::DirectoryEntry),
+    ("has invalid inode #", ProblemClass::DirectoryEntry),
+    ("incorrect filetype", ProblemClass::DirectoryEntry),
+    ("Duplicate entry", ProblemClass::DirectoryEntry),
+    ("is a link to", ProblemClass::DirectoryEntry),
+    ("illegal characters", ProblemClass::DirectoryEntry),
+    ("is not in group", ProblemClass::GroupDescriptor),
+    ("Group descriptor", ProblemClass::GroupDescriptor),
+    ("roup descriptors look bad", ProblemClass::GroupDescriptor),
+    (
+        "passes checks, but checksum does not match inode",
+        ProblemClass::Inode,
+    ),
+    ("invalid journal", ProblemClass::Journal),
+    ("skipping journal recovery", ProblemClass::Journal),
+    ("Journal", ProblemClass::Journal),
+    ("orphan", ProblemClass::Orphan),
+    ("dtime", ProblemClass::Inode),
+    ("invalid mode", ProblemClass::Inode),
+    ("Root inode is not a directory", ProblemClass::Inode),
+];
+
+/// What a checker concluded about one image.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Verdict {
+    pub errors: bool,
+    pub classes: BTreeSet<ProblemClass>,
+}
+
+pub fn e2fsck_verdict(image: &Path) -> (Verdict, String) {
+    let out = Command::new("e2fsck")
+        .arg("-fn")
+        .arg(image)
+        .output()
+        .unwrap();
+    // Opening messages ("Superblock invalid, trying backup blocks") go to stderr.
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let classes = text
+        .lines()
+        .filter_map(|line| {
+            E2FSCK_CLASSES
+                .iter()
+                .find(|(fragment, _)| line.contains(fragment))
+                .map(|&(_, class)| class)
+        })
+        .collect();
+    let code = out.status.code().unwrap_or(-1);
+    assert!(
+        matches!(code, 0 | 4 | 12),
+        "e2fsck -fn exited {code}:\n{text}"
+    );
+    (
+        Verdict {
+            errors: code & 4 != 0,
+            classes,
+        },
+        text,
+    )
+}
+
+/// Whether e2fsck stopped early (it printed no pass 5): declining to salvage a corrupted
+/// directory block aborts `e2fsck -n` in pass 2, and a corrupt journal superblock before
+/// pass 1 ("Cannot proceed with file system check", exit 12). e4 goes on, so then
+/// e2fsck's classes must be a subset of e4's.
+pub fn e2fsck_aborted(text: &str) -> bool {
+    !text.contains("Pass 5")
+}
+
+pub fn e4_verdict(image: &Path, threads: usize) -> (Verdict, String) {
+    let options = Options {
+        threads: Some(threads),
+        force: true,
+        ..Options::default()
+    };
+    let report = check(image, &options).unwrap();
+    let mut text = Vec::new();
+    report.write_text(&mut text, "image").unwrap();
+    (
+        Verdict {
+            errors: report.exit_code() == e4_fsck::report::EXIT_ERRORS,
+            classes: report.problems.iter().map(|p| p.code.class()).collect(),
+        },
+        String::from_utf8(text).unwrap(),
+    )
+}
+
+/// Checks `image` with both and asserts they agree; returns e4's classes.
+pub fn assert_agreement(image: &Path, what: &str) -> BTreeSet<ProblemClass> {
+    let (oracle, oracle_text) = e2fsck_verdict(image);
+    let (ours, our_text) = e4_verdict(image, 4);
+    let agree = if e2fsck_aborted(&oracle_text) {
+        ours.errors == oracle.errors && oracle.classes.is_subset(&ours.classes)
+    } else {
+        ours == oracle
+    };
+    assert!(
+        agree,
+        "{what}: e4 fsck and e2fsck disagree\n--- e2fsck -fn:\n{oracle_text}\n--- e4 fsck:\n{our_text}\n{ours:?}\n{oracle:?}"
+    );
+    // The output must not depend on the thread count.
+    let (_, single) = e4_verdict(image, 1);
+    assert_eq!(
+        single, our_text,
+        "{what}: output differs between 1 and 4 threads"
+    );
+    ours.classes
+}
+
+pub fn debugfs(image: &Path, command: &str) -> String {
+    let out = Command::new("debugfs")
+        .arg("-w")
+        .arg("-R")
+        .arg(command)
+        .arg(image)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The physical block of logical block `logical` of `path`.
+pub fn bmap(image: &Path, path: &str, logical: u64) -> u64 {
+    debugfs(image, &format!("bmap {path} {logical}"))
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("bmap {path} {logical}"))
+}
+
+/// The inode number of `path`.
+pub fn inode_of(image: &Path, path: &str) -> u32 {
+    let text = debugfs(image, &format!("stat {path}"));
+    let rest = text.split("Inode: ").nth(1).expect("stat output");
+    rest.split_whitespace().next().unwrap().parse().unwrap()
+}
+
+pub fn block_size(image: &Path) -> u64 {
+    let text = debugfs(image, "stats");
+    let line = text.lines().find(|l| l.starts_with("Block size:")).unwrap();
+    line.split_whitespace().last().unwrap().parse().unwrap()
+}
+
+pub fn write_bytes(image: &Path, offset: u64, bytes: &[u8]) {
+    let file = OpenOptions::new().write(true).open(image).unwrap();
+    file.write_all_at(bytes, offset).unwrap();
+}
+
+pub fn read_bytes(image: &Path, offset: u64, len: usize) -> Vec<u8> {
+    let file = fs::File::open(image).unwrap();
+    let mut buf = vec![0u8; len];
+    file.read_exact_at(&mut buf, offset).unwrap();
+    buf
+}
+
+/// Byte offset of inode `ino`'s record.
+pub fn inode_offset(image: &Path, ino: u32) -> u64 {
+    let text = debugfs(image, &format!("imap <{ino}>"));
+    // "Inode 12 is part of block group 0\n\tlocated at block 1234, offset 0x0b00"
+    let block: u64 = text
+        .split("located at block ")
+        .nth(1)
+        .unwrap()
+        .split(',')
+        .next()
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let offset = text.split("offset 0x").nth(1).unwrap().trim();
+    block * block_size(image) + u64::from_str_radix(offset, 16).unwrap()
+}

@@ -1,0 +1,182 @@
+//! Copying one host file into an inode of the image: its data (holes kept as holes), its
+//! xattrs, and its attributes. Shared by `e4 put` (one file) and `e4 import` (a tree).
+
+use std::cell::RefCell;
+use std::fs::{File, Metadata};
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::Path;
+
+use e4_fs::{Creator, Filesystem, SetAttributes, Timestamp, XattrSet};
+use rustix::fs::SeekFrom;
+use rustix::io::Errno;
+
+/// Bytes copied per read and per engine write: a contiguous file is one engine call per MiB,
+/// and a buffer per thread stays cheap.
+const CHUNK: usize = 1 << 20;
+
+thread_local! {
+    /// This worker's copy buffer, grown to the largest chunk met and reused, so small files
+    /// cost no allocation.
+    static COPY_BUFFER: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Why copying into the image failed: the host side (the path is the host file's) or the
+/// image side (an engine error, which the caller words with the image path and may treat as
+/// stopping everything, as a full filesystem does).
+#[derive(Debug)]
+pub enum CopyError {
+    Host(String),
+    Image(e4_fs::Error),
+}
+
+impl From<e4_fs::Error> for CopyError {
+    fn from(e: e4_fs::Error) -> Self {
+        CopyError::Image(e)
+    }
+}
+
+/// Owner and permission bits of a new inode for host file `meta`.
+pub fn creator_of(meta: &Metadata) -> Creator {
+    Creator {
+        // The mode's low 12 bits are the permissions, setuid, setgid and sticky.
+        permissions: (meta.mode() & 0o7777) as u16,
+        uid: meta.uid(),
+        gid: meta.gid(),
+    }
+}
+
+/// The host file's permissions and times, to apply last (after the data and the children,
+/// whose writes change mtime). Permissions go again because a write may clear setuid.
+pub fn final_attributes(meta: &Metadata) -> SetAttributes {
+    let time = |seconds: i64, nanoseconds: i64| Timestamp {
+        seconds,
+        // The kernel keeps st_*time_nsec in 0..1e9; a value out of range becomes 0.
+        nanoseconds: u32::try_from(nanoseconds)
+            .ok()
+            .filter(|&ns| ns < 1_000_000_000)
+            .unwrap_or(0),
+    };
+    SetAttributes {
+        permissions: Some((meta.mode() & 0o7777) as u16),
+        atime: Some(time(meta.atime(), meta.atime_nsec())),
+        mtime: Some(time(meta.mtime(), meta.mtime_nsec())),
+        ..SetAttributes::default()
+    }
+}
+
+/// Copies the data of host regular file `host` (of `size` bytes) into the empty regular
+/// file `ino`, reading only the host's data regions (SEEK_DATA/SEEK_HOLE), so a sparse file
+/// stays sparse and the work follows the data, not the size. Returns the bytes copied.
+pub fn copy_data(fs: &Filesystem, ino: u32, host: &Path, size: u64) -> Result<u64, CopyError> {
+    let host_error =
+        |what: &str, e: std::io::Error| CopyError::Host(format!("{}: {what}: {e}", host.display()));
+    let file = File::open(host).map_err(|e| host_error("cannot open", e))?;
+    let mut copied = 0;
+    let mut offset = 0;
+    COPY_BUFFER.with_borrow_mut(|buf| {
+        while offset < size {
+            let Some((start, end)) = next_data(&file, offset, size)
+                .map_err(|e| host_error("cannot find its data", e.into()))?
+            else {
+                break;
+            };
+            let mut at = start;
+            while at < end {
+                let want = ((end - at) as usize).min(CHUNK);
+                if buf.len() < want {
+                    buf.resize(want, 0);
+                }
+                let read = file
+                    .read_at(&mut buf[..want], at)
+                    .map_err(|e| host_error("cannot read", e))?;
+                if read == 0 {
+                    // The file shrank while being copied; what is left is a hole.
+                    break;
+                }
+                write_all(fs, ino, at, &buf[..read])?;
+                at += read as u64;
+                copied += read as u64;
+            }
+            offset = end;
+        }
+        Ok::<_, CopyError>(())
+    })?;
+    // The size is the host's, not where the data ended (a trailing hole). Setting it also
+    // gives back the blocks the engine reserved ahead for the file: it has no "close" that
+    // would, as the kernel's last close discards preallocations, and a tree of files each
+    // holding a reservation fills the filesystem early.
+    fs.truncate(ino, size)?;
+    Ok(copied)
+}
+
+/// The next region of data at or after `offset`, as [start, end), or None when only a hole
+/// is left. A host filesystem without SEEK_DATA support (EINVAL) is taken as all data.
+fn next_data(file: &File, offset: u64, size: u64) -> Result<Option<(u64, u64)>, Errno> {
+    let start = match rustix::fs::seek(file, SeekFrom::Data(offset)) {
+        Ok(start) => start,
+        Err(Errno::NXIO) => return Ok(None),
+        Err(Errno::INVAL) => return Ok(Some((offset, size))),
+        Err(e) => return Err(e),
+    };
+    if start >= size {
+        return Ok(None);
+    }
+    let end = match rustix::fs::seek(file, SeekFrom::Hole(start)) {
+        Ok(end) => end.min(size),
+        Err(Errno::NXIO) => size,
+        Err(e) => return Err(e),
+    };
+    Ok(Some((start, end)))
+}
+
+/// Writes all of `data` at `offset`: the engine writes fewer bytes only when the filesystem
+/// fills part-way, and the next call then reports that as an error.
+fn write_all(fs: &Filesystem, ino: u32, mut offset: u64, mut data: &[u8]) -> Result<(), CopyError> {
+    while !data.is_empty() {
+        let written = fs.write_at(ino, offset, data)?;
+        offset += written as u64;
+        data = &data[written..];
+    }
+    Ok(())
+}
+
+/// Copies every xattr of host path `host` (not following a symlink) to inode `ino`. On
+/// failure, the message names the attributes that could not be set and the first reason,
+/// so a file costs one line however many attributes it has.
+pub fn copy_xattrs(fs: &Filesystem, ino: u32, host: &Path) -> Result<(), String> {
+    let names = match xattr::list(host) {
+        Ok(names) => names,
+        // A host filesystem without xattrs has none to copy.
+        Err(e) if e.raw_os_error() == Some(Errno::OPNOTSUPP.raw_os_error()) => return Ok(()),
+        Err(e) => return Err(format!("cannot list its xattrs: {e}")),
+    };
+    let mut failed = Vec::new();
+    let mut first_reason = None;
+    for name in names {
+        let result = match xattr::get(host, &name) {
+            // Removed between the listing and the read: nothing to copy.
+            Ok(None) => continue,
+            Ok(Some(value)) => fs
+                .set_xattr(
+                    ino,
+                    std::os::unix::ffi::OsStrExt::as_bytes(name.as_os_str()),
+                    &value,
+                    XattrSet::Either,
+                )
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(format!("cannot read it on the host: {e}")),
+        };
+        if let Err(reason) = result {
+            failed.push(name.to_string_lossy().into_owned());
+            first_reason.get_or_insert(reason);
+        }
+    }
+    match first_reason {
+        None => Ok(()),
+        Some(reason) => Err(format!(
+            "cannot set xattr{} {}: {reason}",
+            if failed.len() == 1 { "" } else { "s" },
+            failed.join(", ")
+        )),
+    }
+}

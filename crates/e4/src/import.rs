@@ -1,0 +1,561 @@
+//! `e4 import`: copy a host directory tree into the image, in parallel, keeping contents
+//! (holes as holes), modes, owners, atime and mtime to the nanosecond, symlinks, hard links,
+//! fifos, sockets, device nodes and xattrs.
+//!
+//! How the work is split: a task per subdirectory, and the other entries of a directory in
+//! tasks of [`ENTRIES_PER_TASK`], all on one rayon pool. Threads thus mostly work in
+//! different directories, so they rarely wait on the same directory's lock; a file's data is
+//! written without holding its directory's lock at all, so a directory of large files still
+//! copies on every core.
+//!
+//! Order: a directory's own times (and, when it already existed, its mode and owner) are set
+//! once all its children are in, because creating them changes its mtime. A host inode with
+//! several names is created at the first name met and linked at the others after the walk
+//! (two threads may meet its names at once), and then the times of the directories that got
+//! such a link are set again.
+//!
+//! Failures: a path that cannot be imported (a name that exists in the image as another
+//! type, a host file that cannot be read, an xattr the engine refuses) is one line, and the
+//! import goes on; it exits 1 at the end with the count. A failure of the whole filesystem
+//! (no space, a feature the engine does not write) stops the import with one line: every
+//! other path would fail the same way.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::fs::{self, Metadata};
+use std::io::IsTerminal;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use e4_fs::{Error, FileType, Filesystem, SetAttributes};
+use indicatif::{ProgressBar, ProgressStyle};
+use rayon::prelude::*;
+
+use crate::edit_session::{describe, stops_everything, ImagePath};
+use crate::host_copy::{copy_data, copy_xattrs, creator_of, final_attributes, CopyError};
+use crate::output::CliError;
+
+/// Non-directory entries of one directory handled by one task: enough that a task is worth
+/// scheduling, few enough that a large flat directory still spreads over every core.
+const ENTRIES_PER_TASK: usize = 64;
+
+/// Imports the contents of host directory `host_dir` into directory `target` of the image
+/// (created if missing; its parent must exist), and gives `target` the host directory's
+/// mode, owner and times. `image` is the image file: if the host tree holds it, it is
+/// skipped (copying an image into itself while it changes is never what was meant).
+pub fn run(
+    fs: &Filesystem,
+    image: &Path,
+    host_dir: &Path,
+    target: ImagePath<'_>,
+    threads: Option<usize>,
+) -> Result<(), CliError> {
+    let host_meta =
+        fs::symlink_metadata(host_dir).map_err(|e| format!("{}: {e}", host_dir.display()))?;
+    if !host_meta.is_dir() {
+        return Err(format!("{}: not a directory", host_dir.display()).into());
+    }
+    let root = target_directory(fs, target, &host_meta)?;
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads.unwrap_or(0))
+        .build()
+        .map_err(|e| format!("cannot start worker threads: {e}"))?;
+    let import = Import {
+        fs,
+        image_file: fs::metadata(image).ok().map(|m| (m.dev(), m.ino())),
+        progress: Progress::new(),
+        stopped: AtomicBool::new(false),
+        stop_reason: Mutex::new(None),
+        first_names: Mutex::new(HashMap::new()),
+        late_links: Mutex::new(Vec::new()),
+    };
+    let root_path = trimmed_root(target.bytes());
+    pool.install(|| {
+        import.directory_contents(host_dir, root, &root_path);
+        import.finish_late_links();
+        import.finish_directory(host_dir, &root_path, root, &host_meta, true);
+    });
+    import.progress.finish();
+    let entries = import.progress.entries.load(Ordering::Relaxed);
+    if let Some(reason) = import
+        .stop_reason
+        .into_inner()
+        .unwrap_or_else(|p| p.into_inner())
+    {
+        return Err(format!(
+            "{reason}; the import stopped after {}",
+            counted(entries, "entry", "entries")
+        )
+        .into());
+    }
+    match import.progress.failures.load(Ordering::Relaxed) {
+        0 => Ok(()),
+        n => Err(format!(
+            "{} imported; {} could not be (each is named above)",
+            counted(entries, "entry", "entries"),
+            counted(n, "path", "paths")
+        )
+        .into()),
+    }
+}
+
+/// "1 entry", "2 entries".
+fn counted(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// The image directory to import into: `target` if it is one, else a new directory made
+/// there with the host directory's mode and owner.
+fn target_directory(
+    fs: &Filesystem,
+    target: ImagePath<'_>,
+    host_meta: &Metadata,
+) -> Result<u32, String> {
+    match fs.resolve_bytes(target.bytes(), true) {
+        Ok(ino) => match fs.metadata(ino) {
+            Ok(m) if m.file_type == FileType::Directory => Ok(ino),
+            Ok(_) => Err(format!("{}: not a directory", target.shown())),
+            Err(e) => Err(describe(target, &e)),
+        },
+        Err(Error::NotFound(_)) => {
+            let (parent, name) = target.parent_and_name(fs)?;
+            fs.mkdir(parent, name, creator_of(host_meta))
+                .map_err(|e| describe(target, &e))
+        }
+        Err(e) => Err(describe(target, &e)),
+    }
+}
+
+/// The image path of the import's root, without trailing slashes ("" for the root), so
+/// that children are shown as `{root}/{name}`.
+fn trimmed_root(path: &[u8]) -> Vec<u8> {
+    let end = path.iter().rposition(|&b| b != b'/').map_or(0, |at| at + 1);
+    let mut root = path[..end].to_vec();
+    if !root.is_empty() && root[0] != b'/' {
+        root.insert(0, b'/');
+    }
+    root
+}
+
+/// State shared by the workers of one import.
+struct Import<'a> {
+    fs: &'a Filesystem,
+    /// The image file's (device, inode) on the host.
+    image_file: Option<(u64, u64)>,
+    progress: Progress,
+    /// Set once something stopped the import; read before every entry, so an atomic
+    /// rather than the lock of the reason.
+    stopped: AtomicBool,
+    /// Why the import stopped (the first reason).
+    stop_reason: Mutex<Option<String>>,
+    /// Host inodes with several names, by (device, inode): the image inode made for the
+    /// first name, None while it is being made or if making it failed.
+    first_names: Mutex<HashMap<(u64, u64), Option<u32>>>,
+    /// Further names of those inodes, linked after the walk.
+    late_links: Mutex<Vec<LateLink>>,
+}
+
+/// A second (or later) name of a host inode.
+struct LateLink {
+    host_inode: (u64, u64),
+    parent: u32,
+    name: OsString,
+    image_path: Vec<u8>,
+    /// The directory the link goes in, and its host attributes to set again afterwards.
+    parent_path: Vec<u8>,
+    parent_attributes: SetAttributes,
+}
+
+/// A unit of work in one directory.
+enum Task {
+    Subdirectory(OsString),
+    Entries(Vec<OsString>),
+}
+
+fn child_path(parent: &[u8], name: &OsString) -> Vec<u8> {
+    let mut path = Vec::with_capacity(parent.len() + 1 + name.len());
+    path.extend_from_slice(parent);
+    path.push(b'/');
+    path.extend_from_slice(name.as_bytes());
+    path
+}
+
+fn as_image_path(image_path: &[u8]) -> ImagePath<'_> {
+    ImagePath(std::ffi::OsStr::from_bytes(if image_path.is_empty() {
+        b"/"
+    } else {
+        image_path
+    }))
+}
+
+impl Import<'_> {
+    fn is_stopped(&self) -> bool {
+        self.stopped.load(Ordering::Relaxed)
+    }
+
+    /// Reports an engine error at `image_path`: a failure of that path, or of the whole
+    /// filesystem, which stops the import (the first such reason is the one reported).
+    fn image_error(&self, image_path: &[u8], error: &Error) {
+        let line = describe(as_image_path(image_path), error);
+        if stops_everything(error) {
+            self.stop_reason
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get_or_insert(line);
+            self.stopped.store(true, Ordering::Relaxed);
+        } else {
+            self.progress.fail(&line);
+        }
+    }
+
+    fn copy_error(&self, image_path: &[u8], error: &CopyError) {
+        match error {
+            CopyError::Host(line) => self.progress.fail(line),
+            CopyError::Image(e) => self.image_error(image_path, e),
+        }
+    }
+
+    /// Imports every entry of host directory `host` into image directory `dir` (at
+    /// `image_path`).
+    fn directory_contents(&self, host: &Path, dir: u32, image_path: &[u8]) {
+        let listing = match fs::read_dir(host) {
+            Ok(listing) => listing,
+            Err(e) => return self.progress.fail(&format!("{}: {e}", host.display())),
+        };
+        let mut tasks = Vec::new();
+        let mut entries = Vec::new();
+        for entry in listing {
+            let entry = match entry {
+                Ok(entry) => entry,
+                Err(e) => {
+                    self.progress.fail(&format!("{}: {e}", host.display()));
+                    continue;
+                }
+            };
+            // d_type, when the host filesystem records it; the entry is lstat-ed anyway.
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                tasks.push(Task::Subdirectory(entry.file_name()));
+            } else {
+                entries.push(entry.file_name());
+                if entries.len() == ENTRIES_PER_TASK {
+                    tasks.push(Task::Entries(std::mem::take(&mut entries)));
+                }
+            }
+        }
+        if !entries.is_empty() {
+            tasks.push(Task::Entries(entries));
+        }
+        tasks.into_par_iter().for_each(|task| match task {
+            Task::Subdirectory(name) => self.entry(host, dir, image_path, &name),
+            Task::Entries(names) => {
+                for name in &names {
+                    self.entry(host, dir, image_path, name);
+                }
+            }
+        });
+    }
+
+    fn entry(&self, host_dir: &Path, dir: u32, dir_path: &[u8], name: &OsString) {
+        if self.is_stopped() {
+            return;
+        }
+        let host = host_dir.join(name);
+        let image_path = child_path(dir_path, name);
+        let meta = match fs::symlink_metadata(&host) {
+            Ok(meta) => meta,
+            Err(e) => return self.progress.fail(&format!("{}: {e}", host.display())),
+        };
+        if self.image_file == Some((meta.dev(), meta.ino())) {
+            let line = format!("{}: skipped: it is the image being written", host.display());
+            return self.progress.fail(&line);
+        }
+        let file_type = meta.file_type();
+        if file_type.is_dir() {
+            return self.directory(&host, dir, &image_path, name, &meta);
+        }
+        if meta.nlink() > 1 {
+            let key = (meta.dev(), meta.ino());
+            let mut first_names = self.first_names.lock().unwrap_or_else(|p| p.into_inner());
+            if first_names.contains_key(&key) {
+                drop(first_names);
+                let parent_attributes = match fs::symlink_metadata(host_dir) {
+                    Ok(parent) => times_only(&parent),
+                    Err(e) => return self.progress.fail(&format!("{}: {e}", host_dir.display())),
+                };
+                self.late_links
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(LateLink {
+                        host_inode: key,
+                        parent: dir,
+                        name: name.clone(),
+                        image_path,
+                        parent_path: dir_path.to_vec(),
+                        parent_attributes,
+                    });
+                return;
+            }
+            first_names.insert(key, None);
+            drop(first_names);
+            if let Some(ino) = self.non_directory(&host, dir, &image_path, name, &meta) {
+                self.first_names
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(key, Some(ino));
+            }
+            return;
+        }
+        self.non_directory(&host, dir, &image_path, name, &meta);
+    }
+
+    /// A host directory: made in the image (or, if it already is one there, merged into),
+    /// filled, then given its attributes.
+    fn directory(
+        &self,
+        host: &Path,
+        parent: u32,
+        image_path: &[u8],
+        name: &OsString,
+        meta: &Metadata,
+    ) {
+        let fs = self.fs;
+        let (ino, existed) = match fs.mkdir(parent, name.as_bytes(), creator_of(meta)) {
+            Ok(ino) => (ino, false),
+            Err(Error::Exists(_)) => match self.existing_directory(parent, name) {
+                Ok(ino) => (ino, true),
+                Err(e) => return self.image_error(image_path, &e),
+            },
+            Err(e) => return self.image_error(image_path, &e),
+        };
+        self.progress.entry(0);
+        self.directory_contents(host, ino, image_path);
+        self.finish_directory(host, image_path, ino, meta, existed);
+    }
+
+    /// The directory `name` already in `parent`, for a merge; [`Error::Exists`] if that name
+    /// is something else.
+    fn existing_directory(&self, parent: u32, name: &OsString) -> Result<u32, Error> {
+        let shown = || name.to_string_lossy().into_owned();
+        let ino = self
+            .fs
+            .lookup(parent, name.as_bytes())?
+            .ok_or_else(|| Error::NotFound(shown()))?;
+        match self.fs.metadata(ino)?.file_type {
+            FileType::Directory => Ok(ino),
+            _ => Err(Error::Exists(shown())),
+        }
+    }
+
+    /// Gives a directory its xattrs and times (and, for one that existed before, its owner)
+    /// now that its children are in.
+    fn finish_directory(
+        &self,
+        host: &Path,
+        image_path: &[u8],
+        ino: u32,
+        meta: &Metadata,
+        existed: bool,
+    ) {
+        if self.is_stopped() {
+            return;
+        }
+        let mut attributes = final_attributes(meta);
+        if existed {
+            let creator = creator_of(meta);
+            attributes.uid = Some(creator.uid);
+            attributes.gid = Some(creator.gid);
+        }
+        if let Err(e) = self.fs.setattr(ino, &attributes) {
+            return self.image_error(image_path, &e);
+        }
+        if let Err(reason) = copy_xattrs(self.fs, ino, host) {
+            self.progress
+                .fail(&format!("{}: {reason}", as_image_path(image_path).shown()));
+        }
+    }
+
+    /// A host file that is not a directory: made in the image with its data, xattrs and
+    /// attributes. Returns its image inode once it exists (even if a later step failed, so
+    /// its other names can still be linked).
+    fn non_directory(
+        &self,
+        host: &Path,
+        parent: u32,
+        image_path: &[u8],
+        name: &OsString,
+        meta: &Metadata,
+    ) -> Option<u32> {
+        let fs = self.fs;
+        let name_bytes = name.as_bytes();
+        let creator = creator_of(meta);
+        let file_type = meta.file_type();
+        let made = if file_type.is_file() {
+            fs.create(parent, name_bytes, creator)
+        } else if file_type.is_symlink() {
+            match fs::read_link(host) {
+                Ok(target) => {
+                    fs.symlink(parent, name_bytes, target.as_os_str().as_bytes(), creator)
+                }
+                Err(e) => {
+                    self.progress.fail(&format!("{}: {e}", host.display()));
+                    return None;
+                }
+            }
+        } else {
+            let kind = if file_type.is_fifo() {
+                FileType::Fifo
+            } else if file_type.is_socket() {
+                FileType::Socket
+            } else if file_type.is_char_device() {
+                FileType::CharDevice
+            } else {
+                FileType::BlockDevice
+            };
+            let rdev = meta.rdev();
+            let device = (rustix::fs::major(rdev), rustix::fs::minor(rdev));
+            fs.mknod(parent, name_bytes, kind, device, creator)
+        };
+        let ino = match made {
+            Ok(ino) => ino,
+            Err(e) => {
+                self.image_error(image_path, &e);
+                return None;
+            }
+        };
+        let mut bytes = 0;
+        if file_type.is_file() {
+            match copy_data(fs, ino, host, meta.size()) {
+                Ok(copied) => bytes = copied,
+                Err(e) => {
+                    self.copy_error(image_path, &e);
+                    // Half a file is worse than none: the name goes (best effort).
+                    let _ = fs.unlink(parent, name_bytes);
+                    return None;
+                }
+            }
+        }
+        self.progress.entry(bytes);
+        if let Err(reason) = copy_xattrs(fs, ino, host) {
+            self.progress
+                .fail(&format!("{}: {reason}", as_image_path(image_path).shown()));
+        }
+        if let Err(e) = fs.setattr(ino, &final_attributes(meta)) {
+            self.image_error(image_path, &e);
+        }
+        Some(ino)
+    }
+
+    /// Links the later names of multiply-linked host inodes, then sets the times of the
+    /// directories they went into again (a link changes its directory's mtime).
+    fn finish_late_links(&self) {
+        let links = std::mem::take(&mut *self.late_links.lock().unwrap_or_else(|p| p.into_inner()));
+        let first_names =
+            std::mem::take(&mut *self.first_names.lock().unwrap_or_else(|p| p.into_inner()));
+        for link in &links {
+            if self.is_stopped() {
+                return;
+            }
+            let Some(&Some(ino)) = first_names.get(&link.host_inode) else {
+                self.progress.fail(&format!(
+                    "{}: not linked: the first name of this hard-linked file was not imported",
+                    as_image_path(&link.image_path).shown()
+                ));
+                continue;
+            };
+            match self.fs.link(ino, link.parent, link.name.as_bytes()) {
+                Ok(()) => self.progress.entry(0),
+                Err(e) => self.image_error(&link.image_path, &e),
+            }
+        }
+        for link in &links {
+            if let Err(e) = self.fs.setattr(link.parent, &link.parent_attributes) {
+                self.image_error(&link.parent_path, &e);
+            }
+        }
+    }
+}
+
+/// Only the times of host file `meta` (for a directory whose other attributes are set).
+fn times_only(meta: &Metadata) -> SetAttributes {
+    SetAttributes {
+        permissions: None,
+        ..final_attributes(meta)
+    }
+}
+
+/// Counts what was imported and what failed; draws a progress line when stderr is a
+/// terminal (and only then, so scripts and logs get just the failure lines).
+struct Progress {
+    bar: Option<ProgressBar>,
+    entries: AtomicU64,
+    bytes: AtomicU64,
+    failures: AtomicU64,
+}
+
+impl Progress {
+    fn new() -> Self {
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let bar = ProgressBar::new_spinner();
+            bar.set_style(
+                ProgressStyle::with_template(
+                    "{spinner} {elapsed_precise} {msg} ({binary_bytes_per_sec})",
+                )
+                // OK to unwrap: the template is a constant that parses.
+                .expect("a valid template"),
+            );
+            bar.enable_steady_tick(Duration::from_millis(200));
+            bar
+        });
+        Progress {
+            bar,
+            entries: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
+        }
+    }
+
+    /// One more entry imported, with `bytes` of data.
+    fn entry(&self, bytes: u64) {
+        let entries = self.entries.fetch_add(1, Ordering::Relaxed) + 1;
+        let total = self.bytes.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        if let Some(bar) = &self.bar {
+            bar.set_position(total);
+            bar.set_message(format!(
+                "{entries} entries, {}",
+                indicatif::BinaryBytes(total)
+            ));
+        }
+    }
+
+    /// Reports one failed path (a line on stderr, above the progress line) and counts it.
+    fn fail(&self, line: &str) {
+        self.failures.fetch_add(1, Ordering::Relaxed);
+        match &self.bar {
+            Some(bar) => bar.suspend(|| eprintln!("e4: {line}")),
+            None => eprintln!("e4: {line}"),
+        }
+    }
+
+    fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_import_root_is_shown_as_an_absolute_path() {
+        assert_eq!(trimmed_root(b"/"), b"");
+        assert_eq!(trimmed_root(b""), b"");
+        assert_eq!(trimmed_root(b"/dest/"), b"/dest");
+        assert_eq!(trimmed_root(b"dest"), b"/dest");
+    }
+}
