@@ -6,6 +6,7 @@ use e4_format::inode::{FileType, Timestamp};
 use crate::error::{Error, Result};
 use crate::filesystem::Filesystem;
 use crate::metadata::Metadata;
+use crate::txn_io::TxnIo;
 
 /// The attributes [`Filesystem::setattr`] changes; `None` leaves one as it is. The change
 /// time is always set to now, as the kernel does.
@@ -64,11 +65,7 @@ impl Filesystem {
     pub(crate) fn close_orphan(&self, ino: u32) -> Result<()> {
         let writer = self.writer()?;
         let txn = writer.begin()?;
-        let io = crate::txn_io::TxnIo {
-            fs: self,
-            writer,
-            slot: txn.slot,
-        };
+        let io = TxnIo::new(self, writer, &txn);
         let handle = self.inode_handle(ino)?;
         let mut state = handle.lock(&self.inodes);
         if state.deleted || state.open_count > 0 || state.inode.links_count() > 0 {

@@ -157,11 +157,7 @@ impl Filesystem {
             if data.is_empty() {
                 return Ok(0);
             }
-            let io = TxnIo {
-                fs: self,
-                writer,
-                slot: txn.slot,
-            };
+            let io = TxnIo::new(self, writer, &txn);
             let end = offset + data.len() as u64;
             let new_len = end.max(state.inode.size());
             let inline = self.change_inline(&io, &mut state, new_len, true, |content| {
@@ -353,11 +349,7 @@ impl Filesystem {
             if size > self.max_file_size(&state.inode) {
                 return Err(Error::FileTooBig(format!("inode {ino}")));
             }
-            let io = TxnIo {
-                fs: self,
-                writer,
-                slot: txn.slot,
-            };
+            let io = TxnIo::new(self, writer, &txn);
             let inline = self.change_inline(&io, &mut state, size, false, |_| {})?;
             if !inline && size < state.inode.size() {
                 self.free_range(
@@ -443,11 +435,7 @@ impl Filesystem {
                 .checked_add(len)
                 .filter(|&end| end <= self.max_file_size(&state.inode))
                 .ok_or_else(|| Error::FileTooBig(format!("inode {ino}")))?;
-            let io = TxnIo {
-                fs: self,
-                writer,
-                slot: txn.slot,
-            };
+            let io = TxnIo::new(self, writer, &txn);
             if !self.fallocate_inline(&io, &mut state, mode, offset, end)? {
                 self.fallocate_blocks(&io, &mut state, mode, offset, end)?;
             }

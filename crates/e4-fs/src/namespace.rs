@@ -317,11 +317,7 @@ impl Filesystem {
         let writer = self.writer()?;
         let ino = {
             let txn = writer.begin()?;
-            let io = TxnIo {
-                fs: self,
-                writer,
-                slot: txn.slot,
-            };
+            let io = TxnIo::new(self, writer, &txn);
             let format = self.dir_format();
             let parent_handle = self.inode_handle(parent)?;
             let mut parent_state = parent_handle.lock(&self.inodes);
@@ -511,11 +507,7 @@ impl Filesystem {
         let writer = self.writer()?;
         {
             let txn = writer.begin()?;
-            let io = TxnIo {
-                fs: self,
-                writer,
-                slot: txn.slot,
-            };
+            let io = TxnIo::new(self, writer, &txn);
             let format = self.dir_format();
             let handles = [self.inode_handle(parent)?, self.inode_handle(ino)?];
             let mut locked = lock_in_order(&self.inodes, &handles);
@@ -575,11 +567,7 @@ impl Filesystem {
         let writer = self.writer()?;
         loop {
             let txn = writer.begin()?;
-            let io = TxnIo {
-                fs: self,
-                writer,
-                slot: txn.slot,
-            };
+            let io = TxnIo::new(self, writer, &txn);
             let format = self.dir_format();
             let parent_handle = self.inode_handle(parent)?;
             let victim = {
@@ -705,11 +693,7 @@ impl Filesystem {
             let txn = writer.begin()?;
             // Moves between directories are serialised (the kernel's s_vfs_rename_mutex).
             let _moving = (old_parent != new_parent).then(|| writer.rename_lock.lock());
-            let io = TxnIo {
-                fs: self,
-                writer,
-                slot: txn.slot,
-            };
+            let io = TxnIo::new(self, writer, &txn);
             let format = self.dir_format();
             let old_dir = self.inode_handle(old_parent)?;
             let new_dir = self.inode_handle(new_parent)?;

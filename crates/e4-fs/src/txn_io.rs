@@ -9,7 +9,7 @@ use crate::buffer_cache::BufferRole;
 use crate::error::{Error, Result};
 use crate::filesystem::Filesystem;
 use crate::meta_io::{BlockKind, MetaIo, Owner};
-use crate::writer::Writer;
+use crate::writer::{TxnHandle, Writer};
 
 pub(crate) struct TxnIo<'a> {
     pub fs: &'a Filesystem,
@@ -25,6 +25,17 @@ pub(crate) struct TxnIo<'a> {
 fn role(kind: BlockKind, owner: Owner) -> BufferRole {
     let owner = (kind != BlockKind::XattrBlock).then_some(owner);
     BufferRole { kind, owner }
+}
+
+impl<'a> TxnIo<'a> {
+    /// Block access for an operation holding `txn` on `fs`'s running transaction.
+    pub fn new(fs: &'a Filesystem, writer: &'a Writer, txn: &TxnHandle<'_>) -> Self {
+        TxnIo {
+            fs,
+            writer,
+            slot: txn.slot,
+        }
+    }
 }
 
 impl MetaIo for TxnIo<'_> {

@@ -190,11 +190,7 @@ impl Filesystem {
         let writer = self.writer()?;
         {
             let txn = writer.begin()?;
-            let io = TxnIo {
-                fs: self,
-                writer,
-                slot: txn.slot,
-            };
+            let io = TxnIo::new(self, writer, &txn);
             let handle = self.inode_handle(ino)?;
             let mut state = handle.lock(&self.inodes);
             if is_gone(&state) {
