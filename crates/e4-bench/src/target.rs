@@ -15,14 +15,17 @@ use crate::fs_ops::{E4Ops, PosixOps};
 use crate::workload::{self, Measurement, Params, Workload};
 
 /// `mke2fs` options every image-backed target gets: ext4 defaults, no root reserve (so
-/// `near-full` races for the same blocks everywhere), and lazy initialisation so making a
-/// large image on tmpfs is quick.
-pub const MKE2FS_OPTIONS: [&str; 7] = [
+/// `near-full` races for the same blocks everywhere), an inode per 2 KiB (so the create
+/// workloads do not run out of inodes within a run: a 2 GiB image holds a million), and
+/// lazy initialisation so making a large image on tmpfs is quick.
+pub const MKE2FS_OPTIONS: [&str; 9] = [
     "-q",
     "-F",
     "-t",
     "ext4",
     "-m0",
+    "-i",
+    "2048",
     "-E",
     "lazy_itable_init=1,lazy_journal_init=1",
 ];
