@@ -26,8 +26,11 @@ pub fn run(args: &FsckArgs) -> u8 {
         eprintln!("e4 fsck: only checking is supported; pass -n");
         return EXIT_USAGE;
     }
+    // More workers than cores only adds switching between them (measured: 4 and 8 threads
+    // were 2-10 % slower than 2 on a 2-core machine), so -j is a ceiling, not a count.
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let options = Options {
-        threads: args.threads,
+        threads: args.threads.map(|n| n.clamp(1, cores)),
         force: args.force,
         progress: args.progress.then(|| progress_on_stderr(&args.image)),
     };

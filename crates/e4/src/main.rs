@@ -145,7 +145,7 @@ enum Command {
         /// Check even if the filesystem is marked clean.
         #[arg(short = 'f')]
         force: bool,
-        /// Worker threads; all cores by default.
+        /// Worker threads, at most one per core; all cores by default.
         #[arg(short = 'j', long, value_parser = clap::value_parser!(u16).range(1..))]
         threads: Option<u16>,
         /// Print the result as JSON records instead of text.
