@@ -176,12 +176,9 @@ impl Filesystem {
             if written > 0 {
                 let new_end = offset + written as u64;
                 if new_end > state.inode.size() {
-                    self.require_large_file(new_end);
-                    state.inode.set_size(new_end);
+                    self.set_file_size(&mut state.inode, new_end);
                 }
-                let now = crate::time::now();
-                state.inode.set_mtime(now);
-                state.inode.set_ctime(now);
+                Self::touch(&mut state.inode, true);
             }
             self.inodes.mark_dirty(&handle);
             if let Err(WriteStop { written: 0, error }) = result {
@@ -191,6 +188,12 @@ impl Filesystem {
         };
         self.commit_if_needed()?;
         Ok(written)
+    }
+
+    /// Sets a file's size, turning on large_file once one reaches 2 GiB.
+    pub(crate) fn set_file_size(&self, inode: &mut Inode, size: u64) {
+        self.require_large_file(size);
+        inode.set_size(size);
     }
 
     /// Sets the large_file feature once a file reaches 2 GiB.
@@ -361,11 +364,8 @@ impl Filesystem {
                 self.zero_tail(&io, &mut state, size)?;
             }
             writer.blocks.release_window(&mut state.window, txn.slot);
-            self.require_large_file(size);
-            state.inode.set_size(size);
-            let now = crate::time::now();
-            state.inode.set_mtime(now);
-            state.inode.set_ctime(now);
+            self.set_file_size(&mut state.inode, size);
+            Self::touch(&mut state.inode, true);
             self.inodes.mark_dirty(&handle);
         }
         self.commit_if_needed()
@@ -439,11 +439,8 @@ impl Filesystem {
             if !self.fallocate_inline(&io, &mut state, mode, offset, end)? {
                 self.fallocate_blocks(&io, &mut state, mode, offset, end)?;
             }
-            let now = crate::time::now();
-            state.inode.set_ctime(now);
-            if matches!(mode, FallocateMode::PunchHole | FallocateMode::ZeroRange) {
-                state.inode.set_mtime(now);
-            }
+            let changes_data = matches!(mode, FallocateMode::PunchHole | FallocateMode::ZeroRange);
+            Self::touch(&mut state.inode, changes_data);
             drop(state);
             self.inodes.mark_dirty(&handle);
         }
@@ -475,8 +472,7 @@ impl Filesystem {
             }
         })?;
         if inline {
-            self.require_large_file(new_len);
-            state.inode.set_size(new_len);
+            self.set_file_size(&mut state.inode, new_len);
         }
         Ok(inline)
     }
@@ -502,8 +498,7 @@ impl Filesystem {
             FallocateMode::Allocate | FallocateMode::KeepSize => {
                 self.allocate_unwritten(io, state, offset / bs, end.div_ceil(bs))?;
                 if mode == FallocateMode::Allocate && end > state.inode.size() {
-                    self.require_large_file(end);
-                    state.inode.set_size(end);
+                    self.set_file_size(&mut state.inode, end);
                 }
             }
             FallocateMode::PunchHole | FallocateMode::ZeroRange => {
@@ -514,8 +509,7 @@ impl Filesystem {
                 if mode == FallocateMode::ZeroRange {
                     self.allocate_unwritten(io, state, offset / bs, end.div_ceil(bs))?;
                     if end > state.inode.size() {
-                        self.require_large_file(end);
-                        state.inode.set_size(end);
+                        self.set_file_size(&mut state.inode, end);
                     }
                 }
             }

@@ -254,7 +254,8 @@ impl Filesystem {
         }
     }
 
-    fn touch(inode: &mut Inode, mtime: bool) {
+    /// Sets the change time (and the modification time with `mtime`) to now.
+    pub(crate) fn touch(inode: &mut Inode, mtime: bool) {
         let now = crate::time::now();
         inode.set_ctime(now);
         if mtime {
