@@ -34,7 +34,7 @@ M = [
   "            if source_dir && moving {\n                let _ = new_parent;",
   ["--test", "write_model"]),
  ("no descriptor write-back", "crates/e4-fs/src/writer.rs",
-  "        self.write_descriptors(fs)?;\n",
+  "        self.write_descriptors(fs, changed)?;\n",
   "",
   ["--test", "write_model"]),
  ("new inode's handle never put in the cache", "crates/e4-fs/src/namespace.rs",

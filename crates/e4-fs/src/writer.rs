@@ -348,7 +348,7 @@ impl Writer {
                 fs.write_inode_record(&state.inode)?;
             }
         }
-        self.write_inode_bitmaps(fs)?;
+        let mut changed = self.write_inode_bitmaps(fs)?;
         for buffer in fs.cache.take_dirty() {
             let mut bytes = buffer.bytes_mut();
             fs.seal(&buffer, &mut bytes);
@@ -357,22 +357,25 @@ impl Writer {
                 .write_all_at(&bytes, offset)
                 .map_err(|e| Error::io(format!("write of block {}", buffer.nr()), e))?;
         }
-        self.write_block_bitmaps(fs)?;
-        self.write_descriptors(fs)?;
+        changed.extend(self.write_block_bitmaps(fs)?);
+        self.write_descriptors(fs, changed)?;
         self.write_superblock(fs)?;
         fs.device
             .flush()
             .map_err(|e| Error::io("flush at commit", e))
     }
 
-    fn write_inode_bitmaps(&self, fs: &Filesystem) -> Result<()> {
+    /// Writes the changed groups' inode bitmaps; returns those groups.
+    fn write_inode_bitmaps(&self, fs: &Filesystem) -> Result<Vec<u32>> {
         let sb = fs.superblock();
         let bs = fs.block_size() as usize;
         let ipg = sb.inodes_per_group;
         let seed = sb.has_metadata_csum().then(|| sb.csum_seed());
         let checksummed =
             sb.has_metadata_csum() || sb.ro_compat().contains(RoCompatFeatures::GDT_CSUM);
-        for (g, snapshot) in self.inodes.take_dirty_groups() {
+        let dirty = self.inodes.take_dirty_groups();
+        let changed: Vec<u32> = dirty.iter().map(|(g, _)| *g).collect();
+        for (g, snapshot) in dirty {
             if checksummed {
                 let (flags, unused) = {
                     let desc = fs.descriptors[g as usize].lock();
@@ -415,10 +418,11 @@ impl Writer {
             drop(desc);
             fs.write_raw_block(nr, &block)?;
         }
-        Ok(())
+        Ok(changed)
     }
 
-    fn write_block_bitmaps(&self, fs: &Filesystem) -> Result<()> {
+    /// Writes the changed groups' block bitmaps; returns those groups.
+    fn write_block_bitmaps(&self, fs: &Filesystem) -> Result<Vec<u32>> {
         let sb = fs.superblock();
         let bs = fs.block_size() as usize;
         let seed = sb.has_metadata_csum().then(|| sb.csum_seed());
@@ -426,6 +430,7 @@ impl Writer {
             .blocks
             .take_dirty_groups(bs)
             .map_err(|e| Error::Invalid(format!("block bitmaps: {e}")))?;
+        let changed: Vec<u32> = groups.iter().map(|d| d.group).collect();
         for dirty in groups {
             let mut desc = fs.descriptors[dirty.group as usize].lock();
             desc.flags &= !BG_BLOCK_UNINIT;
@@ -443,12 +448,13 @@ impl Writer {
             drop(desc);
             fs.write_raw_block(nr, &dirty.bitmap)?;
         }
-        Ok(())
+        Ok(changed)
     }
 
-    /// Rewrites every descriptor block (the primary table; backups are left as mke2fs and
-    /// resize wrote them, as the kernel leaves them).
-    fn write_descriptors(&self, fs: &Filesystem) -> Result<()> {
+    /// Rewrites the descriptor blocks holding the `changed` groups (the primary table;
+    /// backups are left as mke2fs and resize wrote them, as the kernel leaves them). Only
+    /// those: at 16 TiB the table is 1,024 blocks, and a commit changes a few groups.
+    fn write_descriptors(&self, fs: &Filesystem, changed: Vec<u32>) -> Result<()> {
         let sb = fs.superblock();
         let geometry = &fs.geometry;
         let desc_size = sb.desc_size() as usize;
@@ -456,7 +462,11 @@ impl Writer {
         let per_block = geometry.descriptors_per_block();
         let groups = geometry.groups();
         let bs = fs.block_size() as usize;
-        for first in (0..groups).step_by(per_block as usize) {
+        let firsts: std::collections::BTreeSet<u32> = changed
+            .into_iter()
+            .map(|g| g / per_block * per_block)
+            .collect();
+        for first in firsts {
             let nr = geometry.descriptor_block(first);
             let mut block = vec![0u8; bs];
             fs.read_bytes(&mut block, nr * bs as u64)?;
