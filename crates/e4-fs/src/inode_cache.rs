@@ -159,6 +159,11 @@ impl InodeCache {
         }
     }
 
+    /// Whether some inode is dirty (takes every shard's lock: not for hot paths).
+    pub fn any_dirty(&self) -> bool {
+        self.shards.iter().any(|s| !s.lock().dirty.is_empty())
+    }
+
     /// Every dirty handle, marked clean (the caller writes them back).
     pub fn take_dirty(&self) -> Vec<Arc<InodeHandle>> {
         let mut out = Vec::new();
