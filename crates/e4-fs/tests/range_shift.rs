@@ -119,15 +119,16 @@ fn collapsing_and_inserting_ranges_match_the_model() {
 }
 
 #[test]
-fn shifts_in_a_depth_2_tree_made_by_punching_every_other_block() {
+fn shifts_in_a_depth_2_tree_made_by_punching_every_third_block() {
     let img = make_empty_image(&["-t", "ext4", "-b", "1024"], 64);
     let fs = Filesystem::open(&img.path, OpenOptions::writable()).unwrap();
     let ino = fs.create(ROOT, b"holes", ME).unwrap();
-    // 2,000 blocks, every other one punched: 1,000 extents, 84 per 1 KiB leaf, depth 2.
-    let blocks = 2000u64;
+    // 3,000 blocks, every third one punched: 1,000 two-block extents, 84 per 1 KiB leaf,
+    // depth 2.
+    let blocks = 3000u64;
     let mut model = pattern(blocks as usize * 1024, 2);
     fs.write_at(ino, 0, &model).unwrap();
-    for b in (0..blocks).step_by(2) {
+    for b in (0..blocks).step_by(3) {
         fs.fallocate(ino, FallocateMode::PunchHole, b * 1024, 1024)
             .unwrap();
         model[b as usize * 1024..(b as usize + 1) * 1024].fill(0);
@@ -142,8 +143,14 @@ fn shifts_in_a_depth_2_tree_made_by_punching_every_other_block() {
         .depth
     };
     assert_eq!(depth(), 2);
-    // Collapsing a written block and the hole after it joins the blocks around them
-    // logically; odd lengths make holes and data meet and leaves' keys cross their parents'.
+    // Inserting inside two-block extents splits them (in full leaves: a new leaf), and
+    // collapsing the same ranges makes the halves adjacent again, to merge.
+    let inside: Vec<u64> = (0..blocks / 3).step_by(37).map(|k| 3 * k + 2).collect();
+    let splits: Vec<_> = inside.iter().rev().map(|&b| (Insert, b, 5)).collect();
+    run(&fs, ino, &mut model, &splits);
+    let joins: Vec<_> = inside.iter().rev().map(|&b| (Collapse, b, 5)).collect();
+    run(&fs, ino, &mut model, &joins);
+    // Odd lengths make holes and data meet, and leaves' keys cross their parents'.
     let ops = [
         (Collapse, 1, 2),
         (Collapse, 100, 1),
@@ -200,6 +207,18 @@ fn the_kernels_refusals_change_nothing() {
     invalid(Collapse, 8 * 4096, 4 * 4096);
     // An insert must start inside the file.
     invalid(Insert, 11 * 4096, 4096);
+    // With a size of whole blocks: a collapse may not reach the end, an insert may not
+    // start there.
+    let whole = fs.create(ROOT, b"whole", ME).unwrap();
+    fs.write_at(whole, 0, &content[..4 * 4096]).unwrap();
+    for (mode, offset, len) in [(Collapse, 0, 4), (Collapse, 3, 1), (Insert, 4, 1)] {
+        let got = fs.fallocate(whole, mode, offset * 4096, len * 4096);
+        assert!(
+            matches!(got, Err(Error::Invalid(_))),
+            "{mode:?} {offset}+{len}: {got:?}"
+        );
+    }
+    fs.fallocate(whole, Insert, 3 * 4096, 4096).unwrap();
     // An insert must keep the size within the maximum (2^32 - 1 blocks for extent files).
     let max = ((1u64 << 32) - 1) * 4096;
     let got = fs.fallocate(ino, Insert, 0, max - 8 * 4096);
@@ -213,7 +232,9 @@ fn the_kernels_refusals_change_nothing() {
     fs.fallocate(ino, Collapse, 0, 9 * 4096).unwrap();
     assert!(fs.read_file(ino, 1 << 20).unwrap() == content[9 * 4096..]);
     fs.unmount().unwrap();
-    check_image(&img.path, &[("f", &content[9 * 4096..])]);
+    let mut whole = content[..4 * 4096].to_vec();
+    whole.splice(3 * 4096..3 * 4096, [0; 4096]);
+    check_image(&img.path, &[("f", &content[9 * 4096..]), ("whole", &whole)]);
 }
 
 #[test]
