@@ -161,7 +161,9 @@ impl InodeCache {
 
     /// Whether some inode is dirty (takes every shard's lock: not for hot paths).
     pub fn any_dirty(&self) -> bool {
-        self.shards.iter().any(|s| !s.lock().dirty.is_empty())
+        self.shards
+            .iter()
+            .any(|s| !counted_lock(s, &self.shard_locks).dirty.is_empty())
     }
 
     /// Every dirty handle, marked clean (the caller writes them back).
