@@ -133,9 +133,9 @@ fn new_generation(ino: u32) -> u32 {
 /// Locks the handles' inodes in inode-number order (each once).
 fn lock_in_order<'a>(
     cache: &InodeCache,
-    handles: &'a [Arc<InodeHandle>],
+    handles: impl IntoIterator<Item = &'a Arc<InodeHandle>>,
 ) -> Vec<(u32, MutexGuard<'a, InodeState>)> {
-    let mut order: Vec<&Arc<InodeHandle>> = handles.iter().collect();
+    let mut order: Vec<&Arc<InodeHandle>> = handles.into_iter().collect();
     order.sort_by_key(|h| h.ino);
     order.dedup_by_key(|h| h.ino);
     order.into_iter().map(|h| (h.ino, h.lock(cache))).collect()
@@ -571,24 +571,39 @@ impl Filesystem {
             let io = TxnIo::new(self, writer, &txn);
             let format = self.dir_format();
             let parent_handle = self.inode_handle(parent)?;
-            let victim = {
-                let mut p = parent_handle.lock(&self.inodes);
-                self.require_directory(&p.inode)?;
-                self.lookup_locked(&io, &format, &mut p.inode, name)?
-                    .ok_or_else(|| Error::NotFound(shown(name)))?
-                    .ino
-            };
-            let handles = [parent_handle, self.inode_handle(victim)?];
-            let mut locked = lock_in_order(&self.inodes, &handles);
+            let mut p = parent_handle.lock(&self.inodes);
+            self.require_directory(&p.inode)?;
+            let victim = self
+                .lookup_locked(&io, &format, &mut p.inode, name)?
+                .ok_or_else(|| Error::NotFound(shown(name)))?
+                .ino;
             if victim == parent {
                 return Err(Error::Invalid(format!("cannot remove {:?}", shown(name))));
             }
+            let victim_handle = self.inode_handle(victim)?;
+            // The victim's lock is taken while the directory's is held when that keeps the
+            // inode-number order, or when it is free (no wait, so no deadlock): the name
+            // found is then still there. Otherwise both are taken in order, and the name
+            // looked up again.
+            let held = if victim > parent {
+                Some(victim_handle.lock(&self.inodes))
+            } else {
+                victim_handle.try_lock(&self.inodes)
+            };
+            let mut locked = match held {
+                Some(v) => vec![(parent, p), (victim, v)],
+                None => {
+                    drop(p);
+                    let mut locked = lock_in_order(&self.inodes, [&parent_handle, &victim_handle]);
+                    let dir = state(&mut locked, parent);
+                    let again = self.lookup_locked(&io, &format, &mut dir.inode, name)?;
+                    if again.map(|e| e.ino) != Some(victim) {
+                        continue;
+                    }
+                    locked
+                }
+            };
             let (dir, target) = two_states(&mut locked, parent, victim);
-            // Still the same entry now that both are locked?
-            let again = self.lookup_locked(&io, &format, &mut dir.inode, name)?;
-            if again.map(|e| e.ino) != Some(victim) {
-                continue;
-            }
             let is_dir = target.inode.file_type() == Some(FileType::Directory);
             match (directory, is_dir) {
                 (false, true) => return Err(Error::IsADirectory(shown(name))),
@@ -617,9 +632,9 @@ impl Filesystem {
                 writer.orphans.lock().insert(victim);
             }
             drop(locked);
-            self.inodes.mark_dirty(&handles[0]);
+            self.inodes.mark_dirty(&parent_handle);
             if !freed {
-                self.inodes.mark_dirty(&handles[1]);
+                self.inodes.mark_dirty(&victim_handle);
             }
             break;
         }
