@@ -237,20 +237,31 @@ impl LeafBlock {
             .map(|r| r.to_entry())
     }
 
-    /// Adds an entry in the first record with room for it (`ext4_find_dest_de`): a live
-    /// record is cut to its smallest size and the entry takes the rest; a free record is
-    /// reused whole. False when no record has room.
-    pub(crate) fn insert(&mut self, name: &[u8], ino: u32, file_type: u8) -> bool {
-        let needed = entry_size(name.len());
-        let slot = self.records().find_map(|r| {
+    /// The first record with room for an entry with an `name_len`-byte name
+    /// (`ext4_find_dest_de`): its offset, the bytes its own entry uses (0 if free) and its
+    /// `rec_len`.
+    fn slot_for(&self, name_len: usize) -> Option<(usize, usize, usize)> {
+        let needed = entry_size(name_len);
+        self.records().find_map(|r| {
             let used = if r.inode == 0 {
                 0
             } else {
                 entry_size(r.name.len())
             };
             (r.rec_len - used >= needed).then_some((r.offset, used, r.rec_len))
-        });
-        let Some((offset, used, rec_len)) = slot else {
+        })
+    }
+
+    /// Whether [`LeafBlock::insert`] of a `name_len`-byte name would succeed.
+    pub(crate) fn has_room(&self, name_len: usize) -> bool {
+        self.slot_for(name_len).is_some()
+    }
+
+    /// Adds an entry in the first record with room for it (`ext4_find_dest_de`): a live
+    /// record is cut to its smallest size and the entry takes the rest; a free record is
+    /// reused whole. False when no record has room.
+    pub(crate) fn insert(&mut self, name: &[u8], ino: u32, file_type: u8) -> bool {
+        let Some((offset, used, rec_len)) = self.slot_for(name.len()) else {
             return false;
         };
         if used > 0 {

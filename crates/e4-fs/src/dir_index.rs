@@ -48,6 +48,15 @@ struct IndexPath {
 }
 
 impl IndexPath {
+    /// The key [`DirectoryEditor::advance`] would move to, read from the levels in hand.
+    fn next_key(&self) -> Option<u32> {
+        self.levels
+            .iter()
+            .rev()
+            .find(|l| l.at + 1 < l.node.entries.len())
+            .map(|l| l.node.entries[l.at + 1].hash)
+    }
+
     fn bottom(&self) -> &IndexLevel {
         // OK to unwrap: a path always holds the root.
         self.levels.last().unwrap()
@@ -145,6 +154,36 @@ impl DirectoryEditor<'_> {
             // The index changed shape: find the leaf again from the root, as the kernel does.
             self.make_room_in_index(&mut path)?;
         }
+    }
+
+    /// [`DirectoryEditor::add_new`] through the index: one probe and one read of the leaf
+    /// answer whether `name` exists and, usually, take the new entry. `None` when that
+    /// leaf cannot settle it: the name's hash may continue in the next leaf, or the leaf
+    /// is full (the caller then looks up and adds the long way).
+    pub(crate) fn add_new_indexed(
+        &mut self,
+        name: &[u8],
+        file_type: u8,
+        make: &mut dyn FnMut() -> Result<u32>,
+    ) -> Result<Option<u32>> {
+        let path = self.probe_name(name)?;
+        let hash = self.hash_name(path.version, name);
+        if path.next_key().is_some_and(|key| key & !1 == hash) {
+            return Ok(None);
+        }
+        let logical = self.index_target(path.bottom().followed(), path.bottom().logical)?;
+        let (physical, mut leaf) = self.read_leaf(logical)?;
+        if leaf.find(name).is_some() {
+            return Err(Error::Exists(String::from_utf8_lossy(name).into_owned()));
+        }
+        if !leaf.has_room(name.len()) {
+            return Ok(None);
+        }
+        let ino = make()?;
+        let inserted = leaf.insert(name, ino, file_type);
+        debug_assert!(inserted, "has_room said the leaf had room");
+        self.write_leaf(physical, &leaf)?;
+        Ok(Some(ino))
     }
 
     /// Turns a full one-block linear directory into an indexed one (`make_indexed_dir`):

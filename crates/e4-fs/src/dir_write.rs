@@ -110,6 +110,22 @@ impl DirFormat {
 pub(crate) trait DirectoryEdit {
     fn lookup(&self, name: &[u8]) -> Result<Option<DirEntry>>;
     fn add_entry(&mut self, name: &[u8], ino: u32, file_type: FileType) -> Result<()>;
+    /// Adds `name` if the directory does not hold it ([`Error::Exists`] if it does),
+    /// pointing at the inode `make` returns; `make` runs only once the name is known to be
+    /// absent, and its error is returned as it is. This default looks up, then adds.
+    fn add_new(
+        &mut self,
+        name: &[u8],
+        file_type: FileType,
+        make: &mut dyn FnMut() -> Result<u32>,
+    ) -> Result<u32> {
+        if self.lookup(name)?.is_some() {
+            return Err(Error::Exists(String::from_utf8_lossy(name).into_owned()));
+        }
+        let ino = make()?;
+        self.add_entry(name, ino, file_type)?;
+        Ok(ino)
+    }
     fn remove_entry(&mut self, name: &[u8]) -> Result<Option<DirEntry>>;
     fn set_entry(&mut self, name: &[u8], ino: u32, file_type: FileType)
         -> Result<Option<DirEntry>>;
@@ -123,6 +139,27 @@ impl DirectoryEdit for DirectoryEditor<'_> {
     }
     fn add_entry(&mut self, name: &[u8], ino: u32, file_type: FileType) -> Result<()> {
         DirectoryEditor::add_entry(self, name, ino, file_type)
+    }
+    /// In an indexed directory one probe usually settles both the lookup and the insert.
+    fn add_new(
+        &mut self,
+        name: &[u8],
+        file_type: FileType,
+        make: &mut dyn FnMut() -> Result<u32>,
+    ) -> Result<u32> {
+        check_name(name)?;
+        if self.is_indexed() {
+            let code = self.format.file_type_code(file_type);
+            if let Some(ino) = self.add_new_indexed(name, code, make)? {
+                return Ok(ino);
+            }
+        }
+        if DirectoryEditor::lookup(self, name)?.is_some() {
+            return Err(Error::Exists(String::from_utf8_lossy(name).into_owned()));
+        }
+        let ino = make()?;
+        DirectoryEditor::add_entry(self, name, ino, file_type)?;
+        Ok(ino)
     }
     fn remove_entry(&mut self, name: &[u8]) -> Result<Option<DirEntry>> {
         DirectoryEditor::remove_entry(self, name)

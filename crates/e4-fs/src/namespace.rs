@@ -322,77 +322,73 @@ impl Filesystem {
             let format = self.dir_format();
             let parent_handle = self.inode_handle(parent)?;
             let mut parent_state = parent_handle.lock(&self.inodes);
-            let dir = &mut parent_state.inode;
-            self.require_directory(dir)?;
-            if self.lookup_locked(&io, &format, dir, name)?.is_some() {
-                return Err(Error::Exists(shown(name)));
-            }
+            self.require_directory(&parent_state.inode)?;
             let is_dir = matches!(kind, NewKind::Directory);
-            if is_dir
-                && dir.links_count() >= MAX_LINKS - 1
-                && !self.has_feature(RoCompatFeatures::DIR_NLINK)
-            {
-                return Err(Error::TooManyLinks(shown(name)));
-            }
-            let alloc_kind = match (&kind, parent) {
-                (NewKind::Directory, ROOT_INO) => {
-                    let sb = self.superblock();
-                    let version =
-                        HashVersion::from_disk(sb.def_hash_version, sb.unsigned_dir_hash())
-                            .unwrap_or(HashVersion::HalfMd4);
-                    InodeKind::TopDirectory {
-                        name_hash: dir_hash(version, name, &sb.hash_seed).major,
-                    }
+            let parent_links = parent_state.inode.links_count();
+            // Runs once the name is known to be absent (so "exists" is reported before
+            // "too many links" or "no space", as the kernel does): allocates and fills
+            // the new inode, and makes its handle before the name exists, so a reader who
+            // finds the name finds this inode, not a stale record from the table.
+            let mut made: Option<Arc<InodeHandle>> = None;
+            let mut make = || -> Result<u32> {
+                if is_dir
+                    && parent_links >= MAX_LINKS - 1
+                    && !self.has_feature(RoCompatFeatures::DIR_NLINK)
+                {
+                    return Err(Error::TooManyLinks(shown(name)));
                 }
-                (NewKind::Directory, _) => InodeKind::Directory,
-                _ => InodeKind::Other,
+                let new = writer
+                    .inodes
+                    .allocate(
+                        &InodeRequest {
+                            parent,
+                            parent_hint: None,
+                            kind: self.new_inode_kind(&kind, parent, name),
+                            slot: txn.slot,
+                        },
+                        &writer.blocks,
+                    )
+                    .map_err(|e| match e {
+                        e4_alloc::InodeError::NoSpace => Error::NoSpace("inodes".into()),
+                        other => Error::Invalid(other.to_string()),
+                    })?;
+                let ino = new.ino;
+                let mut inode = self.new_inode(ino, &kind, creator);
+                if let Err(e) = self.fill_new_inode(&io, &format, &mut inode, &kind, parent) {
+                    let mut doomed = InodeState::detached(inode);
+                    self.release_inode_space(&io, &mut doomed).ok();
+                    writer.inodes.free(ino, is_dir, txn.slot).ok();
+                    return Err(e);
+                }
+                made = Some(self.inodes.insert_new(inode));
+                Ok(ino)
             };
-            let new = writer
-                .inodes
-                .allocate(
-                    &InodeRequest {
-                        parent,
-                        parent_hint: None,
-                        kind: alloc_kind,
-                        slot: txn.slot,
-                    },
-                    &writer.blocks,
-                )
-                .map_err(|e| match e {
-                    e4_alloc::InodeError::NoSpace => Error::NoSpace("inodes".into()),
-                    other => Error::Invalid(other.to_string()),
-                })?;
-            let ino = new.ino;
-            let mut inode = self.new_inode(ino, &kind, creator);
-            if let Err(e) = self.fill_new_inode(&io, &format, &mut inode, &kind, parent) {
-                let mut doomed = InodeState::detached(inode);
-                self.release_inode_space(&io, &mut doomed).ok();
-                writer.inodes.free(ino, is_dir, txn.slot).ok();
-                return Err(e);
-            }
-            // The handle exists before the name does: a reader that finds the name must
-            // find this inode, not read a stale record from the table.
-            let handle = self.inodes.insert_new(inode);
-            let linked = self.edit_dir(&io, &format, &mut parent_state.inode, |e| {
-                e.add_entry(name, ino, kind.file_type())
-            });
-            let linked = linked.and_then(|()| {
-                if is_dir {
-                    self.add_dir_link(&mut parent_state.inode)
-                } else {
-                    Ok(())
+            let linked = self
+                .edit_dir(&io, &format, &mut parent_state.inode, |e| {
+                    e.add_new(name, kind.file_type(), &mut make)
+                })
+                .and_then(|ino| {
+                    if is_dir {
+                        self.add_dir_link(&mut parent_state.inode)?;
+                    }
+                    Ok(ino)
+                });
+            let (ino, handle) = match (linked, made) {
+                (Ok(ino), Some(handle)) => (ino, handle),
+                (Err(e), Some(handle)) => {
+                    // Give back what the new inode took; the directory is unchanged.
+                    // Nothing else can hold the new inode's lock: no name leads to it.
+                    let ino = handle.ino;
+                    let mut new_state = handle.lock(&self.inodes);
+                    self.release_inode_space(&io, &mut new_state).ok();
+                    new_state.deleted = true;
+                    self.inodes.remove(ino);
+                    writer.inodes.free(ino, is_dir, txn.slot).ok();
+                    return Err(e);
                 }
-            });
-            if let Err(e) = linked {
-                // Give back what the new inode took; the directory is unchanged. Nothing
-                // else can hold the new inode's lock: no name leads to it.
-                let mut new_state = handle.lock(&self.inodes);
-                self.release_inode_space(&io, &mut new_state).ok();
-                new_state.deleted = true;
-                self.inodes.remove(ino);
-                writer.inodes.free(ino, is_dir, txn.slot).ok();
-                return Err(e);
-            }
+                (Err(e), None) => return Err(e),
+                (Ok(_), None) => unreachable!("add_new returns an inode only `make` made"),
+            };
             Self::touch(&mut parent_state.inode, true);
             self.inodes.mark_dirty(&parent_handle);
             self.inodes.mark_dirty(&handle);
@@ -400,6 +396,23 @@ impl Filesystem {
         };
         self.commit_if_needed()?;
         Ok(ino)
+    }
+
+    /// How the inode allocator should place a new inode: Orlov spreads directories made in
+    /// the root by their name's hash.
+    fn new_inode_kind(&self, kind: &NewKind<'_>, parent: u32, name: &[u8]) -> InodeKind {
+        match (kind, parent) {
+            (NewKind::Directory, ROOT_INO) => {
+                let sb = self.superblock();
+                let version = HashVersion::from_disk(sb.def_hash_version, sb.unsigned_dir_hash())
+                    .unwrap_or(HashVersion::HalfMd4);
+                InodeKind::TopDirectory {
+                    name_hash: dir_hash(version, name, &sb.hash_seed).major,
+                }
+            }
+            (NewKind::Directory, _) => InodeKind::Directory,
+            _ => InodeKind::Other,
+        }
     }
 
     /// A fresh inode record: mode, owner, times, link count, and the mapping flags the
