@@ -190,18 +190,15 @@ impl DxNode {
         }
         // The limit fits in the block (checked above) and count <= limit.
         let raw = &block[offset..offset + DX_ENTRY_SIZE * usize::from(count)];
-        let entries: Vec<DxEntry> = raw
+        let mut entries: Vec<DxEntry> = raw
             .chunks_exact(DX_ENTRY_SIZE)
-            .enumerate()
-            .map(|(i, e)| DxEntry {
-                hash: if i == 0 {
-                    0
-                } else {
-                    u32::from_le_bytes([e[0], e[1], e[2], e[3]])
-                },
+            .map(|e| DxEntry {
+                hash: u32::from_le_bytes([e[0], e[1], e[2], e[3]]),
                 block: u32::from_le_bytes([e[4], e[5], e[6], e[7]]),
             })
             .collect();
+        // The first entry's hash bytes hold limit and count.
+        entries[0].hash = 0;
         if entries.windows(2).any(|w| w[0].hash > w[1].hash) {
             return Err(bad("hashes out of order".into()));
         }

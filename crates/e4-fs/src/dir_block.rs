@@ -237,33 +237,49 @@ impl LeafBlock {
             .map(|r| r.to_entry())
     }
 
-    /// The first record with room for an entry with an `name_len`-byte name
-    /// (`ext4_find_dest_de`): its offset, the bytes its own entry uses (0 if free) and its
-    /// `rec_len`.
-    fn slot_for(&self, name_len: usize) -> Option<(usize, usize, usize)> {
+    /// The first record with room for an entry with a `name_len`-byte name
+    /// (`ext4_find_dest_de`).
+    fn slot_for(&self, name_len: usize) -> Option<Slot> {
         let needed = entry_size(name_len);
-        self.records().find_map(|r| {
-            let used = if r.inode == 0 {
-                0
-            } else {
-                entry_size(r.name.len())
-            };
-            (r.rec_len - used >= needed).then_some((r.offset, used, r.rec_len))
-        })
+        self.records().find_map(|r| r.slot(needed))
     }
 
-    /// Whether [`LeafBlock::insert`] of a `name_len`-byte name would succeed.
-    pub(crate) fn has_room(&self, name_len: usize) -> bool {
-        self.slot_for(name_len).is_some()
+    /// Looks for `name` and, in the same walk, for the first record with room for it: a
+    /// create reads each leaf once for both.
+    pub(crate) fn probe(&self, name: &[u8]) -> LeafProbe {
+        let needed = entry_size(name.len());
+        let mut slot = None;
+        for r in self.records() {
+            if r.inode != 0 && same_name(r.name, name) {
+                return LeafProbe::Found;
+            }
+            if slot.is_none() {
+                slot = r.slot(needed);
+            }
+        }
+        LeafProbe::Absent(slot)
     }
 
     /// Adds an entry in the first record with room for it (`ext4_find_dest_de`): a live
     /// record is cut to its smallest size and the entry takes the rest; a free record is
     /// reused whole. False when no record has room.
     pub(crate) fn insert(&mut self, name: &[u8], ino: u32, file_type: u8) -> bool {
-        let Some((offset, used, rec_len)) = self.slot_for(name.len()) else {
-            return false;
-        };
+        match self.slot_for(name.len()) {
+            Some(slot) => {
+                self.insert_at(slot, name, ino, file_type);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Adds an entry in `slot`, which [`LeafBlock::probe`] found for this name.
+    pub(crate) fn insert_at(&mut self, slot: Slot, name: &[u8], ino: u32, file_type: u8) {
+        let Slot {
+            offset,
+            used,
+            rec_len,
+        } = slot;
         if used > 0 {
             // The live entry keeps its first `used` bytes; only its rec_len changes.
             self.set_rec_len(offset, used);
@@ -271,7 +287,6 @@ impl LeafBlock {
         let at = offset + used;
         self.bytes[at..offset + rec_len].fill(0);
         encode_entry(&mut self.bytes[at..], ino, rec_len - used, file_type, name);
-        true
     }
 
     /// Deletes the record at `offset` (`ext4_generic_delete_entry`): the previous record
@@ -341,7 +356,39 @@ struct Record<'a> {
     name: &'a [u8],
 }
 
+/// A record with room for a new entry: at `offset`, its own entry using `used` bytes (0 if
+/// free) of its `rec_len`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Slot {
+    offset: usize,
+    used: usize,
+    rec_len: usize,
+}
+
+/// What [`LeafBlock::probe`] found.
+#[derive(Debug)]
+pub(crate) enum LeafProbe {
+    /// The name is here.
+    Found,
+    /// The name is not here; where it would go, if anywhere.
+    Absent(Option<Slot>),
+}
+
 impl Record<'_> {
+    /// This record as a slot for an entry needing `needed` bytes, if it has room.
+    fn slot(&self, needed: usize) -> Option<Slot> {
+        let used = if self.inode == 0 {
+            0
+        } else {
+            entry_size(self.name.len())
+        };
+        (self.rec_len - used >= needed).then_some(Slot {
+            offset: self.offset,
+            used,
+            rec_len: self.rec_len,
+        })
+    }
+
     fn to_entry(&self) -> LeafEntry {
         LeafEntry {
             offset: self.offset,

@@ -11,7 +11,7 @@ use e4_format::dir_hash::{dir_hash, HashVersion};
 use e4_format::dir_htree::{DxEntry, DxNode, DxRoot, DxRootInfo, DX_BLOCK_MASK};
 use e4_format::FormatError;
 
-use crate::dir_block::{LeafBlock, LeafEntry, NewEntry, REC_LEN_FIELD};
+use crate::dir_block::{LeafBlock, LeafEntry, LeafProbe, NewEntry, REC_LEN_FIELD};
 use crate::dir_write::{check_dot_entries, DirectoryEditor, Found, DOTDOT_OFFSET};
 use crate::error::{Error, Result};
 use crate::meta_io::BlockKind;
@@ -173,15 +173,15 @@ impl DirectoryEditor<'_> {
         }
         let logical = self.index_target(path.bottom().followed(), path.bottom().logical)?;
         let (physical, mut leaf) = self.read_leaf(logical)?;
-        if leaf.find(name).is_some() {
-            return Err(Error::Exists(String::from_utf8_lossy(name).into_owned()));
-        }
-        if !leaf.has_room(name.len()) {
-            return Ok(None);
-        }
+        let slot = match leaf.probe(name) {
+            LeafProbe::Found => {
+                return Err(Error::Exists(String::from_utf8_lossy(name).into_owned()))
+            }
+            LeafProbe::Absent(None) => return Ok(None),
+            LeafProbe::Absent(Some(slot)) => slot,
+        };
         let ino = make()?;
-        let inserted = leaf.insert(name, ino, file_type);
-        debug_assert!(inserted, "has_room said the leaf had room");
+        leaf.insert_at(slot, name, ino, file_type);
         self.write_leaf(physical, &leaf)?;
         Ok(Some(ino))
     }
