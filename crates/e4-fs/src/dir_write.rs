@@ -127,6 +127,16 @@ pub(crate) trait DirectoryEdit {
         Ok(ino)
     }
     fn remove_entry(&mut self, name: &[u8]) -> Result<Option<DirEntry>>;
+    /// Finds `name` and remembers where, so that [`DirectoryEdit::remove_located`] need not
+    /// find it again. This default remembers only the name.
+    fn locate(&self, name: &[u8]) -> Result<Option<Located>> {
+        Ok(self.lookup(name)?.map(|entry| Located { entry, at: None }))
+    }
+    /// Removes the entry [`DirectoryEdit::locate`] found. The directory must have stayed
+    /// locked since (the place found is then still the entry's).
+    fn remove_located(&mut self, located: Located) -> Result<()> {
+        self.remove_entry(&located.entry.name).map(drop)
+    }
     fn set_entry(&mut self, name: &[u8], ino: u32, file_type: FileType)
         -> Result<Option<DirEntry>>;
     fn set_parent(&mut self, parent_ino: u32) -> Result<()>;
@@ -164,6 +174,19 @@ impl DirectoryEdit for DirectoryEditor<'_> {
     fn remove_entry(&mut self, name: &[u8]) -> Result<Option<DirEntry>> {
         DirectoryEditor::remove_entry(self, name)
     }
+    fn locate(&self, name: &[u8]) -> Result<Option<Located>> {
+        check_name(name)?;
+        Ok(self.find(name)?.map(|found| Located {
+            entry: public_entry(found.entry.clone()),
+            at: Some(found),
+        }))
+    }
+    fn remove_located(&mut self, located: Located) -> Result<()> {
+        match located.at {
+            Some(found) => self.remove_found(found),
+            None => DirectoryEditor::remove_entry(self, &located.entry.name).map(drop),
+        }
+    }
     fn set_entry(
         &mut self,
         name: &[u8],
@@ -178,6 +201,12 @@ impl DirectoryEdit for DirectoryEditor<'_> {
     fn is_empty(&self) -> Result<bool> {
         DirectoryEditor::is_empty(self)
     }
+}
+
+/// An entry [`DirectoryEdit::locate`] found, with its place when the editor keeps one.
+pub(crate) struct Located {
+    pub entry: DirEntry,
+    at: Option<Found>,
 }
 
 /// A live entry found by name, with the block that holds it.
@@ -270,12 +299,18 @@ impl<'a> DirectoryEditor<'a> {
     /// directory has no such entry. Blocks are never freed.
     pub fn remove_entry(&mut self, name: &[u8]) -> Result<Option<DirEntry>> {
         check_name(name)?;
-        let Some(mut found) = self.find(name)? else {
+        let Some(found) = self.find(name)? else {
             return Ok(None);
         };
+        let entry = public_entry(found.entry.clone());
+        self.remove_found(found)?;
+        Ok(Some(entry))
+    }
+
+    /// Removes the entry `found` names from the leaf it was found in.
+    fn remove_found(&mut self, mut found: Found) -> Result<()> {
         found.leaf.remove(found.entry.offset);
-        self.write_leaf(found.physical, &found.leaf)?;
-        Ok(Some(public_entry(found.entry)))
+        self.write_leaf(found.physical, &found.leaf)
     }
 
     /// Finds `name`. "." and ".." are the caller's to resolve: like every name no entry may

@@ -586,10 +586,10 @@ impl Filesystem {
             let parent_handle = self.inode_handle(parent)?;
             let mut p = parent_handle.lock(&self.inodes);
             self.require_directory(&p.inode)?;
-            let victim = self
-                .lookup_locked(&io, &format, &mut p.inode, name)?
-                .ok_or_else(|| Error::NotFound(shown(name)))?
-                .ino;
+            let mut located = self
+                .edit_dir(&io, &format, &mut p.inode, |e| e.locate(name))?
+                .ok_or_else(|| Error::NotFound(shown(name)))?;
+            let victim = located.entry.ino;
             if victim == parent {
                 return Err(Error::Invalid(format!("cannot remove {:?}", shown(name))));
             }
@@ -609,9 +609,9 @@ impl Filesystem {
                     drop(p);
                     let mut locked = lock_in_order(&self.inodes, [&parent_handle, &victim_handle]);
                     let dir = state(&mut locked, parent);
-                    let again = self.lookup_locked(&io, &format, &mut dir.inode, name)?;
-                    if again.map(|e| e.ino) != Some(victim) {
-                        continue;
+                    match self.edit_dir(&io, &format, &mut dir.inode, |e| e.locate(name))? {
+                        Some(again) if again.entry.ino == victim => located = again,
+                        _ => continue,
                     }
                     locked
                 }
@@ -629,7 +629,7 @@ impl Filesystem {
                     return Err(Error::NotEmpty(shown(name)));
                 }
             }
-            self.edit_dir(&io, &format, &mut dir.inode, |e| e.remove_entry(name))?;
+            self.edit_dir(&io, &format, &mut dir.inode, |e| e.remove_located(located))?;
             if is_dir {
                 Self::drop_dir_link(&mut dir.inode);
                 target.inode.record.links_count = 0;
