@@ -573,12 +573,10 @@ fn colliding_names_are_found_across_leaf_splits() {
     // hashes continues in the next leaf, so it must not take the name there.
     for name in names {
         let mut made = false;
-        let added = fixture
-            .editor()
-            .add_new(name, FileType::Regular, &mut || {
-                made = true;
-                Ok(7)
-            });
+        let added = fixture.editor().add_new(name, FileType::Regular, &mut || {
+            made = true;
+            Ok(7)
+        });
         assert!(matches!(added, Err(Error::Exists(_))), "{added:?}");
         assert!(!made, "an inode was made for a name that exists");
     }
