@@ -259,5 +259,5 @@ fn an_unlink_waiting_for_the_file_keeps_names_made_meanwhile() {
     }
     assert_eq!(fs.lookup(dir, b"victim").unwrap(), None);
     fs.unmount().unwrap();
-    e2fsck_clean(&img.path);
+    e2fsck_clean(&img.path).unwrap();
 }
