@@ -110,42 +110,34 @@ impl<'a> DirEntryIter<'a> {
         }
     }
 
+    /// Decodes the record at `at`. The checks are the kernel's `ext4_check_dir_entry`
+    /// bounds; the error is built out of line, as this runs for every record of every
+    /// directory block a lookup or insert reads.
+    #[inline(always)]
     fn parse_at(&self, at: usize) -> Result<DirEntry<'a>> {
-        let bad = |reason: String| {
-            FormatError::corrupt(
-                "directory entry",
-                self.loc,
-                format!("at offset {at}: {reason}"),
-            )
-        };
         let rest = &self.region[at..];
-        if rest.len() < ENTRY_HEADER_SIZE {
-            return Err(bad(format!(
-                "{} bytes left, too few for an entry",
-                rest.len()
-            )));
-        }
-        // OK to unwrap: the header's 8 bytes are present.
-        let (inode, raw_len) = (le32(rest, 0).unwrap(), le16(rest, 4).unwrap());
-        let rec_len = rec_len_from_disk(raw_len, self.block_size);
+        let Some(header) = rest.first_chunk::<ENTRY_HEADER_SIZE>() else {
+            return Err(self.fault(at, EntryFault::Truncated { left: rest.len() }));
+        };
+        let inode = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
+        let rec_len =
+            rec_len_from_disk(u16::from_le_bytes([header[4], header[5]]), self.block_size);
         let (name_len, file_type) = if self.filetype {
-            (usize::from(rest[6]), rest[7])
+            (usize::from(header[6]), header[7])
         } else {
             (
-                usize::from(u16::from_le_bytes([rest[6], rest[7]])),
+                usize::from(u16::from_le_bytes([header[6], header[7]])),
                 file_type::UNKNOWN,
             )
         };
         if rec_len < ENTRY_HEADER_SIZE || rec_len % 4 != 0 {
-            return Err(bad(format!("record length {rec_len}")));
+            return Err(self.fault(at, EntryFault::RecordLength { rec_len }));
         }
         if rec_len > rest.len() {
-            return Err(bad(format!("record length {rec_len} runs past the end")));
+            return Err(self.fault(at, EntryFault::PastEnd { rec_len }));
         }
         if inode != 0 && (name_len == 0 || entry_size(name_len) > rec_len) {
-            return Err(bad(format!(
-                "name length {name_len} in a {rec_len}-byte record"
-            )));
+            return Err(self.fault(at, EntryFault::NameLength { name_len, rec_len }));
         }
         let name = if inode == 0 {
             &rest[..0]
@@ -159,6 +151,53 @@ impl<'a> DirEntryIter<'a> {
             name,
         })
     }
+
+    /// Checks every remaining record without yielding them (a block read from disk is
+    /// checked once, whole, before it is edited), also requiring each record to be at least
+    /// `min_rec_len` bytes (the kernel's `ext4_check_dir_entry` wants room for a one-byte
+    /// name: 12).
+    pub fn check_rest(mut self, min_rec_len: usize) -> Result<()> {
+        while self.offset < self.region.len() {
+            let at = self.offset;
+            let rec_len = self.parse_at(at)?.rec_len;
+            if rec_len < min_rec_len {
+                return Err(self.fault(at, EntryFault::RecordLength { rec_len }));
+            }
+            self.offset = at + rec_len;
+        }
+        Ok(())
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn fault(&self, at: usize, fault: EntryFault) -> FormatError {
+        let reason = match fault {
+            EntryFault::Truncated { left } => format!("{left} bytes left, too few for an entry"),
+            EntryFault::RecordLength { rec_len } => format!("record length {rec_len}"),
+            EntryFault::PastEnd { rec_len } => format!("record length {rec_len} runs past the end"),
+            EntryFault::NameLength { name_len, rec_len } => {
+                format!("name length {name_len} in a {rec_len}-byte record")
+            }
+        };
+        FormatError::corrupt(
+            "directory entry",
+            self.loc,
+            format!("at offset {at}: {reason}"),
+        )
+    }
+}
+
+/// What is wrong with a malformed directory record.
+#[derive(Debug, Clone, Copy)]
+enum EntryFault {
+    /// Fewer bytes than a header are left in the region.
+    Truncated { left: usize },
+    /// Shorter than a header, or not a multiple of 4.
+    RecordLength { rec_len: usize },
+    /// The record runs past the end of the region.
+    PastEnd { rec_len: usize },
+    /// A live record whose name is empty or does not fit it.
+    NameLength { name_len: usize, rec_len: usize },
 }
 
 impl<'a> Iterator for DirEntryIter<'a> {

@@ -18,7 +18,7 @@ use parking_lot::{Mutex, MutexGuard};
 
 use e4_alloc::stats::LockStats;
 
-use crate::engine_stats::counted_lock;
+use crate::engine_stats::{counted_lock, counted_try_lock};
 use crate::error::Result;
 
 const SHARDS: usize = 64;
@@ -61,6 +61,12 @@ impl InodeHandle {
     /// The inode's lock (counted in the cache's inode-lock statistics).
     pub fn lock<'a>(&'a self, cache: &InodeCache) -> MutexGuard<'a, InodeState> {
         counted_lock(&self.state, &cache.inode_locks)
+    }
+
+    /// This inode's lock if it is free now; `None` (counted as a skip) if another thread
+    /// holds it.
+    pub fn try_lock<'a>(&'a self, cache: &InodeCache) -> Option<MutexGuard<'a, InodeState>> {
+        counted_try_lock(&self.state, &cache.inode_locks)
     }
 }
 
