@@ -181,7 +181,14 @@ fn is_mounted(dir: &Path) -> bool {
     std::fs::read_to_string("/proc/mounts").is_ok_and(|m| m.contains(&needle))
 }
 
-fn mount(target: &Target, image: &Path, dir: &Path) -> Result<Mounted, TargetError> {
+/// Mounts `image` on `dir`: a loop mount for the kernel's ext4, or fuse2fs in the
+/// foreground, on `daemon_cpu` when pinned.
+fn mount(
+    target: &Target,
+    image: &Path,
+    dir: &Path,
+    daemon_cpu: Option<usize>,
+) -> Result<Mounted, TargetError> {
     if !is_root() {
         return Err(TargetError::Unavailable(
             "needs root to mount its image".into(),
@@ -211,7 +218,17 @@ fn mount(target: &Target, image: &Path, dir: &Path) -> Result<Mounted, TargetErr
             "no /dev/fuse on this machine".into(),
         ));
     }
-    let mut daemon = Command::new("fuse2fs")
+    // taskset execs fuse2fs, so the child is the daemon itself, and every thread it starts
+    // inherits the CPU. Without fuse2fs, taskset exits 127 saying so, reported below.
+    let mut command = match daemon_cpu {
+        Some(cpu) => {
+            let mut c = Command::new("taskset");
+            c.args(["-c", &cpu.to_string(), "fuse2fs"]);
+            c
+        }
+        None => Command::new("fuse2fs"),
+    };
+    let mut daemon = command
         .arg(image)
         .arg(dir)
         .args(["-f", "-o", "rw"])
@@ -219,7 +236,12 @@ fn mount(target: &Target, image: &Path, dir: &Path) -> Result<Mounted, TargetErr
         .stderr(Stdio::piped())
         .spawn()
         .map_err(|e| {
-            TargetError::Unavailable(format!("cannot run fuse2fs: {e} (apt install fuse2fs)"))
+            TargetError::Unavailable(match daemon_cpu {
+                Some(_) => format!(
+                    "cannot run taskset to pin fuse2fs: {e} (--pin needs util-linux's taskset)"
+                ),
+                None => format!("cannot run fuse2fs: {e} (apt install fuse2fs)"),
+            })
         })?;
     for _ in 0..200 {
         if is_mounted(dir) {
@@ -285,7 +307,7 @@ pub fn run_point(
                 m
             } else {
                 let dir = work.join(format!("{image_name}.mnt"));
-                let mounted = mount(target, &image, &dir)?;
+                let mounted = mount(target, &image, &dir, params.placement.daemon_cpu())?;
                 let m = workload::run(&PosixOps { root: dir.clone() }, workload, params);
                 mounted.unmount()?;
                 let _ = std::fs::remove_dir(&dir);
