@@ -121,6 +121,25 @@ fn pin_is_recorded_in_every_record_and_the_table() {
     }
 }
 
+/// Under `taskset -c N` the process may use one CPU, whatever its number: `split` is
+/// refused in one line naming it.
+#[test]
+fn split_on_one_allowed_cpu_is_refused_in_one_line() {
+    // OK to unwrap: a running process may use at least one CPU.
+    let cpu = *e4_bench::pinning::allowed_cpus().unwrap().last().unwrap();
+    let out = Command::new("taskset")
+        .args(["-c", &cpu.to_string(), env!("CARGO_BIN_EXE_e4")])
+        .args(["bench", "create", "--targets", "tmpfs", "--pin", "split"])
+        .output()
+        .expect("taskset (util-linux) runs e4 on one CPU");
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        format!("e4: --pin split needs 2 CPUs at least, and this process may use 1 (CPU {cpu})\n")
+    );
+    assert!(out.stdout.is_empty());
+}
+
 #[test]
 fn unknown_workload_and_target_are_usage_errors() {
     for args in [
