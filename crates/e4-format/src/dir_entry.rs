@@ -4,6 +4,7 @@
 use crate::checksum::crc32c_raw;
 use crate::codec::{le16, le32};
 use crate::error::{verify_checksum, FormatError, Location, Result};
+use crate::problem::{Problem, Structure};
 
 /// Bytes before the name: inode, rec_len, name_len, file_type.
 pub const ENTRY_HEADER_SIZE: usize = 8;
@@ -111,19 +112,13 @@ impl<'a> DirEntryIter<'a> {
     }
 
     fn parse_at(&self, at: usize) -> Result<DirEntry<'a>> {
-        let bad = |reason: String| {
-            FormatError::corrupt(
-                "directory entry",
-                self.loc,
-                format!("at offset {at}: {reason}"),
-            )
-        };
+        let bad = |problem| FormatError::corrupt(Structure::DirectoryEntry, self.loc, problem);
         let rest = &self.region[at..];
         if rest.len() < ENTRY_HEADER_SIZE {
-            return Err(bad(format!(
-                "{} bytes left, too few for an entry",
-                rest.len()
-            )));
+            return Err(bad(Problem::EntryHeaderPastEnd {
+                offset: at,
+                left: rest.len(),
+            }));
         }
         // OK to unwrap: the header's 8 bytes are present.
         let (inode, raw_len) = (le32(rest, 0).unwrap(), le16(rest, 4).unwrap());
@@ -137,15 +132,23 @@ impl<'a> DirEntryIter<'a> {
             )
         };
         if rec_len < ENTRY_HEADER_SIZE || rec_len % 4 != 0 {
-            return Err(bad(format!("record length {rec_len}")));
+            return Err(bad(Problem::BadRecLen {
+                offset: at,
+                rec_len,
+            }));
         }
         if rec_len > rest.len() {
-            return Err(bad(format!("record length {rec_len} runs past the end")));
+            return Err(bad(Problem::RecLenPastEnd {
+                offset: at,
+                rec_len,
+            }));
         }
         if inode != 0 && (name_len == 0 || entry_size(name_len) > rec_len) {
-            return Err(bad(format!(
-                "name length {name_len} in a {rec_len}-byte record"
-            )));
+            return Err(bad(Problem::NameLenExceedsRecLen {
+                offset: at,
+                name_len,
+                rec_len,
+            }));
         }
         let name = if inode == 0 {
             &rest[..0]
@@ -219,16 +222,16 @@ pub fn has_tail(block: &[u8]) -> bool {
 pub fn verify_leaf_checksum(block: &[u8], inode_seed: u32, loc: Location) -> Result<()> {
     if !has_tail(block) {
         return Err(FormatError::corrupt(
-            "directory block",
+            Structure::DirectoryBlock,
             loc,
-            "no checksum tail at the end",
+            Problem::NoChecksumTail,
         ));
     }
     let at = block.len() - TAIL_SIZE;
     // OK to unwrap: has_tail checked the length.
     let stored = le32(block, at + 8).unwrap();
     verify_checksum(
-        "directory block",
+        Structure::DirectoryBlock,
         loc,
         stored,
         crc32c_raw(inode_seed, &block[..at]),

@@ -5,6 +5,7 @@
 use crate::checksum::crc32c_raw;
 use crate::codec::{le16, le32, on_disk_struct, prefix, Le};
 use crate::error::{verify_checksum, FormatError, Location, Result};
+use crate::problem::{Problem, Structure};
 
 /// Offset of `dx_root_info` (after the "." and ".." entries).
 const ROOT_INFO_OFFSET: usize = 0x18;
@@ -66,32 +67,34 @@ pub struct DxRoot {
     pub node: DxNode,
 }
 
-const ROOT: &str = "htree root";
-const NODE: &str = "htree node";
-
 impl DxRoot {
     /// Parses block 0 of an indexed directory. `csum` says whether a dx_tail is present
     /// (metadata_csum); `max_levels` is 2, or 3 with large_dir.
     pub fn parse(block: &[u8], csum: bool, max_levels: u8, loc: Location) -> Result<Self> {
-        let bad = |reason: String| FormatError::corrupt(ROOT, loc, reason);
+        let bad = |problem| FormatError::corrupt(Structure::HtreeRoot, loc, problem);
         let info_bytes = block
             .get(ROOT_INFO_OFFSET..)
             .and_then(prefix::<8>)
-            .ok_or_else(|| bad("block too small".into()))?;
+            .ok_or_else(|| {
+                bad(Problem::TooShort {
+                    len: block.len(),
+                    need: ROOT_ENTRIES_OFFSET,
+                })
+            })?;
         let info = DxRootInfo::decode(info_bytes);
         if info.reserved_zero != 0 || info.info_length != ROOT_INFO_LENGTH {
-            return Err(bad(format!(
-                "root info length {} (reserved {:#x})",
-                info.info_length, info.reserved_zero
-            )));
+            return Err(bad(Problem::BadRootInfo {
+                info_length: info.info_length,
+                reserved_zero: info.reserved_zero,
+            }));
         }
         if info.indirect_levels >= max_levels {
-            return Err(bad(format!(
-                "{} index levels",
-                u32::from(info.indirect_levels) + 1
-            )));
+            return Err(bad(Problem::TooManyLevels {
+                levels: u32::from(info.indirect_levels) + 1,
+                max: max_levels,
+            }));
         }
-        let node = DxNode::parse_at(block, ROOT_ENTRIES_OFFSET, csum, ROOT, loc)?;
+        let node = DxNode::parse_at(block, ROOT_ENTRIES_OFFSET, csum, Structure::HtreeRoot, loc)?;
         Ok(DxRoot { info, node })
     }
 
@@ -136,9 +139,13 @@ impl DxNode {
         // The fake dirent must span the whole block, or this is not an index node.
         let fake_len = le16(block, 4).map(|l| crate::dir_entry::rec_len_from_disk(l, block.len()));
         if le32(block, 0) != Some(0) || fake_len != Some(block.len()) {
-            return Err(FormatError::corrupt(NODE, loc, "not an index block"));
+            return Err(FormatError::corrupt(
+                Structure::HtreeNode,
+                loc,
+                Problem::NotAnIndexBlock,
+            ));
         }
-        Self::parse_at(block, NODE_ENTRIES_OFFSET, csum, NODE, loc)
+        Self::parse_at(block, NODE_ENTRIES_OFFSET, csum, Structure::HtreeNode, loc)
     }
 
     fn expected_limit(block_len: usize, offset: usize, csum: bool) -> usize {
@@ -174,19 +181,26 @@ impl DxNode {
         block: &[u8],
         offset: usize,
         csum: bool,
-        structure: &'static str,
+        structure: Structure,
         loc: Location,
     ) -> Result<Self> {
-        let bad = |reason: String| FormatError::corrupt(structure, loc, reason);
+        let bad = |problem| FormatError::corrupt(structure, loc, problem);
         let (Some(limit), Some(count)) = (le16(block, offset), le16(block, offset + 2)) else {
-            return Err(bad("block too small".into()));
+            return Err(bad(Problem::TooShort {
+                len: block.len(),
+                need: offset + 4,
+            }));
         };
         let expected = Self::expected_limit(block.len(), offset, csum);
         if usize::from(limit) != expected {
-            return Err(bad(format!("limit {limit}, expected {expected}")));
+            return Err(bad(Problem::FieldMismatch {
+                field: "limit",
+                found: limit.into(),
+                expected: expected as u64,
+            }));
         }
         if count == 0 || count > limit {
-            return Err(bad(format!("count {count} with limit {limit}")));
+            return Err(bad(Problem::BadCount { count, limit }));
         }
         let entries = (0..usize::from(count))
             .map(|i| {
@@ -199,7 +213,7 @@ impl DxNode {
             })
             .collect::<Vec<_>>();
         if entries.windows(2).any(|w| w[0].hash > w[1].hash) {
-            return Err(bad("hashes out of order".into()));
+            return Err(bad(Problem::HashesOutOfOrder));
         }
         Ok(DxNode {
             limit,
@@ -242,7 +256,12 @@ impl DxNode {
         let (tail, computed) = self.checksum(block, inode_seed);
         // OK to unwrap: parse_at sized the limit to leave room for the tail.
         let stored = le32(block, tail + 4).unwrap();
-        verify_checksum("htree index", loc, stored, computed)
+        let structure = if self.entries_offset == ROOT_ENTRIES_OFFSET {
+            Structure::HtreeRoot
+        } else {
+            Structure::HtreeNode
+        };
+        verify_checksum(structure, loc, stored, computed)
     }
 
     /// Writes the dx_tail checksum (metadata_csum).

@@ -5,6 +5,7 @@
 use crate::checksum::crc32c_raw;
 use crate::codec::{on_disk_struct, prefix, Le};
 use crate::error::{verify_checksum, FormatError, Location, Result};
+use crate::problem::{Problem, Structure};
 
 /// `eh_magic`.
 pub const EXTENT_MAGIC: u16 = 0xF30A;
@@ -109,31 +110,43 @@ pub struct ExtentNode {
     pub entries: ExtentEntries,
 }
 
-const STRUCTURE: &str = "extent tree node";
+const STRUCTURE: Structure = Structure::ExtentNode;
 
 impl ExtentNode {
     /// Parses a node from `bytes` (60 bytes for the root in `i_block`, a block otherwise).
     /// Checks the magic, that the entries fit, and that depth is within the kernel's limit.
     pub fn parse(bytes: &[u8], loc: Location) -> Result<Self> {
-        let bad = |reason: String| FormatError::corrupt(STRUCTURE, loc, reason);
-        let header = ExtentHeader::decode(
-            prefix::<12>(bytes).ok_or_else(|| bad("shorter than its header".into()))?,
-        );
+        let bad = |problem| FormatError::corrupt(STRUCTURE, loc, problem);
+        let header = ExtentHeader::decode(prefix::<12>(bytes).ok_or_else(|| {
+            bad(Problem::TooShort {
+                len: bytes.len(),
+                need: ENTRY_SIZE,
+            })
+        })?);
         if header.magic != EXTENT_MAGIC {
-            return Err(bad(format!("bad magic {:#06x}", header.magic)));
+            return Err(bad(Problem::BadMagic {
+                found: header.magic.into(),
+                expected: EXTENT_MAGIC.into(),
+            }));
         }
         let capacity = (bytes.len() - ENTRY_SIZE) / ENTRY_SIZE;
         if usize::from(header.max) > capacity {
-            return Err(bad(format!("{} entries cannot fit", header.max)));
+            return Err(bad(Problem::MaxExceedsCapacity {
+                max: header.max,
+                capacity,
+            }));
         }
         if header.entries > header.max {
-            return Err(bad(format!(
-                "{} entries exceed the maximum {}",
-                header.entries, header.max
-            )));
+            return Err(bad(Problem::EntriesExceedMax {
+                entries: header.entries,
+                max: header.max,
+            }));
         }
         if header.depth > MAX_DEPTH {
-            return Err(bad(format!("depth {}", header.depth)));
+            return Err(bad(Problem::DepthTooLarge {
+                depth: header.depth,
+                max: MAX_DEPTH,
+            }));
         }
         let records = (0..usize::from(header.entries)).map(|i| {
             let start = ENTRY_SIZE * (i + 1);
@@ -177,7 +190,7 @@ impl ExtentNode {
     pub fn verify_checksum(&self, block: &[u8], inode_seed: u32, loc: Location) -> Result<()> {
         let tail = self.tail_offset();
         let stored = crate::codec::le32(block, tail)
-            .ok_or_else(|| FormatError::corrupt(STRUCTURE, loc, "no room for the checksum tail"))?;
+            .ok_or_else(|| FormatError::corrupt(STRUCTURE, loc, Problem::NoChecksumTail))?;
         verify_checksum(
             STRUCTURE,
             loc,

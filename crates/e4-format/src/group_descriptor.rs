@@ -6,6 +6,7 @@ use crate::checksum::{crc16, crc32c_raw};
 use crate::codec::{on_disk_struct, Le};
 use crate::error::{verify_checksum, FormatError, Location, Result};
 use crate::features::RoCompatFeatures;
+use crate::problem::{Problem, Structure};
 use crate::superblock::Superblock;
 
 /// `bg_flags`: the inode table and bitmap are not initialized.
@@ -121,9 +122,12 @@ impl GroupDescriptor {
         let loc = Location::Group(group);
         if bytes.len() < SMALL_DESC_SIZE {
             return Err(FormatError::corrupt(
-                "group descriptor",
+                Structure::GroupDescriptor,
                 loc,
-                format!("{} bytes is too short", bytes.len()),
+                Problem::TooShort {
+                    len: bytes.len(),
+                    need: SMALL_DESC_SIZE,
+                },
             ));
         }
         let mut raw = [0u8; 64];
@@ -132,7 +136,7 @@ impl GroupDescriptor {
         let desc = GroupDescriptor::decode(&raw);
         if let Some(sum) = checksum.compute(group, bytes) {
             verify_checksum(
-                "group descriptor",
+                Structure::GroupDescriptor,
                 loc,
                 u32::from(desc.checksum),
                 u32::from(sum),
@@ -248,12 +252,12 @@ impl GroupDescriptor {
             BitmapKind::Block => (
                 self.block_bitmap_csum_lo,
                 self.block_bitmap_csum_hi,
-                "block bitmap",
+                Structure::BlockBitmap,
             ),
             BitmapKind::Inode => (
                 self.inode_bitmap_csum_lo,
                 self.inode_bitmap_csum_hi,
-                "inode bitmap",
+                Structure::InodeBitmap,
             ),
         };
         let (stored, computed) = if desc_size >= BITMAP_CSUM_HI_END {

@@ -5,6 +5,7 @@
 use crate::checksum::{crc32c_raw, inode_csum_seed};
 use crate::codec::{on_disk_struct, Le};
 use crate::error::{verify_checksum, FormatError, Location, Result};
+use crate::problem::{Problem, Structure};
 
 /// Size of the original ext2 inode; the extra fields start here.
 pub const GOOD_OLD_INODE_SIZE: usize = 128;
@@ -180,9 +181,12 @@ impl Inode {
         let inode_size = bytes.len();
         if inode_size < GOOD_OLD_INODE_SIZE {
             return Err(FormatError::corrupt(
-                "inode record",
+                Structure::Inode,
                 loc,
-                format!("record of {inode_size} bytes"),
+                Problem::TooShort {
+                    len: inode_size,
+                    need: GOOD_OLD_INODE_SIZE,
+                },
             ));
         }
         let mut raw = [0u8; RECORD_SIZE];
@@ -195,9 +199,12 @@ impl Inode {
         };
         if GOOD_OLD_INODE_SIZE + extra_isize > inode_size || extra_isize % 4 != 0 {
             return Err(FormatError::corrupt(
-                "inode record",
+                Structure::Inode,
                 loc,
-                format!("extra size {extra_isize} does not fit a {inode_size}-byte inode"),
+                Problem::BadExtraIsize {
+                    extra_isize,
+                    inode_size,
+                },
             ));
         }
         // Extra fields past i_extra_isize are xattr bytes, not fields.
@@ -217,7 +224,7 @@ impl Inode {
         };
         if let Some(seed) = csum_seed {
             let (stored, computed) = inode.checksums(bytes, seed);
-            verify_checksum("inode record", loc, stored, computed)?;
+            verify_checksum(Structure::Inode, loc, stored, computed)?;
         }
         Ok(inode)
     }

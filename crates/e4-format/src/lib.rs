@@ -32,7 +32,9 @@ pub mod inode;
 pub mod journal;
 pub mod orphan_file;
 pub mod posix_acl;
+pub mod problem;
 pub mod superblock;
 pub mod xattr;
 
 pub use error::{FormatError, Location, Result};
+pub use problem::{Problem, Structure};

@@ -5,6 +5,7 @@
 use crate::checksum::crc32c_raw;
 use crate::codec::le32;
 use crate::error::{verify_checksum, FormatError, Location, Result};
+use crate::problem::{Problem, Structure};
 
 /// `ob_magic`.
 pub const ORPHAN_BLOCK_MAGIC: u32 = 0x0B10_CA04;
@@ -20,19 +21,33 @@ pub fn parse_orphan_block(
     seed: Option<u32>,
     loc: Location,
 ) -> Result<Vec<u32>> {
-    let slots_end = block
-        .len()
-        .checked_sub(TAIL_SIZE)
-        .ok_or_else(|| FormatError::corrupt("orphan block", loc, "too small"))?;
-    let magic = le32(block, slots_end);
-    if magic != Some(ORPHAN_BLOCK_MAGIC) {
-        return Err(FormatError::corrupt("orphan block", loc, "bad tail magic"));
+    let slots_end = block.len().checked_sub(TAIL_SIZE).ok_or_else(|| {
+        FormatError::corrupt(
+            Structure::OrphanBlock,
+            loc,
+            Problem::TooShort {
+                len: block.len(),
+                need: TAIL_SIZE,
+            },
+        )
+    })?;
+    // OK to unwrap: the tail is inside the block.
+    let magic = le32(block, slots_end).unwrap();
+    if magic != ORPHAN_BLOCK_MAGIC {
+        return Err(FormatError::corrupt(
+            Structure::OrphanBlock,
+            loc,
+            Problem::BadMagic {
+                found: magic,
+                expected: ORPHAN_BLOCK_MAGIC,
+            },
+        ));
     }
     if let Some(seed) = seed {
         // OK to unwrap: the tail is inside the block.
         let stored = le32(block, slots_end + 4).unwrap();
         verify_checksum(
-            "orphan block",
+            Structure::OrphanBlock,
             loc,
             stored,
             orphan_block_checksum(block, block_nr, seed),

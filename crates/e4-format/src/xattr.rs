@@ -11,6 +11,7 @@
 use crate::checksum::crc32c_raw;
 use crate::codec::{on_disk_struct, prefix, Le};
 use crate::error::{verify_checksum, FormatError, Location, Result};
+use crate::problem::{Problem, Structure};
 
 /// `h_magic` and the in-inode header magic.
 pub const XATTR_MAGIC: u32 = 0xEA02_0000;
@@ -320,22 +321,40 @@ pub fn parse_xattr_block(
     csum_seed: Option<u32>,
     loc: Location,
 ) -> Result<Vec<Xattr>> {
-    let header = XattrBlockHeader::decode(
-        prefix::<32>(block).ok_or_else(|| FormatError::corrupt("xattr block", loc, "too small"))?,
-    );
-    if header.magic != XATTR_MAGIC || header.blocks != 1 {
-        return Err(FormatError::corrupt(
-            "xattr block",
+    let header = XattrBlockHeader::decode(prefix::<32>(block).ok_or_else(|| {
+        FormatError::corrupt(
+            Structure::XattrBlock,
             loc,
-            format!(
-                "bad header (magic {:#x}, {} blocks)",
-                header.magic, header.blocks
-            ),
+            Problem::TooShort {
+                len: block.len(),
+                need: XattrBlockHeader::SIZE,
+            },
+        )
+    })?);
+    if header.magic != XATTR_MAGIC {
+        return Err(FormatError::corrupt(
+            Structure::XattrBlock,
+            loc,
+            Problem::BadMagic {
+                found: header.magic,
+                expected: XATTR_MAGIC,
+            },
+        ));
+    }
+    if header.blocks != 1 {
+        return Err(FormatError::corrupt(
+            Structure::XattrBlock,
+            loc,
+            Problem::FieldMismatch {
+                field: "h_blocks",
+                found: header.blocks.into(),
+                expected: 1,
+            },
         ));
     }
     if let Some(seed) = csum_seed {
         verify_checksum(
-            "xattr block",
+            Structure::XattrBlock,
             loc,
             header.checksum,
             xattr_block_checksum(block, block_nr, seed),
@@ -363,28 +382,26 @@ pub fn parse_inode_xattrs(area: &[u8], loc: Location) -> Result<Vec<Xattr>> {
 
 /// Walks entries starting at `first` in `region`; value offsets are relative to `base`.
 fn parse_entries(region: &[u8], first: usize, base: usize, loc: Location) -> Result<Vec<Xattr>> {
-    let bad = |at: usize, reason: String| {
-        FormatError::corrupt("xattr entry", loc, format!("at offset {at}: {reason}"))
-    };
+    let bad = |problem| FormatError::corrupt(Structure::XattrEntry, loc, problem);
     let mut out = Vec::new();
     let mut at = first;
     loop {
         // An entry list ends with four zero bytes.
         match crate::codec::le32(region, at) {
             Some(0) => break,
-            None => return Err(bad(at, "entries run past the end".into())),
+            None => return Err(bad(Problem::EntriesPastEnd { offset: at })),
             Some(_) => {}
         }
         let record = XattrEntryRecord::decode(
             region
                 .get(at..)
                 .and_then(prefix::<16>)
-                .ok_or_else(|| bad(at, "truncated entry".into()))?,
+                .ok_or_else(|| bad(Problem::TruncatedEntry { offset: at }))?,
         );
         let name_start = at + ENTRY_SIZE;
         let name = region
             .get(name_start..name_start + usize::from(record.name_len))
-            .ok_or_else(|| bad(at, "name runs past the end".into()))?;
+            .ok_or_else(|| bad(Problem::NamePastEnd { offset: at }))?;
         let prefix = name_prefix(record.name_index).unwrap_or_default();
         let mut full = prefix.as_bytes().to_vec();
         full.extend_from_slice(name);
@@ -396,9 +413,13 @@ fn parse_entries(region: &[u8], first: usize, base: usize, loc: Location) -> Res
         } else {
             let start = base + usize::from(record.value_offs);
             let end = start + record.value_size as usize;
-            let bytes = region
-                .get(start..end)
-                .ok_or_else(|| bad(at, format!("value at {start}..{end} runs past the end")))?;
+            let bytes = region.get(start..end).ok_or_else(|| {
+                bad(Problem::ValuePastEnd {
+                    offset: at,
+                    start,
+                    end,
+                })
+            })?;
             XattrValue::Inline(bytes.to_vec())
         };
         out.push(Xattr {

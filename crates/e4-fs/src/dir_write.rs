@@ -25,7 +25,7 @@ use e4_format::dir_entry::{file_type as ft, DirEntryIter, MAX_NAME_LEN};
 use e4_format::features::{CompatFeatures, IncompatFeatures};
 use e4_format::inode::FileType;
 use e4_format::superblock::Superblock;
-use e4_format::{FormatError, Location};
+use e4_format::{FormatError, Location, Problem, Structure};
 
 use crate::dir_block::{LeafBlock, LeafEntry, NewEntry};
 use crate::directory::DirEntry;
@@ -371,9 +371,9 @@ impl<'a> DirectoryEditor<'a> {
     pub(crate) fn block_count(&self) -> Result<u64> {
         match self.blocks.block_count() {
             0 => Err(FormatError::corrupt(
-                "directory",
+                Structure::Directory,
                 Location::Inode(self.owner.ino),
-                "has no blocks",
+                Problem::NoBlocks,
             )
             .into()),
             n => Ok(n),
@@ -427,12 +427,9 @@ pub(crate) fn check_dot_entries(bytes: &[u8], format: &DirFormat, loc: Location)
         {
             Ok(())
         }
-        _ => Err(FormatError::corrupt(
-            "directory block",
-            loc,
-            "does not start with \".\" and \"..\"",
-        )
-        .into()),
+        _ => Err(
+            FormatError::corrupt(Structure::DirectoryBlock, loc, Problem::MissingDotEntries).into(),
+        ),
     }
 }
 

@@ -11,7 +11,7 @@ use e4_format::dir_htree::{DxNode, DxRoot};
 use e4_format::features::{CompatFeatures, IncompatFeatures};
 use e4_format::inline_data::{inline_dir_parent, inline_dir_regions, SYSTEM_DATA};
 use e4_format::inode::{flags, FileType, Inode};
-use e4_format::{FormatError, Location};
+use e4_format::{FormatError, Location, Problem, Structure};
 
 use crate::buffer_cache::Buffer;
 use crate::error::Result;
@@ -91,9 +91,9 @@ impl Filesystem {
                 ..
             } => Ok((physical, self.read_block(physical)?)),
             _ => Err(FormatError::corrupt(
-                "directory",
+                Structure::Directory,
                 Location::Inode(dir.ino),
-                format!("block {logical} is a hole"),
+                Problem::Hole { logical },
             )
             .into()),
         }
@@ -306,8 +306,12 @@ impl Filesystem {
         }
         self.scan_dir(dir, |e| (e.name == b"..").then_some(e.inode))?
             .ok_or_else(|| {
-                FormatError::corrupt("directory", Location::Inode(dir.ino), "has no \"..\" entry")
-                    .into()
+                FormatError::corrupt(
+                    Structure::Directory,
+                    Location::Inode(dir.ino),
+                    Problem::MissingDotDot,
+                )
+                .into()
             })
     }
 
@@ -343,9 +347,11 @@ impl Filesystem {
         )
         .ok_or_else(|| {
             FormatError::corrupt(
-                "htree root",
+                Structure::HtreeRoot,
                 loc,
-                format!("unknown hash version {}", root.info.hash_version),
+                Problem::UnknownHashVersion {
+                    version: root.info.hash_version,
+                },
             )
         })?;
         let hash = e4_format::dir_hash::dir_hash(version, name, &sb.hash_seed).major;
@@ -363,9 +369,12 @@ impl Filesystem {
             let leaf = u64::from(node.entries[*pos].block);
             if leaf == 0 || leaf >= self.dir_blocks(dir) {
                 return Err(FormatError::corrupt(
-                    "htree index",
+                    Structure::HtreeIndex,
                     loc,
-                    format!("points at block {leaf}"),
+                    Problem::IndexPointsOutside {
+                        block: leaf,
+                        blocks: self.dir_blocks(dir),
+                    },
                 )
                 .into());
             }
@@ -386,9 +395,12 @@ impl Filesystem {
     fn read_index_node(&self, dir: &Inode, logical: u64, seed: Option<u32>) -> Result<DxNode> {
         if logical == 0 || logical >= self.dir_blocks(dir) {
             return Err(FormatError::corrupt(
-                "htree index",
+                Structure::HtreeIndex,
                 Location::Inode(dir.ino),
-                format!("points at block {logical}"),
+                Problem::IndexPointsOutside {
+                    block: logical,
+                    blocks: self.dir_blocks(dir),
+                },
             )
             .into());
         }

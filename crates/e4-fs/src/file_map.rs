@@ -6,7 +6,7 @@ use e4_format::block_map::{block_map_path, indirect_pointer};
 use e4_format::checksum::inode_csum_seed;
 use e4_format::extent::{ExtentEntries, ExtentNode};
 use e4_format::inode::{flags, Inode};
-use e4_format::{FormatError, Location};
+use e4_format::{FormatError, Location, Problem, Structure};
 
 use crate::error::{Error, Result};
 use crate::filesystem::Filesystem;
@@ -90,9 +90,12 @@ impl Filesystem {
                     }
                     if child.header.depth + 1 != depth {
                         return Err(FormatError::corrupt(
-                            "extent tree node",
+                            Structure::ExtentNode,
                             loc,
-                            format!("depth {} under a node of depth {depth}", child.header.depth),
+                            Problem::ChildDepthMismatch {
+                                depth: child.header.depth,
+                                parent_depth: depth,
+                            },
                         )
                         .into());
                     }

@@ -12,7 +12,7 @@ use e4_format::inode::Inode;
 use e4_format::superblock::{
     Superblock, SUPERBLOCK_MAGIC, SUPERBLOCK_MAGIC_OFFSET, SUPERBLOCK_OFFSET,
 };
-use e4_format::{FormatError, Location};
+use e4_format::{FormatError, Location, Problem, Structure};
 use parking_lot::Mutex;
 
 use crate::buffer_cache::{Buffer, BufferCache, BufferRole};
@@ -197,12 +197,13 @@ impl Filesystem {
         let blocks = superblock.blocks_count();
         if device.size() < blocks.saturating_mul(u64::from(block_size)) {
             return Err(FormatError::corrupt(
-                "superblock",
+                Structure::Superblock,
                 Location::Superblock,
-                format!(
-                    "{blocks} blocks of {block_size} bytes do not fit in a {}-byte device",
-                    device.size()
-                ),
+                Problem::DeviceTooSmall {
+                    blocks,
+                    block_size,
+                    device_bytes: device.size(),
+                },
             )
             .into());
         }
@@ -274,15 +275,15 @@ impl Filesystem {
                 parsed => parsed?,
             };
             for (what, nr) in [
-                ("block bitmap", desc.block_bitmap()),
-                ("inode bitmap", desc.inode_bitmap()),
-                ("inode table", desc.inode_table()),
+                (Structure::BlockBitmap, desc.block_bitmap()),
+                (Structure::InodeBitmap, desc.inode_bitmap()),
+                (Structure::InodeTable, desc.inode_table()),
             ] {
                 if nr == 0 || nr >= blocks {
                     return Err(FormatError::corrupt(
-                        "group descriptor",
+                        what,
                         Location::Group(group),
-                        format!("{what} at block {nr} is outside the filesystem"),
+                        Problem::OutsideFilesystem { block: nr },
                     )
                     .into());
                 }
@@ -354,9 +355,9 @@ impl Filesystem {
     pub(crate) fn read_block(&self, nr: u64) -> Result<Arc<Buffer>> {
         if nr >= self.superblock.blocks_count() {
             return Err(FormatError::corrupt(
-                "block pointer",
+                Structure::BlockPointer,
                 Location::Block(nr),
-                "points outside the filesystem",
+                Problem::OutsideFilesystem { block: nr },
             )
             .into());
         }
@@ -394,9 +395,9 @@ impl Filesystem {
         let inode = self.inode_handle(ino)?.lock(&self.inodes).inode.clone();
         if inode.has_flag(e4_format::inode::flags::EA_INODE) {
             return Err(FormatError::corrupt(
-                "inode record",
+                Structure::Inode,
                 Location::Inode(ino),
-                "unexpected EA_INODE flag (it holds an xattr value, not a file)",
+                Problem::UnexpectedEaInodeFlag,
             )
             .into());
         }
@@ -411,7 +412,11 @@ impl Filesystem {
     /// Where inode `ino`'s record is: its inode-table block and the byte offset there.
     pub(crate) fn inode_slot(&self, ino: u32) -> Result<(u64, usize)> {
         let loc = self.geometry.inode_location(ino).ok_or_else(|| {
-            FormatError::corrupt("inode number", Location::Inode(ino), "out of range")
+            FormatError::corrupt(
+                Structure::InodeNumber,
+                Location::Inode(ino),
+                Problem::NumberOutOfRange,
+            )
         })?;
         let table = self.inode_tables[loc.group as usize];
         let bs = u64::from(self.block_size);
@@ -433,12 +438,11 @@ impl Filesystem {
         let desc = self.descriptors[location.group as usize].lock().clone();
         if self.past_itable_used(&desc, location.index) {
             return Err(FormatError::corrupt(
-                "inode record",
+                Structure::Inode,
                 loc,
-                format!(
-                    "lies in the uninitialized part of group {}'s inode table",
-                    location.group
-                ),
+                Problem::InUninitializedInodeTable {
+                    group: location.group,
+                },
             )
             .into());
         }
@@ -468,9 +472,9 @@ impl Filesystem {
         match end {
             Some(end) if start >= first && end <= self.superblock.blocks_count() => Ok(()),
             _ => Err(FormatError::corrupt(
-                "block mapping",
+                Structure::BlockMapping,
                 loc,
-                format!("blocks {start}+{len} lie outside the filesystem"),
+                Problem::RunOutsideFilesystem { start, len },
             )
             .into()),
         }

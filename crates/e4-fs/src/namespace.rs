@@ -791,9 +791,9 @@ impl Filesystem {
             at = self.parent_of(&self.read_inode(at)?)?;
         }
         Err(e4_format::FormatError::corrupt(
-            "directory",
+            e4_format::Structure::Directory,
             e4_format::Location::Inode(dir),
-            "its \"..\" entries form a loop",
+            e4_format::Problem::DotDotLoop,
         )
         .into())
     }

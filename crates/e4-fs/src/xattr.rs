@@ -5,7 +5,7 @@ use e4_format::features::IncompatFeatures;
 use e4_format::inode::{flags, Inode};
 use e4_format::posix_acl::PosixAcl;
 use e4_format::xattr::{parse_inode_xattrs, parse_xattr_block, Xattr, XattrValue};
-use e4_format::{FormatError, Location};
+use e4_format::{FormatError, Location, Problem, Structure};
 
 use crate::error::Result;
 use crate::filesystem::Filesystem;
@@ -59,18 +59,18 @@ impl Filesystem {
                     .contains(IncompatFeatures::EA_INODE)
                 {
                     return Err(FormatError::corrupt(
-                        "xattr entry",
+                        Structure::XattrEntry,
                         Location::Inode(owner),
-                        format!("value in inode {inode} without the ea_inode feature"),
+                        Problem::ValueInodeWithoutFeature { inode },
                     )
                     .into());
                 }
                 let holder = self.read_inode_record(inode)?;
                 if !holder.has_flag(flags::EA_INODE) || holder.size() != u64::from(size) {
                     return Err(FormatError::corrupt(
-                        "xattr value inode",
+                        Structure::XattrValueInode,
                         Location::Inode(inode),
-                        format!("does not hold the {size}-byte value of inode {owner}"),
+                        Problem::ValueInodeMismatch { owner, size },
                     )
                     .into());
                 }

@@ -15,7 +15,7 @@ use e4_format::xattr::{
     parse_inode_xattrs, parse_xattr_block, Xattr, XattrBlockHeader, XattrEntry, XattrValue,
     XATTR_MAGIC,
 };
-use e4_format::{FormatError, Location};
+use e4_format::{FormatError, Location, Problem, Structure};
 use parking_lot::Mutex;
 
 use crate::error::{Error, Result};
@@ -84,14 +84,14 @@ pub(crate) fn in_inode_entries(inode: &Inode) -> Result<Vec<XattrEntry>> {
         .collect()
 }
 
-fn corrupt_block(ino: u32, nr: u64, reason: String) -> Error {
+fn corrupt_block(ino: u32, nr: u64, problem: Problem) -> Error {
     FormatError::corrupt(
-        "xattr block",
+        Structure::XattrBlock,
         Location::InodeBlock {
             inode: ino,
             block: nr,
         },
-        reason,
+        problem,
     )
     .into()
 }
@@ -104,15 +104,27 @@ fn read_block_header(
     nr: u64,
 ) -> Result<(Vec<u8>, XattrBlockHeader)> {
     let bytes = io.read(nr, BlockKind::XattrBlock, owner_of(inode))?;
-    let raw = prefix::<{ XattrBlockHeader::SIZE }>(&bytes)
-        .ok_or_else(|| corrupt_block(inode.ino, nr, "shorter than its header".into()))?;
+    let raw = prefix::<{ XattrBlockHeader::SIZE }>(&bytes).ok_or_else(|| {
+        let problem = Problem::TooShort {
+            len: bytes.len(),
+            need: XattrBlockHeader::SIZE,
+        };
+        corrupt_block(inode.ino, nr, problem)
+    })?;
     let header = XattrBlockHeader::decode(raw);
-    if header.magic != XATTR_MAGIC || header.refcount == 0 {
-        return Err(corrupt_block(
-            inode.ino,
-            nr,
-            format!("bad magic {:#x} or zero reference count", header.magic),
-        ));
+    if header.magic != XATTR_MAGIC {
+        let problem = Problem::BadMagic {
+            found: header.magic,
+            expected: XATTR_MAGIC,
+        };
+        return Err(corrupt_block(inode.ino, nr, problem));
+    }
+    if header.refcount == 0 {
+        let problem = Problem::FieldOutOfRange {
+            field: "h_refcount",
+            value: 0,
+        };
+        return Err(corrupt_block(inode.ino, nr, problem));
     }
     Ok((bytes, header))
 }
@@ -493,6 +505,19 @@ mod tests {
         io.write(nr, BlockKind::XattrBlock, owner_of(&inode), &bytes)
             .unwrap();
         let err = InodeXattrs::load(&io, &inode).unwrap_err();
-        assert!(err.to_string().contains("xattr block"), "{err}");
+        assert!(
+            matches!(
+                err,
+                Error::Format(FormatError::Corrupt {
+                    structure: Structure::XattrBlock,
+                    problem: Problem::FieldOutOfRange {
+                        field: "h_refcount",
+                        ..
+                    },
+                    ..
+                })
+            ),
+            "{err}"
+        );
     }
 }

@@ -302,7 +302,7 @@ fn walk_child(
 /// The reason part of a format error, for one-line messages.
 fn reason(e: &FormatError) -> String {
     match e {
-        FormatError::Corrupt { reason, .. } => reason.clone(),
+        FormatError::Corrupt { problem, .. } => problem.to_string(),
         other => other.to_string(),
     }
 }

@@ -270,7 +270,7 @@ impl<'a, 'r> EntryChecker<'a, 'r> {
                 Ok(entry) => entry,
                 Err(e) => {
                     let reason = match &e {
-                        FormatError::Corrupt { reason, .. } => reason.clone(),
+                        FormatError::Corrupt { problem, .. } => problem.to_string(),
                         other => other.to_string(),
                     };
                     self.report(
