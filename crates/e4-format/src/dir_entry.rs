@@ -4,6 +4,7 @@
 use crate::checksum::crc32c_raw;
 use crate::codec::{le16, le32};
 use crate::error::{verify_checksum, FormatError, Location, Result};
+use crate::metadata_block::MetadataBlock;
 use crate::problem::{Problem, Structure};
 
 /// Bytes before the name: inode, rec_len, name_len, file_type.
@@ -218,41 +219,54 @@ pub fn has_tail(block: &[u8]) -> bool {
         && block[at + 7] == TAIL_FILE_TYPE
 }
 
-/// Verifies the leaf block checksum: crc32c over everything before the tail.
-pub fn verify_leaf_checksum(block: &[u8], inode_seed: u32, loc: Location) -> Result<()> {
-    if !has_tail(block) {
-        return Err(FormatError::corrupt(
+/// A linear directory (leaf) block, for its checksum: its entries decode with
+/// [`DirEntryIter`], whatever the checksum says.
+pub struct DirLeafBlock;
+
+/// The `ext4_dir_entry_tail` at the end of the block holds crc32c, seeded with the directory
+/// inode's seed, over everything before the tail.
+impl MetadataBlock for DirLeafBlock {
+    /// The directory inode's checksum seed.
+    type Seed = u32;
+
+    fn verify(block: &[u8], inode_seed: u32, loc: Location) -> Result<()> {
+        if !has_tail(block) {
+            return Err(FormatError::corrupt(
+                Structure::DirectoryBlock,
+                loc,
+                Problem::NoChecksumTail,
+            ));
+        }
+        let at = block.len() - TAIL_SIZE;
+        // OK to unwrap: has_tail checked the length.
+        let stored = le32(block, at + 8).unwrap();
+        verify_checksum(
             Structure::DirectoryBlock,
             loc,
-            Problem::NoChecksumTail,
-        ));
+            stored,
+            crc32c_raw(inode_seed, &block[..at]),
+        )
     }
-    let at = block.len() - TAIL_SIZE;
-    // OK to unwrap: has_tail checked the length.
-    let stored = le32(block, at + 8).unwrap();
-    verify_checksum(
-        Structure::DirectoryBlock,
-        loc,
-        stored,
-        crc32c_raw(inode_seed, &block[..at]),
-    )
+
+    /// Writes an empty tail and its checksum at the end of `block`.
+    fn seal(block: &mut [u8], inode_seed: u32) {
+        if block.len() < TAIL_SIZE {
+            return;
+        }
+        init_leaf_tail(block);
+        let at = block.len() - TAIL_SIZE;
+        let sum = crc32c_raw(inode_seed, &block[..at]);
+        block[at + 8..].copy_from_slice(&sum.to_le_bytes());
+    }
 }
 
 /// Writes the tail entry at the end of `block` with a zero checksum: a leaf built in memory
-/// carries its tail from the start, and [`write_leaf_tail`] fills the checksum when the block
-/// is sealed at write-back.
+/// carries its tail from the start, and [`DirLeafBlock`]'s seal fills the checksum when the
+/// block is sealed at write-back.
 pub fn init_leaf_tail(block: &mut [u8]) {
     let at = block.len() - TAIL_SIZE;
     block[at..].fill(0);
     encode_entry(&mut block[at..], 0, TAIL_SIZE, TAIL_FILE_TYPE, &[]);
-}
-
-/// Writes an empty tail and its checksum at the end of `block` (seals a leaf block).
-pub fn write_leaf_tail(block: &mut [u8], inode_seed: u32) {
-    init_leaf_tail(block);
-    let at = block.len() - TAIL_SIZE;
-    let sum = crc32c_raw(inode_seed, &block[..at]);
-    block[at + 8..].copy_from_slice(&sum.to_le_bytes());
 }
 
 #[cfg(test)]
@@ -271,8 +285,8 @@ mod tests {
             file_type::REGULAR,
             b"hello",
         );
-        write_leaf_tail(&mut block, 5);
-        verify_leaf_checksum(&block, 5, Location::Block(1)).unwrap();
+        DirLeafBlock::seal(&mut block, 5);
+        DirLeafBlock::verify(&block, 5, Location::Block(1)).unwrap();
         let names: Vec<_> =
             DirEntryIter::new(&block[..1024 - TAIL_SIZE], 1024, true, Location::Block(1))
                 .map(|e| e.unwrap().name.to_vec())

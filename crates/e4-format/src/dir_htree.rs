@@ -5,6 +5,7 @@
 use crate::checksum::crc32c_raw;
 use crate::codec::{le16, le32, on_disk_struct, prefix, Le};
 use crate::error::{verify_checksum, FormatError, Location, Result};
+use crate::metadata_block::MetadataBlock;
 use crate::problem::{Problem, Structure};
 
 /// Offset of `dx_root_info` (after the "." and ".." entries).
@@ -123,7 +124,7 @@ impl DxRoot {
 
     /// Writes `dx_root_info` and the index into block 0 of the directory, whose "." and ".."
     /// entries (the first 24 bytes) are left as they are. Unused slots and the `dx_tail` are
-    /// zeroed; [`seal_htree_block`] fills the tail.
+    /// zeroed; [`DxNode::seal`](MetadataBlock::seal) fills the tail.
     pub fn encode_into(&self, block: &mut [u8]) {
         block[ROOT_INFO_OFFSET..].fill(0);
         let mut info = [0u8; DxRootInfo::SIZE];
@@ -169,7 +170,7 @@ impl DxNode {
 
     /// A whole interior index block for this node: the fake dirent spanning the block (so
     /// linear readers see one deleted entry), the index, zeroed unused slots and a zeroed
-    /// `dx_tail` that [`seal_htree_block`] fills.
+    /// `dx_tail` that [`DxNode::seal`](MetadataBlock::seal) fills.
     pub fn encode_interior(&self, block_size: usize) -> Vec<u8> {
         let mut block = vec![0u8; block_size];
         crate::dir_entry::encode_entry(&mut block, 0, block_size, 0, &[]);
@@ -239,36 +240,6 @@ impl DxNode {
         block[at..at + 2].copy_from_slice(&self.limit.to_le_bytes());
         block[at + 2..at + 4].copy_from_slice(&(self.entries.len() as u16).to_le_bytes());
     }
-
-    /// (tail offset, computed checksum) for this node's block.
-    fn checksum(&self, block: &[u8], inode_seed: u32) -> (usize, u32) {
-        dx_checksum(
-            block,
-            self.entries_offset,
-            self.entries.len(),
-            usize::from(self.limit),
-            inode_seed,
-        )
-    }
-
-    /// Verifies the dx_tail checksum (metadata_csum).
-    pub fn verify_checksum(&self, block: &[u8], inode_seed: u32, loc: Location) -> Result<()> {
-        let (tail, computed) = self.checksum(block, inode_seed);
-        // OK to unwrap: parse_at sized the limit to leave room for the tail.
-        let stored = le32(block, tail + 4).unwrap();
-        let structure = if self.entries_offset == ROOT_ENTRIES_OFFSET {
-            Structure::HtreeRoot
-        } else {
-            Structure::HtreeNode
-        };
-        verify_checksum(structure, loc, stored, computed)
-    }
-
-    /// Writes the dx_tail checksum (metadata_csum).
-    pub fn write_checksum(&self, block: &mut [u8], inode_seed: u32) {
-        let (tail, computed) = self.checksum(block, inode_seed);
-        block[tail + 4..tail + 8].copy_from_slice(&computed.to_le_bytes());
-    }
 }
 
 /// (tail offset, checksum) of an index block whose count/limit is at `offset`: crc32c over
@@ -287,28 +258,56 @@ fn dx_checksum(
     (tail, crc32c_raw(sum, &[0; 4]))
 }
 
-/// Seals an htree root or interior block at write-back (metadata_csum): finds its
-/// count/limit (after the fake dirent of an interior node, after `dx_root_info` in the root)
-/// and writes the `dx_tail`. A block whose count/limit leave no room for a tail is not one
-/// e4 built; it is left unchanged and fails verification when read back.
-pub fn seal_htree_block(block: &mut [u8], inode_seed: u32) {
+/// Where an index block's checksum lies: which structure it is (an interior node starts with
+/// a fake dirent spanning the block, the root with "." and "..") and its (offset of
+/// count/limit, count, limit), or `None` if count/limit leave no room for a `dx_tail`.
+fn index_layout(block: &[u8]) -> (Structure, Option<(usize, usize, usize)>) {
     let fake_len = le16(block, 4).map(|l| crate::dir_entry::rec_len_from_disk(l, block.len()));
-    let offset = if le32(block, 0) == Some(0) && fake_len == Some(block.len()) {
-        NODE_ENTRIES_OFFSET
+    let (structure, offset) = if le32(block, 0) == Some(0) && fake_len == Some(block.len()) {
+        (Structure::HtreeNode, NODE_ENTRIES_OFFSET)
     } else {
-        ROOT_ENTRIES_OFFSET
+        (Structure::HtreeRoot, ROOT_ENTRIES_OFFSET)
     };
     let (Some(limit), Some(count)) = (le16(block, offset), le16(block, offset + 2)) else {
-        return;
+        return (structure, None);
     };
     let (limit, count) = (usize::from(limit), usize::from(count));
     if count > limit || offset + DX_ENTRY_SIZE * limit + DX_TAIL_SIZE > block.len() {
-        return;
+        return (structure, None);
     }
-    let tail = offset + DX_ENTRY_SIZE * limit;
-    block[tail..tail + 4].fill(0);
-    let (tail, sum) = dx_checksum(block, offset, count, limit, inode_seed);
-    block[tail + 4..tail + 8].copy_from_slice(&sum.to_le_bytes());
+    (structure, Some((offset, count, limit)))
+}
+
+/// An htree root or interior block (metadata_csum): the `dx_tail` after `limit` slots holds
+/// crc32c, seeded with the directory inode's seed, over the live entries and `dt_reserved`.
+impl MetadataBlock for DxNode {
+    /// The directory inode's checksum seed.
+    type Seed = u32;
+
+    fn verify(block: &[u8], inode_seed: u32, loc: Location) -> Result<()> {
+        let (structure, layout) = index_layout(block);
+        let Some((offset, count, limit)) = layout else {
+            return Err(FormatError::corrupt(
+                structure,
+                loc,
+                Problem::NoChecksumTail,
+            ));
+        };
+        let (tail, computed) = dx_checksum(block, offset, count, limit, inode_seed);
+        // OK to unwrap: index_layout checked that the tail fits.
+        let stored = le32(block, tail + 4).unwrap();
+        verify_checksum(structure, loc, stored, computed)
+    }
+
+    fn seal(block: &mut [u8], inode_seed: u32) {
+        let (_, Some((offset, count, limit))) = index_layout(block) else {
+            return;
+        };
+        let tail = offset + DX_ENTRY_SIZE * limit;
+        block[tail..tail + 4].fill(0);
+        let (tail, sum) = dx_checksum(block, offset, count, limit, inode_seed);
+        block[tail + 4..tail + 8].copy_from_slice(&sum.to_le_bytes());
+    }
 }
 
 #[cfg(test)]
@@ -335,7 +334,7 @@ mod tests {
         };
         node.encode_into(&mut block);
         if csum {
-            node.write_checksum(&mut block, 42);
+            DxNode::seal(&mut block, 42);
         }
         block
     }
@@ -345,14 +344,14 @@ mod tests {
         let block = node_block(true);
         let loc = Location::Block(4);
         let node = DxNode::parse(&block, true, loc).unwrap();
-        node.verify_checksum(&block, 42, loc).unwrap();
+        DxNode::verify(&block, 42, loc).unwrap();
         assert_eq!(node.child_for(0x50), 0);
         assert_eq!(node.child_for(0x100), 1);
         assert_eq!(node.child_for(u32::MAX), 2);
         let mut again = vec![0u8; 1024];
         again[4..6].copy_from_slice(&1024u16.to_le_bytes());
         node.encode_into(&mut again);
-        node.write_checksum(&mut again, 42);
+        DxNode::seal(&mut again, 42);
         assert_eq!(again, block);
     }
 
@@ -378,11 +377,11 @@ mod tests {
         );
         assert_eq!(node.limit, 126);
         let mut block = node.encode_interior(1024);
-        seal_htree_block(&mut block, 42);
+        DxNode::seal(&mut block, 42);
         let parsed = DxNode::parse(&block, true, loc).unwrap();
         assert_eq!(parsed, node);
-        parsed.verify_checksum(&block, 42, loc).unwrap();
-        assert!(parsed.verify_checksum(&block, 43, loc).is_err());
+        DxNode::verify(&block, 42, loc).unwrap();
+        assert!(DxNode::verify(&block, 43, loc).is_err());
     }
 
     #[test]
@@ -398,11 +397,11 @@ mod tests {
             block: 2,
         });
         root.encode_into(&mut block);
-        seal_htree_block(&mut block, 7);
+        DxNode::seal(&mut block, 7);
         let parsed = DxRoot::parse(&block, true, MAX_LEVELS, loc).unwrap();
         assert_eq!(parsed, root);
         assert_eq!(parsed.node.limit, 507);
-        parsed.node.verify_checksum(&block, 7, loc).unwrap();
+        DxNode::verify(&block, 7, loc).unwrap();
         // Without metadata_csum there is no tail: the limit takes its room.
         assert_eq!(DxRoot::new(4096, false, 1, 1).node.limit, 508);
     }

@@ -4,14 +4,12 @@
 use std::sync::Arc;
 
 use e4_format::checksum::inode_csum_seed;
-use e4_format::dir_entry::{
-    file_type as ft, has_tail, verify_leaf_checksum, DirEntryIter, TAIL_SIZE,
-};
+use e4_format::dir_entry::{file_type as ft, has_tail, DirEntryIter, DirLeafBlock, TAIL_SIZE};
 use e4_format::dir_htree::{DxNode, DxRoot};
 use e4_format::features::{CompatFeatures, IncompatFeatures};
 use e4_format::inline_data::{inline_dir_parent, inline_dir_regions, SYSTEM_DATA};
 use e4_format::inode::{flags, FileType, Inode};
-use e4_format::{FormatError, Location, Problem, Structure};
+use e4_format::{FormatError, Location, MetadataBlock, Problem, Structure};
 
 use crate::buffer_cache::Buffer;
 use crate::error::Result;
@@ -138,7 +136,7 @@ impl Filesystem {
         match (classified, seed) {
             (Some(Ok(root)), seed) => {
                 if let Some(seed) = seed {
-                    block.verify_as(htree_role, |b| root.node.verify_checksum(b, seed, loc))?;
+                    block.verify_as(htree_role, |b| DxNode::verify(b, seed, loc))?;
                 }
                 return Ok(DirBlock::Root {
                     root,
@@ -146,9 +144,9 @@ impl Filesystem {
                     physical,
                 });
             }
-            (Some(Err(node)), seed) => {
+            (Some(Err(_)), seed) => {
                 if let Some(seed) = seed {
-                    block.verify_as(htree_role, |b| node.verify_checksum(b, seed, loc))?;
+                    block.verify_as(htree_role, |b| DxNode::verify(b, seed, loc))?;
                 }
                 return Ok(DirBlock::Index);
             }
@@ -164,7 +162,7 @@ impl Filesystem {
         };
         if let Some(seed) = seed {
             block.verify_as(self.role(BlockKind::DirectoryLeaf, dir), |b| {
-                verify_leaf_checksum(b, seed, loc)
+                DirLeafBlock::verify(b, seed, loc)
             })?;
         }
         Ok(DirBlock::Leaf {
@@ -412,7 +410,7 @@ impl Filesystem {
         let node = DxNode::parse(&block.bytes(), self.superblock().has_metadata_csum(), loc)?;
         if let Some(seed) = seed {
             block.verify_as(self.role(BlockKind::HtreeNode, dir), |b| {
-                node.verify_checksum(b, seed, loc)
+                DxNode::verify(b, seed, loc)
             })?;
         }
         Ok(node)

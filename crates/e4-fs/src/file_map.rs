@@ -6,7 +6,7 @@ use e4_format::block_map::{block_map_path, indirect_pointer};
 use e4_format::checksum::inode_csum_seed;
 use e4_format::extent::{ExtentEntries, ExtentNode};
 use e4_format::inode::{flags, Inode};
-use e4_format::{FormatError, Location, Problem, Structure};
+use e4_format::{FormatError, Location, MetadataBlock, Problem, Structure};
 
 use crate::error::{Error, Result};
 use crate::filesystem::Filesystem;
@@ -85,7 +85,7 @@ impl Filesystem {
                     let child = ExtentNode::parse(&block.bytes(), loc)?;
                     if let Some(seed) = seed {
                         block.verify_as(self.role(BlockKind::ExtentNode, inode), |b| {
-                            child.verify_checksum(b, seed, loc)
+                            ExtentNode::verify(b, seed, loc)
                         })?;
                     }
                     if child.header.depth + 1 != depth {

@@ -4,8 +4,10 @@
 use e4_format::features::IncompatFeatures;
 use e4_format::inode::{flags, Inode};
 use e4_format::posix_acl::PosixAcl;
-use e4_format::xattr::{parse_inode_xattrs, parse_xattr_block, Xattr, XattrValue};
-use e4_format::{FormatError, Location, Problem, Structure};
+use e4_format::xattr::{
+    decode_xattr_block, parse_inode_xattrs, Xattr, XattrBlockHeader, XattrValue,
+};
+use e4_format::{BlockSeed, FormatError, Location, MetadataBlock, Problem, Structure};
 
 use crate::error::Result;
 use crate::filesystem::Filesystem;
@@ -33,15 +35,14 @@ impl Filesystem {
                 block: block_nr,
             };
             let block = self.read_block(block_nr)?;
-            let parsed = parse_xattr_block(&block.bytes(), block_nr, None, loc)?;
+            let (_, parsed) = decode_xattr_block(&block.bytes(), loc)?;
             if let Some(seed) = self.csum_seed() {
+                let seed = BlockSeed { seed, block_nr };
                 let role = crate::buffer_cache::BufferRole {
                     kind: crate::meta_io::BlockKind::XattrBlock,
                     owner: None,
                 };
-                block.verify_as(role, |b| {
-                    parse_xattr_block(b, block_nr, Some(seed), loc).map(drop)
-                })?;
+                block.verify_as(role, |b| XattrBlockHeader::verify(b, seed, loc))?;
             }
             all.extend(parsed);
         }
