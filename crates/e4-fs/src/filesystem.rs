@@ -404,6 +404,27 @@ impl Filesystem {
         Ok(inode)
     }
 
+    /// Inode `ino`, named by a caller: as [`Filesystem::read_inode`], but a number that
+    /// names no inode is the caller's mistake (see [`Filesystem::check_caller_ino`]).
+    pub(crate) fn caller_inode(&self, ino: u32) -> Result<Inode> {
+        self.check_caller_ino(ino)?;
+        self.read_inode(ino)
+    }
+
+    /// Checks an inode number a caller passed to a public operation: one outside
+    /// 1..=`s_inodes_count` is the caller's mistake (EINVAL), not damage in the image. Numbers
+    /// read from the disk (directory entries, xattr value inodes) are not checked here, and
+    /// stay corrupt when out of range.
+    pub(crate) fn check_caller_ino(&self, ino: u32) -> Result<()> {
+        if self.geometry.inode_location(ino).is_none() {
+            return Err(Error::Invalid(format!(
+                "inode {ino} does not exist (inode numbers run from 1 to {})",
+                self.superblock.inodes_count
+            )));
+        }
+        Ok(())
+    }
+
     /// The shared handle of inode `ino`, reading the inode on first use.
     pub(crate) fn inode_handle(&self, ino: u32) -> Result<Arc<InodeHandle>> {
         self.inodes.get_or_load(ino, || self.read_inode_record(ino))

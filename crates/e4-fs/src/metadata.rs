@@ -49,7 +49,7 @@ pub struct StatFs {
 impl Filesystem {
     /// Attributes of inode `ino`.
     pub fn metadata(&self, ino: u32) -> Result<Metadata> {
-        let inode = self.read_inode(ino)?;
+        let inode = self.caller_inode(ino)?;
         let file_type = inode.file_type().ok_or_else(|| {
             FormatError::corrupt(
                 Structure::Inode,

@@ -505,6 +505,8 @@ impl Filesystem {
     /// Adds a hard link `name` in `parent` to inode `ino` (not a directory).
     pub fn link(&self, ino: u32, parent: u32, name: &[u8]) -> Result<()> {
         check_name(name)?;
+        self.check_caller_ino(ino)?;
+        self.check_caller_ino(parent)?;
         let writer = self.writer()?;
         {
             let txn = writer.begin()?;
