@@ -7,7 +7,7 @@
 //! over the inode's extent tree or block map). It never computes checksums: leaf blocks are
 //! written as [`BlockKind::DirectoryLeaf`] with their 12-byte tail entry in place and index
 //! blocks as [`BlockKind::HtreeNode`]; the engine seals them at write-back with
-//! [`e4_format::dir_entry::write_leaf_tail`] and [`e4_format::dir_htree::seal_htree_block`].
+//! [`e4_format::MetadataBlock::seal`] (of `DirLeafBlock` and `DxNode`).
 //!
 //! ```ignore
 //! let mut dir = DirectoryEditor::new(&io, &mut blocks, &format, owner);

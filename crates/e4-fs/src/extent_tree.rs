@@ -4,7 +4,7 @@
 //!
 //! The tree works through [`MetaIo`] only, so it runs the same on the engine's transaction and
 //! on the in-memory store its tests use. Nodes are written as [`BlockKind::ExtentNode`] and
-//! sealed by the engine at write-back ([`e4_format::extent::seal_node`]).
+//! sealed by the engine at write-back (`ExtentNode`'s [`e4_format::MetadataBlock::seal`]).
 //!
 //! Two rules shape everything here (reference/write-path.md §1):
 //! - **Kernel shapes.** Merge with a same-state, logically and physically adjacent neighbour in
