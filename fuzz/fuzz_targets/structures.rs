@@ -8,7 +8,7 @@ use e4_format::dir_entry::{DirEntryIter, DirLeafBlock};
 use e4_format::dir_htree::{DxNode, DxRoot};
 use e4_format::extent::ExtentNode;
 use e4_format::group_descriptor::{GroupChecksum, GroupDescriptor};
-use e4_format::inode::Inode;
+use e4_format::inode::{Inode, InodeSeed};
 use e4_format::journal::{parse_descriptor_block, parse_revoke_block, CommitBlock, JournalSuperblock};
 use e4_format::orphan_file::OrphanBlock;
 use e4_format::superblock::Superblock;
@@ -52,6 +52,7 @@ fuzz_target!(|data: &[u8]| {
     verify_and_seal::<DirLeafBlock>(data, 7, loc);
     verify_and_seal::<XattrBlockHeader>(data, seed, loc);
     verify_and_seal::<OrphanBlock>(data, seed, loc);
+    verify_and_seal::<Inode>(data, InodeSeed { fs_seed: 5, ino: 12 }, loc);
     if let Ok(jsb) = JournalSuperblock::parse(data) {
         let f = jsb.features();
         let _ = parse_descriptor_block(data, &f, 0, loc);

@@ -42,6 +42,7 @@ mod tests {
     use crate::dir_entry::{encode_entry, file_type, init_leaf_tail, DirEntryIter, DirLeafBlock};
     use crate::dir_htree::{DxEntry, DxNode, DxRoot, MAX_LEVELS};
     use crate::extent::{ExtentEntries, ExtentHeader, ExtentLeaf, ExtentNode, EXTENT_MAGIC};
+    use crate::inode::{Inode, InodeSeed};
     use crate::orphan_file::{OrphanBlock, ORPHAN_BLOCK_MAGIC};
     use crate::xattr::{decode_xattr_block, encode_xattr_block, XattrBlockHeader, XattrEntry};
     use crate::FormatError;
@@ -171,6 +172,23 @@ mod tests {
         check_contract::<OrphanBlock>(block, seed(40), seed(41), 1, |b| {
             OrphanBlock::decode(b, LOC).map(drop)
         });
+    }
+
+    #[test]
+    fn inode_record() {
+        // A 256-byte record with i_checksum_hi (extra size 32), and a 128-byte one without.
+        for (size, extra) in [(256usize, 32u16), (128, 0)] {
+            let mut record = vec![0u8; size];
+            record[..2].copy_from_slice(&0o100644u16.to_le_bytes());
+            if size > 128 {
+                record[0x80..0x82].copy_from_slice(&extra.to_le_bytes());
+            }
+            let seed = |ino| InodeSeed { fs_seed: 9, ino };
+            // Byte 0x30 lies in i_block, which decoding takes as it is.
+            check_contract::<Inode>(record, seed(12), seed(13), 0x30, |b| {
+                Inode::decode(b, 12).map(drop)
+            });
+        }
     }
 
     #[test]
