@@ -7,7 +7,7 @@
 use e4_format::dir_entry::{DirEntryIter, DirLeafBlock};
 use e4_format::dir_htree::{DxNode, DxRoot};
 use e4_format::extent::ExtentNode;
-use e4_format::group_descriptor::{GroupChecksum, GroupDescriptor};
+use e4_format::group_descriptor::{GroupChecksum, GroupDescriptor, GroupSeed};
 use e4_format::inode::{Inode, InodeSeed};
 use e4_format::journal::{parse_descriptor_block, parse_revoke_block, CommitBlock, JournalSuperblock};
 use e4_format::orphan_file::OrphanBlock;
@@ -53,6 +53,8 @@ fuzz_target!(|data: &[u8]| {
     verify_and_seal::<XattrBlockHeader>(data, seed, loc);
     verify_and_seal::<OrphanBlock>(data, seed, loc);
     verify_and_seal::<Inode>(data, InodeSeed { fs_seed: 5, ino: 12 }, loc);
+    let checksum = GroupChecksum::Crc16 { uuid: [3; 16] };
+    verify_and_seal::<GroupDescriptor>(&data[..data.len().min(64)], GroupSeed { checksum, group: 3 }, loc);
     if let Ok(jsb) = JournalSuperblock::parse(data) {
         let f = jsb.features();
         let _ = parse_descriptor_block(data, &f, 0, loc);

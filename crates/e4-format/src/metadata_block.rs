@@ -42,6 +42,7 @@ mod tests {
     use crate::dir_entry::{encode_entry, file_type, init_leaf_tail, DirEntryIter, DirLeafBlock};
     use crate::dir_htree::{DxEntry, DxNode, DxRoot, MAX_LEVELS};
     use crate::extent::{ExtentEntries, ExtentHeader, ExtentLeaf, ExtentNode, EXTENT_MAGIC};
+    use crate::group_descriptor::{GroupChecksum, GroupDescriptor, GroupSeed};
     use crate::inode::{Inode, InodeSeed};
     use crate::orphan_file::{OrphanBlock, ORPHAN_BLOCK_MAGIC};
     use crate::xattr::{decode_xattr_block, encode_xattr_block, XattrBlockHeader, XattrEntry};
@@ -188,6 +189,26 @@ mod tests {
             check_contract::<Inode>(record, seed(12), seed(13), 0x30, |b| {
                 Inode::decode(b, 12).map(drop)
             });
+        }
+    }
+
+    #[test]
+    fn group_descriptor() {
+        let mut raw = [0u8; 64];
+        raw[8..12].copy_from_slice(&300u32.to_le_bytes());
+        let desc = GroupDescriptor::from_bytes(&raw, 5).unwrap();
+        for checksum in [
+            GroupChecksum::Crc32c { seed: 9 },
+            GroupChecksum::Crc16 { uuid: [7; 16] },
+        ] {
+            for size in [32, 64] {
+                let bytes = desc.to_bytes(5, size, &GroupChecksum::None);
+                let seed = |group| GroupSeed { checksum, group };
+                // Byte 0x0C is bg_free_blocks_count_lo: any value decodes.
+                check_contract::<GroupDescriptor>(bytes, seed(5), seed(6), 0x0C, |b| {
+                    GroupDescriptor::from_bytes(b, 5).map(drop)
+                });
+            }
         }
     }
 

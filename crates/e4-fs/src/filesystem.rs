@@ -7,12 +7,12 @@ use std::sync::Arc;
 
 use e4_format::features::{feature_names, FeatureKind, IncompatFeatures, READABLE_INCOMPAT};
 use e4_format::geometry::Geometry;
-use e4_format::group_descriptor::{GroupChecksum, GroupDescriptor, BG_INODE_UNINIT};
+use e4_format::group_descriptor::{GroupChecksum, GroupDescriptor, GroupSeed, BG_INODE_UNINIT};
 use e4_format::inode::Inode;
 use e4_format::superblock::{
     Superblock, SUPERBLOCK_MAGIC, SUPERBLOCK_MAGIC_OFFSET, SUPERBLOCK_OFFSET,
 };
-use e4_format::{FormatError, Location, Problem, Structure};
+use e4_format::{FormatError, Location, MetadataBlock, Problem, Structure};
 use parking_lot::Mutex;
 
 use crate::buffer_cache::{Buffer, BufferCache, BufferRole};
@@ -267,13 +267,12 @@ impl Filesystem {
             let block = self.read_block(self.geometry.descriptor_block(group))?;
             let at = self.geometry.descriptor_offset(group);
             let bytes = &block.bytes()[at..at + desc_size];
-            let desc = match GroupDescriptor::parse(bytes, group, &checksum) {
-                Err(e @ FormatError::Checksum { .. }) => {
-                    warnings.push(e.to_string());
-                    GroupDescriptor::parse(bytes, group, &GroupChecksum::None)?
-                }
-                parsed => parsed?,
-            };
+            let desc = GroupDescriptor::from_bytes(bytes, group)?;
+            let seed = GroupSeed { checksum, group };
+            match GroupDescriptor::verify(bytes, seed, Location::Group(group)) {
+                Err(e @ FormatError::Checksum { .. }) => warnings.push(e.to_string()),
+                verified => verified?,
+            }
             for (what, nr) in [
                 (Structure::BlockBitmap, desc.block_bitmap()),
                 (Structure::InodeBitmap, desc.inode_bitmap()),
