@@ -8,6 +8,13 @@
 //!
 //! `verify` reads only what locating the checksum needs (a header, a tail), never the whole
 //! structure, so a caller that also decodes parses the block once.
+//!
+//! Under the contract: [`crate::extent::ExtentNode`], [`crate::dir_htree::DxNode`] (root
+//! and interior index blocks), [`crate::dir_entry::DirLeafBlock`],
+//! [`crate::xattr::XattrBlockHeader`] (xattr blocks), [`crate::orphan_file::OrphanBlock`],
+//! [`crate::inode::Inode`] and [`crate::group_descriptor::GroupDescriptor`]. Not yet: the
+//! superblock and the journal's blocks verify inside their `parse`, and a bitmap's checksum
+//! lives in its group descriptor (`GroupDescriptor::verify_bitmap`).
 
 use crate::error::{Location, Result};
 
