@@ -226,7 +226,7 @@ fn fits(entries: &[XattrEntry], room: usize) -> bool {
 
 /// A whole xattr block holding `entries` (sorted here), with `h_refcount` = `refcount`,
 /// `h_blocks` 1, entry hashes and `h_hash`; `h_checksum` is left 0 for the writer to seal
-/// ([`xattr_block_checksum`]). `None` when they do not fit.
+/// (`XattrBlockHeader`'s [`MetadataBlock::seal`]). `None` when they do not fit.
 pub fn encode_xattr_block(
     entries: &[XattrEntry],
     refcount: u32,
