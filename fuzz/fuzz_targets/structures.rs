@@ -1,16 +1,19 @@
 //! Every e4-format parser on arbitrary bytes: it may return an error, never panic. Whatever
-//! parses must serialize back to the bytes it came from (for structures with a round trip).
+//! parses must serialize back to the bytes it came from (for structures with a round trip),
+//! and every block kind's verifier and sealer take any bytes: a sealed block never fails
+//! its checksum (it verifies, or is corrupt in some other way).
 #![no_main]
 
-use e4_format::dir_entry::DirEntryIter;
+use e4_format::dir_entry::{DirEntryIter, DirLeafBlock};
 use e4_format::dir_htree::{DxNode, DxRoot};
 use e4_format::extent::ExtentNode;
-use e4_format::group_descriptor::{GroupChecksum, GroupDescriptor};
-use e4_format::inode::Inode;
+use e4_format::group_descriptor::{GroupChecksum, GroupDescriptor, GroupSeed};
+use e4_format::inode::{Inode, InodeSeed};
 use e4_format::journal::{parse_descriptor_block, parse_revoke_block, CommitBlock, JournalSuperblock};
+use e4_format::orphan_file::OrphanBlock;
 use e4_format::superblock::Superblock;
-use e4_format::xattr::{parse_inode_xattrs, parse_xattr_block};
-use e4_format::Location;
+use e4_format::xattr::{decode_xattr_block, parse_inode_xattrs, XattrBlockHeader};
+use e4_format::{BlockSeed, FormatError, Location, MetadataBlock};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -41,7 +44,17 @@ fuzz_target!(|data: &[u8]| {
     }
     let _ = DxRoot::parse(data, true, 3, loc);
     let _ = DxNode::parse(data, false, loc);
-    let _ = parse_xattr_block(data, 9, Some(5), loc);
+    let _ = decode_xattr_block(data, loc);
+    let _ = OrphanBlock::decode(data, loc);
+    let seed = BlockSeed { seed: 5, block_nr: 9 };
+    verify_and_seal::<ExtentNode>(data, 7, loc);
+    verify_and_seal::<DxNode>(data, 7, loc);
+    verify_and_seal::<DirLeafBlock>(data, 7, loc);
+    verify_and_seal::<XattrBlockHeader>(data, seed, loc);
+    verify_and_seal::<OrphanBlock>(data, seed, loc);
+    verify_and_seal::<Inode>(data, InodeSeed { fs_seed: 5, ino: 12 }, loc);
+    let checksum = GroupChecksum::Crc16 { uuid: [3; 16] };
+    verify_and_seal::<GroupDescriptor>(&data[..data.len().min(64)], GroupSeed { checksum, group: 3 }, loc);
     if let Ok(jsb) = JournalSuperblock::parse(data) {
         let f = jsb.features();
         let _ = parse_descriptor_block(data, &f, 0, loc);
@@ -49,3 +62,12 @@ fuzz_target!(|data: &[u8]| {
     }
     let _ = CommitBlock::parse(data, Some(1), loc);
 });
+
+/// Verifies `data` as block kind `B`, then seals a copy and verifies that: whatever else is
+/// wrong with it, its checksum must match.
+fn verify_and_seal<B: MetadataBlock>(data: &[u8], seed: B::Seed, loc: Location) {
+    let _ = B::verify(data, seed, loc);
+    let mut sealed = data.to_vec();
+    B::seal(&mut sealed, seed);
+    assert!(!matches!(B::verify(&sealed, seed, loc), Err(FormatError::Checksum { .. })));
+}

@@ -4,6 +4,8 @@
 use crate::checksum::crc32c_raw;
 use crate::codec::{le16, le32};
 use crate::error::{verify_checksum, FormatError, Location, Result};
+use crate::metadata_block::MetadataBlock;
+use crate::problem::{Problem, Structure};
 
 /// Bytes before the name: inode, rec_len, name_len, file_type.
 pub const ENTRY_HEADER_SIZE: usize = 8;
@@ -117,7 +119,10 @@ impl<'a> DirEntryIter<'a> {
     fn parse_at(&self, at: usize) -> Result<DirEntry<'a>> {
         let rest = &self.region[at..];
         let Some(header) = rest.first_chunk::<ENTRY_HEADER_SIZE>() else {
-            return Err(self.fault(at, EntryFault::Truncated { left: rest.len() }));
+            return Err(self.fault(Problem::EntryHeaderPastEnd {
+                offset: at,
+                left: rest.len(),
+            }));
         };
         let inode = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
         let rec_len =
@@ -131,13 +136,23 @@ impl<'a> DirEntryIter<'a> {
             )
         };
         if rec_len < ENTRY_HEADER_SIZE || rec_len % 4 != 0 {
-            return Err(self.fault(at, EntryFault::RecordLength { rec_len }));
+            return Err(self.fault(Problem::BadRecLen {
+                offset: at,
+                rec_len,
+            }));
         }
         if rec_len > rest.len() {
-            return Err(self.fault(at, EntryFault::PastEnd { rec_len }));
+            return Err(self.fault(Problem::RecLenPastEnd {
+                offset: at,
+                rec_len,
+            }));
         }
         if inode != 0 && (name_len == 0 || entry_size(name_len) > rec_len) {
-            return Err(self.fault(at, EntryFault::NameLength { name_len, rec_len }));
+            return Err(self.fault(Problem::NameLenExceedsRecLen {
+                offset: at,
+                name_len,
+                rec_len,
+            }));
         }
         let name = if inode == 0 {
             &rest[..0]
@@ -161,43 +176,22 @@ impl<'a> DirEntryIter<'a> {
             let at = self.offset;
             let rec_len = self.parse_at(at)?.rec_len;
             if rec_len < min_rec_len {
-                return Err(self.fault(at, EntryFault::RecordLength { rec_len }));
+                return Err(self.fault(Problem::BadRecLen {
+                    offset: at,
+                    rec_len,
+                }));
             }
             self.offset = at + rec_len;
         }
         Ok(())
     }
 
+    /// The error for a malformed record, built out of line.
     #[cold]
     #[inline(never)]
-    fn fault(&self, at: usize, fault: EntryFault) -> FormatError {
-        let reason = match fault {
-            EntryFault::Truncated { left } => format!("{left} bytes left, too few for an entry"),
-            EntryFault::RecordLength { rec_len } => format!("record length {rec_len}"),
-            EntryFault::PastEnd { rec_len } => format!("record length {rec_len} runs past the end"),
-            EntryFault::NameLength { name_len, rec_len } => {
-                format!("name length {name_len} in a {rec_len}-byte record")
-            }
-        };
-        FormatError::corrupt(
-            "directory entry",
-            self.loc,
-            format!("at offset {at}: {reason}"),
-        )
+    fn fault(&self, problem: Problem) -> FormatError {
+        FormatError::corrupt(Structure::DirectoryEntry, self.loc, problem)
     }
-}
-
-/// What is wrong with a malformed directory record.
-#[derive(Debug, Clone, Copy)]
-enum EntryFault {
-    /// Fewer bytes than a header are left in the region.
-    Truncated { left: usize },
-    /// Shorter than a header, or not a multiple of 4.
-    RecordLength { rec_len: usize },
-    /// The record runs past the end of the region.
-    PastEnd { rec_len: usize },
-    /// A live record whose name is empty or does not fit it.
-    NameLength { name_len: usize, rec_len: usize },
 }
 
 impl<'a> Iterator for DirEntryIter<'a> {
@@ -254,41 +248,54 @@ pub fn has_tail(block: &[u8]) -> bool {
         && block[at + 7] == TAIL_FILE_TYPE
 }
 
-/// Verifies the leaf block checksum: crc32c over everything before the tail.
-pub fn verify_leaf_checksum(block: &[u8], inode_seed: u32, loc: Location) -> Result<()> {
-    if !has_tail(block) {
-        return Err(FormatError::corrupt(
-            "directory block",
+/// A linear directory (leaf) block, for its checksum: its entries decode with
+/// [`DirEntryIter`], whatever the checksum says.
+pub struct DirLeafBlock;
+
+/// The `ext4_dir_entry_tail` at the end of the block holds crc32c, seeded with the directory
+/// inode's seed, over everything before the tail.
+impl MetadataBlock for DirLeafBlock {
+    /// The directory inode's checksum seed.
+    type Seed = u32;
+
+    fn verify(block: &[u8], inode_seed: u32, loc: Location) -> Result<()> {
+        if !has_tail(block) {
+            return Err(FormatError::corrupt(
+                Structure::DirectoryBlock,
+                loc,
+                Problem::NoChecksumTail,
+            ));
+        }
+        let at = block.len() - TAIL_SIZE;
+        // OK to unwrap: has_tail checked the length.
+        let stored = le32(block, at + 8).unwrap();
+        verify_checksum(
+            Structure::DirectoryBlock,
             loc,
-            "no checksum tail at the end",
-        ));
+            stored,
+            crc32c_raw(inode_seed, &block[..at]),
+        )
     }
-    let at = block.len() - TAIL_SIZE;
-    // OK to unwrap: has_tail checked the length.
-    let stored = le32(block, at + 8).unwrap();
-    verify_checksum(
-        "directory block",
-        loc,
-        stored,
-        crc32c_raw(inode_seed, &block[..at]),
-    )
+
+    /// Writes an empty tail and its checksum at the end of `block`.
+    fn seal(block: &mut [u8], inode_seed: u32) {
+        if block.len() < TAIL_SIZE {
+            return;
+        }
+        init_leaf_tail(block);
+        let at = block.len() - TAIL_SIZE;
+        let sum = crc32c_raw(inode_seed, &block[..at]);
+        block[at + 8..].copy_from_slice(&sum.to_le_bytes());
+    }
 }
 
 /// Writes the tail entry at the end of `block` with a zero checksum: a leaf built in memory
-/// carries its tail from the start, and [`write_leaf_tail`] fills the checksum when the block
-/// is sealed at write-back.
+/// carries its tail from the start, and [`DirLeafBlock`]'s seal fills the checksum when the
+/// block is sealed at write-back.
 pub fn init_leaf_tail(block: &mut [u8]) {
     let at = block.len() - TAIL_SIZE;
     block[at..].fill(0);
     encode_entry(&mut block[at..], 0, TAIL_SIZE, TAIL_FILE_TYPE, &[]);
-}
-
-/// Writes an empty tail and its checksum at the end of `block` (seals a leaf block).
-pub fn write_leaf_tail(block: &mut [u8], inode_seed: u32) {
-    init_leaf_tail(block);
-    let at = block.len() - TAIL_SIZE;
-    let sum = crc32c_raw(inode_seed, &block[..at]);
-    block[at + 8..].copy_from_slice(&sum.to_le_bytes());
 }
 
 #[cfg(test)]
@@ -307,8 +314,8 @@ mod tests {
             file_type::REGULAR,
             b"hello",
         );
-        write_leaf_tail(&mut block, 5);
-        verify_leaf_checksum(&block, 5, Location::Block(1)).unwrap();
+        DirLeafBlock::seal(&mut block, 5);
+        DirLeafBlock::verify(&block, 5, Location::Block(1)).unwrap();
         let names: Vec<_> =
             DirEntryIter::new(&block[..1024 - TAIL_SIZE], 1024, true, Location::Block(1))
                 .map(|e| e.unwrap().name.to_vec())

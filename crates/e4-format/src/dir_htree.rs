@@ -5,6 +5,8 @@
 use crate::checksum::crc32c_raw;
 use crate::codec::{le16, le32, on_disk_struct, prefix, Le};
 use crate::error::{verify_checksum, FormatError, Location, Result};
+use crate::metadata_block::MetadataBlock;
+use crate::problem::{Problem, Structure};
 
 /// Offset of `dx_root_info` (after the "." and ".." entries).
 const ROOT_INFO_OFFSET: usize = 0x18;
@@ -66,32 +68,34 @@ pub struct DxRoot {
     pub node: DxNode,
 }
 
-const ROOT: &str = "htree root";
-const NODE: &str = "htree node";
-
 impl DxRoot {
     /// Parses block 0 of an indexed directory. `csum` says whether a dx_tail is present
     /// (metadata_csum); `max_levels` is 2, or 3 with large_dir.
     pub fn parse(block: &[u8], csum: bool, max_levels: u8, loc: Location) -> Result<Self> {
-        let bad = |reason: String| FormatError::corrupt(ROOT, loc, reason);
+        let bad = |problem| FormatError::corrupt(Structure::HtreeRoot, loc, problem);
         let info_bytes = block
             .get(ROOT_INFO_OFFSET..)
             .and_then(prefix::<8>)
-            .ok_or_else(|| bad("block too small".into()))?;
+            .ok_or_else(|| {
+                bad(Problem::TooShort {
+                    len: block.len(),
+                    need: ROOT_ENTRIES_OFFSET,
+                })
+            })?;
         let info = DxRootInfo::decode(info_bytes);
         if info.reserved_zero != 0 || info.info_length != ROOT_INFO_LENGTH {
-            return Err(bad(format!(
-                "root info length {} (reserved {:#x})",
-                info.info_length, info.reserved_zero
-            )));
+            return Err(bad(Problem::BadRootInfo {
+                info_length: info.info_length,
+                reserved_zero: info.reserved_zero,
+            }));
         }
         if info.indirect_levels >= max_levels {
-            return Err(bad(format!(
-                "{} index levels",
-                u32::from(info.indirect_levels) + 1
-            )));
+            return Err(bad(Problem::TooManyLevels {
+                levels: u32::from(info.indirect_levels) + 1,
+                max: max_levels,
+            }));
         }
-        let node = DxNode::parse_at(block, ROOT_ENTRIES_OFFSET, csum, ROOT, loc)?;
+        let node = DxNode::parse_at(block, ROOT_ENTRIES_OFFSET, csum, Structure::HtreeRoot, loc)?;
         Ok(DxRoot { info, node })
     }
 
@@ -120,7 +124,7 @@ impl DxRoot {
 
     /// Writes `dx_root_info` and the index into block 0 of the directory, whose "." and ".."
     /// entries (the first 24 bytes) are left as they are. Unused slots and the `dx_tail` are
-    /// zeroed; [`seal_htree_block`] fills the tail.
+    /// zeroed; [`DxNode::seal`](MetadataBlock::seal) fills the tail.
     pub fn encode_into(&self, block: &mut [u8]) {
         block[ROOT_INFO_OFFSET..].fill(0);
         let mut info = [0u8; DxRootInfo::SIZE];
@@ -136,9 +140,13 @@ impl DxNode {
         // The fake dirent must span the whole block, or this is not an index node.
         let fake_len = le16(block, 4).map(|l| crate::dir_entry::rec_len_from_disk(l, block.len()));
         if le32(block, 0) != Some(0) || fake_len != Some(block.len()) {
-            return Err(FormatError::corrupt(NODE, loc, "not an index block"));
+            return Err(FormatError::corrupt(
+                Structure::HtreeNode,
+                loc,
+                Problem::NotAnIndexBlock,
+            ));
         }
-        Self::parse_at(block, NODE_ENTRIES_OFFSET, csum, NODE, loc)
+        Self::parse_at(block, NODE_ENTRIES_OFFSET, csum, Structure::HtreeNode, loc)
     }
 
     fn expected_limit(block_len: usize, offset: usize, csum: bool) -> usize {
@@ -162,7 +170,7 @@ impl DxNode {
 
     /// A whole interior index block for this node: the fake dirent spanning the block (so
     /// linear readers see one deleted entry), the index, zeroed unused slots and a zeroed
-    /// `dx_tail` that [`seal_htree_block`] fills.
+    /// `dx_tail` that [`DxNode::seal`](MetadataBlock::seal) fills.
     pub fn encode_interior(&self, block_size: usize) -> Vec<u8> {
         let mut block = vec![0u8; block_size];
         crate::dir_entry::encode_entry(&mut block, 0, block_size, 0, &[]);
@@ -174,19 +182,26 @@ impl DxNode {
         block: &[u8],
         offset: usize,
         csum: bool,
-        structure: &'static str,
+        structure: Structure,
         loc: Location,
     ) -> Result<Self> {
-        let bad = |reason: String| FormatError::corrupt(structure, loc, reason);
+        let bad = |problem| FormatError::corrupt(structure, loc, problem);
         let (Some(limit), Some(count)) = (le16(block, offset), le16(block, offset + 2)) else {
-            return Err(bad("block too small".into()));
+            return Err(bad(Problem::TooShort {
+                len: block.len(),
+                need: offset + 4,
+            }));
         };
         let expected = Self::expected_limit(block.len(), offset, csum);
         if usize::from(limit) != expected {
-            return Err(bad(format!("limit {limit}, expected {expected}")));
+            return Err(bad(Problem::FieldMismatch {
+                field: "limit",
+                found: limit.into(),
+                expected: expected as u64,
+            }));
         }
         if count == 0 || count > limit {
-            return Err(bad(format!("count {count} with limit {limit}")));
+            return Err(bad(Problem::BadCount { count, limit }));
         }
         // The limit fits in the block (checked above) and count <= limit.
         let raw = &block[offset..offset + DX_ENTRY_SIZE * usize::from(count)];
@@ -200,7 +215,7 @@ impl DxNode {
         // The first entry's hash bytes hold limit and count.
         entries[0].hash = 0;
         if entries.windows(2).any(|w| w[0].hash > w[1].hash) {
-            return Err(bad("hashes out of order".into()));
+            return Err(bad(Problem::HashesOutOfOrder));
         }
         Ok(DxNode {
             limit,
@@ -226,31 +241,6 @@ impl DxNode {
         block[at..at + 2].copy_from_slice(&self.limit.to_le_bytes());
         block[at + 2..at + 4].copy_from_slice(&(self.entries.len() as u16).to_le_bytes());
     }
-
-    /// (tail offset, computed checksum) for this node's block.
-    fn checksum(&self, block: &[u8], inode_seed: u32) -> (usize, u32) {
-        dx_checksum(
-            block,
-            self.entries_offset,
-            self.entries.len(),
-            usize::from(self.limit),
-            inode_seed,
-        )
-    }
-
-    /// Verifies the dx_tail checksum (metadata_csum).
-    pub fn verify_checksum(&self, block: &[u8], inode_seed: u32, loc: Location) -> Result<()> {
-        let (tail, computed) = self.checksum(block, inode_seed);
-        // OK to unwrap: parse_at sized the limit to leave room for the tail.
-        let stored = le32(block, tail + 4).unwrap();
-        verify_checksum("htree index", loc, stored, computed)
-    }
-
-    /// Writes the dx_tail checksum (metadata_csum).
-    pub fn write_checksum(&self, block: &mut [u8], inode_seed: u32) {
-        let (tail, computed) = self.checksum(block, inode_seed);
-        block[tail + 4..tail + 8].copy_from_slice(&computed.to_le_bytes());
-    }
 }
 
 /// (tail offset, checksum) of an index block whose count/limit is at `offset`: crc32c over
@@ -269,28 +259,56 @@ fn dx_checksum(
     (tail, crc32c_raw(sum, &[0; 4]))
 }
 
-/// Seals an htree root or interior block at write-back (metadata_csum): finds its
-/// count/limit (after the fake dirent of an interior node, after `dx_root_info` in the root)
-/// and writes the `dx_tail`. A block whose count/limit leave no room for a tail is not one
-/// e4 built; it is left unchanged and fails verification when read back.
-pub fn seal_htree_block(block: &mut [u8], inode_seed: u32) {
+/// Where an index block's checksum lies: which structure it is (an interior node starts with
+/// a fake dirent spanning the block, the root with "." and "..") and its (offset of
+/// count/limit, count, limit), or `None` if count/limit leave no room for a `dx_tail`.
+fn index_layout(block: &[u8]) -> (Structure, Option<(usize, usize, usize)>) {
     let fake_len = le16(block, 4).map(|l| crate::dir_entry::rec_len_from_disk(l, block.len()));
-    let offset = if le32(block, 0) == Some(0) && fake_len == Some(block.len()) {
-        NODE_ENTRIES_OFFSET
+    let (structure, offset) = if le32(block, 0) == Some(0) && fake_len == Some(block.len()) {
+        (Structure::HtreeNode, NODE_ENTRIES_OFFSET)
     } else {
-        ROOT_ENTRIES_OFFSET
+        (Structure::HtreeRoot, ROOT_ENTRIES_OFFSET)
     };
     let (Some(limit), Some(count)) = (le16(block, offset), le16(block, offset + 2)) else {
-        return;
+        return (structure, None);
     };
     let (limit, count) = (usize::from(limit), usize::from(count));
     if count > limit || offset + DX_ENTRY_SIZE * limit + DX_TAIL_SIZE > block.len() {
-        return;
+        return (structure, None);
     }
-    let tail = offset + DX_ENTRY_SIZE * limit;
-    block[tail..tail + 4].fill(0);
-    let (tail, sum) = dx_checksum(block, offset, count, limit, inode_seed);
-    block[tail + 4..tail + 8].copy_from_slice(&sum.to_le_bytes());
+    (structure, Some((offset, count, limit)))
+}
+
+/// An htree root or interior block (metadata_csum): the `dx_tail` after `limit` slots holds
+/// crc32c, seeded with the directory inode's seed, over the live entries and `dt_reserved`.
+impl MetadataBlock for DxNode {
+    /// The directory inode's checksum seed.
+    type Seed = u32;
+
+    fn verify(block: &[u8], inode_seed: u32, loc: Location) -> Result<()> {
+        let (structure, layout) = index_layout(block);
+        let Some((offset, count, limit)) = layout else {
+            return Err(FormatError::corrupt(
+                structure,
+                loc,
+                Problem::NoChecksumTail,
+            ));
+        };
+        let (tail, computed) = dx_checksum(block, offset, count, limit, inode_seed);
+        // OK to unwrap: index_layout checked that the tail fits.
+        let stored = le32(block, tail + 4).unwrap();
+        verify_checksum(structure, loc, stored, computed)
+    }
+
+    fn seal(block: &mut [u8], inode_seed: u32) {
+        let (_, Some((offset, count, limit))) = index_layout(block) else {
+            return;
+        };
+        let tail = offset + DX_ENTRY_SIZE * limit;
+        block[tail..tail + 4].fill(0);
+        let (tail, sum) = dx_checksum(block, offset, count, limit, inode_seed);
+        block[tail + 4..tail + 8].copy_from_slice(&sum.to_le_bytes());
+    }
 }
 
 #[cfg(test)]
@@ -317,7 +335,7 @@ mod tests {
         };
         node.encode_into(&mut block);
         if csum {
-            node.write_checksum(&mut block, 42);
+            DxNode::seal(&mut block, 42);
         }
         block
     }
@@ -327,14 +345,14 @@ mod tests {
         let block = node_block(true);
         let loc = Location::Block(4);
         let node = DxNode::parse(&block, true, loc).unwrap();
-        node.verify_checksum(&block, 42, loc).unwrap();
+        DxNode::verify(&block, 42, loc).unwrap();
         assert_eq!(node.child_for(0x50), 0);
         assert_eq!(node.child_for(0x100), 1);
         assert_eq!(node.child_for(u32::MAX), 2);
         let mut again = vec![0u8; 1024];
         again[4..6].copy_from_slice(&1024u16.to_le_bytes());
         node.encode_into(&mut again);
-        node.write_checksum(&mut again, 42);
+        DxNode::seal(&mut again, 42);
         assert_eq!(again, block);
     }
 
@@ -360,11 +378,11 @@ mod tests {
         );
         assert_eq!(node.limit, 126);
         let mut block = node.encode_interior(1024);
-        seal_htree_block(&mut block, 42);
+        DxNode::seal(&mut block, 42);
         let parsed = DxNode::parse(&block, true, loc).unwrap();
         assert_eq!(parsed, node);
-        parsed.verify_checksum(&block, 42, loc).unwrap();
-        assert!(parsed.verify_checksum(&block, 43, loc).is_err());
+        DxNode::verify(&block, 42, loc).unwrap();
+        assert!(DxNode::verify(&block, 43, loc).is_err());
     }
 
     #[test]
@@ -380,11 +398,11 @@ mod tests {
             block: 2,
         });
         root.encode_into(&mut block);
-        seal_htree_block(&mut block, 7);
+        DxNode::seal(&mut block, 7);
         let parsed = DxRoot::parse(&block, true, MAX_LEVELS, loc).unwrap();
         assert_eq!(parsed, root);
         assert_eq!(parsed.node.limit, 507);
-        parsed.node.verify_checksum(&block, 7, loc).unwrap();
+        DxNode::verify(&block, 7, loc).unwrap();
         // Without metadata_csum there is no tail: the limit takes its room.
         assert_eq!(DxRoot::new(4096, false, 1, 1).node.limit, 508);
     }

@@ -3,6 +3,8 @@
 
 use std::fmt;
 
+use crate::problem::{Problem, Structure};
+
 /// Where in the image a structure was found. It displays with its preposition, so that an
 /// error reads as a sentence: "extent tree node in block 812 of inode 12 ...".
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,16 +40,16 @@ impl fmt::Display for Location {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FormatError {
     /// The bytes do not form a valid structure.
-    #[error("{structure} {location} is corrupt: {reason}")]
+    #[error("{structure} {location} is corrupt: {problem}")]
     Corrupt {
-        structure: &'static str,
+        structure: Structure,
         location: Location,
-        reason: String,
+        problem: Problem,
     },
     /// The structure parsed, but its checksum does not match its contents.
     #[error("{structure} {location} has an invalid checksum (stored {stored:#x}, computed {computed:#x})")]
     Checksum {
-        structure: &'static str,
+        structure: Structure,
         location: Location,
         stored: u32,
         computed: u32,
@@ -59,18 +61,18 @@ pub enum FormatError {
 
 impl FormatError {
     /// Builds a [`FormatError::Corrupt`].
-    pub fn corrupt(structure: &'static str, location: Location, reason: impl Into<String>) -> Self {
+    pub fn corrupt(structure: Structure, location: Location, problem: Problem) -> Self {
         FormatError::Corrupt {
             structure,
             location,
-            reason: reason.into(),
+            problem,
         }
     }
 }
 
 /// Checks a stored checksum against the computed one.
 pub fn verify_checksum(
-    structure: &'static str,
+    structure: Structure,
     location: Location,
     stored: u32,
     computed: u32,

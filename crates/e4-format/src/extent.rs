@@ -5,6 +5,8 @@
 use crate::checksum::crc32c_raw;
 use crate::codec::{on_disk_struct, prefix, Le};
 use crate::error::{verify_checksum, FormatError, Location, Result};
+use crate::metadata_block::MetadataBlock;
+use crate::problem::{Problem, Structure};
 
 /// `eh_magic`.
 pub const EXTENT_MAGIC: u16 = 0xF30A;
@@ -109,31 +111,43 @@ pub struct ExtentNode {
     pub entries: ExtentEntries,
 }
 
-const STRUCTURE: &str = "extent tree node";
+const STRUCTURE: Structure = Structure::ExtentNode;
 
 impl ExtentNode {
     /// Parses a node from `bytes` (60 bytes for the root in `i_block`, a block otherwise).
     /// Checks the magic, that the entries fit, and that depth is within the kernel's limit.
     pub fn parse(bytes: &[u8], loc: Location) -> Result<Self> {
-        let bad = |reason: String| FormatError::corrupt(STRUCTURE, loc, reason);
-        let header = ExtentHeader::decode(
-            prefix::<12>(bytes).ok_or_else(|| bad("shorter than its header".into()))?,
-        );
+        let bad = |problem| FormatError::corrupt(STRUCTURE, loc, problem);
+        let header = ExtentHeader::decode(prefix::<12>(bytes).ok_or_else(|| {
+            bad(Problem::TooShort {
+                len: bytes.len(),
+                need: ENTRY_SIZE,
+            })
+        })?);
         if header.magic != EXTENT_MAGIC {
-            return Err(bad(format!("bad magic {:#06x}", header.magic)));
+            return Err(bad(Problem::BadMagic {
+                found: header.magic.into(),
+                expected: EXTENT_MAGIC.into(),
+            }));
         }
         let capacity = (bytes.len() - ENTRY_SIZE) / ENTRY_SIZE;
         if usize::from(header.max) > capacity {
-            return Err(bad(format!("{} entries cannot fit", header.max)));
+            return Err(bad(Problem::MaxExceedsCapacity {
+                max: header.max,
+                capacity,
+            }));
         }
         if header.entries > header.max {
-            return Err(bad(format!(
-                "{} entries exceed the maximum {}",
-                header.entries, header.max
-            )));
+            return Err(bad(Problem::EntriesExceedMax {
+                entries: header.entries,
+                max: header.max,
+            }));
         }
         if header.depth > MAX_DEPTH {
-            return Err(bad(format!("depth {}", header.depth)));
+            return Err(bad(Problem::DepthTooLarge {
+                depth: header.depth,
+                max: MAX_DEPTH,
+            }));
         }
         let records = (0..usize::from(header.entries)).map(|i| {
             let start = ENTRY_SIZE * (i + 1);
@@ -167,17 +181,46 @@ impl ExtentNode {
             }),
         }
     }
+}
 
-    /// Offset of the checksum tail in a block node.
-    fn tail_offset(&self) -> usize {
-        ENTRY_SIZE * (1 + usize::from(self.header.max))
-    }
+/// Offset of the `ext4_extent_tail` of a node block: after the header and all `eh_max`
+/// entry slots (12 + 12·`eh_max`), whether the slots are used or not. `None` if the block is
+/// shorter than a header.
+fn tail_offset(block: &[u8]) -> Option<usize> {
+    let header = prefix::<12>(block).map(ExtentHeader::decode)?;
+    Some(ENTRY_SIZE * (1 + usize::from(header.max)))
+}
 
-    /// Verifies the tail checksum of a node read from a block (metadata_csum).
-    pub fn verify_checksum(&self, block: &[u8], inode_seed: u32, loc: Location) -> Result<()> {
-        let tail = self.tail_offset();
-        let stored = crate::codec::le32(block, tail)
-            .ok_or_else(|| FormatError::corrupt(STRUCTURE, loc, "no room for the checksum tail"))?;
+/// A non-root extent node block: its checksum is crc32c seeded with the owning inode's seed
+/// (see [`crate::checksum::inode_csum_seed`]) over the header and all `eh_max` entry slots.
+/// The engine seals once per dirty node at write-back (DESIGN.md, concurrency rule 4), so the
+/// tree code never computes checksums.
+impl MetadataBlock for ExtentNode {
+    /// The owning inode's checksum seed.
+    type Seed = u32;
+
+    fn verify(block: &[u8], inode_seed: u32, loc: Location) -> Result<()> {
+        let bad = |problem| FormatError::corrupt(STRUCTURE, loc, problem);
+        let magic = crate::codec::le16(block, 0);
+        if magic != Some(EXTENT_MAGIC) {
+            return Err(bad(match magic {
+                Some(found) => Problem::BadMagic {
+                    found: found.into(),
+                    expected: EXTENT_MAGIC.into(),
+                },
+                None => Problem::TooShort {
+                    len: block.len(),
+                    need: ENTRY_SIZE,
+                },
+            }));
+        }
+        let tail = tail_offset(block).ok_or_else(|| {
+            bad(Problem::TooShort {
+                len: block.len(),
+                need: ENTRY_SIZE,
+            })
+        })?;
+        let stored = crate::codec::le32(block, tail).ok_or_else(|| bad(Problem::NoChecksumTail))?;
         verify_checksum(
             STRUCTURE,
             loc,
@@ -185,24 +228,14 @@ impl ExtentNode {
             crc32c_raw(inode_seed, &block[..tail]),
         )
     }
-}
 
-/// Seals a non-root extent node block for write-back: writes the `ext4_extent_tail` checksum,
-/// crc32c seeded with the owning inode's seed (`seed(ino)`, see [`crate::checksum::inode_csum_seed`])
-/// over the header and all `eh_max` entry slots, at offset 12 + 12·`eh_max`. The engine calls
-/// this once per dirty node at write-back (DESIGN.md, concurrency rule 4), so the tree code
-/// never computes checksums. A block whose header claims more slots than leave room for the
-/// tail is left as it is: it cannot be sealed, and the verifier will name it when read.
-pub fn seal_node(block: &mut [u8], inode_seed: u32) {
-    let Some(header) = prefix::<12>(block).map(ExtentHeader::decode) else {
-        return;
-    };
-    let tail = ENTRY_SIZE * (1 + usize::from(header.max));
-    if tail + 4 > block.len() {
-        return;
+    fn seal(block: &mut [u8], inode_seed: u32) {
+        let Some(tail) = tail_offset(block).filter(|t| t + 4 <= block.len()) else {
+            return;
+        };
+        let sum = crc32c_raw(inode_seed, &block[..tail]);
+        block[tail..tail + 4].copy_from_slice(&sum.to_le_bytes());
     }
-    let sum = crc32c_raw(inode_seed, &block[..tail]);
-    block[tail..tail + 4].copy_from_slice(&sum.to_le_bytes());
 }
 
 #[cfg(test)]
@@ -236,11 +269,11 @@ mod tests {
         };
         let mut block = vec![0u8; 4096];
         node.encode_into(&mut block);
-        seal_node(&mut block, 77);
+        ExtentNode::seal(&mut block, 77);
         let loc = Location::Block(9);
         let back = ExtentNode::parse(&block, loc).unwrap();
         assert_eq!(back, node);
-        back.verify_checksum(&block, 77, loc).unwrap();
+        ExtentNode::verify(&block, 77, loc).unwrap();
         let ExtentEntries::Leaf(leaves) = &back.entries else {
             panic!("leaf expected")
         };
@@ -248,7 +281,7 @@ mod tests {
         assert!(leaves[1].extent().unwritten);
         assert_eq!(leaves[1].extent().len, 4);
         block[20] ^= 1;
-        assert!(back.verify_checksum(&block, 77, loc).is_err());
+        assert!(ExtentNode::verify(&block, 77, loc).is_err());
     }
 
     #[test]
@@ -270,13 +303,13 @@ mod tests {
         };
         let mut block = vec![0u8; 1024];
         node.encode_into(&mut block);
-        seal_node(&mut block, 0x1234_5678);
+        ExtentNode::seal(&mut block, 0x1234_5678);
         let loc = Location::Block(5);
-        node.verify_checksum(&block, 0x1234_5678, loc).unwrap();
+        ExtentNode::verify(&block, 0x1234_5678, loc).unwrap();
         // The tail follows all 84 slots (12 + 12 * 84 = 1020), not just the used one.
         let expected = crc32c_raw(0x1234_5678, &block[..1020]);
         assert_eq!(block[1020..1024], expected.to_le_bytes());
-        assert!(node.verify_checksum(&block, 0x1234_5679, loc).is_err());
+        assert!(ExtentNode::verify(&block, 0x1234_5679, loc).is_err());
     }
 
     #[test]
@@ -285,9 +318,9 @@ mod tests {
         block[..2].copy_from_slice(&EXTENT_MAGIC.to_le_bytes());
         block[4..6].copy_from_slice(&5u16.to_le_bytes());
         let before = block.clone();
-        seal_node(&mut block, 7);
+        ExtentNode::seal(&mut block, 7);
         assert_eq!(block, before);
-        seal_node(&mut block[..3], 7);
+        ExtentNode::seal(&mut block[..3], 7);
     }
 
     #[test]

@@ -3,9 +3,12 @@
 //! One struct serves both sizes: a 32-byte descriptor decodes with its high halves zero.
 
 use crate::checksum::{crc16, crc32c_raw};
+use crate::codec::le16;
 use crate::codec::{on_disk_struct, Le};
 use crate::error::{verify_checksum, FormatError, Location, Result};
 use crate::features::RoCompatFeatures;
+use crate::metadata_block::MetadataBlock;
+use crate::problem::{Problem, Structure};
 use crate::superblock::Superblock;
 
 /// `bg_flags`: the inode table and bitmap are not initialized.
@@ -115,30 +118,26 @@ impl GroupChecksum {
 }
 
 impl GroupDescriptor {
-    /// Parses descriptor `group` from its `desc_size` bytes (32 or more) and checks its
+    /// Decodes descriptor `group` from its `desc_size` bytes (32 or more) and verifies its
     /// checksum.
     pub fn parse(bytes: &[u8], group: u32, checksum: &GroupChecksum) -> Result<Self> {
-        let loc = Location::Group(group);
-        if bytes.len() < SMALL_DESC_SIZE {
-            return Err(FormatError::corrupt(
-                "group descriptor",
-                loc,
-                format!("{} bytes is too short", bytes.len()),
-            ));
-        }
+        let desc = Self::from_bytes(bytes, group)?;
+        let seed = GroupSeed {
+            checksum: *checksum,
+            group,
+        };
+        Self::verify(bytes, seed, Location::Group(group))?;
+        Ok(desc)
+    }
+
+    /// Decodes descriptor `group` from its `desc_size` bytes (32 or more), whatever its
+    /// checksum says.
+    pub fn from_bytes(bytes: &[u8], group: u32) -> Result<Self> {
+        check_length(bytes, Location::Group(group))?;
         let mut raw = [0u8; 64];
         let n = bytes.len().min(64);
         raw[..n].copy_from_slice(&bytes[..n]);
-        let desc = GroupDescriptor::decode(&raw);
-        if let Some(sum) = checksum.compute(group, bytes) {
-            verify_checksum(
-                "group descriptor",
-                loc,
-                u32::from(desc.checksum),
-                u32::from(sum),
-            )?;
-        }
-        Ok(desc)
+        Ok(GroupDescriptor::decode(&raw))
     }
 
     /// Serializes to `desc_size` bytes, recomputing `bg_checksum`.
@@ -147,9 +146,11 @@ impl GroupDescriptor {
         self.encode(&mut raw);
         let mut out = raw[..desc_size.min(64)].to_vec();
         out.resize(desc_size, 0);
-        if let Some(sum) = checksum.compute(group, &out) {
-            out[CHECKSUM_OFFSET..CHECKSUM_OFFSET + 2].copy_from_slice(&sum.to_le_bytes());
-        }
+        let seed = GroupSeed {
+            checksum: *checksum,
+            group,
+        };
+        Self::seal(&mut out, seed);
         out
     }
 
@@ -248,12 +249,12 @@ impl GroupDescriptor {
             BitmapKind::Block => (
                 self.block_bitmap_csum_lo,
                 self.block_bitmap_csum_hi,
-                "block bitmap",
+                Structure::BlockBitmap,
             ),
             BitmapKind::Inode => (
                 self.inode_bitmap_csum_lo,
                 self.inode_bitmap_csum_hi,
-                "inode bitmap",
+                Structure::InodeBitmap,
             ),
         };
         let (stored, computed) = if desc_size >= BITMAP_CSUM_HI_END {
@@ -270,6 +271,59 @@ impl GroupDescriptor {
 pub enum BitmapKind {
     Block,
     Inode,
+}
+
+/// The seed of a group descriptor's checksum: how the filesystem checksums descriptors,
+/// and the group's number (which the checksum covers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupSeed {
+    pub checksum: GroupChecksum,
+    pub group: u32,
+}
+
+/// Refuses descriptor bytes shorter than the 32-byte descriptor.
+fn check_length(bytes: &[u8], loc: Location) -> Result<()> {
+    if bytes.len() < SMALL_DESC_SIZE {
+        return Err(FormatError::corrupt(
+            Structure::GroupDescriptor,
+            loc,
+            Problem::TooShort {
+                len: bytes.len(),
+                need: SMALL_DESC_SIZE,
+            },
+        ));
+    }
+    Ok(())
+}
+
+/// A group descriptor: `bg_checksum` is crc16 (gdt_csum) or the low half of crc32c
+/// (metadata_csum) over the group number and the descriptor; without either it is unused.
+impl MetadataBlock for GroupDescriptor {
+    type Seed = GroupSeed;
+
+    fn verify(bytes: &[u8], seed: GroupSeed, loc: Location) -> Result<()> {
+        check_length(bytes, loc)?;
+        let Some(computed) = seed.checksum.compute(seed.group, bytes) else {
+            return Ok(());
+        };
+        // OK to unwrap: check_length saw the 32-byte descriptor, which holds bg_checksum.
+        let stored = le16(bytes, CHECKSUM_OFFSET).unwrap();
+        verify_checksum(
+            Structure::GroupDescriptor,
+            loc,
+            stored.into(),
+            computed.into(),
+        )
+    }
+
+    fn seal(bytes: &mut [u8], seed: GroupSeed) {
+        if bytes.len() < SMALL_DESC_SIZE {
+            return;
+        }
+        if let Some(sum) = seed.checksum.compute(seed.group, bytes) {
+            bytes[CHECKSUM_OFFSET..CHECKSUM_OFFSET + 2].copy_from_slice(&sum.to_le_bytes());
+        }
+    }
 }
 
 #[cfg(test)]

@@ -3,8 +3,11 @@
 //! attributes up to `s_inode_size`.
 
 use crate::checksum::{crc32c_raw, inode_csum_seed};
+use crate::codec::{le16, le32};
 use crate::codec::{on_disk_struct, Le};
 use crate::error::{verify_checksum, FormatError, Location, Result};
+use crate::metadata_block::MetadataBlock;
+use crate::problem::{Problem, Structure};
 
 /// Size of the original ext2 inode; the extra fields start here.
 pub const GOOD_OLD_INODE_SIZE: usize = 128;
@@ -172,17 +175,36 @@ pub struct Inode {
     pub xattr_area: Vec<u8>,
 }
 
+/// The seed of an inode record's checksum (metadata_csum): the filesystem's seed and the
+/// inode's number (the generation is read from the record).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InodeSeed {
+    pub fs_seed: u32,
+    pub ino: u32,
+}
+
 impl Inode {
-    /// Parses inode `ino` from its `inode_size` bytes. With `csum_seed` (metadata_csum), the
-    /// checksum is verified.
+    /// Decodes inode `ino` and, with `csum_seed` (metadata_csum), verifies its checksum.
     pub fn parse(bytes: &[u8], ino: u32, csum_seed: Option<u32>) -> Result<Self> {
+        let inode = Self::decode(bytes, ino)?;
+        if let Some(fs_seed) = csum_seed {
+            Self::verify(bytes, InodeSeed { fs_seed, ino }, Location::Inode(ino))?;
+        }
+        Ok(inode)
+    }
+
+    /// Decodes inode `ino` from its `inode_size` bytes, whatever its checksum says.
+    pub fn decode(bytes: &[u8], ino: u32) -> Result<Self> {
         let loc = Location::Inode(ino);
         let inode_size = bytes.len();
         if inode_size < GOOD_OLD_INODE_SIZE {
             return Err(FormatError::corrupt(
-                "inode record",
+                Structure::Inode,
                 loc,
-                format!("record of {inode_size} bytes"),
+                Problem::TooShort {
+                    len: inode_size,
+                    need: GOOD_OLD_INODE_SIZE,
+                },
             ));
         }
         let mut raw = [0u8; RECORD_SIZE];
@@ -195,9 +217,12 @@ impl Inode {
         };
         if GOOD_OLD_INODE_SIZE + extra_isize > inode_size || extra_isize % 4 != 0 {
             return Err(FormatError::corrupt(
-                "inode record",
+                Structure::Inode,
                 loc,
-                format!("extra size {extra_isize} does not fit a {inode_size}-byte inode"),
+                Problem::BadExtraIsize {
+                    extra_isize,
+                    inode_size,
+                },
             ));
         }
         // Extra fields past i_extra_isize are xattr bytes, not fields.
@@ -215,10 +240,6 @@ impl Inode {
                 .to_vec(),
             xattr_area: bytes[fields_end..].to_vec(),
         };
-        if let Some(seed) = csum_seed {
-            let (stored, computed) = inode.checksums(bytes, seed);
-            verify_checksum("inode record", loc, stored, computed)?;
-        }
         Ok(inode)
     }
 
@@ -233,14 +254,14 @@ impl Inode {
         out[RECORD_SIZE..unknown_end].copy_from_slice(&self.unknown_extra);
         out[fields_end..fields_end + self.xattr_area.len()].copy_from_slice(&self.xattr_area);
         out.truncate(self.inode_size);
-        if let Some(seed) = csum_seed {
-            let (_, sum) = self.checksums(&out, seed);
-            out[CHECKSUM_LO_OFFSET..CHECKSUM_LO_OFFSET + 2]
-                .copy_from_slice(&(sum as u16).to_le_bytes());
-            if self.has_checksum_hi() {
-                out[CHECKSUM_HI_OFFSET..CHECKSUM_HI_OFFSET + 2]
-                    .copy_from_slice(&((sum >> 16) as u16).to_le_bytes());
-            }
+        if let Some(fs_seed) = csum_seed {
+            Self::seal(
+                &mut out,
+                InodeSeed {
+                    fs_seed,
+                    ino: self.ino,
+                },
+            );
         }
         out
     }
@@ -250,28 +271,6 @@ impl Inode {
             GOOD_OLD_INODE_SIZE + usize::from(self.record.extra_isize)
         } else {
             GOOD_OLD_INODE_SIZE
-        }
-    }
-
-    fn has_checksum_hi(&self) -> bool {
-        self.fields_end() >= CHECKSUM_HI_OFFSET + 2
-    }
-
-    /// (stored, computed) checksums; 16-bit when the record has no `i_checksum_hi`.
-    fn checksums(&self, bytes: &[u8], fs_seed: u32) -> (u32, u32) {
-        let seed = inode_csum_seed(fs_seed, self.ino, self.record.generation);
-        let mut sum = crc32c_raw(seed, &bytes[..CHECKSUM_LO_OFFSET]);
-        sum = crc32c_raw(sum, &[0, 0]);
-        if self.has_checksum_hi() {
-            sum = crc32c_raw(sum, &bytes[CHECKSUM_LO_OFFSET + 2..CHECKSUM_HI_OFFSET]);
-            sum = crc32c_raw(sum, &[0, 0]);
-            sum = crc32c_raw(sum, &bytes[CHECKSUM_HI_OFFSET + 2..]);
-            let stored =
-                u32::from(self.record.checksum_lo) | (u32::from(self.record.checksum_hi) << 16);
-            (stored, sum)
-        } else {
-            sum = crc32c_raw(sum, &bytes[CHECKSUM_LO_OFFSET + 2..]);
-            (u32::from(self.record.checksum_lo), sum & 0xFFFF)
         }
     }
 
@@ -464,6 +463,70 @@ impl Inode {
         } else {
             let new = word(1);
             ((new & 0xFFF00) >> 8, (new & 0xFF) | ((new >> 12) & 0xFFF00))
+        }
+    }
+}
+
+/// The checksum of an inode record, read from its bytes: (stored, computed, whether the
+/// record has `i_checksum_hi`). The checksum is crc32c seeded with the inode's seed over the
+/// whole record with both checksum fields zeroed; without `i_checksum_hi` (an extra area too
+/// small for it) only its low 16 bits are stored. `None` for a record shorter than 128 bytes.
+fn record_checksum(bytes: &[u8], seed: InodeSeed) -> Option<(u32, u32, bool)> {
+    if bytes.len() < GOOD_OLD_INODE_SIZE {
+        return None;
+    }
+    let generation = le32(bytes, 0x64)?;
+    let extra_isize = if bytes.len() > GOOD_OLD_INODE_SIZE {
+        usize::from(le16(bytes, 0x80)?)
+    } else {
+        0
+    };
+    let has_hi = GOOD_OLD_INODE_SIZE + extra_isize >= CHECKSUM_HI_OFFSET + 2
+        && bytes.len() >= CHECKSUM_HI_OFFSET + 2;
+    let seed = inode_csum_seed(seed.fs_seed, seed.ino, generation);
+    let mut sum = crc32c_raw(seed, &bytes[..CHECKSUM_LO_OFFSET]);
+    sum = crc32c_raw(sum, &[0, 0]);
+    let lo = u32::from(le16(bytes, CHECKSUM_LO_OFFSET)?);
+    if has_hi {
+        sum = crc32c_raw(sum, &bytes[CHECKSUM_LO_OFFSET + 2..CHECKSUM_HI_OFFSET]);
+        sum = crc32c_raw(sum, &[0, 0]);
+        sum = crc32c_raw(sum, &bytes[CHECKSUM_HI_OFFSET + 2..]);
+        let hi = u32::from(le16(bytes, CHECKSUM_HI_OFFSET)?);
+        Some((lo | (hi << 16), sum, true))
+    } else {
+        sum = crc32c_raw(sum, &bytes[CHECKSUM_LO_OFFSET + 2..]);
+        Some((lo, sum & 0xFFFF, false))
+    }
+}
+
+/// An inode record (`i_checksum_lo`, `i_checksum_hi`): not a block, but decoded, verified
+/// and sealed under the same contract.
+impl MetadataBlock for Inode {
+    type Seed = InodeSeed;
+
+    fn verify(bytes: &[u8], seed: InodeSeed, loc: Location) -> Result<()> {
+        let (stored, computed, _) = record_checksum(bytes, seed).ok_or_else(|| {
+            FormatError::corrupt(
+                Structure::Inode,
+                loc,
+                Problem::TooShort {
+                    len: bytes.len(),
+                    need: GOOD_OLD_INODE_SIZE,
+                },
+            )
+        })?;
+        verify_checksum(Structure::Inode, loc, stored, computed)
+    }
+
+    fn seal(bytes: &mut [u8], seed: InodeSeed) {
+        let Some((_, sum, has_hi)) = record_checksum(bytes, seed) else {
+            return;
+        };
+        bytes[CHECKSUM_LO_OFFSET..CHECKSUM_LO_OFFSET + 2]
+            .copy_from_slice(&(sum as u16).to_le_bytes());
+        if has_hi {
+            bytes[CHECKSUM_HI_OFFSET..CHECKSUM_HI_OFFSET + 2]
+                .copy_from_slice(&((sum >> 16) as u16).to_le_bytes());
         }
     }
 }

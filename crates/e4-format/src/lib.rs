@@ -30,9 +30,13 @@ pub mod group_descriptor;
 pub mod inline_data;
 pub mod inode;
 pub mod journal;
+pub mod metadata_block;
 pub mod orphan_file;
 pub mod posix_acl;
+pub mod problem;
 pub mod superblock;
 pub mod xattr;
 
 pub use error::{FormatError, Location, Result};
+pub use metadata_block::{BlockSeed, MetadataBlock};
+pub use problem::{Problem, Structure};

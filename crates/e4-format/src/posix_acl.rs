@@ -6,6 +6,7 @@
 
 use crate::codec::{le16, le32};
 use crate::error::{FormatError, Location, Result};
+use crate::problem::{Problem, Structure};
 
 const EXT4_ACL_VERSION: u32 = 1;
 const XATTR_ACL_VERSION: u32 = 2;
@@ -66,15 +67,22 @@ pub struct PosixAcl {
 impl PosixAcl {
     /// Parses the ext4 on-disk form.
     pub fn from_disk(disk: &[u8], loc: Location) -> Result<Self> {
-        let bad = |reason: &str| FormatError::corrupt("POSIX ACL", loc, reason.to_string());
-        if le32(disk, 0) != Some(EXT4_ACL_VERSION) {
-            return Err(bad("unknown version"));
+        let bad = |problem| FormatError::corrupt(Structure::PosixAcl, loc, problem);
+        let version = le32(disk, 0);
+        if version != Some(EXT4_ACL_VERSION) {
+            return Err(bad(match version {
+                Some(found) => Problem::UnknownVersion { found },
+                None => Problem::TooShort {
+                    len: disk.len(),
+                    need: HEADER_SIZE,
+                },
+            }));
         }
         let mut entries = Vec::new();
         let mut at = HEADER_SIZE;
         while at < disk.len() {
             let (Some(tag), Some(perm)) = (le16(disk, at), le16(disk, at + 2)) else {
-                return Err(bad("truncated entry"));
+                return Err(bad(Problem::TruncatedEntry { offset: at }));
             };
             let mut entry = AclEntry {
                 tag,
@@ -82,7 +90,8 @@ impl PosixAcl {
                 id: UNDEFINED_ID,
             };
             if entry.has_id() {
-                entry.id = le32(disk, at + 4).ok_or_else(|| bad("truncated entry"))?;
+                entry.id = le32(disk, at + 4)
+                    .ok_or_else(|| bad(Problem::TruncatedEntry { offset: at }))?;
                 at += LONG_ENTRY_SIZE;
             } else {
                 at += SHORT_ENTRY_SIZE;

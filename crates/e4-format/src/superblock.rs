@@ -6,6 +6,7 @@ use crate::checksum::{crc32c_raw, fs_csum_seed};
 use crate::codec::{on_disk_struct, prefix, Le};
 use crate::error::{verify_checksum, FormatError, Location, Result};
 use crate::features::{CompatFeatures, IncompatFeatures, RoCompatFeatures};
+use crate::problem::{Problem, Structure};
 
 /// Byte offset of the primary superblock from the start of the volume.
 pub const SUPERBLOCK_OFFSET: u64 = 1024;
@@ -246,19 +247,34 @@ impl Superblock {
     /// geometry is self-consistent (so later arithmetic cannot overflow or divide by zero),
     /// and the checksum when metadata_csum is set.
     pub fn parse(bytes: &[u8]) -> Result<Self> {
-        let raw = prefix::<1024>(bytes)
-            .ok_or_else(|| FormatError::corrupt("superblock", LOC, "shorter than 1024 bytes"))?;
+        let raw = prefix::<1024>(bytes).ok_or_else(|| {
+            FormatError::corrupt(
+                Structure::Superblock,
+                LOC,
+                Problem::TooShort {
+                    len: bytes.len(),
+                    need: 1024,
+                },
+            )
+        })?;
         let sb = Superblock::decode(raw);
         sb.validate()?;
         if sb.ro_compat().contains(RoCompatFeatures::METADATA_CSUM) {
             if sb.checksum_type != CHECKSUM_TYPE_CRC32C {
                 return Err(FormatError::corrupt(
-                    "superblock",
+                    Structure::Superblock,
                     LOC,
-                    format!("unknown checksum type {}", sb.checksum_type),
+                    Problem::UnknownChecksumType {
+                        found: sb.checksum_type,
+                    },
                 ));
             }
-            verify_checksum("superblock", LOC, sb.checksum, Self::compute_checksum(raw))?;
+            verify_checksum(
+                Structure::Superblock,
+                LOC,
+                sb.checksum,
+                Self::compute_checksum(raw),
+            )?;
         }
         Ok(sb)
     }
@@ -279,23 +295,24 @@ impl Superblock {
     }
 
     fn validate(&self) -> Result<()> {
-        let bad = |reason: String| Err(FormatError::corrupt("superblock", LOC, reason));
+        let bad = |problem| Err(FormatError::corrupt(Structure::Superblock, LOC, problem));
+        let out_of_range = |field, value: u64| bad(Problem::FieldOutOfRange { field, value });
         if self.magic != SUPERBLOCK_MAGIC {
-            return bad(format!("bad magic {:#06x} (expected 0xef53)", self.magic));
+            return bad(Problem::BadMagic {
+                found: self.magic.into(),
+                expected: SUPERBLOCK_MAGIC.into(),
+            });
         }
         // Block sizes from 1 KiB to 64 KiB.
         if self.log_block_size > 6 {
-            return bad(format!(
-                "log block size {} is too large",
-                self.log_block_size
-            ));
+            return out_of_range("s_log_block_size", self.log_block_size.into());
         }
         // Clusters of up to 2^16 blocks (EXT4_MAX_CLUSTER_LOG_SIZE is 30, in bytes).
         if self.ro_compat().contains(RoCompatFeatures::BIGALLOC)
             && (self.log_cluster_size < self.log_block_size
                 || self.log_cluster_size > self.log_block_size + 16)
         {
-            return bad(format!("cluster size log {}", self.log_cluster_size));
+            return out_of_range("s_log_cluster_size", self.log_cluster_size.into());
         }
         let block_size = self.block_size();
         let bits_per_block = 8 * block_size;
@@ -309,22 +326,19 @@ impl Superblock {
             || self.blocks_per_group % ratio != 0
             || (ratio > 1 && self.clusters_per_group != clusters_per_group)
         {
-            return bad(format!(
-                "{} blocks per group ({} clusters per group)",
-                self.blocks_per_group, self.clusters_per_group
-            ));
+            return out_of_range("s_blocks_per_group", self.blocks_per_group.into());
         }
         if self.inodes_per_group == 0 || self.inodes_per_group > bits_per_block {
-            return bad(format!("{} inodes per group", self.inodes_per_group));
+            return out_of_range("s_inodes_per_group", self.inodes_per_group.into());
         }
         let inode_size = self.inode_size();
         if inode_size < 128 || !inode_size.is_power_of_two() || inode_size > block_size {
-            return bad(format!("inode size {inode_size}"));
+            return out_of_range("s_inode_size", inode_size.into());
         }
         if self.incompat().contains(IncompatFeatures::BIT64) {
             let d = self.desc_size;
             if !(32..=1024).contains(&d) || !d.is_power_of_two() {
-                return bad(format!("group descriptor size {d}"));
+                return out_of_range("s_desc_size", d.into());
             }
         }
         // The first data block is the one holding the superblock with 1 KiB blocks, except
@@ -332,26 +346,28 @@ impl Superblock {
         let bigalloc = self.ro_compat().contains(RoCompatFeatures::BIGALLOC);
         let expected_first = u32::from(block_size == 1024 && !bigalloc);
         if self.first_data_block != expected_first {
-            return bad(format!(
-                "first data block {} with {block_size}-byte blocks",
-                self.first_data_block
-            ));
+            return bad(Problem::FieldMismatch {
+                field: "s_first_data_block",
+                found: self.first_data_block.into(),
+                expected: expected_first.into(),
+            });
         }
         if self.blocks_count() <= u64::from(self.first_data_block) {
-            return bad(format!("{} blocks", self.blocks_count()));
+            return out_of_range("s_blocks_count", self.blocks_count());
         }
         let groups = self.group_count();
         if u64::from(self.inodes_count) > groups * u64::from(self.inodes_per_group) {
-            return bad(format!(
-                "{} inodes do not fit in {groups} groups of {}",
-                self.inodes_count, self.inodes_per_group
-            ));
+            return bad(Problem::InodesExceedGroups {
+                inodes: self.inodes_count,
+                groups,
+                per_group: self.inodes_per_group,
+            });
         }
         if groups > u64::from(u32::MAX) {
-            return bad(format!("{groups} block groups"));
+            return out_of_range("block group count", groups);
         }
         if self.first_ino() < 11 || self.first_ino() > self.inodes_count {
-            return bad(format!("first inode {}", self.first_ino()));
+            return out_of_range("s_first_ino", self.first_ino().into());
         }
         Ok(())
     }

@@ -11,6 +11,8 @@
 use crate::checksum::crc32c_raw;
 use crate::codec::{on_disk_struct, prefix, Le};
 use crate::error::{verify_checksum, FormatError, Location, Result};
+use crate::metadata_block::{BlockSeed, MetadataBlock};
+use crate::problem::{Problem, Structure};
 
 /// `h_magic` and the in-inode header magic.
 pub const XATTR_MAGIC: u32 = 0xEA02_0000;
@@ -224,7 +226,7 @@ fn fits(entries: &[XattrEntry], room: usize) -> bool {
 
 /// A whole xattr block holding `entries` (sorted here), with `h_refcount` = `refcount`,
 /// `h_blocks` 1, entry hashes and `h_hash`; `h_checksum` is left 0 for the writer to seal
-/// ([`xattr_block_checksum`]). `None` when they do not fit.
+/// (`XattrBlockHeader`'s [`MetadataBlock::seal`]). `None` when they do not fit.
 pub fn encode_xattr_block(
     entries: &[XattrEntry],
     refcount: u32,
@@ -313,39 +315,70 @@ fn write_entries(
     hashes
 }
 
-/// Parses the attributes of an xattr block, verifying its checksum when `csum_seed` is set.
-pub fn parse_xattr_block(
-    block: &[u8],
-    block_nr: u64,
-    csum_seed: Option<u32>,
-    loc: Location,
-) -> Result<Vec<Xattr>> {
-    let header = XattrBlockHeader::decode(
-        prefix::<32>(block).ok_or_else(|| FormatError::corrupt("xattr block", loc, "too small"))?,
-    );
-    if header.magic != XATTR_MAGIC || header.blocks != 1 {
-        return Err(FormatError::corrupt(
-            "xattr block",
-            loc,
-            format!(
-                "bad header (magic {:#x}, {} blocks)",
-                header.magic, header.blocks
-            ),
-        ));
+impl XattrBlockHeader {
+    /// Decodes the header of an xattr block, checking `h_magic` and `h_blocks` (always 1);
+    /// the checksum is [`MetadataBlock::verify`]'s business.
+    pub fn decode_checked(block: &[u8], loc: Location) -> Result<Self> {
+        let bad = |problem| FormatError::corrupt(Structure::XattrBlock, loc, problem);
+        let header = XattrBlockHeader::decode(prefix::<32>(block).ok_or_else(|| {
+            bad(Problem::TooShort {
+                len: block.len(),
+                need: XattrBlockHeader::SIZE,
+            })
+        })?);
+        if header.magic != XATTR_MAGIC {
+            return Err(bad(Problem::BadMagic {
+                found: header.magic,
+                expected: XATTR_MAGIC,
+            }));
+        }
+        if header.blocks != 1 {
+            return Err(bad(Problem::FieldMismatch {
+                field: "h_blocks",
+                found: header.blocks.into(),
+                expected: 1,
+            }));
+        }
+        Ok(header)
     }
-    if let Some(seed) = csum_seed {
-        verify_checksum(
-            "xattr block",
-            loc,
-            header.checksum,
-            xattr_block_checksum(block, block_nr, seed),
-        )?;
-    }
-    parse_entries(block, XattrBlockHeader::SIZE, 0, loc)
 }
 
-/// The checksum of an xattr block: over its number, then the block with `h_checksum` zeroed.
-pub fn xattr_block_checksum(block: &[u8], block_nr: u64, seed: u32) -> u32 {
+/// Decodes an xattr block (its header and its attributes), whatever its checksum says.
+pub fn decode_xattr_block(block: &[u8], loc: Location) -> Result<(XattrBlockHeader, Vec<Xattr>)> {
+    let header = XattrBlockHeader::decode_checked(block, loc)?;
+    Ok((
+        header,
+        parse_entries(block, XattrBlockHeader::SIZE, 0, loc)?,
+    ))
+}
+
+/// An external xattr block: `h_checksum` is crc32c, seeded with the filesystem's seed (the
+/// block may be shared between inodes), over the block number and then the block with
+/// `h_checksum` zeroed.
+impl MetadataBlock for XattrBlockHeader {
+    /// The filesystem's seed and the block's number.
+    type Seed = BlockSeed;
+
+    fn verify(block: &[u8], seed: BlockSeed, loc: Location) -> Result<()> {
+        let header = XattrBlockHeader::decode_checked(block, loc)?;
+        verify_checksum(
+            Structure::XattrBlock,
+            loc,
+            header.checksum,
+            xattr_block_checksum(block, seed),
+        )
+    }
+
+    fn seal(block: &mut [u8], seed: BlockSeed) {
+        if block.len() < XattrBlockHeader::SIZE {
+            return;
+        }
+        let sum = xattr_block_checksum(block, seed);
+        block[BLOCK_CHECKSUM_OFFSET..BLOCK_CHECKSUM_OFFSET + 4].copy_from_slice(&sum.to_le_bytes());
+    }
+}
+
+fn xattr_block_checksum(block: &[u8], BlockSeed { seed, block_nr }: BlockSeed) -> u32 {
     let mut sum = crc32c_raw(seed, &block_nr.to_le_bytes());
     sum = crc32c_raw(sum, &block[..BLOCK_CHECKSUM_OFFSET]);
     sum = crc32c_raw(sum, &[0; 4]);
@@ -363,28 +396,26 @@ pub fn parse_inode_xattrs(area: &[u8], loc: Location) -> Result<Vec<Xattr>> {
 
 /// Walks entries starting at `first` in `region`; value offsets are relative to `base`.
 fn parse_entries(region: &[u8], first: usize, base: usize, loc: Location) -> Result<Vec<Xattr>> {
-    let bad = |at: usize, reason: String| {
-        FormatError::corrupt("xattr entry", loc, format!("at offset {at}: {reason}"))
-    };
+    let bad = |problem| FormatError::corrupt(Structure::XattrEntry, loc, problem);
     let mut out = Vec::new();
     let mut at = first;
     loop {
         // An entry list ends with four zero bytes.
         match crate::codec::le32(region, at) {
             Some(0) => break,
-            None => return Err(bad(at, "entries run past the end".into())),
+            None => return Err(bad(Problem::EntriesPastEnd { offset: at })),
             Some(_) => {}
         }
         let record = XattrEntryRecord::decode(
             region
                 .get(at..)
                 .and_then(prefix::<16>)
-                .ok_or_else(|| bad(at, "truncated entry".into()))?,
+                .ok_or_else(|| bad(Problem::TruncatedEntry { offset: at }))?,
         );
         let name_start = at + ENTRY_SIZE;
         let name = region
             .get(name_start..name_start + usize::from(record.name_len))
-            .ok_or_else(|| bad(at, "name runs past the end".into()))?;
+            .ok_or_else(|| bad(Problem::NamePastEnd { offset: at }))?;
         let prefix = name_prefix(record.name_index).unwrap_or_default();
         let mut full = prefix.as_bytes().to_vec();
         full.extend_from_slice(name);
@@ -396,9 +427,13 @@ fn parse_entries(region: &[u8], first: usize, base: usize, loc: Location) -> Res
         } else {
             let start = base + usize::from(record.value_offs);
             let end = start + record.value_size as usize;
-            let bytes = region
-                .get(start..end)
-                .ok_or_else(|| bad(at, format!("value at {start}..{end} runs past the end")))?;
+            let bytes = region.get(start..end).ok_or_else(|| {
+                bad(Problem::ValuePastEnd {
+                    offset: at,
+                    start,
+                    end,
+                })
+            })?;
             XattrValue::Inline(bytes.to_vec())
         };
         out.push(Xattr {
@@ -444,12 +479,14 @@ mod tests {
         header.encode(prefix_mut(&mut block));
         entry(&mut block, 32, 1, b"color", 1000, 4);
         block[1000..1004].copy_from_slice(b"blue");
-        let sum = xattr_block_checksum(&block, 77, 9);
-        block[16..20].copy_from_slice(&sum.to_le_bytes());
-        let attrs = parse_xattr_block(&block, 77, Some(9), Location::Block(77)).unwrap();
+        let seed = |block_nr| BlockSeed { seed: 9, block_nr };
+        XattrBlockHeader::seal(&mut block, seed(77));
+        XattrBlockHeader::verify(&block, seed(77), Location::Block(77)).unwrap();
+        let (_, attrs) = decode_xattr_block(&block, Location::Block(77)).unwrap();
         assert_eq!(attrs[0].name, b"user.color");
         assert_eq!(attrs[0].value, XattrValue::Inline(b"blue".to_vec()));
-        assert!(parse_xattr_block(&block, 78, Some(9), Location::Block(78)).is_err());
+        // The checksum covers the block number: the same bytes elsewhere do not verify.
+        assert!(XattrBlockHeader::verify(&block, seed(78), Location::Block(78)).is_err());
     }
 
     fn prefix_mut(block: &mut [u8]) -> &mut [u8; 32] {
@@ -505,7 +542,7 @@ mod tests {
             user("a", b"12345"),
         ];
         let block = encode_xattr_block(&entries, 1, 4096).unwrap();
-        let parsed = parse_xattr_block(&block, 5, None, Location::Block(5)).unwrap();
+        let (_, parsed) = decode_xattr_block(&block, Location::Block(5)).unwrap();
         let names: Vec<&[u8]> = parsed.iter().map(|x| x.name.as_slice()).collect();
         assert_eq!(
             names,

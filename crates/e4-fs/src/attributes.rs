@@ -26,6 +26,7 @@ impl Filesystem {
     /// Records that inode `ino` is open (a file handle of a FUSE mount, say): if its last
     /// link is removed, it lives on (on the orphan list) until [`Filesystem::release_inode`].
     pub fn open_inode(&self, ino: u32) -> Result<()> {
+        self.check_caller_ino(ino)?;
         let handle = self.inode_handle(ino)?;
         let mut state = handle.lock(&self.inodes);
         if state.inode.links_count() == 0 && state.open_count == 0 {
@@ -38,6 +39,7 @@ impl Filesystem {
     /// Ends one [`Filesystem::open_inode`] of inode `ino`; the last close of an inode without
     /// links frees it.
     pub fn release_inode(&self, ino: u32) -> Result<()> {
+        self.check_caller_ino(ino)?;
         let writer = self.writer.as_ref();
         let handle = self.inode_handle(ino)?;
         let last = {
@@ -79,6 +81,7 @@ impl Filesystem {
 
     /// Changes the attributes of inode `ino`; returns them as they now are.
     pub fn setattr(&self, ino: u32, attrs: &SetAttributes) -> Result<Metadata> {
+        self.check_caller_ino(ino)?;
         if let Some(size) = attrs.size {
             self.truncate(ino, size)?;
         }

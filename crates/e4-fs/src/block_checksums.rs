@@ -4,19 +4,16 @@
 //! Nothing is verified or sealed without metadata_csum.
 
 use e4_format::checksum::inode_csum_seed;
-use e4_format::dir_entry::{has_tail, verify_leaf_checksum, write_leaf_tail};
-use e4_format::dir_htree::{seal_htree_block, DxNode, DxRoot, MAX_LEVELS_LARGEDIR};
-use e4_format::extent::{seal_node, ExtentNode};
-use e4_format::xattr::{parse_xattr_block, xattr_block_checksum};
-use e4_format::Location;
+use e4_format::dir_entry::{has_tail, DirLeafBlock};
+use e4_format::dir_htree::DxNode;
+use e4_format::extent::ExtentNode;
+use e4_format::xattr::XattrBlockHeader;
+use e4_format::{BlockSeed, Location, MetadataBlock};
 
 use crate::buffer_cache::{Buffer, BufferRole};
 use crate::error::Result;
 use crate::filesystem::Filesystem;
 use crate::meta_io::BlockKind;
-
-/// Where `h_checksum` sits in an xattr block header.
-const XATTR_CHECKSUM_OFFSET: usize = 0x10;
 
 impl Filesystem {
     /// Verifies `buffer`'s checksum for `role` unless it was verified (or written) in that
@@ -39,23 +36,17 @@ impl Filesystem {
                 .owner
                 .map(|o| inode_csum_seed(fs_seed, o.ino, o.generation));
             match (role.kind, inode_seed) {
-                (BlockKind::ExtentNode, Some(seed)) => {
-                    ExtentNode::parse(bytes, loc)?.verify_checksum(bytes, seed, loc)?
-                }
+                (BlockKind::ExtentNode, Some(seed)) => ExtentNode::verify(bytes, seed, loc)?,
                 (BlockKind::DirectoryLeaf, Some(seed)) if has_tail(bytes) => {
-                    verify_leaf_checksum(bytes, seed, loc)?
+                    DirLeafBlock::verify(bytes, seed, loc)?
                 }
-                (BlockKind::HtreeNode, Some(seed)) => {
-                    if bytes[..4] == [0, 0, 0, 0] {
-                        DxNode::parse(bytes, true, loc)?.verify_checksum(bytes, seed, loc)?
-                    } else {
-                        DxRoot::parse(bytes, true, MAX_LEVELS_LARGEDIR, loc)?
-                            .node
-                            .verify_checksum(bytes, seed, loc)?
-                    }
-                }
+                (BlockKind::HtreeNode, Some(seed)) => DxNode::verify(bytes, seed, loc)?,
                 (BlockKind::XattrBlock, _) => {
-                    parse_xattr_block(bytes, nr, Some(fs_seed), loc)?;
+                    let seed = BlockSeed {
+                        seed: fs_seed,
+                        block_nr: nr,
+                    };
+                    XattrBlockHeader::verify(bytes, seed, loc)?
                 }
                 _ => {}
             }
@@ -75,15 +66,17 @@ impl Filesystem {
             .owner
             .map(|o| inode_csum_seed(fs_seed, o.ino, o.generation));
         match (role.kind, inode_seed) {
-            (BlockKind::ExtentNode, Some(seed)) => seal_node(bytes, seed),
+            (BlockKind::ExtentNode, Some(seed)) => ExtentNode::seal(bytes, seed),
             (BlockKind::DirectoryLeaf, Some(seed)) if has_tail(bytes) => {
-                write_leaf_tail(bytes, seed)
+                DirLeafBlock::seal(bytes, seed)
             }
-            (BlockKind::HtreeNode, Some(seed)) => seal_htree_block(bytes, seed),
+            (BlockKind::HtreeNode, Some(seed)) => DxNode::seal(bytes, seed),
             (BlockKind::XattrBlock, _) => {
-                let sum = xattr_block_checksum(bytes, buffer.nr(), fs_seed);
-                bytes[XATTR_CHECKSUM_OFFSET..XATTR_CHECKSUM_OFFSET + 4]
-                    .copy_from_slice(&sum.to_le_bytes());
+                let seed = BlockSeed {
+                    seed: fs_seed,
+                    block_nr: buffer.nr(),
+                };
+                XattrBlockHeader::seal(bytes, seed)
             }
             _ => {}
         }

@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use e4_format::block_map::{block_map_path, indirect_pointer, DIRECT_BLOCKS, SINGLE_INDIRECT_SLOT};
 use e4_format::inode::I_BLOCK_SIZE;
-use e4_format::{FormatError, Location};
+use e4_format::{FormatError, Location, Problem, Structure};
 
 use crate::error::{Error, Result};
 use crate::meta_io::{BlockKind, MetaIo, Owner};
@@ -271,12 +271,12 @@ impl<'a> BlockMapTree<'a> {
             // A second pointer to a block this removal already freed: freeing it again
             // would hand the allocator a block twice.
             return Err(FormatError::corrupt(
-                "block map",
+                Structure::BlockMap,
                 Location::InodeBlock {
                     inode: self.owner.ino,
                     block,
                 },
-                "indirect block is referenced twice",
+                Problem::BlockReferencedTwice { block },
             )
             .into());
         }

@@ -8,7 +8,7 @@ use e4_format::dir_entry::{
     encode_entry, entry_size, has_tail, init_leaf_tail, rec_len_from_disk, rec_len_to_disk,
     DirEntryIter, ENTRY_HEADER_SIZE, TAIL_SIZE,
 };
-use e4_format::{FormatError, Location};
+use e4_format::{FormatError, Location, Problem, Structure};
 
 use crate::dir_write::DirFormat;
 use crate::error::Result;
@@ -58,12 +58,16 @@ pub(crate) struct LeafBlock {
 impl LeafBlock {
     /// Checks a leaf block read from the directory. `loc` names it in errors.
     pub(crate) fn parse(bytes: Vec<u8>, format: &DirFormat, loc: Location) -> Result<Self> {
-        let bad = |reason: String| FormatError::corrupt("directory block", loc, reason);
+        let bad = |problem| FormatError::corrupt(Structure::DirectoryBlock, loc, problem);
         if bytes.len() != format.block_size {
-            return Err(bad(format!("{} bytes, not one block", bytes.len())).into());
+            return Err(bad(Problem::WrongBlockSize {
+                len: bytes.len(),
+                expected: format.block_size,
+            })
+            .into());
         }
         if format.metadata_csum && !has_tail(&bytes) {
-            return Err(bad("no checksum tail at the end".into()).into());
+            return Err(bad(Problem::NoChecksumTail).into());
         }
         let leaf = LeafBlock {
             end: chain_end(format),

@@ -5,12 +5,10 @@
 
 use std::collections::BTreeMap;
 
-use e4_format::dir_entry::{
-    entry_size, has_tail, verify_leaf_checksum, write_leaf_tail, DirEntryIter, TAIL_SIZE,
-};
+use e4_format::dir_entry::{entry_size, has_tail, DirEntryIter, DirLeafBlock, TAIL_SIZE};
 use e4_format::dir_hash::{dir_hash, HashVersion};
-use e4_format::dir_htree::{seal_htree_block, DxNode, DxRoot};
-use e4_format::Location;
+use e4_format::dir_htree::{DxNode, DxRoot};
+use e4_format::{Location, MetadataBlock};
 
 use crate::dir_write::DirFormat;
 use crate::meta_io::memory::MemoryMetaIo;
@@ -177,9 +175,8 @@ impl Checker<'_> {
             return Err(format!("index block {loc}: dx_tail written before sealing"));
         }
         let mut sealed = bytes.to_vec();
-        seal_htree_block(&mut sealed, self.seed);
-        node.verify_checksum(&sealed, self.seed, loc)
-            .map_err(|e| format!("sealed index block: {e}"))
+        DxNode::seal(&mut sealed, self.seed);
+        DxNode::verify(&sealed, self.seed, loc).map_err(|e| format!("sealed index block: {e}"))
     }
 
     /// Checks the children of an index node whose entries lie in `range`; `below` index
@@ -253,8 +250,8 @@ impl Checker<'_> {
             if bytes[bs - 4..] != [0; 4] {
                 return Err(format!("block {logical}'s tail checksum was written"));
             }
-            write_leaf_tail(&mut bytes, self.seed);
-            verify_leaf_checksum(&bytes, self.seed, loc).map_err(|e| e.to_string())?;
+            DirLeafBlock::seal(&mut bytes, self.seed);
+            DirLeafBlock::verify(&bytes, self.seed, loc).map_err(|e| e.to_string())?;
             bs - TAIL_SIZE
         } else {
             bs

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use e4_format::dir_entry::rec_len_to_disk;
 use e4_format::dir_hash::{dir_hash, HashVersion};
 use e4_format::dir_htree::{DxEntry, DxNode, DxRoot, DxRootInfo, DX_BLOCK_MASK};
-use e4_format::FormatError;
+use e4_format::{FormatError, Problem, Structure};
 
 use crate::dir_block::{LeafBlock, LeafEntry, LeafProbe, NewEntry, REC_LEN_FIELD};
 use crate::dir_write::{check_dot_entries, DirectoryEditor, Found, DOTDOT_OFFSET};
@@ -109,9 +109,9 @@ impl DirectoryEditor<'_> {
                 let target = self.index_target(e, from)?;
                 if !seen.insert(target) {
                     return Err(FormatError::corrupt(
-                        "htree index",
+                        Structure::HtreeIndex,
                         self.loc(self.physical(from)?),
-                        format!("references block {target} a second time"),
+                        Problem::BlockReferencedTwice { block: target },
                     )
                     .into());
                 }
@@ -371,9 +371,11 @@ impl DirectoryEditor<'_> {
         let version = HashVersion::from_disk(root_info.hash_version, self.format().unsigned_hash)
             .ok_or_else(|| {
             FormatError::corrupt(
-                "htree root",
+                Structure::HtreeRoot,
                 loc,
-                format!("unknown hash version {}", root_info.hash_version),
+                Problem::UnknownHashVersion {
+                    version: root_info.hash_version,
+                },
             )
         })?;
         let hash = self.hash_name(version, name);
@@ -459,9 +461,12 @@ impl DirectoryEditor<'_> {
         if block == 0 || block >= count {
             let loc = self.loc(self.physical(from)?);
             return Err(FormatError::corrupt(
-                "htree index",
+                Structure::HtreeIndex,
                 loc,
-                format!("points at block {block} of a {count}-block directory"),
+                Problem::IndexPointsOutside {
+                    block,
+                    blocks: count,
+                },
             )
             .into());
         }

@@ -7,7 +7,7 @@
 //! over the inode's extent tree or block map). It never computes checksums: leaf blocks are
 //! written as [`BlockKind::DirectoryLeaf`] with their 12-byte tail entry in place and index
 //! blocks as [`BlockKind::HtreeNode`]; the engine seals them at write-back with
-//! [`e4_format::dir_entry::write_leaf_tail`] and [`e4_format::dir_htree::seal_htree_block`].
+//! [`e4_format::MetadataBlock::seal`] (of `DirLeafBlock` and `DxNode`).
 //!
 //! ```ignore
 //! let mut dir = DirectoryEditor::new(&io, &mut blocks, &format, owner);
@@ -25,7 +25,7 @@ use e4_format::dir_entry::{file_type as ft, DirEntryIter, MAX_NAME_LEN};
 use e4_format::features::{CompatFeatures, IncompatFeatures};
 use e4_format::inode::FileType;
 use e4_format::superblock::Superblock;
-use e4_format::{FormatError, Location};
+use e4_format::{FormatError, Location, Problem, Structure};
 
 use crate::dir_block::{LeafBlock, LeafEntry, NewEntry};
 use crate::directory::DirEntry;
@@ -443,9 +443,9 @@ impl<'a> DirectoryEditor<'a> {
     pub(crate) fn block_count(&self) -> Result<u64> {
         match self.blocks.block_count() {
             0 => Err(FormatError::corrupt(
-                "directory",
+                Structure::Directory,
                 Location::Inode(self.owner.ino),
-                "has no blocks",
+                Problem::NoBlocks,
             )
             .into()),
             n => Ok(n),
@@ -499,12 +499,9 @@ pub(crate) fn check_dot_entries(bytes: &[u8], format: &DirFormat, loc: Location)
         {
             Ok(())
         }
-        _ => Err(FormatError::corrupt(
-            "directory block",
-            loc,
-            "does not start with \".\" and \"..\"",
-        )
-        .into()),
+        _ => Err(
+            FormatError::corrupt(Structure::DirectoryBlock, loc, Problem::MissingDotEntries).into(),
+        ),
     }
 }
 

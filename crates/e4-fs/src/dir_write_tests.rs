@@ -8,7 +8,7 @@ use e4_format::dir_entry::{file_type as ft, TAIL_SIZE};
 use e4_format::dir_hash::{dir_hash, HashVersion};
 use e4_format::dir_htree::DxRoot;
 use e4_format::inode::FileType;
-use e4_format::Location;
+use e4_format::{Location, Problem, Structure};
 use proptest::prelude::*;
 
 use super::*;
@@ -36,7 +36,12 @@ impl DirectoryBlocks for MemoryDirBlocks {
 
     fn physical(&self, logical: u64) -> Result<u64> {
         self.blocks.get(logical as usize).copied().ok_or_else(|| {
-            FormatError::corrupt("directory", Location::Inode(OWNER.ino), "hole").into()
+            FormatError::corrupt(
+                Structure::Directory,
+                Location::Inode(OWNER.ino),
+                Problem::Hole { logical },
+            )
+            .into()
         })
     }
 

@@ -4,14 +4,12 @@
 use std::sync::Arc;
 
 use e4_format::checksum::inode_csum_seed;
-use e4_format::dir_entry::{
-    file_type as ft, has_tail, verify_leaf_checksum, DirEntryIter, TAIL_SIZE,
-};
+use e4_format::dir_entry::{file_type as ft, has_tail, DirEntryIter, DirLeafBlock, TAIL_SIZE};
 use e4_format::dir_htree::{DxNode, DxRoot};
 use e4_format::features::{CompatFeatures, IncompatFeatures};
 use e4_format::inline_data::{inline_dir_parent, inline_dir_regions, SYSTEM_DATA};
 use e4_format::inode::{flags, FileType, Inode};
-use e4_format::{FormatError, Location};
+use e4_format::{FormatError, Location, MetadataBlock, Problem, Structure};
 
 use crate::buffer_cache::Buffer;
 use crate::error::Result;
@@ -91,9 +89,9 @@ impl Filesystem {
                 ..
             } => Ok((physical, self.read_block(physical)?)),
             _ => Err(FormatError::corrupt(
-                "directory",
+                Structure::Directory,
                 Location::Inode(dir.ino),
-                format!("block {logical} is a hole"),
+                Problem::Hole { logical },
             )
             .into()),
         }
@@ -138,7 +136,7 @@ impl Filesystem {
         match (classified, seed) {
             (Some(Ok(root)), seed) => {
                 if let Some(seed) = seed {
-                    block.verify_as(htree_role, |b| root.node.verify_checksum(b, seed, loc))?;
+                    block.verify_as(htree_role, |b| DxNode::verify(b, seed, loc))?;
                 }
                 return Ok(DirBlock::Root {
                     root,
@@ -146,9 +144,9 @@ impl Filesystem {
                     physical,
                 });
             }
-            (Some(Err(node)), seed) => {
+            (Some(Err(_)), seed) => {
                 if let Some(seed) = seed {
-                    block.verify_as(htree_role, |b| node.verify_checksum(b, seed, loc))?;
+                    block.verify_as(htree_role, |b| DxNode::verify(b, seed, loc))?;
                 }
                 return Ok(DirBlock::Index);
             }
@@ -164,7 +162,7 @@ impl Filesystem {
         };
         if let Some(seed) = seed {
             block.verify_as(self.role(BlockKind::DirectoryLeaf, dir), |b| {
-                verify_leaf_checksum(b, seed, loc)
+                DirLeafBlock::verify(b, seed, loc)
             })?;
         }
         Ok(DirBlock::Leaf {
@@ -270,17 +268,17 @@ impl Filesystem {
 
     /// Lists directory `dir`, without "." and "..".
     pub fn read_dir(&self, dir: u32) -> Result<Vec<DirEntry>> {
-        self.read_dir_of(&self.read_inode(dir)?)
+        self.read_dir_of(&self.caller_inode(dir)?)
     }
 
     /// Finds `name` in directory `dir`.
     pub fn lookup(&self, dir: u32, name: &[u8]) -> Result<Option<u32>> {
-        self.lookup_in(&self.read_inode(dir)?, name)
+        self.lookup_in(&self.caller_inode(dir)?, name)
     }
 
     /// The parent of directory `dir` (its ".." entry).
     pub fn parent(&self, dir: u32) -> Result<u32> {
-        self.parent_of(&self.read_inode(dir)?)
+        self.parent_of(&self.caller_inode(dir)?)
     }
 
     pub(crate) fn read_dir_of(&self, dir: &Inode) -> Result<Vec<DirEntry>> {
@@ -306,8 +304,12 @@ impl Filesystem {
         }
         self.scan_dir(dir, |e| (e.name == b"..").then_some(e.inode))?
             .ok_or_else(|| {
-                FormatError::corrupt("directory", Location::Inode(dir.ino), "has no \"..\" entry")
-                    .into()
+                FormatError::corrupt(
+                    Structure::Directory,
+                    Location::Inode(dir.ino),
+                    Problem::MissingDotDot,
+                )
+                .into()
             })
     }
 
@@ -343,9 +345,11 @@ impl Filesystem {
         )
         .ok_or_else(|| {
             FormatError::corrupt(
-                "htree root",
+                Structure::HtreeRoot,
                 loc,
-                format!("unknown hash version {}", root.info.hash_version),
+                Problem::UnknownHashVersion {
+                    version: root.info.hash_version,
+                },
             )
         })?;
         let hash = e4_format::dir_hash::dir_hash(version, name, &sb.hash_seed).major;
@@ -363,9 +367,12 @@ impl Filesystem {
             let leaf = u64::from(node.entries[*pos].block);
             if leaf == 0 || leaf >= self.dir_blocks(dir) {
                 return Err(FormatError::corrupt(
-                    "htree index",
+                    Structure::HtreeIndex,
                     loc,
-                    format!("points at block {leaf}"),
+                    Problem::IndexPointsOutside {
+                        block: leaf,
+                        blocks: self.dir_blocks(dir),
+                    },
                 )
                 .into());
             }
@@ -386,9 +393,12 @@ impl Filesystem {
     fn read_index_node(&self, dir: &Inode, logical: u64, seed: Option<u32>) -> Result<DxNode> {
         if logical == 0 || logical >= self.dir_blocks(dir) {
             return Err(FormatError::corrupt(
-                "htree index",
+                Structure::HtreeIndex,
                 Location::Inode(dir.ino),
-                format!("points at block {logical}"),
+                Problem::IndexPointsOutside {
+                    block: logical,
+                    blocks: self.dir_blocks(dir),
+                },
             )
             .into());
         }
@@ -400,7 +410,7 @@ impl Filesystem {
         let node = DxNode::parse(&block.bytes(), self.superblock().has_metadata_csum(), loc)?;
         if let Some(seed) = seed {
             block.verify_as(self.role(BlockKind::HtreeNode, dir), |b| {
-                node.verify_checksum(b, seed, loc)
+                DxNode::verify(b, seed, loc)
             })?;
         }
         Ok(node)

@@ -35,9 +35,9 @@ impl DirectoryBlocks for InodeDirectoryBlocks<'_> {
                 ..
             } => Ok(physical),
             _ => Err(e4_format::FormatError::corrupt(
-                "directory",
+                e4_format::Structure::Directory,
                 e4_format::Location::Inode(self.inode.ino),
-                format!("block {logical} is a hole"),
+                e4_format::Problem::Hole { logical },
             )
             .into()),
         }

@@ -4,7 +4,7 @@
 //!
 //! The tree works through [`MetaIo`] only, so it runs the same on the engine's transaction and
 //! on the in-memory store its tests use. Nodes are written as [`BlockKind::ExtentNode`] and
-//! sealed by the engine at write-back ([`e4_format::extent::seal_node`]).
+//! sealed by the engine at write-back (`ExtentNode`'s [`e4_format::MetadataBlock::seal`]).
 //!
 //! Two rules shape everything here (reference/write-path.md §1):
 //! - **Kernel shapes.** Merge with a same-state, logically and physically adjacent neighbour in
@@ -31,7 +31,7 @@ use e4_format::extent::{
     EXTENT_MAGIC, MAX_DEPTH, MAX_INIT_LEN,
 };
 use e4_format::inode::I_BLOCK_SIZE;
-use e4_format::{FormatError, Location};
+use e4_format::{FormatError, Location, Problem, Structure};
 
 use crate::error::{Error, Result};
 use crate::meta_io::{BlockKind, MetaIo, Owner};
@@ -46,7 +46,7 @@ const MAX_UNWRITTEN_LEN: u32 = MAX_INIT_LEN as u32 - 1;
 const LOGICAL_LIMIT: u64 = 1 << 32;
 /// One past the last physical block an extent can name (`ee_start` is 48 bits).
 const PHYSICAL_LIMIT: u64 = 1 << 48;
-const STRUCTURE: &str = "extent tree node";
+const STRUCTURE: Structure = Structure::ExtentNode;
 
 /// An index entry: the child node at `child` covers logical blocks from `logical` on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -431,13 +431,17 @@ impl<'a> ExtentTree<'a> {
         if node.max != ROOT_MAX_ENTRIES {
             return Err(corrupt(
                 Location::Inode(ino),
-                format!("root has eh_max {}, not 4", node.max),
+                Problem::FieldMismatch {
+                    field: "eh_max",
+                    found: node.max.into(),
+                    expected: ROOT_MAX_ENTRIES.into(),
+                },
             ));
         }
         if node.depth > 0 && node.len() == 0 {
             return Err(corrupt(
                 Location::Inode(ino),
-                format!("root of depth {} has no entries", node.depth),
+                Problem::EmptyNode { depth: node.depth },
             ));
         }
         Ok(node)
@@ -454,11 +458,14 @@ impl<'a> ExtentTree<'a> {
         if node.depth != depth {
             return Err(corrupt(
                 loc,
-                format!("depth {} under a node of depth {}", node.depth, depth + 1),
+                Problem::ChildDepthMismatch {
+                    depth: node.depth,
+                    parent_depth: depth + 1,
+                },
             ));
         }
         if node.len() == 0 {
-            return Err(corrupt(loc, "a non-root node has no entries"));
+            return Err(corrupt(loc, Problem::EmptyNode { depth }));
         }
         Ok(node)
     }
@@ -473,7 +480,7 @@ impl<'a> ExtentTree<'a> {
                 if let Some(e) = node.extents.iter().find(|e| e.len == 0) {
                     return Err(corrupt(
                         loc,
-                        format!("extent at logical block {} has length 0", e.logical),
+                        Problem::ZeroLengthExtent { logical: e.logical },
                     ));
                 }
                 if node
@@ -481,7 +488,7 @@ impl<'a> ExtentTree<'a> {
                     .windows(2)
                     .any(|w| end_of(&w[0]) > u64::from(w[1].logical))
                 {
-                    return Err(corrupt(loc, "extents overlap or are out of order"));
+                    return Err(corrupt(loc, Problem::ExtentsOverlap));
                 }
                 node.extents.iter().map(|e| e.logical).collect()
             }
@@ -497,7 +504,7 @@ impl<'a> ExtentTree<'a> {
             }
         };
         if keys.windows(2).any(|w| w[0] >= w[1]) {
-            return Err(corrupt(loc, "keys are not strictly increasing"));
+            return Err(corrupt(loc, Problem::KeysOutOfOrder));
         }
         Ok(node)
     }
@@ -928,11 +935,10 @@ impl<'a> ExtentTree<'a> {
                         inode: self.owner.ino,
                         block: index.child,
                     },
-                    format!(
-                        "starts at logical block {:?}, but its index key is {}",
-                        child.first_key(),
-                        index.logical
-                    ),
+                    Problem::ChildKeyMismatch {
+                        first: child.first_key(),
+                        key: index.logical,
+                    },
                 ));
             }
             self.survey_node(&child, level + 1, survey)?;
@@ -1029,8 +1035,8 @@ impl<'a> ExtentTree<'a> {
     }
 }
 
-fn corrupt(loc: Location, reason: impl Into<String>) -> Error {
-    FormatError::corrupt(STRUCTURE, loc, reason).into()
+fn corrupt(loc: Location, problem: Problem) -> Error {
+    FormatError::corrupt(STRUCTURE, loc, problem).into()
 }
 
 mod shift;

@@ -6,7 +6,7 @@ use e4_format::block_map::{block_map_path, indirect_pointer};
 use e4_format::checksum::inode_csum_seed;
 use e4_format::extent::{ExtentEntries, ExtentNode};
 use e4_format::inode::{flags, Inode};
-use e4_format::{FormatError, Location};
+use e4_format::{FormatError, Location, MetadataBlock, Problem, Structure};
 
 use crate::error::{Error, Result};
 use crate::filesystem::Filesystem;
@@ -84,14 +84,17 @@ impl Filesystem {
                         // The seed only when the block is verified: once per buffer.
                         block.verify_as(self.role(BlockKind::ExtentNode, inode), |b| {
                             let seed = inode_csum_seed(fs_seed, ino, inode.record.generation);
-                            child.verify_checksum(b, seed, loc)
+                            ExtentNode::verify(b, seed, loc)
                         })?;
                     }
                     if child.header.depth + 1 != depth {
                         return Err(FormatError::corrupt(
-                            "extent tree node",
+                            Structure::ExtentNode,
                             loc,
-                            format!("depth {} under a node of depth {depth}", child.header.depth),
+                            Problem::ChildDepthMismatch {
+                                depth: child.header.depth,
+                                parent_depth: depth,
+                            },
                         )
                         .into());
                     }

@@ -3,7 +3,7 @@
 
 use e4_format::inline_data::{inline_file_content, SYSTEM_DATA};
 use e4_format::inode::{flags, FileType, Inode};
-use e4_format::{FormatError, Location};
+use e4_format::{FormatError, Location, Problem, Structure};
 
 use crate::error::Result;
 use crate::file_map::Mapping;
@@ -11,22 +11,33 @@ use crate::filesystem::Filesystem;
 
 /// Symlink targets longer than this are corrupt (`PATH_MAX`).
 const MAX_SYMLINK_LEN: u64 = 4096;
+/// The longest target a fast symlink holds in its 60-byte `i_block` (the kernel keeps a
+/// terminating NUL there).
+const FAST_SYMLINK_MAX_LEN: u64 = 59;
 
 impl Filesystem {
     /// Reads up to `buf.len()` bytes at `offset` of file `ino`; returns how many were read
     /// (0 at the end).
     pub fn read_at(&self, ino: u32, offset: u64, buf: &mut [u8]) -> Result<usize> {
-        self.read_inode_at(&self.read_inode(ino)?, offset, buf)
+        self.read_inode_at(&self.caller_inode(ino)?, offset, buf)
     }
 
-    /// Reads the whole of file `ino`, which must be at most `limit` bytes.
+    /// Reads the whole of file `ino`, which must be at most `limit` bytes. A larger file is
+    /// the caller's limit being too small (EFBIG), not a corrupt inode.
     pub fn read_file(&self, ino: u32, limit: u64) -> Result<Vec<u8>> {
-        self.read_all(&self.read_inode(ino)?, limit)
+        let inode = self.caller_inode(ino)?;
+        if inode.size() > limit {
+            return Err(crate::error::Error::FileTooBig(format!(
+                "inode {ino} holds {} bytes, more than the {limit} asked for",
+                inode.size()
+            )));
+        }
+        self.read_all(&inode, limit)
     }
 
     /// The target of symlink `ino`.
     pub fn read_link(&self, ino: u32) -> Result<Vec<u8>> {
-        self.read_link_of(&self.read_inode(ino)?)
+        self.read_link_of(&self.caller_inode(ino)?)
     }
 
     pub(crate) fn read_inode_at(
@@ -81,9 +92,9 @@ impl Filesystem {
         let size = inode.size();
         if size > limit {
             return Err(FormatError::corrupt(
-                "inode record",
+                Structure::Inode,
                 Location::Inode(inode.ino),
-                format!("size {size} is larger than the {limit} bytes expected"),
+                Problem::SizeTooLarge { size, limit },
             )
             .into());
         }
@@ -114,13 +125,19 @@ impl Filesystem {
         }
         let size = inode.size();
         if size > MAX_SYMLINK_LEN {
-            return Err(
-                FormatError::corrupt("symlink", loc, format!("target of {size} bytes")).into(),
-            );
+            let problem = Problem::SizeTooLarge {
+                size,
+                limit: MAX_SYMLINK_LEN,
+            };
+            return Err(FormatError::corrupt(Structure::Symlink, loc, problem).into());
         }
         if !inode.has_flag(flags::INLINE_DATA) && self.is_fast_symlink(inode) {
-            if size >= 60 {
-                return Err(FormatError::corrupt("symlink", loc, "fast symlink too long").into());
+            if size > FAST_SYMLINK_MAX_LEN {
+                let problem = Problem::SizeTooLarge {
+                    size,
+                    limit: FAST_SYMLINK_MAX_LEN,
+                };
+                return Err(FormatError::corrupt(Structure::Symlink, loc, problem).into());
             }
             return Ok(inode.record.block[..size as usize].to_vec());
         }

@@ -7,12 +7,12 @@ use std::sync::Arc;
 
 use e4_format::features::{feature_names, FeatureKind, IncompatFeatures, READABLE_INCOMPAT};
 use e4_format::geometry::Geometry;
-use e4_format::group_descriptor::{GroupChecksum, GroupDescriptor, BG_INODE_UNINIT};
+use e4_format::group_descriptor::{GroupChecksum, GroupDescriptor, GroupSeed, BG_INODE_UNINIT};
 use e4_format::inode::Inode;
 use e4_format::superblock::{
     Superblock, SUPERBLOCK_MAGIC, SUPERBLOCK_MAGIC_OFFSET, SUPERBLOCK_OFFSET,
 };
-use e4_format::{FormatError, Location};
+use e4_format::{FormatError, Location, MetadataBlock, Problem, Structure};
 use parking_lot::Mutex;
 
 use crate::buffer_cache::{Buffer, BufferCache, BufferRole};
@@ -204,12 +204,13 @@ impl Filesystem {
         let blocks = superblock.blocks_count();
         if device.size() < blocks.saturating_mul(u64::from(block_size)) {
             return Err(FormatError::corrupt(
-                "superblock",
+                Structure::Superblock,
                 Location::Superblock,
-                format!(
-                    "{blocks} blocks of {block_size} bytes do not fit in a {}-byte device",
-                    device.size()
-                ),
+                Problem::DeviceTooSmall {
+                    blocks,
+                    block_size,
+                    device_bytes: device.size(),
+                },
             )
             .into());
         }
@@ -273,23 +274,22 @@ impl Filesystem {
             let block = self.read_block(self.geometry.descriptor_block(group))?;
             let at = self.geometry.descriptor_offset(group);
             let bytes = &block.bytes()[at..at + desc_size];
-            let desc = match GroupDescriptor::parse(bytes, group, &checksum) {
-                Err(e @ FormatError::Checksum { .. }) => {
-                    warnings.push(e.to_string());
-                    GroupDescriptor::parse(bytes, group, &GroupChecksum::None)?
-                }
-                parsed => parsed?,
-            };
+            let desc = GroupDescriptor::from_bytes(bytes, group)?;
+            let seed = GroupSeed { checksum, group };
+            match GroupDescriptor::verify(bytes, seed, Location::Group(group)) {
+                Err(e @ FormatError::Checksum { .. }) => warnings.push(e.to_string()),
+                verified => verified?,
+            }
             for (what, nr) in [
-                ("block bitmap", desc.block_bitmap()),
-                ("inode bitmap", desc.inode_bitmap()),
-                ("inode table", desc.inode_table()),
+                (Structure::BlockBitmap, desc.block_bitmap()),
+                (Structure::InodeBitmap, desc.inode_bitmap()),
+                (Structure::InodeTable, desc.inode_table()),
             ] {
                 if nr == 0 || nr >= blocks {
                     return Err(FormatError::corrupt(
-                        "group descriptor",
+                        what,
                         Location::Group(group),
-                        format!("{what} at block {nr} is outside the filesystem"),
+                        Problem::OutsideFilesystem { block: nr },
                     )
                     .into());
                 }
@@ -361,9 +361,9 @@ impl Filesystem {
     pub(crate) fn read_block(&self, nr: u64) -> Result<Arc<Buffer>> {
         if nr >= self.superblock.blocks_count() {
             return Err(FormatError::corrupt(
-                "block pointer",
+                Structure::BlockPointer,
                 Location::Block(nr),
-                "points outside the filesystem",
+                Problem::OutsideFilesystem { block: nr },
             )
             .into());
         }
@@ -401,13 +401,34 @@ impl Filesystem {
         let inode = self.inode_handle(ino)?.lock(&self.inodes).inode.clone();
         if inode.has_flag(e4_format::inode::flags::EA_INODE) {
             return Err(FormatError::corrupt(
-                "inode record",
+                Structure::Inode,
                 Location::Inode(ino),
-                "unexpected EA_INODE flag (it holds an xattr value, not a file)",
+                Problem::UnexpectedEaInodeFlag,
             )
             .into());
         }
         Ok(inode)
+    }
+
+    /// Inode `ino`, named by a caller: as [`Filesystem::read_inode`], but a number that
+    /// names no inode is the caller's mistake (see [`Filesystem::check_caller_ino`]).
+    pub(crate) fn caller_inode(&self, ino: u32) -> Result<Inode> {
+        self.check_caller_ino(ino)?;
+        self.read_inode(ino)
+    }
+
+    /// Checks an inode number a caller passed to a public operation: one outside
+    /// 1..=`s_inodes_count` is the caller's mistake (EINVAL), not damage in the image. Numbers
+    /// read from the disk (directory entries, xattr value inodes) are not checked here, and
+    /// stay corrupt when out of range.
+    pub(crate) fn check_caller_ino(&self, ino: u32) -> Result<()> {
+        if self.geometry.inode_location(ino).is_none() {
+            return Err(Error::Invalid(format!(
+                "inode {ino} does not exist (inode numbers run from 1 to {})",
+                self.superblock.inodes_count
+            )));
+        }
+        Ok(())
     }
 
     /// The shared handle of inode `ino`, reading the inode on first use.
@@ -418,7 +439,11 @@ impl Filesystem {
     /// Where inode `ino`'s record is: its inode-table block and the byte offset there.
     pub(crate) fn inode_slot(&self, ino: u32) -> Result<(u64, usize)> {
         let loc = self.geometry.inode_location(ino).ok_or_else(|| {
-            FormatError::corrupt("inode number", Location::Inode(ino), "out of range")
+            FormatError::corrupt(
+                Structure::InodeNumber,
+                Location::Inode(ino),
+                Problem::NumberOutOfRange,
+            )
         })?;
         let table = self.inode_tables[loc.group as usize];
         let bs = u64::from(self.block_size);
@@ -440,12 +465,11 @@ impl Filesystem {
         let desc = self.descriptors[location.group as usize].lock().clone();
         if self.past_itable_used(&desc, location.index) {
             return Err(FormatError::corrupt(
-                "inode record",
+                Structure::Inode,
                 loc,
-                format!(
-                    "lies in the uninitialized part of group {}'s inode table",
-                    location.group
-                ),
+                Problem::InUninitializedInodeTable {
+                    group: location.group,
+                },
             )
             .into());
         }
@@ -475,9 +499,9 @@ impl Filesystem {
         match end {
             Some(end) if start >= first && end <= self.superblock.blocks_count() => Ok(()),
             _ => Err(FormatError::corrupt(
-                "block mapping",
+                Structure::BlockMapping,
                 loc,
-                format!("blocks {start}+{len} lie outside the filesystem"),
+                Problem::RunOutsideFilesystem { start, len },
             )
             .into()),
         }

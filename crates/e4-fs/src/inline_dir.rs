@@ -65,9 +65,12 @@ impl InlineDirectory {
         let loc = Location::Inode(ino);
         if content.len() < I_BLOCK_SIZE {
             return Err(e4_format::FormatError::corrupt(
-                "inline directory",
+                e4_format::Structure::InlineDirectory,
                 loc,
-                format!("{} inline bytes, fewer than i_block", content.len()),
+                e4_format::Problem::TooShort {
+                    len: content.len(),
+                    need: I_BLOCK_SIZE,
+                },
             )
             .into());
         }

@@ -2,7 +2,7 @@
 
 use e4_format::features::RoCompatFeatures;
 use e4_format::inode::{FileType, Timestamp};
-use e4_format::{FormatError, Location};
+use e4_format::{FormatError, Location, Problem, Structure};
 
 use crate::error::Result;
 use crate::filesystem::Filesystem;
@@ -49,12 +49,14 @@ pub struct StatFs {
 impl Filesystem {
     /// Attributes of inode `ino`.
     pub fn metadata(&self, ino: u32) -> Result<Metadata> {
-        let inode = self.read_inode(ino)?;
+        let inode = self.caller_inode(ino)?;
         let file_type = inode.file_type().ok_or_else(|| {
             FormatError::corrupt(
-                "inode record",
+                Structure::Inode,
                 Location::Inode(ino),
-                format!("mode {:#o} has no valid file type", inode.record.mode),
+                Problem::BadFileType {
+                    mode: inode.record.mode,
+                },
             )
         })?;
         let huge = self

@@ -518,6 +518,8 @@ impl Filesystem {
     /// Adds a hard link `name` in `parent` to inode `ino` (not a directory).
     pub fn link(&self, ino: u32, parent: u32, name: &[u8]) -> Result<()> {
         check_name(name)?;
+        self.check_caller_ino(ino)?;
+        self.check_caller_ino(parent)?;
         let writer = self.writer()?;
         {
             let txn = writer.begin()?;
@@ -819,9 +821,9 @@ impl Filesystem {
             at = self.parent_of(&self.read_inode(at)?)?;
         }
         Err(e4_format::FormatError::corrupt(
-            "directory",
+            e4_format::Structure::Directory,
             e4_format::Location::Inode(dir),
-            "its \"..\" entries form a loop",
+            e4_format::Problem::DotDotLoop,
         )
         .into())
     }

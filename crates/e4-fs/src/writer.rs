@@ -307,11 +307,13 @@ impl Writer {
                     },
                     &mut frees,
                 )
-                .map_err(|e| {
+                .map_err(|_| {
                     Error::Format(e4_format::FormatError::corrupt(
-                        "block mapping",
+                        e4_format::Structure::BlockMapping,
                         e4_format::Location::Block(at),
-                        e.to_string(),
+                        e4_format::Problem::UnfreeableBlocks {
+                            len: u64::from(piece),
+                        },
                     ))
                 })?;
             at += u64::from(piece);

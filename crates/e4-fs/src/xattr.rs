@@ -4,8 +4,10 @@
 use e4_format::features::IncompatFeatures;
 use e4_format::inode::{flags, Inode};
 use e4_format::posix_acl::PosixAcl;
-use e4_format::xattr::{parse_inode_xattrs, parse_xattr_block, Xattr, XattrValue};
-use e4_format::{FormatError, Location};
+use e4_format::xattr::{
+    decode_xattr_block, parse_inode_xattrs, Xattr, XattrBlockHeader, XattrValue,
+};
+use e4_format::{BlockSeed, FormatError, Location, MetadataBlock, Problem, Structure};
 
 use crate::error::Result;
 use crate::filesystem::Filesystem;
@@ -33,15 +35,14 @@ impl Filesystem {
                 block: block_nr,
             };
             let block = self.read_block(block_nr)?;
-            let parsed = parse_xattr_block(&block.bytes(), block_nr, None, loc)?;
+            let (_, parsed) = decode_xattr_block(&block.bytes(), loc)?;
             if let Some(seed) = self.csum_seed() {
+                let seed = BlockSeed { seed, block_nr };
                 let role = crate::buffer_cache::BufferRole {
                     kind: crate::meta_io::BlockKind::XattrBlock,
                     owner: None,
                 };
-                block.verify_as(role, |b| {
-                    parse_xattr_block(b, block_nr, Some(seed), loc).map(drop)
-                })?;
+                block.verify_as(role, |b| XattrBlockHeader::verify(b, seed, loc))?;
             }
             all.extend(parsed);
         }
@@ -59,18 +60,18 @@ impl Filesystem {
                     .contains(IncompatFeatures::EA_INODE)
                 {
                     return Err(FormatError::corrupt(
-                        "xattr entry",
+                        Structure::XattrEntry,
                         Location::Inode(owner),
-                        format!("value in inode {inode} without the ea_inode feature"),
+                        Problem::ValueInodeWithoutFeature { inode },
                     )
                     .into());
                 }
                 let holder = self.read_inode_record(inode)?;
                 if !holder.has_flag(flags::EA_INODE) || holder.size() != u64::from(size) {
                     return Err(FormatError::corrupt(
-                        "xattr value inode",
+                        Structure::XattrValueInode,
                         Location::Inode(inode),
-                        format!("does not hold the {size}-byte value of inode {owner}"),
+                        Problem::ValueInodeMismatch { owner, size },
                     )
                     .into());
                 }
@@ -94,13 +95,13 @@ impl Filesystem {
     /// Names of the attributes `listxattr` would show.
     /// The names of inode `ino`'s extended attributes, with their namespace prefixes.
     pub fn list_xattrs(&self, ino: u32) -> Result<Vec<Vec<u8>>> {
-        self.list_xattrs_of(&self.read_inode(ino)?)
+        self.list_xattrs_of(&self.caller_inode(ino)?)
     }
 
     /// The value of inode `ino`'s extended attribute `name` (with its prefix, e.g.
     /// `user.comment`), if it has one.
     pub fn get_xattr(&self, ino: u32, name: &[u8]) -> Result<Option<Vec<u8>>> {
-        self.get_xattr_of(&self.read_inode(ino)?, name)
+        self.get_xattr_of(&self.caller_inode(ino)?, name)
     }
 
     pub(crate) fn list_xattrs_of(&self, inode: &Inode) -> Result<Vec<Vec<u8>>> {

@@ -8,14 +8,12 @@
 //! block's own lock ([`crate::writer::Writer::xattr_block_lock`]), because the other
 //! inodes that share it are not locked.
 
-use e4_format::codec::prefix;
 use e4_format::inode::Inode;
 use e4_format::xattr::{
-    encode_inode_xattrs, encode_xattr_block, fits_inode_xattrs, fits_xattr_block,
-    parse_inode_xattrs, parse_xattr_block, Xattr, XattrBlockHeader, XattrEntry, XattrValue,
-    XATTR_MAGIC,
+    decode_xattr_block, encode_inode_xattrs, encode_xattr_block, fits_inode_xattrs,
+    fits_xattr_block, parse_inode_xattrs, Xattr, XattrBlockHeader, XattrEntry, XattrValue,
 };
-use e4_format::{FormatError, Location};
+use e4_format::{FormatError, Location, Problem, Structure};
 use parking_lot::Mutex;
 
 use crate::error::{Error, Result};
@@ -84,37 +82,32 @@ pub(crate) fn in_inode_entries(inode: &Inode) -> Result<Vec<XattrEntry>> {
         .collect()
 }
 
-fn corrupt_block(ino: u32, nr: u64, reason: String) -> Error {
-    FormatError::corrupt(
-        "xattr block",
-        Location::InodeBlock {
-            inode: ino,
-            block: nr,
-        },
-        reason,
-    )
-    .into()
-}
-
-/// Reads the header of xattr block `nr`, which `inode` refers to, refusing one that is not
-/// an xattr block or has no references.
+/// Reads xattr block `nr`, which `inode` refers to, and decodes its header.
 fn read_block_header(
     io: &dyn MetaIo,
     inode: &Inode,
     nr: u64,
 ) -> Result<(Vec<u8>, XattrBlockHeader)> {
     let bytes = io.read(nr, BlockKind::XattrBlock, owner_of(inode))?;
-    let raw = prefix::<{ XattrBlockHeader::SIZE }>(&bytes)
-        .ok_or_else(|| corrupt_block(inode.ino, nr, "shorter than its header".into()))?;
-    let header = XattrBlockHeader::decode(raw);
-    if header.magic != XATTR_MAGIC || header.refcount == 0 {
-        return Err(corrupt_block(
-            inode.ino,
-            nr,
-            format!("bad magic {:#x} or zero reference count", header.magic),
-        ));
-    }
+    let loc = Location::InodeBlock {
+        inode: inode.ino,
+        block: nr,
+    };
+    let header = XattrBlockHeader::decode_checked(&bytes, loc)?;
+    check_referenced(&header, loc)?;
     Ok((bytes, header))
+}
+
+/// Refuses a block that has no references: nothing should point at it.
+fn check_referenced(header: &XattrBlockHeader, loc: Location) -> Result<()> {
+    if header.refcount == 0 {
+        let problem = Problem::FieldOutOfRange {
+            field: "h_refcount",
+            value: 0,
+        };
+        return Err(FormatError::corrupt(Structure::XattrBlock, loc, problem).into());
+    }
+    Ok(())
 }
 
 impl InodeXattrs {
@@ -125,12 +118,14 @@ impl InodeXattrs {
         let block = if nr == 0 {
             None
         } else {
-            let (bytes, header) = read_block_header(io, inode, nr)?;
+            let bytes = io.read(nr, BlockKind::XattrBlock, owner_of(inode))?;
             let loc = Location::InodeBlock {
                 inode: inode.ino,
                 block: nr,
             };
-            let entries = parse_xattr_block(&bytes, nr, None, loc)?
+            let (header, attrs) = decode_xattr_block(&bytes, loc)?;
+            check_referenced(&header, loc)?;
+            let entries = attrs
                 .into_iter()
                 .map(|x| writable_entry(x, inode.ino))
                 .collect::<Result<_>>()?;
@@ -335,7 +330,7 @@ mod tests {
 
     fn header(io: &MemoryMetaIo, nr: u64) -> XattrBlockHeader {
         let blocks = io.blocks.lock().unwrap();
-        XattrBlockHeader::decode(prefix::<32>(&blocks[&nr].1).unwrap())
+        XattrBlockHeader::decode_checked(&blocks[&nr].1, Location::Block(nr)).unwrap()
     }
 
     #[test]
@@ -493,6 +488,19 @@ mod tests {
         io.write(nr, BlockKind::XattrBlock, owner_of(&inode), &bytes)
             .unwrap();
         let err = InodeXattrs::load(&io, &inode).unwrap_err();
-        assert!(err.to_string().contains("xattr block"), "{err}");
+        assert!(
+            matches!(
+                err,
+                Error::Format(FormatError::Corrupt {
+                    structure: Structure::XattrBlock,
+                    problem: Problem::FieldOutOfRange {
+                        field: "h_refcount",
+                        ..
+                    },
+                    ..
+                })
+            ),
+            "{err}"
+        );
     }
 }

@@ -17,11 +17,11 @@ use std::process::Command;
 use std::sync::Mutex;
 
 use e4_format::checksum::inode_csum_seed;
-use e4_format::dir_entry::write_leaf_tail;
+use e4_format::dir_entry::DirLeafBlock;
 use e4_format::dir_hash::{dir_hash, HashVersion};
-use e4_format::dir_htree::{seal_htree_block, DxRoot};
+use e4_format::dir_htree::{DxNode, DxRoot};
 use e4_format::inode::FileType;
-use e4_format::Location;
+use e4_format::{Location, MetadataBlock};
 use e4_fs::dir_write::{DirFormat, DirectoryBlocks, DirectoryEditor};
 use e4_fs::meta_io::{BlockKind, MetaIo, Owner};
 use e4_fs::{Error, Filesystem, OpenOptions, Result};
@@ -318,8 +318,8 @@ fn build_and_check(mke2fs_args: &[&str], size_mib: u64, work: Workload) {
     for (nr, (kind, mut bytes)) in io.written.into_inner().unwrap() {
         if let Some(seed) = seed {
             match kind {
-                BlockKind::DirectoryLeaf => write_leaf_tail(&mut bytes, seed),
-                BlockKind::HtreeNode => seal_htree_block(&mut bytes, seed),
+                BlockKind::DirectoryLeaf => DirLeafBlock::seal(&mut bytes, seed),
+                BlockKind::HtreeNode => DxNode::seal(&mut bytes, seed),
                 other => panic!("directory block written as {other:?}"),
             }
         }

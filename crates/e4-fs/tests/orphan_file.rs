@@ -2,8 +2,9 @@
 //! checksum seeded by the orphan inode, and holds no orphans on a fresh filesystem.
 
 use e4_format::checksum::inode_csum_seed;
-use e4_format::orphan_file::parse_orphan_block;
+use e4_format::orphan_file::OrphanBlock;
 use e4_format::Location;
+use e4_format::{BlockSeed, MetadataBlock};
 use e4_fs::{Filesystem, Mapping, OpenOptions};
 use e4_testkit::make_empty_image;
 
@@ -30,10 +31,9 @@ fn orphan_file_blocks_from_mke2fs() {
             inode: ino,
             block: physical,
         };
-        assert_eq!(
-            parse_orphan_block(block, physical, Some(seed), loc).unwrap(),
-            Vec::<u32>::new()
-        );
-        assert!(parse_orphan_block(block, physical + 1, Some(seed), loc).is_err());
+        let seed_at = |block_nr| BlockSeed { seed, block_nr };
+        OrphanBlock::verify(block, seed_at(physical), loc).unwrap();
+        assert_eq!(OrphanBlock::decode(block, loc).unwrap(), Vec::<u32>::new());
+        assert!(OrphanBlock::verify(block, seed_at(physical + 1), loc).is_err());
     }
 }

@@ -91,6 +91,35 @@ fn path_resolution() {
     assert_eq!(fs.resolve("/", true).unwrap(), e4_format::inode::ROOT_INO);
 }
 
+/// A caller's mistake is an errno-style error, never a report of a corrupt image: the checker
+/// and the CLI must be able to tell "you asked wrongly" from "the disk is damaged".
+#[test]
+fn caller_mistakes_are_not_corruption() {
+    let img = image("ext4-default-4k");
+    let fs = Filesystem::open(&img.path, OpenOptions::default()).unwrap();
+    let small = fs.resolve("/small.txt", true).unwrap();
+    let dir = fs.resolve("/names", true).unwrap();
+    assert!(matches!(fs.read_link(small), Err(Error::WrongType { .. })));
+    assert!(matches!(fs.read_link(dir), Err(Error::WrongType { .. })));
+    assert!(matches!(fs.read_dir(small), Err(Error::NotADirectory(_))));
+    assert!(matches!(
+        fs.lookup(small, b"x"),
+        Err(Error::NotADirectory(_))
+    ));
+    assert!(matches!(fs.read_file(small, 1), Err(Error::FileTooBig(_))));
+    let past_the_end = fs.superblock().inodes_count + 1;
+    for ino in [0, past_the_end, u32::MAX] {
+        assert!(matches!(fs.metadata(ino), Err(Error::Invalid(_))), "{ino}");
+        assert!(matches!(fs.read_link(ino), Err(Error::Invalid(_))), "{ino}");
+        assert!(matches!(fs.read_dir(ino), Err(Error::Invalid(_))), "{ino}");
+        assert!(matches!(
+            fs.get_xattr(ino, b"user.x"),
+            Err(Error::Invalid(_))
+        ));
+    }
+    e2fsck_clean(&img.path).unwrap();
+}
+
 #[test]
 fn many_threads_share_one_handle() {
     let img = image("ext4-default-4k");

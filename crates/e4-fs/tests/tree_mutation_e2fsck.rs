@@ -12,9 +12,10 @@ use std::path::Path;
 use std::process::Command;
 
 use e4_format::checksum::inode_csum_seed;
-use e4_format::extent::{seal_node, Extent};
+use e4_format::extent::{Extent, ExtentNode};
 use e4_format::inode::I_BLOCK_SIZE;
 use e4_format::superblock::Superblock;
+use e4_format::MetadataBlock;
 use e4_fs::block_map_tree::BlockMapTree;
 use e4_fs::extent_tree::ExtentTree;
 use e4_fs::meta_io::{BlockKind, MetaIo, Owner};
@@ -50,7 +51,7 @@ impl MetaIo for ImageIo {
     fn write(&self, nr: u64, kind: BlockKind, _owner: Owner, bytes: &[u8]) -> Result<()> {
         let mut bytes = bytes.to_vec();
         if kind == BlockKind::ExtentNode {
-            seal_node(&mut bytes, self.inode_seed);
+            ExtentNode::seal(&mut bytes, self.inode_seed);
         }
         self.file
             .write_all_at(&bytes, nr * BLOCK_SIZE as u64)

@@ -11,7 +11,7 @@ use e4_format::codec::{le16, le32};
 use e4_format::dir_hash::{dir_hash, HashVersion};
 use e4_format::dir_htree::{DxNode, DxRoot, MAX_LEVELS, MAX_LEVELS_LARGEDIR};
 use e4_format::features::IncompatFeatures;
-use e4_format::{FormatError, Location as FormatLocation};
+use e4_format::{FormatError, Location as FormatLocation, MetadataBlock};
 
 use crate::context::Context;
 use crate::pass1::Directory;
@@ -166,8 +166,7 @@ impl IndexWalker<'_> {
             return None;
         };
         if let Some(seed) = self.csum {
-            if let Err(FormatError::Checksum { .. }) = root.node.verify_checksum(&bytes, seed, loc)
-            {
+            if let Err(FormatError::Checksum { .. }) = DxNode::verify(&bytes, seed, loc) {
                 self.report(
                     ProblemCode::PR_2_HTREE_ROOT_CSUM_INVALID,
                     0,
@@ -237,7 +236,7 @@ impl IndexWalker<'_> {
             }
         };
         if let Some(seed) = self.csum {
-            if let Err(FormatError::Checksum { .. }) = node.verify_checksum(&bytes, seed, loc) {
+            if let Err(FormatError::Checksum { .. }) = DxNode::verify(&bytes, seed, loc) {
                 self.report(
                     ProblemCode::PR_2_HTREE_NODE_CSUM_INVALID,
                     logical,

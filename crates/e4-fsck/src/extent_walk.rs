@@ -10,7 +10,7 @@ use rayon::prelude::*;
 use e4_format::checksum::inode_csum_seed;
 use e4_format::extent::{ExtentEntries, ExtentNode, ENTRY_SIZE};
 use e4_format::inode::Inode;
-use e4_format::{FormatError, Location as FormatLocation};
+use e4_format::{FormatError, Location as FormatLocation, MetadataBlock};
 
 use crate::block_claim::BlockWalk;
 use crate::block_tally::BlockTally;
@@ -282,7 +282,7 @@ fn walk_child(
         .or(parent_end);
     had_problem |= walk_node(walk, info, &node, lblk, end_block, child_end, tally);
     if let Some(seed) = info.csum_seed {
-        if let Err(FormatError::Checksum { .. }) = node.verify_checksum(&bytes, seed, format_loc) {
+        if let Err(FormatError::Checksum { .. }) = ExtentNode::verify(&bytes, seed, format_loc) {
             // e2fsck reports a checksum alone only when the node passed every other check.
             if !had_problem {
                 walk.report(
@@ -302,7 +302,7 @@ fn walk_child(
 /// The reason part of a format error, for one-line messages.
 fn reason(e: &FormatError) -> String {
     match e {
-        FormatError::Corrupt { reason, .. } => reason.clone(),
+        FormatError::Corrupt { problem, .. } => problem.to_string(),
         other => other.to_string(),
     }
 }

@@ -11,9 +11,9 @@ use std::sync::Mutex;
 use rayon::prelude::*;
 
 use e4_format::features::{CompatFeatures, IncompatFeatures, RoCompatFeatures};
-use e4_format::inode::{flags, FileType, Inode, ROOT_INO};
+use e4_format::inode::{flags, FileType, Inode, InodeSeed, ROOT_INO};
 use e4_format::xattr::{parse_inode_xattrs, XattrValue};
-use e4_format::FormatError;
+use e4_format::MetadataBlock;
 
 use crate::block_claim::{BlockWalk, WalkMode};
 use crate::block_map_walk::walk_block_map;
@@ -244,12 +244,8 @@ fn check_inode(
     let ctx = walk.ctx;
     let ino = walk.ino;
     let loc = Location::Inode(ino);
-    let (inode, csum_ok) = match Inode::parse(raw, ino, ctx.csum_seed) {
-        Ok(inode) => (inode, true),
-        Err(FormatError::Checksum { .. }) => match Inode::parse(raw, ino, None) {
-            Ok(inode) => (inode, false),
-            Err(_) => return None,
-        },
+    let inode = match Inode::decode(raw, ino) {
+        Ok(inode) => inode,
         Err(e) => {
             walk.report(
                 ProblemCode::PR_1_EXTRA_ISIZE,
@@ -259,6 +255,14 @@ fn check_inode(
             return None;
         }
     };
+    let csum_ok = ctx.csum_seed.is_none_or(|fs_seed| {
+        Inode::verify(
+            raw,
+            InodeSeed { fs_seed, ino },
+            e4_format::Location::Inode(ino),
+        )
+        .is_ok()
+    });
     // An inode never written has no checksum to check: libext2fs calls a checksum valid
     // when the 128-byte base inode is all zeros (`ext2fs_inode_csum_verify`).
     let blank = raw.iter().take(BASE_INODE_SIZE).all(|&b| b == 0);

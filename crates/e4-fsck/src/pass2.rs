@@ -11,11 +11,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use rayon::prelude::*;
 
 use e4_format::checksum::inode_csum_seed;
-use e4_format::dir_entry::{has_tail, verify_leaf_checksum, DirEntryIter, TAIL_SIZE};
+use e4_format::dir_entry::{has_tail, DirEntryIter, DirLeafBlock, TAIL_SIZE};
 use e4_format::features::IncompatFeatures;
 use e4_format::inline_data::inline_dir_parent;
 use e4_format::inode::ROOT_INO;
-use e4_format::FormatError;
+use e4_format::{FormatError, MetadataBlock};
 
 use crate::context::Context;
 use crate::dir_htree_check::{HtreeLayout, LeafRange};
@@ -154,7 +154,7 @@ fn check_block(
                     dir.ino, task.logical
                 ),
             );
-        } else if let Err(FormatError::Checksum { .. }) = verify_leaf_checksum(
+        } else if let Err(FormatError::Checksum { .. }) = DirLeafBlock::verify(
             &bytes,
             seed,
             e4_format::Location::InodeBlock {
@@ -270,7 +270,7 @@ impl<'a, 'r> EntryChecker<'a, 'r> {
                 Ok(entry) => entry,
                 Err(e) => {
                     let reason = match &e {
-                        FormatError::Corrupt { reason, .. } => reason.clone(),
+                        FormatError::Corrupt { problem, .. } => problem.to_string(),
                         other => other.to_string(),
                     };
                     self.report(

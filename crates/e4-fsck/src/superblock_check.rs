@@ -11,10 +11,10 @@ use e4_format::features::READABLE_INCOMPAT;
 use e4_format::features::{feature_names, FeatureKind, IncompatFeatures, RoCompatFeatures};
 use e4_format::geometry::Geometry;
 use e4_format::group_descriptor::{
-    GroupChecksum, GroupDescriptor, BG_BLOCK_UNINIT, BG_INODE_UNINIT,
+    GroupChecksum, GroupDescriptor, GroupSeed, BG_BLOCK_UNINIT, BG_INODE_UNINIT,
 };
 use e4_format::superblock::{Superblock, SUPERBLOCK_OFFSET};
-use e4_format::FormatError;
+use e4_format::{FormatError, MetadataBlock};
 
 use crate::context::Context;
 use crate::image::Image;
@@ -195,13 +195,14 @@ fn read_descriptors(
             image.read_at(offset, &mut bytes).map_err(|e| {
                 FsckError::NotExt(format!("reading group {group}'s descriptor: {e}"))
             })?;
-            match GroupDescriptor::parse(&bytes, group, &checksum) {
-                Ok(desc) => Ok((desc, None)),
+            let desc = GroupDescriptor::from_bytes(&bytes, group)
+                .map_err(|e| FsckError::NotExt(e.to_string()))?;
+            let seed = GroupSeed { checksum, group };
+            match GroupDescriptor::verify(&bytes, seed, e4_format::Location::Group(group)) {
+                Ok(()) => Ok((desc, None)),
                 Err(FormatError::Checksum {
                     stored, computed, ..
                 }) => {
-                    let desc = GroupDescriptor::parse(&bytes, group, &GroupChecksum::None)
-                        .map_err(|e| FsckError::NotExt(e.to_string()))?;
                     let problem = Problem::new(
                         ProblemCode::PR_0_GDT_CSUM,
                         Location::Group(group),

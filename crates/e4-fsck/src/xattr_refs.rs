@@ -9,8 +9,8 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use e4_format::features::CompatFeatures;
-use e4_format::xattr::{parse_xattr_block, XattrBlockHeader};
-use e4_format::{FormatError, Location as FormatLocation};
+use e4_format::xattr::{decode_xattr_block, XattrBlockHeader};
+use e4_format::{BlockSeed, FormatError, Location as FormatLocation, MetadataBlock};
 
 use crate::block_claim::{BlockWalk, WalkMode};
 use crate::block_tally::BlockTally;
@@ -110,12 +110,14 @@ impl XattrBlocks {
 fn read_and_check(ctx: &Context, ino: u32, block: u64) -> Option<u32> {
     let loc = FormatLocation::InodeBlock { inode: ino, block };
     let bytes = ctx.image.read_blocks(block, 1, ctx.block_size()).ok()?;
-    let header = XattrBlockHeader::decode(e4_format::codec::prefix::<32>(&bytes)?);
-    match parse_xattr_block(&bytes, block, ctx.csum_seed, loc) {
-        Ok(_) => Some(header.refcount),
-        Err(FormatError::Checksum { .. }) => {
-            // The structure must still parse for the checksum alone to be the problem.
-            parse_xattr_block(&bytes, block, None, loc).ok()?;
+    // The structure must decode for the checksum alone to be the problem.
+    let (header, _) = decode_xattr_block(&bytes, loc).ok()?;
+    let seed = ctx.csum_seed.map(|seed| BlockSeed {
+        seed,
+        block_nr: block,
+    });
+    if let Some(seed) = seed {
+        if let Err(FormatError::Checksum { .. }) = XattrBlockHeader::verify(&bytes, seed, loc) {
             ctx.report(
                 ProblemCode::PR_1_EA_BLOCK_ONLY_CSUM_INVALID,
                 Location::InodeBlock {
@@ -125,8 +127,7 @@ fn read_and_check(ctx: &Context, ino: u32, block: u64) -> Option<u32> {
                 },
                 format!("inode {ino} extended attribute block {block} passes checks, but checksum does not match block"),
             );
-            Some(header.refcount)
         }
-        Err(_) => None,
     }
+    Some(header.refcount)
 }

@@ -3,6 +3,7 @@
 use crate::checksum::crc32c_raw;
 use crate::codec::{on_disk_struct, prefix, Be};
 use crate::error::{verify_checksum, FormatError, Location, Result};
+use crate::problem::{Problem, Structure};
 
 /// Offset of `h_chksum[0]`, zeroed while the checksum is computed.
 const CHECKSUM_OFFSET: usize = 0x10;
@@ -30,13 +31,21 @@ on_disk_struct! {
 impl CommitBlock {
     /// Parses a commit block; with `seed` (csum v2/v3), verifies its checksum.
     pub fn parse(block: &[u8], seed: Option<u32>, loc: Location) -> Result<Self> {
-        let raw = prefix::<0x3C>(block)
-            .ok_or_else(|| FormatError::corrupt("journal commit block", loc, "too small"))?;
+        let raw = prefix::<0x3C>(block).ok_or_else(|| {
+            FormatError::corrupt(
+                Structure::JournalCommit,
+                loc,
+                Problem::TooShort {
+                    len: block.len(),
+                    need: 0x3C,
+                },
+            )
+        })?;
         let commit = CommitBlock::decode(raw);
         if let Some(seed) = seed {
             let sum = crc32c_raw(seed, &block[..CHECKSUM_OFFSET]);
             let sum = crc32c_raw(crc32c_raw(sum, &[0; 4]), &block[CHECKSUM_OFFSET + 4..]);
-            verify_checksum("journal commit block", loc, commit.chksum[0], sum)?;
+            verify_checksum(Structure::JournalCommit, loc, commit.chksum[0], sum)?;
         }
         Ok(commit)
     }

@@ -4,6 +4,7 @@
 use crate::checksum::crc32c_raw;
 use crate::codec::prefix;
 use crate::error::{verify_checksum, FormatError, Location, Result};
+use crate::problem::{Problem, Structure};
 
 use super::JournalFeatures;
 
@@ -47,16 +48,19 @@ pub fn parse_descriptor_block(
 ) -> Result<Vec<JournalTag>> {
     if block.len() < HEADER_SIZE + 4 {
         return Err(FormatError::corrupt(
-            "journal descriptor",
+            Structure::JournalDescriptor,
             loc,
-            "block too small",
+            Problem::TooShort {
+                len: block.len(),
+                need: HEADER_SIZE + 4,
+            },
         ));
     }
     let csum = f.csum_v2 || f.csum_v3;
     let end = if csum { block.len() - 4 } else { block.len() };
     if csum {
         let sum = crc32c_raw(crc32c_raw(seed, &block[..end]), &[0; 4]);
-        verify_checksum("journal descriptor", loc, be32(block, end), sum)?;
+        verify_checksum(Structure::JournalDescriptor, loc, be32(block, end), sum)?;
     }
     let size = tag_size(f);
     let mut tags = Vec::new();
@@ -64,9 +68,9 @@ pub fn parse_descriptor_block(
     loop {
         if at + size > end {
             return Err(FormatError::corrupt(
-                "journal descriptor",
+                Structure::JournalDescriptor,
                 loc,
-                "tags run past the end",
+                Problem::TagsPastEnd,
             ));
         }
         let (low, flags, high, checksum) = if f.csum_v3 {

@@ -15,6 +15,7 @@ pub use superblock::{JournalFeatures, JournalSuperblock};
 
 use crate::codec::{on_disk_struct, prefix, Be};
 use crate::error::{FormatError, Location, Result};
+use crate::problem::{Problem, Structure};
 
 /// `h_magic`.
 pub const JOURNAL_MAGIC: u32 = 0xC03B_3998;
@@ -59,9 +60,9 @@ impl JournalHeader {
             5 => JournalBlockType::Revoke,
             other => {
                 return Err(FormatError::corrupt(
-                    "journal block header",
+                    Structure::JournalBlockHeader,
                     loc,
-                    format!("unknown block type {other}"),
+                    Problem::UnknownJournalBlockType { found: other },
                 ))
             }
         })

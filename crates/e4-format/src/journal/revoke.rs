@@ -4,6 +4,7 @@
 use crate::checksum::crc32c_raw;
 use crate::codec::prefix;
 use crate::error::{verify_checksum, FormatError, Location, Result};
+use crate::problem::{Problem, Structure};
 
 use super::JournalFeatures;
 
@@ -17,9 +18,12 @@ pub fn parse_revoke_block(
     seed: u32,
     loc: Location,
 ) -> Result<Vec<u64>> {
-    let bad = |reason: String| FormatError::corrupt("journal revoke block", loc, reason);
+    let bad = |problem| FormatError::corrupt(Structure::JournalRevoke, loc, problem);
     if block.len() < RECORDS_OFFSET + 4 {
-        return Err(bad("block too small".into()));
+        return Err(bad(Problem::TooShort {
+            len: block.len(),
+            need: RECORDS_OFFSET + 4,
+        }));
     }
     let word = |at: usize| prefix::<4>(&block[at..]).map(|w| u32::from_be_bytes(*w));
     let csum = f.csum_v2 || f.csum_v3;
@@ -27,11 +31,15 @@ pub fn parse_revoke_block(
     if csum {
         let sum = crc32c_raw(crc32c_raw(seed, &block[..limit]), &[0; 4]);
         // OK to unwrap: limit + 4 is the block's length.
-        verify_checksum("journal revoke block", loc, word(limit).unwrap(), sum)?;
+        verify_checksum(Structure::JournalRevoke, loc, word(limit).unwrap(), sum)?;
     }
-    let count = word(12).ok_or_else(|| bad("too small".into()))? as usize;
+    // OK to unwrap: the length was checked above.
+    let count = word(12).unwrap() as usize;
     if count < RECORDS_OFFSET || count > limit {
-        return Err(bad(format!("r_count {count}")));
+        return Err(bad(Problem::FieldOutOfRange {
+            field: "r_count",
+            value: count as u64,
+        }));
     }
     let size = if f.bit64 { 8 } else { 4 };
     Ok(block[RECORDS_OFFSET..count]

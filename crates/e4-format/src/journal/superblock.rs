@@ -3,6 +3,7 @@
 use crate::checksum::crc32c_raw;
 use crate::codec::{on_disk_struct, prefix, Be};
 use crate::error::{verify_checksum, FormatError, Location, Result};
+use crate::problem::{Problem, Structure};
 
 use super::{JournalBlockType, JournalHeader};
 
@@ -78,22 +79,38 @@ impl JournalSuperblock {
     /// checksum.
     pub fn parse(block: &[u8]) -> Result<Self> {
         let loc = Location::JournalBlock(0);
-        let bad = |reason: String| FormatError::corrupt("journal superblock", loc, reason);
-        let header = JournalHeader::parse(block).ok_or_else(|| bad("bad magic".into()))?;
+        let bad = |problem| FormatError::corrupt(Structure::JournalSuperblock, loc, problem);
+        let header = JournalHeader::parse(block).ok_or_else(|| {
+            bad(Problem::BadMagic {
+                found: prefix::<4>(block).map_or(0, |m| u32::from_be_bytes(*m)),
+                expected: super::JOURNAL_MAGIC,
+            })
+        })?;
         let kind = header.block_type(loc)?;
         if !matches!(
             kind,
             JournalBlockType::SuperblockV1 | JournalBlockType::SuperblockV2
         ) {
-            return Err(bad(format!("block type {kind:?}")));
+            return Err(bad(Problem::NotAJournalSuperblock));
         }
-        let raw = prefix::<1024>(block).ok_or_else(|| bad("shorter than 1024 bytes".into()))?;
+        let raw = prefix::<1024>(block).ok_or_else(|| {
+            bad(Problem::TooShort {
+                len: block.len(),
+                need: 1024,
+            })
+        })?;
         let sb = JournalSuperblock::decode(raw);
         if sb.blocksize < 1024 || !sb.blocksize.is_power_of_two() || sb.blocksize > 65536 {
-            return Err(bad(format!("block size {}", sb.blocksize)));
+            return Err(bad(Problem::FieldOutOfRange {
+                field: "s_blocksize",
+                value: sb.blocksize.into(),
+            }));
         }
         if sb.first == 0 || sb.first >= sb.maxlen {
-            return Err(bad(format!("log starts at {} of {}", sb.first, sb.maxlen)));
+            return Err(bad(Problem::LogStartOutside {
+                first: sb.first,
+                maxlen: sb.maxlen,
+            }));
         }
         if kind == JournalBlockType::SuperblockV1 {
             return Ok(sb);
@@ -107,7 +124,7 @@ impl JournalSuperblock {
         let f = sb.features();
         if f.csum_v2 || f.csum_v3 {
             verify_checksum(
-                "journal superblock",
+                Structure::JournalSuperblock,
                 loc,
                 sb.checksum,
                 Self::compute_checksum(raw),

@@ -209,7 +209,17 @@ fn an_indirect_block_referenced_twice_is_corruption() {
         .unwrap();
     let mut map = BlockMapTree::new(&mut root, &io, OWNER);
     let err = map.remove(0, u64::MAX).unwrap_err();
-    assert!(err.to_string().contains("referenced twice"), "{err}");
+    assert!(
+        matches!(
+            err,
+            Error::Format(FormatError::Corrupt {
+                structure: Structure::BlockMap,
+                problem: Problem::BlockReferencedTwice { .. },
+                ..
+            })
+        ),
+        "{err}"
+    );
 }
 
 #[derive(Debug, Clone)]
