@@ -7,21 +7,25 @@ use e4_format::checksum::inode_csum_seed;
 use e4_format::dir_entry::{has_tail, DirLeafBlock};
 use e4_format::dir_htree::DxNode;
 use e4_format::extent::ExtentNode;
+use e4_format::features::IncompatFeatures;
 use e4_format::xattr::XattrBlockHeader;
 use e4_format::{BlockSeed, Location, MetadataBlock};
 
 use crate::buffer_cache::{Buffer, BufferRole};
+use crate::dir_block::check_leaf_chain;
 use crate::error::Result;
 use crate::filesystem::Filesystem;
 use crate::meta_io::BlockKind;
 
 impl Filesystem {
-    /// Verifies `buffer`'s checksum for `role` unless it was verified (or written) in that
-    /// role before.
+    /// Verifies `buffer` for `role` unless it was verified (or written) in that role
+    /// before: its checksum, and for a directory leaf its entry chain (with or without
+    /// checksums), which editors then trust.
     pub(crate) fn verify_block(&self, buffer: &Buffer, role: BufferRole) -> Result<()> {
-        let Some(fs_seed) = self.csum_seed() else {
+        let csum_seed = self.csum_seed();
+        if csum_seed.is_none() && role.kind != BlockKind::DirectoryLeaf {
             return Ok(());
-        };
+        }
         let nr = buffer.nr();
         let loc = match role.owner {
             Some(o) => Location::InodeBlock {
@@ -30,15 +34,26 @@ impl Filesystem {
             },
             None => Location::Block(nr),
         };
+        let filetype = || {
+            self.superblock()
+                .incompat()
+                .contains(IncompatFeatures::FILETYPE)
+        };
         buffer.verify_as(role, |bytes| -> Result<()> {
+            let Some(fs_seed) = csum_seed else {
+                return check_leaf_chain(bytes, filetype(), false, loc);
+            };
             // Computed here, not before: most reads find the buffer verified already.
             let inode_seed = role
                 .owner
                 .map(|o| inode_csum_seed(fs_seed, o.ino, o.generation));
             match (role.kind, inode_seed) {
                 (BlockKind::ExtentNode, Some(seed)) => ExtentNode::verify(bytes, seed, loc)?,
-                (BlockKind::DirectoryLeaf, Some(seed)) if has_tail(bytes) => {
-                    DirLeafBlock::verify(bytes, seed, loc)?
+                (BlockKind::DirectoryLeaf, Some(seed)) => {
+                    if has_tail(bytes) {
+                        DirLeafBlock::verify(bytes, seed, loc)?;
+                    }
+                    check_leaf_chain(bytes, filetype(), true, loc)?
                 }
                 (BlockKind::HtreeNode, Some(seed)) => DxNode::verify(bytes, seed, loc)?,
                 (BlockKind::XattrBlock, _) => {

@@ -56,8 +56,11 @@ pub(crate) struct LeafBlock {
 }
 
 impl LeafBlock {
-    /// Checks a leaf block read from the directory. `loc` names it in errors.
-    pub(crate) fn parse(bytes: Vec<u8>, format: &DirFormat, loc: Location) -> Result<Self> {
+    /// A leaf whose entry chain was checked when it was read ([`check_leaf_chain`], the
+    /// verify step [`crate::meta_io::MetaIo::read`] runs once per buffer): only the checks
+    /// that cost nothing are made again. A directory operation reads a leaf or two, and
+    /// walking every record to re-check it was a fifth of a create.
+    pub(crate) fn checked(bytes: Vec<u8>, format: &DirFormat, loc: Location) -> Result<Self> {
         let bad = |problem| FormatError::corrupt(Structure::DirectoryBlock, loc, problem);
         if bytes.len() != format.block_size {
             return Err(bad(Problem::WrongBlockSize {
@@ -69,21 +72,21 @@ impl LeafBlock {
         if format.metadata_csum && !has_tail(&bytes) {
             return Err(bad(Problem::NoChecksumTail).into());
         }
-        let leaf = LeafBlock {
+        Ok(LeafBlock {
             end: chain_end(format),
             bytes,
             filetype: format.filetype,
-        };
-        leaf.check_chain(loc)?;
-        Ok(leaf)
+        })
     }
 
     /// Checks that every record of the chain is whole and at least [`MIN_REC_LEN`] long.
     fn check_chain(&self, loc: Location) -> Result<()> {
-        let block_size = self.bytes.len();
-        DirEntryIter::new(&self.bytes[..self.end], block_size, self.filetype, loc)
-            .check_rest(MIN_REC_LEN)?;
-        Ok(())
+        check_chain_region(
+            &self.bytes[..self.end],
+            self.bytes.len(),
+            self.filetype,
+            loc,
+        )
     }
 
     /// One entry region of an inline directory (the rest of `i_block`, or the `system.data`
@@ -458,6 +461,34 @@ impl<'a> Iterator for Records<'a> {
 /// over a few bytes is cheaper than a call to `memcmp` per record.
 fn same_name(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().rev().zip(b.iter().rev()).all(|(x, y)| x == y)
+}
+
+/// Checks the entry chain of a directory block as read from the disk: every record whole
+/// and at least [`MIN_REC_LEN`] long (the kernel's `ext4_check_dir_entry`), up to the
+/// checksum tail when there is one. This is the structural half of a leaf's verify step,
+/// run once per buffer; [`LeafBlock::checked`] then trusts it.
+pub(crate) fn check_leaf_chain(
+    bytes: &[u8],
+    filetype: bool,
+    metadata_csum: bool,
+    loc: Location,
+) -> Result<()> {
+    let end = if metadata_csum && has_tail(bytes) {
+        bytes.len() - TAIL_SIZE
+    } else {
+        bytes.len()
+    };
+    check_chain_region(&bytes[..end], bytes.len(), filetype, loc)
+}
+
+fn check_chain_region(
+    region: &[u8],
+    block_size: usize,
+    filetype: bool,
+    loc: Location,
+) -> Result<()> {
+    DirEntryIter::new(region, block_size, filetype, loc).check_rest(MIN_REC_LEN)?;
+    Ok(())
 }
 
 /// Where a leaf's entry chain ends under `format`.

@@ -466,7 +466,7 @@ impl<'a> DirectoryEditor<'a> {
             .read(physical, BlockKind::DirectoryLeaf, self.owner)?;
         Ok((
             physical,
-            LeafBlock::parse(bytes, self.format, self.loc(physical))?,
+            LeafBlock::checked(bytes, self.format, self.loc(physical))?,
         ))
     }
 

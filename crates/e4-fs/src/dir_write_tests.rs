@@ -74,7 +74,9 @@ impl Fixture {
 
     /// A new directory on a store that has `limit - 100` blocks to give.
     fn with_block_limit(format: DirFormat, limit: u64) -> Self {
-        let io = Arc::new(MemoryMetaIo::new(format.block_size, 100, limit));
+        let io = Arc::new(
+            MemoryMetaIo::new(format.block_size, 100, limit).verifying_leaves(format.clone()),
+        );
         let dir = MemoryDirBlocks {
             io: io.clone(),
             blocks: Vec::new(),

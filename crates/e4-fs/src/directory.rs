@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use e4_format::checksum::inode_csum_seed;
-use e4_format::dir_entry::{file_type as ft, has_tail, DirEntryIter, DirLeafBlock, TAIL_SIZE};
+use e4_format::dir_entry::{file_type as ft, has_tail, DirEntryIter, TAIL_SIZE};
 use e4_format::dir_htree::{DxNode, DxRoot};
 use e4_format::features::{CompatFeatures, IncompatFeatures};
 use e4_format::inline_data::{inline_dir_parent, inline_dir_regions, SYSTEM_DATA};
@@ -160,11 +160,8 @@ impl Filesystem {
                 bytes.len()
             }
         };
-        if let Some(seed) = seed {
-            block.verify_as(self.role(BlockKind::DirectoryLeaf, dir), |b| {
-                DirLeafBlock::verify(b, seed, loc)
-            })?;
-        }
+        // The same verify step the editors' reads run: the checksum and the entry chain.
+        self.verify_block(&block, self.role(BlockKind::DirectoryLeaf, dir))?;
         Ok(DirBlock::Leaf {
             block,
             physical,

@@ -306,6 +306,7 @@ impl DirectoryEdit for InlineDirectoryEditor<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dir_block::check_leaf_chain;
     use e4_format::dir_entry::{file_type as ft, DirEntryIter};
 
     fn format(metadata_csum: bool) -> DirFormat {
@@ -407,8 +408,9 @@ mod tests {
             dir.insert(&entry("b", 21));
             let format = format(csum);
             let leaf = dir.to_block(&format, 12).unwrap();
-            let parsed =
-                LeafBlock::parse(leaf.bytes().to_vec(), &format, Location::Block(0)).unwrap();
+            let loc = Location::Block(0);
+            check_leaf_chain(leaf.bytes(), format.filetype, format.metadata_csum, loc).unwrap();
+            let parsed = LeafBlock::checked(leaf.bytes().to_vec(), &format, loc).unwrap();
             let entries: Vec<_> = parsed.entries().collect();
             let shape: Vec<_> = entries
                 .iter()

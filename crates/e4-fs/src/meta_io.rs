@@ -73,6 +73,9 @@ pub(crate) mod memory {
         pub allocated: Mutex<BTreeSet<u64>>,
         next: Mutex<u64>,
         limit: u64,
+        /// When set, directory leaves are verified as the engine verifies them on read
+        /// (their entry chain), for tests that plant damaged leaves.
+        leaf_format: Option<crate::dir_write::DirFormat>,
     }
 
     impl MemoryMetaIo {
@@ -83,7 +86,14 @@ pub(crate) mod memory {
                 allocated: Mutex::default(),
                 next: Mutex::new(first),
                 limit,
+                leaf_format: None,
             }
+        }
+
+        /// Verifies directory leaves of `format` when they are read, as the engine does.
+        pub(crate) fn verifying_leaves(mut self, format: crate::dir_write::DirFormat) -> Self {
+            self.leaf_format = Some(format);
+            self
         }
 
         /// Blocks allocated and not freed.
@@ -101,6 +111,14 @@ pub(crate) mod memory {
             match self.blocks.lock().unwrap().get(&nr) {
                 Some((written_as, bytes)) => {
                     assert_eq!(*written_as, kind, "block {nr} read as another kind");
+                    if let (BlockKind::DirectoryLeaf, Some(format)) = (kind, &self.leaf_format) {
+                        crate::dir_block::check_leaf_chain(
+                            bytes,
+                            format.filetype,
+                            format.metadata_csum,
+                            e4_format::Location::Block(nr),
+                        )?;
+                    }
                     Ok(bytes.clone())
                 }
                 None => Ok(vec![0; self.block_size]),

@@ -278,3 +278,49 @@ fn injected_io_errors_are_errors() {
     drop(fs);
     let _ = device.inner().size();
 }
+
+/// A directory leaf is checked whole (every record of its chain) the first time it is read,
+/// with or without metadata_csum, and editors trust that check: a leaf whose chain breaks
+/// partway is an error for a create, and is left as it was, rather than taking the new
+/// name in a slot before the break and being written back broken.
+#[test]
+fn a_create_in_a_leaf_with_a_broken_chain_is_an_error_and_changes_nothing() {
+    let img = make_empty_image(&["-t", "ext4", "-O", "^metadata_csum"], 32);
+    let fs = Filesystem::open(&img.path, OpenOptions::writable()).unwrap();
+    let dir = fs.mkdir(ROOT, b"d", ME).unwrap();
+    for i in 0..20 {
+        fs.create(dir, format!("f{i}").as_bytes(), ME).unwrap();
+    }
+    // f4's record takes f5's bytes: a slot with room ahead of the damage.
+    fs.unlink(dir, b"f5").unwrap();
+    fs.unmount().unwrap();
+    let out = std::process::Command::new("debugfs")
+        .args(["-R", "bmap /d 0"])
+        .arg(&img.path)
+        .output()
+        .unwrap();
+    let leaf: usize = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    let bs = superblock_of(&img.path).block_size() as usize;
+    let mut image = std::fs::read(&img.path).unwrap();
+    let block = &mut image[leaf * bs..(leaf + 1) * bs];
+    let mut at = 0;
+    while &block[at + 8..at + 8 + usize::from(block[at + 6])] != b"f10" {
+        let rec_len = usize::from(u16::from_le_bytes([block[at + 4], block[at + 5]]));
+        assert!(rec_len >= 12, "not a directory leaf at offset {at}");
+        at += rec_len;
+    }
+    block[at + 4..at + 6].fill(0);
+    let damaged = block.to_vec();
+    std::fs::write(&img.path, &image).unwrap();
+
+    let fs = Filesystem::open(&img.path, OpenOptions::writable()).unwrap();
+    let created = fs.create(dir, b"new", ME);
+    assert!(matches!(created, Err(Error::Format(_))), "{created:?}");
+    fs.unmount().unwrap();
+    let image = std::fs::read(&img.path).unwrap();
+    assert_eq!(
+        &image[leaf * bs..(leaf + 1) * bs],
+        &damaged[..],
+        "the damaged leaf was rewritten"
+    );
+}
