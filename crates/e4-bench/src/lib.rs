@@ -27,6 +27,7 @@
 pub mod chart;
 pub mod fs_ops;
 pub mod layout;
+pub mod pinning;
 pub mod report;
 pub mod target;
 pub mod workload;
@@ -35,6 +36,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use layout::LayoutReport;
+pub use pinning::{Pin, Placement};
 pub use report::{BenchReport, Machine, Record};
 pub use target::{Target, TargetError};
 pub use workload::{AppendBy, Params, Workload};
@@ -53,6 +55,8 @@ pub struct Plan {
     pub baseline: Target,
     /// Where to leave each image (else scratch on tmpfs, removed after reading it back).
     pub keep: Option<PathBuf>,
+    /// The CPUs the workload threads and a target's daemon run on (`--pin`).
+    pub placement: Placement,
 }
 
 impl Default for Plan {
@@ -73,6 +77,7 @@ impl Default for Plan {
             append_by: AppendBy::Write,
             baseline: Target::KernelExt4,
             keep: None,
+            placement: Placement::default(),
         }
     }
 }
@@ -88,6 +93,7 @@ pub fn run(plan: &Plan, progress: &mut dyn FnMut(&str)) -> BenchReport {
         machine: Machine::this(),
         duration_secs: plan.duration.as_secs_f64(),
         baseline: plan.baseline.name(),
+        pin: plan.placement.pin().name(),
         records: Vec::new(),
         skipped: Vec::new(),
     };
@@ -112,6 +118,7 @@ pub fn run(plan: &Plan, progress: &mut dyn FnMut(&str)) -> BenchReport {
                     duration: plan.duration,
                     size: plan.size,
                     append_by: plan.append_by,
+                    placement: plan.placement.clone(),
                 };
                 let name = target.name();
                 progress(&format!(
@@ -141,7 +148,7 @@ pub fn run(plan: &Plan, progress: &mut dyn FnMut(&str)) -> BenchReport {
                         report.records.push(Record::new(
                             workload,
                             &name,
-                            threads,
+                            &params,
                             &point.measurement,
                             layout.as_ref(),
                         ));

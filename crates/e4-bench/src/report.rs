@@ -8,7 +8,7 @@ use e4_fs::LockReport;
 use serde::Serialize;
 
 use crate::layout::{FreeExtentBucket, LayoutReport};
-use crate::workload::{Measurement, Workload};
+use crate::workload::{Measurement, Params, Workload};
 
 /// Where the run happened.
 #[derive(Debug, Clone, Serialize)]
@@ -47,6 +47,8 @@ pub struct Record {
     pub workload: String,
     pub target: String,
     pub threads: usize,
+    /// `--pin`: none, same or split.
+    pub pin: &'static str,
     pub ops: u64,
     pub seconds: f64,
     pub ops_per_sec: f64,
@@ -91,7 +93,7 @@ impl Record {
     pub fn new(
         workload: Workload,
         target: &str,
-        threads: usize,
+        params: &Params,
         m: &Measurement,
         layout: Option<&LayoutReport>,
     ) -> Record {
@@ -105,7 +107,8 @@ impl Record {
         Record {
             workload: workload.name().into(),
             target: target.into(),
-            threads,
+            threads: params.threads,
+            pin: params.placement.pin().name(),
             ops: m.ops,
             seconds,
             ops_per_sec: m.ops as f64 / seconds,
@@ -135,6 +138,8 @@ pub struct BenchReport {
     pub machine: Machine,
     pub duration_secs: f64,
     pub baseline: String,
+    /// `--pin` of every record.
+    pub pin: &'static str,
     pub records: Vec<Record>,
     /// One line per target that could not be set up.
     pub skipped: Vec<String>,
@@ -152,11 +157,12 @@ impl BenchReport {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "{} cores, {}, Linux {}; {:.1} s per point; ratios against {}",
+            "{} cores, {}, Linux {}; {:.1} s per point; pinned: {}; ratios against {}",
             self.machine.cores,
             self.machine.cpu,
             self.machine.kernel,
             self.duration_secs,
+            self.pin,
             self.baseline
         );
         let workloads: Vec<&str> = {

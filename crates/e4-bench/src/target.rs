@@ -181,7 +181,31 @@ fn is_mounted(dir: &Path) -> bool {
     std::fs::read_to_string("/proc/mounts").is_ok_and(|m| m.contains(&needle))
 }
 
-fn mount(target: &Target, image: &Path, dir: &Path) -> Result<Mounted, TargetError> {
+/// fuse2fs mounting `image` on `dir` in the foreground (so its exit, after writing the image
+/// back, can be waited for), under `taskset -c CPU` when pinned. taskset execs fuse2fs, so
+/// the child is the daemon itself and every thread it starts inherits the CPU; without
+/// fuse2fs, taskset exits 127 saying so.
+fn fuse2fs_command(image: &Path, dir: &Path, daemon_cpu: Option<usize>) -> Command {
+    let mut command = match daemon_cpu {
+        Some(cpu) => {
+            let mut c = Command::new("taskset");
+            c.args(["-c", &cpu.to_string(), "fuse2fs"]);
+            c
+        }
+        None => Command::new("fuse2fs"),
+    };
+    command.arg(image).arg(dir).args(["-f", "-o", "rw"]);
+    command
+}
+
+/// Mounts `image` on `dir`: a loop mount for the kernel's ext4, or fuse2fs in the
+/// foreground, on `daemon_cpu` when pinned.
+fn mount(
+    target: &Target,
+    image: &Path,
+    dir: &Path,
+    daemon_cpu: Option<usize>,
+) -> Result<Mounted, TargetError> {
     if !is_root() {
         return Err(TargetError::Unavailable(
             "needs root to mount its image".into(),
@@ -211,15 +235,17 @@ fn mount(target: &Target, image: &Path, dir: &Path) -> Result<Mounted, TargetErr
             "no /dev/fuse on this machine".into(),
         ));
     }
-    let mut daemon = Command::new("fuse2fs")
-        .arg(image)
-        .arg(dir)
-        .args(["-f", "-o", "rw"])
+    let mut daemon = fuse2fs_command(image, dir, daemon_cpu)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .map_err(|e| {
-            TargetError::Unavailable(format!("cannot run fuse2fs: {e} (apt install fuse2fs)"))
+            TargetError::Unavailable(match daemon_cpu {
+                Some(_) => format!(
+                    "cannot run taskset to pin fuse2fs: {e} (--pin needs util-linux's taskset)"
+                ),
+                None => format!("cannot run fuse2fs: {e} (apt install fuse2fs)"),
+            })
         })?;
     for _ in 0..200 {
         if is_mounted(dir) {
@@ -285,7 +311,7 @@ pub fn run_point(
                 m
             } else {
                 let dir = work.join(format!("{image_name}.mnt"));
-                let mounted = mount(target, &image, &dir)?;
+                let mounted = mount(target, &image, &dir, params.placement.daemon_cpu())?;
                 let m = workload::run(&PosixOps { root: dir.clone() }, workload, params);
                 mounted.unmount()?;
                 let _ = std::fs::remove_dir(&dir);
@@ -317,5 +343,30 @@ pub fn run_point(
                 image: None,
             })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn program_and_args(c: &Command) -> Vec<String> {
+        std::iter::once(c.get_program())
+            .chain(c.get_args())
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn a_pinned_fuse2fs_runs_under_taskset_on_the_daemons_cpu() {
+        let (image, dir) = (Path::new("/s/a.img"), Path::new("/s/a.mnt"));
+        assert_eq!(
+            program_and_args(&fuse2fs_command(image, dir, Some(3))),
+            ["taskset", "-c", "3", "fuse2fs", "/s/a.img", "/s/a.mnt", "-f", "-o", "rw"]
+        );
+        assert_eq!(
+            program_and_args(&fuse2fs_command(image, dir, None)),
+            ["fuse2fs", "/s/a.img", "/s/a.mnt", "-f", "-o", "rw"]
+        );
     }
 }

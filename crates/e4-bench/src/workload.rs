@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use e4_fs::LockReport;
 
 use crate::fs_ops::{is_no_space, FsOps};
+use crate::pinning::Placement;
 
 /// Bytes per append, overwrite and truncation step.
 pub const BLOCK: u64 = 4096;
@@ -140,13 +141,15 @@ impl FromStr for Workload {
 }
 
 /// How one point of a run is shaped.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Params {
     pub threads: usize,
     pub duration: Duration,
     /// The per-thread file size `append` stops at, and `dwtl` starts from.
     pub size: u64,
     pub append_by: AppendBy,
+    /// The CPUs the workload threads (and a target's daemon) run on.
+    pub placement: Placement,
 }
 
 /// What one point measured.
@@ -171,8 +174,9 @@ struct Tally {
     bytes: u64,
 }
 
-/// Runs `work(thread, deadline)` on every thread at once and adds up what they did.
-fn timed<F>(threads: usize, duration: Duration, work: F) -> io::Result<(Tally, Duration)>
+/// Runs `work(thread, deadline)` on `p.threads` threads at once, each on its CPU of
+/// `p.placement`, and adds up what they did.
+fn timed<F>(p: &Params, duration: Duration, work: F) -> io::Result<(Tally, Duration)>
 where
     F: Fn(usize, Instant) -> io::Result<Tally> + Sync,
 {
@@ -180,8 +184,14 @@ where
     let deadline = start + duration;
     let results: Vec<io::Result<Tally>> = std::thread::scope(|s| {
         let work = &work;
-        let handles: Vec<_> = (0..threads)
-            .map(|t| s.spawn(move || work(t, deadline)))
+        let placement = &p.placement;
+        let handles: Vec<_> = (0..p.threads)
+            .map(|t| {
+                s.spawn(move || {
+                    placement.enter(t)?;
+                    work(t, deadline)
+                })
+            })
             .collect();
         handles
             .into_iter()
@@ -236,7 +246,7 @@ pub fn run<F: FsOps>(fs: &F, workload: Workload, p: &Params) -> io::Result<Measu
                     &dirs[t]
                 }
             };
-            timed(p.threads, p.duration, |t, deadline| {
+            timed(p, p.duration, |t, deadline| {
                 let ops = until(deadline, |n| {
                     fs.create(target(t), &format!("t{t}-{n}")).map(|()| true)
                 })?;
@@ -299,7 +309,7 @@ pub fn run<F: FsOps>(fs: &F, workload: Workload, p: &Params) -> io::Result<Measu
         p.duration
     };
     let before = fs.lock_report();
-    let (tally, elapsed) = timed(p.threads, duration, |t, deadline| {
+    let (tally, elapsed) = timed(p, duration, |t, deadline| {
         let dir = &dirs[t];
         match workload {
             Workload::Fallocate2 => {
@@ -452,4 +462,60 @@ pub fn run<F: FsOps>(fs: &F, workload: Workload, p: &Params) -> io::Result<Measu
         lost_bytes,
         overcommitted_bytes,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use rustix::thread::sched_getcpu;
+
+    use super::*;
+    use crate::pinning::{allowed_cpus, Pin};
+
+    /// Runs 3 threads placed by `pin` and returns, per thread, the CPU it ran on and the
+    /// CPUs its affinity allows, as seen from inside the thread.
+    fn cpus_seen(pin: Pin) -> Vec<(usize, Vec<usize>)> {
+        let p = Params {
+            threads: 3,
+            duration: Duration::ZERO,
+            size: BLOCK,
+            append_by: AppendBy::Write,
+            placement: Placement::for_this_process(pin).unwrap(),
+        };
+        let seen = Mutex::new(vec![(usize::MAX, Vec::new()); p.threads]);
+        timed(&p, p.duration, |t, _| {
+            // allowed_cpus reads the calling thread's affinity.
+            seen.lock().unwrap()[t] = (sched_getcpu(), allowed_cpus()?);
+            Ok(Tally::default())
+        })
+        .unwrap();
+        seen.into_inner().unwrap()
+    }
+
+    #[test]
+    fn pinned_workload_threads_run_on_their_cpu() {
+        let allowed = allowed_cpus().unwrap();
+        for (t, (cpu, affinity)) in cpus_seen(Pin::Same).into_iter().enumerate() {
+            assert_eq!(
+                (cpu, affinity),
+                (allowed[0], vec![allowed[0]]),
+                "thread {t}"
+            );
+        }
+        if allowed.len() >= 2 {
+            let others = &allowed[1..];
+            for (t, (cpu, affinity)) in cpus_seen(Pin::Split).into_iter().enumerate() {
+                let expected = others[t % others.len()];
+                assert_eq!((cpu, affinity), (expected, vec![expected]), "thread {t}");
+            }
+        }
+        for (cpu, affinity) in cpus_seen(Pin::None) {
+            assert_eq!(
+                affinity, allowed,
+                "unpinned threads keep the process's CPUs"
+            );
+            assert!(allowed.contains(&cpu));
+        }
+    }
 }

@@ -112,40 +112,43 @@ impl<'a> DirEntryIter<'a> {
         }
     }
 
+    /// Decodes the record at `at`. The checks are the kernel's `ext4_check_dir_entry`
+    /// bounds; the error is built out of line, as this runs for every record of every
+    /// directory block a lookup or insert reads.
+    #[inline(always)]
     fn parse_at(&self, at: usize) -> Result<DirEntry<'a>> {
-        let bad = |problem| FormatError::corrupt(Structure::DirectoryEntry, self.loc, problem);
         let rest = &self.region[at..];
-        if rest.len() < ENTRY_HEADER_SIZE {
-            return Err(bad(Problem::EntryHeaderPastEnd {
+        let Some(header) = rest.first_chunk::<ENTRY_HEADER_SIZE>() else {
+            return Err(self.fault(Problem::EntryHeaderPastEnd {
                 offset: at,
                 left: rest.len(),
             }));
-        }
-        // OK to unwrap: the header's 8 bytes are present.
-        let (inode, raw_len) = (le32(rest, 0).unwrap(), le16(rest, 4).unwrap());
-        let rec_len = rec_len_from_disk(raw_len, self.block_size);
+        };
+        let inode = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
+        let rec_len =
+            rec_len_from_disk(u16::from_le_bytes([header[4], header[5]]), self.block_size);
         let (name_len, file_type) = if self.filetype {
-            (usize::from(rest[6]), rest[7])
+            (usize::from(header[6]), header[7])
         } else {
             (
-                usize::from(u16::from_le_bytes([rest[6], rest[7]])),
+                usize::from(u16::from_le_bytes([header[6], header[7]])),
                 file_type::UNKNOWN,
             )
         };
         if rec_len < ENTRY_HEADER_SIZE || rec_len % 4 != 0 {
-            return Err(bad(Problem::BadRecLen {
+            return Err(self.fault(Problem::BadRecLen {
                 offset: at,
                 rec_len,
             }));
         }
         if rec_len > rest.len() {
-            return Err(bad(Problem::RecLenPastEnd {
+            return Err(self.fault(Problem::RecLenPastEnd {
                 offset: at,
                 rec_len,
             }));
         }
         if inode != 0 && (name_len == 0 || entry_size(name_len) > rec_len) {
-            return Err(bad(Problem::NameLenExceedsRecLen {
+            return Err(self.fault(Problem::NameLenExceedsRecLen {
                 offset: at,
                 name_len,
                 rec_len,
@@ -162,6 +165,31 @@ impl<'a> DirEntryIter<'a> {
             file_type,
             name,
         })
+    }
+
+    /// Checks every remaining record without yielding them (a block read from disk is
+    /// checked once, whole, before it is edited), also requiring each record to be at least
+    /// `min_rec_len` bytes (the kernel's `ext4_check_dir_entry` wants room for a one-byte
+    /// name: 12).
+    pub fn check_rest(mut self, min_rec_len: usize) -> Result<()> {
+        while self.offset < self.region.len() {
+            let at = self.offset;
+            let rec_len = self.parse_at(at)?.rec_len;
+            if rec_len < min_rec_len {
+                return Err(self.fault(Problem::BadRecLen {
+                    offset: at,
+                    rec_len,
+                }));
+            }
+            self.offset = at + rec_len;
+        }
+        Ok(())
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn fault(&self, problem: Problem) -> FormatError {
+        FormatError::corrupt(Structure::DirectoryEntry, self.loc, problem)
     }
 }
 

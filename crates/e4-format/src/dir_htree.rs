@@ -203,16 +203,17 @@ impl DxNode {
         if count == 0 || count > limit {
             return Err(bad(Problem::BadCount { count, limit }));
         }
-        let entries = (0..usize::from(count))
-            .map(|i| {
-                let at = offset + DX_ENTRY_SIZE * i;
-                // OK to unwrap: count <= limit and the limit fits in the block.
-                DxEntry {
-                    hash: if i == 0 { 0 } else { le32(block, at).unwrap() },
-                    block: le32(block, at + 4).unwrap(),
-                }
+        // The limit fits in the block (checked above) and count <= limit.
+        let raw = &block[offset..offset + DX_ENTRY_SIZE * usize::from(count)];
+        let mut entries: Vec<DxEntry> = raw
+            .chunks_exact(DX_ENTRY_SIZE)
+            .map(|e| DxEntry {
+                hash: u32::from_le_bytes([e[0], e[1], e[2], e[3]]),
+                block: u32::from_le_bytes([e[4], e[5], e[6], e[7]]),
             })
-            .collect::<Vec<_>>();
+            .collect();
+        // The first entry's hash bytes hold limit and count.
+        entries[0].hash = 0;
         if entries.windows(2).any(|w| w[0].hash > w[1].hash) {
             return Err(bad(Problem::HashesOutOfOrder));
         }

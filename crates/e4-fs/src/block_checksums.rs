@@ -23,9 +23,6 @@ impl Filesystem {
             return Ok(());
         };
         let nr = buffer.nr();
-        let inode_seed = role
-            .owner
-            .map(|o| inode_csum_seed(fs_seed, o.ino, o.generation));
         let loc = match role.owner {
             Some(o) => Location::InodeBlock {
                 inode: o.ino,
@@ -34,6 +31,10 @@ impl Filesystem {
             None => Location::Block(nr),
         };
         buffer.verify_as(role, |bytes| -> Result<()> {
+            // Computed here, not before: most reads find the buffer verified already.
+            let inode_seed = role
+                .owner
+                .map(|o| inode_csum_seed(fs_seed, o.ino, o.generation));
             match (role.kind, inode_seed) {
                 (BlockKind::ExtentNode, Some(seed)) => ExtentNode::verify(bytes, seed, loc)?,
                 (BlockKind::DirectoryLeaf, Some(seed)) if has_tail(bytes) => {

@@ -5,8 +5,8 @@
 //! blocks the kernel edits.
 
 use e4_format::dir_entry::{
-    encode_entry, entry_size, has_tail, init_leaf_tail, rec_len_to_disk, DirEntry, DirEntryIter,
-    TAIL_SIZE,
+    encode_entry, entry_size, has_tail, init_leaf_tail, rec_len_from_disk, rec_len_to_disk,
+    DirEntryIter, ENTRY_HEADER_SIZE, TAIL_SIZE,
 };
 use e4_format::{FormatError, Location, Problem, Structure};
 
@@ -35,18 +35,6 @@ pub(crate) struct LeafEntry {
     /// The raw `file_type` code (0 without the filetype feature).
     pub file_type: u8,
     pub name: Vec<u8>,
-}
-
-impl LeafEntry {
-    fn new(offset: usize, entry: &DirEntry<'_>) -> Self {
-        LeafEntry {
-            offset,
-            rec_len: entry.rec_len,
-            ino: entry.inode,
-            file_type: entry.file_type,
-            name: entry.name.to_vec(),
-        }
-    }
 }
 
 /// An entry to place in a block that is being built from scratch.
@@ -92,23 +80,9 @@ impl LeafBlock {
 
     /// Checks that every record of the chain is whole and at least [`MIN_REC_LEN`] long.
     fn check_chain(&self, loc: Location) -> Result<()> {
-        let mut offset = 0;
         let block_size = self.bytes.len();
-        for entry in DirEntryIter::new(&self.bytes[..self.end], block_size, self.filetype, loc) {
-            let entry = entry?;
-            if entry.rec_len < MIN_REC_LEN {
-                return Err(FormatError::corrupt(
-                    Structure::DirectoryBlock,
-                    loc,
-                    Problem::BadRecLen {
-                        offset,
-                        rec_len: entry.rec_len,
-                    },
-                )
-                .into());
-            }
-            offset += entry.rec_len;
-        }
+        DirEntryIter::new(&self.bytes[..self.end], block_size, self.filetype, loc)
+            .check_rest(MIN_REC_LEN)?;
         Ok(())
     }
 
@@ -154,8 +128,8 @@ impl LeafBlock {
             if at + region.end > end {
                 return None;
             }
-            if let Some((offset, _)) = region.records().last() {
-                last = at + offset;
+            if let Some(record) = region.records().last() {
+                last = at + record.offset;
             }
             bytes[at..at + region.end].copy_from_slice(&region.bytes[..region.end]);
             at += region.end;
@@ -243,54 +217,73 @@ impl LeafBlock {
         &self.bytes
     }
 
-    /// Every record in chain order with its offset, free ones included.
-    fn records(&self) -> impl Iterator<Item = (usize, DirEntry<'_>)> + '_ {
-        // The chain was checked when the block was parsed or built and every edit keeps it
-        // valid, so the iterator yields no errors; stopping at one would only hide entries.
-        let entries = DirEntryIter::new(
-            &self.bytes[..self.end],
-            self.bytes.len(),
-            self.filetype,
-            Location::Block(0),
-        )
-        .map_while(std::result::Result::ok);
-        entries.scan(0usize, |offset, entry| {
-            let at = *offset;
-            *offset += entry.rec_len;
-            Some((at, entry))
-        })
+    /// Every record in chain order, free ones included.
+    fn records(&self) -> Records<'_> {
+        Records {
+            chain: &self.bytes[..self.end],
+            offset: 0,
+            block_size: self.bytes.len(),
+            filetype: self.filetype,
+        }
     }
 
     /// The live entries, in chain order.
     pub(crate) fn entries(&self) -> impl Iterator<Item = LeafEntry> + '_ {
         self.records()
-            .filter(|(_, e)| e.inode != 0)
-            .map(|(offset, e)| LeafEntry::new(offset, &e))
+            .filter(|r| r.inode != 0)
+            .map(|r| r.to_entry())
     }
 
     /// The live entry called `name`, if the block holds one.
     pub(crate) fn find(&self, name: &[u8]) -> Option<LeafEntry> {
         self.records()
-            .find(|(_, e)| e.inode != 0 && e.name == name)
-            .map(|(offset, e)| LeafEntry::new(offset, &e))
+            .find(|r| r.inode != 0 && same_name(r.name, name))
+            .map(|r| r.to_entry())
+    }
+
+    /// The first record with room for an entry with a `name_len`-byte name
+    /// (`ext4_find_dest_de`).
+    fn slot_for(&self, name_len: usize) -> Option<Slot> {
+        let needed = entry_size(name_len);
+        self.records().find_map(|r| r.slot(needed))
+    }
+
+    /// Looks for `name` and, in the same walk, for the first record with room for it: a
+    /// create reads each leaf once for both.
+    pub(crate) fn probe(&self, name: &[u8]) -> LeafProbe {
+        let needed = entry_size(name.len());
+        let mut slot = None;
+        for r in self.records() {
+            if r.inode != 0 && same_name(r.name, name) {
+                return LeafProbe::Found;
+            }
+            if slot.is_none() {
+                slot = r.slot(needed);
+            }
+        }
+        LeafProbe::Absent(slot)
     }
 
     /// Adds an entry in the first record with room for it (`ext4_find_dest_de`): a live
     /// record is cut to its smallest size and the entry takes the rest; a free record is
     /// reused whole. False when no record has room.
     pub(crate) fn insert(&mut self, name: &[u8], ino: u32, file_type: u8) -> bool {
-        let needed = entry_size(name.len());
-        let slot = self.records().find_map(|(offset, e)| {
-            let used = if e.inode == 0 {
-                0
-            } else {
-                entry_size(e.name.len())
-            };
-            (e.rec_len - used >= needed).then_some((offset, used, e.rec_len))
-        });
-        let Some((offset, used, rec_len)) = slot else {
-            return false;
-        };
+        match self.slot_for(name.len()) {
+            Some(slot) => {
+                self.insert_at(slot, name, ino, file_type);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Adds an entry in `slot`, which [`LeafBlock::probe`] found for this name.
+    pub(crate) fn insert_at(&mut self, slot: Slot, name: &[u8], ino: u32, file_type: u8) {
+        let Slot {
+            offset,
+            used,
+            rec_len,
+        } = slot;
         if used > 0 {
             // The live entry keeps its first `used` bytes; only its rec_len changes.
             self.set_rec_len(offset, used);
@@ -298,7 +291,6 @@ impl LeafBlock {
         let at = offset + used;
         self.bytes[at..offset + rec_len].fill(0);
         encode_entry(&mut self.bytes[at..], ino, rec_len - used, file_type, name);
-        true
     }
 
     /// Deletes the record at `offset` (`ext4_generic_delete_entry`): the previous record
@@ -307,12 +299,12 @@ impl LeafBlock {
     pub(crate) fn remove(&mut self, offset: usize) {
         let mut previous = None;
         let mut found = None;
-        for (at, e) in self.records() {
-            if at == offset {
-                found = Some(e.rec_len);
+        for r in self.records() {
+            if r.offset == offset {
+                found = Some(r.rec_len);
                 break;
             }
-            previous = Some((at, e.rec_len));
+            previous = Some((r.offset, r.rec_len));
         }
         let Some(rec_len) = found else {
             return;
@@ -333,7 +325,7 @@ impl LeafBlock {
     /// takes the new bytes, or, in an empty region, one free record spans them. `len` is a
     /// multiple of 4, at least [`MIN_REC_LEN`] more than the current length.
     pub(crate) fn grow_region(&mut self, len: usize) {
-        let last = self.records().last().map(|(offset, e)| (offset, e.rec_len));
+        let last = self.records().last().map(|r| (r.offset, r.rec_len));
         let old = self.end;
         self.bytes.resize(len, 0);
         self.end = len;
@@ -356,6 +348,116 @@ impl LeafBlock {
         let field = offset + REC_LEN_FIELD.start..offset + REC_LEN_FIELD.end;
         self.bytes[field].copy_from_slice(&rec_len_to_disk(rec_len).to_le_bytes());
     }
+}
+
+/// One record of a checked chain, borrowing its name from the block.
+struct Record<'a> {
+    offset: usize,
+    inode: u32,
+    rec_len: usize,
+    file_type: u8,
+    /// Empty in a free record (inode 0).
+    name: &'a [u8],
+}
+
+/// A record with room for a new entry: at `offset`, its own entry using `used` bytes (0 if
+/// free) of its `rec_len`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Slot {
+    offset: usize,
+    used: usize,
+    rec_len: usize,
+}
+
+/// What [`LeafBlock::probe`] found.
+#[derive(Debug)]
+pub(crate) enum LeafProbe {
+    /// The name is here.
+    Found,
+    /// The name is not here; where it would go, if anywhere.
+    Absent(Option<Slot>),
+}
+
+impl Record<'_> {
+    /// This record as a slot for an entry needing `needed` bytes, if it has room.
+    fn slot(&self, needed: usize) -> Option<Slot> {
+        let used = if self.inode == 0 {
+            0
+        } else {
+            entry_size(self.name.len())
+        };
+        (self.rec_len - used >= needed).then_some(Slot {
+            offset: self.offset,
+            used,
+            rec_len: self.rec_len,
+        })
+    }
+
+    fn to_entry(&self) -> LeafEntry {
+        LeafEntry {
+            offset: self.offset,
+            rec_len: self.rec_len,
+            ino: self.inode,
+            file_type: self.file_type,
+            name: self.name.to_vec(),
+        }
+    }
+}
+
+/// Walks a [`LeafBlock`]'s chain. The chain was checked when the block was parsed or built
+/// and every edit keeps it valid, so this decodes without re-checking (directory lookups
+/// and inserts walk every record of a leaf, several times per operation). The bounds are
+/// still tested: a record that breaks them ends the walk rather than reading past the
+/// chain.
+struct Records<'a> {
+    chain: &'a [u8],
+    offset: usize,
+    block_size: usize,
+    filetype: bool,
+}
+
+impl<'a> Iterator for Records<'a> {
+    type Item = Record<'a>;
+
+    fn next(&mut self) -> Option<Record<'a>> {
+        let offset = self.offset;
+        let header = self
+            .chain
+            .get(offset..)?
+            .first_chunk::<ENTRY_HEADER_SIZE>()?;
+        let inode = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
+        let raw_len = u16::from_le_bytes([header[4], header[5]]);
+        let rec_len = rec_len_from_disk(raw_len, self.block_size);
+        let (name_len, file_type) = if self.filetype {
+            (usize::from(header[6]), header[7])
+        } else {
+            (usize::from(u16::from_le_bytes([header[6], header[7]])), 0)
+        };
+        if rec_len < ENTRY_HEADER_SIZE || rec_len > self.chain.len() - offset {
+            return None;
+        }
+        let name = if inode == 0 {
+            &[][..]
+        } else {
+            let start = offset + ENTRY_HEADER_SIZE;
+            self.chain.get(start..start + name_len)?
+        };
+        self.offset = offset + rec_len;
+        Some(Record {
+            offset,
+            inode,
+            rec_len,
+            file_type,
+            name,
+        })
+    }
+}
+
+/// Whether two names are equal, compared from the end: names in one directory often share
+/// a prefix and differ in their last bytes (`file1001`, `file1002`), and an inline loop
+/// over a few bytes is cheaper than a call to `memcmp` per record.
+fn same_name(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().rev().zip(b.iter().rev()).all(|(x, y)| x == y)
 }
 
 /// Where a leaf's entry chain ends under `format`.

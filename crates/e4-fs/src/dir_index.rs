@@ -11,7 +11,7 @@ use e4_format::dir_hash::{dir_hash, HashVersion};
 use e4_format::dir_htree::{DxEntry, DxNode, DxRoot, DxRootInfo, DX_BLOCK_MASK};
 use e4_format::{FormatError, Problem, Structure};
 
-use crate::dir_block::{LeafBlock, LeafEntry, NewEntry, REC_LEN_FIELD};
+use crate::dir_block::{LeafBlock, LeafEntry, LeafProbe, NewEntry, REC_LEN_FIELD};
 use crate::dir_write::{check_dot_entries, DirectoryEditor, Found, DOTDOT_OFFSET};
 use crate::error::{Error, Result};
 use crate::meta_io::BlockKind;
@@ -48,6 +48,15 @@ struct IndexPath {
 }
 
 impl IndexPath {
+    /// The key [`DirectoryEditor::advance`] would move to, read from the levels in hand.
+    fn next_key(&self) -> Option<u32> {
+        self.levels
+            .iter()
+            .rev()
+            .find(|l| l.at + 1 < l.node.entries.len())
+            .map(|l| l.node.entries[l.at + 1].hash)
+    }
+
     fn bottom(&self) -> &IndexLevel {
         // OK to unwrap: a path always holds the root.
         self.levels.last().unwrap()
@@ -145,6 +154,36 @@ impl DirectoryEditor<'_> {
             // The index changed shape: find the leaf again from the root, as the kernel does.
             self.make_room_in_index(&mut path)?;
         }
+    }
+
+    /// [`DirectoryEditor::add_new`] through the index: one probe and one read of the leaf
+    /// answer whether `name` exists and, usually, take the new entry. `None` when that
+    /// leaf cannot settle it: the name's hash may continue in the next leaf, or the leaf
+    /// is full (the caller then looks up and adds the long way).
+    pub(crate) fn add_new_indexed(
+        &mut self,
+        name: &[u8],
+        file_type: u8,
+        make: &mut dyn FnMut() -> Result<u32>,
+    ) -> Result<Option<u32>> {
+        let path = self.probe_name(name)?;
+        let hash = self.hash_name(path.version, name);
+        if path.next_key().is_some_and(|key| key & !1 == hash) {
+            return Ok(None);
+        }
+        let logical = self.index_target(path.bottom().followed(), path.bottom().logical)?;
+        let (physical, mut leaf) = self.read_leaf(logical)?;
+        let slot = match leaf.probe(name) {
+            LeafProbe::Found => {
+                return Err(Error::Exists(String::from_utf8_lossy(name).into_owned()))
+            }
+            LeafProbe::Absent(None) => return Ok(None),
+            LeafProbe::Absent(Some(slot)) => slot,
+        };
+        let ino = make()?;
+        leaf.insert_at(slot, name, ino, file_type);
+        self.write_leaf(physical, &leaf)?;
+        Ok(Some(ino))
     }
 
     /// Turns a full one-block linear directory into an indexed one (`make_indexed_dir`):

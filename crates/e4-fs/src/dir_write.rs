@@ -110,7 +110,33 @@ impl DirFormat {
 pub(crate) trait DirectoryEdit {
     fn lookup(&self, name: &[u8]) -> Result<Option<DirEntry>>;
     fn add_entry(&mut self, name: &[u8], ino: u32, file_type: FileType) -> Result<()>;
+    /// Adds `name` if the directory does not hold it ([`Error::Exists`] if it does),
+    /// pointing at the inode `make` returns; `make` runs only once the name is known to be
+    /// absent, and its error is returned as it is. This default looks up, then adds.
+    fn add_new(
+        &mut self,
+        name: &[u8],
+        file_type: FileType,
+        make: &mut dyn FnMut() -> Result<u32>,
+    ) -> Result<u32> {
+        if self.lookup(name)?.is_some() {
+            return Err(Error::Exists(String::from_utf8_lossy(name).into_owned()));
+        }
+        let ino = make()?;
+        self.add_entry(name, ino, file_type)?;
+        Ok(ino)
+    }
     fn remove_entry(&mut self, name: &[u8]) -> Result<Option<DirEntry>>;
+    /// Finds `name` and remembers where, so that [`DirectoryEdit::remove_located`] need not
+    /// find it again. This default remembers only the name.
+    fn locate(&self, name: &[u8]) -> Result<Option<Located>> {
+        Ok(self.lookup(name)?.map(|entry| Located { entry, at: None }))
+    }
+    /// Removes the entry [`DirectoryEdit::locate`] found. The directory must have stayed
+    /// locked since (the place found is then still the entry's).
+    fn remove_located(&mut self, located: Located) -> Result<()> {
+        self.remove_entry(&located.entry.name).map(drop)
+    }
     fn set_entry(&mut self, name: &[u8], ino: u32, file_type: FileType)
         -> Result<Option<DirEntry>>;
     fn set_parent(&mut self, parent_ino: u32) -> Result<()>;
@@ -124,8 +150,42 @@ impl DirectoryEdit for DirectoryEditor<'_> {
     fn add_entry(&mut self, name: &[u8], ino: u32, file_type: FileType) -> Result<()> {
         DirectoryEditor::add_entry(self, name, ino, file_type)
     }
+    /// In an indexed directory one probe usually settles both the lookup and the insert.
+    fn add_new(
+        &mut self,
+        name: &[u8],
+        file_type: FileType,
+        make: &mut dyn FnMut() -> Result<u32>,
+    ) -> Result<u32> {
+        check_name(name)?;
+        if self.is_indexed() {
+            let code = self.format.file_type_code(file_type);
+            if let Some(ino) = self.add_new_indexed(name, code, make)? {
+                return Ok(ino);
+            }
+        }
+        if DirectoryEditor::lookup(self, name)?.is_some() {
+            return Err(Error::Exists(String::from_utf8_lossy(name).into_owned()));
+        }
+        let ino = make()?;
+        DirectoryEditor::add_entry(self, name, ino, file_type)?;
+        Ok(ino)
+    }
     fn remove_entry(&mut self, name: &[u8]) -> Result<Option<DirEntry>> {
         DirectoryEditor::remove_entry(self, name)
+    }
+    fn locate(&self, name: &[u8]) -> Result<Option<Located>> {
+        check_name(name)?;
+        Ok(self.find(name)?.map(|found| Located {
+            entry: public_entry(found.entry.clone()),
+            at: Some(found),
+        }))
+    }
+    fn remove_located(&mut self, located: Located) -> Result<()> {
+        match located.at {
+            Some(found) => self.remove_found(found),
+            None => DirectoryEditor::remove_entry(self, &located.entry.name).map(drop),
+        }
     }
     fn set_entry(
         &mut self,
@@ -141,6 +201,12 @@ impl DirectoryEdit for DirectoryEditor<'_> {
     fn is_empty(&self) -> Result<bool> {
         DirectoryEditor::is_empty(self)
     }
+}
+
+/// An entry [`DirectoryEdit::locate`] found, with its place when the editor keeps one.
+pub(crate) struct Located {
+    pub entry: DirEntry,
+    at: Option<Found>,
 }
 
 /// A live entry found by name, with the block that holds it.
@@ -233,12 +299,18 @@ impl<'a> DirectoryEditor<'a> {
     /// directory has no such entry. Blocks are never freed.
     pub fn remove_entry(&mut self, name: &[u8]) -> Result<Option<DirEntry>> {
         check_name(name)?;
-        let Some(mut found) = self.find(name)? else {
+        let Some(found) = self.find(name)? else {
             return Ok(None);
         };
+        let entry = public_entry(found.entry.clone());
+        self.remove_found(found)?;
+        Ok(Some(entry))
+    }
+
+    /// Removes the entry `found` names from the leaf it was found in.
+    fn remove_found(&mut self, mut found: Found) -> Result<()> {
         found.leaf.remove(found.entry.offset);
-        self.write_leaf(found.physical, &found.leaf)?;
-        Ok(Some(public_entry(found.entry)))
+        self.write_leaf(found.physical, &found.leaf)
     }
 
     /// Finds `name`. "." and ".." are the caller's to resolve: like every name no entry may

@@ -569,9 +569,22 @@ fn colliding_names_are_found_across_leaf_splits() {
         .iter()
         .any(|e| e.hash & 1 == 1);
     assert!(continued, "no split fell inside a run of equal hashes");
-    let dir = fixture.editor();
     for (i, name) in names.iter().enumerate() {
-        assert_eq!(dir.lookup(name).unwrap().unwrap().ino, 100 + i as u32);
+        assert_eq!(
+            fixture.editor().lookup(name).unwrap().unwrap().ino,
+            100 + i as u32
+        );
+    }
+    // A create probes once: the leaf it lands on may not hold a name whose run of equal
+    // hashes continues in the next leaf, so it must not take the name there.
+    for name in names {
+        let mut made = false;
+        let added = fixture.editor().add_new(name, FileType::Regular, &mut || {
+            made = true;
+            Ok(7)
+        });
+        assert!(matches!(added, Err(Error::Exists(_))), "{added:?}");
+        assert!(!made, "an inode was made for a name that exists");
     }
 }
 

@@ -18,6 +18,19 @@ pub(crate) fn counted_lock<'a, T>(lock: &'a Mutex<T>, stats: &LockStats) -> Mute
     lock.lock()
 }
 
+/// Takes `lock` if it is free, counting an acquisition, or a skip when it is not.
+pub(crate) fn counted_try_lock<'a, T>(
+    lock: &'a Mutex<T>,
+    stats: &LockStats,
+) -> Option<MutexGuard<'a, T>> {
+    let guard = lock.try_lock();
+    match guard {
+        Some(_) => stats.acquisitions.add(1),
+        None => stats.try_skips.add(1),
+    }
+    guard
+}
+
 /// Takes `lock` for reading, counting as [`counted_lock`] does.
 pub(crate) fn counted_read<'a, T>(
     lock: &'a RwLock<T>,

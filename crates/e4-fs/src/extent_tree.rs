@@ -1,5 +1,5 @@
-//! Changing an inode's extent tree: insert, remove (punch and truncate) and the unwritten →
-//! written conversion, following the kernel's shapes (`fs/ext4/extents.c`) so that what e4
+//! Changing an inode's extent tree: insert, remove (punch and truncate), the unwritten →
+//! written conversion and shifting extents along the file (`shift.rs`), following the kernel's shapes (`fs/ext4/extents.c`) so that what e4
 //! writes is what the kernel would have written, and `e2fsck -fn` passes it silently.
 //!
 //! The tree works through [`MetaIo`] only, so it runs the same on the engine's transaction and
@@ -1039,5 +1039,8 @@ fn corrupt(loc: Location, problem: Problem) -> Error {
     FormatError::corrupt(STRUCTURE, loc, problem).into()
 }
 
+mod shift;
 #[cfg(test)]
 mod tests;
+
+pub use shift::ShiftDirection;

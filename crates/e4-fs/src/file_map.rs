@@ -60,9 +60,6 @@ impl Filesystem {
     fn map_extent(&self, inode: &Inode, logical: u64) -> Result<Mapping> {
         let ino = inode.ino;
         let mut node = ExtentNode::parse(&inode.record.block, Location::Inode(ino))?;
-        let seed = self
-            .csum_seed()
-            .map(|s| inode_csum_seed(s, ino, inode.record.generation));
         // Where the next mapped region starts, from index entries seen on the way down.
         let mut next_start = u64::MAX;
         loop {
@@ -83,8 +80,10 @@ impl Filesystem {
                     };
                     let block = self.read_block(child_nr)?;
                     let child = ExtentNode::parse(&block.bytes(), loc)?;
-                    if let Some(seed) = seed {
+                    if let Some(fs_seed) = self.csum_seed() {
+                        // The seed only when the block is verified: once per buffer.
                         block.verify_as(self.role(BlockKind::ExtentNode, inode), |b| {
+                            let seed = inode_csum_seed(fs_seed, ino, inode.record.generation);
                             ExtentNode::verify(b, seed, loc)
                         })?;
                     }

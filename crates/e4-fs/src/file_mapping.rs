@@ -6,8 +6,8 @@ use e4_format::extent::Extent;
 use e4_format::inode::{flags, Inode};
 
 use crate::block_map_tree::BlockMapTree;
-use crate::error::Result;
-use crate::extent_tree::ExtentTree;
+use crate::error::{Error, Result};
+use crate::extent_tree::{ExtentTree, ShiftDirection};
 use crate::file_write::owner_of;
 use crate::meta_io::MetaIo;
 
@@ -142,6 +142,22 @@ impl<'a> FileMapping<'a> {
         match self {
             FileMapping::Extents(t) => t.mark_written(logical as u32, len),
             FileMapping::Blocks(_) => Ok(()),
+        }
+    }
+
+    /// Moves every mapped block at or after `from` by `distance` blocks (see
+    /// [`ExtentTree::shift`]); block maps cannot (the kernel's EOPNOTSUPP).
+    pub fn shift(&mut self, from: u64, distance: u64, direction: ShiftDirection) -> Result<()> {
+        let too_far = || Error::Invalid(format!("a shift of {distance} blocks from block {from}"));
+        match self {
+            FileMapping::Extents(t) => t.shift(
+                u32::try_from(from).map_err(|_| too_far())?,
+                u32::try_from(distance).map_err(|_| too_far())?,
+                direction,
+            ),
+            FileMapping::Blocks(_) => Err(Error::NotSupported(
+                "moving the blocks of a block-mapped file".into(),
+            )),
         }
     }
 

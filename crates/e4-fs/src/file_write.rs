@@ -10,6 +10,7 @@ use e4_format::features::{IncompatFeatures, RoCompatFeatures};
 use e4_format::inode::{flags, FileType, Inode};
 
 use crate::error::{Error, Result};
+use crate::extent_tree::ShiftDirection;
 use crate::file_mapping::FileMapping;
 use crate::filesystem::Filesystem;
 use crate::inode_cache::InodeState;
@@ -33,6 +34,14 @@ pub enum FallocateMode {
     PunchHole,
     /// Make the range read as zeros, allocated.
     ZeroRange,
+    /// Remove the range: its blocks are freed, everything after it moves down by its
+    /// length and the size shrinks by it. Offset and length are whole blocks, and the range
+    /// ends before the end of the file.
+    CollapseRange,
+    /// Insert a hole of the range's length at its offset: everything from the offset on
+    /// moves up by the length and the size grows by it. Offset and length are whole blocks,
+    /// and the offset lies inside the file.
+    InsertRange,
 }
 
 pub(crate) fn owner_of(inode: &Inode) -> Owner {
@@ -50,17 +59,21 @@ impl Filesystem {
             .ok_or_else(|| Error::ReadOnly("the filesystem was opened read-only".into()))
     }
 
-    /// Largest size a file of `inode`'s mapping kind may have.
-    fn max_file_size(&self, inode: &Inode) -> u64 {
-        let bs = u64::from(self.block_size());
-        // An inline file that grows out of the inode gets extents where the filesystem has them.
-        let extents = inode.has_flag(flags::EXTENTS)
+    /// Whether `inode`'s blocks are mapped by extents, or will be once it grows out of the
+    /// inode: an inline file that moves out gets extents where the filesystem has them.
+    fn maps_by_extents(&self, inode: &Inode) -> bool {
+        inode.has_flag(flags::EXTENTS)
             || (inode.has_flag(flags::INLINE_DATA)
                 && self
                     .superblock()
                     .incompat()
-                    .contains(IncompatFeatures::EXTENTS));
-        if extents {
+                    .contains(IncompatFeatures::EXTENTS))
+    }
+
+    /// Largest size a file of `inode`'s mapping kind may have.
+    fn max_file_size(&self, inode: &Inode) -> u64 {
+        let bs = u64::from(self.block_size());
+        if self.maps_by_extents(inode) {
             // `ee_block` is 32 bits: the last logical block is 2^32 - 2 (EXT_MAX_BLOCKS - 1).
             ((1u64 << 32) - 1) * bs
         } else {
@@ -416,7 +429,9 @@ impl Filesystem {
     /// Changes the allocation of `len` bytes from `offset` of regular file `ino` (Linux's
     /// `fallocate`). Allocated ranges get unwritten extents, which read as zeros until
     /// written; only extent-mapped files have them (block-mapped files: NotSupported, as
-    /// the kernel's EOPNOTSUPP).
+    /// the kernel's EOPNOTSUPP). Collapsing and inserting ranges follow
+    /// `ext4_collapse_range` and `ext4_insert_range` (see [`FallocateMode`]); an inline file
+    /// first moves out of its inode, as the kernel converts inline data for every mode.
     pub fn fallocate(&self, ino: u32, mode: FallocateMode, offset: u64, len: u64) -> Result<()> {
         self.retry_when_full(|| self.fallocate_once(ino, mode, offset, len))
     }
@@ -435,11 +450,13 @@ impl Filesystem {
                 .checked_add(len)
                 .filter(|&end| end <= self.max_file_size(&state.inode))
                 .ok_or_else(|| Error::FileTooBig(format!("inode {ino}")))?;
+            // Checked before an inline file moves out, so a refused range changes nothing.
+            self.check_range_shift(&state.inode, mode, offset, len)?;
             let io = TxnIo::new(self, writer, &txn);
             if !self.fallocate_inline(&io, &mut state, mode, offset, end)? {
                 self.fallocate_blocks(&io, &mut state, mode, offset, end)?;
             }
-            let changes_data = matches!(mode, FallocateMode::PunchHole | FallocateMode::ZeroRange);
+            let changes_data = !matches!(mode, FallocateMode::Allocate | FallocateMode::KeepSize);
             Self::touch(&mut state.inode, changes_data);
             drop(state);
             self.inodes.mark_dirty(&handle);
@@ -462,6 +479,8 @@ impl Filesystem {
         let new_len = match mode {
             FallocateMode::Allocate | FallocateMode::ZeroRange => size.max(end),
             FallocateMode::KeepSize | FallocateMode::PunchHole => size,
+            // Moving blocks needs blocks: no length fits inline, so the file moves out.
+            FallocateMode::CollapseRange | FallocateMode::InsertRange => u64::MAX,
         };
         let zeroes = matches!(mode, FallocateMode::PunchHole | FallocateMode::ZeroRange);
         let inline = self.change_inline(io, state, new_len, false, |content| {
@@ -513,8 +532,95 @@ impl Filesystem {
                     }
                 }
             }
+            FallocateMode::CollapseRange => {
+                let (first, count) = (offset / bs, (end - offset) / bs);
+                self.free_range(io, state, first, count)?;
+                self.shift_blocks(io, state, first + count, count, ShiftDirection::Down)?;
+                let size = state.inode.size() - (end - offset);
+                self.set_file_size(&mut state.inode, size);
+            }
+            FallocateMode::InsertRange => {
+                let (first, count) = (offset / bs, (end - offset) / bs);
+                self.shift_blocks(io, state, first, count, ShiftDirection::Up)?;
+                let size = state.inode.size() + (end - offset);
+                self.set_file_size(&mut state.inode, size);
+            }
         }
         Ok(())
+    }
+
+    /// The checks `ext4_collapse_range` and `ext4_insert_range` make, in their order, for a
+    /// collapse or insert of `len` bytes at `offset` (other modes pass): extent-mapped file
+    /// (else NotSupported, EOPNOTSUPP), whole blocks (else Invalid, EINVAL), then for a
+    /// collapse a range that ends before the end of the file (EINVAL), for an insert a size
+    /// that stays within the maximum (FileTooBig, EFBIG) and an offset inside the file
+    /// (EINVAL).
+    fn check_range_shift(
+        &self,
+        inode: &Inode,
+        mode: FallocateMode,
+        offset: u64,
+        len: u64,
+    ) -> Result<()> {
+        let ino = inode.ino;
+        let collapse = match mode {
+            FallocateMode::CollapseRange => true,
+            FallocateMode::InsertRange => false,
+            _ => return Ok(()),
+        };
+        if !self.maps_by_extents(inode) {
+            return Err(Error::NotSupported(format!(
+                "moving the blocks of block-mapped inode {ino}"
+            )));
+        }
+        let bs = u64::from(self.block_size());
+        if offset % bs != 0 || len % bs != 0 {
+            return Err(Error::Invalid(format!(
+                "inode {ino}: offset {offset} and length {len} must be whole {bs}-byte blocks"
+            )));
+        }
+        let size = inode.size();
+        if collapse {
+            // `offset + len` cannot overflow: fallocate checked it against the maximum size.
+            if offset + len >= size {
+                return Err(Error::Invalid(format!(
+                    "inode {ino}: collapsing {offset}..{} reaches the end of the file                      ({size} bytes); truncate instead",
+                    offset + len
+                )));
+            }
+        } else {
+            if len > self.max_file_size(inode).saturating_sub(size) {
+                return Err(Error::FileTooBig(format!(
+                    "inode {ino}: inserting {len} bytes into {size}"
+                )));
+            }
+            if offset >= size {
+                return Err(Error::Invalid(format!(
+                    "inode {ino}: inserting at byte {offset}, at or past the end of the file                      ({size} bytes)"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves every mapped block of `state` at or after logical block `from` by `count`
+    /// blocks, keeping `i_blocks` in step with the tree's nodes. The file's reservation window
+    /// is given back, as the kernel discards preallocations: it was placed after blocks that
+    /// have moved.
+    fn shift_blocks(
+        &self,
+        io: &TxnIo<'_>,
+        state: &mut InodeState,
+        from: u64,
+        count: u64,
+        direction: ShiftDirection,
+    ) -> Result<()> {
+        io.writer.blocks.release_window(&mut state.window, io.slot);
+        let mut map = FileMapping::of(&mut state.inode, io);
+        let shifted = map.shift(from, count, direction);
+        let tree_blocks = map.node_blocks_change();
+        let counted = self.add_blocks(&mut state.inode, tree_blocks);
+        shifted.and(counted)
     }
 
     /// Maps every hole in logical blocks `first..end` to newly allocated unwritten blocks.

@@ -32,6 +32,12 @@ pub struct OpenOptions {
     pub cache_bytes: usize,
     /// Open for writing. The image is marked "not clean" until [`Filesystem::unmount`].
     pub writable: bool,
+    /// Commit the running transaction once this long has passed since the last commit
+    /// (ext4's `commit=`, 5 s by default); zero turns interval commits off (commits then
+    /// come only from pressure, [`Filesystem::sync`] and unmount). The check runs at the end
+    /// of every operation; a filesystem that goes idle with changes is committed by the
+    /// thread [`Filesystem::into_shared`] starts.
+    pub commit_interval: std::time::Duration,
 }
 
 impl Default for OpenOptions {
@@ -40,6 +46,7 @@ impl Default for OpenOptions {
             verify_checksums: true,
             cache_bytes: 64 << 20,
             writable: false,
+            commit_interval: std::time::Duration::from_secs(5),
         }
     }
 }
@@ -240,7 +247,7 @@ impl Filesystem {
                     "the filesystem can only be read: {reason}"
                 )));
             }
-            fs.writer = Some(Writer::start(&fs)?);
+            fs.writer = Some(Writer::start(&fs, options.commit_interval)?);
         }
         Ok(fs)
     }

@@ -18,7 +18,7 @@ use parking_lot::{Mutex, MutexGuard};
 
 use e4_alloc::stats::LockStats;
 
-use crate::engine_stats::counted_lock;
+use crate::engine_stats::{counted_lock, counted_try_lock};
 use crate::error::Result;
 
 const SHARDS: usize = 64;
@@ -61,6 +61,12 @@ impl InodeHandle {
     /// The inode's lock (counted in the cache's inode-lock statistics).
     pub fn lock<'a>(&'a self, cache: &InodeCache) -> MutexGuard<'a, InodeState> {
         counted_lock(&self.state, &cache.inode_locks)
+    }
+
+    /// This inode's lock if it is free now; `None` (counted as a skip) if another thread
+    /// holds it.
+    pub fn try_lock<'a>(&'a self, cache: &InodeCache) -> Option<MutexGuard<'a, InodeState>> {
+        counted_try_lock(&self.state, &cache.inode_locks)
     }
 }
 
@@ -157,6 +163,13 @@ impl InodeCache {
         if !handle.dirty.swap(true, Ordering::AcqRel) {
             self.shard(handle.ino).dirty.push(Arc::clone(handle));
         }
+    }
+
+    /// Whether some inode is dirty (takes every shard's lock: not for hot paths).
+    pub fn any_dirty(&self) -> bool {
+        self.shards
+            .iter()
+            .any(|s| !counted_lock(s, &self.shard_locks).dirty.is_empty())
     }
 
     /// Every dirty handle, marked clean (the caller writes them back).

@@ -46,6 +46,7 @@ mod inline_dir;
 mod inline_file;
 mod inode_cache;
 mod inode_table;
+mod interval_commit;
 pub mod meta_io;
 mod metadata;
 mod namespace;

@@ -133,9 +133,9 @@ fn new_generation(ino: u32) -> u32 {
 /// Locks the handles' inodes in inode-number order (each once).
 fn lock_in_order<'a>(
     cache: &InodeCache,
-    handles: &'a [Arc<InodeHandle>],
+    handles: impl IntoIterator<Item = &'a Arc<InodeHandle>>,
 ) -> Vec<(u32, MutexGuard<'a, InodeState>)> {
-    let mut order: Vec<&Arc<InodeHandle>> = handles.iter().collect();
+    let mut order: Vec<&Arc<InodeHandle>> = handles.into_iter().collect();
     order.sort_by_key(|h| h.ino);
     order.dedup_by_key(|h| h.ino);
     order.into_iter().map(|h| (h.ino, h.lock(cache))).collect()
@@ -322,77 +322,73 @@ impl Filesystem {
             let format = self.dir_format();
             let parent_handle = self.inode_handle(parent)?;
             let mut parent_state = parent_handle.lock(&self.inodes);
-            let dir = &mut parent_state.inode;
-            self.require_directory(dir)?;
-            if self.lookup_locked(&io, &format, dir, name)?.is_some() {
-                return Err(Error::Exists(shown(name)));
-            }
+            self.require_directory(&parent_state.inode)?;
             let is_dir = matches!(kind, NewKind::Directory);
-            if is_dir
-                && dir.links_count() >= MAX_LINKS - 1
-                && !self.has_feature(RoCompatFeatures::DIR_NLINK)
-            {
-                return Err(Error::TooManyLinks(shown(name)));
-            }
-            let alloc_kind = match (&kind, parent) {
-                (NewKind::Directory, ROOT_INO) => {
-                    let sb = self.superblock();
-                    let version =
-                        HashVersion::from_disk(sb.def_hash_version, sb.unsigned_dir_hash())
-                            .unwrap_or(HashVersion::HalfMd4);
-                    InodeKind::TopDirectory {
-                        name_hash: dir_hash(version, name, &sb.hash_seed).major,
-                    }
+            let parent_links = parent_state.inode.links_count();
+            // Runs once the name is known to be absent (so "exists" is reported before
+            // "too many links" or "no space", as the kernel does): allocates and fills
+            // the new inode, and makes its handle before the name exists, so a reader who
+            // finds the name finds this inode, not a stale record from the table.
+            let mut made: Option<Arc<InodeHandle>> = None;
+            let mut make = || -> Result<u32> {
+                if is_dir
+                    && parent_links >= MAX_LINKS - 1
+                    && !self.has_feature(RoCompatFeatures::DIR_NLINK)
+                {
+                    return Err(Error::TooManyLinks(shown(name)));
                 }
-                (NewKind::Directory, _) => InodeKind::Directory,
-                _ => InodeKind::Other,
+                let new = writer
+                    .inodes
+                    .allocate(
+                        &InodeRequest {
+                            parent,
+                            parent_hint: None,
+                            kind: self.new_inode_kind(&kind, parent, name),
+                            slot: txn.slot,
+                        },
+                        &writer.blocks,
+                    )
+                    .map_err(|e| match e {
+                        e4_alloc::InodeError::NoSpace => Error::NoSpace("inodes".into()),
+                        other => Error::Invalid(other.to_string()),
+                    })?;
+                let ino = new.ino;
+                let mut inode = self.new_inode(ino, &kind, creator);
+                if let Err(e) = self.fill_new_inode(&io, &format, &mut inode, &kind, parent) {
+                    let mut doomed = InodeState::detached(inode);
+                    self.release_inode_space(&io, &mut doomed).ok();
+                    writer.inodes.free(ino, is_dir, txn.slot).ok();
+                    return Err(e);
+                }
+                made = Some(self.inodes.insert_new(inode));
+                Ok(ino)
             };
-            let new = writer
-                .inodes
-                .allocate(
-                    &InodeRequest {
-                        parent,
-                        parent_hint: None,
-                        kind: alloc_kind,
-                        slot: txn.slot,
-                    },
-                    &writer.blocks,
-                )
-                .map_err(|e| match e {
-                    e4_alloc::InodeError::NoSpace => Error::NoSpace("inodes".into()),
-                    other => Error::Invalid(other.to_string()),
-                })?;
-            let ino = new.ino;
-            let mut inode = self.new_inode(ino, &kind, creator);
-            if let Err(e) = self.fill_new_inode(&io, &format, &mut inode, &kind, parent) {
-                let mut doomed = InodeState::detached(inode);
-                self.release_inode_space(&io, &mut doomed).ok();
-                writer.inodes.free(ino, is_dir, txn.slot).ok();
-                return Err(e);
-            }
-            // The handle exists before the name does: a reader that finds the name must
-            // find this inode, not read a stale record from the table.
-            let handle = self.inodes.insert_new(inode);
-            let linked = self.edit_dir(&io, &format, &mut parent_state.inode, |e| {
-                e.add_entry(name, ino, kind.file_type())
-            });
-            let linked = linked.and_then(|()| {
-                if is_dir {
-                    self.add_dir_link(&mut parent_state.inode)
-                } else {
-                    Ok(())
+            let linked = self
+                .edit_dir(&io, &format, &mut parent_state.inode, |e| {
+                    e.add_new(name, kind.file_type(), &mut make)
+                })
+                .and_then(|ino| {
+                    if is_dir {
+                        self.add_dir_link(&mut parent_state.inode)?;
+                    }
+                    Ok(ino)
+                });
+            let (ino, handle) = match (linked, made) {
+                (Ok(ino), Some(handle)) => (ino, handle),
+                (Err(e), Some(handle)) => {
+                    // Give back what the new inode took; the directory is unchanged.
+                    // Nothing else can hold the new inode's lock: no name leads to it.
+                    let ino = handle.ino;
+                    let mut new_state = handle.lock(&self.inodes);
+                    self.release_inode_space(&io, &mut new_state).ok();
+                    new_state.deleted = true;
+                    self.inodes.remove(ino);
+                    writer.inodes.free(ino, is_dir, txn.slot).ok();
+                    return Err(e);
                 }
-            });
-            if let Err(e) = linked {
-                // Give back what the new inode took; the directory is unchanged. Nothing
-                // else can hold the new inode's lock: no name leads to it.
-                let mut new_state = handle.lock(&self.inodes);
-                self.release_inode_space(&io, &mut new_state).ok();
-                new_state.deleted = true;
-                self.inodes.remove(ino);
-                writer.inodes.free(ino, is_dir, txn.slot).ok();
-                return Err(e);
-            }
+                (Err(e), None) => return Err(e),
+                (Ok(_), None) => unreachable!("add_new returns an inode only `make` made"),
+            };
             Self::touch(&mut parent_state.inode, true);
             self.inodes.mark_dirty(&parent_handle);
             self.inodes.mark_dirty(&handle);
@@ -400,6 +396,23 @@ impl Filesystem {
         };
         self.commit_if_needed()?;
         Ok(ino)
+    }
+
+    /// How the inode allocator should place a new inode: Orlov spreads directories made in
+    /// the root by their name's hash.
+    fn new_inode_kind(&self, kind: &NewKind<'_>, parent: u32, name: &[u8]) -> InodeKind {
+        match (kind, parent) {
+            (NewKind::Directory, ROOT_INO) => {
+                let sb = self.superblock();
+                let version = HashVersion::from_disk(sb.def_hash_version, sb.unsigned_dir_hash())
+                    .unwrap_or(HashVersion::HalfMd4);
+                InodeKind::TopDirectory {
+                    name_hash: dir_hash(version, name, &sb.hash_seed).major,
+                }
+            }
+            (NewKind::Directory, _) => InodeKind::Directory,
+            _ => InodeKind::Other,
+        }
     }
 
     /// A fresh inode record: mode, owner, times, link count, and the mapping flags the
@@ -573,24 +586,39 @@ impl Filesystem {
             let io = TxnIo::new(self, writer, &txn);
             let format = self.dir_format();
             let parent_handle = self.inode_handle(parent)?;
-            let victim = {
-                let mut p = parent_handle.lock(&self.inodes);
-                self.require_directory(&p.inode)?;
-                self.lookup_locked(&io, &format, &mut p.inode, name)?
-                    .ok_or_else(|| Error::NotFound(shown(name)))?
-                    .ino
-            };
-            let handles = [parent_handle, self.inode_handle(victim)?];
-            let mut locked = lock_in_order(&self.inodes, &handles);
+            let mut p = parent_handle.lock(&self.inodes);
+            self.require_directory(&p.inode)?;
+            let mut located = self
+                .edit_dir(&io, &format, &mut p.inode, |e| e.locate(name))?
+                .ok_or_else(|| Error::NotFound(shown(name)))?;
+            let victim = located.entry.ino;
             if victim == parent {
                 return Err(Error::Invalid(format!("cannot remove {:?}", shown(name))));
             }
+            let victim_handle = self.inode_handle(victim)?;
+            // The victim's lock is taken while the directory's is held when that keeps the
+            // inode-number order, or when it is free (no wait, so no deadlock): the name
+            // found is then still there. Otherwise both are taken in order, and the name
+            // looked up again.
+            let held = if victim > parent {
+                Some(victim_handle.lock(&self.inodes))
+            } else {
+                victim_handle.try_lock(&self.inodes)
+            };
+            let mut locked = match held {
+                Some(v) => vec![(parent, p), (victim, v)],
+                None => {
+                    drop(p);
+                    let mut locked = lock_in_order(&self.inodes, [&parent_handle, &victim_handle]);
+                    let dir = state(&mut locked, parent);
+                    match self.edit_dir(&io, &format, &mut dir.inode, |e| e.locate(name))? {
+                        Some(again) if again.entry.ino == victim => located = again,
+                        _ => continue,
+                    }
+                    locked
+                }
+            };
             let (dir, target) = two_states(&mut locked, parent, victim);
-            // Still the same entry now that both are locked?
-            let again = self.lookup_locked(&io, &format, &mut dir.inode, name)?;
-            if again.map(|e| e.ino) != Some(victim) {
-                continue;
-            }
             let is_dir = target.inode.file_type() == Some(FileType::Directory);
             match (directory, is_dir) {
                 (false, true) => return Err(Error::IsADirectory(shown(name))),
@@ -603,7 +631,7 @@ impl Filesystem {
                     return Err(Error::NotEmpty(shown(name)));
                 }
             }
-            self.edit_dir(&io, &format, &mut dir.inode, |e| e.remove_entry(name))?;
+            self.edit_dir(&io, &format, &mut dir.inode, |e| e.remove_located(located))?;
             if is_dir {
                 Self::drop_dir_link(&mut dir.inode);
                 target.inode.record.links_count = 0;
@@ -619,9 +647,9 @@ impl Filesystem {
                 writer.orphans.lock().insert(victim);
             }
             drop(locked);
-            self.inodes.mark_dirty(&handles[0]);
+            self.inodes.mark_dirty(&parent_handle);
             if !freed {
-                self.inodes.mark_dirty(&handles[1]);
+                self.inodes.mark_dirty(&victim_handle);
             }
             break;
         }

@@ -17,6 +17,7 @@
 //! commit the filesystem refuses further changes.
 
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
 use e4_alloc::{
@@ -94,6 +95,14 @@ pub(crate) struct Writer {
     /// [`OPEN`], [`FAILED`] (a commit failed part-way: the image may be inconsistent, so
     /// further changes are refused) or [`UNMOUNTED`].
     state: AtomicU8,
+    /// Commit once this long has passed since the last commit; `None`: no interval.
+    commit_interval: Option<Duration>,
+    /// The origin of `last_commit`.
+    epoch: Instant,
+    /// Nanoseconds from `epoch` to the end of the last commit (to the start, before the
+    /// first). Written once per commit; operations only load it, and it has its own cache
+    /// line, so the end-of-operation check adds no shared write and no line bouncing.
+    last_commit: CachePadded<AtomicU64>,
 }
 
 const OPEN: u8 = 0;
@@ -103,7 +112,7 @@ const UNMOUNTED: u8 = 2;
 impl Writer {
     /// Builds the allocators from the descriptors (bitmaps load lazily per group) and marks
     /// the filesystem as being written.
-    pub fn start(fs: &Filesystem) -> Result<Self> {
+    pub fn start(fs: &Filesystem, commit_interval: Duration) -> Result<Self> {
         let sb = fs.superblock();
         if sb.cluster_ratio() > 1 {
             return Err(Error::NotSupported(
@@ -237,6 +246,9 @@ impl Writer {
             pending_blocks: AtomicU64::new(0),
             pending_limit: (fs.geometry.blocks() / 16).max(256),
             state: AtomicU8::new(OPEN),
+            commit_interval: (!commit_interval.is_zero()).then_some(commit_interval),
+            epoch: Instant::now(),
+            last_commit: CachePadded::new(AtomicU64::new(0)),
         };
         // The image says "being written" before anything else changes.
         writer.write_superblock(fs)?;
@@ -309,11 +321,36 @@ impl Writer {
         Ok(())
     }
 
-    /// Whether the operation that just finished should commit: many dirty blocks, or many
-    /// freed blocks that only a commit makes reusable.
+    /// Whether the operation that just finished should commit: many dirty blocks, many
+    /// freed blocks that only a commit makes reusable, or the commit interval has passed.
+    /// Loads and one clock read (`Instant::now`, a vDSO call of about 20 ns): no lock and
+    /// no shared write.
     pub fn wants_commit(&self, fs: &Filesystem) -> bool {
         fs.cache.dirty_count() > DIRTY_LIMIT
             || self.pending_blocks.load(Ordering::Relaxed) > self.pending_limit
+            || self
+                .commit_interval
+                .is_some_and(|interval| self.since_last_commit() >= interval)
+    }
+
+    /// The commit interval (`None` when interval commits are off).
+    pub fn commit_interval(&self) -> Option<Duration> {
+        self.commit_interval
+    }
+
+    /// Time since the last commit ended (since the writer started, before the first).
+    pub fn since_last_commit(&self) -> Duration {
+        let last = Duration::from_nanos(self.last_commit.load(Ordering::Relaxed));
+        self.epoch.elapsed().saturating_sub(last)
+    }
+
+    /// Whether the running transaction holds changes a commit would write: dirty blocks or
+    /// inodes, or pending frees. Takes the inode cache's shard locks: for the interval
+    /// thread, not for operations.
+    pub fn has_changes(&self, fs: &Filesystem) -> bool {
+        fs.cache.dirty_count() > 0
+            || self.pending_blocks.load(Ordering::Relaxed) > 0
+            || fs.inodes.any_dirty()
     }
 
     /// Writes the running transaction back (see the module docs for the order).
@@ -337,6 +374,9 @@ impl Writer {
         }
         self.pending_blocks.store(0, Ordering::Relaxed);
         self.commits.add(1);
+        // OK to cast: u64 nanoseconds cover 584 years of one writer.
+        let now = self.epoch.elapsed().as_nanos() as u64;
+        self.last_commit.store(now, Ordering::Relaxed);
         Ok(())
     }
 

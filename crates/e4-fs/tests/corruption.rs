@@ -98,7 +98,7 @@ fn mutated_images_never_panic() {
             let options = OpenOptions {
                 verify_checksums: case % 2 == 0,
                 cache_bytes: 1 << 20,
-                writable: false,
+                ..OpenOptions::default()
             };
             let outcome = catch_unwind(AssertUnwindSafe(|| {
                 Filesystem::open_bytes(bytes, options).map(|fs| walk_everything(&fs))

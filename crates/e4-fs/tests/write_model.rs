@@ -263,7 +263,20 @@ fn run(profile_args: &[&str], name: &str, seed: u64, steps: usize) {
                     FallocateMode::KeepSize,
                     FallocateMode::PunchHole,
                     FallocateMode::ZeroRange,
-                ][rng.gen_range(0..4)];
+                    FallocateMode::CollapseRange,
+                    FallocateMode::InsertRange,
+                ][rng.gen_range(0..6)];
+                let shifts = matches!(
+                    mode,
+                    FallocateMode::CollapseRange | FallocateMode::InsertRange
+                );
+                let bs = u64::from(fs.block_size());
+                let (offset, len) = if shifts && rng.gen_bool(0.9) {
+                    // Mostly whole blocks, which collapse and insert require.
+                    (offset / bs * bs, u64::div_ceil(len, bs).min(40) * bs)
+                } else {
+                    (offset, len)
+                };
                 let got = fs.fallocate(ino, mode, offset, len);
                 if !extents {
                     assert!(
@@ -272,10 +285,38 @@ fn run(profile_args: &[&str], name: &str, seed: u64, steps: usize) {
                     );
                     continue;
                 }
-                got.unwrap_or_else(|e| panic!("step {step}: fallocate {mode:?}: {e}"));
                 let Some(Node::File(content)) = model.nodes.get_mut(&ino) else {
                     unreachable!()
                 };
+                if shifts {
+                    let size = content.len() as u64;
+                    let refused = offset % bs != 0
+                        || len % bs != 0
+                        || match mode {
+                            FallocateMode::CollapseRange => offset + len >= size,
+                            _ => offset >= size,
+                        };
+                    if refused {
+                        assert!(
+                            matches!(got, Err(Error::Invalid(_))),
+                            "step {step}: {mode:?} {offset}+{len} of {size}: {got:?}"
+                        );
+                        continue;
+                    }
+                }
+                got.unwrap_or_else(|e| panic!("step {step}: fallocate {mode:?}: {e}"));
+                let (start, stop) = (offset as usize, (offset + len) as usize);
+                match mode {
+                    FallocateMode::CollapseRange => {
+                        content.drain(start..stop);
+                        continue;
+                    }
+                    FallocateMode::InsertRange => {
+                        content.splice(start..start, std::iter::repeat_n(0, stop - start));
+                        continue;
+                    }
+                    _ => {}
+                }
                 let end = (offset + len) as usize;
                 let grows = matches!(mode, FallocateMode::Allocate | FallocateMode::ZeroRange);
                 if grows && content.len() < end {

@@ -220,3 +220,44 @@ fn many_threads_on_private_and_shared_directories() {
         }
     }
 }
+
+/// An unlink that cannot take the file's lock while holding the directory's (the file's
+/// number is lower, and a long write holds its lock) lets go of the directory and takes
+/// both in order. Creates made in that gap change the leaf the entry is in: the unlink must
+/// remove the entry from the leaf as it is then, not from its first look (which would put
+/// back the leaf without those names).
+#[test]
+fn an_unlink_waiting_for_the_file_keeps_names_made_meanwhile() {
+    let img = make_empty_image(&["-t", "ext4", "-N", "20000"], 512);
+    let fs = Filesystem::open(&img.path, OpenOptions::writable()).unwrap();
+    let file = fs.create(ROOT, b"victim", ME).unwrap();
+    let dir = fs.mkdir(ROOT, b"d", ME).unwrap();
+    assert!(
+        file < dir,
+        "the file {file} must sort before its directory {dir}"
+    );
+    fs.rename(ROOT, b"victim", dir, b"victim", RenameMode::Replace)
+        .unwrap();
+    let data = vec![0x5au8; 256 << 20];
+    std::thread::scope(|s| {
+        let writing = s.spawn(|| fs.write_at(file, 0, &data).unwrap());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let unlinking = s.spawn(|| fs.unlink(dir, b"victim").unwrap());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        for i in 0..100 {
+            fs.create(dir, format!("made-{i}").as_bytes(), ME).unwrap();
+        }
+        writing.join().unwrap();
+        unlinking.join().unwrap();
+    });
+    for i in 0..100 {
+        let name = format!("made-{i}");
+        assert!(
+            fs.lookup(dir, name.as_bytes()).unwrap().is_some(),
+            "{name} was lost"
+        );
+    }
+    assert_eq!(fs.lookup(dir, b"victim").unwrap(), None);
+    fs.unmount().unwrap();
+    e2fsck_clean(&img.path).unwrap();
+}

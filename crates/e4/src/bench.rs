@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use e4_bench::{AppendBy, Plan, Target, Workload};
+use e4_bench::{AppendBy, Pin, Placement, Plan, Target, Workload};
 
 use crate::outln;
 use crate::output::{CliError, Output};
@@ -21,10 +21,13 @@ pub struct BenchArgs {
     pub json: Option<PathBuf>,
     pub chart: Option<PathBuf>,
     pub keep: Option<PathBuf>,
+    pub pin: Pin,
 }
 
 pub fn run(args: BenchArgs) -> Result<(), CliError> {
     let defaults = Plan::default();
+    // Refused here, in one line, rather than as a failed point per target.
+    let placement = Placement::for_this_process(args.pin)?;
     let plan = Plan {
         workloads: if args.workloads.is_empty() {
             defaults.workloads
@@ -40,6 +43,7 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
         append_by: args.by,
         baseline: args.baseline.unwrap_or(defaults.baseline),
         keep: args.keep,
+        placement,
     };
     let report = e4_bench::run(&plan, &mut |line| eprintln!("{line}"));
     if let Some(path) = &args.json {

@@ -81,6 +81,14 @@ enum Command {
         /// Make and leave each target's image in DIR (a tmpfs keeps timings comparable).
         #[arg(long, value_name = "DIR")]
         keep: Option<String>,
+        /// CPU placement, over the CPUs this process may use: none (the scheduler decides);
+        /// same (the workload threads and fuse2fs all on the first CPU: every hand-off is a
+        /// context switch); split (fuse2fs on the first CPU, the workload threads
+        /// round-robin over the others: every hand-off is a cross-CPU wake; needs 2 CPUs).
+        /// Targets without a daemon (e4, kernel-ext4, tmpfs, posix) pin only the workload
+        /// threads, the same way. fuse2fs is pinned with taskset (util-linux).
+        #[arg(long, default_value = "none", value_parser = |s: &str| s.parse::<e4_bench::Pin>())]
+        pin: e4_bench::Pin,
     },
     /// Print the superblock summary (like `dumpe2fs -h`); with -g, every block group too.
     Info {
@@ -305,6 +313,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
             json,
             chart,
             keep,
+            pin,
         } => bench::run(bench::BenchArgs {
             workloads,
             targets,
@@ -316,6 +325,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
             json: json.map(Into::into),
             chart: chart.map(Into::into),
             keep: keep.map(Into::into),
+            pin,
         }),
         Command::Fsck { .. } => unreachable!("fsck is dispatched by main"),
         Command::Import {

@@ -529,6 +529,152 @@ fn corrupt_nodes_are_errors_not_panics() {
     assert!(err.to_string().contains("inode 12"), "{err}");
 }
 
+/// The model after moving every block at or after `from` by `distance` (down or up).
+fn shifted(model: &Model, from: u32, distance: u32, up: bool) -> Model {
+    model
+        .iter()
+        .map(|(&l, &v)| match l >= from {
+            true if up => (l + distance, v),
+            true => (l - distance, v),
+            false => (l, v),
+        })
+        .collect()
+}
+
+/// Shifts `from` by `distance` both ways on a tree of `count` unmergeable one-block extents
+/// (at even blocks) and checks mapping, keys and shape after each.
+fn shift_round_trip(block_size: usize, count: u32, from: u32, distance: u32) -> u16 {
+    let io = MemoryMetaIo::new(block_size, 100, 1 << 30);
+    let mut root = new_root();
+    let mut tree = ExtentTree::new(&mut root, &io, OWNER);
+    append_unmergeable(&mut tree, 0, count);
+    let before = check(&root, &io);
+    let mut tree = ExtentTree::new(&mut root, &io, OWNER);
+    tree.shift(from, distance, ShiftDirection::Up).unwrap();
+    let up = check(&root, &io);
+    assert_eq!(up.mapping, shifted(&before.mapping, from, distance, true));
+    assert_eq!(up.extents, before.extents);
+    let mut tree = ExtentTree::new(&mut root, &io, OWNER);
+    tree.shift(from + distance, distance, ShiftDirection::Down)
+        .unwrap();
+    let down = check(&root, &io);
+    assert_eq!(down.mapping, before.mapping);
+    before.depth
+}
+
+#[test]
+fn shifting_moves_every_later_extent_and_key_at_depths_0_1_and_2() {
+    // 3 extents: depth 0. 20 with 5 per node: depth 1. 60: depth 2.
+    for (count, depth) in [(3, 0), (20, 1), (60, 2)] {
+        for from in [
+            0,
+            1,
+            2,
+            9,
+            10,
+            11,
+            2 * count - 2,
+            2 * count - 1,
+            2 * count + 5,
+        ] {
+            for distance in [1, 6, 1000] {
+                let got = shift_round_trip(TINY_BLOCK, count, from, distance);
+                assert_eq!(got, depth, "{count} extents");
+            }
+        }
+    }
+}
+
+#[test]
+fn shifting_down_into_mapped_blocks_or_below_zero_fails_and_changes_nothing() {
+    let io = MemoryMetaIo::new(TINY_BLOCK, 100, 1 << 30);
+    let mut root = new_root();
+    let mut tree = ExtentTree::new(&mut root, &io, OWNER);
+    append_unmergeable(&mut tree, 0, 30);
+    let before = snapshot(&root, &io);
+    for (from, distance) in [(10, 2), (11, 1), (3, 4), (12, 3)] {
+        let mut tree = ExtentTree::new(&mut root, &io, OWNER);
+        let got = tree.shift(from, distance, ShiftDirection::Down);
+        assert!(
+            matches!(got, Err(Error::Invalid(_))),
+            "{from} by {distance}: {got:?}"
+        );
+        assert!(snapshot(&root, &io) == before);
+    }
+    let mut tree = ExtentTree::new(&mut root, &io, OWNER);
+    // The last extent is block 58: it may move to 2^32 - 2, not to 2^32 - 1.
+    let limit = u32::MAX - 58;
+    assert!(matches!(
+        tree.shift(0, limit, ShiftDirection::Up),
+        Err(Error::Invalid(_))
+    ));
+    assert!(snapshot(&root, &io) == before);
+    let mut tree = ExtentTree::new(&mut root, &io, OWNER);
+    tree.shift(0, limit - 1, ShiftDirection::Up).unwrap();
+    assert_eq!(
+        tree.find(u32::MAX - 1).unwrap().unwrap().logical,
+        u32::MAX - 1
+    );
+    check(&root, &io);
+}
+
+#[test]
+fn shifting_up_from_inside_an_extent_splits_it_and_down_merges_it_again() {
+    let io = MemoryMetaIo::new(TINY_BLOCK, 100, 1 << 30);
+    let mut root = new_root();
+    let mut tree = ExtentTree::new(&mut root, &io, OWNER);
+    // A depth-1 tree whose last leaf (with room: the halves stay in one leaf, where they
+    // can merge again) ends in a 100-block written extent.
+    append_unmergeable(&mut tree, 0, 16);
+    tree.insert(extent(100, 100, 50_000, false)).unwrap();
+    let before = check(&root, &io);
+    let mut tree = ExtentTree::new(&mut root, &io, OWNER);
+    tree.shift(150, 7, ShiftDirection::Up).unwrap();
+    assert_eq!(
+        tree.find(149).unwrap(),
+        Some(extent(100, 50, 50_000, false))
+    );
+    assert_eq!(tree.find(150).unwrap(), None);
+    assert_eq!(
+        tree.find(157).unwrap(),
+        Some(extent(157, 50, 50_050, false))
+    );
+    let up = check(&root, &io);
+    assert_eq!(up.extents, before.extents + 1);
+    assert_eq!(up.mapping, shifted(&before.mapping, 150, 7, true));
+    // Closing the hole makes the halves adjacent again: they merge back into one extent.
+    let mut tree = ExtentTree::new(&mut root, &io, OWNER);
+    tree.shift(157, 7, ShiftDirection::Down).unwrap();
+    assert_eq!(
+        tree.find(150).unwrap(),
+        Some(extent(100, 100, 50_000, false))
+    );
+    let down = check(&root, &io);
+    assert_eq!(down.extents, before.extents);
+    assert_eq!(down.mapping, before.mapping);
+}
+
+#[test]
+fn shifting_a_depth_2_tree_from_the_middle_of_an_index_node() {
+    // 1 KiB blocks, every other block mapped: 84 per leaf, depth 2 past 4 × 84 extents.
+    let io = MemoryMetaIo::new(1024, 100, 1 << 30);
+    let mut root = new_root();
+    let mut tree = ExtentTree::new(&mut root, &io, OWNER);
+    append_unmergeable(&mut tree, 0, 2000);
+    let before = check(&root, &io);
+    assert_eq!(before.depth, 2);
+    for from in [1, 777, 2001, 3999] {
+        let mut tree = ExtentTree::new(&mut root, &io, OWNER);
+        tree.shift(from, 123_457, ShiftDirection::Up).unwrap();
+        let up = check(&root, &io);
+        assert_eq!(up.mapping, shifted(&before.mapping, from, 123_457, true));
+        let mut tree = ExtentTree::new(&mut root, &io, OWNER);
+        tree.shift(from + 123_457, 123_457, ShiftDirection::Down)
+            .unwrap();
+        assert_eq!(check(&root, &io).mapping, before.mapping);
+    }
+}
+
 /// One step of the model test.
 #[derive(Debug, Clone)]
 enum Op {
@@ -547,6 +693,11 @@ enum Op {
         logical: u32,
         len: u32,
     },
+    Shift {
+        from: u32,
+        distance: u32,
+        up: bool,
+    },
 }
 
 fn op(space: u32) -> impl Strategy<Value = Op> {
@@ -557,6 +708,8 @@ fn op(space: u32) -> impl Strategy<Value = Op> {
         2 => (0..space, 1..40u32).prop_map(|(logical, len)| Op::Remove { logical, len }),
         1 => (0..space, 1..300u32).prop_map(|(logical, len)| Op::Remove { logical, len }),
         2 => (0..space, 1..40u32).prop_map(|(logical, len)| Op::MarkWritten { logical, len }),
+        1 => (0..space, 1..60u32, any::<bool>())
+            .prop_map(|(from, distance, up)| Op::Shift { from, distance, up }),
     ]
 }
 
@@ -608,6 +761,21 @@ fn run_model(block_size: usize, ops: Vec<Op>) {
                     if let Some(entry) = model.get_mut(&l) {
                         entry.1 = false;
                     }
+                }
+            }
+            Op::Shift { from, distance, up } => {
+                let fits = up
+                    || (from >= distance
+                        && !(from - distance..from).any(|l| model.contains_key(&l)));
+                let direction = if up {
+                    ShiftDirection::Up
+                } else {
+                    ShiftDirection::Down
+                };
+                let result = tree.shift(from, distance, direction);
+                assert_eq!(result.is_ok(), fits, "{result:?}");
+                if fits {
+                    model = shifted(&model, from, distance, up);
                 }
             }
         }

@@ -1,0 +1,48 @@
+//! A fixed number of creates, then as many unlinks, in one directory of a fresh image, for
+//! counting instructions per operation under callgrind (a time-bound `e4 bench` run makes
+//! a different number of files, and so directories of a different size, on every run):
+//!
+//! ```sh
+//! cargo build --release -p e4-bench --example namespace_profile
+//! valgrind --tool=callgrind target/release/examples/namespace_profile /dev/shm/p.img 100000
+//! callgrind_annotate --inclusive=yes callgrind.out.* | grep -E 'Filesystem>::(create|unlink) '
+//! ```
+//!
+//! Divide the inclusive counts of `create` and `unlink` by the file count.
+
+use e4_fs::{Creator, Filesystem, OpenOptions};
+
+const ROOT_INO: u32 = 2;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut args = std::env::args().skip(1);
+    let (Some(image), Some(count)) = (args.next(), args.next()) else {
+        return Err("usage: namespace_profile IMAGE FILES".into());
+    };
+    let count: u32 = count.parse()?;
+    e4_bench::target::make_image(image.as_ref(), 2 << 30).map_err(|e| format!("{e:?}"))?;
+    let fs = Filesystem::open(&image, OpenOptions::writable())?;
+    let creator = Creator {
+        permissions: 0o644,
+        uid: 0,
+        gid: 0,
+    };
+    let dir = fs.mkdir(
+        ROOT_INO,
+        b"d",
+        Creator {
+            permissions: 0o755,
+            ..creator
+        },
+    )?;
+    let names: Vec<String> = (0..count).map(|n| format!("f{n}")).collect();
+    for name in &names {
+        fs.create(dir, name.as_bytes(), creator)?;
+    }
+    for name in &names {
+        fs.unlink(dir, name.as_bytes())?;
+    }
+    fs.unmount()?;
+    println!("{count} files created and removed");
+    Ok(())
+}

@@ -1,0 +1,126 @@
+//! Interval commits: an idle filesystem with changes is committed by the interval thread
+//! (seen through a second, read-only open of the image and `e2fsck -fn`), a zero interval
+//! never commits on its own, a plain handle commits at the end of the first operation past
+//! the interval, and the end-of-operation check adds no lock and no shared write.
+
+use std::time::Duration;
+
+use e4_fs::{Creator, Filesystem, OpenOptions};
+use e4_testkit::{e2fsck_clean, make_empty_image};
+
+const ROOT: u32 = 2;
+const ME: Creator = Creator {
+    permissions: 0o644,
+    uid: 0,
+    gid: 0,
+};
+
+fn with_interval(interval: Duration) -> OpenOptions {
+    OpenOptions {
+        commit_interval: interval,
+        ..OpenOptions::writable()
+    }
+}
+
+/// What a second, read-only open of the image at `path` finds at `/name`, if anything.
+fn read_back(path: &std::path::Path, name: &str) -> Option<Vec<u8>> {
+    let fs = Filesystem::open(path, OpenOptions::default()).unwrap();
+    let ino = fs.resolve(name, true).ok()?;
+    Some(fs.read_file(ino, 1 << 30).unwrap())
+}
+
+/// Creates `/f` with 300 KiB in it (blocks allocated, an inode and a directory changed).
+fn write_file(fs: &Filesystem) -> Vec<u8> {
+    let data: Vec<u8> = (0..300 * 1024u32).map(|i| (i % 251) as u8).collect();
+    let ino = fs.create(ROOT, b"f", ME).unwrap();
+    fs.write_at(ino, 0, &data).unwrap();
+    data
+}
+
+#[test]
+fn an_idle_filesystem_with_changes_commits_within_the_interval() {
+    let img = make_empty_image(&["-t", "ext4"], 32);
+    // Intervals are long enough that a loaded machine still writes the file well within one.
+    let fs = Filesystem::open(&img.path, with_interval(Duration::from_secs(1)))
+        .unwrap()
+        .into_shared();
+    let data = write_file(&fs);
+    assert_eq!(
+        read_back(&img.path, "/f"),
+        None,
+        "committed before the interval"
+    );
+    assert_eq!(fs.lock_stats().commits, 0);
+    // No operation from here on: only the interval thread can commit.
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(fs.lock_stats().commits, 1);
+    assert_eq!(read_back(&img.path, "/f"), Some(data));
+    // Metadata too: bitmaps, counts, directory and inode are consistent on disk while the
+    // writer still holds the image.
+    e2fsck_clean(&img.path).unwrap();
+    // Idle without changes: nothing more to commit.
+    std::thread::sleep(Duration::from_millis(2000));
+    assert_eq!(fs.lock_stats().commits, 1);
+    drop(fs);
+    e2fsck_clean(&img.path).unwrap();
+}
+
+#[test]
+fn a_zero_interval_never_commits_on_its_own() {
+    let img = make_empty_image(&["-t", "ext4"], 32);
+    let fs = Filesystem::open(&img.path, with_interval(Duration::ZERO))
+        .unwrap()
+        .into_shared();
+    let data = write_file(&fs);
+    std::thread::sleep(Duration::from_millis(1500));
+    let ino = fs.resolve("/f", true).unwrap();
+    fs.write_at(ino, 0, b"more").unwrap();
+    assert_eq!(fs.lock_stats().commits, 0);
+    assert_eq!(read_back(&img.path, "/f"), None);
+    fs.sync().unwrap();
+    let mut expected = data;
+    expected[..4].copy_from_slice(b"more");
+    assert_eq!(read_back(&img.path, "/f"), Some(expected));
+    drop(fs);
+    e2fsck_clean(&img.path).unwrap();
+}
+
+#[test]
+fn a_plain_handle_commits_after_the_first_operation_past_the_interval() {
+    let img = make_empty_image(&["-t", "ext4"], 32);
+    let fs = Filesystem::open(&img.path, with_interval(Duration::from_secs(1))).unwrap();
+    let data = write_file(&fs);
+    assert_eq!(fs.lock_stats().commits, 0);
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(fs.lock_stats().commits, 0, "a plain handle has no thread");
+    fs.mkdir(ROOT, b"d", ME).unwrap();
+    assert_eq!(fs.lock_stats().commits, 1);
+    assert_eq!(read_back(&img.path, "/f"), Some(data));
+    assert!(read_back(&img.path, "/d").is_some());
+    fs.unmount().unwrap();
+    e2fsck_clean(&img.path).unwrap();
+}
+
+#[test]
+fn the_interval_check_takes_no_lock_and_writes_nothing_shared() {
+    // The same operations on copies of one image (same hash seed, so the same directory
+    // layout) with the interval off and with one that never passes: the same lock
+    // acquisitions and shared-atomic writes.
+    let original = make_empty_image(&["-t", "ext4"], 32);
+    let stats = |interval| {
+        let copy = original.path.with_extension("copy");
+        std::fs::copy(&original.path, &copy).unwrap();
+        let fs = Filesystem::open(&copy, with_interval(interval)).unwrap();
+        let dir = fs.mkdir(ROOT, b"d", ME).unwrap();
+        for i in 0..200 {
+            let ino = fs.create(dir, format!("f{i}").as_bytes(), ME).unwrap();
+            fs.write_at(ino, 0, &[i as u8; 5000]).unwrap();
+        }
+        let report = fs.lock_stats();
+        fs.unmount().unwrap();
+        e2fsck_clean(&copy).unwrap();
+        std::fs::remove_file(&copy).unwrap();
+        report
+    };
+    assert_eq!(stats(Duration::ZERO), stats(Duration::from_secs(3600)));
+}
