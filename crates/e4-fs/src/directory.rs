@@ -265,17 +265,17 @@ impl Filesystem {
 
     /// Lists directory `dir`, without "." and "..".
     pub fn read_dir(&self, dir: u32) -> Result<Vec<DirEntry>> {
-        self.read_dir_of(&self.caller_inode(dir)?)
+        self.read_caller_inode(dir, |inode| self.read_dir_of(inode))
     }
 
     /// Finds `name` in directory `dir`.
     pub fn lookup(&self, dir: u32, name: &[u8]) -> Result<Option<u32>> {
-        self.lookup_in(&self.caller_inode(dir)?, name)
+        self.read_caller_inode(dir, |inode| self.lookup_in(inode, name))
     }
 
     /// The parent of directory `dir` (its ".." entry).
     pub fn parent(&self, dir: u32) -> Result<u32> {
-        self.parent_of(&self.caller_inode(dir)?)
+        self.read_caller_inode(dir, |inode| self.parent_of(inode))
     }
 
     pub(crate) fn read_dir_of(&self, dir: &Inode) -> Result<Vec<DirEntry>> {

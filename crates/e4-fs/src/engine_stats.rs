@@ -4,7 +4,7 @@
 //! [`Counter`](e4_alloc::stats::Counter)), so it does not itself become a shared hot line.
 
 use e4_alloc::stats::{LockSnapshot, LockStats};
-use parking_lot::{Mutex, MutexGuard, RwLock, RwLockReadGuard};
+use parking_lot::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::filesystem::Filesystem;
 
@@ -18,12 +18,26 @@ pub(crate) fn counted_lock<'a, T>(lock: &'a Mutex<T>, stats: &LockStats) -> Mute
     lock.lock()
 }
 
-/// Takes `lock` if it is free, counting an acquisition, or a skip when it is not.
-pub(crate) fn counted_try_lock<'a, T>(
-    lock: &'a Mutex<T>,
+/// Takes `lock` for writing, counting as [`counted_lock`] does.
+pub(crate) fn counted_write<'a, T>(
+    lock: &'a RwLock<T>,
     stats: &LockStats,
-) -> Option<MutexGuard<'a, T>> {
-    let guard = lock.try_lock();
+) -> RwLockWriteGuard<'a, T> {
+    stats.acquisitions.add(1);
+    if let Some(guard) = lock.try_write() {
+        return guard;
+    }
+    stats.contended.add(1);
+    lock.write()
+}
+
+/// Takes `lock` for writing if it is free, counting an acquisition, or a skip when it is
+/// not.
+pub(crate) fn counted_try_write<'a, T>(
+    lock: &'a RwLock<T>,
+    stats: &LockStats,
+) -> Option<RwLockWriteGuard<'a, T>> {
+    let guard = lock.try_write();
     match guard {
         Some(_) => stats.acquisitions.add(1),
         None => stats.try_skips.add(1),

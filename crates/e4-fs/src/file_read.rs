@@ -19,25 +19,26 @@ impl Filesystem {
     /// Reads up to `buf.len()` bytes at `offset` of file `ino`; returns how many were read
     /// (0 at the end).
     pub fn read_at(&self, ino: u32, offset: u64, buf: &mut [u8]) -> Result<usize> {
-        self.read_inode_at(&self.caller_inode(ino)?, offset, buf)
+        self.read_caller_inode(ino, |inode| self.read_inode_at(inode, offset, buf))
     }
 
     /// Reads the whole of file `ino`, which must be at most `limit` bytes. A larger file is
     /// the caller's limit being too small (EFBIG), not a corrupt inode.
     pub fn read_file(&self, ino: u32, limit: u64) -> Result<Vec<u8>> {
-        let inode = self.caller_inode(ino)?;
-        if inode.size() > limit {
-            return Err(crate::error::Error::FileTooBig(format!(
-                "inode {ino} holds {} bytes, more than the {limit} asked for",
-                inode.size()
-            )));
-        }
-        self.read_all(&inode, limit)
+        self.read_caller_inode(ino, |inode| {
+            if inode.size() > limit {
+                return Err(crate::error::Error::FileTooBig(format!(
+                    "inode {ino} holds {} bytes, more than the {limit} asked for",
+                    inode.size()
+                )));
+            }
+            self.read_all(inode, limit)
+        })
     }
 
     /// The target of symlink `ino`.
     pub fn read_link(&self, ino: u32) -> Result<Vec<u8>> {
-        self.read_link_of(&self.caller_inode(ino)?)
+        self.read_caller_inode(ino, |inode| self.read_link_of(inode))
     }
 
     pub(crate) fn read_inode_at(

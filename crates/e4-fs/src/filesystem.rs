@@ -398,16 +398,26 @@ impl Filesystem {
     /// flag) is not a file and is refused, as the kernel's `__ext4_iget` refuses it
     /// ("unexpected EA_INODE flag"); such values are read by the xattr code.
     pub fn read_inode(&self, ino: u32) -> Result<Inode> {
-        let inode = self.inode_handle(ino)?.lock(&self.inodes).inode.clone();
-        if inode.has_flag(e4_format::inode::flags::EA_INODE) {
-            return Err(FormatError::corrupt(
-                Structure::Inode,
-                Location::Inode(ino),
-                Problem::UnexpectedEaInodeFlag,
-            )
-            .into());
-        }
+        let inode = self.inode_handle(ino)?.read(&self.inodes).inode.clone();
+        refuse_ea_inode(&inode)?;
         Ok(inode)
+    }
+
+    /// Runs `read` on inode `ino`, named by a caller, under the inode's lock shared with
+    /// other readers: no write, truncate, punch or directory edit can change the mapping
+    /// or the entries while the read follows them, so a read never lands in blocks the
+    /// file has given up (which a commit may already have handed to another file) and
+    /// never sees a directory half-way through a split.
+    pub(crate) fn read_caller_inode<T>(
+        &self,
+        ino: u32,
+        read: impl FnOnce(&Inode) -> Result<T>,
+    ) -> Result<T> {
+        self.check_caller_ino(ino)?;
+        let handle = self.inode_handle(ino)?;
+        let state = handle.read(&self.inodes);
+        refuse_ea_inode(&state.inode)?;
+        read(&state.inode)
     }
 
     /// Inode `ino`, named by a caller: as [`Filesystem::read_inode`], but a number that
@@ -506,4 +516,17 @@ impl Filesystem {
             .into()),
         }
     }
+}
+
+/// An inode that holds an extended attribute's value is not a file a caller may name.
+fn refuse_ea_inode(inode: &Inode) -> Result<()> {
+    if inode.has_flag(e4_format::inode::flags::EA_INODE) {
+        return Err(FormatError::corrupt(
+            Structure::Inode,
+            Location::Inode(inode.ino),
+            Problem::UnexpectedEaInodeFlag,
+        )
+        .into());
+    }
+    Ok(())
 }

@@ -14,11 +14,11 @@ use std::sync::Arc;
 use crossbeam_utils::CachePadded;
 use e4_alloc::ReservationWindow;
 use e4_format::inode::Inode;
-use parking_lot::{Mutex, MutexGuard};
+use parking_lot::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use e4_alloc::stats::LockStats;
 
-use crate::engine_stats::{counted_lock, counted_try_lock};
+use crate::engine_stats::{counted_lock, counted_read, counted_try_write, counted_write};
 use crate::error::Result;
 
 const SHARDS: usize = 64;
@@ -50,23 +50,33 @@ impl InodeState {
     }
 }
 
-/// One inode's shared handle.
+/// The inode lock held for a change.
+pub(crate) type InodeGuard<'a> = RwLockWriteGuard<'a, InodeState>;
+
+/// One inode's shared handle. Its lock is a reader-writer lock: reads of a file's data or a
+/// directory's entries share it, so they never follow a mapping a writer is changing, and
+/// never wait for one another.
 pub(crate) struct InodeHandle {
     pub ino: u32,
-    state: Mutex<InodeState>,
+    state: RwLock<InodeState>,
     dirty: AtomicBool,
 }
 
 impl InodeHandle {
-    /// The inode's lock (counted in the cache's inode-lock statistics).
-    pub fn lock<'a>(&'a self, cache: &InodeCache) -> MutexGuard<'a, InodeState> {
-        counted_lock(&self.state, &cache.inode_locks)
+    /// The inode's lock, for a change (counted in the cache's inode-lock statistics).
+    pub fn lock<'a>(&'a self, cache: &InodeCache) -> InodeGuard<'a> {
+        counted_write(&self.state, &cache.inode_locks)
     }
 
-    /// This inode's lock if it is free now; `None` (counted as a skip) if another thread
+    /// The inode's lock if it is free now; `None` (counted as a skip) if another thread
     /// holds it.
-    pub fn try_lock<'a>(&'a self, cache: &InodeCache) -> Option<MutexGuard<'a, InodeState>> {
-        counted_try_lock(&self.state, &cache.inode_locks)
+    pub fn try_lock<'a>(&'a self, cache: &InodeCache) -> Option<InodeGuard<'a>> {
+        counted_try_write(&self.state, &cache.inode_locks)
+    }
+
+    /// The inode's lock, shared with other readers.
+    pub fn read<'a>(&'a self, cache: &InodeCache) -> RwLockReadGuard<'a, InodeState> {
+        counted_read(&self.state, &cache.inode_locks)
     }
 }
 
@@ -108,7 +118,7 @@ impl InodeCache {
     fn handle_for(inode: Inode) -> Arc<InodeHandle> {
         Arc::new(InodeHandle {
             ino: inode.ino,
-            state: Mutex::new(InodeState::detached(inode)),
+            state: RwLock::new(InodeState::detached(inode)),
             dirty: AtomicBool::new(false),
         })
     }
@@ -153,7 +163,7 @@ impl InodeCache {
             Arc::strong_count(h) > 1
                 || h.dirty.load(Ordering::Acquire)
                 || h.state
-                    .try_lock()
+                    .try_read()
                     .is_none_or(|s| s.open_count > 0 || s.window.unused().is_some())
         });
     }

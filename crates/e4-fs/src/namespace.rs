@@ -16,7 +16,6 @@ use e4_alloc::{InodeKind, InodeRequest};
 use e4_format::dir_hash::{dir_hash, HashVersion};
 use e4_format::features::{IncompatFeatures, RoCompatFeatures};
 use e4_format::inode::{flags, FileType, Inode, ROOT_INO};
-use parking_lot::MutexGuard;
 
 use crate::dir_write::{DirFormat, DirectoryEdit, DirectoryEditor};
 use crate::directory::DirEntry;
@@ -27,7 +26,7 @@ use crate::file_write::owner_of;
 use crate::filesystem::Filesystem;
 use crate::inline_data::InlineData;
 use crate::inline_dir::{empty_inline_dir, InlineDirectoryEditor};
-use crate::inode_cache::{InodeCache, InodeHandle, InodeState};
+use crate::inode_cache::{InodeCache, InodeGuard, InodeHandle, InodeState};
 use crate::txn_io::TxnIo;
 
 /// The kernel's cap on a directory's link count; past it, dir_nlink directories count 1.
@@ -134,7 +133,7 @@ fn new_generation(ino: u32) -> u32 {
 fn lock_in_order<'a>(
     cache: &InodeCache,
     handles: impl IntoIterator<Item = &'a Arc<InodeHandle>>,
-) -> Vec<(u32, MutexGuard<'a, InodeState>)> {
+) -> Vec<(u32, InodeGuard<'a>)> {
     let mut order: Vec<&Arc<InodeHandle>> = handles.into_iter().collect();
     order.sort_by_key(|h| h.ino);
     order.dedup_by_key(|h| h.ino);
@@ -142,10 +141,7 @@ fn lock_in_order<'a>(
 }
 
 /// The guard of inode `ino` among `locked`.
-fn state<'g, 'a>(
-    locked: &'g mut [(u32, MutexGuard<'a, InodeState>)],
-    ino: u32,
-) -> &'g mut InodeState {
+fn state<'g, 'a>(locked: &'g mut [(u32, InodeGuard<'a>)], ino: u32) -> &'g mut InodeState {
     let at = locked
         .iter()
         .position(|(i, _)| *i == ino)
@@ -155,7 +151,7 @@ fn state<'g, 'a>(
 
 /// Two distinct entries of `locked`, mutably.
 fn two_states<'g, 'a>(
-    locked: &'g mut [(u32, MutexGuard<'a, InodeState>)],
+    locked: &'g mut [(u32, InodeGuard<'a>)],
     a: u32,
     b: u32,
 ) -> (&'g mut InodeState, &'g mut InodeState) {
@@ -833,7 +829,7 @@ impl Filesystem {
         &self,
         io: &TxnIo<'_>,
         format: &DirFormat,
-        locked: &mut [(u32, MutexGuard<'_, InodeState>)],
+        locked: &mut [(u32, InodeGuard<'_>)],
         old_parent: u32,
         old_name: &[u8],
         new_parent: u32,
@@ -842,7 +838,7 @@ impl Filesystem {
         target: Option<u32>,
         mode: RenameMode,
     ) -> Result<()> {
-        let type_of = |locked: &mut [(u32, MutexGuard<'_, InodeState>)], ino: u32| {
+        let type_of = |locked: &mut [(u32, InodeGuard<'_>)], ino: u32| {
             state(locked, ino)
                 .inode
                 .file_type()

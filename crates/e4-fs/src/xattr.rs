@@ -95,13 +95,13 @@ impl Filesystem {
     /// Names of the attributes `listxattr` would show.
     /// The names of inode `ino`'s extended attributes, with their namespace prefixes.
     pub fn list_xattrs(&self, ino: u32) -> Result<Vec<Vec<u8>>> {
-        self.list_xattrs_of(&self.caller_inode(ino)?)
+        self.read_caller_inode(ino, |inode| self.list_xattrs_of(inode))
     }
 
     /// The value of inode `ino`'s extended attribute `name` (with its prefix, e.g.
     /// `user.comment`), if it has one.
     pub fn get_xattr(&self, ino: u32, name: &[u8]) -> Result<Option<Vec<u8>>> {
-        self.get_xattr_of(&self.caller_inode(ino)?, name)
+        self.read_caller_inode(ino, |inode| self.get_xattr_of(inode, name))
     }
 
     pub(crate) fn list_xattrs_of(&self, inode: &Inode) -> Result<Vec<Vec<u8>>> {

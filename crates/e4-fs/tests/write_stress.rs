@@ -261,3 +261,52 @@ fn an_unlink_waiting_for_the_file_keeps_names_made_meanwhile() {
     fs.unmount().unwrap();
     e2fsck_clean(&img.path).unwrap();
 }
+
+/// A read follows the file's mapping under the inode's lock (shared with other readers): a
+/// truncate cannot free the blocks under it, so a commit cannot hand them to another file
+/// before the read is done. On a volume with no other free space, the other file's bytes
+/// land in exactly those blocks: a reader holding the old mapping would read them.
+#[test]
+fn a_read_never_sees_another_files_bytes_in_blocks_its_file_gave_up() {
+    let img = make_empty_image(&["-t", "ext4", "-b", "4096"], 128);
+    let fs = Filesystem::open(&img.path, OpenOptions::writable()).unwrap();
+    let file = fs.create(ROOT, b"a", ME).unwrap();
+    const LEN: usize = 16 << 20;
+    let mine = vec![0xaau8; LEN];
+    let theirs = vec![0xbbu8; LEN];
+    fs.write_at(file, 0, &mine).unwrap();
+    // Everything else full: what `a` gives up is the only room `b` can have.
+    let filler = fs.create(ROOT, b"filler", ME).unwrap();
+    let spare = fs.statfs().free_blocks.saturating_sub(64) * 4096;
+    fs.write_at(filler, 0, &vec![1u8; spare as usize]).unwrap();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let reader = s.spawn(|| {
+            let mut buf = vec![0u8; LEN];
+            let mut reads = 0u64;
+            while !done.load(Ordering::Relaxed) {
+                let n = fs.read_at(file, 0, &mut buf).unwrap();
+                // Bytes written by a's writer, or nothing: never another file's.
+                assert!(
+                    buf[..n].iter().all(|&b| b == 0xaa),
+                    "read another file's bytes"
+                );
+                reads += 1;
+            }
+            reads
+        });
+        for _ in 0..40 {
+            fs.truncate(file, 0).unwrap();
+            fs.sync().unwrap();
+            let other = fs.create(ROOT, b"b", ME).unwrap();
+            fs.write_at(other, 0, &theirs).unwrap();
+            fs.unlink(ROOT, b"b").unwrap();
+            fs.sync().unwrap();
+            fs.write_at(file, 0, &mine).unwrap();
+        }
+        done.store(true, Ordering::Relaxed);
+        assert!(reader.join().unwrap() > 0);
+    });
+    fs.unmount().unwrap();
+    e2fsck_clean(&img.path).unwrap();
+}
