@@ -45,11 +45,12 @@ pub enum Workload {
     Append,
     /// Creates in a private directory (FxMark MWCL).
     Create,
-    /// Unlinks in a private directory (MWUL).
+    /// Unlinks in a private directory (MWUL), of files made before the clock (see
+    /// [`setup_files_per_thread`]).
     Unlink,
     /// Creates in one shared directory (MWCM).
     CreateShared,
-    /// Unlinks in one shared directory (MWUM).
+    /// Unlinks in one shared directory (MWUM), of files made before the clock.
     UnlinkShared,
     /// Overwrites of a private file's one block (DWOL).
     Dwol,
@@ -227,6 +228,16 @@ fn until(deadline: Instant, mut op: impl FnMut(u64) -> io::Result<bool>) -> io::
     }
 }
 
+/// Files each thread makes before the clock for the workloads that remove or move them
+/// (unlink, unlink-shared, mwrm): 400,000 in all, at most 100,000 per thread.
+pub fn setup_files_per_thread(threads: usize) -> u64 {
+    (SETUP_FILES / threads.max(1) as u64).min(SETUP_FILES_PER_THREAD)
+}
+
+/// All threads' set-up files together, and one thread's most.
+const SETUP_FILES: u64 = 400_000;
+const SETUP_FILES_PER_THREAD: u64 = 100_000;
+
 /// Runs `workload` on `fs`, from an empty filesystem.
 pub fn run<F: FsOps>(fs: &F, workload: Workload, p: &Params) -> io::Result<Measurement> {
     let root = fs.root();
@@ -246,11 +257,18 @@ pub fn run<F: FsOps>(fs: &F, workload: Workload, p: &Params) -> io::Result<Measu
                     &dirs[t]
                 }
             };
-            timed(p, p.duration, |t, deadline| {
-                let ops = until(deadline, |n| {
-                    fs.create(target(t), &format!("t{t}-{n}")).map(|()| true)
-                })?;
-                Ok(Tally { ops, bytes: 0 })
+            // A fixed number, not as many as fit in the duration: every target then
+            // removes from directories of the same size (a faster creator would otherwise
+            // set itself larger directories to remove from).
+            let per_thread = setup_files_per_thread(p.threads);
+            timed(p, p.duration, |t, _| {
+                for n in 0..per_thread {
+                    fs.create(target(t), &format!("t{t}-{n}"))?;
+                }
+                Ok(Tally {
+                    ops: per_thread,
+                    bytes: 0,
+                })
             })?;
         }
         Workload::Mrpl => {

@@ -102,15 +102,20 @@ struct Shard {
     clock: VecDeque<u64>,
     /// Buffers dirtied since the last [`BufferCache::take_dirty`].
     dirty: Vec<Arc<Buffer>>,
+    /// Below this many slots no eviction is tried: after a turn of the clock found nothing
+    /// to evict (every buffer dirty or held), the next try waits until the shard has grown
+    /// by a quarter, so a shard full of dirty buffers is not scanned on every insert. A
+    /// commit, which cleans buffers, resets it.
+    evict_from: usize,
 }
 
 impl Shard {
     /// Evicts one buffer nobody holds and nobody changed, if there is one within a turn of
     /// the clock; otherwise the shard grows past its share (dirty buffers wait for a commit).
-    fn evict_one(&mut self) {
+    fn evict_one(&mut self) -> bool {
         for _ in 0..self.clock.len() {
             let Some(nr) = self.clock.pop_front() else {
-                return;
+                return false;
             };
             let Some(slot) = self.slots.get_mut(&nr) else {
                 continue;
@@ -122,8 +127,9 @@ impl Shard {
                 continue;
             }
             self.slots.remove(&nr);
-            return;
+            return true;
         }
+        false
     }
 }
 
@@ -163,8 +169,9 @@ impl BufferCache {
     }
 
     fn insert_locked(&self, shard: &mut Shard, buffer: &Arc<Buffer>) {
-        if shard.slots.len() >= self.per_shard {
-            shard.evict_one();
+        let len = shard.slots.len();
+        if len >= self.per_shard.max(shard.evict_from) && !shard.evict_one() {
+            shard.evict_from = len + len / 4 + 1;
         }
         shard.slots.insert(
             buffer.nr,
@@ -273,7 +280,10 @@ impl BufferCache {
         let mut out = Vec::new();
         self.dirty_buffers.store(0, Ordering::Relaxed);
         for shard in self.shards.iter() {
-            let taken = std::mem::take(&mut shard.lock().dirty);
+            let mut shard = shard.lock();
+            shard.evict_from = 0;
+            let taken = std::mem::take(&mut shard.dirty);
+            drop(shard);
             for buffer in &taken {
                 buffer.dirty.store(false, Ordering::Release);
             }
@@ -292,6 +302,11 @@ impl BufferCache {
                 self.dirty_buffers.fetch_sub(1, Ordering::Relaxed);
             }
         }
+    }
+
+    /// How many blocks the cache holds before it evicts (the shards' shares together).
+    pub fn capacity(&self) -> usize {
+        self.per_shard * self.shards.len()
     }
 
     /// Dirty buffers waiting for a commit (a snapshot, for deciding when to commit).

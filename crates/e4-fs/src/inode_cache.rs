@@ -80,10 +80,23 @@ impl InodeHandle {
     }
 }
 
-#[derive(Default)]
 struct Shard {
     handles: HashMap<u32, Arc<InodeHandle>>,
     dirty: Vec<Arc<InodeHandle>>,
+    /// How many handles make the next insert trim the shard: twice what the last trim left
+    /// (at least [`CLEAN_PER_SHARD`]), so a shard whose handles are all held or dirty (a
+    /// burst of creates before a commit) is not scanned again on every insert.
+    trim_at: usize,
+}
+
+impl Default for Shard {
+    fn default() -> Self {
+        Shard {
+            handles: HashMap::new(),
+            dirty: Vec::new(),
+            trim_at: CLEAN_PER_SHARD,
+        }
+    }
 }
 
 pub(crate) struct InodeCache {
@@ -154,7 +167,7 @@ impl InodeCache {
 
     /// Drops clean handles nobody holds once a shard has many.
     fn trim(shard: &mut Shard) {
-        if shard.handles.len() < CLEAN_PER_SHARD {
+        if shard.handles.len() < shard.trim_at {
             return;
         }
         shard.handles.retain(|_, h| {
@@ -166,6 +179,7 @@ impl InodeCache {
                     .try_read()
                     .is_none_or(|s| s.open_count > 0 || s.window.unused().is_some())
         });
+        shard.trim_at = (2 * shard.handles.len()).max(CLEAN_PER_SHARD);
     }
 
     /// Marks `handle` changed; the next commit writes its inode back.

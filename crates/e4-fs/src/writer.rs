@@ -43,7 +43,8 @@ const SLOTS: usize = 64;
 /// Stripes of the xattr block reference-count locks.
 const XATTR_BLOCK_LOCKS: usize = 64;
 
-/// Dirty metadata blocks that make an operation commit once it is done.
+/// Dirty metadata blocks that make an operation commit once it is done; at most half the
+/// buffer cache, so clean blocks still have room beside the dirty ones.
 const DIRTY_LIMIT: usize = 16 * 1024;
 
 thread_local! {
@@ -326,7 +327,7 @@ impl Writer {
     /// Loads and one clock read (`Instant::now`, a vDSO call of about 20 ns): no lock and
     /// no shared write.
     pub fn wants_commit(&self, fs: &Filesystem) -> bool {
-        fs.cache.dirty_count() > DIRTY_LIMIT
+        fs.cache.dirty_count() > DIRTY_LIMIT.min(fs.cache.capacity() / 2)
             || self.pending_blocks.load(Ordering::Relaxed) > self.pending_limit
             || self
                 .commit_interval
