@@ -119,12 +119,7 @@ pub(crate) trait DirectoryEdit {
         file_type: FileType,
         make: &mut dyn FnMut() -> Result<u32>,
     ) -> Result<u32> {
-        if self.lookup(name)?.is_some() {
-            return Err(Error::Exists(String::from_utf8_lossy(name).into_owned()));
-        }
-        let ino = make()?;
-        self.add_entry(name, ino, file_type)?;
-        Ok(ino)
+        add_new_after_lookup(self, name, file_type, make)
     }
     fn remove_entry(&mut self, name: &[u8]) -> Result<Option<DirEntry>>;
     /// Finds `name` and remembers where, so that [`DirectoryEdit::remove_located`] need not
@@ -164,12 +159,7 @@ impl DirectoryEdit for DirectoryEditor<'_> {
                 return Ok(ino);
             }
         }
-        if DirectoryEditor::lookup(self, name)?.is_some() {
-            return Err(Error::Exists(String::from_utf8_lossy(name).into_owned()));
-        }
-        let ino = make()?;
-        DirectoryEditor::add_entry(self, name, ino, file_type)?;
-        Ok(ino)
+        add_new_after_lookup(self, name, file_type, make)
     }
     fn remove_entry(&mut self, name: &[u8]) -> Result<Option<DirEntry>> {
         DirectoryEditor::remove_entry(self, name)
@@ -207,6 +197,21 @@ impl DirectoryEdit for DirectoryEditor<'_> {
 pub(crate) struct Located {
     pub entry: DirEntry,
     at: Option<Found>,
+}
+
+/// [`DirectoryEdit::add_new`] the long way: a lookup, then `make`, then an add.
+fn add_new_after_lookup(
+    dir: &mut (impl DirectoryEdit + ?Sized),
+    name: &[u8],
+    file_type: FileType,
+    make: &mut dyn FnMut() -> Result<u32>,
+) -> Result<u32> {
+    if dir.lookup(name)?.is_some() {
+        return Err(Error::Exists(String::from_utf8_lossy(name).into_owned()));
+    }
+    let ino = make()?;
+    dir.add_entry(name, ino, file_type)?;
+    Ok(ino)
 }
 
 /// A live entry found by name, with the block that holds it.
