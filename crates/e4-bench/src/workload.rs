@@ -212,15 +212,20 @@ where
     Ok((total, elapsed))
 }
 
-/// A create's result for [`until`]: a full filesystem ends the thread's run (the image is
-/// sized for the slowest target; a fast one may use every inode before the clock runs
-/// out), and the rate counts the creates made until then.
-fn until_no_inodes(created: io::Result<()>) -> io::Result<bool> {
-    match created {
+/// An operation's result for [`until`]: go on after a success; an error `ends` accepts
+/// ends the thread's run (the rate counts what was done until then), any other fails it.
+/// Creates end at a full filesystem (the image is sized for the slowest target, and a fast
+/// one may use every inode before the clock runs out); removals when their files are gone.
+fn go_on_unless(done: io::Result<()>, ends: fn(&io::Error) -> bool) -> io::Result<bool> {
+    match done {
         Ok(()) => Ok(true),
-        Err(e) if is_no_space(&e) => Ok(false),
+        Err(e) if ends(&e) => Ok(false),
         Err(e) => Err(e),
     }
+}
+
+fn is_not_found(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::NotFound
 }
 
 /// Calls `op(n)` for n = 0, 1, ... until the deadline or until it returns `Ok(false)`.
@@ -379,13 +384,13 @@ pub fn run<F: FsOps>(fs: &F, workload: Workload, p: &Params) -> io::Result<Measu
             }
             Workload::Create => {
                 let ops = until(deadline, |n| {
-                    until_no_inodes(fs.create(dir, &format!("f{n}")))
+                    go_on_unless(fs.create(dir, &format!("f{n}")), is_no_space)
                 })?;
                 Ok(Tally { ops, bytes: 0 })
             }
             Workload::CreateShared => {
                 let ops = until(deadline, |n| {
-                    until_no_inodes(fs.create(&shared, &format!("t{t}-{n}")))
+                    go_on_unless(fs.create(&shared, &format!("t{t}-{n}")), is_no_space)
                 })?;
                 Ok(Tally { ops, bytes: 0 })
             }
@@ -396,12 +401,8 @@ pub fn run<F: FsOps>(fs: &F, workload: Workload, p: &Params) -> io::Result<Measu
                     &shared
                 };
                 let ops = until(deadline, |n| {
-                    match fs.unlink(parent, &format!("t{t}-{n}")) {
-                        Ok(()) => Ok(true),
-                        // Every file made in set-up is gone.
-                        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
-                        Err(e) => Err(e),
-                    }
+                    // NotFound: every file made in set-up is gone.
+                    go_on_unless(fs.unlink(parent, &format!("t{t}-{n}")), is_not_found)
                 })?;
                 Ok(Tally { ops, bytes: 0 })
             }
@@ -445,11 +446,7 @@ pub fn run<F: FsOps>(fs: &F, workload: Workload, p: &Params) -> io::Result<Measu
             Workload::Mwrm => {
                 let ops = until(deadline, |n| {
                     let name = format!("t{t}-{n}");
-                    match fs.rename(dir, &name, &shared, &name) {
-                        Ok(()) => Ok(true),
-                        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
-                        Err(e) => Err(e),
-                    }
+                    go_on_unless(fs.rename(dir, &name, &shared, &name), is_not_found)
                 })?;
                 Ok(Tally { ops, bytes: 0 })
             }

@@ -166,14 +166,17 @@ impl DirectoryEdit for DirectoryEditor<'_> {
     }
     fn locate(&self, name: &[u8]) -> Result<Option<Located>> {
         check_name(name)?;
-        Ok(self.find(name)?.map(|found| Located {
-            entry: public_entry(found.entry.clone()),
-            at: Some(found),
+        Ok(self.find(name)?.map(|found| {
+            let (entry, place) = found.into_parts();
+            Located {
+                entry,
+                at: Some(place),
+            }
         }))
     }
     fn remove_located(&mut self, located: Located) -> Result<()> {
         match located.at {
-            Some(found) => self.remove_found(found),
+            Some(place) => self.remove_at(place),
             None => DirectoryEditor::remove_entry(self, &located.entry.name).map(drop),
         }
     }
@@ -196,7 +199,14 @@ impl DirectoryEdit for DirectoryEditor<'_> {
 /// An entry [`DirectoryEdit::locate`] found, with its place when the editor keeps one.
 pub(crate) struct Located {
     pub entry: DirEntry,
-    at: Option<Found>,
+    at: Option<EntryPlace>,
+}
+
+/// Where a live entry is: its record's offset in a copy of the leaf that holds it.
+pub(crate) struct EntryPlace {
+    physical: u64,
+    leaf: LeafBlock,
+    offset: usize,
 }
 
 /// [`DirectoryEdit::add_new`] the long way: a lookup, then `make`, then an add.
@@ -219,6 +229,18 @@ pub(crate) struct Found {
     pub physical: u64,
     pub leaf: LeafBlock,
     pub entry: LeafEntry,
+}
+
+impl Found {
+    /// The entry as callers see it, and where it is.
+    fn into_parts(self) -> (DirEntry, EntryPlace) {
+        let place = EntryPlace {
+            physical: self.physical,
+            leaf: self.leaf,
+            offset: self.entry.offset,
+        };
+        (public_entry(self.entry), place)
+    }
 }
 
 /// Edits one directory. Holds no state between calls beyond its borrows.
@@ -307,15 +329,15 @@ impl<'a> DirectoryEditor<'a> {
         let Some(found) = self.find(name)? else {
             return Ok(None);
         };
-        let entry = public_entry(found.entry.clone());
-        self.remove_found(found)?;
+        let (entry, place) = found.into_parts();
+        self.remove_at(place)?;
         Ok(Some(entry))
     }
 
-    /// Removes the entry `found` names from the leaf it was found in.
-    fn remove_found(&mut self, mut found: Found) -> Result<()> {
-        found.leaf.remove(found.entry.offset);
-        self.write_leaf(found.physical, &found.leaf)
+    /// Removes the entry at `place` from the leaf it was found in.
+    fn remove_at(&mut self, mut place: EntryPlace) -> Result<()> {
+        place.leaf.remove(place.offset);
+        self.write_leaf(place.physical, &place.leaf)
     }
 
     /// Finds `name`. "." and ".." are the caller's to resolve: like every name no entry may
