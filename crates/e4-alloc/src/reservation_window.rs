@@ -44,6 +44,8 @@ pub struct ReservationWindow {
     remaining: u32,
     /// Size of the window to ask for next.
     grow_to: u32,
+    /// The largest window this owner gets, below the allocator's cap (0: the allocator's).
+    cap: u32,
 }
 
 impl Drop for ReservationWindow {
@@ -68,6 +70,21 @@ impl ReservationWindow {
             next: 0,
             remaining: 0,
             grow_to: blocks.clamp(1, 1 << 31).next_power_of_two() as u32,
+            cap: 0,
+        }
+    }
+
+    /// The window of an owner that grows slowly and may stop at any time (a directory,
+    /// one block per few dozen entries): windows of at most `cap` blocks, so what an
+    /// owner that stops growing holds back is bounded, while concurrent growers still get
+    /// runs rather than single blocks.
+    pub fn capped(cap: u32) -> Self {
+        ReservationWindow {
+            run: None,
+            next: 0,
+            remaining: 0,
+            grow_to: 0,
+            cap: cap.max(1),
         }
     }
 
@@ -97,7 +114,11 @@ impl BlockAllocator {
         slot: usize,
         stream: u64,
     ) -> Result<Extent, AllocError> {
-        let cap = self.config().window_cap;
+        let cap = match (self.config().window_cap, window.cap) {
+            (0, _) => 0,
+            (allocator, 0) => allocator,
+            (allocator, owner) => allocator.min(owner),
+        };
         if cap == 0 {
             return self.allocate(AllocRequest {
                 goal,

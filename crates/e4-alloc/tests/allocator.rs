@@ -787,6 +787,35 @@ fn windows_are_normalized_to_the_file_size() {
     assert_eq!(fresh.remaining(), 28);
 }
 
+/// A capped window (a directory's) doubles from the first size up to its cap and no
+/// further, and two owners growing by turns still get runs, not interleaved blocks.
+#[test]
+fn capped_windows_stop_growing_at_their_cap() {
+    let alloc = BlockAllocator::empty(geometry(8, 4096), AllocatorConfig::default());
+    let mut windows = [ReservationWindow::capped(64), ReservationWindow::capped(64)];
+    let mut sizes = Vec::new();
+    let mut blocks: [Vec<u64>; 2] = [Vec::new(), Vec::new()];
+    for _ in 0..300 {
+        for (owner, window) in windows.iter_mut().enumerate() {
+            let before = window.remaining();
+            let got = alloc
+                .allocate_append(window, None, 1, 0, owner as u64)
+                .unwrap();
+            assert_eq!(got.len, 1);
+            if before == 0 && owner == 0 {
+                sizes.push(window.remaining() + 1);
+            }
+            blocks[owner].push(got.start);
+        }
+    }
+    assert_eq!(sizes[..4], [16, 32, 64, 64]);
+    assert!(sizes.iter().all(|&s| s <= 64), "{sizes:?}");
+    for owned in &blocks {
+        let runs = 1 + owned.windows(2).filter(|w| w[1] != w[0] + 1).count();
+        assert!(runs <= 300 / 64 + 3, "{runs} runs for 300 blocks");
+    }
+}
+
 /// Root-reserved blocks: unprivileged requests stop at the reserve, privileged ones get
 /// it, and freed blocks refill the reserve before anyone unprivileged can have them.
 #[test]

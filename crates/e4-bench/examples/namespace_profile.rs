@@ -1,14 +1,17 @@
-//! A fixed number of creates, then as many unlinks, in one directory of a fresh image, for
-//! counting instructions per operation under callgrind (a time-bound `e4 bench` run makes
-//! a different number of files, and so directories of a different size, on every run):
+//! A fixed number of creates, then as many unlinks, in private directories of a fresh image
+//! (one per thread; one thread by default), for counting instructions per operation under
+//! callgrind (a time-bound `e4 bench` run makes a different number of files, and so
+//! directories of a different size, on every run):
 //!
 //! ```sh
 //! cargo build --release -p e4-bench --example namespace_profile
-//! valgrind --tool=callgrind target/release/examples/namespace_profile /dev/shm/p.img 100000
+//! valgrind --tool=callgrind target/release/examples/namespace_profile /dev/shm/p.img 100000 [THREADS]
 //! callgrind_annotate --inclusive=yes callgrind.out.* | grep -E 'Filesystem>::(create|unlink) '
 //! ```
 //!
-//! Divide the inclusive counts of `create` and `unlink` by the file count.
+//! Divide the inclusive counts of `create` and `unlink` by the file count. With two threads,
+//! valgrind runs one thread at a time but switches between them, so their directories grow
+//! interleaved as they do on two cores: the count shows what sharing costs in instructions.
 
 use e4_fs::{Creator, Filesystem, OpenOptions};
 
@@ -17,9 +20,10 @@ const ROOT_INO: u32 = 2;
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let (Some(image), Some(count)) = (args.next(), args.next()) else {
-        return Err("usage: namespace_profile IMAGE FILES".into());
+        return Err("usage: namespace_profile IMAGE FILES [THREADS]".into());
     };
     let count: u32 = count.parse()?;
+    let threads: u32 = args.next().map_or(Ok(1), |t| t.parse())?;
     e4_bench::target::make_image(image.as_ref(), 2 << 30).map_err(|e| format!("{e:?}"))?;
     let fs = Filesystem::open(&image, OpenOptions::writable())?;
     let creator = Creator {
@@ -27,21 +31,32 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         uid: 0,
         gid: 0,
     };
-    let dir = fs.mkdir(
-        ROOT_INO,
-        b"d",
-        Creator {
-            permissions: 0o755,
-            ..creator
-        },
-    )?;
-    let names: Vec<String> = (0..count).map(|n| format!("f{n}")).collect();
-    for name in &names {
-        fs.create(dir, name.as_bytes(), creator)?;
-    }
-    for name in &names {
-        fs.unlink(dir, name.as_bytes())?;
-    }
+    let create_then_unlink = |thread: u32| -> Result<(), e4_fs::Error> {
+        let dir = fs.mkdir(
+            ROOT_INO,
+            format!("d{thread}").as_bytes(),
+            Creator {
+                permissions: 0o755,
+                ..creator
+            },
+        )?;
+        let names: Vec<String> = (0..count / threads).map(|n| format!("f{n}")).collect();
+        for name in &names {
+            fs.create(dir, name.as_bytes(), creator)?;
+        }
+        for name in &names {
+            fs.unlink(dir, name.as_bytes())?;
+        }
+        Ok(())
+    };
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|thread| scope.spawn(move || create_then_unlink(thread)))
+            .collect();
+        workers
+            .into_iter()
+            .try_for_each(|worker| worker.join().expect("worker panicked"))
+    })?;
     fs.unmount()?;
     println!("{count} files created and removed");
     Ok(())

@@ -284,13 +284,14 @@ impl BufferCache {
             shard.evict_from = 0;
             let taken = std::mem::take(&mut shard.dirty);
             drop(shard);
-            for buffer in &taken {
+            for buffer in taken {
                 buffer.dirty.store(false, Ordering::Release);
+                out.push((buffer.nr, buffer));
             }
-            out.extend(taken);
         }
-        out.sort_by_key(|b| b.nr);
-        out
+        // Sorted by a copy of the number, not through the pointer (as the inode cache's).
+        out.sort_unstable_by_key(|(nr, _)| *nr);
+        out.into_iter().map(|(_, buffer)| buffer).collect()
     }
 
     /// Forgets block `nr` (it was freed): a later use reads or fills it afresh.

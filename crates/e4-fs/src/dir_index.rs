@@ -14,7 +14,7 @@ use e4_format::{FormatError, Problem, Structure};
 use crate::dir_block::{LeafBlock, LeafEntry, LeafProbe, NewEntry, REC_LEN_FIELD};
 use crate::dir_write::{check_dot_entries, DirectoryEditor, Found, DOTDOT_OFFSET};
 use crate::error::{Error, Result};
-use crate::meta_io::BlockKind;
+use crate::meta_io::{look_at, BlockKind};
 
 /// One index node on the path from the root, and the entry the path follows in it.
 struct IndexLevel {
@@ -38,8 +38,11 @@ impl IndexLevel {
 
 /// The path from the root to a leaf (`struct dx_frame` array).
 struct IndexPath {
-    /// Block 0 as read: the root is rewritten in place, keeping "." and "..".
-    root_block: Vec<u8>,
+    /// Block 0's bytes when they are not yet on the disk (a directory being converted to an
+    /// index); `None` when block 0 is the root as read, which a split then reads again to
+    /// rewrite the root in place, keeping "." and "..". (Only a split writes the root: a
+    /// lookup does not copy it.)
+    unwritten_root: Option<Vec<u8>>,
     root_info: DxRootInfo,
     /// Root first; one level per index level.
     levels: Vec<IndexLevel>,
@@ -101,7 +104,7 @@ impl DirectoryEditor<'_> {
     /// corruption (e2fsck's PR_2_HTREE_DUPREF): left alone, a node referenced from many
     /// places would multiply the walk.
     pub(crate) fn index_leaves(&self) -> Result<Vec<u64>> {
-        let (_, info, root) = self.read_root()?;
+        let (info, root) = self.read_root()?;
         let mut seen = BTreeSet::new();
         let mut targets = |node: &DxNode, from: u64| -> Result<Vec<u64>> {
             let mut out = Vec::with_capacity(node.entries.len());
@@ -235,7 +238,7 @@ impl DirectoryEditor<'_> {
             1,
         );
         let mut path = IndexPath {
-            root_block,
+            unwritten_root: Some(root_block),
             root_info: root.info,
             levels: vec![IndexLevel {
                 logical: 0,
@@ -366,7 +369,7 @@ impl DirectoryEditor<'_> {
 
     /// Reads the root and walks down to the bottom index node for `name`'s hash.
     fn probe_name(&self, name: &[u8]) -> Result<IndexPath> {
-        let (root_block, root_info, root) = self.read_root()?;
+        let (root_info, root) = self.read_root()?;
         let loc = self.loc(self.physical(0)?);
         let version = HashVersion::from_disk(root_info.hash_version, self.format().unsigned_hash)
             .ok_or_else(|| {
@@ -395,7 +398,7 @@ impl DirectoryEditor<'_> {
             });
         }
         Ok(IndexPath {
-            root_block,
+            unwritten_root: None,
             root_info,
             levels,
             version,
@@ -426,31 +429,42 @@ impl DirectoryEditor<'_> {
         Ok(Some(key))
     }
 
-    /// Block 0, its root info and its index.
-    fn read_root(&self) -> Result<(Vec<u8>, DxRootInfo, DxNode)> {
+    /// Block 0's root info and its index, parsed where the block lies.
+    fn read_root(&self) -> Result<(DxRootInfo, DxNode)> {
         let physical = self.physical(0)?;
-        let bytes = self
-            .io()
-            .read(physical, BlockKind::HtreeNode, self.owner())?;
-        let root = DxRoot::parse(
-            &bytes,
-            self.format().metadata_csum,
-            self.format().max_index_levels(),
-            self.loc(physical),
+        let format = self.format();
+        let root = look_at(
+            self.io(),
+            physical,
+            BlockKind::HtreeNode,
+            self.owner(),
+            |bytes| {
+                Ok(DxRoot::parse(
+                    bytes,
+                    format.metadata_csum,
+                    format.max_index_levels(),
+                    self.loc(physical),
+                )?)
+            },
         )?;
-        Ok((bytes, root.info, root.node))
+        Ok((root.info, root.node))
     }
 
     fn read_index_node(&self, logical: u64) -> Result<DxNode> {
         let physical = self.physical(logical)?;
-        let bytes = self
-            .io()
-            .read(physical, BlockKind::HtreeNode, self.owner())?;
-        Ok(DxNode::parse(
-            &bytes,
-            self.format().metadata_csum,
-            self.loc(physical),
-        )?)
+        look_at(
+            self.io(),
+            physical,
+            BlockKind::HtreeNode,
+            self.owner(),
+            |bytes| {
+                Ok(DxNode::parse(
+                    bytes,
+                    self.format().metadata_csum,
+                    self.loc(physical),
+                )?)
+            },
+        )
     }
 
     /// The logical block an index entry in node `from` points at, checked to lie inside
@@ -479,7 +493,12 @@ impl DirectoryEditor<'_> {
         if index.logical != 0 {
             return self.write_index_node(physical, &index.node);
         }
-        let mut block = path.root_block.clone();
+        let mut block = match &path.unwritten_root {
+            Some(bytes) => bytes.clone(),
+            None => self
+                .io()
+                .read(physical, BlockKind::HtreeNode, self.owner())?,
+        };
         DxRoot {
             info: path.root_info.clone(),
             node: index.node.clone(),

@@ -2,7 +2,7 @@
 //! logical blocks mapped through the inode's extent tree, and growth by one block at a time
 //! placed after the directory's last block.
 
-use e4_alloc::AllocRequest;
+use e4_alloc::{AllocRequest, ReservationWindow};
 use e4_format::inode::{flags, Inode};
 
 use crate::dir_write::DirectoryBlocks;
@@ -15,11 +15,29 @@ use crate::txn_io::TxnIo;
 /// Directories larger than this need large_dir (`i_size_high` is only used with it).
 const SMALL_DIR_LIMIT: u64 = 1 << 32;
 
+/// Directories grow in reservation windows of at most this many blocks (256 KiB at 4 KiB)
+/// once they are past their first blocks.
+const DIRECTORY_WINDOW_CAP: u32 = 64;
+/// A directory's blocks come one at a time from the group until it holds this many: most
+/// directories never grow past a block or two, and a window would only hold space back.
+const WINDOWLESS_BLOCKS: u64 = 2;
+
+/// The window a directory's handle starts with.
+pub(crate) fn directory_window() -> ReservationWindow {
+    ReservationWindow::capped(DIRECTORY_WINDOW_CAP)
+}
+
 /// A locked directory inode being edited.
 pub(crate) struct InodeDirectoryBlocks<'a> {
     pub fs: &'a Filesystem,
     pub io: &'a TxnIo<'a>,
     pub inode: &'a mut Inode,
+    /// The directory's reservation window, where its blocks past the first few come from:
+    /// without one, directories that grow at the same time (each thread's own, under
+    /// creates from every thread) take their blocks from the group by turns, and each ends
+    /// up with one extent per block. `None` for a directory being made or leaving inline
+    /// data, which is given its first block.
+    pub window: Option<&'a mut ReservationWindow>,
 }
 
 impl DirectoryBlocks for InodeDirectoryBlocks<'_> {
@@ -62,19 +80,22 @@ impl DirectoryBlocks for InodeDirectoryBlocks<'_> {
                 self.fs.geometry.group_first_block(group)
             }
         };
-        let got = self
-            .io
-            .writer
-            .blocks
-            .allocate(AllocRequest {
+        let blocks = &self.io.writer.blocks;
+        let stream = u64::from(self.inode.ino);
+        let got = match self.window.as_deref_mut() {
+            Some(window) if logical >= WINDOWLESS_BLOCKS => {
+                blocks.allocate_append(window, Some(goal), 1, self.io.slot, stream)
+            }
+            _ => blocks.allocate(AllocRequest {
                 goal: Some(goal),
                 len: 1,
                 min_len: 1,
                 slot: self.io.slot,
-                stream: u64::from(self.inode.ino),
+                stream,
                 privileged: false,
-            })
-            .map_err(|_| Error::NoSpace("blocks".into()))?;
+            }),
+        }
+        .map_err(|_| Error::NoSpace("blocks".into()))?;
         let mut map = FileMapping::of(self.inode, self.io);
         let inserted = map.insert(logical, got.start, 1, false);
         let tree_blocks = map.node_blocks_change();

@@ -4,7 +4,7 @@
 
 use e4_format::block_map::{block_map_path, indirect_pointer};
 use e4_format::checksum::inode_csum_seed;
-use e4_format::extent::{ExtentEntries, ExtentNode};
+use e4_format::extent::{ExtentNode, ExtentNodeView};
 use e4_format::inode::{flags, Inode};
 use e4_format::{FormatError, Location, MetadataBlock, Problem, Structure};
 
@@ -57,73 +57,77 @@ impl Filesystem {
         })
     }
 
+    /// Walks the tree down to the leaf that may cover `logical`, reading each node in place
+    /// (a binary search over its entries; nothing decoded but the entries it probes).
     fn map_extent(&self, inode: &Inode, logical: u64) -> Result<Mapping> {
         let ino = inode.ino;
-        let mut node = ExtentNode::parse(&inode.record.block, Location::Inode(ino))?;
         // Where the next mapped region starts, from index entries seen on the way down.
         let mut next_start = u64::MAX;
+        let mut loc = Location::Inode(ino);
+        // The node below the root being walked, with the depth its parent expects of it.
+        let mut below: Option<(std::sync::Arc<crate::buffer_cache::Buffer>, u16)> = None;
         loop {
-            let depth = node.header.depth;
-            match &node.entries {
-                ExtentEntries::Index(indexes) => {
-                    let pos = indexes.partition_point(|e| u64::from(e.block) <= logical);
-                    if let Some(next) = indexes.get(pos) {
-                        next_start = next_start.min(u64::from(next.block));
-                    }
-                    if pos == 0 {
-                        return Ok(hole_until(logical, next_start));
-                    }
-                    let child_nr = indexes[pos - 1].leaf();
-                    let loc = Location::InodeBlock {
-                        inode: ino,
-                        block: child_nr,
-                    };
-                    let block = self.read_block(child_nr)?;
-                    let child = ExtentNode::parse(&block.bytes(), loc)?;
-                    if let Some(fs_seed) = self.csum_seed() {
-                        // The seed only when the block is verified: once per buffer.
-                        block.verify_as(self.role(BlockKind::ExtentNode, inode), |b| {
-                            let seed = inode_csum_seed(fs_seed, ino, inode.record.generation);
-                            ExtentNode::verify(b, seed, loc)
-                        })?;
-                    }
-                    if child.header.depth + 1 != depth {
-                        return Err(FormatError::corrupt(
-                            Structure::ExtentNode,
-                            loc,
-                            Problem::ChildDepthMismatch {
-                                depth: child.header.depth,
-                                parent_depth: depth,
-                            },
-                        )
-                        .into());
-                    }
-                    node = child;
-                }
-                ExtentEntries::Leaf(leaves) => {
-                    let pos = leaves.partition_point(|e| u64::from(e.block) <= logical);
-                    if pos > 0 {
-                        let extent = leaves[pos - 1].extent();
-                        let offset = logical - u64::from(extent.logical);
-                        if offset < u64::from(extent.len) {
-                            self.check_extent_bounds(
-                                extent.physical,
-                                u64::from(extent.len),
-                                Location::Inode(ino),
-                            )?;
-                            return Ok(Mapping::Data {
-                                physical: extent.physical + offset,
-                                len: u64::from(extent.len) - offset,
-                                unwritten: extent.unwritten,
-                            });
-                        }
-                    }
-                    if let Some(next) = leaves.get(pos) {
-                        next_start = next_start.min(u64::from(next.block));
-                    }
-                    return Ok(hole_until(logical, next_start));
+            let guard = below.as_ref().map(|(block, _)| block.bytes());
+            let bytes: &[u8] = match &guard {
+                Some(bytes) => bytes,
+                None => &inode.record.block,
+            };
+            let node = ExtentNodeView::new(bytes, loc)?;
+            if let Some((_, expected)) = below {
+                if node.header.depth != expected {
+                    return Err(FormatError::corrupt(
+                        Structure::ExtentNode,
+                        loc,
+                        Problem::ChildDepthMismatch {
+                            depth: node.header.depth,
+                            parent_depth: expected + 1,
+                        },
+                    )
+                    .into());
                 }
             }
+            let pos = node.entries_starting_by(logical);
+            if pos < node.len() {
+                next_start = next_start.min(u64::from(node.first_block(pos)));
+            }
+            if node.is_leaf() {
+                if pos > 0 {
+                    let extent = node.leaf(pos - 1).extent();
+                    let offset = logical - u64::from(extent.logical);
+                    if offset < u64::from(extent.len) {
+                        self.check_extent_bounds(
+                            extent.physical,
+                            u64::from(extent.len),
+                            Location::Inode(ino),
+                        )?;
+                        return Ok(Mapping::Data {
+                            physical: extent.physical + offset,
+                            len: u64::from(extent.len) - offset,
+                            unwritten: extent.unwritten,
+                        });
+                    }
+                }
+                return Ok(hole_until(logical, next_start));
+            }
+            if pos == 0 {
+                return Ok(hole_until(logical, next_start));
+            }
+            let child_nr = node.index(pos - 1).leaf();
+            let child_depth = node.header.depth - 1;
+            drop(guard);
+            loc = Location::InodeBlock {
+                inode: ino,
+                block: child_nr,
+            };
+            let block = self.read_block(child_nr)?;
+            if let Some(fs_seed) = self.csum_seed() {
+                // The seed only when the block is verified: once per buffer.
+                block.verify_as(self.role(BlockKind::ExtentNode, inode), |b| {
+                    let seed = inode_csum_seed(fs_seed, ino, inode.record.generation);
+                    ExtentNode::verify(b, seed, loc)
+                })?;
+            }
+            below = Some((block, child_depth));
         }
     }
 

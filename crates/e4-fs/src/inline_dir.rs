@@ -202,6 +202,7 @@ impl InlineDirectoryEditor<'_> {
             fs: self.fs,
             io: self.io,
             inode: self.inode,
+            window: None,
         };
         let placed = blocks.append_block().and_then(|physical| {
             self.io
@@ -262,6 +263,7 @@ impl DirectoryEdit for InlineDirectoryEditor<'_> {
             fs: self.fs,
             io: self.io,
             inode: self.inode,
+            window: None,
         };
         DirectoryEditor::new(self.io, &mut blocks, self.format, owner)
             .add_entry(name, ino, file_type)

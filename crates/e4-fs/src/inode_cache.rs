@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use crossbeam_utils::CachePadded;
 use e4_alloc::ReservationWindow;
-use e4_format::inode::Inode;
+use e4_format::inode::{FileType, Inode};
 use parking_lot::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use e4_alloc::stats::LockStats;
@@ -41,9 +41,14 @@ impl InodeState {
     /// State for an inode no handle holds yet (one being built, or being torn down after a
     /// failed creation).
     pub fn detached(inode: Inode) -> Self {
+        let window = if inode.file_type() == Some(FileType::Directory) {
+            crate::directory_blocks::directory_window()
+        } else {
+            ReservationWindow::new()
+        };
         InodeState {
             inode,
-            window: ReservationWindow::new(),
+            window,
             open_count: 0,
             deleted: false,
         }
@@ -198,16 +203,18 @@ impl InodeCache {
 
     /// Every dirty handle, marked clean (the caller writes them back).
     pub fn take_dirty(&self) -> Vec<Arc<InodeHandle>> {
+        // Sorted by a copy of the number beside each handle: sorting by `h.ino` would chase
+        // a pointer per comparison (7 % of a two-thread create run went to that sort).
         let mut out = Vec::new();
         for shard in self.shards.iter() {
             let taken = std::mem::take(&mut shard.lock().dirty);
-            for h in &taken {
+            for h in taken {
                 h.dirty.store(false, Ordering::Release);
+                out.push((h.ino, h));
             }
-            out.extend(taken);
         }
-        out.sort_by_key(|h| h.ino);
-        out
+        out.sort_unstable_by_key(|(ino, _)| *ino);
+        out.into_iter().map(|(_, h)| h).collect()
     }
 
     /// Forgets inode `ino` (it was freed).

@@ -2,7 +2,8 @@
 //! htree) works through, so each mechanism is a unit that can be tested on an in-memory store
 //! and knows nothing of caches, transactions or allocators.
 //!
-//! Reads return a copy of the block as the running transaction sees it; writes record the new
+//! Reads show the block as the running transaction sees it, borrowed ([`MetaIo::visit`], for
+//! a lookup that only looks) or copied ([`MetaIo::read`], for an edit); writes record the new
 //! contents, which reach the disk when the transaction commits. Checksums are not the
 //! mechanism's business: a block is *sealed* (its checksum computed) at write-back, by the
 //! [`BlockKind`] it was written as and its [`Owner`] (DESIGN.md, concurrency rule 4).
@@ -42,9 +43,21 @@ pub struct Owner {
 pub trait MetaIo {
     /// Block size in bytes.
     fn block_size(&self) -> usize;
-    /// A copy of metadata block `nr` as this transaction sees it (verified as `kind` the
-    /// first time it comes from the disk).
-    fn read(&self, nr: u64, kind: BlockKind, owner: Owner) -> Result<Vec<u8>>;
+    /// Shows `look` metadata block `nr` as this transaction sees it (verified as `kind` the
+    /// first time it comes from the disk), without copying it: a lookup through an htree
+    /// reads two or three blocks per operation and keeps none of them. `look` runs with
+    /// the block's buffer locked for reading, so it must not use this `MetaIo`.
+    fn visit(
+        &self,
+        nr: u64,
+        kind: BlockKind,
+        owner: Owner,
+        look: &mut dyn FnMut(&[u8]) -> Result<()>,
+    ) -> Result<()>;
+    /// A copy of metadata block `nr`, for a caller that changes it and writes it back.
+    fn read(&self, nr: u64, kind: BlockKind, owner: Owner) -> Result<Vec<u8>> {
+        look_at(self, nr, kind, owner, |bytes| Ok(bytes.to_vec()))
+    }
     /// Replaces the contents of block `nr` (a whole block); it is sealed as `kind` and
     /// written at commit.
     fn write(&self, nr: u64, kind: BlockKind, owner: Owner, bytes: &[u8]) -> Result<()>;
@@ -54,6 +67,25 @@ pub trait MetaIo {
     /// Gives back `len` blocks from `start` that `owner` no longer uses; they become
     /// reusable once the transaction commits.
     fn free(&self, start: u64, len: u64, owner: Owner) -> Result<()>;
+}
+
+/// [`MetaIo::visit`] for a look that yields a value (the trait method takes a `dyn` closure
+/// so that mechanisms can hold a `&dyn MetaIo`).
+pub(crate) fn look_at<T>(
+    io: &(impl MetaIo + ?Sized),
+    nr: u64,
+    kind: BlockKind,
+    owner: Owner,
+    look: impl FnOnce(&[u8]) -> Result<T>,
+) -> Result<T> {
+    let mut look = Some(look);
+    let mut seen = None;
+    io.visit(nr, kind, owner, &mut |bytes| {
+        let look = look.take().expect("visit shows the block once");
+        seen = Some(look(bytes)?);
+        Ok(())
+    })?;
+    Ok(seen.expect("visit returned Ok without showing the block"))
 }
 
 #[cfg(test)]
@@ -107,7 +139,13 @@ pub(crate) mod memory {
             self.block_size
         }
 
-        fn read(&self, nr: u64, kind: BlockKind, _owner: Owner) -> Result<Vec<u8>> {
+        fn visit(
+            &self,
+            nr: u64,
+            kind: BlockKind,
+            _owner: Owner,
+            look: &mut dyn FnMut(&[u8]) -> Result<()>,
+        ) -> Result<()> {
             match self.blocks.lock().unwrap().get(&nr) {
                 Some((written_as, bytes)) => {
                     assert_eq!(*written_as, kind, "block {nr} read as another kind");
@@ -119,9 +157,9 @@ pub(crate) mod memory {
                             e4_format::Location::Block(nr),
                         )?;
                     }
-                    Ok(bytes.clone())
+                    look(bytes)
                 }
-                None => Ok(vec![0; self.block_size]),
+                None => look(&vec![0; self.block_size]),
             }
         }
 

@@ -189,22 +189,23 @@ impl Filesystem {
         &self,
         io: &TxnIo<'_>,
         format: &DirFormat,
-        dir: &mut Inode,
+        dir: &mut InodeState,
         f: impl FnOnce(&mut dyn DirectoryEdit) -> Result<T>,
     ) -> Result<T> {
-        if dir.has_flag(flags::INLINE_DATA) {
+        if dir.inode.has_flag(flags::INLINE_DATA) {
             return f(&mut InlineDirectoryEditor {
                 fs: self,
                 io,
                 format,
-                inode: dir,
+                inode: &mut dir.inode,
             });
         }
-        let owner = owner_of(dir);
+        let owner = owner_of(&dir.inode);
         let mut blocks = InodeDirectoryBlocks {
             fs: self,
             io,
-            inode: dir,
+            inode: &mut dir.inode,
+            window: Some(&mut dir.window),
         };
         let mut editor = DirectoryEditor::new(io, &mut blocks, format, owner);
         f(&mut editor)
@@ -214,7 +215,7 @@ impl Filesystem {
         &self,
         io: &TxnIo<'_>,
         format: &DirFormat,
-        dir: &mut Inode,
+        dir: &mut InodeState,
         name: &[u8],
     ) -> Result<Option<DirEntry>> {
         self.edit_dir(io, format, dir, |e| e.lookup(name))
@@ -360,7 +361,7 @@ impl Filesystem {
                 Ok(ino)
             };
             let linked = self
-                .edit_dir(&io, &format, &mut parent_state.inode, |e| {
+                .edit_dir(&io, &format, &mut parent_state, |e| {
                     e.add_new(name, kind.file_type(), &mut make)
                 })
                 .and_then(|ino| {
@@ -464,6 +465,7 @@ impl Filesystem {
                     fs: self,
                     io,
                     inode,
+                    window: None,
                 };
                 DirectoryEditor::new(io, &mut blocks, format, owner).init(parent)
             }
@@ -541,15 +543,10 @@ impl Filesystem {
             if target.inode.links_count() >= MAX_LINKS {
                 return Err(Error::TooManyLinks(shown(name)));
             }
-            if self
-                .lookup_locked(&io, &format, &mut dir.inode, name)?
-                .is_some()
-            {
+            if self.lookup_locked(&io, &format, dir, name)?.is_some() {
                 return Err(Error::Exists(shown(name)));
             }
-            self.edit_dir(&io, &format, &mut dir.inode, |e| {
-                e.add_entry(name, ino, file_type)
-            })?;
+            self.edit_dir(&io, &format, dir, |e| e.add_entry(name, ino, file_type))?;
             target.inode.record.links_count += 1;
             Self::touch(&mut target.inode, false);
             Self::touch(&mut dir.inode, true);
@@ -585,7 +582,7 @@ impl Filesystem {
             let mut p = parent_handle.lock(&self.inodes);
             self.require_directory(&p.inode)?;
             let mut located = self
-                .edit_dir(&io, &format, &mut p.inode, |e| e.locate(name))?
+                .edit_dir(&io, &format, &mut p, |e| e.locate(name))?
                 .ok_or_else(|| Error::NotFound(shown(name)))?;
             let victim = located.entry.ino;
             if victim == parent {
@@ -607,7 +604,7 @@ impl Filesystem {
                     drop(p);
                     let mut locked = lock_in_order(&self.inodes, [&parent_handle, &victim_handle]);
                     let dir = state(&mut locked, parent);
-                    match self.edit_dir(&io, &format, &mut dir.inode, |e| e.locate(name))? {
+                    match self.edit_dir(&io, &format, dir, |e| e.locate(name))? {
                         Some(again) if again.entry.ino == victim => located = again,
                         _ => continue,
                     }
@@ -623,11 +620,11 @@ impl Filesystem {
             }
             if is_dir {
                 self.require_directory(&target.inode)?;
-                if !self.edit_dir(&io, &format, &mut target.inode, |e| e.is_empty())? {
+                if !self.edit_dir(&io, &format, target, |e| e.is_empty())? {
                     return Err(Error::NotEmpty(shown(name)));
                 }
             }
-            self.edit_dir(&io, &format, &mut dir.inode, |e| e.remove_located(located))?;
+            self.edit_dir(&io, &format, dir, |e| e.remove_located(located))?;
             if is_dir {
                 Self::drop_dir_link(&mut dir.inode);
                 target.inode.record.links_count = 0;
@@ -731,11 +728,11 @@ impl Filesystem {
                 let o = state(&mut dirs, old_parent);
                 self.require_directory(&o.inode)?;
                 let source = self
-                    .lookup_locked(&io, &format, &mut o.inode, old_name)?
+                    .lookup_locked(&io, &format, o, old_name)?
                     .ok_or_else(|| Error::NotFound(shown(old_name)))?;
                 let n = state(&mut dirs, new_parent);
                 self.require_directory(&n.inode)?;
-                let target = self.lookup_locked(&io, &format, &mut n.inode, new_name)?;
+                let target = self.lookup_locked(&io, &format, n, new_name)?;
                 (source.ino, target.map(|t| t.ino))
             };
             if target == Some(source) {
@@ -762,20 +759,10 @@ impl Filesystem {
             }
             let mut locked = lock_in_order(&self.inodes, &handles);
             let now_source = self
-                .lookup_locked(
-                    &io,
-                    &format,
-                    &mut state(&mut locked, old_parent).inode,
-                    old_name,
-                )?
+                .lookup_locked(&io, &format, state(&mut locked, old_parent), old_name)?
                 .map(|e| e.ino);
             let now_target = self
-                .lookup_locked(
-                    &io,
-                    &format,
-                    &mut state(&mut locked, new_parent).inode,
-                    new_name,
-                )?
+                .lookup_locked(&io, &format, state(&mut locked, new_parent), new_name)?
                 .map(|e| e.ino);
             if now_source != Some(source) || now_target != target {
                 continue;
@@ -857,20 +844,20 @@ impl Filesystem {
         if mode == RenameMode::Exchange {
             let target = target.expect("checked above");
             let target_type = target_type.expect("checked above");
-            self.edit_dir(io, format, &mut state(locked, new_parent).inode, |e| {
+            self.edit_dir(io, format, state(locked, new_parent), |e| {
                 e.set_entry(new_name, source, source_type).map(drop)
             })?;
-            self.edit_dir(io, format, &mut state(locked, old_parent).inode, |e| {
+            self.edit_dir(io, format, state(locked, old_parent), |e| {
                 e.set_entry(old_name, target, target_type).map(drop)
             })?;
             if moving {
                 if source_dir {
-                    self.edit_dir(io, format, &mut state(locked, source).inode, |e| {
+                    self.edit_dir(io, format, state(locked, source), |e| {
                         e.set_parent(new_parent)
                     })?;
                 }
                 if target_dir {
-                    self.edit_dir(io, format, &mut state(locked, target).inode, |e| {
+                    self.edit_dir(io, format, state(locked, target), |e| {
                         e.set_parent(old_parent)
                     })?;
                 }
@@ -893,15 +880,13 @@ impl Filesystem {
                     (true, false) => return Err(Error::NotADirectory(shown(new_name))),
                     (false, true) => return Err(Error::IsADirectory(shown(new_name))),
                     (true, true)
-                        if !self.edit_dir(io, format, &mut state(locked, t).inode, |e| {
-                            e.is_empty()
-                        })? =>
+                        if !self.edit_dir(io, format, state(locked, t), |e| e.is_empty())? =>
                     {
                         return Err(Error::NotEmpty(shown(new_name)));
                     }
                     _ => {}
                 }
-                self.edit_dir(io, format, &mut state(locked, new_parent).inode, |e| {
+                self.edit_dir(io, format, state(locked, new_parent), |e| {
                     e.set_entry(new_name, source, source_type).map(drop)
                 })?;
             } else {
@@ -914,15 +899,15 @@ impl Filesystem {
                         return Err(Error::TooManyLinks(shown(new_name)));
                     }
                 }
-                self.edit_dir(io, format, &mut state(locked, new_parent).inode, |e| {
+                self.edit_dir(io, format, state(locked, new_parent), |e| {
                     e.add_entry(new_name, source, source_type)
                 })?;
             }
-            self.edit_dir(io, format, &mut state(locked, old_parent).inode, |e| {
+            self.edit_dir(io, format, state(locked, old_parent), |e| {
                 e.remove_entry(old_name)
             })?;
             if source_dir && moving {
-                self.edit_dir(io, format, &mut state(locked, source).inode, |e| {
+                self.edit_dir(io, format, state(locked, source), |e| {
                     e.set_parent(new_parent)
                 })?;
                 Self::drop_dir_link(&mut state(locked, old_parent).inode);

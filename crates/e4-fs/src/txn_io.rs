@@ -43,11 +43,17 @@ impl MetaIo for TxnIo<'_> {
         self.fs.block_size() as usize
     }
 
-    fn read(&self, nr: u64, kind: BlockKind, owner: Owner) -> Result<Vec<u8>> {
+    fn visit(
+        &self,
+        nr: u64,
+        kind: BlockKind,
+        owner: Owner,
+        look: &mut dyn FnMut(&[u8]) -> Result<()>,
+    ) -> Result<()> {
         let buffer = self.fs.read_block(nr)?;
         self.fs.verify_block(&buffer, role(kind, owner))?;
-        let bytes = buffer.bytes().to_vec();
-        Ok(bytes)
+        let bytes = buffer.bytes();
+        look(&bytes)
     }
 
     fn write(&self, nr: u64, kind: BlockKind, owner: Owner, bytes: &[u8]) -> Result<()> {

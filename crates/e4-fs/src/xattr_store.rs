@@ -441,10 +441,16 @@ mod tests {
         fn block_size(&self) -> usize {
             self.0.block_size()
         }
-        fn read(&self, nr: u64, kind: BlockKind, owner: Owner) -> Result<Vec<u8>> {
+        fn visit(
+            &self,
+            nr: u64,
+            kind: BlockKind,
+            owner: Owner,
+            look: &mut dyn FnMut(&[u8]) -> Result<()>,
+        ) -> Result<()> {
             let bytes = self.0.read(nr, kind, owner)?;
             std::thread::sleep(std::time::Duration::from_millis(5));
-            Ok(bytes)
+            look(&bytes)
         }
         fn write(&self, nr: u64, kind: BlockKind, owner: Owner, bytes: &[u8]) -> Result<()> {
             self.0.write(nr, kind, owner, bytes)

@@ -39,9 +39,15 @@ impl MetaIo for ImageBlocks {
         self.block_size
     }
 
-    fn read(&self, nr: u64, _kind: BlockKind, _owner: Owner) -> Result<Vec<u8>> {
+    fn visit(
+        &self,
+        nr: u64,
+        _kind: BlockKind,
+        _owner: Owner,
+        look: &mut dyn FnMut(&[u8]) -> Result<()>,
+    ) -> Result<()> {
         if let Some((_, bytes)) = self.written.lock().unwrap().get(&nr) {
-            return Ok(bytes.clone());
+            return look(bytes);
         }
         let mut bytes = vec![0; self.block_size];
         if let Some(image) = &self.image {
@@ -49,7 +55,7 @@ impl MetaIo for ImageBlocks {
                 .read_exact_at(&mut bytes, nr * self.block_size as u64)
                 .unwrap();
         }
-        Ok(bytes)
+        look(&bytes)
     }
 
     fn write(&self, nr: u64, kind: BlockKind, _owner: Owner, bytes: &[u8]) -> Result<()> {

@@ -41,12 +41,18 @@ impl MetaIo for ImageIo {
     fn block_size(&self) -> usize {
         BLOCK_SIZE
     }
-    fn read(&self, nr: u64, _kind: BlockKind, _owner: Owner) -> Result<Vec<u8>> {
+    fn visit(
+        &self,
+        nr: u64,
+        _kind: BlockKind,
+        _owner: Owner,
+        look: &mut dyn FnMut(&[u8]) -> Result<()>,
+    ) -> Result<()> {
         let mut bytes = vec![0; BLOCK_SIZE];
         self.file
             .read_exact_at(&mut bytes, nr * BLOCK_SIZE as u64)
             .unwrap();
-        Ok(bytes)
+        look(&bytes)
     }
     fn write(&self, nr: u64, kind: BlockKind, _owner: Owner, bytes: &[u8]) -> Result<()> {
         let mut bytes = bytes.to_vec();

@@ -145,3 +145,52 @@ fn punching_every_other_block_builds_a_deep_extent_tree() {
         );
     }
 }
+
+/// Runs of contiguous blocks holding directory `dir`'s blocks.
+fn directory_runs(fs: &Filesystem, dir: u32) -> (u64, usize) {
+    let inode = fs.read_inode(dir).unwrap();
+    let blocks = inode.size() / u64::from(fs.block_size());
+    let (mut logical, mut runs, mut last_end) = (0, 0, None);
+    while logical < blocks {
+        let Ok(e4_fs::Mapping::Data { physical, len, .. }) = fs.map_block(&inode, logical, blocks)
+        else {
+            panic!("directory {dir} has a hole at block {logical}")
+        };
+        if last_end != Some(physical) {
+            runs += 1;
+        }
+        last_end = Some(physical + len);
+        logical += len;
+    }
+    (blocks, runs)
+}
+
+/// Two directories growing by turns (as each thread's own directory does under creates from
+/// every thread) take their blocks from reservation windows: a run of blocks each, not one
+/// block each by turns.
+#[test]
+fn directories_growing_by_turns_do_not_interleave_their_blocks() {
+    let img = make_empty_image(&["-t", "ext4", "-b", "4096"], 256);
+    let fs = Filesystem::open(&img.path, OpenOptions::writable()).unwrap();
+    let dirs = [
+        fs.mkdir(ROOT, b"a", ME).unwrap(),
+        fs.mkdir(ROOT, b"b", ME).unwrap(),
+    ];
+    for i in 0..12_000u32 {
+        for dir in dirs {
+            let name = format!("entry-{i:06}-{}", "y".repeat(40));
+            fs.create(dir, name.as_bytes(), ME).unwrap();
+        }
+    }
+    for dir in dirs {
+        let (blocks, runs) = directory_runs(&fs, dir);
+        assert!(blocks > 150, "{blocks} blocks");
+        // 2 blocks alone, then windows of 16, 32 and 64 blocks.
+        assert!(
+            runs <= 3 + blocks as usize / 64 + 2,
+            "{runs} runs for {blocks} blocks"
+        );
+    }
+    fs.unmount().unwrap();
+    e2fsck_clean(&img.path).unwrap();
+}

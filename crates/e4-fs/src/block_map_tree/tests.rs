@@ -159,8 +159,14 @@ fn no_space_mid_insert_changes_nothing() {
         fn block_size(&self) -> usize {
             self.0.block_size()
         }
-        fn read(&self, nr: u64, kind: BlockKind, owner: Owner) -> Result<Vec<u8>> {
-            self.0.read(nr, kind, owner)
+        fn visit(
+            &self,
+            nr: u64,
+            kind: BlockKind,
+            owner: Owner,
+            look: &mut dyn FnMut(&[u8]) -> Result<()>,
+        ) -> Result<()> {
+            self.0.visit(nr, kind, owner, look)
         }
         fn write(&self, nr: u64, kind: BlockKind, owner: Owner, bytes: &[u8]) -> Result<()> {
             self.0.write(nr, kind, owner, bytes)

@@ -197,8 +197,14 @@ impl MetaIo for FailingAllocations<'_> {
     fn block_size(&self) -> usize {
         self.inner.block_size()
     }
-    fn read(&self, nr: u64, kind: BlockKind, owner: Owner) -> Result<Vec<u8>> {
-        self.inner.read(nr, kind, owner)
+    fn visit(
+        &self,
+        nr: u64,
+        kind: BlockKind,
+        owner: Owner,
+        look: &mut dyn FnMut(&[u8]) -> Result<()>,
+    ) -> Result<()> {
+        self.inner.visit(nr, kind, owner, look)
     }
     fn write(&self, nr: u64, kind: BlockKind, owner: Owner, bytes: &[u8]) -> Result<()> {
         self.inner.write(nr, kind, owner, bytes)
