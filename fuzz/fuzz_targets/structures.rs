@@ -9,7 +9,8 @@ use e4_format::dir_htree::{DxNode, DxRoot};
 use e4_format::extent::ExtentNode;
 use e4_format::group_descriptor::{GroupChecksum, GroupDescriptor, GroupSeed};
 use e4_format::inode::{Inode, InodeSeed};
-use e4_format::journal::{parse_descriptor_block, parse_revoke_block, CommitBlock, JournalSuperblock};
+use e4_format::bitmap::{BitmapBlock, BitmapKind, BitmapSeed};
+use e4_format::journal::{CommitBlock, DescriptorBlock, JournalSuperblock, RevokeBlock};
 use e4_format::orphan_file::OrphanBlock;
 use e4_format::superblock::Superblock;
 use e4_format::xattr::{decode_xattr_block, parse_inode_xattrs, XattrBlockHeader};
@@ -18,9 +19,10 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let loc = Location::Block(1);
-    if let Ok(sb) = Superblock::parse(data) {
-        let again = Superblock::parse(&sb.to_bytes()).unwrap();
-        assert_eq!(again, sb);
+    if let Ok(sb) = Superblock::decode_checked(data) {
+        let mut bytes = [0u8; Superblock::SIZE];
+        sb.encode(&mut bytes);
+        assert_eq!(Superblock::decode_checked(&bytes).unwrap(), sb);
     }
     for csum in [GroupChecksum::None, GroupChecksum::Crc32c { seed: 1 }] {
         let size = data.len().min(64);
@@ -55,12 +57,22 @@ fuzz_target!(|data: &[u8]| {
     verify_and_seal::<Inode>(data, InodeSeed { fs_seed: 5, ino: 12 }, loc);
     let checksum = GroupChecksum::Crc16 { uuid: [3; 16] };
     verify_and_seal::<GroupDescriptor>(&data[..data.len().min(64)], GroupSeed { checksum, group: 3 }, loc);
-    if let Ok(jsb) = JournalSuperblock::parse(data) {
+    verify_and_seal::<Superblock>(data, (), loc);
+    verify_and_seal::<JournalSuperblock>(data, (), loc);
+    verify_and_seal::<DescriptorBlock>(data, 7, loc);
+    verify_and_seal::<CommitBlock>(data, 7, loc);
+    verify_and_seal::<RevokeBlock>(data, 7, loc);
+    if let Ok(jsb) = JournalSuperblock::decode_checked(data) {
         let f = jsb.features();
-        let _ = parse_descriptor_block(data, &f, 0, loc);
-        let _ = parse_revoke_block(data, &f, 0, loc);
+        let _ = DescriptorBlock::decode(data, &f, loc);
+        let _ = RevokeBlock::decode(data, &f, loc);
     }
-    let _ = CommitBlock::parse(data, Some(1), loc);
+    let _ = CommitBlock::decode_checked(data, loc);
+    // A bitmap sealed over any bytes verifies; one that is too short is corrupt.
+    let bitmap_seed = BitmapSeed { fs_seed: 5, covered: 512, has_hi: data.len() % 2 == 0 };
+    let mut bitmap = BitmapBlock { kind: BitmapKind::Inode, group: 3, stored: 0 };
+    bitmap.seal(data, bitmap_seed);
+    assert!(!matches!(bitmap.verify(data, bitmap_seed), Err(FormatError::Checksum { .. })));
 });
 
 /// Verifies `data` as block kind `B`, then seals a copy and verifies that: whatever else is

@@ -22,8 +22,6 @@ pub const BG_INODE_ZEROED: u16 = 0x4;
 const CHECKSUM_OFFSET: usize = 0x1E;
 /// Size of the descriptor without the 64bit half.
 const SMALL_DESC_SIZE: usize = 32;
-/// Descriptors at least this long store the high halves of the bitmap checksums.
-const BITMAP_CSUM_HI_END: usize = 0x3C;
 
 on_disk_struct! {
     /// `struct ext4_group_desc`.
@@ -201,76 +199,6 @@ impl GroupDescriptor {
         self.itable_unused_lo = n as u16;
         self.itable_unused_hi = (n >> 16) as u16;
     }
-
-    /// Seals a bitmap: stores its checksum in `bg_block_bitmap_csum` or
-    /// `bg_inode_bitmap_csum` (the high half only in descriptors long enough to hold it),
-    /// computed as [`GroupDescriptor::verify_bitmap`] checks it.
-    pub fn set_bitmap_checksum(
-        &mut self,
-        kind: BitmapKind,
-        bitmap: &[u8],
-        bits: u32,
-        seed: u32,
-        desc_size: usize,
-    ) {
-        let len = (bits as usize / 8).min(bitmap.len());
-        let sum = crc32c_raw(seed, &bitmap[..len]);
-        let hi = if desc_size >= BITMAP_CSUM_HI_END {
-            (sum >> 16) as u16
-        } else {
-            0
-        };
-        match kind {
-            BitmapKind::Block => {
-                self.block_bitmap_csum_lo = sum as u16;
-                self.block_bitmap_csum_hi = hi;
-            }
-            BitmapKind::Inode => {
-                self.inode_bitmap_csum_lo = sum as u16;
-                self.inode_bitmap_csum_hi = hi;
-            }
-        }
-    }
-
-    /// Verifies a bitmap block against `bg_block_bitmap_csum` or `bg_inode_bitmap_csum`
-    /// (metadata_csum only). `bits` is clusters or inodes per group; only those bytes count.
-    pub fn verify_bitmap(
-        &self,
-        kind: BitmapKind,
-        bitmap: &[u8],
-        bits: u32,
-        seed: u32,
-        desc_size: usize,
-        group: u32,
-    ) -> Result<()> {
-        let len = (bits as usize / 8).min(bitmap.len());
-        let full = crc32c_raw(seed, &bitmap[..len]);
-        let (lo, hi, name) = match kind {
-            BitmapKind::Block => (
-                self.block_bitmap_csum_lo,
-                self.block_bitmap_csum_hi,
-                Structure::BlockBitmap,
-            ),
-            BitmapKind::Inode => (
-                self.inode_bitmap_csum_lo,
-                self.inode_bitmap_csum_hi,
-                Structure::InodeBitmap,
-            ),
-        };
-        let (stored, computed) = if desc_size >= BITMAP_CSUM_HI_END {
-            (u32::from(lo) | (u32::from(hi) << 16), full)
-        } else {
-            (u32::from(lo), full & 0xFFFF)
-        };
-        verify_checksum(name, Location::Group(group), stored, computed)
-    }
-}
-
-/// Which bitmap a checksum covers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BitmapKind {
-    Block,
-    Inode,
 }
 
 /// The seed of a group descriptor's checksum: how the filesystem checksums descriptors,
@@ -350,14 +278,6 @@ mod tests {
             let bytes = d.to_bytes(5, size, &csum);
             let back = GroupDescriptor::parse(&bytes, 5, &csum).unwrap();
             assert_eq!(back.to_bytes(5, size, &csum), bytes);
-            let mut sealed = back;
-            sealed.set_bitmap_checksum(BitmapKind::Inode, &[0xAB; 64], 512, 77, size);
-            sealed
-                .verify_bitmap(BitmapKind::Inode, &[0xAB; 64], 512, 77, size, 5)
-                .unwrap();
-            assert!(sealed
-                .verify_bitmap(BitmapKind::Inode, &[0xAC; 64], 512, 77, size, 5)
-                .is_err());
             if csum != GroupChecksum::None {
                 let mut bad = bytes.clone();
                 bad[3] ^= 1;

@@ -16,6 +16,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod bitmap;
 pub mod block_map;
 pub mod checksum;
 pub mod codec;

@@ -9,12 +9,15 @@
 //! `verify` reads only what locating the checksum needs (a header, a tail), never the whole
 //! structure, so a caller that also decodes parses the block once.
 //!
-//! Under the contract: [`crate::extent::ExtentNode`], [`crate::dir_htree::DxNode`] (root
-//! and interior index blocks), [`crate::dir_entry::DirLeafBlock`],
-//! [`crate::xattr::XattrBlockHeader`] (xattr blocks), [`crate::orphan_file::OrphanBlock`],
-//! [`crate::inode::Inode`] and [`crate::group_descriptor::GroupDescriptor`]. Not yet: the
-//! superblock and the journal's blocks verify inside their `parse`, and a bitmap's checksum
-//! lives in its group descriptor (`GroupDescriptor::verify_bitmap`).
+//! Under the contract: [`crate::superblock::Superblock`], [`crate::extent::ExtentNode`],
+//! [`crate::dir_htree::DxNode`] (root and interior index blocks),
+//! [`crate::dir_entry::DirLeafBlock`], [`crate::xattr::XattrBlockHeader`] (xattr blocks),
+//! [`crate::orphan_file::OrphanBlock`], [`crate::inode::Inode`],
+//! [`crate::group_descriptor::GroupDescriptor`], and the journal's
+//! [`crate::journal::JournalSuperblock`], [`crate::journal::DescriptorBlock`],
+//! [`crate::journal::CommitBlock`] and [`crate::journal::RevokeBlock`]. A bitmap's checksum
+//! lives in its group descriptor, not in the bitmap, so bitmaps take the same two steps
+//! through a [`crate::bitmap::BitmapBlock`] instead of this trait.
 
 use crate::error::{Location, Result};
 
@@ -49,39 +52,54 @@ mod tests {
     use crate::dir_entry::{encode_entry, file_type, init_leaf_tail, DirEntryIter, DirLeafBlock};
     use crate::dir_htree::{DxEntry, DxNode, DxRoot, MAX_LEVELS};
     use crate::extent::{ExtentEntries, ExtentHeader, ExtentLeaf, ExtentNode, EXTENT_MAGIC};
+    use crate::features::RoCompatFeatures;
     use crate::group_descriptor::{GroupChecksum, GroupDescriptor, GroupSeed};
     use crate::inode::{Inode, InodeSeed};
+    use crate::journal::{
+        CommitBlock, DescriptorBlock, JournalFeatures, JournalSuperblock, RevokeBlock,
+        JOURNAL_MAGIC,
+    };
     use crate::orphan_file::{OrphanBlock, ORPHAN_BLOCK_MAGIC};
+    use crate::superblock::{test_superblock, Superblock};
     use crate::xattr::{decode_xattr_block, encode_xattr_block, XattrBlockHeader, XattrEntry};
-    use crate::FormatError;
+    use crate::{FormatError, Structure};
 
     const BS: usize = 1024;
     const LOC: Location = Location::Block(40);
 
     /// The contract for block kind `B` on `block`, an unsealed block of that kind: sealing
     /// makes it verify; flipping the byte at `covered` (one the checksum covers but decoding
-    /// does not reject) makes verify report a checksum mismatch, and `decode` still decodes
-    /// it; the same block under another seed does not verify.
+    /// does not reject) makes verify report a checksum mismatch naming `structure` and the
+    /// location, and `decode` still decodes it; the same block under another seed (for kinds
+    /// with one) does not verify.
     fn check_contract<B: MetadataBlock>(
         mut block: Vec<u8>,
+        structure: Structure,
         seed: B::Seed,
-        other_seed: B::Seed,
+        other_seed: Option<B::Seed>,
         covered: usize,
         decode: impl Fn(&[u8]) -> Result<()>,
     ) {
+        let mismatch = |r: Result<()>| {
+            matches!(r, Err(FormatError::Checksum { structure: s, location, .. })
+                if s == structure && location == LOC)
+        };
         B::seal(&mut block, seed);
         B::verify(&block, seed, LOC).unwrap();
         decode(&block).unwrap();
-        assert!(matches!(
-            B::verify(&block, other_seed, LOC),
-            Err(FormatError::Checksum { .. })
-        ));
+        if let Some(other_seed) = other_seed {
+            assert!(mismatch(B::verify(&block, other_seed, LOC)));
+        }
         let mut flipped = block.clone();
         flipped[covered] ^= 0x40;
-        assert!(matches!(
-            B::verify(&flipped, seed, LOC),
-            Err(FormatError::Checksum { .. })
-        ));
+        let got = B::verify(&flipped, seed, LOC);
+        assert!(mismatch(got.clone()), "{got:?}");
+        // The sentence names the structure and where it is.
+        let message = got.unwrap_err().to_string();
+        assert!(
+            message.starts_with(&format!("{structure} {LOC} has an invalid checksum")),
+            "{message}"
+        );
         decode(&flipped).unwrap();
         // Sealing again repairs exactly what the flip broke.
         B::seal(&mut flipped, seed);
@@ -108,7 +126,9 @@ mod tests {
         let mut block = vec![0u8; BS];
         node.encode_into(&mut block);
         // Byte 100 is an unused entry slot: covered by the checksum, ignored by decoding.
-        check_contract::<ExtentNode>(block, 11, 12, 100, |b| ExtentNode::parse(b, LOC).map(drop));
+        check_contract::<ExtentNode>(block, Structure::ExtentNode, 11, Some(12), 100, |b| {
+            ExtentNode::parse(b, LOC).map(drop)
+        });
     }
 
     #[test]
@@ -118,7 +138,7 @@ mod tests {
         encode_entry(&mut block[12..], 2, BS - 12, file_type::DIRECTORY, b"..");
         DxRoot::new(BS, true, 1, 1).encode_into(&mut block);
         // Byte 0x24 is the first entry's block pointer.
-        check_contract::<DxNode>(block, 11, 12, 0x24, |b| {
+        check_contract::<DxNode>(block, Structure::HtreeRoot, 11, Some(12), 0x24, |b| {
             DxRoot::parse(b, true, MAX_LEVELS, LOC).map(drop)
         });
     }
@@ -134,7 +154,9 @@ mod tests {
         ];
         let block = DxNode::new_interior(BS, true, entries).encode_interior(BS);
         // Byte 12 is the first entry's block pointer.
-        check_contract::<DxNode>(block, 11, 12, 12, |b| DxNode::parse(b, true, LOC).map(drop));
+        check_contract::<DxNode>(block, Structure::HtreeNode, 11, Some(12), 12, |b| {
+            DxNode::parse(b, true, LOC).map(drop)
+        });
     }
 
     #[test]
@@ -151,7 +173,7 @@ mod tests {
         );
         init_leaf_tail(&mut block);
         // Byte 32 is the first byte of "name".
-        check_contract::<DirLeafBlock>(block, 11, 12, 32, |b| {
+        check_contract::<DirLeafBlock>(block, Structure::DirectoryBlock, 11, Some(12), 32, |b| {
             DirEntryIter::new(&b[..BS - 12], BS, true, LOC).try_for_each(|e| e.map(drop))
         });
     }
@@ -166,9 +188,14 @@ mod tests {
         let block = encode_xattr_block(&entries, 1, BS).unwrap();
         let seed = |block_nr| BlockSeed { seed: 9, block_nr };
         // The value sits at the end of the block.
-        check_contract::<XattrBlockHeader>(block, seed(40), seed(41), BS - 4, |b| {
-            decode_xattr_block(b, LOC).map(drop)
-        });
+        check_contract::<XattrBlockHeader>(
+            block,
+            Structure::XattrBlock,
+            seed(40),
+            Some(seed(41)),
+            BS - 4,
+            |b| decode_xattr_block(b, LOC).map(drop),
+        );
     }
 
     #[test]
@@ -177,9 +204,14 @@ mod tests {
         block[BS - 8..BS - 4].copy_from_slice(&ORPHAN_BLOCK_MAGIC.to_le_bytes());
         block[..4].copy_from_slice(&12u32.to_le_bytes());
         let seed = |block_nr| BlockSeed { seed: 9, block_nr };
-        check_contract::<OrphanBlock>(block, seed(40), seed(41), 1, |b| {
-            OrphanBlock::decode(b, LOC).map(drop)
-        });
+        check_contract::<OrphanBlock>(
+            block,
+            Structure::OrphanBlock,
+            seed(40),
+            Some(seed(41)),
+            1,
+            |b| OrphanBlock::decode(b, LOC).map(drop),
+        );
     }
 
     #[test]
@@ -193,9 +225,14 @@ mod tests {
             }
             let seed = |ino| InodeSeed { fs_seed: 9, ino };
             // Byte 0x30 lies in i_block, which decoding takes as it is.
-            check_contract::<Inode>(record, seed(12), seed(13), 0x30, |b| {
-                Inode::decode(b, 12).map(drop)
-            });
+            check_contract::<Inode>(
+                record,
+                Structure::Inode,
+                seed(12),
+                Some(seed(13)),
+                0x30,
+                |b| Inode::decode(b, 12).map(drop),
+            );
         }
     }
 
@@ -212,11 +249,113 @@ mod tests {
                 let bytes = desc.to_bytes(5, size, &GroupChecksum::None);
                 let seed = |group| GroupSeed { checksum, group };
                 // Byte 0x0C is bg_free_blocks_count_lo: any value decodes.
-                check_contract::<GroupDescriptor>(bytes, seed(5), seed(6), 0x0C, |b| {
-                    GroupDescriptor::from_bytes(b, 5).map(drop)
-                });
+                check_contract::<GroupDescriptor>(
+                    bytes,
+                    Structure::GroupDescriptor,
+                    seed(5),
+                    Some(seed(6)),
+                    0x0C,
+                    |b| GroupDescriptor::from_bytes(b, 5).map(drop),
+                );
             }
         }
+    }
+
+    #[test]
+    fn superblock() {
+        let sb = test_superblock(RoCompatFeatures::METADATA_CSUM);
+        let mut raw = [0u8; 1024];
+        sb.encode(&mut raw);
+        // Byte 0x78 is s_volume_name: any label decodes.
+        check_contract::<Superblock>(raw.to_vec(), Structure::Superblock, (), None, 0x78, |b| {
+            Superblock::decode_checked(b).map(drop)
+        });
+    }
+
+    /// A journal block of `blocktype` for transaction 7, its header filled in.
+    fn journal_block(blocktype: u32) -> Vec<u8> {
+        let mut block = vec![0u8; BS];
+        block[..4].copy_from_slice(&JOURNAL_MAGIC.to_be_bytes());
+        block[4..8].copy_from_slice(&blocktype.to_be_bytes());
+        block[8..12].copy_from_slice(&7u32.to_be_bytes());
+        block
+    }
+
+    /// Journal features with checksums v3 and 64-bit block numbers, as mke2fs makes them.
+    const CSUM_V3: JournalFeatures = JournalFeatures {
+        revoke: true,
+        bit64: true,
+        async_commit: false,
+        csum_v2: false,
+        csum_v3: true,
+        fast_commit: false,
+    };
+
+    #[test]
+    fn journal_superblock() {
+        let mut block = journal_block(4);
+        block[0x0C..0x10].copy_from_slice(&1024u32.to_be_bytes());
+        block[0x10..0x14].copy_from_slice(&1024u32.to_be_bytes());
+        block[0x14..0x18].copy_from_slice(&1u32.to_be_bytes());
+        // INCOMPAT_CSUM_V3 and s_checksum_type crc32c.
+        block[0x28..0x2C].copy_from_slice(&0x10u32.to_be_bytes());
+        block[0x50] = 4;
+        // Byte 0x30 is s_uuid.
+        check_contract::<JournalSuperblock>(
+            block.clone(),
+            Structure::JournalSuperblock,
+            (),
+            None,
+            0x30,
+            |b| JournalSuperblock::decode_checked(b).map(drop),
+        );
+        // A v1 superblock has no checksum, whatever its feature words say.
+        block[4..8].copy_from_slice(&3u32.to_be_bytes());
+        block[0xFC] ^= 1;
+        JournalSuperblock::verify(&block, (), LOC).unwrap();
+    }
+
+    #[test]
+    fn journal_descriptor() {
+        let mut block = journal_block(1);
+        // One v3 tag: block 300, LAST_TAG, followed by its UUID.
+        block[12..16].copy_from_slice(&300u32.to_be_bytes());
+        block[16..20].copy_from_slice(&8u32.to_be_bytes());
+        // Byte 30 lies in the tag's UUID, which decoding skips.
+        check_contract::<DescriptorBlock>(
+            block,
+            Structure::JournalDescriptor,
+            11,
+            Some(12),
+            30,
+            |b| {
+                let tags = DescriptorBlock::decode(b, &CSUM_V3, LOC)?;
+                assert_eq!(tags.len(), 1);
+                assert_eq!(tags[0].block, 300);
+                Ok(())
+            },
+        );
+    }
+
+    #[test]
+    fn journal_commit() {
+        let block = journal_block(2);
+        // Byte 0x37 is the low byte of h_commit_sec.
+        check_contract::<CommitBlock>(block, Structure::JournalCommit, 11, Some(12), 0x37, |b| {
+            CommitBlock::decode_checked(b, LOC).map(drop)
+        });
+    }
+
+    #[test]
+    fn journal_revoke() {
+        let mut block = journal_block(5);
+        // r_count: the header and one 64-bit record, block 0x1234.
+        block[12..16].copy_from_slice(&24u32.to_be_bytes());
+        block[16..24].copy_from_slice(&0x1234u64.to_be_bytes());
+        // Byte 23 is the record's low byte: any block can be revoked.
+        check_contract::<RevokeBlock>(block, Structure::JournalRevoke, 11, Some(12), 23, |b| {
+            RevokeBlock::decode(b, &CSUM_V3, LOC).map(drop)
+        });
     }
 
     #[test]
@@ -234,5 +373,15 @@ mod tests {
         let mut short_root = vec![0u8; BS];
         short_root[0x20..0x22].copy_from_slice(&u16::MAX.to_le_bytes());
         assert!(corrupt(DxNode::verify(&short_root, 1, LOC)));
+        let header_only = journal_block(1);
+        assert!(corrupt(Superblock::verify(&block[..100], (), LOC)));
+        assert!(corrupt(JournalSuperblock::verify(
+            &header_only[..100],
+            (),
+            LOC
+        )));
+        assert!(corrupt(DescriptorBlock::verify(&header_only[..15], 1, LOC)));
+        assert!(corrupt(RevokeBlock::verify(&header_only[..15], 1, LOC)));
+        assert!(corrupt(CommitBlock::verify(&header_only[..0x3B], 1, LOC)));
     }
 }

@@ -6,6 +6,7 @@ use crate::checksum::{crc32c_raw, fs_csum_seed};
 use crate::codec::{on_disk_struct, prefix, Le};
 use crate::error::{verify_checksum, FormatError, Location, Result};
 use crate::features::{CompatFeatures, IncompatFeatures, RoCompatFeatures};
+use crate::metadata_block::MetadataBlock;
 use crate::problem::{Problem, Structure};
 
 /// Byte offset of the primary superblock from the start of the volume.
@@ -243,55 +244,15 @@ on_disk_struct! {
 const LOC: Location = Location::Superblock;
 
 impl Superblock {
-    /// Parses and validates a superblock from its 1024 bytes. Checks the magic, that the
-    /// geometry is self-consistent (so later arithmetic cannot overflow or divide by zero),
-    /// and the checksum when metadata_csum is set.
-    pub fn parse(bytes: &[u8]) -> Result<Self> {
-        let raw = prefix::<1024>(bytes).ok_or_else(|| {
-            FormatError::corrupt(
-                Structure::Superblock,
-                LOC,
-                Problem::TooShort {
-                    len: bytes.len(),
-                    need: 1024,
-                },
-            )
-        })?;
-        let sb = Superblock::decode(raw);
+    /// Decodes a superblock from its 1024 bytes, whatever its checksum says, and checks what
+    /// makes it unusable: the magic, and that the geometry is self-consistent (so later
+    /// arithmetic cannot overflow or divide by zero). The checksum is
+    /// [`MetadataBlock::verify`]'s business, so the checker can decode a superblock whose
+    /// checksum is wrong.
+    pub fn decode_checked(bytes: &[u8]) -> Result<Self> {
+        let sb = Superblock::decode(superblock_bytes(bytes, LOC)?);
         sb.validate()?;
-        if sb.ro_compat().contains(RoCompatFeatures::METADATA_CSUM) {
-            if sb.checksum_type != CHECKSUM_TYPE_CRC32C {
-                return Err(FormatError::corrupt(
-                    Structure::Superblock,
-                    LOC,
-                    Problem::UnknownChecksumType {
-                        found: sb.checksum_type,
-                    },
-                ));
-            }
-            verify_checksum(
-                Structure::Superblock,
-                LOC,
-                sb.checksum,
-                Self::compute_checksum(raw),
-            )?;
-        }
         Ok(sb)
-    }
-
-    /// Serializes to 1024 bytes, recomputing `s_checksum` when metadata_csum is set.
-    pub fn to_bytes(&self) -> [u8; 1024] {
-        let mut out = [0u8; 1024];
-        self.encode(&mut out);
-        if self.ro_compat().contains(RoCompatFeatures::METADATA_CSUM) {
-            let sum = Self::compute_checksum(&out);
-            out[CHECKSUM_OFFSET..].copy_from_slice(&sum.to_le_bytes());
-        }
-        out
-    }
-
-    fn compute_checksum(raw: &[u8; 1024]) -> u32 {
-        crc32c_raw(!0, &raw[..CHECKSUM_OFFSET])
     }
 
     fn validate(&self) -> Result<()> {
@@ -549,6 +510,66 @@ impl Superblock {
     }
 }
 
+/// The first 1024 bytes of `bytes`, or a [`Problem::TooShort`] at `loc`.
+fn superblock_bytes(bytes: &[u8], loc: Location) -> Result<&[u8; 1024]> {
+    prefix::<1024>(bytes).ok_or_else(|| {
+        FormatError::corrupt(
+            Structure::Superblock,
+            loc,
+            Problem::TooShort {
+                len: bytes.len(),
+                need: 1024,
+            },
+        )
+    })
+}
+
+/// `s_checksum`: crc32c from `~0` over every byte before it.
+fn superblock_checksum(raw: &[u8; 1024]) -> u32 {
+    crc32c_raw(!0, &raw[..CHECKSUM_OFFSET])
+}
+
+/// The superblock, primary or backup: with metadata_csum, `s_checksum` is crc32c over the
+/// bytes before it, and `s_checksum_type` must say crc32c (`ext4_superblock_csum_verify`,
+/// "Unknown checksum type" in `ext4_fill_super`). Without metadata_csum there is nothing
+/// to verify or seal. Nothing seeds it: the superblock is where seeds come from.
+impl MetadataBlock for Superblock {
+    type Seed = ();
+
+    fn verify(bytes: &[u8], (): (), loc: Location) -> Result<()> {
+        let raw = superblock_bytes(bytes, loc)?;
+        let sb = Superblock::decode(raw);
+        if !sb.has_metadata_csum() {
+            return Ok(());
+        }
+        if sb.checksum_type != CHECKSUM_TYPE_CRC32C {
+            return Err(FormatError::corrupt(
+                Structure::Superblock,
+                loc,
+                Problem::UnknownChecksumType {
+                    found: sb.checksum_type,
+                },
+            ));
+        }
+        verify_checksum(
+            Structure::Superblock,
+            loc,
+            sb.checksum,
+            superblock_checksum(raw),
+        )
+    }
+
+    fn seal(bytes: &mut [u8], (): ()) {
+        let Some(raw) = prefix::<1024>(bytes) else {
+            return;
+        };
+        if Superblock::decode(raw).has_metadata_csum() {
+            let sum = superblock_checksum(raw);
+            bytes[CHECKSUM_OFFSET..CHECKSUM_OFFSET + 4].copy_from_slice(&sum.to_le_bytes());
+        }
+    }
+}
+
 fn is_power_of(mut n: u32, base: u32) -> bool {
     while n % base == 0 {
         n /= base;
@@ -574,6 +595,27 @@ pub fn format_uuid(uuid: &[u8; 16]) -> String {
     )
 }
 
+/// A valid superblock of one group of 32768 4 KiB blocks and 8192 inodes, with the
+/// `ro_compat` features, for tests.
+#[cfg(test)]
+pub(crate) fn test_superblock(ro_compat: RoCompatFeatures) -> Superblock {
+    let mut sb = Superblock::decode(&[0; 1024]);
+    sb.magic = SUPERBLOCK_MAGIC;
+    sb.log_block_size = 2;
+    sb.blocks_count_lo = 32768;
+    sb.blocks_per_group = 32768;
+    sb.clusters_per_group = 32768;
+    sb.inodes_per_group = 8192;
+    sb.inodes_count = 8192;
+    sb.rev_level = 1;
+    sb.first_ino = 11;
+    sb.inode_size = 256;
+    sb.feature_ro_compat = ro_compat.bits();
+    sb.checksum_type = CHECKSUM_TYPE_CRC32C;
+    sb.uuid = [7; 16];
+    sb
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -587,9 +629,43 @@ mod tests {
         assert_eq!(with, vec![0, 1, 3, 5, 7, 9, 25, 27, 49]);
     }
 
+    fn encoded(sb: &Superblock) -> Vec<u8> {
+        let mut raw = [0u8; 1024];
+        sb.encode(&mut raw);
+        raw.to_vec()
+    }
+
+    #[test]
+    fn without_metadata_csum_there_is_nothing_to_verify_or_seal() {
+        let mut raw = encoded(&test_superblock(RoCompatFeatures::empty()));
+        raw[CHECKSUM_OFFSET] = 0x5A;
+        let before = raw.clone();
+        Superblock::seal(&mut raw, ());
+        assert_eq!(raw, before);
+        Superblock::verify(&raw, (), LOC).unwrap();
+    }
+
+    #[test]
+    fn a_checksum_type_other_than_crc32c_is_corrupt() {
+        let mut sb = test_superblock(RoCompatFeatures::METADATA_CSUM);
+        sb.checksum_type = 2;
+        let mut raw = encoded(&sb);
+        Superblock::seal(&mut raw, ());
+        assert_eq!(
+            Superblock::verify(&raw, (), LOC),
+            Err(FormatError::corrupt(
+                Structure::Superblock,
+                LOC,
+                Problem::UnknownChecksumType { found: 2 }
+            ))
+        );
+        // Decoding does not look at it: the checker decodes such a superblock.
+        Superblock::decode_checked(&raw).unwrap();
+    }
+
     #[test]
     fn garbage_is_an_error_not_a_panic() {
-        assert!(Superblock::parse(&[0u8; 10]).is_err());
-        assert!(Superblock::parse(&[0xFFu8; 1024]).is_err());
+        assert!(Superblock::decode_checked(&[0u8; 10]).is_err());
+        assert!(Superblock::decode_checked(&[0xFFu8; 1024]).is_err());
     }
 }

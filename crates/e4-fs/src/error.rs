@@ -63,6 +63,13 @@ pub enum Error {
     /// The filesystem is open read-only, or can only be read (EROFS).
     #[error("read-only filesystem: {0}")]
     ReadOnly(String),
+    /// An operation a file of this kind does not support: `fallocate` on a device, socket
+    /// or symlink (ENODEV, as the kernel's `vfs_fallocate` answers).
+    #[error("{0}: no such device")]
+    NoDevice(String),
+    /// A file-position operation on a FIFO, which has no positions (ESPIPE).
+    #[error("{0}: illegal seek")]
+    IllegalSeek(String),
     /// The operation is valid but this filesystem's features do not allow it (EOPNOTSUPP).
     #[error("not supported: {0}")]
     NotSupported(String),

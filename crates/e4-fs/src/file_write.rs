@@ -44,6 +44,20 @@ pub enum FallocateMode {
     InsertRange,
 }
 
+/// Refuses `fallocate` on anything but a regular file with the kernel's errors
+/// (`vfs_fallocate`, before the filesystem is asked): ESPIPE for a FIFO, EISDIR for a
+/// directory, ENODEV for a device, socket or symlink. (A block device's own fallocate
+/// would reach the device, which e4 does not.)
+fn require_fallocatable(inode: &Inode) -> Result<()> {
+    let what = || format!("inode {}", inode.ino);
+    match inode.file_type() {
+        Some(FileType::Regular) => Ok(()),
+        Some(FileType::Fifo) => Err(Error::IllegalSeek(what())),
+        Some(FileType::Directory) => Err(Error::IsADirectory(what())),
+        _ => Err(Error::NoDevice(what())),
+    }
+}
+
 pub(crate) fn owner_of(inode: &Inode) -> Owner {
     Owner {
         ino: inode.ino,
@@ -432,6 +446,8 @@ impl Filesystem {
     /// the kernel's EOPNOTSUPP). Collapsing and inserting ranges follow
     /// `ext4_collapse_range` and `ext4_insert_range` (see [`FallocateMode`]); an inline file
     /// first moves out of its inode, as the kernel converts inline data for every mode.
+    /// Other kinds of file get the kernel's errors: [`Error::IsADirectory`] for a directory,
+    /// [`Error::IllegalSeek`] for a FIFO, [`Error::NoDevice`] for the rest.
     pub fn fallocate(&self, ino: u32, mode: FallocateMode, offset: u64, len: u64) -> Result<()> {
         self.retry_when_full(|| self.fallocate_once(ino, mode, offset, len))
     }
@@ -445,6 +461,7 @@ impl Filesystem {
             let txn = writer.begin()?;
             let handle = self.inode_handle(ino)?;
             let mut state = handle.lock(&self.inodes);
+            require_fallocatable(&state.inode)?;
             self.require_regular(&state)?;
             let end = offset
                 .checked_add(len)

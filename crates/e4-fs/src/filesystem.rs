@@ -100,6 +100,14 @@ fn backup_superblock_block(block_size: u64) -> u64 {
     u64::from(block_size == 1024) + 8 * block_size
 }
 
+/// Decodes a superblock and verifies its checksum: e4 opens only a superblock it can trust,
+/// and turns to a backup otherwise.
+fn trusted_superblock(raw: &[u8], loc: Location) -> std::result::Result<Superblock, FormatError> {
+    let sb = Superblock::decode_checked(raw)?;
+    Superblock::verify(raw, (), loc)?;
+    Ok(sb)
+}
+
 /// Reads the primary superblock; if it is unusable but a backup in group 1 is good, uses
 /// that one (as e2fsck and the kernel's `sb=` do) and says so. Returns the superblock, the
 /// block its descriptor table follows, and the warnings.
@@ -121,7 +129,7 @@ fn read_superblock(device: &dyn Device) -> Result<(Superblock, u64, Vec<String>)
             device.size()
         )));
     };
-    let primary_error = match Superblock::parse(&raw) {
+    let primary_error = match trusted_superblock(&raw, Location::Superblock) {
         Ok(sb) => {
             // The descriptor table starts in the block after the superblock's: block 2 with
             // 1 KiB blocks (block 1 under bigalloc, whose first data block is 0), else block 1.
@@ -136,7 +144,7 @@ fn read_superblock(device: &dyn Device) -> Result<(Superblock, u64, Vec<String>)
         let Some(raw) = read_at(block * block_size)? else {
             continue;
         };
-        let Ok(sb) = Superblock::parse(&raw) else {
+        let Ok(sb) = trusted_superblock(&raw, Location::Block(block)) else {
             continue;
         };
         if u64::from(sb.block_size()) == block_size

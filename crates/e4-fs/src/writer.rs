@@ -24,11 +24,13 @@ use e4_alloc::{
     AllocatorConfig, BlockAllocator, Geometry as AllocGeometry, GroupLocking, GroupSummary,
     InodeAllocator, InodeGeometry, InodeGroupSummary, TransactionFrees,
 };
+use e4_format::bitmap::{BitmapBlock, BitmapKind, BitmapSeed};
 use e4_format::features::{CompatFeatures, RoCompatFeatures};
 use e4_format::group_descriptor::{
-    BitmapKind, GroupChecksum, BG_BLOCK_UNINIT, BG_INODE_UNINIT, BG_INODE_ZEROED,
+    GroupChecksum, BG_BLOCK_UNINIT, BG_INODE_UNINIT, BG_INODE_ZEROED,
 };
 use e4_format::superblock::{Superblock, STATE_VALID, SUPERBLOCK_OFFSET};
+use e4_format::MetadataBlock;
 use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 
 use e4_alloc::stats::{Counter, LockStats};
@@ -152,9 +154,7 @@ impl Writer {
         };
         let device = fs.device.clone();
         let block_size = fs.block_size() as usize;
-        let seed = sb.has_metadata_csum().then(|| sb.csum_seed());
-        let desc_size = sb.desc_size() as usize;
-        let bits = sb.blocks_per_group;
+        let block_seed = BitmapSeed::for_superblock(sb, BitmapKind::Block);
         let bitmap_descs = descriptors.clone();
         let source = move |g: u32| -> std::result::Result<Vec<u8>, String> {
             let desc = &bitmap_descs[g as usize];
@@ -162,8 +162,9 @@ impl Writer {
             device
                 .read_exact_at(&mut bitmap, desc.block_bitmap() * block_size as u64)
                 .map_err(|e| format!("read of block {}: {e}", desc.block_bitmap()))?;
-            if let Some(seed) = seed {
-                desc.verify_bitmap(BitmapKind::Block, &bitmap, bits, seed, desc_size, g)
+            if let Some(seed) = block_seed {
+                BitmapBlock::of(desc, BitmapKind::Block, g)
+                    .verify(&bitmap, seed)
                     .map_err(|e| e.to_string())?;
             }
             Ok(bitmap)
@@ -192,14 +193,16 @@ impl Writer {
         let inode_device = fs.device.clone();
         let inode_descs = descriptors.clone();
         let ipg = geometry.inodes_per_group();
+        let inode_seed = BitmapSeed::for_superblock(sb, BitmapKind::Inode);
         let inode_source = move |g: u32| -> std::result::Result<Vec<u8>, String> {
             let desc = &inode_descs[g as usize];
             let mut bitmap = vec![0u8; block_size];
             inode_device
                 .read_exact_at(&mut bitmap, desc.inode_bitmap() * block_size as u64)
                 .map_err(|e| format!("read of block {}: {e}", desc.inode_bitmap()))?;
-            if let Some(seed) = seed {
-                desc.verify_bitmap(BitmapKind::Inode, &bitmap, ipg, seed, desc_size, g)
+            if let Some(seed) = inode_seed {
+                BitmapBlock::of(desc, BitmapKind::Inode, g)
+                    .verify(&bitmap, seed)
                     .map_err(|e| e.to_string())?;
             }
             bitmap.truncate(ipg.div_ceil(8) as usize);
@@ -413,7 +416,7 @@ impl Writer {
         let sb = fs.superblock();
         let bs = fs.block_size() as usize;
         let ipg = sb.inodes_per_group;
-        let seed = sb.has_metadata_csum().then(|| sb.csum_seed());
+        let seed = BitmapSeed::for_superblock(sb, BitmapKind::Inode);
         let checksummed =
             sb.has_metadata_csum() || sb.ro_compat().contains(RoCompatFeatures::GDT_CSUM);
         let dirty = self.inodes.take_dirty_groups();
@@ -447,13 +450,9 @@ impl Writer {
                 block[bit / 8] |= 1 << (bit % 8);
             }
             if let Some(seed) = seed {
-                desc.set_bitmap_checksum(
-                    BitmapKind::Inode,
-                    &block,
-                    ipg,
-                    seed,
-                    sb.desc_size() as usize,
-                );
+                let mut sealed = BitmapBlock::of(&desc, BitmapKind::Inode, g);
+                sealed.seal(&block, seed);
+                sealed.store_in(&mut desc);
             }
             desc.set_free_inodes_count(snapshot.free_inodes);
             desc.set_used_dirs_count(snapshot.used_dirs);
@@ -468,7 +467,7 @@ impl Writer {
     fn write_block_bitmaps(&self, fs: &Filesystem) -> Result<Vec<u32>> {
         let sb = fs.superblock();
         let bs = fs.block_size() as usize;
-        let seed = sb.has_metadata_csum().then(|| sb.csum_seed());
+        let seed = BitmapSeed::for_superblock(sb, BitmapKind::Block);
         let groups = self
             .blocks
             .take_dirty_groups(bs)
@@ -479,13 +478,9 @@ impl Writer {
             desc.flags &= !BG_BLOCK_UNINIT;
             desc.set_free_blocks_count(dirty.free);
             if let Some(seed) = seed {
-                desc.set_bitmap_checksum(
-                    BitmapKind::Block,
-                    &dirty.bitmap,
-                    sb.blocks_per_group,
-                    seed,
-                    sb.desc_size() as usize,
-                );
+                let mut sealed = BitmapBlock::of(&desc, BitmapKind::Block, dirty.group);
+                sealed.seal(&dirty.bitmap, seed);
+                sealed.store_in(&mut desc);
             }
             let nr = desc.block_bitmap();
             drop(desc);
@@ -537,7 +532,9 @@ impl Writer {
         sb.set_free_blocks_count(free_blocks);
         sb.free_inodes_count = free_inodes as u32;
         sb.set_write_time(crate::time::now().seconds);
-        let bytes = sb.to_bytes();
+        let mut bytes = [0u8; Superblock::SIZE];
+        sb.encode(&mut bytes);
+        Superblock::seal(&mut bytes, ());
         fs.device
             .write_all_at(&bytes, SUPERBLOCK_OFFSET)
             .map_err(|e| Error::io("write of the superblock", e))

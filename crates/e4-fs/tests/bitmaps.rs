@@ -1,7 +1,8 @@
 //! Block and inode bitmap checksums (metadata_csum) as mke2fs writes them, for 32- and
 //! 64-byte group descriptors (16- and 32-bit stored checksums).
 
-use e4_format::group_descriptor::{BitmapKind, BG_BLOCK_UNINIT, BG_INODE_UNINIT};
+use e4_format::bitmap::{BitmapBlock, BitmapKind, BitmapSeed};
+use e4_format::group_descriptor::{BG_BLOCK_UNINIT, BG_INODE_UNINIT};
 use e4_fs::{Filesystem, OpenOptions};
 use e4_testkit::make_empty_image;
 
@@ -19,31 +20,20 @@ fn bitmap_checksums_from_mke2fs() {
         let block = |nr: u64| &bytes[nr as usize * bs..(nr as usize + 1) * bs];
         let mut checked = 0;
         for (g, desc) in fs.group_descriptors().iter().enumerate() {
-            let verify = |kind, bitmap: &[u8], bits| {
-                desc.verify_bitmap(
-                    kind,
-                    bitmap,
-                    bits,
-                    sb.csum_seed(),
-                    sb.desc_size() as usize,
-                    g as u32,
-                )
+            let verify = |kind, bitmap: &[u8]| {
+                let seed = BitmapSeed::for_superblock(sb, kind).unwrap();
+                BitmapBlock::of(desc, kind, g as u32).verify(bitmap, seed)
             };
             if desc.flags & BG_BLOCK_UNINIT == 0 {
                 let bitmap = block(desc.block_bitmap());
-                verify(BitmapKind::Block, bitmap, sb.clusters_per_group).unwrap();
+                verify(BitmapKind::Block, bitmap).unwrap();
                 let mut damaged = bitmap.to_vec();
                 damaged[0] ^= 0x80;
-                assert!(verify(BitmapKind::Block, &damaged, sb.clusters_per_group).is_err());
+                assert!(verify(BitmapKind::Block, &damaged).is_err());
                 checked += 1;
             }
             if desc.flags & BG_INODE_UNINIT == 0 {
-                verify(
-                    BitmapKind::Inode,
-                    block(desc.inode_bitmap()),
-                    sb.inodes_per_group,
-                )
-                .unwrap();
+                verify(BitmapKind::Inode, block(desc.inode_bitmap())).unwrap();
                 checked += 1;
             }
         }

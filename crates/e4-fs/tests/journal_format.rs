@@ -6,10 +6,10 @@
 use std::process::Command;
 
 use e4_format::journal::{
-    logged_block_checksum, parse_descriptor_block, parse_revoke_block, CommitBlock,
-    JournalBlockType, JournalHeader, JournalSuperblock, JOURNAL_MAGIC,
+    logged_block_checksum, CommitBlock, DescriptorBlock, JournalBlockType, JournalHeader,
+    JournalSuperblock, RevokeBlock, JOURNAL_MAGIC,
 };
-use e4_format::Location;
+use e4_format::{FormatError, Location, MetadataBlock};
 use e4_fs::{Filesystem, Mapping, OpenOptions};
 use e4_testkit::make_empty_image;
 
@@ -51,12 +51,16 @@ fn parses_a_journal_written_by_debugfs() {
     let bytes = std::fs::read(&image).unwrap();
     let block =
         |i: u64| &bytes[((physical + i) * 4096) as usize..((physical + i + 1) * 4096) as usize];
-    let jsb = JournalSuperblock::parse(block(0)).unwrap();
+    let jsb = JournalSuperblock::decode_checked(block(0)).unwrap();
+    JournalSuperblock::verify(block(0), (), Location::JournalBlock(0)).unwrap();
     let f = jsb.features();
     assert!(f.csum_v3 && f.bit64 && f.revoke, "{f:?}");
     assert!(jsb.needs_recovery());
+    let mut again = [0u8; JournalSuperblock::SIZE];
+    jsb.encode(&mut again);
+    JournalSuperblock::seal(&mut again, ());
     assert_eq!(
-        jsb.to_bytes().as_slice(),
+        again.as_slice(),
         &block(0)[..1024],
         "journal superblock round trip"
     );
@@ -71,7 +75,8 @@ fn parses_a_journal_written_by_debugfs() {
         let loc = Location::JournalBlock(at);
         match header.block_type(loc).unwrap() {
             JournalBlockType::Descriptor => {
-                let tags = parse_descriptor_block(block(at), &f, seed, loc).unwrap();
+                DescriptorBlock::verify(block(at), seed, loc).unwrap();
+                let tags = DescriptorBlock::decode(block(at), &f, loc).unwrap();
                 for tag in tags {
                     at += 1;
                     let data = block(at);
@@ -83,10 +88,12 @@ fn parses_a_journal_written_by_debugfs() {
                 }
             }
             JournalBlockType::Revoke => {
-                revoked.extend(parse_revoke_block(block(at), &f, seed, loc).unwrap())
+                RevokeBlock::verify(block(at), seed, loc).unwrap();
+                revoked.extend(RevokeBlock::decode(block(at), &f, loc).unwrap())
             }
             JournalBlockType::Commit => {
-                CommitBlock::parse(block(at), Some(seed), loc).unwrap();
+                CommitBlock::verify(block(at), seed, loc).unwrap();
+                CommitBlock::decode_checked(block(at), loc).unwrap();
                 commits += 1;
             }
             other => panic!("unexpected {other:?} at {at}"),
@@ -109,7 +116,7 @@ fn parses_a_journal_written_by_debugfs() {
         (301, false, &plain)
     );
 
-    // A damaged commit block fails its checksum.
+    // A damaged commit block fails its checksum, and still decodes.
     let commit_at = (0..8).find(|&i| {
         JournalHeader::parse(block(i)).is_some_and(|h| {
             h.block_type(Location::JournalBlock(i)).ok() == Some(JournalBlockType::Commit)
@@ -117,7 +124,12 @@ fn parses_a_journal_written_by_debugfs() {
     });
     let mut damaged = block(commit_at.unwrap()).to_vec();
     damaged[0x30] ^= 1;
-    assert!(CommitBlock::parse(&damaged, Some(seed), Location::JournalBlock(0)).is_err());
+    let loc = Location::JournalBlock(0);
+    assert!(matches!(
+        CommitBlock::verify(&damaged, seed, loc),
+        Err(FormatError::Checksum { .. })
+    ));
+    CommitBlock::decode_checked(&damaged, loc).unwrap();
 
     let err = Filesystem::open(&image, OpenOptions::default())
         .err()

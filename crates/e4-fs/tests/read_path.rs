@@ -6,6 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use e4_format::superblock::{Superblock, SUPERBLOCK_OFFSET};
+use e4_format::MetadataBlock;
 use e4_fs::device::{Fault, FaultyDevice, FileDevice};
 use e4_fs::{Error, Filesystem, OpenOptions};
 use e4_testkit::{e2fsck_clean, full_source_tree, make_image, Image, TreeSpec, PROFILES};
@@ -174,9 +175,12 @@ fn many_threads_share_one_handle() {
 fn with_superblock_edit(image: &Path, edit: impl FnOnce(&mut Superblock)) -> Vec<u8> {
     let mut bytes = std::fs::read(image).unwrap();
     let at = SUPERBLOCK_OFFSET as usize;
-    let mut sb = Superblock::parse(&bytes[at..at + 1024]).unwrap();
+    let raw = &mut bytes[at..at + Superblock::SIZE];
+    let mut sb = Superblock::decode_checked(raw).unwrap();
     edit(&mut sb);
-    bytes[at..at + 1024].copy_from_slice(&sb.to_bytes());
+    // OK to unwrap: the slice is the superblock's size.
+    sb.encode(raw.try_into().unwrap());
+    Superblock::seal(raw, ());
     bytes
 }
 

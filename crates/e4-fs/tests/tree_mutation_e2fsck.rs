@@ -96,7 +96,7 @@ fn image_io(image: &Path) -> ImageIo {
         .unwrap();
     let mut sb = vec![0u8; 1024];
     file.read_exact_at(&mut sb, 1024).unwrap();
-    let sb = Superblock::parse(&sb).unwrap();
+    let sb = Superblock::decode_checked(&sb).unwrap();
     assert!(
         sb.has_metadata_csum(),
         "mke2fs.conf should turn metadata_csum on"

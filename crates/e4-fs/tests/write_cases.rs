@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use e4_format::inode::FileType;
 use e4_format::superblock::{Superblock, SUPERBLOCK_OFFSET};
 use e4_fs::device::{Device, Fault, FaultyDevice, MemoryDevice};
 use e4_fs::{Creator, Error, FallocateMode, Filesystem, OpenOptions};
@@ -18,8 +19,10 @@ const ME: Creator = Creator {
 
 fn superblock_of(path: &std::path::Path) -> Superblock {
     let bytes = std::fs::read(path).unwrap();
-    Superblock::parse(&bytes[SUPERBLOCK_OFFSET as usize..SUPERBLOCK_OFFSET as usize + 1024])
-        .unwrap()
+    Superblock::decode_checked(
+        &bytes[SUPERBLOCK_OFFSET as usize..SUPERBLOCK_OFFSET as usize + 1024],
+    )
+    .unwrap()
 }
 
 #[test]
@@ -328,5 +331,37 @@ fn a_create_in_a_leaf_with_a_broken_chain_is_an_error_and_changes_nothing() {
     // back, the unmount) must be clean.
     image[leaf * bs..(leaf + 1) * bs].copy_from_slice(&intact);
     std::fs::write(&img.path, &image).unwrap();
+    e2fsck_clean(&img.path).unwrap();
+}
+
+/// `fallocate` answers as the kernel's `vfs_fallocate` for anything but a regular file
+/// (EISDIR, ESPIPE, ENODEV), whatever the mode, and changes nothing.
+#[test]
+fn fallocate_on_other_kinds_of_file_fails_as_in_the_kernel() {
+    let img = make_empty_image(&["-t", "ext4"], 32);
+    let fs = Filesystem::open(&img.path, OpenOptions::writable()).unwrap();
+    let dir = fs.mkdir(ROOT, b"dir", ME).unwrap();
+    let node = |name: &[u8], kind| fs.mknod(ROOT, name, kind, (8, 1), ME).unwrap();
+    let fifo = node(b"fifo", FileType::Fifo);
+    let chr = node(b"chr", FileType::CharDevice);
+    let blk = node(b"blk", FileType::BlockDevice);
+    let sock = node(b"sock", FileType::Socket);
+    let link = fs.symlink(ROOT, b"link", b"dir", ME).unwrap();
+    for mode in [
+        FallocateMode::Allocate,
+        FallocateMode::KeepSize,
+        FallocateMode::PunchHole,
+    ] {
+        let got = |ino| fs.fallocate(ino, mode, 0, 4096);
+        assert!(matches!(got(dir), Err(Error::IsADirectory(_))), "{mode:?}");
+        assert!(matches!(got(fifo), Err(Error::IllegalSeek(_))), "{mode:?}");
+        for ino in [chr, blk, sock, link] {
+            assert!(
+                matches!(got(ino), Err(Error::NoDevice(_))),
+                "{mode:?} {ino}"
+            );
+        }
+    }
+    fs.unmount().unwrap();
     e2fsck_clean(&img.path).unwrap();
 }

@@ -7,7 +7,7 @@ use e4_format::extent::{ExtentEntries, ExtentNode};
 use e4_format::features::CompatFeatures;
 use e4_format::inode::{flags, Inode};
 use e4_format::journal::JournalSuperblock;
-use e4_format::Location as FormatLocation;
+use e4_format::{Location as FormatLocation, MetadataBlock};
 
 use crate::context::Context;
 use crate::problem::{Location, ProblemCode};
@@ -44,7 +44,10 @@ pub fn check(ctx: &Context) {
     };
     match ctx.image.read_blocks(block, 1, ctx.block_size()) {
         Ok(bytes) => {
-            if let Err(e) = JournalSuperblock::parse(&bytes) {
+            let decoded = JournalSuperblock::decode_checked(&bytes).and_then(|_| {
+                JournalSuperblock::verify(&bytes, (), FormatLocation::JournalBlock(0))
+            });
+            if let Err(e) = decoded {
                 report(ctx, format!("journal superblock is corrupt: {e}"));
             }
         }

@@ -6,7 +6,7 @@
 
 use rayon::prelude::*;
 
-use e4_format::group_descriptor::BitmapKind;
+use e4_format::bitmap::{BitmapBlock, BitmapKind, BitmapSeed};
 use e4_format::FormatError;
 
 use crate::context::Context;
@@ -162,15 +162,10 @@ fn check_block_bitmap(ctx: &Context, group: u32) -> u64 {
                     "padding at end of block bitmap is not set",
                 );
             }
-            if let Some(seed) = ctx.csum_seed {
-                if let Err(FormatError::Checksum { .. }) = desc.verify_bitmap(
-                    BitmapKind::Block,
-                    bytes,
-                    geo.blocks_per_group(),
-                    seed,
-                    ctx.sb.desc_size() as usize,
-                    group,
-                ) {
+            if let Some(seed) = BitmapSeed::for_superblock(&ctx.sb, BitmapKind::Block) {
+                if let Err(FormatError::Checksum { .. }) =
+                    BitmapBlock::of(desc, BitmapKind::Block, group).verify(bytes, seed)
+                {
                     ctx.report(
                         ProblemCode::PR_5_BLOCK_BITMAP_CSUM_INVALID,
                         Location::Group(group),
@@ -243,15 +238,11 @@ fn check_inode_bitmap(ctx: &Context, group: u32) -> u64 {
                 "padding at end of inode bitmap is not set",
             );
         }
-        if let (Some(seed), false) = (ctx.csum_seed, uninit) {
-            if let Err(FormatError::Checksum { .. }) = desc.verify_bitmap(
-                BitmapKind::Inode,
-                bytes,
-                geo.inodes_per_group(),
-                seed,
-                ctx.sb.desc_size() as usize,
-                group,
-            ) {
+        let seed = BitmapSeed::for_superblock(&ctx.sb, BitmapKind::Inode);
+        if let (Some(seed), false) = (seed, uninit) {
+            if let Err(FormatError::Checksum { .. }) =
+                BitmapBlock::of(desc, BitmapKind::Inode, group).verify(bytes, seed)
+            {
                 ctx.report(
                     ProblemCode::PR_5_INODE_BITMAP_CSUM_INVALID,
                     Location::Group(group),

@@ -124,7 +124,7 @@ fn read_superblock(
     // included. Without a valid backup it gives up (exit 8), even when only the checksum
     // is wrong: e2fsck 1.47.0 -n on a one-group image whose superblock checksum fails
     // prints "The superblock could not be read" and exits 8, so this does too.
-    let primary_error = match Superblock::parse(&raw) {
+    let primary_error = match trusted_superblock(&raw, e4_format::Location::Superblock) {
         Ok(sb) => return Ok((sb, false)),
         Err(FormatError::Incompatible(m)) => return Err(FsckError::Unsupported(m)),
         Err(e) => e,
@@ -142,6 +142,14 @@ fn read_superblock(
         ),
     ));
     Ok((backup, true))
+}
+
+/// Decodes a superblock and verifies its checksum: one whose checksum is wrong is not used,
+/// as e2fsck does not use it (it turns to a backup).
+fn trusted_superblock(raw: &[u8], loc: e4_format::Location) -> Result<Superblock, FormatError> {
+    let sb = Superblock::decode_checked(raw)?;
+    Superblock::verify(raw, (), loc)?;
+    Ok(sb)
 }
 
 /// Reads every group descriptor; a descriptor whose checksum is wrong is reported and used.
@@ -168,7 +176,8 @@ fn read_backup_superblock(image: &Image) -> Option<(Superblock, u64)> {
         let first_data_block = u64::from(log == 0);
         let offset = (8 * block_size + first_data_block) * block_size;
         image.read_at(offset, &mut raw).ok()?;
-        let backup = Superblock::parse(&raw).ok()?;
+        let backup =
+            trusted_superblock(&raw, e4_format::Location::Block(offset / block_size)).ok()?;
         (u64::from(backup.block_size()) == block_size).then_some((backup, offset))
     })
 }

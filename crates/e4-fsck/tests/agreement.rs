@@ -11,6 +11,8 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use e4_format::journal::JournalSuperblock;
+use e4_format::MetadataBlock;
 use e4_fsck::{check, Options, ProblemClass, ProblemCode};
 use e4_testkit::{make_image, Image, Profile, PROFILES};
 
@@ -587,6 +589,43 @@ fn corrupt_journal_superblock() {
             write_bytes(img, block * block_size(img), &[0u8; 4]);
         },
         &[ProblemClass::Journal],
+    );
+}
+
+/// Gives the journal of `img` checksums v3 (mke2fs leaves them to the kernel's mount) and
+/// seals its superblock with e4's sealer; with `flip`, then damages the checksum alone.
+fn journal_checksums_v3(img: &Path, flip: bool) {
+    let at = bmap(img, "<8>", 0) * block_size(img);
+    let mut raw = read_bytes(img, at, 1024);
+    // INCOMPAT_CSUM_V3 at 0x28 (big-endian), s_checksum_type crc32c at 0x50.
+    raw[0x2B] |= 0x10;
+    raw[0x50] = 4;
+    JournalSuperblock::seal(&mut raw, ());
+    if flip {
+        raw[0xFC] ^= 1;
+    }
+    write_bytes(img, at, &raw);
+}
+
+/// A journal superblock sealed by e4 is one e2fsck accepts, and so does e4.
+#[test]
+fn journal_superblock_sealed_by_e4() {
+    let (_source, image) = fresh_image(&EXT4);
+    journal_checksums_v3(&image.path, false);
+    let classes = assert_agreement(&image.path, "journal superblock sealed by e4");
+    assert!(classes.is_empty(), "{classes:?}");
+}
+
+/// A journal superblock whose checksum alone is wrong: it decodes, and its verify
+/// reports it, as e2fsck's `e2fsck_journal_sb_csum_verify` does.
+#[test]
+fn journal_superblock_checksum() {
+    run_scenario_with_codes(
+        &EXT4,
+        "journal superblock checksum",
+        |img| journal_checksums_v3(img, true),
+        &[ProblemClass::Journal],
+        &[ProblemCode::PR_0_JOURNAL_BAD_SUPER],
     );
 }
 

@@ -3,6 +3,7 @@
 use crate::checksum::crc32c_raw;
 use crate::codec::{on_disk_struct, prefix, Be};
 use crate::error::{verify_checksum, FormatError, Location, Result};
+use crate::metadata_block::MetadataBlock;
 use crate::problem::{Problem, Structure};
 
 /// Offset of `h_chksum[0]`, zeroed while the checksum is computed.
@@ -29,24 +30,54 @@ on_disk_struct! {
 }
 
 impl CommitBlock {
-    /// Parses a commit block; with `seed` (csum v2/v3), verifies its checksum.
-    pub fn parse(block: &[u8], seed: Option<u32>, loc: Location) -> Result<Self> {
-        let raw = prefix::<0x3C>(block).ok_or_else(|| {
-            FormatError::corrupt(
-                Structure::JournalCommit,
-                loc,
-                Problem::TooShort {
-                    len: block.len(),
-                    need: 0x3C,
-                },
-            )
-        })?;
-        let commit = CommitBlock::decode(raw);
-        if let Some(seed) = seed {
-            let sum = crc32c_raw(seed, &block[..CHECKSUM_OFFSET]);
-            let sum = crc32c_raw(crc32c_raw(sum, &[0; 4]), &block[CHECKSUM_OFFSET + 4..]);
-            verify_checksum(Structure::JournalCommit, loc, commit.chksum[0], sum)?;
+    /// Decodes a commit block, whatever its checksum says.
+    pub fn decode_checked(block: &[u8], loc: Location) -> Result<Self> {
+        Ok(CommitBlock::decode(commit_bytes(block, loc)?))
+    }
+}
+
+/// The commit header's bytes, or a [`Problem::TooShort`] at `loc`.
+fn commit_bytes(block: &[u8], loc: Location) -> Result<&[u8; CommitBlock::SIZE]> {
+    prefix::<{ CommitBlock::SIZE }>(block).ok_or_else(|| {
+        FormatError::corrupt(
+            Structure::JournalCommit,
+            loc,
+            Problem::TooShort {
+                len: block.len(),
+                need: CommitBlock::SIZE,
+            },
+        )
+    })
+}
+
+/// The commit checksum (v2/v3): crc32c, seeded with the journal's seed, over the whole
+/// block with `h_chksum[0]` zeroed (`jbd2_commit_block_csum_verify`).
+fn commit_checksum(block: &[u8], seed: u32) -> u32 {
+    let sum = crc32c_raw(seed, &block[..CHECKSUM_OFFSET]);
+    crc32c_raw(crc32c_raw(sum, &[0; 4]), &block[CHECKSUM_OFFSET + 4..])
+}
+
+/// Checksums v2/v3: `h_chksum[0]`, big-endian. (Checksum v1's crc32 over the whole
+/// transaction, stored here with `h_chksum_type` 1, is not a property of this block alone.)
+impl MetadataBlock for CommitBlock {
+    /// The journal's seed ([`super::JournalSuperblock::csum_seed`]).
+    type Seed = u32;
+
+    fn verify(block: &[u8], seed: u32, loc: Location) -> Result<()> {
+        let commit = CommitBlock::decode(commit_bytes(block, loc)?);
+        verify_checksum(
+            Structure::JournalCommit,
+            loc,
+            commit.chksum[0],
+            commit_checksum(block, seed),
+        )
+    }
+
+    fn seal(block: &mut [u8], seed: u32) {
+        if block.len() < CommitBlock::SIZE {
+            return;
         }
-        Ok(commit)
+        let sum = commit_checksum(block, seed);
+        block[CHECKSUM_OFFSET..CHECKSUM_OFFSET + 4].copy_from_slice(&sum.to_be_bytes());
     }
 }

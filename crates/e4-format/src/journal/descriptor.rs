@@ -3,16 +3,17 @@
 
 use crate::checksum::crc32c_raw;
 use crate::codec::prefix;
-use crate::error::{verify_checksum, FormatError, Location, Result};
+use crate::error::{FormatError, Location, Result};
+use crate::metadata_block::MetadataBlock;
 use crate::problem::{Problem, Structure};
 
-use super::JournalFeatures;
+use super::block_tail::{seal_tail, verify_tail, TAIL_SIZE};
+use super::{JournalFeatures, HEADER_SIZE};
 
 /// Tag flags (`JBD2_FLAG_*`).
 const FLAG_ESCAPE: u32 = 0x1;
 const FLAG_SAME_UUID: u32 = 0x2;
 const FLAG_LAST_TAG: u32 = 0x8;
-const HEADER_SIZE: usize = 12;
 const UUID_SIZE: usize = 16;
 
 /// One tag of a descriptor block.
@@ -39,67 +40,82 @@ fn be32(b: &[u8], at: usize) -> u32 {
     u32::from_be_bytes(*prefix::<4>(&b[at..]).unwrap())
 }
 
-/// Parses the tags of a descriptor block. With checksums, the block's tail is verified.
-pub fn parse_descriptor_block(
-    block: &[u8],
-    f: &JournalFeatures,
-    seed: u32,
-    loc: Location,
-) -> Result<Vec<JournalTag>> {
-    if block.len() < HEADER_SIZE + 4 {
-        return Err(FormatError::corrupt(
-            Structure::JournalDescriptor,
-            loc,
-            Problem::TooShort {
-                len: block.len(),
-                need: HEADER_SIZE + 4,
-            },
-        ));
-    }
-    let csum = f.csum_v2 || f.csum_v3;
-    let end = if csum { block.len() - 4 } else { block.len() };
-    if csum {
-        let sum = crc32c_raw(crc32c_raw(seed, &block[..end]), &[0; 4]);
-        verify_checksum(Structure::JournalDescriptor, loc, be32(block, end), sum)?;
-    }
-    let size = tag_size(f);
-    let mut tags = Vec::new();
-    let mut at = HEADER_SIZE;
-    loop {
-        if at + size > end {
+/// A descriptor block: a header, then tags until one has `LAST_TAG`, then (checksums
+/// v2/v3) the block tail.
+pub struct DescriptorBlock;
+
+impl DescriptorBlock {
+    /// Decodes the tags of a descriptor block, whatever the tail's checksum says.
+    pub fn decode(block: &[u8], f: &JournalFeatures, loc: Location) -> Result<Vec<JournalTag>> {
+        if block.len() < HEADER_SIZE + TAIL_SIZE {
             return Err(FormatError::corrupt(
                 Structure::JournalDescriptor,
                 loc,
-                Problem::TagsPastEnd,
+                Problem::TooShort {
+                    len: block.len(),
+                    need: HEADER_SIZE + TAIL_SIZE,
+                },
             ));
         }
-        let (low, flags, high, checksum) = if f.csum_v3 {
-            (
-                be32(block, at),
-                be32(block, at + 4),
-                be32(block, at + 8),
-                be32(block, at + 12),
-            )
+        let end = if f.has_block_checksums() {
+            block.len() - TAIL_SIZE
         } else {
-            let word = be32(block, at + 4);
-            let high = if f.bit64 { be32(block, at + 8) } else { 0 };
-            (be32(block, at), word & 0xFFFF, high, word >> 16)
+            block.len()
         };
-        let block_nr = u64::from(low) | if f.bit64 { u64::from(high) << 32 } else { 0 };
-        tags.push(JournalTag {
-            block: block_nr,
-            escaped: flags & FLAG_ESCAPE != 0,
-            checksum,
-        });
-        at += size;
-        if flags & FLAG_SAME_UUID == 0 {
-            at += UUID_SIZE;
+        let size = tag_size(f);
+        let mut tags = Vec::new();
+        let mut at = HEADER_SIZE;
+        loop {
+            if at + size > end {
+                return Err(FormatError::corrupt(
+                    Structure::JournalDescriptor,
+                    loc,
+                    Problem::TagsPastEnd,
+                ));
+            }
+            let (low, flags, high, checksum) = if f.csum_v3 {
+                (
+                    be32(block, at),
+                    be32(block, at + 4),
+                    be32(block, at + 8),
+                    be32(block, at + 12),
+                )
+            } else {
+                let word = be32(block, at + 4);
+                let high = if f.bit64 { be32(block, at + 8) } else { 0 };
+                (be32(block, at), word & 0xFFFF, high, word >> 16)
+            };
+            let block_nr = u64::from(low) | if f.bit64 { u64::from(high) << 32 } else { 0 };
+            tags.push(JournalTag {
+                block: block_nr,
+                escaped: flags & FLAG_ESCAPE != 0,
+                checksum,
+            });
+            at += size;
+            if flags & FLAG_SAME_UUID == 0 {
+                at += UUID_SIZE;
+            }
+            if flags & FLAG_LAST_TAG != 0 {
+                break;
+            }
         }
-        if flags & FLAG_LAST_TAG != 0 {
-            break;
-        }
+        Ok(tags)
     }
-    Ok(tags)
+}
+
+/// Checksums v2/v3: the block tail. The tags' own checksums cover the logged blocks, not
+/// this one ([`logged_block_checksum`]).
+impl MetadataBlock for DescriptorBlock {
+    /// The journal's seed ([`super::JournalSuperblock::csum_seed`]).
+    type Seed = u32;
+
+    fn verify(block: &[u8], seed: u32, loc: Location) -> Result<()> {
+        verify_tail(block, seed, Structure::JournalDescriptor, loc)
+    }
+
+    fn seal(block: &mut [u8], seed: u32) {
+        seal_tail(block, seed)
+    }
 }
 
 /// The checksum a tag carries for its logged block (csum v2 keeps the low 16 bits): over

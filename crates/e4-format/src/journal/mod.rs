@@ -2,15 +2,21 @@
 //! big-endian header naming its type. The journal superblock describes the log; descriptor
 //! blocks list the filesystem blocks logged after them, commit blocks end a transaction and
 //! revoke blocks cancel earlier logged copies.
+//!
+//! Every checksummed journal block kind is under the verifier contract
+//! ([`crate::MetadataBlock`]): [`JournalSuperblock`], [`DescriptorBlock`], [`CommitBlock`]
+//! and [`RevokeBlock`] decode whatever their checksums say, and verify and seal them
+//! separately (checksums v2/v3).
 
+mod block_tail;
 mod commit;
 mod descriptor;
 mod revoke;
 mod superblock;
 
 pub use commit::CommitBlock;
-pub use descriptor::{logged_block_checksum, parse_descriptor_block, JournalTag};
-pub use revoke::parse_revoke_block;
+pub use descriptor::{logged_block_checksum, DescriptorBlock, JournalTag};
+pub use revoke::RevokeBlock;
 pub use superblock::{JournalFeatures, JournalSuperblock};
 
 use crate::codec::{on_disk_struct, prefix, Be};
@@ -19,6 +25,8 @@ use crate::problem::{Problem, Structure};
 
 /// `h_magic`.
 pub const JOURNAL_MAGIC: u32 = 0xC03B_3998;
+/// `journal_header_t`'s size: where a block's own fields begin.
+const HEADER_SIZE: usize = 12;
 
 on_disk_struct! {
     /// `journal_header_t`, the first 12 bytes of every metadata block in the journal.

@@ -3,12 +3,15 @@
 use crate::checksum::crc32c_raw;
 use crate::codec::{on_disk_struct, prefix, Be};
 use crate::error::{verify_checksum, FormatError, Location, Result};
+use crate::metadata_block::MetadataBlock;
 use crate::problem::{Problem, Structure};
 
 use super::{JournalBlockType, JournalHeader};
 
 /// Offset of `s_checksum`.
 const CHECKSUM_OFFSET: usize = 0xFC;
+/// `s_checksum_type` for crc32c (`JBD2_CRC32C_CHKSUM`), the only one checksums v2/v3 use.
+const CHECKSUM_TYPE_CRC32C: u8 = 4;
 
 on_disk_struct! {
     /// `journal_superblock_t` (v2 layout; v1 uses only the fields up to `errno`).
@@ -71,13 +74,23 @@ pub struct JournalFeatures {
     pub fast_commit: bool,
 }
 
+impl JournalFeatures {
+    /// Whether journal blocks carry crc32c checksums (v2 or v3): the superblock's
+    /// `s_checksum`, descriptor and revoke tails, commit checksums and tag checksums.
+    pub fn has_block_checksums(&self) -> bool {
+        self.csum_v2 || self.csum_v3
+    }
+}
+
 /// Incompat bits this crate can parse.
 const KNOWN_INCOMPAT: u32 = 0x3F;
 
 impl JournalSuperblock {
-    /// Parses the journal superblock, checking the header, the geometry and (v2/v3) the
-    /// checksum.
-    pub fn parse(block: &[u8]) -> Result<Self> {
+    /// Decodes the journal superblock, whatever its checksum says, and checks what makes
+    /// the journal unusable: the header, the block size, where the log starts, and (v2)
+    /// incompat features e4 does not know. The checksum is [`MetadataBlock::verify`]'s
+    /// business.
+    pub fn decode_checked(block: &[u8]) -> Result<Self> {
         let loc = Location::JournalBlock(0);
         let bad = |problem| FormatError::corrupt(Structure::JournalSuperblock, loc, problem);
         let header = JournalHeader::parse(block).ok_or_else(|| {
@@ -93,13 +106,7 @@ impl JournalSuperblock {
         ) {
             return Err(bad(Problem::NotAJournalSuperblock));
         }
-        let raw = prefix::<1024>(block).ok_or_else(|| {
-            bad(Problem::TooShort {
-                len: block.len(),
-                need: 1024,
-            })
-        })?;
-        let sb = JournalSuperblock::decode(raw);
+        let sb = JournalSuperblock::decode(journal_superblock_bytes(block, loc)?);
         if sb.blocksize < 1024 || !sb.blocksize.is_power_of_two() || sb.blocksize > 65536 {
             return Err(bad(Problem::FieldOutOfRange {
                 field: "s_blocksize",
@@ -112,43 +119,20 @@ impl JournalSuperblock {
                 maxlen: sb.maxlen,
             }));
         }
-        if kind == JournalBlockType::SuperblockV1 {
-            return Ok(sb);
-        }
         let unknown = sb.feature_incompat & !KNOWN_INCOMPAT;
-        if unknown != 0 {
+        if kind == JournalBlockType::SuperblockV2 && unknown != 0 {
             return Err(FormatError::Incompatible(format!(
                 "journal incompatible feature bits {unknown:#x}"
             )));
         }
-        let f = sb.features();
-        if f.csum_v2 || f.csum_v3 {
-            verify_checksum(
-                Structure::JournalSuperblock,
-                loc,
-                sb.checksum,
-                Self::compute_checksum(raw),
-            )?;
-        }
         Ok(sb)
     }
 
-    fn compute_checksum(raw: &[u8; 1024]) -> u32 {
-        let sum = crc32c_raw(!0, &raw[..CHECKSUM_OFFSET]);
-        let sum = crc32c_raw(sum, &[0; 4]);
-        crc32c_raw(sum, &raw[CHECKSUM_OFFSET + 4..])
-    }
-
-    /// Serializes, recomputing the checksum under csum v2/v3.
-    pub fn to_bytes(&self) -> [u8; 1024] {
-        let mut raw = [0u8; 1024];
-        self.encode(&mut raw);
-        let f = self.features();
-        if f.csum_v2 || f.csum_v3 {
-            let sum = Self::compute_checksum(&raw);
-            raw[CHECKSUM_OFFSET..CHECKSUM_OFFSET + 4].copy_from_slice(&sum.to_be_bytes());
-        }
-        raw
+    /// Whether the superblock carries a checksum: a v2 superblock with checksums v2 or
+    /// v3 (a v1 superblock's feature fields mean nothing).
+    fn is_checksummed(&self) -> bool {
+        let kind = JournalHeader::decode(&self.header).block_type(Location::JournalBlock(0));
+        kind.ok() == Some(JournalBlockType::SuperblockV2) && self.features().has_block_checksums()
     }
 
     pub fn features(&self) -> JournalFeatures {
@@ -171,5 +155,67 @@ impl JournalSuperblock {
     /// Whether the log holds transactions to replay.
     pub fn needs_recovery(&self) -> bool {
         self.start != 0
+    }
+}
+
+/// The first 1024 bytes of `block`, or a [`Problem::TooShort`] at `loc`.
+fn journal_superblock_bytes(block: &[u8], loc: Location) -> Result<&[u8; 1024]> {
+    prefix::<1024>(block).ok_or_else(|| {
+        FormatError::corrupt(
+            Structure::JournalSuperblock,
+            loc,
+            Problem::TooShort {
+                len: block.len(),
+                need: 1024,
+            },
+        )
+    })
+}
+
+/// `s_checksum`: crc32c from `~0` over the 1024 bytes with `s_checksum` zeroed
+/// (`jbd2_superblock_csum`).
+fn journal_superblock_checksum(raw: &[u8; 1024]) -> u32 {
+    let sum = crc32c_raw(!0, &raw[..CHECKSUM_OFFSET]);
+    let sum = crc32c_raw(sum, &[0; 4]);
+    crc32c_raw(sum, &raw[CHECKSUM_OFFSET + 4..])
+}
+
+/// A v2 superblock with checksums v2/v3: `s_checksum_type` must say crc32c
+/// (`jbd2_verify_csum_type`) and `s_checksum` must match. Anything else has no checksum.
+/// Nothing seeds it: the superblock's UUID seeds the rest of the journal.
+impl MetadataBlock for JournalSuperblock {
+    type Seed = ();
+
+    fn verify(block: &[u8], (): (), loc: Location) -> Result<()> {
+        let raw = journal_superblock_bytes(block, loc)?;
+        let sb = JournalSuperblock::decode(raw);
+        if !sb.is_checksummed() {
+            return Ok(());
+        }
+        if sb.checksum_type != CHECKSUM_TYPE_CRC32C {
+            return Err(FormatError::corrupt(
+                Structure::JournalSuperblock,
+                loc,
+                Problem::UnknownChecksumType {
+                    found: sb.checksum_type,
+                },
+            ));
+        }
+        verify_checksum(
+            Structure::JournalSuperblock,
+            loc,
+            sb.checksum,
+            journal_superblock_checksum(raw),
+        )
+    }
+
+    fn seal(block: &mut [u8], (): ()) {
+        let Some(raw) = prefix::<1024>(block) else {
+            return;
+        };
+        if JournalSuperblock::decode(raw).is_checksummed() {
+            let sum = journal_superblock_checksum(raw);
+            block[CHECKSUM_OFFSET..CHECKSUM_OFFSET + 4].copy_from_slice(&sum.to_be_bytes());
+        }
     }
 }
