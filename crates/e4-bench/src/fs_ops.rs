@@ -30,6 +30,9 @@ pub trait FsOps: Sync {
     fn truncate(&self, file: &Self::File, size: u64) -> io::Result<()>;
     /// Makes the file's data and metadata durable.
     fn fsync(&self, file: &Self::File) -> io::Result<()>;
+    /// Writes the whole filesystem back (`syncfs`): after a workload's set-up, so that the
+    /// timed phase never pays for writing back what the set-up made.
+    fn sync_all(&self) -> io::Result<()>;
     fn file_size(&self, file: &Self::File) -> io::Result<u64>;
     /// Resolves `path` (relative to the root, `/`-separated) and reads its attributes.
     fn stat_path(&self, path: &str) -> io::Result<()>;
@@ -126,6 +129,9 @@ impl FsOps for E4Ops {
         // The engine commits as a whole; a sync is its fsync.
         self.0.sync().map_err(io_error)
     }
+    fn sync_all(&self) -> io::Result<()> {
+        self.0.sync().map_err(io_error)
+    }
     fn file_size(&self, file: &u32) -> io::Result<u64> {
         self.0.metadata(*file).map(|m| m.size).map_err(io_error)
     }
@@ -198,6 +204,10 @@ impl FsOps for PosixOps {
     }
     fn fsync(&self, file: &File) -> io::Result<()> {
         file.sync_all()
+    }
+    fn sync_all(&self) -> io::Result<()> {
+        let root = File::open(&self.root)?;
+        rustix::fs::syncfs(&root).map_err(io::Error::from)
     }
     fn file_size(&self, file: &File) -> io::Result<u64> {
         file.metadata().map(|m| m.len())
