@@ -18,6 +18,7 @@ use e4_format::{FormatError, MetadataBlock};
 
 use crate::context::Context;
 use crate::image::Image;
+use crate::phase_times::PhaseClock;
 use crate::problem::{Location, Problem, ProblemCode};
 
 /// Why an image cannot be checked at all (e2fsck's exit status 8).
@@ -45,7 +46,7 @@ impl std::error::Error for FsckError {}
 
 /// Opens `path`, checks the superblock and descriptors, and returns the shared state with
 /// their problems recorded.
-pub fn open_and_check(path: &Path) -> Result<Context, FsckError> {
+pub fn open_and_check(path: &Path, clock: &mut PhaseClock) -> Result<Context, FsckError> {
     let image = Image::open(path).map_err(|e| FsckError::Io(format!("{}: {e}", path.display())))?;
     let mut problems = Vec::new();
     let (sb, from_backup) = read_superblock(&image, &mut problems)?;
@@ -102,10 +103,13 @@ pub fn open_and_check(path: &Path) -> Result<Context, FsckError> {
         }
     }
     problems.append(&mut desc_problems);
+    clock.lap("read superblock and descriptors");
     let ctx = Context::new(image, sb, groups, problems);
+    clock.lap("allocate state");
     check_descriptors(&ctx);
     check_journal_state(&ctx);
     crate::journal_check::check(&ctx);
+    clock.lap("check descriptors and journal");
     Ok(ctx)
 }
 
