@@ -115,9 +115,14 @@ fn check_in_pool(
     clock.lap("pass 4");
     pass5::run(&ctx, progress);
     clock.lap("pass 5");
-    let inodes_used = (1..=ctx.sb.inodes_count)
-        .filter(|&ino| ino < ctx.sb.first_ino() || ctx.inodes.kind(ino).in_use())
+    // Inodes below s_first_ino count as used whatever pass 1 found in them.
+    let reserved_unused = (1..ctx
+        .sb
+        .first_ino()
+        .min(ctx.sb.inodes_count.saturating_add(1)))
+        .filter(|&ino| !ctx.inodes.kind(ino).in_use())
         .count() as u64;
+    let inodes_used = ctx.inodes.count_in_use() + reserved_unused;
     // Block 0 of a 1 KiB filesystem (the boot block) is outside every group but in use.
     let blocks_used = ctx.block_found.count_ones() + ctx.geo.first_data_block();
     clock.lap("totals");
