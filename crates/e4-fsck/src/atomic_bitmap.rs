@@ -184,6 +184,23 @@ mod tests {
     }
 
     #[test]
+    fn second_claims_by_bit_by_word_and_by_part_word_report_every_bit() {
+        let map = AtomicBitmap::new(256);
+        map.set_range(64, 128, |_| panic!("fresh words"));
+        map.set_range(5, 1, |_| panic!("fresh bit"));
+        // Four whole words (xchg), one bit (bts), part of a word (cmpxchg).
+        let mut dups = Vec::new();
+        map.set_range(0, 256, |b| dups.push(b));
+        let want: Vec<u64> = std::iter::once(5).chain(64..192).collect();
+        assert_eq!(dups, want);
+        dups.clear();
+        map.set_range(70, 1, |b| dups.push(b));
+        map.set_range(250, 6, |b| dups.push(b));
+        assert_eq!(dups, [70, 250, 251, 252, 253, 254, 255]);
+        assert_eq!(map.count_ones(), 256);
+    }
+
+    #[test]
     fn bits_at_reads_any_alignment_and_stops_at_the_end() {
         let map = AtomicBitmap::new(200);
         for bit in [0, 5, 63, 64, 70, 127, 128, 199] {
