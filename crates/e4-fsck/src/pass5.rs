@@ -191,17 +191,14 @@ fn check_inode_bitmap(ctx: &Context, group: u32) -> u64 {
     let first = u64::from(group) * ipg + 1;
     let count = ipg.min(u64::from(ctx.sb.inodes_count).saturating_sub(first - 1));
     let first_ino = u64::from(ctx.sb.first_ino());
-    // Reserved inodes are always in use (e2fsck marks them so in pass 1).
-    let found = |i: u64| {
-        let ino = first + i;
-        ino < first_ino || ctx.inodes.kind(ino as u32).in_use()
-    };
-    // The same 64 inodes at a time, from inode `first + i`; bits past `count` clear.
+    // Inodes `first + i` to `first + i + 63` found in use, the first lowest; bits past
+    // `count` clear. Reserved inodes are always in use (e2fsck marks them so in pass 1).
     let found_word = |i: u64| {
         let ino = first + i;
         let reserved = low_bits(first_ino.saturating_sub(ino));
         (ctx.inodes.in_use_bits(ino as u32) | reserved) & low_bits(count - i)
     };
+    let found = |i: u64| found_word(i) & 1 != 0;
     let uninit = ctx.inode_uninit(group);
     let on_disk = if uninit {
         Some(vec![0u8; geo.block_size() as usize])

@@ -90,10 +90,12 @@ fn link_counts_at_chunk_word_and_group_edges_are_each_found() {
 fn inode_bitmap_bits_at_word_and_group_edges_are_each_found() {
     let (_source, image) = image_with_9053_inodes_in_use();
     let dir = inode_of(&image.path, "/dirs/d7");
+    let after_gap = inode_of(&image.path, "/dirs/d20");
     // In use, cleared on disk: a directory (so its group's directory count is wrong
-    // too), the last inode of group 0, the first of group 1 (inside a word: 2552 is not
-    // a multiple of 64), and one word on. Unused, set on disk: two in group 3.
-    let cleared: BTreeSet<u32> = [dir, 2552, 2553, 2553 + 64].into();
+    // too), the inode before another directory (a count that looked one inode off would
+    // miss that one), the last inode of group 0, the first of group 1 (inside a word:
+    // 2552 is not a multiple of 64), and one word on. Unused, set on disk: two in group 3.
+    let cleared: BTreeSet<u32> = [dir, after_gap - 1, 2552, 2553, 2553 + 64].into();
     let set: BTreeSet<u32> = [10200, 10208].into();
     for ino in &cleared {
         debugfs(&image.path, &format!("freei <{ino}>"));
