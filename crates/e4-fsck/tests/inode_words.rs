@@ -15,7 +15,7 @@ use std::path::Path;
 use e4_fsck::{check, Location, Options, ProblemCode};
 use e4_testkit::{make_image, Image, Profile};
 
-use common::{assert_agreement, debugfs, inode_of};
+use common::{assert_agreement, debugfs, e2fsck_verdict, inode_of};
 
 /// 1 KiB blocks: 8 groups of 8,192 blocks in 64 MiB, and `-N 20400` gives 2,552 inodes
 /// per group.
@@ -90,12 +90,13 @@ fn link_counts_at_chunk_word_and_group_edges_are_each_found() {
 fn inode_bitmap_bits_at_word_and_group_edges_are_each_found() {
     let (_source, image) = image_with_9053_inodes_in_use();
     let dir = inode_of(&image.path, "/dirs/d7");
-    let after_gap = inode_of(&image.path, "/dirs/d20");
-    // In use, cleared on disk: a directory (so its group's directory count is wrong
-    // too), the inode before another directory (a count that looked one inode off would
-    // miss that one), the last inode of group 0, the first of group 1 (inside a word:
-    // 2552 is not a multiple of 64), and one word on. Unused, set on disk: two in group 3.
-    let cleared: BTreeSet<u32> = [dir, after_gap - 1, 2552, 2553, 2553 + 64].into();
+    // mke2fs -d numbers a directory's entries right after it: the next inode is a file.
+    let before_files = inode_of(&image.path, "/many");
+    // In use, cleared on disk: two directories (so their group's directory count is
+    // wrong too; a count that looked one inode off would miss the one followed by a
+    // file), the last inode of group 0, the first of group 1 (inside a word: 2552 is not
+    // a multiple of 64), and one word on. Unused, set on disk: two in group 3.
+    let cleared: BTreeSet<u32> = [dir, before_files, 2552, 2553, 2553 + 64].into();
     let set: BTreeSet<u32> = [10200, 10208].into();
     for ino in &cleared {
         debugfs(&image.path, &format!("freei <{ino}>"));
@@ -130,5 +131,24 @@ fn inode_bitmap_bits_at_word_and_group_edges_are_each_found() {
         .filter(|p| p.code == ProblemCode::PR_5_FREE_DIR_COUNT_GROUP)
         .map(|p| p.location)
         .collect();
-    assert_eq!(dir_counts, [Location::Group((dir - 1) / INODES_PER_GROUP)]);
+    let groups: BTreeSet<Location> = [dir, before_files]
+        .iter()
+        .map(|ino| Location::Group((ino - 1) / INODES_PER_GROUP))
+        .collect();
+    assert_eq!(dir_counts, Vec::from_iter(groups));
+    // The counts themselves, not only where they are wrong: e2fsck prints the same
+    // "(on disk, counted=N)" for each group and the total.
+    let oracle = e2fsck_verdict(&image.path).1.to_lowercase();
+    let counts = [
+        ProblemCode::PR_5_FREE_DIR_COUNT_GROUP,
+        ProblemCode::PR_5_FREE_INODE_COUNT_GROUP,
+        ProblemCode::PR_5_FREE_INODE_COUNT,
+    ];
+    for p in report.problems.iter().filter(|p| counts.contains(&p.code)) {
+        assert!(
+            oracle.contains(&p.message.to_lowercase()),
+            "e2fsck does not say {:?}:\n{oracle}",
+            p.message
+        );
+    }
 }
