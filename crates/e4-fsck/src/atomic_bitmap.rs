@@ -8,8 +8,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use rayon::prelude::*;
 
-/// Words counted per task by [`AtomicBitmap::count_ones`]: 4 MiB of bits, so a map of a
-/// few blocks' worth is counted on one thread and a 16 TiB filesystem's on all of them.
+/// Words read per task by [`AtomicBitmap::count_ones`] and [`AtomicBitmap::any`]: 4 MiB
+/// of bits (16 GiB of 4 KiB blocks), so a small filesystem's map is read on one thread
+/// and a large one's on all of them.
 const COUNT_WORDS_PER_TASK: usize = 1 << 16;
 
 /// Bits `0..len`, all clear at first.
@@ -107,9 +108,12 @@ impl AtomicBitmap {
         }
     }
 
-    /// Whether any bit is set.
+    /// Whether any bit is set, looked for in parallel (pass 1B asks it of a map that is
+    /// all clear on a clean filesystem, so every word is read).
     pub fn any(&self) -> bool {
-        self.words.iter().any(|w| w.load(Ordering::Relaxed) != 0)
+        self.words
+            .par_chunks(COUNT_WORDS_PER_TASK)
+            .any(|chunk| chunk.iter().any(|w| w.load(Ordering::Relaxed) != 0))
     }
 
     /// Number of set bits, counted in parallel.
