@@ -109,7 +109,7 @@ fn check_block_bitmap(ctx: &Context, group: u32) -> u64 {
     let start = geo.group_first_block(group);
     let count = geo.group_blocks(group);
     let found = |i: u64| ctx.block_found.get(start + i);
-    let uninit = ctx.block_uninit(group);
+    let uninit = ctx.block_bitmap_uninit(group);
     // A BLOCK_UNINIT group's bitmap reads as its metadata alone (libext2fs computes it).
     let on_disk: Option<Vec<u8>> = if uninit {
         let mut bytes = vec![0u8; geo.block_size() as usize];
@@ -152,7 +152,9 @@ fn check_block_bitmap(ctx: &Context, group: u32) -> u64 {
                     "padding at end of block bitmap is not set",
                 );
             }
-            if let Some(seed) = ctx.csum_seed {
+            // e2fsck skips a BLOCK_UNINIT group's bitmap checksum by the flag alone,
+            // even where a bad descriptor checksum had the bitmap read from disk.
+            if let (Some(seed), false) = (ctx.csum_seed, ctx.block_uninit(group)) {
                 if let Err(FormatError::Checksum { .. }) = desc.verify_bitmap(
                     BitmapKind::Block,
                     bytes,
@@ -199,7 +201,7 @@ fn check_inode_bitmap(ctx: &Context, group: u32) -> u64 {
         (ctx.inodes.in_use_bits(ino as u32) | reserved) & low_bits(count - i)
     };
     let found = |i: u64| found_word(i) & 1 != 0;
-    let uninit = ctx.inode_uninit(group);
+    let uninit = ctx.inode_bitmap_uninit(group);
     let on_disk = if uninit {
         Some(vec![0u8; geo.block_size() as usize])
     } else {
@@ -243,7 +245,8 @@ fn check_inode_bitmap(ctx: &Context, group: u32) -> u64 {
                 "padding at end of inode bitmap is not set",
             );
         }
-        if let (Some(seed), false) = (ctx.csum_seed, uninit) {
+        // As for blocks, the checksum is skipped by the INODE_UNINIT flag alone.
+        if let (Some(seed), false) = (ctx.csum_seed, ctx.inode_uninit(group)) {
             if let Err(FormatError::Checksum { .. }) = desc.verify_bitmap(
                 BitmapKind::Inode,
                 bytes,

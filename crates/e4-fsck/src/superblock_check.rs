@@ -72,7 +72,7 @@ pub fn open_and_check(path: &Path, clock: &mut PhaseClock) -> Result<Context, Fs
         )));
     }
     let mut desc_problems = Vec::new();
-    let mut groups = read_descriptors(
+    let (mut groups, mut checksums_ok) = read_descriptors(
         &image,
         &sb,
         &descriptor_geometry(&sb, from_backup),
@@ -93,7 +93,7 @@ pub fn open_and_check(path: &Path, clock: &mut PhaseClock) -> Result<Context, Fs
             ));
             sb = backup;
             desc_problems.clear();
-            groups = read_descriptors(
+            (groups, checksums_ok) = read_descriptors(
                 &image,
                 &sb,
                 &descriptor_geometry(&sb, true),
@@ -104,7 +104,7 @@ pub fn open_and_check(path: &Path, clock: &mut PhaseClock) -> Result<Context, Fs
     }
     problems.append(&mut desc_problems);
     clock.lap("read superblock and descriptors");
-    let ctx = Context::new(image, sb, groups, problems);
+    let ctx = Context::new(image, sb, groups, checksums_ok, problems);
     clock.lap("allocate state");
     check_descriptors(&ctx);
     check_journal_state(&ctx);
@@ -179,14 +179,15 @@ fn read_backup_superblock(image: &Image) -> Option<(Superblock, u64)> {
 
 /// `geo` says where the table is: after the primary superblock, or after the backup in
 /// group 1 (`Geometry::with_descriptors_after`); with `from_backup` the uninit flags are
-/// cleared as libext2fs clears them.
+/// cleared as libext2fs clears them. Returns the descriptors and, for each, whether its
+/// checksum verified.
 fn read_descriptors(
     image: &Image,
     sb: &Superblock,
     geo: &Geometry,
     from_backup: bool,
     problems: &mut Vec<Problem>,
-) -> Result<Vec<GroupDescriptor>, FsckError> {
+) -> Result<(Vec<GroupDescriptor>, Vec<bool>), FsckError> {
     let checksum = GroupChecksum::for_superblock(sb);
     let desc_size = sb.desc_size() as usize;
     // One read per descriptor block, not per group: the groups sharing a block share its
@@ -210,8 +211,10 @@ fn read_descriptors(
         })
         .collect();
     let mut groups = Vec::with_capacity(parsed.len());
+    let mut checksums_ok = Vec::with_capacity(parsed.len());
     for result in parsed {
         let (mut desc, problem) = result?;
+        checksums_ok.push(problem.is_none());
         problems.extend(problem);
         if from_backup {
             // Backup descriptors were written at mkfs or resize time, so their uninit
@@ -223,7 +226,7 @@ fn read_descriptors(
         }
         groups.push(desc);
     }
-    Ok(groups)
+    Ok((groups, checksums_ok))
 }
 
 /// Decodes group `group`'s descriptor and checks its checksum; a wrong checksum is a

@@ -2,16 +2,18 @@
 //! parallel. An image of 40 groups spans three descriptor blocks, the last one partly:
 //! every group must get its own descriptor, so the clean image is clean, and a free count
 //! changed at the first and last descriptor of the second block is reported at exactly
-//! those groups, as e2fsck reports it.
+//! those groups, as e2fsck reports it. With group checksums, a descriptor whose checksum
+//! fails has its group's bitmaps read from disk whatever its uninit flags, as libext2fs
+//! reads them.
 
 mod common;
 
 use std::collections::BTreeSet;
 
-use e4_fsck::{check, Location, Options, ProblemCode};
+use e4_fsck::{check, Location, Options, ProblemClass, ProblemCode};
 use e4_testkit::{make_image, Profile};
 
-use common::{assert_agreement, debugfs};
+use common::{assert_agreement, debugfs, read_bytes, write_bytes};
 
 /// 1 KiB blocks and 64-byte descriptors (64bit): 16 descriptors per block, 8 MiB per
 /// group, so 320 MiB is 40 groups. Without group checksums, so that a descriptor edited
@@ -58,4 +60,51 @@ fn groups_across_three_descriptor_blocks_each_get_their_own_descriptor() {
         })
         .collect();
     assert_eq!(reported, damaged);
+}
+
+/// The same layout with group checksums (metadata_csum), where groups 1 to 39 are
+/// INODE_UNINIT.
+const FORTY_GROUPS_CSUM: Profile = Profile {
+    name: "ext4-1k-40-groups-csum",
+    mke2fs_args: &["-t", "ext4", "-b", "1024", "-O", "64bit"],
+    mke2fs_miscopies: &[],
+};
+
+#[test]
+fn a_bad_descriptor_checksum_has_the_uninit_groups_bitmaps_read_from_disk() {
+    let source = tempfile::tempdir().unwrap();
+    let image = make_image(source.path(), &FORTY_GROUPS_CSUM, 320, 4096);
+    let damaged: BTreeSet<u32> = [16, 31].into();
+    for &group in &damaged {
+        // bg_checksum, 0x1E into the descriptor; the table starts at block 2.
+        let at = 2 * 1024 + u64::from(group) * 64 + 0x1E;
+        let old = read_bytes(&image.path, at, 1);
+        write_bytes(&image.path, at, &[!old[0]]);
+    }
+    // e2fsck trusts the INODE_UNINIT flag of a group whose descriptor checksum fails for
+    // the inode scan, but not for reading its bitmap: it reads the never-written bitmap
+    // and reports its padding (and skips its checksum by the flag alone).
+    let classes = assert_agreement(&image.path, "40 groups, two descriptor checksums");
+    assert!(classes.contains(&ProblemClass::InodeBitmap), "{classes:?}");
+    let report = check(
+        &image.path,
+        &Options {
+            force: true,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    let at_groups = |code: ProblemCode| -> BTreeSet<u32> {
+        report
+            .problems
+            .iter()
+            .filter(|p| p.code == code)
+            .map(|p| match p.location {
+                Location::Group(group) => group,
+                other => panic!("{code} at {other:?}"),
+            })
+            .collect()
+    };
+    assert_eq!(at_groups(ProblemCode::PR_0_GDT_CSUM), damaged);
+    assert_eq!(at_groups(ProblemCode::PR_5_INODE_BMAP_PADDING), damaged);
 }
