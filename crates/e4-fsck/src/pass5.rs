@@ -110,17 +110,24 @@ fn check_block_bitmap(ctx: &Context, group: u32) -> u64 {
     let count = geo.group_blocks(group);
     let found = |i: u64| ctx.block_found.get(start + i);
     let uninit = ctx.block_bitmap_uninit(group);
-    // A BLOCK_UNINIT group's bitmap reads as its metadata alone (libext2fs computes it).
     let on_disk: Option<Vec<u8>> = if uninit {
-        let mut bytes = vec![0u8; geo.block_size() as usize];
-        for (i, chunk) in (0..count).step_by(64).zip(bytes.chunks_exact_mut(8)) {
-            let word = ctx.metadata.bits_at(start + i) & low_bits(count - i);
-            chunk.copy_from_slice(&word.to_le_bytes());
-        }
-        Some(bytes)
+        Some(vec![0u8; geo.block_size() as usize])
     } else {
         read_bitmap(ctx, desc.block_bitmap())
     };
+    // A BLOCK_UNINIT group's bitmap then has the group's own metadata marked in it
+    // (libext2fs's `mark_uninit_bg_group_blocks`): all there is when it was not read,
+    // added to what was read when a bad descriptor checksum had it read from disk.
+    let on_disk = on_disk.map(|mut bytes| {
+        if ctx.block_uninit(group) {
+            for (i, chunk) in (0..count).step_by(64).zip(bytes.chunks_exact_mut(8)) {
+                let word = ctx.metadata.bits_at(start + i) & low_bits(count - i);
+                let read = u64::from_le_bytes(chunk.try_into().unwrap_or_default());
+                chunk.copy_from_slice(&(read | word).to_le_bytes());
+            }
+        }
+        bytes
+    });
     // Under -n the bitmap is not corrected, so e2fsck counts what it says is free.
     let free = match &on_disk {
         Some(bytes) => clear_bits(bytes, count),
