@@ -75,8 +75,16 @@ fn a_bad_descriptor_checksum_has_the_uninit_groups_bitmaps_read_from_disk() {
     let source = tempfile::tempdir().unwrap();
     let image = make_image(source.path(), &FORTY_GROUPS_CSUM, 320, 4096);
     // Group 25 is BLOCK_UNINIT and holds a backup superblock: its bitmap, read from
-    // disk, has that metadata added as libext2fs adds it, so no block is reported.
+    // disk, has that metadata added as libext2fs adds it. One bit set on disk there (a
+    // free block) must then show, as it does to e2fsck.
     let damaged: BTreeSet<u32> = [16, 25, 31].into();
+    let bitmap = u64::from(u32::from_le_bytes(
+        read_bytes(&image.path, 2 * 1024 + 25 * 64, 4)
+            .try_into()
+            .unwrap(),
+    ));
+    write_bytes(&image.path, bitmap * 1024 + 1000, &[1]);
+    let marked_free_block = 25 * 8192 + 1 + 8000;
     for &group in &damaged {
         // bg_checksum, 0x1E into the descriptor; the table starts at block 2.
         let at = 2 * 1024 + u64::from(group) * 64 + 0x1E;
@@ -109,4 +117,20 @@ fn a_bad_descriptor_checksum_has_the_uninit_groups_bitmaps_read_from_disk() {
     };
     assert_eq!(at_groups(ProblemCode::PR_0_GDT_CSUM), damaged);
     assert_eq!(at_groups(ProblemCode::PR_5_INODE_BMAP_PADDING), damaged);
+    let unused: Vec<Location> = report
+        .problems
+        .iter()
+        .filter(|p| p.code == ProblemCode::PR_5_BLOCK_UNUSED)
+        .map(|p| p.location)
+        .collect();
+    assert_eq!(unused, [Location::Block(marked_free_block)]);
+    // The backup superblock and descriptors in group 25 are in its bitmap as read.
+    assert!(
+        report
+            .problems
+            .iter()
+            .all(|p| p.code != ProblemCode::PR_5_BLOCK_USED),
+        "{:?}",
+        report.problems
+    );
 }
