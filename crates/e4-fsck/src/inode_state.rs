@@ -140,11 +140,10 @@ impl InodeStates {
         }
     }
 
-    /// Calls `visit` with each inode in use among inodes `first..first + count`, in order.
-    pub fn for_each_in_use(&self, inodes: Range<u32>, visit: impl FnMut(u32)) {
+    /// Calls `visit` with each inode in use among `inodes`, in order.
+    pub fn for_each_in_use(&self, inodes: Range<u32>, mut visit: impl FnMut(u32)) {
         let slots =
             u64::from(inodes.start.saturating_sub(1))..u64::from(inodes.end.saturating_sub(1));
-        let mut visit = visit;
         self.in_use
             .for_each_set(slots, |slot| visit(slot as u32 + 1));
     }
