@@ -25,6 +25,9 @@ pub struct Context {
     pub geo: Geometry,
     /// Every group's descriptor as decoded.
     pub groups: Vec<GroupDescriptor>,
+    /// Whether each group's descriptor checksum verified (all true without group
+    /// checksums).
+    descriptor_checksums_ok: Vec<bool>,
     /// The metadata_csum seed, when the filesystem has metadata checksums.
     pub csum_seed: Option<u32>,
     /// Every block found in use: metadata, then each inode's blocks (pass 1).
@@ -45,6 +48,7 @@ impl Context {
         image: Image,
         sb: Superblock,
         groups: Vec<GroupDescriptor>,
+        descriptor_checksums_ok: Vec<bool>,
         problems: Vec<Problem>,
     ) -> Self {
         let geo = Geometry::new(&sb);
@@ -56,6 +60,7 @@ impl Context {
             sb,
             geo,
             groups,
+            descriptor_checksums_ok,
             csum_seed,
             block_found: AtomicBitmap::new(blocks),
             block_dup: AtomicBitmap::new(blocks),
@@ -124,7 +129,8 @@ impl Context {
     }
 
     /// Whether group `group`'s inode table was never initialised (INODE_UNINIT with
-    /// group checksums): its inodes are all free and are not scanned.
+    /// group checksums): its inodes are all free and are not scanned (libext2fs's inode
+    /// scan trusts the flag whatever the descriptor's checksum).
     pub fn inode_uninit(&self, group: u32) -> bool {
         self.has_group_csum()
             && self
@@ -133,14 +139,34 @@ impl Context {
                 .is_some_and(|g| g.flags & BG_INODE_UNINIT != 0)
     }
 
-    /// Whether group `group`'s block bitmap was never written (BLOCK_UNINIT with group
-    /// checksums): it reads as the group's own metadata only.
+    /// Whether group `group`'s block bitmap is flagged as never written (BLOCK_UNINIT
+    /// with group checksums).
     pub fn block_uninit(&self, group: u32) -> bool {
         self.has_group_csum()
             && self
                 .groups
                 .get(group as usize)
                 .is_some_and(|g| g.flags & BG_BLOCK_UNINIT != 0)
+    }
+
+    /// Whether pass 5 takes group `group`'s block bitmap as its own metadata only instead
+    /// of reading it: BLOCK_UNINIT, honoured (as libext2fs's `read_bitmaps` honours it)
+    /// only when the descriptor's checksum verifies.
+    pub fn block_bitmap_uninit(&self, group: u32) -> bool {
+        self.block_uninit(group) && self.descriptor_checksum_ok(group)
+    }
+
+    /// Whether group `group`'s inode bitmap reads as all free without being read: as
+    /// [`Self::block_bitmap_uninit`], for INODE_UNINIT.
+    pub fn inode_bitmap_uninit(&self, group: u32) -> bool {
+        self.inode_uninit(group) && self.descriptor_checksum_ok(group)
+    }
+
+    fn descriptor_checksum_ok(&self, group: u32) -> bool {
+        self.descriptor_checksums_ok
+            .get(group as usize)
+            .copied()
+            .unwrap_or(true)
     }
 
     /// How many inodes at the start of `group`'s table may be in use: all of them, less

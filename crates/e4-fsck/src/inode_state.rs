@@ -2,11 +2,21 @@
 //! indexed by inode number: pass 1 writes each inode's slot from exactly one thread, pass 2
 //! counts references with atomic increments from many, passes 3 to 5 read. Nothing is kept
 //! per thread, so nothing is merged.
+//!
+//! Which inodes are in use, and which are directories, is also kept as two bitmaps laid out
+//! as the on-disk inode bitmaps are (bit `ino - 1`): what runs over every inode (pass 4,
+//! pass 5's bitmap and directory counts, the summary) then goes 64 inodes at a time and
+//! skips the words of unused inodes, instead of reading a byte per inode. On an image with
+//! few inodes in use among millions (the fragmented benchmark: 4 files, 2.6 million inodes)
+//! those per-inode loops were a quarter of the check and ran at half speed on two threads.
 
+use std::ops::Range;
 use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU8, Ordering};
 
 use e4_format::dir_entry::file_type;
 use e4_format::inode::FileType;
+
+use crate::atomic_bitmap::AtomicBitmap;
 
 /// What pass 1 decided an inode is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,6 +100,10 @@ pub struct InodeStates {
     refs: Vec<AtomicU32>,
     /// For directories: the inode their `..` entry names (0: none seen).
     dotdot: Vec<AtomicU32>,
+    /// Bit `ino - 1`: the inode is in use (any kind but [`InodeKind::Unused`]).
+    in_use: AtomicBitmap,
+    /// Bit `ino - 1`: the inode is a directory.
+    directories: AtomicBitmap,
 }
 
 impl InodeStates {
@@ -101,6 +115,8 @@ impl InodeStates {
             links: (0..n).map(|_| AtomicU16::new(0)).collect(),
             refs: (0..n).map(|_| AtomicU32::new(0)).collect(),
             dotdot: (0..n).map(|_| AtomicU32::new(0)).collect(),
+            in_use: AtomicBitmap::new(u64::from(count)),
+            directories: AtomicBitmap::new(u64::from(count)),
         }
     }
 
@@ -115,7 +131,39 @@ impl InodeStates {
             let flag = if zero_length { ZERO_LENGTH } else { 0 };
             k.store(kind as u8 | flag, Ordering::Relaxed);
             l.store(links, Ordering::Relaxed);
+            if kind.in_use() {
+                self.in_use.set(i as u64);
+            }
+            if kind == InodeKind::Directory {
+                self.directories.set(i as u64);
+            }
         }
+    }
+
+    /// Calls `visit` with each inode in use among `inodes`, in order.
+    pub fn for_each_in_use(&self, inodes: Range<u32>, mut visit: impl FnMut(u32)) {
+        let slots =
+            u64::from(inodes.start.saturating_sub(1))..u64::from(inodes.end.saturating_sub(1));
+        self.in_use
+            .for_each_set(slots, |slot| visit(slot as u32 + 1));
+    }
+
+    /// Inodes in use.
+    pub fn count_in_use(&self) -> u64 {
+        self.in_use.count_ones()
+    }
+
+    /// Whether inodes `ino..ino + 64` are in use, inode `ino` lowest (see
+    /// [`AtomicBitmap::bits_at`]); inode 0 and those past the count read as unused.
+    pub fn in_use_bits(&self, ino: u32) -> u64 {
+        ino.checked_sub(1)
+            .map_or(0, |slot| self.in_use.bits_at(u64::from(slot)))
+    }
+
+    /// Whether inodes `ino..ino + 64` are directories, laid out as [`Self::in_use_bits`].
+    pub fn directory_bits(&self, ino: u32) -> u64 {
+        ino.checked_sub(1)
+            .map_or(0, |slot| self.directories.bits_at(u64::from(slot)))
     }
 
     /// The inode's kind (unused past the end).
@@ -175,6 +223,8 @@ impl InodeStates {
     /// Bytes of memory held.
     pub fn memory_bytes(&self) -> usize {
         self.kind.len() * (1 + 2 + 4 + 4)
+            + self.in_use.memory_bytes()
+            + self.directories.memory_bytes()
     }
 }
 
@@ -197,5 +247,28 @@ mod tests {
         s.add_ref(12);
         s.add_ref(12);
         assert_eq!(s.refs(12), 2);
+    }
+
+    #[test]
+    fn bitmaps_follow_the_kinds_recorded() {
+        let s = InodeStates::new(200);
+        s.record(2, InodeKind::Directory, 3, false);
+        s.record(7, InodeKind::Reserved, 0, false);
+        s.record(70, InodeKind::Regular, 1, false);
+        s.record(130, InodeKind::Directory, 2, false);
+        s.record(200, InodeKind::Symlink, 1, false);
+        let mut seen = Vec::new();
+        s.for_each_in_use(1..201, |ino| seen.push(ino));
+        assert_eq!(seen, [2, 7, 70, 130, 200]);
+        seen.clear();
+        s.for_each_in_use(8..130, |ino| seen.push(ino));
+        assert_eq!(seen, [70]);
+        assert_eq!(s.count_in_use(), 5);
+        assert_eq!(s.in_use_bits(1), 1 << 1 | 1 << 6);
+        assert_eq!(s.in_use_bits(65), 1 << 5);
+        assert_eq!(s.directory_bits(2), 1);
+        assert_eq!(s.directory_bits(129), 1 << 1);
+        assert_eq!(s.in_use_bits(0), 0);
+        assert_eq!(s.in_use_bits(201), 0);
     }
 }

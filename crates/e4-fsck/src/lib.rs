@@ -35,6 +35,7 @@ mod pass2;
 mod pass3;
 mod pass4;
 mod pass5;
+pub mod phase_times;
 pub mod problem;
 pub mod progress;
 pub mod report;
@@ -45,6 +46,9 @@ use std::path::Path;
 
 use e4_format::superblock::{STATE_ERROR, STATE_VALID};
 
+use phase_times::PhaseClock;
+
+pub use phase_times::{PhaseTime, PhaseTimes};
 pub use problem::{Location, Problem, ProblemClass, ProblemCode, Repair};
 pub use progress::{Progress, ProgressUpdate};
 pub use report::{Report, Summary};
@@ -63,6 +67,7 @@ pub struct Options {
 
 /// Checks the image at `path`.
 pub fn check(path: &Path, options: &Options) -> Result<Report, FsckError> {
+    let mut clock = PhaseClock::start();
     let mut pool = rayon::ThreadPoolBuilder::new();
     if let Some(n) = options.threads {
         pool = pool.num_threads(n.max(1));
@@ -70,11 +75,16 @@ pub fn check(path: &Path, options: &Options) -> Result<Report, FsckError> {
     let pool = pool
         .build()
         .map_err(|e| FsckError::Io(format!("starting worker threads: {e}")))?;
-    pool.install(|| check_in_pool(path, options))
+    clock.lap("start worker threads");
+    pool.install(|| check_in_pool(path, options, clock))
 }
 
-fn check_in_pool(path: &Path, options: &Options) -> Result<Report, FsckError> {
-    let ctx = superblock_check::open_and_check(path)?;
+fn check_in_pool(
+    path: &Path,
+    options: &Options,
+    mut clock: PhaseClock,
+) -> Result<Report, FsckError> {
+    let ctx = superblock_check::open_and_check(path, &mut clock)?;
     if !options.force && is_clean(&ctx) {
         let sb = &ctx.sb;
         return Ok(Report {
@@ -87,31 +97,51 @@ fn check_in_pool(path: &Path, options: &Options) -> Result<Report, FsckError> {
                 state_bytes: ctx.state_bytes(),
             },
             skipped: true,
+            phases: clock.finish(),
         });
     }
     let pieces = pass1::plan_pieces(&ctx);
+    clock.lap("plan pass 1");
     let progress = options.progress.as_ref();
     let (dirs, xattrs) = pass1::run(&ctx, &pieces, progress);
+    clock.lap("pass 1");
     pass1::find_shared_owners(&ctx, &pieces, &xattrs);
+    clock.lap("pass 1B");
     let links = pass2::run(&ctx, &dirs, progress);
+    clock.lap("pass 2");
     pass3::run(&ctx, &dirs, &links, progress);
+    clock.lap("pass 3");
     pass4::run(&ctx, progress);
+    clock.lap("pass 4");
     pass5::run(&ctx, progress);
-    let inodes_used = (1..=ctx.sb.inodes_count)
-        .filter(|&ino| ino < ctx.sb.first_ino() || ctx.inodes.kind(ino).in_use())
+    clock.lap("pass 5");
+    // Inodes below s_first_ino count as used whatever pass 1 found in them.
+    let reserved_unused = (1..ctx
+        .sb
+        .first_ino()
+        .min(ctx.sb.inodes_count.saturating_add(1)))
+        .filter(|&ino| !ctx.inodes.kind(ino).in_use())
         .count() as u64;
+    let inodes_used = ctx.inodes.count_in_use() + reserved_unused;
     // Block 0 of a 1 KiB filesystem (the boot block) is outside every group but in use.
     let blocks_used = ctx.block_found.count_ones() + ctx.geo.first_data_block();
+    clock.lap("totals");
+    let problems = ctx.take_problems();
+    clock.lap("sort problems");
+    let summary = Summary {
+        inodes_used,
+        inodes_count: u64::from(ctx.sb.inodes_count),
+        blocks_used,
+        blocks_count: ctx.geo.blocks(),
+        state_bytes: ctx.state_bytes(),
+    };
+    drop((ctx, pieces, dirs, xattrs, links));
+    clock.lap("free state");
     Ok(Report {
-        problems: ctx.take_problems(),
-        summary: Summary {
-            inodes_used,
-            inodes_count: u64::from(ctx.sb.inodes_count),
-            blocks_used,
-            blocks_count: ctx.geo.blocks(),
-            state_bytes: ctx.state_bytes(),
-        },
+        problems,
+        summary,
         skipped: false,
+        phases: clock.finish(),
     })
 }
 

@@ -5,6 +5,7 @@
 
 use std::io::{self, Write};
 
+use crate::phase_times::PhaseTimes;
 use crate::problem::Problem;
 
 /// Exit status: no problems left (e2fsck's `FSCK_OK`).
@@ -41,6 +42,8 @@ pub struct Report {
     pub summary: Summary,
     /// The filesystem was clean and recently checked, so it was not checked (no `-f`).
     pub skipped: bool,
+    /// How long each step of the check took (`e4 fsck --timings` prints them).
+    pub phases: PhaseTimes,
 }
 
 impl Report {
@@ -158,6 +161,7 @@ mod tests {
             )],
             summary: Summary::default(),
             skipped: false,
+            phases: PhaseTimes::default(),
         };
         assert_eq!(report.exit_code(), EXIT_CLEAN);
         report.problems.push(Problem::new(

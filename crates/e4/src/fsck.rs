@@ -5,6 +5,7 @@ use std::io::{IsTerminal, Write};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
+use e4_fsck::phase_times::PhaseClock;
 use e4_fsck::report::{EXIT_OPERATIONAL, EXIT_USAGE};
 use e4_fsck::{Options, Progress, ProgressUpdate};
 
@@ -16,6 +17,8 @@ pub struct FsckArgs {
     pub threads: Option<usize>,
     pub json: bool,
     pub progress: bool,
+    /// Print each step's wall time to stderr.
+    pub timings: bool,
 }
 
 /// Runs the check and returns the exit status.
@@ -41,6 +44,7 @@ pub fn run(args: &FsckArgs) -> u8 {
             return EXIT_OPERATIONAL;
         }
     };
+    let mut writing = PhaseClock::start();
     let mut out = std::io::stdout().lock();
     let written = if args.json {
         report.write_json(&mut out)
@@ -49,6 +53,13 @@ pub fn run(args: &FsckArgs) -> u8 {
     };
     // A closed stdout does not change the verdict.
     let _ = written.and_then(|()| out.flush());
+    if args.timings {
+        writing.lap("write report");
+        let mut phases = report.phases.clone();
+        phases.extend(writing.finish());
+        // Like progress, best effort: a closed stderr must not change the exit status.
+        let _ = write!(std::io::stderr().lock(), "{phases}");
+    }
     report.exit_code()
 }
 

@@ -170,6 +170,9 @@ enum Command {
         /// lines as `e2fsck -C 0` prints.
         #[arg(short = 'C')]
         progress: bool,
+        /// Print how long each step of the check took to stderr (for profiling).
+        #[arg(long)]
+        timings: bool,
     },
     /// Copy a host directory's contents into the image, on all cores.
     ///
@@ -421,6 +424,7 @@ fn main() -> ExitCode {
         threads,
         json,
         progress,
+        timings,
     } = cli.command
     {
         return ExitCode::from(fsck::run(&fsck::FsckArgs {
@@ -430,6 +434,7 @@ fn main() -> ExitCode {
             threads: threads.map(usize::from),
             json,
             progress,
+            timings,
         }));
     }
     match run(cli) {

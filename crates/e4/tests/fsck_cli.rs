@@ -66,3 +66,31 @@ fn exit_statuses_follow_e2fsck() {
         "repair is not implemented; -n is required"
     );
 }
+
+#[test]
+fn timings_go_to_stderr_and_change_nothing_else() {
+    let image = make_empty_image(&["-t", "ext4"], 8);
+    let path = image.path.to_str().unwrap();
+    let (code, plain) = e4(&["fsck", "-fn", path]);
+    let out = Command::new(env!("CARGO_BIN_EXE_e4"))
+        .args(["fsck", "-fn", "--timings", path])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(code));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), plain);
+    let timings = String::from_utf8_lossy(&out.stderr);
+    let steps: Vec<&str> = timings
+        .lines()
+        .map(|l| l.split_once(" ms  ").expect(l).1)
+        .collect();
+    for step in [
+        "start worker threads",
+        "pass 1",
+        "pass 5",
+        "free state",
+        "write report",
+    ] {
+        assert!(steps.contains(&step), "{timings}");
+    }
+    assert_eq!(steps.last(), Some(&"total"), "{timings}");
+}
