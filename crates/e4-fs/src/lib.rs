@@ -53,6 +53,7 @@ mod namespace;
 mod path;
 mod time;
 mod txn_io;
+mod write_back;
 mod writer;
 mod xattr;
 mod xattr_store;

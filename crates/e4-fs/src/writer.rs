@@ -38,6 +38,7 @@ use e4_alloc::stats::{Counter, LockStats};
 use crate::engine_stats::counted_read;
 use crate::error::{Error, Result};
 use crate::filesystem::Filesystem;
+use crate::write_back;
 
 /// Limit-counter slots, commit-gate slots and pending-free lists: one per thread up to this.
 const SLOTS: usize = 64;
@@ -386,23 +387,9 @@ impl Writer {
 
     fn write_back(&self, fs: &Filesystem) -> Result<()> {
         self.chain_orphans(fs)?;
-        for handle in fs.inodes.take_dirty() {
-            let state = handle.lock(&fs.inodes);
-            // A deleted inode's last record went into the table when it was freed; its
-            // number may already belong to a new inode.
-            if !state.deleted {
-                fs.write_inode_record(&state.inode)?;
-            }
-        }
+        write_back::write_inode_records(fs, &fs.inodes.take_dirty())?;
         let mut changed = self.write_inode_bitmaps(fs)?;
-        for buffer in fs.cache.take_dirty() {
-            let mut bytes = buffer.bytes_mut();
-            fs.seal(&buffer, &mut bytes);
-            let offset = buffer.nr() * u64::from(fs.block_size());
-            fs.device
-                .write_all_at(&bytes, offset)
-                .map_err(|e| Error::io(format!("write of block {}", buffer.nr()), e))?;
-        }
+        write_back::write_buffers(fs, &fs.cache.take_dirty())?;
         changed.extend(self.write_block_bitmaps(fs)?);
         self.write_descriptors(fs, changed)?;
         self.write_superblock(fs)?;
