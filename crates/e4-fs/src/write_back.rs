@@ -92,13 +92,10 @@ fn in_chunks<T: Sync>(items: &[T], work: impl Fn(&[T]) -> Result<()> + Sync) -> 
             .chunks(chunk)
             .map(|part| scope.spawn(move || work(part)))
             .collect();
-        workers
-            .into_iter()
-            .map(|w| {
-                w.join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-            })
-            .collect()
+        workers.into_iter().try_for_each(|w| {
+            w.join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        })
     })
 }
 
