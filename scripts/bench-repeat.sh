@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Repeats short `e4 bench` runs and prints the median, min and max of ops/s per workload,
+# target and thread count, with the 2/1-thread ratio of medians: one `e4 bench` run is a
+# single sample, and on the 2-vCPU VM two identical runs can differ by a third.
+#
+# Usage: scripts/bench-repeat.sh [--runs N] [--duration S] [--threads "1 2"]
+#                                [--targets e4,kernel-ext4] WORKLOAD...
+#
+# The runs are interleaved (run 1 of every cell, then run 2, ...), so a slow minute on the
+# machine spreads over every cell instead of landing on one. kernel-ext4 needs root.
+set -euo pipefail
+
+runs=5 duration=2 threads="1 2" targets=e4,kernel-ext4
+while [ $# -gt 0 ]; do
+  case $1 in
+    --runs) runs=$2; shift 2 ;;
+    --duration) duration=$2; shift 2 ;;
+    --threads) threads=$2; shift 2 ;;
+    --targets) targets=$2; shift 2 ;;
+    -*) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 16 ;;
+    *) break ;;
+  esac
+done
+[ $# -gt 0 ] || { echo "name at least one workload" >&2; exit 16; }
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cargo build --quiet --release --manifest-path "$repo/Cargo.toml" -p e4 --bin e4
+e4=$(cargo metadata --format-version 1 --no-deps --manifest-path "$repo/Cargo.toml" |
+  sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')/release/e4
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), e4 at $(git -C "$repo" rev-parse --short HEAD)," \
+  "$(nproc) CPUs, load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+for run in $(seq "$runs"); do
+  for workload in "$@"; do
+    for t in $threads; do
+      "$e4" bench "$workload" --targets "$targets" --threads "$t" --duration "$duration" \
+        --baseline "${targets%%,*}" --json "$out/$workload-$t-$run.json" > "$out/log" 2>&1 ||
+        { cat "$out/log" >&2; exit 1; }
+    done
+  done
+done
+jq -r '.records[] | [.workload, .target, .threads, .ops_per_sec] | @tsv' "$out"/*.json |
+  sort -k1,1 -k2,2 -k3,3n -k4,4g |
+  awk -F'\t' '
+    { key = $1 "\t" $2 "\t" $3; v[key, ++n[key]] = $4; if (!(key in seen)) { seen[key]; order[++k] = key } }
+    END {
+      print "| workload | target | threads | runs | median ops/s | min | max | median / 1 thread |"
+      print "|---|---|---:|---:|---:|---:|---:|---:|"
+      for (i = 1; i <= k; i++) {
+        key = order[i]; c = n[key]
+        med = (c % 2) ? v[key, (c + 1) / 2] : (v[key, c / 2] + v[key, c / 2 + 1]) / 2
+        split(key, f, "\t"); one = f[1] "\t" f[2] "\t1"
+        if (f[3] == 1) base[f[1], f[2]] = med
+        ratio = ((f[1], f[2]) in base) ? sprintf("%.2fx", med / base[f[1], f[2]]) : "-"
+        printf "| %s | %s | %s | %d | %.0f | %.0f | %.0f | %s |\n", f[1], f[2], f[3], c, med, v[key, 1], v[key, c], ratio
+      }
+    }'
+echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)"
