@@ -9,7 +9,8 @@
 //! callgrind_annotate --inclusive=yes callgrind.out.* | grep -E 'Filesystem>::(create|unlink) '
 //! ```
 //!
-//! Divide the inclusive counts of `create` and `unlink` by the file count. With two threads,
+//! Divide the inclusive counts of `create` and `unlink` by the file count. The engine's lock
+//! counters, per lock kind, go to stderr at the end. With two threads,
 //! valgrind runs one thread at a time but switches between them, so their directories grow
 //! interleaved as they do on two cores: the count shows what sharing costs in instructions.
 
@@ -57,6 +58,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .into_iter()
             .try_for_each(|worker| worker.join().expect("worker panicked"))
     })?;
+    // Where the threads met: contention per lock kind (LockReport's Debug lists them all).
+    eprintln!("{:#?}", fs.lock_stats());
     fs.unmount()?;
     println!("{count} files created and removed");
     Ok(())

@@ -1,7 +1,8 @@
 //! The metadata buffer cache shared by all threads.
 //!
-//! One copy of each block while anyone uses it: a miss inserts the buffer (still loading)
-//! under its shard's lock before reading, so a second reader waits for that read instead of
+//! One copy of each block while anyone uses it: a hit takes its shard's lock shared (threads
+//! reading the same inode-table or bitmap block do not queue behind one another); a miss
+//! takes it exclusively and inserts the buffer (still loading) before reading, so a second reader waits for that read instead of
 //! making a copy of its own, and a buffer that someone holds (an `Arc` beside the cache's) or
 //! that is dirty is never evicted. A shard's lock is never held during I/O; a buffer's own
 //! lock is held only to copy bytes in or out.
@@ -15,15 +16,16 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crossbeam_utils::CachePadded;
-use parking_lot::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use e4_alloc::stats::LockStats;
 
-use crate::engine_stats::counted_lock;
+use crate::engine_stats::{counted_read, counted_write};
 use crate::meta_io::{BlockKind, Owner};
 
-/// Shards: a power of two comfortably above the thread counts the engine targets.
-const SHARDS: usize = 64;
+/// Shards: a power of two comfortably above the thread counts the engine targets (an
+/// operation takes about eight shard locks, so two threads meet in a shard often with few).
+const SHARDS: usize = 256;
 
 /// What a buffer was last verified as, or written as: decides whether a read must verify it
 /// again, and how write-back seals it.
@@ -92,7 +94,8 @@ impl Buffer {
 
 struct Slot {
     buffer: Arc<Buffer>,
-    referenced: bool,
+    /// CLOCK's reference bit: set by hits under the shared lock, cleared by the hand.
+    referenced: AtomicBool,
 }
 
 #[derive(Default)]
@@ -121,8 +124,8 @@ impl Shard {
                 continue;
             };
             let busy = slot.buffer.is_dirty() || Arc::strong_count(&slot.buffer) > 1;
-            if slot.referenced || busy {
-                slot.referenced = false;
+            if *slot.referenced.get_mut() || busy {
+                *slot.referenced.get_mut() = false;
                 self.clock.push_back(nr);
                 continue;
             }
@@ -134,7 +137,7 @@ impl Shard {
 }
 
 pub struct BufferCache {
-    shards: Box<[CachePadded<Mutex<Shard>>]>,
+    shards: Box<[CachePadded<RwLock<Shard>>]>,
     shard_locks: LockStats,
     /// Buffers dirtied since the last [`BufferCache::take_dirty`] (written on a buffer's
     /// first change in a transaction only; read by every operation to decide on a commit).
@@ -148,7 +151,7 @@ impl BufferCache {
     pub fn new(capacity: usize, block_size: usize) -> Self {
         BufferCache {
             shards: (0..SHARDS)
-                .map(|_| CachePadded::new(Mutex::default()))
+                .map(|_| CachePadded::new(RwLock::default()))
                 .collect(),
             per_shard: capacity.div_ceil(SHARDS).max(1),
             block_size,
@@ -157,10 +160,26 @@ impl BufferCache {
         }
     }
 
-    fn shard(&self, nr: u64) -> MutexGuard<'_, Shard> {
+    fn shard_of(&self, nr: u64) -> &RwLock<Shard> {
         // Fibonacci hashing spreads neighbouring blocks over different shards.
         let h = nr.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - SHARDS.trailing_zeros());
-        counted_lock(&self.shards[h as usize], &self.shard_locks)
+        &self.shards[h as usize]
+    }
+
+    /// Block `nr`'s shard, for a change.
+    fn shard(&self, nr: u64) -> RwLockWriteGuard<'_, Shard> {
+        counted_write(self.shard_of(nr), &self.shard_locks)
+    }
+
+    /// The buffer of block `nr` if it is cached, found under the shard's shared lock.
+    fn cached(&self, nr: u64) -> Option<Arc<Buffer>> {
+        let shard = counted_read(self.shard_of(nr), &self.shard_locks);
+        let slot = shard.slots.get(&nr)?;
+        // Written only when clear: a hit on a hot block leaves its line unwritten.
+        if !slot.referenced.load(Ordering::Relaxed) {
+            slot.referenced.store(true, Ordering::Relaxed);
+        }
+        Some(Arc::clone(&slot.buffer))
     }
 
     /// Lock counts of the shards.
@@ -177,7 +196,7 @@ impl BufferCache {
             buffer.nr,
             Slot {
                 buffer: Arc::clone(buffer),
-                referenced: false,
+                referenced: AtomicBool::new(false),
             },
         );
         shard.clock.push_back(buffer.nr);
@@ -191,11 +210,23 @@ impl BufferCache {
         mut read: impl FnMut(&mut [u8]) -> Result<(), E>,
     ) -> Result<Arc<Buffer>, E> {
         loop {
+            if let Some(found) = self.cached(nr) {
+                if found.loaded.load(Ordering::Acquire) {
+                    return Ok(found);
+                }
+                // Wait for the load in progress; a failed one sends us round again.
+                drop(found.bytes.read());
+                if found.loaded.load(Ordering::Acquire) {
+                    return Ok(found);
+                }
+                continue;
+            }
             let buffer;
             let mut loading = {
                 let mut shard = self.shard(nr);
-                if let Some(slot) = shard.slots.get_mut(&nr) {
-                    slot.referenced = true;
+                // Another thread may have inserted it since the shared look.
+                if let Some(slot) = shard.slots.get(&nr) {
+                    slot.referenced.store(true, Ordering::Relaxed);
                     let found = Arc::clone(&slot.buffer);
                     drop(shard);
                     if found.loaded.load(Ordering::Acquire) {
@@ -280,7 +311,7 @@ impl BufferCache {
         let mut out = Vec::new();
         self.dirty_buffers.store(0, Ordering::Relaxed);
         for shard in self.shards.iter() {
-            let mut shard = shard.lock();
+            let mut shard = shard.write();
             shard.evict_from = 0;
             let taken = std::mem::take(&mut shard.dirty);
             drop(shard);
@@ -317,7 +348,7 @@ impl BufferCache {
 
     /// Buffers held now (clean and dirty).
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().slots.len()).sum()
+        self.shards.iter().map(|s| s.read().slots.len()).sum()
     }
 
     pub fn is_empty(&self) -> bool {

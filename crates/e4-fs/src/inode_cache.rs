@@ -21,9 +21,11 @@ use e4_alloc::stats::LockStats;
 use crate::engine_stats::{counted_lock, counted_read, counted_try_write, counted_write};
 use crate::error::Result;
 
-const SHARDS: usize = 64;
-/// Clean, unused handles a shard keeps before it drops some.
-const CLEAN_PER_SHARD: usize = 1024;
+/// Shards: as the buffer cache's, many more than threads (an operation takes two or three
+/// shard locks, and two threads meeting in one showed as contention with 64).
+const SHARDS: usize = 256;
+/// Clean, unused handles a shard keeps before it drops some (64k handles in all).
+const CLEAN_PER_SHARD: usize = 256;
 
 /// What the engine knows of an inode besides its record.
 pub(crate) struct InodeState {
