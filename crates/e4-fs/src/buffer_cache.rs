@@ -417,6 +417,32 @@ mod tests {
         assert_eq!(b.bytes()[0], 5);
     }
 
+    /// A thread that finds a block still loading waits for the load; when that load fails,
+    /// it reads the block itself rather than returning the failed (zeroed) buffer.
+    #[test]
+    fn a_hit_on_a_load_that_fails_reads_the_block_again() {
+        let cache = &BufferCache::new(64, 8);
+        let (started, wait_started) = std::sync::mpsc::channel();
+        let (go, wait_go) = std::sync::mpsc::channel::<()>();
+        std::thread::scope(|s| {
+            let first = s.spawn(move || {
+                cache.get_or_read(5, |_| {
+                    started.send(()).unwrap();
+                    wait_go.recv().unwrap();
+                    Err("eio")
+                })
+            });
+            wait_started.recv().unwrap();
+            let second = s.spawn(move || cache.get_or_read(5, read_ok(9)));
+            // The second thread is now waiting on the loading buffer.
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            go.send(()).unwrap();
+            assert!(first.join().unwrap().is_err());
+            let buffer = second.join().unwrap().unwrap();
+            assert_eq!(buffer.bytes()[0], 9);
+        });
+    }
+
     #[test]
     fn concurrent_misses_read_once() {
         let cache = BufferCache::new(64, 8);
