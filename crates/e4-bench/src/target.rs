@@ -37,17 +37,31 @@ const TMPFS_MAGIC: u64 = 0x0102_1994;
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Target {
     E4,
-    KernelExt4,
+    /// The kernel's ext4 on a loop device, mounted with extra `options` (`-o loop,OPTIONS`;
+    /// empty for the defaults; `+` separates options, since `--targets` is comma-separated):
+    /// `kernel-ext4:nodelalloc` allocates at write time, as e4 does, instead of at
+    /// writeback.
+    KernelExt4 {
+        options: String,
+    },
     Fuse2fs,
     Tmpfs,
     Posix(PathBuf),
 }
 
 impl Target {
+    /// The kernel's ext4 mounted with its default options (the default baseline).
+    pub fn kernel_ext4() -> Target {
+        Target::KernelExt4 {
+            options: String::new(),
+        }
+    }
+
     pub fn name(&self) -> String {
         match self {
             Target::E4 => "e4".into(),
-            Target::KernelExt4 => "kernel-ext4".into(),
+            Target::KernelExt4 { options } if options.is_empty() => "kernel-ext4".into(),
+            Target::KernelExt4 { options } => format!("kernel-ext4:{options}"),
             Target::Fuse2fs => "fuse2fs".into(),
             Target::Tmpfs => "tmpfs".into(),
             Target::Posix(dir) => format!("posix:{}", dir.display()),
@@ -56,7 +70,10 @@ impl Target {
 
     /// Whether the target runs on an ext4 image whose layout can be read back.
     pub fn has_image(&self) -> bool {
-        matches!(self, Target::E4 | Target::KernelExt4 | Target::Fuse2fs)
+        matches!(
+            self,
+            Target::E4 | Target::KernelExt4 { .. } | Target::Fuse2fs
+        )
     }
 }
 
@@ -65,15 +82,23 @@ impl FromStr for Target {
     fn from_str(s: &str) -> Result<Self, String> {
         match s {
             "e4" => Ok(Target::E4),
-            "kernel-ext4" => Ok(Target::KernelExt4),
+            "kernel-ext4" => Ok(Target::kernel_ext4()),
             "fuse2fs" => Ok(Target::Fuse2fs),
             "tmpfs" => Ok(Target::Tmpfs),
-            _ => match s.strip_prefix("posix:") {
-                Some(dir) if !dir.is_empty() => Ok(Target::Posix(PathBuf::from(dir))),
-                _ => Err(format!(
-                    "unknown target '{s}' (one of: e4, kernel-ext4, fuse2fs, tmpfs, posix:DIR)"
-                )),
-            },
+            _ => {
+                if let Some(options) = s.strip_prefix("kernel-ext4:").filter(|o| !o.is_empty()) {
+                    return Ok(Target::KernelExt4 {
+                        options: options.into(),
+                    });
+                }
+                match s.strip_prefix("posix:") {
+                    Some(dir) if !dir.is_empty() => Ok(Target::Posix(PathBuf::from(dir))),
+                    _ => Err(format!(
+                        "unknown target '{s}' (one of: e4, kernel-ext4, \
+                         kernel-ext4:MOUNT-OPTIONS, fuse2fs, tmpfs, posix:DIR)"
+                    )),
+                }
+            }
         }
     }
 }
@@ -212,9 +237,13 @@ fn mount(
         ));
     }
     std::fs::create_dir_all(dir).map_err(failed("mount point"))?;
-    if *target == Target::KernelExt4 {
+    if let Target::KernelExt4 { options } = target {
+        let options = match options.as_str() {
+            "" => "loop".to_string(),
+            extra => format!("loop,{}", extra.replace('+', ",")),
+        };
         let out = Command::new("mount")
-            .args(["-t", "ext4", "-o", "loop"])
+            .args(["-t", "ext4", "-o", &options])
             .arg(image)
             .arg(dir)
             .output()
@@ -297,7 +326,7 @@ pub fn run_point(
         ));
     }
     match target {
-        Target::E4 | Target::KernelExt4 | Target::Fuse2fs => {
+        Target::E4 | Target::KernelExt4 { .. } | Target::Fuse2fs => {
             let image = work.join(image_name);
             make_image(&image, image_bytes(params))?;
             let measurement = if *target == Target::E4 {
@@ -348,6 +377,17 @@ pub fn run_point(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn kernel_ext4_targets_carry_their_mount_options() {
+        let plain: Target = "kernel-ext4".parse().unwrap();
+        assert_eq!(plain, Target::kernel_ext4());
+        let nodelalloc: Target = "kernel-ext4:nodelalloc+noatime".parse().unwrap();
+        assert_eq!(nodelalloc.name(), "kernel-ext4:nodelalloc+noatime");
+        assert_ne!(nodelalloc, plain);
+        assert!(nodelalloc.has_image());
+        assert!("kernel-ext4:".parse::<Target>().is_err());
+    }
+
     use super::*;
 
     fn program_and_args(c: &Command) -> Vec<String> {

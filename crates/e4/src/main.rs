@@ -60,7 +60,8 @@ enum Command {
         /// dwtl, dwsl, mrpl, mrdl, mwrl, mwrm, near-full.
         #[arg(value_parser = |s: &str| s.parse::<e4_bench::Workload>())]
         workloads: Vec<e4_bench::Workload>,
-        /// Comma-separated: e4, kernel-ext4, fuse2fs, tmpfs, posix:DIR.
+        /// Comma-separated: e4, kernel-ext4, kernel-ext4:MOUNT-OPTIONS (e.g.
+        /// kernel-ext4:nodelalloc), fuse2fs, tmpfs, posix:DIR.
         #[arg(long, value_parser = bench::parse_targets)]
         targets: Option<std::vec::Vec<e4_bench::Target>>,
         /// Comma-separated thread counts (default 1,2,4).
