@@ -57,6 +57,7 @@ pub enum RenameMode {
 }
 
 /// What a new inode is.
+#[derive(Clone, Copy)]
 enum NewKind<'a> {
     Regular,
     Directory,
@@ -304,7 +305,21 @@ impl Filesystem {
         self.make_node(parent, name, creator, NewKind::Special { file_type, rdev })
     }
 
+    /// Makes and links a new inode; a full volume whose free blocks are only held in other
+    /// inodes' reservation windows (a growing directory's, an open file's) gives them back
+    /// and tries once more, as a write does.
     fn make_node(
+        &self,
+        parent: u32,
+        name: &[u8],
+        creator: Creator,
+        kind: NewKind<'_>,
+    ) -> Result<u32> {
+        self.retry_when_full(|| self.make_node_once(parent, name, creator, kind))
+    }
+
+    /// [`Self::make_node`] once: on any error, nothing is left changed.
+    fn make_node_once(
         &self,
         parent: u32,
         name: &[u8],

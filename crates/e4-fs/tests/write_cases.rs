@@ -181,6 +181,67 @@ fn a_full_filesystem_with_pending_frees_is_not_full() {
     e2fsck_clean(&img.path).unwrap();
 }
 
+/// A directory past its first blocks holds a reservation window; when the only free blocks
+/// left are in it, a create elsewhere that needs a new directory block takes them back (as a
+/// write does) instead of reporting a full volume that statfs shows as not full.
+#[test]
+fn blocks_held_in_a_directory_window_are_not_a_full_volume() {
+    // Small, so that the kernel's metadata reserve (2 % of the blocks, which statfs does not
+    // count as available) is below what the window holds.
+    let img = make_empty_image(
+        &[
+            "-t",
+            "ext4",
+            "-b",
+            "4096",
+            "-m",
+            "0",
+            "-N",
+            "4096",
+            "-O",
+            "^has_journal",
+        ],
+        4,
+    );
+    let fs = Filesystem::open(&img.path, OpenOptions::writable()).unwrap();
+    let name = |dir: &str, i: u32| format!("{dir}-{i:05}-{}", "n".repeat(200)).into_bytes();
+    let grower = fs.mkdir(ROOT, b"grower", ME).unwrap();
+    let other = fs.mkdir(ROOT, b"other", ME).unwrap();
+    // Blocks statfs never counts as available (the kernel's metadata reserve).
+    let start = fs.statfs();
+    let reserve = start.free_blocks - start.available_blocks;
+    // Leave 150 blocks, then grow one directory to 60 blocks: its fourth window (64
+    // blocks, taken at block 50) holds 54 of them unused, more than the reserve.
+    let filler = fs.create(ROOT, b"filler", ME).unwrap();
+    let fill = fs.statfs().available_blocks - 150;
+    fs.fallocate(filler, FallocateMode::Allocate, 0, fill * 4096)
+        .unwrap();
+    let mut i = 0;
+    while fs.metadata(grower).unwrap().size < 60 * 4096 {
+        fs.create(grower, &name("g", i), ME).unwrap();
+        i += 1;
+    }
+    // The other directory grows until the volume is really full.
+    let mut made = 0;
+    loop {
+        match fs.create(other, &name("o", made), ME) {
+            Ok(_) => made += 1,
+            Err(Error::NoSpace(what)) => {
+                assert_eq!(what, "blocks");
+                break;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    let free = fs.statfs().free_blocks;
+    assert!(
+        free <= reserve,
+        "no space reported with {free} blocks free, reserve {reserve} ({made} files)"
+    );
+    fs.unmount().unwrap();
+    e2fsck_clean(&img.path).unwrap();
+}
+
 #[test]
 fn inode_exhaustion_is_exact() {
     let img = make_empty_image(&["-t", "ext4", "-N", "256"], 16);
