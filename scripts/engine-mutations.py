@@ -187,6 +187,22 @@ M = [
   "        self.retry_when_full(|| self.make_node_once(parent, name, creator, kind))",
   "        self.make_node_once(parent, name, creator, kind)",
   ["--test", "write_cases", "blocks_held"]),
+ ("root may use the metadata reserve", "crates/e4-alloc/src/block_allocator.rs",
+  "                Reserve::Root => self.root_reserve.take(n),",
+  "                Reserve::Root => self.root_reserve.take(n) || self.metadata_reserve.take(n),",
+  ["-p", "e4-alloc", "--test", "allocator", "metadata_reserve"]),
+ ("frees refill the root reserve before the metadata reserve", "crates/e4-alloc/src/block_allocator.rs",
+  "        let rest = self.metadata_reserve.refill(n);\n        let rest = self.root_reserve.refill(rest);",
+  "        let rest = self.root_reserve.refill(n);\n        let rest = self.metadata_reserve.refill(rest);",
+  ["-p", "e4-alloc", "--test", "allocator", "metadata_reserve"]),
+ ("a punch may not use the metadata reserve", "crates/e4-fs/src/file_write.rs",
+  "                | FallocateMode::InsertRange => io.removing_space(),",
+  "                | FallocateMode::InsertRange => io,",
+  ["--test", "write_cases", "a_punch_on_a_full"]),
+ ("no metadata reserve held back", "crates/e4-fs/src/writer.rs",
+  "            .with_metadata_reserve(crate::metadata::metadata_reserve(sb))",
+  "",
+  ["--test", "write_cases", "a_punch_on_a_full"]),
 ]
 only = sys.argv[1:] 
 for name, path, old, new, args in M:

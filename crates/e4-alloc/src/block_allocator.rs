@@ -18,7 +18,7 @@ use crate::group_loading::{BlockBitmapSource, GroupSummary};
 use crate::group_state::{FreeRefusal, GroupState, ReservedRun};
 use crate::instrumented_lock::InstrumentedMutex;
 use crate::limit_counter::{LimitCounter, LimitCounterStats};
-use crate::root_reserve::RootReserve;
+use crate::reserve_pool::ReservePool;
 use crate::small_file_packing::PackingWindows;
 use crate::stats::{Counter, LockStats};
 use crate::sync::MutexGuard;
@@ -138,9 +138,23 @@ pub struct AllocRequest {
     pub slot: usize,
     /// Key of the caller's stream (e.g. its inode number), picking its stream-goal slot.
     pub stream: u64,
-    /// May use the root-reserved blocks (the caller is root, or the filesystem's reserved
-    /// uid/gid; see [`BlockAllocator::with_root_reserve`]).
-    pub privileged: bool,
+    /// Which set-aside blocks the request may fall back to when the free blocks run out.
+    pub reserve: Reserve,
+}
+
+/// The set-aside blocks a request may use, as the kernel's `ext4_has_free_clusters` decides:
+/// each level may use what the one before may, and more.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub enum Reserve {
+    /// Neither reserve: an ordinary caller.
+    #[default]
+    None,
+    /// The root reserve (the caller is root, or the filesystem's reserved uid/gid; see
+    /// [`BlockAllocator::with_root_reserve`]).
+    Root,
+    /// Both reserves: metadata an operation that frees space cannot do without (the
+    /// kernel's `EXT4_MB_USE_RESERVED`; see [`BlockAllocator::with_metadata_reserve`]).
+    Metadata,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -306,7 +320,8 @@ pub struct BlockAllocator {
     /// Groups whose on-disk bitmap may differ from what was last written back.
     pub(crate) dirty: AtomicBitset,
     /// Blocks only privileged requests may use.
-    pub(crate) root_reserve: RootReserve,
+    pub(crate) root_reserve: ReservePool,
+    pub(crate) metadata_reserve: ReservePool,
     /// Free blocks per flex group, if the inode allocator's flex-group size was given.
     pub(crate) flex_free: Option<FlexFreeBlocks>,
 }
@@ -385,12 +400,32 @@ impl BlockAllocator {
 
     /// Free blocks not promised to anyone (exact when quiescent).
     pub fn free_blocks(&self) -> u64 {
-        self.free_blocks.sum() + self.root_reserve.held()
+        self.free_blocks.sum() + self.root_reserve.held() + self.metadata_reserve.held()
     }
 
     /// Sets aside `blocks` (`s_r_blocks_count`) for privileged requests only, taken from the
     /// free blocks now (as many as are free).
     pub fn with_root_reserve(self, blocks: u64) -> Self {
+        let pool = self.set_aside(blocks);
+        BlockAllocator {
+            root_reserve: pool,
+            ..self
+        }
+    }
+
+    /// Sets aside `blocks` (the kernel's `s_resv_clusters`: 2 % of the filesystem, at most
+    /// 4,096 clusters, on extent-mapped filesystems) for [`Reserve::Metadata`] requests only.
+    /// Set it after the root reserve: it is the last to be used and the first refilled.
+    pub fn with_metadata_reserve(self, blocks: u64) -> Self {
+        let pool = self.set_aside(blocks);
+        BlockAllocator {
+            metadata_reserve: pool,
+            ..self
+        }
+    }
+
+    /// A pool of `blocks` taken from the free blocks now (as many as are free).
+    fn set_aside(&self, blocks: u64) -> ReservePool {
         // Nothing else runs yet, so the counter's sum is exact and the reservation succeeds.
         let wanted = blocks.min(self.free_blocks.sum());
         let held = if self.free_blocks.try_reserve(0, wanted) {
@@ -398,21 +433,19 @@ impl BlockAllocator {
         } else {
             0
         };
-        BlockAllocator {
-            root_reserve: RootReserve::new(blocks, held),
-            ..self
-        }
+        ReservePool::new(blocks, held)
     }
 
     /// Free blocks an unprivileged caller could still get (statfs's `f_bavail`, less what
-    /// windows hold): the free blocks without the root reserve.
+    /// windows hold): the free blocks without either reserve.
     pub fn available_blocks(&self) -> u64 {
         self.free_blocks.sum()
     }
 
     /// Returns `n` blocks to the free count: to the root reserve first while it is short.
     pub(crate) fn return_blocks(&self, slot: usize, n: u64) {
-        let rest = self.root_reserve.refill(n);
+        let rest = self.metadata_reserve.refill(n);
+        let rest = self.root_reserve.refill(rest);
         if rest > 0 {
             self.free_blocks.release(slot, rest);
         }
@@ -596,7 +629,14 @@ impl BlockAllocator {
         // Admission: promise only blocks that exist (and, to the unprivileged, only blocks
         // outside the root reserve).
         let counter = &self.free_blocks;
-        let root = |n: u32| req.privileged && self.root_reserve.take(u64::from(n));
+        let root = |n: u32| {
+            let n = u64::from(n);
+            match req.reserve {
+                Reserve::None => false,
+                Reserve::Root => self.root_reserve.take(n),
+                Reserve::Metadata => self.root_reserve.take(n) || self.metadata_reserve.take(n),
+            }
+        };
         let reserved = if counter.try_reserve(req.slot, u64::from(len)) {
             len
         } else if min_len < len && counter.try_reserve(req.slot, u64::from(min_len)) {
@@ -911,7 +951,7 @@ mod tests {
                 min_len: 1024,
                 slot: 0,
                 stream: 0,
-                privileged: false,
+                reserve: Reserve::None,
             })
             .unwrap();
         assert_eq!(full.start, 0);
@@ -925,7 +965,7 @@ mod tests {
                     min_len: 8,
                     slot: 1,
                     stream: 1,
-                    privileged: false,
+                    reserve: Reserve::None,
                 })
             });
             // Let the allocation reach the busy group before the lock is given up.

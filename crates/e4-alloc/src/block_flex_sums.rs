@@ -171,7 +171,7 @@ mod tests {
                         min_len: 1,
                         slot: 0,
                         stream: step,
-                        privileged: false,
+                        reserve: crate::Reserve::None,
                     }) {
                         held.push(e);
                     }

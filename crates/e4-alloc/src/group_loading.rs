@@ -27,7 +27,7 @@ use crate::free_space_index::{AtomicBitset, FreeSpaceIndex};
 use crate::group_state::GroupState;
 use crate::instrumented_lock::InstrumentedMutex;
 use crate::limit_counter::LimitCounter;
-use crate::root_reserve::RootReserve;
+use crate::reserve_pool::ReservePool;
 use crate::small_file_packing::PackingWindows;
 
 /// What a group descriptor says of a group before its bitmap is read.
@@ -132,7 +132,8 @@ impl BlockAllocator {
             stats: Default::default(),
             source: Box::new(source),
             dirty: AtomicBitset::new(count),
-            root_reserve: RootReserve::new(0, 0),
+            root_reserve: ReservePool::new(0, 0),
+            metadata_reserve: ReservePool::new(0, 0),
             flex_free: None,
         })
     }

@@ -342,7 +342,7 @@ mod tests {
                 if len > 0 {
                     blocks.allocate(AllocRequest {
                         goal: Some(u64::from(g) * 1024), len, min_len: len, slot: 0,
-                        stream: 0, privileged: false,
+                        stream: 0, reserve: crate::Reserve::None,
                     }).unwrap();
                 }
             }

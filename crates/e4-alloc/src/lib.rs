@@ -22,14 +22,14 @@ mod instrumented_lock;
 pub mod limit_counter;
 pub mod pending_frees;
 pub mod reservation_window;
-mod root_reserve;
+mod reserve_pool;
 pub mod small_file_packing;
 pub mod stats;
 mod sync;
 
 pub use block_allocator::{
     AllocError, AllocRequest, AllocatorConfig, BadFree, BlockAllocator, Extent, Geometry,
-    GoalPolicy, GroupLocking,
+    GoalPolicy, GroupLocking, Reserve,
 };
 pub use free_space_index::{AtomicBitset, FreeSpaceIndex};
 pub use group_loading::{BlockBitmapSource, DirtyGroup, GroupSummary};

@@ -19,7 +19,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use crate::block_allocator::{AllocError, AllocRequest, BlockAllocator, Extent};
+use crate::block_allocator::{AllocError, AllocRequest, BlockAllocator, Extent, Reserve};
 use crate::group_state::ReservedRun;
 
 /// The largest window by default, in blocks.
@@ -126,7 +126,7 @@ impl BlockAllocator {
                 min_len: 1,
                 slot,
                 stream,
-                privileged: false,
+                reserve: Reserve::None,
             });
         }
         if window.remaining == 0 {
@@ -147,7 +147,7 @@ impl BlockAllocator {
                     min_len: 1,
                     slot,
                     stream,
-                    privileged: false,
+                    reserve: Reserve::None,
                 },
                 true,
             )?;
@@ -217,7 +217,7 @@ impl BlockAllocator {
                     min_len: 1,
                     slot,
                     stream,
-                    privileged: true,
+                    reserve: Reserve::Root,
                 })?;
                 // The next window is asked for after this extent, to stay contiguous.
                 window.next = extent.end();

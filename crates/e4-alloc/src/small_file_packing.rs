@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use crossbeam_utils::CachePadded;
 
-use crate::block_allocator::{AllocError, AllocRequest, BlockAllocator, Extent};
+use crate::block_allocator::{AllocError, AllocRequest, BlockAllocator, Extent, Reserve};
 use crate::group_state::ReservedRun;
 use crate::instrumented_lock::InstrumentedMutex;
 
@@ -65,7 +65,7 @@ impl BlockAllocator {
             min_len: 1,
             slot,
             stream,
-            privileged: false,
+            reserve: Reserve::None,
         };
         if !self.config().pack_small_files || len == 0 || len > SMALL_FILE_BLOCKS {
             return self.allocate(plain);
@@ -126,7 +126,7 @@ impl BlockAllocator {
                 min_len: 1,
                 slot,
                 stream,
-                privileged: true,
+                reserve: Reserve::Root,
             }),
             other => other,
         }

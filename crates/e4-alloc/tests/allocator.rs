@@ -7,7 +7,7 @@ use std::sync::Mutex;
 
 use e4_alloc::{
     AllocError, AllocRequest, AllocatorConfig, BadFree, BlockAllocator, Extent, Geometry,
-    GoalPolicy, GroupLocking, ReservationWindow, TransactionFrees,
+    GoalPolicy, GroupLocking, ReservationWindow, Reserve, TransactionFrees,
 };
 use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
@@ -176,7 +176,7 @@ proptest! {
         for op in ops {
             match op {
                 Op::Allocate { goal, len, min_len } => {
-                    match alloc.allocate(AllocRequest { goal: goal.map(|g| g + 1), len, min_len, slot: 0, stream: 7, privileged: false }) {
+                    match alloc.allocate(AllocRequest { goal: goal.map(|g| g + 1), len, min_len, slot: 0, stream: 7, reserve: Reserve::None }) {
                         Ok(e) => {
                             prop_assert!(e.len >= min_len && e.len <= len);
                             claim(&mut used, e).map_err(TestCaseError::fail)?;
@@ -276,7 +276,7 @@ fn stress_many_more_threads_than_cores() {
                                     min_len: 1,
                                     slot: t,
                                     stream: t as u64,
-                                    privileged: false,
+                                    reserve: Reserve::None,
                                 };
                                 if let Ok(e) = alloc.allocate(req) {
                                     mine.push(e);
@@ -391,7 +391,7 @@ fn enospc_race_hands_out_exactly_what_is_free() {
                     min_len: 1,
                     slot: 0,
                     stream: 1,
-                    privileged: false,
+                    reserve: Reserve::None,
                 })
                 .unwrap();
             filler -= u64::from(e.len);
@@ -408,7 +408,7 @@ fn enospc_race_hands_out_exactly_what_is_free() {
                         min_len: 1,
                         slot: t,
                         stream: t as u64,
-                        privileged: false,
+                        reserve: Reserve::None,
                     };
                     match alloc.allocate(req) {
                         Ok(e) => {
@@ -433,7 +433,7 @@ fn one(alloc: &BlockAllocator, goal: u64, len: u32) -> Extent {
             min_len: len,
             slot: 0,
             stream: 0,
-            privileged: false,
+            reserve: Reserve::None,
         })
         .unwrap()
 }
@@ -457,7 +457,7 @@ fn short_requests_are_admitted_down_to_min_len() {
             min_len: 3,
             slot: 0,
             stream: 0,
-            privileged: false,
+            reserve: Reserve::None,
         })
         .unwrap();
     assert!((3..=5).contains(&got.len), "{got:?}");
@@ -619,7 +619,7 @@ fn the_system_zone_is_never_handed_out_or_freed() {
         min_len: 1,
         slot: 0,
         stream: 3,
-        privileged: false,
+        reserve: Reserve::None,
     }) {
         claim(&mut taken, e).unwrap();
     }
@@ -662,7 +662,7 @@ fn dropped_windows_leak_nothing() {
         min_len: 1,
         slot: 1,
         stream: 9,
-        privileged: false,
+        reserve: Reserve::None,
     }) {
         taken += u64::from(e.len);
     }
@@ -764,7 +764,7 @@ fn packing_windows_are_reclaimed_before_no_space() {
             min_len: 1,
             slot: 5,
             stream: 2,
-            privileged: false,
+            reserve: Reserve::None,
         })
         .is_ok()
     {
@@ -831,7 +831,11 @@ fn the_root_reserve_is_for_privileged_requests_only() {
             min_len: 1,
             slot: 0,
             stream: 4,
-            privileged,
+            reserve: if privileged {
+                Reserve::Root
+            } else {
+                Reserve::None
+            },
         })
     };
     let mut user = Vec::new();
@@ -861,6 +865,62 @@ fn the_root_reserve_is_for_privileged_requests_only() {
     assert!(ask(false).is_ok());
 }
 
+/// The metadata reserve is used only by requests that may use it (after the root reserve),
+/// and freed blocks refill it first, then the root reserve, then everyone's count.
+#[test]
+fn the_metadata_reserve_is_the_last_used_and_the_first_refilled() {
+    let geo = geometry(2, 1024);
+    let alloc = BlockAllocator::empty(geo, AllocatorConfig::default())
+        .with_root_reserve(100)
+        .with_metadata_reserve(40);
+    let total = alloc.free_blocks();
+    assert_eq!(alloc.available_blocks(), total - 140);
+    let ask = |reserve: Reserve| {
+        alloc.allocate(AllocRequest {
+            goal: None,
+            len: 10,
+            min_len: 1,
+            slot: 0,
+            stream: 4,
+            reserve,
+        })
+    };
+    let take_all = |reserve: Reserve| {
+        let mut got = Vec::new();
+        while let Ok(e) = ask(reserve) {
+            got.push(e);
+        }
+        got
+    };
+    let sum = |v: &[Extent]| v.iter().map(|e| u64::from(e.len)).sum::<u64>();
+    let user = take_all(Reserve::None);
+    assert_eq!(sum(&user), total - 140);
+    let root = take_all(Reserve::Root);
+    assert_eq!(
+        sum(&root),
+        100,
+        "root gets its reserve, not the metadata reserve"
+    );
+    assert_eq!(alloc.free_blocks(), 40);
+    let metadata = take_all(Reserve::Metadata);
+    assert_eq!(sum(&metadata), 40);
+    assert_eq!(alloc.free_blocks(), 0);
+    // 30 blocks freed: all to the metadata reserve, nothing for root or anyone else.
+    for e in &metadata[..3] {
+        alloc.free(*e, 0).unwrap();
+    }
+    assert_eq!(alloc.free_blocks(), 30);
+    assert_eq!(ask(Reserve::Root), Err(AllocError::NoSpace));
+    // 20 more: 10 fill the metadata reserve, 10 go to the root reserve.
+    for e in &user[..2] {
+        alloc.free(*e, 0).unwrap();
+    }
+    assert_eq!(ask(Reserve::None), Err(AllocError::NoSpace));
+    assert!(ask(Reserve::Root).is_ok());
+    assert_eq!(ask(Reserve::Root), Err(AllocError::NoSpace));
+    assert!(ask(Reserve::Metadata).is_ok());
+}
+
 /// Appends and small files can use the root reserve when the caller is privileged, as plain
 /// requests can; the unprivileged cannot; and reserve blocks are handed out exactly, never
 /// parked in a window or packing window an unprivileged writer could then use.
@@ -875,7 +935,11 @@ fn privileged_appends_and_small_files_use_the_root_reserve() {
             min_len: 1,
             slot: 0,
             stream: 1,
-            privileged,
+            reserve: if privileged {
+                Reserve::Root
+            } else {
+                Reserve::None
+            },
         })
     };
     while fill(false).is_ok() {}
@@ -985,7 +1049,7 @@ fn index_stays_exact_under_same_group_churn() {
                             min_len: 1,
                             slot: t,
                             stream: t as u64,
-                            privileged: false,
+                            reserve: Reserve::None,
                         }) {
                             mine.push(e);
                         }

@@ -10,6 +10,7 @@ use std::time::Instant;
 
 use e4_alloc::{
     AllocError, AllocRequest, AllocatorConfig, BlockAllocator, Extent, Geometry, GroupSummary,
+    Reserve,
 };
 
 fn request(len: u32, goal: Option<u64>) -> AllocRequest {
@@ -19,7 +20,7 @@ fn request(len: u32, goal: Option<u64>) -> AllocRequest {
         min_len: 1,
         slot: 0,
         stream: 1,
-        privileged: false,
+        reserve: Reserve::None,
     }
 }
 

@@ -224,7 +224,7 @@ fn block_index_updates_stay_in_lock_order() {
             min_len: len,
             slot,
             stream: slot as u64,
-            privileged: false,
+            reserve: Reserve::None,
         };
         let a2 = Arc::clone(&alloc);
         let other = loom::thread::spawn(move || a2.allocate(request(16, 1)).unwrap());

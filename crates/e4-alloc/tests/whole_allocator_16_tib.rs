@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use e4_alloc::{
     AllocRequest, AllocatorConfig, BlockAllocator, Extent, Geometry, GroupLocking, GroupSummary,
-    InodeAllocator, InodeGeometry, InodeGroupSummary, InodeKind, InodeRequest,
+    InodeAllocator, InodeGeometry, InodeGroupSummary, InodeKind, InodeRequest, Reserve,
 };
 
 const GROUPS: u32 = 131_072;
@@ -187,7 +187,7 @@ fn a_16_tib_volume_opens_both_allocators_small_and_without_reading() {
             min_len: 16,
             slot: 0,
             stream: 11,
-            privileged: false,
+            reserve: Reserve::None,
         })
         .unwrap();
     assert_eq!(extent.start, 6 * u64::from(BLOCKS_PER_GROUP));

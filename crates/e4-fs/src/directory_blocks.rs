@@ -2,7 +2,7 @@
 //! logical blocks mapped through the inode's extent tree, and growth by one block at a time
 //! placed after the directory's last block.
 
-use e4_alloc::{AllocRequest, ReservationWindow};
+use e4_alloc::{AllocRequest, ReservationWindow, Reserve};
 use e4_format::inode::{flags, Inode};
 
 use crate::dir_write::DirectoryBlocks;
@@ -92,7 +92,7 @@ impl DirectoryBlocks for InodeDirectoryBlocks<'_> {
                 min_len: 1,
                 slot: self.io.slot,
                 stream,
-                privileged: false,
+                reserve: Reserve::None,
             }),
         }
         .map_err(|_| Error::NoSpace("blocks".into()))?;

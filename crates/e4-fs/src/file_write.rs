@@ -379,7 +379,7 @@ impl Filesystem {
             if size > self.max_file_size(&state.inode) {
                 return Err(Error::FileTooBig(format!("inode {ino}")));
             }
-            let io = TxnIo::new(self, writer, &txn);
+            let io = TxnIo::new(self, writer, &txn).removing_space();
             let inline = self.change_inline(&io, &mut state, size, false, |_| {})?;
             if !inline && size < state.inode.size() {
                 self.free_range(
@@ -470,6 +470,15 @@ impl Filesystem {
             // Checked before an inline file moves out, so a refused range changes nothing.
             self.check_range_shift(&state.inode, mode, offset, len)?;
             let io = TxnIo::new(self, writer, &txn);
+            // The modes the kernel runs with EXT4_GET_BLOCKS_METADATA_NOFAIL: an extent
+            // split while removing or shifting space may take its tree block from the
+            // metadata reserve.
+            let io = match mode {
+                FallocateMode::PunchHole
+                | FallocateMode::CollapseRange
+                | FallocateMode::InsertRange => io.removing_space(),
+                _ => io,
+            };
             if !self.fallocate_inline(&io, &mut state, mode, offset, end)? {
                 self.fallocate_blocks(&io, &mut state, mode, offset, end)?;
             }

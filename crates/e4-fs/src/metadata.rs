@@ -2,6 +2,7 @@
 
 use e4_format::features::RoCompatFeatures;
 use e4_format::inode::{FileType, Timestamp};
+use e4_format::superblock::Superblock;
 use e4_format::{FormatError, Location, Problem, Structure};
 
 use crate::error::Result;
@@ -93,22 +94,6 @@ impl Filesystem {
         })
     }
 
-    /// Blocks held back from ordinary allocation so that converting unwritten extents or
-    /// punching holes never fails for want of a metadata block: 2 % of the filesystem or
-    /// 4096 clusters, whichever is smaller, and nothing without extents. This is the kernel's
-    /// rule (`ext4_calculate_resv_clusters`), so `statfs` agrees with it.
-    fn reserved_for_metadata(&self) -> u64 {
-        let sb = self.superblock();
-        if !sb
-            .incompat()
-            .contains(e4_format::features::IncompatFeatures::EXTENTS)
-        {
-            return 0;
-        }
-        let ratio = u64::from(sb.cluster_ratio());
-        (sb.blocks_count() / ratio / 50).min(4096) * ratio
-    }
-
     /// Filesystem-wide counts: from the allocators when open for writing, else from the group
     /// descriptors, which are authoritative (the superblock's summary is only refreshed at
     /// unmount).
@@ -122,11 +107,8 @@ impl Filesystem {
                 block_size: self.block_size(),
                 blocks: sb.blocks_count(),
                 free_blocks,
-                available_blocks: w
-                    .blocks
-                    .available_blocks()
-                    .min(free_blocks)
-                    .saturating_sub(self.reserved_for_metadata()),
+                // Both reserves are pools outside the allocator's free count.
+                available_blocks: w.blocks.available_blocks().min(free_blocks),
                 inodes: u64::from(sb.inodes_count),
                 free_inodes: w.inodes.free_inodes(),
                 name_max: e4_format::dir_entry::MAX_NAME_LEN as u32,
@@ -148,10 +130,25 @@ impl Filesystem {
             free_blocks,
             available_blocks: free_blocks
                 .saturating_sub(sb.reserved_blocks_count())
-                .saturating_sub(self.reserved_for_metadata()),
+                .saturating_sub(metadata_reserve(sb)),
             inodes: u64::from(sb.inodes_count),
             free_inodes,
             name_max: e4_format::dir_entry::MAX_NAME_LEN as u32,
         }
     }
+}
+
+/// Blocks held back from ordinary allocation so that punching holes or shifting extents
+/// never fails for want of a tree block: 2 % of the filesystem or 4096 clusters, whichever is
+/// smaller, and nothing without extents. This is the kernel's rule
+/// (`ext4_calculate_resv_clusters`), so `statfs` and ENOSPC agree with it.
+pub(crate) fn metadata_reserve(sb: &Superblock) -> u64 {
+    if !sb
+        .incompat()
+        .contains(e4_format::features::IncompatFeatures::EXTENTS)
+    {
+        return 0;
+    }
+    let ratio = u64::from(sb.cluster_ratio());
+    (sb.blocks_count() / ratio / 50).min(4096) * ratio
 }

@@ -3,7 +3,7 @@
 //! cached copy and mark it dirty with its role, so write-back seals it; allocations come from
 //! e4-alloc near the goal; frees wait for the commit.
 
-use e4_alloc::AllocRequest;
+use e4_alloc::{AllocRequest, Reserve};
 
 use crate::buffer_cache::BufferRole;
 use crate::error::{Error, Result};
@@ -16,6 +16,8 @@ pub(crate) struct TxnIo<'a> {
     pub writer: &'a Writer,
     /// The caller's thread slot (limit counters, pending-free list).
     pub slot: usize,
+    /// The set-aside blocks the mechanisms' own blocks (tree nodes) may come from.
+    reserve: Reserve,
 }
 
 /// The role a block is read or written in. An xattr block has no owner: several inodes may
@@ -34,6 +36,18 @@ impl<'a> TxnIo<'a> {
             fs,
             writer,
             slot: txn.slot,
+            reserve: Reserve::None,
+        }
+    }
+
+    /// Block access for an operation that removes space (truncate, punch, collapse, zero
+    /// range): the tree blocks an extent split needs may come from the metadata reserve, as
+    /// the kernel's `EXT4_GET_BLOCKS_METADATA_NOFAIL` lets them, so that freeing space on a
+    /// full filesystem does not fail for want of one block.
+    pub fn removing_space(self) -> Self {
+        TxnIo {
+            reserve: Reserve::Metadata,
+            ..self
         }
     }
 }
@@ -73,7 +87,7 @@ impl MetaIo for TxnIo<'_> {
                 min_len: 1,
                 slot: self.slot,
                 stream: u64::from(owner.ino),
-                privileged: false,
+                reserve: self.reserve,
             })
             .map_err(|_| Error::NoSpace("blocks".into()))?;
         Ok(extent.start)

@@ -184,6 +184,7 @@ impl Writer {
         let blocks = BlockAllocator::open(alloc_geometry, config, summary, &system_zone, source)
             .map_err(|e| Error::Invalid(format!("cannot set up block allocation: {e}")))?
             .with_root_reserve(sb.reserved_blocks_count())
+            .with_metadata_reserve(crate::metadata::metadata_reserve(sb))
             .with_flex_groups(sb.groups_per_flex());
         let inode_geometry = InodeGeometry {
             groups: geometry.groups(),

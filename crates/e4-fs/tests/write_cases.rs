@@ -103,10 +103,16 @@ fn concurrent_writers_fill_the_filesystem_exactly() {
         "{written} blocks written of {free_before}"
     );
     assert!(written + st.free_blocks <= free_before);
+    // What is left is the kernel's metadata reserve (counted free, as `df` counts it, but
+    // not available) and at most a few blocks no writer could use.
     assert!(
-        st.free_blocks < 64,
-        "{} blocks still free after ENOSPC",
-        st.free_blocks
+        st.available_blocks < 64,
+        "{} blocks still available after ENOSPC",
+        st.available_blocks
+    );
+    assert!(
+        st.free_blocks >= st.available_blocks + 100,
+        "the metadata reserve was spent on data"
     );
     for (t, &ino) in inos.iter().enumerate() {
         let data = fs.read_file(ino, 1 << 30).unwrap();
@@ -238,6 +244,46 @@ fn blocks_held_in_a_directory_window_are_not_a_full_volume() {
         free <= reserve,
         "no space reported with {free} blocks free, reserve {reserve} ({made} files)"
     );
+    fs.unmount().unwrap();
+    e2fsck_clean(&img.path).unwrap();
+}
+
+/// Ordinary writers stop at the kernel's metadata reserve (2 % of the filesystem), and a
+/// punch that must split an extent on the full filesystem takes its new tree block from it,
+/// as the kernel's EXT4_GET_BLOCKS_METADATA_NOFAIL does.
+#[test]
+fn a_punch_on_a_full_filesystem_splits_its_extent_from_the_metadata_reserve() {
+    let img = make_empty_image(&["-t", "ext4", "-b", "4096", "-m", "0"], 64);
+    let fs = Filesystem::open(&img.path, OpenOptions::writable()).unwrap();
+    let reserve = (64 << 20) / 4096 / 50;
+    // Four extents: the most the inode's root holds.
+    let holes = fs.create(ROOT, b"holes", ME).unwrap();
+    for k in 0..4u64 {
+        fs.fallocate(holes, FallocateMode::Allocate, k * 32 * 4096, 16 * 4096)
+            .unwrap();
+    }
+    let filler = fs.create(ROOT, b"filler", ME).unwrap();
+    let mut offset = 0u64;
+    for chunk in [64 * 4096, 4096] {
+        loop {
+            match fs.write_at(filler, offset, &vec![7u8; chunk]) {
+                Ok(0) => break,
+                Ok(n) => offset += n as u64,
+                Err(Error::NoSpace(_)) => break,
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+    let full = fs.statfs();
+    assert_eq!(full.available_blocks, 0);
+    assert_eq!(
+        full.free_blocks, reserve,
+        "ordinary writes stop at the metadata reserve"
+    );
+    // A hole in the middle of the first extent makes five: the root must move to a block.
+    fs.fallocate(holes, FallocateMode::PunchHole, 4 * 4096, 4096)
+        .unwrap();
+    assert!(fs.statfs().free_blocks < reserve + 1);
     fs.unmount().unwrap();
     e2fsck_clean(&img.path).unwrap();
 }

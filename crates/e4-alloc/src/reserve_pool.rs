@@ -1,27 +1,30 @@
-//! Root-reserved blocks (`s_r_blocks_count`): space only privileged callers may use, so that
-//! a full filesystem still lets root (or the reserved uid/gid) work.
+//! Blocks set aside from the free count for some requests only: the root reserve
+//! (`s_r_blocks_count`, so that a full filesystem still lets root or the reserved uid/gid
+//! work) and the metadata reserve (the kernel's `s_resv_clusters`, so that an operation
+//! that removes space, such as a punch that splits an extent, still gets the tree block it
+//! needs on a full filesystem).
 //!
-//! ext4 checks a threshold on every allocation (`ext4_has_free_clusters` compares the free
-//! count with the reserve). e4's free count is a limit counter with no cheap exact sum, so
-//! the reserve is a separate pool instead: the main counter never holds it, privileged
-//! requests fall back to the pool when the main counter is dry, and freed blocks refill the
-//! pool before they return to the main counter. When the pool is full, a free costs one
+//! ext4 checks thresholds on every allocation (`ext4_has_free_clusters` compares the free
+//! count with the reserves). e4's free count is a limit counter with no cheap exact sum, so
+//! each reserve is a separate pool instead: the main counter never holds it, requests
+//! allowed to fall back to it do so when the main counter is dry, and freed blocks refill
+//! the pools before they return to the main counter. When a pool is full, a free costs one
 //! read of its (rarely written) word.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crossbeam_utils::CachePadded;
 
-pub(crate) struct RootReserve {
+pub(crate) struct ReservePool {
     /// Blocks the pool should hold.
     target: u64,
     /// Blocks it holds.
     pool: CachePadded<AtomicU64>,
 }
 
-impl RootReserve {
+impl ReservePool {
     pub(crate) fn new(target: u64, held: u64) -> Self {
-        RootReserve {
+        ReservePool {
             target,
             pool: CachePadded::new(AtomicU64::new(held)),
         }
