@@ -39,6 +39,7 @@ pub mod phase_times;
 pub mod problem;
 pub mod progress;
 pub mod report;
+mod special_inode;
 mod superblock_check;
 mod xattr_refs;
 

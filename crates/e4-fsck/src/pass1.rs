@@ -23,6 +23,7 @@ use crate::extent_walk::walk_extent_tree;
 use crate::inode_state::InodeKind;
 use crate::problem::{Location, ProblemCode};
 use crate::progress::{PassMeter, Progress};
+use crate::special_inode::check_special;
 use crate::xattr_refs::XattrBlocks;
 
 /// Inodes per unit of work: large enough that one read covers many table blocks, small
@@ -31,9 +32,10 @@ const INODES_PER_PIECE: u32 = 2048;
 
 /// Bad blocks inode: its "blocks" are the bad blocks, not checked here.
 const BAD_BLOCKS_INO: u32 = 1;
-/// `system.data` is stored as name index 7 (`system.`) with the name `data`.
+/// `system.data` is stored as name index 7 (`system.`) with the name `data`; e4-format
+/// gives the full name, prefix included.
 const XATTR_INDEX_SYSTEM: u8 = 7;
-const SYSTEM_DATA_NAME: &[u8] = b"data";
+const SYSTEM_DATA_NAME: &[u8] = b"system.data";
 
 /// A contiguous run of one group's inode table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -314,7 +316,12 @@ fn check_inode(
                 format!("inode {ino} has invalid mode ({:#o})", inode.record.mode),
             );
         }
-        InodeKind::of(file_type)
+        match file_type {
+            Some(t) if !check_special(walk, &inode, t, || inline_data_size(&inode)) => {
+                InodeKind::Bad
+            }
+            _ => InodeKind::of(file_type),
+        }
     };
     let dir = kind == InodeKind::Directory;
     let mut tally = BlockTally::default();
@@ -517,8 +524,13 @@ fn check_size(walk: &BlockWalk<'_>, inode: &Inode, tally: &BlockTally, dir: bool
     let size = inode.size();
     let last = tally.last_block;
     let expected = last.map_or(0, |l| (l + 1) * block_size);
-    let bad = if inode.has_flag(flags::INLINE_DATA) {
+    let bad = if inode.file_type() == Some(FileType::Symlink) {
+        // e2fsck checks a symlink's size against its target instead (special_inode.rs).
         false
+    } else if inode.has_flag(flags::INLINE_DATA) {
+        // e2fsck holds an inline directory to exactly what `i_block` and `system.data`
+        // hold, and leaves an inline file's size unchecked.
+        dir && size != inline_data_size(inode)
     } else if dir {
         let nblock = size / block_size;
         let want = last.map_or(0, |l| l + 1);
@@ -591,6 +603,12 @@ fn report_holes(walk: &BlockWalk<'_>, blocks: &[(u32, u64)]) {
         }
         expected = logical.saturating_add(1);
     }
+}
+
+/// What an inline-data inode holds (libext2fs's `ext2fs_inline_data_size`): all of
+/// `i_block` and the `system.data` value.
+fn inline_data_size(inode: &Inode) -> u64 {
+    e4_format::inode::I_BLOCK_SIZE as u64 + system_data(inode).len() as u64
 }
 
 /// The `system.data` attribute of an inline-data inode (empty if absent).
