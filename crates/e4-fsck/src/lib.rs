@@ -28,6 +28,7 @@ mod dir_htree_check;
 mod dir_names;
 mod extent_walk;
 mod image;
+mod inline_data;
 mod inode_state;
 mod journal_check;
 mod pass1;

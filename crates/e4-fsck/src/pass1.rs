@@ -12,7 +12,6 @@ use rayon::prelude::*;
 
 use e4_format::features::{CompatFeatures, IncompatFeatures, RoCompatFeatures};
 use e4_format::inode::{flags, FileType, Inode, InodeSeed, ROOT_INO};
-use e4_format::xattr::{parse_inode_xattrs, XattrValue};
 use e4_format::MetadataBlock;
 
 use crate::block_claim::{BlockWalk, WalkMode};
@@ -20,6 +19,7 @@ use crate::block_map_walk::walk_block_map;
 use crate::block_tally::BlockTally;
 use crate::context::Context;
 use crate::extent_walk::walk_extent_tree;
+use crate::inline_data::{check_flag_without_feature, inline_data_size, system_data};
 use crate::inode_state::InodeKind;
 use crate::problem::{Location, ProblemCode};
 use crate::progress::{PassMeter, Progress};
@@ -32,10 +32,6 @@ const INODES_PER_PIECE: u32 = 2048;
 
 /// Bad blocks inode: its "blocks" are the bad blocks, not checked here.
 const BAD_BLOCKS_INO: u32 = 1;
-/// `system.data` is stored as name index 7 (`system.`) with the name `data`; e4-format
-/// gives the full name, prefix included.
-const XATTR_INDEX_SYSTEM: u8 = 7;
-const SYSTEM_DATA_NAME: &[u8] = b"system.data";
 
 /// A contiguous run of one group's inode table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -302,6 +298,7 @@ fn check_inode(
     } else {
         check_dtime(walk, &inode);
         check_zero_fields(walk, &inode);
+        check_flag_without_feature(walk, &inode);
         if ino == ROOT_INO && file_type != Some(FileType::Directory) {
             walk.report(
                 ProblemCode::PR_1_ROOT_NO_DIR,
@@ -362,7 +359,17 @@ fn check_inode(
             htree: inode.has_flag(flags::INDEX)
                 && ctx.sb.compat().contains(CompatFeatures::DIR_INDEX),
             blocks: std::mem::take(&mut tally.dir_blocks),
-            inline: inline.then(|| (inode.record.block.to_vec(), system_data(&inode))),
+            // Without the feature e2fsck does not read an inline directory's entries
+            // (`check_blocks_inline_data` runs only under it), so its children go
+            // unreferenced.
+            inline: (inline && ctx.sb.incompat().contains(IncompatFeatures::INLINE_DATA)).then(
+                || {
+                    (
+                        inode.record.block.to_vec(),
+                        system_data(&inode).unwrap_or_default(),
+                    )
+                },
+            ),
         }
     });
     Some((directory, tally))
@@ -603,24 +610,4 @@ fn report_holes(walk: &BlockWalk<'_>, blocks: &[(u32, u64)]) {
         }
         expected = logical.saturating_add(1);
     }
-}
-
-/// What an inline-data inode holds (libext2fs's `ext2fs_inline_data_size`): all of
-/// `i_block` and the `system.data` value.
-fn inline_data_size(inode: &Inode) -> u64 {
-    e4_format::inode::I_BLOCK_SIZE as u64 + system_data(inode).len() as u64
-}
-
-/// The `system.data` attribute of an inline-data inode (empty if absent).
-fn system_data(inode: &Inode) -> Vec<u8> {
-    let loc = e4_format::Location::Inode(inode.ino);
-    parse_inode_xattrs(&inode.xattr_area, loc)
-        .unwrap_or_default()
-        .into_iter()
-        .find(|x| x.index == XATTR_INDEX_SYSTEM && x.name == SYSTEM_DATA_NAME)
-        .and_then(|x| match x.value {
-            XattrValue::Inline(v) => Some(v),
-            XattrValue::InInode { .. } => None,
-        })
-        .unwrap_or_default()
 }

@@ -194,6 +194,11 @@ problem_codes! {
     PR_1_SET_NONZSIZE = 0x010032, Fix, Inode, true;
     /// A device, fifo or socket has the extents or inline-data flag.
     PR_1_SPECIAL_EXTENTS_IDATA = 0x010076, Clear, Inode, true;
+    /// The inline-data flag, with a `system.data` attribute, on a filesystem without the
+    /// inline_data feature (repair would set the feature).
+    PR_1_INLINE_DATA_FEATURE = 0x01006F, Fix, Inode, true;
+    /// The inline-data flag on a filesystem without the inline_data feature.
+    PR_1_INLINE_DATA_SET = 0x010070, Clear, Inode, true;
     /// A directory has no blocks.
     PR_1_ZERO_LENGTH_DIR = 0x010006, Clear, Inode, true;
     /// `i_size` disagrees with the blocks the inode maps.

@@ -908,6 +908,12 @@ fn superblock_checksum_without_backup_cannot_be_checked() {
     );
 }
 
+const EXT3: Profile = Profile {
+    name: "ext3",
+    mke2fs_args: &["-t", "ext3"],
+    mke2fs_miscopies: &[],
+};
+
 const INLINE_DATA: Profile = Profile {
     name: "ext4-inline-data",
     mke2fs_args: &["-t", "ext4", "-O", "inline_data"],
@@ -1138,5 +1144,67 @@ fn inline_file_size_is_not_checked() {
             debugfs(img, "sif /small size 5000");
         },
         &[],
+    );
+}
+
+#[test]
+fn device_with_inline_data_flag_without_the_feature() {
+    run_scenario_with_codes(
+        &EXT4,
+        "device with inline-data flag",
+        |img| {
+            add_special_files(img);
+            debugfs(img, "sif /cdev flags 0x10000000");
+        },
+        &[ProblemClass::Inode],
+        &[
+            ProblemCode::PR_1_INLINE_DATA_SET,
+            ProblemCode::PR_1_SPECIAL_EXTENTS_IDATA,
+        ],
+    );
+}
+
+#[test]
+fn block_mapped_file_with_inline_data_flag_without_the_feature() {
+    // The flag hides the file's blocks from both checkers: its i_blocks and the block
+    // bitmap then disagree with what was found.
+    run_scenario_with_codes(
+        &EXT3,
+        "block-mapped file with inline-data flag",
+        |img| {
+            debugfs(img, "sif /medium flags 0x10000000");
+        },
+        &[ProblemClass::Inode, ProblemClass::InodeBlocks],
+        &[ProblemCode::PR_1_INLINE_DATA_SET],
+    );
+}
+
+#[test]
+fn inline_data_feature_cleared() {
+    run_scenario_with_codes(
+        &INLINE_DATA,
+        "inline_data feature cleared",
+        |img| {
+            debugfs(img, "feature -inline_data");
+        },
+        &[ProblemClass::Inode],
+        &[
+            ProblemCode::PR_1_INLINE_DATA_FEATURE,
+            ProblemCode::PR_1_INLINE_DATA_SET,
+        ],
+    );
+}
+
+#[test]
+fn device_with_blocks() {
+    run_scenario_with_codes(
+        &EXT4,
+        "device with i_blocks",
+        |img| {
+            add_special_files(img);
+            debugfs(img, "sif /cdev blocks 8");
+        },
+        &[ProblemClass::InodeBlocks],
+        &[ProblemCode::PR_1_BAD_I_BLOCKS],
     );
 }

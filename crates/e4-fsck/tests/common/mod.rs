@@ -17,6 +17,7 @@ pub const E2FSCK_CLASSES: &[(&str, ProblemClass)] = &[
     // Before "extent": "Special (device/socket/fifo) file (inode N) has extents".
     ("Special (", ProblemClass::Inode),
     ("is an illegal", ProblemClass::Inode),
+    ("INLINE_DATA_FL flag on", ProblemClass::Inode),
     ("is invalid.", ProblemClass::Inode),
     ("Superblock invalid", ProblemClass::Superblock),
     ("multiply-claimed", ProblemClass::MultiplyClaimed),
