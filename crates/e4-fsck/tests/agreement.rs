@@ -1208,3 +1208,34 @@ fn device_with_blocks() {
         &[ProblemCode::PR_1_BAD_I_BLOCKS],
     );
 }
+
+#[test]
+fn unattached_invalid_symlink() {
+    // e2fsck's pass 4 reports an unattached bad inode's problem too, as e4 does from pass 1.
+    run_scenario_with_codes(
+        &EXT4,
+        "unattached invalid symlink",
+        |img| {
+            add_special_files(img);
+            debugfs(img, "sif /fast size 4");
+            debugfs(img, "unlink /fast");
+        },
+        &[ProblemClass::Inode, ProblemClass::LinkCount],
+        &[ProblemCode::PR_2_INVALID_SYMLINK],
+    );
+}
+
+#[test]
+fn inode_with_no_file_type() {
+    // Mode 0o170644: type bits 0o17, no file type. The entry naming it should then have
+    // file type 0 (PR_2_BAD_FILETYPE), in e2fsck as in e4.
+    run_scenario_with_codes(
+        &EXT4,
+        "inode with no file type",
+        |img| {
+            debugfs(img, "sif /dir1/b mode 0170644");
+        },
+        &[ProblemClass::Inode, ProblemClass::DirectoryEntry],
+        &[ProblemCode::PR_2_BAD_MODE, ProblemCode::PR_2_BAD_FILETYPE],
+    );
+}
