@@ -65,9 +65,12 @@ impl InodeKind {
         }
     }
 
-    /// The directory entry file type that names this kind (`EXT2_FT_*`), if any.
+    /// The directory entry file type that names this kind (`EXT2_FT_*`), if any. A bad
+    /// inode left unrepaired should be named with type 0, as e2fsck's `check_filetype`
+    /// expects of an inode in its `inode_bad_map`.
     pub fn dirent_file_type(self) -> Option<u8> {
         Some(match self {
+            InodeKind::Bad => 0,
             InodeKind::Regular => file_type::REGULAR,
             InodeKind::Directory => file_type::DIRECTORY,
             InodeKind::Symlink => file_type::SYMLINK,
@@ -75,7 +78,7 @@ impl InodeKind {
             InodeKind::BlockDevice => file_type::BLOCK_DEVICE,
             InodeKind::Fifo => file_type::FIFO,
             InodeKind::Socket => file_type::SOCKET,
-            InodeKind::Unused | InodeKind::Bad | InodeKind::Reserved => return None,
+            InodeKind::Unused | InodeKind::Reserved => return None,
         })
     }
 

@@ -28,6 +28,7 @@ mod dir_htree_check;
 mod dir_names;
 mod extent_walk;
 mod image;
+mod inline_data;
 mod inode_state;
 mod journal_check;
 mod pass1;
@@ -39,6 +40,7 @@ pub mod phase_times;
 pub mod problem;
 pub mod progress;
 pub mod report;
+mod special_inode;
 mod superblock_check;
 mod xattr_refs;
 

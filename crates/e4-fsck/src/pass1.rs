@@ -12,7 +12,6 @@ use rayon::prelude::*;
 
 use e4_format::features::{CompatFeatures, IncompatFeatures, RoCompatFeatures};
 use e4_format::inode::{flags, FileType, Inode, InodeSeed, ROOT_INO};
-use e4_format::xattr::{parse_inode_xattrs, XattrValue};
 use e4_format::MetadataBlock;
 
 use crate::block_claim::{BlockWalk, WalkMode};
@@ -20,9 +19,11 @@ use crate::block_map_walk::walk_block_map;
 use crate::block_tally::BlockTally;
 use crate::context::Context;
 use crate::extent_walk::walk_extent_tree;
+use crate::inline_data::{check_flag_without_feature, inline_data_size, system_data};
 use crate::inode_state::InodeKind;
 use crate::problem::{Location, ProblemCode};
 use crate::progress::{PassMeter, Progress};
+use crate::special_inode::check_special;
 use crate::xattr_refs::XattrBlocks;
 
 /// Inodes per unit of work: large enough that one read covers many table blocks, small
@@ -31,9 +32,6 @@ const INODES_PER_PIECE: u32 = 2048;
 
 /// Bad blocks inode: its "blocks" are the bad blocks, not checked here.
 const BAD_BLOCKS_INO: u32 = 1;
-/// `system.data` is stored as name index 7 (`system.`) with the name `data`.
-const XATTR_INDEX_SYSTEM: u8 = 7;
-const SYSTEM_DATA_NAME: &[u8] = b"data";
 
 /// A contiguous run of one group's inode table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -300,6 +298,7 @@ fn check_inode(
     } else {
         check_dtime(walk, &inode);
         check_zero_fields(walk, &inode);
+        check_flag_without_feature(walk, &inode);
         if ino == ROOT_INO && file_type != Some(FileType::Directory) {
             walk.report(
                 ProblemCode::PR_1_ROOT_NO_DIR,
@@ -314,7 +313,12 @@ fn check_inode(
                 format!("inode {ino} has invalid mode ({:#o})", inode.record.mode),
             );
         }
-        InodeKind::of(file_type)
+        match file_type {
+            Some(t) if !check_special(walk, &inode, t, || inline_data_size(&inode)) => {
+                InodeKind::Bad
+            }
+            _ => InodeKind::of(file_type),
+        }
     };
     let dir = kind == InodeKind::Directory;
     let mut tally = BlockTally::default();
@@ -355,7 +359,17 @@ fn check_inode(
             htree: inode.has_flag(flags::INDEX)
                 && ctx.sb.compat().contains(CompatFeatures::DIR_INDEX),
             blocks: std::mem::take(&mut tally.dir_blocks),
-            inline: inline.then(|| (inode.record.block.to_vec(), system_data(&inode))),
+            // Without the feature e2fsck does not read an inline directory's entries
+            // (`check_blocks_inline_data` runs only under it), so its children go
+            // unreferenced.
+            inline: (inline && ctx.sb.incompat().contains(IncompatFeatures::INLINE_DATA)).then(
+                || {
+                    (
+                        inode.record.block.to_vec(),
+                        system_data(&inode).unwrap_or_default(),
+                    )
+                },
+            ),
         }
     });
     Some((directory, tally))
@@ -517,8 +531,13 @@ fn check_size(walk: &BlockWalk<'_>, inode: &Inode, tally: &BlockTally, dir: bool
     let size = inode.size();
     let last = tally.last_block;
     let expected = last.map_or(0, |l| (l + 1) * block_size);
-    let bad = if inode.has_flag(flags::INLINE_DATA) {
+    let bad = if inode.file_type() == Some(FileType::Symlink) {
+        // e2fsck checks a symlink's size against its target instead (special_inode.rs).
         false
+    } else if inode.has_flag(flags::INLINE_DATA) {
+        // e2fsck holds an inline directory to exactly what `i_block` and `system.data`
+        // hold, and leaves an inline file's size unchecked.
+        dir && size != inline_data_size(inode)
     } else if dir {
         let nblock = size / block_size;
         let want = last.map_or(0, |l| l + 1);
@@ -591,18 +610,4 @@ fn report_holes(walk: &BlockWalk<'_>, blocks: &[(u32, u64)]) {
         }
         expected = logical.saturating_add(1);
     }
-}
-
-/// The `system.data` attribute of an inline-data inode (empty if absent).
-fn system_data(inode: &Inode) -> Vec<u8> {
-    let loc = e4_format::Location::Inode(inode.ino);
-    parse_inode_xattrs(&inode.xattr_area, loc)
-        .unwrap_or_default()
-        .into_iter()
-        .find(|x| x.index == XATTR_INDEX_SYSTEM && x.name == SYSTEM_DATA_NAME)
-        .and_then(|x| match x.value {
-            XattrValue::Inline(v) => Some(v),
-            XattrValue::InInode { .. } => None,
-        })
-        .unwrap_or_default()
 }

@@ -187,6 +187,18 @@ problem_codes! {
     PR_1_EXTENT_COLLISION = 0x01007D, Clear, ExtentTree, true;
     /// A directory extent is marked uninitialized.
     PR_1_UNINIT_DBLOCK = 0x010073, Fix, ExtentTree, true;
+    /// A symlink, device, fifo or socket has the immutable or append-only flag, which
+    /// the kernel never sets on one (`PR_NO_OK`: not an error).
+    PR_1_SET_IMMUTABLE = 0x010030, Clear, Inode, false;
+    /// A device, fifo or socket has a non-zero `i_size`.
+    PR_1_SET_NONZSIZE = 0x010032, Fix, Inode, true;
+    /// A device, fifo or socket has the extents or inline-data flag.
+    PR_1_SPECIAL_EXTENTS_IDATA = 0x010076, Clear, Inode, true;
+    /// The inline-data flag, with a `system.data` attribute, on a filesystem without the
+    /// inline_data feature (repair would set the feature).
+    PR_1_INLINE_DATA_FEATURE = 0x01006F, Fix, Inode, true;
+    /// The inline-data flag on a filesystem without the inline_data feature.
+    PR_1_INLINE_DATA_SET = 0x010070, Clear, Inode, true;
     /// A directory has no blocks.
     PR_1_ZERO_LENGTH_DIR = 0x010006, Clear, Inode, true;
     /// `i_size` disagrees with the blocks the inode maps.
@@ -245,6 +257,18 @@ problem_codes! {
     PR_2_BAD_INODE_DOT = 0x020001, Fix, DirectoryBlock, true;
     /// An inode's mode is not a valid file type.
     PR_2_BAD_MODE = 0x020012, Clear, Inode, true;
+    /// A character device inode is not valid (htree or extent flag, or stray `i_block`
+    /// words with immutable set).
+    PR_2_BAD_CHAR_DEV = 0x020018, Clear, Inode, true;
+    /// A block device inode is not valid, as for a character device.
+    PR_2_BAD_BLOCK_DEV = 0x020019, Clear, Inode, true;
+    /// A fifo inode is not valid, as for a character device.
+    PR_2_BAD_FIFO = 0x020025, Clear, Inode, true;
+    /// A socket inode is not valid, as for a character device.
+    PR_2_BAD_SOCKET = 0x020026, Clear, Inode, true;
+    /// A symlink's size does not match its target, or its target is not held as a
+    /// symlink's must be (empty, NUL-less, more than one block, htree flag).
+    PR_2_INVALID_SYMLINK = 0x020031, Clear, Inode, true;
     /// `i_faddr` (obsolete fragment address) is not zero.
     PR_2_FADDR_ZERO = 0x02000D, Clear, Inode, true;
     /// A directory has `i_size_high` set without large_dir.

@@ -907,3 +907,335 @@ fn superblock_checksum_without_backup_cannot_be_checked() {
         "e4 must refuse the image"
     );
 }
+
+const EXT3: Profile = Profile {
+    name: "ext3",
+    mke2fs_args: &["-t", "ext3"],
+    mke2fs_miscopies: &[],
+};
+
+const INLINE_DATA: Profile = Profile {
+    name: "ext4-inline-data",
+    mke2fs_args: &["-t", "ext4", "-O", "inline_data"],
+    mke2fs_miscopies: &[],
+};
+
+/// The target of `/slow`: longer than `i_block`, so a block (or, with inline_data, the
+/// `system.data` attribute) holds it.
+const SLOW_TARGET: &str =
+    "a/target/path/long/enough/that/the/sixty/bytes/of/i_block/cannot/hold/it/at/all";
+
+/// Adds what pass 1's special-inode checks look at: a fast and a slow symlink, a fifo and
+/// a character device, each named from the root.
+fn add_special_files(img: &Path) {
+    debugfs(img, "symlink /fast short");
+    debugfs(img, &format!("symlink /slow {SLOW_TARGET}"));
+    debugfs(img, "mknod fifo p");
+    debugfs(img, "mknod cdev c 1 3");
+}
+
+/// A damage to the special files, on `profile`: both checkers agree, and e4 reports
+/// `code`. An invalid inode is also named with the wrong file type (e2fsck expects 0).
+fn special_scenario(profile: &Profile, name: &str, damage: Damage, code: ProblemCode) {
+    let expected: &[ProblemClass] = if code.is_error() {
+        &[ProblemClass::Inode]
+    } else {
+        &[]
+    };
+    run_scenario_with_codes(profile, name, damage, expected, &[code]);
+}
+
+#[test]
+fn special_files_undamaged_are_clean() {
+    for profile in [&EXT4, &INLINE_DATA] {
+        let (_source, image) = fresh_image(profile);
+        add_special_files(&image.path);
+        let classes = assert_agreement(&image.path, profile.name);
+        assert!(classes.is_empty(), "{}: {classes:?}", profile.name);
+    }
+}
+
+#[test]
+fn fast_symlink_size_differs_from_target() {
+    special_scenario(
+        &EXT4,
+        "fast symlink size",
+        |img| {
+            add_special_files(img);
+            debugfs(img, "sif /fast size 4");
+        },
+        ProblemCode::PR_2_INVALID_SYMLINK,
+    );
+}
+
+#[test]
+fn empty_symlink() {
+    special_scenario(
+        &EXT4,
+        "empty symlink",
+        |img| {
+            add_special_files(img);
+            debugfs(img, "sif /fast size 0");
+        },
+        ProblemCode::PR_2_INVALID_SYMLINK,
+    );
+}
+
+#[test]
+fn symlink_target_with_nul() {
+    special_scenario(
+        &EXT4,
+        "symlink target with NUL",
+        |img| {
+            add_special_files(img);
+            // "short": the fourth byte of i_block[0] becomes a NUL, size stays 5.
+            debugfs(img, "sif /fast block[0] 0x00726873");
+        },
+        ProblemCode::PR_2_INVALID_SYMLINK,
+    );
+}
+
+#[test]
+fn slow_symlink_size_past_its_block() {
+    special_scenario(
+        &EXT4,
+        "slow symlink size past its block",
+        |img| {
+            add_special_files(img);
+            debugfs(img, "sif /slow size 5000");
+        },
+        ProblemCode::PR_2_INVALID_SYMLINK,
+    );
+}
+
+#[test]
+fn slow_symlink_of_two_blocks() {
+    special_scenario(
+        &EXT4,
+        "slow symlink of two blocks",
+        |img| {
+            add_special_files(img);
+            // The root extent's length (low half of i_block[4]) becomes 2.
+            debugfs(img, "sif /slow block[4] 2");
+        },
+        ProblemCode::PR_2_INVALID_SYMLINK,
+    );
+}
+
+#[test]
+fn inline_symlink_size_differs_from_target() {
+    special_scenario(
+        &INLINE_DATA,
+        "inline symlink size",
+        |img| {
+            add_special_files(img);
+            debugfs(img, &format!("sif /slow size {}", SLOW_TARGET.len() - 1));
+        },
+        ProblemCode::PR_2_INVALID_SYMLINK,
+    );
+}
+
+#[test]
+fn fifo_with_immutable_flag_is_not_an_error() {
+    special_scenario(
+        &EXT4,
+        "immutable fifo",
+        |img| {
+            add_special_files(img);
+            debugfs(img, "sif /fifo flags 0x10");
+        },
+        ProblemCode::PR_1_SET_IMMUTABLE,
+    );
+}
+
+#[test]
+fn symlink_with_append_only_flag_is_not_an_error() {
+    special_scenario(
+        &EXT4,
+        "append-only symlink",
+        |img| {
+            add_special_files(img);
+            debugfs(img, "sif /fast flags 0x20");
+        },
+        ProblemCode::PR_1_SET_IMMUTABLE,
+    );
+}
+
+#[test]
+fn fifo_with_size() {
+    special_scenario(
+        &EXT4,
+        "fifo with size",
+        |img| {
+            add_special_files(img);
+            debugfs(img, "sif /fifo size 5");
+        },
+        ProblemCode::PR_1_SET_NONZSIZE,
+    );
+}
+
+#[test]
+fn device_with_extents_flag() {
+    special_scenario(
+        &EXT4,
+        "device with extents flag",
+        |img| {
+            add_special_files(img);
+            debugfs(img, "sif /cdev flags 0x80000");
+        },
+        ProblemCode::PR_2_BAD_CHAR_DEV,
+    );
+}
+
+#[test]
+fn immutable_device_with_stray_block_words() {
+    special_scenario(
+        &EXT4,
+        "immutable device with stray i_block words",
+        |img| {
+            add_special_files(img);
+            debugfs(img, "sif /cdev flags 0x10");
+            debugfs(img, "sif /cdev block[4] 7");
+        },
+        ProblemCode::PR_2_BAD_CHAR_DEV,
+    );
+}
+
+#[test]
+fn inline_directory_size_past_its_data() {
+    run_scenario_with_codes(
+        &INLINE_DATA,
+        "inline directory size",
+        |img| {
+            debugfs(img, "sif /dir1 size 200");
+        },
+        &[ProblemClass::InodeSize],
+        &[ProblemCode::PR_1_BAD_I_SIZE],
+    );
+}
+
+#[test]
+fn inline_directory_size_one_short() {
+    run_scenario_with_codes(
+        &INLINE_DATA,
+        "inline directory size one short",
+        |img| {
+            let size: u64 = debugfs(img, "stat /dir1")
+                .split("Size: ")
+                .nth(1)
+                .and_then(|s| s.split_whitespace().next())
+                .and_then(|s| s.parse().ok())
+                .expect("size of /dir1");
+            debugfs(img, &format!("sif /dir1 size {}", size - 1));
+        },
+        &[ProblemClass::InodeSize],
+        &[ProblemCode::PR_1_BAD_I_SIZE],
+    );
+}
+
+#[test]
+fn inline_file_size_is_not_checked() {
+    // e2fsck leaves an inline regular file's size alone, however far past its inline
+    // capacity; e4 does the same.
+    run_scenario_on(
+        &INLINE_DATA,
+        "inline file size",
+        |img| {
+            debugfs(img, "sif /small size 5000");
+        },
+        &[],
+    );
+}
+
+#[test]
+fn device_with_inline_data_flag_without_the_feature() {
+    run_scenario_with_codes(
+        &EXT4,
+        "device with inline-data flag",
+        |img| {
+            add_special_files(img);
+            debugfs(img, "sif /cdev flags 0x10000000");
+        },
+        &[ProblemClass::Inode],
+        &[
+            ProblemCode::PR_1_INLINE_DATA_SET,
+            ProblemCode::PR_1_SPECIAL_EXTENTS_IDATA,
+        ],
+    );
+}
+
+#[test]
+fn block_mapped_file_with_inline_data_flag_without_the_feature() {
+    // The flag hides the file's blocks from both checkers: its i_blocks and the block
+    // bitmap then disagree with what was found.
+    run_scenario_with_codes(
+        &EXT3,
+        "block-mapped file with inline-data flag",
+        |img| {
+            debugfs(img, "sif /medium flags 0x10000000");
+        },
+        &[ProblemClass::Inode, ProblemClass::InodeBlocks],
+        &[ProblemCode::PR_1_INLINE_DATA_SET],
+    );
+}
+
+#[test]
+fn inline_data_feature_cleared() {
+    run_scenario_with_codes(
+        &INLINE_DATA,
+        "inline_data feature cleared",
+        |img| {
+            debugfs(img, "feature -inline_data");
+        },
+        &[ProblemClass::Inode],
+        &[
+            ProblemCode::PR_1_INLINE_DATA_FEATURE,
+            ProblemCode::PR_1_INLINE_DATA_SET,
+        ],
+    );
+}
+
+#[test]
+fn device_with_blocks() {
+    run_scenario_with_codes(
+        &EXT4,
+        "device with i_blocks",
+        |img| {
+            add_special_files(img);
+            debugfs(img, "sif /cdev blocks 8");
+        },
+        &[ProblemClass::InodeBlocks],
+        &[ProblemCode::PR_1_BAD_I_BLOCKS],
+    );
+}
+
+#[test]
+fn unattached_invalid_symlink() {
+    // e2fsck's pass 4 reports an unattached bad inode's problem too, as e4 does from pass 1.
+    run_scenario_with_codes(
+        &EXT4,
+        "unattached invalid symlink",
+        |img| {
+            add_special_files(img);
+            debugfs(img, "sif /fast size 4");
+            debugfs(img, "unlink /fast");
+        },
+        &[ProblemClass::Inode, ProblemClass::LinkCount],
+        &[ProblemCode::PR_2_INVALID_SYMLINK],
+    );
+}
+
+#[test]
+fn inode_with_no_file_type() {
+    // Mode 0o170644: type bits 0o17, no file type. The entry naming it should then have
+    // file type 0 (PR_2_BAD_FILETYPE), in e2fsck as in e4.
+    run_scenario_with_codes(
+        &EXT4,
+        "inode with no file type",
+        |img| {
+            debugfs(img, "sif /dir1/b mode 0170644");
+        },
+        &[ProblemClass::Inode, ProblemClass::DirectoryEntry],
+        &[ProblemCode::PR_2_BAD_MODE, ProblemCode::PR_2_BAD_FILETYPE],
+    );
+}

@@ -14,6 +14,11 @@ use e4_fsck::{check, Options, ProblemClass};
 /// e2fsck message fragments and the class each one names. The first match wins.
 pub const E2FSCK_CLASSES: &[(&str, ProblemClass)] = &[
     ("should be zero", ProblemClass::Inode),
+    // Before "extent": "Special (device/socket/fifo) file (inode N) has extents".
+    ("Special (", ProblemClass::Inode),
+    ("is an illegal", ProblemClass::Inode),
+    ("INLINE_DATA_FL flag on", ProblemClass::Inode),
+    ("is invalid.", ProblemClass::Inode),
     ("Superblock invalid", ProblemClass::Superblock),
     ("multiply-claimed", ProblemClass::MultiplyClaimed),
     ("Multiply-claimed", ProblemClass::MultiplyClaimed),
