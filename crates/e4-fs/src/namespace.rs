@@ -639,6 +639,8 @@ impl Filesystem {
                     return Err(Error::NotEmpty(shown(name)));
                 }
             }
+            // Forgotten under the directory's lock, before the edit (dentry_cache.rs).
+            self.dentries.forget(parent, name);
             self.edit_dir(&io, &format, dir, |e| e.remove_located(located))?;
             if is_dir {
                 Self::drop_dir_link(&mut dir.inode);
@@ -855,6 +857,11 @@ impl Filesystem {
             (RenameMode::Exchange, None) => return Err(Error::NotFound(shown(new_name))),
             _ => {}
         }
+        // The source name goes or (exchange) points elsewhere, and so does the target name
+        // when it exists: both are forgotten under their directories' locks, before any
+        // edit (dentry_cache.rs).
+        self.dentries.forget(old_parent, old_name);
+        self.dentries.forget(new_parent, new_name);
         let moving = old_parent != new_parent;
         if mode == RenameMode::Exchange {
             let target = target.expect("checked above");
