@@ -240,7 +240,7 @@ struct Stress<'a> {
     shared: [u32; 2],
     clock: AtomicU64,
     placements: Placements,
-    /// Placements checked right after their rename.
+    /// Names checked right after a change.
     checked: AtomicU64,
 }
 
@@ -249,10 +249,11 @@ impl Stress<'_> {
         self.clock.fetch_add(1, Ordering::SeqCst)
     }
 
-    /// Checks `dir/name` right after `placed` was put there by a rename that began at
-    /// `began`: it may hold `placed`, nothing, or an inode whose placing rename was still
-    /// running or ended after `began`; an older inode is a stale cache entry.
-    fn check_after_placing(&self, dir: usize, name: &str, placed: u32, began: u64) {
+    /// Checks `dir/name` right after a change that began at `began` put `placed` there
+    /// (`None`: removed what was there): it may hold `placed`, nothing, or an inode whose
+    /// placing change was still running or ended after `began`; an older inode is a stale
+    /// cache entry.
+    fn check_after(&self, dir: usize, name: &str, placed: Option<u32>, began: u64) {
         let path = format!("/d{dir}/{name}");
         let got = self.fs.resolve(&path, false);
         let looked_up = self.fs.lookup(self.shared[dir], name.as_bytes());
@@ -260,7 +261,7 @@ impl Stress<'_> {
         for (how, found) in [("resolve", got.map(Some)), ("lookup", looked_up)] {
             match found {
                 Ok(None) | Err(Error::NotFound(_)) => {}
-                Ok(Some(ino)) if ino == placed => {}
+                Ok(Some(ino)) if Some(ino) == placed => {}
                 Ok(Some(ino)) => {
                     let placed_at = self.placements.lock().unwrap().get(&ino).copied();
                     match placed_at {
@@ -268,8 +269,8 @@ impl Stress<'_> {
                         None | Some(None) => {}
                         Some(Some(end)) if end > began => {}
                         other => panic!(
-                            "{how} {path} found inode {ino} (placement {other:?}) after inode \
-                             {placed} was placed there by a rename that began at {began}"
+                            "{how} {path} found inode {ino} (placement {other:?}) after a \
+                             change that began at {began} left {placed:?} there"
                         ),
                     }
                 }
@@ -313,7 +314,7 @@ impl Stress<'_> {
         let ended = self.tick();
         self.placements.lock().unwrap().insert(ino, Some(ended));
         match moved {
-            Ok(()) => self.check_after_placing(dir, name, ino, began),
+            Ok(()) => self.check_after(dir, name, Some(ino), began),
             Err(
                 Error::NotFound(_)
                 | Error::Exists(_)
@@ -349,7 +350,7 @@ impl Stress<'_> {
             Ok(ino) => {
                 let ended = self.tick();
                 self.placements.lock().unwrap().insert(ino, Some(ended));
-                self.check_after_placing(dir, name, ino, began);
+                self.check_after(dir, name, Some(ino), began);
             }
             Err(Error::Exists(_)) => {}
             Err(e) => panic!("making {name}: {e}"),
@@ -358,14 +359,15 @@ impl Stress<'_> {
 
     fn remove_shared(&self, rng: &mut StdRng) {
         let (dir, name) = (rng.gen_range(0..2), SHARED_NAMES[rng.gen_range(0..4)]);
+        let began = self.tick();
         let removed = if rng.gen_bool(0.5) {
             self.fs.unlink(self.shared[dir], name.as_bytes())
         } else {
             self.fs.rmdir(self.shared[dir], name.as_bytes())
         };
         match removed {
-            Ok(())
-            | Err(
+            Ok(()) => self.check_after(dir, name, None, began),
+            Err(
                 Error::NotFound(_)
                 | Error::IsADirectory(_)
                 | Error::NotADirectory(_)
@@ -438,7 +440,7 @@ fn a_name_just_placed_never_resolves_to_an_older_inode() {
         }
     });
     let checked = stress.checked.load(Ordering::Relaxed);
-    assert!(checked > ROUNDS as u64, "only {checked} placements checked");
+    assert!(checked > ROUNDS as u64, "only {checked} changes checked");
     let locks = fs.lock_stats();
     assert!(locks.dentry_cache_shards.acquisitions > 0);
     fs.unmount().unwrap();
