@@ -9,8 +9,9 @@
 //!   remove them, while readers keep the names cached; a thread that placed something
 //!   resolves the name at once, and may find what it placed, nothing, or something placed
 //!   after its change began, never something older.
+//! - Walks through symlinks, cold and cached, before and after a rename behind the link.
 //!
-//! Both end with `e2fsck -fn`.
+//! All end with `e2fsck -fn`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -443,6 +444,40 @@ fn a_name_just_placed_never_resolves_to_an_older_inode() {
     assert!(checked > ROUNDS as u64, "only {checked} changes checked");
     let locks = fs.lock_stats();
     assert!(locks.dentry_cache_shards.acquisitions > 0);
+    fs.unmount().unwrap();
+    e2fsck_clean(&img.path).unwrap();
+}
+
+/// Symlinks met mid-path are cached as symlinks (followed again on every walk) and a walk
+/// through one sees a rename of what it points into.
+#[test]
+fn cached_walks_through_symlinks_follow_them_and_see_renames_behind_them() {
+    let img = make_empty_image(&["-t", "ext4"], 64);
+    let fs = Filesystem::open(&img.path, OpenOptions::writable()).unwrap();
+    let a = fs.mkdir(ROOT, b"a", ME).unwrap();
+    let b = fs.mkdir(a, b"b", ME).unwrap();
+    let f = fs.create(b, b"f", ME).unwrap();
+    let relative = fs.symlink(ROOT, b"rel", b"a/b", ME).unwrap();
+    fs.symlink(ROOT, b"abs", b"/a", ME).unwrap();
+    for _ in 0..2 {
+        assert_eq!(fs.resolve("/rel/f", true).unwrap(), f);
+        assert_eq!(fs.resolve("/abs/b/f", true).unwrap(), f);
+        assert_eq!(fs.resolve("/rel", true).unwrap(), b);
+        assert_eq!(fs.resolve("/rel", false).unwrap(), relative);
+        assert!(matches!(
+            fs.resolve("/a/b/f/x", true),
+            Err(Error::NotADirectory(_))
+        ));
+    }
+    fs.rename(a, b"b", a, b"c", RenameMode::NoReplace).unwrap();
+    assert!(matches!(
+        fs.resolve("/rel/f", true),
+        Err(Error::NotFound(_))
+    ));
+    assert_eq!(fs.resolve("/abs/c/f", true).unwrap(), f);
+    fs.rename(ROOT, b"abs", ROOT, b"rel", RenameMode::Replace)
+        .unwrap();
+    assert_eq!(fs.resolve("/rel/c/f", true).unwrap(), f);
     fs.unmount().unwrap();
     e2fsck_clean(&img.path).unwrap();
 }
