@@ -201,24 +201,23 @@ impl Filesystem {
             return Ok(None);
         };
         let handle = self.inode_handle(ino)?;
+        let child_of = |inode: &e4_format::inode::Inode| -> Result<Child> {
+            refuse_ea_inode(inode)?;
+            Ok(Child {
+                ino,
+                file_type: inode.file_type(),
+            })
+        };
         // The child's lock is only tried while the directory's is held: a rename holding
         // the child's lock may be waiting for the directory's (lock order is by number).
         if let Some(state) = handle.try_read(&self.inodes) {
-            refuse_ea_inode(&state.inode)?;
-            let child = Child {
-                ino,
-                file_type: state.inode.file_type(),
-            };
+            let child = child_of(&state.inode)?;
             self.dentries.insert(dir, name, child);
             return Ok(Some(child));
         }
         drop(dir_state);
         let state = handle.read(&self.inodes);
-        refuse_ea_inode(&state.inode)?;
-        Ok(Some(Child {
-            ino,
-            file_type: state.inode.file_type(),
-        }))
+        child_of(&state.inode).map(Some)
     }
 }
 
