@@ -203,6 +203,23 @@ M = [
   "            .with_metadata_reserve(crate::metadata::metadata_reserve(sb))",
   "",
   ["--test", "write_cases", "a_punch_on_a_full"]),
+ # The dentry cache's invalidation points (dentry_cache.rs, rule 2).
+ ('dentry cache: rename keeps the target name cached', 'crates/e4-fs/src/namespace.rs',
+  '        self.dentries.forget(new_parent, new_name);\n',
+  '',
+  ['--test', 'dentry_cache']),
+ ('dentry cache: rename keeps the source name cached', 'crates/e4-fs/src/namespace.rs',
+  '        self.dentries.forget(old_parent, old_name);\n',
+  '',
+  ['--test', 'dentry_cache']),
+ ('dentry cache: unlink and rmdir keep the name cached', 'crates/e4-fs/src/namespace.rs',
+  '            self.dentries.forget(parent, name);\n',
+  '',
+  ['--test', 'dentry_cache']),
+ ('dentry cache: unlink forgets the name after unlocking', 'crates/e4-fs/src/namespace.rs',
+  '            self.dentries.forget(parent, name);\n            self.edit_dir(&io, &format, dir, |e| e.remove_located(located))?;\n            if is_dir {\n                Self::drop_dir_link(&mut dir.inode);\n                target.inode.record.links_count = 0;\n            } else {\n                target.inode.record.links_count = target.inode.links_count().saturating_sub(1);\n            }\n            Self::touch(&mut dir.inode, true);\n            Self::touch(&mut target.inode, false);\n            let freed = target.inode.links_count() == 0 && target.open_count == 0;\n            if freed {\n                self.delete_inode(&io, target)?;\n            } else if target.inode.links_count() == 0 {\n                writer.orphans.lock().insert(victim);\n            }\n            drop(locked);\n',
+  '            self.edit_dir(&io, &format, dir, |e| e.remove_located(located))?;\n            if is_dir {\n                Self::drop_dir_link(&mut dir.inode);\n                target.inode.record.links_count = 0;\n            } else {\n                target.inode.record.links_count = target.inode.links_count().saturating_sub(1);\n            }\n            Self::touch(&mut dir.inode, true);\n            Self::touch(&mut target.inode, false);\n            let freed = target.inode.links_count() == 0 && target.open_count == 0;\n            if freed {\n                self.delete_inode(&io, target)?;\n            } else if target.inode.links_count() == 0 {\n                writer.orphans.lock().insert(victim);\n            }\n            drop(locked);\n            self.dentries.forget(parent, name);\n',
+  ['--test', 'dentry_cache', 'a_name_just_placed']),
 ]
 only = sys.argv[1:] 
 for name, path, old, new, args in M:

@@ -78,6 +78,7 @@ fn lock_totals(r: &LockReport) -> (u64, u64) {
         r.inode,
         r.inode_cache_shards,
         r.buffer_cache_shards,
+        r.dentry_cache_shards,
         r.commit_gate,
         r.block_groups,
         r.packing_windows,

@@ -268,9 +268,10 @@ impl Filesystem {
         self.read_caller_inode(dir, |inode| self.read_dir_of(inode))
     }
 
-    /// Finds `name` in directory `dir`.
+    /// Finds `name` in directory `dir` (through the dentry cache).
     pub fn lookup(&self, dir: u32, name: &[u8]) -> Result<Option<u32>> {
-        self.read_caller_inode(dir, |inode| self.lookup_in(inode, name))
+        self.check_caller_ino(dir)?;
+        Ok(self.lookup_child(dir, name)?.map(|child| child.ino))
     }
 
     /// The parent of directory `dir` (its ".." entry).

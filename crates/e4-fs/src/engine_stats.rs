@@ -45,6 +45,19 @@ pub(crate) fn counted_try_write<'a, T>(
     guard
 }
 
+/// Takes `lock` for reading if no writer holds it, counting as [`counted_try_write`] does.
+pub(crate) fn counted_try_read<'a, T>(
+    lock: &'a RwLock<T>,
+    stats: &LockStats,
+) -> Option<RwLockReadGuard<'a, T>> {
+    let guard = lock.try_read();
+    match guard {
+        Some(_) => stats.acquisitions.add(1),
+        None => stats.try_skips.add(1),
+    }
+    guard
+}
+
 /// Takes `lock` for reading, counting as [`counted_lock`] does.
 pub(crate) fn counted_read<'a, T>(
     lock: &'a RwLock<T>,
@@ -67,6 +80,9 @@ pub struct LockReport {
     pub inode_cache_shards: LockSnapshot,
     /// Shards of the buffer cache.
     pub buffer_cache_shards: LockSnapshot,
+    /// Shards of the dentry cache (a probe per path component, a fill per miss, a forget
+    /// per removed or replaced name).
+    pub dentry_cache_shards: LockSnapshot,
     /// The commit gate, taken for reading by every operation (one slot per thread).
     pub commit_gate: LockSnapshot,
     /// Block groups' locks in the block allocator.
@@ -91,6 +107,7 @@ impl Filesystem {
             inode: self.inodes.lock_stats().snapshot(),
             inode_cache_shards: self.inodes.shard_stats().snapshot(),
             buffer_cache_shards: self.cache.shard_stats().snapshot(),
+            dentry_cache_shards: self.dentries.shard_stats().snapshot(),
             ..LockReport::default()
         };
         if let Some(w) = &self.writer {

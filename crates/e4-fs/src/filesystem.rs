@@ -16,6 +16,7 @@ use e4_format::{FormatError, Location, MetadataBlock, Problem, Structure};
 use parking_lot::Mutex;
 
 use crate::buffer_cache::{Buffer, BufferCache, BufferRole};
+use crate::dentry_cache::DentryCache;
 use crate::device::{Device, FileDevice, MemoryDevice};
 use crate::error::{Error, Result};
 use crate::inode_cache::{InodeCache, InodeHandle};
@@ -72,6 +73,7 @@ pub struct Filesystem {
     inode_tables: Box<[u64]>,
     pub(crate) cache: BufferCache,
     pub(crate) inodes: InodeCache,
+    pub(crate) dentries: DentryCache,
     block_size: u32,
     /// Checksum seed when metadata_csum is on and verification is wanted.
     csum_seed: Option<u32>,
@@ -233,6 +235,7 @@ impl Filesystem {
             inode_tables: Box::new([]),
             cache: BufferCache::new(cache_blocks.max(64), block_size as usize),
             inodes: InodeCache::new(),
+            dentries: DentryCache::new(),
             block_size,
             csum_seed,
             read_only_reason,
@@ -527,7 +530,7 @@ impl Filesystem {
 }
 
 /// An inode that holds an extended attribute's value is not a file a caller may name.
-fn refuse_ea_inode(inode: &Inode) -> Result<()> {
+pub(crate) fn refuse_ea_inode(inode: &Inode) -> Result<()> {
     if inode.has_flag(e4_format::inode::flags::EA_INODE) {
         return Err(FormatError::corrupt(
             Structure::Inode,

@@ -18,7 +18,9 @@ use parking_lot::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use e4_alloc::stats::LockStats;
 
-use crate::engine_stats::{counted_lock, counted_read, counted_try_write, counted_write};
+use crate::engine_stats::{
+    counted_lock, counted_read, counted_try_read, counted_try_write, counted_write,
+};
 use crate::error::Result;
 
 /// Shards: as the buffer cache's, many more than threads (an operation takes two or three
@@ -84,6 +86,12 @@ impl InodeHandle {
     /// The inode's lock, shared with other readers.
     pub fn read<'a>(&'a self, cache: &InodeCache) -> RwLockReadGuard<'a, InodeState> {
         counted_read(&self.state, &cache.inode_locks)
+    }
+
+    /// The inode's lock, shared, if no writer holds it now; `None` (counted as a skip)
+    /// otherwise.
+    pub fn try_read<'a>(&'a self, cache: &InodeCache) -> Option<RwLockReadGuard<'a, InodeState>> {
+        counted_try_read(&self.state, &cache.inode_locks)
     }
 }
 

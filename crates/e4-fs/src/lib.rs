@@ -25,6 +25,7 @@ mod attributes;
 mod block_checksums;
 pub mod block_map_tree;
 pub mod buffer_cache;
+mod dentry_cache;
 pub mod device;
 mod dir_block;
 #[cfg(test)]

@@ -639,6 +639,8 @@ impl Filesystem {
                     return Err(Error::NotEmpty(shown(name)));
                 }
             }
+            // Forgotten under the directory's lock, before the edit (dentry_cache.rs).
+            self.dentries.forget(parent, name);
             self.edit_dir(&io, &format, dir, |e| e.remove_located(located))?;
             if is_dir {
                 Self::drop_dir_link(&mut dir.inode);
@@ -736,7 +738,10 @@ impl Filesystem {
             let format = self.dir_format();
             let old_dir = self.inode_handle(old_parent)?;
             let new_dir = self.inode_handle(new_parent)?;
-            // Find the inodes involved, then lock them all in order and check again.
+            // Find the inodes involved, then lock them all in order and check again. Their
+            // handles are taken while the names still lead to them: once the directories
+            // are unlocked, another thread may remove either inode and free its number,
+            // whose record then no longer reads as an inode.
             let (source, target) = {
                 let both = [old_dir.clone(), new_dir.clone()];
                 let mut dirs = lock_in_order(&self.inodes, &both);
@@ -748,31 +753,43 @@ impl Filesystem {
                 let n = state(&mut dirs, new_parent);
                 self.require_directory(&n.inode)?;
                 let target = self.lookup_locked(&io, &format, n, new_name)?;
-                (source.ino, target.map(|t| t.ino))
+                (
+                    self.inode_handle(source.ino)?,
+                    target.map(|t| self.inode_handle(t.ino)).transpose()?,
+                )
             };
-            if target == Some(source) {
+            if target.as_ref().is_some_and(|t| t.ino == source.ino) {
                 // Two names of one inode: nothing to do (POSIX).
                 return Ok(());
             }
             if old_parent != new_parent {
-                let is_dir = |ino| -> Result<bool> {
-                    Ok(self.read_inode(ino)?.file_type() == Some(FileType::Directory))
+                let is_dir = |h: &InodeHandle| {
+                    h.read(&self.inodes).inode.file_type() == Some(FileType::Directory)
                 };
-                let into_itself = (is_dir(source)? && self.is_ancestor(source, new_parent)?)
+                let into_itself = (is_dir(&source) && self.is_ancestor(source.ino, new_parent)?)
                     || (mode == RenameMode::Exchange
-                        && match target {
-                            Some(t) => is_dir(t)? && self.is_ancestor(t, old_parent)?,
+                        && match &target {
+                            Some(t) => is_dir(t) && self.is_ancestor(t.ino, old_parent)?,
                             None => false,
                         });
                 if into_itself {
                     return Err(Error::Invalid("cannot move a directory into itself".into()));
                 }
             }
-            let mut handles = vec![old_dir.clone(), new_dir.clone(), self.inode_handle(source)?];
-            if let Some(t) = target {
-                handles.push(self.inode_handle(t)?);
-            }
+            let mut handles = vec![old_dir.clone(), new_dir.clone(), source.clone()];
+            handles.extend(target.clone());
             let mut locked = lock_in_order(&self.inodes, &handles);
+            // A handle removed meanwhile is a freed inode, even if its number is back under
+            // the same name.
+            let removed = |locked: &mut [(u32, InodeGuard<'_>)], h: &InodeHandle| {
+                state(locked, h.ino).deleted
+            };
+            if removed(&mut locked, &source)
+                || target.as_ref().is_some_and(|t| removed(&mut locked, t))
+            {
+                continue;
+            }
+            let (source, target) = (source.ino, target.map(|t| t.ino));
             let now_source = self
                 .lookup_locked(&io, &format, state(&mut locked, old_parent), old_name)?
                 .map(|e| e.ino);
@@ -855,6 +872,11 @@ impl Filesystem {
             (RenameMode::Exchange, None) => return Err(Error::NotFound(shown(new_name))),
             _ => {}
         }
+        // The source name goes or (exchange) points elsewhere, and so does the target name
+        // when it exists: both are forgotten under their directories' locks, before any
+        // edit (dentry_cache.rs).
+        self.dentries.forget(old_parent, old_name);
+        self.dentries.forget(new_parent, new_name);
         let moving = old_parent != new_parent;
         if mode == RenameMode::Exchange {
             let target = target.expect("checked above");
