@@ -11,11 +11,12 @@
 //! verified as one inode's extent node is verified again before it is trusted as anything
 //! else. Dirty buffers are listed per shard so a commit finds them without scanning the cache.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crossbeam_utils::CachePadded;
+use foldhash::HashMap;
 use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use e4_alloc::stats::LockStats;

@@ -7,7 +7,7 @@
 //! insert a handle, never while an inode is read from disk by another thread (two threads
 //! missing on one inode may both read it; the first to insert wins and both use its handle).
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -107,7 +107,7 @@ struct Shard {
 impl Default for Shard {
     fn default() -> Self {
         Shard {
-            handles: HashMap::new(),
+            handles: HashMap::default(),
             dirty: Vec::new(),
             trim_at: CLEAN_PER_SHARD,
         }
