@@ -220,6 +220,19 @@ M = [
   '            self.dentries.forget(parent, name);\n            self.edit_dir(&io, &format, dir, |e| e.remove_located(located))?;\n            if is_dir {\n                Self::drop_dir_link(&mut dir.inode);\n                target.inode.record.links_count = 0;\n            } else {\n                target.inode.record.links_count = target.inode.links_count().saturating_sub(1);\n            }\n            Self::touch(&mut dir.inode, true);\n            Self::touch(&mut target.inode, false);\n            let freed = target.inode.links_count() == 0 && target.open_count == 0;\n            if freed {\n                self.delete_inode(&io, target)?;\n            } else if target.inode.links_count() == 0 {\n                writer.orphans.lock().insert(victim);\n            }\n            drop(locked);\n',
   '            self.edit_dir(&io, &format, dir, |e| e.remove_located(located))?;\n            if is_dir {\n                Self::drop_dir_link(&mut dir.inode);\n                target.inode.record.links_count = 0;\n            } else {\n                target.inode.record.links_count = target.inode.links_count().saturating_sub(1);\n            }\n            Self::touch(&mut dir.inode, true);\n            Self::touch(&mut target.inode, false);\n            let freed = target.inode.links_count() == 0 && target.open_count == 0;\n            if freed {\n                self.delete_inode(&io, target)?;\n            } else if target.inode.links_count() == 0 {\n                writer.orphans.lock().insert(victim);\n            }\n            drop(locked);\n            self.dentries.forget(parent, name);\n',
   ['--test', 'dentry_cache', 'a_name_just_placed']),
+ # In-place leaf edits (MetaIo::modify).
+ ("an edit in place is not marked dirty", "crates/e4-fs/src/txn_io.rs",
+  "        edit(&mut buffer.bytes_mut())?;\n        buffer.set_role(role);\n        self.fs.cache.mark_dirty(&buffer);",
+  "        edit(&mut buffer.bytes_mut())?;\n        buffer.set_role(role);",
+  ["--test", "write_model"]),
+ ("an edit in place removes the entry after the one found", "crates/e4-fs/src/dir_write.rs",
+  "        self.edit_leaf(place.physical, |leaf| leaf.remove(place.offset))",
+  "        self.edit_leaf(place.physical, |leaf| leaf.remove(place.offset + 1))",
+  ["--test", "write_model"]),
+ ("a create inserts where an earlier probe found room, after the leaf changed", "crates/e4-fs/src/dir_index.rs",
+  "        let ino = make()?;\n        self.edit_leaf(physical, |leaf| leaf.insert_at(slot, name, ino, file_type))?;",
+  "        let ino = make()?;\n        self.edit_leaf(physical, |leaf| leaf.insert_at(slot, name, ino, file_type))?;\n        self.edit_leaf(physical, |leaf| leaf.insert_at(slot, b\"x\", ino, file_type))?;",
+  ["--test", "write_growth"]),
 ]
 only = sys.argv[1:] 
 for name, path, old, new, args in M:
