@@ -233,6 +233,23 @@ M = [
   "        let ino = make()?;\n        self.edit_leaf(physical, |leaf| leaf.insert_at(slot, name, ino, file_type))?;",
   "        let ino = make()?;\n        self.edit_leaf(physical, |leaf| leaf.insert_at(slot, name, ino, file_type))?;\n        self.edit_leaf(physical, |leaf| leaf.insert_at(slot, b\"x\", ino, file_type))?;",
   ["--test", "write_growth"]),
+ # fsync and group commit.
+ ("every fsync commits", "crates/e4-fs/src/writer.rs",
+  "        if self.committed.load(Ordering::Acquire) >= txn {\n            return self.check_open();\n        }\n        let one = self.commit_lock.lock();\n        if self.committed.load(Ordering::Acquire) >= txn {",
+  "        let one = self.commit_lock.lock();\n        if txn == 0 {",
+  ["--test", "fsync"]),
+ ("a clean file's fsync commits the running transaction", "crates/e4-fs/src/filesystem.rs",
+  "if clean { running - 1 } else { running }",
+  "running",
+  ["--test", "fsync"]),
+ ("fsync of a dirty file waits only for the commit in progress", "crates/e4-fs/src/filesystem.rs",
+  "if clean { running - 1 } else { running }",
+  "running - 1",
+  ["--test", "fsync"]),
+ ("commits record no transaction as written", "crates/e4-fs/src/writer.rs",
+  "        self.committed.store(txn, Ordering::Release);\n",
+  "",
+  ["--test", "fsync"]),
 ]
 only = sys.argv[1:] 
 for name, path, old, new, args in M:

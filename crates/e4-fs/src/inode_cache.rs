@@ -204,6 +204,15 @@ impl InodeCache {
         }
     }
 
+    /// Whether inode `ino` has changes that no commit has taken yet. An inode without a
+    /// handle here has none: dirty handles are never dropped.
+    pub fn is_dirty(&self, ino: u32) -> bool {
+        self.shard(ino)
+            .handles
+            .get(&ino)
+            .is_some_and(|h| h.dirty.load(Ordering::Acquire))
+    }
+
     /// Whether some inode is dirty (takes every shard's lock: not for hot paths).
     pub fn any_dirty(&self) -> bool {
         self.shards

@@ -81,10 +81,10 @@ fn adjacent_runs(buffers: &[Arc<Buffer>]) -> impl Iterator<Item = &[Arc<Buffer>]
 /// least [`PARALLEL_FROM`] items, else on this thread. Every chunk runs to its end or its
 /// first error; the first error (in item order) is returned.
 fn in_chunks<T: Sync>(items: &[T], work: impl Fn(&[T]) -> Result<()> + Sync) -> Result<()> {
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if items.len() < PARALLEL_FROM || threads == 1 {
+    if items.len() < PARALLEL_FROM || cpus() == 1 {
         return work(items);
     }
+    let threads = cpus();
     let chunk = items.len().div_ceil(threads);
     std::thread::scope(|scope| {
         let work = &work;
@@ -97,6 +97,14 @@ fn in_chunks<T: Sync>(items: &[T], work: impl Fn(&[T]) -> Result<()> + Sync) -> 
                 .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
         })
     })
+}
+
+/// The CPUs this process may use, asked once: `available_parallelism` reads the cgroup
+/// quota files on every call, and asking on every commit made an fsync-driven commit
+/// (a few blocks) spend four fifths of its time opening files in /sys.
+fn cpus() -> usize {
+    static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
 #[cfg(test)]

@@ -31,7 +31,7 @@ use e4_format::group_descriptor::{
 };
 use e4_format::superblock::{Superblock, STATE_VALID, SUPERBLOCK_OFFSET};
 use e4_format::MetadataBlock;
-use parking_lot::{Mutex, RwLock, RwLockReadGuard};
+use parking_lot::{Mutex, MutexGuard, RwLock, RwLockReadGuard};
 
 use e4_alloc::stats::{Counter, LockStats};
 
@@ -75,7 +75,10 @@ pub(crate) struct Writer {
     gate: Box<[CachePadded<RwLock<()>>]>,
     /// Each slot's frees in the running transaction.
     frees: Box<[CachePadded<Mutex<TransactionFrees>>]>,
+    /// The running transaction's number: operations that start now join it.
     running: AtomicU64,
+    /// The last transaction written back (0: none yet). Advanced only under `commit_lock`.
+    committed: AtomicU64,
     commit_lock: Mutex<()>,
     /// Serialises renames that move something to another directory (as the kernel's
     /// `s_vfs_rename_mutex` does), so two of them cannot make a directory its own ancestor.
@@ -240,6 +243,7 @@ impl Writer {
                 .map(|_| CachePadded::new(Mutex::new(TransactionFrees::new(1))))
                 .collect(),
             running: AtomicU64::new(1),
+            committed: AtomicU64::new(0),
             commit_lock: Mutex::new(()),
             rename_lock: Mutex::new(()),
             xattr_block_locks: (0..XATTR_BLOCK_LOCKS)
@@ -359,9 +363,34 @@ impl Writer {
             || fs.inodes.any_dirty()
     }
 
+    /// The running transaction's number. Every operation that finished before this call
+    /// belongs to it or to an earlier one.
+    pub fn running_txn(&self) -> u64 {
+        self.running.load(Ordering::Acquire)
+    }
+
+    /// Makes sure transaction `txn` and every earlier one are written back, committing the
+    /// running transaction only if they are not (jbd2's `jbd2_log_wait_commit`). This is
+    /// how fsyncs share commits: callers that wait here while another thread commits find
+    /// their transaction written when they get the lock, and return at once; one commit
+    /// answers every fsync that was waiting for it.
+    pub fn commit_through(&self, fs: &Filesystem, txn: u64) -> Result<()> {
+        if self.committed.load(Ordering::Acquire) >= txn {
+            return self.check_open();
+        }
+        let one = self.commit_lock.lock();
+        if self.committed.load(Ordering::Acquire) >= txn {
+            return self.check_open();
+        }
+        self.commit_locked(fs, one)
+    }
+
     /// Writes the running transaction back (see the module docs for the order).
     pub fn commit(&self, fs: &Filesystem) -> Result<()> {
-        let _one = self.commit_lock.lock();
+        self.commit_locked(fs, self.commit_lock.lock())
+    }
+
+    fn commit_locked(&self, fs: &Filesystem, _one: MutexGuard<'_, ()>) -> Result<()> {
         let _closed: Vec<_> = self.gate.iter().map(|g| g.write()).collect();
         self.check_open()?;
         let txn = self.running.fetch_add(1, Ordering::AcqRel);
@@ -379,6 +408,7 @@ impl Writer {
             self.blocks.commit_frees(f, 0);
         }
         self.pending_blocks.store(0, Ordering::Relaxed);
+        self.committed.store(txn, Ordering::Release);
         self.commits.add(1);
         // OK to cast: u64 nanoseconds cover 584 years of one writer.
         let now = self.epoch.elapsed().as_nanos() as u64;
