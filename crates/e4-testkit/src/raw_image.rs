@@ -159,9 +159,9 @@ impl RawImage {
     /// Descends the extent tree from the root in `i_block` to the leaf covering `logical`.
     fn extent_block(&self, inode: &Inode, logical: u64) -> Result<Option<u64>> {
         let ino = inode.ino;
-        // Where the node being read lies: the inode's `i_block`, then a tree block.
-        let mut parent = Location::Inode(ino);
-        let mut node = ExtentNodeView::new(&inode.record.block, parent)?;
+        // Where the current node lies: the inode's `i_block`, then a tree block.
+        let mut node_at = Location::Inode(ino);
+        let mut node = ExtentNodeView::new(&inode.record.block, node_at)?;
         // Each step down checks that the child is one level lower, so the walk ends at a
         // leaf within the root's depth (at most MAX_DEPTH, checked by `ExtentNodeView::new`).
         loop {
@@ -175,20 +175,14 @@ impl RawImage {
                 return Ok((offset < u64::from(extent.len)).then_some(extent.physical + offset));
             }
             let child = node.index(covering - 1).leaf();
-            let child_bytes = self.block(child).map_err(|_| {
-                FormatError::corrupt(
-                    Structure::ExtentNode,
-                    parent,
-                    Problem::OutsideFilesystem { block: child },
-                )
-            })?;
+            let child_bytes = self.pointed_block(child, Structure::ExtentNode, node_at)?;
             let loc = Location::InodeBlock {
                 inode: ino,
                 block: child,
             };
             let parent_depth = node.header.depth;
             node = ExtentNodeView::new(child_bytes, loc)?;
-            parent = loc;
+            node_at = loc;
             if node.header.depth + 1 != parent_depth {
                 return Err(FormatError::corrupt(
                     Structure::ExtentNode,
@@ -200,6 +194,14 @@ impl RawImage {
                 ));
             }
         }
+    }
+
+    /// Block `at`, reached through a pointer in a `structure` at `holder`: a pointer outside
+    /// the filesystem is that structure's corruption, reported where the pointer was.
+    fn pointed_block(&self, at: u64, structure: Structure, holder: Location) -> Result<&[u8]> {
+        self.block(at).map_err(|_| {
+            FormatError::corrupt(structure, holder, Problem::OutsideFilesystem { block: at })
+        })
     }
 
     /// Follows `i_block`'s direct or indirect pointers to `logical`'s block.
@@ -216,13 +218,7 @@ impl RawImage {
                 return Ok(None);
             }
             let at = u64::from(pointer);
-            let block = self.block(at).map_err(|_| {
-                FormatError::corrupt(
-                    Structure::BlockMap,
-                    holder,
-                    Problem::OutsideFilesystem { block: at },
-                )
-            })?;
+            let block = self.pointed_block(at, Structure::BlockMap, holder)?;
             holder = Location::InodeBlock {
                 inode: inode.ino,
                 block: at,
