@@ -264,7 +264,7 @@ M = [
  ("a create inserts where an earlier probe found room, after the leaf changed", "crates/e4-fs/src/dir_index.rs",
   "        let ino = make()?;\n        self.edit_leaf(physical, |leaf| leaf.insert_at(slot, name, ino, file_type))?;",
   "        let ino = make()?;\n        self.edit_leaf(physical, |leaf| leaf.insert_at(slot, name, ino, file_type))?;\n        self.edit_leaf(physical, |leaf| leaf.insert_at(slot, b\"x\", ino, file_type))?;",
-  ["--test", "write_growth"]),
+  ["--test", "write_model"]),
  # fsync and group commit.
  ("every fsync commits", "crates/e4-fs/src/writer.rs",
   "        if self.committed.load(Ordering::Acquire) >= txn {\n            return self.check_open();\n        }\n        let one = self.commit_lock.lock();\n        if self.committed.load(Ordering::Acquire) >= txn {",
