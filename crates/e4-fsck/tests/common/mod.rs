@@ -3,6 +3,8 @@
 //! damage structures of an image by path. Each test crate uses a subset of it.
 #![allow(dead_code)]
 
+pub mod damages;
+
 use std::collections::BTreeSet;
 use std::fs::{self, OpenOptions};
 use std::os::unix::fs::FileExt;
@@ -86,6 +88,23 @@ pub struct Verdict {
     pub classes: BTreeSet<ProblemClass>,
 }
 
+/// e2fsck's report of a directory leaf whose checksum alone fails.
+const LEAF_CHECKSUM_ONLY: &str = "directory passes checks but fails checksum";
+
+/// Whether e2fsck's leaf checksum reports in `text` are phantoms of its inode cache.
+/// libext2fs 1.47.0's `ext2fs_read_inode2` reads an inode into the next cache slot's buffer
+/// and, when the inode's checksum fails, leaves that slot labelled with the inode it held
+/// before; a later read of that inode (a directory's, for its generation, which seeds its
+/// leaves' checksums) gets the failed inode's bytes, and the directory's sound leaves
+/// "fail". Seen on kernel-written images after damaging one unused inode's checksum: the
+/// root's leaf is reported. Fixed upstream by the inode cache rewrite
+/// (`ext2_inode_cache_ipurge`). So after an inode checksum failure those reports are not
+/// counted. The cost: a real leaf checksum failure in an image that also has an inode
+/// checksum failure would not be required of e4; no damage here combines the two.
+fn phantom_leaf_checksums(text: &str) -> bool {
+    text.contains("passes checks, but checksum does not match inode")
+}
+
 pub fn e2fsck_verdict(image: &Path) -> (Verdict, String) {
     let out = Command::new("e2fsck")
         .arg("-fn")
@@ -98,8 +117,10 @@ pub fn e2fsck_verdict(image: &Path) -> (Verdict, String) {
         String::from_utf8_lossy(&out.stderr),
         String::from_utf8_lossy(&out.stdout)
     );
+    let phantom = phantom_leaf_checksums(&text);
     let classes = text
         .lines()
+        .filter(|line| !(phantom && line.contains(LEAF_CHECKSUM_ONLY)))
         .filter_map(|line| {
             E2FSCK_CLASSES
                 .iter()
