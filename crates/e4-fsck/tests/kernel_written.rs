@@ -45,10 +45,13 @@ fn kernel_written_image(profile: &Profile) -> Option<Image> {
     Some(image)
 }
 
+/// A profile and the bytes of the image the kernel wrote in it.
+type WrittenImage = (Profile, Vec<u8>);
+
 /// The kernel-written image of each profile, made once per test process: the tests copy
 /// it before they damage it. `None` where the kernel cannot mount.
-fn kernel_written_images() -> Option<&'static [(Profile, Vec<u8>)]> {
-    static IMAGES: OnceLock<Option<Vec<(Profile, Vec<u8>)>>> = OnceLock::new();
+fn kernel_written_images() -> Option<&'static [WrittenImage]> {
+    static IMAGES: OnceLock<Option<Vec<WrittenImage>>> = OnceLock::new();
     IMAGES
         .get_or_init(|| {
             PROFILES
