@@ -20,7 +20,7 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::OnceLock;
 
-use e4_fsck::{check, Options};
+use e4_fsck::{check, Options, ProblemCode};
 use e4_testkit::{make_empty_image, Image, KernelMount, Profile, PROFILES};
 
 use common::assert_agreement;
@@ -180,4 +180,56 @@ fn damaged_kernel_written_images_agree_in_every_profile() {
         }
     }
     assert_every_damage_ran_on(PROFILES[0].name, &applied);
+}
+
+/// The primary superblock of a kernel-written image does not validate: both checkers fall
+/// back to the backup in group 1, whose descriptors are mke2fs's (the kernel never
+/// rewrites backup descriptors outside a resize), so every count the kernel changed since
+/// is stale there. They must agree on what that backup says. Profiles whose image has a
+/// single group (no backup) are skipped.
+#[test]
+fn corrupt_primary_superblock_falls_back_to_stale_backups() {
+    let Some(images) = kernel_written_images() else {
+        return;
+    };
+    let scratch = tempfile::tempdir().unwrap();
+    let mut fell_back = Vec::new();
+    for (profile, bytes) in images {
+        let path = scratch.path().join(format!("{}.img", profile.name));
+        fs::write(&path, bytes).unwrap();
+        let block_size = 1024u64 << read_u32(&path, 1024 + 0x18);
+        let groups = read_u32(&path, 1024 + 0x04).div_ceil(read_u32(&path, 1024 + 0x20));
+        if groups < 2 {
+            continue;
+        }
+        // s_inodes_per_group far past what a bitmap block can hold.
+        common::write_bytes(&path, 1024 + 0x28, &0x2000_0800u32.to_le_bytes());
+        let what = format!(
+            "kernel-written {} / corrupt primary superblock",
+            profile.name
+        );
+        assert_agreement(&path, &what);
+        let report = check(
+            &path,
+            &Options {
+                force: true,
+                ..Options::default()
+            },
+        )
+        .unwrap();
+        assert!(
+            report
+                .problems
+                .iter()
+                .any(|p| p.code == ProblemCode::PR_0_SB_CORRUPT),
+            "{what}: {:?}",
+            report.problems
+        );
+        fell_back.push((profile.name, block_size));
+    }
+    assert!(fell_back.len() >= 4, "only {fell_back:?} had a backup");
+}
+
+fn read_u32(path: &Path, offset: u64) -> u32 {
+    u32::from_le_bytes(common::read_bytes(path, offset, 4).try_into().unwrap())
 }
