@@ -12,10 +12,9 @@ use e4_format::inode::Inode;
 use crate::block_claim::BlockWalk;
 use crate::block_tally::BlockTally;
 use crate::problem::{Location, ProblemCode};
-
-/// The resize inode's double indirect block is the only one of its blocks it owns; the
-/// rest are reserved descriptor blocks, counted as metadata.
-const RESIZE_INO: u32 = 7;
+// The resize inode's double indirect block is the only one of its blocks it owns; the
+// rest are reserved descriptor blocks, counted as metadata.
+use crate::resize_inode::RESIZE_INO;
 
 /// Walks the block map in `inode`'s `i_block`.
 pub fn walk_block_map(walk: &BlockWalk<'_>, inode: &Inode, dir: bool) -> BlockTally {

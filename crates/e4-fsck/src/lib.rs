@@ -40,6 +40,7 @@ pub mod phase_times;
 pub mod problem;
 pub mod progress;
 pub mod report;
+mod resize_inode;
 mod special_inode;
 mod superblock_check;
 mod xattr_refs;

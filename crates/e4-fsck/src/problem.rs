@@ -25,6 +25,8 @@ pub enum Repair {
     Relocate,
     /// Create a missing structure (`PROMPT_CREATE`).
     Create,
+    /// Build a structure again from scratch (`PROMPT_RECREATE`).
+    Recreate,
     /// Nothing to answer: the message is information (`PROMPT_NONE`).
     None,
 }
@@ -42,6 +44,7 @@ impl Repair {
             Repair::Salvage => "Salvage",
             Repair::Relocate => "Relocate",
             Repair::Create => "Create",
+            Repair::Recreate => "Recreate",
             Repair::None => "",
         }
     }
@@ -55,6 +58,8 @@ pub enum ProblemClass {
     Superblock,
     /// Group descriptor fields and checksums.
     GroupDescriptor,
+    /// The resize inode and the reserved descriptor blocks it maps.
+    ResizeInode,
     /// Inode fields: mode, dtime, flags, checksum.
     Inode,
     /// Extent tree structure, order, bounds, checksums.
@@ -160,6 +165,15 @@ problem_codes! {
     PR_0_GDT_ITABLE_UNUSED = 0x000038, Fix, GroupDescriptor, true;
     /// The last group is marked BLOCK_UNINIT.
     PR_0_BB_UNINIT_LAST = 0x000039, Fix, GroupDescriptor, true;
+    /// Without the resize_inode feature, `s_reserved_gdt_blocks` is not zero. Not an error
+    /// under `-n`: e2fsck marks the filesystem valid again after these checks.
+    PR_0_NONZERO_RESERVED_GDT_BLOCKS = 0x00002E, Fix, ResizeInode, false;
+    /// Without the resize_inode feature, the resize inode's `i_block` is not all zero.
+    PR_0_CLEAR_RESIZE_INODE = 0x00002F, Clear, ResizeInode, false;
+    /// The resize inode does not map the reserved descriptor blocks as it must.
+    PR_0_RESIZE_INODE_INVALID = 0x000030, Recreate, ResizeInode, false;
+    /// Both resize_inode and meta_bg are set; they exclude each other.
+    PR_0_DISABLE_RESIZE_INODE = 0x000051, Fix, ResizeInode, false;
     /// The journal inode cannot be used (unreadable, bad checksum, no block 0).
     PR_0_JOURNAL_BAD_INODE = 0x00000F, Clear, Journal, true;
     /// The journal superblock cannot be used.

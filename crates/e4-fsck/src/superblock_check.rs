@@ -107,6 +107,7 @@ pub fn open_and_check(path: &Path, clock: &mut PhaseClock) -> Result<Context, Fs
     let ctx = Context::new(image, sb, groups, checksums_ok, problems);
     clock.lap("allocate state");
     check_descriptors(&ctx);
+    crate::resize_inode::check(&ctx);
     check_journal_state(&ctx);
     crate::journal_check::check(&ctx);
     clock.lap("check descriptors and journal");

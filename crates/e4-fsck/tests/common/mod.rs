@@ -15,6 +15,11 @@ use e4_fsck::{check, Options, ProblemClass};
 
 /// e2fsck message fragments and the class each one names. The first match wins.
 pub const E2FSCK_CLASSES: &[(&str, ProblemClass)] = &[
+    // Before "should be zero": "...but s_reserved_gdt_blocks\nis N; should be zero."
+    ("; should be zero", ProblemClass::ResizeInode),
+    ("s_reserved_gdt_blocks", ProblemClass::ResizeInode),
+    ("Resize inode not valid", ProblemClass::ResizeInode),
+    ("Resize_inode", ProblemClass::ResizeInode),
     ("should be zero", ProblemClass::Inode),
     // Before "extent": "Special (device/socket/fifo) file (inode N) has extents".
     ("Special (", ProblemClass::Inode),
