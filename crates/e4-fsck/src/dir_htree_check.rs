@@ -3,14 +3,24 @@
 //! each leaf the hash range its index entry promises; then every block is checked in the
 //! parallel walk, where each leaf's names must hash inside its range. Leaves referenced
 //! never or twice, unordered hashes and index checksums are reported here.
+//!
+//! Depth is judged as e2fsck judges it: a block is an interior node by its content (an
+//! empty entry spanning the block, then an interior node's limit), not by its place under
+//! the root, and every leaf must lie `indirect_levels + 1` nodes below the root
+//! (`PR_2_HTREE_BAD_DEPTH`). A root claiming more levels than the filesystem allows is
+//! reported (`PR_2_HTREE_BAD_ROOT`, and `PR_1_HTREE_DEPTH` and the missing large_dir
+//! feature as e2fsck's pass 1 `handle_htree` reports them) and its index still walked, as
+//! `e2fsck -n` walks it.
 
 use std::collections::{HashMap, HashSet};
 
 use e4_format::checksum::inode_csum_seed;
 use e4_format::codec::{le16, le32};
+use e4_format::dir_entry::rec_len_from_disk;
 use e4_format::dir_hash::{dir_hash, HashVersion};
 use e4_format::dir_htree::{DxNode, DxRoot, MAX_LEVELS, MAX_LEVELS_LARGEDIR};
 use e4_format::features::IncompatFeatures;
+use e4_format::superblock::Superblock;
 use e4_format::{FormatError, Location as FormatLocation, MetadataBlock};
 
 use crate::context::Context;
@@ -23,6 +33,19 @@ const ROOT_ENTRIES_OFFSET: usize = 0x20;
 const NODE_ENTRIES_OFFSET: usize = 8;
 /// The largest hash a last leaf may hold (e2fsck's `node_max_hash` for the last entry).
 const LAST_MAX_HASH: u32 = 0xffff_fffe;
+/// Bytes of `dx_tail` (reserved word and checksum) after an index with metadata_csum.
+const DX_TAIL_SIZE: usize = 8;
+/// Bytes of one index entry (hash, block).
+const DX_ENTRY_SIZE: usize = 8;
+/// Index levels past which a tree is broken whatever the features (`EXT4_HTREE_LEVEL`).
+const HTREE_LEVEL: u8 = MAX_LEVELS_LARGEDIR;
+/// Index levels a directory may have without large_dir (`EXT4_HTREE_LEVEL_COMPAT`).
+const HTREE_LEVEL_COMPAT: u8 = MAX_LEVELS;
+/// A directory of this size needs large_dir (`ext2fs_needs_large_file_feature`).
+const LARGE_FILE_SIZE: u64 = 1 << 31;
+/// Nodes below the root the walk follows; deeper blocks are taken as leaves (at the wrong
+/// depth), so a chain of crafted nodes cannot exhaust the stack.
+const MAX_WALK_DEPTH: u32 = 16;
 
 /// The hash range an index entry promises one leaf.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,6 +95,7 @@ impl HtreeLayout {
                 .map(|s| inode_csum_seed(s, dir.ino, dir.generation)),
             layout: HtreeLayout::default(),
             references: HashMap::new(),
+            depth: 0,
         };
         if walker.walk_root().is_none() {
             return walker.layout;
@@ -87,6 +111,8 @@ struct IndexWalker<'a> {
     csum: Option<u32>,
     layout: HtreeLayout,
     references: HashMap<u32, u32>,
+    /// How many nodes each leaf must lie below the root: `indirect_levels + 1`.
+    depth: u32,
 }
 
 impl IndexWalker<'_> {
@@ -102,19 +128,87 @@ impl IndexWalker<'_> {
         );
     }
 
-    fn read(&self, logical: u32) -> Option<(u64, Vec<u8>)> {
+    fn physical(&self, logical: u32) -> Option<u64> {
         let at = self
             .dir
             .blocks
             .binary_search_by_key(&logical, |&(l, _)| l)
             .ok()?;
-        let physical = self.dir.blocks[at].1;
+        Some(self.dir.blocks[at].1)
+    }
+
+    fn read(&self, logical: u32) -> Option<(u64, Vec<u8>)> {
+        let physical = self.physical(logical)?;
         let bytes = self
             .ctx
             .image
             .read_blocks(physical, 1, self.ctx.block_size())
             .ok()?;
         Some((physical, bytes))
+    }
+
+    /// e2fsck's test for an interior node (`check_dir_block`): an entry with inode 0 and
+    /// no name spanning the whole block, followed by the limit an interior node has. Only
+    /// the first ten bytes are read, so probing a leaf costs one small read.
+    fn is_index_node(&self, logical: u32) -> bool {
+        let Some(physical) = self.physical(logical) else {
+            return false;
+        };
+        let block_size = self.ctx.block_size() as usize;
+        let mut head = [0u8; 10];
+        let at = physical.saturating_mul(block_size as u64);
+        if self.ctx.image.read_at(at, &mut head).is_err() {
+            return false;
+        }
+        let tail = if self.csum.is_some() { DX_TAIL_SIZE } else { 0 };
+        let limit = (block_size - (NODE_ENTRIES_OFFSET + tail)) / DX_ENTRY_SIZE;
+        le32(&head, 0) == Some(0)
+            && le16(&head, 4).map(|l| rec_len_from_disk(l, block_size)) == Some(block_size)
+            && head[6] == 0
+            && le16(&head, 8).map(usize::from) == Some(limit)
+    }
+
+    /// e2fsck's pass 1 limits on the depth a root claims (`handle_htree`): more than
+    /// [`HTREE_LEVEL`] levels, or more than the filesystem allows without large_dir in a
+    /// directory too small to need them (both reported when both hold, as e2fsck -n
+    /// does); and a directory deep or large enough to need large_dir when the feature is
+    /// missing (`PR_2_FEATURE_LARGE_DIRS`, reported once for the filesystem).
+    fn check_depth_limits(&self, levels: u8) {
+        let ino = self.dir.ino;
+        let sb = &self.ctx.sb;
+        let large_dir = sb.incompat().contains(IncompatFeatures::LARGEDIR);
+        let allowed = if large_dir {
+            MAX_LEVELS_LARGEDIR
+        } else {
+            MAX_LEVELS
+        };
+        let loc = Location::Inode(ino);
+        if levels > HTREE_LEVEL {
+            self.ctx.report(
+                ProblemCode::PR_1_HTREE_DEPTH,
+                loc,
+                format!("HTREE directory inode {ino} has a tree depth ({levels}) which is too big (more than {HTREE_LEVEL})"),
+            );
+        }
+        let (max_size, max_blocks) = two_level_bounds(sb);
+        if levels > allowed
+            && !large_dir
+            && self.dir.size < max_size
+            && self.dir.i_blocks_lo < max_blocks
+        {
+            self.ctx.report(
+                ProblemCode::PR_1_HTREE_DEPTH,
+                loc,
+                format!("HTREE directory inode {ino} has a tree depth ({levels}) which is too big without large_dir"),
+            );
+        }
+        if (levels > HTREE_LEVEL_COMPAT || self.dir.size >= LARGE_FILE_SIZE) && !large_dir {
+            self.ctx.report(
+                ProblemCode::PR_2_FEATURE_LARGE_DIRS,
+                Location::Superblock,
+                "filesystem has large directories, but lacks LARGE_DIR flag in superblock",
+            );
+        }
     }
 
     fn walk_root(&mut self) -> Option<()> {
@@ -142,7 +236,9 @@ impl IndexWalker<'_> {
             );
             return None;
         }
-        let root = match DxRoot::parse(&bytes, self.csum.is_some(), max_levels, loc) {
+        // The level limit is checked below, as e2fsck checks it, and the index is walked
+        // whatever the root claims.
+        let root = match DxRoot::parse(&bytes, self.csum.is_some(), u8::MAX, loc) {
             Ok(root) => root,
             Err(e) => {
                 self.report(
@@ -153,6 +249,19 @@ impl IndexWalker<'_> {
                 return None;
             }
         };
+        let levels = root.info.indirect_levels;
+        self.check_depth_limits(levels);
+        if levels >= max_levels {
+            self.report(
+                ProblemCode::PR_2_HTREE_BAD_ROOT,
+                0,
+                format!(
+                    "problem in HTREE directory inode {ino}: root node is invalid ({} index levels, at most {max_levels})",
+                    u32::from(levels) + 1
+                ),
+            );
+        }
+        self.depth = u32::from(levels) + 1;
         let Some(version) = HashVersion::from_disk(root.info.hash_version, sb.unsigned_dir_hash())
         else {
             self.report(
@@ -180,12 +289,15 @@ impl IndexWalker<'_> {
             version,
             seed: sb.hash_seed,
         };
-        self.walk_entries(&root.node, root.info.indirect_levels, template);
+        self.walk_entries(&root.node, 1, template);
         Some(())
     }
 
-    /// Records the children of `node`; `levels_below` index levels remain under it.
-    fn walk_entries(&mut self, node: &DxNode, levels_below: u8, range: LeafRange) {
+    /// Records the children of `node`, which lie `depth` nodes below the root: an
+    /// interior node is walked, a leaf gets its hash range and must be at the depth the
+    /// root claims.
+    fn walk_entries(&mut self, node: &DxNode, depth: u32, range: LeafRange) {
+        let ino = self.dir.ino;
         for (i, entry) in node.entries.iter().enumerate() {
             let min = if i == 0 { range.min } else { entry.hash & !1 };
             let max = node
@@ -196,15 +308,26 @@ impl IndexWalker<'_> {
             // The low 28 bits are the block (the rest are reserved flags).
             let logical = entry.block & 0x0fff_ffff;
             *self.references.entry(logical).or_insert(0) += 1;
-            if levels_below == 0 {
-                self.layout.leaves.insert(logical, child);
-            } else {
-                self.walk_interior(logical, levels_below - 1, child);
+            if depth < MAX_WALK_DEPTH && self.is_index_node(logical) {
+                self.walk_interior(logical, depth, child);
+                continue;
+            }
+            self.layout.leaves.insert(logical, child);
+            if depth != self.depth {
+                self.report(
+                    ProblemCode::PR_2_HTREE_BAD_DEPTH,
+                    logical,
+                    format!(
+                        "problem in HTREE directory inode {ino}: block #{logical} has invalid depth ({})",
+                        self.depth
+                    ),
+                );
             }
         }
     }
 
-    fn walk_interior(&mut self, logical: u32, levels_below: u8, range: LeafRange) {
+    /// Walks interior node `logical`, `depth` nodes below the root.
+    fn walk_interior(&mut self, logical: u32, depth: u32, range: LeafRange) {
         let ino = self.dir.ino;
         if !self.layout.index_blocks.insert(logical) {
             return;
@@ -244,7 +367,7 @@ impl IndexWalker<'_> {
                 );
             }
         }
-        self.walk_entries(&node, levels_below, range);
+        self.walk_entries(&node, depth + 1, range);
     }
 
     /// Every block but the root must be referenced exactly once.
@@ -280,4 +403,19 @@ fn hashes_in_order(block: &[u8], offset: usize) -> bool {
         .map_while(|i| le32(block, offset + 8 * i))
         .collect();
     hashes.windows(2).all(|w| w[0] <= w[1])
+}
+
+/// The size and `i_blocks_lo` below which a directory cannot need more than two index
+/// levels, as e2fsck 1.47.0's `handle_htree` computes them: `(idx_pb - 1) * (idx_pb - 2)
+/// << blockbits` with `blockbits = EXT2_BLOCK_SIZE_BITS + 10` and `idx_pb = 1 <<
+/// (blockbits - 3)`, in C `int` arithmetic, which wraps; the size is compared with the
+/// result widened to 64 bits, `i_blocks_lo` with it as unsigned 32 bits. Computed the same
+/// way here so the verdicts match bit for bit.
+fn two_level_bounds(sb: &Superblock) -> (u64, u32) {
+    let blockbits = sb.log_block_size.min(6) + 20;
+    let idx_pb: i32 = 1 << (blockbits - 3);
+    let product = (idx_pb - 1).wrapping_mul(idx_pb - 2);
+    let max_size = i64::from(product.wrapping_shl(blockbits)) as u64;
+    let max_blocks = product.wrapping_shl(blockbits - 9) as u32;
+    (max_size, max_blocks)
 }

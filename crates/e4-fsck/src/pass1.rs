@@ -53,6 +53,10 @@ pub struct Directory {
     pub generation: u32,
     /// `EXT4_INDEX_FL` on a filesystem with dir_index: block 0 is an htree root.
     pub htree: bool,
+    /// `i_size` and `i_blocks_lo`, which bound the depth an htree may claim
+    /// (`PR_1_HTREE_DEPTH`).
+    pub size: u64,
+    pub i_blocks_lo: u32,
     /// Its blocks, (logical, physical), in logical order.
     pub blocks: Vec<(u32, u64)>,
     /// For an inline directory: `i_block` and the `system.data` value.
@@ -358,6 +362,8 @@ fn check_inode(
             generation: inode.record.generation,
             htree: inode.has_flag(flags::INDEX)
                 && ctx.sb.compat().contains(CompatFeatures::DIR_INDEX),
+            size: inode.size(),
+            i_blocks_lo: inode.record.blocks_lo,
             blocks: std::mem::take(&mut tally.dir_blocks),
             // Without the feature e2fsck does not read an inline directory's entries
             // (`check_blocks_inline_data` runs only under it), so its children go

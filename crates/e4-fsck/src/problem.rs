@@ -311,6 +311,15 @@ problem_codes! {
     PR_2_HTREE_MIN_HASH = 0x020036, ClearHtree, Htree, true;
     /// A leaf holds a name hashing above its index range.
     PR_2_HTREE_MAX_HASH = 0x020037, ClearHtree, Htree, true;
+    /// An htree root claims more index levels than any directory may have, or than a
+    /// directory of its size may have without large_dir (`handle_htree`).
+    PR_1_HTREE_DEPTH = 0x01004C, ClearHtree, Htree, true;
+    /// A leaf of an htree does not lie as many index levels below the root as the root
+    /// says.
+    PR_2_HTREE_BAD_DEPTH = 0x020040, ClearHtree, Htree, true;
+    /// A directory needs the large_dir feature (more than two index levels, or 2 GiB or
+    /// more), which the superblock lacks.
+    PR_2_FEATURE_LARGE_DIRS = 0x020039, Fix, Superblock, true;
     /// An htree root is invalid.
     PR_2_HTREE_BAD_ROOT = 0x02003C, ClearHtree, Htree, true;
     /// An htree node's hashes are not in order.

@@ -32,6 +32,7 @@ pub const E2FSCK_CLASSES: &[(&str, ProblemClass)] = &[
     ("i_size is", ProblemClass::InodeSize),
     ("i_blocks is", ProblemClass::InodeBlocks),
     ("HTREE", ProblemClass::Htree),
+    ("lacks LARGE_DIR flag", ProblemClass::Superblock),
     ("extent", ProblemClass::ExtentTree),
     ("Illegal block", ProblemClass::IllegalBlock),
     ("xtended attribute", ProblemClass::Xattr),
