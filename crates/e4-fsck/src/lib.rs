@@ -43,6 +43,7 @@ pub mod report;
 mod resize_inode;
 mod special_inode;
 mod superblock_check;
+mod too_big;
 mod xattr_refs;
 
 use std::path::Path;

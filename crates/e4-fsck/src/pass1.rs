@@ -347,7 +347,9 @@ fn check_inode(
             loc,
             format!("inode {ino} is a zero-length directory"),
         );
-    } else if ino != BAD_BLOCKS_INO {
+    }
+    // e2fsck -n declines to clear a zero-length directory and goes on to its size check.
+    if ino != BAD_BLOCKS_INO {
         check_size(walk, &inode, &tally, dir);
     }
     check_i_blocks(walk, &inode, &tally);

@@ -64,7 +64,8 @@ pub enum ProblemClass {
     Inode,
     /// Extent tree structure, order, bounds, checksums.
     ExtentTree,
-    /// Block numbers outside the filesystem in a block map.
+    /// Block numbers outside the filesystem in a block map, or logical blocks past what
+    /// the inode's kind may map (`PR_1_TOOBIG_*`).
     IllegalBlock,
     /// `i_size` disagrees with the blocks found.
     InodeSize,
@@ -221,6 +222,11 @@ problem_codes! {
     PR_1_BAD_I_BLOCKS = 0x01000D, Fix, InodeBlocks, true;
     /// A block map points outside the filesystem.
     PR_1_ILLEGAL_BLOCK_NUM = 0x01000E, Clear, IllegalBlock, true;
+    /// A directory maps a logical block past `2^21` KiB without large_dir (the block is
+    /// then not counted).
+    PR_1_TOOBIG_DIR = 0x010044, Clear, IllegalBlock, true;
+    /// A block-mapped symlink maps a block past its block 0.
+    PR_1_TOOBIG_SYMLINK = 0x010046, Clear, IllegalBlock, true;
     /// An xattr block is not valid.
     PR_1_BAD_EA_BLOCK = 0x01003A, Clear, Xattr, true;
     /// An xattr block's reference count disagrees with the inodes using it.

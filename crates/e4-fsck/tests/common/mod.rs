@@ -32,6 +32,9 @@ pub const E2FSCK_CLASSES: &[(&str, ProblemClass)] = &[
     ("i_size is", ProblemClass::InodeSize),
     ("i_blocks is", ProblemClass::InodeBlocks),
     ("HTREE", ProblemClass::Htree),
+    // PR_1_TOOBIG_*, under the latch question "Inode N is too big.  Truncate?".
+    ("to be too big", ProblemClass::IllegalBlock),
+    ("is too big.  Truncate", ProblemClass::IllegalBlock),
     ("lacks LARGE_DIR flag", ProblemClass::Superblock),
     ("extent", ProblemClass::ExtentTree),
     ("Illegal block", ProblemClass::IllegalBlock),
@@ -84,6 +87,7 @@ pub const E2FSCK_CLASSES: &[(&str, ProblemClass)] = &[
     ("orphan", ProblemClass::Orphan),
     ("dtime", ProblemClass::Inode),
     ("invalid mode", ProblemClass::Inode),
+    ("is a zero-length directory", ProblemClass::Inode),
     ("Root inode is not a directory", ProblemClass::Inode),
 ];
 
