@@ -18,17 +18,31 @@ use e4_format::checksum::inode_csum_seed;
 use e4_format::codec::{le16, le32};
 use e4_format::dir_entry::rec_len_from_disk;
 use e4_format::dir_hash::{dir_hash, HashVersion};
-use e4_format::dir_htree::{DxNode, DxRoot, MAX_LEVELS, MAX_LEVELS_LARGEDIR};
+use e4_format::dir_htree::{DxNode, DxRoot, DxRootInfo, MAX_LEVELS, MAX_LEVELS_LARGEDIR};
+use e4_format::features::CompatFeatures;
 use e4_format::features::IncompatFeatures;
+use e4_format::inode::{flags, FileType, Inode};
 use e4_format::superblock::Superblock;
 use e4_format::{FormatError, Location as FormatLocation, MetadataBlock};
 
+use crate::block_claim::BlockWalk;
 use crate::context::Context;
 use crate::pass1::Directory;
 use crate::problem::{Location, ProblemCode};
 
 /// Byte offset of the root's count/limit header (after `.`, `..` and the root info).
 const ROOT_ENTRIES_OFFSET: usize = 0x20;
+/// Byte offset of `dx_root_info` in block 0 (after `.` and `..`).
+const ROOT_INFO_OFFSET: usize = 24;
+/// `dx_root_info.info_length`: at least 8.
+const ROOT_INFO_LENGTH: u8 = 8;
+/// `EXT2_HASH_FLAG_INCOMPAT` in `unused_flags`: a root this e2fsck does not understand.
+const HASH_FLAG_INCOMPAT: u8 = 0x1;
+/// Hash versions a root may name on disk: legacy, half-MD4, TEA (the unsigned variants
+/// are the superblock's business, not the root's).
+const DISK_HASH_VERSIONS: [u8; 3] = [0, 1, 2];
+/// `EXT2_HASH_SIPHASH`: only for casefolded encrypted directories.
+const HASH_SIPHASH: u8 = 6;
 /// Byte offset of an interior node's count/limit header (after its fake entry).
 const NODE_ENTRIES_OFFSET: usize = 8;
 /// The largest hash a last leaf may hold (e2fsck's `node_max_hash` for the last entry).
@@ -168,6 +182,48 @@ impl IndexWalker<'_> {
             && le16(&head, 8).map(usize::from) == Some(limit)
     }
 
+    /// Reports a pass 1 problem with the root (e2fsck's `handle_htree`), at the inode.
+    fn report_root_info(&self, code: ProblemCode, what: String) {
+        let ino = self.dir.ino;
+        self.ctx.report(
+            code,
+            Location::Inode(ino),
+            format!("HTREE directory inode {ino} {what}"),
+        );
+    }
+
+    /// e2fsck's pass 1 checks of the root (`handle_htree`), each reported and the next
+    /// still made, as `e2fsck -n` declines each repair: `reserved_zero` and
+    /// `info_length`, the hash version, the incompatible flag, then the depth.
+    fn check_root_info(&self, info: &DxRootInfo) {
+        if info.reserved_zero != 0 || info.info_length < ROOT_INFO_LENGTH {
+            self.report_root_info(
+                ProblemCode::PR_1_HTREE_BADROOT,
+                "has an invalid root node".into(),
+            );
+        }
+        let version = info.hash_version;
+        if version == HASH_SIPHASH {
+            // Casefold (the only user of SipHash) is refused before any check.
+            self.report_root_info(
+                ProblemCode::PR_1_HTREE_CANNOT_SIPHASH,
+                "uses SipHash, but should not".into(),
+            );
+        } else if !DISK_HASH_VERSIONS.contains(&version) {
+            self.report_root_info(
+                ProblemCode::PR_1_HTREE_HASHV,
+                format!("has an unsupported hash version ({version})"),
+            );
+        }
+        if info.unused_flags & HASH_FLAG_INCOMPAT != 0 {
+            self.report_root_info(
+                ProblemCode::PR_1_HTREE_INCOMPAT,
+                "uses an incompatible htree root node flag".into(),
+            );
+        }
+        self.check_depth_limits(info.indirect_levels);
+    }
+
     /// e2fsck's pass 1 limits on the depth a root claims (`handle_htree`): more than
     /// [`HTREE_LEVEL`] levels, or more than the filesystem allows without large_dir in a
     /// directory too small to need them (both reported when both hold, as e2fsck -n
@@ -215,8 +271,21 @@ impl IndexWalker<'_> {
         let ino = self.dir.ino;
         // Block 0 of an htree directory is the root, never a leaf with a checksum tail.
         self.layout.index_blocks.insert(0);
-        let (physical, bytes) = self.read(0)?;
+        let Some((physical, bytes)) = self.read(0) else {
+            self.report_root_info(
+                ProblemCode::PR_1_HTREE_BADROOT,
+                "has an invalid root node (no block 0)".into(),
+            );
+            return None;
+        };
         let sb = &self.ctx.sb;
+        if let Some(info) = bytes
+            .get(ROOT_INFO_OFFSET..ROOT_INFO_OFFSET + DxRootInfo::SIZE)
+            .and_then(|raw| raw.try_into().ok())
+            .map(DxRootInfo::decode)
+        {
+            self.check_root_info(&info);
+        }
         let max_levels = if sb.incompat().contains(IncompatFeatures::LARGEDIR) {
             MAX_LEVELS_LARGEDIR
         } else {
@@ -250,7 +319,6 @@ impl IndexWalker<'_> {
             }
         };
         let levels = root.info.indirect_levels;
-        self.check_depth_limits(levels);
         if levels >= max_levels {
             self.report(
                 ProblemCode::PR_2_HTREE_BAD_ROOT,
@@ -262,18 +330,12 @@ impl IndexWalker<'_> {
             );
         }
         self.depth = u32::from(levels) + 1;
-        let Some(version) = HashVersion::from_disk(root.info.hash_version, sb.unsigned_dir_hash())
-        else {
-            self.report(
-                ProblemCode::PR_2_HTREE_BAD_ROOT,
-                0,
-                format!(
-                    "problem in HTREE directory inode {ino}: unsupported hash version {}",
-                    root.info.hash_version
-                ),
-            );
-            return None;
-        };
+        // A version the root may not name was reported in pass 1 (`PR_1_HTREE_HASHV`);
+        // without it no name can be hashed, so the leaves are not checked against ranges.
+        let version = DISK_HASH_VERSIONS
+            .contains(&root.info.hash_version)
+            .then(|| HashVersion::from_disk(root.info.hash_version, sb.unsigned_dir_hash()))
+            .flatten()?;
         if let Some(seed) = self.csum {
             if let Err(FormatError::Checksum { .. }) = DxNode::verify(&bytes, seed, loc) {
                 self.report(
@@ -418,4 +480,32 @@ fn two_level_bounds(sb: &Superblock) -> (u64, u32) {
     let max_size = i64::from(product.wrapping_shl(blockbits)) as u64;
     let max_blocks = product.wrapping_shl(blockbits - 9) as u32;
     (max_size, max_blocks)
+}
+
+/// e2fsck's pass 1 checks of the `INDEX_FL` flag itself (`handle_htree`): on a regular
+/// file or symlink (`PR_1_HTREE_NODIR`), or on a filesystem without dir_index
+/// (`PR_1_HTREE_SET`). `e2fsck -n` declines to clear it and goes on to treat a directory
+/// as indexed, as [`HtreeLayout::check`] then does.
+pub fn check_index_flag(walk: &BlockWalk<'_>, inode: &Inode) {
+    if !inode.has_flag(flags::INDEX) {
+        return;
+    }
+    let ino = walk.ino;
+    if matches!(
+        inode.file_type(),
+        Some(FileType::Regular | FileType::Symlink)
+    ) {
+        walk.report(
+            ProblemCode::PR_1_HTREE_NODIR,
+            Location::Inode(ino),
+            format!("inode {ino} has INDEX_FL flag set but is not a directory"),
+        );
+    }
+    if !walk.ctx.sb.compat().contains(CompatFeatures::DIR_INDEX) {
+        walk.report(
+            ProblemCode::PR_1_HTREE_SET,
+            Location::Inode(ino),
+            format!("inode {ino} has INDEX_FL flag set on filesystem without htree support"),
+        );
+    }
 }

@@ -10,7 +10,7 @@ use std::sync::Mutex;
 
 use rayon::prelude::*;
 
-use e4_format::features::{CompatFeatures, IncompatFeatures, RoCompatFeatures};
+use e4_format::features::{IncompatFeatures, RoCompatFeatures};
 use e4_format::inode::{flags, FileType, Inode, InodeSeed, ROOT_INO};
 use e4_format::MetadataBlock;
 
@@ -18,6 +18,7 @@ use crate::block_claim::{BlockWalk, WalkMode};
 use crate::block_map_walk::walk_block_map;
 use crate::block_tally::BlockTally;
 use crate::context::Context;
+use crate::dir_htree_check::check_index_flag;
 use crate::extent_walk::walk_extent_tree;
 use crate::inline_data::{check_flag_without_feature, inline_data_size, system_data};
 use crate::inode_state::InodeKind;
@@ -303,6 +304,7 @@ fn check_inode(
         check_dtime(walk, &inode);
         check_zero_fields(walk, &inode);
         check_flag_without_feature(walk, &inode);
+        check_index_flag(walk, &inode);
         if ino == ROOT_INO && file_type != Some(FileType::Directory) {
             walk.report(
                 ProblemCode::PR_1_ROOT_NO_DIR,
@@ -362,8 +364,8 @@ fn check_inode(
         Directory {
             ino,
             generation: inode.record.generation,
-            htree: inode.has_flag(flags::INDEX)
-                && ctx.sb.compat().contains(CompatFeatures::DIR_INDEX),
+            // Without dir_index too: e2fsck -n keeps the index it declined to clear.
+            htree: inode.has_flag(flags::INDEX),
             size: inode.size(),
             i_blocks_lo: inode.record.blocks_lo,
             blocks: std::mem::take(&mut tally.dir_blocks),

@@ -317,6 +317,18 @@ problem_codes! {
     PR_2_HTREE_MIN_HASH = 0x020036, ClearHtree, Htree, true;
     /// A leaf holds a name hashing above its index range.
     PR_2_HTREE_MAX_HASH = 0x020037, ClearHtree, Htree, true;
+    /// `INDEX_FL` on a regular file or symlink.
+    PR_1_HTREE_NODIR = 0x010048, ClearHtree, Htree, true;
+    /// `INDEX_FL` on a filesystem without dir_index.
+    PR_1_HTREE_SET = 0x010047, ClearHtree, Htree, true;
+    /// An htree root has no block, or `reserved_zero` / `info_length` are wrong.
+    PR_1_HTREE_BADROOT = 0x010049, ClearHtree, Htree, true;
+    /// An htree root names a hash version it may not.
+    PR_1_HTREE_HASHV = 0x01004A, ClearHtree, Htree, true;
+    /// An htree root carries the incompatible flag.
+    PR_1_HTREE_INCOMPAT = 0x01004B, ClearHtree, Htree, true;
+    /// An htree root names SipHash in a directory that is not casefolded.
+    PR_1_HTREE_CANNOT_SIPHASH = 0x01008E, ClearHtree, Htree, true;
     /// An htree root claims more index levels than any directory may have, or than a
     /// directory of its size may have without large_dir (`handle_htree`).
     PR_1_HTREE_DEPTH = 0x01004C, ClearHtree, Htree, true;

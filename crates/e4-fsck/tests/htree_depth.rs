@@ -1,10 +1,13 @@
-//! htree depth (issue 9 §4), against `e2fsck -fn`: the root's `indirect_levels` rewritten
+//! htree roots (issue 9 §4), against `e2fsck -fn`. Depth: the root's `indirect_levels` rewritten
 //! under a two-level tree and a one-level tree. e2fsck judges a block an interior node by
 //! its content, so every leaf then lies at the wrong depth (`PR_2_HTREE_BAD_DEPTH`); a
 //! root claiming more levels than allowed is also invalid (`PR_2_HTREE_BAD_ROOT`), and
 //! pass 1 reports a depth past what any directory, or one this small without large_dir,
-//! may have (`PR_1_HTREE_DEPTH`), and the missing large_dir feature. The images are made
-//! by mke2fs from a generated tree; `e2fsck -fyD` indexes the directories.
+//! may have (`PR_1_HTREE_DEPTH`), and the missing large_dir feature. The rest of pass 1's
+//! `handle_htree`: the root info (`PR_1_HTREE_BADROOT`, `_HASHV`, `_INCOMPAT`) and the
+//! `INDEX_FL` flag on a file or without dir_index (`PR_1_HTREE_NODIR`, `_SET`). The
+//! images are made by mke2fs from a generated tree; `e2fsck -fyD` indexes the
+//! directories.
 
 mod common;
 
@@ -154,4 +157,115 @@ fn large_dir_allows_three_levels_but_not_the_wrong_depth() {
     );
     let classes = assert_agreement(&image.path, "large_dir, three levels claimed");
     assert_eq!(classes, [ProblemClass::Htree].into_iter().collect());
+}
+
+/// Byte offsets in block 0 of the root info fields other than the depth.
+const RESERVED_ZERO_OFFSET: u64 = 24;
+const HASH_VERSION_OFFSET: u64 = 28;
+const INFO_LENGTH_OFFSET: u64 = 29;
+const UNUSED_FLAGS_OFFSET: u64 = 31;
+
+/// Each root info field e2fsck's pass 1 checks, damaged in /shallow: both checkers agree
+/// and e4 reports exactly e2fsck's codes for it.
+#[test]
+fn root_info_damage() {
+    use ProblemCode::*;
+    let image = htree_image(&NO_CSUM);
+    let pristine = fs::read(&image.path).unwrap();
+    let cases: &[(&str, u64, u8, &[ProblemCode])] = &[
+        (
+            "unknown hash version",
+            HASH_VERSION_OFFSET,
+            9,
+            &[PR_1_HTREE_HASHV],
+        ),
+        // The unsigned variants are the superblock's choice; a root may not name them.
+        (
+            "unsigned half-MD4 named on disk",
+            HASH_VERSION_OFFSET,
+            4,
+            &[PR_1_HTREE_HASHV],
+        ),
+        (
+            "incompatible flag",
+            UNUSED_FLAGS_OFFSET,
+            1,
+            &[PR_1_HTREE_INCOMPAT],
+        ),
+        (
+            "reserved word not zero",
+            RESERVED_ZERO_OFFSET,
+            1,
+            &[PR_1_HTREE_BADROOT, PR_2_HTREE_BAD_ROOT],
+        ),
+        (
+            "info length 4",
+            INFO_LENGTH_OFFSET,
+            4,
+            &[PR_1_HTREE_BADROOT, PR_2_HTREE_BAD_ROOT],
+        ),
+    ];
+    for &(name, offset, value, expected) in cases {
+        fs::write(&image.path, &pristine).unwrap();
+        let root = bmap(&image.path, "/shallow", 0);
+        write_bytes(&image.path, root * 1024 + offset, &[value]);
+        assert_agreement(&image.path, name);
+        let report = check(
+            &image.path,
+            &Options {
+                force: true,
+                ..Options::default()
+            },
+        )
+        .unwrap();
+        let codes: BTreeSet<ProblemCode> = report.problems.iter().map(|p| p.code).collect();
+        assert_eq!(codes, expected.iter().copied().collect(), "{name}");
+    }
+}
+
+/// `INDEX_FL` on a regular file, and on directories of a filesystem whose dir_index
+/// feature was cleared (e2fsck -n then still checks them as indexed).
+#[test]
+fn index_flag_on_a_file_or_without_the_feature() {
+    let image = htree_image(&NO_CSUM);
+    let pristine = fs::read(&image.path).unwrap();
+    debugfs(
+        &image.path,
+        "sif /shallow/entry_with_a_longish_name_0001 flags 0x81000",
+    );
+    assert_agreement(&image.path, "INDEX_FL on a file");
+    let report = check(
+        &image.path,
+        &Options {
+            force: true,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| p.code == ProblemCode::PR_1_HTREE_NODIR),
+        "{:?}",
+        report.problems
+    );
+    fs::write(&image.path, &pristine).unwrap();
+    debugfs(&image.path, "feature -dir_index");
+    let classes = assert_agreement(&image.path, "dir_index cleared");
+    assert_eq!(classes, [ProblemClass::Htree].into_iter().collect());
+    let report = check(
+        &image.path,
+        &Options {
+            force: true,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    let set = report
+        .problems
+        .iter()
+        .filter(|p| p.code == ProblemCode::PR_1_HTREE_SET)
+        .count();
+    assert_eq!(set, 2, "{:?}", report.problems);
 }

@@ -32,6 +32,7 @@ pub const E2FSCK_CLASSES: &[(&str, ProblemClass)] = &[
     ("i_size is", ProblemClass::InodeSize),
     ("i_blocks is", ProblemClass::InodeBlocks),
     ("HTREE", ProblemClass::Htree),
+    ("INDEX_FL flag set", ProblemClass::Htree),
     // PR_1_TOOBIG_*, under the latch question "Inode N is too big.  Truncate?".
     ("to be too big", ProblemClass::IllegalBlock),
     ("is too big.  Truncate", ProblemClass::IllegalBlock),
