@@ -142,6 +142,15 @@ impl IndexWalker<'_> {
         );
     }
 
+    /// The directory's length in blocks as e2fsck's index check sees it: one past its
+    /// last mapped logical block (`e2fsck_add_dx_dir`'s `pb.last_block + 1`).
+    fn dir_block_count(&self) -> u32 {
+        self.dir
+            .blocks
+            .last()
+            .map_or(0, |&(l, _)| l.saturating_add(1))
+    }
+
     fn physical(&self, logical: u32) -> Option<u64> {
         let at = self
             .dir
@@ -369,6 +378,14 @@ impl IndexWalker<'_> {
             let child = LeafRange { min, max, ..range };
             // The low 28 bits are the block (the rest are reserved flags).
             let logical = entry.block & 0x0fff_ffff;
+            if logical >= self.dir_block_count() {
+                self.report(
+                    ProblemCode::PR_2_HTREE_BADBLK,
+                    0,
+                    format!("problem in HTREE directory inode {ino}: bad block number {logical}"),
+                );
+                continue;
+            }
             *self.references.entry(logical).or_insert(0) += 1;
             if depth < MAX_WALK_DEPTH && self.is_index_node(logical) {
                 self.walk_interior(logical, depth, child);

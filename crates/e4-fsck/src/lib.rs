@@ -39,6 +39,7 @@ mod pass5;
 pub mod phase_times;
 pub mod problem;
 pub mod progress;
+mod quota_inode;
 pub mod report;
 mod resize_inode;
 mod special_inode;

@@ -24,6 +24,7 @@ use crate::inline_data::{check_flag_without_feature, inline_data_size, system_da
 use crate::inode_state::InodeKind;
 use crate::problem::{Location, ProblemCode};
 use crate::progress::{PassMeter, Progress};
+use crate::quota_inode::{self, quota_slot, QuotaSlot};
 use crate::special_inode::check_special;
 use crate::xattr_refs::XattrBlocks;
 
@@ -247,16 +248,24 @@ fn check_inode(
     let ctx = walk.ctx;
     let ino = walk.ino;
     let loc = Location::Inode(ino);
-    let inode = match Inode::decode(raw, ino) {
-        Ok(inode) => inode,
-        Err(e) => {
-            walk.report(
-                ProblemCode::PR_1_EXTRA_ISIZE,
-                loc,
-                format!("inode {ino}: {e}"),
-            );
-            return None;
-        }
+    // An `i_extra_isize` that does not fit leaves the inode checked on its base fields, as
+    // e2fsck -n declines the repair and goes on; it is reported below, for an inode in use.
+    let (inode, bad_extra_isize) = match Inode::decode(raw, ino) {
+        Ok(inode) => (inode, None),
+        Err(e) => match raw
+            .get(..BASE_INODE_SIZE)
+            .map(|base| Inode::decode(base, ino))
+        {
+            Some(Ok(inode)) => (inode, Some(e)),
+            _ => {
+                walk.report(
+                    ProblemCode::PR_1_EXTRA_ISIZE,
+                    loc,
+                    format!("inode {ino}: {e}"),
+                );
+                return None;
+            }
+        },
     };
     let csum_ok = ctx.csum_seed.is_none_or(|fs_seed| {
         Inode::verify(
@@ -282,6 +291,15 @@ fn check_inode(
     let reserved = ino < ctx.sb.first_ino() && ino != ROOT_INO;
     let links = inode.links_count();
     check_low_dtime(walk, &inode);
+    let quota = quota_slot(ctx, ino);
+    if quota != QuotaSlot::No {
+        quota_inode::check(walk, &inode, quota);
+        if quota == QuotaSlot::Unused {
+            ctx.inodes
+                .record(ino, InodeKind::Reserved, links, inode.size() == 0);
+            return Some((None, BlockTally::default()));
+        }
+    }
     if !reserved && links == 0 {
         if inode.record.mode != 0 && inode.record.dtime == 0 {
             walk.report(
@@ -293,7 +311,9 @@ fn check_inode(
         return None;
     }
     let file_type = inode.file_type();
-    let kind = if reserved {
+    let kind = if quota == QuotaSlot::QuotaFile {
+        InodeKind::Reserved
+    } else if reserved {
         check_reserved_mode(walk, &inode);
         InodeKind::Reserved
     } else if is_special_inode(ctx, ino) || inode.has_flag(flags::EA_INODE) {
@@ -302,6 +322,15 @@ fn check_inode(
         InodeKind::Reserved
     } else {
         check_dtime(walk, &inode);
+        // e2fsck's `check_inode_extra_space` runs for inodes in use other than the
+        // reserved and special ones.
+        if let Some(e) = &bad_extra_isize {
+            walk.report(
+                ProblemCode::PR_1_EXTRA_ISIZE,
+                loc,
+                format!("inode {ino}: {e}"),
+            );
+        }
         check_zero_fields(walk, &inode);
         check_flag_without_feature(walk, &inode);
         check_index_flag(walk, &inode);
@@ -420,22 +449,13 @@ fn is_special_inode(ctx: &Context, ino: u32) -> bool {
 
 /// Reserved inodes may only have the modes e2fsck allows.
 fn check_reserved_mode(walk: &BlockWalk<'_>, inode: &Inode) {
-    let ctx = walk.ctx;
     let ino = walk.ino;
     let mode = inode.record.mode;
     let regular = inode.file_type() == Some(FileType::Regular);
-    let quota = [
-        ctx.sb.usr_quota_inum,
-        ctx.sb.grp_quota_inum,
-        ctx.sb.prj_quota_inum,
-    ]
-    .contains(&ino)
-        || (ino == 3 || ino == 4) && ctx.sb.ro_compat().contains(RoCompatFeatures::QUOTA);
-    let journal = ino == e4_format::inode::JOURNAL_INO;
+    // The quota slots (3 and 4) are checked by `quota_inode` instead.
     let bad = match ino {
         5 => inode.file_type() == Some(FileType::Directory),
-        7 => mode != 0 && !regular,
-        _ if journal || quota => mode != 0 && !regular,
+        7 | e4_format::inode::JOURNAL_INO => mode != 0 && !regular,
         _ => mode != 0,
     };
     if bad {

@@ -181,6 +181,11 @@ problem_codes! {
     PR_0_JOURNAL_BAD_SUPER = 0x000015, Fix, Journal, true;
     /// The journal needs recovery; `-n` checks the image as it stands.
     PR_0_JOURNAL_RUN = 0x00002B, None, Journal, false;
+    /// An unused quota inode slot (3, 4 or the project quota inode) holds links, blocks
+    /// or a block pointer.
+    PR_1_QUOTA_INODE_NOT_CLEAR = 0x010063, Clear, Inode, true;
+    /// A quota inode the superblock names is not a regular file.
+    PR_1_QUOTA_BAD_MODE = 0x010062, Clear, Inode, true;
     /// The root inode is not a directory.
     PR_1_ROOT_NO_DIR = 0x010001, Clear, Inode, true;
     /// The root inode has a deletion time.
@@ -301,6 +306,10 @@ problem_codes! {
     PR_2_DIR_CORRUPTED = 0x020013, Salvage, DirectoryBlock, true;
     /// A directory has a hole (a logical block with no physical block).
     PR_2_DIRECTORY_HOLE = 0x020015, Fix, DirectoryBlock, true;
+    /// The byte after the `.` entry's name is not NUL.
+    PR_2_DOT_NULL_TERM = 0x020016, Fix, DirectoryBlock, true;
+    /// The byte after the `..` entry's name is not NUL.
+    PR_2_DOT_DOT_NULL_TERM = 0x020017, Fix, DirectoryBlock, true;
     /// A second `.` entry.
     PR_2_DUP_DOT = 0x02001A, Fix, DirectoryBlock, true;
     /// A second `..` entry.
@@ -338,6 +347,8 @@ problem_codes! {
     /// A directory needs the large_dir feature (more than two index levels, or 2 GiB or
     /// more), which the superblock lacks.
     PR_2_FEATURE_LARGE_DIRS = 0x020039, Fix, Superblock, true;
+    /// An htree index entry names a block past the directory's end.
+    PR_2_HTREE_BADBLK = 0x02003A, ClearHtree, Htree, true;
     /// An htree root is invalid.
     PR_2_HTREE_BAD_ROOT = 0x02003C, ClearHtree, Htree, true;
     /// An htree node's hashes are not in order.

@@ -269,3 +269,25 @@ fn index_flag_on_a_file_or_without_the_feature() {
         .count();
     assert_eq!(set, 2, "{:?}", report.problems);
 }
+
+/// An index entry naming a block past the directory's end: `PR_2_HTREE_BADBLK`, the entry
+/// skipped (the leaf it named is then unreferenced). Found by random flips in a
+/// kernel-written image, where e4 reported only the unreferenced leaf.
+#[test]
+fn index_entry_past_the_directory() {
+    let image = htree_image(&NO_CSUM);
+    let root = bmap(&image.path, "/shallow", 0);
+    // dx_root entries start at 0x20 (limit, count, block 0); entry 1's block at 0x2C.
+    write_bytes(&image.path, root * 1024 + 0x2C, &5000u32.to_le_bytes());
+    assert_agreement(&image.path, "index entry past the end");
+    let report = check(
+        &image.path,
+        &Options {
+            force: true,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    let codes: BTreeSet<ProblemCode> = report.problems.iter().map(|p| p.code).collect();
+    assert!(codes.contains(&ProblemCode::PR_2_HTREE_BADBLK), "{codes:?}");
+}

@@ -61,6 +61,7 @@ pub const E2FSCK_CLASSES: &[(&str, ProblemClass)] = &[
     ("Root inode not allocated", ProblemClass::Connectivity),
     ("directory corrupted", ProblemClass::DirectoryBlock),
     ("Missing '.'", ProblemClass::DirectoryBlock),
+    ("is not NULL terminated", ProblemClass::DirectoryBlock),
     ("has no checksum", ProblemClass::DirectoryBlock),
     (
         "passes checks but fails checksum",
@@ -88,6 +89,8 @@ pub const E2FSCK_CLASSES: &[(&str, ProblemClass)] = &[
     ("orphan", ProblemClass::Orphan),
     ("dtime", ProblemClass::Inode),
     ("invalid mode", ProblemClass::Inode),
+    ("Quota inode is", ProblemClass::Inode),
+    ("extra size", ProblemClass::Inode),
     ("is a zero-length directory", ProblemClass::Inode),
     ("Root inode is not a directory", ProblemClass::Inode),
 ];
@@ -102,18 +105,75 @@ pub struct Verdict {
 /// e2fsck's report of a directory leaf whose checksum alone fails.
 const LEAF_CHECKSUM_ONLY: &str = "directory passes checks but fails checksum";
 
-/// Whether e2fsck's leaf checksum reports in `text` are phantoms of its inode cache.
-/// libext2fs 1.47.0's `ext2fs_read_inode2` reads an inode into the next cache slot's buffer
-/// and, when the inode's checksum fails, leaves that slot labelled with the inode it held
-/// before; a later read of that inode (a directory's, for its generation, which seeds its
-/// leaves' checksums) gets the failed inode's bytes, and the directory's sound leaves
-/// "fail". Seen on kernel-written images after damaging one unused inode's checksum: the
-/// root's leaf is reported. Fixed upstream by the inode cache rewrite
-/// (`ext2_inode_cache_ipurge`). So after an inode checksum failure those reports are not
-/// counted. The cost: a real leaf checksum failure in an image that also has an inode
-/// checksum failure would not be required of e4; no damage here combines the two.
-fn phantom_leaf_checksums(text: &str) -> bool {
-    text.contains("passes checks, but checksum does not match inode")
+/// Whether an e2fsck report `line` of a leaf whose checksum alone fails is a phantom of
+/// its inode cache. libext2fs 1.47.0's `ext2fs_read_inode2` reads an inode into the next
+/// cache slot's buffer and, when the inode's checksum fails, leaves that slot labelled
+/// with the inode it held before; a later read of that inode (a directory's, for its
+/// generation, which seeds its leaves' checksums) gets the failed inode's bytes, and the
+/// directory's sound leaves "fail". Seen on kernel-written images after damaging one
+/// unused inode's checksum: the root's leaf is reported. Fixed upstream by the inode
+/// cache rewrite (`ext2_inode_cache_ipurge`). So in a run that reported an inode
+/// checksum failure (`text`), a leaf report is not counted when the leaf's checksum,
+/// computed here from the directory's real generation, verifies.
+fn phantom_leaf_checksum(image: &Path, text: &str, line: &str) -> bool {
+    if !line.contains(LEAF_CHECKSUM_ONLY)
+        || !text.contains("passes checks, but checksum does not match inode")
+    {
+        return false;
+    }
+    // "Directory inode 2, block #0: directory passes checks but fails checksum."
+    let number = |after: &str| -> Option<u64> {
+        line.split(after)
+            .nth(1)?
+            .split(|c: char| !c.is_ascii_digit())
+            .next()?
+            .parse()
+            .ok()
+    };
+    let (Some(dir), Some(logical)) = (number("Directory inode "), number("block #")) else {
+        return false;
+    };
+    leaf_checksum_verifies(image, dir as u32, logical)
+}
+
+/// Whether logical block `logical` of directory `dir` holds a leaf whose checksum
+/// verifies, computed through e4-format from the superblock and the inode's generation.
+fn leaf_checksum_verifies(image: &Path, dir: u32, logical: u64) -> bool {
+    use e4_format::checksum::inode_csum_seed;
+    use e4_format::dir_entry::DirLeafBlock;
+    use e4_format::superblock::Superblock;
+    use e4_format::{Location, MetadataBlock};
+    let Ok(sb) = Superblock::decode_checked(&read_bytes(image, 1024, 1024)) else {
+        return false;
+    };
+    // Read-only and without the bitmaps (`-c`), which may be what the damage broke.
+    let read = |command: String| {
+        let out = Command::new("debugfs")
+            .args(["-c", "-R", &command])
+            .arg(image)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let stat = read(format!("stat <{dir}>"));
+    let Some(generation) = stat
+        .split("Generation: ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|g| g.parse::<u32>().ok())
+    else {
+        return false;
+    };
+    let Ok(physical) = read(format!("bmap <{dir}> {logical}"))
+        .trim()
+        .parse::<u64>()
+    else {
+        return false;
+    };
+    let block_size = u64::from(sb.block_size());
+    let block = read_bytes(image, physical * block_size, block_size as usize);
+    let seed = inode_csum_seed(sb.csum_seed(), dir, generation);
+    DirLeafBlock::verify(&block, seed, Location::Block(physical)).is_ok()
 }
 
 pub fn e2fsck_verdict(image: &Path) -> (Verdict, String) {
@@ -128,10 +188,9 @@ pub fn e2fsck_verdict(image: &Path) -> (Verdict, String) {
         String::from_utf8_lossy(&out.stderr),
         String::from_utf8_lossy(&out.stdout)
     );
-    let phantom = phantom_leaf_checksums(&text);
     let classes = text
         .lines()
-        .filter(|line| !(phantom && line.contains(LEAF_CHECKSUM_ONLY)))
+        .filter(|line| !phantom_leaf_checksum(image, &text, line))
         .filter_map(|line| {
             E2FSCK_CLASSES
                 .iter()
