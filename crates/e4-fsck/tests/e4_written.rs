@@ -8,14 +8,13 @@
 
 mod common;
 
-use std::fs;
-
 use e4_fs::{Creator, Error, FallocateMode, Filesystem, OpenOptions, RenameMode, XattrSet};
 use e4_fsck::{check, Options};
 use e4_testkit::{make_empty_image, Image, Profile, PROFILES};
 
+use common::assert_agreement;
 use common::damages::{assert_damages_agree, assert_every_damage_ran_on, DAMAGES};
-use common::{assert_agreement, block_size, debugfs};
+use common::flips::assert_random_flips_agree;
 
 const ROOT: u32 = 2;
 const OWNER: Creator = Creator {
@@ -140,74 +139,15 @@ fn damaged_e4_written_images_agree_in_every_profile() {
 /// e2fsck on clean, errors, or cannot check.
 #[test]
 fn random_flips_in_e4_written_metadata() {
-    use rand::{Rng, SeedableRng};
     let image = e4_written_image(&PROFILES[0]);
-    let pristine = fs::read(&image.path).unwrap();
-    let bs = block_size(&image.path) as usize;
-    // The first group's tables and every block debugfs lists for the tree's inodes
-    // (extent nodes, directory blocks, xattr blocks, data).
-    let mut hot: Vec<usize> = (0..64).collect();
-    for path in ["/big", "/dir1", "/dir1/sub", "/fragmented", "/small", "/"] {
-        let text = debugfs(&image.path, &format!("blocks {path}"));
-        hot.extend(
-            text.split_whitespace()
-                .filter_map(|b| b.parse::<usize>().ok()),
-        );
-    }
-    let mut rng = rand::rngs::StdRng::seed_from_u64(0xe4_0f11);
-    let scratch = tempfile::tempdir().unwrap();
-    let path = scratch.path().join("flipped.img");
-    let mut damaged_rounds = 0;
-    for round in 0..150 {
-        let mut bytes = pristine.clone();
-        for _ in 0..rng.gen_range(1..8) {
-            let block = hot[rng.gen_range(0..hot.len())];
-            let at = block * bs + rng.gen_range(0..bs);
-            if (1024..bytes.len()).contains(&at) {
-                bytes[at] ^= 1 << rng.gen_range(0..8);
-            }
-        }
-        fs::write(&path, &bytes).unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        let p = path.clone();
-        std::thread::spawn(move || {
-            let result = std::panic::catch_unwind(|| {
-                let options = Options {
-                    threads: Some(2),
-                    force: true,
-                    ..Options::default()
-                };
-                // An image that cannot be checked at all is exit 8, as e2fsck's.
-                check(&p, &options).map_or(8, |report| report.exit_code())
-            });
-            let _ = tx.send(result.ok());
-        });
-        let ours = rx
-            .recv_timeout(std::time::Duration::from_secs(60))
-            .unwrap_or_else(|_| panic!("round {round}: hung"))
-            .unwrap_or_else(|| panic!("round {round}: panicked"));
-        let oracle = std::process::Command::new("e2fsck")
-            .arg("-fn")
-            .arg(&path)
-            .output()
-            .unwrap();
-        // 0 clean, 4 errors (12: errors, then e2fsck stopped early), 8 cannot check.
-        let verdict = |code: i32| match code {
-            0 => "clean",
-            8 => "cannot check",
-            c if c & 4 != 0 => "errors",
-            _ => "other",
-        };
-        let theirs = oracle.status.code().unwrap_or(-1);
-        assert_eq!(
-            verdict(i32::from(ours)),
-            verdict(theirs),
-            "round {round}: e4 exit {ours}, e2fsck exit {theirs}:\n{}",
-            String::from_utf8_lossy(&oracle.stdout)
-        );
-        damaged_rounds += usize::from(ours != 0);
-    }
-    assert!(damaged_rounds >= 10, "only {damaged_rounds} rounds damaged");
+    let damaged = assert_random_flips_agree(
+        &image.path,
+        &["/big", "/dir1", "/dir1/sub", "/fragmented", "/small", "/"],
+        64,
+        150,
+        0xe4_0f11,
+    );
+    assert!(damaged >= 10, "only {damaged} rounds damaged");
 }
 
 /// Many small groups whose used parts of the inode table differ in length (e4 spreads the

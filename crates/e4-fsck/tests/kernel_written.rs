@@ -25,6 +25,7 @@ use e4_testkit::{make_empty_image, Image, KernelMount, Profile, PROFILES};
 
 use common::assert_agreement;
 use common::damages::{assert_damages_agree, assert_every_damage_ran_on, DAMAGES};
+use common::flips::assert_random_flips_agree;
 
 /// Entries in the directory the kernel grows into a hash tree: with 1 KiB blocks (124
 /// leaves under the root at most) more than one index level is needed.
@@ -232,4 +233,34 @@ fn corrupt_primary_superblock_falls_back_to_stale_backups() {
 
 fn read_u32(path: &Path, offset: u64) -> u32 {
     u32::from_le_bytes(common::read_bytes(path, offset, 4).try_into().unwrap())
+}
+
+/// Random bit flips in the metadata of the kernel-written images with 1 KiB and 4 KiB
+/// blocks (the kernel's two-level hash tree, its shared xattr block, its extent leaf):
+/// e4 fsck neither panics nor hangs, and agrees with e2fsck on clean, errors, or cannot
+/// check. Exploring this way (2,400 rounds over all profiles) found the checks of
+/// `htree_depth::index_entry_past_the_directory`, `agreement::extra_isize_past_the_inode`,
+/// `agreement::dot_and_dotdot_not_nul_terminated` and `agreement::quota_inode_slots`.
+#[test]
+fn random_flips_in_kernel_written_metadata() {
+    let Some(images) = kernel_written_images() else {
+        return;
+    };
+    let scratch = tempfile::tempdir().unwrap();
+    let paths = [
+        "/big",
+        "/dir1",
+        "/dir1/sub",
+        "/dir2",
+        "/fragmented",
+        "/small",
+        "/",
+    ];
+    let mut damaged = 0;
+    for (profile, bytes) in images.iter().take(2) {
+        let path = scratch.path().join(format!("{}.img", profile.name));
+        fs::write(&path, bytes).unwrap();
+        damaged += assert_random_flips_agree(&path, &paths, 64, 60, 0x6e72_6e6c);
+    }
+    assert!(damaged >= 20, "only {damaged} rounds damaged");
 }

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod damages;
+pub mod flips;
 
 use std::collections::BTreeSet;
 use std::fs::{self, OpenOptions};
