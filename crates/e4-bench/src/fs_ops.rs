@@ -125,9 +125,8 @@ impl FsOps for E4Ops {
     fn truncate(&self, file: &u32, size: u64) -> io::Result<()> {
         self.0.truncate(*file, size).map_err(io_error)
     }
-    fn fsync(&self, _file: &u32) -> io::Result<()> {
-        // The engine commits as a whole; a sync is its fsync.
-        self.0.sync().map_err(io_error)
+    fn fsync(&self, file: &u32) -> io::Result<()> {
+        self.0.fsync(*file).map_err(io_error)
     }
     fn sync_all(&self) -> io::Result<()> {
         self.0.sync().map_err(io_error)

@@ -11,11 +11,12 @@
 //! verified as one inode's extent node is verified again before it is trusted as anything
 //! else. Dirty buffers are listed per shard so a commit finds them without scanning the cache.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crossbeam_utils::CachePadded;
+use foldhash::HashMap;
 use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use e4_alloc::stats::LockStats;
@@ -44,9 +45,27 @@ pub struct Buffer {
     loaded: AtomicBool,
     dirty: AtomicBool,
     role: Mutex<Option<BufferRole>>,
+    /// Set from when a commit takes the buffer ([`BufferCache::take_dirty`]) until it has
+    /// written it: operations of the next transaction run meanwhile, and the first one to
+    /// change the bytes keeps a copy of them in `frozen` for the commit (jbd2's
+    /// `b_frozen_data`), so a commit writes exactly its own transaction's contents.
+    committing: AtomicBool,
+    frozen: Mutex<Option<Box<[u8]>>>,
 }
 
 impl Buffer {
+    fn new(nr: u64, bytes: Box<[u8]>, loaded: bool) -> Self {
+        Buffer {
+            nr,
+            bytes: RwLock::new(bytes),
+            loaded: AtomicBool::new(loaded),
+            dirty: AtomicBool::new(false),
+            role: Mutex::new(None),
+            committing: AtomicBool::new(false),
+            frozen: Mutex::new(None),
+        }
+    }
+
     pub fn nr(&self) -> u64 {
         self.nr
     }
@@ -59,7 +78,28 @@ impl Buffer {
     /// The bytes, for changing them; the caller holds the lock of the object that owns the
     /// block, and marks the buffer dirty through [`BufferCache::mark_dirty`].
     pub fn bytes_mut(&self) -> RwLockWriteGuard<'_, Box<[u8]>> {
-        self.bytes.write()
+        let bytes = self.bytes.write();
+        if self.committing.load(Ordering::Acquire) {
+            let mut frozen = self.frozen.lock();
+            if frozen.is_none() {
+                *frozen = Some(bytes.clone());
+            }
+        }
+        bytes
+    }
+
+    /// Hands `write` the contents the commit that took this buffer must write: the copy
+    /// frozen when the next transaction first changed it, or else the bytes themselves,
+    /// locked meanwhile. Then the commit's claim on the buffer ends.
+    pub fn with_committed_bytes<T>(&self, write: impl FnOnce(&mut [u8]) -> T) -> T {
+        let mut bytes = self.bytes.write();
+        let frozen = self.frozen.lock().take();
+        let written = match frozen {
+            Some(mut copy) => write(&mut copy),
+            None => write(&mut bytes),
+        };
+        self.committing.store(false, Ordering::Release);
+        written
     }
 
     pub fn is_dirty(&self) -> bool {
@@ -241,13 +281,11 @@ impl BufferCache {
                 }
                 // A miss: the buffer is made (and locked before it is visible, so others
                 // wait for the read below) only now, not on every lookup.
-                buffer = Arc::new(Buffer {
+                buffer = Arc::new(Buffer::new(
                     nr,
-                    bytes: RwLock::new(vec![0; self.block_size].into_boxed_slice()),
-                    loaded: AtomicBool::new(false),
-                    dirty: AtomicBool::new(false),
-                    role: Mutex::new(None),
-                });
+                    vec![0; self.block_size].into_boxed_slice(),
+                    false,
+                ));
                 let guard = buffer.bytes.write();
                 self.insert_locked(&mut shard, &buffer);
                 guard
@@ -281,17 +319,11 @@ impl BufferCache {
         if let Some(slot) = shard.slots.get(&nr) {
             let buffer = Arc::clone(&slot.buffer);
             drop(shard);
-            buffer.bytes.write().copy_from_slice(fill);
+            buffer.bytes_mut().copy_from_slice(fill);
             buffer.loaded.store(true, Ordering::Release);
             return buffer;
         }
-        let buffer = Arc::new(Buffer {
-            nr,
-            bytes: RwLock::new(fill.to_vec().into_boxed_slice()),
-            loaded: AtomicBool::new(true),
-            dirty: AtomicBool::new(false),
-            role: Mutex::new(None),
-        });
+        let buffer = Arc::new(Buffer::new(nr, fill.into(), true));
         self.insert_locked(&mut shard, &buffer);
         buffer
     }
@@ -305,8 +337,11 @@ impl BufferCache {
         }
     }
 
-    /// Every dirty buffer, marked clean (the caller writes them back; a buffer dirtied again
-    /// afterwards is listed again).
+    /// Every dirty buffer, marked clean and claimed by the commit that takes them, which
+    /// writes each through [`Buffer::with_committed_bytes`]. A buffer dirtied again
+    /// afterwards is listed again. Call it with no operation running (the commit gate
+    /// closed), so that every change made before is in the bytes and every change made
+    /// after freezes a copy first.
     pub fn take_dirty(&self) -> Vec<Arc<Buffer>> {
         let mut out = Vec::new();
         self.dirty_buffers.store(0, Ordering::Relaxed);
@@ -316,6 +351,7 @@ impl BufferCache {
             let taken = std::mem::take(&mut shard.dirty);
             drop(shard);
             for buffer in taken {
+                buffer.committing.store(true, Ordering::Release);
                 buffer.dirty.store(false, Ordering::Release);
                 out.push((buffer.nr, buffer));
             }

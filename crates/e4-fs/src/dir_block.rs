@@ -46,30 +46,33 @@ pub(crate) struct NewEntry {
 }
 
 /// A directory leaf block whose entry chain has been checked: every record lies inside the
-/// chain, has a valid `rec_len` and holds its name.
+/// chain, has a valid `rec_len` and holds its name. `B` holds the bytes: a block of its own
+/// (`Vec<u8>`, for blocks being built or rebuilt), or the cached block itself, borrowed for
+/// a look (`&[u8]`) or an edit in place (`&mut [u8]`).
 #[derive(Debug, Clone)]
-pub(crate) struct LeafBlock {
-    bytes: Vec<u8>,
+pub(crate) struct LeafBlock<B = Vec<u8>> {
+    bytes: B,
     /// Where the entry chain ends: the block size, less the tail under metadata_csum.
     end: usize,
     filetype: bool,
 }
 
-impl LeafBlock {
+impl<B: AsRef<[u8]>> LeafBlock<B> {
     /// A leaf whose entry chain was checked when it was read ([`check_leaf_chain`], the
-    /// verify step [`crate::meta_io::MetaIo::read`] runs once per buffer): only the checks
-    /// that cost nothing are made again. A directory operation reads a leaf or two, and
-    /// walking every record to re-check it was a fifth of a create.
-    pub(crate) fn checked(bytes: Vec<u8>, format: &DirFormat, loc: Location) -> Result<Self> {
+    /// verify step the engine runs once per buffer): only the checks that cost nothing are
+    /// made again. A directory operation reads a leaf or two, and walking every record to
+    /// re-check it was a fifth of a create.
+    pub(crate) fn checked(bytes: B, format: &DirFormat, loc: Location) -> Result<Self> {
         let bad = |problem| FormatError::corrupt(Structure::DirectoryBlock, loc, problem);
-        if bytes.len() != format.block_size {
+        let len = bytes.as_ref().len();
+        if len != format.block_size {
             return Err(bad(Problem::WrongBlockSize {
-                len: bytes.len(),
+                len,
                 expected: format.block_size,
             })
             .into());
         }
-        if format.metadata_csum && !has_tail(&bytes) {
+        if format.metadata_csum && !has_tail(bytes.as_ref()) {
             return Err(bad(Problem::NoChecksumTail).into());
         }
         Ok(LeafBlock {
@@ -81,14 +84,148 @@ impl LeafBlock {
 
     /// Checks that every record of the chain is whole and at least [`MIN_REC_LEN`] long.
     fn check_chain(&self, loc: Location) -> Result<()> {
-        check_chain_region(
-            &self.bytes[..self.end],
-            self.bytes.len(),
-            self.filetype,
-            loc,
-        )
+        let bytes = self.bytes.as_ref();
+        check_chain_region(&bytes[..self.end], bytes.len(), self.filetype, loc)
     }
 
+    /// Where the entry chain ends: the block size, less the tail under metadata_csum.
+    pub(crate) fn chain_end(&self) -> usize {
+        self.end
+    }
+
+    /// The block's bytes, to be written as a [`crate::meta_io::BlockKind::DirectoryLeaf`].
+    pub(crate) fn bytes(&self) -> &[u8] {
+        self.bytes.as_ref()
+    }
+
+    /// Every record in chain order, free ones included.
+    fn records(&self) -> Records<'_> {
+        let bytes = self.bytes.as_ref();
+        Records {
+            chain: &bytes[..self.end],
+            offset: 0,
+            block_size: bytes.len(),
+            filetype: self.filetype,
+        }
+    }
+
+    /// The live entries, in chain order.
+    pub(crate) fn entries(&self) -> impl Iterator<Item = LeafEntry> + '_ {
+        self.records()
+            .filter(|r| r.inode != 0)
+            .map(|r| r.to_entry())
+    }
+
+    /// The live entry called `name`, if the block holds one.
+    pub(crate) fn find(&self, name: &[u8]) -> Option<LeafEntry> {
+        self.records()
+            .find(|r| r.inode != 0 && same_name(r.name, name))
+            .map(|r| r.to_entry())
+    }
+
+    /// The first record with room for an entry with a `name_len`-byte name
+    /// (`ext4_find_dest_de`).
+    fn slot_for(&self, name_len: usize) -> Option<Slot> {
+        let needed = entry_size(name_len);
+        self.records().find_map(|r| r.slot(needed))
+    }
+
+    /// Looks for `name` and, in the same walk, for the first record with room for it
+    /// ([`LeafBlock::slot_for`]'s): a create reads each leaf once for both.
+    pub(crate) fn probe(&self, name: &[u8]) -> LeafProbe {
+        let needed = entry_size(name.len());
+        let mut slot = None;
+        for r in self.records() {
+            if r.inode != 0 && same_name(r.name, name) {
+                return LeafProbe::Found;
+            }
+            if slot.is_none() {
+                slot = r.slot(needed);
+            }
+        }
+        LeafProbe::Absent(slot)
+    }
+}
+
+impl<B: AsRef<[u8]> + AsMut<[u8]>> LeafBlock<B> {
+    /// Adds an entry in the first record with room for it ([`LeafBlock::insert_at`]).
+    /// False when no record has room.
+    pub(crate) fn insert(&mut self, name: &[u8], ino: u32, file_type: u8) -> bool {
+        match self.slot_for(name.len()) {
+            Some(slot) => {
+                self.insert_at(slot, name, ino, file_type);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Adds an entry in `slot`, which [`LeafBlock::probe`] found for this name: a live
+    /// record is cut to its smallest size and the entry takes the rest; a free record is
+    /// reused whole.
+    pub(crate) fn insert_at(&mut self, slot: Slot, name: &[u8], ino: u32, file_type: u8) {
+        let Slot {
+            offset,
+            used,
+            rec_len,
+        } = slot;
+        if used > 0 {
+            // The live entry keeps its first `used` bytes; only its rec_len changes.
+            self.set_rec_len(offset, used);
+        }
+        let at = offset + used;
+        let bytes = self.bytes.as_mut();
+        bytes[at..offset + rec_len].fill(0);
+        encode_entry(&mut bytes[at..], ino, rec_len - used, file_type, name);
+    }
+
+    /// Deletes the record at `offset` (`ext4_generic_delete_entry`): the previous record
+    /// absorbs it and it is zeroed; the first record of the block instead becomes free,
+    /// keeping its `rec_len`, with everything after that field zeroed.
+    pub(crate) fn remove(&mut self, offset: usize) {
+        let mut previous = None;
+        let mut found = None;
+        for r in self.records() {
+            if r.offset == offset {
+                found = Some(r.rec_len);
+                break;
+            }
+            previous = Some((r.offset, r.rec_len));
+        }
+        let Some(rec_len) = found else {
+            return;
+        };
+        match previous {
+            Some((prev, prev_len)) => {
+                self.set_rec_len(prev, prev_len + rec_len);
+                self.bytes.as_mut()[offset..offset + rec_len].fill(0);
+            }
+            None => {
+                let bytes = self.bytes.as_mut();
+                bytes[offset + INODE_FIELD.start..offset + INODE_FIELD.end].fill(0);
+                bytes[offset + NAME_LEN_FIELD..offset + rec_len].fill(0);
+            }
+        }
+    }
+
+    /// Points the record at `offset` at another inode (a rename over an existing name).
+    pub(crate) fn set_target(&mut self, offset: usize, ino: u32, file_type: u8) {
+        let filetype = self.filetype;
+        let bytes = self.bytes.as_mut();
+        bytes[offset + INODE_FIELD.start..offset + INODE_FIELD.end]
+            .copy_from_slice(&ino.to_le_bytes());
+        if filetype {
+            bytes[offset + FILE_TYPE_FIELD] = file_type;
+        }
+    }
+
+    fn set_rec_len(&mut self, offset: usize, rec_len: usize) {
+        let field = offset + REC_LEN_FIELD.start..offset + REC_LEN_FIELD.end;
+        self.bytes.as_mut()[field].copy_from_slice(&rec_len_to_disk(rec_len).to_le_bytes());
+    }
+}
+
+impl LeafBlock {
     /// One entry region of an inline directory (the rest of `i_block`, or the `system.data`
     /// value): a chain that fills `bytes` exactly, with no tail. `loc` names it in errors.
     pub(crate) fn inline_region(bytes: Vec<u8>, filetype: bool, loc: Location) -> Result<Self> {
@@ -210,120 +347,6 @@ impl LeafBlock {
         })
     }
 
-    /// Where the entry chain ends: the block size, less the tail under metadata_csum.
-    pub(crate) fn chain_end(&self) -> usize {
-        self.end
-    }
-
-    /// The block's bytes, to be written as a [`crate::meta_io::BlockKind::DirectoryLeaf`].
-    pub(crate) fn bytes(&self) -> &[u8] {
-        &self.bytes
-    }
-
-    /// Every record in chain order, free ones included.
-    fn records(&self) -> Records<'_> {
-        Records {
-            chain: &self.bytes[..self.end],
-            offset: 0,
-            block_size: self.bytes.len(),
-            filetype: self.filetype,
-        }
-    }
-
-    /// The live entries, in chain order.
-    pub(crate) fn entries(&self) -> impl Iterator<Item = LeafEntry> + '_ {
-        self.records()
-            .filter(|r| r.inode != 0)
-            .map(|r| r.to_entry())
-    }
-
-    /// The live entry called `name`, if the block holds one.
-    pub(crate) fn find(&self, name: &[u8]) -> Option<LeafEntry> {
-        self.records()
-            .find(|r| r.inode != 0 && same_name(r.name, name))
-            .map(|r| r.to_entry())
-    }
-
-    /// The first record with room for an entry with a `name_len`-byte name
-    /// (`ext4_find_dest_de`).
-    fn slot_for(&self, name_len: usize) -> Option<Slot> {
-        let needed = entry_size(name_len);
-        self.records().find_map(|r| r.slot(needed))
-    }
-
-    /// Looks for `name` and, in the same walk, for the first record with room for it: a
-    /// create reads each leaf once for both.
-    pub(crate) fn probe(&self, name: &[u8]) -> LeafProbe {
-        let needed = entry_size(name.len());
-        let mut slot = None;
-        for r in self.records() {
-            if r.inode != 0 && same_name(r.name, name) {
-                return LeafProbe::Found;
-            }
-            if slot.is_none() {
-                slot = r.slot(needed);
-            }
-        }
-        LeafProbe::Absent(slot)
-    }
-
-    /// Adds an entry in the first record with room for it (`ext4_find_dest_de`): a live
-    /// record is cut to its smallest size and the entry takes the rest; a free record is
-    /// reused whole. False when no record has room.
-    pub(crate) fn insert(&mut self, name: &[u8], ino: u32, file_type: u8) -> bool {
-        match self.slot_for(name.len()) {
-            Some(slot) => {
-                self.insert_at(slot, name, ino, file_type);
-                true
-            }
-            None => false,
-        }
-    }
-
-    /// Adds an entry in `slot`, which [`LeafBlock::probe`] found for this name.
-    pub(crate) fn insert_at(&mut self, slot: Slot, name: &[u8], ino: u32, file_type: u8) {
-        let Slot {
-            offset,
-            used,
-            rec_len,
-        } = slot;
-        if used > 0 {
-            // The live entry keeps its first `used` bytes; only its rec_len changes.
-            self.set_rec_len(offset, used);
-        }
-        let at = offset + used;
-        self.bytes[at..offset + rec_len].fill(0);
-        encode_entry(&mut self.bytes[at..], ino, rec_len - used, file_type, name);
-    }
-
-    /// Deletes the record at `offset` (`ext4_generic_delete_entry`): the previous record
-    /// absorbs it and it is zeroed; the first record of the block instead becomes free,
-    /// keeping its `rec_len`, with everything after that field zeroed.
-    pub(crate) fn remove(&mut self, offset: usize) {
-        let mut previous = None;
-        let mut found = None;
-        for r in self.records() {
-            if r.offset == offset {
-                found = Some(r.rec_len);
-                break;
-            }
-            previous = Some((r.offset, r.rec_len));
-        }
-        let Some(rec_len) = found else {
-            return;
-        };
-        match previous {
-            Some((prev, prev_len)) => {
-                self.set_rec_len(prev, prev_len + rec_len);
-                self.bytes[offset..offset + rec_len].fill(0);
-            }
-            None => {
-                self.bytes[offset + INODE_FIELD.start..offset + INODE_FIELD.end].fill(0);
-                self.bytes[offset + NAME_LEN_FIELD..offset + rec_len].fill(0);
-            }
-        }
-    }
-
     /// Lengthens an inline region to `len` bytes (`ext4_update_final_de`): its last record
     /// takes the new bytes, or, in an empty region, one free record spans them. `len` is a
     /// multiple of 4, at least [`MIN_REC_LEN`] more than the current length.
@@ -336,20 +359,6 @@ impl LeafBlock {
             Some((offset, rec_len)) => self.set_rec_len(offset, rec_len + len - old),
             None => encode_entry(&mut self.bytes, 0, len, 0, &[]),
         }
-    }
-
-    /// Points the record at `offset` at another inode (a rename over an existing name).
-    pub(crate) fn set_target(&mut self, offset: usize, ino: u32, file_type: u8) {
-        let field = offset + INODE_FIELD.start..offset + INODE_FIELD.end;
-        self.bytes[field].copy_from_slice(&ino.to_le_bytes());
-        if self.filetype {
-            self.bytes[offset + FILE_TYPE_FIELD] = file_type;
-        }
-    }
-
-    fn set_rec_len(&mut self, offset: usize, rec_len: usize) {
-        let field = offset + REC_LEN_FIELD.start..offset + REC_LEN_FIELD.end;
-        self.bytes[field].copy_from_slice(&rec_len_to_disk(rec_len).to_le_bytes());
     }
 }
 

@@ -85,13 +85,9 @@ impl DirectoryEditor<'_> {
         let hash = self.hash_name(path.version, name);
         loop {
             let logical = self.index_target(path.bottom().followed(), path.bottom().logical)?;
-            let (physical, leaf) = self.read_leaf(logical)?;
-            if let Some(entry) = leaf.find(name) {
-                return Ok(Some(Found {
-                    physical,
-                    leaf,
-                    entry,
-                }));
+            let (physical, entry) = self.look_leaf(logical, |_, leaf| Ok(leaf.find(name)))?;
+            if let Some(entry) = entry {
+                return Ok(Some(Found { physical, entry }));
             }
             match self.advance(&mut path)? {
                 Some(key) if key & !1 == hash => continue,
@@ -142,16 +138,24 @@ impl DirectoryEditor<'_> {
             let mut path = self.probe_name(&entry.name)?;
             let hash = self.hash_name(path.version, &entry.name);
             let logical = self.index_target(path.bottom().followed(), path.bottom().logical)?;
-            let (physical, mut leaf) = self.read_leaf(logical)?;
-            if leaf.find(&entry.name).is_some() {
-                let name = String::from_utf8_lossy(&entry.name).into_owned();
-                return Err(Error::Exists(name));
-            }
-            if leaf.insert(&entry.name, entry.ino, entry.file_type) {
-                return self.write_leaf(physical, &leaf);
+            let (physical, probe) =
+                self.look_leaf(logical, |_, leaf| Ok(leaf.probe(&entry.name)))?;
+            match probe {
+                LeafProbe::Found => {
+                    let name = String::from_utf8_lossy(&entry.name).into_owned();
+                    return Err(Error::Exists(name));
+                }
+                LeafProbe::Absent(Some(slot)) => {
+                    return self.edit_leaf(physical, |leaf| {
+                        leaf.insert_at(slot, &entry.name, entry.ino, entry.file_type)
+                    });
+                }
+                LeafProbe::Absent(None) => {}
             }
             if !path.bottom().is_full() {
-                let staying = self.hashed(leaf.entries(), path.version);
+                let version = path.version;
+                let (_, staying) =
+                    self.look_leaf(logical, |_, leaf| Ok(self.hashed(leaf.entries(), version)))?;
                 return self.split_leaf(&mut path, physical, staying, entry, hash);
             }
             // The index changed shape: find the leaf again from the root, as the kernel does.
@@ -175,17 +179,17 @@ impl DirectoryEditor<'_> {
             return Ok(None);
         }
         let logical = self.index_target(path.bottom().followed(), path.bottom().logical)?;
-        let (physical, mut leaf) = self.read_leaf(logical)?;
-        let slot = match leaf.probe(name) {
+        let (physical, probe) = self.look_leaf(logical, |_, leaf| Ok(leaf.probe(name)))?;
+        let slot = match probe {
             LeafProbe::Found => {
                 return Err(Error::Exists(String::from_utf8_lossy(name).into_owned()))
             }
             LeafProbe::Absent(None) => return Ok(None),
             LeafProbe::Absent(Some(slot)) => slot,
         };
+        // `make` allocates and writes the new inode: no buffer lock may be held across it.
         let ino = make()?;
-        leaf.insert_at(slot, name, ino, file_type);
-        self.write_leaf(physical, &leaf)?;
+        self.edit_leaf(physical, |leaf| leaf.insert_at(slot, name, ino, file_type))?;
         Ok(Some(ino))
     }
 

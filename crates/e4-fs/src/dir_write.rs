@@ -27,10 +27,10 @@ use e4_format::inode::FileType;
 use e4_format::superblock::Superblock;
 use e4_format::{FormatError, Location, Problem, Structure};
 
-use crate::dir_block::{LeafBlock, LeafEntry, NewEntry};
+use crate::dir_block::{LeafBlock, LeafEntry, LeafProbe, NewEntry};
 use crate::directory::DirEntry;
 use crate::error::{Error, Result};
-use crate::meta_io::{BlockKind, MetaIo, Owner};
+use crate::meta_io::{edit_at, look_at, BlockKind, MetaIo, Owner};
 
 /// The blocks of one directory, as the engine maps them.
 pub trait DirectoryBlocks {
@@ -202,10 +202,9 @@ pub(crate) struct Located {
     at: Option<EntryPlace>,
 }
 
-/// Where a live entry is: its record's offset in a copy of the leaf that holds it.
+/// Where a live entry is: the leaf block that holds it and its record's offset there.
 pub(crate) struct EntryPlace {
     physical: u64,
-    leaf: LeafBlock,
     offset: usize,
 }
 
@@ -224,10 +223,9 @@ fn add_new_after_lookup(
     Ok(ino)
 }
 
-/// A live entry found by name, with the block that holds it.
+/// A live entry found by name, with the leaf block that holds it.
 pub(crate) struct Found {
     pub physical: u64,
-    pub leaf: LeafBlock,
     pub entry: LeafEntry,
 }
 
@@ -236,7 +234,6 @@ impl Found {
     fn into_parts(self) -> (DirEntry, EntryPlace) {
         let place = EntryPlace {
             physical: self.physical,
-            leaf: self.leaf,
             offset: self.entry.offset,
         };
         (public_entry(self.entry), place)
@@ -302,15 +299,21 @@ impl<'a> DirectoryEditor<'a> {
         }
         let count = self.block_count()?;
         for logical in 0..count {
-            let (physical, mut leaf) = self.read_leaf(logical)?;
-            if leaf.find(name).is_some() {
-                return Err(Error::Exists(String::from_utf8_lossy(name).into_owned()));
-            }
-            if leaf.insert(&entry.name, entry.ino, entry.file_type) {
-                return self.write_leaf(physical, &leaf);
-            }
-            if count == 1 && self.format.dir_index {
-                return self.make_indexed(physical, leaf, entry);
+            let (physical, probe) = self.look_leaf(logical, |_, leaf| Ok(leaf.probe(name)))?;
+            match probe {
+                LeafProbe::Found => {
+                    return Err(Error::Exists(String::from_utf8_lossy(name).into_owned()))
+                }
+                LeafProbe::Absent(Some(slot)) => {
+                    return self.edit_leaf(physical, |leaf| {
+                        leaf.insert_at(slot, &entry.name, entry.ino, entry.file_type)
+                    })
+                }
+                LeafProbe::Absent(None) if count == 1 && self.format.dir_index => {
+                    let (physical, block0) = self.read_leaf(logical)?;
+                    return self.make_indexed(physical, block0, entry);
+                }
+                LeafProbe::Absent(None) => {}
             }
         }
         let physical = self.blocks.append_block()?;
@@ -335,9 +338,8 @@ impl<'a> DirectoryEditor<'a> {
     }
 
     /// Removes the entry at `place` from the leaf it was found in.
-    fn remove_at(&mut self, mut place: EntryPlace) -> Result<()> {
-        place.leaf.remove(place.offset);
-        self.write_leaf(place.physical, &place.leaf)
+    fn remove_at(&mut self, place: EntryPlace) -> Result<()> {
+        self.edit_leaf(place.physical, |leaf| leaf.remove(place.offset))
     }
 
     /// Finds `name`. "." and ".." are the caller's to resolve: like every name no entry may
@@ -357,12 +359,13 @@ impl<'a> DirectoryEditor<'a> {
         file_type: FileType,
     ) -> Result<Option<DirEntry>> {
         check_name(name)?;
-        let Some(mut found) = self.find(name)? else {
+        let Some(found) = self.find(name)? else {
             return Ok(None);
         };
         let code = self.format.file_type_code(file_type);
-        found.leaf.set_target(found.entry.offset, ino, code);
-        self.write_leaf(found.physical, &found.leaf)?;
+        self.edit_leaf(found.physical, |leaf| {
+            leaf.set_target(found.entry.offset, ino, code)
+        })?;
         Ok(Some(public_entry(found.entry)))
     }
 
@@ -404,18 +407,18 @@ impl<'a> DirectoryEditor<'a> {
             (0..self.block_count()?).collect()
         };
         for logical in leaves {
-            let (physical, leaf) = self.read_leaf(logical)?;
-            // Block 0 of a linear directory starts with "." and "..".
-            let skip = if logical == 0 {
-                check_dot_entries(leaf.bytes(), self.format, self.loc(physical))?;
-                2
-            } else {
-                0
-            };
-            for entry in leaf.entries().skip(skip) {
-                if !visit(entry) {
-                    return Ok(());
-                }
+            let (_, go_on) = self.look_leaf(logical, |physical, leaf| {
+                // Block 0 of a linear directory starts with "." and "..".
+                let skip = if logical == 0 {
+                    check_dot_entries(leaf.bytes(), self.format, self.loc(physical))?;
+                    2
+                } else {
+                    0
+                };
+                Ok(leaf.entries().skip(skip).all(&mut visit))
+            })?;
+            if !go_on {
+                break;
             }
         }
         Ok(())
@@ -427,13 +430,9 @@ impl<'a> DirectoryEditor<'a> {
             return self.find_indexed(name);
         }
         for logical in 0..self.block_count()? {
-            let (physical, leaf) = self.read_leaf(logical)?;
-            if let Some(entry) = leaf.find(name) {
-                return Ok(Some(Found {
-                    physical,
-                    leaf,
-                    entry,
-                }));
+            let (physical, entry) = self.look_leaf(logical, |_, leaf| Ok(leaf.find(name)))?;
+            if let Some(entry) = entry {
+                return Ok(Some(Found { physical, entry }));
             }
         }
         Ok(None)
@@ -486,6 +485,44 @@ impl<'a> DirectoryEditor<'a> {
         }
     }
 
+    /// Runs `look` on leaf `logical` where it lies in the cache; returns the leaf's block
+    /// number and what `look` made. `look` must not use the editor's `MetaIo`.
+    pub(crate) fn look_leaf<T>(
+        &self,
+        logical: u64,
+        look: impl FnOnce(u64, &LeafBlock<&[u8]>) -> Result<T>,
+    ) -> Result<(u64, T)> {
+        let physical = self.physical(logical)?;
+        let loc = self.loc(physical);
+        let seen = look_at(
+            self.io,
+            physical,
+            BlockKind::DirectoryLeaf,
+            self.owner,
+            |bytes| look(physical, &LeafBlock::checked(bytes, self.format, loc)?),
+        )?;
+        Ok((physical, seen))
+    }
+
+    /// Changes leaf block `physical` where it lies with `edit`, which cannot fail (every
+    /// check comes before: a look found the place, and the directory's lock has been held
+    /// since).
+    pub(crate) fn edit_leaf<T>(
+        &self,
+        physical: u64,
+        edit: impl FnOnce(&mut LeafBlock<&mut [u8]>) -> T,
+    ) -> Result<T> {
+        let loc = self.loc(physical);
+        edit_at(
+            self.io,
+            physical,
+            BlockKind::DirectoryLeaf,
+            self.owner,
+            |bytes| Ok(edit(&mut LeafBlock::checked(bytes, self.format, loc)?)),
+        )
+    }
+
+    /// A copy of leaf `logical`, for a split or a conversion that rebuilds it.
     pub(crate) fn read_leaf(&self, logical: u64) -> Result<(u64, LeafBlock)> {
         let physical = self.physical(logical)?;
         let bytes = self

@@ -332,6 +332,26 @@ impl Filesystem {
         }
     }
 
+    /// Makes everything done to inode `ino` so far durable (`fsync`): the transaction its
+    /// changes joined is committed, with everything else in it, as ext4 commits the whole
+    /// running transaction (`ext4_sync_file`). Threads that fsync at once share a commit:
+    /// one that finds its transaction written by another thread's commit returns without
+    /// one, and an inode with no change since the last commit needs none.
+    pub fn fsync(&self, ino: u32) -> Result<()> {
+        self.check_caller_ino(ino)?;
+        let Some(w) = &self.writer else {
+            return Ok(());
+        };
+        // Every change to a file marks its inode dirty in the transaction it joins, and a
+        // commit takes the dirty inodes after it has started the next transaction. So,
+        // read in this order: a clean inode's changes were taken by a commit of a
+        // transaction before the running one; a dirty inode's are in the running one or
+        // an earlier one (an operation that finished before this call joined no later).
+        let clean = !self.inodes.is_dirty(ino);
+        let running = w.running_txn();
+        w.commit_through(self, if clean { running - 1 } else { running })
+    }
+
     /// Writes everything back, gives back every reservation and marks the filesystem clean.
     /// Dropping a writable `Filesystem` does the same but cannot report a failure.
     pub fn unmount(self) -> Result<()> {

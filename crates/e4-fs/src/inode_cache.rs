@@ -7,7 +7,7 @@
 //! insert a handle, never while an inode is read from disk by another thread (two threads
 //! missing on one inode may both read it; the first to insert wins and both use its handle).
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -107,7 +107,7 @@ struct Shard {
 impl Default for Shard {
     fn default() -> Self {
         Shard {
-            handles: HashMap::new(),
+            handles: HashMap::default(),
             dirty: Vec::new(),
             trim_at: CLEAN_PER_SHARD,
         }
@@ -202,6 +202,15 @@ impl InodeCache {
         if !handle.dirty.swap(true, Ordering::AcqRel) {
             self.shard(handle.ino).dirty.push(Arc::clone(handle));
         }
+    }
+
+    /// Whether inode `ino` has changes that no commit has taken yet. An inode without a
+    /// handle here has none: dirty handles are never dropped.
+    pub fn is_dirty(&self, ino: u32) -> bool {
+        self.shard(ino)
+            .handles
+            .get(&ino)
+            .is_some_and(|h| h.dirty.load(Ordering::Acquire))
     }
 
     /// Whether some inode is dirty (takes every shard's lock: not for hot paths).

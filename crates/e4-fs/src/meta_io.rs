@@ -3,8 +3,9 @@
 //! and knows nothing of caches, transactions or allocators.
 //!
 //! Reads show the block as the running transaction sees it, borrowed ([`MetaIo::visit`], for
-//! a lookup that only looks) or copied ([`MetaIo::read`], for an edit); writes record the new
-//! contents, which reach the disk when the transaction commits. Checksums are not the
+//! a lookup that only looks) or copied ([`MetaIo::read`], for a rebuild); a small change is
+//! made where the block lies ([`MetaIo::modify`]); writes record whole new contents. Changes
+//! reach the disk when the transaction commits. Checksums are not the
 //! mechanism's business: a block is *sealed* (its checksum computed) at write-back, by the
 //! [`BlockKind`] it was written as and its [`Owner`] (DESIGN.md, concurrency rule 4).
 
@@ -54,9 +55,27 @@ pub trait MetaIo {
         owner: Owner,
         look: &mut dyn FnMut(&[u8]) -> Result<()>,
     ) -> Result<()>;
-    /// A copy of metadata block `nr`, for a caller that changes it and writes it back.
+    /// A copy of metadata block `nr`, for a caller that rebuilds it and writes it back.
     fn read(&self, nr: u64, kind: BlockKind, owner: Owner) -> Result<Vec<u8>> {
         look_at(self, nr, kind, owner, |bytes| Ok(bytes.to_vec()))
+    }
+    /// Lets `edit` change metadata block `nr` where it lies, as this transaction sees it
+    /// (verified as `kind` the first time it comes from the disk); the block is then
+    /// written at commit, sealed as `kind`. A directory entry added or removed changes a
+    /// few dozen bytes of a block: copying the block out and back in was a tenth of an
+    /// unlink. `edit` runs with the block's buffer locked for writing, so it must not use
+    /// this `MetaIo`; when it fails the block counts as unchanged, so it must fail before
+    /// changing anything. This default reads a copy, edits it and writes it back.
+    fn modify(
+        &self,
+        nr: u64,
+        kind: BlockKind,
+        owner: Owner,
+        edit: &mut dyn FnMut(&mut [u8]) -> Result<()>,
+    ) -> Result<()> {
+        let mut bytes = self.read(nr, kind, owner)?;
+        edit(&mut bytes)?;
+        self.write(nr, kind, owner, &bytes)
     }
     /// Replaces the contents of block `nr` (a whole block); it is sealed as `kind` and
     /// written at commit.
@@ -86,6 +105,24 @@ pub(crate) fn look_at<T>(
         Ok(())
     })?;
     Ok(seen.expect("visit returned Ok without showing the block"))
+}
+
+/// [`MetaIo::modify`] for an edit that yields a value.
+pub(crate) fn edit_at<T>(
+    io: &(impl MetaIo + ?Sized),
+    nr: u64,
+    kind: BlockKind,
+    owner: Owner,
+    edit: impl FnOnce(&mut [u8]) -> Result<T>,
+) -> Result<T> {
+    let mut edit = Some(edit);
+    let mut made = None;
+    io.modify(nr, kind, owner, &mut |bytes| {
+        let edit = edit.take().expect("modify edits the block once");
+        made = Some(edit(bytes)?);
+        Ok(())
+    })?;
+    Ok(made.expect("modify returned Ok without editing the block"))
 }
 
 #[cfg(test)]

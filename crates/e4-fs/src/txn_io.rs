@@ -70,6 +70,22 @@ impl MetaIo for TxnIo<'_> {
         look(&bytes)
     }
 
+    fn modify(
+        &self,
+        nr: u64,
+        kind: BlockKind,
+        owner: Owner,
+        edit: &mut dyn FnMut(&mut [u8]) -> Result<()>,
+    ) -> Result<()> {
+        let buffer = self.fs.read_block(nr)?;
+        let role = role(kind, owner);
+        self.fs.verify_block(&buffer, role)?;
+        edit(&mut buffer.bytes_mut())?;
+        buffer.set_role(role);
+        self.fs.cache.mark_dirty(&buffer);
+        Ok(())
+    }
+
     fn write(&self, nr: u64, kind: BlockKind, owner: Owner, bytes: &[u8]) -> Result<()> {
         let buffer = self.fs.cache.get_new(nr, bytes);
         buffer.set_role(role(kind, owner));

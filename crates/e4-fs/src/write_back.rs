@@ -1,10 +1,9 @@
-//! The write-back half of a commit: dirty inodes into their inode-table blocks, then dirty
-//! metadata blocks to the device. A commit stops every operation while it runs (see
-//! [`crate::writer`]), so this is the engine's one serial section, and what a thread count
-//! gains elsewhere it can lose here: a two-thread unlink run spent a fifth of its time in
-//! commits. So a large commit shares the work between threads (the operations' threads are
-//! idle meanwhile), and adjacent dirty blocks (inode tables are contiguous) go to the device
-//! in one write each instead of one per block.
+//! The write-back half of a commit: dirty inodes into their inode-table blocks (while the
+//! commit holds every operation back), then the gathered metadata blocks to the device
+//! (while the next transaction runs; see [`crate::writer`]). A large commit shares the work
+//! between threads, and adjacent dirty blocks (inode tables are contiguous) go to the
+//! device in one write each instead of one per block: a two-thread unlink run once spent a
+//! fifth of its time here.
 
 use std::sync::Arc;
 
@@ -35,7 +34,8 @@ pub(crate) fn write_inode_records(fs: &Filesystem, handles: &[Arc<InodeHandle>])
     })
 }
 
-/// Seals each dirty buffer by its role and writes it; `buffers` are sorted by block number.
+/// Seals each buffer a commit took by its role and writes it as the commit left it;
+/// `buffers` are sorted by block number.
 pub(crate) fn write_buffers(fs: &Filesystem, buffers: &[Arc<Buffer>]) -> Result<()> {
     let block_size = fs.block_size() as usize;
     in_chunks(buffers, |chunk| {
@@ -44,9 +44,10 @@ pub(crate) fn write_buffers(fs: &Filesystem, buffers: &[Arc<Buffer>]) -> Result<
             let first = run[0].nr();
             gathered.clear();
             for buffer in run {
-                let mut bytes = buffer.bytes_mut();
-                fs.seal(buffer, &mut bytes);
-                gathered.extend_from_slice(&bytes);
+                buffer.with_committed_bytes(|bytes| {
+                    fs.seal(buffer, bytes);
+                    gathered.extend_from_slice(bytes);
+                });
             }
             fs.device
                 .write_all_at(&gathered, first * block_size as u64)
@@ -81,10 +82,10 @@ fn adjacent_runs(buffers: &[Arc<Buffer>]) -> impl Iterator<Item = &[Arc<Buffer>]
 /// least [`PARALLEL_FROM`] items, else on this thread. Every chunk runs to its end or its
 /// first error; the first error (in item order) is returned.
 fn in_chunks<T: Sync>(items: &[T], work: impl Fn(&[T]) -> Result<()> + Sync) -> Result<()> {
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if items.len() < PARALLEL_FROM || threads == 1 {
+    if items.len() < PARALLEL_FROM || cpus() == 1 {
         return work(items);
     }
+    let threads = cpus();
     let chunk = items.len().div_ceil(threads);
     std::thread::scope(|scope| {
         let work = &work;
@@ -97,6 +98,14 @@ fn in_chunks<T: Sync>(items: &[T], work: impl Fn(&[T]) -> Result<()> + Sync) -> 
                 .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
         })
     })
+}
+
+/// The CPUs this process may use, asked once: `available_parallelism` reads the cgroup
+/// quota files on every call, and asking on every commit made an fsync-driven commit
+/// (a few blocks) spend four fifths of its time opening files in /sys.
+fn cpus() -> usize {
+    static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
 #[cfg(test)]

@@ -3,26 +3,32 @@
 //!
 //! Every operation runs inside a [`TxnHandle`]: it joins the running transaction by taking
 //! one slot of the commit gate for reading (slots are per thread, so operations on different
-//! threads share no lock word). A commit closes every slot, so it waits for the handles that
-//! are running and none starts until it is done; it then writes back, in this order:
-//! dirty inodes into their inode-table blocks, inode bitmaps (and newly exposed inode-table
-//! slots, zeroed), every dirty metadata block sealed by its role, block bitmaps, group
-//! descriptors and the superblock; flushes the device; and only then releases the blocks the
-//! transaction freed (pending frees), so no block is reused before the change that freed it
-//! is on disk. File data is written to its final place during the operation itself, before
-//! any commit that makes it reachable.
+//! threads share no lock word). Transactions are numbered. A commit closes every slot, so it
+//! waits for the handles that are running, and while the gate is closed it switches to the
+//! next transaction and gathers what it will write: dirty inodes into their inode-table
+//! blocks, inode bitmaps (and newly exposed inode-table slots, zeroed), the list of dirty
+//! metadata blocks and the changed block groups' bitmaps ([`Writer::gather`]). It then
+//! reopens the gate, and writes while the next transaction runs, as jbd2 commits one
+//! transaction while the next one runs: every gathered block sealed by its role, block
+//! bitmaps, group descriptors and the superblock; it flushes the device; and only then
+//! releases the blocks the transaction freed (pending frees), so no block is reused before
+//! the change that freed it is on disk. One commit runs at a time. File data is written to
+//! its final place during the operation itself, before any commit that makes it reachable.
 //!
 //! Until the journal lands, metadata goes to its home location directly: a commit that is
 //! interrupted (a crash, a failed write) can leave the image inconsistent, and after a failed
-//! commit the filesystem refuses further changes.
+//! commit the filesystem refuses further changes. Without a journal, a gathered block may
+//! be written with some of the next transaction's changes in it (see [`Writer::write_out`]);
+//! the journal will need jbd2's frozen copies there, to log exactly the committing
+//! transaction's contents.
 
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
 use e4_alloc::{
-    AllocatorConfig, BlockAllocator, Geometry as AllocGeometry, GroupLocking, GroupSummary,
-    InodeAllocator, InodeGeometry, InodeGroupSummary, TransactionFrees,
+    AllocatorConfig, BlockAllocator, DirtyGroup, Geometry as AllocGeometry, GroupLocking,
+    GroupSummary, InodeAllocator, InodeGeometry, InodeGroupSummary, TransactionFrees,
 };
 use e4_format::bitmap::{BitmapBlock, BitmapKind, BitmapSeed};
 use e4_format::features::{CompatFeatures, RoCompatFeatures};
@@ -31,7 +37,7 @@ use e4_format::group_descriptor::{
 };
 use e4_format::superblock::{Superblock, STATE_VALID, SUPERBLOCK_OFFSET};
 use e4_format::MetadataBlock;
-use parking_lot::{Mutex, RwLock, RwLockReadGuard};
+use parking_lot::{Mutex, MutexGuard, RwLock, RwLockReadGuard};
 
 use e4_alloc::stats::{Counter, LockStats};
 
@@ -75,7 +81,10 @@ pub(crate) struct Writer {
     gate: Box<[CachePadded<RwLock<()>>]>,
     /// Each slot's frees in the running transaction.
     frees: Box<[CachePadded<Mutex<TransactionFrees>>]>,
+    /// The running transaction's number: operations that start now join it.
     running: AtomicU64,
+    /// The last transaction written back (0: none yet). Advanced only under `commit_lock`.
+    committed: AtomicU64,
     commit_lock: Mutex<()>,
     /// Serialises renames that move something to another directory (as the kernel's
     /// `s_vfs_rename_mutex` does), so two of them cannot make a directory its own ancestor.
@@ -107,6 +116,17 @@ pub(crate) struct Writer {
     /// first). Written once per commit; operations only load it, and it has its own cache
     /// line, so the end-of-operation check adds no shared write and no line bouncing.
     last_commit: CachePadded<AtomicU64>,
+}
+
+/// What a commit gathered with every operation stopped, to write while the next
+/// transaction runs.
+struct CommitBatch {
+    /// Groups whose inode bitmaps were written (their descriptors are written with the rest).
+    inode_groups: Vec<u32>,
+    /// Dirty blocks, sorted by number.
+    buffers: Vec<std::sync::Arc<crate::buffer_cache::Buffer>>,
+    /// Changed block groups with the bitmaps to write.
+    block_groups: Vec<DirtyGroup>,
 }
 
 const OPEN: u8 = 0;
@@ -240,6 +260,7 @@ impl Writer {
                 .map(|_| CachePadded::new(Mutex::new(TransactionFrees::new(1))))
                 .collect(),
             running: AtomicU64::new(1),
+            committed: AtomicU64::new(0),
             commit_lock: Mutex::new(()),
             rename_lock: Mutex::new(()),
             xattr_block_locks: (0..XATTR_BLOCK_LOCKS)
@@ -359,18 +380,48 @@ impl Writer {
             || fs.inodes.any_dirty()
     }
 
+    /// The running transaction's number. Every operation that finished before this call
+    /// belongs to it or to an earlier one.
+    pub fn running_txn(&self) -> u64 {
+        self.running.load(Ordering::Acquire)
+    }
+
+    /// Makes sure transaction `txn` and every earlier one are written back, committing the
+    /// running transaction only if they are not (jbd2's `jbd2_log_wait_commit`). This is
+    /// how fsyncs share commits: callers that wait here while another thread commits find
+    /// their transaction written when they get the lock, and return at once; one commit
+    /// answers every fsync that was waiting for it.
+    pub fn commit_through(&self, fs: &Filesystem, txn: u64) -> Result<()> {
+        if self.committed.load(Ordering::Acquire) >= txn {
+            return self.check_open();
+        }
+        let one = self.commit_lock.lock();
+        if self.committed.load(Ordering::Acquire) >= txn {
+            return self.check_open();
+        }
+        self.commit_locked(fs, one)
+    }
+
     /// Writes the running transaction back (see the module docs for the order).
     pub fn commit(&self, fs: &Filesystem) -> Result<()> {
-        let _one = self.commit_lock.lock();
-        let _closed: Vec<_> = self.gate.iter().map(|g| g.write()).collect();
+        self.commit_locked(fs, self.commit_lock.lock())
+    }
+
+    fn commit_locked(&self, fs: &Filesystem, _one: MutexGuard<'_, ()>) -> Result<()> {
+        let closed: Vec<_> = self.gate.iter().map(|g| g.write()).collect();
         self.check_open()?;
+        // The switch: operations from here on join the next transaction, and its frees
+        // and dirty marks are its own.
         let txn = self.running.fetch_add(1, Ordering::AcqRel);
         let frees: Vec<TransactionFrees> = self
             .frees
             .iter()
             .map(|f| std::mem::replace(&mut *f.lock(), TransactionFrees::new(txn + 1)))
             .collect();
-        let result = self.write_back(fs);
+        self.pending_blocks.store(0, Ordering::Relaxed);
+        let gathered = self.gather(fs);
+        drop(closed);
+        let result = gathered.and_then(|batch| self.write_out(fs, batch));
         if result.is_err() {
             self.state.store(FAILED, Ordering::Release);
             return result;
@@ -378,7 +429,7 @@ impl Writer {
         for f in frees {
             self.blocks.commit_frees(f, 0);
         }
-        self.pending_blocks.store(0, Ordering::Relaxed);
+        self.committed.store(txn, Ordering::Release);
         self.commits.add(1);
         // OK to cast: u64 nanoseconds cover 584 years of one writer.
         let now = self.epoch.elapsed().as_nanos() as u64;
@@ -386,13 +437,42 @@ impl Writer {
         Ok(())
     }
 
-    fn write_back(&self, fs: &Filesystem) -> Result<()> {
+    /// The part of a commit that needs every operation stopped: the orphan chain, dirty
+    /// inodes into their table blocks, inode bitmaps (and the table slots they expose),
+    /// and the lists of dirty blocks and changed block groups, with the groups' bitmaps as
+    /// they stand. Nothing here waits for the device but the few inode bitmap writes.
+    fn gather(&self, fs: &Filesystem) -> Result<CommitBatch> {
         self.chain_orphans(fs)?;
         write_back::write_inode_records(fs, &fs.inodes.take_dirty())?;
-        let mut changed = self.write_inode_bitmaps(fs)?;
-        write_back::write_buffers(fs, &fs.cache.take_dirty())?;
-        changed.extend(self.write_block_bitmaps(fs)?);
-        self.write_descriptors(fs, changed)?;
+        let inode_groups = self.write_inode_bitmaps(fs)?;
+        let buffers = fs.cache.take_dirty();
+        let block_groups = self
+            .blocks
+            .take_dirty_groups(fs.block_size() as usize)
+            .map_err(|e| Error::Invalid(format!("block bitmaps: {e}")))?;
+        Ok(CommitBatch {
+            inode_groups,
+            buffers,
+            block_groups,
+        })
+    }
+
+    /// The rest of a commit, while the next transaction runs: the gathered blocks, block
+    /// bitmaps, descriptors, superblock, flush. An operation may change a gathered block
+    /// meanwhile; the block is then written as it stands under its lock (so with some of
+    /// the next transaction's changes), and again by the next commit, which starts only
+    /// after this one. No block freed by either transaction can be reused before its own
+    /// commit ends, so none of the blocks written here can belong to something else by now.
+    fn write_out(&self, fs: &Filesystem, batch: CommitBatch) -> Result<()> {
+        let CommitBatch {
+            mut inode_groups,
+            buffers,
+            block_groups,
+        } = batch;
+        write_back::write_buffers(fs, &buffers)?;
+        drop(buffers);
+        inode_groups.extend(self.write_block_bitmaps(fs, block_groups)?);
+        self.write_descriptors(fs, inode_groups)?;
         self.write_superblock(fs)?;
         fs.device
             .flush()
@@ -452,14 +532,9 @@ impl Writer {
     }
 
     /// Writes the changed groups' block bitmaps; returns those groups.
-    fn write_block_bitmaps(&self, fs: &Filesystem) -> Result<Vec<u32>> {
+    fn write_block_bitmaps(&self, fs: &Filesystem, groups: Vec<DirtyGroup>) -> Result<Vec<u32>> {
         let sb = fs.superblock();
-        let bs = fs.block_size() as usize;
         let seed = BitmapSeed::for_superblock(sb, BitmapKind::Block);
-        let groups = self
-            .blocks
-            .take_dirty_groups(bs)
-            .map_err(|e| Error::Invalid(format!("block bitmaps: {e}")))?;
         let changed: Vec<u32> = groups.iter().map(|d| d.group).collect();
         for dirty in groups {
             let mut desc = fs.descriptors[dirty.group as usize].lock();

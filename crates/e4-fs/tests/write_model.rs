@@ -127,7 +127,13 @@ fn random_name(rng: &mut StdRng, names: &[&[u8]]) -> Vec<u8> {
 fn run(profile_args: &[&str], name: &str, seed: u64, steps: usize) {
     let img = make_empty_image(profile_args, 64);
     let mut rng = StdRng::seed_from_u64(seed);
-    let names: Vec<Vec<u8>> = (0..40).map(|i| format!("n{i}").into_bytes()).collect();
+    // Short names, and long ones that fill a directory block after a few dozen entries,
+    // so that directories outgrow one block (and become indexed where the profile has
+    // dir_index) and later operations find, replace and remove entries in split leaves.
+    let names: Vec<Vec<u8>> = (0..40)
+        .map(|i| format!("n{i}").into_bytes())
+        .chain((0..40).map(|i| format!("{i}-{}", "l".repeat(150)).into_bytes()))
+        .collect();
     let names: Vec<&[u8]> = names.iter().map(|n| n.as_slice()).collect();
     let mut model = Model {
         nodes: BTreeMap::new(),

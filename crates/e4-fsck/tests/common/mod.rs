@@ -13,6 +13,7 @@ use std::path::Path;
 use std::process::Command;
 
 use e4_fsck::{check, Options, ProblemClass};
+use e4_testkit::RawImage;
 
 /// e2fsck message fragments and the class each one names. The first match wins.
 pub const E2FSCK_CLASSES: &[(&str, ProblemClass)] = &[
@@ -288,9 +289,7 @@ pub fn inode_of(image: &Path, path: &str) -> u32 {
 }
 
 pub fn block_size(image: &Path) -> u64 {
-    let text = debugfs(image, "stats");
-    let line = text.lines().find(|l| l.starts_with("Block size:")).unwrap();
-    line.split_whitespace().last().unwrap().parse().unwrap()
+    RawImage::read(image).unwrap().block_size() as u64
 }
 
 pub fn write_bytes(image: &Path, offset: u64, bytes: &[u8]) {
@@ -305,20 +304,7 @@ pub fn read_bytes(image: &Path, offset: u64, len: usize) -> Vec<u8> {
     buf
 }
 
-/// Byte offset of inode `ino`'s record.
+/// Byte offset of inode `ino`'s record, found with e4-format's geometry (not e4's checker).
 pub fn inode_offset(image: &Path, ino: u32) -> u64 {
-    let text = debugfs(image, &format!("imap <{ino}>"));
-    // "Inode 12 is part of block group 0\n\tlocated at block 1234, offset 0x0b00"
-    let block: u64 = text
-        .split("located at block ")
-        .nth(1)
-        .unwrap()
-        .split(',')
-        .next()
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    let offset = text.split("offset 0x").nth(1).unwrap().trim();
-    block * block_size(image) + u64::from_str_radix(offset, 16).unwrap()
+    RawImage::read(image).unwrap().inode_offset(ino).unwrap()
 }

@@ -5,28 +5,24 @@ use e4_format::checksum::inode_csum_seed;
 use e4_format::orphan_file::OrphanBlock;
 use e4_format::Location;
 use e4_format::{BlockSeed, MetadataBlock};
-use e4_fs::{Filesystem, Mapping, OpenOptions};
-use e4_testkit::make_empty_image;
+use e4_testkit::{make_empty_image, RawImage};
 
 #[test]
 fn orphan_file_blocks_from_mke2fs() {
     let img = make_empty_image(&["-t", "ext4", "-b", "4096", "-O", "orphan_file"], 64);
-    let image = img.path.clone();
-    let fs = Filesystem::open(&image, OpenOptions::default()).unwrap();
-    let sb = fs.superblock();
+    let raw = RawImage::read(&img.path).unwrap();
+    let sb = raw.superblock();
     let ino = sb.orphan_file_inum;
     assert_ne!(ino, 0, "mke2fs made no orphan file");
-    let inode = fs.read_inode(ino).unwrap();
+    let inode = raw.inode(ino).unwrap();
     let seed = inode_csum_seed(sb.csum_seed(), ino, inode.record.generation);
-    let blocks = inode.size() / u64::from(fs.block_size());
+    let blocks = inode.size() / raw.block_size() as u64;
     assert!(blocks > 0);
-    let bytes = std::fs::read(&image).unwrap();
-    let bs = fs.block_size() as usize;
     for logical in 0..blocks {
-        let Mapping::Data { physical, .. } = fs.map_block(&inode, logical, 1).unwrap() else {
+        let Some(physical) = raw.file_block(ino, logical).unwrap() else {
             panic!("orphan file has a hole at {logical}");
         };
-        let block = &bytes[physical as usize * bs..(physical as usize + 1) * bs];
+        let block = raw.block(physical).unwrap();
         let loc = Location::InodeBlock {
             inode: ino,
             block: physical,

@@ -3,8 +3,7 @@
 
 use e4_format::bitmap::{BitmapBlock, BitmapKind, BitmapSeed};
 use e4_format::group_descriptor::{BG_BLOCK_UNINIT, BG_INODE_UNINIT};
-use e4_fs::{Filesystem, OpenOptions};
-use e4_testkit::make_empty_image;
+use e4_testkit::{make_empty_image, RawImage};
 
 #[test]
 fn bitmap_checksums_from_mke2fs() {
@@ -13,19 +12,17 @@ fn bitmap_checksums_from_mke2fs() {
         &["-t", "ext4", "-O", "^64bit", "-b", "4096"],
     ] {
         let img = make_empty_image(args, 64);
-        let fs = Filesystem::open(&img.path, OpenOptions::default()).unwrap();
-        let sb = fs.superblock();
-        let bytes = std::fs::read(&img.path).unwrap();
-        let bs = fs.block_size() as usize;
-        let block = |nr: u64| &bytes[nr as usize * bs..(nr as usize + 1) * bs];
+        let raw = RawImage::read(&img.path).unwrap();
+        let sb = raw.superblock();
         let mut checked = 0;
-        for (g, desc) in fs.group_descriptors().iter().enumerate() {
+        for g in 0..raw.geometry().groups() {
+            let desc = raw.group_descriptor(g).unwrap();
             let verify = |kind, bitmap: &[u8]| {
                 let seed = BitmapSeed::for_superblock(sb, kind).unwrap();
-                BitmapBlock::of(desc, kind, g as u32).verify(bitmap, seed)
+                BitmapBlock::of(&desc, kind, g).verify(bitmap, seed)
             };
             if desc.flags & BG_BLOCK_UNINIT == 0 {
-                let bitmap = block(desc.block_bitmap());
+                let bitmap = raw.block(desc.block_bitmap()).unwrap();
                 verify(BitmapKind::Block, bitmap).unwrap();
                 let mut damaged = bitmap.to_vec();
                 damaged[0] ^= 0x80;
@@ -33,7 +30,8 @@ fn bitmap_checksums_from_mke2fs() {
                 checked += 1;
             }
             if desc.flags & BG_INODE_UNINIT == 0 {
-                verify(BitmapKind::Inode, block(desc.inode_bitmap())).unwrap();
+                let bitmap = raw.block(desc.inode_bitmap()).unwrap();
+                verify(BitmapKind::Inode, bitmap).unwrap();
                 checked += 1;
             }
         }

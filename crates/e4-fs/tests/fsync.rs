@@ -1,0 +1,118 @@
+//! fsync: a file's changes are on disk when it returns (seen through a second, read-only
+//! open of the image, and e2fsck), an fsync with nothing new to write commits nothing, and
+//! threads that fsync at once share commits.
+
+use std::time::Duration;
+
+use e4_fs::{Creator, Filesystem, OpenOptions};
+use e4_testkit::{e2fsck_clean, make_empty_image};
+
+const ROOT: u32 = 2;
+const ME: Creator = Creator {
+    permissions: 0o644,
+    uid: 0,
+    gid: 0,
+};
+
+/// No interval commits: only fsync (and the commit threshold) write anything back.
+fn no_interval() -> OpenOptions {
+    OpenOptions {
+        commit_interval: Duration::ZERO,
+        ..OpenOptions::writable()
+    }
+}
+
+/// What a second, read-only open of the image at `path` finds at `/name`, if anything.
+fn read_back(path: &std::path::Path, name: &str) -> Option<Vec<u8>> {
+    let fs = Filesystem::open(path, OpenOptions::default()).unwrap();
+    let ino = fs.resolve(name, true).ok()?;
+    Some(fs.read_file(ino, 1 << 30).unwrap())
+}
+
+#[test]
+fn fsync_writes_the_file_back_and_commits_nothing_when_nothing_changed() {
+    let img = make_empty_image(&["-t", "ext4"], 32);
+    let fs = Filesystem::open(&img.path, no_interval()).unwrap();
+    let ino = fs.create(ROOT, b"f", ME).unwrap();
+    let data: Vec<u8> = (0..100 * 1024u32).map(|i| (i % 253) as u8).collect();
+    fs.write_at(ino, 0, &data).unwrap();
+    assert_eq!(
+        read_back(&img.path, "/f"),
+        None,
+        "written back before the fsync"
+    );
+    fs.fsync(ino).unwrap();
+    assert_eq!(fs.lock_stats().commits, 1);
+    assert_eq!(read_back(&img.path, "/f"), Some(data.clone()));
+    e2fsck_clean(&img.path).unwrap();
+
+    // Nothing changed since: no commit. Another file's change is not this file's.
+    fs.fsync(ino).unwrap();
+    let other = fs.create(ROOT, b"g", ME).unwrap();
+    fs.fsync(ino).unwrap();
+    assert_eq!(fs.lock_stats().commits, 1, "a clean file's fsync committed");
+    fs.fsync(other).unwrap();
+    assert_eq!(fs.lock_stats().commits, 2);
+    assert_eq!(read_back(&img.path, "/g"), Some(Vec::new()));
+
+    // A change through another path than a write (a rename's ctime, a truncate) counts.
+    fs.truncate(ino, 10).unwrap();
+    fs.fsync(ino).unwrap();
+    assert_eq!(fs.lock_stats().commits, 3);
+    assert_eq!(read_back(&img.path, "/f"), Some(data[..10].to_vec()));
+
+    assert!(fs.fsync(0).is_err(), "inode 0 accepted");
+    fs.unmount().unwrap();
+    e2fsck_clean(&img.path).unwrap();
+}
+
+#[test]
+fn threads_that_fsync_at_once_share_commits() {
+    let img = make_empty_image(&["-t", "ext4"], 64);
+    let fs = Filesystem::open(&img.path, no_interval()).unwrap();
+    let threads = 8;
+    let rounds = 40;
+    let inos: Vec<u32> = (0..threads)
+        .map(|t| fs.create(ROOT, format!("f{t}").as_bytes(), ME).unwrap())
+        .collect();
+    fs.sync().unwrap();
+    let before = fs.lock_stats().commits;
+    // Each round, every thread writes, then every thread fsyncs: the first fsync's commit
+    // takes all eight files' changes, and the other seven find theirs written (or wait
+    // for that commit and then find them written).
+    let written = std::sync::Barrier::new(threads);
+    std::thread::scope(|s| {
+        for (t, &ino) in inos.iter().enumerate() {
+            let (fs, written) = (&fs, &written);
+            s.spawn(move || {
+                for round in 0..rounds {
+                    let block = vec![(t * rounds + round) as u8; 4096];
+                    fs.write_at(ino, (round * 4096) as u64, &block).unwrap();
+                    written.wait();
+                    fs.fsync(ino).unwrap();
+                    written.wait();
+                }
+            });
+        }
+    });
+    let commits = fs.lock_stats().commits - before;
+    let fsyncs = (threads * rounds) as u64;
+    // One commit per fsync would be `fsyncs`, one per round `rounds`. A thread may still
+    // commit an empty transaction when a commit starts between its two reads in `fsync`,
+    // so the bound is loose; without sharing, every fsync commits.
+    assert!(
+        commits <= fsyncs / 2,
+        "{commits} commits for {fsyncs} fsyncs"
+    );
+    for t in 0..threads {
+        let back = read_back(&img.path, &format!("/f{t}")).unwrap();
+        assert_eq!(back.len(), rounds * 4096, "file {t} on disk");
+        for round in 0..rounds {
+            assert!(back[round * 4096..(round + 1) * 4096]
+                .iter()
+                .all(|&b| b == (t * rounds + round) as u8));
+        }
+    }
+    fs.unmount().unwrap();
+    e2fsck_clean(&img.path).unwrap();
+}
