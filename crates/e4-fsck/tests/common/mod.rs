@@ -143,39 +143,18 @@ fn phantom_leaf_checksum(image: &Path, text: &str, line: &str) -> bool {
 fn leaf_checksum_verifies(image: &Path, dir: u32, logical: u64) -> bool {
     use e4_format::checksum::inode_csum_seed;
     use e4_format::dir_entry::DirLeafBlock;
-    use e4_format::superblock::Superblock;
     use e4_format::{Location, MetadataBlock};
-    let Ok(sb) = Superblock::decode_checked(&read_bytes(image, 1024, 1024)) else {
+    let Ok(raw) = RawImage::read(image) else {
         return false;
     };
-    // Read-only and without the bitmaps (`-c`), which may be what the damage broke.
-    let read = |command: String| {
-        let out = Command::new("debugfs")
-            .args(["-c", "-R", &command])
-            .arg(image)
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
-    let stat = read(format!("stat <{dir}>"));
-    let Some(generation) = stat
-        .split("Generation: ")
-        .nth(1)
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|g| g.parse::<u32>().ok())
-    else {
+    let (Ok(inode), Ok(Some(physical))) = (raw.inode(dir), raw.file_block(dir, logical)) else {
         return false;
     };
-    let Ok(physical) = read(format!("bmap <{dir}> {logical}"))
-        .trim()
-        .parse::<u64>()
-    else {
+    let Ok(block) = raw.block(physical) else {
         return false;
     };
-    let block_size = u64::from(sb.block_size());
-    let block = read_bytes(image, physical * block_size, block_size as usize);
-    let seed = inode_csum_seed(sb.csum_seed(), dir, generation);
-    DirLeafBlock::verify(&block, seed, Location::Block(physical)).is_ok()
+    let seed = inode_csum_seed(raw.superblock().csum_seed(), dir, inode.record.generation);
+    DirLeafBlock::verify(block, seed, Location::Block(physical)).is_ok()
 }
 
 pub fn e2fsck_verdict(image: &Path) -> (Verdict, String) {
