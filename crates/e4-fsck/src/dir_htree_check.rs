@@ -288,7 +288,13 @@ impl IndexWalker<'_> {
             return None;
         };
         let sb = &self.ctx.sb;
-        if let Some(info) = bytes
+        if self.dir.root_unmappable {
+            // e2fsck stops its root checks there and keeps the index (declined).
+            self.report_root_info(
+                ProblemCode::PR_1_HTREE_BADROOT,
+                "has an invalid root node (block 0 cannot be mapped)".into(),
+            );
+        } else if let Some(info) = bytes
             .get(ROOT_INFO_OFFSET..ROOT_INFO_OFFSET + DxRootInfo::SIZE)
             .and_then(|raw| raw.try_into().ok())
             .map(DxRootInfo::decode)

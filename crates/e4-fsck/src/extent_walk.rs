@@ -261,6 +261,7 @@ fn walk_child(
     let node = match header_problem {
         Ok(node) => node,
         Err(why) => {
+            tally.block_zero_unmappable |= lblk == 0;
             walk.report(
                 ProblemCode::PR_1_EXTENT_HEADER_INVALID,
                 loc,
@@ -293,6 +294,7 @@ fn walk_child(
     had_problem |= walk_node(walk, info, &node, lblk, end_block, child_end, tally);
     if let Some(seed) = info.csum_seed {
         if let Err(FormatError::Checksum { .. }) = ExtentNode::verify(&bytes, seed, format_loc) {
+            tally.block_zero_unmappable |= lblk == 0;
             // e2fsck reports a checksum alone only when the node passed every other check.
             if !had_problem {
                 walk.report(

@@ -59,6 +59,9 @@ pub struct Directory {
     /// (`PR_1_HTREE_DEPTH`).
     pub size: u64,
     pub i_blocks_lo: u32,
+    /// Block 0 cannot be mapped as libext2fs maps it (an extent node on its path fails
+    /// its checks): e2fsck's `handle_htree` calls such a root invalid.
+    pub root_unmappable: bool,
     /// Its blocks, (logical, physical), in logical order.
     pub blocks: Vec<(u32, u64)>,
     /// For an inline directory: `i_block` and the `system.data` value.
@@ -397,6 +400,7 @@ fn check_inode(
             htree: inode.has_flag(flags::INDEX),
             size: inode.size(),
             i_blocks_lo: inode.record.blocks_lo,
+            root_unmappable: tally.block_zero_unmappable,
             blocks: std::mem::take(&mut tally.dir_blocks),
             // Without the feature e2fsck does not read an inline directory's entries
             // (`check_blocks_inline_data` runs only under it), so its children go

@@ -20,11 +20,13 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::OnceLock;
 
-use e4_fsck::{check, Options, ProblemCode};
+use e4_fsck::{check, Options, ProblemClass, ProblemCode};
 use e4_testkit::{make_empty_image, Image, KernelMount, Profile, PROFILES};
 
 use common::assert_agreement;
-use common::damages::{assert_damages_agree, assert_every_damage_ran_on, DAMAGES};
+use common::damages::{
+    assert_damages_agree, assert_every_damage_ran_on, flip_first_extent_leaf_checksum, DAMAGES,
+};
 use common::flips::assert_random_flips_agree;
 
 /// Entries in the directory the kernel grows into a hash tree: with 1 KiB blocks (124
@@ -263,4 +265,44 @@ fn random_flips_in_kernel_written_metadata() {
         damaged += assert_random_flips_agree(&path, &paths, 64, 60, 0x6e72_6e6c);
     }
     assert!(damaged >= 20, "only {damaged} rounds damaged");
+}
+
+/// The kernel spreads its 3,000-entry directory's blocks so that its extent tree has a
+/// leaf block; a bad checksum there, on the path to logical block 0, makes libext2fs's
+/// `ext2fs_bmap2` of block 0 fail, and e2fsck's `handle_htree` then calls the root invalid
+/// (`PR_1_HTREE_BADROOT`) besides the checksum (found by random flips).
+#[test]
+fn htree_directory_whose_first_extent_leaf_fails_its_checksum() {
+    let Some(images) = kernel_written_images() else {
+        return;
+    };
+    let scratch = tempfile::tempdir().unwrap();
+    let (profile, bytes) = &images[0];
+    let path = scratch.path().join(format!("{}.img", profile.name));
+    fs::write(&path, bytes).unwrap();
+    assert!(
+        flip_first_extent_leaf_checksum(&path, "/big"),
+        "{}: /big has no extent leaf to damage",
+        profile.name
+    );
+    let classes = assert_agreement(&path, "first extent leaf of an htree directory");
+    assert!(classes.contains(&ProblemClass::Htree), "{classes:?}");
+    let report = check(
+        &path,
+        &Options {
+            force: true,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    for code in [
+        ProblemCode::PR_1_EXTENT_ONLY_CSUM_INVALID,
+        ProblemCode::PR_1_HTREE_BADROOT,
+    ] {
+        assert!(
+            report.problems.iter().any(|p| p.code == code),
+            "{code} not in {:?}",
+            report.problems
+        );
+    }
 }

@@ -40,6 +40,35 @@ pub fn block_of(image: &Path, path: &str, logical: u64) -> Option<u64> {
         .filter(|&b| b != 0)
 }
 
+/// Flips a bit of the checksum of the first extent leaf of `path` (the one mapping its
+/// logical block 0), when the image has metadata_csum and `path` a leaf block; returns
+/// whether it did.
+pub fn flip_first_extent_leaf_checksum(img: &Path, path: &str) -> bool {
+    if !has_feature(img, "metadata_csum") || !uses_extents(img, path) {
+        return false;
+    }
+    let text = debugfs(img, &format!("ex {path}"));
+    // The line after the header is the root's first index entry; its child is the
+    // second-to-last field.
+    let Some(line) = text.lines().nth(1) else {
+        return false;
+    };
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    let Some(Ok(leaf)) = fields
+        .len()
+        .checked_sub(2)
+        .map(|i| fields[i].parse::<u64>())
+    else {
+        return false;
+    };
+    let bs = block_size(img);
+    let max = u16::from_le_bytes(read_bytes(img, leaf * bs + 4, 2).try_into().unwrap());
+    let at = leaf * bs + 12 + 12 * u64::from(max);
+    let sum = read_bytes(img, at, 1);
+    write_bytes(img, at, &[sum[0] ^ 0x5A]);
+    true
+}
+
 /// One damage: applies itself and returns true, or returns false where the profile lacks
 /// the structure it damages.
 pub type Damage = fn(&Path) -> bool;
@@ -151,27 +180,7 @@ pub const DAMAGES: &[(&str, Damage, ProblemClass, Option<ProblemCode>)] = &[
     ),
     (
         "extent leaf checksum",
-        |img| {
-            if !has_feature(img, "metadata_csum") || !uses_extents(img, "/fragmented") {
-                return false;
-            }
-            let text = debugfs(img, "ex /fragmented");
-            // The line after the header is the root's index entry; its child is the
-            // second-to-last field.
-            let Some(line) = text.lines().nth(1) else {
-                return false;
-            };
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            let Ok(leaf) = fields[fields.len() - 2].parse::<u64>() else {
-                return false;
-            };
-            let bs = block_size(img);
-            let max = u16::from_le_bytes(read_bytes(img, leaf * bs + 4, 2).try_into().unwrap());
-            let at = leaf * bs + 12 + 12 * u64::from(max);
-            let sum = read_bytes(img, at, 1);
-            write_bytes(img, at, &[sum[0] ^ 0x5A]);
-            true
-        },
+        |img| flip_first_extent_leaf_checksum(img, "/fragmented"),
         ProblemClass::ExtentTree,
         Some(ProblemCode::PR_1_EXTENT_ONLY_CSUM_INVALID),
     ),
