@@ -573,7 +573,11 @@ fn check_size(walk: &BlockWalk<'_>, inode: &Inode, tally: &BlockTally, dir: bool
         // hold, and leaves an inline file's size unchecked.
         dir && size != inline_data_size(inode)
     } else if dir {
-        let nblock = size / block_size;
+        // e2fsck holds the block count in an `unsigned` (`nblock = size >> bits`): a
+        // directory's size past 2^32 blocks wraps there, so an `i_size_high` that only
+        // adds whole multiples of 2^32 blocks passes this check (and is reported as
+        // `PR_2_DIR_SIZE_HIGH_ZERO` instead).
+        let nblock = u64::from((size / block_size) as u32);
         let want = last.map_or(0, |l| l + 1);
         size % block_size != 0
             || nblock > want

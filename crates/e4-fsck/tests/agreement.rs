@@ -1340,3 +1340,50 @@ fn quota_inode_slots() {
         }
     }
 }
+
+/// A directory's `i_size_high` without large_dir: e2fsck counts the directory's blocks in
+/// 32 bits, so a high word that adds a multiple of 2^32 blocks leaves only
+/// `PR_2_DIR_SIZE_HIGH_ZERO`, while one that does not is also a wrong `i_size` (found by
+/// random flips in a kernel-written ext2 image: e4 reported the size too).
+#[test]
+fn directory_size_high_word() {
+    // Without metadata_csum, so the byte written leaves the inode's checksum alone.
+    let profile = Profile {
+        name: "ext4-1k-no-csum",
+        mke2fs_args: &["-t", "ext4", "-b", "1024", "-O", "^metadata_csum"],
+        mke2fs_miscopies: &[],
+    };
+    // With 1 KiB blocks, 2^32 blocks are 2^42 bytes: i_size_high 0x400.
+    for (high, codes) in [
+        (0x400u32, &[ProblemCode::PR_2_DIR_SIZE_HIGH_ZERO][..]),
+        (
+            1,
+            &[
+                ProblemCode::PR_2_DIR_SIZE_HIGH_ZERO,
+                ProblemCode::PR_1_BAD_I_SIZE,
+            ][..],
+        ),
+    ] {
+        let (_source, image) = fresh_image(&profile);
+        let at = inode_offset(&image.path, inode_of(&image.path, "/dir2")) + 0x6C;
+        write_bytes(&image.path, at, &high.to_le_bytes());
+        assert_agreement(&image.path, &format!("i_size_high {high:#x}"));
+        let report = check(
+            &image.path,
+            &Options {
+                force: true,
+                ..Options::default()
+            },
+        )
+        .unwrap();
+        let found: std::collections::BTreeSet<ProblemCode> =
+            report.problems.iter().map(|p| p.code).collect();
+        assert!(
+            codes.iter().all(|c| found.contains(c)),
+            "i_size_high {high:#x}: {found:?}"
+        );
+        if high == 0x400 {
+            assert!(!found.contains(&ProblemCode::PR_1_BAD_I_SIZE), "{found:?}");
+        }
+    }
+}
