@@ -12,25 +12,36 @@ use e4_format::inode::Inode;
 use crate::block_claim::BlockWalk;
 use crate::block_tally::BlockTally;
 use crate::problem::{Location, ProblemCode};
+// The resize inode's double indirect block is the only one of its blocks it owns; the
+// rest are reserved descriptor blocks, counted as metadata.
+use crate::resize_inode::RESIZE_INO;
+use crate::too_big::{self, TooBig};
 
-/// The resize inode's double indirect block is the only one of its blocks it owns; the
-/// rest are reserved descriptor blocks, counted as metadata.
-const RESIZE_INO: u32 = 7;
+/// What every block of one map needs to know about its inode.
+#[derive(Debug, Clone, Copy)]
+struct MapInfo {
+    dir: bool,
+    too_big: TooBig,
+}
 
 /// Walks the block map in `inode`'s `i_block`.
 pub fn walk_block_map(walk: &BlockWalk<'_>, inode: &Inode, dir: bool) -> BlockTally {
+    let info = MapInfo {
+        dir,
+        too_big: TooBig::for_inode(walk, inode),
+    };
     let mut tally = BlockTally::default();
     let pointer = |slot: usize| le32(&inode.record.block, 4 * slot).unwrap_or(0);
     for slot in 0..SINGLE_INDIRECT_SLOT {
         let block = u64::from(pointer(slot));
-        visit_data(walk, slot as u64, block, dir, &mut tally);
+        visit_data(walk, slot as u64, block, info, &mut tally);
     }
     let per = u64::from(walk.ctx.block_size() / 4);
     let mut base = DIRECT_BLOCKS;
     for level in 1..=3u32 {
         let block = u64::from(pointer(SINGLE_INDIRECT_SLOT + level as usize - 1));
         if block != 0 {
-            visit_indirect(walk, block, level, base, dir, &mut tally);
+            visit_indirect(walk, block, level, base, info, &mut tally);
         }
         base += per.pow(level);
     }
@@ -38,7 +49,13 @@ pub fn walk_block_map(walk: &BlockWalk<'_>, inode: &Inode, dir: bool) -> BlockTa
 }
 
 /// One data block pointer at `logical`.
-fn visit_data(walk: &BlockWalk<'_>, logical: u64, block: u64, dir: bool, tally: &mut BlockTally) {
+fn visit_data(
+    walk: &BlockWalk<'_>,
+    logical: u64,
+    block: u64,
+    info: MapInfo,
+    tally: &mut BlockTally,
+) {
     if block == 0 {
         return;
     }
@@ -46,10 +63,14 @@ fn visit_data(walk: &BlockWalk<'_>, logical: u64, block: u64, dir: bool, tally: 
         report_illegal(walk, block, logical);
         return;
     }
+    if let Some(code) = info.too_big.block_map_problem(logical) {
+        too_big::report(walk, code, logical, block);
+        return;
+    }
     if walk.ino != RESIZE_INO {
         walk.claim(block, 1, tally);
     }
-    tally.add_data(logical, block, 1, true, dir);
+    tally.add_data(logical, block, 1, true, info.dir);
 }
 
 /// An indirect block of `level` (1 = single) mapping logical blocks from `base`.
@@ -58,7 +79,7 @@ fn visit_indirect(
     block: u64,
     level: u32,
     base: u64,
-    dir: bool,
+    info: MapInfo,
     tally: &mut BlockTally,
 ) {
     let ctx = walk.ctx;
@@ -99,7 +120,7 @@ fn visit_indirect(
         .collect();
     if level == 1 {
         for (logical, child) in pointers {
-            visit_data(walk, logical, child, dir, tally);
+            visit_data(walk, logical, child, info, tally);
         }
         return;
     }
@@ -107,7 +128,7 @@ fn visit_indirect(
         .par_iter()
         .map(|&(logical, child)| {
             let mut sub = BlockTally::default();
-            visit_indirect(walk, child, level - 1, logical, dir, &mut sub);
+            visit_indirect(walk, child, level - 1, logical, info, &mut sub);
             sub
         })
         .collect();

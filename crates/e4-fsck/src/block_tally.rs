@@ -16,6 +16,10 @@ pub struct BlockTally {
     pub last_init_block: Option<u64>,
     /// For directories: (logical, physical) of each block, in logical order.
     pub dir_blocks: Vec<(u32, u64)>,
+    /// An extent node on the path to logical block 0 failed its header or checksum
+    /// check, so libext2fs's `ext2fs_bmap2` of block 0 fails (e2fsck's `handle_htree`
+    /// then finds the htree root invalid).
+    pub block_zero_unmappable: bool,
 }
 
 impl BlockTally {
@@ -26,6 +30,7 @@ impl BlockTally {
         self.last_block = self.last_block.max(later.last_block);
         self.last_init_block = self.last_init_block.max(later.last_init_block);
         self.dir_blocks.extend(later.dir_blocks);
+        self.block_zero_unmappable |= later.block_zero_unmappable;
     }
 
     /// Records `len` data blocks mapped from `logical` at `physical`.

@@ -7,6 +7,7 @@ use std::sync::Mutex;
 use e4_format::features::RoCompatFeatures;
 use e4_format::geometry::Geometry;
 use e4_format::group_descriptor::{GroupDescriptor, BG_BLOCK_UNINIT, BG_INODE_UNINIT};
+use e4_format::inode::Inode;
 use e4_format::superblock::Superblock;
 
 use crate::atomic_bitmap::AtomicBitmap;
@@ -101,6 +102,30 @@ impl Context {
             + self.block_dup.memory_bytes()
             + self.metadata.memory_bytes()
             + self.inodes.memory_bytes()) as u64
+    }
+
+    /// Reads inode `ino` on its own (not through a pass 1 scan), checking its checksum, as
+    /// libext2fs's `ext2fs_read_inode` does for the checks before pass 1: an inode whose
+    /// checksum fails is an error, not an inode.
+    pub fn read_inode(&self, ino: u32) -> Result<Inode, String> {
+        let geo = &self.geo;
+        let location = geo
+            .inode_location(ino)
+            .ok_or("it is past the inode count")?;
+        let table = self
+            .groups
+            .get(location.group as usize)
+            .ok_or("it is past the last group")?
+            .inode_table();
+        let offset = table
+            .checked_mul(u64::from(geo.block_size()))
+            .ok_or("its inode table is past any device")?
+            + location.table_offset;
+        let mut raw = vec![0u8; self.sb.inode_size() as usize];
+        self.image
+            .read_at(offset, &mut raw)
+            .map_err(|e| e.to_string())?;
+        Inode::parse(&raw, ino, self.csum_seed).map_err(|e| e.to_string())
     }
 
     /// Block size in bytes.

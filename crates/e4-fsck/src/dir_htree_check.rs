@@ -3,26 +3,63 @@
 //! each leaf the hash range its index entry promises; then every block is checked in the
 //! parallel walk, where each leaf's names must hash inside its range. Leaves referenced
 //! never or twice, unordered hashes and index checksums are reported here.
+//!
+//! Depth is judged as e2fsck judges it: a block is an interior node by its content (an
+//! empty entry spanning the block, then an interior node's limit), not by its place under
+//! the root, and every leaf must lie `indirect_levels + 1` nodes below the root
+//! (`PR_2_HTREE_BAD_DEPTH`). A root claiming more levels than the filesystem allows is
+//! reported (`PR_2_HTREE_BAD_ROOT`, and `PR_1_HTREE_DEPTH` and the missing large_dir
+//! feature as e2fsck's pass 1 `handle_htree` reports them) and its index still walked, as
+//! `e2fsck -n` walks it.
 
 use std::collections::{HashMap, HashSet};
 
 use e4_format::checksum::inode_csum_seed;
 use e4_format::codec::{le16, le32};
+use e4_format::dir_entry::rec_len_from_disk;
 use e4_format::dir_hash::{dir_hash, HashVersion};
-use e4_format::dir_htree::{DxNode, DxRoot, MAX_LEVELS, MAX_LEVELS_LARGEDIR};
+use e4_format::dir_htree::{DxNode, DxRoot, DxRootInfo, MAX_LEVELS, MAX_LEVELS_LARGEDIR};
+use e4_format::features::CompatFeatures;
 use e4_format::features::IncompatFeatures;
+use e4_format::inode::{flags, FileType, Inode};
+use e4_format::superblock::Superblock;
 use e4_format::{FormatError, Location as FormatLocation, MetadataBlock};
 
+use crate::block_claim::BlockWalk;
 use crate::context::Context;
 use crate::pass1::Directory;
 use crate::problem::{Location, ProblemCode};
 
 /// Byte offset of the root's count/limit header (after `.`, `..` and the root info).
 const ROOT_ENTRIES_OFFSET: usize = 0x20;
+/// Byte offset of `dx_root_info` in block 0 (after `.` and `..`).
+const ROOT_INFO_OFFSET: usize = 24;
+/// `dx_root_info.info_length`: at least 8.
+const ROOT_INFO_LENGTH: u8 = 8;
+/// `EXT2_HASH_FLAG_INCOMPAT` in `unused_flags`: a root this e2fsck does not understand.
+const HASH_FLAG_INCOMPAT: u8 = 0x1;
+/// Hash versions a root may name on disk: legacy, half-MD4, TEA (the unsigned variants
+/// are the superblock's business, not the root's).
+const DISK_HASH_VERSIONS: [u8; 3] = [0, 1, 2];
+/// `EXT2_HASH_SIPHASH`: only for casefolded encrypted directories.
+const HASH_SIPHASH: u8 = 6;
 /// Byte offset of an interior node's count/limit header (after its fake entry).
 const NODE_ENTRIES_OFFSET: usize = 8;
 /// The largest hash a last leaf may hold (e2fsck's `node_max_hash` for the last entry).
 const LAST_MAX_HASH: u32 = 0xffff_fffe;
+/// Bytes of `dx_tail` (reserved word and checksum) after an index with metadata_csum.
+const DX_TAIL_SIZE: usize = 8;
+/// Bytes of one index entry (hash, block).
+const DX_ENTRY_SIZE: usize = 8;
+/// Index levels past which a tree is broken whatever the features (`EXT4_HTREE_LEVEL`).
+const HTREE_LEVEL: u8 = MAX_LEVELS_LARGEDIR;
+/// Index levels a directory may have without large_dir (`EXT4_HTREE_LEVEL_COMPAT`).
+const HTREE_LEVEL_COMPAT: u8 = MAX_LEVELS;
+/// A directory of this size needs large_dir (`ext2fs_needs_large_file_feature`).
+const LARGE_FILE_SIZE: u64 = 1 << 31;
+/// Nodes below the root the walk follows; deeper blocks are taken as leaves (at the wrong
+/// depth), so a chain of crafted nodes cannot exhaust the stack.
+const MAX_WALK_DEPTH: u32 = 16;
 
 /// The hash range an index entry promises one leaf.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,6 +109,7 @@ impl HtreeLayout {
                 .map(|s| inode_csum_seed(s, dir.ino, dir.generation)),
             layout: HtreeLayout::default(),
             references: HashMap::new(),
+            depth: 0,
         };
         if walker.walk_root().is_none() {
             return walker.layout;
@@ -87,6 +125,8 @@ struct IndexWalker<'a> {
     csum: Option<u32>,
     layout: HtreeLayout,
     references: HashMap<u32, u32>,
+    /// How many nodes each leaf must lie below the root: `indirect_levels + 1`.
+    depth: u32,
 }
 
 impl IndexWalker<'_> {
@@ -102,13 +142,26 @@ impl IndexWalker<'_> {
         );
     }
 
-    fn read(&self, logical: u32) -> Option<(u64, Vec<u8>)> {
+    /// The directory's length in blocks as e2fsck's index check sees it: one past its
+    /// last mapped logical block (`e2fsck_add_dx_dir`'s `pb.last_block + 1`).
+    fn dir_block_count(&self) -> u32 {
+        self.dir
+            .blocks
+            .last()
+            .map_or(0, |&(l, _)| l.saturating_add(1))
+    }
+
+    fn physical(&self, logical: u32) -> Option<u64> {
         let at = self
             .dir
             .blocks
             .binary_search_by_key(&logical, |&(l, _)| l)
             .ok()?;
-        let physical = self.dir.blocks[at].1;
+        Some(self.dir.blocks[at].1)
+    }
+
+    fn read(&self, logical: u32) -> Option<(u64, Vec<u8>)> {
+        let physical = self.physical(logical)?;
         let bytes = self
             .ctx
             .image
@@ -117,12 +170,137 @@ impl IndexWalker<'_> {
         Some((physical, bytes))
     }
 
+    /// e2fsck's test for an interior node (`check_dir_block`): an entry with inode 0 and
+    /// no name spanning the whole block, followed by the limit an interior node has. Only
+    /// the first ten bytes are read, so probing a leaf costs one small read.
+    fn is_index_node(&self, logical: u32) -> bool {
+        let Some(physical) = self.physical(logical) else {
+            return false;
+        };
+        let block_size = self.ctx.block_size() as usize;
+        let mut head = [0u8; 10];
+        let at = physical.saturating_mul(block_size as u64);
+        if self.ctx.image.read_at(at, &mut head).is_err() {
+            return false;
+        }
+        let tail = if self.csum.is_some() { DX_TAIL_SIZE } else { 0 };
+        let limit = (block_size - (NODE_ENTRIES_OFFSET + tail)) / DX_ENTRY_SIZE;
+        le32(&head, 0) == Some(0)
+            && le16(&head, 4).map(|l| rec_len_from_disk(l, block_size)) == Some(block_size)
+            && head[6] == 0
+            && le16(&head, 8).map(usize::from) == Some(limit)
+    }
+
+    /// Reports a pass 1 problem with the root (e2fsck's `handle_htree`), at the inode.
+    fn report_root_info(&self, code: ProblemCode, what: String) {
+        let ino = self.dir.ino;
+        self.ctx.report(
+            code,
+            Location::Inode(ino),
+            format!("HTREE directory inode {ino} {what}"),
+        );
+    }
+
+    /// e2fsck's pass 1 checks of the root (`handle_htree`), each reported and the next
+    /// still made, as `e2fsck -n` declines each repair: `reserved_zero` and
+    /// `info_length`, the hash version, the incompatible flag, then the depth.
+    fn check_root_info(&self, info: &DxRootInfo) {
+        if info.reserved_zero != 0 || info.info_length < ROOT_INFO_LENGTH {
+            self.report_root_info(
+                ProblemCode::PR_1_HTREE_BADROOT,
+                "has an invalid root node".into(),
+            );
+        }
+        let version = info.hash_version;
+        if version == HASH_SIPHASH {
+            // Casefold (the only user of SipHash) is refused before any check.
+            self.report_root_info(
+                ProblemCode::PR_1_HTREE_CANNOT_SIPHASH,
+                "uses SipHash, but should not".into(),
+            );
+        } else if !DISK_HASH_VERSIONS.contains(&version) {
+            self.report_root_info(
+                ProblemCode::PR_1_HTREE_HASHV,
+                format!("has an unsupported hash version ({version})"),
+            );
+        }
+        if info.unused_flags & HASH_FLAG_INCOMPAT != 0 {
+            self.report_root_info(
+                ProblemCode::PR_1_HTREE_INCOMPAT,
+                "uses an incompatible htree root node flag".into(),
+            );
+        }
+        self.check_depth_limits(info.indirect_levels);
+    }
+
+    /// e2fsck's pass 1 limits on the depth a root claims (`handle_htree`): more than
+    /// [`HTREE_LEVEL`] levels, or more than the filesystem allows without large_dir in a
+    /// directory too small to need them (both reported when both hold, as e2fsck -n
+    /// does); and a directory deep or large enough to need large_dir when the feature is
+    /// missing (`PR_2_FEATURE_LARGE_DIRS`, reported once for the filesystem).
+    fn check_depth_limits(&self, levels: u8) {
+        let ino = self.dir.ino;
+        let sb = &self.ctx.sb;
+        let large_dir = sb.incompat().contains(IncompatFeatures::LARGEDIR);
+        let allowed = if large_dir {
+            MAX_LEVELS_LARGEDIR
+        } else {
+            MAX_LEVELS
+        };
+        let loc = Location::Inode(ino);
+        if levels > HTREE_LEVEL {
+            self.ctx.report(
+                ProblemCode::PR_1_HTREE_DEPTH,
+                loc,
+                format!("HTREE directory inode {ino} has a tree depth ({levels}) which is too big (more than {HTREE_LEVEL})"),
+            );
+        }
+        let (max_size, max_blocks) = two_level_bounds(sb);
+        if levels > allowed
+            && !large_dir
+            && self.dir.size < max_size
+            && self.dir.i_blocks_lo < max_blocks
+        {
+            self.ctx.report(
+                ProblemCode::PR_1_HTREE_DEPTH,
+                loc,
+                format!("HTREE directory inode {ino} has a tree depth ({levels}) which is too big without large_dir"),
+            );
+        }
+        if (levels > HTREE_LEVEL_COMPAT || self.dir.size >= LARGE_FILE_SIZE) && !large_dir {
+            self.ctx.report(
+                ProblemCode::PR_2_FEATURE_LARGE_DIRS,
+                Location::Superblock,
+                "filesystem has large directories, but lacks LARGE_DIR flag in superblock",
+            );
+        }
+    }
+
     fn walk_root(&mut self) -> Option<()> {
         let ino = self.dir.ino;
         // Block 0 of an htree directory is the root, never a leaf with a checksum tail.
         self.layout.index_blocks.insert(0);
-        let (physical, bytes) = self.read(0)?;
+        let Some((physical, bytes)) = self.read(0) else {
+            self.report_root_info(
+                ProblemCode::PR_1_HTREE_BADROOT,
+                "has an invalid root node (no block 0)".into(),
+            );
+            return None;
+        };
         let sb = &self.ctx.sb;
+        if self.dir.root_unmappable {
+            // e2fsck stops its root checks there and keeps the index (declined).
+            self.report_root_info(
+                ProblemCode::PR_1_HTREE_BADROOT,
+                "has an invalid root node (block 0 cannot be mapped)".into(),
+            );
+        } else if let Some(info) = bytes
+            .get(ROOT_INFO_OFFSET..ROOT_INFO_OFFSET + DxRootInfo::SIZE)
+            .and_then(|raw| raw.try_into().ok())
+            .map(DxRootInfo::decode)
+        {
+            self.check_root_info(&info);
+        }
         let max_levels = if sb.incompat().contains(IncompatFeatures::LARGEDIR) {
             MAX_LEVELS_LARGEDIR
         } else {
@@ -142,7 +320,9 @@ impl IndexWalker<'_> {
             );
             return None;
         }
-        let root = match DxRoot::parse(&bytes, self.csum.is_some(), max_levels, loc) {
+        // The level limit is checked below, as e2fsck checks it, and the index is walked
+        // whatever the root claims.
+        let root = match DxRoot::parse(&bytes, self.csum.is_some(), u8::MAX, loc) {
             Ok(root) => root,
             Err(e) => {
                 self.report(
@@ -153,18 +333,24 @@ impl IndexWalker<'_> {
                 return None;
             }
         };
-        let Some(version) = HashVersion::from_disk(root.info.hash_version, sb.unsigned_dir_hash())
-        else {
+        let levels = root.info.indirect_levels;
+        if levels >= max_levels {
             self.report(
                 ProblemCode::PR_2_HTREE_BAD_ROOT,
                 0,
                 format!(
-                    "problem in HTREE directory inode {ino}: unsupported hash version {}",
-                    root.info.hash_version
+                    "problem in HTREE directory inode {ino}: root node is invalid ({} index levels, at most {max_levels})",
+                    u32::from(levels) + 1
                 ),
             );
-            return None;
-        };
+        }
+        self.depth = u32::from(levels) + 1;
+        // A version the root may not name was reported in pass 1 (`PR_1_HTREE_HASHV`);
+        // without it no name can be hashed, so the leaves are not checked against ranges.
+        let version = DISK_HASH_VERSIONS
+            .contains(&root.info.hash_version)
+            .then(|| HashVersion::from_disk(root.info.hash_version, sb.unsigned_dir_hash()))
+            .flatten()?;
         if let Some(seed) = self.csum {
             if let Err(FormatError::Checksum { .. }) = DxNode::verify(&bytes, seed, loc) {
                 self.report(
@@ -180,12 +366,15 @@ impl IndexWalker<'_> {
             version,
             seed: sb.hash_seed,
         };
-        self.walk_entries(&root.node, root.info.indirect_levels, template);
+        self.walk_entries(&root.node, 1, template);
         Some(())
     }
 
-    /// Records the children of `node`; `levels_below` index levels remain under it.
-    fn walk_entries(&mut self, node: &DxNode, levels_below: u8, range: LeafRange) {
+    /// Records the children of `node`, which lie `depth` nodes below the root: an
+    /// interior node is walked, a leaf gets its hash range and must be at the depth the
+    /// root claims.
+    fn walk_entries(&mut self, node: &DxNode, depth: u32, range: LeafRange) {
+        let ino = self.dir.ino;
         for (i, entry) in node.entries.iter().enumerate() {
             let min = if i == 0 { range.min } else { entry.hash & !1 };
             let max = node
@@ -195,16 +384,35 @@ impl IndexWalker<'_> {
             let child = LeafRange { min, max, ..range };
             // The low 28 bits are the block (the rest are reserved flags).
             let logical = entry.block & 0x0fff_ffff;
+            if logical >= self.dir_block_count() {
+                self.report(
+                    ProblemCode::PR_2_HTREE_BADBLK,
+                    0,
+                    format!("problem in HTREE directory inode {ino}: bad block number {logical}"),
+                );
+                continue;
+            }
             *self.references.entry(logical).or_insert(0) += 1;
-            if levels_below == 0 {
-                self.layout.leaves.insert(logical, child);
-            } else {
-                self.walk_interior(logical, levels_below - 1, child);
+            if depth < MAX_WALK_DEPTH && self.is_index_node(logical) {
+                self.walk_interior(logical, depth, child);
+                continue;
+            }
+            self.layout.leaves.insert(logical, child);
+            if depth != self.depth {
+                self.report(
+                    ProblemCode::PR_2_HTREE_BAD_DEPTH,
+                    logical,
+                    format!(
+                        "problem in HTREE directory inode {ino}: block #{logical} has invalid depth ({})",
+                        self.depth
+                    ),
+                );
             }
         }
     }
 
-    fn walk_interior(&mut self, logical: u32, levels_below: u8, range: LeafRange) {
+    /// Walks interior node `logical`, `depth` nodes below the root.
+    fn walk_interior(&mut self, logical: u32, depth: u32, range: LeafRange) {
         let ino = self.dir.ino;
         if !self.layout.index_blocks.insert(logical) {
             return;
@@ -244,7 +452,7 @@ impl IndexWalker<'_> {
                 );
             }
         }
-        self.walk_entries(&node, levels_below, range);
+        self.walk_entries(&node, depth + 1, range);
     }
 
     /// Every block but the root must be referenced exactly once.
@@ -280,4 +488,47 @@ fn hashes_in_order(block: &[u8], offset: usize) -> bool {
         .map_while(|i| le32(block, offset + 8 * i))
         .collect();
     hashes.windows(2).all(|w| w[0] <= w[1])
+}
+
+/// The size and `i_blocks_lo` below which a directory cannot need more than two index
+/// levels, as e2fsck 1.47.0's `handle_htree` computes them: `(idx_pb - 1) * (idx_pb - 2)
+/// << blockbits` with `blockbits = EXT2_BLOCK_SIZE_BITS + 10` and `idx_pb = 1 <<
+/// (blockbits - 3)`, in C `int` arithmetic, which wraps; the size is compared with the
+/// result widened to 64 bits, `i_blocks_lo` with it as unsigned 32 bits. Computed the same
+/// way here so the verdicts match bit for bit.
+fn two_level_bounds(sb: &Superblock) -> (u64, u32) {
+    let blockbits = sb.log_block_size.min(6) + 20;
+    let idx_pb: i32 = 1 << (blockbits - 3);
+    let product = (idx_pb - 1).wrapping_mul(idx_pb - 2);
+    let max_size = i64::from(product.wrapping_shl(blockbits)) as u64;
+    let max_blocks = product.wrapping_shl(blockbits - 9) as u32;
+    (max_size, max_blocks)
+}
+
+/// e2fsck's pass 1 checks of the `INDEX_FL` flag itself (`handle_htree`): on a regular
+/// file or symlink (`PR_1_HTREE_NODIR`), or on a filesystem without dir_index
+/// (`PR_1_HTREE_SET`). `e2fsck -n` declines to clear it and goes on to treat a directory
+/// as indexed, as [`HtreeLayout::check`] then does.
+pub fn check_index_flag(walk: &BlockWalk<'_>, inode: &Inode) {
+    if !inode.has_flag(flags::INDEX) {
+        return;
+    }
+    let ino = walk.ino;
+    if matches!(
+        inode.file_type(),
+        Some(FileType::Regular | FileType::Symlink)
+    ) {
+        walk.report(
+            ProblemCode::PR_1_HTREE_NODIR,
+            Location::Inode(ino),
+            format!("inode {ino} has INDEX_FL flag set but is not a directory"),
+        );
+    }
+    if !walk.ctx.sb.compat().contains(CompatFeatures::DIR_INDEX) {
+        walk.report(
+            ProblemCode::PR_1_HTREE_SET,
+            Location::Inode(ino),
+            format!("inode {ino} has INDEX_FL flag set on filesystem without htree support"),
+        );
+    }
 }

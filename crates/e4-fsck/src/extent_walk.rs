@@ -15,6 +15,7 @@ use e4_format::{FormatError, Location as FormatLocation, MetadataBlock};
 use crate::block_claim::BlockWalk;
 use crate::block_tally::BlockTally;
 use crate::problem::{Location, ProblemCode};
+use crate::too_big::{self, TooBig};
 
 /// Node fan-out at which children are handed to other threads.
 const PARALLEL_FANOUT: usize = 4;
@@ -23,6 +24,7 @@ const PARALLEL_FANOUT: usize = 4;
 #[derive(Debug, Clone, Copy)]
 struct TreeInfo {
     dir: bool,
+    too_big: TooBig,
     /// Last logical block inside `i_size` (e2fsck's `eof_lblk`), or none for size 0.
     eof_block: Option<u64>,
     /// The per-inode checksum seed, under metadata_csum.
@@ -51,6 +53,7 @@ pub fn walk_extent_tree(walk: &BlockWalk<'_>, inode: &Inode, dir: bool) -> Block
     let size = inode.size();
     let info = TreeInfo {
         dir,
+        too_big: TooBig::for_inode(walk, inode),
         eof_block: size.div_ceil(block_size).checked_sub(1),
         csum_seed: walk
             .ctx
@@ -99,6 +102,8 @@ fn walk_node(
                     Some(ProblemCode::PR_1_EXTENT_LENGTH_ZERO)
                 } else if !ctx.is_valid_range(e.physical, len) {
                     Some(ProblemCode::PR_1_EXTENT_ENDS_BEYOND)
+                } else if info.too_big.extent_too_big(lblk, len) {
+                    Some(ProblemCode::PR_1_TOOBIG_DIR)
                 } else if previous_last.is_some_and(|p| lblk <= p) {
                     Some(ProblemCode::PR_1_EXTENT_COLLISION)
                 } else {
@@ -106,6 +111,10 @@ fn walk_node(
                 };
                 if let Some(code) = problem {
                     had_problem = true;
+                    if code == ProblemCode::PR_1_TOOBIG_DIR {
+                        too_big::report(walk, code, lblk + len, e.physical);
+                        continue;
+                    }
                     walk.report(
                         code,
                         Location::Inode(ino),
@@ -116,6 +125,7 @@ fn walk_node(
                     );
                     continue;
                 }
+
                 if info.dir && e.unwritten {
                     had_problem = true;
                     walk.report(
@@ -251,6 +261,7 @@ fn walk_child(
     let node = match header_problem {
         Ok(node) => node,
         Err(why) => {
+            tally.block_zero_unmappable |= lblk == 0;
             walk.report(
                 ProblemCode::PR_1_EXTENT_HEADER_INVALID,
                 loc,
@@ -283,6 +294,7 @@ fn walk_child(
     had_problem |= walk_node(walk, info, &node, lblk, end_block, child_end, tally);
     if let Some(seed) = info.csum_seed {
         if let Err(FormatError::Checksum { .. }) = ExtentNode::verify(&bytes, seed, format_loc) {
+            tally.block_zero_unmappable |= lblk == 0;
             // e2fsck reports a checksum alone only when the node passed every other check.
             if !had_problem {
                 walk.report(

@@ -25,7 +25,8 @@ pub fn check(ctx: &Context) {
         return;
     }
     let ino = sb.journal_inum;
-    let inode = match read_inode(ctx, ino) {
+    // e2fsck will not trust a journal inode whose checksum fails.
+    let inode = match ctx.read_inode(ino) {
         Ok(inode) => inode,
         Err(why) => {
             bad_inode(
@@ -72,29 +73,6 @@ fn report(ctx: &Context, message: String) {
         Location::Journal,
         message,
     );
-}
-
-/// Reads inode `ino`, checking its checksum: e2fsck will not trust a journal inode
-/// whose checksum fails.
-fn read_inode(ctx: &Context, ino: u32) -> Result<Inode, String> {
-    let geo = &ctx.geo;
-    let location = geo
-        .inode_location(ino)
-        .ok_or("it is past the inode count")?;
-    let table = ctx
-        .groups
-        .get(location.group as usize)
-        .ok_or("it is past the last group")?
-        .inode_table();
-    let offset = table
-        .checked_mul(u64::from(geo.block_size()))
-        .ok_or("its inode table is past any device")?
-        + location.table_offset;
-    let mut raw = vec![0u8; ctx.sb.inode_size() as usize];
-    ctx.image
-        .read_at(offset, &mut raw)
-        .map_err(|e| e.to_string())?;
-    Inode::parse(&raw, ino, ctx.csum_seed).map_err(|e| e.to_string())
 }
 
 /// The physical block holding logical block 0 of `inode`.

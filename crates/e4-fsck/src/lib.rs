@@ -39,9 +39,12 @@ mod pass5;
 pub mod phase_times;
 pub mod problem;
 pub mod progress;
+mod quota_inode;
 pub mod report;
+mod resize_inode;
 mod special_inode;
 mod superblock_check;
+mod too_big;
 mod xattr_refs;
 
 use std::path::Path;

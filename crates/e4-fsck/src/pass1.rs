@@ -10,7 +10,7 @@ use std::sync::Mutex;
 
 use rayon::prelude::*;
 
-use e4_format::features::{CompatFeatures, IncompatFeatures, RoCompatFeatures};
+use e4_format::features::{IncompatFeatures, RoCompatFeatures};
 use e4_format::inode::{flags, FileType, Inode, InodeSeed, ROOT_INO};
 use e4_format::MetadataBlock;
 
@@ -18,11 +18,13 @@ use crate::block_claim::{BlockWalk, WalkMode};
 use crate::block_map_walk::walk_block_map;
 use crate::block_tally::BlockTally;
 use crate::context::Context;
+use crate::dir_htree_check::check_index_flag;
 use crate::extent_walk::walk_extent_tree;
 use crate::inline_data::{check_flag_without_feature, inline_data_size, system_data};
 use crate::inode_state::InodeKind;
 use crate::problem::{Location, ProblemCode};
 use crate::progress::{PassMeter, Progress};
+use crate::quota_inode::{self, quota_slot, QuotaSlot};
 use crate::special_inode::check_special;
 use crate::xattr_refs::XattrBlocks;
 
@@ -53,6 +55,13 @@ pub struct Directory {
     pub generation: u32,
     /// `EXT4_INDEX_FL` on a filesystem with dir_index: block 0 is an htree root.
     pub htree: bool,
+    /// `i_size` and `i_blocks_lo`, which bound the depth an htree may claim
+    /// (`PR_1_HTREE_DEPTH`).
+    pub size: u64,
+    pub i_blocks_lo: u32,
+    /// Block 0 cannot be mapped as libext2fs maps it (an extent node on its path fails
+    /// its checks): e2fsck's `handle_htree` calls such a root invalid.
+    pub root_unmappable: bool,
     /// Its blocks, (logical, physical), in logical order.
     pub blocks: Vec<(u32, u64)>,
     /// For an inline directory: `i_block` and the `system.data` value.
@@ -242,16 +251,24 @@ fn check_inode(
     let ctx = walk.ctx;
     let ino = walk.ino;
     let loc = Location::Inode(ino);
-    let inode = match Inode::decode(raw, ino) {
-        Ok(inode) => inode,
-        Err(e) => {
-            walk.report(
-                ProblemCode::PR_1_EXTRA_ISIZE,
-                loc,
-                format!("inode {ino}: {e}"),
-            );
-            return None;
-        }
+    // An `i_extra_isize` that does not fit leaves the inode checked on its base fields, as
+    // e2fsck -n declines the repair and goes on; it is reported below, for an inode in use.
+    let (inode, bad_extra_isize) = match Inode::decode(raw, ino) {
+        Ok(inode) => (inode, None),
+        Err(e) => match raw
+            .get(..BASE_INODE_SIZE)
+            .map(|base| Inode::decode(base, ino))
+        {
+            Some(Ok(inode)) => (inode, Some(e)),
+            _ => {
+                walk.report(
+                    ProblemCode::PR_1_EXTRA_ISIZE,
+                    loc,
+                    format!("inode {ino}: {e}"),
+                );
+                return None;
+            }
+        },
     };
     let csum_ok = ctx.csum_seed.is_none_or(|fs_seed| {
         Inode::verify(
@@ -277,6 +294,15 @@ fn check_inode(
     let reserved = ino < ctx.sb.first_ino() && ino != ROOT_INO;
     let links = inode.links_count();
     check_low_dtime(walk, &inode);
+    let quota = quota_slot(ctx, ino);
+    if quota != QuotaSlot::No {
+        quota_inode::check(walk, &inode, quota);
+        if quota == QuotaSlot::Unused {
+            ctx.inodes
+                .record(ino, InodeKind::Reserved, links, inode.size() == 0);
+            return Some((None, BlockTally::default()));
+        }
+    }
     if !reserved && links == 0 {
         if inode.record.mode != 0 && inode.record.dtime == 0 {
             walk.report(
@@ -288,7 +314,9 @@ fn check_inode(
         return None;
     }
     let file_type = inode.file_type();
-    let kind = if reserved {
+    let kind = if quota == QuotaSlot::QuotaFile {
+        InodeKind::Reserved
+    } else if reserved {
         check_reserved_mode(walk, &inode);
         InodeKind::Reserved
     } else if is_special_inode(ctx, ino) || inode.has_flag(flags::EA_INODE) {
@@ -297,8 +325,18 @@ fn check_inode(
         InodeKind::Reserved
     } else {
         check_dtime(walk, &inode);
+        // e2fsck's `check_inode_extra_space` runs for inodes in use other than the
+        // reserved and special ones.
+        if let Some(e) = &bad_extra_isize {
+            walk.report(
+                ProblemCode::PR_1_EXTRA_ISIZE,
+                loc,
+                format!("inode {ino}: {e}"),
+            );
+        }
         check_zero_fields(walk, &inode);
         check_flag_without_feature(walk, &inode);
+        check_index_flag(walk, &inode);
         if ino == ROOT_INO && file_type != Some(FileType::Directory) {
             walk.report(
                 ProblemCode::PR_1_ROOT_NO_DIR,
@@ -343,7 +381,9 @@ fn check_inode(
             loc,
             format!("inode {ino} is a zero-length directory"),
         );
-    } else if ino != BAD_BLOCKS_INO {
+    }
+    // e2fsck -n declines to clear a zero-length directory and goes on to its size check.
+    if ino != BAD_BLOCKS_INO {
         check_size(walk, &inode, &tally, dir);
     }
     check_i_blocks(walk, &inode, &tally);
@@ -356,8 +396,11 @@ fn check_inode(
         Directory {
             ino,
             generation: inode.record.generation,
-            htree: inode.has_flag(flags::INDEX)
-                && ctx.sb.compat().contains(CompatFeatures::DIR_INDEX),
+            // Without dir_index too: e2fsck -n keeps the index it declined to clear.
+            htree: inode.has_flag(flags::INDEX),
+            size: inode.size(),
+            i_blocks_lo: inode.record.blocks_lo,
+            root_unmappable: tally.block_zero_unmappable,
             blocks: std::mem::take(&mut tally.dir_blocks),
             // Without the feature e2fsck does not read an inline directory's entries
             // (`check_blocks_inline_data` runs only under it), so its children go
@@ -410,22 +453,13 @@ fn is_special_inode(ctx: &Context, ino: u32) -> bool {
 
 /// Reserved inodes may only have the modes e2fsck allows.
 fn check_reserved_mode(walk: &BlockWalk<'_>, inode: &Inode) {
-    let ctx = walk.ctx;
     let ino = walk.ino;
     let mode = inode.record.mode;
     let regular = inode.file_type() == Some(FileType::Regular);
-    let quota = [
-        ctx.sb.usr_quota_inum,
-        ctx.sb.grp_quota_inum,
-        ctx.sb.prj_quota_inum,
-    ]
-    .contains(&ino)
-        || (ino == 3 || ino == 4) && ctx.sb.ro_compat().contains(RoCompatFeatures::QUOTA);
-    let journal = ino == e4_format::inode::JOURNAL_INO;
+    // The quota slots (3 and 4) are checked by `quota_inode` instead.
     let bad = match ino {
         5 => inode.file_type() == Some(FileType::Directory),
-        7 => mode != 0 && !regular,
-        _ if journal || quota => mode != 0 && !regular,
+        7 | e4_format::inode::JOURNAL_INO => mode != 0 && !regular,
         _ => mode != 0,
     };
     if bad {
@@ -539,7 +573,11 @@ fn check_size(walk: &BlockWalk<'_>, inode: &Inode, tally: &BlockTally, dir: bool
         // hold, and leaves an inline file's size unchecked.
         dir && size != inline_data_size(inode)
     } else if dir {
-        let nblock = size / block_size;
+        // e2fsck holds the block count in an `unsigned` (`nblock = size >> bits`): a
+        // directory's size past 2^32 blocks wraps there, so an `i_size_high` that only
+        // adds whole multiples of 2^32 blocks passes this check (and is reported as
+        // `PR_2_DIR_SIZE_HIGH_ZERO` instead).
+        let nblock = u64::from((size / block_size) as u32);
         let want = last.map_or(0, |l| l + 1);
         size % block_size != 0
             || nblock > want

@@ -25,6 +25,9 @@ use crate::pass1::Directory;
 use crate::problem::{Location, ProblemCode};
 use crate::progress::{PassMeter, Progress};
 
+/// Byte offset of the name in a directory entry (after inode, rec_len, name_len, type).
+const NAME_OFFSET: usize = 8;
+
 /// An entry naming a directory (not `.` or `..`): the candidate parent links pass 3
 /// chooses from. Ordered by where the entry is, as e2fsck meets them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -288,6 +291,9 @@ impl<'a, 'r> EntryChecker<'a, 'r> {
             offset += entry.rec_len;
             let name = entry.name;
             let shown = String::from_utf8_lossy(name).into_owned();
+            // The byte after the name (inside the entry's padding): `.` and `..` must be
+            // NUL-terminated there (e2fsck's `check_dot`, `check_dotdot`).
+            let terminated = region.get(at - base + NAME_OFFSET + name.len()) == Some(&0);
             if first && index == 0 {
                 if entry.inode == 0 || name != b"." {
                     self.report(
@@ -296,6 +302,13 @@ impl<'a, 'r> EntryChecker<'a, 'r> {
                         format!("missing '.' in directory inode {ino}"),
                     );
                 } else {
+                    if !terminated {
+                        self.report(
+                            ProblemCode::PR_2_DOT_NULL_TERM,
+                            at,
+                            format!("'.' directory entry in directory inode {ino} is not NULL terminated"),
+                        );
+                    }
                     if entry.inode != ino {
                         self.report(
                             ProblemCode::PR_2_BAD_INODE_DOT,
@@ -314,6 +327,17 @@ impl<'a, 'r> EntryChecker<'a, 'r> {
                         at,
                         format!("missing '..' in directory inode {ino}"),
                     );
+                } else if !terminated {
+                    // Declined, e2fsck records no `..` for the directory (pass 3 then
+                    // finds it wrong) but still counts the reference.
+                    self.report(
+                        ProblemCode::PR_2_DOT_DOT_NULL_TERM,
+                        at,
+                        format!(
+                            "'..' directory entry in directory inode {ino} is not NULL terminated"
+                        ),
+                    );
+                    ctx.inodes.add_ref(entry.inode);
                 } else {
                     ctx.inodes.set_dotdot(ino, entry.inode);
                     ctx.inodes.add_ref(entry.inode);

@@ -25,6 +25,8 @@ pub enum Repair {
     Relocate,
     /// Create a missing structure (`PROMPT_CREATE`).
     Create,
+    /// Build a structure again from scratch (`PROMPT_RECREATE`).
+    Recreate,
     /// Nothing to answer: the message is information (`PROMPT_NONE`).
     None,
 }
@@ -42,6 +44,7 @@ impl Repair {
             Repair::Salvage => "Salvage",
             Repair::Relocate => "Relocate",
             Repair::Create => "Create",
+            Repair::Recreate => "Recreate",
             Repair::None => "",
         }
     }
@@ -55,11 +58,14 @@ pub enum ProblemClass {
     Superblock,
     /// Group descriptor fields and checksums.
     GroupDescriptor,
+    /// The resize inode and the reserved descriptor blocks it maps.
+    ResizeInode,
     /// Inode fields: mode, dtime, flags, checksum.
     Inode,
     /// Extent tree structure, order, bounds, checksums.
     ExtentTree,
-    /// Block numbers outside the filesystem in a block map.
+    /// Block numbers outside the filesystem in a block map, or logical blocks past what
+    /// the inode's kind may map (`PR_1_TOOBIG_*`).
     IllegalBlock,
     /// `i_size` disagrees with the blocks found.
     InodeSize,
@@ -160,12 +166,26 @@ problem_codes! {
     PR_0_GDT_ITABLE_UNUSED = 0x000038, Fix, GroupDescriptor, true;
     /// The last group is marked BLOCK_UNINIT.
     PR_0_BB_UNINIT_LAST = 0x000039, Fix, GroupDescriptor, true;
+    /// Without the resize_inode feature, `s_reserved_gdt_blocks` is not zero. Not an error
+    /// under `-n`: e2fsck marks the filesystem valid again after these checks.
+    PR_0_NONZERO_RESERVED_GDT_BLOCKS = 0x00002E, Fix, ResizeInode, false;
+    /// Without the resize_inode feature, the resize inode's `i_block` is not all zero.
+    PR_0_CLEAR_RESIZE_INODE = 0x00002F, Clear, ResizeInode, false;
+    /// The resize inode does not map the reserved descriptor blocks as it must.
+    PR_0_RESIZE_INODE_INVALID = 0x000030, Recreate, ResizeInode, false;
+    /// Both resize_inode and meta_bg are set; they exclude each other.
+    PR_0_DISABLE_RESIZE_INODE = 0x000051, Fix, ResizeInode, false;
     /// The journal inode cannot be used (unreadable, bad checksum, no block 0).
     PR_0_JOURNAL_BAD_INODE = 0x00000F, Clear, Journal, true;
     /// The journal superblock cannot be used.
     PR_0_JOURNAL_BAD_SUPER = 0x000015, Fix, Journal, true;
     /// The journal needs recovery; `-n` checks the image as it stands.
     PR_0_JOURNAL_RUN = 0x00002B, None, Journal, false;
+    /// An unused quota inode slot (3, 4 or the project quota inode) holds links, blocks
+    /// or a block pointer.
+    PR_1_QUOTA_INODE_NOT_CLEAR = 0x010063, Clear, Inode, true;
+    /// A quota inode the superblock names is not a regular file.
+    PR_1_QUOTA_BAD_MODE = 0x010062, Clear, Inode, true;
     /// The root inode is not a directory.
     PR_1_ROOT_NO_DIR = 0x010001, Clear, Inode, true;
     /// The root inode has a deletion time.
@@ -207,6 +227,11 @@ problem_codes! {
     PR_1_BAD_I_BLOCKS = 0x01000D, Fix, InodeBlocks, true;
     /// A block map points outside the filesystem.
     PR_1_ILLEGAL_BLOCK_NUM = 0x01000E, Clear, IllegalBlock, true;
+    /// A directory maps a logical block past `2^21` KiB without large_dir (the block is
+    /// then not counted).
+    PR_1_TOOBIG_DIR = 0x010044, Clear, IllegalBlock, true;
+    /// A block-mapped symlink maps a block past its block 0.
+    PR_1_TOOBIG_SYMLINK = 0x010046, Clear, IllegalBlock, true;
     /// An xattr block is not valid.
     PR_1_BAD_EA_BLOCK = 0x01003A, Clear, Xattr, true;
     /// An xattr block's reference count disagrees with the inodes using it.
@@ -281,6 +306,10 @@ problem_codes! {
     PR_2_DIR_CORRUPTED = 0x020013, Salvage, DirectoryBlock, true;
     /// A directory has a hole (a logical block with no physical block).
     PR_2_DIRECTORY_HOLE = 0x020015, Fix, DirectoryBlock, true;
+    /// The byte after the `.` entry's name is not NUL.
+    PR_2_DOT_NULL_TERM = 0x020016, Fix, DirectoryBlock, true;
+    /// The byte after the `..` entry's name is not NUL.
+    PR_2_DOT_DOT_NULL_TERM = 0x020017, Fix, DirectoryBlock, true;
     /// A second `.` entry.
     PR_2_DUP_DOT = 0x02001A, Fix, DirectoryBlock, true;
     /// A second `..` entry.
@@ -297,6 +326,29 @@ problem_codes! {
     PR_2_HTREE_MIN_HASH = 0x020036, ClearHtree, Htree, true;
     /// A leaf holds a name hashing above its index range.
     PR_2_HTREE_MAX_HASH = 0x020037, ClearHtree, Htree, true;
+    /// `INDEX_FL` on a regular file or symlink.
+    PR_1_HTREE_NODIR = 0x010048, ClearHtree, Htree, true;
+    /// `INDEX_FL` on a filesystem without dir_index.
+    PR_1_HTREE_SET = 0x010047, ClearHtree, Htree, true;
+    /// An htree root has no block, or `reserved_zero` / `info_length` are wrong.
+    PR_1_HTREE_BADROOT = 0x010049, ClearHtree, Htree, true;
+    /// An htree root names a hash version it may not.
+    PR_1_HTREE_HASHV = 0x01004A, ClearHtree, Htree, true;
+    /// An htree root carries the incompatible flag.
+    PR_1_HTREE_INCOMPAT = 0x01004B, ClearHtree, Htree, true;
+    /// An htree root names SipHash in a directory that is not casefolded.
+    PR_1_HTREE_CANNOT_SIPHASH = 0x01008E, ClearHtree, Htree, true;
+    /// An htree root claims more index levels than any directory may have, or than a
+    /// directory of its size may have without large_dir (`handle_htree`).
+    PR_1_HTREE_DEPTH = 0x01004C, ClearHtree, Htree, true;
+    /// A leaf of an htree does not lie as many index levels below the root as the root
+    /// says.
+    PR_2_HTREE_BAD_DEPTH = 0x020040, ClearHtree, Htree, true;
+    /// A directory needs the large_dir feature (more than two index levels, or 2 GiB or
+    /// more), which the superblock lacks.
+    PR_2_FEATURE_LARGE_DIRS = 0x020039, Fix, Superblock, true;
+    /// An htree index entry names a block past the directory's end.
+    PR_2_HTREE_BADBLK = 0x02003A, ClearHtree, Htree, true;
     /// An htree root is invalid.
     PR_2_HTREE_BAD_ROOT = 0x02003C, ClearHtree, Htree, true;
     /// An htree node's hashes are not in order.

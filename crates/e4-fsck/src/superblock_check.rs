@@ -107,6 +107,7 @@ pub fn open_and_check(path: &Path, clock: &mut PhaseClock) -> Result<Context, Fs
     let ctx = Context::new(image, sb, groups, checksums_ok, problems);
     clock.lap("allocate state");
     check_descriptors(&ctx);
+    crate::resize_inode::check(&ctx);
     check_journal_state(&ctx);
     crate::journal_check::check(&ctx);
     clock.lap("check descriptors and journal");
@@ -210,7 +211,11 @@ fn read_descriptors(
             let first = chunk * per_block;
             let groups = first..(first + per_block).min(geo.groups());
             let table = image
-                .read_blocks(geo.descriptor_block(first), 1, geo.block_size())
+                .read_blocks(
+                    descriptor_block_to_read(geo, sb, first, from_backup),
+                    1,
+                    geo.block_size(),
+                )
                 .map_err(|e| FsckError::NotExt(format!("reading group {first}'s descriptor: {e}")));
             groups.map(move |group| {
                 let table = table.as_ref().map_err(Clone::clone)?;
@@ -236,6 +241,31 @@ fn read_descriptors(
         groups.push(desc);
     }
     Ok((groups, checksums_ok))
+}
+
+/// The block holding `group`'s descriptor, as libext2fs's `ext2fs_descriptor_block_loc2`
+/// finds it: where `geo` puts it, except that from the backup superblock a meta_bg
+/// descriptor block is read from the copy in its meta group's second group (when that
+/// group exists), not from the leader's primary copy. The backup copies are mke2fs's, so
+/// their counts and flags may be stale, and e2fsck reports them as it reads them.
+fn descriptor_block_to_read(geo: &Geometry, sb: &Superblock, group: u32, from_backup: bool) -> u64 {
+    let per_block = geo.descriptors_per_block().max(1);
+    let meta_group = group / per_block;
+    let primary = geo.descriptor_block(group);
+    if !from_backup
+        || !sb.incompat().contains(IncompatFeatures::META_BG)
+        || meta_group < sb.first_meta_bg
+    {
+        return primary;
+    }
+    let leader = meta_group * per_block;
+    let leader_start = geo.group_first_block(leader);
+    let blocks_per_group = u64::from(geo.blocks_per_group());
+    if primary + blocks_per_group < geo.blocks() {
+        leader_start + blocks_per_group + u64::from(geo.has_superblock(leader + 1))
+    } else {
+        primary
+    }
 }
 
 /// Decodes group `group`'s descriptor and checks its checksum; a wrong checksum is a

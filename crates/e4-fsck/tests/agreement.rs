@@ -1239,3 +1239,151 @@ fn inode_with_no_file_type() {
         &[ProblemCode::PR_2_BAD_MODE, ProblemCode::PR_2_BAD_FILETYPE],
     );
 }
+
+/// An `i_extra_isize` past the inode: e2fsck -n reports it and goes on checking the inode
+/// as in use, so its entries and bitmap bit stay valid. e4 used to drop the inode, and
+/// then reported its entry as naming an unused inode and its bitmap bit as wrong (found
+/// by random flips in a kernel-written image).
+#[test]
+fn extra_isize_past_the_inode() {
+    run_scenario_with_codes(
+        &EXT4,
+        "extra_isize past the inode",
+        |img| {
+            let at = inode_offset(img, inode_of(img, "/dir1/a")) + 0x80;
+            write_bytes(img, at, &2080u16.to_le_bytes());
+        },
+        &[ProblemClass::Inode],
+        &[ProblemCode::PR_1_EXTRA_ISIZE],
+    );
+}
+
+/// The byte after the names of `.` and `..` (in their entries' padding) must be NUL
+/// (e2fsck's `check_dot`, `check_dotdot`). Declined, e2fsck records no `..` for the
+/// directory, so pass 3 finds it wrong too. e4 did not look (found by random flips in a
+/// kernel-written ext3 image).
+#[test]
+fn dot_and_dotdot_not_nul_terminated() {
+    run_scenario_with_codes(
+        &EXT4,
+        "'.' not NUL-terminated",
+        |img| {
+            // '.' is the first entry: its name at byte 8, the byte after it at 9.
+            let block = bmap(img, "/dir1/sub", 0);
+            write_bytes(img, block * block_size(img) + 9, b"x");
+        },
+        &[ProblemClass::DirectoryBlock],
+        &[ProblemCode::PR_2_DOT_NULL_TERM],
+    );
+    run_scenario_with_codes(
+        &EXT4,
+        "'..' not NUL-terminated",
+        |img| {
+            // '..' starts at byte 12: its name at 20, the byte after it at 22.
+            let block = bmap(img, "/dir1/sub", 0);
+            write_bytes(img, block * block_size(img) + 22, b"x");
+        },
+        &[ProblemClass::DirectoryBlock, ProblemClass::Connectivity],
+        &[
+            ProblemCode::PR_2_DOT_DOT_NULL_TERM,
+            ProblemCode::PR_3_BAD_DOT_DOT,
+        ],
+    );
+}
+
+/// The quota inode slots (3 and 4) without the quota feature: e2fsck looks only at their
+/// links, `i_blocks` and `i_block[0]` (`PR_1_QUOTA_INODE_NOT_CLEAR`), not at their mode or
+/// xattr block; e4 checked their mode as any reserved inode's and their xattr block
+/// (found by random flips in a kernel-written ext3 image). With the feature, a quota file
+/// that is not a regular file is `PR_1_QUOTA_BAD_MODE`.
+#[test]
+fn quota_inode_slots() {
+    let cases: &[(&[&str], &str, Option<ProblemCode>)] = &[
+        (&["-t", "ext4"], "sif <4> mode 0100644", None),
+        (&["-t", "ext4"], "sif <4> file_acl 64", None),
+        (
+            &["-t", "ext4"],
+            "sif <4> links_count 1",
+            Some(ProblemCode::PR_1_QUOTA_INODE_NOT_CLEAR),
+        ),
+        (
+            &["-t", "ext4"],
+            "sif <3> block[0] 77",
+            Some(ProblemCode::PR_1_QUOTA_INODE_NOT_CLEAR),
+        ),
+        (
+            &["-t", "ext4", "-O", "quota"],
+            // A fifo: not a regular file, and (as a fifo) with no blocks to walk.
+            "sif <3> mode 010644",
+            Some(ProblemCode::PR_1_QUOTA_BAD_MODE),
+        ),
+    ];
+    for &(args, command, code) in cases {
+        let image = e4_testkit::make_empty_image(args, 16);
+        debugfs(&image.path, command);
+        let classes = assert_agreement(&image.path, command);
+        let report = check(
+            &image.path,
+            &Options {
+                force: true,
+                ..Options::default()
+            },
+        )
+        .unwrap();
+        match code {
+            None => assert!(classes.is_empty(), "{command}: {:?}", report.problems),
+            Some(code) => assert!(
+                report.problems.iter().any(|p| p.code == code),
+                "{command}: {code} not in {:?}",
+                report.problems
+            ),
+        }
+    }
+}
+
+/// A directory's `i_size_high` without large_dir: e2fsck counts the directory's blocks in
+/// 32 bits, so a high word that adds a multiple of 2^32 blocks leaves only
+/// `PR_2_DIR_SIZE_HIGH_ZERO`, while one that does not is also a wrong `i_size` (found by
+/// random flips in a kernel-written ext2 image: e4 reported the size too).
+#[test]
+fn directory_size_high_word() {
+    // Without metadata_csum, so the byte written leaves the inode's checksum alone.
+    let profile = Profile {
+        name: "ext4-1k-no-csum",
+        mke2fs_args: &["-t", "ext4", "-b", "1024", "-O", "^metadata_csum"],
+        mke2fs_miscopies: &[],
+    };
+    // With 1 KiB blocks, 2^32 blocks are 2^42 bytes: i_size_high 0x400.
+    for (high, codes) in [
+        (0x400u32, &[ProblemCode::PR_2_DIR_SIZE_HIGH_ZERO][..]),
+        (
+            1,
+            &[
+                ProblemCode::PR_2_DIR_SIZE_HIGH_ZERO,
+                ProblemCode::PR_1_BAD_I_SIZE,
+            ][..],
+        ),
+    ] {
+        let (_source, image) = fresh_image(&profile);
+        let at = inode_offset(&image.path, inode_of(&image.path, "/dir2")) + 0x6C;
+        write_bytes(&image.path, at, &high.to_le_bytes());
+        assert_agreement(&image.path, &format!("i_size_high {high:#x}"));
+        let report = check(
+            &image.path,
+            &Options {
+                force: true,
+                ..Options::default()
+            },
+        )
+        .unwrap();
+        let found: std::collections::BTreeSet<ProblemCode> =
+            report.problems.iter().map(|p| p.code).collect();
+        assert!(
+            codes.iter().all(|c| found.contains(c)),
+            "i_size_high {high:#x}: {found:?}"
+        );
+        if high == 0x400 {
+            assert!(!found.contains(&ProblemCode::PR_1_BAD_I_SIZE), "{found:?}");
+        }
+    }
+}

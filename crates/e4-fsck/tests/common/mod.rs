@@ -3,6 +3,9 @@
 //! damage structures of an image by path. Each test crate uses a subset of it.
 #![allow(dead_code)]
 
+pub mod damages;
+pub mod flips;
+
 use std::collections::BTreeSet;
 use std::fs::{self, OpenOptions};
 use std::os::unix::fs::FileExt;
@@ -14,6 +17,11 @@ use e4_testkit::RawImage;
 
 /// e2fsck message fragments and the class each one names. The first match wins.
 pub const E2FSCK_CLASSES: &[(&str, ProblemClass)] = &[
+    // Before "should be zero": "...but s_reserved_gdt_blocks\nis N; should be zero."
+    ("; should be zero", ProblemClass::ResizeInode),
+    ("s_reserved_gdt_blocks", ProblemClass::ResizeInode),
+    ("Resize inode not valid", ProblemClass::ResizeInode),
+    ("Resize_inode", ProblemClass::ResizeInode),
     ("should be zero", ProblemClass::Inode),
     // Before "extent": "Special (device/socket/fifo) file (inode N) has extents".
     ("Special (", ProblemClass::Inode),
@@ -26,6 +34,11 @@ pub const E2FSCK_CLASSES: &[(&str, ProblemClass)] = &[
     ("i_size is", ProblemClass::InodeSize),
     ("i_blocks is", ProblemClass::InodeBlocks),
     ("HTREE", ProblemClass::Htree),
+    ("INDEX_FL flag set", ProblemClass::Htree),
+    // PR_1_TOOBIG_*, under the latch question "Inode N is too big.  Truncate?".
+    ("to be too big", ProblemClass::IllegalBlock),
+    ("is too big.  Truncate", ProblemClass::IllegalBlock),
+    ("lacks LARGE_DIR flag", ProblemClass::Superblock),
     ("extent", ProblemClass::ExtentTree),
     ("Illegal block", ProblemClass::IllegalBlock),
     ("xtended attribute", ProblemClass::Xattr),
@@ -50,6 +63,7 @@ pub const E2FSCK_CLASSES: &[(&str, ProblemClass)] = &[
     ("Root inode not allocated", ProblemClass::Connectivity),
     ("directory corrupted", ProblemClass::DirectoryBlock),
     ("Missing '.'", ProblemClass::DirectoryBlock),
+    ("is not NULL terminated", ProblemClass::DirectoryBlock),
     ("has no checksum", ProblemClass::DirectoryBlock),
     (
         "passes checks but fails checksum",
@@ -77,6 +91,9 @@ pub const E2FSCK_CLASSES: &[(&str, ProblemClass)] = &[
     ("orphan", ProblemClass::Orphan),
     ("dtime", ProblemClass::Inode),
     ("invalid mode", ProblemClass::Inode),
+    ("Quota inode is", ProblemClass::Inode),
+    ("extra size", ProblemClass::Inode),
+    ("is a zero-length directory", ProblemClass::Inode),
     ("Root inode is not a directory", ProblemClass::Inode),
 ];
 
@@ -85,6 +102,59 @@ pub const E2FSCK_CLASSES: &[(&str, ProblemClass)] = &[
 pub struct Verdict {
     pub errors: bool,
     pub classes: BTreeSet<ProblemClass>,
+}
+
+/// e2fsck's report of a directory leaf whose checksum alone fails.
+const LEAF_CHECKSUM_ONLY: &str = "directory passes checks but fails checksum";
+
+/// Whether an e2fsck report `line` of a leaf whose checksum alone fails is a phantom of
+/// its inode cache. libext2fs 1.47.0's `ext2fs_read_inode2` reads an inode into the next
+/// cache slot's buffer and, when the inode's checksum fails, leaves that slot labelled
+/// with the inode it held before; a later read of that inode (a directory's, for its
+/// generation, which seeds its leaves' checksums) gets the failed inode's bytes, and the
+/// directory's sound leaves "fail". Seen on kernel-written images after damaging one
+/// unused inode's checksum: the root's leaf is reported. Fixed upstream by the inode
+/// cache rewrite (`ext2_inode_cache_ipurge`). So in a run that reported an inode
+/// checksum failure (`text`), a leaf report is not counted when the leaf's checksum,
+/// computed here from the directory's real generation, verifies.
+fn phantom_leaf_checksum(image: &Path, text: &str, line: &str) -> bool {
+    if !line.contains(LEAF_CHECKSUM_ONLY)
+        || !text.contains("passes checks, but checksum does not match inode")
+    {
+        return false;
+    }
+    // "Directory inode 2, block #0: directory passes checks but fails checksum."
+    let number = |after: &str| -> Option<u64> {
+        line.split(after)
+            .nth(1)?
+            .split(|c: char| !c.is_ascii_digit())
+            .next()?
+            .parse()
+            .ok()
+    };
+    let (Some(dir), Some(logical)) = (number("Directory inode "), number("block #")) else {
+        return false;
+    };
+    leaf_checksum_verifies(image, dir as u32, logical)
+}
+
+/// Whether logical block `logical` of directory `dir` holds a leaf whose checksum
+/// verifies, computed through e4-format from the superblock and the inode's generation.
+fn leaf_checksum_verifies(image: &Path, dir: u32, logical: u64) -> bool {
+    use e4_format::checksum::inode_csum_seed;
+    use e4_format::dir_entry::DirLeafBlock;
+    use e4_format::{Location, MetadataBlock};
+    let Ok(raw) = RawImage::read(image) else {
+        return false;
+    };
+    let (Ok(inode), Ok(Some(physical))) = (raw.inode(dir), raw.file_block(dir, logical)) else {
+        return false;
+    };
+    let Ok(block) = raw.block(physical) else {
+        return false;
+    };
+    let seed = inode_csum_seed(raw.superblock().csum_seed(), dir, inode.record.generation);
+    DirLeafBlock::verify(block, seed, Location::Block(physical)).is_ok()
 }
 
 pub fn e2fsck_verdict(image: &Path) -> (Verdict, String) {
@@ -101,6 +171,7 @@ pub fn e2fsck_verdict(image: &Path) -> (Verdict, String) {
     );
     let classes = text
         .lines()
+        .filter(|line| !phantom_leaf_checksum(image, &text, line))
         .filter_map(|line| {
             E2FSCK_CLASSES
                 .iter()
