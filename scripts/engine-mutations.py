@@ -295,6 +295,18 @@ M = [
   "        drop(closed);\n        let result = gathered.and_then(|batch| self.write_out(fs, batch));",
   "        drop(closed);\n        let mut frees = frees;\n        for f in frees.drain(..) {\n            self.blocks.commit_frees(f, 0);\n        }\n        let result = gathered.and_then(|batch| self.write_out(fs, batch));",
   ["--test", "commit_consistency"]),
+ ("a directory's window stays at 64 blocks however large it grows", "crates/e4-fs/src/directory_blocks.rs",
+  "                window.raise_cap(directory_window_cap(logical));\n",
+  "                let _ = directory_window_cap(logical);\n",
+  ["--test", "write_growth", "directories_growing"]),
+ ("raise_cap lowers a cap", "crates/e4-alloc/src/reservation_window.rs",
+  "            self.cap = self.cap.max(cap);",
+  "            self.cap = cap;",
+  ["-p", "e4-alloc", "--test", "allocator", "raising_a_cap"]),
+ ("raise_cap caps an uncapped window", "crates/e4-alloc/src/reservation_window.rs",
+  "        if self.cap != 0 {\n            self.cap = self.cap.max(cap);\n        }",
+  "        self.cap = self.cap.max(cap);",
+  ["-p", "e4-alloc", "--test", "allocator", "raising_a_cap"]),
 ]
 only = sys.argv[1:] 
 for name, path, old, new, args in M:

@@ -88,6 +88,15 @@ impl ReservationWindow {
         }
     }
 
+    /// Lets a capped window grow to `cap` blocks from now on (never lowers the cap; an
+    /// uncapped window stays uncapped): an owner whose growth has proved larger than its
+    /// first cap foresaw (a directory of thousands of blocks) gets larger runs.
+    pub fn raise_cap(&mut self, cap: u32) {
+        if self.cap != 0 {
+            self.cap = self.cap.max(cap);
+        }
+    }
+
     /// Blocks reserved and not yet used.
     pub fn remaining(&self) -> u32 {
         self.remaining

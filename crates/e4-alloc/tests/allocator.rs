@@ -816,6 +816,34 @@ fn capped_windows_stop_growing_at_their_cap() {
     }
 }
 
+/// A raised cap lets a capped window grow further; a lower one changes nothing, and an
+/// uncapped window stays uncapped.
+#[test]
+fn raising_a_cap_lets_windows_grow_and_never_shrinks_them() {
+    let alloc = BlockAllocator::empty(geometry(8, 4096), AllocatorConfig::default());
+    let window_sizes = |window: &mut ReservationWindow, raise_to: u32, windows: usize| {
+        let mut sizes = Vec::new();
+        while sizes.len() < windows {
+            window.raise_cap(raise_to);
+            let before = window.remaining();
+            alloc.allocate_append(window, None, 1, 0, 3).unwrap();
+            if before == 0 {
+                sizes.push(window.remaining() + 1);
+            }
+        }
+        sizes
+    };
+    let mut raised = ReservationWindow::capped(64);
+    assert_eq!(
+        window_sizes(&mut raised, 256, 6),
+        [16, 32, 64, 128, 256, 256]
+    );
+    let mut lowered = ReservationWindow::capped(64);
+    assert_eq!(window_sizes(&mut lowered, 8, 5), [16, 32, 64, 64, 64]);
+    let mut uncapped = ReservationWindow::new();
+    assert_eq!(window_sizes(&mut uncapped, 32, 5), [16, 32, 64, 128, 256]);
+}
+
 /// Root-reserved blocks: unprivileged requests stop at the reserve, privileged ones get
 /// it, and freed blocks refill the reserve before anyone unprivileged can have them.
 #[test]

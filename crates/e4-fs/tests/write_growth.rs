@@ -147,17 +147,20 @@ fn punching_every_other_block_builds_a_deep_extent_tree() {
 }
 
 /// Runs of contiguous blocks holding directory `dir`'s blocks.
-fn directory_runs(fs: &Filesystem, dir: u32) -> (u64, usize) {
+/// Directory `dir`'s size in blocks and its runs of physically contiguous blocks, as
+/// (first logical block, length).
+fn directory_runs(fs: &Filesystem, dir: u32) -> (u64, Vec<(u64, u64)>) {
     let inode = fs.read_inode(dir).unwrap();
     let blocks = inode.size() / u64::from(fs.block_size());
-    let (mut logical, mut runs, mut last_end) = (0, 0, None);
+    let (mut logical, mut runs, mut last_end) = (0, Vec::<(u64, u64)>::new(), None);
     while logical < blocks {
         let Ok(e4_fs::Mapping::Data { physical, len, .. }) = fs.map_block(&inode, logical, blocks)
         else {
             panic!("directory {dir} has a hole at block {logical}")
         };
-        if last_end != Some(physical) {
-            runs += 1;
+        match runs.last_mut() {
+            Some((_, run_len)) if last_end == Some(physical) => *run_len += len,
+            _ => runs.push((logical, len)),
         }
         last_end = Some(physical + len);
         logical += len;
@@ -167,16 +170,16 @@ fn directory_runs(fs: &Filesystem, dir: u32) -> (u64, usize) {
 
 /// Two directories growing by turns (as each thread's own directory does under creates from
 /// every thread) take their blocks from reservation windows: a run of blocks each, not one
-/// block each by turns.
+/// block each by turns; and a large directory's windows grow with it, so its runs do.
 #[test]
 fn directories_growing_by_turns_do_not_interleave_their_blocks() {
-    let img = make_empty_image(&["-t", "ext4", "-b", "4096"], 256);
+    let img = make_empty_image(&["-t", "ext4", "-b", "4096", "-N", "80000"], 256);
     let fs = Filesystem::open(&img.path, OpenOptions::writable()).unwrap();
     let dirs = [
         fs.mkdir(ROOT, b"a", ME).unwrap(),
         fs.mkdir(ROOT, b"b", ME).unwrap(),
     ];
-    for i in 0..12_000u32 {
+    for i in 0..36_000u32 {
         for dir in dirs {
             let name = format!("entry-{i:06}-{}", "y".repeat(40));
             fs.create(dir, name.as_bytes(), ME).unwrap();
@@ -184,12 +187,21 @@ fn directories_growing_by_turns_do_not_interleave_their_blocks() {
     }
     for dir in dirs {
         let (blocks, runs) = directory_runs(&fs, dir);
-        assert!(blocks > 150, "{blocks} blocks");
-        // 2 blocks alone, then windows of 16, 32 and 64 blocks.
+        assert!(blocks > 700, "{blocks} blocks");
+        // 2 blocks alone, then windows of 16, 32 and 64 blocks up to 256 blocks.
+        let early = runs.iter().filter(|(start, _)| *start < 256).count();
         assert!(
-            runs <= 3 + blocks as usize / 64 + 2,
-            "{runs} runs for {blocks} blocks"
+            early <= 3 + 256 / 64 + 2,
+            "{early} runs in 256 blocks: {runs:?}"
         );
+        // Past that, windows of about a quarter of the directory (the last may be cut
+        // short by the end of the directory).
+        for &(start, len) in &runs[..runs.len() - 1] {
+            assert!(
+                start < 256 || len >= start / 8,
+                "a run of {len} blocks at block {start}: {runs:?}"
+            );
+        }
     }
     fs.unmount().unwrap();
     e2fsck_clean(&img.path).unwrap();
