@@ -205,7 +205,7 @@ fn inode_write_back_races_claims() {
 /// is dropped (two updates applied out of order leave the group filed twice).
 #[test]
 fn block_index_updates_stay_in_lock_order() {
-    use e4_alloc::{AllocRequest, AllocatorConfig, BlockAllocator, Geometry};
+    use e4_alloc::{AllocRequest, AllocatorConfig, BlockAllocator, Geometry, Reserve};
     model(|| {
         let alloc = Arc::new(BlockAllocator::empty(
             Geometry {

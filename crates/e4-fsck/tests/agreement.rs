@@ -17,7 +17,8 @@ use e4_fsck::{check, Options, ProblemClass, ProblemCode};
 use e4_testkit::{make_image, Image, Profile, PROFILES};
 
 use common::{
-    assert_agreement, block_size, bmap, debugfs, inode_of, inode_offset, read_bytes, write_bytes,
+    assert_agreement, block_size, bmap, debugfs, forced_check, inode_of, inode_offset, read_bytes,
+    write_bytes,
 };
 
 /// A small tree: files of several sizes, a sparse file, subdirectories, a directory large
@@ -77,15 +78,7 @@ fn clean_images_of_every_profile_report_nothing() {
         let image = make_image(source.path(), profile, 16, 2048);
         let classes = assert_agreement(&image.path, profile.name);
         assert!(classes.is_empty(), "{}: {classes:?}", profile.name);
-        let report = check(
-            &image.path,
-            &Options {
-                threads: None,
-                force: true,
-                ..Options::default()
-            },
-        )
-        .unwrap();
+        let report = forced_check(&image.path, None);
         assert!(
             report.problems.is_empty(),
             "{}: {:?}",
@@ -124,15 +117,7 @@ fn run_scenario_with_codes(
             "{name}: {class:?} not found in {classes:?}"
         );
     }
-    let report = check(
-        &image.path,
-        &Options {
-            threads: Some(2),
-            force: true,
-            ..Options::default()
-        },
-    )
-    .unwrap();
+    let report = forced_check(&image.path, Some(2));
     for code in codes {
         assert!(
             report.problems.iter().any(|p| p.code == *code),
@@ -482,15 +467,7 @@ fn out_of_order_extents() {
     write_bytes(img, node * bs + 12 + 12 * 4, &20u32.to_le_bytes());
     let classes = assert_agreement(img, "out of order extents");
     assert!(classes.contains(&ProblemClass::ExtentTree));
-    let report = check(
-        img,
-        &Options {
-            threads: Some(2),
-            force: true,
-            ..Options::default()
-        },
-    )
-    .unwrap();
+    let report = forced_check(img, Some(2));
     assert!(
         report
             .problems
@@ -545,18 +522,7 @@ fn many_problems_print_in_one_order_whatever_the_threads() {
     assert!(out.status.success());
     let runs: Vec<Vec<e4_fsck::Problem>> = [1, 8, 3, 8]
         .iter()
-        .map(|&threads| {
-            check(
-                &image.path,
-                &Options {
-                    threads: Some(threads),
-                    force: true,
-                    ..Options::default()
-                },
-            )
-            .unwrap()
-            .problems
-        })
+        .map(|&threads| forced_check(&image.path, Some(threads)).problems)
         .collect();
     assert!(runs[0].len() >= 80, "{}", runs[0].len());
     for run in &runs[1..] {
@@ -823,15 +789,7 @@ fn self_similar_block_map_does_not_hang() {
     write_bytes(img, tind * 4096, &repeated(dind));
     write_bytes(img, dind * 4096, &repeated(ind));
     let start = std::time::Instant::now();
-    let report = check(
-        img,
-        &Options {
-            threads: Some(2),
-            force: true,
-            ..Options::default()
-        },
-    )
-    .unwrap();
+    let report = forced_check(img, Some(2));
     assert!(start.elapsed().as_secs() < 5, "took {:?}", start.elapsed());
     assert!(
         report
@@ -1322,14 +1280,7 @@ fn quota_inode_slots() {
         let image = e4_testkit::make_empty_image(args, 16);
         debugfs(&image.path, command);
         let classes = assert_agreement(&image.path, command);
-        let report = check(
-            &image.path,
-            &Options {
-                force: true,
-                ..Options::default()
-            },
-        )
-        .unwrap();
+        let report = forced_check(&image.path, None);
         match code {
             None => assert!(classes.is_empty(), "{command}: {:?}", report.problems),
             Some(code) => assert!(
@@ -1368,14 +1319,7 @@ fn directory_size_high_word() {
         let at = inode_offset(&image.path, inode_of(&image.path, "/dir2")) + 0x6C;
         write_bytes(&image.path, at, &high.to_le_bytes());
         assert_agreement(&image.path, &format!("i_size_high {high:#x}"));
-        let report = check(
-            &image.path,
-            &Options {
-                force: true,
-                ..Options::default()
-            },
-        )
-        .unwrap();
+        let report = forced_check(&image.path, None);
         let found: std::collections::BTreeSet<ProblemCode> =
             report.problems.iter().map(|p| p.code).collect();
         assert!(

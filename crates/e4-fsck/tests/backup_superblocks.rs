@@ -15,7 +15,7 @@ use std::process::Command;
 use e4_fsck::{check, Options};
 use e4_testkit::make_empty_image;
 
-use common::{assert_agreement, debugfs, read_bytes, write_bytes};
+use common::{assert_agreement, debugfs, forced_check, read_bytes, write_bytes};
 
 /// 1 KiB blocks, 8,192 per group, 64 MiB: eight groups, backups in groups 1, 3, 5 and 7.
 const ARGS: &[&str] = &["-t", "ext4", "-b", "1024"];
@@ -40,11 +40,7 @@ fn image_with_files() -> e4_testkit::Image {
 fn assert_clean(image: &Path, what: &str) {
     let classes = assert_agreement(image, what);
     assert!(classes.is_empty(), "{what}: {classes:?}");
-    let options = Options {
-        force: true,
-        ..Options::default()
-    };
-    let report = check(image, &options).unwrap();
+    let report = forced_check(image, None);
     assert!(report.problems.is_empty(), "{what}: {:?}", report.problems);
 }
 

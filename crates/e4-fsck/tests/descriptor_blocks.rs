@@ -13,7 +13,7 @@ use std::collections::BTreeSet;
 use e4_fsck::{check, Location, Options, ProblemClass, ProblemCode};
 use e4_testkit::{make_image, Profile};
 
-use common::{assert_agreement, debugfs, read_bytes, write_bytes};
+use common::{assert_agreement, debugfs, forced_check, read_bytes, write_bytes};
 
 /// 1 KiB blocks and 64-byte descriptors (64bit): 16 descriptors per block, 8 MiB per
 /// group, so 320 MiB is 40 groups. Without group checksums, so that a descriptor edited
@@ -96,14 +96,7 @@ fn a_bad_descriptor_checksum_has_the_uninit_groups_bitmaps_read_from_disk() {
     // and reports its padding (and skips its checksum by the flag alone).
     let classes = assert_agreement(&image.path, "40 groups, three descriptor checksums");
     assert!(classes.contains(&ProblemClass::InodeBitmap), "{classes:?}");
-    let report = check(
-        &image.path,
-        &Options {
-            force: true,
-            ..Options::default()
-        },
-    )
-    .unwrap();
+    let report = forced_check(&image.path, None);
     let at_groups = |code: ProblemCode| -> BTreeSet<u32> {
         report
             .problems

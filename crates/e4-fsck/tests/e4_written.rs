@@ -12,9 +12,9 @@ use e4_fs::{Creator, Error, FallocateMode, Filesystem, OpenOptions, RenameMode, 
 use e4_fsck::{check, Options};
 use e4_testkit::{make_empty_image, Image, Profile, PROFILES};
 
-use common::assert_agreement;
 use common::damages::{assert_damages_agree, assert_every_damage_ran_on, DAMAGES};
 use common::flips::assert_random_flips_agree;
+use common::{assert_agreement, forced_check};
 
 const ROOT: u32 = 2;
 const OWNER: Creator = Creator {
@@ -101,14 +101,7 @@ fn e4_written_images_of_every_profile_are_clean() {
         let image = e4_written_image(profile);
         let classes = assert_agreement(&image.path, profile.name);
         assert!(classes.is_empty(), "{}: {classes:?}", profile.name);
-        let report = check(
-            &image.path,
-            &Options {
-                force: true,
-                ..Options::default()
-            },
-        )
-        .unwrap();
+        let report = forced_check(&image.path, None);
         assert!(
             report.problems.is_empty(),
             "{}: {:?}",

@@ -15,10 +15,10 @@ use std::collections::BTreeSet;
 use std::fs;
 use std::path::Path;
 
-use e4_fsck::{check, Options, ProblemClass, ProblemCode};
+use e4_fsck::{ProblemClass, ProblemCode};
 use e4_testkit::{make_image, Profile};
 
-use common::{assert_agreement, bmap, debugfs, write_bytes};
+use common::{assert_agreement, bmap, debugfs, forced_check, write_bytes};
 
 /// Entries in the directory indexed with two levels: with 1 KiB blocks a full leaf holds
 /// about 23 of these names and the root at most 123 leaves.
@@ -73,11 +73,7 @@ fn claim_levels(image: &Path, pristine: &[u8], dir: &str, levels: u8) -> BTreeSe
     let root = bmap(image, dir, 0);
     write_bytes(image, root * 1024 + INDIRECT_LEVELS_OFFSET, &[levels]);
     assert_agreement(image, &format!("{dir} claiming {levels} levels"));
-    let options = Options {
-        force: true,
-        ..Options::default()
-    };
-    let report = check(image, &options).unwrap();
+    let report = forced_check(image, None);
     report.problems.iter().map(|p| p.code).collect()
 }
 
@@ -128,14 +124,7 @@ fn root_claiming_four_levels_is_too_deep_twice() {
     let image = htree_image(&NO_CSUM);
     let pristine = fs::read(&image.path).unwrap();
     claim_levels(&image.path, &pristine, "/deep", 4);
-    let report = check(
-        &image.path,
-        &Options {
-            force: true,
-            ..Options::default()
-        },
-    )
-    .unwrap();
+    let report = forced_check(&image.path, None);
     let depth_reports = report
         .problems
         .iter()
@@ -210,14 +199,7 @@ fn root_info_damage() {
         let root = bmap(&image.path, "/shallow", 0);
         write_bytes(&image.path, root * 1024 + offset, &[value]);
         assert_agreement(&image.path, name);
-        let report = check(
-            &image.path,
-            &Options {
-                force: true,
-                ..Options::default()
-            },
-        )
-        .unwrap();
+        let report = forced_check(&image.path, None);
         let codes: BTreeSet<ProblemCode> = report.problems.iter().map(|p| p.code).collect();
         assert_eq!(codes, expected.iter().copied().collect(), "{name}");
     }
@@ -234,14 +216,7 @@ fn index_flag_on_a_file_or_without_the_feature() {
         "sif /shallow/entry_with_a_longish_name_0001 flags 0x81000",
     );
     assert_agreement(&image.path, "INDEX_FL on a file");
-    let report = check(
-        &image.path,
-        &Options {
-            force: true,
-            ..Options::default()
-        },
-    )
-    .unwrap();
+    let report = forced_check(&image.path, None);
     assert!(
         report
             .problems
@@ -254,14 +229,7 @@ fn index_flag_on_a_file_or_without_the_feature() {
     debugfs(&image.path, "feature -dir_index");
     let classes = assert_agreement(&image.path, "dir_index cleared");
     assert_eq!(classes, [ProblemClass::Htree].into_iter().collect());
-    let report = check(
-        &image.path,
-        &Options {
-            force: true,
-            ..Options::default()
-        },
-    )
-    .unwrap();
+    let report = forced_check(&image.path, None);
     let set = report
         .problems
         .iter()
@@ -280,14 +248,7 @@ fn index_entry_past_the_directory() {
     // dx_root entries start at 0x20 (limit, count, block 0); entry 1's block at 0x2C.
     write_bytes(&image.path, root * 1024 + 0x2C, &5000u32.to_le_bytes());
     assert_agreement(&image.path, "index entry past the end");
-    let report = check(
-        &image.path,
-        &Options {
-            force: true,
-            ..Options::default()
-        },
-    )
-    .unwrap();
+    let report = forced_check(&image.path, None);
     let codes: BTreeSet<ProblemCode> = report.problems.iter().map(|p| p.code).collect();
     assert!(codes.contains(&ProblemCode::PR_2_HTREE_BADBLK), "{codes:?}");
 }

@@ -15,7 +15,7 @@ use std::path::Path;
 use e4_fsck::{check, Location, Options, ProblemCode};
 use e4_testkit::{make_image, Image, Profile};
 
-use common::{assert_agreement, debugfs, e2fsck_verdict, inode_of};
+use common::{assert_agreement, debugfs, e2fsck_verdict, forced_check, inode_of};
 
 /// 1 KiB blocks: 8 groups of 8,192 blocks in 64 MiB, and `-N 20400` gives 2,552 inodes
 /// per group.
@@ -117,14 +117,7 @@ fn inode_bitmap_bits_at_word_and_group_edges_are_each_found() {
             "at {threads} threads"
         );
     }
-    let report = check(
-        &image.path,
-        &Options {
-            force: true,
-            ..Options::default()
-        },
-    )
-    .unwrap();
+    let report = forced_check(&image.path, None);
     let dir_counts: Vec<Location> = report
         .problems
         .iter()

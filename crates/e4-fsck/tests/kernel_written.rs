@@ -20,14 +20,14 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::OnceLock;
 
-use e4_fsck::{check, Options, ProblemClass, ProblemCode};
+use e4_fsck::{ProblemClass, ProblemCode};
 use e4_testkit::{make_empty_image, Image, KernelMount, Profile, PROFILES};
 
-use common::assert_agreement;
 use common::damages::{
     assert_damages_agree, assert_every_damage_ran_on, flip_first_extent_leaf_checksum, DAMAGES,
 };
 use common::flips::assert_random_flips_agree;
+use common::{assert_agreement, forced_check};
 
 /// Entries in the directory the kernel grows into a hash tree: with 1 KiB blocks (124
 /// leaves under the root at most) more than one index level is needed.
@@ -152,14 +152,7 @@ fn kernel_written_images_of_every_profile_are_clean() {
         let what = format!("kernel-written {}", profile.name);
         let classes = assert_agreement(&path, &what);
         assert!(classes.is_empty(), "{what}: {classes:?}");
-        let report = check(
-            &path,
-            &Options {
-                force: true,
-                ..Options::default()
-            },
-        )
-        .unwrap();
+        let report = forced_check(&path, None);
         assert!(report.problems.is_empty(), "{what}: {:?}", report.problems);
     }
 }
@@ -212,14 +205,7 @@ fn corrupt_primary_superblock_falls_back_to_stale_backups() {
             profile.name
         );
         assert_agreement(&path, &what);
-        let report = check(
-            &path,
-            &Options {
-                force: true,
-                ..Options::default()
-            },
-        )
-        .unwrap();
+        let report = forced_check(&path, None);
         assert!(
             report
                 .problems
@@ -287,14 +273,7 @@ fn htree_directory_whose_first_extent_leaf_fails_its_checksum() {
     );
     let classes = assert_agreement(&path, "first extent leaf of an htree directory");
     assert!(classes.contains(&ProblemClass::Htree), "{classes:?}");
-    let report = check(
-        &path,
-        &Options {
-            force: true,
-            ..Options::default()
-        },
-    )
-    .unwrap();
+    let report = forced_check(&path, None);
     for code in [
         ProblemCode::PR_1_EXTENT_ONLY_CSUM_INVALID,
         ProblemCode::PR_1_HTREE_BADROOT,

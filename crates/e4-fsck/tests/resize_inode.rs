@@ -9,10 +9,10 @@ mod common;
 
 use std::path::Path;
 
-use e4_fsck::{check, Options, ProblemClass, ProblemCode};
+use e4_fsck::{ProblemClass, ProblemCode};
 use e4_testkit::make_empty_image;
 
-use common::{assert_agreement, debugfs, read_bytes, write_bytes};
+use common::{assert_agreement, debugfs, forced_check, read_bytes, write_bytes};
 
 /// 1 KiB blocks, 64 MiB: eight groups, backups in groups 1, 3, 5 and 7, 256 reserved
 /// descriptor blocks (3 to 258) after the one-block descriptor table.
@@ -171,14 +171,7 @@ fn resize_inode_damage_agrees() {
             expected,
             "{name}"
         );
-        let report = check(
-            &image.path,
-            &Options {
-                force: true,
-                ..Options::default()
-            },
-        )
-        .unwrap();
+        let report = forced_check(&image.path, None);
         if let Some(code) = code {
             assert!(
                 report.problems.iter().any(|p| p.code == code),
@@ -195,14 +188,7 @@ fn resize_inode_damage_agrees() {
 fn feature_cleared_reports_reserved_blocks_and_inode() {
     let image = make_empty_image(ARGS, SIZE_MIB);
     debugfs(&image.path, "feature -resize_inode");
-    let report = check(
-        &image.path,
-        &Options {
-            force: true,
-            ..Options::default()
-        },
-    )
-    .unwrap();
+    let report = forced_check(&image.path, None);
     let codes: Vec<ProblemCode> = report.problems.iter().map(|p| p.code).collect();
     assert_eq!(
         codes,

@@ -8,10 +8,10 @@ mod common;
 
 use std::collections::BTreeSet;
 
-use e4_fsck::{check, Options, ProblemClass, ProblemCode};
+use e4_fsck::{ProblemClass, ProblemCode};
 use e4_testkit::make_empty_image;
 
-use common::{assert_agreement, debugfs};
+use common::{assert_agreement, debugfs, forced_check};
 
 /// Runs `commands` through debugfs on a fresh image made with `mke2fs_args`, requires
 /// agreement, and returns e4's codes and classes.
@@ -24,11 +24,7 @@ fn damaged(
         debugfs(&image.path, command);
     }
     let classes = assert_agreement(&image.path, &commands.join("; "));
-    let options = Options {
-        force: true,
-        ..Options::default()
-    };
-    let report = check(&image.path, &options).unwrap();
+    let report = forced_check(&image.path, None);
     (report.problems.iter().map(|p| p.code).collect(), classes)
 }
 
@@ -59,11 +55,7 @@ fn directory_extent_ending_at_the_limit_is_not_too_big() {
     let image = make_empty_image(&["-t", "ext4", "-b", "4096"], 32);
     debugfs(&image.path, "mkdir /d");
     debugfs(&image.path, "sif /d block[3] 524287");
-    let options = Options {
-        force: true,
-        ..Options::default()
-    };
-    let report = check(&image.path, &options).unwrap();
+    let report = forced_check(&image.path, None);
     assert!(
         !report
             .problems

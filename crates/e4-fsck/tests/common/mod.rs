@@ -12,7 +12,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::process::Command;
 
-use e4_fsck::{check, Options, ProblemClass};
+use e4_fsck::{check, Options, ProblemClass, Report};
 use e4_testkit::RawImage;
 
 /// e2fsck message fragments and the class each one names. The first match wins.
@@ -201,13 +201,18 @@ pub fn e2fsck_aborted(text: &str) -> bool {
     !text.contains("Pass 5")
 }
 
-pub fn e4_verdict(image: &Path, threads: usize) -> (Verdict, String) {
+/// e4's report on `image`, checked as `e4 fsck -f` does (`threads`: `None` for one per CPU).
+pub fn forced_check(image: &Path, threads: Option<usize>) -> Report {
     let options = Options {
-        threads: Some(threads),
+        threads,
         force: true,
         ..Options::default()
     };
-    let report = check(image, &options).unwrap();
+    check(image, &options).unwrap()
+}
+
+pub fn e4_verdict(image: &Path, threads: usize) -> (Verdict, String) {
+    let report = forced_check(image, Some(threads));
     let mut text = Vec::new();
     report.write_text(&mut text, "image").unwrap();
     (
