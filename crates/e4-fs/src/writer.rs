@@ -49,6 +49,9 @@ use crate::write_back;
 /// Limit-counter slots, commit-gate slots and pending-free lists: one per thread up to this.
 const SLOTS: usize = 64;
 
+/// How long an fsync waits for another thread's commit before sleeping on the commit lock.
+const COMMIT_SPIN: Duration = Duration::from_micros(200);
+
 /// Stripes of the xattr block reference-count locks.
 const XATTR_BLOCK_LOCKS: usize = 64;
 
@@ -395,11 +398,36 @@ impl Writer {
         if self.committed.load(Ordering::Acquire) >= txn {
             return self.check_open();
         }
-        let one = self.commit_lock.lock();
+        let one = match self.commit_lock.try_lock() {
+            Some(one) => one,
+            None => {
+                if self.wait_for_commit(txn) {
+                    return self.check_open();
+                }
+                self.commit_lock.lock()
+            }
+        };
         if self.committed.load(Ordering::Acquire) >= txn {
             return self.check_open();
         }
         self.commit_locked(fs, one)
+    }
+
+    /// While another thread commits, waits without sleeping for up to [`COMMIT_SPIN`]
+    /// for `txn` to be written; true if it was. An fsync-driven commit takes tens of
+    /// microseconds, and a thread parked on the commit lock takes about as long again to
+    /// be woken on another CPU, so the waiter checks and yields its CPU to any other
+    /// runnable thread instead. False when the commit lock came free first (the commit
+    /// that ran did not cover `txn`) or the time ran out.
+    fn wait_for_commit(&self, txn: u64) -> bool {
+        let started = Instant::now();
+        while self.commit_lock.is_locked() && started.elapsed() < COMMIT_SPIN {
+            if self.committed.load(Ordering::Acquire) >= txn {
+                return true;
+            }
+            std::thread::yield_now();
+        }
+        self.committed.load(Ordering::Acquire) >= txn
     }
 
     /// Writes the running transaction back (see the module docs for the order).
