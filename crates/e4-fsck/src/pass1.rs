@@ -166,23 +166,27 @@ fn scan_piece(
         .checked_mul(u64::from(geo.block_size()))
         .and_then(|o| o.checked_add(u64::from(piece.first) * inode_size as u64));
     let first_ino = piece.group * geo.inodes_per_group() + piece.first + 1;
-    TABLE_BUFFER.with_borrow_mut(|table| {
-        // Grown to the largest piece this thread has read, and not zeroed again: zeroing
-        // a fresh buffer per piece cost as many instructions as a tenth of pass 1.
-        let len = piece.count as usize * inode_size;
-        if table.len() < len {
-            table.resize(len, 0);
-        }
-        scan_table(
-            ctx,
-            piece,
-            mode,
-            xattrs,
-            offset,
-            &mut table[..len],
-            first_ino,
-        )
-    })
+    // Grown to the largest piece this thread has read, and not zeroed again: zeroing a
+    // fresh buffer per piece cost as many instructions as a tenth of pass 1. Taken out of
+    // the thread's slot for the scan rather than borrowed in place: a scan that waits
+    // inside rayon can run another piece's scan on this thread meanwhile (which then
+    // finds the slot empty and grows a buffer of its own).
+    let mut table = TABLE_BUFFER.take();
+    let len = piece.count as usize * inode_size;
+    if table.len() < len {
+        table.resize(len, 0);
+    }
+    let found = scan_table(
+        ctx,
+        piece,
+        mode,
+        xattrs,
+        offset,
+        &mut table[..len],
+        first_ino,
+    );
+    TABLE_BUFFER.set(table);
+    found
 }
 
 thread_local! {
