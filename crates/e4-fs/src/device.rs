@@ -75,15 +75,32 @@ impl Device for FileDevice {
     }
 }
 
+/// What a [`MemoryDevice`] shows the image to at every flush.
+type FlushWatcher = Box<dyn Fn(&[u8]) + Send + Sync>;
+
 /// A filesystem image held in memory (tests, fuzzing, images built in memory).
 pub struct MemoryDevice {
     bytes: RwLock<Vec<u8>>,
+    at_flush: Option<FlushWatcher>,
 }
 
 impl MemoryDevice {
     pub fn new(bytes: Vec<u8>) -> Self {
         MemoryDevice {
             bytes: RwLock::new(bytes),
+            at_flush: None,
+        }
+    }
+
+    /// A memory device that shows `at_flush` the whole image at every flush: what a crash
+    /// right after that flush would leave (crash-consistency tests).
+    pub fn watching_flushes(
+        bytes: Vec<u8>,
+        at_flush: impl Fn(&[u8]) + Send + Sync + 'static,
+    ) -> Self {
+        MemoryDevice {
+            bytes: RwLock::new(bytes),
+            at_flush: Some(Box::new(at_flush)),
         }
     }
 
@@ -116,6 +133,9 @@ impl Device for MemoryDevice {
     }
 
     fn flush(&self) -> io::Result<()> {
+        if let Some(at_flush) = &self.at_flush {
+            at_flush(&self.bytes.read());
+        }
         Ok(())
     }
 

@@ -24,44 +24,41 @@ const DIR: Creator = Creator {
     gid: 0,
 };
 
-/// A memory device that keeps a copy of the whole image at every flush. Its writes are slow
-/// (as a disk's are, against memory), so that a commit's write-out overlaps many of the
-/// next transaction's operations.
-struct FlushCopies {
-    inner: MemoryDevice,
-    copies: Mutex<Vec<Vec<u8>>>,
-}
+/// A memory device whose writes take 50 µs (as a disk's do, against memory), so that a
+/// commit's write-out overlaps many of the next transaction's operations.
+struct SlowWrites(MemoryDevice);
 
-impl Device for FlushCopies {
+impl Device for SlowWrites {
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        self.inner.read_exact_at(buf, offset)
+        self.0.read_exact_at(buf, offset)
     }
     fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         std::thread::sleep(Duration::from_micros(50));
-        self.inner.write_all_at(buf, offset)
+        self.0.write_all_at(buf, offset)
     }
     fn flush(&self) -> io::Result<()> {
-        self.inner.flush()?;
-        self.copies.lock().unwrap().push(self.inner.bytes());
-        Ok(())
+        self.0.flush()
     }
     fn size(&self) -> u64 {
-        self.inner.size()
+        self.0.size()
     }
 }
 
 #[test]
 fn the_image_at_every_commit_is_consistent_while_operations_go_on() {
     let img = make_empty_image(&["-t", "ext4"], 64);
-    let device = Arc::new(FlushCopies {
-        inner: MemoryDevice::new(std::fs::read(&img.path).unwrap()),
-        copies: Mutex::default(),
-    });
+    // The image at every flush.
+    let copies = Arc::new(Mutex::new(Vec::new()));
+    let kept = Arc::clone(&copies);
+    let device = Arc::new(SlowWrites(MemoryDevice::watching_flushes(
+        std::fs::read(&img.path).unwrap(),
+        move |image| kept.lock().unwrap().push(image.to_vec()),
+    )));
     let options = OpenOptions {
         commit_interval: Duration::ZERO,
         ..OpenOptions::writable()
     };
-    let fs = Filesystem::open_device(device.clone(), options).unwrap();
+    let fs = Filesystem::open_device(device, options).unwrap();
     let workers_done = AtomicBool::new(false);
     std::thread::scope(|s| {
         let (fs, workers_done) = (&fs, &workers_done);
@@ -100,7 +97,7 @@ fn the_image_at_every_commit_is_consistent_while_operations_go_on() {
         committer.join().unwrap();
     });
     fs.unmount().unwrap();
-    let copies = std::mem::take(&mut *device.copies.lock().unwrap());
+    let copies = std::mem::take(&mut *copies.lock().unwrap());
     assert!(copies.len() >= 4, "only {} flushes", copies.len());
     let dir = tempfile::tempdir().unwrap();
     // Every copy when there are few; otherwise 12 spread over the run, the last included.

@@ -2,11 +2,10 @@
 //! open of the image, and e2fsck), an fsync with nothing new to write commits nothing, and
 //! threads that fsync at once share commits.
 
-use std::io;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use e4_fs::device::{Device, MemoryDevice};
+use e4_fs::device::MemoryDevice;
 use e4_fs::{Creator, Filesystem, OpenOptions};
 use e4_testkit::{e2fsck_clean, make_empty_image};
 
@@ -120,38 +119,18 @@ fn threads_that_fsync_at_once_share_commits() {
     e2fsck_clean(&img.path).unwrap();
 }
 
-/// A memory device that keeps the image as of its last flush: what a crash would leave.
-struct LastFlush {
-    inner: MemoryDevice,
-    durable: Mutex<Arc<Vec<u8>>>,
-}
-
-impl Device for LastFlush {
-    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        self.inner.read_exact_at(buf, offset)
-    }
-    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        self.inner.write_all_at(buf, offset)
-    }
-    fn flush(&self) -> io::Result<()> {
-        self.inner.flush()?;
-        *self.durable.lock().unwrap() = Arc::new(self.inner.bytes());
-        Ok(())
-    }
-    fn size(&self) -> u64 {
-        self.inner.size()
-    }
-}
-
 /// Every fsync, however many threads wait on each other's commits, returns only once the
 /// file's data and size are in the image as of the last flush.
 #[test]
 fn every_fsync_returns_with_its_file_durable() {
     let img = make_empty_image(&["-t", "ext4"], 16);
-    let device = Arc::new(LastFlush {
-        inner: MemoryDevice::new(std::fs::read(&img.path).unwrap()),
-        durable: Mutex::default(),
-    });
+    // The image as of the last flush: what a crash would leave.
+    let durable = Arc::new(Mutex::new(Arc::new(Vec::new())));
+    let kept = Arc::clone(&durable);
+    let device = Arc::new(MemoryDevice::watching_flushes(
+        std::fs::read(&img.path).unwrap(),
+        move |image| *kept.lock().unwrap() = Arc::new(image.to_vec()),
+    ));
     let fs = Filesystem::open_device(device.clone(), no_interval()).unwrap();
     let threads = 6;
     let rounds = 25;
@@ -160,14 +139,14 @@ fn every_fsync_returns_with_its_file_durable() {
         .collect();
     std::thread::scope(|s| {
         for (t, &ino) in inos.iter().enumerate() {
-            let (fs, device) = (&fs, &device);
+            let (fs, durable) = (&fs, &durable);
             s.spawn(move || {
                 for round in 0..rounds {
                     let fill = (t * rounds + round) as u8;
                     fs.write_at(ino, (round * 4096) as u64, &[fill; 4096])
                         .unwrap();
                     fs.fsync(ino).unwrap();
-                    let durable = device.durable.lock().unwrap().clone();
+                    let durable = durable.lock().unwrap().clone();
                     let crashed = Filesystem::open_device(
                         Arc::new(MemoryDevice::new(durable.to_vec())),
                         OpenOptions::default(),
@@ -188,6 +167,6 @@ fn every_fsync_returns_with_its_file_durable() {
         }
     });
     fs.unmount().unwrap();
-    std::fs::write(&img.path, device.inner.bytes()).unwrap();
+    std::fs::write(&img.path, device.bytes()).unwrap();
     e2fsck_clean(&img.path).unwrap();
 }
