@@ -40,8 +40,9 @@ impl<'a> TxnIo<'a> {
         }
     }
 
-    /// Block access for an operation that removes space (truncate, punch, collapse, zero
-    /// range): the tree blocks an extent split needs may come from the metadata reserve, as
+    /// Block access for an operation that splits extents without adding data (truncate,
+    /// punch, collapse, insert): the tree blocks a split needs may come from the metadata
+    /// reserve, as
     /// the kernel's `EXT4_GET_BLOCKS_METADATA_NOFAIL` lets them, so that freeing space on a
     /// full filesystem does not fail for want of one block.
     pub fn removing_space(self) -> Self {

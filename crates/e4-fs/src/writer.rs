@@ -17,10 +17,9 @@
 //!
 //! Until the journal lands, metadata goes to its home location directly: a commit that is
 //! interrupted (a crash, a failed write) can leave the image inconsistent, and after a failed
-//! commit the filesystem refuses further changes. Without a journal, a gathered block may
-//! be written with some of the next transaction's changes in it (see [`Writer::write_out`]);
-//! the journal will need jbd2's frozen copies there, to log exactly the committing
-//! transaction's contents.
+//! commit the filesystem refuses further changes. Between commits the image is consistent:
+//! a gathered block that the next transaction changes is written as the commit froze it
+//! (see [`Writer::write_out`]), which is also what the journal will log.
 
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -398,15 +397,10 @@ impl Writer {
         if self.committed.load(Ordering::Acquire) >= txn {
             return self.check_open();
         }
-        let one = match self.commit_lock.try_lock() {
-            Some(one) => one,
-            None => {
-                if self.wait_for_commit(txn) {
-                    return self.check_open();
-                }
-                self.commit_lock.lock()
-            }
-        };
+        if self.commit_lock.is_locked() && self.wait_for_commit(txn) {
+            return self.check_open();
+        }
+        let one = self.commit_lock.lock();
         if self.committed.load(Ordering::Acquire) >= txn {
             return self.check_open();
         }
@@ -486,11 +480,11 @@ impl Writer {
     }
 
     /// The rest of a commit, while the next transaction runs: the gathered blocks, block
-    /// bitmaps, descriptors, superblock, flush. An operation may change a gathered block
-    /// meanwhile; the block is then written as it stands under its lock (so with some of
-    /// the next transaction's changes), and again by the next commit, which starts only
-    /// after this one. No block freed by either transaction can be reused before its own
-    /// commit ends, so none of the blocks written here can belong to something else by now.
+    /// bitmaps, descriptors, superblock, flush. An operation that changes a gathered block
+    /// meanwhile first freezes a copy of it for this commit ([`crate::buffer_cache::Buffer`]),
+    /// and the next commit, which starts only after this one, writes the change. No block
+    /// freed by either transaction can be reused before its own commit ends, so none of the
+    /// blocks written here can belong to something else by now.
     fn write_out(&self, fs: &Filesystem, batch: CommitBatch) -> Result<()> {
         let CommitBatch {
             mut inode_groups,
