@@ -254,8 +254,8 @@ M = [
   ['--test', 'dentry_cache', 'a_name_just_placed']),
  # In-place leaf edits (MetaIo::modify).
  ("an edit in place is not marked dirty", "crates/e4-fs/src/txn_io.rs",
-  "        edit(&mut buffer.bytes_mut())?;\n        buffer.set_role(role);\n        self.fs.cache.mark_dirty(&buffer);",
-  "        edit(&mut buffer.bytes_mut())?;\n        buffer.set_role(role);",
+  "        edit(&mut buffer.bytes_mut())?;\n        self.fs.cache.mark_dirty(&buffer);",
+  "        edit(&mut buffer.bytes_mut())?;",
   ["--test", "write_model"]),
  ("an edit in place removes the entry after the one found", "crates/e4-fs/src/dir_write.rs",
   "        self.edit_leaf(place.physical, |leaf| leaf.remove(place.offset))",
