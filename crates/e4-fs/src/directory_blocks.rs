@@ -97,7 +97,8 @@ impl DirectoryBlocks for InodeDirectoryBlocks<'_> {
         let got = match self.window.as_deref_mut() {
             Some(window) if logical >= WINDOWLESS_BLOCKS => {
                 window.raise_cap(directory_window_cap(logical));
-                blocks.allocate_append(window, Some(goal), 1, self.io.slot, stream)
+                let privileged = self.io.writer.reserve >= Reserve::Root;
+                blocks.allocate_append_as(window, Some(goal), 1, self.io.slot, stream, privileged)
             }
             _ => blocks.allocate(AllocRequest {
                 goal: Some(goal),
@@ -105,7 +106,7 @@ impl DirectoryBlocks for InodeDirectoryBlocks<'_> {
                 min_len: 1,
                 slot: self.io.slot,
                 stream,
-                reserve: Reserve::None,
+                reserve: self.io.writer.reserve,
             }),
         }
         .map_err(|_| Error::NoSpace("blocks".into()))?;

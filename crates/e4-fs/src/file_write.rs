@@ -6,6 +6,7 @@
 //! A block that is newly allocated, or an unwritten block being written, is written whole,
 //! zero-padded around the new bytes, so it never exposes what the disk held before.
 
+use e4_alloc::Reserve;
 use e4_format::features::{IncompatFeatures, RoCompatFeatures};
 use e4_format::inode::{flags, FileType, Inode};
 
@@ -280,11 +281,19 @@ impl Filesystem {
                         && map.hole_len(0, SMALL_FILE_BLOCKS + 1)? > SMALL_FILE_BLOCKS
                         && (offset + data.len() as u64).div_ceil(bs) <= SMALL_FILE_BLOCKS;
                     let blocks = &io.writer.blocks;
+                    let privileged = io.writer.reserve >= Reserve::Root;
                     let got = if small {
-                        blocks.allocate_small_file(want, io.slot, stream)
+                        blocks.allocate_small_file_as(want, io.slot, stream, privileged)
                     } else {
                         let goal = after_previous.unwrap_or(group_start);
-                        blocks.allocate_append(window, Some(goal), want, io.slot, stream)
+                        blocks.allocate_append_as(
+                            window,
+                            Some(goal),
+                            want,
+                            io.slot,
+                            stream,
+                            privileged,
+                        )
                     }
                     .map_err(|_| Error::NoSpace("blocks".into()))?;
                     let bytes = (u64::from(got.len) * bs - within).min(rest) as usize;
@@ -677,7 +686,14 @@ impl Filesystem {
                 let got = io
                     .writer
                     .blocks
-                    .allocate_append(window, goal, want, io.slot, stream)
+                    .allocate_append_as(
+                        window,
+                        goal,
+                        want,
+                        io.slot,
+                        stream,
+                        io.writer.reserve >= Reserve::Root,
+                    )
                     .map_err(|_| Error::NoSpace("blocks".into()))?;
                 if let Err(e) = map.insert(logical, got.start, u64::from(got.len), true) {
                     io.writer.blocks.free(got, io.slot).ok();

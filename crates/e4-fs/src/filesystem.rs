@@ -16,6 +16,7 @@ use e4_format::{FormatError, Location, MetadataBlock, Problem, Structure};
 use parking_lot::Mutex;
 
 use crate::buffer_cache::{Buffer, BufferCache, BufferRole};
+use crate::caller::Caller;
 use crate::dentry_cache::DentryCache;
 use crate::device::{Device, FileDevice, MemoryDevice};
 use crate::error::{Error, Result};
@@ -39,6 +40,10 @@ pub struct OpenOptions {
     /// of every operation; a filesystem that goes idle with changes is committed by the
     /// thread [`Filesystem::into_shared`] starts.
     pub commit_interval: std::time::Duration,
+    /// Who writes: decides whether writes may use the blocks kept back for the superuser
+    /// (see [`Caller`]). An ordinary user by default; a tool acting for the user who runs
+    /// it passes [`Caller::of_this_process`].
+    pub caller: Caller,
 }
 
 impl Default for OpenOptions {
@@ -48,6 +53,7 @@ impl Default for OpenOptions {
             cache_bytes: 64 << 20,
             writable: false,
             commit_interval: std::time::Duration::from_secs(5),
+            caller: Caller::ordinary(),
         }
     }
 }
@@ -258,7 +264,11 @@ impl Filesystem {
                     "the filesystem can only be read: {reason}"
                 )));
             }
-            fs.writer = Some(Writer::start(&fs, options.commit_interval)?);
+            fs.writer = Some(Writer::start(
+                &fs,
+                options.commit_interval,
+                &options.caller,
+            )?);
         }
         Ok(fs)
     }

@@ -25,6 +25,7 @@ mod attributes;
 mod block_checksums;
 pub mod block_map_tree;
 pub mod buffer_cache;
+mod caller;
 mod dentry_cache;
 pub mod device;
 mod dir_block;
@@ -61,6 +62,7 @@ mod xattr_store;
 mod xattr_write;
 
 pub use attributes::SetAttributes;
+pub use caller::Caller;
 pub use directory::DirEntry;
 pub use e4_format::inode::{FileType, Inode, Timestamp};
 pub use engine_stats::LockReport;

@@ -16,7 +16,8 @@ pub(crate) struct TxnIo<'a> {
     pub writer: &'a Writer,
     /// The caller's thread slot (limit counters, pending-free list).
     pub slot: usize,
-    /// The set-aside blocks the mechanisms' own blocks (tree nodes) may come from.
+    /// The set-aside blocks the mechanisms' own blocks (tree nodes) may come from: the
+    /// handle's ([`Writer::reserve`]), or the metadata reserve when removing space.
     reserve: Reserve,
 }
 
@@ -36,7 +37,7 @@ impl<'a> TxnIo<'a> {
             fs,
             writer,
             slot: txn.slot,
-            reserve: Reserve::None,
+            reserve: writer.reserve,
         }
     }
 

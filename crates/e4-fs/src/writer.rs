@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use crossbeam_utils::CachePadded;
 use e4_alloc::{
     AllocatorConfig, BlockAllocator, DirtyGroup, Geometry as AllocGeometry, GroupLocking,
-    GroupSummary, InodeAllocator, InodeGeometry, InodeGroupSummary, TransactionFrees,
+    GroupSummary, InodeAllocator, InodeGeometry, InodeGroupSummary, Reserve, TransactionFrees,
 };
 use e4_format::bitmap::{BitmapBlock, BitmapKind, BitmapSeed};
 use e4_format::features::{CompatFeatures, RoCompatFeatures};
@@ -40,6 +40,7 @@ use parking_lot::{Mutex, MutexGuard, RwLock, RwLockReadGuard};
 
 use e4_alloc::stats::{Counter, LockStats};
 
+use crate::caller::Caller;
 use crate::engine_stats::counted_read;
 use crate::error::{Error, Result};
 use crate::filesystem::Filesystem;
@@ -118,6 +119,10 @@ pub(crate) struct Writer {
     /// first). Written once per commit; operations only load it, and it has its own cache
     /// line, so the end-of-operation check adds no shared write and no line bouncing.
     last_commit: CachePadded<AtomicU64>,
+    /// The set-aside blocks this handle's writers may fall back to: [`Reserve::Root`] when
+    /// [`OpenOptions::caller`](crate::OpenOptions::caller) may use the superuser's blocks,
+    /// otherwise [`Reserve::None`].
+    pub reserve: Reserve,
 }
 
 /// What a commit gathered with every operation stopped, to write while the next
@@ -138,7 +143,7 @@ const UNMOUNTED: u8 = 2;
 impl Writer {
     /// Builds the allocators from the descriptors (bitmaps load lazily per group) and marks
     /// the filesystem as being written.
-    pub fn start(fs: &Filesystem, commit_interval: Duration) -> Result<Self> {
+    pub fn start(fs: &Filesystem, commit_interval: Duration, caller: &Caller) -> Result<Self> {
         let sb = fs.superblock();
         if sb.cluster_ratio() > 1 {
             return Err(Error::NotSupported(
@@ -278,6 +283,11 @@ impl Writer {
             commit_interval: (!commit_interval.is_zero()).then_some(commit_interval),
             epoch: Instant::now(),
             last_commit: CachePadded::new(AtomicU64::new(0)),
+            reserve: if caller.may_use_reserved_blocks(sb) {
+                Reserve::Root
+            } else {
+                Reserve::None
+            },
         };
         // The image says "being written" before anything else changes.
         writer.write_superblock(fs)?;

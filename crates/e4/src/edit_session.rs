@@ -5,11 +5,13 @@
 //! way out of a command: success, an error part-way, even a panic (the engine's `Drop` does
 //! it then). So a failed `e4 rm -r` leaves an image `e2fsck -fn` finds clean, with some of the
 //! tree removed, as an interrupted `rm -r` on a mounted filesystem would.
+//!
+//! Commands write with the credentials of the process that runs them ([`Caller`]).
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 
-use e4_fs::{Error, Filesystem, OpenOptions};
+use e4_fs::{Caller, Error, Filesystem, OpenOptions};
 
 use crate::output::CliError;
 
@@ -20,8 +22,14 @@ pub fn with_writable_image(
     image: &str,
     command: impl FnOnce(&Filesystem) -> Result<(), CliError>,
 ) -> Result<(), CliError> {
-    let fs = Filesystem::open(image, OpenOptions::writable())
-        .map_err(|e| CliError::Message(format!("{image}: {e}")))?;
+    // The command writes as whoever runs it: root (or the image's reserved uid or gid) may
+    // fill the blocks mke2fs -m kept back, as on a kernel mount.
+    let options = OpenOptions {
+        caller: Caller::of_this_process(),
+        ..OpenOptions::writable()
+    };
+    let fs =
+        Filesystem::open(image, options).map_err(|e| CliError::Message(format!("{image}: {e}")))?;
     for warning in fs.warnings() {
         eprintln!("e4: warning: {image}: {warning}");
     }

@@ -395,9 +395,10 @@ fn a_full_filesystem_is_one_line() {
         "{}",
         stderr(&out)
     );
-    // The space is really used up, not refused early (what is left is about the 5% that
-    // mke2fs reserves for root, 409 blocks here, and the allocator's slack: 491 in all when
-    // this was written; a file that keeps its reservation after the copy leaves ~1,900).
+    // The space is really used up, not refused early. The command writes as whoever runs
+    // it: root also fills the 5 % mke2fs reserves for it (409 blocks here), so what is left
+    // is the allocator's slack (the kernel's metadata reserve, 2 % or 163 blocks, and blocks
+    // too scattered for the last files); anyone else stops at the root reserve.
     let df = e4(&[&"info", i]);
     let info = String::from_utf8_lossy(&df.stdout);
     let free: u64 = info
@@ -406,7 +407,12 @@ fn a_full_filesystem_is_one_line() {
         .and_then(|l| l.split_whitespace().nth(2))
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no free-block count in {info}"));
-    assert!(free < 800, "{free} blocks still free after ENOSPC");
+    let most = if rustix::process::geteuid().is_root() {
+        400
+    } else {
+        800
+    };
+    assert!(free < most, "{free} blocks still free after ENOSPC");
 }
 
 /// Import goes on past paths that fail, names each on one line, and fails at the end with
