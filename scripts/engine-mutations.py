@@ -351,6 +351,10 @@ M = [
   "        caller: Caller::of_this_process(),",
   "        caller: Caller::ordinary(),",
   ["-p", "e4", "--test", "edit_commands", "a_full_filesystem"]),
+ ("a growing directory continues after its first blocks, uncoloured", "crates/e4-fs/src/directory_blocks.rs",
+  "            Some(_) if logical == WINDOWLESS_BLOCKS => self.first_window_goal(group),\n",
+  "",
+  ["--test", "write_growth", "directories_growing"]),
 ]
 only = sys.argv[1:] 
 for name, path, old, new, args in M:

@@ -52,6 +52,37 @@ pub(crate) struct InodeDirectoryBlocks<'a> {
     pub window: Option<&'a mut ReservationWindow>,
 }
 
+/// How many places directories that outgrow their first blocks are spread over: the
+/// kernel's "colour" count (`ext4_inode_to_goal_block`).
+const COLOURS: u64 = 16;
+
+impl InodeDirectoryBlocks<'_> {
+    /// Where a directory that outgrows its first blocks continues: one of [`COLOURS`]
+    /// equal parts, chosen by inode number, of its inode's flex group past the first group
+    /// (which holds the flex group's bitmaps and inode tables; the kernel sends regular
+    /// files past it too), or of its own group without flex groups. Directories growing at
+    /// the same time (each thread's own) would otherwise all continue from the same first
+    /// free block and take their windows there by turns: two threads' 524-block
+    /// directories had 5 to 11 extents each (a tree block, and one more block to read on
+    /// every lookup) where one thread's had 2. The kernel colours a file's first block by
+    /// process id (without delayed allocation); the inode number also spreads the
+    /// directories one thread makes.
+    fn first_window_goal(&self, group: u32) -> u64 {
+        let geometry = &self.fs.geometry;
+        let per_flex = self.fs.superblock().groups_per_flex().max(1);
+        let flex_first = group - group % per_flex;
+        let data_groups = per_flex.min(geometry.groups() - flex_first) - 1;
+        let (start, groups) = match data_groups {
+            0 => (group, 1),
+            n => (flex_first + 1, n),
+        };
+        let first = geometry.group_first_block(start);
+        let end = (first + u64::from(groups) * u64::from(geometry.blocks_per_group()))
+            .min(self.fs.superblock().blocks_count());
+        first + u64::from(self.inode.ino) % COLOURS * ((end - first) / COLOURS)
+    }
+}
+
 impl DirectoryBlocks for InodeDirectoryBlocks<'_> {
     fn block_count(&self) -> u64 {
         self.inode.size() / u64::from(self.fs.block_size())
@@ -85,12 +116,11 @@ impl DirectoryBlocks for InodeDirectoryBlocks<'_> {
         if new_size >= SMALL_DIR_LIMIT && !large_dir {
             return Err(Error::FileTooBig(format!("directory {}", self.inode.ino)));
         }
+        let group = (self.inode.ino - 1) / self.fs.geometry.inodes_per_group();
         let goal = match logical.checked_sub(1) {
+            Some(_) if logical == WINDOWLESS_BLOCKS => self.first_window_goal(group),
             Some(last) => self.physical(last)? + 1,
-            None => {
-                let group = (self.inode.ino - 1) / self.fs.geometry.inodes_per_group();
-                self.fs.geometry.group_first_block(group)
-            }
+            None => self.fs.geometry.group_first_block(group),
         };
         let blocks = &self.io.writer.blocks;
         let stream = u64::from(self.inode.ino);
