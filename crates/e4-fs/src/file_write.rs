@@ -142,14 +142,21 @@ impl Filesystem {
         self.retry_when_full(|| self.write_at_once(ino, offset, data))
     }
 
-    /// Runs `op`; if it finds the filesystem full while blocks freed in the running
-    /// transaction wait for a commit, commits (making them free) and runs it once more, so a
-    /// "no space" is never reported while space is only waiting (the kernel's
+    /// Runs `op`; if it finds the filesystem full while blocks or inodes freed in the
+    /// running transaction wait for a commit, commits (making them free) and runs it once
+    /// more, so a "no space" is never reported while space is only waiting (the kernel's
     /// `ext4_should_retry_alloc`). `op` must change nothing when it fails with NoSpace.
     pub(crate) fn retry_when_full<T>(&self, op: impl Fn() -> Result<T>) -> Result<T> {
         match op() {
             Err(Error::NoSpace(what)) if what == "blocks" && self.writer.is_some() => {
                 self.release_all_windows()?;
+                self.sync()?;
+                op()
+            }
+            Err(Error::NoSpace(what))
+                if what == "inodes"
+                    && self.writer.as_ref().is_some_and(|w| w.pending_inodes() > 0) =>
+            {
                 self.sync()?;
                 op()
             }

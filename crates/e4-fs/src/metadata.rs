@@ -110,7 +110,7 @@ impl Filesystem {
                 // Both reserves are pools outside the allocator's free count.
                 available_blocks: w.blocks.available_blocks().min(free_blocks),
                 inodes: u64::from(sb.inodes_count),
-                free_inodes: w.inodes.free_inodes(),
+                free_inodes: w.inodes.free_inodes() + w.pending_inodes(),
                 name_max: e4_format::dir_entry::MAX_NAME_LEN as u32,
             };
         }

@@ -666,10 +666,9 @@ impl Filesystem {
         self.commit_if_needed()
     }
 
-    /// Frees an inode whose last link is gone and that nobody has open: its blocks (in the
-    /// running transaction), its xattr block reference, its number; writes its final record
-    /// (links 0, dtime set) into the inode table now, so a reuse of the number in this
-    /// transaction writes over it.
+    /// Frees an inode whose last link is gone and that nobody has open: its blocks and its
+    /// number when the running transaction commits, its xattr block reference; writes its
+    /// final record (links 0, dtime set) into the inode table now.
     pub(crate) fn delete_inode(&self, io: &TxnIo<'_>, state: &mut InodeState) -> Result<()> {
         self.release_inode_space(io, state)?;
         let is_dir = state.inode.file_type() == Some(FileType::Directory);
@@ -679,12 +678,10 @@ impl Filesystem {
         state.inode.set_size(0);
         state.deleted = true;
         self.write_inode_record(&state.inode)?;
-        // Out of the cache before the number can be handed out again.
+        // Out of the cache before the number can be handed out again (after the commit).
         self.inodes.remove(state.inode.ino);
-        io.writer
-            .inodes
-            .free(state.inode.ino, is_dir, io.slot)
-            .map_err(|e| Error::Invalid(e.to_string()))
+        io.writer.free_inode(state.inode.ino, is_dir, io.slot);
+        Ok(())
     }
 
     /// Frees every block an inode owns (data, tree, xattr block reference) and its window.

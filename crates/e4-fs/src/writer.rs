@@ -6,7 +6,9 @@
 //! threads share no lock word). Transactions are numbered. A commit closes every slot, so it
 //! waits for the handles that are running, and while the gate is closed it switches to the
 //! next transaction and gathers what it will write: dirty inodes into their inode-table
-//! blocks, inode bitmaps (and newly exposed inode-table slots, zeroed), the list of dirty
+//! blocks, the inodes the transaction freed given back to the inode allocator (so a number
+//! is never reused in the transaction that freed it), inode bitmaps (and newly exposed
+//! inode-table slots, zeroed), the list of dirty
 //! metadata blocks and the changed block groups' bitmaps ([`Writer::gather`]). It then
 //! reopens the gate, and writes while the next transaction runs, as jbd2 commits one
 //! transaction while the next one runs: every gathered block sealed by its role, block
@@ -84,6 +86,13 @@ pub(crate) struct Writer {
     gate: Box<[CachePadded<RwLock<()>>]>,
     /// Each slot's frees in the running transaction.
     frees: Box<[CachePadded<Mutex<TransactionFrees>>]>,
+    /// Each slot's inodes freed in the running transaction (number, is a directory): given
+    /// to the inode allocator when the commit gathers its inode bitmaps, all at once, with
+    /// every operation stopped. An unlink then touches no lock or bitmap line another
+    /// thread uses (the inodes of two threads' files share groups, and their frees met on
+    /// the group's lock), and a number is never handed out again in the transaction that
+    /// freed it.
+    inode_frees: Box<[CachePadded<Mutex<Vec<(u32, bool)>>>]>,
     /// The running transaction's number: operations that start now join it.
     running: AtomicU64,
     /// The last transaction written back (0: none yet). Advanced only under `commit_lock`.
@@ -266,6 +275,9 @@ impl Writer {
             frees: (0..SLOTS)
                 .map(|_| CachePadded::new(Mutex::new(TransactionFrees::new(1))))
                 .collect(),
+            inode_frees: (0..SLOTS)
+                .map(|_| CachePadded::new(Mutex::new(Vec::new())))
+                .collect(),
             running: AtomicU64::new(1),
             committed: AtomicU64::new(0),
             commit_lock: Mutex::new(()),
@@ -332,6 +344,33 @@ impl Writer {
 
     /// Frees `len` blocks from `start` when the running transaction commits. The caller
     /// holds a handle, so the transaction cannot commit in between.
+    /// Frees inode `ino` when the running transaction commits (see `inode_frees`).
+    pub fn free_inode(&self, ino: u32, directory: bool, slot: usize) {
+        self.inode_frees[slot].lock().push((ino, directory));
+    }
+
+    /// Inodes freed in the running transaction, free once it commits.
+    pub fn pending_inodes(&self) -> u64 {
+        self.inode_frees.iter().map(|f| f.lock().len() as u64).sum()
+    }
+
+    /// Gives the running transaction's freed inodes to the inode allocator, in number
+    /// order (a group's frees together). Called with every operation stopped, before the
+    /// inode bitmaps are gathered, so the bitmaps this commit writes show them free.
+    fn release_freed_inodes(&self) -> Result<()> {
+        let mut freed: Vec<(u32, bool)> = Vec::new();
+        for frees in self.inode_frees.iter() {
+            freed.append(&mut frees.lock());
+        }
+        freed.sort_unstable();
+        for (ino, directory) in freed {
+            self.inodes
+                .free(ino, directory, 0)
+                .map_err(|e| Error::Invalid(format!("freeing inode {ino} at commit: {e}")))?;
+        }
+        Ok(())
+    }
+
     pub fn free_blocks(&self, start: u64, len: u64, slot: usize) -> Result<()> {
         let mut frees = self.frees[slot].lock();
         self.pending_blocks.fetch_add(len, Ordering::Relaxed);
@@ -476,6 +515,7 @@ impl Writer {
     fn gather(&self, fs: &Filesystem) -> Result<CommitBatch> {
         self.chain_orphans(fs)?;
         write_back::write_inode_records(fs, &fs.inodes.take_dirty())?;
+        self.release_freed_inodes()?;
         let inode_groups = self.write_inode_bitmaps(fs)?;
         let buffers = fs.cache.take_dirty();
         let block_groups = self
