@@ -272,6 +272,8 @@ problem_codes! {
     PR_2_LINK_DIR = 0x020006, Clear, DirectoryEntry, true;
     /// An entry points at the root directory.
     PR_2_LINK_ROOT = 0x020007, Clear, DirectoryEntry, true;
+    /// A live entry has a zero-length name.
+    PR_2_NULL_NAME = 0x020030, Clear, DirectoryEntry, true;
     /// A name holds `/` or NUL.
     PR_2_BAD_NAME = 0x020008, Fix, DirectoryEntry, true;
     /// The first entry of a directory is not `.`.
