@@ -20,7 +20,10 @@ use crate::block_tally::BlockTally;
 use crate::context::Context;
 use crate::dir_htree_check::check_index_flag;
 use crate::extent_walk::walk_extent_tree;
-use crate::inline_data::{check_flag_without_feature, inline_data_size, system_data};
+use crate::inline_data::{
+    check_flag_conflict, check_flag_without_feature, check_system_data_present, inline_data_size,
+    system_data, BlockChecksum,
+};
 use crate::inode_state::InodeKind;
 use crate::problem::{Location, ProblemCode};
 use crate::progress::{PassMeter, Progress};
@@ -339,7 +342,9 @@ fn check_inode(
             );
         }
         check_zero_fields(walk, &inode);
+        check_flag_conflict(walk, &inode);
         check_flag_without_feature(walk, &inode);
+        check_system_data_present(walk, &inode, csum_ok);
         check_index_flag(walk, &inode);
         if ino == ROOT_INO && file_type != Some(FileType::Directory) {
             walk.report(
@@ -356,7 +361,7 @@ fn check_inode(
             );
         }
         match file_type {
-            Some(t) if !check_special(walk, &inode, t, || inline_data_size(&inode)) => {
+            Some(t) if !check_special(walk, &inode, t, || inline_data_size(ctx, &inode)) => {
                 InodeKind::Bad
             }
             _ => InodeKind::of(file_type),
@@ -413,7 +418,7 @@ fn check_inode(
                 || {
                     (
                         inode.record.block.to_vec(),
-                        system_data(&inode).unwrap_or_default(),
+                        system_data(ctx, &inode, BlockChecksum::Ignore).unwrap_or_default(),
                     )
                 },
             ),
@@ -575,7 +580,7 @@ fn check_size(walk: &BlockWalk<'_>, inode: &Inode, tally: &BlockTally, dir: bool
     } else if inode.has_flag(flags::INLINE_DATA) {
         // e2fsck holds an inline directory to exactly what `i_block` and `system.data`
         // hold, and leaves an inline file's size unchecked.
-        dir && size != inline_data_size(inode)
+        dir && size != inline_data_size(ctx, inode)
     } else if dir {
         // e2fsck holds the block count in an `unsigned` (`nblock = size >> bits`): a
         // directory's size past 2^32 blocks wraps there, so an `i_size_high` that only

@@ -219,6 +219,19 @@ problem_codes! {
     PR_1_INLINE_DATA_FEATURE = 0x01006F, Fix, Inode, true;
     /// The inline-data flag on a filesystem without the inline_data feature.
     PR_1_INLINE_DATA_SET = 0x010070, Clear, Inode, true;
+    /// The inline-data flag, with the feature, but no `system.data` attribute to be
+    /// found in the inode or its xattr block (or one of them does not parse).
+    PR_1_INLINE_DATA_NO_ATTR = 0x010075, Clear, Inode, true;
+    /// Both the inline-data and extents flags, and `i_block` holds an extent header
+    /// (repair would clear the inline-data flag).
+    PR_1_CLEAR_INLINE_DATA_FOR_EXTENT = 0x010077, Fix, Inode, true;
+    /// Both flags, and `i_size` would fit inline (repair would clear the extents flag).
+    PR_1_CLEAR_EXTENT_FOR_INLINE_DATA = 0x010078, Fix, Inode, true;
+    /// Both flags, and every `i_block` word could be a block number (repair would clear
+    /// both flags).
+    PR_1_CLEAR_EXTENT_INLINE_DATA_FLAGS = 0x010079, Fix, Inode, true;
+    /// Both flags: the last offer, to clear the inode.
+    PR_1_CLEAR_EXTENT_INLINE_DATA_INODE = 0x01007A, ClearInode, Inode, true;
     /// A directory has no blocks.
     PR_1_ZERO_LENGTH_DIR = 0x010006, Clear, Inode, true;
     /// `i_size` disagrees with the blocks the inode maps.

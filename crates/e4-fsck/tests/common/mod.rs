@@ -27,6 +27,11 @@ pub const E2FSCK_CLASSES: &[(&str, ProblemClass)] = &[
     ("Special (", ProblemClass::Inode),
     ("is an illegal", ProblemClass::Inode),
     ("INLINE_DATA_FL flag on", ProblemClass::Inode),
+    // Before "xtended attribute" and "extent": the inline-data flag rules.
+    ("INLINE_DATA_FL flag but", ProblemClass::Inode),
+    ("but inline data flag is set", ProblemClass::Inode),
+    ("but extent flag is set", ProblemClass::Inode),
+    ("inline data and extent flags set", ProblemClass::Inode),
     ("is invalid.", ProblemClass::Inode),
     ("Superblock invalid", ProblemClass::Superblock),
     ("multiply-claimed", ProblemClass::MultiplyClaimed),
