@@ -22,18 +22,31 @@ const SYSTEM_DATA_NAME: &[u8] = b"system.data";
 const GOOD_OLD_INODE_SIZE: u64 = 128;
 
 /// Whether an xattr block's checksum is verified when `system.data` is looked for there:
-/// libext2fs verifies it unless the caller set `EXT2_FLAG_IGNORE_CSUM_ERRORS`.
+/// libext2fs verifies it unless the caller set `EXT2_FLAG_IGNORE_CSUM_ERRORS`, as e2fsck
+/// does for an inline directory's size and for the attribute check of an inode whose own
+/// checksum failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BlockChecksum {
     Verify,
     Ignore,
 }
 
-/// The `system.data` value of an inline-data inode, looked for where libext2fs's
-/// `ext2fs_xattrs_read` looks: the attributes in the inode, then those of its xattr block.
-/// `None` when it is in neither, or when either does not parse (an error e2fsck treats as
-/// a missing attribute). A value held in an EA inode is taken as found and empty.
-pub fn system_data(ctx: &Context, inode: &Inode, checksum: BlockChecksum) -> Option<Vec<u8>> {
+/// What libext2fs finds of an inode's `system.data` attribute.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SystemData {
+    /// The value (a value held in an EA inode is taken as empty).
+    Found(Vec<u8>),
+    /// Neither the inode nor its xattr block has one.
+    Absent,
+    /// The inode's attributes or its xattr block do not parse, or the block's checksum
+    /// fails: libext2fs returns the error rather than a value.
+    Unreadable,
+}
+
+/// The `system.data` attribute of an inode, looked for where libext2fs's
+/// `ext2fs_xattrs_read` looks: the attributes in the inode, then those of its xattr
+/// block.
+pub fn system_data(ctx: &Context, inode: &Inode, checksum: BlockChecksum) -> SystemData {
     let find = |xattrs: Vec<e4_format::xattr::Xattr>| {
         xattrs
             .into_iter()
@@ -44,40 +57,50 @@ pub fn system_data(ctx: &Context, inode: &Inode, checksum: BlockChecksum) -> Opt
             })
     };
     let loc = e4_format::Location::Inode(inode.ino);
-    if let Some(value) = find(parse_inode_xattrs(&inode.xattr_area, loc).ok()?) {
-        return Some(value);
+    let Ok(in_inode) = parse_inode_xattrs(&inode.xattr_area, loc) else {
+        return SystemData::Unreadable;
+    };
+    if let Some(value) = find(in_inode) {
+        return SystemData::Found(value);
     }
     let block = inode.file_acl();
-    if block == 0
-        || !ctx.sb.compat().contains(CompatFeatures::EXT_ATTR)
-        || !ctx.is_valid_block(block)
-    {
-        return None;
+    if block == 0 {
+        return SystemData::Absent;
     }
-    let bytes = ctx.image.read_blocks(block, 1, ctx.block_size()).ok()?;
+    if !ctx.sb.compat().contains(CompatFeatures::EXT_ATTR) || !ctx.is_valid_block(block) {
+        return SystemData::Unreadable;
+    }
+    let Ok(bytes) = ctx.image.read_blocks(block, 1, ctx.block_size()) else {
+        return SystemData::Unreadable;
+    };
     let loc = e4_format::Location::InodeBlock {
         inode: inode.ino,
         block,
     };
     if let (Some(seed), BlockChecksum::Verify) = (ctx.csum_seed, checksum) {
-        XattrBlockHeader::verify(
-            &bytes,
-            BlockSeed {
-                seed,
-                block_nr: block,
-            },
-            loc,
-        )
-        .ok()?;
+        let seed = BlockSeed {
+            seed,
+            block_nr: block,
+        };
+        if XattrBlockHeader::verify(&bytes, seed, loc).is_err() {
+            return SystemData::Unreadable;
+        }
     }
-    find(decode_xattr_block(&bytes, loc).ok()?.1)
+    match decode_xattr_block(&bytes, loc) {
+        Ok((_, xattrs)) => find(xattrs).map_or(SystemData::Absent, SystemData::Found),
+        Err(_) => SystemData::Unreadable,
+    }
 }
 
 /// What an inline-data inode holds (libext2fs's `ext2fs_inline_data_size`): all of
-/// `i_block` and the `system.data` value.
-pub fn inline_data_size(ctx: &Context, inode: &Inode) -> u64 {
-    I_BLOCK_SIZE as u64
-        + system_data(ctx, inode, BlockChecksum::Ignore).map_or(0, |v| v.len() as u64)
+/// `i_block` and the `system.data` value, if any; `None` when the attributes cannot be
+/// read (libext2fs returns the error, which e2fsck takes as a size that does not match).
+pub fn inline_data_size(ctx: &Context, inode: &Inode, checksum: BlockChecksum) -> Option<u64> {
+    match system_data(ctx, inode, checksum) {
+        SystemData::Found(value) => Some((I_BLOCK_SIZE + value.len()) as u64),
+        SystemData::Absent => Some(I_BLOCK_SIZE as u64),
+        SystemData::Unreadable => None,
+    }
 }
 
 /// The inline-data flag on a filesystem without the feature. e2fsck offers to set the
@@ -94,7 +117,7 @@ pub fn check_flag_without_feature(walk: &BlockWalk<'_>, inode: &Inode) {
     let ino = walk.ino;
     let text =
         format!("inode {ino} has INLINE_DATA_FL flag on filesystem without inline data support");
-    if system_data(ctx, inode, BlockChecksum::Verify).is_some() {
+    if let SystemData::Found(_) = system_data(ctx, inode, BlockChecksum::Verify) {
         walk.report(
             ProblemCode::PR_1_INLINE_DATA_FEATURE,
             Location::Inode(ino),
@@ -123,7 +146,7 @@ pub fn check_system_data_present(walk: &BlockWalk<'_>, inode: &Inode, inode_csum
     } else {
         BlockChecksum::Ignore
     };
-    if system_data(ctx, inode, checksum).is_none() {
+    if !matches!(system_data(ctx, inode, checksum), SystemData::Found(_)) {
         let ino = walk.ino;
         walk.report(
             ProblemCode::PR_1_INLINE_DATA_NO_ATTR,

@@ -22,7 +22,7 @@ use crate::dir_htree_check::check_index_flag;
 use crate::extent_walk::walk_extent_tree;
 use crate::inline_data::{
     check_flag_conflict, check_flag_without_feature, check_system_data_present, inline_data_size,
-    system_data, BlockChecksum,
+    system_data, BlockChecksum, SystemData,
 };
 use crate::inode_state::InodeKind;
 use crate::problem::{Location, ProblemCode};
@@ -361,7 +361,11 @@ fn check_inode(
             );
         }
         match file_type {
-            Some(t) if !check_special(walk, &inode, t, || inline_data_size(ctx, &inode)) => {
+            Some(t)
+                if !check_special(walk, &inode, t, || {
+                    inline_data_size(ctx, &inode, BlockChecksum::Verify)
+                }) =>
+            {
                 InodeKind::Bad
             }
             _ => InodeKind::of(file_type),
@@ -411,20 +415,29 @@ fn check_inode(
             i_blocks_lo: inode.record.blocks_lo,
             root_unmappable: tally.block_zero_unmappable,
             blocks: std::mem::take(&mut tally.dir_blocks),
-            // Without the feature e2fsck does not read an inline directory's entries
-            // (`check_blocks_inline_data` runs only under it), so its children go
-            // unreferenced.
-            inline: (inline && ctx.sb.incompat().contains(IncompatFeatures::INLINE_DATA)).then(
-                || {
-                    (
-                        inode.record.block.to_vec(),
-                        system_data(ctx, &inode, BlockChecksum::Ignore).unwrap_or_default(),
-                    )
-                },
-            ),
+            inline: inline_entries(ctx, &inode),
         }
     });
     Some((directory, tally))
+}
+
+/// What pass 2 reads of an inline directory: `i_block` and the `system.data` value.
+/// Without the feature e2fsck does not read its entries (`check_blocks_inline_data` runs
+/// only under it), nor when `system.data` cannot be read (pass 2's `check_dir_block`
+/// gives up on the directory when `ext2fs_inline_data_size` fails), so its children go
+/// unreferenced and its `..` unrecorded.
+fn inline_entries(ctx: &Context, inode: &Inode) -> Option<(Vec<u8>, Vec<u8>)> {
+    if !inode.has_flag(flags::INLINE_DATA)
+        || !ctx.sb.incompat().contains(IncompatFeatures::INLINE_DATA)
+    {
+        return None;
+    }
+    let value = match system_data(ctx, inode, BlockChecksum::Verify) {
+        SystemData::Found(value) => value,
+        SystemData::Absent => Vec::new(),
+        SystemData::Unreadable => return None,
+    };
+    Some((inode.record.block.to_vec(), value))
 }
 
 /// e2fsck's `ext2fs_inode_has_valid_blocks2`: devices, fifos, sockets, fast symlinks and
@@ -580,7 +593,7 @@ fn check_size(walk: &BlockWalk<'_>, inode: &Inode, tally: &BlockTally, dir: bool
     } else if inode.has_flag(flags::INLINE_DATA) {
         // e2fsck holds an inline directory to exactly what `i_block` and `system.data`
         // hold, and leaves an inline file's size unchecked.
-        dir && size != inline_data_size(ctx, inode)
+        dir && inline_data_size(ctx, inode, BlockChecksum::Ignore) != Some(size)
     } else if dir {
         // e2fsck holds the block count in an `unsigned` (`nblock = size >> bits`): a
         // directory's size past 2^32 blocks wraps there, so an `i_size_high` that only

@@ -130,10 +130,9 @@ fn extent_file_with_the_inline_flag() {
 /// 128-byte inodes leave no room in the inode, so an inline directory's `system.data`
 /// can only be in its xattr block. libext2fs will not put it there, so an attribute
 /// `user.data` is set and its name index changed to `system.` (7) in place: the entry's
-/// hash covers the name and value only, so just the block checksum is sealed again.
-/// e2fsck then finds it (no `PR_1_INLINE_DATA_NO_ATTR`); the image is otherwise clean.
-#[test]
-fn system_data_in_the_xattr_block() {
+/// hash covers the name and value only, so just the block checksum is sealed again (and
+/// then, when `break_checksum`, flipped).
+fn inline_directory_with_system_data_in_its_block(break_checksum: bool) -> e4_testkit::Image {
     use e4_format::xattr::XattrBlockHeader;
     use e4_format::{BlockSeed, MetadataBlock};
     use e4_testkit::RawImage;
@@ -154,6 +153,8 @@ fn system_data_in_the_xattr_block() {
     let mut bytes = read_bytes(&image.path, block * bs, bs as usize);
     // The first entry follows the 32-byte header: e_name_len, then e_name_index.
     const FIRST_ENTRY: usize = 32;
+    // The header's h_checksum.
+    const CHECKSUM: usize = 16;
     assert_eq!(&bytes[FIRST_ENTRY + 16..FIRST_ENTRY + 20], b"data");
     bytes[FIRST_ENTRY + 1] = 7;
     XattrBlockHeader::seal(
@@ -163,7 +164,33 @@ fn system_data_in_the_xattr_block() {
             block_nr: block,
         },
     );
+    if break_checksum {
+        bytes[CHECKSUM] ^= 1;
+    }
     write_bytes(&image.path, block * bs, &bytes);
+    image
+}
+
+/// e2fsck finds the attribute in the block (no `PR_1_INLINE_DATA_NO_ATTR`, the
+/// directory's entries are read): the image is clean.
+#[test]
+fn system_data_in_the_xattr_block() {
+    let image = inline_directory_with_system_data_in_its_block(false);
     let classes = assert_agreement(&image.path, "system.data in the xattr block");
     assert!(classes.is_empty(), "{classes:?}");
+}
+
+/// A block whose checksum fails: the attribute is not found, and pass 2 gives up on the
+/// directory (its `..` and its entries go uncounted).
+#[test]
+fn system_data_in_an_xattr_block_whose_checksum_fails() {
+    let image = inline_directory_with_system_data_in_its_block(true);
+    assert_agreement(&image.path, "system.data in a failing xattr block");
+    let codes = codes(&image.path);
+    for code in [
+        ProblemCode::PR_1_INLINE_DATA_NO_ATTR,
+        ProblemCode::PR_1_EA_BLOCK_ONLY_CSUM_INVALID,
+    ] {
+        assert!(codes.contains(&code), "{code} not in {codes:?}");
+    }
 }
