@@ -40,6 +40,7 @@ pub mod phase_times;
 pub mod problem;
 pub mod progress;
 mod quota_inode;
+mod really_dir;
 pub mod report;
 mod resize_inode;
 mod special_inode;

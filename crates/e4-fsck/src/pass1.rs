@@ -28,6 +28,7 @@ use crate::inode_state::InodeKind;
 use crate::problem::{Location, ProblemCode};
 use crate::progress::{PassMeter, Progress};
 use crate::quota_inode::{self, quota_slot, QuotaSlot};
+use crate::really_dir;
 use crate::special_inode::check_special;
 use crate::xattr_refs::XattrBlocks;
 
@@ -346,6 +347,7 @@ fn check_inode(
         check_flag_without_feature(walk, &inode);
         check_system_data_present(walk, &inode, csum_ok);
         check_index_flag(walk, &inode);
+        really_dir::check(walk, &inode);
         if ino == ROOT_INO && file_type != Some(FileType::Directory) {
             walk.report(
                 ProblemCode::PR_1_ROOT_NO_DIR,

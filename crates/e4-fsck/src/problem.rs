@@ -232,6 +232,9 @@ problem_codes! {
     PR_1_CLEAR_EXTENT_INLINE_DATA_FLAGS = 0x010079, Fix, Inode, true;
     /// Both flags: the last offer, to clear the inode.
     PR_1_CLEAR_EXTENT_INLINE_DATA_INODE = 0x01007A, ClearInode, Inode, true;
+    /// An inode whose mode is no directory holds a directory's `.` and `..` in its first
+    /// block (repair would make it a directory).
+    PR_1_TREAT_AS_DIRECTORY = 0x010055, Fix, Inode, true;
     /// A directory has no blocks.
     PR_1_ZERO_LENGTH_DIR = 0x010006, Clear, Inode, true;
     /// `i_size` disagrees with the blocks the inode maps.

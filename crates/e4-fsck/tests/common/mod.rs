@@ -29,6 +29,7 @@ pub const E2FSCK_CLASSES: &[(&str, ProblemClass)] = &[
     ("INLINE_DATA_FL flag on", ProblemClass::Inode),
     // Before "xtended attribute" and "extent": the inline-data flag rules.
     ("INLINE_DATA_FL flag but", ProblemClass::Inode),
+    ("it is really a directory", ProblemClass::Inode),
     ("but inline data flag is set", ProblemClass::Inode),
     ("but extent flag is set", ProblemClass::Inode),
     ("inline data and extent flags set", ProblemClass::Inode),
