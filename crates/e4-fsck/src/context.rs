@@ -11,6 +11,7 @@ use e4_format::inode::Inode;
 use e4_format::superblock::Superblock;
 
 use crate::atomic_bitmap::AtomicBitmap;
+use crate::ea_inode::EaInodes;
 use crate::image::Image;
 use crate::inode_state::InodeStates;
 use crate::problem::{Location, Problem, ProblemCode};
@@ -39,6 +40,8 @@ pub struct Context {
     pub metadata: AtomicBitmap,
     /// Per-inode state.
     pub inodes: InodeStates,
+    /// Xattr values held in inodes: the entries naming each, for pass 4.
+    pub ea_inodes: EaInodes,
     /// Problems found, in no particular order until [`Context::take_problems`] sorts them.
     problems: Mutex<Vec<Problem>>,
 }
@@ -58,6 +61,7 @@ impl Context {
         Context {
             image,
             inodes: InodeStates::new(sb.inodes_count),
+            ea_inodes: EaInodes::default(),
             sb,
             geo,
             groups,

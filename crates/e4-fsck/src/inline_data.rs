@@ -43,53 +43,53 @@ pub enum SystemData {
     Unreadable,
 }
 
-/// The `system.data` attribute of an inode, looked for where libext2fs's
-/// `ext2fs_xattrs_read` looks: the attributes in the inode, then those of its xattr
-/// block.
+/// The `system.data` attribute of an inode, read as libext2fs's `ext2fs_xattrs_read`
+/// reads attributes: those in the inode, then all of its xattr block's, before looking
+/// for the name, so a block that fails makes even a `system.data` in the inode
+/// unreadable.
 pub fn system_data(ctx: &Context, inode: &Inode, checksum: BlockChecksum) -> SystemData {
-    let find = |xattrs: Vec<e4_format::xattr::Xattr>| {
-        xattrs
-            .into_iter()
-            .find(|x| x.index == XATTR_INDEX_SYSTEM && x.name == SYSTEM_DATA_NAME)
-            .map(|x| match x.value {
-                XattrValue::Inline(v) => v,
-                XattrValue::InInode { .. } => Vec::new(),
-            })
-    };
     let loc = e4_format::Location::Inode(inode.ino);
-    let Ok(in_inode) = parse_inode_xattrs(&inode.xattr_area, loc) else {
+    let Ok(mut xattrs) = parse_inode_xattrs(&inode.xattr_area, loc) else {
         return SystemData::Unreadable;
     };
-    if let Some(value) = find(in_inode) {
-        return SystemData::Found(value);
-    }
     let block = inode.file_acl();
-    if block == 0 {
-        return SystemData::Absent;
+    if block != 0 {
+        match block_xattrs(ctx, inode.ino, block, checksum) {
+            Some(in_block) => xattrs.extend(in_block),
+            None => return SystemData::Unreadable,
+        }
     }
+    xattrs
+        .into_iter()
+        .find(|x| x.index == XATTR_INDEX_SYSTEM && x.name == SYSTEM_DATA_NAME)
+        .map_or(SystemData::Absent, |x| match x.value {
+            XattrValue::Inline(v) => SystemData::Found(v),
+            XattrValue::InInode { .. } => SystemData::Found(Vec::new()),
+        })
+}
+
+/// The attributes of inode `ino`'s xattr block `block`; `None` when libext2fs would
+/// fail to read them (no xattr feature, a block outside the filesystem, a checksum that
+/// fails when `checksum` says to verify it, a block that does not parse).
+fn block_xattrs(
+    ctx: &Context,
+    ino: u32,
+    block: u64,
+    checksum: BlockChecksum,
+) -> Option<Vec<e4_format::xattr::Xattr>> {
     if !ctx.sb.compat().contains(CompatFeatures::EXT_ATTR) || !ctx.is_valid_block(block) {
-        return SystemData::Unreadable;
+        return None;
     }
-    let Ok(bytes) = ctx.image.read_blocks(block, 1, ctx.block_size()) else {
-        return SystemData::Unreadable;
-    };
-    let loc = e4_format::Location::InodeBlock {
-        inode: inode.ino,
-        block,
-    };
+    let bytes = ctx.image.read_blocks(block, 1, ctx.block_size()).ok()?;
+    let loc = e4_format::Location::InodeBlock { inode: ino, block };
     if let (Some(seed), BlockChecksum::Verify) = (ctx.csum_seed, checksum) {
         let seed = BlockSeed {
             seed,
             block_nr: block,
         };
-        if XattrBlockHeader::verify(&bytes, seed, loc).is_err() {
-            return SystemData::Unreadable;
-        }
+        XattrBlockHeader::verify(&bytes, seed, loc).ok()?;
     }
-    match decode_xattr_block(&bytes, loc) {
-        Ok((_, xattrs)) => find(xattrs).map_or(SystemData::Absent, SystemData::Found),
-        Err(_) => SystemData::Unreadable,
-    }
+    Some(decode_xattr_block(&bytes, loc).ok()?.1)
 }
 
 /// What an inline-data inode holds (libext2fs's `ext2fs_inline_data_size`): all of

@@ -26,6 +26,7 @@ mod block_tally;
 mod context;
 mod dir_htree_check;
 mod dir_names;
+mod ea_inode;
 mod extent_walk;
 mod image;
 mod inline_data;

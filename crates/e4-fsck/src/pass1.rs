@@ -12,6 +12,7 @@ use rayon::prelude::*;
 
 use e4_format::features::{IncompatFeatures, RoCompatFeatures};
 use e4_format::inode::{flags, FileType, Inode, InodeSeed, ROOT_INO};
+use e4_format::xattr::parse_inode_xattrs;
 use e4_format::MetadataBlock;
 
 use crate::block_claim::{BlockWalk, WalkMode};
@@ -19,6 +20,7 @@ use crate::block_map_walk::walk_block_map;
 use crate::block_tally::BlockTally;
 use crate::context::Context;
 use crate::dir_htree_check::check_index_flag;
+use crate::ea_inode::check_value_inodes;
 use crate::extent_walk::walk_extent_tree;
 use crate::inline_data::{
     check_flag_conflict, check_flag_without_feature, check_system_data_present, inline_data_size,
@@ -322,14 +324,22 @@ fn check_inode(
         return None;
     }
     let file_type = inode.file_type();
+    // Blocks of xattr values held in inodes, named from this inode's own attributes.
+    let mut ibody_value_blocks = 0;
     let kind = if quota == QuotaSlot::QuotaFile {
         InodeKind::Reserved
     } else if reserved {
         check_reserved_mode(walk, &inode);
         InodeKind::Reserved
-    } else if is_special_inode(ctx, ino) || inode.has_flag(flags::EA_INODE) {
-        // Journal, quota and orphan files, and xattr value inodes, are referenced from
-        // the superblock or from xattrs, not from directories.
+    } else if is_special_inode(ctx, ino) {
+        // Journal, quota and orphan files are referenced from the superblock, not from
+        // directories.
+        InodeKind::Reserved
+    } else if inode.has_flag(flags::EA_INODE) {
+        // Xattr value inodes are referenced from xattrs; pass 4 counts them apart.
+        if walk.mode == WalkMode::Claim {
+            ctx.ea_inodes.record(ctx, &inode);
+        }
         InodeKind::Reserved
     } else {
         check_dtime(walk, &inode);
@@ -343,6 +353,7 @@ fn check_inode(
             );
         }
         check_zero_fields(walk, &inode);
+        ibody_value_blocks = value_inodes_in_inode(walk, &inode);
         check_flag_conflict(walk, &inode);
         check_flag_without_feature(walk, &inode);
         check_system_data_present(walk, &inode, csum_ok);
@@ -383,6 +394,7 @@ fn check_inode(
             walk_block_map(walk, &inode, dir)
         };
     }
+    tally.blocks += ibody_value_blocks;
     if inode.file_acl() != 0 {
         xattrs.visit(walk, inode.file_acl(), &mut tally);
     }
@@ -421,6 +433,26 @@ fn check_inode(
         }
     });
     Some((directory, tally))
+}
+
+/// Checks the value inodes named by the attributes in `inode` itself (e2fsck's
+/// `check_ea_in_inode`) and returns the blocks they charge to it. Attributes that do not
+/// parse name none here.
+fn value_inodes_in_inode(walk: &BlockWalk<'_>, inode: &Inode) -> u64 {
+    if walk.mode != WalkMode::Claim {
+        return 0;
+    }
+    let loc = e4_format::Location::Inode(inode.ino);
+    match parse_inode_xattrs(&inode.xattr_area, loc) {
+        Ok(xattrs) => check_value_inodes(
+            walk.ctx,
+            inode.ino,
+            &xattrs,
+            false,
+            Location::Inode(inode.ino),
+        ),
+        Err(_) => 0,
+    }
 }
 
 /// What pass 2 reads of an inline directory: `i_block` and the `system.data` value.

@@ -235,6 +235,18 @@ problem_codes! {
     /// An inode whose mode is no directory holds a directory's `.` and `..` in its first
     /// block (repair would make it a directory).
     PR_1_TREAT_AS_DIRECTORY = 0x010055, Fix, Inode, true;
+    /// An xattr entry names a value inode outside the usable inode numbers.
+    PR_1_ATTR_VALUE_EA_INODE = 0x010083, Clear, Xattr, true;
+    /// An xattr entry names a value inode without `EXT4_EA_INODE_FL` (asked after
+    /// `PR_1_ATTR_SET_EA_INODE_FL` is declined).
+    PR_1_ATTR_NO_EA_INODE_FL = 0x010085, Clear, Xattr, true;
+    /// The value inode an xattr entry names lacks `EXT4_EA_INODE_FL` (repair would set
+    /// it).
+    PR_1_ATTR_SET_EA_INODE_FL = 0x010086, Fix, Xattr, true;
+    /// `EXT4_EA_INODE_FL` on an inode that is not a regular file.
+    PR_1_EA_INODE_NONREG = 0x010091, Clear, Inode, true;
+    /// An xattr block entry names a value inode on a filesystem without ea_inode.
+    PR_1_EA_INODE_FEATURE = 0x010092, Fix, Xattr, true;
     /// A directory has no blocks.
     PR_1_ZERO_LENGTH_DIR = 0x010006, Clear, Inode, true;
     /// `i_size` disagrees with the blocks the inode maps.
@@ -274,6 +286,8 @@ problem_codes! {
     PR_1_EXTENT_END_OUT_OF_BOUNDS = 0x01006E, Clear, ExtentTree, true;
     /// The extent header in `i_block` is missing or invalid.
     PR_1_MISSING_EXTENT_HEADER = 0x010081, ClearInode, ExtentTree, true;
+    /// A value inode's stored reference count differs from the xattr entries naming it.
+    PR_4_EA_INODE_REF_COUNT = 0x040005, Fix, Xattr, true;
     /// Blocks are claimed by more than one inode, or by an inode and metadata (pass 1B).
     PR_1B_DUP_BLOCK = 0x011002, Clone, MultiplyClaimed, true;
     /// An inode's xattr block number is invalid (or the filesystem has no xattrs).

@@ -15,6 +15,7 @@ use e4_format::{BlockSeed, FormatError, Location as FormatLocation, MetadataBloc
 use crate::block_claim::{BlockWalk, WalkMode};
 use crate::block_tally::BlockTally;
 use crate::context::Context;
+use crate::ea_inode::check_value_inodes;
 use crate::problem::{Location, ProblemCode};
 
 const SHARDS: usize = 64;
@@ -26,6 +27,9 @@ struct XattrBlockUse {
     refcount: Option<u32>,
     /// Inodes found naming it.
     users: u32,
+    /// Blocks of the xattr values its entries hold in inodes: charged to every inode
+    /// naming the block, as e2fsck charges them (`ea_block_quota_blocks`).
+    value_blocks: u64,
 }
 
 /// Every xattr block seen in pass 1.
@@ -64,10 +68,17 @@ impl XattrBlocks {
         let entry = match map.get_mut(&block) {
             Some(entry) => entry,
             // First sight: read and check it while holding only this shard.
-            None => map.entry(block).or_insert(XattrBlockUse {
-                refcount: read_and_check(ctx, ino, block),
-                users: 0,
-            }),
+            None => {
+                let (refcount, value_blocks) = match read_and_check(ctx, ino, block) {
+                    Some((refcount, value_blocks)) => (Some(refcount), value_blocks),
+                    None => (None, 0),
+                };
+                map.entry(block).or_insert(XattrBlockUse {
+                    refcount,
+                    users: 0,
+                    value_blocks,
+                })
+            }
         };
         match entry.refcount {
             Some(_) => {
@@ -75,7 +86,7 @@ impl XattrBlocks {
                 if entry.users == 1 {
                     walk.claim(block, 1, tally);
                 }
-                tally.blocks += 1;
+                tally.blocks += 1 + entry.value_blocks;
             }
             None => walk.report(
                 ProblemCode::PR_1_BAD_EA_BLOCK,
@@ -105,13 +116,15 @@ impl XattrBlocks {
     }
 }
 
-/// Reads xattr block `block` for inode `ino` and returns its refcount, or `None` (and a
-/// report) if it is not a valid xattr block.
-fn read_and_check(ctx: &Context, ino: u32, block: u64) -> Option<u32> {
+/// Reads xattr block `block` for inode `ino`, the first to name it, and returns its
+/// refcount and the blocks of the values its entries hold in inodes (whose entries are
+/// counted once here, however many inodes share the block), or `None` if it is not a
+/// valid xattr block.
+fn read_and_check(ctx: &Context, ino: u32, block: u64) -> Option<(u32, u64)> {
     let loc = FormatLocation::InodeBlock { inode: ino, block };
     let bytes = ctx.image.read_blocks(block, 1, ctx.block_size()).ok()?;
     // The structure must decode for the checksum alone to be the problem.
-    let (header, _) = decode_xattr_block(&bytes, loc).ok()?;
+    let (header, xattrs) = decode_xattr_block(&bytes, loc).ok()?;
     let seed = ctx.csum_seed.map(|seed| BlockSeed {
         seed,
         block_nr: block,
@@ -129,5 +142,6 @@ fn read_and_check(ctx: &Context, ino: u32, block: u64) -> Option<u32> {
             );
         }
     }
-    Some(header.refcount)
+    let value_blocks = check_value_inodes(ctx, ino, &xattrs, true, Location::Block(block));
+    Some((header.refcount, value_blocks))
 }
