@@ -32,6 +32,7 @@ mod image;
 mod inline_data;
 mod inode_state;
 mod journal_check;
+mod mmp;
 mod pass1;
 mod pass2;
 mod pass3;

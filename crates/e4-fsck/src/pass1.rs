@@ -154,6 +154,11 @@ fn mark_metadata(ctx: &Context) {
         mark(desc.inode_bitmap(), 1);
         mark(desc.inode_table(), table_blocks);
     });
+    // e2fsck marks the MMP block found, not as metadata: an inode claiming it is a
+    // duplicate, as for any block found before.
+    if let Some(block) = crate::mmp::mmp_block(ctx) {
+        ctx.block_found.set(block);
+    }
 }
 
 /// Scans one piece of inode table. Returns its directories and, in pass 1B, the inodes

@@ -175,6 +175,12 @@ problem_codes! {
     PR_0_RESIZE_INODE_INVALID = 0x000030, Recreate, ResizeInode, false;
     /// Both resize_inode and meta_bg are set; they exclude each other.
     PR_0_DISABLE_RESIZE_INODE = 0x000051, Fix, ResizeInode, false;
+    /// `s_mmp_block` lies outside the filesystem (declined, e2fsck stops).
+    PR_0_MMP_INVALID_BLK = 0x000042, Clear, Superblock, true;
+    /// The MMP block's magic is wrong (declined, e2fsck stops).
+    PR_0_MMP_INVALID_MAGIC = 0x000043, Fix, Superblock, true;
+    /// The MMP block's checksum does not match (declined, e2fsck stops).
+    PR_0_MMP_CSUM_INVALID = 0x000047, Fix, Superblock, true;
     /// The journal inode cannot be used (unreadable, bad checksum, no block 0).
     PR_0_JOURNAL_BAD_INODE = 0x00000F, Clear, Journal, true;
     /// The journal superblock cannot be used.

@@ -38,6 +38,7 @@ pub const E2FSCK_CLASSES: &[(&str, ProblemClass)] = &[
     ("inline data and extent flags set", ProblemClass::Inode),
     ("is invalid.", ProblemClass::Inode),
     ("Superblock invalid", ProblemClass::Superblock),
+    ("MMP", ProblemClass::Superblock),
     ("multiply-claimed", ProblemClass::MultiplyClaimed),
     ("Multiply-claimed", ProblemClass::MultiplyClaimed),
     ("i_size is", ProblemClass::InodeSize),
