@@ -343,7 +343,7 @@ fn check_inode(
     } else if inode.has_flag(flags::EA_INODE) {
         // Xattr value inodes are referenced from xattrs; pass 4 counts them apart.
         if walk.mode == WalkMode::Claim {
-            ctx.ea_inodes.record(ctx, &inode);
+            ctx.ea_inodes.record(&inode);
         }
         InodeKind::Reserved
     } else {

@@ -249,10 +249,6 @@ problem_codes! {
     /// The value inode an xattr entry names lacks `EXT4_EA_INODE_FL` (repair would set
     /// it).
     PR_1_ATTR_SET_EA_INODE_FL = 0x010086, Fix, Xattr, true;
-    /// `EXT4_EA_INODE_FL` on an inode that is not a regular file.
-    PR_1_EA_INODE_NONREG = 0x010091, Clear, Inode, true;
-    /// An xattr block entry names a value inode on a filesystem without ea_inode.
-    PR_1_EA_INODE_FEATURE = 0x010092, Fix, Xattr, true;
     /// A directory has no blocks.
     PR_1_ZERO_LENGTH_DIR = 0x010006, Clear, Inode, true;
     /// `i_size` disagrees with the blocks the inode maps.

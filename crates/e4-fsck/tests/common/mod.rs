@@ -31,8 +31,6 @@ pub const E2FSCK_CLASSES: &[(&str, ProblemClass)] = &[
     ("INLINE_DATA_FL flag but", ProblemClass::Inode),
     ("it is really a directory", ProblemClass::Inode),
     ("missing EA_INODE flag", ProblemClass::Xattr),
-    ("references EA inode", ProblemClass::Xattr),
-    ("ea_inode flag set but", ProblemClass::Inode),
     ("but inline data flag is set", ProblemClass::Inode),
     ("but extent flag is set", ProblemClass::Inode),
     ("inline data and extent flags set", ProblemClass::Inode),
