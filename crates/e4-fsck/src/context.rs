@@ -15,6 +15,7 @@ use crate::ea_inode::EaInodes;
 use crate::image::Image;
 use crate::inode_state::InodeStates;
 use crate::problem::{Location, Problem, ProblemCode};
+use crate::quota::QuotaTotals;
 
 /// Shared checker state.
 #[derive(Debug)]
@@ -42,6 +43,8 @@ pub struct Context {
     pub inodes: InodeStates,
     /// Xattr values held in inodes: the entries naming each, for pass 4.
     pub ea_inodes: EaInodes,
+    /// Quota usage found in pass 1, per user, group and project.
+    pub quota: QuotaTotals,
     /// Problems found, in no particular order until [`Context::take_problems`] sorts them.
     problems: Mutex<Vec<Problem>>,
 }
@@ -62,6 +65,7 @@ impl Context {
             image,
             inodes: InodeStates::new(sb.inodes_count),
             ea_inodes: EaInodes::default(),
+            quota: QuotaTotals::default(),
             sb,
             geo,
             groups,

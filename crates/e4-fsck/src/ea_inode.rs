@@ -109,9 +109,18 @@ impl EaInodes {
     }
 }
 
+/// What xattr values held in inodes charge to their owner: their blocks (in its
+/// `i_blocks`) and, for quota, one inode each.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ValueCharge {
+    pub blocks: u64,
+    pub inodes: u64,
+}
+
 /// Checks the value inodes named by `xattrs`, attributes of inode `owner` (in the inode,
 /// or in its xattr block when `in_block`), reporting at `loc`; counts the entries naming
-/// each; returns the blocks their values charge to the owner (`size_to_quota_blocks`).
+/// each; returns what their values charge to the owner (`size_to_quota_blocks`, one
+/// inode each).
 /// As e2fsck's loop over the attributes in an inode stops charging at the first problem,
 /// so does this; in a block every entry is charged but those with a problem.
 pub fn check_value_inodes(
@@ -120,16 +129,17 @@ pub fn check_value_inodes(
     xattrs: &[Xattr],
     in_block: bool,
     loc: Location,
-) -> u64 {
+) -> ValueCharge {
     ctx.ea_inodes.add_refs(xattrs);
     let block_size = u64::from(ctx.block_size());
-    let mut charged = 0;
+    let mut charged = ValueCharge::default();
     for x in xattrs {
         let XattrValue::InInode { inode, size } = x.value else {
             continue;
         };
         if value_inode_is_sound(ctx, owner, inode, loc) {
-            charged += u64::from(size).div_ceil(block_size);
+            charged.blocks += u64::from(size).div_ceil(block_size);
+            charged.inodes += 1;
         } else if !in_block {
             break;
         }

@@ -41,6 +41,7 @@ mod pass5;
 pub mod phase_times;
 pub mod problem;
 pub mod progress;
+mod quota;
 mod quota_inode;
 mod really_dir;
 pub mod report;
@@ -123,6 +124,8 @@ fn check_in_pool(
     clock.lap("pass 4");
     pass5::run(&ctx, progress);
     clock.lap("pass 5");
+    quota::check(&ctx);
+    clock.lap("quota");
     // Inodes below s_first_ino count as used whatever pass 1 found in them.
     let reserved_unused = (1..ctx
         .sb

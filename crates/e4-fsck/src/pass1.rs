@@ -20,7 +20,7 @@ use crate::block_map_walk::walk_block_map;
 use crate::block_tally::BlockTally;
 use crate::context::Context;
 use crate::dir_htree_check::check_index_flag;
-use crate::ea_inode::check_value_inodes;
+use crate::ea_inode::{check_value_inodes, ValueCharge};
 use crate::extent_walk::walk_extent_tree;
 use crate::inline_data::{
     check_flag_conflict, check_flag_without_feature, check_system_data_present, inline_data_size,
@@ -29,6 +29,7 @@ use crate::inline_data::{
 use crate::inode_state::InodeKind;
 use crate::problem::{Location, ProblemCode};
 use crate::progress::{PassMeter, Progress};
+use crate::quota::{self, QuotaUsage};
 use crate::quota_inode::{self, quota_slot, QuotaSlot};
 use crate::really_dir;
 use crate::special_inode::check_special;
@@ -231,6 +232,7 @@ fn scan_table(
     }
     let mut dirs = Vec::new();
     let mut shared = Vec::new();
+    let mut quota = QuotaUsage::default();
     for (i, raw) in table.chunks_exact(inode_size).enumerate() {
         let ino = first_ino + i as u32;
         if ino > ctx.sb.inodes_count {
@@ -243,12 +245,15 @@ fn scan_table(
             mode,
             entered: &entered,
         };
-        if let Some((dir, tally)) = check_inode(&walk, raw, xattrs) {
+        if let Some((dir, tally)) = check_inode(&walk, raw, xattrs, &mut quota) {
             if tally.shared > 0 {
                 shared.push((ino, tally.shared));
             }
             dirs.extend(dir);
         }
+    }
+    if mode == WalkMode::Claim {
+        ctx.quota.add(quota);
     }
     (dirs, shared)
 }
@@ -256,12 +261,13 @@ fn scan_table(
 /// The size of the original ext2 inode, the part libext2fs looks at for a blank inode.
 const BASE_INODE_SIZE: usize = 128;
 
-/// Checks one inode. Returns, for an inode in use, its directory record (if a directory)
-/// and the tally of its blocks.
+/// Checks one inode, charging what it uses to `quota_usage`. Returns, for an inode in use,
+/// its directory record (if a directory) and the tally of its blocks.
 fn check_inode(
     walk: &BlockWalk<'_>,
     raw: &[u8],
     xattrs: &XattrBlocks,
+    quota_usage: &mut QuotaUsage,
 ) -> Option<(Option<Directory>, BlockTally)> {
     let ctx = walk.ctx;
     let ino = walk.ino;
@@ -329,8 +335,8 @@ fn check_inode(
         return None;
     }
     let file_type = inode.file_type();
-    // Blocks of xattr values held in inodes, named from this inode's own attributes.
-    let mut ibody_value_blocks = 0;
+    // Xattr values held in inodes, named from this inode's own attributes.
+    let mut ibody_values = ValueCharge::default();
     let kind = if quota == QuotaSlot::QuotaFile {
         InodeKind::Reserved
     } else if reserved {
@@ -358,7 +364,7 @@ fn check_inode(
             );
         }
         check_zero_fields(walk, &inode);
-        ibody_value_blocks = value_inodes_in_inode(walk, &inode);
+        ibody_values = value_inodes_in_inode(walk, &inode);
         check_flag_conflict(walk, &inode);
         check_flag_without_feature(walk, &inode);
         check_system_data_present(walk, &inode, csum_ok);
@@ -399,9 +405,10 @@ fn check_inode(
             walk_block_map(walk, &inode, dir)
         };
     }
-    tally.blocks += ibody_value_blocks;
+    tally.blocks += ibody_values.blocks;
+    let mut value_inodes = ibody_values.inodes;
     if inode.file_acl() != 0 {
-        xattrs.visit(walk, inode.file_acl(), &mut tally);
+        value_inodes += xattrs.visit(walk, inode.file_acl(), &mut tally);
     }
     if walk.mode == WalkMode::CountShared {
         return Some((None, tally));
@@ -419,6 +426,13 @@ fn check_inode(
         check_size(walk, &inode, &tally, dir);
     }
     check_i_blocks(walk, &inode, &tally);
+    let valid_inline_symlink = file_type == Some(FileType::Symlink)
+        && kind != InodeKind::Bad
+        && inode.has_flag(flags::INLINE_DATA);
+    if quota::charges(ctx, &inode, valid_inline_symlink) {
+        let space = tally.blocks * u64::from(ctx.block_size());
+        quota_usage.charge(&inode, space, 1 + value_inodes);
+    }
     let zero_length = inode.size() == 0 && tally.blocks == 0;
     ctx.inodes.record(ino, kind, links, zero_length);
     let directory = dir.then(|| {
@@ -443,9 +457,9 @@ fn check_inode(
 /// Checks the value inodes named by the attributes in `inode` itself (e2fsck's
 /// `check_ea_in_inode`) and returns the blocks they charge to it. Attributes that do not
 /// parse name none here.
-fn value_inodes_in_inode(walk: &BlockWalk<'_>, inode: &Inode) -> u64 {
+fn value_inodes_in_inode(walk: &BlockWalk<'_>, inode: &Inode) -> ValueCharge {
     if walk.mode != WalkMode::Claim {
-        return 0;
+        return ValueCharge::default();
     }
     let loc = e4_format::Location::Inode(inode.ino);
     match parse_inode_xattrs(&inode.xattr_area, loc) {
@@ -456,7 +470,7 @@ fn value_inodes_in_inode(walk: &BlockWalk<'_>, inode: &Inode) -> u64 {
             false,
             Location::Inode(inode.ino),
         ),
-        Err(_) => 0,
+        Err(_) => ValueCharge::default(),
     }
 }
 

@@ -97,6 +97,8 @@ pub enum ProblemClass {
     Orphan,
     /// The journal superblock and recovery state.
     Journal,
+    /// Quota files against the usage found.
+    Quota,
 }
 
 macro_rules! problem_codes {
@@ -290,6 +292,9 @@ problem_codes! {
     PR_1_MISSING_EXTENT_HEADER = 0x010081, ClearInode, ExtentTree, true;
     /// A value inode's stored reference count differs from the xattr entries naming it.
     PR_4_EA_INODE_REF_COUNT = 0x040005, Fix, Xattr, true;
+    /// A quota file's usage differs from what the check found, or the file cannot be
+    /// read (reported once per quota type, after pass 5).
+    PR_6_UPDATE_QUOTAS = 0x060002, Fix, Quota, true;
     /// Blocks are claimed by more than one inode, or by an inode and metadata (pass 1B).
     PR_1B_DUP_BLOCK = 0x011002, Clone, MultiplyClaimed, true;
     /// An inode's xattr block number is invalid (or the filesystem has no xattrs).

@@ -37,6 +37,8 @@ pub const E2FSCK_CLASSES: &[(&str, ProblemClass)] = &[
     ("is invalid.", ProblemClass::Inode),
     ("Superblock invalid", ProblemClass::Superblock),
     ("MMP", ProblemClass::Superblock),
+    ("Update quota info", ProblemClass::Quota),
+    ("[QUOTA WARNING]", ProblemClass::Quota),
     ("multiply-claimed", ProblemClass::MultiplyClaimed),
     ("Multiply-claimed", ProblemClass::MultiplyClaimed),
     ("i_size is", ProblemClass::InodeSize),
