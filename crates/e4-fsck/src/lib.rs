@@ -28,6 +28,7 @@ mod dir_htree_check;
 mod dir_names;
 mod ea_inode;
 mod extent_walk;
+mod file_map;
 mod image;
 mod inline_data;
 mod inode_state;

@@ -5,15 +5,15 @@
 //! in use with no entry, or a file that cannot be read is `PR_6_UPDATE_QUOTAS` for its
 //! type. The files are the kernel's quota tree format, v2 revision 1 (`quotaio_tree.c`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
 use e4_format::codec::le32;
-use e4_format::extent::{ExtentNodeView, MAX_DEPTH};
 use e4_format::features::RoCompatFeatures;
 use e4_format::inode::{flags, Inode};
 
 use crate::context::Context;
+use crate::file_map::map_logical;
 use crate::problem::{Location, ProblemCode};
 
 /// The three quota types, in e2fsck's order (`USRQUOTA`, `GRPQUOTA`, `PRJQUOTA`).
@@ -30,6 +30,8 @@ const TREE_DEPTH: usize = 4;
 /// (`v2r1_disk_dqblk`).
 const DATA_HEADER: usize = 16;
 const ENTRY_SIZE: usize = 72;
+/// `dqi_blocks` in the header's `v2_disk_dqinfo` (after magic and version).
+const INFO_BLOCKS: usize = 20;
 /// Offsets in an entry: `dqb_id`, `dqb_curinodes`, `dqb_curspace`.
 const ENTRY_ID: usize = 0;
 const ENTRY_INODES: usize = 24;
@@ -134,147 +136,113 @@ pub fn check(ctx: &Context) {
 /// The usage each entry of quota file `ino` (of type `qtype`) records; `None` when the
 /// file cannot be read as a v2r1 quota tree.
 fn read_quota_file(ctx: &Context, ino: u32, qtype: usize) -> Option<HashMap<u32, Usage>> {
-    let inode = ctx.read_inode(ino).ok()?;
-    let file = read_file(ctx, &inode)?;
-    if le32(&file, 0)? != MAGICS[qtype] || le32(&file, 4)? != VERSION {
+    let file = QuotaFile {
+        ctx,
+        inode: ctx.read_inode(ino).ok()?,
+    };
+    let header = file.block(0)?;
+    if le32(&header, 0)? != MAGICS[qtype] || le32(&header, 4)? != VERSION {
         return None;
     }
-    let mut entries = HashMap::new();
-    let mut seen_data = Vec::new();
-    walk_tree(&file, TREE_ROOT, 0, &mut seen_data, &mut entries)?;
-    Some(entries)
+    let mut walk = TreeWalk {
+        file,
+        blocks: le32(&header, INFO_BLOCKS)?,
+        seen: HashSet::new(),
+        entries: HashMap::new(),
+    };
+    walk.tree(TREE_ROOT, 0)?;
+    Some(walk.entries)
 }
 
-/// Quota block `block` of the file, zeros past its end (as a read past the end gives).
-fn tree_block(file: &[u8], block: u32) -> [u8; TREE_BLOCK] {
-    let mut out = [0u8; TREE_BLOCK];
-    let start = block as usize * TREE_BLOCK;
-    if let Some(bytes) = file.get(start..) {
-        let n = bytes.len().min(TREE_BLOCK);
-        out[..n].copy_from_slice(&bytes[..n]);
-    }
-    out
+/// A quota file, read one tree block at a time.
+struct QuotaFile<'a> {
+    ctx: &'a Context,
+    inode: Inode,
 }
 
-/// `report_tree`: the references of an index block at `depth`, leading to data blocks at
-/// the last level (each read once).
-fn walk_tree(
-    file: &[u8],
-    block: u32,
-    depth: usize,
-    seen_data: &mut Vec<u32>,
-    entries: &mut HashMap<u32, Usage>,
-) -> Option<()> {
-    let bytes = tree_block(file, block);
-    for reference in bytes.chunks_exact(4) {
-        let child = u32::from_le_bytes([reference[0], reference[1], reference[2], reference[3]]);
-        if child == 0 {
-            continue;
+impl QuotaFile<'_> {
+    /// Tree block `block`: zeros in a hole or past `i_size` (as a short read gives);
+    /// `None` when its file block cannot be mapped or read.
+    fn block(&self, block: u32) -> Option<[u8; TREE_BLOCK]> {
+        let mut out = [0u8; TREE_BLOCK];
+        let at = u64::from(block) * TREE_BLOCK as u64;
+        if at >= self.inode.size() {
+            return Some(out);
         }
-        if depth + 1 < TREE_DEPTH {
-            walk_tree(file, child, depth + 1, seen_data, entries)?;
-        } else if !seen_data.contains(&child) {
-            seen_data.push(child);
-            read_data_block(&tree_block(file, child), entries);
+        let block_size = u64::from(self.ctx.block_size());
+        let physical = map_logical(self.ctx, &self.inode, at / block_size)?;
+        if physical != 0 {
+            let bytes = self
+                .ctx
+                .image
+                .read_blocks(physical, 1, self.ctx.block_size())
+                .ok()?;
+            let start = (at % block_size) as usize;
+            out.copy_from_slice(bytes.get(start..start + TREE_BLOCK)?);
         }
-    }
-    Some(())
-}
-
-/// `report_block`: every used entry of a data block (an unused one is all zeros).
-fn read_data_block(bytes: &[u8; TREE_BLOCK], entries: &mut HashMap<u32, Usage>) {
-    for entry in bytes[DATA_HEADER..].chunks_exact(ENTRY_SIZE) {
-        if entry.iter().all(|&b| b == 0) {
-            continue;
-        }
-        // OK to unwrap: each chunk is ENTRY_SIZE bytes, past every offset read.
-        let id = le32(entry, ENTRY_ID).unwrap();
-        entries.insert(
-            id,
-            Usage {
-                space: le64(entry, ENTRY_SPACE),
-                inodes: le64(entry, ENTRY_INODES),
-            },
-        );
+        Some(out)
     }
 }
 
-/// The little-endian u64 at `at` in an entry (inside it: see [`read_data_block`]).
-fn le64(entry: &[u8], at: usize) -> u64 {
-    let mut word = [0u8; 8];
-    word.copy_from_slice(&entry[at..at + 8]);
-    u64::from_le_bytes(word)
+/// `qtree_scan_dquots`: the tree from its root, every block at most once.
+struct TreeWalk<'a> {
+    file: QuotaFile<'a>,
+    /// `dqi_blocks`: the blocks the file holds; a reference past them is corruption
+    /// (`check_reference`).
+    blocks: u32,
+    seen: HashSet<u32>,
+    entries: HashMap<u32, Usage>,
 }
 
-/// The contents of a small file (a quota file): its `i_size` bytes through its extent
-/// tree or block map (direct and single indirect blocks); holes read as zeros. `None`
-/// when a mapping block cannot be read.
-fn read_file(ctx: &Context, inode: &Inode) -> Option<Vec<u8>> {
-    let block_size = ctx.block_size() as usize;
-    let size = usize::try_from(inode.size()).ok()?;
-    let blocks = size.div_ceil(block_size);
-    let mut mapped = vec![0u64; blocks];
-    if inode.has_flag(flags::EXTENTS) {
-        map_extents(ctx, inode.record.block.to_vec(), &mut mapped, 0)?;
-    } else {
-        map_block_map(ctx, inode, &mut mapped)?;
-    }
-    let mut file = vec![0u8; blocks * block_size];
-    for (logical, &physical) in mapped.iter().enumerate() {
-        if physical != 0 && ctx.is_valid_block(physical) {
-            let bytes = ctx.image.read_blocks(physical, 1, ctx.block_size()).ok()?;
-            file[logical * block_size..(logical + 1) * block_size].copy_from_slice(&bytes);
-        }
-    }
-    file.truncate(size);
-    Some(file)
-}
-
-/// Fills `mapped` (physical block per logical block) from the extent node in `node`.
-fn map_extents(ctx: &Context, node: Vec<u8>, mapped: &mut [u64], level: u16) -> Option<()> {
-    if level > MAX_DEPTH {
-        return None;
-    }
-    let view = ExtentNodeView::new(&node, e4_format::Location::Block(0)).ok()?;
-    for i in 0..view.len() {
-        if view.is_leaf() {
-            let extent = view.leaf(i).extent();
-            for k in 0..u64::from(extent.len) {
-                let logical = u64::from(extent.logical) + k;
-                if let Some(slot) = usize::try_from(logical)
-                    .ok()
-                    .and_then(|l| mapped.get_mut(l))
-                {
-                    *slot = if extent.unwritten {
-                        0
-                    } else {
-                        extent.physical + k
-                    };
-                }
+impl TreeWalk<'_> {
+    /// `report_tree`: the references of the index block `block` at `depth`, leading to
+    /// data blocks at the last level. A block named twice is read once (a sound tree
+    /// names none twice, and e2fsck counts a data block once), so a damaged tree costs
+    /// no more than its size.
+    fn tree(&mut self, block: u32, depth: usize) -> Option<()> {
+        let bytes = self.file.block(block)?;
+        for reference in bytes.chunks_exact(4) {
+            let child =
+                u32::from_le_bytes([reference[0], reference[1], reference[2], reference[3]]);
+            if child == 0 || !self.seen.insert(child) {
+                continue;
             }
-        } else {
-            let child = view.index(i).leaf();
-            let bytes = ctx.image.read_blocks(child, 1, ctx.block_size()).ok()?;
-            map_extents(ctx, bytes, mapped, level + 1)?;
+            if child >= self.blocks {
+                return None;
+            }
+            if depth + 1 < TREE_DEPTH {
+                self.tree(child, depth + 1)?;
+            } else {
+                self.data(child)?;
+            }
         }
+        Some(())
     }
-    Some(())
+
+    /// `report_block`: every used entry of a data block (an unused one is all zeros).
+    fn data(&mut self, block: u32) -> Option<()> {
+        let bytes = self.file.block(block)?;
+        for entry in bytes[DATA_HEADER..].chunks_exact(ENTRY_SIZE) {
+            if entry.iter().all(|&b| b == 0) {
+                continue;
+            }
+            self.entries.insert(
+                le32(entry, ENTRY_ID).unwrap_or_default(),
+                Usage {
+                    space: le64(entry, ENTRY_SPACE),
+                    inodes: le64(entry, ENTRY_INODES),
+                },
+            );
+        }
+        Some(())
+    }
 }
 
-/// Fills `mapped` from a block map's twelve direct blocks and its single indirect block.
-fn map_block_map(ctx: &Context, inode: &Inode, mapped: &mut [u64]) -> Option<()> {
-    const DIRECT: usize = 12;
-    let word = |bytes: &[u8], i: usize| u64::from(le32(bytes, 4 * i).unwrap_or(0));
-    let i_block = &inode.record.block;
-    for (logical, slot) in mapped.iter_mut().enumerate().take(DIRECT) {
-        *slot = word(i_block, logical);
-    }
-    let indirect = word(i_block, DIRECT);
-    if mapped.len() > DIRECT && indirect != 0 && ctx.is_valid_block(indirect) {
-        let bytes = ctx.image.read_blocks(indirect, 1, ctx.block_size()).ok()?;
-        for (i, slot) in mapped[DIRECT..].iter_mut().enumerate() {
-            *slot = word(&bytes, i);
-        }
-    }
-    Some(())
+/// The little-endian u64 at `at` in an entry (0 past its end: no offset read is).
+fn le64(entry: &[u8], at: usize) -> u64 {
+    entry.get(at..at + 8).map_or(0, |b| {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(b);
+        u64::from_le_bytes(word)
+    })
 }

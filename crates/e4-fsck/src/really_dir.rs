@@ -6,13 +6,13 @@
 use e4_format::checksum::inode_csum_seed;
 use e4_format::dir_entry::{has_tail, rec_len_from_disk, DirLeafBlock, ENTRY_HEADER_SIZE};
 use e4_format::dir_htree::DxNode;
-use e4_format::extent::{ExtentNodeView, MAX_DEPTH};
 use e4_format::features::IncompatFeatures;
 use e4_format::inode::{flags, FileType, Inode, ROOT_INO};
 use e4_format::MetadataBlock;
 
 use crate::block_claim::BlockWalk;
 use crate::context::Context;
+use crate::file_map::map_logical;
 use crate::inline_data::{inline_data_size, BlockChecksum};
 use crate::problem::{Location, ProblemCode};
 
@@ -57,7 +57,7 @@ fn looks_like_directory(ctx: &Context, inode: &Inode) -> bool {
         } else if features.contains(IncompatFeatures::EXTENTS) && inode.has_flag(flags::EXTENTS) {
             // Device files are never extent mapped.
             not_device = true;
-            match first_extent_block(ctx, inode) {
+            match map_logical(ctx, inode, 0) {
                 Some(block) => block,
                 None => return false,
             }
@@ -106,32 +106,6 @@ fn inline_looks_like_directory(ctx: &Context, inode: &Inode) -> bool {
         && entry_inode < inodes
         && (entry_inode >= first_ino || entry_inode == 0)
         && rec_len <= i_block.len() - INLINE_DOTDOT_SIZE
-}
-
-/// The physical block holding logical block 0, as libext2fs's `ext2fs_bmap2` finds it (0
-/// for a hole); `None` when the tree cannot be read.
-fn first_extent_block(ctx: &Context, inode: &Inode) -> Option<u64> {
-    let loc = e4_format::Location::Inode(inode.ino);
-    let mut node = inode.record.block.to_vec();
-    // One node per level: a tree that names itself, or goes deeper than the format
-    // allows, ends here.
-    for _ in 0..=MAX_DEPTH {
-        let view = ExtentNodeView::new(&node, loc).ok()?;
-        let covering = view.entries_starting_by(0).checked_sub(1);
-        if view.is_leaf() {
-            return Some(covering.map_or(0, |i| {
-                let extent = view.leaf(i).extent();
-                if extent.len > 0 {
-                    extent.physical
-                } else {
-                    0
-                }
-            }));
-        }
-        let child = view.index(covering?).leaf();
-        node = ctx.image.read_blocks(child, 1, ctx.block_size()).ok()?;
-    }
-    None
 }
 
 /// Whether `block` starts with `.` naming the inode and then `..`, with sane record

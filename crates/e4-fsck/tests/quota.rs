@@ -11,7 +11,7 @@ use std::process::Command;
 use e4_fsck::{Location, ProblemCode};
 use e4_testkit::make_empty_image;
 
-use common::{assert_agreement, block_size, bmap, debugfs, forced_check, write_bytes};
+use common::{assert_agreement, block_size, bmap, debugfs, forced_check, read_bytes, write_bytes};
 
 /// The user, group and project quota inodes mke2fs gives a 4 KiB-block image.
 const USR_QUOTA_INO: u32 = 3;
@@ -114,4 +114,30 @@ fn new_owner_without_an_entry() {
     debugfs(&image.path, "sif /p uid 2000");
     assert_agreement(&image.path, "a fifo owned by user 2000");
     assert!(quota_problems(&image.path).contains(&Location::Inode(USR_QUOTA_INO)));
+}
+
+/// The user quota tree's root naming, besides its sound references, a block past the
+/// file's `dqi_blocks`: e2fsck's `check_reference` stops the scan, so the file cannot be
+/// read, though no entry is lost.
+#[test]
+fn quota_tree_reference_past_the_file() {
+    let image = quota_image();
+    let block = bmap(&image.path, &format!("<{USR_QUOTA_INO}>"), 0);
+    // The root is tree block 1: bytes 1024 to 2048 of the file's first 4 KiB block.
+    let root = block * block_size(&image.path) + 1024;
+    let refs = read_bytes(&image.path, root, 1024);
+    let unused = refs
+        .chunks_exact(4)
+        .rposition(|r| r == [0; 4])
+        .expect("the root has a free slot");
+    write_bytes(
+        &image.path,
+        root + 4 * unused as u64,
+        &5000u32.to_le_bytes(),
+    );
+    assert_agreement(&image.path, "quota tree reference past the file");
+    assert_eq!(
+        quota_problems(&image.path),
+        [Location::Inode(USR_QUOTA_INO)]
+    );
 }
