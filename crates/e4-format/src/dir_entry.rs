@@ -147,7 +147,11 @@ impl<'a> DirEntryIter<'a> {
                 rec_len,
             }));
         }
-        if inode != 0 && (name_len == 0 || entry_size(name_len) > rec_len) {
+        // A live entry with a zero-length name still decodes: the kernel's
+        // `ext4_check_dir_entry` accepts it (only its readdir refuses to list it), and
+        // e2fsck parses it and reports `PR_2_NULL_NAME`, so it is a problem to check, not a
+        // block that cannot be read.
+        if inode != 0 && entry_size(name_len) > rec_len {
             return Err(self.fault(Problem::NameLenExceedsRecLen {
                 offset: at,
                 name_len,
@@ -343,6 +347,22 @@ mod tests {
         let region = [0x93u8, 0x93, 0x2a, 0x93, 0x2a, 0x2a];
         let mut it = DirEntryIter::new(&region, 4096, true, Location::Block(3));
         assert!(it.next().unwrap().is_err());
+    }
+
+    #[test]
+    fn live_entry_with_empty_name_decodes() {
+        let mut block = vec![0u8; 64];
+        encode_entry(&mut block, 11, 12, file_type::REGULAR, &[]);
+        encode_entry(&mut block[12..], 12, 52, file_type::REGULAR, b"next");
+        let entries: Vec<_> = DirEntryIter::new(&block, 1024, true, Location::Block(3))
+            .map(|e| e.unwrap())
+            .collect();
+        assert_eq!(entries.len(), 2);
+        assert_eq!((entries[0].inode, entries[0].name), (11, &b""[..]));
+        assert_eq!(entries[1].name, b"next");
+        DirEntryIter::new(&block, 1024, true, Location::Block(3))
+            .check_rest(12)
+            .unwrap();
     }
 
     #[test]

@@ -135,6 +135,13 @@ impl Geometry {
     /// classic table (and its reserved growth blocks) in groups with a superblock, or a
     /// meta_bg group's own descriptor block in the first, second and last group of each
     /// meta group.
+    ///
+    /// Under meta_bg the reserved growth blocks are not counted, as libext2fs's
+    /// `ext2fs_reserve_super_and_bgd` counts `s_first_meta_bg` descriptor blocks alone
+    /// there (the kernel's `ext4_num_base_meta_blocks` still adds them). mke2fs never
+    /// makes meta_bg with resize_inode, so this decides nothing on the images it makes;
+    /// on one where both are set (e2fsck's `PR_0_DISABLE_RESIZE_INODE`), e2fsck finds the
+    /// reserved blocks marked in the bitmap but owned by no one, and e4 fsck must agree.
     fn descriptor_blocks_in(&self, group: u32) -> (u64, u64) {
         let per_block = self.descriptors_per_block();
         let classic = !self.meta_bg() || group / per_block < self.superblock.first_meta_bg;
@@ -142,12 +149,13 @@ impl Geometry {
             if !self.has_superblock(group) {
                 return (0, 0);
             }
-            let table = if self.meta_bg() {
-                u64::from(self.superblock.first_meta_bg)
-            } else {
-                self.descriptor_table_blocks()
-            };
-            return (table, u64::from(self.superblock.reserved_gdt_blocks));
+            if self.meta_bg() {
+                return (u64::from(self.superblock.first_meta_bg), 0);
+            }
+            return (
+                self.descriptor_table_blocks(),
+                u64::from(self.superblock.reserved_gdt_blocks),
+            );
         }
         let first = group / per_block * per_block;
         let own = group == first || group == first + 1 || group == first + per_block - 1;
@@ -286,6 +294,32 @@ mod tests {
         assert_eq!(g.base_metadata(1).len, 2);
         assert_eq!(g.base_metadata(63).len, 1);
         assert_eq!(g.base_metadata(34).len, 0);
+    }
+
+    #[test]
+    fn meta_bg_does_not_count_reserved_descriptor_blocks() {
+        // As above, with first_meta_bg 1 and 7 reserved blocks left from resize_inode:
+        // group 0 holds its superblock and meta group 0's one classic descriptor block.
+        let features = [
+            ("incompat", 0x10),
+            ("ro_compat", 1),
+            ("first_meta_bg", 1),
+            ("reserved_gdt", 7),
+        ];
+        let g = Geometry::new(&superblock(0, 64 * 256 + 1, 256, &features));
+        assert_eq!(g.base_metadata(0), BlockRun { start: 1, len: 2 });
+        assert_eq!(g.base_metadata(1).len, 2);
+        assert_eq!(g.base_metadata(32).len, 1);
+        assert_eq!(g.descriptor_block(5), 2);
+        // Without meta_bg the reserved blocks follow the table.
+        let g = Geometry::new(&superblock(0, 64 * 256 + 1, 256, &features[1..]));
+        assert_eq!(
+            g.base_metadata(0),
+            BlockRun {
+                start: 1,
+                len: 1 + 2 + 7
+            }
+        );
     }
 
     #[test]

@@ -172,6 +172,9 @@ pub enum Problem {
         name_len: usize,
         rec_len: usize,
     },
+    /// A live directory entry has a zero-length name (e2fsck's `PR_2_NULL_NAME`): it
+    /// decodes, but no name can be listed or looked up through it.
+    EmptyName,
     /// A directory block is not one block long.
     WrongBlockSize { len: usize, expected: usize },
     /// `dx_root_info` has a wrong `info_length` or a nonzero reserved field.
@@ -329,6 +332,7 @@ impl fmt::Display for Problem {
                 f,
                 "at offset {offset}: name length {name_len} in a {rec_len}-byte record"
             ),
+            Problem::EmptyName => f.write_str("a live entry has a zero-length name"),
             Problem::WrongBlockSize { len, expected } => {
                 write!(f, "{len} bytes, not one block of {expected}")
             }

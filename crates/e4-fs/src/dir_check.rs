@@ -269,6 +269,9 @@ impl Checker<'_> {
             if entry.rec_len < entry_size(entry.name.len()) {
                 return Err(format!("block {logical}: name overflows its record"));
             }
+            if entry.name.is_empty() {
+                return Err(format!("block {logical}: a live entry has no name"));
+            }
             let dots = entry.name == b"." || entry.name == b"..";
             let dot_place = hashes.is_none() && logical == 0 && position < 2;
             if dot_place {

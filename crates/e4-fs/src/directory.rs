@@ -279,9 +279,15 @@ impl Filesystem {
         self.read_caller_inode(dir, |inode| self.parent_of(inode))
     }
 
+    /// A live entry with a zero-length name fails the listing, as the kernel's readdir
+    /// fails with EIO on one (`verify_dirent_name`): there is no name to give the caller,
+    /// and skipping it would hide an inode the directory still references.
     pub(crate) fn read_dir_of(&self, dir: &Inode) -> Result<Vec<DirEntry>> {
         let mut out = Vec::new();
-        self.scan_dir::<()>(dir, |e| {
+        let nameless = self.scan_dir(dir, |e| {
+            if e.name.is_empty() {
+                return Some(());
+            }
             if e.name != b"." && e.name != b".." {
                 out.push(DirEntry {
                     name: e.name.to_vec(),
@@ -291,6 +297,14 @@ impl Filesystem {
             }
             None
         })?;
+        if nameless.is_some() {
+            return Err(FormatError::corrupt(
+                Structure::DirectoryEntry,
+                Location::Inode(dir.ino),
+                Problem::EmptyName,
+            )
+            .into());
+        }
         Ok(out)
     }
 
@@ -320,6 +334,11 @@ impl Filesystem {
         }
         if name == b".." {
             return self.parent_of(dir).map(Some);
+        }
+        // No name is empty: a live entry with a zero-length name (corruption that e4 fsck
+        // reports as `PR_2_NULL_NAME`) must not be found by a lookup of "".
+        if name.is_empty() {
+            return Ok(None);
         }
         if self.is_htree(dir) {
             return self.htree_lookup(dir, name);
@@ -440,5 +459,70 @@ impl Filesystem {
             path.push((child, 0));
         }
         Ok(Some(key))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use e4_format::dir_entry::{DirEntryIter, ENTRY_HEADER_SIZE};
+    use e4_format::inode::ROOT_INO;
+    use e4_format::{FormatError, Location, Problem};
+    use e4_testkit::{make_image, PROFILES};
+
+    use crate::error::Error;
+    use crate::file_map::Mapping;
+    use crate::filesystem::{Filesystem, OpenOptions};
+
+    /// An ext2 image whose directory `/d` holds `a` and `b`, with `a`'s `name_len` set to
+    /// 0 (a live entry with a zero-length name, e2fsck's `PR_2_NULL_NAME`).
+    fn image_with_a_nameless_entry() -> Vec<u8> {
+        let src = tempfile::tempdir().unwrap();
+        std::fs::create_dir(src.path().join("d")).unwrap();
+        std::fs::write(src.path().join("d/a"), b"a").unwrap();
+        std::fs::write(src.path().join("d/b"), b"b").unwrap();
+        let profile = PROFILES.iter().find(|p| p.name == "ext2").unwrap();
+        let image = make_image(src.path(), profile, 4, 64);
+        let mut bytes = std::fs::read(&image.path).unwrap();
+        let fs = Filesystem::open_bytes(bytes.clone(), OpenOptions::default()).unwrap();
+        let d = fs.lookup(ROOT_INO, b"d").unwrap().unwrap();
+        let Mapping::Data { physical, .. } =
+            fs.map_block(&fs.read_inode(d).unwrap(), 0, 1).unwrap()
+        else {
+            panic!("/d has no block 0");
+        };
+        let bs = fs.block_size() as usize;
+        let start = physical as usize * bs;
+        let block = &bytes[start..start + bs];
+        let mut offset = 0;
+        for entry in DirEntryIter::new(block, bs, true, Location::Block(physical)) {
+            let entry = entry.unwrap();
+            if entry.name == b"a" {
+                break;
+            }
+            offset += entry.rec_len;
+        }
+        // name_len is the byte after rec_len.
+        bytes[start + offset + ENTRY_HEADER_SIZE - 2] = 0;
+        bytes
+    }
+
+    /// Lookups never find a nameless entry (not even a lookup of ""), the entries after it
+    /// are still found, and a listing fails with the problem named, as the kernel's
+    /// readdir fails with EIO.
+    #[test]
+    fn a_nameless_entry_is_never_found_and_fails_a_listing() {
+        let fs =
+            Filesystem::open_bytes(image_with_a_nameless_entry(), OpenOptions::default()).unwrap();
+        let d = fs.lookup(ROOT_INO, b"d").unwrap().unwrap();
+        assert_eq!(fs.lookup(d, b"").unwrap(), None);
+        assert_eq!(fs.lookup(d, b"a").unwrap(), None);
+        assert!(fs.lookup(d, b"b").unwrap().is_some());
+        match fs.read_dir(d) {
+            Err(Error::Format(FormatError::Corrupt {
+                problem: Problem::EmptyName,
+                ..
+            })) => {}
+            other => panic!("listing a nameless entry gave {other:?}"),
+        }
     }
 }

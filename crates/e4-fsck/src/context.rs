@@ -11,9 +11,11 @@ use e4_format::inode::Inode;
 use e4_format::superblock::Superblock;
 
 use crate::atomic_bitmap::AtomicBitmap;
+use crate::ea_inode::EaInodes;
 use crate::image::Image;
 use crate::inode_state::InodeStates;
 use crate::problem::{Location, Problem, ProblemCode};
+use crate::quota::QuotaTotals;
 
 /// Shared checker state.
 #[derive(Debug)]
@@ -39,6 +41,10 @@ pub struct Context {
     pub metadata: AtomicBitmap,
     /// Per-inode state.
     pub inodes: InodeStates,
+    /// Xattr values held in inodes: the entries naming each, for pass 4.
+    pub ea_inodes: EaInodes,
+    /// Quota usage found in pass 1, per user, group and project.
+    pub quota: QuotaTotals,
     /// Problems found, in no particular order until [`Context::take_problems`] sorts them.
     problems: Mutex<Vec<Problem>>,
 }
@@ -58,6 +64,8 @@ impl Context {
         Context {
             image,
             inodes: InodeStates::new(sb.inodes_count),
+            ea_inodes: EaInodes::default(),
+            quota: QuotaTotals::default(),
             sb,
             geo,
             groups,

@@ -26,11 +26,14 @@ mod block_tally;
 mod context;
 mod dir_htree_check;
 mod dir_names;
+mod ea_inode;
 mod extent_walk;
+mod file_map;
 mod image;
 mod inline_data;
 mod inode_state;
 mod journal_check;
+mod mmp;
 mod pass1;
 mod pass2;
 mod pass3;
@@ -39,7 +42,9 @@ mod pass5;
 pub mod phase_times;
 pub mod problem;
 pub mod progress;
+mod quota;
 mod quota_inode;
+mod really_dir;
 pub mod report;
 mod resize_inode;
 mod special_inode;
@@ -120,6 +125,8 @@ fn check_in_pool(
     clock.lap("pass 4");
     pass5::run(&ctx, progress);
     clock.lap("pass 5");
+    quota::check(&ctx);
+    clock.lap("quota");
     // Inodes below s_first_ino count as used whatever pass 1 found in them.
     let reserved_unused = (1..ctx
         .sb

@@ -12,6 +12,7 @@ use rayon::prelude::*;
 
 use e4_format::features::{IncompatFeatures, RoCompatFeatures};
 use e4_format::inode::{flags, FileType, Inode, InodeSeed, ROOT_INO};
+use e4_format::xattr::parse_inode_xattrs;
 use e4_format::MetadataBlock;
 
 use crate::block_claim::{BlockWalk, WalkMode};
@@ -19,12 +20,18 @@ use crate::block_map_walk::walk_block_map;
 use crate::block_tally::BlockTally;
 use crate::context::Context;
 use crate::dir_htree_check::check_index_flag;
+use crate::ea_inode::{check_value_inodes, ValueCharge};
 use crate::extent_walk::walk_extent_tree;
-use crate::inline_data::{check_flag_without_feature, inline_data_size, system_data};
+use crate::inline_data::{
+    check_flag_conflict, check_flag_without_feature, check_system_data_present, inline_data_size,
+    system_data, BlockChecksum, SystemData,
+};
 use crate::inode_state::InodeKind;
 use crate::problem::{Location, ProblemCode};
 use crate::progress::{PassMeter, Progress};
+use crate::quota::{self, QuotaUsage};
 use crate::quota_inode::{self, quota_slot, QuotaSlot};
+use crate::really_dir;
 use crate::special_inode::check_special;
 use crate::xattr_refs::XattrBlocks;
 
@@ -148,6 +155,11 @@ fn mark_metadata(ctx: &Context) {
         mark(desc.inode_bitmap(), 1);
         mark(desc.inode_table(), table_blocks);
     });
+    // e2fsck marks the MMP block found, not as metadata: an inode claiming it is a
+    // duplicate, as for any block found before.
+    if let Some(block) = crate::mmp::mmp_block(ctx) {
+        ctx.block_found.set(block);
+    }
 }
 
 /// Scans one piece of inode table. Returns its directories and, in pass 1B, the inodes
@@ -220,6 +232,7 @@ fn scan_table(
     }
     let mut dirs = Vec::new();
     let mut shared = Vec::new();
+    let mut quota = QuotaUsage::default();
     for (i, raw) in table.chunks_exact(inode_size).enumerate() {
         let ino = first_ino + i as u32;
         if ino > ctx.sb.inodes_count {
@@ -232,12 +245,15 @@ fn scan_table(
             mode,
             entered: &entered,
         };
-        if let Some((dir, tally)) = check_inode(&walk, raw, xattrs) {
+        if let Some((dir, tally)) = check_inode(&walk, raw, xattrs, &mut quota) {
             if tally.shared > 0 {
                 shared.push((ino, tally.shared));
             }
             dirs.extend(dir);
         }
+    }
+    if mode == WalkMode::Claim {
+        ctx.quota.add(quota);
     }
     (dirs, shared)
 }
@@ -245,12 +261,13 @@ fn scan_table(
 /// The size of the original ext2 inode, the part libext2fs looks at for a blank inode.
 const BASE_INODE_SIZE: usize = 128;
 
-/// Checks one inode. Returns, for an inode in use, its directory record (if a directory)
-/// and the tally of its blocks.
+/// Checks one inode, charging what it uses to `quota_usage`. Returns, for an inode in use,
+/// its directory record (if a directory) and the tally of its blocks.
 fn check_inode(
     walk: &BlockWalk<'_>,
     raw: &[u8],
     xattrs: &XattrBlocks,
+    quota_usage: &mut QuotaUsage,
 ) -> Option<(Option<Directory>, BlockTally)> {
     let ctx = walk.ctx;
     let ino = walk.ino;
@@ -318,14 +335,22 @@ fn check_inode(
         return None;
     }
     let file_type = inode.file_type();
+    // Xattr values held in inodes, named from this inode's own attributes.
+    let mut ibody_values = ValueCharge::default();
     let kind = if quota == QuotaSlot::QuotaFile {
         InodeKind::Reserved
     } else if reserved {
         check_reserved_mode(walk, &inode);
         InodeKind::Reserved
-    } else if is_special_inode(ctx, ino) || inode.has_flag(flags::EA_INODE) {
-        // Journal, quota and orphan files, and xattr value inodes, are referenced from
-        // the superblock or from xattrs, not from directories.
+    } else if is_special_inode(ctx, ino) {
+        // Journal, quota and orphan files are referenced from the superblock, not from
+        // directories.
+        InodeKind::Reserved
+    } else if inode.has_flag(flags::EA_INODE) {
+        // Xattr value inodes are referenced from xattrs; pass 4 counts them apart.
+        if walk.mode == WalkMode::Claim {
+            ctx.ea_inodes.record(&inode);
+        }
         InodeKind::Reserved
     } else {
         check_dtime(walk, &inode);
@@ -339,8 +364,12 @@ fn check_inode(
             );
         }
         check_zero_fields(walk, &inode);
+        ibody_values = value_inodes_in_inode(walk, &inode);
+        check_flag_conflict(walk, &inode);
         check_flag_without_feature(walk, &inode);
+        check_system_data_present(walk, &inode, csum_ok);
         check_index_flag(walk, &inode);
+        really_dir::check(walk, &inode);
         if ino == ROOT_INO && file_type != Some(FileType::Directory) {
             walk.report(
                 ProblemCode::PR_1_ROOT_NO_DIR,
@@ -356,7 +385,11 @@ fn check_inode(
             );
         }
         match file_type {
-            Some(t) if !check_special(walk, &inode, t, || inline_data_size(&inode)) => {
+            Some(t)
+                if !check_special(walk, &inode, t, || {
+                    inline_data_size(ctx, &inode, BlockChecksum::Verify)
+                }) =>
+            {
                 InodeKind::Bad
             }
             _ => InodeKind::of(file_type),
@@ -372,8 +405,10 @@ fn check_inode(
             walk_block_map(walk, &inode, dir)
         };
     }
+    tally.blocks += ibody_values.blocks;
+    let mut value_inodes = ibody_values.inodes;
     if inode.file_acl() != 0 {
-        xattrs.visit(walk, inode.file_acl(), &mut tally);
+        value_inodes += xattrs.visit(walk, inode.file_acl(), &mut tally);
     }
     if walk.mode == WalkMode::CountShared {
         return Some((None, tally));
@@ -391,6 +426,13 @@ fn check_inode(
         check_size(walk, &inode, &tally, dir);
     }
     check_i_blocks(walk, &inode, &tally);
+    let valid_inline_symlink = file_type == Some(FileType::Symlink)
+        && kind != InodeKind::Bad
+        && inode.has_flag(flags::INLINE_DATA);
+    if quota::charges(ctx, &inode, valid_inline_symlink) {
+        let space = tally.blocks * u64::from(ctx.block_size());
+        quota_usage.charge(&inode, space, 1 + value_inodes);
+    }
     let zero_length = inode.size() == 0 && tally.blocks == 0;
     ctx.inodes.record(ino, kind, links, zero_length);
     let directory = dir.then(|| {
@@ -406,20 +448,49 @@ fn check_inode(
             i_blocks_lo: inode.record.blocks_lo,
             root_unmappable: tally.block_zero_unmappable,
             blocks: std::mem::take(&mut tally.dir_blocks),
-            // Without the feature e2fsck does not read an inline directory's entries
-            // (`check_blocks_inline_data` runs only under it), so its children go
-            // unreferenced.
-            inline: (inline && ctx.sb.incompat().contains(IncompatFeatures::INLINE_DATA)).then(
-                || {
-                    (
-                        inode.record.block.to_vec(),
-                        system_data(&inode).unwrap_or_default(),
-                    )
-                },
-            ),
+            inline: inline_entries(ctx, &inode),
         }
     });
     Some((directory, tally))
+}
+
+/// Checks the value inodes named by the attributes in `inode` itself (e2fsck's
+/// `check_ea_in_inode`) and returns the blocks they charge to it. Attributes that do not
+/// parse name none here.
+fn value_inodes_in_inode(walk: &BlockWalk<'_>, inode: &Inode) -> ValueCharge {
+    if walk.mode != WalkMode::Claim {
+        return ValueCharge::default();
+    }
+    let loc = e4_format::Location::Inode(inode.ino);
+    match parse_inode_xattrs(&inode.xattr_area, loc) {
+        Ok(xattrs) => check_value_inodes(
+            walk.ctx,
+            inode.ino,
+            &xattrs,
+            false,
+            Location::Inode(inode.ino),
+        ),
+        Err(_) => ValueCharge::default(),
+    }
+}
+
+/// What pass 2 reads of an inline directory: `i_block` and the `system.data` value.
+/// Without the feature e2fsck does not read its entries (`check_blocks_inline_data` runs
+/// only under it), nor when `system.data` cannot be read (pass 2's `check_dir_block`
+/// gives up on the directory when `ext2fs_inline_data_size` fails), so its children go
+/// unreferenced and its `..` unrecorded.
+fn inline_entries(ctx: &Context, inode: &Inode) -> Option<(Vec<u8>, Vec<u8>)> {
+    if !inode.has_flag(flags::INLINE_DATA)
+        || !ctx.sb.incompat().contains(IncompatFeatures::INLINE_DATA)
+    {
+        return None;
+    }
+    let value = match system_data(ctx, inode, BlockChecksum::Verify) {
+        SystemData::Found(value) => value,
+        SystemData::Absent => Vec::new(),
+        SystemData::Unreadable => return None,
+    };
+    Some((inode.record.block.to_vec(), value))
 }
 
 /// e2fsck's `ext2fs_inode_has_valid_blocks2`: devices, fifos, sockets, fast symlinks and
@@ -575,7 +646,7 @@ fn check_size(walk: &BlockWalk<'_>, inode: &Inode, tally: &BlockTally, dir: bool
     } else if inode.has_flag(flags::INLINE_DATA) {
         // e2fsck holds an inline directory to exactly what `i_block` and `system.data`
         // hold, and leaves an inline file's size unchecked.
-        dir && size != inline_data_size(inode)
+        dir && inline_data_size(ctx, inode, BlockChecksum::Ignore) != Some(size)
     } else if dir {
         // e2fsck holds the block count in an `unsigned` (`nblock = size >> bits`): a
         // directory's size past 2^32 blocks wraps there, so an `i_size_high` that only

@@ -370,6 +370,15 @@ impl<'a, 'r> EntryChecker<'a, 'r> {
                 );
                 continue;
             }
+            // e2fsck's chain of entry problems (`check_dir_block`) names one: a link to
+            // the root before a zero-length name; declined, the entry is still counted.
+            if name.is_empty() && target != ROOT_INO {
+                self.report(
+                    ProblemCode::PR_2_NULL_NAME,
+                    at,
+                    format!("entry '' in directory {ino} ({target}) has a zero-length name"),
+                );
+            }
             let kind = ctx.inodes.kind(target);
             if target == ino {
                 self.report(

@@ -36,6 +36,7 @@ pub fn run(ctx: &Context, progress: Option<&Progress>) {
             .for_each_in_use(first..end, |ino| check_links(ctx, ino, dir_nlink));
         meter.advance(u64::from(end - first));
     });
+    ctx.ea_inodes.check_refs(ctx);
 }
 
 /// Compares one in-use inode's `i_links_count` with the references counted. Reserved

@@ -97,6 +97,8 @@ pub enum ProblemClass {
     Orphan,
     /// The journal superblock and recovery state.
     Journal,
+    /// Quota files against the usage found.
+    Quota,
 }
 
 macro_rules! problem_codes {
@@ -175,6 +177,12 @@ problem_codes! {
     PR_0_RESIZE_INODE_INVALID = 0x000030, Recreate, ResizeInode, false;
     /// Both resize_inode and meta_bg are set; they exclude each other.
     PR_0_DISABLE_RESIZE_INODE = 0x000051, Fix, ResizeInode, false;
+    /// `s_mmp_block` lies outside the filesystem (declined, e2fsck stops).
+    PR_0_MMP_INVALID_BLK = 0x000042, Clear, Superblock, true;
+    /// The MMP block's magic is wrong (declined, e2fsck stops).
+    PR_0_MMP_INVALID_MAGIC = 0x000043, Fix, Superblock, true;
+    /// The MMP block's checksum does not match (declined, e2fsck stops).
+    PR_0_MMP_CSUM_INVALID = 0x000047, Fix, Superblock, true;
     /// The journal inode cannot be used (unreadable, bad checksum, no block 0).
     PR_0_JOURNAL_BAD_INODE = 0x00000F, Clear, Journal, true;
     /// The journal superblock cannot be used.
@@ -219,6 +227,30 @@ problem_codes! {
     PR_1_INLINE_DATA_FEATURE = 0x01006F, Fix, Inode, true;
     /// The inline-data flag on a filesystem without the inline_data feature.
     PR_1_INLINE_DATA_SET = 0x010070, Clear, Inode, true;
+    /// The inline-data flag, with the feature, but no `system.data` attribute to be
+    /// found in the inode or its xattr block (or one of them does not parse).
+    PR_1_INLINE_DATA_NO_ATTR = 0x010075, Clear, Inode, true;
+    /// Both the inline-data and extents flags, and `i_block` holds an extent header
+    /// (repair would clear the inline-data flag).
+    PR_1_CLEAR_INLINE_DATA_FOR_EXTENT = 0x010077, Fix, Inode, true;
+    /// Both flags, and `i_size` would fit inline (repair would clear the extents flag).
+    PR_1_CLEAR_EXTENT_FOR_INLINE_DATA = 0x010078, Fix, Inode, true;
+    /// Both flags, and every `i_block` word could be a block number (repair would clear
+    /// both flags).
+    PR_1_CLEAR_EXTENT_INLINE_DATA_FLAGS = 0x010079, Fix, Inode, true;
+    /// Both flags: the last offer, to clear the inode.
+    PR_1_CLEAR_EXTENT_INLINE_DATA_INODE = 0x01007A, ClearInode, Inode, true;
+    /// An inode whose mode is no directory holds a directory's `.` and `..` in its first
+    /// block (repair would make it a directory).
+    PR_1_TREAT_AS_DIRECTORY = 0x010055, Fix, Inode, true;
+    /// An xattr entry names a value inode outside the usable inode numbers.
+    PR_1_ATTR_VALUE_EA_INODE = 0x010083, Clear, Xattr, true;
+    /// An xattr entry names a value inode without `EXT4_EA_INODE_FL` (asked after
+    /// `PR_1_ATTR_SET_EA_INODE_FL` is declined).
+    PR_1_ATTR_NO_EA_INODE_FL = 0x010085, Clear, Xattr, true;
+    /// The value inode an xattr entry names lacks `EXT4_EA_INODE_FL` (repair would set
+    /// it).
+    PR_1_ATTR_SET_EA_INODE_FL = 0x010086, Fix, Xattr, true;
     /// A directory has no blocks.
     PR_1_ZERO_LENGTH_DIR = 0x010006, Clear, Inode, true;
     /// `i_size` disagrees with the blocks the inode maps.
@@ -258,6 +290,11 @@ problem_codes! {
     PR_1_EXTENT_END_OUT_OF_BOUNDS = 0x01006E, Clear, ExtentTree, true;
     /// The extent header in `i_block` is missing or invalid.
     PR_1_MISSING_EXTENT_HEADER = 0x010081, ClearInode, ExtentTree, true;
+    /// A value inode's stored reference count differs from the xattr entries naming it.
+    PR_4_EA_INODE_REF_COUNT = 0x040005, Fix, Xattr, true;
+    /// A quota file's usage differs from what the check found, or the file cannot be
+    /// read (reported once per quota type, after pass 5).
+    PR_6_UPDATE_QUOTAS = 0x060002, Fix, Quota, true;
     /// Blocks are claimed by more than one inode, or by an inode and metadata (pass 1B).
     PR_1B_DUP_BLOCK = 0x011002, Clone, MultiplyClaimed, true;
     /// An inode's xattr block number is invalid (or the filesystem has no xattrs).
@@ -272,6 +309,8 @@ problem_codes! {
     PR_2_LINK_DIR = 0x020006, Clear, DirectoryEntry, true;
     /// An entry points at the root directory.
     PR_2_LINK_ROOT = 0x020007, Clear, DirectoryEntry, true;
+    /// A live entry has a zero-length name.
+    PR_2_NULL_NAME = 0x020030, Clear, DirectoryEntry, true;
     /// A name holds `/` or NUL.
     PR_2_BAD_NAME = 0x020008, Fix, DirectoryEntry, true;
     /// The first entry of a directory is not `.`.

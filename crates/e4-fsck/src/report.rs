@@ -84,6 +84,10 @@ impl Report {
                 writeln!(out, "{p}")?;
             }
         }
+        // After pass 5, without a header of its own: the quota files.
+        for p in problems {
+            writeln!(out, "{p}")?;
+        }
         if self.exit_code() != EXIT_CLEAN {
             writeln!(
                 out,

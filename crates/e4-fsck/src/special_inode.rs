@@ -31,7 +31,7 @@ pub fn check_special(
     walk: &BlockWalk<'_>,
     inode: &Inode,
     file_type: FileType,
-    inline_data_len: impl Fn() -> u64,
+    inline_data_len: impl Fn() -> Option<u64>,
 ) -> bool {
     let ino = walk.ino;
     let (valid, code, what) = match file_type {
@@ -111,14 +111,14 @@ fn device_is_valid(inode: &Inode) -> bool {
 fn symlink_is_valid(
     walk: &BlockWalk<'_>,
     inode: &Inode,
-    inline_data_len: impl Fn() -> u64,
+    inline_data_len: impl Fn() -> Option<u64>,
 ) -> bool {
     let size = inode.size();
     if inode.record.size_high != 0 || size == 0 || inode.has_flag(flags::INDEX) {
         return false;
     }
     if inode.has_flag(flags::INLINE_DATA) {
-        return !inode.has_flag(flags::EXTENTS) && size == inline_data_len();
+        return !inode.has_flag(flags::EXTENTS) && inline_data_len() == Some(size);
     }
     // `ext2fs_is_fast_symlink`: the size alone says where the target is.
     let target = if size < INLINE_IBLOCK_SIZE {

@@ -106,6 +106,7 @@ pub fn open_and_check(path: &Path, clock: &mut PhaseClock) -> Result<Context, Fs
     clock.lap("read superblock and descriptors");
     let ctx = Context::new(image, sb, groups, checksums_ok, problems);
     clock.lap("allocate state");
+    crate::mmp::check(&ctx);
     check_descriptors(&ctx);
     crate::resize_inode::check(&ctx);
     check_journal_state(&ctx);

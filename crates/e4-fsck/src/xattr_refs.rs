@@ -15,6 +15,7 @@ use e4_format::{BlockSeed, FormatError, Location as FormatLocation, MetadataBloc
 use crate::block_claim::{BlockWalk, WalkMode};
 use crate::block_tally::BlockTally;
 use crate::context::Context;
+use crate::ea_inode::{check_value_inodes, ValueCharge};
 use crate::problem::{Location, ProblemCode};
 
 const SHARDS: usize = 64;
@@ -26,6 +27,9 @@ struct XattrBlockUse {
     refcount: Option<u32>,
     /// Inodes found naming it.
     users: u32,
+    /// What the xattr values its entries hold in inodes charge to every inode naming
+    /// the block, as e2fsck charges them (`ea_block_quota_blocks`, `_inodes`).
+    values: ValueCharge,
 }
 
 /// Every xattr block seen in pass 1.
@@ -43,8 +47,9 @@ impl Default for XattrBlocks {
 }
 
 impl XattrBlocks {
-    /// Checks inode `walk.ino`'s xattr block `block` and counts its use in `tally`.
-    pub fn visit(&self, walk: &BlockWalk<'_>, block: u64, tally: &mut BlockTally) {
+    /// Checks inode `walk.ino`'s xattr block `block` and counts its use in `tally`;
+    /// returns the value inodes its entries charge to the inode, for quota.
+    pub fn visit(&self, walk: &BlockWalk<'_>, block: u64, tally: &mut BlockTally) -> u64 {
         let ctx = walk.ctx;
         let ino = walk.ino;
         if !ctx.sb.compat().contains(CompatFeatures::EXT_ATTR) || !ctx.is_valid_block(block) {
@@ -53,21 +58,28 @@ impl XattrBlocks {
                 Location::Inode(ino),
                 format!("extended attribute block for inode {ino} is invalid ({block})"),
             );
-            return;
+            return 0;
         }
         if walk.mode == WalkMode::CountShared {
             walk.claim(block, 1, tally);
-            return;
+            return 0;
         }
         let shard = &self.shards[(block % SHARDS as u64) as usize];
         let mut map = shard.lock().unwrap_or_else(|e| e.into_inner());
         let entry = match map.get_mut(&block) {
             Some(entry) => entry,
             // First sight: read and check it while holding only this shard.
-            None => map.entry(block).or_insert(XattrBlockUse {
-                refcount: read_and_check(ctx, ino, block),
-                users: 0,
-            }),
+            None => {
+                let (refcount, values) = match read_and_check(ctx, ino, block) {
+                    Some((refcount, values)) => (Some(refcount), values),
+                    None => (None, ValueCharge::default()),
+                };
+                map.entry(block).or_insert(XattrBlockUse {
+                    refcount,
+                    users: 0,
+                    values,
+                })
+            }
         };
         match entry.refcount {
             Some(_) => {
@@ -75,13 +87,17 @@ impl XattrBlocks {
                 if entry.users == 1 {
                     walk.claim(block, 1, tally);
                 }
-                tally.blocks += 1;
+                tally.blocks += 1 + entry.values.blocks;
+                entry.values.inodes
             }
-            None => walk.report(
-                ProblemCode::PR_1_BAD_EA_BLOCK,
-                Location::Inode(ino),
-                format!("inode {ino} has a bad extended attribute block {block}"),
-            ),
+            None => {
+                walk.report(
+                    ProblemCode::PR_1_BAD_EA_BLOCK,
+                    Location::Inode(ino),
+                    format!("inode {ino} has a bad extended attribute block {block}"),
+                );
+                0
+            }
         }
     }
 
@@ -105,13 +121,15 @@ impl XattrBlocks {
     }
 }
 
-/// Reads xattr block `block` for inode `ino` and returns its refcount, or `None` (and a
-/// report) if it is not a valid xattr block.
-fn read_and_check(ctx: &Context, ino: u32, block: u64) -> Option<u32> {
+/// Reads xattr block `block` for inode `ino`, the first to name it, and returns its
+/// refcount and the blocks of the values its entries hold in inodes (whose entries are
+/// counted once here, however many inodes share the block), or `None` if it is not a
+/// valid xattr block.
+fn read_and_check(ctx: &Context, ino: u32, block: u64) -> Option<(u32, ValueCharge)> {
     let loc = FormatLocation::InodeBlock { inode: ino, block };
     let bytes = ctx.image.read_blocks(block, 1, ctx.block_size()).ok()?;
     // The structure must decode for the checksum alone to be the problem.
-    let (header, _) = decode_xattr_block(&bytes, loc).ok()?;
+    let (header, xattrs) = decode_xattr_block(&bytes, loc).ok()?;
     let seed = ctx.csum_seed.map(|seed| BlockSeed {
         seed,
         block_nr: block,
@@ -129,5 +147,6 @@ fn read_and_check(ctx: &Context, ino: u32, block: u64) -> Option<u32> {
             );
         }
     }
-    Some(header.refcount)
+    let values = check_value_inodes(ctx, ino, &xattrs, true, Location::Block(block));
+    Some((header.refcount, values))
 }

@@ -154,6 +154,23 @@ const DAMAGES: &[(&str, Damage, &[ProblemClass], Option<ProblemCode>)] = &[
         &[ProblemClass::BlockBitmap, ProblemClass::FreeCounts],
         None,
     ),
+    (
+        // libext2fs stops counting the reserved blocks as metadata under meta_bg
+        // (`ext2fs_reserve_super_and_bgd`), and pass 1 claims only the resize inode's
+        // double indirect block: the reserved blocks are marked in the bitmap but owned
+        // by no one.
+        "meta_bg set under the resize inode",
+        |img| {
+            debugfs(img, "feature meta_bg");
+            debugfs(img, "ssv first_meta_bg 1");
+        },
+        &[
+            ProblemClass::ResizeInode,
+            ProblemClass::BlockBitmap,
+            ProblemClass::FreeCounts,
+        ],
+        Some(ProblemCode::PR_0_DISABLE_RESIZE_INODE),
+    ),
 ];
 
 #[test]

@@ -27,8 +27,18 @@ pub const E2FSCK_CLASSES: &[(&str, ProblemClass)] = &[
     ("Special (", ProblemClass::Inode),
     ("is an illegal", ProblemClass::Inode),
     ("INLINE_DATA_FL flag on", ProblemClass::Inode),
+    // Before "xtended attribute" and "extent": the inline-data flag rules.
+    ("INLINE_DATA_FL flag but", ProblemClass::Inode),
+    ("it is really a directory", ProblemClass::Inode),
+    ("missing EA_INODE flag", ProblemClass::Xattr),
+    ("but inline data flag is set", ProblemClass::Inode),
+    ("but extent flag is set", ProblemClass::Inode),
+    ("inline data and extent flags set", ProblemClass::Inode),
     ("is invalid.", ProblemClass::Inode),
     ("Superblock invalid", ProblemClass::Superblock),
+    ("MMP", ProblemClass::Superblock),
+    ("Update quota info", ProblemClass::Quota),
+    ("[QUOTA WARNING]", ProblemClass::Quota),
     ("multiply-claimed", ProblemClass::MultiplyClaimed),
     ("Multiply-claimed", ProblemClass::MultiplyClaimed),
     ("i_size is", ProblemClass::InodeSize),
@@ -78,6 +88,7 @@ pub const E2FSCK_CLASSES: &[(&str, ProblemClass)] = &[
     ("Duplicate entry", ProblemClass::DirectoryEntry),
     ("is a link to", ProblemClass::DirectoryEntry),
     ("illegal characters", ProblemClass::DirectoryEntry),
+    ("has a zero-length name", ProblemClass::DirectoryEntry),
     ("is not in group", ProblemClass::GroupDescriptor),
     ("Group descriptor", ProblemClass::GroupDescriptor),
     ("roup descriptors look bad", ProblemClass::GroupDescriptor),
@@ -291,4 +302,39 @@ pub fn read_bytes(image: &Path, offset: u64, len: usize) -> Vec<u8> {
 /// Byte offset of inode `ino`'s record, found with e4-format's geometry (not e4's checker).
 pub fn inode_offset(image: &Path, ino: u32) -> u64 {
     RawImage::read(image).unwrap().inode_offset(ino).unwrap()
+}
+
+/// Applies `edit` to logical block `logical` of directory `path` and, under
+/// metadata_csum, seals the leaf's checksum again (through e4-format), so that only the
+/// damage `edit` makes is left to find.
+pub fn edit_dir_block(image: &Path, path: &str, logical: u64, edit: impl FnOnce(&mut [u8])) {
+    use e4_format::checksum::inode_csum_seed;
+    use e4_format::dir_entry::{has_tail, DirLeafBlock};
+    use e4_format::MetadataBlock;
+    let dir = inode_of(image, path);
+    let physical = bmap(image, path, logical);
+    let raw = RawImage::read(image).unwrap();
+    let bs = raw.block_size();
+    let mut block = raw.block(physical).unwrap().to_vec();
+    edit(&mut block);
+    let sb = raw.superblock();
+    if sb.has_metadata_csum() && has_tail(&block) {
+        let generation = raw.inode(dir).unwrap().record.generation;
+        DirLeafBlock::seal(&mut block, inode_csum_seed(sb.csum_seed(), dir, generation));
+    }
+    write_bytes(image, physical * bs as u64, &block);
+}
+
+/// Byte offset, in `block`, of the live entry called `name` (the block must hold it).
+pub fn entry_offset(block: &[u8], name: &[u8]) -> usize {
+    use e4_format::dir_entry::DirEntryIter;
+    let mut offset = 0;
+    for entry in DirEntryIter::new(block, block.len(), true, e4_format::Location::Block(0)) {
+        let entry = entry.unwrap();
+        if entry.inode != 0 && entry.name == name {
+            return offset;
+        }
+        offset += entry.rec_len;
+    }
+    panic!("no entry {:?}", String::from_utf8_lossy(name));
 }

@@ -1,0 +1,248 @@
+//! Quota usage (the quota feature): pass 1 adds up, per user, group and project, the
+//! space and inodes of every inode e2fsck charges (`quota_data_add`,
+//! `quota_data_inodes`), and after pass 5 each quota file's entries are compared with
+//! those sums (e2fsck's `quota_compare_and_update`): an entry whose usage differs, an id
+//! in use with no entry, or a file that cannot be read is `PR_6_UPDATE_QUOTAS` for its
+//! type. The files are the kernel's quota tree format, v2 revision 1 (`quotaio_tree.c`).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+
+use e4_format::codec::le32;
+use e4_format::features::RoCompatFeatures;
+use e4_format::inode::{flags, Inode};
+
+use crate::context::Context;
+use crate::file_map::map_logical;
+use crate::problem::{Location, ProblemCode};
+
+/// The three quota types, in e2fsck's order (`USRQUOTA`, `GRPQUOTA`, `PRJQUOTA`).
+const TYPES: usize = 3;
+/// `dqh_magic` of each type's file.
+const MAGICS: [u32; TYPES] = [0xD9C0_1F11, 0xD9C0_1927, 0xD9C0_3F14];
+/// `dqh_version` of the v2r1 format.
+const VERSION: u32 = 1;
+/// The tree's block size (`QT_BLKSIZE`), its root block (`QT_TREEOFF`) and depth.
+const TREE_BLOCK: usize = 1024;
+const TREE_ROOT: u32 = 1;
+const TREE_DEPTH: usize = 4;
+/// A data block: a 16-byte header (`qt_disk_dqdbheader`), then 72-byte entries
+/// (`v2r1_disk_dqblk`).
+const DATA_HEADER: usize = 16;
+const ENTRY_SIZE: usize = 72;
+/// `dqi_blocks` in the header's `v2_disk_dqinfo` (after magic and version).
+const INFO_BLOCKS: usize = 20;
+/// Offsets in an entry: `dqb_id`, `dqb_curinodes`, `dqb_curspace`.
+const ENTRY_ID: usize = 0;
+const ENTRY_INODES: usize = 24;
+const ENTRY_SPACE: usize = 48;
+
+/// What one id uses: bytes and inodes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub space: u64,
+    pub inodes: u64,
+}
+
+/// Usage per id of each quota type; pass 1 fills one per piece of inode table and adds
+/// it to the shared total once, so the scan takes no lock per inode.
+#[derive(Debug, Default)]
+pub struct QuotaUsage {
+    per_type: [HashMap<u32, Usage>; TYPES],
+}
+
+impl QuotaUsage {
+    /// Charges `inode` with `space` bytes and `inodes` inodes to its user, group and
+    /// project (the project only where `i_projid` is within the inode's extra fields;
+    /// e4-format reads it as 0 otherwise, as `get_qid` does).
+    pub fn charge(&mut self, inode: &Inode, space: u64, inodes: u64) {
+        let ids = [inode.uid(), inode.gid(), inode.record.projid];
+        for (map, id) in self.per_type.iter_mut().zip(ids) {
+            let usage = map.entry(id).or_default();
+            usage.space += space;
+            usage.inodes += inodes;
+        }
+    }
+
+    fn add(&mut self, other: QuotaUsage) {
+        for (map, other) in self.per_type.iter_mut().zip(other.per_type) {
+            for (id, usage) in other {
+                let total = map.entry(id).or_default();
+                total.space += usage.space;
+                total.inodes += usage.inodes;
+            }
+        }
+    }
+}
+
+/// The sums of all pieces.
+#[derive(Debug, Default)]
+pub struct QuotaTotals {
+    usage: Mutex<QuotaUsage>,
+}
+
+impl QuotaTotals {
+    /// Adds one piece's usage.
+    pub fn add(&self, piece: QuotaUsage) {
+        self.usage
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .add(piece);
+    }
+}
+
+/// Whether pass 1 charges inode `ino` (links counted): the root and every inode from
+/// `s_first_ino` on, but for the project quota file and xattr value inodes
+/// (`check_blocks`). An inline-data symlink e2fsck finds valid never reaches that point
+/// (`valid_inline_symlink`).
+pub fn charges(ctx: &Context, inode: &Inode, valid_inline_symlink: bool) -> bool {
+    let ino = inode.ino;
+    ctx.sb.ro_compat().contains(RoCompatFeatures::QUOTA)
+        && ino != ctx.sb.prj_quota_inum
+        && (ino == e4_format::inode::ROOT_INO || ino >= ctx.sb.first_ino())
+        && !inode.has_flag(flags::EA_INODE)
+        && !valid_inline_symlink
+}
+
+/// Compares each quota file the superblock names with the usage pass 1 found.
+pub fn check(ctx: &Context) {
+    let sb = &ctx.sb;
+    if !sb.ro_compat().contains(RoCompatFeatures::QUOTA) {
+        return;
+    }
+    let usage = ctx.quota.usage.lock().unwrap_or_else(|e| e.into_inner());
+    let files = [sb.usr_quota_inum, sb.grp_quota_inum, sb.prj_quota_inum];
+    for (qtype, &ino) in files.iter().enumerate() {
+        if ino == 0 {
+            continue;
+        }
+        let found = &usage.per_type[qtype];
+        let consistent = read_quota_file(ctx, ino, qtype).is_some_and(|on_disk| {
+            on_disk
+                .iter()
+                .all(|(id, u)| found.get(id).copied().unwrap_or_default() == *u)
+                && found.keys().all(|id| on_disk.contains_key(id))
+        });
+        if !consistent {
+            ctx.report(
+                ProblemCode::PR_6_UPDATE_QUOTAS,
+                Location::Inode(ino),
+                format!("update quota info for quota type {qtype}"),
+            );
+        }
+    }
+}
+
+/// The usage each entry of quota file `ino` (of type `qtype`) records; `None` when the
+/// file cannot be read as a v2r1 quota tree.
+fn read_quota_file(ctx: &Context, ino: u32, qtype: usize) -> Option<HashMap<u32, Usage>> {
+    let file = QuotaFile {
+        ctx,
+        inode: ctx.read_inode(ino).ok()?,
+    };
+    let header = file.block(0)?;
+    if le32(&header, 0)? != MAGICS[qtype] || le32(&header, 4)? != VERSION {
+        return None;
+    }
+    let mut walk = TreeWalk {
+        file,
+        blocks: le32(&header, INFO_BLOCKS)?,
+        seen: HashSet::new(),
+        entries: HashMap::new(),
+    };
+    walk.tree(TREE_ROOT, 0)?;
+    Some(walk.entries)
+}
+
+/// A quota file, read one tree block at a time.
+struct QuotaFile<'a> {
+    ctx: &'a Context,
+    inode: Inode,
+}
+
+impl QuotaFile<'_> {
+    /// Tree block `block`: zeros in a hole or past `i_size` (as a short read gives);
+    /// `None` when its file block cannot be mapped or read.
+    fn block(&self, block: u32) -> Option<[u8; TREE_BLOCK]> {
+        let mut out = [0u8; TREE_BLOCK];
+        let at = u64::from(block) * TREE_BLOCK as u64;
+        if at >= self.inode.size() {
+            return Some(out);
+        }
+        let block_size = u64::from(self.ctx.block_size());
+        let physical = map_logical(self.ctx, &self.inode, at / block_size)?;
+        if physical != 0 {
+            let bytes = self
+                .ctx
+                .image
+                .read_blocks(physical, 1, self.ctx.block_size())
+                .ok()?;
+            let start = (at % block_size) as usize;
+            out.copy_from_slice(bytes.get(start..start + TREE_BLOCK)?);
+        }
+        Some(out)
+    }
+}
+
+/// `qtree_scan_dquots`: the tree from its root, every block at most once.
+struct TreeWalk<'a> {
+    file: QuotaFile<'a>,
+    /// `dqi_blocks`: the blocks the file holds; a reference past them is corruption
+    /// (`check_reference`).
+    blocks: u32,
+    seen: HashSet<u32>,
+    entries: HashMap<u32, Usage>,
+}
+
+impl TreeWalk<'_> {
+    /// `report_tree`: the references of the index block `block` at `depth`, leading to
+    /// data blocks at the last level. A block named twice is read once (a sound tree
+    /// names none twice, and e2fsck counts a data block once), so a damaged tree costs
+    /// no more than its size.
+    fn tree(&mut self, block: u32, depth: usize) -> Option<()> {
+        let bytes = self.file.block(block)?;
+        for reference in bytes.chunks_exact(4) {
+            let child =
+                u32::from_le_bytes([reference[0], reference[1], reference[2], reference[3]]);
+            if child == 0 || !self.seen.insert(child) {
+                continue;
+            }
+            if child >= self.blocks {
+                return None;
+            }
+            if depth + 1 < TREE_DEPTH {
+                self.tree(child, depth + 1)?;
+            } else {
+                self.data(child)?;
+            }
+        }
+        Some(())
+    }
+
+    /// `report_block`: every used entry of a data block (an unused one is all zeros).
+    fn data(&mut self, block: u32) -> Option<()> {
+        let bytes = self.file.block(block)?;
+        for entry in bytes[DATA_HEADER..].chunks_exact(ENTRY_SIZE) {
+            if entry.iter().all(|&b| b == 0) {
+                continue;
+            }
+            self.entries.insert(
+                le32(entry, ENTRY_ID).unwrap_or_default(),
+                Usage {
+                    space: le64(entry, ENTRY_SPACE),
+                    inodes: le64(entry, ENTRY_INODES),
+                },
+            );
+        }
+        Some(())
+    }
+}
+
+/// The little-endian u64 at `at` in an entry (0 past its end: no offset read is).
+fn le64(entry: &[u8], at: usize) -> u64 {
+    entry.get(at..at + 8).map_or(0, |b| {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(b);
+        u64::from_le_bytes(word)
+    })
+}

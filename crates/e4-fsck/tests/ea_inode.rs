@@ -1,0 +1,136 @@
+//! Xattr values held in inodes (the ea_inode feature), against `e2fsck -fn`: the value
+//! inode's stored reference count (`PR_4_EA_INODE_REF_COUNT`), a value inode nothing
+//! names any more (unattached), one that lost its `EXT4_EA_INODE_FL`
+//! (`PR_1_ATTR_SET_EA_INODE_FL`, `PR_1_ATTR_NO_EA_INODE_FL`), and the value's blocks
+//! charged to the owner's `i_blocks`.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use e4_format::xattr::{decode_xattr_block, parse_inode_xattrs, XattrValue};
+use e4_fsck::ProblemCode;
+use e4_testkit::{make_empty_image, Image, RawImage};
+
+use common::{assert_agreement, debugfs, forced_check, inode_of};
+
+/// A 1 KiB-block ea_inode image whose file `/f` holds a 1,024-byte `user.big` in a value
+/// inode (its number returned). debugfs does not charge the value's block to `/f`'s
+/// `i_blocks` as the kernel does, so that is set by hand: the image is then clean.
+fn image_with_a_value_inode() -> (Image, u32) {
+    image_with_a_value_inode_named_from(&[], 4)
+}
+
+/// The same, with `extra_args` to mke2fs and `/f`'s `i_blocks` set to `i_blocks`.
+fn image_with_a_value_inode_named_from(extra_args: &[&str], i_blocks: u32) -> (Image, u32) {
+    let mut args = vec!["-t", "ext4", "-b", "1024", "-O", "ea_inode"];
+    args.extend_from_slice(extra_args);
+    let image = make_empty_image(&args, 8);
+    let host = tempfile::tempdir().unwrap();
+    let (small, big) = (host.path().join("small"), host.path().join("big"));
+    std::fs::write(&small, b"hello world\n").unwrap();
+    std::fs::write(&big, vec![b'v'; 1024]).unwrap();
+    debugfs(&image.path, &format!("write {} /f", small.display()));
+    debugfs(
+        &image.path,
+        &format!("ea_set -f {} /f user.big", big.display()),
+    );
+    debugfs(&image.path, &format!("sif /f blocks {i_blocks}"));
+    let value = value_inode(&image.path, inode_of(&image.path, "/f"));
+    (image, value)
+}
+
+/// The value inode named by `owner`'s attributes, in the inode or in its xattr block.
+fn value_inode(image: &Path, owner: u32) -> u32 {
+    let raw = RawImage::read(image).unwrap();
+    let inode = raw.inode(owner).unwrap();
+    let loc = e4_format::Location::Inode(owner);
+    let mut xattrs = parse_inode_xattrs(&inode.xattr_area, loc).unwrap();
+    if inode.file_acl() != 0 {
+        let block = raw.block(inode.file_acl()).unwrap();
+        xattrs.extend(decode_xattr_block(block, loc).unwrap().1);
+    }
+    xattrs
+        .into_iter()
+        .find_map(|x| match x.value {
+            XattrValue::InInode { inode, .. } => Some(inode),
+            XattrValue::Inline(_) => None,
+        })
+        .expect("user.big is held in an inode")
+}
+
+fn codes(image: &Path) -> BTreeSet<ProblemCode> {
+    forced_check(image, None)
+        .problems
+        .iter()
+        .map(|p| p.code)
+        .collect()
+}
+
+#[test]
+fn value_inode_undamaged_is_clean() {
+    let (image, _) = image_with_a_value_inode();
+    let classes = assert_agreement(&image.path, "value inode");
+    assert!(classes.is_empty(), "{classes:?}");
+}
+
+/// One entry names it; it says five.
+#[test]
+fn value_inode_ref_count() {
+    let (image, value) = image_with_a_value_inode();
+    debugfs(&image.path, &format!("sif <{value}> version 5"));
+    assert_agreement(&image.path, "value inode storing 5 references");
+    assert_eq!(
+        codes(&image.path),
+        BTreeSet::from([ProblemCode::PR_4_EA_INODE_REF_COUNT])
+    );
+}
+
+/// The owner cleared: nothing names the value inode.
+#[test]
+fn value_inode_of_a_cleared_owner_is_unattached() {
+    let (image, value) = image_with_a_value_inode();
+    debugfs(&image.path, "clri /f");
+    assert_agreement(&image.path, "owner cleared");
+    assert!(codes(&image.path).contains(&ProblemCode::PR_4_UNATTACHED_INODE));
+    let report = forced_check(&image.path, None);
+    assert!(report
+        .problems
+        .iter()
+        .any(|p| p.code == ProblemCode::PR_4_UNATTACHED_INODE
+            && p.location == e4_fsck::problem::Location::Inode(value)));
+}
+
+/// The value inode without its flag: the entry is invalid, its block no longer charged
+/// to the owner, and the inode, now a plain file, unattached.
+#[test]
+fn value_inode_without_its_flag() {
+    let (image, value) = image_with_a_value_inode();
+    debugfs(&image.path, &format!("sif <{value}> flags 0x80000"));
+    assert_agreement(&image.path, "value inode without EA_INODE_FL");
+    let codes = codes(&image.path);
+    for code in [
+        ProblemCode::PR_1_ATTR_SET_EA_INODE_FL,
+        ProblemCode::PR_1_ATTR_NO_EA_INODE_FL,
+        ProblemCode::PR_1_BAD_I_BLOCKS,
+        ProblemCode::PR_4_UNATTACHED_INODE,
+    ] {
+        assert!(codes.contains(&code), "{code} not in {codes:?}");
+    }
+}
+
+/// 128-byte inodes: the entry is in `/f`'s xattr block, whose block and value block are
+/// both charged to it (with its data block, 6 sectors).
+#[test]
+fn value_inode_named_from_an_xattr_block() {
+    let (image, value) = image_with_a_value_inode_named_from(&["-I", "128"], 6);
+    let classes = assert_agreement(&image.path, "value inode named from a block");
+    assert!(classes.is_empty(), "{classes:?}");
+    debugfs(&image.path, &format!("sif <{value}> version 3"));
+    assert_agreement(&image.path, "value inode named from a block, storing 3");
+    assert_eq!(
+        codes(&image.path),
+        BTreeSet::from([ProblemCode::PR_4_EA_INODE_REF_COUNT])
+    );
+}

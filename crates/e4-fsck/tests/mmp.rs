@@ -1,0 +1,111 @@
+//! Multiple-mount protection (the mmp feature), against `e2fsck -fn`: the MMP block
+//! counted as in use, and its place, magic and checksum (`PR_0_MMP_INVALID_BLK`,
+//! `PR_0_MMP_INVALID_MAGIC`, `PR_0_MMP_CSUM_INVALID`). e2fsck stops on these (exit 12),
+//! so its classes must be a subset of e4's, which goes on; a file given the MMP block
+//! makes it claimed twice.
+
+mod common;
+
+use std::path::Path;
+
+use e4_fsck::{ProblemClass, ProblemCode};
+use e4_testkit::{make_empty_image, RawImage};
+
+use common::{assert_agreement, forced_check, inode_offset, read_bytes, write_bytes};
+
+/// A fresh 1 KiB-block ext4 image with mmp and one file, `/f` (inode 12), made by mke2fs
+/// from a host directory: opening an mmp image read-write (debugfs -w) waits out the MMP
+/// interval, eleven seconds, so every damage here is written as bytes. `extra` goes to
+/// mke2fs's `-O`.
+fn mmp_image(extra: &str) -> e4_testkit::Image {
+    let host = tempfile::tempdir().unwrap();
+    std::fs::write(host.path().join("f"), vec![b'f'; 3000]).unwrap();
+    let features = format!("mmp{extra}");
+    let dir = host.path().display().to_string();
+    make_empty_image(
+        &["-t", "ext4", "-b", "1024", "-O", &features, "-d", &dir],
+        8,
+    )
+}
+
+fn mmp_offset(image: &Path) -> u64 {
+    let raw = RawImage::read(image).unwrap();
+    raw.superblock().mmp_block * raw.block_size() as u64
+}
+
+/// Applies `damage`, requires agreement, and returns e4's codes.
+fn damaged(what: &str, extra: &str, damage: impl FnOnce(&Path)) -> Vec<ProblemCode> {
+    let image = mmp_image(extra);
+    damage(&image.path);
+    assert_agreement(&image.path, what);
+    forced_check(&image.path, None)
+        .problems
+        .iter()
+        .map(|p| p.code)
+        .collect()
+}
+
+#[test]
+fn mmp_block_is_in_use() {
+    let image = mmp_image("");
+    let classes = assert_agreement(&image.path, "undamaged mmp image");
+    assert!(classes.is_empty(), "{classes:?}");
+}
+
+#[test]
+fn mmp_magic() {
+    let codes = damaged("MMP magic zeroed", "", |img| {
+        write_bytes(img, mmp_offset(img), &[0; 4]);
+    });
+    assert_eq!(codes, [ProblemCode::PR_0_MMP_INVALID_MAGIC]);
+}
+
+#[test]
+fn mmp_checksum() {
+    let codes = damaged("MMP node name changed", "", |img| {
+        let at = mmp_offset(img) + 20;
+        let byte = read_bytes(img, at, 1)[0];
+        write_bytes(img, at, &[byte ^ 1]);
+    });
+    assert_eq!(codes, [ProblemCode::PR_0_MMP_CSUM_INVALID]);
+}
+
+/// `s_mmp_block` 0 (without metadata_csum, so the superblock needs no new checksum):
+/// the MMP block is then no block, and the old one unused (e4 goes on to pass 5, so
+/// reports the bitmap difference too).
+#[test]
+fn mmp_block_number() {
+    let codes = damaged("MMP block 0", ",^metadata_csum", |img| {
+        write_bytes(img, SUPERBLOCK_OFFSET + S_MMP_BLOCK, &[0; 8]);
+    });
+    assert!(
+        codes.contains(&ProblemCode::PR_0_MMP_INVALID_BLK),
+        "{codes:?}"
+    );
+}
+
+/// `/f`'s one extent moved onto the MMP block (without metadata_csum, so the inode
+/// needs no new checksum): the block is claimed twice.
+#[test]
+fn file_extent_on_the_mmp_block() {
+    let image = mmp_image(",^metadata_csum");
+    let raw = RawImage::read(&image.path).unwrap();
+    let mmp = raw.superblock().mmp_block;
+    assert_eq!(raw.inode(FILE_INO).unwrap().size(), 3000, "inode 12 is /f");
+    // `ee_start_lo` of the first extent in `i_block`.
+    let start_lo = inode_offset(&image.path, FILE_INO) + I_BLOCK + 12 + 8;
+    write_bytes(&image.path, start_lo, &(mmp as u32).to_le_bytes());
+    let classes = assert_agreement(&image.path, "a file's extent moved onto the MMP block");
+    assert!(
+        classes.contains(&ProblemClass::MultiplyClaimed),
+        "{classes:?}"
+    );
+}
+
+/// Where the superblock starts, and `s_mmp_block` in it.
+const SUPERBLOCK_OFFSET: u64 = 1024;
+const S_MMP_BLOCK: u64 = 0x168;
+/// The file mke2fs copies in first.
+const FILE_INO: u32 = 12;
+/// `i_block` in an inode.
+const I_BLOCK: u64 = 0x28;
