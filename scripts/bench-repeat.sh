@@ -4,19 +4,25 @@
 # single sample, and on the 2-vCPU VM two identical runs can differ by a third.
 #
 # Usage: scripts/bench-repeat.sh [--runs N] [--duration S] [--threads "1 2"]
-#                                [--targets e4,kernel-ext4] WORKLOAD...
+#                                [--targets e4,kernel-ext4] [--binaries "BIN..."] WORKLOAD...
 #
 # The runs are interleaved (run 1 of every cell, then run 2, ...), so a slow minute on the
 # machine spreads over every cell instead of landing on one. kernel-ext4 needs root.
+# --binaries compares builds (A/B): each run runs every given `e4` binary in turn instead of
+# building this tree, and the target column names the binary (`e4@NAME`), e.g.
+# `git worktree add /tmp/base HEAD~1 && cargo build --release` there, then
+# `--targets e4 --binaries "/tmp/base/target/release/e4 target/release/e4"` (copy them to
+# distinct names first: the column uses the file name).
 set -euo pipefail
 
-runs=5 duration=2 threads="1 2" targets=e4,kernel-ext4
+runs=5 duration=2 threads="1 2" targets=e4,kernel-ext4 binaries=""
 while [ $# -gt 0 ]; do
   case $1 in
     --runs) runs=$2; shift 2 ;;
     --duration) duration=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
     --targets) targets=$2; shift 2 ;;
+    --binaries) binaries=$2; shift 2 ;;
     -*) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 16 ;;
     *) break ;;
   esac
@@ -24,9 +30,14 @@ done
 [ $# -gt 0 ] || { echo "name at least one workload" >&2; exit 16; }
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
-cargo build --quiet --release --manifest-path "$repo/Cargo.toml" -p e4 --bin e4
-e4=$(cargo metadata --format-version 1 --no-deps --manifest-path "$repo/Cargo.toml" |
-  sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')/release/e4
+if [ -z "$binaries" ]; then
+  cargo build --quiet --release --manifest-path "$repo/Cargo.toml" -p e4 --bin e4
+  binaries=$(cargo metadata --format-version 1 --no-deps --manifest-path "$repo/Cargo.toml" |
+    sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')/release/e4
+  label() { echo ""; }
+else
+  label() { basename "$1"; }
+fi
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
@@ -35,13 +46,17 @@ echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), e4 at $(git -C "$repo" rev-parse --sho
 for run in $(seq "$runs"); do
   for workload in "$@"; do
     for t in $threads; do
-      "$e4" bench "$workload" --targets "$targets" --threads "$t" --duration "$duration" \
-        --baseline "${targets%%,*}" --json "$out/$workload-$t-$run.json" > "$out/log" 2>&1 ||
-        { cat "$out/log" >&2; exit 1; }
+      for e4 in $binaries; do
+        "$e4" bench "$workload" --targets "$targets" --threads "$t" --duration "$duration" \
+          --baseline "${targets%%,*}" --json "$out/$(label "$e4")@$workload-$t-$run.json" \
+          > "$out/log" 2>&1 || { cat "$out/log" >&2; exit 1; }
+      done
     done
   done
 done
-jq -r '.records[] | [.workload, .target, .threads, .ops_per_sec] | @tsv' "$out"/*.json |
+jq -r '(input_filename | split("/") | last | split("@") | first) as $binary | .records[] |
+    [.workload, (if $binary == "" then .target else .target + "@" + $binary end), .threads,
+     .ops_per_sec] | @tsv' "$out"/*.json |
   sort -k1,1 -k2,2 -k3,3n -k4,4g |
   awk -F'\t' '
     { key = $1 "\t" $2 "\t" $3; v[key, ++n[key]] = $4; if (!(key in seen)) { seen[key]; order[++k] = key } }
