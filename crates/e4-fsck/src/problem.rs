@@ -183,6 +183,14 @@ problem_codes! {
     PR_0_MMP_INVALID_MAGIC = 0x000043, Fix, Superblock, true;
     /// The MMP block's checksum does not match (declined, e2fsck stops).
     PR_0_MMP_CSUM_INVALID = 0x000047, Fix, Superblock, true;
+    /// The MMP block's sequence is `EXT4_MMP_SEQ_FSCK`: a checker has the filesystem.
+    /// e2fsck stops ("MMP: e2fsck being run", exit 12) through com_err, not a problem
+    /// code, so this takes libext2fs's error name and a number of e4's own, in pass 0
+    /// above e2fsck's.
+    EXT2_ET_MMP_FSCK_ON = 0x00F001, None, Superblock, true;
+    /// The MMP block's sequence is above `EXT4_MMP_SEQ_MAX` and no mark: e2fsck stops
+    /// ("MMP: undergoing an unknown operation", exit 12), as for `EXT2_ET_MMP_FSCK_ON`.
+    EXT2_ET_MMP_UNKNOWN_SEQ = 0x00F002, None, Superblock, true;
     /// The journal inode cannot be used (unreadable, bad checksum, no block 0).
     PR_0_JOURNAL_BAD_INODE = 0x00000F, Clear, Journal, true;
     /// The journal superblock cannot be used.
