@@ -50,6 +50,7 @@ mod resize_inode;
 mod special_inode;
 mod superblock_check;
 mod too_big;
+mod xattr_entries;
 mod xattr_refs;
 
 use std::path::Path;

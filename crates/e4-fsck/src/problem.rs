@@ -253,6 +253,9 @@ problem_codes! {
     PR_1_TREAT_AS_DIRECTORY = 0x010055, Fix, Inode, true;
     /// An xattr entry names a value inode outside the usable inode numbers.
     PR_1_ATTR_VALUE_EA_INODE = 0x010083, Clear, Xattr, true;
+    /// An xattr entry's `e_hash` matches neither form of its name and value's hash (in
+    /// an inode, a stored 0 means none).
+    PR_1_ATTR_HASH = 0x010054, Clear, Xattr, true;
     /// An xattr entry names a value inode without `EXT4_EA_INODE_FL` (asked after
     /// `PR_1_ATTR_SET_EA_INODE_FL` is declined).
     PR_1_ATTR_NO_EA_INODE_FL = 0x010085, Clear, Xattr, true;

@@ -1,8 +1,9 @@
 //! Xattr values held in inodes (the ea_inode feature), against `e2fsck -fn`: the value
 //! inode's stored reference count (`PR_4_EA_INODE_REF_COUNT`), a value inode nothing
 //! names any more (unattached), one that lost its `EXT4_EA_INODE_FL`
-//! (`PR_1_ATTR_SET_EA_INODE_FL`, `PR_1_ATTR_NO_EA_INODE_FL`), and the value's blocks
-//! charged to the owner's `i_blocks`.
+//! (`PR_1_ATTR_SET_EA_INODE_FL`, `PR_1_ATTR_NO_EA_INODE_FL`), the value's blocks
+//! charged to the owner's `i_blocks`, and the entry's hash over the value inode's own
+//! (`PR_1_ATTR_HASH`, an old Lustre-style reference, `PR_1_ATTR_VALUE_EA_INODE`).
 
 mod common;
 
@@ -132,5 +133,60 @@ fn value_inode_named_from_an_xattr_block() {
     assert_eq!(
         codes(&image.path),
         BTreeSet::from([ProblemCode::PR_4_EA_INODE_REF_COUNT])
+    );
+}
+
+/// The value inode's own hash (`i_atime`) changed: the entry's hash, which covers it,
+/// no longer matches (`PR_1_ATTR_HASH`), and its block is not charged to the owner.
+#[test]
+fn value_inode_entry_hash() {
+    let (image, value) = image_with_a_value_inode();
+    debugfs(&image.path, &format!("sif <{value}> atime 12345"));
+    assert_agreement(&image.path, "value inode's hash changed");
+    let codes = codes(&image.path);
+    assert_eq!(
+        codes,
+        BTreeSet::from([ProblemCode::PR_1_ATTR_HASH, ProblemCode::PR_1_BAD_I_BLOCKS])
+    );
+}
+
+/// A hash that does not match, from an old Lustre-style value inode (its `i_mtime` the
+/// owner's number, its generation the owner's): sound, but nothing is charged, so the
+/// owner's `i_blocks` counts a block too many.
+#[test]
+fn value_inode_of_the_old_lustre_style() {
+    let (image, value) = image_with_a_value_inode();
+    let owner = inode_of(&image.path, "/f");
+    for (inode, field, number) in [
+        (format!("<{value}>"), "atime", 12345),
+        (format!("<{value}>"), "mtime", owner),
+        (format!("<{value}>"), "generation", 77),
+        ("/f".to_string(), "generation", 77),
+    ] {
+        debugfs(&image.path, &format!("sif {inode} {field} {number}"));
+    }
+    assert_agreement(&image.path, "Lustre-style value inode");
+    assert_eq!(
+        codes(&image.path),
+        BTreeSet::from([ProblemCode::PR_1_BAD_I_BLOCKS])
+    );
+}
+
+/// A hash that does not match, to an inode without the flag: a bad reference
+/// (`PR_1_ATTR_VALUE_EA_INODE`), not a missing flag.
+#[test]
+fn value_inode_hash_and_flag_both_wrong() {
+    let (image, value) = image_with_a_value_inode();
+    debugfs(&image.path, &format!("sif <{value}> atime 12345"));
+    debugfs(&image.path, &format!("sif <{value}> flags 0x80000"));
+    assert_agreement(&image.path, "value inode's hash and flag");
+    let codes = codes(&image.path);
+    assert!(
+        codes.contains(&ProblemCode::PR_1_ATTR_VALUE_EA_INODE),
+        "{codes:?}"
+    );
+    assert!(
+        !codes.contains(&ProblemCode::PR_1_ATTR_SET_EA_INODE_FL),
+        "{codes:?}"
     );
 }
