@@ -191,6 +191,9 @@ problem_codes! {
     /// The MMP block's sequence is above `EXT4_MMP_SEQ_MAX` and no mark: e2fsck stops
     /// ("MMP: undergoing an unknown operation", exit 12), as for `EXT2_ET_MMP_FSCK_ON`.
     EXT2_ET_MMP_UNKNOWN_SEQ = 0x00F002, None, Superblock, true;
+    /// The resize inode cannot be read (its checksum fails), so re-creating it at the
+    /// end of pass 1 fails; declined, e2fsck stops (exit 12 under `-n`).
+    PR_1_RESIZE_INODE_CREATE = 0x01004E, None, ResizeInode, true;
     /// The journal inode cannot be used (unreadable, bad checksum, no block 0).
     PR_0_JOURNAL_BAD_INODE = 0x00000F, Clear, Journal, true;
     /// The journal superblock cannot be used.
