@@ -15,7 +15,7 @@ use std::sync::Mutex;
 use e4_format::inode::{flags, Inode};
 use e4_format::xattr::{xattr_entry_hash_matches, Xattr, XattrValue};
 
-use crate::context::Context;
+use crate::context::{Context, ReadInodeError};
 use crate::problem::{Location, ProblemCode};
 use crate::xattr_entries::report_bad_hash;
 
@@ -144,9 +144,21 @@ pub fn check_value_inode(
         return None;
     }
     let blocks = u64::from(size).div_ceil(u64::from(ctx.block_size()));
-    // An inode that cannot be read is left to its own scan.
-    let Ok(value) = ctx.read_inode(value_ino) else {
-        return Some(blocks);
+    // e2fsck reads the value inode with `e2fsck_read_inode`, for which a checksum that
+    // fails is fatal (exit 8); one that cannot be decoded otherwise is left to its own
+    // scan.
+    let value = match ctx.read_inode(value_ino) {
+        Ok(value) => value,
+        Err(ReadInodeError::Checksum(e)) => {
+            // At the owner, where e2fsck's scan stops.
+            ctx.report(
+                ProblemCode::EXT2_ET_INODE_CSUM_INVALID,
+                Location::Inode(owner_ino),
+                format!("{e} while reading inode {value_ino} in pass1"),
+            );
+            return None;
+        }
+        Err(ReadInodeError::Unreadable(_)) => return Some(blocks),
     };
     let flagged = value.has_flag(flags::EA_INODE);
     let value_hash = value.record.atime.to_le_bytes();

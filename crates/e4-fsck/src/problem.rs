@@ -138,6 +138,11 @@ macro_rules! problem_codes {
                 match self { $( ProblemCode::$name => $error, )* }
             }
 
+            /// Whether e2fsck cannot go on after the problem (a `fatal_error`, exit 8).
+            pub fn is_fatal(self) -> bool {
+                matches!(self, ProblemCode::EXT2_ET_INODE_CSUM_INVALID)
+            }
+
             /// The pass that finds the problem: 0 before pass 1, then 1 to 5 (1B and later
             /// sub-passes count as their pass).
             pub fn pass(self) -> u8 {
@@ -191,6 +196,11 @@ problem_codes! {
     /// The MMP block's sequence is above `EXT4_MMP_SEQ_MAX` and no mark: e2fsck stops
     /// ("MMP: undergoing an unknown operation", exit 12), as for `EXT2_ET_MMP_FSCK_ON`.
     EXT2_ET_MMP_UNKNOWN_SEQ = 0x00F002, None, Superblock, true;
+    /// An inode e2fsck reads on its own in pass 1 (an xattr value inode) fails its
+    /// checksum: `e2fsck_read_inode` stops e2fsck with a fatal error (exit 8), through
+    /// com_err, so this takes libext2fs's error name and a number of e4's own, in pass 1
+    /// above e2fsck's. e4 reports it and goes on, with e2fsck's exit status.
+    EXT2_ET_INODE_CSUM_INVALID = 0x01F001, None, Inode, true;
     /// The resize inode cannot be read (its checksum fails), so re-creating it at the
     /// end of pass 1 fails; declined, e2fsck stops (exit 12 under `-n`).
     PR_1_RESIZE_INODE_CREATE = 0x01004E, None, ResizeInode, true;

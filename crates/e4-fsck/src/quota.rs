@@ -166,29 +166,35 @@ impl QuotaFile<'_> {
     }
 }
 
-/// `qtree_scan_dquots`: the tree from its root, every block at most once.
+/// `qtree_scan_dquots`: the tree from its root.
 struct TreeWalk<'a> {
     file: QuotaFile<'a>,
     /// `dqi_blocks`: the blocks the file holds; a reference past them is corruption
     /// (`check_reference`).
     blocks: u32,
-    seen: HashSet<u32>,
+    /// The blocks walked, each with the depth it was walked at.
+    seen: HashSet<(u32, usize)>,
     entries: HashMap<u32, Usage>,
 }
 
 impl TreeWalk<'_> {
     /// `report_tree`: the references of the index block `block` at `depth`, leading to
-    /// data blocks at the last level. A block named twice is read once (a sound tree
-    /// names none twice, and e2fsck counts a data block once), so a damaged tree costs
-    /// no more than its size.
+    /// data blocks at the last level. Every reference is checked against `dqi_blocks`,
+    /// as e2fsck checks it each time it meets it; e2fsck walks an index block again each
+    /// time one names it (a data block only once), but a walk of one block at one depth
+    /// always finds the same, so each is walked once here: a damaged tree costs no more
+    /// than its size, and gives e2fsck's outcome.
     fn tree(&mut self, block: u32, depth: usize) -> Option<()> {
         let bytes = self.file.block(block)?;
         for child in tree_references(&bytes) {
-            if child == 0 || !self.seen.insert(child) {
+            if child == 0 {
                 continue;
             }
             if child >= self.blocks {
                 return None;
+            }
+            if !self.seen.insert((child, depth + 1)) {
+                continue;
             }
             if depth + 1 < TREE_DEPTH {
                 self.tree(child, depth + 1)?;

@@ -48,12 +48,19 @@ pub struct Report {
 
 impl Report {
     /// The exit status e2fsck would give under `-n`: 4 if any problem left the
-    /// filesystem in error, else 0.
+    /// filesystem in error, else 0; where a problem stops e2fsck, 8, with 4 added if an
+    /// error came before it (e2fsck finds nothing after it).
     pub fn exit_code(&self) -> u8 {
-        if self.problems.iter().any(|p| p.code.is_error()) {
+        let fatal = self.problems.iter().position(|p| p.code.is_fatal());
+        let before = &self.problems[..fatal.unwrap_or(self.problems.len())];
+        let errors = if before.iter().any(|p| p.code.is_error()) {
             EXIT_ERRORS
         } else {
             EXIT_CLEAN
+        };
+        match fatal {
+            Some(_) => EXIT_OPERATIONAL | errors,
+            None => errors,
         }
     }
 

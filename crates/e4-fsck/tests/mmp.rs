@@ -13,6 +13,7 @@ use e4_format::mmp::{MMP_SEQ_CLEAN, MMP_SEQ_FSCK, MMP_SEQ_MAX};
 use e4_fsck::{ProblemClass, ProblemCode};
 use e4_testkit::{make_empty_image, RawImage};
 
+use common::flips::assert_flips_in_blocks_agree;
 use common::{assert_agreement, forced_check, inode_offset, read_bytes, write_bytes};
 
 /// A fresh 1 KiB-block ext4 image with mmp and one file, `/f` (inode 12), made by mke2fs
@@ -151,6 +152,17 @@ fn file_extent_on_the_mmp_block() {
         classes.contains(&ProblemClass::MultiplyClaimed),
         "{classes:?}"
     );
+}
+
+/// Random bit flips in the MMP block, with and without metadata_csum, must give e2fsck's
+/// verdict, and neither panic nor hang.
+#[test]
+fn random_flips_in_the_mmp_block() {
+    for (extra, seed) in [("", 7), (",^metadata_csum", 8)] {
+        let image = mmp_image(extra);
+        let mmp = RawImage::read(&image.path).unwrap().superblock().mmp_block;
+        assert_flips_in_blocks_agree(&image.path, &[mmp], 30, seed);
+    }
 }
 
 /// Where the superblock starts, and `s_mmp_block` in it.
