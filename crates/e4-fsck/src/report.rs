@@ -187,4 +187,20 @@ mod tests {
         assert!(text.contains("\"code\":\"PR_1_BAD_I_SIZE\""));
         assert!(text.contains("say \\\"hi\\\"\\u000a"));
     }
+
+    /// A fatal problem gives 8, with 4 added only for an error e2fsck met before it.
+    #[test]
+    fn exit_code_of_a_fatal_problem() {
+        let problem = |code, ino| Problem::new(code, Location::Inode(ino), "x");
+        let fatal = problem(ProblemCode::EXT2_ET_INODE_CSUM_INVALID, 12);
+        let mut report = Report {
+            problems: vec![fatal.clone(), problem(ProblemCode::PR_1_BAD_I_SIZE, 13)],
+            summary: Summary::default(),
+            skipped: false,
+            phases: PhaseTimes::default(),
+        };
+        assert_eq!(report.exit_code(), EXIT_OPERATIONAL);
+        report.problems = vec![problem(ProblemCode::PR_1_BAD_I_SIZE, 11), fatal];
+        assert_eq!(report.exit_code(), EXIT_OPERATIONAL | EXIT_ERRORS);
+    }
 }
