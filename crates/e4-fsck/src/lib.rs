@@ -32,6 +32,7 @@ mod file_map;
 mod image;
 mod inline_data;
 mod inode_state;
+mod inode_xattr_area;
 mod journal_check;
 mod mmp;
 mod pass1;

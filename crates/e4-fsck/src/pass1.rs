@@ -12,7 +12,6 @@ use rayon::prelude::*;
 
 use e4_format::features::{IncompatFeatures, RoCompatFeatures};
 use e4_format::inode::{flags, FileType, Inode, InodeSeed, ROOT_INO};
-use e4_format::xattr::parse_inode_xattrs;
 use e4_format::MetadataBlock;
 
 use crate::block_claim::{BlockWalk, WalkMode};
@@ -27,6 +26,7 @@ use crate::inline_data::{
     system_data, BlockChecksum, SystemData,
 };
 use crate::inode_state::InodeKind;
+use crate::inode_xattr_area;
 use crate::problem::{Location, ProblemCode};
 use crate::progress::{PassMeter, Progress};
 use crate::quota::{self, QuotaUsage};
@@ -455,18 +455,24 @@ fn check_inode(
     Some((directory, tally))
 }
 
-/// Checks the attributes in `inode` itself (e2fsck's `check_ea_in_inode`: their hashes
-/// and the value inodes they name) and returns what those values charge to it.
-/// Attributes that do not parse are not checked here.
+/// Checks the attributes in `inode` itself (e2fsck's `check_ea_in_inode`: their layout,
+/// their hashes and the value inodes they name) and returns what those values charge
+/// to it. Entries are checked in order up to the first problem, which ends the walk.
 fn check_inode_xattrs(walk: &BlockWalk<'_>, inode: &Inode) -> ValueCharge {
     if walk.mode != WalkMode::Claim {
         return ValueCharge::default();
     }
-    let loc = e4_format::Location::Inode(inode.ino);
-    match parse_inode_xattrs(&inode.xattr_area, loc) {
-        Ok(xattrs) => check_entries(walk.ctx, inode, &xattrs, XattrPlace::Inode),
-        Err(_) => ValueCharge::default(),
+    let (xattrs, layout) = inode_xattr_area::walk(&inode.xattr_area);
+    let checked = check_entries(walk.ctx, inode, &xattrs, XattrPlace::Inode);
+    if let Some(problem) = layout.filter(|_| !checked.stopped) {
+        let ino = inode.ino;
+        walk.report(
+            problem.code(),
+            Location::Inode(ino),
+            format!("extended attribute in inode {ino} {}", problem.describe()),
+        );
     }
+    checked.charged
 }
 
 /// What pass 2 reads of an inline directory: `i_block` and the `system.data` value.

@@ -266,6 +266,12 @@ problem_codes! {
     PR_1_TREAT_AS_DIRECTORY = 0x010055, Fix, Inode, true;
     /// An xattr entry names a value inode outside the usable inode numbers.
     PR_1_ATTR_VALUE_EA_INODE = 0x010083, Clear, Xattr, true;
+    /// An attribute's name in an inode does not fit what is left of the area.
+    PR_1_ATTR_NAME_LEN = 0x010050, Clear, Xattr, true;
+    /// An attribute's value in an inode does not fit what is left of the area.
+    PR_1_ATTR_VALUE_SIZE = 0x010053, Clear, Xattr, true;
+    /// Pieces of an inode's attribute area overlap, or one passes its end.
+    PR_1_INODE_EA_ALLOC_COLLISION = 0x010069, Clear, Xattr, true;
     /// An xattr entry's `e_hash` matches neither form of its name and value's hash (in
     /// an inode, a stored 0 means none).
     PR_1_ATTR_HASH = 0x010054, Clear, Xattr, true;

@@ -22,6 +22,15 @@ pub enum XattrPlace {
     Block(u64),
 }
 
+/// What checking a list of entries found.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EntriesChecked {
+    /// What their values held in inodes charge to the owner.
+    pub charged: ValueCharge,
+    /// Whether an entry in an inode had a problem, which ends e2fsck's walk there.
+    pub stopped: bool,
+}
+
 /// Checks `xattrs`, attributes of inode `owner` held at `place`, counts the entries
 /// naming each value inode, and returns what their values held in inodes charge to the
 /// owner. In an inode e2fsck stops at the first entry with a problem (declined, the rest
@@ -32,7 +41,7 @@ pub fn check_entries(
     owner: &Inode,
     xattrs: &[Xattr],
     place: XattrPlace,
-) -> ValueCharge {
+) -> EntriesChecked {
     ctx.ea_inodes.add_refs(xattrs);
     let loc = match place {
         XattrPlace::Inode => Location::Inode(owner.ino),
@@ -62,10 +71,16 @@ pub fn check_entries(
             }
         };
         if !sound && place == XattrPlace::Inode {
-            break;
+            return EntriesChecked {
+                charged,
+                stopped: true,
+            };
         }
     }
-    charged
+    EntriesChecked {
+        charged,
+        stopped: false,
+    }
 }
 
 /// `PR_1_ATTR_HASH` for `xattr`, an entry of inode `owner`, named so that two bad

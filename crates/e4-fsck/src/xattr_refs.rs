@@ -151,6 +151,6 @@ fn read_and_check(ctx: &Context, owner: &Inode, block: u64) -> Option<(u32, Valu
             );
         }
     }
-    let values = check_entries(ctx, owner, &xattrs, XattrPlace::Block(block));
+    let values = check_entries(ctx, owner, &xattrs, XattrPlace::Block(block)).charged;
     Some((header.refcount, values))
 }

@@ -1,8 +1,10 @@
-//! Xattr entry hashes (`PR_1_ATTR_HASH`), against `e2fsck -fn`: an entry in an xattr
-//! block or in an inode whose `e_hash` does not match its name and value. e2fsck 1.47.0
-//! accepts the hash computed with the name's bytes unsigned or signed (kernels before
-//! 6.2), and 0 in an inode; it does not check the block's own `h_hash`. Hashes of
-//! values held in inodes are in `ea_inode.rs`.
+//! Xattr entries, against `e2fsck -fn`: hashes (`PR_1_ATTR_HASH`), an entry in an xattr
+//! block or in an inode whose `e_hash` does not match its name and value (e2fsck 1.47.0
+//! accepts the hash computed with the name's bytes unsigned or signed, as kernels before
+//! 6.2 wrote it, and 0 in an inode; it does not check the block's own `h_hash`), and the
+//! layout of the attributes in an inode (`PR_1_ATTR_NAME_LEN`, `PR_1_ATTR_VALUE_SIZE`,
+//! `PR_1_INODE_EA_ALLOC_COLLISION`). Hashes of values held in inodes are in
+//! `ea_inode.rs`.
 
 mod common;
 
@@ -182,4 +184,70 @@ fn block_hash_is_not_checked() {
         set_hash(img, block_start + 12, 5);
     });
     assert_eq!(codes, []);
+}
+
+/// Adds `delta` to the little-endian `u16` at `at`.
+fn bump_u16(image: &Path, at: u64, delta: u16) {
+    let word = u16::from_le_bytes(read_bytes(image, at, 2).try_into().unwrap());
+    write_bytes(image, at, &word.wrapping_add(delta).to_le_bytes());
+}
+
+/// Offsets in an entry record, from its `e_hash` (at 12).
+const E_NAME_LEN_FROM_HASH: u64 = 12;
+const E_VALUE_OFFS_FROM_HASH: u64 = 10;
+const E_VALUE_SIZE_FROM_HASH: u64 = 4;
+
+#[test]
+fn inode_entry_value_size_past_the_area() {
+    let codes = damaged("user.a's e_value_size 200", |img, e| {
+        let at = hash_offset(&e.in_inode, b"a") - E_VALUE_SIZE_FROM_HASH;
+        write_bytes(img, at, &200u32.to_le_bytes());
+    });
+    assert_eq!(codes, [ProblemCode::PR_1_ATTR_VALUE_SIZE]);
+}
+
+/// A name running past the area: e2fsck takes the record's room (name included) before
+/// it compares the name with what is left, so that is the collision it reports.
+#[test]
+fn inode_entry_name_past_the_area() {
+    let codes = damaged("user.a's e_name_len 90", |img, e| {
+        write_bytes(
+            img,
+            hash_offset(&e.in_inode, b"a") - E_NAME_LEN_FROM_HASH,
+            &[90],
+        );
+    });
+    assert_eq!(codes, [ProblemCode::PR_1_INODE_EA_ALLOC_COLLISION]);
+}
+
+/// The second value moved onto the first: an allocation collision.
+#[test]
+fn inode_entry_values_overlapping() {
+    let codes = damaged("user.h\u{e9}z's value moved onto user.a's", |img, e| {
+        let first = hash_offset(&e.in_inode, b"a") - E_VALUE_OFFS_FROM_HASH;
+        let offs = read_bytes(img, first, 2);
+        write_bytes(
+            img,
+            hash_offset(&e.in_inode, HIGH_NAME) - E_VALUE_OFFS_FROM_HASH,
+            &offs,
+        );
+    });
+    assert_eq!(codes, [ProblemCode::PR_1_INODE_EA_ALLOC_COLLISION]);
+}
+
+/// A bad hash on the first entry ends the walk before the second's bad layout.
+#[test]
+fn inode_walk_ends_at_the_first_problem() {
+    let codes = damaged(
+        "user.a's hash, then user.h\u{e9}z's value offset",
+        |img, e| {
+            set_hash(img, hash_offset(&e.in_inode, b"a"), 7);
+            bump_u16(
+                img,
+                hash_offset(&e.in_inode, HIGH_NAME) - E_VALUE_OFFS_FROM_HASH,
+                400,
+            );
+        },
+    );
+    assert_eq!(codes, [ProblemCode::PR_1_ATTR_HASH]);
 }
