@@ -89,8 +89,15 @@ pub fn walk(area: &[u8]) -> (Vec<Xattr>, Option<AreaProblem>) {
                 return (xattrs, Some(AreaProblem::Collision));
             }
             remain -= size;
-            // OK to index: an allocated region lies inside the area.
-            XattrValue::Inline(entries[start..start + size].to_vec())
+            // An empty value takes no room, wherever its offset points.
+            let value = match size {
+                0 => &[][..],
+                _ => match entries.get(start..start + size) {
+                    Some(value) => value,
+                    None => return (xattrs, Some(AreaProblem::Collision)),
+                },
+            };
+            XattrValue::Inline(value.to_vec())
         };
         let mut name = name_prefix(record.name_index)
             .unwrap_or_default()
@@ -176,6 +183,10 @@ mod tests {
         let mut overlap = area.clone();
         overlap[4 + 2..4 + 4].copy_from_slice(&0u16.to_le_bytes());
         assert_eq!(walk(&overlap).1, Some(AreaProblem::Collision));
+        // An empty value's offset is not looked at.
+        let mut empty = encode_inode_xattrs(&[user("a", b"")], 96).unwrap();
+        empty[4 + 2..4 + 4].copy_from_slice(&5000u16.to_le_bytes());
+        assert_eq!(walk(&empty).1, None);
         // A value past the end of the area.
         let mut past = area;
         past[4 + 2..4 + 4].copy_from_slice(&90u16.to_le_bytes());
