@@ -11,9 +11,13 @@ use e4_format::group_descriptor::{GroupChecksum, GroupDescriptor, GroupSeed};
 use e4_format::inode::{Inode, InodeSeed};
 use e4_format::bitmap::{BitmapBlock, BitmapKind, BitmapSeed};
 use e4_format::journal::{CommitBlock, DescriptorBlock, JournalSuperblock, RevokeBlock};
+use e4_format::mmp::MmpBlock;
 use e4_format::orphan_file::OrphanBlock;
+use e4_format::quota::{data_block_entries, tree_references, QuotaEntry, QuotaHeader};
 use e4_format::superblock::Superblock;
-use e4_format::xattr::{decode_xattr_block, parse_inode_xattrs, XattrBlockHeader};
+use e4_format::xattr::{
+    decode_xattr_block, parse_inode_xattrs, xattr_entry_hash_matches, XattrBlockHeader, XattrValue,
+};
 use e4_format::{BlockSeed, FormatError, Location, MetadataBlock};
 use libfuzzer_sys::fuzz_target;
 
@@ -46,7 +50,32 @@ fuzz_target!(|data: &[u8]| {
     }
     let _ = DxRoot::parse(data, true, 3, loc);
     let _ = DxNode::parse(data, false, loc);
-    let _ = decode_xattr_block(data, loc);
+    // Every decoded entry's hash can be checked, whatever its name and value.
+    if let Ok((_, xattrs)) = decode_xattr_block(data, loc) {
+        for x in xattrs {
+            if let XattrValue::Inline(value) = &x.value {
+                let _ = xattr_entry_hash_matches(x.hash, x.stored_name(), value);
+            }
+        }
+    }
+    // The MMP block: whatever decodes has a state and round-trips (its padding is not a
+    // field, so the round trip is through the fields).
+    if let Ok(mmp) = MmpBlock::decode_checked(data, loc) {
+        let _ = mmp.state();
+        let mut encoded = [0u8; MmpBlock::SIZE];
+        mmp.encode(&mut encoded);
+        assert_eq!(MmpBlock::decode(&encoded), mmp);
+    }
+    // Quota files: the header of each type, tree references and data entries.
+    for quota_type in 0..4 {
+        let _ = QuotaHeader::decode_checked(data, quota_type, loc);
+    }
+    let _ = tree_references(data).count();
+    for entry in data_block_entries(data) {
+        let mut bytes = [0u8; QuotaEntry::SIZE];
+        entry.encode(&mut bytes);
+        assert_eq!(QuotaEntry::decode(&bytes), entry);
+    }
     let _ = OrphanBlock::decode(data, loc);
     let seed = BlockSeed { seed: 5, block_nr: 9 };
     verify_and_seal::<ExtentNode>(data, 7, loc);
@@ -54,6 +83,7 @@ fuzz_target!(|data: &[u8]| {
     verify_and_seal::<DirLeafBlock>(data, 7, loc);
     verify_and_seal::<XattrBlockHeader>(data, seed, loc);
     verify_and_seal::<OrphanBlock>(data, seed, loc);
+    verify_and_seal::<MmpBlock>(data, 7, loc);
     verify_and_seal::<Inode>(data, InodeSeed { fs_seed: 5, ino: 12 }, loc);
     let checksum = GroupChecksum::Crc16 { uuid: [3; 16] };
     verify_and_seal::<GroupDescriptor>(&data[..data.len().min(64)], GroupSeed { checksum, group: 3 }, loc);

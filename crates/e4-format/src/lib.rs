@@ -32,9 +32,11 @@ pub mod inline_data;
 pub mod inode;
 pub mod journal;
 pub mod metadata_block;
+pub mod mmp;
 pub mod orphan_file;
 pub mod posix_acl;
 pub mod problem;
+pub mod quota;
 pub mod superblock;
 pub mod xattr;
 

@@ -12,7 +12,7 @@
 //! Under the contract: [`crate::superblock::Superblock`], [`crate::extent::ExtentNode`],
 //! [`crate::dir_htree::DxNode`] (root and interior index blocks),
 //! [`crate::dir_entry::DirLeafBlock`], [`crate::xattr::XattrBlockHeader`] (xattr blocks),
-//! [`crate::orphan_file::OrphanBlock`], [`crate::inode::Inode`],
+//! [`crate::orphan_file::OrphanBlock`], [`crate::mmp::MmpBlock`], [`crate::inode::Inode`],
 //! [`crate::group_descriptor::GroupDescriptor`], and the journal's
 //! [`crate::journal::JournalSuperblock`], [`crate::journal::DescriptorBlock`],
 //! [`crate::journal::CommitBlock`] and [`crate::journal::RevokeBlock`]. A bitmap's checksum
@@ -212,6 +212,17 @@ mod tests {
             1,
             |b| OrphanBlock::decode(b, LOC).map(drop),
         );
+    }
+
+    #[test]
+    fn mmp_block() {
+        use crate::mmp::{MmpBlock, MMP_MAGIC};
+        let mut block = vec![0u8; BS];
+        block[..4].copy_from_slice(&MMP_MAGIC.to_le_bytes());
+        // Byte 0x10 is the first byte of mmp_nodename: any name decodes.
+        check_contract::<MmpBlock>(block, Structure::MmpBlock, 11, Some(12), 0x10, |b| {
+            MmpBlock::decode_checked(b, LOC).map(drop)
+        });
     }
 
     #[test]

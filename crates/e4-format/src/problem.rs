@@ -56,6 +56,11 @@ pub enum Structure {
     PosixAcl,
     /// A block of the orphan file.
     OrphanBlock,
+    /// `struct mmp_struct`: the multiple-mount protection block.
+    MmpBlock,
+    /// A quota file: its header (`struct v2_disk_dqheader`, `v2_disk_dqinfo`), tree
+    /// blocks and entries.
+    QuotaFile,
     /// `journal_superblock_t`.
     JournalSuperblock,
     /// `journal_header_t` at the start of a journal block.
@@ -95,6 +100,8 @@ impl fmt::Display for Structure {
             Structure::Symlink => "symlink",
             Structure::PosixAcl => "POSIX ACL",
             Structure::OrphanBlock => "orphan block",
+            Structure::MmpBlock => "MMP block",
+            Structure::QuotaFile => "quota file",
             Structure::JournalSuperblock => "journal superblock",
             Structure::JournalBlockHeader => "journal block header",
             Structure::JournalDescriptor => "journal descriptor",

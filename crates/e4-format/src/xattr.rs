@@ -87,6 +87,9 @@ pub struct Xattr {
     /// index is unknown ([`Xattr::is_known`] is false).
     pub name: Vec<u8>,
     pub value: XattrValue,
+    /// `e_hash` as stored: the kernel writes it in blocks (and, since ea_inode, in
+    /// inodes); 0 in an inode means none was computed.
+    pub hash: u32,
 }
 
 impl Xattr {
@@ -153,11 +156,31 @@ fn padded(len: usize) -> usize {
 
 /// `e_hash` of an entry in a block (`ext4_xattr_hash_entry`): the name's bytes (unsigned, as
 /// kernels since 6.2 and e2fsprogs 1.47 hash them), then the value as zero-padded
-/// little-endian words.
+/// little-endian words. An entry whose value is held in an inode (ea_inode) hashes as its
+/// value the one word of that inode's own hash (`i_atime`), as the kernel's
+/// `ext4_xattr_inode_hash` entry does and e2fsck's `ext2fs_ext_attr_hash_entry2`.
 pub fn xattr_entry_hash(name: &[u8], value: &[u8]) -> u32 {
+    entry_hash(name, value, u32::from)
+}
+
+/// `e_hash` as kernels before 6.2 computed it where `char` is signed (x86): each name
+/// byte sign-extended (`ext2fs_ext_attr_hash_entry_signed`). Names of ASCII bytes hash
+/// the same either way.
+pub fn xattr_entry_hash_signed(name: &[u8], value: &[u8]) -> u32 {
+    entry_hash(name, value, |byte| byte as i8 as u32)
+}
+
+/// Whether `stored` is the hash of an entry with `name` and `value`, computed either way
+/// (e2fsck 1.47 accepts both, since images from older kernels hold the signed form).
+pub fn xattr_entry_hash_matches(stored: u32, name: &[u8], value: &[u8]) -> bool {
+    stored == xattr_entry_hash(name, value) || stored == xattr_entry_hash_signed(name, value)
+}
+
+/// The entry hash with each name byte widened by `widen`.
+fn entry_hash(name: &[u8], value: &[u8], widen: impl Fn(u8) -> u32) -> u32 {
     let mut hash = 0u32;
     for &byte in name {
-        hash = hash.rotate_left(NAME_HASH_SHIFT) ^ u32::from(byte);
+        hash = hash.rotate_left(NAME_HASH_SHIFT) ^ widen(byte);
     }
     for word in value.chunks(PAD) {
         let mut padded_word = [0u8; PAD];
@@ -440,6 +463,7 @@ fn parse_entries(region: &[u8], first: usize, base: usize, loc: Location) -> Res
             index: record.name_index,
             name: full,
             value,
+            hash: record.hash,
         });
         at = name_start + ((usize::from(record.name_len) + 3) & !3);
     }
@@ -522,8 +546,33 @@ mod tests {
         // 'a' = 0x61; the value "b" is the padded word 0x62.
         assert_eq!(xattr_entry_hash(b"a", b"b"), (0x61u32 << 16) ^ 0x62);
         assert_eq!(xattr_entry_hash(b"ab", b""), (0x61u32 << 5) ^ 0x62);
-        // Name bytes are unsigned: 0xE9 is not sign-extended.
+        // Name bytes are unsigned: 0xE9 is not sign-extended, but is in the old form.
         assert_eq!(xattr_entry_hash(&[0xE9], b""), 0xE9);
+        assert_eq!(xattr_entry_hash_signed(&[0xE9], b""), 0xFFFF_FFE9);
+        assert_eq!(
+            xattr_entry_hash_signed(b"ab", b"c"),
+            xattr_entry_hash(b"ab", b"c")
+        );
+        // Either form matches; nothing else does.
+        let name = [b'x', 0xE9, b'z'];
+        assert!(xattr_entry_hash_matches(
+            xattr_entry_hash(&name, b"v"),
+            &name,
+            b"v"
+        ));
+        assert!(xattr_entry_hash_matches(
+            xattr_entry_hash_signed(&name, b"v"),
+            &name,
+            b"v"
+        ));
+        assert!(!xattr_entry_hash_matches(
+            xattr_entry_hash(&name, b"v") ^ 1,
+            &name,
+            b"v"
+        ));
+        // Both forms of an in-inode `user.\xE9z` = "vv", as e2fsck 1.47.0 accepted them.
+        assert_eq!(xattr_entry_hash(&[0xE9, b'z'], b"vv"), 492_467_830);
+        assert_eq!(xattr_entry_hash_signed(&[0xE9, b'z'], b"vv"), 4_249_192_841);
         assert_eq!(xattr_block_hash([1, 2]), (1u32 << 16) ^ 2);
         assert_eq!(xattr_block_hash([1, 0, 2]), 0);
     }
@@ -622,6 +671,7 @@ mod tests {
             index: 1,
             name: b"user.comment".to_vec(),
             value: XattrValue::Inline(Vec::new()),
+            hash: 0,
         };
         assert_eq!(x.stored_name(), b"comment");
     }

@@ -9,6 +9,7 @@ use e4_format::geometry::Geometry;
 use e4_format::group_descriptor::{GroupDescriptor, BG_BLOCK_UNINIT, BG_INODE_UNINIT};
 use e4_format::inode::Inode;
 use e4_format::superblock::Superblock;
+use e4_format::FormatError;
 
 use crate::atomic_bitmap::AtomicBitmap;
 use crate::ea_inode::EaInodes;
@@ -115,25 +116,29 @@ impl Context {
     /// Reads inode `ino` on its own (not through a pass 1 scan), checking its checksum, as
     /// libext2fs's `ext2fs_read_inode` does for the checks before pass 1: an inode whose
     /// checksum fails is an error, not an inode.
-    pub fn read_inode(&self, ino: u32) -> Result<Inode, String> {
+    pub fn read_inode(&self, ino: u32) -> Result<Inode, ReadInodeError> {
+        let unreadable = |why: &str| ReadInodeError::Unreadable(why.to_string());
         let geo = &self.geo;
         let location = geo
             .inode_location(ino)
-            .ok_or("it is past the inode count")?;
+            .ok_or_else(|| unreadable("it is past the inode count"))?;
         let table = self
             .groups
             .get(location.group as usize)
-            .ok_or("it is past the last group")?
+            .ok_or_else(|| unreadable("it is past the last group"))?
             .inode_table();
         let offset = table
             .checked_mul(u64::from(geo.block_size()))
-            .ok_or("its inode table is past any device")?
+            .ok_or_else(|| unreadable("its inode table is past any device"))?
             + location.table_offset;
         let mut raw = vec![0u8; self.sb.inode_size() as usize];
         self.image
             .read_at(offset, &mut raw)
-            .map_err(|e| e.to_string())?;
-        Inode::parse(&raw, ino, self.csum_seed).map_err(|e| e.to_string())
+            .map_err(|e| unreadable(&e.to_string()))?;
+        Inode::parse(&raw, ino, self.csum_seed).map_err(|e| match e {
+            FormatError::Checksum { .. } => ReadInodeError::Checksum(e),
+            e => unreadable(&e.to_string()),
+        })
     }
 
     /// Block size in bytes.
@@ -217,5 +222,23 @@ impl Context {
             0
         };
         ipg.saturating_sub(unused)
+    }
+}
+
+/// Why [`Context::read_inode`] gave no inode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReadInodeError {
+    /// The record's checksum does not match (libext2fs's `EXT2_ET_INODE_CSUM_INVALID`).
+    Checksum(FormatError),
+    /// It lies past the inode tables, cannot be read, or does not decode.
+    Unreadable(String),
+}
+
+impl std::fmt::Display for ReadInodeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReadInodeError::Checksum(e) => e.fmt(f),
+            ReadInodeError::Unreadable(why) => f.write_str(why),
+        }
     }
 }

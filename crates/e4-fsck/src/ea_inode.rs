@@ -6,19 +6,18 @@
 //! share the block) and charges its blocks to the owner's `i_blocks`, as the kernel
 //! charges them to the owner's quota; pass 4 compares the counts (`check_ea_inode`).
 //!
-//! Kept difference: e4 checks no xattr entry hash (`PR_1_ATTR_HASH`), so an entry whose
-//! hash does not match its value inode is taken as sound, where e2fsck reports it (or,
-//! the inode lacking the flag too, `PR_1_ATTR_VALUE_EA_INODE`) and charges nothing for
-//! an old Lustre-style reference.
+//! The entry's hash decides between a sound reference, an old Lustre-style one (charged
+//! nothing) and a bad one, as in e2fsck.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
 use e4_format::inode::{flags, Inode};
-use e4_format::xattr::{Xattr, XattrValue};
+use e4_format::xattr::{xattr_entry_hash_matches, Xattr, XattrValue};
 
-use crate::context::Context;
+use crate::context::{Context, ReadInodeError};
 use crate::problem::{Location, ProblemCode};
+use crate::xattr_entries::report_bad_hash;
 
 /// An inode flagged as an xattr value, as pass 1 found it.
 #[derive(Debug, Clone, Copy)]
@@ -41,7 +40,7 @@ pub struct EaInodes {
 
 impl EaInodes {
     /// Counts one entry naming each value inode of `xattrs`.
-    fn add_refs(&self, xattrs: &[Xattr]) {
+    pub fn add_refs(&self, xattrs: &[Xattr]) {
         let mut refs = self.refs.lock().unwrap_or_else(|e| e.into_inner());
         for x in xattrs {
             if let XattrValue::InInode { inode, .. } = x.value {
@@ -117,64 +116,77 @@ pub struct ValueCharge {
     pub inodes: u64,
 }
 
-/// Checks the value inodes named by `xattrs`, attributes of inode `owner` (in the inode,
-/// or in its xattr block when `in_block`), reporting at `loc`; counts the entries naming
-/// each; returns what their values charge to the owner (`size_to_quota_blocks`, one
-/// inode each).
-/// As e2fsck's loop over the attributes in an inode stops charging at the first problem,
-/// so does this; in a block every entry is charged but those with a problem.
-pub fn check_value_inodes(
+/// e2fsck's `check_large_ea_inode` for an entry of inode `owner`, `xattr`, whose value
+/// of `size` bytes is held in inode `value_ino`, reporting at `loc`: returns the blocks
+/// the value charges to its owner (`size_to_quota_blocks`), or `None` after reporting
+/// its problem. The entry's hash covers its name and the value inode's own hash
+/// (`i_atime`); one that does not match is an old Lustre-style reference when the value
+/// inode's `i_mtime` and generation are its owner's (charged nothing), a bad reference
+/// when the inode lacks the flag too (`PR_1_ATTR_VALUE_EA_INODE`), else a bad hash.
+pub fn check_value_inode(
     ctx: &Context,
-    owner: u32,
-    xattrs: &[Xattr],
-    in_block: bool,
+    owner: &Inode,
+    xattr: &Xattr,
+    value_ino: u32,
+    size: u32,
     loc: Location,
-) -> ValueCharge {
-    ctx.ea_inodes.add_refs(xattrs);
-    let block_size = u64::from(ctx.block_size());
-    let mut charged = ValueCharge::default();
-    for x in xattrs {
-        let XattrValue::InInode { inode, size } = x.value else {
-            continue;
-        };
-        if value_inode_is_sound(ctx, owner, inode, loc) {
-            charged.blocks += u64::from(size).div_ceil(block_size);
-            charged.inodes += 1;
-        } else if !in_block {
-            break;
-        }
-    }
-    charged
-}
-
-/// e2fsck's `check_large_ea_inode`, but for the entry hash. (e2fsck 1.47.0 does not yet
-/// ask for the ea_inode feature, `PR_1_EA_INODE_FEATURE`.)
-fn value_inode_is_sound(ctx: &Context, owner: u32, value_ino: u32, loc: Location) -> bool {
-    if value_ino < ctx.sb.first_ino() || value_ino > ctx.sb.inodes_count {
+) -> Option<u64> {
+    let owner_ino = owner.ino;
+    let bad_reference = || {
         ctx.report(
             ProblemCode::PR_1_ATTR_VALUE_EA_INODE,
             loc,
-            format!("inode {owner} has illegal extended attribute value inode {value_ino}"),
+            format!("inode {owner_ino} has illegal extended attribute value inode {value_ino}"),
         );
-        return false;
-    }
-    // An inode that cannot be read is left to its own scan.
-    let Ok(value) = ctx.read_inode(value_ino) else {
-        return true;
     };
-    if !value.has_flag(flags::EA_INODE) {
+    if value_ino < ctx.sb.first_ino() || value_ino > ctx.sb.inodes_count {
+        bad_reference();
+        return None;
+    }
+    let blocks = u64::from(size).div_ceil(u64::from(ctx.block_size()));
+    // e2fsck reads the value inode with `e2fsck_read_inode`, for which a checksum that
+    // fails is fatal (exit 8); one that cannot be decoded otherwise is left to its own
+    // scan.
+    let value = match ctx.read_inode(value_ino) {
+        Ok(value) => value,
+        Err(ReadInodeError::Checksum(e)) => {
+            // At the owner, where e2fsck's scan stops.
+            ctx.report(
+                ProblemCode::EXT2_ET_INODE_CSUM_INVALID,
+                Location::Inode(owner_ino),
+                format!("{e} while reading inode {value_ino} in pass1"),
+            );
+            return None;
+        }
+        Err(ReadInodeError::Unreadable(_)) => return Some(blocks),
+    };
+    let flagged = value.has_flag(flags::EA_INODE);
+    let value_hash = value.record.atime.to_le_bytes();
+    let charged = if xattr_entry_hash_matches(xattr.hash, xattr.stored_name(), &value_hash) {
+        blocks
+    } else if value.record.mtime == owner_ino && value.record.generation == owner.record.generation
+    {
+        0
+    } else if !flagged {
+        bad_reference();
+        return None;
+    } else {
+        report_bad_hash(ctx, owner_ino, xattr, loc);
+        return None;
+    };
+    if !flagged {
         // Declined, the repair leaves the entry invalid.
         ctx.report(
             ProblemCode::PR_1_ATTR_SET_EA_INODE_FL,
             loc,
-            format!("EA inode {value_ino} for parent inode {owner} missing EA_INODE flag"),
+            format!("EA inode {value_ino} for parent inode {owner_ino} missing EA_INODE flag"),
         );
         ctx.report(
             ProblemCode::PR_1_ATTR_NO_EA_INODE_FL,
             loc,
-            format!("inode {owner} has invalid extended attribute: EA inode {value_ino} missing EA_INODE flag"),
+            format!("inode {owner_ino} has invalid extended attribute: EA inode {value_ino} missing EA_INODE flag"),
         );
-        return false;
+        return None;
     }
-    true
+    Some(charged)
 }

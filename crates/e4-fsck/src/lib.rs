@@ -32,6 +32,7 @@ mod file_map;
 mod image;
 mod inline_data;
 mod inode_state;
+mod inode_xattr_area;
 mod journal_check;
 mod mmp;
 mod pass1;
@@ -50,6 +51,7 @@ mod resize_inode;
 mod special_inode;
 mod superblock_check;
 mod too_big;
+mod xattr_entries;
 mod xattr_refs;
 
 use std::path::Path;

@@ -12,7 +12,6 @@ use rayon::prelude::*;
 
 use e4_format::features::{IncompatFeatures, RoCompatFeatures};
 use e4_format::inode::{flags, FileType, Inode, InodeSeed, ROOT_INO};
-use e4_format::xattr::parse_inode_xattrs;
 use e4_format::MetadataBlock;
 
 use crate::block_claim::{BlockWalk, WalkMode};
@@ -20,19 +19,21 @@ use crate::block_map_walk::walk_block_map;
 use crate::block_tally::BlockTally;
 use crate::context::Context;
 use crate::dir_htree_check::check_index_flag;
-use crate::ea_inode::{check_value_inodes, ValueCharge};
+use crate::ea_inode::ValueCharge;
 use crate::extent_walk::walk_extent_tree;
 use crate::inline_data::{
     check_flag_conflict, check_flag_without_feature, check_system_data_present, inline_data_size,
     system_data, BlockChecksum, SystemData,
 };
 use crate::inode_state::InodeKind;
+use crate::inode_xattr_area;
 use crate::problem::{Location, ProblemCode};
 use crate::progress::{PassMeter, Progress};
 use crate::quota::{self, QuotaUsage};
 use crate::quota_inode::{self, quota_slot, QuotaSlot};
 use crate::really_dir;
 use crate::special_inode::check_special;
+use crate::xattr_entries::{check_entries, XattrPlace};
 use crate::xattr_refs::XattrBlocks;
 
 /// Inodes per unit of work: large enough that one read covers many table blocks, small
@@ -364,7 +365,7 @@ fn check_inode(
             );
         }
         check_zero_fields(walk, &inode);
-        ibody_values = value_inodes_in_inode(walk, &inode);
+        ibody_values = check_inode_xattrs(walk, &inode);
         check_flag_conflict(walk, &inode);
         check_flag_without_feature(walk, &inode);
         check_system_data_present(walk, &inode, csum_ok);
@@ -408,7 +409,7 @@ fn check_inode(
     tally.blocks += ibody_values.blocks;
     let mut value_inodes = ibody_values.inodes;
     if inode.file_acl() != 0 {
-        value_inodes += xattrs.visit(walk, inode.file_acl(), &mut tally);
+        value_inodes += xattrs.visit(walk, &inode, &mut tally);
     }
     if walk.mode == WalkMode::CountShared {
         return Some((None, tally));
@@ -454,24 +455,24 @@ fn check_inode(
     Some((directory, tally))
 }
 
-/// Checks the value inodes named by the attributes in `inode` itself (e2fsck's
-/// `check_ea_in_inode`) and returns the blocks they charge to it. Attributes that do not
-/// parse name none here.
-fn value_inodes_in_inode(walk: &BlockWalk<'_>, inode: &Inode) -> ValueCharge {
+/// Checks the attributes in `inode` itself (e2fsck's `check_ea_in_inode`: their layout,
+/// their hashes and the value inodes they name) and returns what those values charge
+/// to it. Entries are checked in order up to the first problem, which ends the walk.
+fn check_inode_xattrs(walk: &BlockWalk<'_>, inode: &Inode) -> ValueCharge {
     if walk.mode != WalkMode::Claim {
         return ValueCharge::default();
     }
-    let loc = e4_format::Location::Inode(inode.ino);
-    match parse_inode_xattrs(&inode.xattr_area, loc) {
-        Ok(xattrs) => check_value_inodes(
-            walk.ctx,
-            inode.ino,
-            &xattrs,
-            false,
-            Location::Inode(inode.ino),
-        ),
-        Err(_) => ValueCharge::default(),
+    let (xattrs, layout) = inode_xattr_area::walk(&inode.xattr_area);
+    let checked = check_entries(walk.ctx, inode, &xattrs, XattrPlace::Inode);
+    if let Some(problem) = layout.filter(|_| !checked.stopped) {
+        let ino = inode.ino;
+        walk.report(
+            problem.code(),
+            Location::Inode(ino),
+            format!("extended attribute in inode {ino} {}", problem.describe()),
+        );
     }
+    checked.charged
 }
 
 /// What pass 2 reads of an inline directory: `i_block` and the `system.data` value.

@@ -138,6 +138,11 @@ macro_rules! problem_codes {
                 match self { $( ProblemCode::$name => $error, )* }
             }
 
+            /// Whether e2fsck cannot go on after the problem (a `fatal_error`, exit 8).
+            pub fn is_fatal(self) -> bool {
+                matches!(self, ProblemCode::EXT2_ET_INODE_CSUM_INVALID)
+            }
+
             /// The pass that finds the problem: 0 before pass 1, then 1 to 5 (1B and later
             /// sub-passes count as their pass).
             pub fn pass(self) -> u8 {
@@ -183,6 +188,22 @@ problem_codes! {
     PR_0_MMP_INVALID_MAGIC = 0x000043, Fix, Superblock, true;
     /// The MMP block's checksum does not match (declined, e2fsck stops).
     PR_0_MMP_CSUM_INVALID = 0x000047, Fix, Superblock, true;
+    /// The MMP block's sequence is `EXT4_MMP_SEQ_FSCK`: a checker has the filesystem.
+    /// e2fsck stops ("MMP: e2fsck being run", exit 12) through com_err, not a problem
+    /// code, so this takes libext2fs's error name and a number of e4's own, in pass 0
+    /// above e2fsck's.
+    EXT2_ET_MMP_FSCK_ON = 0x00F001, None, Superblock, true;
+    /// The MMP block's sequence is above `EXT4_MMP_SEQ_MAX` and no mark: e2fsck stops
+    /// ("MMP: undergoing an unknown operation", exit 12), as for `EXT2_ET_MMP_FSCK_ON`.
+    EXT2_ET_MMP_UNKNOWN_SEQ = 0x00F002, None, Superblock, true;
+    /// An inode e2fsck reads on its own in pass 1 (an xattr value inode) fails its
+    /// checksum: `e2fsck_read_inode` stops e2fsck with a fatal error (exit 8), through
+    /// com_err, so this takes libext2fs's error name and a number of e4's own, in pass 1
+    /// above e2fsck's. e4 reports it and goes on, with e2fsck's exit status.
+    EXT2_ET_INODE_CSUM_INVALID = 0x01F001, None, Inode, true;
+    /// The resize inode cannot be read (its checksum fails), so re-creating it at the
+    /// end of pass 1 fails; declined, e2fsck stops (exit 12 under `-n`).
+    PR_1_RESIZE_INODE_CREATE = 0x01004E, None, ResizeInode, true;
     /// The journal inode cannot be used (unreadable, bad checksum, no block 0).
     PR_0_JOURNAL_BAD_INODE = 0x00000F, Clear, Journal, true;
     /// The journal superblock cannot be used.
@@ -245,6 +266,15 @@ problem_codes! {
     PR_1_TREAT_AS_DIRECTORY = 0x010055, Fix, Inode, true;
     /// An xattr entry names a value inode outside the usable inode numbers.
     PR_1_ATTR_VALUE_EA_INODE = 0x010083, Clear, Xattr, true;
+    /// An attribute's name in an inode does not fit what is left of the area.
+    PR_1_ATTR_NAME_LEN = 0x010050, Clear, Xattr, true;
+    /// An attribute's value in an inode does not fit what is left of the area.
+    PR_1_ATTR_VALUE_SIZE = 0x010053, Clear, Xattr, true;
+    /// Pieces of an inode's attribute area overlap, or one passes its end.
+    PR_1_INODE_EA_ALLOC_COLLISION = 0x010069, Clear, Xattr, true;
+    /// An xattr entry's `e_hash` matches neither form of its name and value's hash (in
+    /// an inode, a stored 0 means none).
+    PR_1_ATTR_HASH = 0x010054, Clear, Xattr, true;
     /// An xattr entry names a value inode without `EXT4_EA_INODE_FL` (asked after
     /// `PR_1_ATTR_SET_EA_INODE_FL` is declined).
     PR_1_ATTR_NO_EA_INODE_FL = 0x010085, Clear, Xattr, true;

@@ -3,39 +3,22 @@
 //! `quota_data_inodes`), and after pass 5 each quota file's entries are compared with
 //! those sums (e2fsck's `quota_compare_and_update`): an entry whose usage differs, an id
 //! in use with no entry, or a file that cannot be read is `PR_6_UPDATE_QUOTAS` for its
-//! type. The files are the kernel's quota tree format, v2 revision 1 (`quotaio_tree.c`).
+//! type. The files are the kernel's quota tree format, v2 revision 1, whose layout
+//! e4-format's `quota` module decodes; this walks its tree (`quotaio_tree.c`).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
-use e4_format::codec::le32;
 use e4_format::features::RoCompatFeatures;
 use e4_format::inode::{flags, Inode};
+use e4_format::quota::{
+    data_block_entries, tree_references, QuotaHeader, QUOTA_TYPES, TREE_BLOCK_SIZE, TREE_DEPTH,
+    TREE_ROOT,
+};
 
 use crate::context::Context;
 use crate::file_map::map_logical;
 use crate::problem::{Location, ProblemCode};
-
-/// The three quota types, in e2fsck's order (`USRQUOTA`, `GRPQUOTA`, `PRJQUOTA`).
-const TYPES: usize = 3;
-/// `dqh_magic` of each type's file.
-const MAGICS: [u32; TYPES] = [0xD9C0_1F11, 0xD9C0_1927, 0xD9C0_3F14];
-/// `dqh_version` of the v2r1 format.
-const VERSION: u32 = 1;
-/// The tree's block size (`QT_BLKSIZE`), its root block (`QT_TREEOFF`) and depth.
-const TREE_BLOCK: usize = 1024;
-const TREE_ROOT: u32 = 1;
-const TREE_DEPTH: usize = 4;
-/// A data block: a 16-byte header (`qt_disk_dqdbheader`), then 72-byte entries
-/// (`v2r1_disk_dqblk`).
-const DATA_HEADER: usize = 16;
-const ENTRY_SIZE: usize = 72;
-/// `dqi_blocks` in the header's `v2_disk_dqinfo` (after magic and version).
-const INFO_BLOCKS: usize = 20;
-/// Offsets in an entry: `dqb_id`, `dqb_curinodes`, `dqb_curspace`.
-const ENTRY_ID: usize = 0;
-const ENTRY_INODES: usize = 24;
-const ENTRY_SPACE: usize = 48;
 
 /// What one id uses: bytes and inodes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -48,7 +31,7 @@ pub struct Usage {
 /// it to the shared total once, so the scan takes no lock per inode.
 #[derive(Debug, Default)]
 pub struct QuotaUsage {
-    per_type: [HashMap<u32, Usage>; TYPES],
+    per_type: [HashMap<u32, Usage>; QUOTA_TYPES],
 }
 
 impl QuotaUsage {
@@ -140,13 +123,12 @@ fn read_quota_file(ctx: &Context, ino: u32, qtype: usize) -> Option<HashMap<u32,
         ctx,
         inode: ctx.read_inode(ino).ok()?,
     };
-    let header = file.block(0)?;
-    if le32(&header, 0)? != MAGICS[qtype] || le32(&header, 4)? != VERSION {
-        return None;
-    }
+    let header =
+        QuotaHeader::decode_checked(&file.block(0)?, qtype, e4_format::Location::Inode(ino))
+            .ok()?;
     let mut walk = TreeWalk {
         file,
-        blocks: le32(&header, INFO_BLOCKS)?,
+        blocks: header.blocks,
         seen: HashSet::new(),
         entries: HashMap::new(),
     };
@@ -163,9 +145,9 @@ struct QuotaFile<'a> {
 impl QuotaFile<'_> {
     /// Tree block `block`: zeros in a hole or past `i_size` (as a short read gives);
     /// `None` when its file block cannot be mapped or read.
-    fn block(&self, block: u32) -> Option<[u8; TREE_BLOCK]> {
-        let mut out = [0u8; TREE_BLOCK];
-        let at = u64::from(block) * TREE_BLOCK as u64;
+    fn block(&self, block: u32) -> Option<[u8; TREE_BLOCK_SIZE]> {
+        let mut out = [0u8; TREE_BLOCK_SIZE];
+        let at = u64::from(block) * TREE_BLOCK_SIZE as u64;
         if at >= self.inode.size() {
             return Some(out);
         }
@@ -178,37 +160,41 @@ impl QuotaFile<'_> {
                 .read_blocks(physical, 1, self.ctx.block_size())
                 .ok()?;
             let start = (at % block_size) as usize;
-            out.copy_from_slice(bytes.get(start..start + TREE_BLOCK)?);
+            out.copy_from_slice(bytes.get(start..start + TREE_BLOCK_SIZE)?);
         }
         Some(out)
     }
 }
 
-/// `qtree_scan_dquots`: the tree from its root, every block at most once.
+/// `qtree_scan_dquots`: the tree from its root.
 struct TreeWalk<'a> {
     file: QuotaFile<'a>,
     /// `dqi_blocks`: the blocks the file holds; a reference past them is corruption
     /// (`check_reference`).
     blocks: u32,
-    seen: HashSet<u32>,
+    /// The blocks walked, each with the depth it was walked at.
+    seen: HashSet<(u32, usize)>,
     entries: HashMap<u32, Usage>,
 }
 
 impl TreeWalk<'_> {
     /// `report_tree`: the references of the index block `block` at `depth`, leading to
-    /// data blocks at the last level. A block named twice is read once (a sound tree
-    /// names none twice, and e2fsck counts a data block once), so a damaged tree costs
-    /// no more than its size.
+    /// data blocks at the last level. Every reference is checked against `dqi_blocks`,
+    /// as e2fsck checks it each time it meets it; e2fsck walks an index block again each
+    /// time one names it (a data block only once), but a walk of one block at one depth
+    /// always finds the same, so each is walked once here: a damaged tree costs no more
+    /// than its size, and gives e2fsck's outcome.
     fn tree(&mut self, block: u32, depth: usize) -> Option<()> {
         let bytes = self.file.block(block)?;
-        for reference in bytes.chunks_exact(4) {
-            let child =
-                u32::from_le_bytes([reference[0], reference[1], reference[2], reference[3]]);
-            if child == 0 || !self.seen.insert(child) {
+        for child in tree_references(&bytes) {
+            if child == 0 {
                 continue;
             }
             if child >= self.blocks {
                 return None;
+            }
+            if !self.seen.insert((child, depth + 1)) {
+                continue;
             }
             if depth + 1 < TREE_DEPTH {
                 self.tree(child, depth + 1)?;
@@ -219,30 +205,18 @@ impl TreeWalk<'_> {
         Some(())
     }
 
-    /// `report_block`: every used entry of a data block (an unused one is all zeros).
+    /// `report_block`: every used entry of a data block.
     fn data(&mut self, block: u32) -> Option<()> {
         let bytes = self.file.block(block)?;
-        for entry in bytes[DATA_HEADER..].chunks_exact(ENTRY_SIZE) {
-            if entry.iter().all(|&b| b == 0) {
-                continue;
-            }
+        for entry in data_block_entries(&bytes) {
             self.entries.insert(
-                le32(entry, ENTRY_ID).unwrap_or_default(),
+                entry.id,
                 Usage {
-                    space: le64(entry, ENTRY_SPACE),
-                    inodes: le64(entry, ENTRY_INODES),
+                    space: entry.space,
+                    inodes: entry.inodes,
                 },
             );
         }
         Some(())
     }
-}
-
-/// The little-endian u64 at `at` in an entry (0 past its end: no offset read is).
-fn le64(entry: &[u8], at: usize) -> u64 {
-    entry.get(at..at + 8).map_or(0, |b| {
-        let mut word = [0u8; 8];
-        word.copy_from_slice(b);
-        u64::from_le_bytes(word)
-    })
 }

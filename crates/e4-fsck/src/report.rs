@@ -48,12 +48,19 @@ pub struct Report {
 
 impl Report {
     /// The exit status e2fsck would give under `-n`: 4 if any problem left the
-    /// filesystem in error, else 0.
+    /// filesystem in error, else 0; where a problem stops e2fsck, 8, with 4 added if an
+    /// error came before it (e2fsck finds nothing after it).
     pub fn exit_code(&self) -> u8 {
-        if self.problems.iter().any(|p| p.code.is_error()) {
+        let fatal = self.problems.iter().position(|p| p.code.is_fatal());
+        let before = &self.problems[..fatal.unwrap_or(self.problems.len())];
+        let errors = if before.iter().any(|p| p.code.is_error()) {
             EXIT_ERRORS
         } else {
             EXIT_CLEAN
+        };
+        match fatal {
+            Some(_) => EXIT_OPERATIONAL | errors,
+            None => errors,
         }
     }
 
@@ -179,5 +186,21 @@ mod tests {
         let text = String::from_utf8(json).unwrap();
         assert!(text.contains("\"code\":\"PR_1_BAD_I_SIZE\""));
         assert!(text.contains("say \\\"hi\\\"\\u000a"));
+    }
+
+    /// A fatal problem gives 8, with 4 added only for an error e2fsck met before it.
+    #[test]
+    fn exit_code_of_a_fatal_problem() {
+        let problem = |code, ino| Problem::new(code, Location::Inode(ino), "x");
+        let fatal = problem(ProblemCode::EXT2_ET_INODE_CSUM_INVALID, 12);
+        let mut report = Report {
+            problems: vec![fatal.clone(), problem(ProblemCode::PR_1_BAD_I_SIZE, 13)],
+            summary: Summary::default(),
+            skipped: false,
+            phases: PhaseTimes::default(),
+        };
+        assert_eq!(report.exit_code(), EXIT_OPERATIONAL);
+        report.problems = vec![problem(ProblemCode::PR_1_BAD_I_SIZE, 11), fatal];
+        assert_eq!(report.exit_code(), EXIT_OPERATIONAL | EXIT_ERRORS);
     }
 }

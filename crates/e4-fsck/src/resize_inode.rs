@@ -48,9 +48,20 @@ pub fn check(ctx: &Context) {
         );
     }
     // An inode that cannot be read (its checksum fails) is left to pass 1, as e2fsck
-    // leaves it (it only flags the inode for re-creation).
-    let Ok(inode) = ctx.read_inode(RESIZE_INO) else {
-        return;
+    // leaves it, flagging it for re-creation; at the end of pass 1 the re-creation reads
+    // it again and fails (`PR_1_RESIZE_INODE_CREATE`), and declined, e2fsck stops.
+    let inode = match ctx.read_inode(RESIZE_INO) {
+        Ok(inode) => inode,
+        Err(why) => {
+            if feature {
+                ctx.report(
+                    ProblemCode::PR_1_RESIZE_INODE_CREATE,
+                    Location::Inode(RESIZE_INO),
+                    format!("resize inode (re)creation failed: {why}"),
+                );
+            }
+            return;
+        }
     };
     let words: Vec<u32> = (0..I_BLOCK_SIZE / 4)
         .map(|slot| le32(&inode.record.block, 4 * slot).unwrap_or(0))

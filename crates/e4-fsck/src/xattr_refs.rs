@@ -9,14 +9,16 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use e4_format::features::CompatFeatures;
+use e4_format::inode::Inode;
 use e4_format::xattr::{decode_xattr_block, XattrBlockHeader};
 use e4_format::{BlockSeed, FormatError, Location as FormatLocation, MetadataBlock};
 
 use crate::block_claim::{BlockWalk, WalkMode};
 use crate::block_tally::BlockTally;
 use crate::context::Context;
-use crate::ea_inode::{check_value_inodes, ValueCharge};
+use crate::ea_inode::ValueCharge;
 use crate::problem::{Location, ProblemCode};
+use crate::xattr_entries::{check_entries, XattrPlace};
 
 const SHARDS: usize = 64;
 
@@ -47,11 +49,12 @@ impl Default for XattrBlocks {
 }
 
 impl XattrBlocks {
-    /// Checks inode `walk.ino`'s xattr block `block` and counts its use in `tally`;
+    /// Checks the xattr block of `owner` (`walk.ino`) and counts its use in `tally`;
     /// returns the value inodes its entries charge to the inode, for quota.
-    pub fn visit(&self, walk: &BlockWalk<'_>, block: u64, tally: &mut BlockTally) -> u64 {
+    pub fn visit(&self, walk: &BlockWalk<'_>, owner: &Inode, tally: &mut BlockTally) -> u64 {
         let ctx = walk.ctx;
         let ino = walk.ino;
+        let block = owner.file_acl();
         if !ctx.sb.compat().contains(CompatFeatures::EXT_ATTR) || !ctx.is_valid_block(block) {
             walk.report(
                 ProblemCode::PR_2_FILE_ACL_BAD,
@@ -70,7 +73,7 @@ impl XattrBlocks {
             Some(entry) => entry,
             // First sight: read and check it while holding only this shard.
             None => {
-                let (refcount, values) = match read_and_check(ctx, ino, block) {
+                let (refcount, values) = match read_and_check(ctx, owner, block) {
                     Some((refcount, values)) => (Some(refcount), values),
                     None => (None, ValueCharge::default()),
                 };
@@ -121,11 +124,12 @@ impl XattrBlocks {
     }
 }
 
-/// Reads xattr block `block` for inode `ino`, the first to name it, and returns its
+/// Reads xattr block `block` for inode `owner`, the first to name it, and returns its
 /// refcount and the blocks of the values its entries hold in inodes (whose entries are
 /// counted once here, however many inodes share the block), or `None` if it is not a
 /// valid xattr block.
-fn read_and_check(ctx: &Context, ino: u32, block: u64) -> Option<(u32, ValueCharge)> {
+fn read_and_check(ctx: &Context, owner: &Inode, block: u64) -> Option<(u32, ValueCharge)> {
+    let ino = owner.ino;
     let loc = FormatLocation::InodeBlock { inode: ino, block };
     let bytes = ctx.image.read_blocks(block, 1, ctx.block_size()).ok()?;
     // The structure must decode for the checksum alone to be the problem.
@@ -147,6 +151,6 @@ fn read_and_check(ctx: &Context, ino: u32, block: u64) -> Option<(u32, ValueChar
             );
         }
     }
-    let values = check_value_inodes(ctx, ino, &xattrs, true, Location::Block(block));
+    let values = check_entries(ctx, owner, &xattrs, XattrPlace::Block(block)).charged;
     Some((header.refcount, values))
 }

@@ -1,8 +1,9 @@
 //! Xattr values held in inodes (the ea_inode feature), against `e2fsck -fn`: the value
 //! inode's stored reference count (`PR_4_EA_INODE_REF_COUNT`), a value inode nothing
 //! names any more (unattached), one that lost its `EXT4_EA_INODE_FL`
-//! (`PR_1_ATTR_SET_EA_INODE_FL`, `PR_1_ATTR_NO_EA_INODE_FL`), and the value's blocks
-//! charged to the owner's `i_blocks`.
+//! (`PR_1_ATTR_SET_EA_INODE_FL`, `PR_1_ATTR_NO_EA_INODE_FL`), the value's blocks
+//! charged to the owner's `i_blocks`, and the entry's hash over the value inode's own
+//! (`PR_1_ATTR_HASH`, an old Lustre-style reference, `PR_1_ATTR_VALUE_EA_INODE`).
 
 mod common;
 
@@ -13,6 +14,7 @@ use e4_format::xattr::{decode_xattr_block, parse_inode_xattrs, XattrValue};
 use e4_fsck::ProblemCode;
 use e4_testkit::{make_empty_image, Image, RawImage};
 
+use common::flips::assert_flips_in_blocks_agree;
 use common::{assert_agreement, debugfs, forced_check, inode_of};
 
 /// A 1 KiB-block ea_inode image whose file `/f` holds a 1,024-byte `user.big` in a value
@@ -134,3 +136,110 @@ fn value_inode_named_from_an_xattr_block() {
         BTreeSet::from([ProblemCode::PR_4_EA_INODE_REF_COUNT])
     );
 }
+
+/// The value inode's own hash (`i_atime`) changed: the entry's hash, which covers it,
+/// no longer matches (`PR_1_ATTR_HASH`), and its block is not charged to the owner.
+#[test]
+fn value_inode_entry_hash() {
+    let (image, value) = image_with_a_value_inode();
+    debugfs(&image.path, &format!("sif <{value}> atime 12345"));
+    assert_agreement(&image.path, "value inode's hash changed");
+    let codes = codes(&image.path);
+    assert_eq!(
+        codes,
+        BTreeSet::from([ProblemCode::PR_1_ATTR_HASH, ProblemCode::PR_1_BAD_I_BLOCKS])
+    );
+}
+
+/// A hash that does not match, from an old Lustre-style value inode (its `i_mtime` the
+/// owner's number, its generation the owner's): sound, but nothing is charged, so the
+/// owner's `i_blocks` counts a block too many.
+#[test]
+fn value_inode_of_the_old_lustre_style() {
+    let (image, value) = image_with_a_value_inode();
+    let owner = inode_of(&image.path, "/f");
+    for (inode, field, number) in [
+        (format!("<{value}>"), "atime", 12345),
+        (format!("<{value}>"), "mtime", owner),
+        (format!("<{value}>"), "generation", 77),
+        ("/f".to_string(), "generation", 77),
+    ] {
+        debugfs(&image.path, &format!("sif {inode} {field} {number}"));
+    }
+    assert_agreement(&image.path, "Lustre-style value inode");
+    assert_eq!(
+        codes(&image.path),
+        BTreeSet::from([ProblemCode::PR_1_BAD_I_BLOCKS])
+    );
+}
+
+/// A hash that does not match, to an inode without the flag: a bad reference
+/// (`PR_1_ATTR_VALUE_EA_INODE`), not a missing flag.
+#[test]
+fn value_inode_hash_and_flag_both_wrong() {
+    let (image, value) = image_with_a_value_inode();
+    debugfs(&image.path, &format!("sif <{value}> atime 12345"));
+    debugfs(&image.path, &format!("sif <{value}> flags 0x80000"));
+    assert_agreement(&image.path, "value inode's hash and flag");
+    let codes = codes(&image.path);
+    assert!(
+        codes.contains(&ProblemCode::PR_1_ATTR_VALUE_EA_INODE),
+        "{codes:?}"
+    );
+    assert!(
+        !codes.contains(&ProblemCode::PR_1_ATTR_SET_EA_INODE_FL),
+        "{codes:?}"
+    );
+}
+
+/// Random bit flips in the inode table blocks holding the owner and its value inode, and
+/// in the value's block, must give e2fsck's verdict, and neither panic nor hang.
+#[test]
+fn random_flips_in_the_owner_and_its_value_inode() {
+    let (image, value) = image_with_a_value_inode();
+    let raw = RawImage::read(&image.path).unwrap();
+    let bs = raw.block_size() as u64;
+    let owner = inode_of(&image.path, "/f");
+    let mut hot: Vec<u64> = [owner, value]
+        .iter()
+        .map(|&ino| raw.inode_offset(ino).unwrap() / bs)
+        .collect();
+    hot.extend(raw.file_block(value, 0).unwrap());
+    assert_flips_in_blocks_agree(&image.path, &hot, 40, 13);
+}
+
+/// The value inode's checksum fails: e2fsck reads it on its own while checking the
+/// owner's entry (`e2fsck_read_inode`), which is fatal (exit 8, with 4 added for an
+/// error found before). Found by random flips. e4 gives the same exit status, reports
+/// it at the owner, and the output is the same at 1 and 4 threads.
+#[test]
+fn value_inode_whose_checksum_fails() {
+    let (image, value) = image_with_a_value_inode();
+    let at = RawImage::read(&image.path)
+        .unwrap()
+        .inode_offset(value)
+        .unwrap()
+        + I_CHECKSUM_LO;
+    let byte = common::read_bytes(&image.path, at, 1)[0];
+    common::write_bytes(&image.path, at, &[byte ^ 1]);
+    let e2fsck = std::process::Command::new("e2fsck")
+        .arg("-fn")
+        .arg(&image.path)
+        .output()
+        .unwrap();
+    assert_eq!(e2fsck.status.code(), Some(8), "{e2fsck:?}");
+    let report = forced_check(&image.path, Some(4));
+    assert_eq!(report.exit_code(), e4_fsck::report::EXIT_OPERATIONAL);
+    let owner = inode_of(&image.path, "/f");
+    assert!(report
+        .problems
+        .iter()
+        .any(|p| p.code == ProblemCode::EXT2_ET_INODE_CSUM_INVALID
+            && p.location == e4_fsck::problem::Location::Inode(owner)));
+    let (_, four) = common::e4_verdict(&image.path, 4);
+    let (_, one) = common::e4_verdict(&image.path, 1);
+    assert_eq!(one, four);
+}
+
+/// `i_checksum_lo` in an inode (`l_i_checksum_lo`).
+const I_CHECKSUM_LO: u64 = 0x7C;

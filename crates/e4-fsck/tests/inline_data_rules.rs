@@ -12,6 +12,7 @@ use std::path::Path;
 use e4_fsck::ProblemCode;
 use e4_testkit::make_empty_image;
 
+use common::flips::assert_flips_in_blocks_agree;
 use common::{assert_agreement, debugfs, forced_check, inode_of, read_bytes, write_bytes};
 
 /// `EXT4_INLINE_DATA_FL | EXT4_EXTENTS_FL`.
@@ -193,4 +194,29 @@ fn system_data_in_an_xattr_block_whose_checksum_fails() {
     ] {
         assert!(codes.contains(&code), "{code} not in {codes:?}");
     }
+}
+
+/// Random bit flips in the inode table block holding an inline directory whose entries
+/// continue in `system.data`, and its inline files, must give e2fsck's verdict, and
+/// neither panic nor hang.
+#[test]
+fn random_flips_in_inline_inodes() {
+    let image = make_empty_image(&["-t", "ext4", "-b", "4096", "-O", "inline_data"], 8);
+    let host = HostFiles::new();
+    debugfs(&image.path, "mkdir /d");
+    for name in ["first", "second", "third", "fourth", "fifth"] {
+        debugfs(
+            &image.path,
+            &format!("write {} /d/{name}", host.path("text")),
+        );
+    }
+    let raw = e4_testkit::RawImage::read(&image.path).unwrap();
+    let bs = raw.block_size() as u64;
+    let hot: Vec<u64> = ["/d", "/d/first", "/d/fifth"]
+        .iter()
+        .map(|path| raw.inode_offset(inode_of(&image.path, path)).unwrap() / bs)
+        .collect();
+    let classes = assert_agreement(&image.path, "inline directory in system.data");
+    assert!(classes.is_empty(), "{classes:?}");
+    assert_flips_in_blocks_agree(&image.path, &hot, 40, 17);
 }

@@ -11,6 +11,7 @@ use std::process::Command;
 use e4_fsck::{Location, ProblemCode};
 use e4_testkit::make_empty_image;
 
+use common::flips::assert_random_flips_agree;
 use common::{assert_agreement, block_size, bmap, debugfs, forced_check, read_bytes, write_bytes};
 
 /// The user, group and project quota inodes mke2fs gives a 4 KiB-block image.
@@ -140,4 +141,56 @@ fn quota_tree_reference_past_the_file() {
         quota_problems(&image.path),
         [Location::Inode(USR_QUOTA_INO)]
     );
+}
+
+/// Tree block 2 (the root's child) naming, besides its sound reference, the block that
+/// sits at depth 3: e2fsck walks it again, one level deeper, so the data block it names
+/// is read as an index block, whose words (ids, counts) name blocks past `dqi_blocks`
+/// and stop the scan. Found by random flips: e4 walked each block once, whatever its
+/// depth, and found the file sound.
+#[test]
+fn quota_index_block_named_again_one_level_deeper() {
+    let image = quota_image();
+    let block = bmap(&image.path, &format!("<{USR_QUOTA_INO}>"), 0);
+    let tree_block = |n: u64| block * block_size(&image.path) + 1024 * n;
+    let first_ref = |n: u64| {
+        u32::from_le_bytes(
+            read_bytes(&image.path, tree_block(n), 4)
+                .try_into()
+                .unwrap(),
+        )
+    };
+    // The sound path: root 1 -> 2 -> 3 -> 4 -> data block 5, each through slot 0.
+    assert_eq!(
+        [first_ref(1), first_ref(2), first_ref(3), first_ref(4)],
+        [2, 3, 4, 5]
+    );
+    write_bytes(&image.path, tree_block(2) + 4 * 200, &4u32.to_le_bytes());
+    assert_agreement(
+        &image.path,
+        "quota index block named again one level deeper",
+    );
+    assert_eq!(
+        quota_problems(&image.path),
+        [Location::Inode(USR_QUOTA_INO)]
+    );
+}
+
+/// Random bit flips in the three quota files (headers, tree and data blocks) must give
+/// e2fsck's verdict, and neither panic nor hang.
+#[test]
+fn random_flips_in_the_quota_files() {
+    let image = quota_image();
+    let project = format!("<{}>", prj_quota_ino(&image.path));
+    let files = ["<3>", "<4>", project.as_str()];
+    let damaged = assert_random_flips_agree(&image.path, &files, 0, 40, 11);
+    assert!(damaged > 0, "no round damaged a quota file");
+}
+
+/// `s_prj_quota_inum`.
+fn prj_quota_ino(image: &Path) -> u32 {
+    e4_testkit::RawImage::read(image)
+        .unwrap()
+        .superblock()
+        .prj_quota_inum
 }

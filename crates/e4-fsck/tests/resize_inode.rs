@@ -36,6 +36,17 @@ fn dind_block(image: &Path) -> u64 {
         .unwrap()
 }
 
+/// Byte offset of the resize inode's record.
+fn resize_inode_offset(image: &Path) -> u64 {
+    e4_testkit::RawImage::read(image)
+        .unwrap()
+        .inode_offset(7)
+        .unwrap()
+}
+
+/// `i_generation` in an inode.
+const I_GENERATION: u64 = 0x64;
+
 /// Adds one to the little-endian word at `offset`.
 fn bump_word(image: &Path, offset: u64) {
     let word = u32::from_le_bytes(read_bytes(image, offset, 4).try_into().unwrap());
@@ -137,6 +148,14 @@ const DAMAGES: &[(&str, Damage, &[ProblemClass], Option<ProblemCode>)] = &[
             ProblemClass::BlockBitmap,
         ],
         Some(ProblemCode::PR_1_RESERVED_BAD_MODE),
+    ),
+    (
+        // Its generation changed: the checksum fails, so e2fsck skips the checks above
+        // and fails to re-create the inode after pass 1 (then stops, exit 12).
+        "resize inode checksum",
+        |img| bump_word(img, resize_inode_offset(img) + I_GENERATION),
+        &[ProblemClass::ResizeInode, ProblemClass::Inode],
+        Some(ProblemCode::PR_1_RESIZE_INODE_CREATE),
     ),
     (
         "feature cleared under the inode",

@@ -21,6 +21,10 @@ pub const E2FSCK_CLASSES: &[(&str, ProblemClass)] = &[
     ("; should be zero", ProblemClass::ResizeInode),
     ("s_reserved_gdt_blocks", ProblemClass::ResizeInode),
     ("Resize inode not valid", ProblemClass::ResizeInode),
+    (
+        "Resize inode (re)creation failed",
+        ProblemClass::ResizeInode,
+    ),
     ("Resize_inode", ProblemClass::ResizeInode),
     ("should be zero", ProblemClass::Inode),
     // Before "extent": "Special (device/socket/fifo) file (inode N) has extents".
