@@ -92,7 +92,7 @@ pub(crate) struct Writer {
     /// thread uses (the inodes of two threads' files share groups, and their frees met on
     /// the group's lock), and a number is never handed out again in the transaction that
     /// freed it.
-    inode_frees: Box<[CachePadded<Mutex<Vec<(u32, bool)>>>]>,
+    inode_frees: Box<[CachePadded<Mutex<Vec<FreedInode>>>]>,
     /// The running transaction's number: operations that start now join it.
     running: AtomicU64,
     /// The last transaction written back (0: none yet). Advanced only under `commit_lock`.
@@ -132,6 +132,13 @@ pub(crate) struct Writer {
     /// [`OpenOptions::caller`](crate::OpenOptions::caller) may use the superuser's blocks,
     /// otherwise [`Reserve::None`].
     pub reserve: Reserve,
+}
+
+/// An inode freed in the running transaction, waiting for its commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct FreedInode {
+    ino: u32,
+    directory: bool,
 }
 
 /// What a commit gathered with every operation stopped, to write while the next
@@ -346,7 +353,9 @@ impl Writer {
     /// holds a handle, so the transaction cannot commit in between.
     /// Frees inode `ino` when the running transaction commits (see `inode_frees`).
     pub fn free_inode(&self, ino: u32, directory: bool, slot: usize) {
-        self.inode_frees[slot].lock().push((ino, directory));
+        self.inode_frees[slot]
+            .lock()
+            .push(FreedInode { ino, directory });
     }
 
     /// Inodes freed in the running transaction, free once it commits.
@@ -358,12 +367,12 @@ impl Writer {
     /// order (a group's frees together). Called with every operation stopped, before the
     /// inode bitmaps are gathered, so the bitmaps this commit writes show them free.
     fn release_freed_inodes(&self) -> Result<()> {
-        let mut freed: Vec<(u32, bool)> = Vec::new();
+        let mut freed: Vec<FreedInode> = Vec::new();
         for frees in self.inode_frees.iter() {
             freed.append(&mut frees.lock());
         }
         freed.sort_unstable();
-        for (ino, directory) in freed {
+        for FreedInode { ino, directory } in freed {
             self.inodes
                 .free(ino, directory, 0)
                 .map_err(|e| Error::Invalid(format!("freeing inode {ino} at commit: {e}")))?;
