@@ -15,7 +15,7 @@ use e4_fsck::ProblemCode;
 use e4_testkit::{make_empty_image, Image, RawImage};
 
 use common::flips::assert_flips_in_blocks_agree;
-use common::{assert_agreement, debugfs, forced_check, inode_of};
+use common::{assert_agreement, debugfs, forced_check, inode_of, problem_codes};
 
 /// A 1 KiB-block ea_inode image whose file `/f` holds a 1,024-byte `user.big` in a value
 /// inode (its number returned). debugfs does not charge the value's block to `/f`'s
@@ -62,14 +62,6 @@ fn value_inode(image: &Path, owner: u32) -> u32 {
         .expect("user.big is held in an inode")
 }
 
-fn codes(image: &Path) -> BTreeSet<ProblemCode> {
-    forced_check(image, None)
-        .problems
-        .iter()
-        .map(|p| p.code)
-        .collect()
-}
-
 #[test]
 fn value_inode_undamaged_is_clean() {
     let (image, _) = image_with_a_value_inode();
@@ -84,7 +76,7 @@ fn value_inode_ref_count() {
     debugfs(&image.path, &format!("sif <{value}> version 5"));
     assert_agreement(&image.path, "value inode storing 5 references");
     assert_eq!(
-        codes(&image.path),
+        problem_codes(&image.path),
         BTreeSet::from([ProblemCode::PR_4_EA_INODE_REF_COUNT])
     );
 }
@@ -95,7 +87,7 @@ fn value_inode_of_a_cleared_owner_is_unattached() {
     let (image, value) = image_with_a_value_inode();
     debugfs(&image.path, "clri /f");
     assert_agreement(&image.path, "owner cleared");
-    assert!(codes(&image.path).contains(&ProblemCode::PR_4_UNATTACHED_INODE));
+    assert!(problem_codes(&image.path).contains(&ProblemCode::PR_4_UNATTACHED_INODE));
     let report = forced_check(&image.path, None);
     assert!(report
         .problems
@@ -111,7 +103,7 @@ fn value_inode_without_its_flag() {
     let (image, value) = image_with_a_value_inode();
     debugfs(&image.path, &format!("sif <{value}> flags 0x80000"));
     assert_agreement(&image.path, "value inode without EA_INODE_FL");
-    let codes = codes(&image.path);
+    let codes = problem_codes(&image.path);
     for code in [
         ProblemCode::PR_1_ATTR_SET_EA_INODE_FL,
         ProblemCode::PR_1_ATTR_NO_EA_INODE_FL,
@@ -132,7 +124,7 @@ fn value_inode_named_from_an_xattr_block() {
     debugfs(&image.path, &format!("sif <{value}> version 3"));
     assert_agreement(&image.path, "value inode named from a block, storing 3");
     assert_eq!(
-        codes(&image.path),
+        problem_codes(&image.path),
         BTreeSet::from([ProblemCode::PR_4_EA_INODE_REF_COUNT])
     );
 }
@@ -144,7 +136,7 @@ fn value_inode_entry_hash() {
     let (image, value) = image_with_a_value_inode();
     debugfs(&image.path, &format!("sif <{value}> atime 12345"));
     assert_agreement(&image.path, "value inode's hash changed");
-    let codes = codes(&image.path);
+    let codes = problem_codes(&image.path);
     assert_eq!(
         codes,
         BTreeSet::from([ProblemCode::PR_1_ATTR_HASH, ProblemCode::PR_1_BAD_I_BLOCKS])
@@ -168,7 +160,7 @@ fn value_inode_of_the_old_lustre_style() {
     }
     assert_agreement(&image.path, "Lustre-style value inode");
     assert_eq!(
-        codes(&image.path),
+        problem_codes(&image.path),
         BTreeSet::from([ProblemCode::PR_1_BAD_I_BLOCKS])
     );
 }
@@ -181,7 +173,7 @@ fn value_inode_hash_and_flag_both_wrong() {
     debugfs(&image.path, &format!("sif <{value}> atime 12345"));
     debugfs(&image.path, &format!("sif <{value}> flags 0x80000"));
     assert_agreement(&image.path, "value inode's hash and flag");
-    let codes = codes(&image.path);
+    let codes = problem_codes(&image.path);
     assert!(
         codes.contains(&ProblemCode::PR_1_ATTR_VALUE_EA_INODE),
         "{codes:?}"

@@ -7,13 +7,12 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::path::Path;
 
 use e4_fsck::ProblemCode;
 use e4_testkit::make_empty_image;
 
 use common::flips::assert_flips_in_blocks_agree;
-use common::{assert_agreement, debugfs, forced_check, inode_of, read_bytes, write_bytes};
+use common::{assert_agreement, debugfs, inode_of, problem_codes, read_bytes, write_bytes};
 
 /// `EXT4_INLINE_DATA_FL | EXT4_EXTENTS_FL`.
 const BOTH_FLAGS: &str = "0x10080000";
@@ -45,15 +44,7 @@ fn damaged(commands: &[String]) -> BTreeSet<ProblemCode> {
         debugfs(&image.path, command);
     }
     assert_agreement(&image.path, &commands.join("; "));
-    codes(&image.path)
-}
-
-fn codes(image: &Path) -> BTreeSet<ProblemCode> {
-    forced_check(image, None)
-        .problems
-        .iter()
-        .map(|p| p.code)
-        .collect()
+    problem_codes(&image.path)
 }
 
 #[test]
@@ -187,7 +178,7 @@ fn system_data_in_the_xattr_block() {
 fn system_data_in_an_xattr_block_whose_checksum_fails() {
     let image = inline_directory_with_system_data_in_its_block(true);
     assert_agreement(&image.path, "system.data in a failing xattr block");
-    let codes = codes(&image.path);
+    let codes = problem_codes(&image.path);
     for code in [
         ProblemCode::PR_1_INLINE_DATA_NO_ATTR,
         ProblemCode::PR_1_EA_BLOCK_ONLY_CSUM_INVALID,

@@ -12,7 +12,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::process::Command;
 
-use e4_fsck::{check, Options, ProblemClass, Report};
+use e4_fsck::{check, Options, ProblemClass, ProblemCode, Report};
 use e4_testkit::RawImage;
 
 /// e2fsck message fragments and the class each one names. The first match wins.
@@ -224,6 +224,15 @@ pub fn forced_check(image: &Path, threads: Option<usize>) -> Report {
         ..Options::default()
     };
     check(image, &options).unwrap()
+}
+
+/// The problem codes e4 finds in `image` (a forced check, one worker per CPU).
+pub fn problem_codes(image: &Path) -> BTreeSet<ProblemCode> {
+    forced_check(image, None)
+        .problems
+        .iter()
+        .map(|p| p.code)
+        .collect()
 }
 
 pub fn e4_verdict(image: &Path, threads: usize) -> (Verdict, String) {
