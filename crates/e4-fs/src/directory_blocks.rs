@@ -2,7 +2,7 @@
 //! logical blocks mapped through the inode's extent tree, and growth by one block at a time
 //! placed after the directory's last block.
 
-use e4_alloc::{AllocRequest, ReservationWindow, Reserve};
+use e4_alloc::{AllocRequest, ReservationWindow};
 use e4_format::inode::{flags, Inode};
 
 use crate::dir_write::DirectoryBlocks;
@@ -127,7 +127,7 @@ impl DirectoryBlocks for InodeDirectoryBlocks<'_> {
         let got = match self.window.as_deref_mut() {
             Some(window) if logical >= WINDOWLESS_BLOCKS => {
                 window.raise_cap(directory_window_cap(logical));
-                let privileged = self.io.writer.reserve >= Reserve::Root;
+                let privileged = self.io.writer.may_use_root_reserve();
                 blocks.allocate_append_as(window, Some(goal), 1, self.io.slot, stream, privileged)
             }
             _ => blocks.allocate(AllocRequest {

@@ -6,7 +6,6 @@
 //! A block that is newly allocated, or an unwritten block being written, is written whole,
 //! zero-padded around the new bytes, so it never exposes what the disk held before.
 
-use e4_alloc::Reserve;
 use e4_format::features::{IncompatFeatures, RoCompatFeatures};
 use e4_format::inode::{flags, FileType, Inode};
 
@@ -288,7 +287,7 @@ impl Filesystem {
                         && map.hole_len(0, SMALL_FILE_BLOCKS + 1)? > SMALL_FILE_BLOCKS
                         && (offset + data.len() as u64).div_ceil(bs) <= SMALL_FILE_BLOCKS;
                     let blocks = &io.writer.blocks;
-                    let privileged = io.writer.reserve >= Reserve::Root;
+                    let privileged = io.writer.may_use_root_reserve();
                     let got = if small {
                         blocks.allocate_small_file_as(want, io.slot, stream, privileged)
                     } else {
@@ -699,7 +698,7 @@ impl Filesystem {
                         want,
                         io.slot,
                         stream,
-                        io.writer.reserve >= Reserve::Root,
+                        io.writer.may_use_root_reserve(),
                     )
                     .map_err(|_| Error::NoSpace("blocks".into()))?;
                 if let Err(e) = map.insert(logical, got.start, u64::from(got.len), true) {

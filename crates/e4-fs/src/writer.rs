@@ -86,8 +86,7 @@ pub(crate) struct Writer {
     gate: Box<[CachePadded<RwLock<()>>]>,
     /// Each slot's frees in the running transaction.
     frees: Box<[CachePadded<Mutex<TransactionFrees>>]>,
-    /// Each slot's inodes freed in the running transaction (number, is a directory): given
-    /// to the inode allocator when the commit gathers its inode bitmaps, all at once, with
+    /// Each slot's inodes freed in the running transaction: given to the inode allocator when the commit gathers its inode bitmaps, all at once, with
     /// every operation stopped. An unlink then touches no lock or bitmap line another
     /// thread uses (the inodes of two threads' files share groups, and their frees met on
     /// the group's lock), and a number is never handed out again in the transaction that
@@ -349,8 +348,12 @@ impl Writer {
         })
     }
 
-    /// Frees `len` blocks from `start` when the running transaction commits. The caller
-    /// holds a handle, so the transaction cannot commit in between.
+    /// Whether this handle's writes may use the superuser's reserve (e4-alloc's
+    /// `allocate_append_as` and `allocate_small_file_as` take it as a flag).
+    pub fn may_use_root_reserve(&self) -> bool {
+        self.reserve >= Reserve::Root
+    }
+
     /// Frees inode `ino` when the running transaction commits (see `inode_frees`).
     pub fn free_inode(&self, ino: u32, directory: bool, slot: usize) {
         self.inode_frees[slot]
@@ -380,6 +383,8 @@ impl Writer {
         Ok(())
     }
 
+    /// Frees `len` blocks from `start` when the running transaction commits. The caller
+    /// holds a handle, so the transaction cannot commit in between.
     pub fn free_blocks(&self, start: u64, len: u64, slot: usize) -> Result<()> {
         let mut frees = self.frees[slot].lock();
         self.pending_blocks.fetch_add(len, Ordering::Relaxed);
