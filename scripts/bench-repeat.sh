@@ -4,7 +4,8 @@
 # single sample, and on the 2-vCPU VM two identical runs can differ by a third.
 #
 # Usage: scripts/bench-repeat.sh [--runs N] [--duration S] [--threads "1 2"]
-#                                [--targets e4,kernel-ext4] [--binaries "BIN..."] WORKLOAD...
+#                                [--targets e4,kernel-ext4] [--binaries "BIN..."] [--samples]
+#                                WORKLOAD...
 #
 # The runs are interleaved (run 1 of every cell, then run 2, ...), so a slow minute on the
 # machine spreads over every cell instead of landing on one. kernel-ext4 needs root.
@@ -12,10 +13,11 @@
 # building this tree, and the target column names the binary (`e4@NAME`), e.g.
 # `git worktree add /tmp/base HEAD~1 && cargo build --release` there, then
 # `--targets e4 --binaries "/tmp/base/target/release/e4 target/release/e4"` (copy them to
-# distinct names first: the column uses the file name).
+# distinct names first: the column uses the file name). --samples adds a column with every
+# run's ops/s in run order, to tell a bimodal spread from a steady drift.
 set -euo pipefail
 
-runs=5 duration=2 threads="1 2" targets=e4,kernel-ext4 binaries=""
+runs=5 duration=2 threads="1 2" targets=e4,kernel-ext4 binaries="" samples=0
 while [ $# -gt 0 ]; do
   case $1 in
     --runs) runs=$2; shift 2 ;;
@@ -23,6 +25,7 @@ while [ $# -gt 0 ]; do
     --threads) threads=$2; shift 2 ;;
     --targets) targets=$2; shift 2 ;;
     --binaries) binaries=$2; shift 2 ;;
+    --samples) samples=1; shift ;;
     -*) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 16 ;;
     *) break ;;
   esac
@@ -56,20 +59,23 @@ for run in $(seq "$runs"); do
 done
 jq -r '(input_filename | split("/") | last | split("@") | first) as $binary | .records[] |
     [.workload, (if $binary == "" then .target else .target + "@" + $binary end), .threads,
-     .ops_per_sec] | @tsv' "$out"/*.json |
-  sort -k1,1 -k2,2 -k3,3n -k4,4g |
-  awk -F'\t' '
-    { key = $1 "\t" $2 "\t" $3; v[key, ++n[key]] = $4; if (!(key in seen)) { seen[key]; order[++k] = key } }
+     .ops_per_sec, (input_filename | split("-") | last | rtrimstr(".json"))] | @tsv' "$out"/*.json |
+  sort -k1,1 -k2,2 -k3,3n -k5,5n |
+  awk -F'\t' -v samples="$samples" '
+    { key = $1 "\t" $2 "\t" $3; in_order[key] = in_order[key] sprintf(" %.0fk", $4 / 1000) }
+    { v[key, ++n[key]] = $4; if (!(key in seen)) { seen[key]; order[++k] = key } }
     END {
-      print "| workload | target | threads | runs | median ops/s | min | max | median / 1 thread |"
-      print "|---|---|---:|---:|---:|---:|---:|---:|"
+      for (key in n) { c = n[key]; for (i = 2; i <= c; i++) { x = v[key, i]
+        for (j = i - 1; j >= 1 && v[key, j] > x; j--) v[key, j + 1] = v[key, j]; v[key, j + 1] = x } }
+      print "| workload | target | threads | runs | median ops/s | min | max | median / 1 thread |" (samples ? " runs in order |" : "")
+      print "|---|---|---:|---:|---:|---:|---:|---:|" (samples ? "---|" : "")
       for (i = 1; i <= k; i++) {
         key = order[i]; c = n[key]
         med = (c % 2) ? v[key, (c + 1) / 2] : (v[key, c / 2] + v[key, c / 2 + 1]) / 2
         split(key, f, "\t"); one = f[1] "\t" f[2] "\t1"
         if (f[3] == 1) base[f[1], f[2]] = med
         ratio = ((f[1], f[2]) in base) ? sprintf("%.2fx", med / base[f[1], f[2]]) : "-"
-        printf "| %s | %s | %s | %d | %.0f | %.0f | %.0f | %s |\n", f[1], f[2], f[3], c, med, v[key, 1], v[key, c], ratio
+        printf "| %s | %s | %s | %d | %.0f | %.0f | %.0f | %s |%s\n", f[1], f[2], f[3], c, med, v[key, 1], v[key, c], ratio, (samples ? in_order[key] " |" : "")
       }
     }'
 echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -278,6 +278,22 @@ M = [
   "if clean { running - 1 } else { running }",
   "running - 1",
   ["--test", "fsync"]),
+ ("a commit's end wakes no sleeping fsync", "crates/e4-fs/src/writer.rs",
+  "        self.writer.commit_ended.notify_all();",
+  "",
+  ["--test", "fsync", "storm"]),
+ ("a commit's end wakes no sleeping fsync (unit)", "crates/e4-fs/src/writer.rs",
+  "        self.writer.commit_ended.notify_all();",
+  "",
+  ["--lib", "writer::tests"]),
+ ("a commit leaves its running flag set", "crates/e4-fs/src/writer.rs",
+  "        *self.writer.committing.lock() = false;",
+  "",
+  ["--lib", "writer::tests"]),
+ ("sleeping fsyncs wait for their own transaction, whoever commits it", "crates/e4-fs/src/writer.rs",
+  "        while *committing && !written() {",
+  "        while !written() {",
+  ["--lib", "writer::tests"]),
  ("commits record no transaction as written", "crates/e4-fs/src/writer.rs",
   "        self.committed.store(txn, Ordering::Release);\n",
   "",
@@ -385,7 +401,7 @@ for name, path, old, new, args in M:
     open(path,"w").write(src.replace(old, new, 1))
     try:
         package = [] if args[:1] == ["-p"] else ["-p", "e4-fs"]
-        r = subprocess.run(["timeout","-k","5","600","cargo","test","-q"]+package+args, capture_output=True, text=True)
+        r = subprocess.run(["timeout","-k","5","300","cargo","test","-q"]+package+args, capture_output=True, text=True)
         out = r.stdout + r.stderr
         caught = r.returncode != 0
         compile_err = "error[" in out and "could not compile" in out

@@ -38,7 +38,7 @@ use e4_format::group_descriptor::{
 };
 use e4_format::superblock::{Superblock, STATE_VALID, SUPERBLOCK_OFFSET};
 use e4_format::MetadataBlock;
-use parking_lot::{Mutex, MutexGuard, RwLock, RwLockReadGuard};
+use parking_lot::{Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 
 use e4_alloc::stats::{Counter, LockStats};
 
@@ -97,6 +97,10 @@ pub(crate) struct Writer {
     /// The last transaction written back (0: none yet). Advanced only under `commit_lock`.
     committed: AtomicU64,
     commit_lock: Mutex<()>,
+    /// Whether a commit is running: set and cleared by [`CommitTurn`] under this lock, which
+    /// fsyncs sleep on ([`Self::wait_for_commit_end`]) until `commit_ended` wakes them all.
+    committing: Mutex<bool>,
+    commit_ended: Condvar,
     /// Serialises renames that move something to another directory (as the kernel's
     /// `s_vfs_rename_mutex` does), so two of them cannot make a directory its own ancestor.
     pub rename_lock: Mutex<()>,
@@ -149,6 +153,29 @@ struct CommitBatch {
     buffers: Vec<std::sync::Arc<crate::buffer_cache::Buffer>>,
     /// Changed block groups with the bitmaps to write.
     block_groups: Vec<DirtyGroup>,
+}
+
+/// A running commit: the commit lock, and [`Writer::committing`] set. Dropping it, on
+/// every path out of a commit (failed ones and panics included), clears the flag and wakes
+/// the fsyncs sleeping in [`Writer::wait_for_commit_end`], so none sleeps past the commit
+/// it waits for.
+struct CommitTurn<'a> {
+    _one: MutexGuard<'a, ()>,
+    writer: &'a Writer,
+}
+
+impl<'a> CommitTurn<'a> {
+    fn new(writer: &'a Writer, one: MutexGuard<'a, ()>) -> Self {
+        *writer.committing.lock() = true;
+        CommitTurn { _one: one, writer }
+    }
+}
+
+impl Drop for CommitTurn<'_> {
+    fn drop(&mut self) {
+        *self.writer.committing.lock() = false;
+        self.writer.commit_ended.notify_all();
+    }
 }
 
 const OPEN: u8 = 0;
@@ -287,6 +314,8 @@ impl Writer {
             running: AtomicU64::new(1),
             committed: AtomicU64::new(0),
             commit_lock: Mutex::new(()),
+            committing: Mutex::new(false),
+            commit_ended: Condvar::new(),
             rename_lock: Mutex::new(()),
             xattr_block_locks: (0..XATTR_BLOCK_LOCKS)
                 .map(|_| CachePadded::new(Mutex::new(())))
@@ -457,42 +486,53 @@ impl Writer {
     /// their transaction written when they get the lock, and return at once; one commit
     /// answers every fsync that was waiting for it.
     pub fn commit_through(&self, fs: &Filesystem, txn: u64) -> Result<()> {
-        if self.committed.load(Ordering::Acquire) >= txn {
-            return self.check_open();
+        loop {
+            if self.committed.load(Ordering::Acquire) >= txn {
+                return self.check_open();
+            }
+            if let Some(one) = self.commit_lock.try_lock() {
+                if self.committed.load(Ordering::Acquire) >= txn {
+                    return self.check_open();
+                }
+                return self.commit_locked(fs, CommitTurn::new(self, one));
+            }
+            self.wait_for_commit_end(txn);
         }
-        if self.commit_lock.is_locked() && self.wait_for_commit(txn) {
-            return self.check_open();
-        }
-        let one = self.commit_lock.lock();
-        if self.committed.load(Ordering::Acquire) >= txn {
-            return self.check_open();
-        }
-        self.commit_locked(fs, one)
     }
 
-    /// While another thread commits, waits without sleeping for up to [`COMMIT_SPIN`]
-    /// for `txn` to be written; true if it was. An fsync-driven commit takes tens of
-    /// microseconds, and a thread parked on the commit lock takes about as long again to
-    /// be woken on another CPU, so the waiter checks and yields its CPU to any other
-    /// runnable thread instead. False when the commit lock came free first (the commit
-    /// that ran did not cover `txn`) or the time ran out.
-    fn wait_for_commit(&self, txn: u64) -> bool {
+    /// While another thread commits, waits until it ends or `txn` is written. First
+    /// without sleeping, for up to [`COMMIT_SPIN`]: an fsync-driven commit takes tens of
+    /// microseconds, and a sleeping thread takes about as long again to be woken on another
+    /// CPU, so the waiter checks and yields its CPU to any other runnable thread instead.
+    /// Then asleep on [`Self::commit_ended`], which the commit's end wakes all at once: the
+    /// waiters it covered return, and of the rest one takes the commit lock and commits for
+    /// all of them. (Sleeping on the commit lock itself would hand it from waiter to waiter,
+    /// one wake-up after another, each finding its transaction written and passing the lock
+    /// on, while no commit could start: at 64 fsyncing threads that chain was most of the
+    /// time.)
+    fn wait_for_commit_end(&self, txn: u64) {
+        let written = || self.committed.load(Ordering::Acquire) >= txn;
         let started = Instant::now();
         while self.commit_lock.is_locked() && started.elapsed() < COMMIT_SPIN {
-            if self.committed.load(Ordering::Acquire) >= txn {
-                return true;
+            if written() {
+                return;
             }
             std::thread::yield_now();
         }
-        self.committed.load(Ordering::Acquire) >= txn
+        let mut committing = self.committing.lock();
+        // The flag changes only under its lock, so a commit that ends after this check
+        // wakes this thread.
+        while *committing && !written() {
+            self.commit_ended.wait(&mut committing);
+        }
     }
 
     /// Writes the running transaction back (see the module docs for the order).
     pub fn commit(&self, fs: &Filesystem) -> Result<()> {
-        self.commit_locked(fs, self.commit_lock.lock())
+        self.commit_locked(fs, CommitTurn::new(self, self.commit_lock.lock()))
     }
 
-    fn commit_locked(&self, fs: &Filesystem, _one: MutexGuard<'_, ()>) -> Result<()> {
+    fn commit_locked(&self, fs: &Filesystem, _turn: CommitTurn<'_>) -> Result<()> {
         let closed: Vec<_> = self.gate.iter().map(|g| g.write()).collect();
         self.check_open()?;
         // The switch: operations from here on join the next transaction, and its frees
@@ -749,5 +789,58 @@ impl Writer {
     pub fn add_ro_compat(&self, feature: RoCompatFeatures) {
         let mut sb = self.superblock.lock();
         sb.feature_ro_compat |= feature.bits();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{mpsc, Arc};
+    use std::time::Duration;
+
+    use super::CommitTurn;
+    use crate::{Creator, Filesystem, OpenOptions};
+
+    /// An fsync that finds a commit running, and sleeps behind it, commits its own
+    /// transaction when that commit ends without it (the commit was of an earlier one).
+    #[test]
+    fn an_fsync_asleep_behind_a_commit_commits_its_transaction_when_that_commit_ends() {
+        let img = e4_testkit::make_empty_image(&["-t", "ext4"], 16);
+        let options = OpenOptions {
+            commit_interval: Duration::ZERO,
+            ..OpenOptions::writable()
+        };
+        let fs = Arc::new(Filesystem::open(&img.path, options).unwrap());
+        let creator = Creator {
+            permissions: 0o644,
+            uid: 0,
+            gid: 0,
+        };
+        fs.create(2, b"f", creator).unwrap();
+        let writer = fs.writer.as_ref().unwrap();
+        let txn = writer.running_txn();
+        // A commit in progress, of nothing: the test holds its turn.
+        let turn = CommitTurn::new(writer, writer.commit_lock.lock());
+        let (done, finished) = mpsc::channel();
+        let fsync = {
+            let fs = Arc::clone(&fs);
+            std::thread::spawn(move || {
+                let result = fs.writer.as_ref().unwrap().commit_through(&fs, txn);
+                done.send(result.is_ok()).unwrap();
+            })
+        };
+        assert!(
+            finished.recv_timeout(Duration::from_millis(50)).is_err(),
+            "the fsync returned while a commit held the lock"
+        );
+        drop(turn);
+        let ok = finished
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the fsync slept on after the commit it waited behind had ended");
+        assert!(ok);
+        fsync.join().unwrap();
+        assert!(writer.committed.load(std::sync::atomic::Ordering::Acquire) >= txn);
+        assert_eq!(writer.commits(), 1);
+        Arc::into_inner(fs).unwrap().unmount().unwrap();
+        e4_testkit::e2fsck_clean(&img.path).unwrap();
     }
 }

@@ -119,6 +119,58 @@ fn threads_that_fsync_at_once_share_commits() {
     e2fsck_clean(&img.path).unwrap();
 }
 
+/// Many more fsyncing threads than CPUs: most of them sleep while another commits, and each
+/// commit's end must wake them (a sleeper nobody wakes hangs the storm, which the watchdog
+/// turns into a failure), and one commit must answer many of them.
+#[test]
+fn an_fsync_storm_wakes_every_sleeper_and_shares_commits() {
+    let img = make_empty_image(&["-t", "ext4"], 64);
+    let fs = Arc::new(Filesystem::open(&img.path, no_interval()).unwrap());
+    let threads = 64;
+    let rounds = 8;
+    let inos: Vec<u32> = (0..threads)
+        .map(|t| fs.create(ROOT, format!("f{t}").as_bytes(), ME).unwrap())
+        .collect();
+    fs.sync().unwrap();
+    let before = fs.lock_stats().commits;
+    let (done, finished) = std::sync::mpsc::channel();
+    let workers: Vec<_> = inos
+        .iter()
+        .enumerate()
+        .map(|(t, &ino)| {
+            let (fs, done) = (Arc::clone(&fs), done.clone());
+            std::thread::spawn(move || {
+                for round in 0..rounds {
+                    let block = vec![(t * rounds + round) as u8; 4096];
+                    fs.write_at(ino, (round * 4096) as u64, &block).unwrap();
+                    fs.fsync(ino).unwrap();
+                }
+                done.send(()).unwrap();
+            })
+        })
+        .collect();
+    for _ in 0..threads {
+        finished
+            .recv_timeout(Duration::from_secs(120))
+            .expect("an fsync never returned: a commit's end did not wake its waiters");
+    }
+    for worker in workers {
+        worker.join().unwrap();
+    }
+    let commits = fs.lock_stats().commits - before;
+    let fsyncs = (threads * rounds) as u64;
+    assert!(
+        commits <= fsyncs / 2,
+        "{commits} commits for {fsyncs} fsyncs"
+    );
+    for (t, &ino) in inos.iter().enumerate() {
+        let back = read_back(&img.path, &format!("/f{t}")).unwrap();
+        assert_eq!(back.len(), rounds * 4096, "file {t} (inode {ino}) on disk");
+    }
+    Arc::into_inner(fs).unwrap().unmount().unwrap();
+    e2fsck_clean(&img.path).unwrap();
+}
+
 /// Every fsync, however many threads wait on each other's commits, returns only once the
 /// file's data and size are in the image as of the last flush.
 #[test]
