@@ -16,6 +16,9 @@ use crate::problem::{Problem, Structure};
 
 /// `h_magic` and the in-inode header magic.
 pub const XATTR_MAGIC: u32 = 0xEA02_0000;
+/// The first version's `h_magic` (`EXT2_EXT_ATTR_MAGIC_v1`): libext2fs still reads such
+/// a block (and checks its checksum), though e2fsck and the kernel take only version 2.
+pub const XATTR_MAGIC_V1: u32 = 0xEA01_0000;
 /// Size of the entry record before the name.
 const ENTRY_SIZE: usize = 16;
 /// The four zero bytes that end an entry list.
@@ -401,11 +404,18 @@ impl MetadataBlock for XattrBlockHeader {
     }
 }
 
-fn xattr_block_checksum(block: &[u8], BlockSeed { seed, block_nr }: BlockSeed) -> u32 {
+/// `h_checksum` as it should be for `block` at `seed` (what [`MetadataBlock::verify`]
+/// compares, whatever the header holds): a checker compares it for a block whose header
+/// `verify` would refuse but libext2fs reads (the first version's magic).
+pub fn xattr_block_checksum(block: &[u8], BlockSeed { seed, block_nr }: BlockSeed) -> u32 {
+    // A block too short to hold `h_checksum` (never one read from a filesystem) sums
+    // what it has rather than panic.
+    let head = &block[..block.len().min(BLOCK_CHECKSUM_OFFSET)];
+    let tail = block.get(BLOCK_CHECKSUM_OFFSET + 4..).unwrap_or_default();
     let mut sum = crc32c_raw(seed, &block_nr.to_le_bytes());
-    sum = crc32c_raw(sum, &block[..BLOCK_CHECKSUM_OFFSET]);
+    sum = crc32c_raw(sum, head);
     sum = crc32c_raw(sum, &[0; 4]);
-    crc32c_raw(sum, &block[BLOCK_CHECKSUM_OFFSET + 4..])
+    crc32c_raw(sum, tail)
 }
 
 /// Parses the in-inode attributes from the area after the extra fields. An area without the

@@ -17,7 +17,7 @@ use e4_format::MetadataBlock;
 use crate::block_claim::{BlockWalk, WalkMode};
 use crate::block_map_walk::walk_block_map;
 use crate::block_tally::BlockTally;
-use crate::context::Context;
+use crate::context::{is_blank_inode, Context, BASE_INODE_SIZE};
 use crate::dir_htree_check::check_index_flag;
 use crate::ea_inode::ValueCharge;
 use crate::extent_walk::walk_extent_tree;
@@ -259,9 +259,6 @@ fn scan_table(
     (dirs, shared)
 }
 
-/// The size of the original ext2 inode, the part libext2fs looks at for a blank inode.
-const BASE_INODE_SIZE: usize = 128;
-
 /// Checks one inode, charging what it uses to `quota_usage`. Returns, for an inode in use,
 /// its directory record (if a directory) and the tally of its blocks.
 fn check_inode(
@@ -300,9 +297,7 @@ fn check_inode(
         )
         .is_ok()
     });
-    // An inode never written has no checksum to check: libext2fs calls a checksum valid
-    // when the 128-byte base inode is all zeros (`ext2fs_inode_csum_verify`).
-    let blank = raw.iter().take(BASE_INODE_SIZE).all(|&b| b == 0);
+    let blank = is_blank_inode(raw);
     // Unused inodes too: e2fsck's pass 1 reports a failed checksum for every inode it
     // scans (`finish_processing_inode` on the `!i_links_count` path), so an unused
     // inode's bad checksum makes the filesystem unclean.

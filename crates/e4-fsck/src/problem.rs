@@ -140,7 +140,10 @@ macro_rules! problem_codes {
 
             /// Whether e2fsck cannot go on after the problem (a `fatal_error`, exit 8).
             pub fn is_fatal(self) -> bool {
-                matches!(self, ProblemCode::EXT2_ET_INODE_CSUM_INVALID)
+                matches!(
+                    self,
+                    ProblemCode::EXT2_ET_INODE_CSUM_INVALID | ProblemCode::PR_1_EXTATTR_READ_ABORT
+                )
             }
 
             /// The pass that finds the problem: 0 before pass 1, then 1 to 5 (1B and later
@@ -294,8 +297,24 @@ problem_codes! {
     PR_1_TOOBIG_DIR = 0x010044, Clear, IllegalBlock, true;
     /// A block-mapped symlink maps a block past its block 0.
     PR_1_TOOBIG_SYMLINK = 0x010046, Clear, IllegalBlock, true;
-    /// An xattr block is not valid.
+    /// An xattr block's `h_magic` is not version 2's (e2fsck declines to clear the
+    /// reference and goes on to use the block).
     PR_1_BAD_EA_BLOCK = 0x01003A, Clear, Xattr, true;
+    /// An xattr block could not be read.
+    PR_1_READ_EA_BLOCK = 0x010039, Clear, Xattr, true;
+    /// An xattr block's `h_blocks` is not 1.
+    PR_1_EA_MULTI_BLOCK = 0x01003E, Clear, Xattr, true;
+    /// Pieces of an xattr block (header, entry records with their names, values, the
+    /// four bytes that end the list) overlap, or one passes the block's end.
+    PR_1_EA_ALLOC_COLLISION = 0x010040, Clear, Xattr, true;
+    /// An entry of an xattr block has name index 0.
+    PR_1_EA_BAD_NAME = 0x010041, Clear, Xattr, true;
+    /// The value of an entry of an xattr block ends past the block.
+    PR_1_EA_BAD_VALUE = 0x010042, Clear, Xattr, true;
+    /// An xattr block whose reference count must be fixed cannot be read again for it
+    /// (its header is not one libext2fs reads, or its checksum fails): fatal to e2fsck
+    /// at the end of pass 1 (exit 8, or 12 after an earlier error).
+    PR_1_EXTATTR_READ_ABORT = 0x01003B, None, Xattr, true;
     /// An xattr block's reference count disagrees with the inodes using it.
     PR_1_EXTATTR_REFCOUNT = 0x01003C, Fix, Xattr, true;
     /// An extent's physical start is outside the filesystem.

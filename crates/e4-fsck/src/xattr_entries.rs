@@ -7,7 +7,9 @@
 //! block's own hash (`h_hash`) is not checked: e2fsck does not check it either.
 
 use e4_format::inode::Inode;
-use e4_format::xattr::{xattr_entry_hash_matches, Xattr, XattrValue};
+use e4_format::xattr::{
+    name_prefix, xattr_entry_hash_matches, Xattr, XattrEntryRecord, XattrValue,
+};
 
 use crate::context::Context;
 use crate::ea_inode::{check_value_inode, ValueCharge};
@@ -29,6 +31,23 @@ pub struct EntriesChecked {
     pub charged: ValueCharge,
     /// Whether an entry in an inode had a problem, which ends e2fsck's walk there.
     pub stopped: bool,
+}
+
+/// The attribute entry `record` describes, with its name as stored (without the
+/// index's prefix) and its value: what both layout walks (in an inode, in a block) give
+/// for each entry they pass.
+pub fn xattr_of(record: &XattrEntryRecord, stored_name: &[u8], value: XattrValue) -> Xattr {
+    let mut name = name_prefix(record.name_index)
+        .unwrap_or_default()
+        .as_bytes()
+        .to_vec();
+    name.extend_from_slice(stored_name);
+    Xattr {
+        index: record.name_index,
+        name,
+        value,
+        hash: record.hash,
+    }
 }
 
 /// Checks `xattrs`, attributes of inode `owner` held at `place`, counts the entries

@@ -241,7 +241,8 @@ pub fn e4_verdict(image: &Path, threads: usize) -> (Verdict, String) {
     report.write_text(&mut text, "image").unwrap();
     (
         Verdict {
-            errors: report.exit_code() == e4_fsck::report::EXIT_ERRORS,
+            // 12 too: errors, then a problem fatal to e2fsck (which exits 12 there).
+            errors: report.exit_code() & e4_fsck::report::EXIT_ERRORS != 0,
             classes: report.problems.iter().map(|p| p.code.class()).collect(),
         },
         String::from_utf8(text).unwrap(),
