@@ -286,6 +286,9 @@ problem_codes! {
     PR_1_ATTR_SET_EA_INODE_FL = 0x010086, Fix, Xattr, true;
     /// A directory has no blocks.
     PR_1_ZERO_LENGTH_DIR = 0x010006, Clear, Inode, true;
+    /// An extent of a directory starts past the block after the one before it (repair
+    /// would move it down to close the hole).
+    PR_1_COLLAPSE_DBLOCK = 0x010072, Fix, DirectoryBlock, true;
     /// `i_size` disagrees with the blocks the inode maps.
     PR_1_BAD_I_SIZE = 0x01000C, Fix, InodeSize, true;
     /// `i_blocks` disagrees with the blocks the inode owns.
