@@ -706,7 +706,7 @@ fn check_i_blocks(walk: &BlockWalk<'_>, inode: &Inode, tally: &BlockTally) {
 /// Hole reports past this many in one directory are folded into one: e2fsck prints one
 /// per block, which a damaged extent far out (up to 2^32 blocks with large_dir) would
 /// make billions.
-const HOLE_REPORTS_PER_DIRECTORY: u32 = 1024;
+pub const HOLE_REPORTS_PER_DIRECTORY: u32 = 1024;
 
 /// A directory's unmapped logical blocks, as e2fsck's pass 1 lists them for pass 2, which
 /// asks to allocate each (`PR_2_DIRECTORY_HOLE`, one report per block): every block below

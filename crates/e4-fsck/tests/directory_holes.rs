@@ -168,10 +168,77 @@ fn hole_in_an_htree_directory() {
     assert_eq!(count(&codes, ProblemCode::PR_2_HTREE_MIN_HASH), 0);
 }
 
-/// An extent moved 100,000 blocks out: e2fsck prints each of the 99,996 holes; e4
-/// prints the first 1,024 and folds the rest into one report.
+/// An extent moved to block 5,000: e2fsck prints each of the 4,996 holes (and, in
+/// an indexed directory, each as not referenced); e4 prints the first 1,024 and folds
+/// the rest into one report.
 #[test]
 fn far_hole_reports_are_folded() {
-    let codes = damaged(&EXTENTS, &["punch /d 4 4", "sif /d block[6] 100000"]);
+    let codes = damaged(&EXTENTS, &["punch /d 4 4", "sif /d block[6] 5000"]);
     assert_eq!((count(&codes, HOLE), count(&codes, COLLAPSE)), (1025, 1));
+    // The same in an indexed directory: the holes no entry names are folded alike.
+    let image = image(&HTREE);
+    let list = extents(&image.path, "/d");
+    let word = 3 + 3 * (list.len() - 1);
+    debugfs(&image.path, &format!("sif /d block[{word}] 5000"));
+    assert_agreement(&image.path, "htree extent moved to block 5,000");
+    let codes = problem_list(&image.path);
+    assert_eq!(count(&codes, HOLE), 1025);
+    let moved = (list.last().unwrap().1 - list.last().unwrap().0 + 1) as usize;
+    assert_eq!(count(&codes, ProblemCode::PR_2_HTREE_NOTREF), 1025 + moved);
+}
+
+/// The logical ranges of `path`'s extents, as debugfs's `stat` lists them.
+fn extents(image: &Path, path: &str) -> Vec<(u32, u32)> {
+    let text = debugfs(image, &format!("stat {path}"));
+    let list = text.split("EXTENTS:").nth(1).unwrap();
+    list.split(", ")
+        .filter_map(|e| {
+            let range = e.trim().strip_prefix('(')?.split(')').next()?;
+            let mut ends = range.split('-').map(|n| n.parse::<u32>().unwrap());
+            let start = ends.next()?;
+            Some((start, ends.next().unwrap_or(start)))
+        })
+        .collect()
+}
+
+/// The root of an index at a hole: e2fsck keeps the index, never reads the root, and
+/// finds every other block unreferenced, each leaf at the wrong depth (0) and hashing
+/// past an empty range.
+#[test]
+fn htree_root_at_a_hole() {
+    let image = image(&HTREE);
+    let leaves = debugfs(&image.path, "blocks /d").split_whitespace().count() - 1;
+    debugfs(&image.path, "punch /d 0 0");
+    assert_agreement(&image.path, "htree root punched");
+    let codes = problem_list(&image.path);
+    assert!(codes.contains(&ProblemCode::PR_1_HTREE_BADROOT));
+    for code in [
+        ProblemCode::PR_2_HTREE_NOTREF,
+        ProblemCode::PR_2_HTREE_BAD_DEPTH,
+        ProblemCode::PR_2_HTREE_MAX_HASH,
+    ] {
+        assert_eq!(count(&codes, code), leaves, "{code:?}");
+    }
+}
+
+/// The last extent of an indexed directory moved 12 blocks out: its old blocks are holes
+/// the index names (each a bad min hash), and the new ones and the holes before them
+/// are named by no entry (12 blocks not referenced, the moved leaves with a bad max
+/// hash).
+#[test]
+fn htree_blocks_moved_past_the_index() {
+    let image = image(&HTREE);
+    let list = extents(&image.path, "/d");
+    let (start, end) = *list.last().unwrap();
+    assert!(start > 1, "{list:?}");
+    let moved = (end - start + 1) as usize;
+    // i_block words: the header (3), then 3 per extent, ee_block first.
+    let word = 3 + 3 * (list.len() - 1);
+    debugfs(&image.path, &format!("sif /d block[{word}] {}", start + 12));
+    assert_agreement(&image.path, "htree extent moved 12 blocks out");
+    let codes = problem_list(&image.path);
+    assert_eq!((count(&codes, HOLE), count(&codes, COLLAPSE)), (12, 1));
+    assert_eq!(count(&codes, ProblemCode::PR_2_HTREE_MIN_HASH), moved);
+    assert_eq!(count(&codes, ProblemCode::PR_2_HTREE_NOTREF), 12);
+    assert_eq!(count(&codes, ProblemCode::PR_2_HTREE_MAX_HASH), moved);
 }
