@@ -47,19 +47,26 @@ impl AreaProblem {
     }
 }
 
+/// The entry list of an inode's area `area` (after the magic; value offsets count from
+/// its start), or `None` when the area does not hold the magic, or nothing after it.
+pub fn entry_list(area: &[u8]) -> Option<&[u8]> {
+    if area.len() <= INODE_HEADER_SIZE || le32(area, 0) != Some(XATTR_MAGIC) {
+        return None;
+    }
+    Some(&area[INODE_HEADER_SIZE..])
+}
+
 /// The attributes of an inode's area `area` (from the magic to the inode's end), in
 /// order, as far as their layout holds, and the layout problem that stopped the walk, if
 /// any. An area without the magic, or too small to hold it, holds none.
 pub fn walk(area: &[u8]) -> (Vec<Xattr>, Option<AreaProblem>) {
     let mut xattrs = Vec::new();
-    if area.len() <= INODE_HEADER_SIZE || le32(area, 0) != Some(XATTR_MAGIC) {
+    let Some(entries) = entry_list(area) else {
         return (xattrs, None);
-    }
+    };
     let mut regions = Regions::new(area.len());
     // The magic: it cannot collide with nothing.
     regions.allocate(0, INODE_HEADER_SIZE);
-    // Value offsets count from the first entry, just after the magic.
-    let entries = &area[INODE_HEADER_SIZE..];
     let mut at = 0usize;
     let mut remain = entries.len();
     while remain >= XattrEntryRecord::SIZE && le32(entries, at) != Some(0) {

@@ -33,7 +33,7 @@ use crate::quota::{self, QuotaUsage};
 use crate::quota_inode::{self, quota_slot, QuotaSlot};
 use crate::really_dir;
 use crate::special_inode::check_special;
-use crate::xattr_entries::{check_entries, XattrPlace};
+use crate::xattr_entries::{check_entries, value_inodes_named, XattrPlace};
 use crate::xattr_refs::XattrBlocks;
 
 /// Inodes per unit of work: large enough that one read covers many table blocks, small
@@ -459,6 +459,9 @@ fn check_inode_xattrs(walk: &BlockWalk<'_>, inode: &Inode) -> ValueCharge {
         return ValueCharge::default();
     }
     let (xattrs, layout) = inode_xattr_area::walk(&inode.xattr_area);
+    if let Some(list) = inode_xattr_area::entry_list(&inode.xattr_area) {
+        walk.ctx.ea_inodes.add_refs(&value_inodes_named(list));
+    }
     let checked = check_entries(walk.ctx, inode, &xattrs, XattrPlace::Inode);
     if let Some(problem) = layout.filter(|_| !checked.stopped) {
         let ino = inode.ino;

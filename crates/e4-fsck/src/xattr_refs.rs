@@ -10,7 +10,7 @@ use std::sync::Mutex;
 
 use e4_format::features::CompatFeatures;
 use e4_format::inode::Inode;
-use e4_format::xattr::xattr_block_checksum;
+use e4_format::xattr::{xattr_block_checksum, XattrBlockHeader};
 use e4_format::BlockSeed;
 
 use crate::block_claim::{BlockWalk, WalkMode};
@@ -19,7 +19,7 @@ use crate::context::Context;
 use crate::ea_inode::ValueCharge;
 use crate::problem::{Location, ProblemCode};
 use crate::xattr_block::{self, BlockProblem};
-use crate::xattr_entries::{check_entries, XattrPlace};
+use crate::xattr_entries::{check_entries, value_inodes_named, XattrPlace};
 
 const SHARDS: usize = 64;
 
@@ -153,6 +153,8 @@ fn read_and_check(ctx: &Context, owner: &Inode, block: u64) -> XattrBlockUse {
         ctx.report(problem.code(), loc, problem.describe(ino, block));
     }
     let values = check_entries(ctx, owner, &layout.xattrs, XattrPlace::Block(block)).charged;
+    let list = bytes.get(XattrBlockHeader::SIZE..).unwrap_or_default();
+    ctx.ea_inodes.add_refs(&value_inodes_named(list));
     // libext2fs looks at the checksum only of a header it reads, and e2fsck, declining
     // every fix before, asks about it last.
     let checksum_fails = layout.header_readable
