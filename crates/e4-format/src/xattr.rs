@@ -523,6 +523,24 @@ mod tests {
         assert!(XattrBlockHeader::verify(&block, seed(78), Location::Block(78)).is_err());
     }
 
+    /// The checksum alone, for a header `verify` refuses: the first version's magic.
+    #[test]
+    fn block_checksum_whatever_the_magic() {
+        let mut block = vec![0u8; 1024];
+        block[..4].copy_from_slice(&XATTR_MAGIC_V1.to_le_bytes());
+        block[8..12].copy_from_slice(&1u32.to_le_bytes());
+        let seed = BlockSeed {
+            seed: 9,
+            block_nr: 5,
+        };
+        XattrBlockHeader::seal(&mut block, seed);
+        let stored = u32::from_le_bytes(block[16..20].try_into().unwrap());
+        assert_eq!(xattr_block_checksum(&block, seed), stored);
+        assert!(XattrBlockHeader::verify(&block, seed, Location::Block(5)).is_err());
+        // Too short to hold `h_checksum`: a sum, no panic.
+        xattr_block_checksum(&block[..10], seed);
+    }
+
     fn prefix_mut(block: &mut [u8]) -> &mut [u8; 32] {
         (&mut block[..32]).try_into().unwrap()
     }
