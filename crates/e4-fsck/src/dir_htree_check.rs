@@ -13,6 +13,7 @@
 //! `e2fsck -n` walks it.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use e4_format::checksum::inode_csum_seed;
 use e4_format::codec::{le16, le32};
@@ -80,13 +81,38 @@ impl LeafRange {
 }
 
 /// What the index says about one htree directory's blocks.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 pub struct HtreeLayout {
     index_blocks: HashSet<u32>,
     leaves: HashMap<u32, LeafRange>,
+    /// A problem of e2fsck's last look at the index was found (see
+    /// [`HtreeLayout::note`]); pass 2's leaf checks add theirs from any thread.
+    invalid: AtomicBool,
 }
 
 impl HtreeLayout {
+    /// Notes a problem reported against this index: e2fsck's last look at an index
+    /// (after pass 2's walk) counts bad min and max hashes, leaves at the wrong depth
+    /// and blocks referenced never or twice, and asks to clear an index with any of
+    /// them (`PR_2_HTREE_CLEAR`).
+    pub fn note(&self, code: ProblemCode) {
+        if matches!(
+            code,
+            ProblemCode::PR_2_HTREE_MIN_HASH
+                | ProblemCode::PR_2_HTREE_MAX_HASH
+                | ProblemCode::PR_2_HTREE_BAD_DEPTH
+                | ProblemCode::PR_2_HTREE_NOTREF
+                | ProblemCode::PR_2_HTREE_DUPREF
+        ) {
+            self.invalid.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether e2fsck asks to clear this index (`PR_2_HTREE_CLEAR`).
+    pub fn is_invalid(&self) -> bool {
+        self.invalid.load(Ordering::Relaxed)
+    }
+
     /// Whether logical block `logical` is the root or an interior index node.
     pub fn is_index_block(&self, logical: u32) -> bool {
         self.index_blocks.contains(&logical)
@@ -147,6 +173,7 @@ struct IndexWalker<'a> {
 
 impl IndexWalker<'_> {
     fn report(&self, code: ProblemCode, logical: u32, message: String) {
+        self.layout.note(code);
         self.ctx.report(
             code,
             Location::DirEntry {

@@ -415,6 +415,9 @@ problem_codes! {
     PR_2_HTREE_DUPREF = 0x020035, ClearHtree, Htree, true;
     /// A leaf holds a name hashing below its index range.
     PR_2_HTREE_MIN_HASH = 0x020036, ClearHtree, Htree, true;
+    /// An htree index with a bad min or max hash, a leaf at the wrong depth or a block
+    /// referenced never or twice (e2fsck's question after its last look at the index).
+    PR_2_HTREE_CLEAR = 0x020038, ClearHtree, Htree, true;
     /// A leaf holds a name hashing above its index range.
     PR_2_HTREE_MAX_HASH = 0x020037, ClearHtree, Htree, true;
     /// `INDEX_FL` on a regular file or symlink.

@@ -157,15 +157,18 @@ fn hole_below_a_block_past_the_size() {
 }
 
 /// A hole where a leaf of the index should be: a bad min hash, except for the first
-/// leaf, whose range starts where its node's does.
+/// leaf, whose range starts where its node's does (then the index is not questioned).
 #[test]
 fn hole_in_an_htree_directory() {
     let codes = damaged(&HTREE, &["punch /d 2 2"]);
     assert_eq!((count(&codes, HOLE), count(&codes, COLLAPSE)), (1, 1));
     assert_eq!(count(&codes, ProblemCode::PR_2_HTREE_MIN_HASH), 1);
+    // The question e2fsck asks after its last look at an index with such a problem.
+    assert_eq!(count(&codes, ProblemCode::PR_2_HTREE_CLEAR), 1);
     let codes = damaged(&HTREE, &["punch /d 1 1"]);
     assert_eq!((count(&codes, HOLE), count(&codes, COLLAPSE)), (1, 1));
     assert_eq!(count(&codes, ProblemCode::PR_2_HTREE_MIN_HASH), 0);
+    assert_eq!(count(&codes, ProblemCode::PR_2_HTREE_CLEAR), 0);
 }
 
 /// An extent moved to block 5,000: e2fsck prints each of the 4,996 holes (and, in
