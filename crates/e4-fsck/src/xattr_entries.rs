@@ -36,17 +36,25 @@ pub struct EntriesChecked {
 
 /// The value inodes the entry list `list` names (its first record at 0), as e2fsck
 /// counts them after either walk (`inc_ea_inode_refs`): every record up to the four zero
-/// bytes that end the list or the end of `list`, stepping by each record's length,
-/// whatever the layout walk made of it (so a value inode named after a broken entry
-/// still counts). A record cut short by the end names none.
+/// bytes that end the list, stepping by each record's length, whatever the layout walk
+/// made of it (so a value inode named after a broken entry still counts), as long as
+/// the next record starts before the end of `list` (e2fsck's loop asks that of the
+/// next record, so a record reaching the end, or running past it, names none and ends
+/// the count).
 pub fn value_inodes_named(list: &[u8]) -> Vec<u32> {
     let mut inodes = Vec::new();
     let mut at = 0;
-    while le32(list, at).is_some_and(|word| word != 0) {
+    while let Some(word) = le32(list, at) {
+        let next = at + entry_len(usize::from(list[at]));
+        if word == 0 || next >= list.len() {
+            break;
+        }
+        // Inside the list: the record is at least 16 bytes and the next one starts
+        // before the end.
         if let Some(inode) = le32(list, at + 4).filter(|&inode| inode != 0) {
             inodes.push(inode);
         }
-        at += entry_len(usize::from(list[at]));
+        at = next;
     }
     inodes
 }
@@ -137,7 +145,7 @@ mod tests {
     use super::*;
 
     /// Records of 20 bytes (`a` and `bb`) then one cut short by the end: the value
-    /// inodes named by whole records are counted, past any layout problem.
+    /// inodes named by records whose next one starts inside the list are counted.
     #[test]
     fn value_inodes_named_up_to_the_end_of_the_list() {
         let mut list = vec![0u8; 44];
@@ -149,9 +157,13 @@ mod tests {
         list[20] = 2;
         list[21] = 1;
         assert_eq!(value_inodes_named(&list), [13]);
-        // A third record at 40 whose value inode lies past the end names none.
+        // A third record at 40 running past the end names none.
         list[40] = 3;
         assert_eq!(value_inodes_named(&list), [13]);
+        // A record reaching exactly the end names none either (e2fsck wants the next
+        // record to start before the end).
+        assert_eq!(value_inodes_named(&list[..20]), []);
+        assert_eq!(value_inodes_named(&list[..24]), [13]);
         // Four zero bytes end the list before a later record.
         list[20..24].fill(0);
         list[24 + 4..24 + 8].copy_from_slice(&99u32.to_le_bytes());
