@@ -1,6 +1,7 @@
 //! The checker on whole images: whatever bytes arrive, `e4_fsck::check` returns a report
 //! or an error, and never panics. Seeded with small images whose features reach the
-//! checker's own readers (the MMP block, quota trees, inline data, xattr value inodes).
+//! checker's own readers (the MMP block, quota trees, inline data, xattr value inodes,
+//! an xattr block, directories of several blocks, linear and indexed).
 #![no_main]
 
 use std::io::Write;

@@ -16,6 +16,9 @@ use crate::problem::{Problem, Structure};
 
 /// `h_magic` and the in-inode header magic.
 pub const XATTR_MAGIC: u32 = 0xEA02_0000;
+/// The first version's `h_magic` (`EXT2_EXT_ATTR_MAGIC_v1`): libext2fs still reads such
+/// a block (and checks its checksum), though e2fsck and the kernel take only version 2.
+pub const XATTR_MAGIC_V1: u32 = 0xEA01_0000;
 /// Size of the entry record before the name.
 const ENTRY_SIZE: usize = 16;
 /// The four zero bytes that end an entry list.
@@ -401,11 +404,18 @@ impl MetadataBlock for XattrBlockHeader {
     }
 }
 
-fn xattr_block_checksum(block: &[u8], BlockSeed { seed, block_nr }: BlockSeed) -> u32 {
+/// `h_checksum` as it should be for `block` at `seed` (what [`MetadataBlock::verify`]
+/// compares, whatever the header holds): a checker compares it for a block whose header
+/// `verify` would refuse but libext2fs reads (the first version's magic).
+pub fn xattr_block_checksum(block: &[u8], BlockSeed { seed, block_nr }: BlockSeed) -> u32 {
+    // A block too short to hold `h_checksum` (never one read from a filesystem) sums
+    // what it has rather than panic.
+    let head = &block[..block.len().min(BLOCK_CHECKSUM_OFFSET)];
+    let tail = block.get(BLOCK_CHECKSUM_OFFSET + 4..).unwrap_or_default();
     let mut sum = crc32c_raw(seed, &block_nr.to_le_bytes());
-    sum = crc32c_raw(sum, &block[..BLOCK_CHECKSUM_OFFSET]);
+    sum = crc32c_raw(sum, head);
     sum = crc32c_raw(sum, &[0; 4]);
-    crc32c_raw(sum, &block[BLOCK_CHECKSUM_OFFSET + 4..])
+    crc32c_raw(sum, tail)
 }
 
 /// Parses the in-inode attributes from the area after the extra fields. An area without the
@@ -511,6 +521,24 @@ mod tests {
         assert_eq!(attrs[0].value, XattrValue::Inline(b"blue".to_vec()));
         // The checksum covers the block number: the same bytes elsewhere do not verify.
         assert!(XattrBlockHeader::verify(&block, seed(78), Location::Block(78)).is_err());
+    }
+
+    /// The checksum alone, for a header `verify` refuses: the first version's magic.
+    #[test]
+    fn block_checksum_whatever_the_magic() {
+        let mut block = vec![0u8; 1024];
+        block[..4].copy_from_slice(&XATTR_MAGIC_V1.to_le_bytes());
+        block[8..12].copy_from_slice(&1u32.to_le_bytes());
+        let seed = BlockSeed {
+            seed: 9,
+            block_nr: 5,
+        };
+        XattrBlockHeader::seal(&mut block, seed);
+        let stored = u32::from_le_bytes(block[16..20].try_into().unwrap());
+        assert_eq!(xattr_block_checksum(&block, seed), stored);
+        assert!(XattrBlockHeader::verify(&block, seed, Location::Block(5)).is_err());
+        // Too short to hold `h_checksum`: a sum, no panic.
+        xattr_block_checksum(&block[..10], seed);
     }
 
     fn prefix_mut(block: &mut [u8]) -> &mut [u8; 32] {

@@ -13,6 +13,7 @@
 //! `e2fsck -n` walks it.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use e4_format::checksum::inode_csum_seed;
 use e4_format::codec::{le16, le32};
@@ -27,7 +28,7 @@ use e4_format::{FormatError, Location as FormatLocation, MetadataBlock};
 
 use crate::block_claim::BlockWalk;
 use crate::context::Context;
-use crate::pass1::Directory;
+use crate::pass1::{Directory, HOLE_REPORTS_PER_DIRECTORY};
 use crate::problem::{Location, ProblemCode};
 
 /// Byte offset of the root's count/limit header (after `.`, `..` and the root info).
@@ -80,13 +81,38 @@ impl LeafRange {
 }
 
 /// What the index says about one htree directory's blocks.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 pub struct HtreeLayout {
     index_blocks: HashSet<u32>,
     leaves: HashMap<u32, LeafRange>,
+    /// A problem of e2fsck's last look at the index was found (see
+    /// [`HtreeLayout::note`]); pass 2's leaf checks add theirs from any thread.
+    invalid: AtomicBool,
 }
 
 impl HtreeLayout {
+    /// Notes a problem reported against this index: e2fsck's last look at an index
+    /// (after pass 2's walk) counts bad min and max hashes, leaves at the wrong depth
+    /// and blocks referenced never or twice, and asks to clear an index with any of
+    /// them (`PR_2_HTREE_CLEAR`).
+    pub fn note(&self, code: ProblemCode) {
+        if matches!(
+            code,
+            ProblemCode::PR_2_HTREE_MIN_HASH
+                | ProblemCode::PR_2_HTREE_MAX_HASH
+                | ProblemCode::PR_2_HTREE_BAD_DEPTH
+                | ProblemCode::PR_2_HTREE_NOTREF
+                | ProblemCode::PR_2_HTREE_DUPREF
+        ) {
+            self.invalid.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether e2fsck asks to clear this index (`PR_2_HTREE_CLEAR`).
+    pub fn is_invalid(&self) -> bool {
+        self.invalid.load(Ordering::Relaxed)
+    }
+
     /// Whether logical block `logical` is the root or an interior index node.
     pub fn is_index_block(&self, logical: u32) -> bool {
         self.index_blocks.contains(&logical)
@@ -110,9 +136,22 @@ impl HtreeLayout {
             layout: HtreeLayout::default(),
             references: HashMap::new(),
             depth: 0,
+            unreferenced_leaf: None,
         };
         if walker.walk_root().is_none() {
-            return walker.layout;
+            if walker.physical(0).is_some() {
+                return walker.layout;
+            }
+            // Block 0 is a hole: e2fsck declines to allocate it and keeps the index,
+            // whose root it never reads, so no block is referenced, the tree's depth is
+            // 0 and names hash with the default version (legacy).
+            walker.depth = 0;
+            walker.unreferenced_leaf = Some(LeafRange {
+                min: 0,
+                max: 0,
+                version: HashVersion::Legacy,
+                seed: ctx.sb.hash_seed,
+            });
         }
         walker.check_references();
         walker.layout
@@ -127,10 +166,14 @@ struct IndexWalker<'a> {
     references: HashMap<u32, u32>,
     /// How many nodes each leaf must lie below the root: `indirect_levels + 1`.
     depth: u32,
+    /// The range a leaf no index entry names is held to: e2fsck's record of it keeps
+    /// `node_min_hash` and `node_max_hash` 0, so any name hashing above 0 is past it.
+    unreferenced_leaf: Option<LeafRange>,
 }
 
 impl IndexWalker<'_> {
     fn report(&self, code: ProblemCode, logical: u32, message: String) {
+        self.layout.note(code);
         self.ctx.report(
             code,
             Location::DirEntry {
@@ -366,6 +409,7 @@ impl IndexWalker<'_> {
             version,
             seed: sb.hash_seed,
         };
+        self.unreferenced_leaf = Some(LeafRange { max: 0, ..template });
         self.walk_entries(&root.node, 1, template);
         Some(())
     }
@@ -398,6 +442,19 @@ impl IndexWalker<'_> {
                 continue;
             }
             self.layout.leaves.insert(logical, child);
+            if self.physical(logical).is_none() {
+                // A hole, which e2fsck declines to allocate, is never read: its record
+                // keeps no hashes, so one that is not its node's first child has a min
+                // hash below its range (and its depth is not judged).
+                if i > 0 && min > 0 {
+                    self.report(
+                        ProblemCode::PR_2_HTREE_MIN_HASH,
+                        logical,
+                        format!("problem in HTREE directory inode {ino}: block #{logical} has bad min hash"),
+                    );
+                }
+                continue;
+            }
             if depth != self.depth {
                 self.report(
                     ProblemCode::PR_2_HTREE_BAD_DEPTH,
@@ -455,18 +512,51 @@ impl IndexWalker<'_> {
         self.walk_entries(&node, depth + 1, range);
     }
 
-    /// Every block but the root must be referenced exactly once.
-    fn check_references(&self) {
+    /// Every block but the root must be referenced exactly once. e2fsck looks at every
+    /// block number below the directory's end, holes included (a hole no entry names is
+    /// unreferenced too). A leaf no entry names is judged as e2fsck judges it: its
+    /// parent is taken to be the root (so it is at the wrong depth unless the tree has
+    /// one level) and its names must hash to 0 (pass 2, through its range).
+    fn check_references(&mut self) {
         let ino = self.dir.ino;
-        for &(logical, _) in self.dir.blocks.iter().filter(|&&(l, _)| l != 0) {
+        let not_referenced = |walker: &Self, logical: u32| {
+            walker.report(
+                ProblemCode::PR_2_HTREE_NOTREF,
+                logical,
+                format!("problem in HTREE directory inode {ino}: block #{logical} not referenced"),
+            );
+        };
+        let mut holes_reported = 0;
+        let mut next = 1u32;
+        let blocks = self.dir.blocks.clone();
+        for &(logical, _) in blocks.iter().filter(|&&(l, _)| l != 0) {
+            // The holes before this block: each one named by no entry is reported, up
+            // to as many as pass 1 reports holes, the rest in one report (each step
+            // below meets a referenced block, of which there are few, or reports).
+            for hole in next..logical {
+                if holes_reported > HOLE_REPORTS_PER_DIRECTORY {
+                    break;
+                }
+                if self.references.contains_key(&hole) {
+                    continue;
+                }
+                holes_reported += 1;
+                if holes_reported <= HOLE_REPORTS_PER_DIRECTORY {
+                    not_referenced(self, hole);
+                } else {
+                    self.report(
+                        ProblemCode::PR_2_HTREE_NOTREF,
+                        hole,
+                        format!("problem in HTREE directory inode {ino}: more blocks from #{hole} not referenced"),
+                    );
+                }
+            }
+            next = logical.saturating_add(1);
             match self.references.get(&logical).copied().unwrap_or(0) {
-                0 => self.report(
-                    ProblemCode::PR_2_HTREE_NOTREF,
-                    logical,
-                    format!(
-                        "problem in HTREE directory inode {ino}: block #{logical} not referenced"
-                    ),
-                ),
+                0 => {
+                    not_referenced(self, logical);
+                    self.judge_unreferenced_leaf(logical);
+                }
                 1 => {}
                 _ => self.report(
                     ProblemCode::PR_2_HTREE_DUPREF,
@@ -476,6 +566,30 @@ impl IndexWalker<'_> {
                     ),
                 ),
             }
+        }
+    }
+
+    /// Gives mapped block `logical`, which no index entry names, the range and depth
+    /// check of e2fsck's zeroed record, unless its content is an interior node's (which
+    /// e4 does not parse when no entry names it).
+    fn judge_unreferenced_leaf(&mut self, logical: u32) {
+        let Some(range) = self.unreferenced_leaf else {
+            return;
+        };
+        if self.layout.is_index_block(logical) || self.is_index_node(logical) {
+            return;
+        }
+        self.layout.leaves.insert(logical, range);
+        if self.depth != 1 {
+            let ino = self.dir.ino;
+            self.report(
+                ProblemCode::PR_2_HTREE_BAD_DEPTH,
+                logical,
+                format!(
+                    "problem in HTREE directory inode {ino}: block #{logical} has invalid depth ({})",
+                    self.depth
+                ),
+            );
         }
     }
 }

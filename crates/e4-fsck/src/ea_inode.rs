@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use e4_format::inode::{flags, Inode};
-use e4_format::xattr::{xattr_entry_hash_matches, Xattr, XattrValue};
+use e4_format::xattr::{xattr_entry_hash_matches, Xattr};
 
 use crate::context::{Context, ReadInodeError};
 use crate::problem::{Location, ProblemCode};
@@ -39,13 +39,11 @@ pub struct EaInodes {
 }
 
 impl EaInodes {
-    /// Counts one entry naming each value inode of `xattrs`.
-    pub fn add_refs(&self, xattrs: &[Xattr]) {
+    /// Counts one entry naming each of `inodes` (one number per entry).
+    pub fn add_refs(&self, inodes: &[u32]) {
         let mut refs = self.refs.lock().unwrap_or_else(|e| e.into_inner());
-        for x in xattrs {
-            if let XattrValue::InInode { inode, .. } = x.value {
-                *refs.entry(inode).or_default() += 1;
-            }
+        for &inode in inodes {
+            *refs.entry(inode).or_default() += 1;
         }
     }
 

@@ -3,16 +3,18 @@
 //! with the magic, then entry records, and values packed from the end; every record, name
 //! and value must fit what is left of the area (`PR_1_ATTR_NAME_LEN`,
 //! `PR_1_ATTR_VALUE_SIZE`) and none may overlap another, the magic or the four zero bytes
-//! that end the list (`PR_1_INODE_EA_ALLOC_COLLISION`, e2fsck's `region_allocate`).
+//! that end the list (`PR_1_INODE_EA_ALLOC_COLLISION`, e2fsck's `region_allocate`,
+//! shared with the xattr block's walk in `xattr_region.rs`).
 //! The records are e4-format's [`XattrEntryRecord`]; this is e2fsck's reading of them.
 
 use e4_format::codec::{le32, prefix};
 use e4_format::xattr::{
-    entry_len, name_prefix, value_len, Xattr, XattrEntryRecord, XattrValue, INODE_HEADER_SIZE,
-    XATTR_MAGIC,
+    entry_len, value_len, Xattr, XattrEntryRecord, XattrValue, INODE_HEADER_SIZE, XATTR_MAGIC,
 };
 
 use crate::problem::ProblemCode;
+use crate::xattr_entries::xattr_of;
+use crate::xattr_region::Regions;
 
 /// What is wrong with the layout of an inode's attributes, where the walk stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,19 +47,26 @@ impl AreaProblem {
     }
 }
 
+/// The entry list of an inode's area `area` (after the magic; value offsets count from
+/// its start), or `None` when the area does not hold the magic, or nothing after it.
+pub fn entry_list(area: &[u8]) -> Option<&[u8]> {
+    if area.len() <= INODE_HEADER_SIZE || le32(area, 0) != Some(XATTR_MAGIC) {
+        return None;
+    }
+    Some(&area[INODE_HEADER_SIZE..])
+}
+
 /// The attributes of an inode's area `area` (from the magic to the inode's end), in
 /// order, as far as their layout holds, and the layout problem that stopped the walk, if
 /// any. An area without the magic, or too small to hold it, holds none.
 pub fn walk(area: &[u8]) -> (Vec<Xattr>, Option<AreaProblem>) {
     let mut xattrs = Vec::new();
-    if area.len() <= INODE_HEADER_SIZE || le32(area, 0) != Some(XATTR_MAGIC) {
+    let Some(entries) = entry_list(area) else {
         return (xattrs, None);
-    }
+    };
     let mut regions = Regions::new(area.len());
     // The magic: it cannot collide with nothing.
     regions.allocate(0, INODE_HEADER_SIZE);
-    // Value offsets count from the first entry, just after the magic.
-    let entries = &area[INODE_HEADER_SIZE..];
     let mut at = 0usize;
     let mut remain = entries.len();
     while remain >= XattrEntryRecord::SIZE && le32(entries, at) != Some(0) {
@@ -99,49 +108,13 @@ pub fn walk(area: &[u8]) -> (Vec<Xattr>, Option<AreaProblem>) {
             };
             XattrValue::Inline(value.to_vec())
         };
-        let mut name = name_prefix(record.name_index)
-            .unwrap_or_default()
-            .as_bytes()
-            .to_vec();
-        name.extend_from_slice(stored_name);
-        xattrs.push(Xattr {
-            index: record.name_index,
-            name,
-            value,
-            hash: record.hash,
-        });
+        xattrs.push(xattr_of(&record, stored_name, value));
         at += entry_len(name_len);
     }
     // The four zero bytes that end the list.
     let end_marker =
         (!regions.allocate(INODE_HEADER_SIZE + at, 4)).then_some(AreaProblem::Collision);
     (xattrs, end_marker)
-}
-
-/// e2fsck's `region_t`: pieces of `[0, len)` handed out, none twice.
-struct Regions {
-    len: usize,
-    taken: Vec<(usize, usize)>,
-}
-
-impl Regions {
-    fn new(len: usize) -> Self {
-        Regions {
-            len,
-            taken: Vec::new(),
-        }
-    }
-
-    /// Takes `[start, start + n)`; false when it passes the end or overlaps a piece
-    /// taken before.
-    fn allocate(&mut self, start: usize, n: usize) -> bool {
-        let end = start.saturating_add(n);
-        if end > self.len || self.taken.iter().any(|&(s, e)| start < e && s < end) {
-            return false;
-        }
-        self.taken.push((start, end));
-        true
-    }
 }
 
 #[cfg(test)]

@@ -51,8 +51,10 @@ mod resize_inode;
 mod special_inode;
 mod superblock_check;
 mod too_big;
+mod xattr_block;
 mod xattr_entries;
 mod xattr_refs;
+mod xattr_region;
 
 use std::path::Path;
 

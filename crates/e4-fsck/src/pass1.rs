@@ -17,7 +17,7 @@ use e4_format::MetadataBlock;
 use crate::block_claim::{BlockWalk, WalkMode};
 use crate::block_map_walk::walk_block_map;
 use crate::block_tally::BlockTally;
-use crate::context::Context;
+use crate::context::{is_blank_inode, Context, BASE_INODE_SIZE};
 use crate::dir_htree_check::check_index_flag;
 use crate::ea_inode::ValueCharge;
 use crate::extent_walk::walk_extent_tree;
@@ -33,7 +33,7 @@ use crate::quota::{self, QuotaUsage};
 use crate::quota_inode::{self, quota_slot, QuotaSlot};
 use crate::really_dir;
 use crate::special_inode::check_special;
-use crate::xattr_entries::{check_entries, XattrPlace};
+use crate::xattr_entries::{check_entries, value_inodes_named, XattrPlace};
 use crate::xattr_refs::XattrBlocks;
 
 /// Inodes per unit of work: large enough that one read covers many table blocks, small
@@ -259,9 +259,6 @@ fn scan_table(
     (dirs, shared)
 }
 
-/// The size of the original ext2 inode, the part libext2fs looks at for a blank inode.
-const BASE_INODE_SIZE: usize = 128;
-
 /// Checks one inode, charging what it uses to `quota_usage`. Returns, for an inode in use,
 /// its directory record (if a directory) and the tally of its blocks.
 fn check_inode(
@@ -300,9 +297,7 @@ fn check_inode(
         )
         .is_ok()
     });
-    // An inode never written has no checksum to check: libext2fs calls a checksum valid
-    // when the 128-byte base inode is all zeros (`ext2fs_inode_csum_verify`).
-    let blank = raw.iter().take(BASE_INODE_SIZE).all(|&b| b == 0);
+    let blank = is_blank_inode(raw);
     // Unused inodes too: e2fsck's pass 1 reports a failed checksum for every inode it
     // scans (`finish_processing_inode` on the `!i_links_count` path), so an unused
     // inode's bad checksum makes the filesystem unclean.
@@ -399,8 +394,9 @@ fn check_inode(
     let dir = kind == InodeKind::Directory;
     let mut tally = BlockTally::default();
     let extents_fs = ctx.sb.incompat().contains(IncompatFeatures::EXTENTS);
+    let extent_mapped = inode.has_flag(flags::EXTENTS) && extents_fs;
     if has_valid_blocks(ctx, &inode, ino) {
-        tally = if inode.has_flag(flags::EXTENTS) && extents_fs {
+        tally = if extent_mapped {
             walk_extent_tree(walk, &inode, dir)
         } else {
             walk_block_map(walk, &inode, dir)
@@ -438,7 +434,7 @@ fn check_inode(
     ctx.inodes.record(ino, kind, links, zero_length);
     let directory = dir.then(|| {
         if !inline {
-            report_holes(walk, &tally.dir_blocks);
+            report_holes(walk, &tally.dir_blocks, extent_mapped);
         }
         Directory {
             ino,
@@ -463,6 +459,9 @@ fn check_inode_xattrs(walk: &BlockWalk<'_>, inode: &Inode) -> ValueCharge {
         return ValueCharge::default();
     }
     let (xattrs, layout) = inode_xattr_area::walk(&inode.xattr_area);
+    if let Some(list) = inode_xattr_area::entry_list(&inode.xattr_area) {
+        walk.ctx.ea_inodes.add_refs(&value_inodes_named(list));
+    }
     let checked = check_entries(walk.ctx, inode, &xattrs, XattrPlace::Inode);
     if let Some(problem) = layout.filter(|_| !checked.stopped) {
         let ino = inode.ino;
@@ -707,21 +706,60 @@ fn check_i_blocks(walk: &BlockWalk<'_>, inode: &Inode, tally: &BlockTally) {
     }
 }
 
-/// A directory's logical blocks below its last must all be mapped (pass 2 asks to
-/// allocate each hole).
-fn report_holes(walk: &BlockWalk<'_>, blocks: &[(u32, u64)]) {
+/// Hole reports past this many in one directory are folded into one: e2fsck prints one
+/// per block, which a damaged extent far out (up to 2^32 blocks with large_dir) would
+/// make billions.
+pub const HOLE_REPORTS_PER_DIRECTORY: u32 = 1024;
+
+/// A directory's unmapped logical blocks, as e2fsck's pass 1 lists them for pass 2, which
+/// asks to allocate each (`PR_2_DIRECTORY_HOLE`, one report per block): every block below
+/// the last one mapped, and, in a block-mapped directory, block 0 whatever else it maps
+/// (`process_block` adds it, so that `.` and `..` are looked for). In an extent-mapped
+/// directory each extent starting past the block after the previous one is also offered
+/// to be moved down (`PR_1_COLLAPSE_DBLOCK`, in `scan_extent_node`). `blocks` are the
+/// mapped blocks, in logical order.
+fn report_holes(walk: &BlockWalk<'_>, blocks: &[(u32, u64)], extent_mapped: bool) {
+    let ino = walk.ino;
+    let mut holes = Vec::new();
     let mut expected = 0u32;
     for &(logical, _) in blocks {
         if logical > expected {
-            walk.report(
-                ProblemCode::PR_2_DIRECTORY_HOLE,
-                Location::Inode(walk.ino),
-                format!(
-                    "directory inode {} has an unallocated block #{expected}",
-                    walk.ino
-                ),
-            );
+            if extent_mapped {
+                walk.report(
+                    ProblemCode::PR_1_COLLAPSE_DBLOCK,
+                    Location::Inode(ino),
+                    format!("directory inode {ino} block {logical} should be at block {expected}"),
+                );
+            }
+            holes.push(expected..logical);
         }
         expected = logical.saturating_add(1);
+    }
+    if blocks.is_empty() && !extent_mapped {
+        holes.push(0..1);
+    }
+    let mut reported = 0;
+    for hole in &holes {
+        for logical in hole.clone() {
+            if reported == HOLE_REPORTS_PER_DIRECTORY {
+                let rest: u64 = holes
+                    .iter()
+                    .map(|h| u64::from(h.end - h.start))
+                    .sum::<u64>()
+                    - u64::from(reported);
+                walk.report(
+                    ProblemCode::PR_2_DIRECTORY_HOLE,
+                    Location::Inode(ino),
+                    format!("directory inode {ino} has {rest} more unallocated blocks"),
+                );
+                return;
+            }
+            walk.report(
+                ProblemCode::PR_2_DIRECTORY_HOLE,
+                Location::Inode(ino),
+                format!("directory inode {ino} has an unallocated block #{logical}"),
+            );
+            reported += 1;
+        }
     }
 }

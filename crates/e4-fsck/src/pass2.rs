@@ -96,6 +96,15 @@ pub fn run(ctx: &Context, dirs: &[Directory], progress: Option<&Progress>) -> Pa
             .flat_map_iter(|dir| check_inline(ctx, dir, &lost_and_found)),
     );
     subdir_links.par_sort_unstable();
+    for (dir, layout) in dirs.iter().zip(&layouts) {
+        if layout.as_ref().is_some_and(HtreeLayout::is_invalid) {
+            ctx.report(
+                ProblemCode::PR_2_HTREE_CLEAR,
+                Location::Inode(dir.ino),
+                format!("invalid HTREE directory inode {}", dir.ino),
+            );
+        }
+    }
     Pass2Result {
         subdir_links,
         has_lost_and_found: lost_and_found.load(Ordering::Relaxed),
@@ -177,7 +186,9 @@ fn check_block(
             }
         }
     }
-    entries.finish();
+    if let (Some(layout), Some(code)) = (task.htree, entries.finish()) {
+        layout.note(code);
+    }
     entries.links
 }
 
@@ -453,13 +464,16 @@ impl<'a, 'r> EntryChecker<'a, 'r> {
         }
     }
 
-    /// Compares the hashes seen with the leaf's range in the index.
-    fn finish(&mut self) {
+    /// Compares the hashes seen with the leaf's range in the index; returns a problem
+    /// found (either: both count alike against the index).
+    fn finish(&mut self) -> Option<ProblemCode> {
         let (Some(range), Some((lo, hi))) = (self.htree_range, self.hash_bounds) else {
-            return;
+            return None;
         };
+        let mut found = None;
         let ino = self.dir.ino;
         if lo < range.min {
+            found = Some(ProblemCode::PR_2_HTREE_MIN_HASH);
             self.report(
                 ProblemCode::PR_2_HTREE_MIN_HASH,
                 0,
@@ -470,6 +484,7 @@ impl<'a, 'r> EntryChecker<'a, 'r> {
             );
         }
         if hi > range.max {
+            found = Some(ProblemCode::PR_2_HTREE_MAX_HASH);
             self.report(
                 ProblemCode::PR_2_HTREE_MAX_HASH,
                 0,
@@ -479,5 +494,6 @@ impl<'a, 'r> EntryChecker<'a, 'r> {
                 ),
             );
         }
+        found
     }
 }

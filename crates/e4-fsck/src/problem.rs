@@ -140,7 +140,10 @@ macro_rules! problem_codes {
 
             /// Whether e2fsck cannot go on after the problem (a `fatal_error`, exit 8).
             pub fn is_fatal(self) -> bool {
-                matches!(self, ProblemCode::EXT2_ET_INODE_CSUM_INVALID)
+                matches!(
+                    self,
+                    ProblemCode::EXT2_ET_INODE_CSUM_INVALID | ProblemCode::PR_1_EXTATTR_READ_ABORT
+                )
             }
 
             /// The pass that finds the problem: 0 before pass 1, then 1 to 5 (1B and later
@@ -283,6 +286,9 @@ problem_codes! {
     PR_1_ATTR_SET_EA_INODE_FL = 0x010086, Fix, Xattr, true;
     /// A directory has no blocks.
     PR_1_ZERO_LENGTH_DIR = 0x010006, Clear, Inode, true;
+    /// An extent of a directory starts past the block after the one before it (repair
+    /// would move it down to close the hole).
+    PR_1_COLLAPSE_DBLOCK = 0x010072, Fix, DirectoryBlock, true;
     /// `i_size` disagrees with the blocks the inode maps.
     PR_1_BAD_I_SIZE = 0x01000C, Fix, InodeSize, true;
     /// `i_blocks` disagrees with the blocks the inode owns.
@@ -294,8 +300,24 @@ problem_codes! {
     PR_1_TOOBIG_DIR = 0x010044, Clear, IllegalBlock, true;
     /// A block-mapped symlink maps a block past its block 0.
     PR_1_TOOBIG_SYMLINK = 0x010046, Clear, IllegalBlock, true;
-    /// An xattr block is not valid.
+    /// An xattr block's `h_magic` is not version 2's (e2fsck declines to clear the
+    /// reference and goes on to use the block).
     PR_1_BAD_EA_BLOCK = 0x01003A, Clear, Xattr, true;
+    /// An xattr block could not be read.
+    PR_1_READ_EA_BLOCK = 0x010039, Clear, Xattr, true;
+    /// An xattr block's `h_blocks` is not 1.
+    PR_1_EA_MULTI_BLOCK = 0x01003E, Clear, Xattr, true;
+    /// Pieces of an xattr block (header, entry records with their names, values, the
+    /// four bytes that end the list) overlap, or one passes the block's end.
+    PR_1_EA_ALLOC_COLLISION = 0x010040, Clear, Xattr, true;
+    /// An entry of an xattr block has name index 0.
+    PR_1_EA_BAD_NAME = 0x010041, Clear, Xattr, true;
+    /// The value of an entry of an xattr block ends past the block.
+    PR_1_EA_BAD_VALUE = 0x010042, Clear, Xattr, true;
+    /// An xattr block whose reference count must be fixed cannot be read again for it
+    /// (its header is not one libext2fs reads, or its checksum fails): fatal to e2fsck
+    /// at the end of pass 1 (exit 8, or 12 after an earlier error).
+    PR_1_EXTATTR_READ_ABORT = 0x01003B, None, Xattr, true;
     /// An xattr block's reference count disagrees with the inodes using it.
     PR_1_EXTATTR_REFCOUNT = 0x01003C, Fix, Xattr, true;
     /// An extent's physical start is outside the filesystem.
@@ -393,6 +415,9 @@ problem_codes! {
     PR_2_HTREE_DUPREF = 0x020035, ClearHtree, Htree, true;
     /// A leaf holds a name hashing below its index range.
     PR_2_HTREE_MIN_HASH = 0x020036, ClearHtree, Htree, true;
+    /// An htree index with a bad min or max hash, a leaf at the wrong depth or a block
+    /// referenced never or twice (e2fsck's question after its last look at the index).
+    PR_2_HTREE_CLEAR = 0x020038, ClearHtree, Htree, true;
     /// A leaf holds a name hashing above its index range.
     PR_2_HTREE_MAX_HASH = 0x020037, ClearHtree, Htree, true;
     /// `INDEX_FL` on a regular file or symlink.

@@ -6,8 +6,11 @@
 //! signed on x86), and a hash of 0 in an inode, where older kernels stored none. The
 //! block's own hash (`h_hash`) is not checked: e2fsck does not check it either.
 
+use e4_format::codec::le32;
 use e4_format::inode::Inode;
-use e4_format::xattr::{xattr_entry_hash_matches, Xattr, XattrValue};
+use e4_format::xattr::{
+    entry_len, name_prefix, xattr_entry_hash_matches, Xattr, XattrEntryRecord, XattrValue,
+};
 
 use crate::context::Context;
 use crate::ea_inode::{check_value_inode, ValueCharge};
@@ -31,9 +34,50 @@ pub struct EntriesChecked {
     pub stopped: bool,
 }
 
-/// Checks `xattrs`, attributes of inode `owner` held at `place`, counts the entries
-/// naming each value inode, and returns what their values held in inodes charge to the
-/// owner. In an inode e2fsck stops at the first entry with a problem (declined, the rest
+/// The value inodes the entry list `list` names (its first record at 0), as e2fsck
+/// counts them after either walk (`inc_ea_inode_refs`): every record up to the four zero
+/// bytes that end the list, stepping by each record's length, whatever the layout walk
+/// made of it (so a value inode named after a broken entry still counts), as long as
+/// the next record starts before the end of `list` (e2fsck's loop asks that of the
+/// next record, so a record reaching the end, or running past it, names none and ends
+/// the count).
+pub fn value_inodes_named(list: &[u8]) -> Vec<u32> {
+    let mut inodes = Vec::new();
+    let mut at = 0;
+    while let Some(word) = le32(list, at) {
+        let next = at + entry_len(usize::from(list[at]));
+        if word == 0 || next >= list.len() {
+            break;
+        }
+        // Inside the list: the record is at least 16 bytes and the next one starts
+        // before the end.
+        if let Some(inode) = le32(list, at + 4).filter(|&inode| inode != 0) {
+            inodes.push(inode);
+        }
+        at = next;
+    }
+    inodes
+}
+
+/// The attribute entry `record` describes, with its name as stored (without the
+/// index's prefix) and its value: what both layout walks (in an inode, in a block) give
+/// for each entry they pass.
+pub fn xattr_of(record: &XattrEntryRecord, stored_name: &[u8], value: XattrValue) -> Xattr {
+    let mut name = name_prefix(record.name_index)
+        .unwrap_or_default()
+        .as_bytes()
+        .to_vec();
+    name.extend_from_slice(stored_name);
+    Xattr {
+        index: record.name_index,
+        name,
+        value,
+        hash: record.hash,
+    }
+}
+
+/// Checks `xattrs`, attributes of inode `owner` held at `place`, and returns what their
+/// values held in inodes charge to the owner. In an inode e2fsck stops at the first entry with a problem (declined, the rest
 /// are neither checked nor charged); in a block it checks and charges every entry but
 /// those with a problem.
 pub fn check_entries(
@@ -42,7 +86,6 @@ pub fn check_entries(
     xattrs: &[Xattr],
     place: XattrPlace,
 ) -> EntriesChecked {
-    ctx.ea_inodes.add_refs(xattrs);
     let loc = match place {
         XattrPlace::Inode => Location::Inode(owner.ino),
         XattrPlace::Block(block) => Location::Block(block),
@@ -95,4 +138,35 @@ pub fn report_bad_hash(ctx: &Context, owner: u32, xattr: &Xattr, loc: Location) 
             xattr.hash
         ),
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Records of 20 bytes (`a` and `bb`) then one cut short by the end: the value
+    /// inodes named by records whose next one starts inside the list are counted.
+    #[test]
+    fn value_inodes_named_up_to_the_end_of_the_list() {
+        let mut list = vec![0u8; 44];
+        // `a`: name length 1, index 1, value inode 13.
+        list[0] = 1;
+        list[1] = 1;
+        list[4..8].copy_from_slice(&13u32.to_le_bytes());
+        // `bb`: name length 2, no value inode.
+        list[20] = 2;
+        list[21] = 1;
+        assert_eq!(value_inodes_named(&list), [13]);
+        // A third record at 40 running past the end names none.
+        list[40] = 3;
+        assert_eq!(value_inodes_named(&list), [13]);
+        // A record reaching exactly the end names none either (e2fsck wants the next
+        // record to start before the end).
+        assert_eq!(value_inodes_named(&list[..20]), []);
+        assert_eq!(value_inodes_named(&list[..24]), [13]);
+        // Four zero bytes end the list before a later record.
+        list[20..24].fill(0);
+        list[24 + 4..24 + 8].copy_from_slice(&99u32.to_le_bytes());
+        assert_eq!(value_inodes_named(&list), [13]);
+    }
 }

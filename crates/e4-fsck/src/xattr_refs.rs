@@ -10,23 +10,27 @@ use std::sync::Mutex;
 
 use e4_format::features::CompatFeatures;
 use e4_format::inode::Inode;
-use e4_format::xattr::{decode_xattr_block, XattrBlockHeader};
-use e4_format::{BlockSeed, FormatError, Location as FormatLocation, MetadataBlock};
+use e4_format::xattr::{xattr_block_checksum, XattrBlockHeader};
+use e4_format::BlockSeed;
 
 use crate::block_claim::{BlockWalk, WalkMode};
 use crate::block_tally::BlockTally;
 use crate::context::Context;
 use crate::ea_inode::ValueCharge;
 use crate::problem::{Location, ProblemCode};
-use crate::xattr_entries::{check_entries, XattrPlace};
+use crate::xattr_block::{self, BlockProblem};
+use crate::xattr_entries::{check_entries, value_inodes_named, XattrPlace};
 
 const SHARDS: usize = 64;
 
 /// What is known of one xattr block.
 #[derive(Debug, Clone, Copy)]
 struct XattrBlockUse {
-    /// `h_refcount` on disk; `None` when the block is not a valid xattr block.
+    /// `h_refcount` on disk; `None` when the block could not be read.
     refcount: Option<u32>,
+    /// Whether e2fsck could read the block again at the end of pass 1 to fix its
+    /// refcount: its header is one libext2fs reads and its checksum holds.
+    rereadable: bool,
     /// Inodes found naming it.
     users: u32,
     /// What the xattr values its entries hold in inodes charge to every inode naming
@@ -69,21 +73,11 @@ impl XattrBlocks {
         }
         let shard = &self.shards[(block % SHARDS as u64) as usize];
         let mut map = shard.lock().unwrap_or_else(|e| e.into_inner());
-        let entry = match map.get_mut(&block) {
-            Some(entry) => entry,
-            // First sight: read and check it while holding only this shard.
-            None => {
-                let (refcount, values) = match read_and_check(ctx, owner, block) {
-                    Some((refcount, values)) => (Some(refcount), values),
-                    None => (None, ValueCharge::default()),
-                };
-                map.entry(block).or_insert(XattrBlockUse {
-                    refcount,
-                    users: 0,
-                    values,
-                })
-            }
-        };
+        // First sight: read and check it while holding only this shard. e2fsck checks
+        // the block once, for the first inode naming it.
+        let entry = map
+            .entry(block)
+            .or_insert_with(|| read_and_check(ctx, owner, block));
         match entry.refcount {
             Some(_) => {
                 entry.users += 1;
@@ -95,9 +89,9 @@ impl XattrBlocks {
             }
             None => {
                 walk.report(
-                    ProblemCode::PR_1_BAD_EA_BLOCK,
+                    ProblemCode::PR_1_READ_EA_BLOCK,
                     Location::Inode(ino),
-                    format!("inode {ino} has a bad extended attribute block {block}"),
+                    format!("error reading extended attribute block {block} for inode {ino}"),
                 );
                 0
             }
@@ -109,13 +103,24 @@ impl XattrBlocks {
         for shard in &self.shards {
             let map = shard.lock().unwrap_or_else(|e| e.into_inner());
             for (&block, usage) in map.iter() {
-                if let Some(refcount) = usage.refcount.filter(|&r| r != usage.users) {
+                let Some(refcount) = usage.refcount.filter(|&r| r != usage.users) else {
+                    continue;
+                };
+                let users = usage.users;
+                if usage.rereadable {
                     ctx.report(
                         ProblemCode::PR_1_EXTATTR_REFCOUNT,
                         Location::Block(block),
                         format!(
-                            "extended attribute block {block} has reference count {refcount}, should be {}",
-                            usage.users
+                            "extended attribute block {block} has reference count {refcount}, should be {users}"
+                        ),
+                    );
+                } else {
+                    ctx.report(
+                        ProblemCode::PR_1_EXTATTR_READ_ABORT,
+                        Location::Block(block),
+                        format!(
+                            "error reading extended attribute block {block} to set its reference count {refcount} to {users}"
                         ),
                     );
                 }
@@ -124,33 +129,57 @@ impl XattrBlocks {
     }
 }
 
-/// Reads xattr block `block` for inode `owner`, the first to name it, and returns its
-/// refcount and the blocks of the values its entries hold in inodes (whose entries are
-/// counted once here, however many inodes share the block), or `None` if it is not a
-/// valid xattr block.
-fn read_and_check(ctx: &Context, owner: &Inode, block: u64) -> Option<(u32, ValueCharge)> {
+/// Reads xattr block `block` for inode `owner`, the first to name it, and checks it as
+/// e2fsck's `check_ext_attr` does under `-n`: its layout (`xattr_block.rs`), its
+/// entries' hashes and value inodes (whose entries are counted once here, however many
+/// inodes share the block), and, where libext2fs reads its header, its checksum. Every
+/// problem is declined, so the block is used whatever it holds.
+fn read_and_check(ctx: &Context, owner: &Inode, block: u64) -> XattrBlockUse {
     let ino = owner.ino;
-    let loc = FormatLocation::InodeBlock { inode: ino, block };
-    let bytes = ctx.image.read_blocks(block, 1, ctx.block_size()).ok()?;
-    // The structure must decode for the checksum alone to be the problem.
-    let (header, xattrs) = decode_xattr_block(&bytes, loc).ok()?;
-    let seed = ctx.csum_seed.map(|seed| BlockSeed {
-        seed,
-        block_nr: block,
-    });
-    if let Some(seed) = seed {
-        if let Err(FormatError::Checksum { .. }) = XattrBlockHeader::verify(&bytes, seed, loc) {
-            ctx.report(
-                ProblemCode::PR_1_EA_BLOCK_ONLY_CSUM_INVALID,
-                Location::InodeBlock {
-                    inode: ino,
-                    block,
-                    logical: 0,
-                },
-                format!("inode {ino} extended attribute block {block} passes checks, but checksum does not match block"),
-            );
-        }
+    let Ok(bytes) = ctx.image.read_blocks(block, 1, ctx.block_size()) else {
+        return XattrBlockUse {
+            refcount: None,
+            rereadable: false,
+            users: 0,
+            values: ValueCharge::default(),
+        };
+    };
+    let layout = xattr_block::walk(&bytes);
+    for problem in &layout.problems {
+        let loc = match problem {
+            BlockProblem::BadMagic(_) => Location::Inode(ino),
+            _ => Location::Block(block),
+        };
+        ctx.report(problem.code(), loc, problem.describe(ino, block));
     }
-    let values = check_entries(ctx, owner, &xattrs, XattrPlace::Block(block)).charged;
-    Some((header.refcount, values))
+    let values = check_entries(ctx, owner, &layout.xattrs, XattrPlace::Block(block)).charged;
+    let list = bytes.get(XattrBlockHeader::SIZE..).unwrap_or_default();
+    ctx.ea_inodes.add_refs(&value_inodes_named(list));
+    // libext2fs looks at the checksum only of a header it reads, and e2fsck, declining
+    // every fix before, asks about it last.
+    let checksum_fails = layout.header_readable
+        && ctx.csum_seed.is_some_and(|seed| {
+            let seed = BlockSeed {
+                seed,
+                block_nr: block,
+            };
+            xattr_block_checksum(&bytes, seed) != layout.header.checksum
+        });
+    if checksum_fails {
+        ctx.report(
+            ProblemCode::PR_1_EA_BLOCK_ONLY_CSUM_INVALID,
+            Location::InodeBlock {
+                inode: ino,
+                block,
+                logical: 0,
+            },
+            format!("inode {ino} extended attribute block {block} passes checks, but checksum does not match block"),
+        );
+    }
+    XattrBlockUse {
+        refcount: Some(layout.header.refcount),
+        rereadable: layout.header_readable && !checksum_fails,
+        users: 0,
+        values,
+    }
 }

@@ -235,3 +235,104 @@ fn value_inode_whose_checksum_fails() {
 
 /// `i_checksum_lo` in an inode (`l_i_checksum_lo`).
 const I_CHECKSUM_LO: u64 = 0x7C;
+
+/// An ea_inode image without metadata_csum whose `/f` has `user.a` = "hello" and then
+/// `user.big` (1,024 bytes, in a value inode), in the inode (256-byte inodes) or in an
+/// xattr block (128-byte inodes), `i_blocks` counting the value's block; returns it
+/// and the byte offset of `user.a`'s entry record (the first).
+fn value_after_a_small_entry(inode_size: &str) -> (Image, u64) {
+    let image = make_empty_image(
+        &[
+            "-t",
+            "ext4",
+            "-b",
+            "1024",
+            "-I",
+            inode_size,
+            "-O",
+            "ea_inode,^metadata_csum",
+        ],
+        8,
+    );
+    let host = tempfile::tempdir().unwrap();
+    let (small, big) = (host.path().join("small"), host.path().join("big"));
+    std::fs::write(&small, b"hi\n").unwrap();
+    std::fs::write(&big, vec![b'v'; 1024]).unwrap();
+    debugfs(&image.path, &format!("write {} /f", small.display()));
+    debugfs(&image.path, "ea_set /f user.a hello");
+    debugfs(
+        &image.path,
+        &format!("ea_set -f {} /f user.big", big.display()),
+    );
+    let owner = inode_of(&image.path, "/f");
+    let raw = RawImage::read(&image.path).unwrap();
+    let inode = raw.inode(owner).unwrap();
+    // debugfs keeps the order of `ea_set` in an inode; a block sorts `a` before `big`.
+    let first = if inode.file_acl() == 0 {
+        raw.inode_offset(owner).unwrap() + 128 + u64::from(inode.record.extra_isize) + 4
+    } else {
+        inode.file_acl() * raw.block_size() as u64 + 32
+    };
+    assert_eq!(common::read_bytes(&image.path, first + 16, 1), b"a");
+    debugfs(
+        &image.path,
+        &format!("sif /f blocks {}", inode.record.blocks_lo + 2),
+    );
+    assert_agreement(&image.path, "value after a small entry, undamaged");
+    (image, first)
+}
+
+/// A value inode named by an entry after one whose layout is broken: e2fsck's layout
+/// walk stops at the broken entry, but it counts the value inodes of every entry up to
+/// the list's end (`inc_ea_inode_refs`), so the value inode is still referenced. In the
+/// inode (`user.a`'s value moved onto its own record: a collision) and in an xattr
+/// block (128-byte inodes; `user.a`'s name index 0). Before, e4 found it unattached.
+#[test]
+fn value_inode_named_after_a_broken_entry() {
+    for (inode_size, what, code) in [
+        (
+            "256",
+            "in the inode",
+            ProblemCode::PR_1_INODE_EA_ALLOC_COLLISION,
+        ),
+        ("128", "in the block", ProblemCode::PR_1_EA_BAD_NAME),
+    ] {
+        let (image, first) = value_after_a_small_entry(inode_size);
+        if inode_size == "256" {
+            common::write_bytes(&image.path, first + 2, &0u16.to_le_bytes());
+        } else {
+            common::write_bytes(&image.path, first + 1, &[0]);
+        }
+        assert_agreement(
+            &image.path,
+            &format!("value inode named {what} after a broken entry"),
+        );
+        let codes = problem_codes(&image.path);
+        assert!(codes.contains(&code), "{what}: {codes:?}");
+        assert!(
+            !codes.contains(&ProblemCode::PR_4_UNATTACHED_INODE),
+            "{what}: {codes:?}"
+        );
+    }
+}
+
+/// An entry whose record runs past the end of the list names no value inode for
+/// e2fsck's count (it wants the next record to start inside the list): its value inode
+/// is unattached. Found by random flips in the area.
+#[test]
+fn value_inode_named_by_an_entry_past_the_end() {
+    let (image, first) = value_after_a_small_entry("256");
+    // `user.big`'s record follows `user.a`'s 20 bytes; a name of 131 bytes runs past
+    // the 96-byte area.
+    common::write_bytes(&image.path, first + 20, &[131]);
+    assert_agreement(&image.path, "user.big's name length 131");
+    let codes = problem_codes(&image.path);
+    assert!(
+        codes.contains(&ProblemCode::PR_1_INODE_EA_ALLOC_COLLISION),
+        "{codes:?}"
+    );
+    assert!(
+        codes.contains(&ProblemCode::PR_4_UNATTACHED_INODE),
+        "{codes:?}"
+    );
+}

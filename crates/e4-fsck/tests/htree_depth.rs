@@ -84,16 +84,22 @@ fn root_levels_that_disagree_with_the_tree() {
     let pristine = fs::read(&image.path).unwrap();
     let classes = assert_agreement(&image.path, "undamaged");
     assert!(classes.is_empty(), "{classes:?}");
+    // A leaf at the wrong depth also makes e2fsck ask to clear the index after its
+    // last look at it (`PR_2_HTREE_CLEAR`).
     let cases: &[(&str, u8, &[ProblemCode])] = &[
         // Too few levels: the root's children are interior nodes by content, so the
         // leaves are one level deeper than claimed (not unreferenced).
-        ("/deep", 0, &[PR_2_HTREE_BAD_DEPTH]),
+        ("/deep", 0, &[PR_2_HTREE_BAD_DEPTH, PR_2_HTREE_CLEAR]),
         // Too many: the leaves of a one-level tree are not nodes, so they are too
         // shallow (their hashes are not read as an unordered index).
-        ("/shallow", 1, &[PR_2_HTREE_BAD_DEPTH]),
+        ("/shallow", 1, &[PR_2_HTREE_BAD_DEPTH, PR_2_HTREE_CLEAR]),
         // More than a directory may have without large_dir: the root is invalid too, and
         // e2fsck -n still walks its index.
-        ("/deep", 2, &[PR_2_HTREE_BAD_ROOT, PR_2_HTREE_BAD_DEPTH]),
+        (
+            "/deep",
+            2,
+            &[PR_2_HTREE_BAD_ROOT, PR_2_HTREE_BAD_DEPTH, PR_2_HTREE_CLEAR],
+        ),
         // Past two levels: pass 1 reports the depth for a directory this small, and
         // the missing large_dir feature.
         (
@@ -104,6 +110,7 @@ fn root_levels_that_disagree_with_the_tree() {
                 PR_2_FEATURE_LARGE_DIRS,
                 PR_2_HTREE_BAD_ROOT,
                 PR_2_HTREE_BAD_DEPTH,
+                PR_2_HTREE_CLEAR,
             ],
         ),
     ];
@@ -142,7 +149,12 @@ fn large_dir_allows_three_levels_but_not_the_wrong_depth() {
     let codes = claim_levels(&image.path, &pristine, "/deep", 2);
     assert_eq!(
         codes,
-        [ProblemCode::PR_2_HTREE_BAD_DEPTH].into_iter().collect()
+        [
+            ProblemCode::PR_2_HTREE_BAD_DEPTH,
+            ProblemCode::PR_2_HTREE_CLEAR
+        ]
+        .into_iter()
+        .collect()
     );
     let classes = assert_agreement(&image.path, "large_dir, three levels claimed");
     assert_eq!(classes, [ProblemClass::Htree].into_iter().collect());

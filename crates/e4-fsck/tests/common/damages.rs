@@ -10,7 +10,8 @@ use std::path::Path;
 use e4_fsck::{check, Options, ProblemClass, ProblemCode};
 
 use super::{
-    assert_agreement, block_size, bmap, debugfs, inode_of, inode_offset, read_bytes, write_bytes,
+    assert_agreement, block_size, bmap, debugfs, edit_xattr_block, inode_of, inode_offset,
+    read_bytes, write_bytes,
 };
 
 pub fn features(image: &Path) -> String {
@@ -298,7 +299,9 @@ pub const DAMAGES: &[(&str, Damage, ProblemClass, Option<ProblemCode>)] = &[
             if block == 0 {
                 return false;
             }
-            write_bytes(img, block * block_size(img) + 4, &7u32.to_le_bytes());
+            edit_xattr_block(img, block, |bytes| {
+                bytes[4..8].copy_from_slice(&7u32.to_le_bytes())
+            });
             true
         },
         ProblemClass::Xattr,

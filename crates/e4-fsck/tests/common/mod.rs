@@ -85,6 +85,8 @@ pub const E2FSCK_CLASSES: &[(&str, ProblemClass)] = &[
     ),
     ("duplicate '.", ProblemClass::DirectoryBlock),
     ("has an unallocated", ProblemClass::DirectoryBlock),
+    // PR_1_COLLAPSE_DBLOCK: "Directory inode N block B should be at block C".
+    ("should be at block", ProblemClass::DirectoryBlock),
     ("Invalid inode number for '.'", ProblemClass::DirectoryBlock),
     ("deleted/unused inode", ProblemClass::DirectoryEntry),
     ("has invalid inode #", ProblemClass::DirectoryEntry),
@@ -241,7 +243,8 @@ pub fn e4_verdict(image: &Path, threads: usize) -> (Verdict, String) {
     report.write_text(&mut text, "image").unwrap();
     (
         Verdict {
-            errors: report.exit_code() == e4_fsck::report::EXIT_ERRORS,
+            // 12 too: errors, then a problem fatal to e2fsck (which exits 12 there).
+            errors: report.exit_code() & e4_fsck::report::EXIT_ERRORS != 0,
             classes: report.problems.iter().map(|p| p.code.class()).collect(),
         },
         String::from_utf8(text).unwrap(),
@@ -336,6 +339,27 @@ pub fn edit_dir_block(image: &Path, path: &str, logical: u64, edit: impl FnOnce(
         DirLeafBlock::seal(&mut block, inode_csum_seed(sb.csum_seed(), dir, generation));
     }
     write_bytes(image, physical * bs as u64, &block);
+}
+
+/// Applies `edit` to xattr block `block` and, under metadata_csum, seals its checksum
+/// again, so that only the damage `edit` makes is left to find (a refcount to fix in a
+/// block whose checksum fails is another problem: fatal to e2fsck).
+pub fn edit_xattr_block(image: &Path, block: u64, edit: impl FnOnce(&mut [u8])) {
+    use e4_format::xattr::XattrBlockHeader;
+    use e4_format::{BlockSeed, MetadataBlock};
+    let raw = RawImage::read(image).unwrap();
+    let bs = raw.block_size();
+    let mut bytes = raw.block(block).unwrap().to_vec();
+    edit(&mut bytes);
+    let sb = raw.superblock();
+    if sb.has_metadata_csum() {
+        let seed = BlockSeed {
+            seed: sb.csum_seed(),
+            block_nr: block,
+        };
+        XattrBlockHeader::seal(&mut bytes, seed);
+    }
+    write_bytes(image, block * bs as u64, &bytes);
 }
 
 /// Byte offset, in `block`, of the live entry called `name` (the block must hold it).
