@@ -265,6 +265,15 @@ M = [
   "        let ino = make()?;\n        self.edit_leaf(physical, |leaf| leaf.insert_at(slot, name, ino, file_type))?;",
   "        let ino = make()?;\n        self.edit_leaf(physical, |leaf| leaf.insert_at(slot, name, ino, file_type))?;\n        self.edit_leaf(physical, |leaf| leaf.insert_at(slot, b\"x\", ino, file_type))?;",
   ["--test", "write_model"]),
+ # When operations commit by themselves.
+ ("a commit comes at half the buffer cache dirty", "crates/e4-fs/src/writer.rs",
+  "        fs.cache.dirty_count() > DIRTY_LIMIT.min(fs.cache.capacity())",
+  "        fs.cache.dirty_count() > DIRTY_LIMIT.min(fs.cache.capacity() / 2)",
+  ["--test", "write_cases", "operations_commit"]),
+ ("dirty blocks never make an operation commit", "crates/e4-fs/src/writer.rs",
+  "        fs.cache.dirty_count() > DIRTY_LIMIT.min(fs.cache.capacity())",
+  "        fs.cache.dirty_count() > usize::MAX - 1",
+  ["--test", "write_cases", "operations_commit"]),
  # fsync and group commit.
  ("every fsync commits", "crates/e4-fs/src/writer.rs",
   "    pub fn commit_through(&self, fs: &Filesystem, txn: u64) -> Result<()> {\n        if self.committed.load(Ordering::Acquire) >= txn {",

@@ -480,3 +480,38 @@ fn fallocate_on_other_kinds_of_file_fails_as_in_the_kernel() {
     fs.unmount().unwrap();
     e2fsck_clean(&img.path).unwrap();
 }
+
+/// Operations commit by themselves once as many blocks are dirty as the buffer cache holds
+/// (and not at half of it, which made two benchmark threads commit where one did not).
+#[test]
+fn operations_commit_once_the_buffer_cache_capacity_is_dirty() {
+    let img = make_empty_image(&["-t", "ext4", "-b", "4096", "-I", "256"], 64);
+    let capacity = 256;
+    let options = OpenOptions {
+        cache_bytes: capacity * 4096,
+        commit_interval: std::time::Duration::ZERO,
+        ..OpenOptions::writable()
+    };
+    let fs = Filesystem::open(&img.path, options).unwrap();
+    // An unlink writes the inode's record into its inode-table block: a new dirty block
+    // every 16 unlinks (256-byte inodes, 4 KiB blocks), beside the directory's own blocks.
+    let inodes_per_block = 16;
+    let files = 2 * capacity * inodes_per_block;
+    for n in 0..files {
+        fs.create(ROOT, format!("f{n}").as_bytes(), ME).unwrap();
+    }
+    fs.sync().unwrap();
+    let before = fs.lock_stats().commits;
+    let first_commit = (0..files).find(|n| {
+        fs.unlink(ROOT, format!("f{n}").as_bytes()).unwrap();
+        fs.lock_stats().commits > before
+    });
+    let first_commit = first_commit.expect("no commit with twice the cache's blocks dirty");
+    let at_capacity = capacity * inodes_per_block;
+    assert!(
+        (at_capacity * 3 / 4..=at_capacity + inodes_per_block).contains(&first_commit),
+        "first commit after {first_commit} unlinks, with a cache of {capacity} blocks"
+    );
+    fs.unmount().unwrap();
+    e2fsck_clean(&img.path).unwrap();
+}
