@@ -172,6 +172,20 @@ struct IndexWalker<'a> {
 }
 
 impl IndexWalker<'_> {
+    /// A leaf at `logical` reached at another depth than the root's `indirect_levels` say
+    /// (`PR_2_HTREE_BAD_DEPTH`).
+    fn report_bad_depth(&self, logical: u32) {
+        let ino = self.dir.ino;
+        self.report(
+            ProblemCode::PR_2_HTREE_BAD_DEPTH,
+            logical,
+            format!(
+                "problem in HTREE directory inode {ino}: block #{logical} has invalid depth ({})",
+                self.depth
+            ),
+        );
+    }
+
     fn report(&self, code: ProblemCode, logical: u32, message: String) {
         self.layout.note(code);
         self.ctx.report(
@@ -456,14 +470,7 @@ impl IndexWalker<'_> {
                 continue;
             }
             if depth != self.depth {
-                self.report(
-                    ProblemCode::PR_2_HTREE_BAD_DEPTH,
-                    logical,
-                    format!(
-                        "problem in HTREE directory inode {ino}: block #{logical} has invalid depth ({})",
-                        self.depth
-                    ),
-                );
+                self.report_bad_depth(logical);
             }
         }
     }
@@ -581,15 +588,7 @@ impl IndexWalker<'_> {
         }
         self.layout.leaves.insert(logical, range);
         if self.depth != 1 {
-            let ino = self.dir.ino;
-            self.report(
-                ProblemCode::PR_2_HTREE_BAD_DEPTH,
-                logical,
-                format!(
-                    "problem in HTREE directory inode {ino}: block #{logical} has invalid depth ({})",
-                    self.depth
-                ),
-            );
+            self.report_bad_depth(logical);
         }
     }
 }
