@@ -59,10 +59,10 @@ const XATTR_BLOCK_LOCKS: usize = 64;
 
 /// Dirty metadata blocks that make an operation commit once it is done; at most the buffer
 /// cache's capacity. Dirty blocks are never evicted: past the capacity a shard grows beyond
-/// its share until the commit (`Shard::evict_one` in the buffer cache), and the clean blocks an operation
-/// needs are read again. Half the capacity, the limit before, made two threads' 200,000
-/// unlinks (13,500 dirty blocks against 8,192) commit inside the benchmark's timed phase
-/// where one thread's 100,000 did not.
+/// its share until the commit (`Shard::evict_one` in the buffer cache), and the clean
+/// blocks an operation needs are read again. Half the capacity, the limit before, made two
+/// threads' 200,000 unlinks (13,500 dirty blocks against 8,192) commit inside the
+/// benchmark's timed phase where one thread's 100,000 did not.
 const DIRTY_LIMIT: usize = 16 * 1024;
 
 thread_local! {
@@ -486,8 +486,9 @@ impl Writer {
 
     /// Makes sure transaction `txn` and every earlier one are written back, committing the
     /// running transaction only if they are not (jbd2's `jbd2_log_wait_commit`). This is
-    /// how fsyncs share commits: callers that wait here while another thread commits find
-    /// their transaction written when they get the lock, and return at once; one commit
+    /// how fsyncs share commits: callers that find another thread committing wait for its
+    /// end ([`Self::wait_for_commit_end`]) and return if it wrote their transaction; of the
+    /// others, the first to take the commit lock commits for all of them, so one commit
     /// answers every fsync that was waiting for it.
     pub fn commit_through(&self, fs: &Filesystem, txn: u64) -> Result<()> {
         loop {
