@@ -5,6 +5,7 @@
 
 use std::io;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use e4_fs::LockReport;
@@ -175,14 +176,47 @@ struct Tally {
     bytes: u64,
 }
 
-/// Runs `work(thread, deadline)` on `p.threads` threads at once, each on its CPU of
+/// When a timed phase ends for its threads ([`until`]).
+#[derive(Clone, Copy)]
+struct Window<'a> {
+    deadline: Instant,
+    ends: PhaseEnd,
+    /// Set by the first thread that runs out of work, under [`PhaseEnd::FirstOutOfWork`].
+    out_of_work: &'a AtomicBool,
+}
+
+/// How a timed phase ends besides its deadline.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum PhaseEnd {
+    /// Every thread stops within one batch of the first that runs out of work (its share of
+    /// files to remove, its bytes to append, an inode to create): every second the rate
+    /// counts then has all the threads working, as FxMark's fixed-time runs do. Without it
+    /// a thread that lost the CPU for a while finished alone, and a phase of 0.2 s (e4's
+    /// 200,000 unlinks at two threads) counted that tail as if two threads ran it.
+    FirstOutOfWork,
+    /// Each thread runs until its own work is done (`near-full`'s race for the last blocks
+    /// goes on until every thread has found the filesystem full).
+    EachOutOfWork,
+}
+
+/// Runs `work(thread, window)` on `p.threads` threads at once, each on its CPU of
 /// `p.placement`, and adds up what they did.
-fn timed<F>(p: &Params, duration: Duration, work: F) -> io::Result<(Tally, Duration)>
+fn timed<F>(
+    p: &Params,
+    duration: Duration,
+    ends: PhaseEnd,
+    work: F,
+) -> io::Result<(Tally, Duration)>
 where
-    F: Fn(usize, Instant) -> io::Result<Tally> + Sync,
+    F: Fn(usize, Window<'_>) -> io::Result<Tally> + Sync,
 {
+    let out_of_work = AtomicBool::new(false);
     let start = Instant::now();
-    let deadline = start + duration;
+    let window = Window {
+        deadline: start + duration,
+        ends,
+        out_of_work: &out_of_work,
+    };
     let results: Vec<io::Result<Tally>> = std::thread::scope(|s| {
         let work = &work;
         let placement = &p.placement;
@@ -190,7 +224,7 @@ where
             .map(|t| {
                 s.spawn(move || {
                     placement.enter(t)?;
-                    work(t, deadline)
+                    work(t, window)
                 })
             })
             .collect();
@@ -228,17 +262,22 @@ fn is_not_found(e: &io::Error) -> bool {
     e.kind() == io::ErrorKind::NotFound
 }
 
-/// Calls `op(n)` for n = 0, 1, ... until the deadline or until it returns `Ok(false)`.
-fn until(deadline: Instant, mut op: impl FnMut(u64) -> io::Result<bool>) -> io::Result<u64> {
+/// Calls `op(n)` for n = 0, 1, ... until it returns `Ok(false)` (this thread is out of
+/// work), until the deadline, or, under [`PhaseEnd::FirstOutOfWork`], until another thread
+/// is out of work; the deadline and the others are looked at once per [`BATCH`].
+fn until(window: Window<'_>, mut op: impl FnMut(u64) -> io::Result<bool>) -> io::Result<u64> {
     let mut n = 0;
     loop {
         for _ in 0..BATCH {
             if !op(n)? {
+                if window.ends == PhaseEnd::FirstOutOfWork {
+                    window.out_of_work.store(true, Ordering::Relaxed);
+                }
                 return Ok(n);
             }
             n += 1;
         }
-        if Instant::now() >= deadline {
+        if Instant::now() >= window.deadline || window.out_of_work.load(Ordering::Relaxed) {
             return Ok(n);
         }
     }
@@ -277,7 +316,7 @@ pub fn run<F: FsOps>(fs: &F, workload: Workload, p: &Params) -> io::Result<Measu
             // removes from directories of the same size (a faster creator would otherwise
             // set itself larger directories to remove from).
             let per_thread = setup_files_per_thread(p.threads);
-            timed(p, p.duration, |t, _| {
+            timed(p, p.duration, PhaseEnd::EachOutOfWork, |t, _| {
                 for n in 0..per_thread {
                     fs.create(target(t), &format!("t{t}-{n}"))?;
                 }
@@ -348,12 +387,17 @@ pub fn run<F: FsOps>(fs: &F, workload: Workload, p: &Params) -> io::Result<Measu
         p.duration
     };
     let before = fs.lock_report();
-    let (tally, elapsed) = timed(p, duration, |t, deadline| {
+    let ends = if workload == Workload::NearFull {
+        PhaseEnd::EachOutOfWork
+    } else {
+        PhaseEnd::FirstOutOfWork
+    };
+    let (tally, elapsed) = timed(p, duration, ends, |t, window| {
         let dir = &dirs[t];
         match workload {
             Workload::Fallocate2 => {
                 let mut size = 0;
-                let ops = until(deadline, |_| {
+                let ops = until(window, |_| {
                     if size >= FALLOCATE2_LIMIT {
                         fs.truncate(&files[t], 0)?;
                         size = 0;
@@ -366,7 +410,7 @@ pub fn run<F: FsOps>(fs: &F, workload: Workload, p: &Params) -> io::Result<Measu
             }
             Workload::Append | Workload::Dwsl => {
                 let mut size = 0;
-                let ops = until(deadline, |_| {
+                let ops = until(window, |_| {
                     if size + BLOCK > p.size {
                         return Ok(false);
                     }
@@ -388,13 +432,13 @@ pub fn run<F: FsOps>(fs: &F, workload: Workload, p: &Params) -> io::Result<Measu
                 })
             }
             Workload::Create => {
-                let ops = until(deadline, |n| {
+                let ops = until(window, |n| {
                     go_on_unless(fs.create(dir, &format!("f{n}")), is_no_space)
                 })?;
                 Ok(Tally { ops, bytes: 0 })
             }
             Workload::CreateShared => {
-                let ops = until(deadline, |n| {
+                let ops = until(window, |n| {
                     go_on_unless(fs.create(&shared, &format!("t{t}-{n}")), is_no_space)
                 })?;
                 Ok(Tally { ops, bytes: 0 })
@@ -405,21 +449,19 @@ pub fn run<F: FsOps>(fs: &F, workload: Workload, p: &Params) -> io::Result<Measu
                 } else {
                     &shared
                 };
-                let ops = until(deadline, |n| {
+                let ops = until(window, |n| {
                     // NotFound: every file made in set-up is gone.
                     go_on_unless(fs.unlink(parent, &format!("t{t}-{n}")), is_not_found)
                 })?;
                 Ok(Tally { ops, bytes: 0 })
             }
             Workload::Dwol => {
-                let ops = until(deadline, |_| {
-                    fs.write_at(&files[t], 0, &data).map(|()| true)
-                })?;
+                let ops = until(window, |_| fs.write_at(&files[t], 0, &data).map(|()| true))?;
                 Ok(Tally { ops, bytes: 0 })
             }
             Workload::Dwtl => {
                 let mut size = p.size.max(BLOCK);
-                let ops = until(deadline, |_| {
+                let ops = until(window, |_| {
                     if size == 0 {
                         return Ok(false);
                     }
@@ -434,22 +476,22 @@ pub fn run<F: FsOps>(fs: &F, workload: Workload, p: &Params) -> io::Result<Measu
                     .chain(std::iter::once("file".to_string()))
                     .collect::<Vec<_>>()
                     .join("/");
-                let ops = until(deadline, |_| fs.stat_path(&path).map(|()| true))?;
+                let ops = until(window, |_| fs.stat_path(&path).map(|()| true))?;
                 Ok(Tally { ops, bytes: 0 })
             }
             Workload::Mrdl => {
-                let ops = until(deadline, |_| fs.read_dir(dir).map(|_| true))?;
+                let ops = until(window, |_| fs.read_dir(dir).map(|_| true))?;
                 Ok(Tally { ops, bytes: 0 })
             }
             Workload::Mwrl => {
-                let ops = until(deadline, |n| {
+                let ops = until(window, |n| {
                     fs.rename(dir, &format!("r{n}"), dir, &format!("r{}", n + 1))
                         .map(|()| true)
                 })?;
                 Ok(Tally { ops, bytes: 0 })
             }
             Workload::Mwrm => {
-                let ops = until(deadline, |n| {
+                let ops = until(window, |n| {
                     let name = format!("t{t}-{n}");
                     go_on_unless(fs.rename(dir, &name, &shared, &name), is_not_found)
                 })?;
@@ -457,7 +499,7 @@ pub fn run<F: FsOps>(fs: &F, workload: Workload, p: &Params) -> io::Result<Measu
             }
             Workload::NearFull => {
                 let mut size = 0;
-                let ops = until(deadline, |_| match fs.write_at(&files[t], size, &data) {
+                let ops = until(window, |_| match fs.write_at(&files[t], size, &data) {
                     Ok(()) => {
                         size += BLOCK;
                         Ok(true)
@@ -515,13 +557,53 @@ mod tests {
             placement: Placement::for_this_process(pin).unwrap(),
         };
         let seen = Mutex::new(vec![(usize::MAX, Vec::new()); p.threads]);
-        timed(&p, p.duration, |t, _| {
+        timed(&p, p.duration, PhaseEnd::EachOutOfWork, |t, _| {
             // allowed_cpus reads the calling thread's affinity.
             seen.lock().unwrap()[t] = (sched_getcpu(), allowed_cpus()?);
             Ok(Tally::default())
         })
         .unwrap();
         seen.into_inner().unwrap()
+    }
+
+    /// Two threads, a far deadline: thread 0 runs out of work after 100 operations, thread 1
+    /// after `thread_1_ops` (never if `None`). Returns what each did, or `None` if the phase
+    /// had not ended after 30 s.
+    fn one_thread_runs_out_first(ends: PhaseEnd, thread_1_ops: Option<u64>) -> Option<Vec<u64>> {
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let p = Params {
+                threads: 2,
+                duration: Duration::from_secs(3600),
+                size: BLOCK,
+                append_by: AppendBy::Write,
+                placement: Placement::for_this_process(Pin::None).unwrap(),
+            };
+            let each = Mutex::new(vec![0; 2]);
+            timed(&p, p.duration, ends, |t, window| {
+                let share = if t == 0 { Some(100) } else { thread_1_ops };
+                let ops = until(window, |n| Ok(share.is_none_or(|share| n < share)))?;
+                each.lock().unwrap()[t] = ops;
+                Ok(Tally { ops, bytes: 0 })
+            })
+            .unwrap();
+            done.send(each.into_inner().unwrap()).ok();
+        });
+        finished.recv_timeout(Duration::from_secs(30)).ok()
+    }
+
+    #[test]
+    fn a_phase_with_shares_of_work_ends_when_the_first_thread_runs_out() {
+        let each = one_thread_runs_out_first(PhaseEnd::FirstOutOfWork, None)
+            .expect("the phase ran on after one thread had run out of work");
+        assert_eq!(each[0], 100);
+    }
+
+    #[test]
+    fn a_race_to_the_end_lets_every_thread_finish() {
+        let each = one_thread_runs_out_first(PhaseEnd::EachOutOfWork, Some(1_000_000))
+            .expect("the phase did not end");
+        assert_eq!(each, [100, 1_000_000]);
     }
 
     #[test]

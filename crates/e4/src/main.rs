@@ -70,7 +70,10 @@ enum Command {
         /// Comma-separated thread counts (default 1,2,4).
         #[arg(long, value_parser = bench::parse_threads)]
         threads: Option<std::vec::Vec<usize>>,
-        /// Seconds per point (default 2).
+        /// Seconds per point (default 2). A workload with a set share of work per thread
+        /// (unlink, unlink-shared, mwrm, append to --size, dwtl) ends its point sooner, when
+        /// the first thread has done its share, so every counted second has all the threads
+        /// working; near-full races until every thread has found the filesystem full.
         #[arg(long, value_parser = bench::parse_duration)]
         duration: Option<f64>,
         /// Bytes each append thread writes at most, and dwtl's starting size: a number with
