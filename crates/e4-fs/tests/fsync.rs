@@ -24,6 +24,15 @@ fn no_interval() -> OpenOptions {
     }
 }
 
+/// Files `/f0`, `/f1`, ..., one per thread, made and committed before the threads start.
+fn one_file_per_thread(fs: &Filesystem, threads: usize) -> Vec<u32> {
+    let inos = (0..threads)
+        .map(|t| fs.create(ROOT, format!("f{t}").as_bytes(), ME).unwrap())
+        .collect();
+    fs.sync().unwrap();
+    inos
+}
+
 /// What a second, read-only open of the image at `path` finds at `/name`, if anything.
 fn read_back(path: &std::path::Path, name: &str) -> Option<Vec<u8>> {
     let fs = Filesystem::open(path, OpenOptions::default()).unwrap();
@@ -74,10 +83,7 @@ fn threads_that_fsync_at_once_share_commits() {
     let fs = Filesystem::open(&img.path, no_interval()).unwrap();
     let threads = 8;
     let rounds = 40;
-    let inos: Vec<u32> = (0..threads)
-        .map(|t| fs.create(ROOT, format!("f{t}").as_bytes(), ME).unwrap())
-        .collect();
-    fs.sync().unwrap();
+    let inos = one_file_per_thread(&fs, threads);
     let before = fs.lock_stats().commits;
     // Each round, every thread writes, then every thread fsyncs: the first fsync's commit
     // takes all eight files' changes, and the other seven find theirs written (or wait
@@ -128,10 +134,7 @@ fn an_fsync_storm_wakes_every_sleeper_and_shares_commits() {
     let fs = Arc::new(Filesystem::open(&img.path, no_interval()).unwrap());
     let threads = 64;
     let rounds = 8;
-    let inos: Vec<u32> = (0..threads)
-        .map(|t| fs.create(ROOT, format!("f{t}").as_bytes(), ME).unwrap())
-        .collect();
-    fs.sync().unwrap();
+    let inos = one_file_per_thread(&fs, threads);
     let before = fs.lock_stats().commits;
     let (done, finished) = std::sync::mpsc::channel();
     let workers: Vec<_> = inos
