@@ -90,11 +90,11 @@ pub(crate) struct Writer {
     gate: Box<[CachePadded<RwLock<()>>]>,
     /// Each slot's frees in the running transaction.
     frees: Box<[CachePadded<Mutex<TransactionFrees>>]>,
-    /// Each slot's inodes freed in the running transaction: given to the inode allocator when the commit gathers its inode bitmaps, all at once, with
-    /// every operation stopped. An unlink then touches no lock or bitmap line another
-    /// thread uses (the inodes of two threads' files share groups, and their frees met on
-    /// the group's lock), and a number is never handed out again in the transaction that
-    /// freed it.
+    /// Each slot's inodes freed in the running transaction: given to the inode allocator
+    /// when the commit gathers its inode bitmaps, all at once, with every operation
+    /// stopped. An unlink then touches no lock or bitmap line another thread uses (the
+    /// inodes of two threads' files share groups, and their frees met on the group's lock),
+    /// and a number is never handed out again in the transaction that freed it.
     inode_frees: Box<[CachePadded<Mutex<Vec<FreedInode>>>]>,
     /// The running transaction's number: operations that start now join it.
     running: AtomicU64,
