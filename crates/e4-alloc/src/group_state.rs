@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
 use crate::block_group::{GroupExtent, GroupSpace};
+use crate::pending_frees::PendingRuns;
 
 /// A run of blocks of one group reserved for one owner's future allocations: the common
 /// core of reservation windows and small-file packing windows.
@@ -90,7 +91,7 @@ pub(crate) struct GroupState {
     /// Blocks freed by uncommitted transactions (transaction id, range): used in `space`
     /// so they are not reused before the free is durable, free in the bitmap written for
     /// the freeing transaction (as ext4 clears the bit in the transaction that frees).
-    pub(crate) pending: Vec<(u64, GroupExtent)>,
+    pub(crate) pending: PendingRuns,
     /// Metadata ranges of this group, sorted.
     pub(crate) system: Vec<GroupExtent>,
 }
@@ -104,7 +105,7 @@ impl GroupState {
         GroupState {
             space,
             reserved: Vec::new(),
-            pending: Vec::new(),
+            pending: PendingRuns::default(),
             system,
         }
     }
@@ -122,7 +123,7 @@ impl GroupState {
         if end > self.space_blocks() || self.space.next_free(range.start) < end {
             return Err(FreeRefusal::NotInUse);
         }
-        if self.pending.iter().any(|(_, p)| overlaps(*p, range)) {
+        if self.pending.overlaps(range) {
             return Err(FreeRefusal::Pending);
         }
         if self
@@ -188,7 +189,7 @@ impl GroupState {
         let mut bitmap = self.space.to_bitmap(bytes);
         let mut free = self.space.free();
         let unused = self.reserved.iter().map(|r| r.unused());
-        for range in unused.chain(self.pending.iter().map(|(_, p)| *p)) {
+        for range in unused.chain(self.pending.all()) {
             for block in range.start..range.start + range.len {
                 bitmap[(block / 8) as usize] &= !(1 << (block % 8));
             }
@@ -202,7 +203,7 @@ impl GroupState {
         std::mem::size_of::<Self>()
             + self.space.memory_bytes()
             + self.reserved.len() * std::mem::size_of::<std::sync::Arc<ReservedRun>>()
-            + self.pending.len() * std::mem::size_of::<(u64, GroupExtent)>()
+            + self.pending.memory_bytes()
             + self.system.len() * std::mem::size_of::<GroupExtent>()
     }
 

@@ -142,6 +142,9 @@ pub(crate) mod memory {
         pub allocated: Mutex<BTreeSet<u64>>,
         next: Mutex<u64>,
         limit: u64,
+        /// Blocks read so far (every `visit`, and so every `read` and `modify`), for tests
+        /// of how much of a structure an operation touches.
+        pub reads: std::sync::atomic::AtomicU64,
         /// When set, directory leaves are verified as the engine verifies them on read
         /// (their entry chain), for tests that plant damaged leaves.
         leaf_format: Option<crate::dir_write::DirFormat>,
@@ -155,6 +158,7 @@ pub(crate) mod memory {
                 allocated: Mutex::default(),
                 next: Mutex::new(first),
                 limit,
+                reads: Default::default(),
                 leaf_format: None,
             }
         }
@@ -183,6 +187,8 @@ pub(crate) mod memory {
             _owner: Owner,
             look: &mut dyn FnMut(&[u8]) -> Result<()>,
         ) -> Result<()> {
+            self.reads
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             match self.blocks.lock().unwrap().get(&nr) {
                 Some((written_as, bytes)) => {
                     assert_eq!(*written_as, kind, "block {nr} read as another kind");

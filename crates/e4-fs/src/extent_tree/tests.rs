@@ -369,6 +369,61 @@ fn next_extent_crosses_leaves() {
 }
 
 #[test]
+fn an_operation_on_a_tree_past_the_shape_bound_reads_a_path_not_the_tree() {
+    // 1 KiB blocks: 84 entries per node. Punching every other block of 80,000 leaves 40,000
+    // extents in about 480 leaves, past SHAPE_KEPT_UP_TO_NODES; each punch that splits a
+    // leaf used to walk the whole tree to judge its shape, so the punches cost time
+    // quadratic in the extents.
+    let io = MemoryMetaIo::new(1024, 1 << 40, 1 << 41);
+    let mut root = new_root();
+    let mut tree = ExtentTree::new(&mut root, &io, OWNER);
+    let blocks: u32 = 80_000;
+    let mut logical = 0;
+    while logical < blocks {
+        let len = (blocks - logical).min(32768);
+        tree.insert(extent(logical, len, 1_000_000 + u64::from(logical), false))
+            .unwrap();
+        logical += len;
+    }
+    let mut most_reads = 0;
+    for hole in (1..blocks).step_by(2) {
+        let before = io.reads.load(std::sync::atomic::Ordering::Relaxed);
+        tree.remove(hole, 1).unwrap();
+        let reads = io.reads.load(std::sync::atomic::Ordering::Relaxed) - before;
+        if io.live_blocks() > SHAPE_KEPT_UP_TO_NODES {
+            most_reads = most_reads.max(reads);
+        }
+    }
+    assert!(io.live_blocks() > SHAPE_KEPT_UP_TO_NODES + 100);
+    // A path is 3 nodes; a punch reads it a few times over (find, split, remove), and the
+    // shape survey stops at the interior nodes.
+    assert!(
+        most_reads <= 24,
+        "a punch read {most_reads} blocks of a {}-block tree",
+        io.live_blocks()
+    );
+    // Random punches in the now large tree, each removing a whole extent: the tree still
+    // maps exactly what is left, whatever its shape.
+    let mut model: BTreeSet<u32> = (0..blocks).step_by(2).collect();
+    let mut rng = 0x2545_f491_4f6c_dd1d_u64;
+    for _ in 0..3000 {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        let hole = (rng % u64::from(blocks)) as u32 & !1;
+        let runs = tree.remove(hole, 1).unwrap();
+        assert_eq!(runs.len(), usize::from(model.remove(&hole)));
+    }
+    let mapped: BTreeSet<u32> = tree
+        .extents()
+        .unwrap()
+        .iter()
+        .flat_map(|e| e.logical..e.logical + e.len)
+        .collect();
+    assert_eq!(mapped, model);
+}
+
+#[test]
 fn punching_every_other_block_grows_to_depth_3_and_removal_empties_it() {
     // 1 KiB blocks: 84 entries per node, so depth 3 needs more than 4 × 84 × 84 extents.
     let io = MemoryMetaIo::new(1024, 1 << 40, 1 << 41);
