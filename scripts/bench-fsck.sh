@@ -3,7 +3,7 @@
 # images on tmpfs, cache warm.
 #
 #   small       about 2 million small files and directories (64 entries per directory)
-#   fragmented  4 files of 2,000,000 blocks, every other block punched: 1 million one-block
+#   fragmented  4 files of 8,000,000 blocks, every other block punched: 4 million one-block
 #               extents each (the case where e2fsck's parallel pass 1 fell apart)
 #   mixed       a mixed tree of 1 million entries: four large hash-tree directories holding
 #               half of them, the rest files (some multi-extent), symlinks, hard links, xattrs
@@ -11,8 +11,8 @@
 # The images are made by mke2fs and filled through e4's own write path
 # (crates/e4-fsck/examples/bench_image.rs), which unmounts them cleanly: every checker must
 # exit 0 on them, and the script stops if one does not. Each (image, checker) pair runs once
-# to warm up, then RUNS times: wall time min/median/max and the largest peak RSS (GNU time
-# -v). With --callgrind, both checkers (e4 at one thread) also run under callgrind on the
+# to warm up, then RUNS times (e4's thread counts in rounds, e2fsck after them): wall time
+# min/median/max and the largest peak RSS (GNU time -v). With --callgrind, both checkers (e4 at one thread) also run under callgrind on the
 # images of `--scale dev`, and their instruction counts are printed.
 #
 # Usage: scripts/bench-fsck.sh [--scale dev|mid|full] [--runs N] [--threads "1 2 4 8"]
@@ -62,7 +62,7 @@ make_image() {
   case $name-$at in
     small-full) mkfs=(-N 2200000 "$img" 16G); fill=(small "$img" 2000000) ;;
     small-dev) mkfs=(-N 24000 "$img" 1G); fill=(small "$img" 20000) ;;
-    fragmented-full) mkfs=("$img" 40G); fill=(fragmented "$img" 4 2000000) ;;
+    fragmented-full) mkfs=(-N 65536 "$img" 160G); fill=(fragmented "$img" 4 8000000) ;;
     fragmented-dev) mkfs=("$img" 4G); fill=(fragmented "$img" 2 100000) ;;
     mixed-full) mkfs=(-N 1100000 "$img" 12G); fill=(mixed "$img" 1000000) ;;
     mixed-dev) mkfs=(-N 48000 "$img" 2G); fill=(mixed "$img" 40000) ;;
@@ -76,27 +76,24 @@ make_image() {
   echo "$img"
 }
 
-# measure LABEL COMMAND...: one warm-up run, then RUNS timed runs; prints a table row.
-measure() {
-  local label=$1; shift
-  local log walls peaks rc
-  log=$(mktemp)
-  "$@" > /dev/null 2>&1 || { rc=$?; echo "$label: exit $rc on a clean image" >&2; exit 1; }
-  walls=() peaks=()
-  for _ in $(seq "$runs"); do
-    # GNU time's elapsed time has 10 ms steps: the wall time is taken around it instead.
-    local start end
-    start=$(date +%s%N)
-    if ! /usr/bin/time -v -o "$log" "$@" > /dev/null 2>&1; then
-      echo "$label: non-zero exit on a clean image:" >&2; cat "$log" >&2; exit 1
-    fi
-    end=$(date +%s%N)
-    walls+=("$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.4f", (b - a) / 1e9 }')")
-    peaks+=("$(awk -F': ' '/Maximum resident set size/ { print $2 }' "$log")")
-  done
-  rm -f "$log"
-  printf '%s\n' "${walls[@]}" | sort -g | awk -v label="$label" -v peak="$(printf '%s\n' "${peaks[@]}" | sort -g | tail -1)" '
-    { w[NR] = $1 }
+# timed_run LOG COMMAND...: runs COMMAND once under GNU time and appends "WALL PEAK_KIB" to
+# LOG; stops the script if it fails (every image is clean).
+timed_run() {
+  local log=$1; shift
+  local start end
+  # GNU time's elapsed time has 10 ms steps: the wall time is taken around it instead.
+  start=$(date +%s%N)
+  if ! /usr/bin/time -v -o "$log.time" "$@" > /dev/null 2>&1; then
+    echo "$*: non-zero exit on a clean image:" >&2; cat "$log.time" >&2; exit 1
+  fi
+  end=$(date +%s%N)
+  echo "$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.4f", (b - a) / 1e9 }') $(awk -F': ' '/Maximum resident set size/ { print $2 }' "$log.time")" >> "$log"
+}
+
+# table_row LABEL LOG: the row for the runs in LOG (wall min, median, max; largest peak).
+table_row() {
+  sort -g "$2" | awk -v label="$1" '
+    { w[NR] = $1; if ($2 > peak) peak = $2 }
     END { printf "| %s | %d | %.4f | %.4f | %.4f | %.1f |\n", label, NR, w[1], (NR % 2 ? w[(NR + 1) / 2] : (w[NR / 2] + w[NR / 2 + 1]) / 2), w[NR], peak / 1024 }'
 }
 
@@ -118,10 +115,31 @@ for name in $only; do
     echo "| checker | runs | wall min s | wall median s | wall max s | peak RSS MiB |"
     echo "|---|---:|---:|---:|---:|---:|"
   } | tee -a "$results"
-  measure "e2fsck -fn" e2fsck -fn "$img" | tee -a "$results"
-  for t in $threads; do
-    measure "e4 fsck -fn -j $t" "$e4" fsck -fn -j "$t" "$img" | tee -a "$results"
+  logs=$(mktemp -d)
+  # e4's rows run in rounds (one run of each thread count, RUNS times, after a warm-up run
+  # of each), so a slow stretch of the machine spreads over every row instead of landing on
+  # one. e2fsck goes last: a process started just after another has freed hundreds of MiB
+  # runs slower on this VM (the freed pages are being handed back to the host), and
+  # e2fsck's hundreds of MiB would land on whichever e4 row came next.
+  for t in $threads; do timed_run "$logs/warm-up" "$e4" fsck -fn -j "$t" "$img"; done
+  for _ in $(seq "$runs"); do
+    for t in $threads; do timed_run "$logs/j$t" "$e4" fsck -fn -j "$t" "$img"; done
   done
+  for t in $threads; do table_row "e4 fsck -fn -j $t" "$logs/j$t" | tee -a "$results"; done
+  timed_run "$logs/warm-up" e2fsck -fn "$img"
+  for _ in $(seq "$runs"); do timed_run "$logs/e2fsck" e2fsck -fn "$img"; done
+  table_row "e2fsck -fn" "$logs/e2fsck" | tee -a "$results"
+  first=${threads%% *}
+  for t in $threads; do
+    [ "$t" = "$first" ] && continue
+    # Paired: the runs of one round are seconds apart, so their ratio cancels a slow
+    # stretch that the medians of the whole batch keep.
+    paste -d' ' "$logs/j$first" "$logs/j$t" | awk '{ print $1 / $3 }' | sort -g |
+      awk -v a="$first" -v b="$t" '{ r[NR] = $1 } END {
+        printf "\n-j %s time / -j %s time, round by round: median %.2fx (%.2fx-%.2fx)\n",
+          a, b, (NR % 2 ? r[(NR + 1) / 2] : (r[NR / 2] + r[NR / 2 + 1]) / 2), r[1], r[NR] }'
+  done | tee -a "$results"
+  rm -rf "$logs"
 done
 
 if [ "$callgrind" = 1 ]; then
