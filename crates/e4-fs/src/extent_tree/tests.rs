@@ -368,6 +368,18 @@ fn next_extent_crosses_leaves() {
     assert_eq!(tree.next_extent(79).unwrap(), None);
 }
 
+/// Maps logical blocks `0..blocks` to physical `1_000_000..`, in extents as long as the
+/// format allows.
+fn map_contiguously(tree: &mut ExtentTree, blocks: u32) {
+    let mut logical = 0;
+    while logical < blocks {
+        let len = (blocks - logical).min(32768);
+        tree.insert(extent(logical, len, 1_000_000 + u64::from(logical), false))
+            .unwrap();
+        logical += len;
+    }
+}
+
 #[test]
 fn an_operation_on_a_tree_past_the_shape_bound_reads_a_path_not_the_tree() {
     // 1 KiB blocks: 84 entries per node. Punching every other block of 80,000 leaves 40,000
@@ -378,13 +390,7 @@ fn an_operation_on_a_tree_past_the_shape_bound_reads_a_path_not_the_tree() {
     let mut root = new_root();
     let mut tree = ExtentTree::new(&mut root, &io, OWNER);
     let blocks: u32 = 80_000;
-    let mut logical = 0;
-    while logical < blocks {
-        let len = (blocks - logical).min(32768);
-        tree.insert(extent(logical, len, 1_000_000 + u64::from(logical), false))
-            .unwrap();
-        logical += len;
-    }
+    map_contiguously(&mut tree, blocks);
     let mut most_reads = 0;
     for hole in (1..blocks).step_by(2) {
         let before = io.reads.load(std::sync::atomic::Ordering::Relaxed);
@@ -430,13 +436,7 @@ fn punching_every_other_block_grows_to_depth_3_and_removal_empties_it() {
     let mut root = new_root();
     let mut tree = ExtentTree::new(&mut root, &io, OWNER);
     let blocks: u32 = 60_000;
-    let mut logical = 0;
-    while logical < blocks {
-        let len = (blocks - logical).min(32768);
-        tree.insert(extent(logical, len, 1_000_000 + u64::from(logical), false))
-            .unwrap();
-        logical += len;
-    }
+    map_contiguously(&mut tree, blocks);
     let mut freed = 0;
     for hole in (1..blocks).step_by(2) {
         let runs = tree.remove(hole, 1).unwrap();
