@@ -203,3 +203,118 @@ fn report_illegal(walk: &BlockWalk<'_>, block: u64, logical: u64) {
         format!("illegal block #{logical} ({block}) in inode {}", walk.ino),
     );
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+    use std::path::Path;
+    use std::process::Command;
+    use std::sync::Mutex;
+
+    use e4_format::inode::FileType;
+
+    use super::*;
+    use crate::block_claim::WalkMode;
+    use crate::context::Context;
+    use crate::phase_times::PhaseClock;
+    use crate::superblock_check::open_and_check;
+
+    /// The file's inode on a 1 KiB-block ext2 image: 784 pointers in all, 12 direct,
+    /// the single indirect block and its 256, the double indirect block and two single
+    /// indirect blocks of 256 each.
+    const FILE_INO: u32 = 12;
+    const FILE_BLOCKS: usize = 12 + 256 + 512;
+
+    fn image_with_file(dir: &Path) -> Context {
+        let image = dir.join("map.img");
+        let data = dir.join("data");
+        // Not zeros: debugfs leaves holes for zero blocks.
+        std::fs::write(&data, vec![0x5a; FILE_BLOCKS * 1024]).unwrap();
+        let run = |program: &str, args: &[&str]| {
+            let out = Command::new(program).args(args).output().unwrap();
+            assert!(out.status.success(), "{program}: {out:?}");
+        };
+        let image_arg = image.to_str().unwrap();
+        run(
+            "mke2fs",
+            &["-q", "-F", "-t", "ext2", "-b", "1024", image_arg, "4M"],
+        );
+        let write = format!("write {} f", data.display());
+        run("debugfs", &["-w", "-R", &write, image_arg]);
+        open_and_check(&image, &mut PhaseClock::start()).unwrap()
+    }
+
+    /// The map's pointers in e2fsck's order (each indirect block before its children),
+    /// read here on their own.
+    fn pointers_in_order(ctx: &Context, block: u64, level: u32, out: &mut Vec<u64>) {
+        out.push(block);
+        if level == 0 {
+            return;
+        }
+        let bytes = ctx.image.read_blocks(block, 1, ctx.block_size()).unwrap();
+        for chunk in bytes.chunks(4) {
+            let child = u64::from(u32::from_le_bytes(chunk.try_into().unwrap()));
+            if child != 0 {
+                pointers_in_order(ctx, child, level - 1, out);
+            }
+        }
+    }
+
+    /// Walks the file under a count limit of `max_blocks`, returning the blocks owned and
+    /// the physical blocks reported too big.
+    fn walk_with_limit(ctx: &Context, max_blocks: u64) -> (u64, Vec<u64>) {
+        let inode = ctx.read_inode(FILE_INO).unwrap();
+        let entered = Mutex::new(HashSet::new());
+        let walk = BlockWalk {
+            ctx,
+            ino: FILE_INO,
+            mode: WalkMode::Claim,
+            entered: &entered,
+        };
+        let too_big = TooBig::new(Some(FileType::Regular), None, max_blocks);
+        let tally = walk_block_map(&walk, &inode, false, too_big, 0);
+        let mut reported: Vec<u64> = ctx
+            .take_problems()
+            .iter()
+            .filter(|p| p.code == ProblemCode::PR_1_TOOBIG_REG)
+            .map(|p| {
+                let physical = p.message.split('(').nth(1).unwrap().split(')').next();
+                physical.unwrap().parse().unwrap()
+            })
+            .collect();
+        reported.sort_unstable();
+        (tally.blocks, reported)
+    }
+
+    /// With the limit just past the second single indirect block under the double
+    /// indirect one, that block is too big (not owned, but walked) and so are all its
+    /// children; everything before is owned. Walked in parallel, the fan-out would not
+    /// know the count.
+    #[test]
+    fn count_limit_reached_at_an_indirect_block() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = image_with_file(dir.path());
+        let inode = ctx.read_inode(FILE_INO).unwrap();
+        let pointer = |slot: usize| u64::from(le32(&inode.record.block, 4 * slot).unwrap());
+        let mut order: Vec<u64> = (0..12).map(pointer).collect();
+        pointers_in_order(&ctx, pointer(12), 1, &mut order);
+        pointers_in_order(&ctx, pointer(13), 2, &mut order);
+        assert_eq!(order.len(), FILE_BLOCKS + 4);
+        // The second indirect block under the double indirect one comes after 527.
+        let second_child = 12 + 1 + 256 + 1 + 1 + 256;
+        let (owned, reported) = walk_with_limit(&ctx, second_child as u64 + 1);
+        assert_eq!(owned, second_child as u64);
+        let mut expected = order[second_child..].to_vec();
+        expected.sort_unstable();
+        assert_eq!(reported, expected);
+    }
+
+    /// One block more than the map holds: nothing is too big, all is owned.
+    #[test]
+    fn count_limit_one_past_the_map() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = image_with_file(dir.path());
+        let all = FILE_BLOCKS as u64 + 4;
+        assert_eq!(walk_with_limit(&ctx, all + 1), (all, vec![]));
+    }
+}
