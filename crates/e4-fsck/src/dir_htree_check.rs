@@ -504,7 +504,8 @@ impl IndexWalker<'_> {
             inode: ino,
             block: physical,
         };
-        if !hashes_in_order(&bytes, ROOT_ENTRIES_OFFSET) {
+        let entries = self.check_count_limit(0, &bytes, ROOT_ENTRIES_OFFSET);
+        if !hashes_in_order(&entries, ROOT_ENTRIES_OFFSET) {
             self.report(
                 ProblemCode::PR_2_HTREE_HASH_ORDER,
                 0,
@@ -516,7 +517,7 @@ impl IndexWalker<'_> {
         }
         // The level limit is checked below, as e2fsck checks it, and the index is walked
         // whatever the root claims.
-        let root = match DxRoot::parse(&bytes, self.csum.is_some(), u8::MAX, loc) {
+        let root = match DxRoot::parse(&entries, self.csum.is_some(), u8::MAX, loc) {
             Ok(root) => root,
             Err(e) => {
                 self.report(
@@ -641,6 +642,41 @@ impl IndexWalker<'_> {
         }
     }
 
+    /// e2fsck's checks of the count/limit header at `offset` in index block `logical`
+    /// (`parse_int_node`): a limit other than the block's capacity
+    /// (`PR_2_HTREE_BAD_LIMIT`) and a count past it (`PR_2_HTREE_BAD_COUNT`, after which
+    /// e2fsck reads entries up to the capacity), each reported and declined. Returns
+    /// the block as e2fsck goes on to read it, its header set to the capacity where it
+    /// was wrong (the checksum is verified on the block as stored).
+    fn check_count_limit(&self, logical: u32, bytes: &[u8], offset: usize) -> Vec<u8> {
+        let ino = self.dir.ino;
+        let tail = if self.csum.is_some() { DX_TAIL_SIZE } else { 0 };
+        let capacity = bytes.len().saturating_sub(offset + tail) / DX_ENTRY_SIZE;
+        let capacity = u16::try_from(capacity).unwrap_or(u16::MAX);
+        let mut entries = bytes.to_vec();
+        let mut report = |code: ProblemCode, at: usize, field: &str, found: u16| {
+            // OK to index: `le16` read these two bytes of a block as long.
+            entries[at..at + 2].copy_from_slice(&capacity.to_le_bytes());
+            self.report(
+                code,
+                logical,
+                format!("problem in HTREE directory inode {ino}: block #{logical} has invalid {field} ({found})"),
+            );
+        };
+        if let Some(limit) = le16(bytes, offset).filter(|&l| l != capacity) {
+            report(ProblemCode::PR_2_HTREE_BAD_LIMIT, offset, "limit", limit);
+        }
+        if let Some(count) = le16(bytes, offset + 2).filter(|&c| c > capacity) {
+            report(
+                ProblemCode::PR_2_HTREE_BAD_COUNT,
+                offset + 2,
+                "count",
+                count,
+            );
+        }
+        entries
+    }
+
     /// Walks interior node `logical`, `depth` nodes below the root.
     fn walk_interior(&mut self, logical: u32, depth: u32, range: LeafRange) {
         let ino = self.dir.ino;
@@ -654,7 +690,8 @@ impl IndexWalker<'_> {
             inode: ino,
             block: physical,
         };
-        if !hashes_in_order(&bytes, NODE_ENTRIES_OFFSET) {
+        let entries = self.check_count_limit(logical, &bytes, NODE_ENTRIES_OFFSET);
+        if !hashes_in_order(&entries, NODE_ENTRIES_OFFSET) {
             self.report(
                 ProblemCode::PR_2_HTREE_HASH_ORDER,
                 logical,
@@ -662,7 +699,7 @@ impl IndexWalker<'_> {
             );
             return;
         }
-        let node = match DxNode::parse(&bytes, self.csum.is_some(), loc) {
+        let node = match DxNode::parse(&entries, self.csum.is_some(), loc) {
             Ok(node) => node,
             Err(e) => {
                 self.report(

@@ -448,6 +448,11 @@ problem_codes! {
     PR_2_HTREE_BADBLK = 0x02003A, ClearHtree, Htree, true;
     /// An htree root is invalid.
     PR_2_HTREE_BAD_ROOT = 0x02003C, ClearHtree, Htree, true;
+    /// An htree index block's limit is not its capacity.
+    PR_2_HTREE_BAD_LIMIT = 0x02003D, ClearHtree, Htree, true;
+    /// An htree index block's count is past its capacity (its entries are read up to
+    /// the capacity).
+    PR_2_HTREE_BAD_COUNT = 0x02003E, ClearHtree, Htree, true;
     /// An htree node's hashes are not in order.
     PR_2_HTREE_HASH_ORDER = 0x02003F, ClearHtree, Htree, true;
     /// Two entries in one directory have the same name.

@@ -141,3 +141,35 @@ fn unreferenced_node_with_a_bad_entry() {
     let codes = agree_report_by_report(&image.path, "unreferenced node naming a far block");
     assert!(codes.contains(&ProblemCode::PR_2_HTREE_BADBLK), "{codes:?}");
 }
+
+/// A count past the block's capacity, in the root and in a node: e2fsck reports it
+/// (`PR_2_HTREE_BAD_COUNT`) and reads the entries up to the capacity, whose stale zeros
+/// are out of order.
+#[test]
+fn count_past_the_capacity() {
+    let image = deep_image();
+    let pristine = fs::read(&image.path).unwrap();
+    let (_, second) = root_entry(&image.path, 1);
+    let node = bmap(&image.path, "/deep", u64::from(second));
+    let root = bmap(&image.path, "/deep", 0);
+    // (where the count is, the block's capacity)
+    for (what, at, capacity) in [
+        ("root", root * 1024 + ROOT_ENTRIES + 2, (1024 - 0x20) / 8),
+        ("node", node * 1024 + 8 + 2, (1024 - 8) / 8),
+    ] {
+        fs::write(&image.path, &pristine).unwrap();
+        write_bytes(&image.path, at, &(capacity as u16 + 1).to_le_bytes());
+        assert_agreement(&image.path, what);
+        let (_, text) = e2fsck_verdict(&image.path);
+        assert!(text.contains("has invalid count"), "{what}:\n{text}");
+        let report = forced_check(&image.path, None);
+        assert!(
+            report
+                .problems
+                .iter()
+                .any(|p| p.code == ProblemCode::PR_2_HTREE_BAD_COUNT),
+            "{what}: {:?}",
+            report.problems
+        );
+    }
+}
