@@ -192,8 +192,9 @@ impl HtreeLayout {
             self.hand_up(logical, min, max, &mut hashes, &mut moved_bounds);
         }
         for &logical in self.nodes.keys() {
-            let (min, max) = hashes[&logical];
-            self.hand_up(logical, min, max, &mut hashes, &mut moved_bounds);
+            if let Some(&(min, max)) = hashes.get(&logical) {
+                self.hand_up(logical, min, max, &mut hashes, &mut moved_bounds);
+            }
         }
         for (&logical, &(min, max)) in &hashes {
             let naming = self.named.get(&logical);
