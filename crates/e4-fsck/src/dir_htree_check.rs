@@ -11,9 +11,19 @@
 //! reported (`PR_2_HTREE_BAD_ROOT`, and `PR_1_HTREE_DEPTH` and the missing large_dir
 //! feature as e2fsck's pass 1 `handle_htree` reports them) and its index still walked, as
 //! `e2fsck -n` walks it.
+//!
+//! As in e2fsck, every block with an interior node's content is parsed, named by an
+//! index entry or not (`check_dir_block` calls `parse_int_node` for each), so an
+//! unreferenced node's entries are checked and its children referenced. A leaf is
+//! held to the range its own entry gives it (no lower bound for a node's first child,
+//! `0xfffffffe` for its last); a node's first and last leaves hand their lowest and
+//! highest hashes up to it after pass 2's walk (`update_parents`), and the node is
+//! compared with the range its parent's entry gives it, so a leaf out of its node's
+//! range is reported at the node, where e2fsck reports it.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 
 use e4_format::checksum::inode_csum_seed;
 use e4_format::codec::{le16, le32};
@@ -58,6 +68,9 @@ const HTREE_LEVEL: u8 = MAX_LEVELS_LARGEDIR;
 const HTREE_LEVEL_COMPAT: u8 = MAX_LEVELS;
 /// A directory of this size needs large_dir (`ext2fs_needs_large_file_feature`).
 const LARGE_FILE_SIZE: u64 = 1 << 31;
+/// The bits of an index entry's `block` that name the block (`EXT4_DX_BLOCK_MASK`; the
+/// rest are reserved flags).
+const DX_BLOCK_MASK: u32 = 0x0fff_ffff;
 /// Nodes below the root the walk follows; deeper blocks are taken as leaves (at the wrong
 /// depth), so a chain of crafted nodes cannot exhaust the stack.
 const MAX_WALK_DEPTH: u32 = 16;
@@ -88,6 +101,33 @@ pub struct HtreeLayout {
     /// A problem of e2fsck's last look at the index was found (see
     /// [`HtreeLayout::note`]); pass 2's leaf checks add theirs from any thread.
     invalid: AtomicBool,
+    /// What the index entries naming each block say of it.
+    named: HashMap<u32, Naming>,
+    /// Each interior node (not the root): the lowest and highest hash of its entries
+    /// that name a block inside the directory (`parse_int_node`'s `min_hash` and
+    /// `max_hash`, `(0xffffffff, 0)` when none does).
+    nodes: BTreeMap<u32, (u32, u32)>,
+    /// Each leaf pass 2 read: the lowest and highest hash of its names, `(0xffffffff,
+    /// 0)` when it has none (`check_dir_block`'s `min_hash` and `max_hash`).
+    leaf_hashes: Mutex<HashMap<u32, (u32, u32)>>,
+}
+
+/// What e2fsck's record of a block named by index entries holds (`dx_dirblock_info`):
+/// the first entry naming it sets its parent; each later one overwrites its range and
+/// previous sibling and adds its flags.
+#[derive(Debug, Clone, Copy)]
+struct Naming {
+    parent: u32,
+    /// The block the entry before names (0 for a first entry).
+    previous: u32,
+    /// Named by a node's first entry (`DX_FLAG_FIRST`): no lower bound.
+    first: bool,
+    /// Named by a node's last entry (`DX_FLAG_LAST`).
+    last: bool,
+    /// The entry's hash (0 for a first entry) and the next entry's (`0xfffffffe` after
+    /// the last).
+    node_min: u32,
+    node_max: u32,
 }
 
 impl HtreeLayout {
@@ -123,6 +163,100 @@ impl HtreeLayout {
         self.leaves.get(&logical).copied()
     }
 
+    /// Records the hashes of the names in leaf `logical` (`None`: it has none), for
+    /// [`HtreeLayout::check_node_hashes`].
+    pub fn record_leaf_hashes(&self, logical: u32, bounds: Option<(u32, u32)>) {
+        self.leaf_hashes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(logical, bounds.unwrap_or((u32::MAX, 0)));
+    }
+
+    /// e2fsck's last look at each interior node's hashes, once pass 2 has read every
+    /// leaf: `update_parents` for leaves, then for nodes (in block order, each first
+    /// child giving its parent its lowest hash and moving the bound of the parent's
+    /// previous sibling to it, each last child its highest), then each node's lowest
+    /// hash against its entry's (not for a first child) and its highest against the
+    /// next entry's (`PR_2_HTREE_MIN_HASH`, `PR_2_HTREE_MAX_HASH`, at the node). A
+    /// node's range as a leaf's parent moves only in the nodes' own check: the leaves
+    /// were held to theirs in pass 2.
+    pub fn check_node_hashes(&self, ctx: &Context, ino: u32) {
+        let mut leaves: Vec<(u32, (u32, u32))> =
+            std::mem::take(&mut *self.leaf_hashes.lock().unwrap_or_else(|e| e.into_inner()))
+                .into_iter()
+                .collect();
+        leaves.sort_unstable();
+        let mut hashes = self.nodes.clone();
+        let mut moved_bounds = HashMap::new();
+        for (logical, (min, max)) in leaves {
+            self.hand_up(logical, min, max, &mut hashes, &mut moved_bounds);
+        }
+        for &logical in self.nodes.keys() {
+            if let Some(&(min, max)) = hashes.get(&logical) {
+                self.hand_up(logical, min, max, &mut hashes, &mut moved_bounds);
+            }
+        }
+        for (&logical, &(min, max)) in &hashes {
+            let naming = self.named.get(&logical);
+            let node_min = naming.map_or(0, |n| n.node_min);
+            let node_max = moved_bounds
+                .get(&logical)
+                .copied()
+                .unwrap_or(naming.map_or(0, |n| n.node_max));
+            let location = Location::DirEntry {
+                dir: ino,
+                logical,
+                offset: 0,
+            };
+            let report = |code: ProblemCode, which: &str| {
+                self.note(code);
+                ctx.report(
+                    code,
+                    location,
+                    format!("problem in HTREE directory inode {ino}: block #{logical} has bad {which} hash"),
+                );
+            };
+            if !naming.is_some_and(|n| n.first) && min < node_min {
+                report(ProblemCode::PR_2_HTREE_MIN_HASH, "min");
+            }
+            if max > node_max {
+                report(ProblemCode::PR_2_HTREE_MAX_HASH, "max");
+            }
+        }
+    }
+
+    /// One step of e2fsck's `update_parents`: block `child`, whose hashes run from `min`
+    /// to `max`, gives them to its parent node in `hashes` if it is the parent's first
+    /// or last child; a first child also moves the upper bound of the parent's previous
+    /// sibling to `min` (recorded in `moved_bounds`).
+    fn hand_up(
+        &self,
+        child: u32,
+        min: u32,
+        max: u32,
+        hashes: &mut BTreeMap<u32, (u32, u32)>,
+        moved_bounds: &mut HashMap<u32, u32>,
+    ) {
+        let Some(naming) = self.named.get(&child) else {
+            return;
+        };
+        // The root's own hashes are never compared.
+        let Some(parent) = hashes.get_mut(&naming.parent) else {
+            return;
+        };
+        if naming.first {
+            parent.0 = min;
+            if let Some(previous) = self.named.get(&naming.parent).map(|p| p.previous) {
+                if previous != 0 {
+                    moved_bounds.insert(previous, min);
+                }
+            }
+        }
+        if naming.last {
+            parent.1 = max;
+        }
+    }
+
     /// Reads and checks `dir`'s index. An invalid root is reported and leaves a layout
     /// naming only the root as an index block: the other blocks are then checked as
     /// linear leaves, as e2fsck does once it has decided to clear the index.
@@ -137,6 +271,7 @@ impl HtreeLayout {
             references: HashMap::new(),
             depth: 0,
             unreferenced_leaf: None,
+            template: None,
         };
         if walker.walk_root().is_none() {
             if walker.physical(0).is_some() {
@@ -153,6 +288,7 @@ impl HtreeLayout {
                 seed: ctx.sb.hash_seed,
             });
         }
+        walker.walk_unreferenced_nodes();
         walker.check_references();
         walker.layout
     }
@@ -169,6 +305,8 @@ struct IndexWalker<'a> {
     /// The range a leaf no index entry names is held to: e2fsck's record of it keeps
     /// `node_min_hash` and `node_max_hash` 0, so any name hashing above 0 is past it.
     unreferenced_leaf: Option<LeafRange>,
+    /// The hash version and seed of a root that could be read, with the widest range.
+    template: Option<LeafRange>,
 }
 
 impl IndexWalker<'_> {
@@ -367,7 +505,8 @@ impl IndexWalker<'_> {
             inode: ino,
             block: physical,
         };
-        if !hashes_in_order(&bytes, ROOT_ENTRIES_OFFSET) {
+        let entries = self.check_count_limit(0, &bytes, ROOT_ENTRIES_OFFSET);
+        if !hashes_in_order(&entries, ROOT_ENTRIES_OFFSET) {
             self.report(
                 ProblemCode::PR_2_HTREE_HASH_ORDER,
                 0,
@@ -379,7 +518,7 @@ impl IndexWalker<'_> {
         }
         // The level limit is checked below, as e2fsck checks it, and the index is walked
         // whatever the root claims.
-        let root = match DxRoot::parse(&bytes, self.csum.is_some(), u8::MAX, loc) {
+        let root = match DxRoot::parse(&entries, self.csum.is_some(), u8::MAX, loc) {
             Ok(root) => root,
             Err(e) => {
                 self.report(
@@ -424,24 +563,33 @@ impl IndexWalker<'_> {
             seed: sb.hash_seed,
         };
         self.unreferenced_leaf = Some(LeafRange { max: 0, ..template });
-        self.walk_entries(&root.node, 1, template);
+        self.template = Some(template);
+        self.walk_entries(&root.node, 0, 1, template);
         Some(())
     }
 
-    /// Records the children of `node`, which lie `depth` nodes below the root: an
-    /// interior node is walked, a leaf gets its hash range and must be at the depth the
-    /// root claims.
-    fn walk_entries(&mut self, node: &DxNode, depth: u32, range: LeafRange) {
+    /// Records the children of `node` (block `node_logical`), which lie `depth` nodes
+    /// below the root: an interior node is walked, a leaf gets the hash range its entry
+    /// gives it and must be at the depth the root claims. Each child's naming is
+    /// recorded as e2fsck's `parse_int_node` records it, and an interior node's own
+    /// lowest and highest entry hash.
+    fn walk_entries(&mut self, node: &DxNode, node_logical: u32, depth: u32, template: LeafRange) {
         let ino = self.dir.ino;
+        let mut entry_hashes = (u32::MAX, 0u32);
+        let count = node.entries.len();
         for (i, entry) in node.entries.iter().enumerate() {
-            let min = if i == 0 { range.min } else { entry.hash & !1 };
+            let min = if i == 0 { 0 } else { entry.hash & !1 };
             let max = node
                 .entries
                 .get(i + 1)
-                .map_or(range.max, |next| next.hash & !1);
-            let child = LeafRange { min, max, ..range };
+                .map_or(LAST_MAX_HASH, |next| next.hash & !1);
+            let child = LeafRange {
+                min,
+                max,
+                ..template
+            };
             // The low 28 bits are the block (the rest are reserved flags).
-            let logical = entry.block & 0x0fff_ffff;
+            let logical = entry.block & DX_BLOCK_MASK;
             if logical >= self.dir_block_count() {
                 self.report(
                     ProblemCode::PR_2_HTREE_BADBLK,
@@ -450,9 +598,26 @@ impl IndexWalker<'_> {
                 );
                 continue;
             }
+            entry_hashes = (entry_hashes.0.min(min), entry_hashes.1.max(min));
+            let previous = i
+                .checked_sub(1)
+                .map_or(0, |p| node.entries[p].block & DX_BLOCK_MASK);
+            let naming = self.layout.named.entry(logical).or_insert(Naming {
+                parent: node_logical,
+                previous,
+                first: false,
+                last: false,
+                node_min: min,
+                node_max: max,
+            });
+            naming.previous = previous;
+            naming.node_min = min;
+            naming.node_max = max;
+            naming.first |= i == 0;
+            naming.last |= i + 1 == count;
             *self.references.entry(logical).or_insert(0) += 1;
             if depth < MAX_WALK_DEPTH && self.is_index_node(logical) {
-                self.walk_interior(logical, depth, child);
+                self.walk_interior(logical, depth, template);
                 continue;
             }
             self.layout.leaves.insert(logical, child);
@@ -473,6 +638,44 @@ impl IndexWalker<'_> {
                 self.report_bad_depth(logical);
             }
         }
+        if node_logical != 0 {
+            self.layout.nodes.insert(node_logical, entry_hashes);
+        }
+    }
+
+    /// e2fsck's checks of the count/limit header at `offset` in index block `logical`
+    /// (`parse_int_node`): a limit other than the block's capacity
+    /// (`PR_2_HTREE_BAD_LIMIT`) and a count past it (`PR_2_HTREE_BAD_COUNT`, after which
+    /// e2fsck reads entries up to the capacity), each reported and declined. Returns
+    /// the block as e2fsck goes on to read it, its header set to the capacity where it
+    /// was wrong (the checksum is verified on the block as stored).
+    fn check_count_limit(&self, logical: u32, bytes: &[u8], offset: usize) -> Vec<u8> {
+        let ino = self.dir.ino;
+        let tail = if self.csum.is_some() { DX_TAIL_SIZE } else { 0 };
+        let capacity = bytes.len().saturating_sub(offset + tail) / DX_ENTRY_SIZE;
+        let capacity = u16::try_from(capacity).unwrap_or(u16::MAX);
+        let mut entries = bytes.to_vec();
+        let mut report = |code: ProblemCode, at: usize, field: &str, found: u16| {
+            // OK to index: `le16` read these two bytes of a block as long.
+            entries[at..at + 2].copy_from_slice(&capacity.to_le_bytes());
+            self.report(
+                code,
+                logical,
+                format!("problem in HTREE directory inode {ino}: block #{logical} has invalid {field} ({found})"),
+            );
+        };
+        if let Some(limit) = le16(bytes, offset).filter(|&l| l != capacity) {
+            report(ProblemCode::PR_2_HTREE_BAD_LIMIT, offset, "limit", limit);
+        }
+        if let Some(count) = le16(bytes, offset + 2).filter(|&c| c > capacity) {
+            report(
+                ProblemCode::PR_2_HTREE_BAD_COUNT,
+                offset + 2,
+                "count",
+                count,
+            );
+        }
+        entries
     }
 
     /// Walks interior node `logical`, `depth` nodes below the root.
@@ -488,7 +691,8 @@ impl IndexWalker<'_> {
             inode: ino,
             block: physical,
         };
-        if !hashes_in_order(&bytes, NODE_ENTRIES_OFFSET) {
+        let entries = self.check_count_limit(logical, &bytes, NODE_ENTRIES_OFFSET);
+        if !hashes_in_order(&entries, NODE_ENTRIES_OFFSET) {
             self.report(
                 ProblemCode::PR_2_HTREE_HASH_ORDER,
                 logical,
@@ -496,7 +700,7 @@ impl IndexWalker<'_> {
             );
             return;
         }
-        let node = match DxNode::parse(&bytes, self.csum.is_some(), loc) {
+        let node = match DxNode::parse(&entries, self.csum.is_some(), loc) {
             Ok(node) => node,
             Err(e) => {
                 self.report(
@@ -516,7 +720,27 @@ impl IndexWalker<'_> {
                 );
             }
         }
-        self.walk_entries(&node, depth + 1, range);
+        self.walk_entries(&node, logical, depth + 1, range);
+    }
+
+    /// Parses each block with an interior node's content that no entry named in the walk
+    /// from the root, as e2fsck's pass 2 parses every such block: its entries are
+    /// checked and its children referenced. Its own record names no parent, which
+    /// e2fsck reads as the root, so its leaves must lie two nodes down.
+    fn walk_unreferenced_nodes(&mut self) {
+        let Some(template) = self.template else {
+            return;
+        };
+        let blocks: Vec<u32> = self.dir.blocks.iter().map(|&(l, _)| l).collect();
+        for logical in blocks {
+            if logical != 0
+                && !self.references.contains_key(&logical)
+                && !self.layout.index_blocks.contains(&logical)
+                && self.is_index_node(logical)
+            {
+                self.walk_interior(logical, 1, template);
+            }
+        }
     }
 
     /// Every block but the root must be referenced exactly once. e2fsck looks at every
@@ -577,8 +801,8 @@ impl IndexWalker<'_> {
     }
 
     /// Gives mapped block `logical`, which no index entry names, the range and depth
-    /// check of e2fsck's zeroed record, unless its content is an interior node's (which
-    /// e4 does not parse when no entry names it).
+    /// check of e2fsck's zeroed record, unless its content is an interior node's (parsed
+    /// by [`IndexWalker::walk_unreferenced_nodes`]).
     fn judge_unreferenced_leaf(&mut self, logical: u32) {
         let Some(range) = self.unreferenced_leaf else {
             return;

@@ -112,7 +112,7 @@ fn walk_node(
                 if let Some(code) = problem {
                     had_problem = true;
                     if code == ProblemCode::PR_1_TOOBIG_DIR {
-                        too_big::report(walk, code, lblk + len, e.physical);
+                        too_big::report(walk, code, Some(lblk + len), e.physical);
                         continue;
                     }
                     walk.report(

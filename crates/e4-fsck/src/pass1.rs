@@ -33,6 +33,7 @@ use crate::quota::{self, QuotaUsage};
 use crate::quota_inode::{self, quota_slot, QuotaSlot};
 use crate::really_dir;
 use crate::special_inode::check_special;
+use crate::too_big::TooBig;
 use crate::xattr_entries::{check_entries, value_inodes_named, XattrPlace};
 use crate::xattr_refs::XattrBlocks;
 
@@ -392,20 +393,25 @@ fn check_inode(
         }
     };
     let dir = kind == InodeKind::Directory;
-    let mut tally = BlockTally::default();
-    let extents_fs = ctx.sb.incompat().contains(IncompatFeatures::EXTENTS);
-    let extent_mapped = inode.has_flag(flags::EXTENTS) && extents_fs;
-    if has_valid_blocks(ctx, &inode, ino) {
-        tally = if extent_mapped {
-            walk_extent_tree(walk, &inode, dir)
-        } else {
-            walk_block_map(walk, &inode, dir)
-        };
-    }
-    tally.blocks += ibody_values.blocks;
+    // The xattr values and block first: e2fsck's `check_blocks` counts them before the
+    // block map, whose count limit (`too_big`) they bring nearer.
+    let mut tally = BlockTally {
+        blocks: ibody_values.blocks,
+        ..BlockTally::default()
+    };
     let mut value_inodes = ibody_values.inodes;
     if inode.file_acl() != 0 {
         value_inodes += xattrs.visit(walk, &inode, &mut tally);
+    }
+    let extents_fs = ctx.sb.incompat().contains(IncompatFeatures::EXTENTS);
+    let extent_mapped = inode.has_flag(flags::EXTENTS) && extents_fs;
+    if has_valid_blocks(ctx, &inode, ino) {
+        tally.append(if extent_mapped {
+            walk_extent_tree(walk, &inode, dir)
+        } else {
+            let too_big = TooBig::for_inode(walk, &inode);
+            walk_block_map(walk, &inode, dir, too_big, tally.blocks)
+        });
     }
     if walk.mode == WalkMode::CountShared {
         return Some((None, tally));

@@ -96,6 +96,10 @@ pub fn run(ctx: &Context, dirs: &[Directory], progress: Option<&Progress>) -> Pa
             .flat_map_iter(|dir| check_inline(ctx, dir, &lost_and_found)),
     );
     subdir_links.par_sort_unstable();
+    dirs.par_iter()
+        .zip(layouts.par_iter())
+        .filter_map(|(dir, layout)| Some((dir, layout.as_ref()?)))
+        .for_each(|(dir, layout)| layout.check_node_hashes(ctx, dir.ino));
     for (dir, layout) in dirs.iter().zip(&layouts) {
         if layout.as_ref().is_some_and(HtreeLayout::is_invalid) {
             ctx.report(
@@ -186,8 +190,14 @@ fn check_block(
             }
         }
     }
-    if let (Some(layout), Some(code)) = (task.htree, entries.finish()) {
-        layout.note(code);
+    let problem = entries.finish();
+    if let Some(layout) = task.htree {
+        if let Some(code) = problem {
+            layout.note(code);
+        }
+        if range.is_some() {
+            layout.record_leaf_hashes(task.logical, entries.hash_bounds);
+        }
     }
     entries.links
 }

@@ -295,9 +295,12 @@ problem_codes! {
     PR_1_BAD_I_BLOCKS = 0x01000D, Fix, InodeBlocks, true;
     /// A block map points outside the filesystem.
     PR_1_ILLEGAL_BLOCK_NUM = 0x01000E, Clear, IllegalBlock, true;
-    /// A directory maps a logical block past `2^21` KiB without large_dir (the block is
-    /// then not counted).
+    /// A directory maps a logical block past `2^21` KiB without large_dir, or its block
+    /// map reaches e2fsck's block count limit (the block is then not counted).
     PR_1_TOOBIG_DIR = 0x010044, Clear, IllegalBlock, true;
+    /// A regular file's block map reaches e2fsck's block count limit (the block is then
+    /// not counted).
+    PR_1_TOOBIG_REG = 0x010045, Clear, IllegalBlock, true;
     /// A block-mapped symlink maps a block past its block 0.
     PR_1_TOOBIG_SYMLINK = 0x010046, Clear, IllegalBlock, true;
     /// An xattr block's `h_magic` is not version 2's (e2fsck declines to clear the
@@ -445,6 +448,11 @@ problem_codes! {
     PR_2_HTREE_BADBLK = 0x02003A, ClearHtree, Htree, true;
     /// An htree root is invalid.
     PR_2_HTREE_BAD_ROOT = 0x02003C, ClearHtree, Htree, true;
+    /// An htree index block's limit is not its capacity.
+    PR_2_HTREE_BAD_LIMIT = 0x02003D, ClearHtree, Htree, true;
+    /// An htree index block's count is past its capacity (its entries are read up to
+    /// the capacity).
+    PR_2_HTREE_BAD_COUNT = 0x02003E, ClearHtree, Htree, true;
     /// An htree node's hashes are not in order.
     PR_2_HTREE_HASH_ORDER = 0x02003F, ClearHtree, Htree, true;
     /// Two entries in one directory have the same name.
