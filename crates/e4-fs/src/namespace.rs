@@ -650,6 +650,14 @@ impl Filesystem {
             }
             Self::touch(&mut dir.inode, true);
             Self::touch(&mut target.inode, false);
+            // The directory is done with: other operations in it need not wait for the
+            // victim's freeing, which is most of an unlink of the last link (the kernel too
+            // evicts the inode after the directory's lock is dropped). The victim stays
+            // locked, so nothing that finds it by number sees it half freed.
+            let at = locked.iter().position(|(ino, _)| *ino == parent);
+            drop(at.map(|at| locked.swap_remove(at)));
+            self.inodes.mark_dirty(&parent_handle);
+            let target = state(&mut locked, victim);
             let freed = target.inode.links_count() == 0 && target.open_count == 0;
             if freed {
                 self.delete_inode(&io, target)?;
@@ -657,7 +665,6 @@ impl Filesystem {
                 writer.orphans.lock().insert(victim);
             }
             drop(locked);
-            self.inodes.mark_dirty(&parent_handle);
             if !freed {
                 self.inodes.mark_dirty(&victim_handle);
             }
