@@ -442,3 +442,7 @@ for name, path, old, new, args in M:
         print(f"{'COMPILE-ERR' if compile_err else ('CAUGHT' if caught else 'SURVIVED')}: {name} ({' '.join(args)})", flush=True)
     finally:
         open(path, "w").write(src)
+        # A proptest that fails under a mutation saves its case; it is not a regression.
+        saved = ":(glob)crates/*/proptest-regressions/**"
+        subprocess.run(["git", "checkout", "-q", "--", saved], stderr=subprocess.DEVNULL)
+        subprocess.run(["git", "clean", "-fdq", "--", saved])
