@@ -425,6 +425,10 @@ M = [
   "            .range(..=u32::try_from(end - 1).unwrap_or(u32::MAX))",
   "            .range(..u32::try_from(end - 1).unwrap_or(u32::MAX))",
   ["-p", "e4-alloc", "--lib", "pending_frees"]),
+ ("a new inode's failure reported before the name is looked up", "crates/e4-fs/src/namespace.rs",
+  "            let mut parent_state = parent_handle.lock(&self.inodes);\n            let parent_links = parent_state.inode.links_count();",
+  "            if let Some(Err(_)) = &prepared {\n                if let Some(Err(e)) = prepared.take() {\n                    return Err(e);\n                }\n            }\n            let mut parent_state = parent_handle.lock(&self.inodes);\n            let parent_links = parent_state.inode.links_count();",
+  ["--test", "write_cases", "inode_exhaustion"]),
 ]
 only = sys.argv[1:] 
 for name, path, old, new, args in M:

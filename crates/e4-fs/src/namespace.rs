@@ -333,15 +333,22 @@ impl Filesystem {
             let io = TxnIo::new(self, writer, &txn);
             let format = self.dir_format();
             let parent_handle = self.inode_handle(parent)?;
-            let mut parent_state = parent_handle.lock(&self.inodes);
-            self.require_directory(&parent_state.inode)?;
             let is_dir = matches!(kind, NewKind::Directory);
+            // The new inode is allocated and filled before the directory is locked, so
+            // that creators in one directory wait for each other only while the name goes
+            // in. It gets its handle before the name exists, so a reader who finds the name
+            // finds this inode, not a stale record from the table. What it took is given
+            // back below if the name cannot be added; its failure is reported only once
+            // the name is known to be absent (so "exists" comes before "no space", as in
+            // the kernel).
+            let mut prepared =
+                Some(self.prepare_new_inode(&io, &format, &kind, parent, name, creator));
+            let made = match &prepared {
+                Some(Ok(handle)) => Some(handle.clone()),
+                _ => None,
+            };
+            let mut parent_state = parent_handle.lock(&self.inodes);
             let parent_links = parent_state.inode.links_count();
-            // Runs once the name is known to be absent (so "exists" is reported before
-            // "too many links" or "no space", as the kernel does): allocates and fills
-            // the new inode, and makes its handle before the name exists, so a reader who
-            // finds the name finds this inode, not a stale record from the table.
-            let mut made: Option<Arc<InodeHandle>> = None;
             let mut make = || -> Result<u32> {
                 if is_dir
                     && parent_links >= MAX_LINKS - 1
@@ -349,35 +356,18 @@ impl Filesystem {
                 {
                     return Err(Error::TooManyLinks(shown(name)));
                 }
-                let new = writer
-                    .inodes
-                    .allocate(
-                        &InodeRequest {
-                            parent,
-                            parent_hint: None,
-                            kind: self.new_inode_kind(&kind, parent, name),
-                            slot: txn.slot,
-                        },
-                        &writer.blocks,
-                    )
-                    .map_err(|e| match e {
-                        e4_alloc::InodeError::NoSpace => Error::NoSpace("inodes".into()),
-                        other => Error::Invalid(other.to_string()),
-                    })?;
-                let ino = new.ino;
-                let mut inode = self.new_inode(ino, &kind, creator);
-                if let Err(e) = self.fill_new_inode(&io, &format, &mut inode, &kind, parent) {
-                    let mut doomed = InodeState::detached(inode);
-                    self.release_inode_space(&io, &mut doomed).ok();
-                    writer.inodes.free(ino, is_dir, txn.slot).ok();
-                    return Err(e);
+                match prepared.take() {
+                    Some(Ok(handle)) => Ok(handle.ino),
+                    Some(Err(e)) => Err(e),
+                    None => unreachable!("add_new makes one inode"),
                 }
-                made = Some(self.inodes.insert_new(inode));
-                Ok(ino)
             };
             let linked = self
-                .edit_dir(&io, &format, &mut parent_state, |e| {
-                    e.add_new(name, kind.file_type(), &mut make)
+                .require_directory(&parent_state.inode)
+                .and_then(|()| {
+                    self.edit_dir(&io, &format, &mut parent_state, |e| {
+                        e.add_new(name, kind.file_type(), &mut make)
+                    })
                 })
                 .and_then(|ino| {
                     if is_dir {
@@ -408,6 +398,45 @@ impl Filesystem {
         };
         self.commit_if_needed()?;
         Ok(ino)
+    }
+
+    /// Allocates and fills a new inode for `name` in `parent` and makes its handle; on
+    /// failure nothing it took is kept.
+    fn prepare_new_inode(
+        &self,
+        io: &TxnIo<'_>,
+        format: &DirFormat,
+        kind: &NewKind<'_>,
+        parent: u32,
+        name: &[u8],
+        creator: Creator,
+    ) -> Result<Arc<InodeHandle>> {
+        let writer = io.writer;
+        let is_dir = matches!(kind, NewKind::Directory);
+        let new = writer
+            .inodes
+            .allocate(
+                &InodeRequest {
+                    parent,
+                    parent_hint: None,
+                    kind: self.new_inode_kind(kind, parent, name),
+                    slot: io.slot,
+                },
+                &writer.blocks,
+            )
+            .map_err(|e| match e {
+                e4_alloc::InodeError::NoSpace => Error::NoSpace("inodes".into()),
+                other => Error::Invalid(other.to_string()),
+            })?;
+        let ino = new.ino;
+        let mut inode = self.new_inode(ino, kind, creator);
+        if let Err(e) = self.fill_new_inode(io, format, &mut inode, kind, parent) {
+            let mut doomed = InodeState::detached(inode);
+            self.release_inode_space(io, &mut doomed).ok();
+            writer.inodes.free(ino, is_dir, io.slot).ok();
+            return Err(e);
+        }
+        Ok(self.inodes.insert_new(inode))
     }
 
     /// How the inode allocator should place a new inode: Orlov spreads directories made in

@@ -307,6 +307,15 @@ fn inode_exhaustion_is_exact() {
     }
     assert_eq!(made, free);
     assert_eq!(fs.statfs().free_inodes, 0);
+    // A full inode table hides neither a name that exists nor a parent that is no
+    // directory: those are reported, as the kernel reports them, before "no space".
+    assert!(matches!(fs.create(ROOT, b"f1", ME), Err(Error::Exists(_))));
+    let file = fs.lookup(ROOT, b"f1").unwrap().unwrap();
+    assert!(matches!(
+        fs.create(file, b"x", ME),
+        Err(Error::NotADirectory(_))
+    ));
+    assert_eq!(fs.statfs().free_inodes, 0);
     // A freed number counts as free at once, but is handed out again only after the
     // transaction that freed it is written: the create that needs it commits first.
     let first = fs.lookup(ROOT, b"f0").unwrap().unwrap();
