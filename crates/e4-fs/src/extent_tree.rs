@@ -1,6 +1,7 @@
 //! Changing an inode's extent tree: insert, remove (punch and truncate), the unwritten →
-//! written conversion and shifting extents along the file (`shift.rs`), following the kernel's shapes (`fs/ext4/extents.c`) so that what e4
-//! writes is what the kernel would have written, and `e2fsck -fn` passes it silently.
+//! written conversion and shifting extents along the file (`shift.rs`), following the
+//! kernel's shapes (`fs/ext4/extents.c`) so that what e4 writes is what the kernel would
+//! have written, and `e2fsck -fn` passes it silently.
 //!
 //! The tree works through [`MetaIo`] only, so it runs the same on the engine's transaction and
 //! on the in-memory store its tests use. Nodes are written as [`BlockKind::ExtentNode`] and
@@ -206,9 +207,9 @@ struct Survey {
 /// nodes), so without a bound punching every other block of a file costs time quadratic in
 /// its extents (measured: making 4 files of 4 million one-block extents that way had not
 /// finished after five minutes; with the bound, and e4-alloc's pending frees kept ordered,
-/// it takes 91 s). A larger tree keeps the kernel's shapes, as the kernel's own trees do: `e2fsck -f` may then
-/// offer to narrow it, an optimisation that leaves its exit status 0. 256 blocks hold some
-/// 87,000 extents with 4 KiB blocks and 21,000 with 1 KiB.
+/// it takes 91 s). A larger tree keeps the kernel's shapes, as the kernel's own trees do:
+/// `e2fsck -f` may then offer to narrow it, an optimisation that leaves its exit status 0.
+/// 256 blocks hold some 87,000 extents with 4 KiB blocks and 21,000 with 1 KiB.
 pub const SHAPE_KEPT_UP_TO_NODES: usize = 256;
 
 impl Survey {
@@ -468,18 +469,7 @@ impl<'a> ExtentTree<'a> {
         };
         let bytes = self.io.read(block, BlockKind::ExtentNode, self.owner)?;
         let node = self.decode(&bytes, loc, Some(block))?;
-        if node.depth != depth {
-            return Err(corrupt(
-                loc,
-                Problem::ChildDepthMismatch {
-                    depth: node.depth,
-                    parent_depth: depth + 1,
-                },
-            ));
-        }
-        if node.len() == 0 {
-            return Err(corrupt(loc, Problem::EmptyNode { depth }));
-        }
+        check_child(loc, depth, node.depth, node.first_key())?;
         Ok(node)
     }
 
@@ -962,27 +952,9 @@ impl<'a> ExtentTree<'a> {
         self.io
             .visit(block, BlockKind::ExtentNode, self.owner, &mut |bytes| {
                 let view = ExtentNodeView::new(bytes, loc)?;
-                if view.header.depth != depth {
-                    return Err(corrupt(
-                        loc,
-                        Problem::ChildDepthMismatch {
-                            depth: view.header.depth,
-                            parent_depth: depth + 1,
-                        },
-                    ));
-                }
-                if view.is_empty() {
-                    return Err(corrupt(loc, Problem::EmptyNode { depth }));
-                }
-                if view.first_block(0) != key {
-                    return Err(corrupt(
-                        loc,
-                        Problem::ChildKeyMismatch {
-                            first: Some(view.first_block(0)),
-                            key,
-                        },
-                    ));
-                }
+                let first = (!view.is_empty()).then(|| view.first_block(0));
+                check_child(loc, depth, view.header.depth, first)?;
+                check_key(loc, first, key)?;
                 if !view.is_leaf() {
                     below.extend((0..view.len()).map(|i| {
                         let index = view.index(i);
@@ -1001,18 +973,11 @@ impl<'a> ExtentTree<'a> {
         extents.extend_from_slice(&node.extents);
         for index in &node.indexes {
             let child = self.read_node(index.child, node.depth - 1)?;
-            if child.first_key() != Some(index.logical) {
-                return Err(corrupt(
-                    Location::InodeBlock {
-                        inode: self.owner.ino,
-                        block: index.child,
-                    },
-                    Problem::ChildKeyMismatch {
-                        first: child.first_key(),
-                        key: index.logical,
-                    },
-                ));
-            }
+            let loc = Location::InodeBlock {
+                inode: self.owner.ino,
+                block: index.child,
+            };
+            check_key(loc, child.first_key(), index.logical)?;
             self.all_extents(&child, extents)?;
         }
         Ok(())
@@ -1108,6 +1073,32 @@ impl<'a> ExtentTree<'a> {
         }
         Ok(())
     }
+}
+
+/// Checks a node read under an index entry (at `loc`): its depth must be `depth`, one
+/// below its parent's, and it must hold entries (`first` is its first key).
+fn check_child(loc: Location, depth: u16, found_depth: u16, first: Option<u32>) -> Result<()> {
+    if found_depth != depth {
+        return Err(corrupt(
+            loc,
+            Problem::ChildDepthMismatch {
+                depth: found_depth,
+                parent_depth: depth + 1,
+            },
+        ));
+    }
+    if first.is_none() {
+        return Err(corrupt(loc, Problem::EmptyNode { depth }));
+    }
+    Ok(())
+}
+
+/// Checks that a child node's first key (`first`) is its index entry's `key`.
+fn check_key(loc: Location, first: Option<u32>, key: u32) -> Result<()> {
+    if first != Some(key) {
+        return Err(corrupt(loc, Problem::ChildKeyMismatch { first, key }));
+    }
+    Ok(())
 }
 
 fn corrupt(loc: Location, problem: Problem) -> Error {

@@ -683,8 +683,11 @@ impl Filesystem {
             // victim's freeing, which is most of an unlink of the last link (the kernel too
             // evicts the inode after the directory's lock is dropped). The victim stays
             // locked, so nothing that finds it by number sees it half freed.
-            let at = locked.iter().position(|(ino, _)| *ino == parent);
-            drop(at.map(|at| locked.swap_remove(at)));
+            let at = locked
+                .iter()
+                .position(|(ino, _)| *ino == parent)
+                .expect("the directory was locked");
+            drop(locked.swap_remove(at));
             self.inodes.mark_dirty(&parent_handle);
             let target = state(&mut locked, victim);
             let freed = target.inode.links_count() == 0 && target.open_count == 0;

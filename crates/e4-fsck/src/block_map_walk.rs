@@ -207,11 +207,11 @@ fn report_illegal(walk: &BlockWalk<'_>, block: u64, logical: u64) {
 #[cfg(test)]
 mod tests {
     use std::collections::HashSet;
-    use std::path::Path;
     use std::process::Command;
     use std::sync::Mutex;
 
     use e4_format::inode::FileType;
+    use e4_testkit::{e2fsck_clean, make_empty_image, Image};
 
     use super::*;
     use crate::block_claim::WalkMode;
@@ -225,23 +225,21 @@ mod tests {
     const FILE_INO: u32 = 12;
     const FILE_BLOCKS: usize = 12 + 256 + 512;
 
-    fn image_with_file(dir: &Path) -> Context {
-        let image = dir.join("map.img");
-        let data = dir.join("data");
+    fn image_with_file() -> (Image, Context) {
+        let image = make_empty_image(&["-t", "ext2", "-b", "1024"], 4);
         // Not zeros: debugfs leaves holes for zero blocks.
+        let data = image.path.with_extension("data");
         std::fs::write(&data, vec![0x5a; FILE_BLOCKS * 1024]).unwrap();
-        let run = |program: &str, args: &[&str]| {
-            let out = Command::new(program).args(args).output().unwrap();
-            assert!(out.status.success(), "{program}: {out:?}");
-        };
-        let image_arg = image.to_str().unwrap();
-        run(
-            "mke2fs",
-            &["-q", "-F", "-t", "ext2", "-b", "1024", image_arg, "4M"],
-        );
         let write = format!("write {} f", data.display());
-        run("debugfs", &["-w", "-R", &write, image_arg]);
-        open_and_check(&image, &mut PhaseClock::start()).unwrap()
+        let out = Command::new("debugfs")
+            .args(["-w", "-R", &write])
+            .arg(&image.path)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "debugfs: {out:?}");
+        e2fsck_clean(&image.path).unwrap();
+        let ctx = open_and_check(&image.path, &mut PhaseClock::start()).unwrap();
+        (image, ctx)
     }
 
     /// The map's pointers in e2fsck's order (each indirect block before its children),
@@ -292,8 +290,7 @@ mod tests {
     /// know the count.
     #[test]
     fn count_limit_reached_at_an_indirect_block() {
-        let dir = tempfile::tempdir().unwrap();
-        let ctx = image_with_file(dir.path());
+        let (_image, ctx) = image_with_file();
         let inode = ctx.read_inode(FILE_INO).unwrap();
         let pointer = |slot: usize| u64::from(le32(&inode.record.block, 4 * slot).unwrap());
         let mut order: Vec<u64> = (0..12).map(pointer).collect();
@@ -312,8 +309,7 @@ mod tests {
     /// One block more than the map holds: nothing is too big, all is owned.
     #[test]
     fn count_limit_one_past_the_map() {
-        let dir = tempfile::tempdir().unwrap();
-        let ctx = image_with_file(dir.path());
+        let (_image, ctx) = image_with_file();
         let all = FILE_BLOCKS as u64 + 4;
         assert_eq!(walk_with_limit(&ctx, all + 1), (all, vec![]));
     }

@@ -590,6 +590,38 @@ fn corrupt_nodes_are_errors_not_panics() {
     assert!(err.to_string().contains("inode 12"), "{err}");
 }
 
+/// A leaf that disagrees with the index entry naming it (its depth, its first key) is
+/// corrupt, whether the whole tree is read (`extents`) or only surveyed for its shape after
+/// a removal elsewhere.
+#[test]
+fn a_child_that_disagrees_with_its_index_entry_is_corrupt() {
+    // (byte of the first leaf to change, its new value, what the error says)
+    let damages: [(usize, u8, &str); 2] = [
+        (6, 1, "under a node of depth 1"),
+        (12, 1, "but its index key is 0"),
+    ];
+    for (at, value, says) in damages {
+        let io = MemoryMetaIo::new(TINY_BLOCK, 100, 10_000);
+        let mut root = new_root();
+        let mut tree = ExtentTree::new(&mut root, &io, OWNER);
+        append_unmergeable(&mut tree, 0, 10);
+        assert_eq!(check(&root, &io).depth, 1);
+        // The first leaf holds extents at blocks 0, 2, 4, ...: a first key of 1 keeps it
+        // in order but no longer at its index key, 0.
+        let first_leaf = *io.allocated.lock().unwrap().iter().next().unwrap();
+        let mut bytes = io.blocks.lock().unwrap()[&first_leaf].1.clone();
+        bytes[at] = value;
+        io.write(first_leaf, BlockKind::ExtentNode, OWNER, &bytes)
+            .unwrap();
+        let mut tree = ExtentTree::new(&mut root, &io, OWNER);
+        let whole = tree.extents().unwrap_err().to_string();
+        assert!(whole.contains(says), "{whole}");
+        // The last extent, in the last leaf: the survey afterwards reads the first leaf.
+        let surveyed = tree.remove(18, 1).unwrap_err().to_string();
+        assert!(surveyed.contains(says), "{surveyed}");
+    }
+}
+
 /// The model after moving every block at or after `from` by `distance` (down or up).
 fn shifted(model: &Model, from: u32, distance: u32, up: bool) -> Model {
     model
