@@ -15,14 +15,14 @@ use e4_format::superblock::{
 use e4_format::{FormatError, Location, MetadataBlock, Problem, Structure};
 use parking_lot::Mutex;
 
-use crate::buffer_cache::{Buffer, BufferCache, BufferRole};
-use crate::caller::Caller;
-use crate::dentry_cache::DentryCache;
-use crate::device::{Device, FileDevice, MemoryDevice};
+use crate::buffer::cache::{Buffer, BufferCache, BufferRole};
 use crate::error::{Error, Result};
-use crate::inode_cache::{InodeCache, InodeHandle};
-use crate::meta_io::BlockKind;
-use crate::writer::Writer;
+use crate::inode::cache::{InodeCache, InodeHandle};
+use crate::io::device::{Device, FileDevice, MemoryDevice};
+use crate::io::meta_io::BlockKind;
+use crate::names::dentry_cache::DentryCache;
+use crate::space::caller::Caller;
+use crate::txn::writer::Writer;
 
 /// How to open a filesystem.
 #[derive(Debug, Clone)]
@@ -420,7 +420,7 @@ impl Filesystem {
     pub(crate) fn role(&self, kind: BlockKind, inode: &Inode) -> BufferRole {
         BufferRole {
             kind,
-            owner: Some(crate::meta_io::Owner {
+            owner: Some(crate::io::meta_io::Owner {
                 ino: inode.ino,
                 generation: inode.record.generation,
             }),

@@ -22,8 +22,8 @@ use e4_format::dir_hash::{dir_hash, HashVersion};
 use e4_format::dir_htree::{DxNode, DxRoot};
 use e4_format::inode::FileType;
 use e4_format::{Location, MetadataBlock};
-use e4_fs::dir_write::{DirFormat, DirectoryBlocks, DirectoryEditor};
-use e4_fs::meta_io::{BlockKind, MetaIo, Owner};
+use e4_fs::testing::{BlockKind, MetaIo, Owner};
+use e4_fs::testing::{DirFormat, DirectoryBlocks, DirectoryEditor};
 use e4_fs::{Error, Filesystem, OpenOptions, Result};
 use e4_testkit::{e2fsck_clean, make_empty_image, KernelMount};
 

@@ -1,0 +1,171 @@
+//! An inode's logical-to-physical mapping for writing, whichever kind it has: an extent
+//! tree (ext4) or an indirect block map (ext2/ext3, and ext4 inodes without EXTENTS_FL). The
+//! file and directory code is written once against this.
+
+use e4_format::extent::Extent;
+use e4_format::inode::{flags, Inode};
+
+use crate::error::{Error, Result};
+use crate::io::meta_io::MetaIo;
+use crate::map::block_map::BlockMapTree;
+use crate::map::extent_tree::{ExtentTree, ShiftDirection};
+use crate::ops::write::owner_of;
+
+/// Longest written extent.
+const MAX_EXTENT: u64 = 32768;
+/// Most blocks a block-map lookup follows to size a run (each costs a lookup).
+const BLOCK_MAP_RUN: u64 = 256;
+
+/// A mapped run starting at the block asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct MappedRun {
+    pub physical: u64,
+    /// Blocks from the one asked for to the end of the run.
+    pub len: u64,
+    pub unwritten: bool,
+}
+
+pub(crate) enum FileMapping<'a> {
+    Extents(ExtentTree<'a>),
+    Blocks(BlockMapTree<'a>),
+}
+
+impl<'a> FileMapping<'a> {
+    /// The mapping of `inode` (its `i_block` is borrowed until this is dropped).
+    pub fn of(inode: &'a mut Inode, io: &'a dyn MetaIo) -> Self {
+        let owner = owner_of(inode);
+        let extents = inode.has_flag(flags::EXTENTS);
+        let root = &mut inode.record.block;
+        if extents {
+            FileMapping::Extents(ExtentTree::new(root, io, owner))
+        } else {
+            FileMapping::Blocks(BlockMapTree::new(root, io, owner))
+        }
+    }
+
+    /// One past the last logical block this mapping can address.
+    pub fn logical_limit(&self) -> u64 {
+        match self {
+            // `ee_block` is 32 bits; the last block stays unused (EXT_MAX_BLOCKS).
+            FileMapping::Extents(_) => (1 << 32) - 1,
+            FileMapping::Blocks(t) => t.logical_limit(),
+        }
+    }
+
+    /// Longest run one insert may map.
+    pub fn max_run(&self) -> u64 {
+        match self {
+            FileMapping::Extents(_) => MAX_EXTENT,
+            FileMapping::Blocks(_) => u64::MAX,
+        }
+    }
+
+    /// The run holding `logical`, if it is mapped.
+    pub fn lookup(&self, logical: u64) -> Result<Option<MappedRun>> {
+        if logical >= self.logical_limit() {
+            return Ok(None);
+        }
+        match self {
+            FileMapping::Extents(t) => Ok(t.find(logical as u32)?.map(|e| {
+                let offset = logical - u64::from(e.logical);
+                MappedRun {
+                    physical: e.physical + offset,
+                    len: u64::from(e.len) - offset,
+                    unwritten: e.unwritten,
+                }
+            })),
+            FileMapping::Blocks(t) => {
+                let Some(physical) = t.find(logical)? else {
+                    return Ok(None);
+                };
+                let mut len = 1;
+                while len < BLOCK_MAP_RUN && t.find(logical + len)? == Some(physical + len) {
+                    len += 1;
+                }
+                Ok(Some(MappedRun {
+                    physical,
+                    len,
+                    unwritten: false,
+                }))
+            }
+        }
+    }
+
+    /// How many blocks from `logical` on are unmapped, up to `max`.
+    pub fn hole_len(&self, logical: u64, max: u64) -> Result<u64> {
+        let max = max.min(self.logical_limit().saturating_sub(logical));
+        match self {
+            FileMapping::Extents(t) => {
+                let next = t
+                    .next_extent(logical as u32)?
+                    .map_or(u64::MAX, |e| u64::from(e.logical));
+                Ok(next.saturating_sub(logical).min(max))
+            }
+            FileMapping::Blocks(t) => {
+                let mut len = 0;
+                while len < max && t.find(logical + len)?.is_none() {
+                    len += 1;
+                }
+                Ok(len)
+            }
+        }
+    }
+
+    /// Maps `len` blocks from `logical` (all unmapped) to `physical..`, written or not.
+    pub fn insert(&mut self, logical: u64, physical: u64, len: u64, unwritten: bool) -> Result<()> {
+        match self {
+            FileMapping::Extents(t) => t.insert(Extent {
+                logical: logical as u32,
+                len: len as u32,
+                physical,
+                unwritten,
+            }),
+            FileMapping::Blocks(t) => t.insert(logical, physical, len),
+        }
+    }
+
+    /// Unmaps `len` blocks from `start`; returns the data runs for the caller to free.
+    pub fn remove(&mut self, start: u64, len: u64) -> Result<Vec<(u64, u64)>> {
+        match self {
+            FileMapping::Extents(t) => {
+                if start >= 1 << 32 {
+                    return Ok(Vec::new());
+                }
+                t.remove(start as u32, len.min((1 << 32) - start))
+            }
+            FileMapping::Blocks(t) => t.remove(start, len),
+        }
+    }
+
+    /// Marks unwritten blocks written (block maps have no unwritten state).
+    pub fn mark_written(&mut self, logical: u64, len: u64) -> Result<()> {
+        match self {
+            FileMapping::Extents(t) => t.mark_written(logical as u32, len),
+            FileMapping::Blocks(_) => Ok(()),
+        }
+    }
+
+    /// Moves every mapped block at or after `from` by `distance` blocks (see
+    /// [`ExtentTree::shift`]); block maps cannot (the kernel's EOPNOTSUPP).
+    pub fn shift(&mut self, from: u64, distance: u64, direction: ShiftDirection) -> Result<()> {
+        let too_far = || Error::Invalid(format!("a shift of {distance} blocks from block {from}"));
+        match self {
+            FileMapping::Extents(t) => t.shift(
+                u32::try_from(from).map_err(|_| too_far())?,
+                u32::try_from(distance).map_err(|_| too_far())?,
+                direction,
+            ),
+            FileMapping::Blocks(_) => Err(Error::NotSupported(
+                "moving the blocks of a block-mapped file".into(),
+            )),
+        }
+    }
+
+    /// Tree blocks allocated minus freed since this mapping was made.
+    pub fn node_blocks_change(&self) -> i64 {
+        match self {
+            FileMapping::Extents(t) => t.node_blocks_change(),
+            FileMapping::Blocks(t) => t.node_blocks_change(),
+        }
+    }
+}

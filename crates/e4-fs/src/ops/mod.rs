@@ -1,0 +1,15 @@
+//! The public operations of [`Filesystem`](crate::Filesystem), a file per group. With
+//! `filesystem.rs`, the only place with `impl Filesystem`.
+
+pub(crate) mod directory_blocks;
+pub(crate) mod inline_file;
+pub(crate) mod mapping;
+pub(crate) mod namespace;
+pub(crate) mod path;
+pub(crate) mod read;
+pub(crate) mod readdir;
+pub(crate) mod setattr;
+pub(crate) mod stat;
+pub(crate) mod write;
+pub(crate) mod xattr_read;
+pub(crate) mod xattr_write;
