@@ -35,14 +35,14 @@ mod time;
 mod txn;
 mod xattr;
 
+pub use dir::entry::DirEntry;
 pub use e4_format::inode::{FileType, Inode, Timestamp};
-pub use error::{Error, Result};
+pub use error::{Error, Result, Shortage};
 pub use filesystem::{Filesystem, OpenOptions};
 pub use io::device;
 pub use io::lock_counting::LockReport;
 pub use ops::mapping::Mapping;
 pub use ops::namespace::{Creator, RenameMode};
-pub use ops::readdir::DirEntry;
 pub use ops::setattr::SetAttributes;
 pub use ops::stat::{Metadata, StatFs};
 pub use ops::write::FallocateMode;
@@ -56,7 +56,8 @@ pub use space::caller::Caller;
 #[cfg(feature = "testing")]
 #[doc(hidden)]
 pub mod testing {
-    pub use crate::dir::editor::{DirFormat, DirectoryBlocks, DirectoryEditor};
+    pub use crate::dir::editor::{DirectoryBlocks, DirectoryEditor};
+    pub use crate::dir::entry::DirFormat;
     pub use crate::io::meta_io::{BlockKind, MetaIo, Owner};
     pub use crate::map::block_map::BlockMapTree;
     pub use crate::map::extent_tree::ExtentTree;

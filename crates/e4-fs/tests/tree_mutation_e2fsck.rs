@@ -19,7 +19,7 @@ use e4_format::MetadataBlock;
 use e4_fs::testing::BlockMapTree;
 use e4_fs::testing::ExtentTree;
 use e4_fs::testing::{BlockKind, MetaIo, Owner};
-use e4_fs::{Error, Result};
+use e4_fs::{Error, Result, Shortage};
 use e4_testkit::make_empty_image;
 
 const BLOCK_SIZE: usize = 1024;
@@ -70,7 +70,7 @@ impl MetaIo for ImageIo {
             None => {
                 let nr = self.next.get();
                 if !NODE_REGION.contains(&nr) {
-                    return Err(Error::NoSpace("blocks".into()));
+                    return Err(Error::NoSpace(Shortage::Blocks));
                 }
                 self.next.set(nr + 1);
                 nr

@@ -10,7 +10,7 @@ use e4_format::dir_hash::{dir_hash, HashVersion};
 use e4_format::dir_htree::{DxNode, DxRoot};
 use e4_format::{Location, MetadataBlock};
 
-use crate::dir::editor::DirFormat;
+use crate::dir::entry::DirFormat;
 use crate::io::meta_io::memory::MemoryMetaIo;
 use crate::io::meta_io::{BlockKind, Owner};
 

@@ -21,16 +21,15 @@
 //! room when linear, the leaf the hash selects when indexed, is [`Error::Exists`]). Blocks
 //! are never freed: a directory only grows.
 
-use e4_format::dir_entry::{file_type as ft, DirEntryIter, MAX_NAME_LEN};
-use e4_format::features::{CompatFeatures, IncompatFeatures};
+use e4_format::dir_entry::DirEntryIter;
 use e4_format::inode::FileType;
-use e4_format::superblock::Superblock;
 use e4_format::{FormatError, Location, Problem, Structure};
 
+use crate::dir::entry::{check_name, public_entry, DirEntry, DirFormat};
 use crate::dir::leaf::{LeafBlock, LeafEntry, LeafProbe, NewEntry};
+use crate::error::Shortage;
 use crate::error::{Error, Result};
 use crate::io::meta_io::{edit_at, look_at, BlockKind, MetaIo, Owner};
-use crate::ops::readdir::DirEntry;
 
 /// The blocks of one directory, as the engine maps them.
 pub trait DirectoryBlocks {
@@ -48,60 +47,6 @@ pub trait DirectoryBlocks {
     fn is_indexed(&self) -> bool;
     /// Sets or clears `EXT4_INDEX_FL`.
     fn set_indexed(&mut self, on: bool);
-}
-
-/// The filesystem-wide facts directory edits depend on, read from the superblock once.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DirFormat {
-    /// Block size in bytes.
-    pub block_size: usize,
-    /// INCOMPAT_FILETYPE: entries record their file type.
-    pub filetype: bool,
-    /// RO_COMPAT_METADATA_CSUM: leaves end with a checksum tail, index blocks with a dx_tail.
-    pub metadata_csum: bool,
-    /// COMPAT_DIR_INDEX: full one-block directories become htree-indexed.
-    pub dir_index: bool,
-    /// INCOMPAT_LARGEDIR: three index levels instead of two.
-    pub large_dir: bool,
-    /// `s_def_hash_version`: the hash a new index root records (0 legacy, 1 half-MD4, 2 TEA).
-    pub def_hash_version: u8,
-    /// `s_flags` EXT2_FLAGS_UNSIGNED_HASH: hash names as unsigned bytes.
-    pub unsigned_hash: bool,
-    /// `s_hash_seed`.
-    pub hash_seed: [u32; 4],
-}
-
-impl DirFormat {
-    pub fn from_superblock(sb: &Superblock) -> Self {
-        DirFormat {
-            block_size: sb.block_size() as usize,
-            filetype: sb.incompat().contains(IncompatFeatures::FILETYPE),
-            metadata_csum: sb.has_metadata_csum(),
-            dir_index: sb.compat().contains(CompatFeatures::DIR_INDEX),
-            large_dir: sb.incompat().contains(IncompatFeatures::LARGEDIR),
-            def_hash_version: sb.def_hash_version,
-            unsigned_hash: sb.unsigned_dir_hash(),
-            hash_seed: sb.hash_seed,
-        }
-    }
-
-    /// The `file_type` code an entry records: 0 without the filetype feature.
-    pub(crate) fn file_type_code(&self, t: FileType) -> u8 {
-        if self.filetype {
-            ft::from_file_type(t)
-        } else {
-            ft::UNKNOWN
-        }
-    }
-
-    /// Index levels an htree may have, the root included (`ext4_dir_htree_level`).
-    pub(crate) fn max_index_levels(&self) -> u8 {
-        if self.large_dir {
-            e4_format::dir_htree::MAX_LEVELS_LARGEDIR
-        } else {
-            e4_format::dir_htree::MAX_LEVELS
-        }
-    }
 }
 
 /// The edits the namespace operations make to one locked directory, whatever holds its
@@ -320,7 +265,7 @@ impl<'a> DirectoryEditor<'a> {
         let mut leaf = LeafBlock::empty(self.format);
         if !leaf.insert(&entry.name, entry.ino, entry.file_type) {
             // An empty leaf holds at least 1012 bytes; the longest entry needs 264.
-            return Err(Error::NoSpace("directory block".into()));
+            return Err(Error::NoSpace(Shortage::Room("directory block".into())));
         }
         self.write_leaf(physical, &leaf)
     }
@@ -567,30 +512,6 @@ pub(crate) fn check_dot_entries(bytes: &[u8], format: &DirFormat, loc: Location)
         _ => Err(
             FormatError::corrupt(Structure::DirectoryBlock, loc, Problem::MissingDotEntries).into(),
         ),
-    }
-}
-
-/// Rejects names no directory may hold. The engine checks them first; this is the last line.
-pub(crate) fn check_name(name: &[u8]) -> Result<()> {
-    let shown = || String::from_utf8_lossy(name).into_owned();
-    if name.len() > MAX_NAME_LEN {
-        return Err(Error::NameTooLong(shown()));
-    }
-    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0)
-    {
-        return Err(Error::Invalid(format!(
-            "{:?} as a directory entry name",
-            shown()
-        )));
-    }
-    Ok(())
-}
-
-pub(crate) fn public_entry(entry: LeafEntry) -> DirEntry {
-    DirEntry {
-        name: entry.name,
-        ino: entry.ino,
-        file_type: ft::to_file_type(entry.file_type),
     }
 }
 

@@ -13,6 +13,7 @@ use e4_format::{FormatError, Problem, Structure};
 
 use crate::dir::editor::{check_dot_entries, DirectoryEditor, Found, DOTDOT_OFFSET};
 use crate::dir::leaf::{LeafBlock, LeafEntry, LeafProbe, NewEntry, REC_LEN_FIELD};
+use crate::error::Shortage;
 use crate::error::{Error, Result};
 use crate::io::meta_io::{look_at, BlockKind};
 
@@ -308,8 +309,9 @@ impl DirectoryEditor<'_> {
             left.push(entry);
         }
         let pack = |entries: &[NewEntry]| {
-            LeafBlock::packed(self.format(), entries)
-                .ok_or_else(|| Error::NoSpace("directory leaf after a split".into()))
+            LeafBlock::packed(self.format(), entries).ok_or_else(|| {
+                Error::NoSpace(Shortage::Room("directory leaf after a split".into()))
+            })
         };
         // Everything that can fail comes before the first write, so a failed split leaves
         // the directory as it was (but for an unused block at its end, if a write fails).
@@ -347,7 +349,7 @@ impl DirectoryEditor<'_> {
         let csum = self.format().metadata_csum;
         if level == 0 {
             if path.levels.len() >= usize::from(self.format().max_index_levels()) {
-                return Err(Error::NoSpace("directory index".into()));
+                return Err(Error::NoSpace(Shortage::DirectoryIndex));
             }
             let (physical, logical) = self.append_index_block()?;
             let root = &mut path.levels[0];

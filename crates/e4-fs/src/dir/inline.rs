@@ -18,16 +18,15 @@ use e4_format::inline_data::DIR_PARENT_SIZE;
 use e4_format::inode::{flags, FileType, Inode, I_BLOCK_SIZE};
 use e4_format::Location;
 
-use crate::dir::editor::{
-    check_name, public_entry, DirFormat, DirectoryBlocks, DirectoryEdit, DirectoryEditor,
-};
+use crate::dir::editor::{DirectoryBlocks, DirectoryEdit, DirectoryEditor};
+use crate::dir::entry::{check_name, public_entry, DirEntry, DirFormat};
 use crate::dir::leaf::{LeafBlock, LeafEntry, NewEntry};
+use crate::error::Shortage;
 use crate::error::{Error, Result};
 use crate::filesystem::Filesystem;
 use crate::io::meta_io::{BlockKind, MetaIo};
 use crate::map::extent_tree::ExtentTree;
 use crate::ops::directory_blocks::InodeDirectoryBlocks;
-use crate::ops::readdir::DirEntry;
 use crate::ops::write::owner_of;
 use crate::txn::txn_io::TxnIo;
 use crate::xattr::inline_data::InlineData;
@@ -175,11 +174,11 @@ impl InlineDirectoryEditor<'_> {
     fn save(&mut self, data: &mut InlineData, dir: &InlineDirectory) -> Result<()> {
         let content = dir.content();
         if !data.store(self.inode, &content) {
-            return Err(Error::NoSpace(format!(
+            return Err(Error::NoSpace(Shortage::Room(format!(
                 "inline directory {}: {} bytes do not fit the inode",
                 self.inode.ino,
                 content.len()
-            )));
+            ))));
         }
         self.inode.set_size(content.len() as u64);
         Ok(())
@@ -190,9 +189,11 @@ impl InlineDirectoryEditor<'_> {
     /// one block. A full filesystem leaves the inode as it was.
     fn convert(&mut self, data: &mut InlineData, dir: &InlineDirectory) -> Result<()> {
         let ino = self.inode.ino;
-        let leaf = dir
-            .to_block(self.format, ino)
-            .ok_or_else(|| Error::NoSpace(format!("inline directory {ino}: block too small")))?;
+        let leaf = dir.to_block(self.format, ino).ok_or_else(|| {
+            Error::NoSpace(Shortage::Room(format!(
+                "inline directory {ino}: block too small"
+            )))
+        })?;
         let saved = self.inode.clone();
         data.remove(self.inode)?;
         give_empty_mapping(self.fs, self.inode);

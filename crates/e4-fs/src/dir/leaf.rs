@@ -10,7 +10,7 @@ use e4_format::dir_entry::{
 };
 use e4_format::{FormatError, Location, Problem, Structure};
 
-use crate::dir::editor::DirFormat;
+use crate::dir::entry::DirFormat;
 use crate::error::Result;
 
 /// The smallest record the kernel accepts (`EXT4_DIR_REC_LEN(1)`); the entry iterator alone

@@ -5,6 +5,7 @@
 #[cfg(test)]
 mod check;
 pub(crate) mod editor;
+pub(crate) mod entry;
 mod htree;
 pub(crate) mod inline;
 pub(crate) mod leaf;

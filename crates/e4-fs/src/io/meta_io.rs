@@ -144,7 +144,7 @@ pub(crate) mod memory {
         pub reads: std::sync::atomic::AtomicU64,
         /// When set, directory leaves are verified as the engine verifies them on read
         /// (their entry chain), for tests that plant damaged leaves.
-        leaf_format: Option<crate::dir::editor::DirFormat>,
+        leaf_format: Option<crate::dir::entry::DirFormat>,
     }
 
     impl MemoryMetaIo {
@@ -161,7 +161,7 @@ pub(crate) mod memory {
         }
 
         /// Verifies directory leaves of `format` when they are read, as the engine does.
-        pub(crate) fn verifying_leaves(mut self, format: crate::dir::editor::DirFormat) -> Self {
+        pub(crate) fn verifying_leaves(mut self, format: crate::dir::entry::DirFormat) -> Self {
             self.leaf_format = Some(format);
             self
         }
@@ -219,7 +219,7 @@ pub(crate) mod memory {
         fn allocate(&self, _goal: u64, _owner: Owner) -> Result<u64> {
             let mut next = self.next.lock().unwrap();
             if *next >= self.limit {
-                return Err(Error::NoSpace("blocks".into()));
+                return Err(Error::NoSpace(crate::error::Shortage::Blocks));
             }
             let nr = *next;
             *next += 1;

@@ -15,6 +15,7 @@ use e4_format::block_map::{block_map_path, indirect_pointer, DIRECT_BLOCKS, SING
 use e4_format::inode::I_BLOCK_SIZE;
 use e4_format::{FormatError, Location, Problem, Structure};
 
+use crate::error::Shortage;
 use crate::error::{Error, Result};
 use crate::io::meta_io::{BlockKind, MetaIo, Owner};
 
@@ -219,10 +220,10 @@ impl<'a> BlockMapTree<'a> {
                 let block = self.io.allocate(goal, self.owner)?;
                 pending.allocated.push(block);
                 let Ok(pointer) = u32::try_from(block) else {
-                    return Err(Error::NoSpace(format!(
+                    return Err(Error::NoSpace(Shortage::Room(format!(
                         "block map of inode {}: no indirect block below 2^32",
                         self.owner.ino
-                    )));
+                    ))));
                 };
                 pending.blocks.insert(block, vec![0; self.io.block_size()]);
                 pending.dirty.insert(block);

@@ -139,13 +139,13 @@ impl DirectoryBlocks for InodeDirectoryBlocks<'_> {
                 reserve: self.io.writer.reserve,
             }),
         }
-        .map_err(|_| Error::NoSpace("blocks".into()))?;
+        .map_err(Error::from_block_allocation)?;
         let mut map = FileMapping::of(self.inode, self.io);
         let inserted = map.insert(logical, got.start, 1, false);
         let tree_blocks = map.node_blocks_change();
         if let Err(e) = inserted {
-            self.io.writer.blocks.free(got, self.io.slot).ok();
-            return Err(e);
+            let freed = self.io.writer.blocks.free(got, self.io.slot);
+            return Err(e.after_undo(freed.map_err(Error::from_block_allocation)));
         }
         self.fs.add_blocks(self.inode, 1 + tree_blocks)?;
         self.inode.set_size(new_size);

@@ -17,14 +17,14 @@ use e4_format::dir_hash::{dir_hash, HashVersion};
 use e4_format::features::{IncompatFeatures, RoCompatFeatures};
 use e4_format::inode::{flags, FileType, Inode, ROOT_INO};
 
-use crate::dir::editor::{DirFormat, DirectoryEdit, DirectoryEditor};
+use crate::dir::editor::{DirectoryEdit, DirectoryEditor};
+use crate::dir::entry::{check_name, DirEntry, DirFormat};
 use crate::dir::inline::{empty_inline_dir, InlineDirectoryEditor};
 use crate::error::{Error, Result};
 use crate::filesystem::Filesystem;
 use crate::inode::cache::{InodeCache, InodeGuard, InodeHandle, InodeState};
 use crate::map::extent_tree::ExtentTree;
 use crate::ops::directory_blocks::InodeDirectoryBlocks;
-use crate::ops::readdir::DirEntry;
 use crate::ops::write::owner_of;
 use crate::txn::txn_io::TxnIo;
 use crate::xattr::inline_data::InlineData;
@@ -93,21 +93,6 @@ fn mode_bits(t: FileType) -> u16 {
 
 fn shown(name: &[u8]) -> String {
     String::from_utf8_lossy(name).into_owned()
-}
-
-/// A name that may go into a directory: 1 to 255 bytes, no '/' or NUL, not "." or "..".
-fn check_name(name: &[u8]) -> Result<()> {
-    if name.len() > e4_format::dir_entry::MAX_NAME_LEN {
-        return Err(Error::NameTooLong(shown(name)));
-    }
-    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0)
-    {
-        return Err(Error::Invalid(format!(
-            "{:?} cannot be a file name",
-            shown(name)
-        )));
-    }
-    Ok(())
 }
 
 /// A small random number for `i_generation` (not for security: it only distinguishes
@@ -382,11 +367,14 @@ impl Filesystem {
                     // Nothing else can hold the new inode's lock: no name leads to it.
                     let ino = handle.ino;
                     let mut new_state = handle.lock(&self.inodes);
-                    self.release_inode_space(&io, &mut new_state).ok();
+                    let released = self.release_inode_space(&io, &mut new_state);
                     new_state.deleted = true;
                     self.inodes.remove(ino);
-                    writer.inodes.free(ino, is_dir, txn.slot).ok();
-                    return Err(e);
+                    let freed = writer
+                        .inodes
+                        .free(ino, is_dir, txn.slot)
+                        .map_err(Error::from_inode_allocation);
+                    return Err(e.after_undo(released.and(freed)));
                 }
                 (Err(e), None) => return Err(e),
                 (Ok(_), None) => unreachable!("add_new returns an inode only `make` made"),
@@ -424,17 +412,17 @@ impl Filesystem {
                 },
                 &writer.blocks,
             )
-            .map_err(|e| match e {
-                e4_alloc::InodeError::NoSpace => Error::NoSpace("inodes".into()),
-                other => Error::Invalid(other.to_string()),
-            })?;
+            .map_err(Error::from_inode_allocation)?;
         let ino = new.ino;
         let mut inode = self.new_inode(ino, kind, creator);
         if let Err(e) = self.fill_new_inode(io, format, &mut inode, kind, parent) {
             let mut doomed = InodeState::detached(inode);
-            self.release_inode_space(io, &mut doomed).ok();
-            writer.inodes.free(ino, is_dir, io.slot).ok();
-            return Err(e);
+            let released = self.release_inode_space(io, &mut doomed);
+            let freed = writer
+                .inodes
+                .free(ino, is_dir, io.slot)
+                .map_err(Error::from_inode_allocation);
+            return Err(e.after_undo(released.and(freed)));
         }
         Ok(self.inodes.insert_new(inode))
     }

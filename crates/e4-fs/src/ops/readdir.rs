@@ -12,19 +12,11 @@ use e4_format::inode::{flags, FileType, Inode};
 use e4_format::{FormatError, Location, MetadataBlock, Problem, Structure};
 
 use crate::buffer::cache::Buffer;
+use crate::dir::entry::DirEntry;
 use crate::error::Result;
 use crate::filesystem::Filesystem;
 use crate::io::meta_io::BlockKind;
 use crate::ops::mapping::Mapping;
-
-/// A directory entry as returned to callers ("." and ".." are not included).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DirEntry {
-    pub name: Vec<u8>,
-    pub ino: u32,
-    /// The type recorded in the entry, when the filetype feature records one.
-    pub file_type: Option<FileType>,
-}
 
 /// What a directory block holds.
 enum DirBlock {

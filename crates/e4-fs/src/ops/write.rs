@@ -9,6 +9,7 @@
 use e4_format::features::{IncompatFeatures, RoCompatFeatures};
 use e4_format::inode::{flags, FileType, Inode};
 
+use crate::error::Shortage;
 use crate::error::{Error, Result};
 use crate::filesystem::Filesystem;
 use crate::inode::cache::InodeState;
@@ -147,14 +148,13 @@ impl Filesystem {
     /// `ext4_should_retry_alloc`). `op` must change nothing when it fails with NoSpace.
     pub(crate) fn retry_when_full<T>(&self, op: impl Fn() -> Result<T>) -> Result<T> {
         match op() {
-            Err(Error::NoSpace(what)) if what == "blocks" && self.writer.is_some() => {
+            Err(Error::NoSpace(Shortage::Blocks)) if self.writer.is_some() => {
                 self.release_all_windows()?;
                 self.sync()?;
                 op()
             }
-            Err(Error::NoSpace(what))
-                if what == "inodes"
-                    && self.writer.as_ref().is_some_and(|w| w.pending_inodes() > 0) =>
+            Err(Error::NoSpace(Shortage::Inodes))
+                if self.writer.as_ref().is_some_and(|w| w.pending_inodes() > 0) =>
             {
                 self.sync()?;
                 op()
@@ -301,7 +301,7 @@ impl Filesystem {
                             privileged,
                         )
                     }
-                    .map_err(|_| Error::NoSpace("blocks".into()))?;
+                    .map_err(Error::from_block_allocation)?;
                     let bytes = (u64::from(got.len) * bs - within).min(rest) as usize;
                     let placed = self
                         .write_padded(
@@ -313,8 +313,8 @@ impl Filesystem {
                         .and_then(|()| map.insert(logical, got.start, u64::from(got.len), false));
                     if let Err(e) = placed {
                         // Never mapped: the blocks go straight back.
-                        blocks.free(got, io.slot).ok();
-                        return Err(e);
+                        let freed = blocks.free(got, io.slot);
+                        return Err(e.after_undo(freed.map_err(Error::from_block_allocation)));
                     }
                     data_blocks += i64::from(got.len);
                     bytes
@@ -700,10 +700,10 @@ impl Filesystem {
                         stream,
                         io.writer.may_use_root_reserve(),
                     )
-                    .map_err(|_| Error::NoSpace("blocks".into()))?;
+                    .map_err(Error::from_block_allocation)?;
                 if let Err(e) = map.insert(logical, got.start, u64::from(got.len), true) {
-                    io.writer.blocks.free(got, io.slot).ok();
-                    return Err(e);
+                    let freed = io.writer.blocks.free(got, io.slot);
+                    return Err(e.after_undo(freed.map_err(Error::from_block_allocation)));
                 }
                 data_blocks += i64::from(got.len);
                 logical += u64::from(got.len);

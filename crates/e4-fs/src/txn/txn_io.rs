@@ -107,7 +107,7 @@ impl MetaIo for TxnIo<'_> {
                 stream: u64::from(owner.ino),
                 reserve: self.reserve,
             })
-            .map_err(|_| Error::NoSpace("blocks".into()))?;
+            .map_err(Error::from_block_allocation)?;
         Ok(extent.start)
     }
 

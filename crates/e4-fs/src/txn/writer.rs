@@ -255,7 +255,7 @@ impl Writer {
             }
         };
         let blocks = BlockAllocator::open(alloc_geometry, config, summary, &system_zone, source)
-            .map_err(|e| Error::Invalid(format!("cannot set up block allocation: {e}")))?
+            .map_err(Error::from_block_allocation)?
             .with_root_reserve(sb.reserved_blocks_count())
             .with_metadata_reserve(crate::ops::stat::metadata_reserve(sb))
             .with_flex_groups(sb.groups_per_flex());
@@ -411,7 +411,7 @@ impl Writer {
         for FreedInode { ino, directory } in freed {
             self.inodes
                 .free(ino, directory, 0)
-                .map_err(|e| Error::Invalid(format!("freeing inode {ino} at commit: {e}")))?;
+                .map_err(|e| Error::Internal(format!("freeing inode {ino} at commit: {e}")))?;
         }
         Ok(())
     }
@@ -580,7 +580,7 @@ impl Writer {
         let block_groups = self
             .blocks
             .take_dirty_groups(fs.block_size() as usize)
-            .map_err(|e| Error::Invalid(format!("block bitmaps: {e}")))?;
+            .map_err(Error::from_block_allocation)?;
         Ok(CommitBatch {
             inode_groups,
             buffers,

@@ -16,6 +16,7 @@ use e4_format::xattr::{
 use e4_format::{FormatError, Location, Problem, Structure};
 use parking_lot::Mutex;
 
+use crate::error::Shortage;
 use crate::error::{Error, Result};
 use crate::io::meta_io::{BlockKind, MetaIo};
 use crate::ops::write::owner_of;
@@ -191,11 +192,11 @@ impl InodeXattrs {
         let mut block = without(block_entries);
         block.push(entry);
         if !fits_xattr_block(&block, block_size) {
-            return Err(Error::NoSpace(format!(
+            return Err(Error::NoSpace(Shortage::Room(format!(
                 "extended attribute of {} bytes: it fits neither the inode nor one xattr \
                  block (values in separate inodes, ea_inode, are not written by e4)",
                 value.len()
-            )));
+            ))));
         }
         Ok(XattrLayout {
             in_inode: without(&self.in_inode),
@@ -218,7 +219,7 @@ impl InodeXattrs {
         block_lock: &Mutex<()>,
     ) -> Result<i64> {
         let area = encode_inode_xattrs(&layout.in_inode, inode.xattr_area.len())
-            .ok_or_else(|| Error::Invalid("in-inode attributes laid out past the inode".into()))?;
+            .ok_or_else(|| Error::Internal("in-inode attributes laid out past the inode".into()))?;
         let owner = owner_of(inode);
         let old_entries = self.block.as_ref().map(|b| &b.entries);
         let mut blocks_delta = 0;
@@ -257,7 +258,7 @@ impl InodeXattrs {
 
     fn encode(&self, layout: &XattrLayout, io: &dyn MetaIo) -> Result<Vec<u8>> {
         encode_xattr_block(&layout.block, 1, io.block_size())
-            .ok_or_else(|| Error::Invalid("xattr block laid out past its end".into()))
+            .ok_or_else(|| Error::Internal("xattr block laid out past its end".into()))
     }
 }
 

@@ -630,7 +630,7 @@ fn without_large_dir_the_index_fills_at_two_levels() {
     let mut fixture = Fixture::new(format(1024, true));
     let (added, error) = grow(&mut fixture, 200_000, 200);
     assert!(
-        matches!(&error, Some(Error::NoSpace(what)) if what == "directory index"),
+        matches!(&error, Some(Error::NoSpace(Shortage::DirectoryIndex))),
         "{error:?} after {added}"
     );
     let (contents, shape) = fixture.check();
@@ -659,7 +659,7 @@ fn running_out_of_blocks_leaves_a_valid_directory() {
         let mut fixture = Fixture::with_block_limit(format(1024, true), limit);
         let (added, error) = grow(&mut fixture, 10_000, 120);
         assert!(
-            matches!(&error, Some(Error::NoSpace(what)) if what == "blocks"),
+            matches!(&error, Some(Error::NoSpace(Shortage::Blocks))),
             "{error:?}"
         );
         let (contents, _) = fixture.check();

@@ -174,7 +174,7 @@ fn no_space_mid_insert_changes_nothing() {
         fn allocate(&self, goal: u64, owner: Owner) -> Result<u64> {
             let left = self.1.get();
             if left == 0 {
-                return Err(Error::NoSpace("blocks".into()));
+                return Err(Error::NoSpace(crate::error::Shortage::Blocks));
             }
             self.1.set(left - 1);
             self.0.allocate(goal, owner)

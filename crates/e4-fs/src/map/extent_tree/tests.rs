@@ -212,7 +212,7 @@ impl MetaIo for FailingAllocations<'_> {
     fn allocate(&self, goal: u64, owner: Owner) -> Result<u64> {
         let left = self.allocations_left.get();
         if left == 0 {
-            return Err(Error::NoSpace("blocks".into()));
+            return Err(Error::NoSpace(crate::error::Shortage::Blocks));
         }
         self.allocations_left.set(left - 1);
         self.inner.allocate(goal, owner)
