@@ -15,11 +15,11 @@ use e4_format::superblock::{
 use e4_format::{FormatError, Location, MetadataBlock, Problem, Structure};
 use parking_lot::Mutex;
 
-use crate::buffer::cache::{Buffer, BufferCache, BufferRole};
+use crate::buffer::store::BlockStore;
+use crate::buffer::verifier::BlockVerifier;
 use crate::error::{Error, Result};
 use crate::inode::cache::{InodeCache, InodeHandle};
 use crate::io::device::{Device, FileDevice, MemoryDevice};
-use crate::io::meta_io::BlockKind;
 use crate::names::dentry_cache::DentryCache;
 use crate::space::caller::Caller;
 use crate::txn::writer::Writer;
@@ -70,19 +70,16 @@ impl OpenOptions {
 
 /// An open ext2/3/4 filesystem.
 pub struct Filesystem {
-    pub(crate) device: Arc<dyn Device>,
+    /// The device, the metadata cache and the verifier.
+    pub(crate) store: BlockStore,
     superblock: Superblock,
     pub(crate) geometry: Geometry,
     /// The group descriptors as they are now (write-back changes counts and flags).
     pub(crate) descriptors: Box<[Mutex<GroupDescriptor>]>,
     /// Each group's inode table (fixed: read once, without the descriptor's lock).
     inode_tables: Box<[u64]>,
-    pub(crate) cache: BufferCache,
     pub(crate) inodes: InodeCache,
     pub(crate) dentries: DentryCache,
-    block_size: u32,
-    /// Checksum seed when metadata_csum is on and verification is wanted.
-    csum_seed: Option<u32>,
     /// Why the filesystem may only be read, if it may not be written.
     read_only_reason: Option<String>,
     /// What was damaged but could be read around (see [`Filesystem::warnings`]).
@@ -233,17 +230,19 @@ impl Filesystem {
         let csum_seed = (options.verify_checksums && superblock.has_metadata_csum())
             .then(|| superblock.csum_seed());
         let cache_blocks = options.cache_bytes / block_size as usize;
+        let verifier = BlockVerifier::new(
+            csum_seed,
+            superblock.incompat().contains(IncompatFeatures::FILETYPE),
+        );
+        let store = BlockStore::new(device, block_size, blocks, cache_blocks.max(64), verifier);
         let mut fs = Filesystem {
-            device,
+            store,
             geometry: Geometry::with_descriptors_after(&superblock, descriptors_after),
             superblock,
             descriptors: Box::new([]),
             inode_tables: Box::new([]),
-            cache: BufferCache::new(cache_blocks.max(64), block_size as usize),
             inodes: InodeCache::new(),
             dentries: DentryCache::new(),
-            block_size,
-            csum_seed,
             read_only_reason,
             warnings: Vec::new(),
             writer: None,
@@ -292,7 +291,7 @@ impl Filesystem {
         let mut groups = Vec::with_capacity(count as usize);
         let blocks = sb.blocks_count();
         for group in 0..count {
-            let block = self.read_block(self.geometry.descriptor_block(group))?;
+            let block = self.store.read(self.geometry.descriptor_block(group))?;
             let at = self.geometry.descriptor_offset(group);
             let bytes = &block.bytes()[at..at + desc_size];
             let desc = GroupDescriptor::from_bytes(bytes, group)?;
@@ -378,12 +377,7 @@ impl Filesystem {
     }
 
     pub fn block_size(&self) -> u32 {
-        self.block_size
-    }
-
-    /// The checksum seed, when checksums are verified.
-    pub(crate) fn csum_seed(&self) -> Option<u32> {
-        self.csum_seed
+        self.store.block_size()
     }
 
     /// Damage that was read around at open (a bad primary superblock, descriptor
@@ -395,43 +389,6 @@ impl Filesystem {
     /// Why the filesystem can only be opened read-only, if so.
     pub fn read_only_reason(&self) -> Option<&str> {
         self.read_only_reason.as_deref()
-    }
-
-    /// Reads metadata block `nr` through the cache (unverified: callers verify it in the
-    /// role they use it for, see [`Buffer::verify_as`]).
-    pub(crate) fn read_block(&self, nr: u64) -> Result<Arc<Buffer>> {
-        if nr >= self.superblock.blocks_count() {
-            return Err(FormatError::corrupt(
-                Structure::BlockPointer,
-                Location::Block(nr),
-                Problem::OutsideFilesystem { block: nr },
-            )
-            .into());
-        }
-        let offset = nr * u64::from(self.block_size);
-        self.cache.get_or_read(nr, |buf| {
-            self.device
-                .read_exact_at(buf, offset)
-                .map_err(|e| Error::io(format!("read of block {nr}"), e))
-        })
-    }
-
-    /// The role a block has when it belongs to inode `ino` as `kind`.
-    pub(crate) fn role(&self, kind: BlockKind, inode: &Inode) -> BufferRole {
-        BufferRole {
-            kind,
-            owner: Some(crate::io::meta_io::Owner {
-                ino: inode.ino,
-                generation: inode.record.generation,
-            }),
-        }
-    }
-
-    /// Reads bytes straight from the device (file data bypasses the metadata cache).
-    pub(crate) fn read_bytes(&self, buf: &mut [u8], offset: u64) -> Result<()> {
-        self.device
-            .read_exact_at(buf, offset)
-            .map_err(|e| Error::io(format!("read of {} bytes at byte {offset}", buf.len()), e))
     }
 
     /// Inode `ino` as it is now (a copy: it may change as soon as it is returned; writers
@@ -497,7 +454,7 @@ impl Filesystem {
             )
         })?;
         let table = self.inode_tables[loc.group as usize];
-        let bs = u64::from(self.block_size);
+        let bs = u64::from(self.block_size());
         Ok((
             table + loc.table_offset / bs,
             (loc.table_offset % bs) as usize,
@@ -524,10 +481,10 @@ impl Filesystem {
             )
             .into());
         }
-        let block = self.read_block(block_nr)?;
+        let block = self.store.read(block_nr)?;
         let inode_size = self.superblock.inode_size() as usize;
         let raw = &block.bytes()[at..at + inode_size];
-        Ok(Inode::parse(raw, ino, self.csum_seed)?)
+        Ok(Inode::parse(raw, ino, self.store.csum_seed())?)
     }
 
     /// With group descriptor checksums, `bg_itable_unused` marks the tail of the inode

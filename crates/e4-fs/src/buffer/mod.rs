@@ -2,4 +2,5 @@
 //! read as, and sealed once when it is written back.
 
 pub(crate) mod cache;
-pub(crate) mod checksums;
+pub(crate) mod store;
+pub(crate) mod verifier;

@@ -13,6 +13,7 @@
 //! inline until it fills, like the kernel's), and the one-way conversion reuses the block
 //! code for everything after it.
 
+use crate::io::meta_io::Owner;
 use e4_format::features::IncompatFeatures;
 use e4_format::inline_data::DIR_PARENT_SIZE;
 use e4_format::inode::{flags, FileType, Inode, I_BLOCK_SIZE};
@@ -27,7 +28,6 @@ use crate::filesystem::Filesystem;
 use crate::io::meta_io::{BlockKind, MetaIo};
 use crate::map::extent_tree::ExtentTree;
 use crate::ops::directory_blocks::InodeDirectoryBlocks;
-use crate::ops::write::owner_of;
 use crate::txn::txn_io::TxnIo;
 use crate::xattr::inline_data::InlineData;
 
@@ -198,7 +198,7 @@ impl InlineDirectoryEditor<'_> {
         data.remove(self.inode)?;
         give_empty_mapping(self.fs, self.inode);
         self.inode.set_size(0);
-        let owner = owner_of(self.inode);
+        let owner = Owner::of(self.inode);
         let mut blocks = InodeDirectoryBlocks {
             fs: self.fs,
             io: self.io,
@@ -259,7 +259,7 @@ impl DirectoryEdit for InlineDirectoryEditor<'_> {
             return self.save(&mut data, &dir);
         }
         self.convert(&mut data, &dir)?;
-        let owner = owner_of(self.inode);
+        let owner = Owner::of(self.inode);
         let mut blocks = InodeDirectoryBlocks {
             fs: self.fs,
             io: self.io,
@@ -309,7 +309,7 @@ impl DirectoryEdit for InlineDirectoryEditor<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dir::leaf::check_leaf_chain;
+    use crate::buffer::verifier::check_leaf_chain;
     use e4_format::dir_entry::{file_type as ft, DirEntryIter};
 
     fn format(metadata_csum: bool) -> DirFormat {

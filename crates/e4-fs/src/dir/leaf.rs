@@ -6,16 +6,14 @@
 
 use e4_format::dir_entry::{
     encode_entry, entry_size, has_tail, init_leaf_tail, rec_len_from_disk, rec_len_to_disk,
-    DirEntryIter, ENTRY_HEADER_SIZE, TAIL_SIZE,
+    ENTRY_HEADER_SIZE, TAIL_SIZE,
 };
 use e4_format::{FormatError, Location, Problem, Structure};
 
+use crate::buffer::verifier::{check_chain_region, MIN_REC_LEN};
 use crate::dir::entry::DirFormat;
 use crate::error::Result;
 
-/// The smallest record the kernel accepts (`EXT4_DIR_REC_LEN(1)`); the entry iterator alone
-/// allows 8, the bare header.
-const MIN_REC_LEN: usize = 12;
 /// Fields of `ext4_dir_entry_2`, as byte ranges in a record.
 const INODE_FIELD: std::ops::Range<usize> = 0..4;
 pub(crate) const REC_LEN_FIELD: std::ops::Range<usize> = 4..6;
@@ -470,34 +468,6 @@ impl<'a> Iterator for Records<'a> {
 /// over a few bytes is cheaper than a call to `memcmp` per record.
 fn same_name(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().rev().zip(b.iter().rev()).all(|(x, y)| x == y)
-}
-
-/// Checks the entry chain of a directory block as read from the disk: every record whole
-/// and at least [`MIN_REC_LEN`] long (the kernel's `ext4_check_dir_entry`), up to the
-/// checksum tail when there is one. This is the structural half of a leaf's verify step,
-/// run once per buffer; [`LeafBlock::checked`] then trusts it.
-pub(crate) fn check_leaf_chain(
-    bytes: &[u8],
-    filetype: bool,
-    metadata_csum: bool,
-    loc: Location,
-) -> Result<()> {
-    let end = if metadata_csum && has_tail(bytes) {
-        bytes.len() - TAIL_SIZE
-    } else {
-        bytes.len()
-    };
-    check_chain_region(&bytes[..end], bytes.len(), filetype, loc)
-}
-
-fn check_chain_region(
-    region: &[u8],
-    block_size: usize,
-    filetype: bool,
-    loc: Location,
-) -> Result<()> {
-    DirEntryIter::new(region, block_size, filetype, loc).check_rest(MIN_REC_LEN)?;
-    Ok(())
 }
 
 /// Where a leaf's entry chain ends under `format`.

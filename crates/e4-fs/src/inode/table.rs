@@ -5,7 +5,7 @@
 use e4_format::inode::Inode;
 
 use crate::buffer::cache::BufferRole;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::filesystem::Filesystem;
 use crate::io::meta_io::BlockKind;
 
@@ -18,11 +18,11 @@ impl Filesystem {
     /// Encodes `inode` (computing its checksum) into its inode-table block.
     pub(crate) fn write_inode_record(&self, inode: &Inode) -> Result<()> {
         let (nr, at) = self.inode_slot(inode.ino)?;
-        let buffer = self.read_block(nr)?;
-        let bytes = inode.to_bytes(self.csum_seed());
+        let buffer = self.store.read(nr)?;
+        let bytes = inode.to_bytes(self.store.csum_seed());
         buffer.bytes_mut()[at..at + bytes.len()].copy_from_slice(&bytes);
         buffer.set_role(TABLE_ROLE);
-        self.cache.mark_dirty(&buffer);
+        self.store.cache().mark_dirty(&buffer);
         Ok(())
     }
 
@@ -44,20 +44,11 @@ impl Filesystem {
             }
             let ino = group * ipg + index + 1;
             let (nr, at) = self.inode_slot(ino)?;
-            let buffer = self.read_block(nr)?;
+            let buffer = self.store.read(nr)?;
             buffer.bytes_mut()[at..at + inode_size].fill(0);
             buffer.set_role(TABLE_ROLE);
-            self.cache.mark_dirty(&buffer);
+            self.store.cache().mark_dirty(&buffer);
         }
         Ok(())
-    }
-
-    /// Writes a whole block straight to the device (bitmaps and descriptor blocks, which
-    /// the engine keeps in its own structures rather than in the cache).
-    pub(crate) fn write_raw_block(&self, nr: u64, bytes: &[u8]) -> Result<()> {
-        self.cache.forget(nr);
-        self.device
-            .write_all_at(bytes, nr * u64::from(self.block_size()))
-            .map_err(|e| Error::io(format!("write of block {nr}"), e))
     }
 }

@@ -106,7 +106,7 @@ impl Filesystem {
         let mut report = LockReport {
             inode: self.inodes.lock_stats().snapshot(),
             inode_cache_shards: self.inodes.shard_stats().snapshot(),
-            buffer_cache_shards: self.cache.shard_stats().snapshot(),
+            buffer_cache_shards: self.store.cache().shard_stats().snapshot(),
             dentry_cache_shards: self.dentries.shard_stats().snapshot(),
             ..LockReport::default()
         };

@@ -2,6 +2,7 @@
 //! tree (ext4) or an indirect block map (ext2/ext3, and ext4 inodes without EXTENTS_FL). The
 //! file and directory code is written once against this.
 
+use crate::io::meta_io::Owner;
 use e4_format::extent::Extent;
 use e4_format::inode::{flags, Inode};
 
@@ -9,7 +10,6 @@ use crate::error::{Error, Result};
 use crate::io::meta_io::MetaIo;
 use crate::map::block_map::BlockMapTree;
 use crate::map::extent_tree::{ExtentTree, ShiftDirection};
-use crate::ops::write::owner_of;
 
 /// Longest written extent.
 const MAX_EXTENT: u64 = 32768;
@@ -33,7 +33,7 @@ pub(crate) enum FileMapping<'a> {
 impl<'a> FileMapping<'a> {
     /// The mapping of `inode` (its `i_block` is borrowed until this is dropped).
     pub fn of(inode: &'a mut Inode, io: &'a dyn MetaIo) -> Self {
-        let owner = owner_of(inode);
+        let owner = Owner::of(inode);
         let extents = inode.has_flag(flags::EXTENTS);
         let root = &mut inode.record.block;
         if extents {

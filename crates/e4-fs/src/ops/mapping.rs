@@ -2,6 +2,8 @@
 //! indirect block map (ext2/ext3). A lookup returns a whole run, so a reader issues one
 //! device read per contiguous extent, not one per block.
 
+use crate::buffer::cache::BufferRole;
+use crate::io::meta_io::Owner;
 use e4_format::block_map::{block_map_path, indirect_pointer};
 use e4_format::checksum::inode_csum_seed;
 use e4_format::extent::{ExtentNode, ExtentNodeView};
@@ -119,13 +121,16 @@ impl Filesystem {
                 inode: ino,
                 block: child_nr,
             };
-            let block = self.read_block(child_nr)?;
-            if let Some(fs_seed) = self.csum_seed() {
+            let block = self.store.read(child_nr)?;
+            if let Some(fs_seed) = self.store.csum_seed() {
                 // The seed only when the block is verified: once per buffer.
-                block.verify_as(self.role(BlockKind::ExtentNode, inode), |b| {
-                    let seed = inode_csum_seed(fs_seed, ino, inode.record.generation);
-                    ExtentNode::verify(b, seed, loc)
-                })?;
+                block.verify_as(
+                    BufferRole::of(BlockKind::ExtentNode, Owner::of(inode)),
+                    |b| {
+                        let seed = inode_csum_seed(fs_seed, ino, inode.record.generation);
+                        ExtentNode::verify(b, seed, loc)
+                    },
+                )?;
             }
             below = Some((block, child_depth));
         }
@@ -144,7 +149,7 @@ impl Filesystem {
                 return Ok(Mapping::Hole { len: 1 });
             }
             self.check_extent_bounds(u64::from(pointer), 1, Location::Inode(inode.ino))?;
-            let block = self.read_block(u64::from(pointer))?;
+            let block = self.store.read(u64::from(pointer))?;
             // OK to unwrap: the index is below block_size / 4.
             pointer = indirect_pointer(&block.bytes(), path.indexes[level]).unwrap();
             array = Some(block);

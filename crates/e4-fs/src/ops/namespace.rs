@@ -10,6 +10,7 @@
 //! A name is looked up again once every lock is held; if it changed in between (another
 //! thread renamed or removed it), the operation starts over.
 
+use crate::io::meta_io::Owner;
 use std::sync::Arc;
 
 use e4_alloc::{InodeKind, InodeRequest};
@@ -25,7 +26,6 @@ use crate::filesystem::Filesystem;
 use crate::inode::cache::{InodeCache, InodeGuard, InodeHandle, InodeState};
 use crate::map::extent_tree::ExtentTree;
 use crate::ops::directory_blocks::InodeDirectoryBlocks;
-use crate::ops::write::owner_of;
 use crate::txn::txn_io::TxnIo;
 use crate::xattr::inline_data::InlineData;
 
@@ -186,7 +186,7 @@ impl Filesystem {
                 inode: &mut dir.inode,
             });
         }
-        let owner = owner_of(&dir.inode);
+        let owner = Owner::of(&dir.inode);
         let mut blocks = InodeDirectoryBlocks {
             fs: self,
             io,
@@ -492,7 +492,7 @@ impl Filesystem {
                 if self.start_inline_dir(inode, parent)? {
                     return Ok(());
                 }
-                let owner = owner_of(inode);
+                let owner = Owner::of(inode);
                 let mut blocks = InodeDirectoryBlocks {
                     fs: self,
                     io,

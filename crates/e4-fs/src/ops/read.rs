@@ -80,7 +80,7 @@ impl Filesystem {
                     physical,
                     unwritten: false,
                     ..
-                } => self.read_bytes(dst, physical * bs + within)?,
+                } => self.store.read_data(dst, physical * bs + within)?,
                 _ => dst.fill(0),
             }
             done += run_bytes;

@@ -1,6 +1,8 @@
 //! Reading directories: linear blocks, htree-indexed blocks (read linearly, skipping index
 //! nodes) and inline directories; name lookup (by index where there is one).
 
+use crate::buffer::cache::BufferRole;
+use crate::io::meta_io::Owner;
 use std::sync::Arc;
 
 use e4_format::checksum::inode_csum_seed;
@@ -63,7 +65,8 @@ impl Filesystem {
     }
 
     fn dir_seed(&self, dir: &Inode) -> Option<u32> {
-        self.csum_seed()
+        self.store
+            .csum_seed()
             .map(|s| inode_csum_seed(s, dir.ino, dir.record.generation))
     }
 
@@ -79,7 +82,7 @@ impl Filesystem {
                 physical,
                 unwritten: false,
                 ..
-            } => Ok((physical, self.read_block(physical)?)),
+            } => Ok((physical, self.store.read(physical)?)),
             _ => Err(FormatError::corrupt(
                 Structure::Directory,
                 Location::Inode(dir.ino),
@@ -98,7 +101,7 @@ impl Filesystem {
         };
         let seed = self.dir_seed(dir);
         let csum = self.superblock().has_metadata_csum();
-        let htree_role = self.role(BlockKind::HtreeNode, dir);
+        let htree_role = BufferRole::of(BlockKind::HtreeNode, Owner::of(dir));
         // The bytes are read under the buffer's lock and checked after it is released
         // (verification takes it again).
         let classified = {
@@ -153,7 +156,10 @@ impl Filesystem {
             }
         };
         // The same verify step the editors' reads run: the checksum and the entry chain.
-        self.verify_block(&block, self.role(BlockKind::DirectoryLeaf, dir))?;
+        self.store.verify(
+            &block,
+            BufferRole::of(BlockKind::DirectoryLeaf, Owner::of(dir)),
+        )?;
         Ok(DirBlock::Leaf {
             block,
             physical,
@@ -418,7 +424,7 @@ impl Filesystem {
         };
         let node = DxNode::parse(&block.bytes(), self.superblock().has_metadata_csum(), loc)?;
         if let Some(seed) = seed {
-            block.verify_as(self.role(BlockKind::HtreeNode, dir), |b| {
+            block.verify_as(BufferRole::of(BlockKind::HtreeNode, Owner::of(dir)), |b| {
                 DxNode::verify(b, seed, loc)
             })?;
         }

@@ -13,7 +13,6 @@ use crate::error::Shortage;
 use crate::error::{Error, Result};
 use crate::filesystem::Filesystem;
 use crate::inode::cache::InodeState;
-use crate::io::meta_io::Owner;
 use crate::map::extent_tree::ShiftDirection;
 use crate::map::file_mapping::FileMapping;
 use crate::txn::txn_io::TxnIo;
@@ -56,13 +55,6 @@ fn require_fallocatable(inode: &Inode) -> Result<()> {
         Some(FileType::Fifo) => Err(Error::IllegalSeek(what())),
         Some(FileType::Directory) => Err(Error::IsADirectory(what())),
         _ => Err(Error::NoDevice(what())),
-    }
-}
-
-pub(crate) fn owner_of(inode: &Inode) -> Owner {
-    Owner {
-        ino: inode.ino,
-        generation: inode.record.generation,
     }
 }
 
@@ -267,7 +259,8 @@ impl Filesystem {
             let taken = match map.lookup(logical)? {
                 Some(run) if !run.unwritten => {
                     let bytes = (run.len * bs - within).min(rest) as usize;
-                    self.write_data(run.physical * bs + within, &data[done..done + bytes])?;
+                    self.store
+                        .write_data(&data[done..done + bytes], run.physical * bs + within)?;
                     bytes
                 }
                 Some(run) => {
@@ -338,24 +331,17 @@ impl Filesystem {
         })
     }
 
-    /// Writes file bytes to the device.
-    fn write_data(&self, byte: u64, data: &[u8]) -> Result<()> {
-        self.device
-            .write_all_at(data, byte)
-            .map_err(|e| Error::io(format!("write of {} bytes at byte {byte}", data.len()), e))
-    }
-
     /// Writes `data` at byte `within` of the `blocks` blocks from `physical`, zeroing every
     /// other byte of those blocks.
     fn write_padded(&self, physical: u64, within: u64, data: &[u8], blocks: u64) -> Result<()> {
         let bs = u64::from(self.block_size());
         let start = physical * bs;
         if within == 0 && data.len() as u64 == blocks * bs {
-            return self.write_data(start, data);
+            return self.store.write_data(data, start);
         }
         let mut buf = vec![0u8; (blocks * bs) as usize];
         buf[within as usize..within as usize + data.len()].copy_from_slice(data);
-        self.write_data(start, &buf)
+        self.store.write_data(&buf, start)
     }
 
     /// Writes `bytes` from byte 0 of a new, empty inode (a slow symlink's target, an
@@ -444,9 +430,9 @@ impl Filesystem {
         let map = FileMapping::of(&mut state.inode, io);
         if let Some(run) = map.lookup(size / bs)? {
             if !run.unwritten {
-                self.write_data(
-                    run.physical * bs + within,
+                self.store.write_data(
                     &vec![0u8; (bs - within) as usize],
+                    run.physical * bs + within,
                 )?;
             }
         }
@@ -736,9 +722,9 @@ impl Filesystem {
             }
             if let Some(run) = map.lookup(from / bs)? {
                 if !run.unwritten {
-                    self.write_data(
-                        run.physical * bs + from % bs,
+                    self.store.write_data(
                         &vec![0u8; (to - from) as usize],
+                        run.physical * bs + from % bs,
                     )?;
                 }
             }

@@ -34,9 +34,9 @@ impl Filesystem {
                 inode: inode.ino,
                 block: block_nr,
             };
-            let block = self.read_block(block_nr)?;
+            let block = self.store.read(block_nr)?;
             let (_, parsed) = decode_xattr_block(&block.bytes(), loc)?;
-            if let Some(seed) = self.csum_seed() {
+            if let Some(seed) = self.store.csum_seed() {
                 let seed = BlockSeed { seed, block_nr };
                 let role = crate::buffer::cache::BufferRole {
                     kind: crate::io::meta_io::BlockKind::XattrBlock,

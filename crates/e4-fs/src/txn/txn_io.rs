@@ -21,15 +21,6 @@ pub(crate) struct TxnIo<'a> {
     reserve: Reserve,
 }
 
-/// The role a block is read or written in. An xattr block has no owner: several inodes may
-/// share it, its checksum is seeded by its block number alone, and the read path verifies
-/// it without an inode (a role with an owner would make it verify a block written in this
-/// transaction, whose checksum is only sealed at write-back).
-fn role(kind: BlockKind, owner: Owner) -> BufferRole {
-    let owner = (kind != BlockKind::XattrBlock).then_some(owner);
-    BufferRole { kind, owner }
-}
-
 impl<'a> TxnIo<'a> {
     /// Block access for an operation holding `txn` on `fs`'s running transaction.
     pub fn new(fs: &'a Filesystem, writer: &'a Writer, txn: &TxnHandle<'_>) -> Self {
@@ -66,8 +57,7 @@ impl MetaIo for TxnIo<'_> {
         owner: Owner,
         look: &mut dyn FnMut(&[u8]) -> Result<()>,
     ) -> Result<()> {
-        let buffer = self.fs.read_block(nr)?;
-        self.fs.verify_block(&buffer, role(kind, owner))?;
+        let buffer = self.fs.store.read_as(nr, BufferRole::of(kind, owner))?;
         let bytes = buffer.bytes();
         look(&bytes)
     }
@@ -79,19 +69,18 @@ impl MetaIo for TxnIo<'_> {
         owner: Owner,
         edit: &mut dyn FnMut(&mut [u8]) -> Result<()>,
     ) -> Result<()> {
-        let buffer = self.fs.read_block(nr)?;
         // Verifying records the role write-back seals by (where there is a checksum to
         // seal), so the edit needs no second lock to set it.
-        self.fs.verify_block(&buffer, role(kind, owner))?;
+        let buffer = self.fs.store.read_as(nr, BufferRole::of(kind, owner))?;
         edit(&mut buffer.bytes_mut())?;
-        self.fs.cache.mark_dirty(&buffer);
+        self.fs.store.cache().mark_dirty(&buffer);
         Ok(())
     }
 
     fn write(&self, nr: u64, kind: BlockKind, owner: Owner, bytes: &[u8]) -> Result<()> {
-        let buffer = self.fs.cache.get_new(nr, bytes);
-        buffer.set_role(role(kind, owner));
-        self.fs.cache.mark_dirty(&buffer);
+        let buffer = self.fs.store.cache().get_new(nr, bytes);
+        buffer.set_role(BufferRole::of(kind, owner));
+        self.fs.store.cache().mark_dirty(&buffer);
         Ok(())
     }
 
@@ -114,7 +103,7 @@ impl MetaIo for TxnIo<'_> {
     fn free(&self, start: u64, len: u64, _owner: Owner) -> Result<()> {
         self.writer.free_blocks(start, len, self.slot)?;
         for nr in start..start + len {
-            self.fs.cache.forget(nr);
+            self.fs.store.cache().forget(nr);
         }
         Ok(())
     }

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use crate::buffer::cache::Buffer;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::filesystem::Filesystem;
 use crate::inode::cache::InodeHandle;
 
@@ -45,16 +45,16 @@ pub(crate) fn write_buffers(fs: &Filesystem, buffers: &[Arc<Buffer>]) -> Result<
             gathered.clear();
             for buffer in run {
                 buffer.with_committed_bytes(|bytes| {
-                    fs.seal(buffer, bytes);
+                    fs.store.seal(buffer, bytes);
                     gathered.extend_from_slice(bytes);
                 });
             }
-            fs.device
-                .write_all_at(&gathered, first * block_size as u64)
-                .map_err(|e| {
-                    let last = first + run.len() as u64 - 1;
-                    Error::io(format!("write of blocks {first}-{last}"), e)
-                })?;
+            let last = first + run.len() as u64 - 1;
+            fs.store.write_home(
+                first * block_size as u64,
+                &gathered,
+                &format!("blocks {first}-{last}"),
+            )?;
         }
         Ok(())
     })
@@ -112,6 +112,7 @@ fn cpus() -> usize {
 mod tests {
     use super::*;
     use crate::buffer::cache::BufferCache;
+    use crate::error::Error;
 
     #[test]
     fn runs_are_adjacent_blocks_and_no_longer_than_the_limit() {

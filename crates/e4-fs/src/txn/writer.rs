@@ -226,7 +226,7 @@ impl Writer {
             blocks_per_group: geometry.blocks_per_group(),
             blocks: geometry.blocks(),
         };
-        let device = fs.device.clone();
+        let device = fs.store.device();
         let block_size = fs.block_size() as usize;
         let block_seed = BitmapSeed::for_superblock(sb, BitmapKind::Block);
         let bitmap_descs = descriptors.clone();
@@ -265,7 +265,7 @@ impl Writer {
             groups_per_flex: sb.groups_per_flex(),
             first_inode: sb.first_ino(),
         };
-        let inode_device = fs.device.clone();
+        let inode_device = fs.store.device();
         let inode_descs = descriptors.clone();
         let ipg = geometry.inodes_per_group();
         let inode_seed = BitmapSeed::for_superblock(sb, BitmapKind::Inode);
@@ -342,9 +342,7 @@ impl Writer {
         };
         // The image says "being written" before anything else changes.
         writer.write_superblock(fs)?;
-        fs.device
-            .flush()
-            .map_err(|e| Error::io("flush after marking the filesystem in use", e))?;
+        fs.store.flush("after marking the filesystem in use")?;
         Ok(writer)
     }
 
@@ -451,7 +449,7 @@ impl Writer {
     /// Loads and one clock read (`Instant::now`, a vDSO call of about 20 ns): no lock and
     /// no shared write.
     pub fn wants_commit(&self, fs: &Filesystem) -> bool {
-        fs.cache.dirty_count() > DIRTY_LIMIT.min(fs.cache.capacity())
+        fs.store.cache().dirty_count() > DIRTY_LIMIT.min(fs.store.cache().capacity())
             || self.pending_blocks.load(Ordering::Relaxed) > self.pending_limit
             || self
                 .commit_interval
@@ -473,7 +471,7 @@ impl Writer {
     /// inodes, or pending frees. Takes the inode cache's shard locks: for the interval
     /// thread, not for operations.
     pub fn has_changes(&self, fs: &Filesystem) -> bool {
-        fs.cache.dirty_count() > 0
+        fs.store.cache().dirty_count() > 0
             || self.pending_blocks.load(Ordering::Relaxed) > 0
             || fs.inodes.any_dirty()
     }
@@ -576,7 +574,7 @@ impl Writer {
         write_back::write_inode_records(fs, &fs.inodes.take_dirty())?;
         self.release_freed_inodes()?;
         let inode_groups = self.write_inode_bitmaps(fs)?;
-        let buffers = fs.cache.take_dirty();
+        let buffers = fs.store.cache().take_dirty();
         let block_groups = self
             .blocks
             .take_dirty_groups(fs.block_size() as usize)
@@ -605,9 +603,7 @@ impl Writer {
         inode_groups.extend(self.write_block_bitmaps(fs, block_groups)?);
         self.write_descriptors(fs, inode_groups)?;
         self.write_superblock(fs)?;
-        fs.device
-            .flush()
-            .map_err(|e| Error::io("flush at commit", e))
+        fs.store.flush("at commit")
     }
 
     /// Writes the changed groups' inode bitmaps; returns those groups.
@@ -657,7 +653,7 @@ impl Writer {
             desc.set_used_dirs_count(snapshot.used_dirs);
             let nr = desc.inode_bitmap();
             drop(desc);
-            fs.write_raw_block(nr, &block)?;
+            fs.store.write_uncached_home(nr, &block)?;
         }
         Ok(changed)
     }
@@ -678,7 +674,7 @@ impl Writer {
             }
             let nr = desc.block_bitmap();
             drop(desc);
-            fs.write_raw_block(nr, &dirty.bitmap)?;
+            fs.store.write_uncached_home(nr, &dirty.bitmap)?;
         }
         Ok(changed)
     }
@@ -701,7 +697,7 @@ impl Writer {
         for first in firsts {
             let nr = geometry.descriptor_block(first);
             let mut block = vec![0u8; bs];
-            fs.read_bytes(&mut block, nr * bs as u64)?;
+            fs.store.read_data(&mut block, nr * bs as u64)?;
             for g in first..(first + per_block).min(groups) {
                 let at = geometry.descriptor_offset(g);
                 let bytes = fs.descriptors[g as usize]
@@ -709,7 +705,7 @@ impl Writer {
                     .to_bytes(g, desc_size, &checksum);
                 block[at..at + desc_size].copy_from_slice(&bytes);
             }
-            fs.write_raw_block(nr, &block)?;
+            fs.store.write_uncached_home(nr, &block)?;
         }
         Ok(())
     }
@@ -729,9 +725,8 @@ impl Writer {
         let mut bytes = [0u8; Superblock::SIZE];
         sb.encode(&mut bytes);
         Superblock::seal(&mut bytes, ());
-        fs.device
-            .write_all_at(&bytes, SUPERBLOCK_OFFSET)
-            .map_err(|e| Error::io("write of the superblock", e))
+        fs.store
+            .write_home(SUPERBLOCK_OFFSET, &bytes, "the superblock")
     }
 
     /// Writes the orphan list: the superblock's head and each orphan's `i_dtime` pointing
@@ -770,9 +765,7 @@ impl Writer {
         self.superblock.lock().state |= STATE_VALID;
         self.write_superblock(fs)?;
         self.state.store(UNMOUNTED, Ordering::Release);
-        fs.device
-            .flush()
-            .map_err(|e| Error::io("flush at unmount", e))
+        fs.store.flush("at unmount")
     }
 
     /// The lock that covers xattr block `nr`'s reference count. Taken after the inode's

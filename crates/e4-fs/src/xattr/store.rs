@@ -8,6 +8,7 @@
 //! block's own lock ([`crate::txn::writer::Writer::xattr_block_lock`]), because the other
 //! inodes that share it are not locked.
 
+use crate::io::meta_io::Owner;
 use e4_format::inode::Inode;
 use e4_format::xattr::{
     decode_xattr_block, encode_inode_xattrs, encode_xattr_block, fits_inode_xattrs,
@@ -19,7 +20,6 @@ use parking_lot::Mutex;
 use crate::error::Shortage;
 use crate::error::{Error, Result};
 use crate::io::meta_io::{BlockKind, MetaIo};
-use crate::ops::write::owner_of;
 
 /// An attribute's identity: its name index and the name stored after the prefix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,7 +89,7 @@ fn read_block_header(
     inode: &Inode,
     nr: u64,
 ) -> Result<(Vec<u8>, XattrBlockHeader)> {
-    let bytes = io.read(nr, BlockKind::XattrBlock, owner_of(inode))?;
+    let bytes = io.read(nr, BlockKind::XattrBlock, Owner::of(inode))?;
     let loc = Location::InodeBlock {
         inode: inode.ino,
         block: nr,
@@ -119,7 +119,7 @@ impl InodeXattrs {
         let block = if nr == 0 {
             None
         } else {
-            let bytes = io.read(nr, BlockKind::XattrBlock, owner_of(inode))?;
+            let bytes = io.read(nr, BlockKind::XattrBlock, Owner::of(inode))?;
             let loc = Location::InodeBlock {
                 inode: inode.ino,
                 block: nr,
@@ -220,7 +220,7 @@ impl InodeXattrs {
     ) -> Result<i64> {
         let area = encode_inode_xattrs(&layout.in_inode, inode.xattr_area.len())
             .ok_or_else(|| Error::Internal("in-inode attributes laid out past the inode".into()))?;
-        let owner = owner_of(inode);
+        let owner = Owner::of(inode);
         let old_entries = self.block.as_ref().map(|b| &b.entries);
         let mut blocks_delta = 0;
         if old_entries != Some(&layout.block) {
@@ -279,7 +279,7 @@ pub(crate) fn release_xattr_block(
     block_lock: &Mutex<()>,
 ) -> Result<()> {
     let _shared = block_lock.lock();
-    let owner = owner_of(inode);
+    let owner = Owner::of(inode);
     let (mut bytes, mut header) = read_block_header(io, inode, nr)?;
     if header.refcount == 1 {
         return io.free(nr, 1, owner);
@@ -388,7 +388,7 @@ mod tests {
         let shared = first.file_acl();
         let mut bytes = io.blocks.lock().unwrap()[&shared].1.clone();
         bytes[4] = 2;
-        io.write(shared, BlockKind::XattrBlock, owner_of(&first), &bytes)
+        io.write(shared, BlockKind::XattrBlock, Owner::of(&first), &bytes)
             .unwrap();
         let mut second = inode_with_area(0);
         second.ino = 13;
@@ -416,7 +416,7 @@ mod tests {
         let shared = inode.file_acl();
         let mut bytes = io.blocks.lock().unwrap()[&shared].1.clone();
         bytes[4] = 3;
-        io.write(shared, BlockKind::XattrBlock, owner_of(&inode), &bytes)
+        io.write(shared, BlockKind::XattrBlock, Owner::of(&inode), &bytes)
             .unwrap();
         set(&io, &mut inode, "x", None).unwrap();
         assert_eq!(header(&io, shared).refcount, 2);
@@ -429,7 +429,7 @@ mod tests {
         let nr = other.file_acl();
         let mut bytes = io.blocks.lock().unwrap()[&nr].1.clone();
         bytes[4] = 2;
-        io.write(nr, BlockKind::XattrBlock, owner_of(&other), &bytes)
+        io.write(nr, BlockKind::XattrBlock, Owner::of(&other), &bytes)
             .unwrap();
         assert_eq!(set(&io, &mut other, "z", None).unwrap(), -1);
         assert_eq!((other.file_acl(), header(&io, nr).refcount), (0, 1));
@@ -472,7 +472,7 @@ mod tests {
         let nr = inode.file_acl();
         let mut bytes = io.blocks.lock().unwrap()[&nr].1.clone();
         bytes[4] = 9;
-        io.write(nr, BlockKind::XattrBlock, owner_of(&inode), &bytes)
+        io.write(nr, BlockKind::XattrBlock, Owner::of(&inode), &bytes)
             .unwrap();
         let slow = SlowReads(&io);
         let lock = Mutex::new(());
@@ -492,7 +492,7 @@ mod tests {
         let nr = inode.file_acl();
         let mut bytes = io.blocks.lock().unwrap()[&nr].1.clone();
         bytes[4] = 0;
-        io.write(nr, BlockKind::XattrBlock, owner_of(&inode), &bytes)
+        io.write(nr, BlockKind::XattrBlock, Owner::of(&inode), &bytes)
             .unwrap();
         let err = InodeXattrs::load(&io, &inode).unwrap_err();
         assert!(

@@ -12,6 +12,7 @@ use e4_format::{Location, Problem, Structure};
 use proptest::prelude::*;
 
 use super::*;
+use crate::buffer::verifier::check_leaf_chain;
 use crate::dir::check::{check_directory, Contents, Shape};
 use crate::io::meta_io::memory::MemoryMetaIo;
 
@@ -75,7 +76,10 @@ impl Fixture {
     /// A new directory on a store that has `limit - 100` blocks to give.
     fn with_block_limit(format: DirFormat, limit: u64) -> Self {
         let io = Arc::new(
-            MemoryMetaIo::new(format.block_size, 100, limit).verifying_leaves(format.clone()),
+            MemoryMetaIo::new(format.block_size, 100, limit).verifying_leaves({
+                let (filetype, csum) = (format.filetype, format.metadata_csum);
+                Box::new(move |bytes, loc| check_leaf_chain(bytes, filetype, csum, loc))
+            }),
         );
         let dir = MemoryDirBlocks {
             io: io.clone(),
