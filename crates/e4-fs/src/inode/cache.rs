@@ -46,7 +46,7 @@ impl InodeState {
     /// failed creation).
     pub fn detached(inode: Inode) -> Self {
         let window = if inode.file_type() == Some(FileType::Directory) {
-            crate::ops::directory_blocks::directory_window()
+            crate::space::placement::directory_window()
         } else {
             ReservationWindow::new()
         };
@@ -168,6 +168,11 @@ impl InodeCache {
         Self::trim(&mut shard);
         shard.handles.insert(ino, Arc::clone(&handle));
         Ok(handle)
+    }
+
+    /// The handle of inode `ino` if it is cached (an open inode always is).
+    pub fn get(&self, ino: u32) -> Option<Arc<InodeHandle>> {
+        self.shard(ino).handles.get(&ino).cloned()
     }
 
     /// Installs the handle of a newly created inode (its number was just claimed, so no

@@ -111,18 +111,18 @@ impl Filesystem {
             ..LockReport::default()
         };
         if let Some(w) = &self.writer {
-            report.commit_gate = w.gate_stats().snapshot();
-            report.commits = w.commits();
-            let blocks = w.blocks.stats();
+            report.commit_gate = w.txns.gate_stats().snapshot();
+            report.commits = w.txns.commits();
+            let blocks = w.space.blocks.stats();
             report.block_groups = blocks.group_locks.snapshot();
             report.packing_windows = blocks.packing_locks.snapshot();
             let pool_writes = |c: &e4_alloc::limit_counter::LimitCounterStats| {
                 c.refills.get() + c.pool_direct.get() + c.drains.get()
             };
-            report.shared_atomic_writes = w.blocks.index().stats().updates.get()
-                + pool_writes(w.blocks.counter_stats())
-                + pool_writes(w.inodes.counter_stats());
-            let inodes = w.inodes.stats();
+            report.shared_atomic_writes = w.space.blocks.index().stats().updates.get()
+                + pool_writes(w.space.blocks.counter_stats())
+                + pool_writes(w.space.inodes.counter_stats());
+            let inodes = w.space.inodes.stats();
             let (claims, frees) = (inodes.group_locks.snapshot(), inodes.free_locks.snapshot());
             report.inode_groups = LockSnapshot {
                 acquisitions: claims.acquisitions + frees.acquisitions,

@@ -315,7 +315,7 @@ impl Filesystem {
         let writer = self.writer()?;
         let ino = {
             let txn = writer.begin()?;
-            let io = TxnIo::new(self, writer, &txn);
+            let io = writer.io(self, &txn);
             let format = self.dir_format();
             let parent_handle = self.inode_handle(parent)?;
             let is_dir = matches!(kind, NewKind::Directory);
@@ -371,6 +371,7 @@ impl Filesystem {
                     new_state.deleted = true;
                     self.inodes.remove(ino);
                     let freed = writer
+                        .space
                         .inodes
                         .free(ino, is_dir, txn.slot)
                         .map_err(Error::from_inode_allocation);
@@ -399,9 +400,9 @@ impl Filesystem {
         name: &[u8],
         creator: Creator,
     ) -> Result<Arc<InodeHandle>> {
-        let writer = io.writer;
         let is_dir = matches!(kind, NewKind::Directory);
-        let new = writer
+        let new = io
+            .space
             .inodes
             .allocate(
                 &InodeRequest {
@@ -410,7 +411,7 @@ impl Filesystem {
                     kind: self.new_inode_kind(kind, parent, name),
                     slot: io.slot,
                 },
-                &writer.blocks,
+                &io.space.blocks,
             )
             .map_err(Error::from_inode_allocation)?;
         let ino = new.ino;
@@ -418,7 +419,8 @@ impl Filesystem {
         if let Err(e) = self.fill_new_inode(io, format, &mut inode, kind, parent) {
             let mut doomed = InodeState::detached(inode);
             let released = self.release_inode_space(io, &mut doomed);
-            let freed = writer
+            let freed = io
+                .space
                 .inodes
                 .free(ino, is_dir, io.slot)
                 .map_err(Error::from_inode_allocation);
@@ -553,7 +555,7 @@ impl Filesystem {
         let writer = self.writer()?;
         {
             let txn = writer.begin()?;
-            let io = TxnIo::new(self, writer, &txn);
+            let io = writer.io(self, &txn);
             let format = self.dir_format();
             let handles = [self.inode_handle(parent)?, self.inode_handle(ino)?];
             let mut locked = lock_in_order(&self.inodes, &handles);
@@ -608,7 +610,7 @@ impl Filesystem {
         let writer = self.writer()?;
         loop {
             let txn = writer.begin()?;
-            let io = TxnIo::new(self, writer, &txn);
+            let io = writer.io(self, &txn);
             let format = self.dir_format();
             let parent_handle = self.inode_handle(parent)?;
             let mut p = parent_handle.lock(&self.inodes);
@@ -682,7 +684,7 @@ impl Filesystem {
             if freed {
                 self.delete_inode(&io, target)?;
             } else if target.inode.links_count() == 0 {
-                writer.orphans.lock().insert(victim);
+                writer.space.orphans.add(victim);
             }
             drop(locked);
             if !freed {
@@ -704,16 +706,16 @@ impl Filesystem {
         state.inode.record.links_count = 0;
         state.inode.set_size(0);
         state.deleted = true;
-        self.write_inode_record(&state.inode)?;
+        self.inode_table.write_record(&self.store, &state.inode)?;
         // Out of the cache before the number can be handed out again (after the commit).
         self.inodes.remove(state.inode.ino);
-        io.writer.free_inode(state.inode.ino, is_dir, io.slot);
+        io.txns.free_inode(state.inode.ino, is_dir, io.slot);
         Ok(())
     }
 
     /// Frees every block an inode owns (data, tree, xattr block reference) and its window.
     fn release_inode_space(&self, io: &TxnIo<'_>, state: &mut InodeState) -> Result<()> {
-        io.writer.blocks.release_window(&mut state.window, io.slot);
+        io.space.blocks.release_window(&mut state.window, io.slot);
         let inode = &state.inode;
         let mapped = match inode.file_type() {
             Some(FileType::Regular | FileType::Directory) => true,
@@ -758,7 +760,7 @@ impl Filesystem {
             let txn = writer.begin()?;
             // Moves between directories are serialised (the kernel's s_vfs_rename_mutex).
             let _moving = (old_parent != new_parent).then(|| writer.rename_lock.lock());
-            let io = TxnIo::new(self, writer, &txn);
+            let io = writer.io(self, &txn);
             let format = self.dir_format();
             let old_dir = self.inode_handle(old_parent)?;
             let new_dir = self.inode_handle(new_parent)?;
@@ -995,7 +997,7 @@ impl Filesystem {
                     if victim.open_count == 0 {
                         self.delete_inode(io, victim)?;
                     } else {
-                        io.writer.orphans.lock().insert(t);
+                        io.space.orphans.add(t);
                     }
                 }
             }

@@ -6,7 +6,6 @@ use e4_format::inode::{FileType, Timestamp};
 use crate::error::{Error, Result};
 use crate::filesystem::Filesystem;
 use crate::ops::stat::Metadata;
-use crate::txn::txn_io::TxnIo;
 
 /// The attributes [`Filesystem::setattr`] changes; `None` leaves one as it is. The change
 /// time is always set to now, as the kernel does.
@@ -52,7 +51,7 @@ impl Filesystem {
             if let (0, Some(w), Some(txn)) = (state.open_count, writer, &txn) {
                 // The last close gives back the blocks reserved for the file's next
                 // appends, as the kernel discards its preallocation then.
-                w.blocks.release_window(&mut state.window, txn.slot);
+                w.space.blocks.release_window(&mut state.window, txn.slot);
             }
             state.open_count == 0 && state.inode.links_count() == 0
         };
@@ -67,7 +66,7 @@ impl Filesystem {
     pub(crate) fn close_orphan(&self, ino: u32) -> Result<()> {
         let writer = self.writer()?;
         let txn = writer.begin()?;
-        let io = TxnIo::new(self, writer, &txn);
+        let io = writer.io(self, &txn);
         let handle = self.inode_handle(ino)?;
         let mut state = handle.lock(&self.inodes);
         if state.deleted || state.open_count > 0 || state.inode.links_count() > 0 {
@@ -75,7 +74,7 @@ impl Filesystem {
         }
         state.open_count = 0;
         self.delete_inode(&io, &mut state)?;
-        writer.orphans.lock().remove(&ino);
+        writer.space.orphans.remove(ino);
         Ok(())
     }
 

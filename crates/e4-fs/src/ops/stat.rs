@@ -2,7 +2,6 @@
 
 use e4_format::features::RoCompatFeatures;
 use e4_format::inode::{FileType, Timestamp};
-use e4_format::superblock::Superblock;
 use e4_format::{FormatError, Location, Problem, Structure};
 
 use crate::error::Result;
@@ -102,15 +101,15 @@ impl Filesystem {
         if let Some(w) = &self.writer {
             // Open for writing: the allocators' counters are the truth (descriptors are
             // only brought up to date at each commit).
-            let free_blocks = w.blocks.free_blocks_for_statfs();
+            let free_blocks = w.space.blocks.free_blocks_for_statfs();
             return StatFs {
                 block_size: self.block_size(),
                 blocks: sb.blocks_count(),
                 free_blocks,
                 // Both reserves are pools outside the allocator's free count.
-                available_blocks: w.blocks.available_blocks().min(free_blocks),
+                available_blocks: w.space.blocks.available_blocks().min(free_blocks),
                 inodes: u64::from(sb.inodes_count),
-                free_inodes: w.inodes.free_inodes() + w.pending_inodes(),
+                free_inodes: w.space.inodes.free_inodes() + w.txns.pending_inodes(),
                 name_max: e4_format::dir_entry::MAX_NAME_LEN as u32,
             };
         }
@@ -130,25 +129,10 @@ impl Filesystem {
             free_blocks,
             available_blocks: free_blocks
                 .saturating_sub(sb.reserved_blocks_count())
-                .saturating_sub(metadata_reserve(sb)),
+                .saturating_sub(crate::space::metadata_reserve(sb)),
             inodes: u64::from(sb.inodes_count),
             free_inodes,
             name_max: e4_format::dir_entry::MAX_NAME_LEN as u32,
         }
     }
-}
-
-/// Blocks held back from ordinary allocation so that punching holes or shifting extents
-/// never fails for want of a tree block: 2 % of the filesystem or 4096 clusters, whichever is
-/// smaller, and nothing without extents. This is the kernel's rule
-/// (`ext4_calculate_resv_clusters`), so `statfs` and ENOSPC agree with it.
-pub(crate) fn metadata_reserve(sb: &Superblock) -> u64 {
-    if !sb
-        .incompat()
-        .contains(e4_format::features::IncompatFeatures::EXTENTS)
-    {
-        return 0;
-    }
-    let ratio = u64::from(sb.cluster_ratio());
-    (sb.blocks_count() / ratio / 50).min(4096) * ratio
 }

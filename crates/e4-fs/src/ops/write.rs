@@ -12,11 +12,11 @@ use e4_format::inode::{flags, FileType, Inode};
 use crate::error::Shortage;
 use crate::error::{Error, Result};
 use crate::filesystem::Filesystem;
+use crate::filesystem::Writer;
 use crate::inode::cache::InodeState;
 use crate::map::extent_tree::ShiftDirection;
 use crate::map::file_mapping::FileMapping;
 use crate::txn::txn_io::TxnIo;
-use crate::txn::writer::Writer;
 
 /// Most blocks one step of a write handles (bounds the zero-padding buffer).
 const STEP_BLOCKS: u64 = 256;
@@ -146,7 +146,10 @@ impl Filesystem {
                 op()
             }
             Err(Error::NoSpace(Shortage::Inodes))
-                if self.writer.as_ref().is_some_and(|w| w.pending_inodes() > 0) =>
+                if self
+                    .writer
+                    .as_ref()
+                    .is_some_and(|w| w.txns.pending_inodes() > 0) =>
             {
                 self.sync()?;
                 op()
@@ -163,9 +166,12 @@ impl Filesystem {
         let txn = writer.begin()?;
         for handle in self.inodes.all() {
             let mut state = handle.lock(&self.inodes);
-            writer.blocks.release_window(&mut state.window, txn.slot);
+            writer
+                .space
+                .blocks
+                .release_window(&mut state.window, txn.slot);
         }
-        writer.blocks.release_small_file_windows();
+        writer.space.blocks.release_small_file_windows();
         Ok(())
     }
 
@@ -183,7 +189,7 @@ impl Filesystem {
             if data.is_empty() {
                 return Ok(0);
             }
-            let io = TxnIo::new(self, writer, &txn);
+            let io = writer.io(self, &txn);
             let end = offset + data.len() as u64;
             let new_len = end.max(state.inode.size());
             let inline = self.change_inline(&io, &mut state, new_len, true, |content| {
@@ -226,7 +232,9 @@ impl Filesystem {
     fn require_large_file(&self, size: u64) {
         if size >= 1 << 31 {
             if let Some(w) = &self.writer {
-                w.add_ro_compat(RoCompatFeatures::LARGE_FILE);
+                w.space
+                    .superblock
+                    .add_ro_compat(RoCompatFeatures::LARGE_FILE);
             }
         }
     }
@@ -279,8 +287,8 @@ impl Filesystem {
                     let small = logical == 0
                         && map.hole_len(0, SMALL_FILE_BLOCKS + 1)? > SMALL_FILE_BLOCKS
                         && (offset + data.len() as u64).div_ceil(bs) <= SMALL_FILE_BLOCKS;
-                    let blocks = &io.writer.blocks;
-                    let privileged = io.writer.may_use_root_reserve();
+                    let blocks = &io.space.blocks;
+                    let privileged = io.space.may_use_root_reserve();
                     let got = if small {
                         blocks.allocate_small_file_as(want, io.slot, stream, privileged)
                     } else {
@@ -358,15 +366,6 @@ impl Filesystem {
         Ok(())
     }
 
-    /// Commits when the running transaction has grown large (called after an operation has
-    /// released its handle and locks).
-    pub(crate) fn commit_if_needed(&self) -> Result<()> {
-        match &self.writer {
-            Some(w) if w.wants_commit(self) => w.commit(self),
-            _ => Ok(()),
-        }
-    }
-
     /// Sets regular file `ino`'s size: shrinking frees the blocks past the new end (they
     /// become reusable at the next commit) and zeroes the rest of the last block on disk, so
     /// growing it again reads zeros; growing leaves a hole.
@@ -380,7 +379,7 @@ impl Filesystem {
             if size > self.max_file_size(&state.inode) {
                 return Err(Error::FileTooBig(format!("inode {ino}")));
             }
-            let io = TxnIo::new(self, writer, &txn).removing_space();
+            let io = writer.io(self, &txn).removing_space();
             let inline = self.change_inline(&io, &mut state, size, false, |_| {})?;
             if !inline && size < state.inode.size() {
                 self.free_range(
@@ -391,7 +390,10 @@ impl Filesystem {
                 )?;
                 self.zero_tail(&io, &mut state, size)?;
             }
-            writer.blocks.release_window(&mut state.window, txn.slot);
+            writer
+                .space
+                .blocks
+                .release_window(&mut state.window, txn.slot);
             self.set_file_size(&mut state.inode, size);
             Self::touch(&mut state.inode, true);
             self.inodes.mark_dirty(&handle);
@@ -413,7 +415,7 @@ impl Filesystem {
         let tree_blocks = map.node_blocks_change();
         let mut freed = 0i64;
         for (start, n) in runs {
-            io.writer.free_blocks(start, n, io.slot)?;
+            io.free_blocks(start, n)?;
             freed += n as i64;
         }
         self.add_blocks(&mut state.inode, tree_blocks - freed)
@@ -470,7 +472,7 @@ impl Filesystem {
                 .ok_or_else(|| Error::FileTooBig(format!("inode {ino}")))?;
             // Checked before an inline file moves out, so a refused range changes nothing.
             self.check_range_shift(&state.inode, mode, offset, len)?;
-            let io = TxnIo::new(self, writer, &txn);
+            let io = writer.io(self, &txn);
             // The modes the kernel runs with EXT4_GET_BLOCKS_METADATA_NOFAIL: an extent
             // split while removing or shifting space may take its tree block from the
             // metadata reserve.
@@ -642,7 +644,7 @@ impl Filesystem {
         count: u64,
         direction: ShiftDirection,
     ) -> Result<()> {
-        io.writer.blocks.release_window(&mut state.window, io.slot);
+        io.space.blocks.release_window(&mut state.window, io.slot);
         let mut map = FileMapping::of(&mut state.inode, io);
         let shifted = map.shift(from, count, direction);
         let tree_blocks = map.node_blocks_change();
@@ -676,7 +678,7 @@ impl Filesystem {
                     None => None,
                 };
                 let got = io
-                    .writer
+                    .space
                     .blocks
                     .allocate_append_as(
                         window,
@@ -684,11 +686,11 @@ impl Filesystem {
                         want,
                         io.slot,
                         stream,
-                        io.writer.may_use_root_reserve(),
+                        io.space.may_use_root_reserve(),
                     )
                     .map_err(Error::from_block_allocation)?;
                 if let Err(e) = map.insert(logical, got.start, u64::from(got.len), true) {
-                    let freed = io.writer.blocks.free(got, io.slot);
+                    let freed = io.space.blocks.free(got, io.slot);
                     return Err(e.after_undo(freed.map_err(Error::from_block_allocation)));
                 }
                 data_blocks += i64::from(got.len);

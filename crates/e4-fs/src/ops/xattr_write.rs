@@ -190,7 +190,7 @@ impl Filesystem {
         let writer = self.writer()?;
         {
             let txn = writer.begin()?;
-            let io = TxnIo::new(self, writer, &txn);
+            let io = writer.io(self, &txn);
             let handle = self.inode_handle(ino)?;
             let mut state = handle.lock(&self.inodes);
             if is_gone(&state) {
@@ -240,7 +240,7 @@ impl Filesystem {
             )?;
             let group = (inode.ino - 1) / self.geometry.inodes_per_group();
             let goal = self.geometry.group_first_block(group);
-            let lock = io.writer.xattr_block_lock(inode.file_acl());
+            let lock = self.writer()?.xattr_block_locks.of(inode.file_acl());
             let blocks = stored.store(io, inode, &layout, goal, lock)?;
             self.add_blocks(inode, blocks)?;
             if value.is_some()
@@ -249,7 +249,7 @@ impl Filesystem {
                     .compat()
                     .contains(CompatFeatures::EXT_ATTR)
             {
-                io.writer.add_compat(CompatFeatures::EXT_ATTR);
+                io.space.superblock.add_compat(CompatFeatures::EXT_ATTR);
             }
             changed = true;
         }
@@ -265,7 +265,7 @@ impl Filesystem {
     /// reference) and clears `i_file_acl`.
     pub(crate) fn drop_xattr_block(&self, io: &TxnIo<'_>, inode: &mut Inode) -> Result<()> {
         let nr = inode.file_acl();
-        release_xattr_block(io, inode, nr, io.writer.xattr_block_lock(nr))?;
+        release_xattr_block(io, inode, nr, self.writer()?.xattr_block_locks.of(nr))?;
         set_file_acl(inode, 0);
         self.add_blocks(inode, -1)
     }

@@ -6,30 +6,45 @@
 use e4_alloc::{AllocRequest, Reserve};
 
 use crate::buffer::cache::BufferRole;
+use crate::buffer::store::BlockStore;
 use crate::error::{Error, Result};
-use crate::filesystem::Filesystem;
 use crate::io::meta_io::{BlockKind, MetaIo, Owner};
-use crate::txn::writer::{TxnHandle, Writer};
+use crate::space::Space;
+use crate::txn::{Transactions, TxnHandle};
 
 pub(crate) struct TxnIo<'a> {
-    pub fs: &'a Filesystem,
-    pub writer: &'a Writer,
+    pub store: &'a BlockStore,
+    pub space: &'a Space,
+    pub txns: &'a Transactions,
     /// The caller's thread slot (limit counters, pending-free list).
     pub slot: usize,
     /// The set-aside blocks the mechanisms' own blocks (tree nodes) may come from: the
-    /// handle's ([`Writer::reserve`]), or the metadata reserve when removing space.
+    /// handle's ([`Space::reserve`]), or the metadata reserve when removing space.
     reserve: Reserve,
 }
 
 impl<'a> TxnIo<'a> {
-    /// Block access for an operation holding `txn` on `fs`'s running transaction.
-    pub fn new(fs: &'a Filesystem, writer: &'a Writer, txn: &TxnHandle<'_>) -> Self {
+    /// Block access for an operation holding `txn`, a handle on `txns`'s running
+    /// transaction.
+    pub fn new(
+        store: &'a BlockStore,
+        space: &'a Space,
+        txns: &'a Transactions,
+        txn: &TxnHandle<'_>,
+    ) -> Self {
         TxnIo {
-            fs,
-            writer,
+            store,
+            space,
+            txns,
             slot: txn.slot,
-            reserve: writer.reserve,
+            reserve: space.reserve,
         }
+    }
+
+    /// Frees `len` blocks from `start` when the running transaction commits.
+    pub fn free_blocks(&self, start: u64, len: u64) -> Result<()> {
+        self.txns
+            .free_blocks(&self.space.blocks, start, len, self.slot)
     }
 
     /// Block access for an operation that splits extents without adding data (truncate,
@@ -47,7 +62,7 @@ impl<'a> TxnIo<'a> {
 
 impl MetaIo for TxnIo<'_> {
     fn block_size(&self) -> usize {
-        self.fs.block_size() as usize
+        self.store.block_size() as usize
     }
 
     fn visit(
@@ -57,7 +72,7 @@ impl MetaIo for TxnIo<'_> {
         owner: Owner,
         look: &mut dyn FnMut(&[u8]) -> Result<()>,
     ) -> Result<()> {
-        let buffer = self.fs.store.read_as(nr, BufferRole::of(kind, owner))?;
+        let buffer = self.store.read_as(nr, BufferRole::of(kind, owner))?;
         let bytes = buffer.bytes();
         look(&bytes)
     }
@@ -71,22 +86,22 @@ impl MetaIo for TxnIo<'_> {
     ) -> Result<()> {
         // Verifying records the role write-back seals by (where there is a checksum to
         // seal), so the edit needs no second lock to set it.
-        let buffer = self.fs.store.read_as(nr, BufferRole::of(kind, owner))?;
+        let buffer = self.store.read_as(nr, BufferRole::of(kind, owner))?;
         edit(&mut buffer.bytes_mut())?;
-        self.fs.store.cache().mark_dirty(&buffer);
+        self.store.cache().mark_dirty(&buffer);
         Ok(())
     }
 
     fn write(&self, nr: u64, kind: BlockKind, owner: Owner, bytes: &[u8]) -> Result<()> {
-        let buffer = self.fs.store.cache().get_new(nr, bytes);
+        let buffer = self.store.cache().get_new(nr, bytes);
         buffer.set_role(BufferRole::of(kind, owner));
-        self.fs.store.cache().mark_dirty(&buffer);
+        self.store.cache().mark_dirty(&buffer);
         Ok(())
     }
 
     fn allocate(&self, goal: u64, owner: Owner) -> Result<u64> {
         let extent = self
-            .writer
+            .space
             .blocks
             .allocate(AllocRequest {
                 goal: (goal != 0).then_some(goal),
@@ -101,9 +116,9 @@ impl MetaIo for TxnIo<'_> {
     }
 
     fn free(&self, start: u64, len: u64, _owner: Owner) -> Result<()> {
-        self.writer.free_blocks(start, len, self.slot)?;
+        self.free_blocks(start, len)?;
         for nr in start..start + len {
-            self.fs.store.cache().forget(nr);
+            self.store.cache().forget(nr);
         }
         Ok(())
     }

@@ -1,16 +1,21 @@
-//! The write-back half of a commit: dirty inodes into their inode-table blocks (while the
-//! commit holds every operation back), then the gathered metadata blocks to the device
-//! (while the next transaction runs; see [`crate::txn::writer`]). A large commit shares the work
+//! Write-back, the one place metadata goes home: dirty inodes into their inode-table blocks
+//! (while the commit holds every operation back), then the gathered metadata blocks, the
+//! bitmaps and descriptor blocks, and the superblock to the device (while the next
+//! transaction runs; see [`crate::txn::commit`]). With the journal, this is the seam where
+//! a commit's blocks go to the log first. A large commit shares the work
 //! between threads, and adjacent dirty blocks (inode tables are contiguous) go to the
 //! device in one write each instead of one per block: a two-thread unlink run once spent a
 //! fifth of its time here.
 
 use std::sync::Arc;
 
+use e4_format::superblock::{Superblock, SUPERBLOCK_OFFSET};
+
 use crate::buffer::cache::Buffer;
+use crate::buffer::store::BlockStore;
 use crate::error::Result;
-use crate::filesystem::Filesystem;
 use crate::inode::cache::InodeHandle;
+use crate::txn::commit::CommitParts;
 
 /// Below this many items a commit works on its own thread: starting threads costs tens of
 /// microseconds, and an fsync-driven commit holds a handful of blocks.
@@ -20,14 +25,17 @@ const RUN_LIMIT: usize = 256;
 
 /// Writes each dirty inode's record into its inode-table block. `handles` are sorted by
 /// inode number, so each thread's share touches its own range of table blocks.
-pub(crate) fn write_inode_records(fs: &Filesystem, handles: &[Arc<InodeHandle>]) -> Result<()> {
+pub(crate) fn write_inode_records(
+    parts: &CommitParts<'_>,
+    handles: &[Arc<InodeHandle>],
+) -> Result<()> {
     in_chunks(handles, |chunk| {
         for handle in chunk {
-            let state = handle.lock(&fs.inodes);
+            let state = handle.lock(parts.inodes);
             // A deleted inode's last record went into the table when it was freed; its
             // number may already belong to a new inode.
             if !state.deleted {
-                fs.write_inode_record(&state.inode)?;
+                parts.inode_table.write_record(parts.store, &state.inode)?;
             }
         }
         Ok(())
@@ -36,8 +44,8 @@ pub(crate) fn write_inode_records(fs: &Filesystem, handles: &[Arc<InodeHandle>])
 
 /// Seals each buffer a commit took by its role and writes it as the commit left it;
 /// `buffers` are sorted by block number.
-pub(crate) fn write_buffers(fs: &Filesystem, buffers: &[Arc<Buffer>]) -> Result<()> {
-    let block_size = fs.block_size() as usize;
+pub(crate) fn write_buffers(store: &BlockStore, buffers: &[Arc<Buffer>]) -> Result<()> {
+    let block_size = store.block_size() as usize;
     in_chunks(buffers, |chunk| {
         let mut gathered = Vec::new();
         for run in adjacent_runs(chunk) {
@@ -45,12 +53,12 @@ pub(crate) fn write_buffers(fs: &Filesystem, buffers: &[Arc<Buffer>]) -> Result<
             gathered.clear();
             for buffer in run {
                 buffer.with_committed_bytes(|bytes| {
-                    fs.store.seal(buffer, bytes);
+                    store.seal(buffer, bytes);
                     gathered.extend_from_slice(bytes);
                 });
             }
             let last = first + run.len() as u64 - 1;
-            fs.store.write_home(
+            store.write_home(
                 first * block_size as u64,
                 &gathered,
                 &format!("blocks {first}-{last}"),
@@ -58,6 +66,21 @@ pub(crate) fn write_buffers(fs: &Filesystem, buffers: &[Arc<Buffer>]) -> Result<
         }
         Ok(())
     })
+}
+
+/// Writes whole blocks the cache does not own (bitmaps, descriptor blocks) home.
+pub(crate) fn write_uncached(
+    store: &BlockStore,
+    blocks: impl IntoIterator<Item = (u64, Vec<u8>)>,
+) -> Result<()> {
+    blocks
+        .into_iter()
+        .try_for_each(|(nr, bytes)| store.write_uncached_home(nr, &bytes))
+}
+
+/// Writes the primary superblock home.
+pub(crate) fn write_superblock(store: &BlockStore, bytes: &[u8; Superblock::SIZE]) -> Result<()> {
+    store.write_home(SUPERBLOCK_OFFSET, bytes, "the superblock")
 }
 
 /// Splits sorted `buffers` into runs of consecutive block numbers, each at most
