@@ -7,8 +7,6 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crossbeam_utils::CachePadded;
-
 use e4_format::features::{feature_names, FeatureKind, IncompatFeatures, READABLE_INCOMPAT};
 use e4_format::geometry::Geometry;
 use e4_format::group_descriptor::GroupDescriptor;
@@ -32,6 +30,7 @@ use crate::space::Space;
 use crate::txn::commit::CommitParts;
 use crate::txn::txn_io::TxnIo;
 use crate::txn::{interval, write_back, Transactions, TxnHandle, SLOTS};
+use crate::xattr::block_locks::XattrBlockLocks;
 
 /// How to open a filesystem.
 #[derive(Debug, Clone)]
@@ -128,33 +127,6 @@ impl Drop for Filesystem {
                 let _ = self.write_back_and_close();
             }
         }
-    }
-}
-
-/// Stripes of the xattr block reference-count locks.
-const XATTR_BLOCK_LOCKS: usize = 64;
-
-/// Locks for xattr blocks' reference counts, striped by block number: a shared block has no
-/// owning inode whose lock would cover it (the kernel locks its buffer).
-pub(crate) struct XattrBlockLocks {
-    stripes: Box<[CachePadded<Mutex<()>>]>,
-}
-
-impl Default for XattrBlockLocks {
-    fn default() -> Self {
-        XattrBlockLocks {
-            stripes: (0..XATTR_BLOCK_LOCKS)
-                .map(|_| CachePadded::new(Mutex::new(())))
-                .collect(),
-        }
-    }
-}
-
-impl XattrBlockLocks {
-    /// The lock that covers xattr block `nr`'s reference count. Taken after the inode's
-    /// lock and held only while the count is read and written (and the block freed).
-    pub(crate) fn of(&self, nr: u64) -> &Mutex<()> {
-        &self.stripes[(nr % self.stripes.len() as u64) as usize]
     }
 }
 

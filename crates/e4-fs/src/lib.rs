@@ -40,7 +40,7 @@ pub use e4_format::inode::{FileType, Inode, Timestamp};
 pub use error::{Error, Result, Shortage};
 pub use filesystem::{Filesystem, OpenOptions};
 pub use io::device;
-pub use io::lock_counting::LockReport;
+pub use ops::lock_stats::LockReport;
 pub use ops::mapping::Mapping;
 pub use ops::namespace::{Creator, RenameMode};
 pub use ops::setattr::SetAttributes;

@@ -21,7 +21,6 @@ use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use e4_alloc::stats::LockStats;
 
-use crate::io::lock_counting::{counted_read, counted_write};
 use crate::io::meta_io::{BlockKind, Owner};
 
 /// Shards: a power of two comfortably above the thread counts the engine targets (an
@@ -208,12 +207,17 @@ impl BufferCache {
 
     /// Block `nr`'s shard, for a change.
     fn shard(&self, nr: u64) -> RwLockWriteGuard<'_, Shard> {
-        counted_write(self.shard_of(nr), &self.shard_locks)
+        self.shard_locks.take(
+            || self.shard_of(nr).try_write(),
+            || self.shard_of(nr).write(),
+        )
     }
 
     /// The buffer of block `nr` if it is cached, found under the shard's shared lock.
     fn cached(&self, nr: u64) -> Option<Arc<Buffer>> {
-        let shard = counted_read(self.shard_of(nr), &self.shard_locks);
+        let shard = self
+            .shard_locks
+            .take(|| self.shard_of(nr).try_read(), || self.shard_of(nr).read());
         let slot = shard.slots.get(&nr)?;
         // Written only when clear: a hit on a hot block leaves its line unwritten.
         if !slot.referenced.load(Ordering::Relaxed) {

@@ -25,7 +25,7 @@ use e4_format::dir_entry::DirEntryIter;
 use e4_format::inode::FileType;
 use e4_format::{FormatError, Location, Problem, Structure};
 
-use crate::dir::entry::{check_name, public_entry, DirEntry, DirFormat};
+use crate::dir::entry::{check_name, DirEntry, DirFormat};
 use crate::dir::leaf::{LeafBlock, LeafEntry, LeafProbe, NewEntry};
 use crate::error::Shortage;
 use crate::error::{Error, Result};
@@ -51,7 +51,7 @@ pub trait DirectoryBlocks {
 
 /// The edits the namespace operations make to one locked directory, whatever holds its
 /// entries: blocks ([`DirectoryEditor`]) or the inode itself
-/// ([`crate::dir::inline::InlineDirectoryEditor`]). Methods as [`DirectoryEditor`]'s.
+/// (`ops/inline_directory.rs`). Methods as [`DirectoryEditor`]'s.
 pub(crate) trait DirectoryEdit {
     fn lookup(&self, name: &[u8]) -> Result<Option<DirEntry>>;
     fn add_entry(&mut self, name: &[u8], ino: u32, file_type: FileType) -> Result<()>;
@@ -181,7 +181,7 @@ impl Found {
             physical: self.physical,
             offset: self.entry.offset,
         };
-        (public_entry(self.entry), place)
+        (self.entry.to_public(), place)
     }
 }
 
@@ -292,7 +292,7 @@ impl<'a> DirectoryEditor<'a> {
     /// [`Error::NameTooLong`]).
     pub fn lookup(&self, name: &[u8]) -> Result<Option<DirEntry>> {
         check_name(name)?;
-        Ok(self.find(name)?.map(|found| public_entry(found.entry)))
+        Ok(self.find(name)?.map(|found| found.entry.to_public()))
     }
 
     /// Points the existing entry `name` at `ino` (a rename over an existing name) and
@@ -311,7 +311,7 @@ impl<'a> DirectoryEditor<'a> {
         self.edit_leaf(found.physical, |leaf| {
             leaf.set_target(found.entry.offset, ino, code)
         })?;
-        Ok(Some(public_entry(found.entry)))
+        Ok(Some(found.entry.to_public()))
     }
 
     /// Rewrites ".." to point at `parent_ino` (a directory moved to another parent).
@@ -339,7 +339,7 @@ impl<'a> DirectoryEditor<'a> {
     pub fn entries(&self) -> Result<Vec<DirEntry>> {
         let mut out = Vec::new();
         self.visit_entries(|e| {
-            out.push(public_entry(e));
+            out.push(e.to_public());
             true
         })?;
         Ok(out)

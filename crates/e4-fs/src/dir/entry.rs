@@ -7,7 +7,6 @@ use e4_format::features::{CompatFeatures, IncompatFeatures};
 use e4_format::inode::FileType;
 use e4_format::superblock::Superblock;
 
-use crate::dir::leaf::LeafEntry;
 use crate::error::{Error, Result};
 
 /// A directory entry as returned to callers ("." and ".." are not included).
@@ -89,12 +88,4 @@ pub(crate) fn check_name(name: &[u8]) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-pub(crate) fn public_entry(entry: LeafEntry) -> DirEntry {
-    DirEntry {
-        name: entry.name,
-        ino: entry.ino,
-        file_type: ft::to_file_type(entry.file_type),
-    }
 }

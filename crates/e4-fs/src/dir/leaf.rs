@@ -11,7 +11,7 @@ use e4_format::dir_entry::{
 use e4_format::{FormatError, Location, Problem, Structure};
 
 use crate::buffer::verifier::{check_chain_region, MIN_REC_LEN};
-use crate::dir::entry::DirFormat;
+use crate::dir::entry::{DirEntry, DirFormat};
 use crate::error::Result;
 
 /// Fields of `ext4_dir_entry_2`, as byte ranges in a record.
@@ -33,6 +33,17 @@ pub(crate) struct LeafEntry {
     /// The raw `file_type` code (0 without the filetype feature).
     pub file_type: u8,
     pub name: Vec<u8>,
+}
+
+impl LeafEntry {
+    /// The entry as callers see it.
+    pub(crate) fn to_public(&self) -> DirEntry {
+        DirEntry {
+            name: self.name.clone(),
+            ino: self.ino,
+            file_type: e4_format::dir_entry::file_type::to_file_type(self.file_type),
+        }
+    }
 }
 
 /// An entry to place in a block that is being built from scratch.

@@ -19,9 +19,6 @@ use parking_lot::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use e4_alloc::stats::LockStats;
 
 use crate::error::Result;
-use crate::io::lock_counting::{
-    counted_lock, counted_read, counted_try_read, counted_try_write, counted_write,
-};
 
 /// Shards: as the buffer cache's, many more than threads (an operation takes two or three
 /// shard locks, and two threads meeting in one showed as contention with 64).
@@ -74,24 +71,28 @@ pub(crate) struct InodeHandle {
 impl InodeHandle {
     /// The inode's lock, for a change (counted in the cache's inode-lock statistics).
     pub fn lock<'a>(&'a self, cache: &InodeCache) -> InodeGuard<'a> {
-        counted_write(&self.state, &cache.inode_locks)
+        cache
+            .inode_locks
+            .take(|| self.state.try_write(), || self.state.write())
     }
 
     /// The inode's lock if it is free now; `None` (counted as a skip) if another thread
     /// holds it.
     pub fn try_lock<'a>(&'a self, cache: &InodeCache) -> Option<InodeGuard<'a>> {
-        counted_try_write(&self.state, &cache.inode_locks)
+        cache.inode_locks.take_if_free(self.state.try_write())
     }
 
     /// The inode's lock, shared with other readers.
     pub fn read<'a>(&'a self, cache: &InodeCache) -> RwLockReadGuard<'a, InodeState> {
-        counted_read(&self.state, &cache.inode_locks)
+        cache
+            .inode_locks
+            .take(|| self.state.try_read(), || self.state.read())
     }
 
     /// The inode's lock, shared, if no writer holds it now; `None` (counted as a skip)
     /// otherwise.
     pub fn try_read<'a>(&'a self, cache: &InodeCache) -> Option<RwLockReadGuard<'a, InodeState>> {
-        counted_try_read(&self.state, &cache.inode_locks)
+        cache.inode_locks.take_if_free(self.state.try_read())
     }
 }
 
@@ -132,7 +133,10 @@ impl InodeCache {
     }
 
     fn shard(&self, ino: u32) -> MutexGuard<'_, Shard> {
-        counted_lock(&self.shards[ino as usize % SHARDS], &self.shard_locks)
+        self.shard_locks.take(
+            || self.shards[ino as usize % SHARDS].try_lock(),
+            || self.shards[ino as usize % SHARDS].lock(),
+        )
     }
 
     pub fn shard_stats(&self) -> &LockStats {
@@ -220,9 +224,13 @@ impl InodeCache {
 
     /// Whether some inode is dirty (takes every shard's lock: not for hot paths).
     pub fn any_dirty(&self) -> bool {
-        self.shards
-            .iter()
-            .any(|s| !counted_lock(s, &self.shard_locks).dirty.is_empty())
+        self.shards.iter().any(|s| {
+            !self
+                .shard_locks
+                .take(|| s.try_lock(), || s.lock())
+                .dirty
+                .is_empty()
+        })
     }
 
     /// Every dirty handle, marked clean (the caller writes them back).

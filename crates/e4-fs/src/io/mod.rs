@@ -2,5 +2,4 @@
 //! here imports anything else of e4-fs.
 
 pub mod device;
-pub(crate) mod lock_counting;
 pub(crate) mod meta_io;

@@ -4,7 +4,9 @@
 
 use crate::io::meta_io::Owner;
 use e4_format::extent::Extent;
-use e4_format::inode::{flags, Inode};
+use e4_format::features::IncompatFeatures;
+use e4_format::inode::{flags, Inode, I_BLOCK_SIZE};
+use e4_format::superblock::Superblock;
 
 use crate::error::{Error, Result};
 use crate::io::meta_io::MetaIo;
@@ -167,5 +169,15 @@ impl<'a> FileMapping<'a> {
             FileMapping::Extents(t) => t.node_blocks_change(),
             FileMapping::Blocks(t) => t.node_blocks_change(),
         }
+    }
+}
+
+/// Gives an inode leaving inline data the mapping a new file of its kind has: EXTENTS_FL and
+/// an empty extent root on an extents filesystem, else zeroed block pointers.
+pub(crate) fn give_empty_mapping(sb: &Superblock, inode: &mut Inode) {
+    inode.record.block = [0; I_BLOCK_SIZE];
+    if sb.incompat().contains(IncompatFeatures::EXTENTS) {
+        inode.record.flags |= flags::EXTENTS;
+        ExtentTree::init_empty(&mut inode.record.block);
     }
 }

@@ -49,10 +49,6 @@ use e4_alloc::stats::LockStats;
 use e4_format::inode::FileType;
 use parking_lot::RwLock;
 
-use crate::error::Result;
-use crate::filesystem::{refuse_ea_inode, Filesystem};
-use crate::io::lock_counting::{counted_read, counted_write};
-
 /// Shards, each on its own cache line: two threads walking different trees rarely meet on
 /// one (the walk of a 10-component path touches 10 shards).
 const SHARDS: usize = 256;
@@ -144,7 +140,9 @@ impl DentryCache {
     /// Where `name` in directory `parent` leads, if cached.
     pub fn get(&self, parent: u32, name: &[u8]) -> Option<Child> {
         let hash = dentry_hash(parent, name);
-        let shard = counted_read(self.shard(hash), &self.shard_locks);
+        let shard = self
+            .shard_locks
+            .take(|| self.shard(hash).try_read(), || self.shard(hash).read());
         shard
             .get(&hash)
             .filter(|d| d.parent == parent && *d.name == *name)
@@ -158,7 +156,9 @@ impl DentryCache {
             return;
         }
         let hash = dentry_hash(parent, name);
-        let mut shard = counted_write(self.shard(hash), &self.shard_locks);
+        let mut shard = self
+            .shard_locks
+            .take(|| self.shard(hash).try_write(), || self.shard(hash).write());
         if shard.len() >= ENTRIES_PER_SHARD {
             shard.clear();
         }
@@ -176,48 +176,15 @@ impl DentryCache {
     /// about to remove the name or point it elsewhere (rule 2 of the module docs).
     pub fn forget(&self, parent: u32, name: &[u8]) {
         let hash = dentry_hash(parent, name);
-        let mut shard = counted_write(self.shard(hash), &self.shard_locks);
+        let mut shard = self
+            .shard_locks
+            .take(|| self.shard(hash).try_write(), || self.shard(hash).write());
         if shard
             .get(&hash)
             .is_some_and(|d| d.parent == parent && *d.name == *name)
         {
             shard.remove(&hash);
         }
-    }
-}
-
-impl Filesystem {
-    /// Where `name` in directory `dir` leads: from the dentry cache, or read from the
-    /// directory under its lock (shared) and cached before the lock is released (rule 1 of
-    /// the module docs). `None` when the directory has no such name.
-    pub(crate) fn lookup_child(&self, dir: u32, name: &[u8]) -> Result<Option<Child>> {
-        if let Some(child) = self.dentries.get(dir, name) {
-            return Ok(Some(child));
-        }
-        let dir_handle = self.inode_handle(dir)?;
-        let dir_state = dir_handle.read(&self.inodes);
-        refuse_ea_inode(&dir_state.inode)?;
-        let Some(ino) = self.lookup_in(&dir_state.inode, name)? else {
-            return Ok(None);
-        };
-        let handle = self.inode_handle(ino)?;
-        let child_of = |inode: &e4_format::inode::Inode| -> Result<Child> {
-            refuse_ea_inode(inode)?;
-            Ok(Child {
-                ino,
-                file_type: inode.file_type(),
-            })
-        };
-        // The child's lock is only tried while the directory's is held: a rename holding
-        // the child's lock may be waiting for the directory's (lock order is by number).
-        if let Some(state) = handle.try_read(&self.inodes) {
-            let child = child_of(&state.inode)?;
-            self.dentries.insert(dir, name, child);
-            return Ok(Some(child));
-        }
-        drop(dir_state);
-        let state = handle.read(&self.inodes);
-        child_of(&state.inode).map(Some)
     }
 }
 

@@ -13,10 +13,10 @@
 use e4_format::features::IncompatFeatures;
 use e4_format::inode::{flags, FileType, Inode};
 
-use crate::dir::inline::give_empty_mapping;
 use crate::error::Result;
 use crate::filesystem::Filesystem;
 use crate::inode::cache::InodeState;
+use crate::map::file_mapping::give_empty_mapping;
 use crate::txn::txn_io::TxnIo;
 use crate::xattr::inline_data::InlineData;
 
@@ -91,7 +91,7 @@ impl Filesystem {
     ) -> Result<()> {
         let saved = state.inode.clone();
         data.remove(&mut state.inode)?;
-        give_empty_mapping(self, &mut state.inode);
+        give_empty_mapping(self.superblock(), &mut state.inode);
         if !content.is_empty() {
             if let Err(e) = self.write_first_blocks(io, state, content) {
                 state.inode = saved;

@@ -2,7 +2,9 @@
 //! `filesystem.rs`, the only place with `impl Filesystem`.
 
 pub(crate) mod directory_blocks;
+pub(crate) mod inline_directory;
 pub(crate) mod inline_file;
+pub(crate) mod lock_stats;
 pub(crate) mod mapping;
 pub(crate) mod namespace;
 pub(crate) mod path;

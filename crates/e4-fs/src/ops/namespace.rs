@@ -20,12 +20,13 @@ use e4_format::inode::{flags, FileType, Inode, ROOT_INO};
 
 use crate::dir::editor::{DirectoryEdit, DirectoryEditor};
 use crate::dir::entry::{check_name, DirEntry, DirFormat};
-use crate::dir::inline::{empty_inline_dir, InlineDirectoryEditor};
+use crate::dir::inline::empty_inline_dir;
 use crate::error::{Error, Result};
 use crate::filesystem::Filesystem;
 use crate::inode::cache::{InodeCache, InodeGuard, InodeHandle, InodeState};
 use crate::map::extent_tree::ExtentTree;
 use crate::ops::directory_blocks::InodeDirectoryBlocks;
+use crate::ops::inline_directory::InlineDirectoryEditor;
 use crate::txn::txn_io::TxnIo;
 use crate::xattr::inline_data::InlineData;
 

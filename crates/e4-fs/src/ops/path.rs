@@ -10,7 +10,8 @@ use std::borrow::Cow;
 use e4_format::inode::{FileType, ROOT_INO};
 
 use crate::error::{Error, Result};
-use crate::filesystem::Filesystem;
+use crate::filesystem::{refuse_ea_inode, Filesystem};
+use crate::names::dentry_cache::Child;
 
 /// The kernel's limit on symlinks followed in one lookup (`MAXSYMLINKS`).
 const MAX_SYMLINKS: usize = 40;
@@ -107,5 +108,40 @@ impl Filesystem {
             current_type = child.file_type;
         }
         Ok(current)
+    }
+}
+
+impl Filesystem {
+    /// Where `name` in directory `dir` leads: from the dentry cache, or read from the
+    /// directory under its lock (shared) and cached before the lock is released (rule 1 of
+    /// the module docs). `None` when the directory has no such name.
+    pub(crate) fn lookup_child(&self, dir: u32, name: &[u8]) -> Result<Option<Child>> {
+        if let Some(child) = self.dentries.get(dir, name) {
+            return Ok(Some(child));
+        }
+        let dir_handle = self.inode_handle(dir)?;
+        let dir_state = dir_handle.read(&self.inodes);
+        refuse_ea_inode(&dir_state.inode)?;
+        let Some(ino) = self.lookup_in(&dir_state.inode, name)? else {
+            return Ok(None);
+        };
+        let handle = self.inode_handle(ino)?;
+        let child_of = |inode: &e4_format::inode::Inode| -> Result<Child> {
+            refuse_ea_inode(inode)?;
+            Ok(Child {
+                ino,
+                file_type: inode.file_type(),
+            })
+        };
+        // The child's lock is only tried while the directory's is held: a rename holding
+        // the child's lock may be waiting for the directory's (lock order is by number).
+        if let Some(state) = handle.try_read(&self.inodes) {
+            let child = child_of(&state.inode)?;
+            self.dentries.insert(dir, name, child);
+            return Ok(Some(child));
+        }
+        drop(dir_state);
+        let state = handle.read(&self.inodes);
+        child_of(&state.inode).map(Some)
     }
 }

@@ -206,7 +206,12 @@ impl Transactions {
     /// they stand. Nothing here waits for the device.
     fn gather(&self, parts: &CommitParts<'_>) -> Result<CommitBatch> {
         chain_orphans(parts)?;
-        write_back::write_inode_records(parts, &parts.inodes.take_dirty())?;
+        write_back::write_inode_records(
+            parts.store,
+            parts.inode_table,
+            parts.inodes,
+            &parts.inodes.take_dirty(),
+        )?;
         self.release_freed_inodes(parts.space)?;
         let block_size = parts.store.block_size() as usize;
         let inode_bitmaps =

@@ -24,7 +24,6 @@ use e4_alloc::{BlockAllocator, TransactionFrees};
 use parking_lot::{Condvar, Mutex, RwLock, RwLockReadGuard};
 
 use crate::error::{Error, Result};
-use crate::io::lock_counting::counted_read;
 
 /// Limit-counter slots, commit-gate slots and pending-free lists: one per thread up to this.
 pub(crate) const SLOTS: usize = 64;
@@ -161,7 +160,9 @@ impl Transactions {
         self.check_open()?;
         let slot = thread_slot();
         Ok(TxnHandle {
-            _gate: counted_read(&self.gate[slot], &self.gate_locks),
+            _gate: self
+                .gate_locks
+                .take(|| self.gate[slot].try_read(), || self.gate[slot].read()),
             slot,
         })
     }

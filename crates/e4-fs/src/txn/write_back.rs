@@ -1,7 +1,7 @@
 //! Write-back, the one place metadata goes home: dirty inodes into their inode-table blocks
 //! (while the commit holds every operation back), then the gathered metadata blocks, the
 //! bitmaps and descriptor blocks, and the superblock to the device (while the next
-//! transaction runs; see [`crate::txn::commit`]). With the journal, this is the seam where
+//! transaction runs; `commit.rs` says when). With the journal, this is the seam where
 //! a commit's blocks go to the log first. A large commit shares the work
 //! between threads, and adjacent dirty blocks (inode tables are contiguous) go to the
 //! device in one write each instead of one per block: a two-thread unlink run once spent a
@@ -14,8 +14,8 @@ use e4_format::superblock::{Superblock, SUPERBLOCK_OFFSET};
 use crate::buffer::cache::Buffer;
 use crate::buffer::store::BlockStore;
 use crate::error::Result;
-use crate::inode::cache::InodeHandle;
-use crate::txn::commit::CommitParts;
+use crate::inode::cache::{InodeCache, InodeHandle};
+use crate::inode::table::InodeTable;
 
 /// Below this many items a commit works on its own thread: starting threads costs tens of
 /// microseconds, and an fsync-driven commit holds a handful of blocks.
@@ -26,16 +26,18 @@ const RUN_LIMIT: usize = 256;
 /// Writes each dirty inode's record into its inode-table block. `handles` are sorted by
 /// inode number, so each thread's share touches its own range of table blocks.
 pub(crate) fn write_inode_records(
-    parts: &CommitParts<'_>,
+    store: &BlockStore,
+    table: &InodeTable,
+    inodes: &InodeCache,
     handles: &[Arc<InodeHandle>],
 ) -> Result<()> {
     in_chunks(handles, |chunk| {
         for handle in chunk {
-            let state = handle.lock(parts.inodes);
+            let state = handle.lock(inodes);
             // A deleted inode's last record went into the table when it was freed; its
             // number may already belong to a new inode.
             if !state.deleted {
-                parts.inode_table.write_record(parts.store, &state.inode)?;
+                table.write_record(store, &state.inode)?;
             }
         }
         Ok(())

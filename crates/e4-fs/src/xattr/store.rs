@@ -5,7 +5,7 @@
 //!
 //! The mechanism works through [`MetaIo`], so it is tested on an in-memory store. The
 //! caller holds the inode's lock; a shared block's reference count is changed under the
-//! block's own lock ([`crate::filesystem::XattrBlockLocks`]), because the other
+//! block's own lock ([`crate::xattr::block_locks::XattrBlockLocks`]), because the other
 //! inodes that share it are not locked.
 
 use crate::io::meta_io::Owner;

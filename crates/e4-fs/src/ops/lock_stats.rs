@@ -1,75 +1,12 @@
 //! Lock traffic of the engine, readable from the handle ([`Filesystem::lock_stats`]), so a
 //! benchmark can print acquisitions and contended acquisitions per operation beside its
-//! throughput (DESIGN.md, concurrency rule 5). Counting is striped (e4-alloc's
-//! [`Counter`](e4_alloc::stats::Counter)), so it does not itself become a shared hot line.
+//! throughput (DESIGN.md, concurrency rule 5). Every lock is taken through e4-alloc's
+//! [`LockStats::take`](e4_alloc::stats::LockStats::take), whose counting is striped
+//! ([`Counter`](e4_alloc::stats::Counter)), so it does not itself become a shared hot line.
 
-use e4_alloc::stats::{LockSnapshot, LockStats};
-use parking_lot::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use e4_alloc::stats::LockSnapshot;
 
 use crate::filesystem::Filesystem;
-
-/// Takes `lock`, counting the acquisition and whether it had to wait.
-pub(crate) fn counted_lock<'a, T>(lock: &'a Mutex<T>, stats: &LockStats) -> MutexGuard<'a, T> {
-    stats.acquisitions.add(1);
-    if let Some(guard) = lock.try_lock() {
-        return guard;
-    }
-    stats.contended.add(1);
-    lock.lock()
-}
-
-/// Takes `lock` for writing, counting as [`counted_lock`] does.
-pub(crate) fn counted_write<'a, T>(
-    lock: &'a RwLock<T>,
-    stats: &LockStats,
-) -> RwLockWriteGuard<'a, T> {
-    stats.acquisitions.add(1);
-    if let Some(guard) = lock.try_write() {
-        return guard;
-    }
-    stats.contended.add(1);
-    lock.write()
-}
-
-/// Takes `lock` for writing if it is free, counting an acquisition, or a skip when it is
-/// not.
-pub(crate) fn counted_try_write<'a, T>(
-    lock: &'a RwLock<T>,
-    stats: &LockStats,
-) -> Option<RwLockWriteGuard<'a, T>> {
-    let guard = lock.try_write();
-    match guard {
-        Some(_) => stats.acquisitions.add(1),
-        None => stats.try_skips.add(1),
-    }
-    guard
-}
-
-/// Takes `lock` for reading if no writer holds it, counting as [`counted_try_write`] does.
-pub(crate) fn counted_try_read<'a, T>(
-    lock: &'a RwLock<T>,
-    stats: &LockStats,
-) -> Option<RwLockReadGuard<'a, T>> {
-    let guard = lock.try_read();
-    match guard {
-        Some(_) => stats.acquisitions.add(1),
-        None => stats.try_skips.add(1),
-    }
-    guard
-}
-
-/// Takes `lock` for reading, counting as [`counted_lock`] does.
-pub(crate) fn counted_read<'a, T>(
-    lock: &'a RwLock<T>,
-    stats: &LockStats,
-) -> RwLockReadGuard<'a, T> {
-    stats.acquisitions.add(1);
-    if let Some(guard) = lock.try_read() {
-        return guard;
-    }
-    stats.contended.add(1);
-    lock.read()
-}
 
 /// Every lock kind on the engine's hot paths, with its counts so far.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
