@@ -40,12 +40,13 @@ pub use e4_format::inode::{FileType, Inode, Timestamp};
 pub use error::{Error, Result, Shortage};
 pub use filesystem::{Filesystem, OpenOptions};
 pub use io::device;
+pub use ops::create::Creator;
+pub use ops::fallocate::FallocateMode;
 pub use ops::lock_stats::LockReport;
 pub use ops::mapping::Mapping;
-pub use ops::namespace::{Creator, RenameMode};
+pub use ops::rename::RenameMode;
 pub use ops::setattr::SetAttributes;
 pub use ops::stat::{Metadata, StatFs};
-pub use ops::write::FallocateMode;
 pub use ops::xattr_write::XattrSet;
 pub use space::caller::Caller;
 

@@ -4,7 +4,7 @@
 
 use e4_format::dir_entry::{file_type as ft, MAX_NAME_LEN};
 use e4_format::features::{CompatFeatures, IncompatFeatures};
-use e4_format::inode::FileType;
+use e4_format::inode::{FileType, Inode};
 use e4_format::superblock::Superblock;
 
 use crate::error::{Error, Result};
@@ -86,6 +86,15 @@ pub(crate) fn check_name(name: &[u8]) -> Result<()> {
             "{:?} cannot be a file name",
             shown()
         )));
+    }
+    Ok(())
+}
+
+/// Refuses an inode that is not a directory (ENOTDIR): the one check of what every
+/// directory operation, reading or writing, needs of its inode.
+pub(crate) fn require_directory(inode: &Inode) -> Result<()> {
+    if inode.file_type() != Some(FileType::Directory) {
+        return Err(Error::NotADirectory(format!("inode {}", inode.ino)));
     }
     Ok(())
 }

@@ -8,7 +8,6 @@ use e4_format::inode::{flags, Inode};
 use crate::dir::editor::DirectoryBlocks;
 use crate::error::{Error, Result};
 use crate::filesystem::Filesystem;
-use crate::map::file_mapping::FileMapping;
 use crate::ops::mapping::Mapping;
 use crate::space::placement::{directory_window_cap, first_window_goal, WINDOWLESS_BLOCKS};
 use crate::txn::txn_io::TxnIo;
@@ -91,14 +90,17 @@ impl DirectoryBlocks for InodeDirectoryBlocks<'_> {
             }),
         }
         .map_err(Error::from_block_allocation)?;
-        let mut map = FileMapping::of(self.inode, self.io);
-        let inserted = map.insert(logical, got.start, 1, false);
-        let tree_blocks = map.node_blocks_change();
+        let inserted = self
+            .fs
+            .edit_mapping(self.io, self.inode, |map, data_blocks| {
+                map.insert(logical, got.start, 1, false)?;
+                *data_blocks += 1;
+                Ok(())
+            });
         if let Err(e) = inserted {
             let freed = self.io.space.blocks.free(got, self.io.slot);
             return Err(e.after_undo(freed.map_err(Error::from_block_allocation)));
         }
-        self.fs.add_blocks(self.inode, 1 + tree_blocks)?;
         self.inode.set_size(new_size);
         Ok(got.start)
     }

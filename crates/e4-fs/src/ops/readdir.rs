@@ -10,11 +10,11 @@ use e4_format::dir_entry::{file_type as ft, has_tail, DirEntryIter, TAIL_SIZE};
 use e4_format::dir_htree::{DxNode, DxRoot};
 use e4_format::features::{CompatFeatures, IncompatFeatures};
 use e4_format::inline_data::{inline_dir_parent, inline_dir_regions, SYSTEM_DATA};
-use e4_format::inode::{flags, FileType, Inode};
+use e4_format::inode::{flags, Inode};
 use e4_format::{FormatError, Location, MetadataBlock, Problem, Structure};
 
 use crate::buffer::cache::Buffer;
-use crate::dir::entry::DirEntry;
+use crate::dir::entry::{require_directory, DirEntry};
 use crate::error::Result;
 use crate::filesystem::Filesystem;
 use crate::io::meta_io::BlockKind;
@@ -39,16 +39,6 @@ enum DirBlock {
 }
 
 impl Filesystem {
-    fn require_dir(&self, dir: &Inode) -> Result<()> {
-        if dir.file_type() != Some(FileType::Directory) {
-            return Err(crate::error::Error::NotADirectory(format!(
-                "inode {}",
-                dir.ino
-            )));
-        }
-        Ok(())
-    }
-
     fn is_htree(&self, dir: &Inode) -> bool {
         dir.has_flag(flags::INDEX)
             && self
@@ -185,7 +175,7 @@ impl Filesystem {
         dir: &Inode,
         mut visit: impl FnMut(&e4_format::dir_entry::DirEntry<'_>) -> Option<T>,
     ) -> Result<Option<T>> {
-        self.require_dir(dir)?;
+        require_directory(dir)?;
         let bs = self.block_size() as usize;
         let filetype = self.filetype_feature();
         if dir.has_flag(flags::INLINE_DATA) {
@@ -308,7 +298,7 @@ impl Filesystem {
 
     /// The parent of a directory (its ".." entry).
     pub(crate) fn parent_of(&self, dir: &Inode) -> Result<u32> {
-        self.require_dir(dir)?;
+        require_directory(dir)?;
         if dir.has_flag(flags::INLINE_DATA) {
             return Ok(inline_dir_parent(&dir.record.block));
         }
@@ -326,7 +316,7 @@ impl Filesystem {
     /// Finds `name` in `dir`, through the hash index when the directory has one (reading
     /// one block per index level plus the leaf), linearly otherwise.
     pub(crate) fn lookup_in(&self, dir: &Inode, name: &[u8]) -> Result<Option<u32>> {
-        self.require_dir(dir)?;
+        require_directory(dir)?;
         if name == b"." {
             return Ok(Some(dir.ino));
         }
