@@ -2,5 +2,6 @@
 //! read as, and sealed once when it is written back.
 
 pub(crate) mod cache;
+pub(crate) mod read_io;
 pub(crate) mod store;
 pub(crate) mod verifier;

@@ -89,6 +89,19 @@ impl BlockStore {
         Ok(buffer)
     }
 
+    /// Shows `look` block `nr` verified as `role`, without copying it: the block's bytes
+    /// are borrowed under its buffer's read lock.
+    pub(crate) fn visit(
+        &self,
+        nr: u64,
+        role: BufferRole,
+        look: &mut dyn FnMut(&[u8]) -> Result<()>,
+    ) -> Result<()> {
+        let buffer = self.read_as(nr, role)?;
+        let bytes = buffer.bytes();
+        look(&bytes)
+    }
+
     /// Verifies `buffer` as `role`, unless it was verified or written in that role before.
     pub(crate) fn verify(&self, buffer: &Buffer, role: BufferRole) -> Result<()> {
         self.verifier.verify(buffer, role)

@@ -17,7 +17,8 @@ use e4_format::{FormatError, Location, Problem, Structure};
 
 use crate::error::Shortage;
 use crate::error::{Error, Result};
-use crate::io::meta_io::{BlockKind, MetaIo, Owner};
+use crate::io::meta_io::{look_at, BlockKind, MetaIo, Owner};
+use crate::map::file_mapping::Mapping;
 
 /// Pointers in `i_block`.
 const ROOT_POINTERS: usize = I_BLOCK_SIZE / 4;
@@ -88,6 +89,79 @@ impl<'a> BlockMapTree<'a> {
     pub fn logical_limit(&self) -> u64 {
         let per = (self.io.block_size() / 4) as u64;
         (DIRECT_BLOCKS + per + per * per + per * per * per).min(POINTER_LIMIT)
+    }
+
+    /// The run of blocks from `logical` on, at most `max_len` long: where they are mapped
+    /// contiguously, or how long the hole there is. Follows the pointers down looking at
+    /// each indirect block where it lies (no copy), then extends the run over the
+    /// following pointers of the last array it read, so a reader issues one device read
+    /// per contiguous run. A hole that starts at a missing indirect block spans the rest of
+    /// that block's subtree.
+    pub fn lookup_run(&self, logical: u64, max_len: u64) -> Result<Mapping> {
+        let Some(path) = block_map_path(logical, self.block_size_u32()) else {
+            return Ok(Mapping::Hole { len: u64::MAX });
+        };
+        let per = (self.io.block_size() / 4) as u64;
+        let mut pointer = pointer_at(&self.root[..], path.slot);
+        let mut holder = None;
+        for level in 0..path.depth {
+            if pointer == 0 {
+                // The subtree under the missing block: what is left of it from `logical`.
+                let (mut span, mut offset) = (1u64, 0u64);
+                for j in (level..path.depth).rev() {
+                    offset += u64::from(path.indexes[j]) * span;
+                    span *= per;
+                }
+                return Ok(Mapping::Hole {
+                    len: (span - offset).min(max_len).max(1),
+                });
+            }
+            let block = u64::from(pointer);
+            pointer = look_at(
+                self.io,
+                block,
+                BlockKind::IndirectBlock,
+                self.owner,
+                |words| Ok(pointer_at(words, path.indexes[level] as usize)),
+            )?;
+            holder = Some(block);
+        }
+        let first = pointer;
+        let extend = |words: &[u8], at: usize| {
+            let limit = max_len.min((words.len() / 4 - at) as u64);
+            (1..limit)
+                .take_while(|&k| {
+                    let next = pointer_at(words, at + k as usize);
+                    match first {
+                        0 => next == 0,
+                        _ => next != 0 && u64::from(next) == u64::from(first) + k,
+                    }
+                })
+                .count() as u64
+                + 1
+        };
+        let len = match holder {
+            // Direct blocks: the run stays among the twelve direct pointers.
+            None => extend(&self.root[..4 * DIRECT_BLOCKS as usize], path.slot),
+            Some(block) => {
+                let at = path.indexes[path.depth - 1] as usize;
+                look_at(
+                    self.io,
+                    block,
+                    BlockKind::IndirectBlock,
+                    self.owner,
+                    |words| Ok(extend(words, at)),
+                )?
+            }
+        };
+        Ok(match first {
+            0 => Mapping::Hole { len },
+            _ => Mapping::Data {
+                physical: u64::from(first),
+                len,
+                unwritten: false,
+            },
+        })
     }
 
     /// The physical block `logical` maps to, or `None` for a hole.

@@ -35,7 +35,7 @@ use e4_format::inode::I_BLOCK_SIZE;
 use e4_format::{FormatError, Location, Problem, Structure};
 
 use crate::error::{Error, Result};
-use crate::io::meta_io::{BlockKind, MetaIo, Owner};
+use crate::io::meta_io::{look_at, BlockKind, MetaIo, Owner};
 
 /// `eh_max` of the root node in `i_block`: (60 - 12) / 12.
 const ROOT_MAX_ENTRIES: u16 = 4;
@@ -226,6 +226,22 @@ impl Survey {
     }
 }
 
+/// What [`ExtentTree::lookup`] found at a logical block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lookup {
+    /// The extent that holds it.
+    Extent(Extent),
+    /// Nothing maps it; `next` is the first mapped logical block after it (`u64::MAX`: none).
+    Hole { next: u64 },
+}
+
+/// One step of a lookup's walk down the tree.
+enum Down {
+    Found(Extent),
+    Hole,
+    Child { block: u64, depth: u16 },
+}
+
 /// An inode's extent tree, rooted in its 60-byte `i_block`.
 ///
 /// Counts the non-root nodes it allocates and frees ([`ExtentTree::node_blocks_change`]): the
@@ -265,13 +281,70 @@ impl<'a> ExtentTree<'a> {
 
     /// The extent containing `logical`, if it is mapped.
     pub fn find(&self, logical: u32) -> Result<Option<Extent>> {
-        let path = self.path_to(logical)?;
-        let leaf = &path[path.len() - 1].node;
-        Ok(leaf
-            .extents
-            .iter()
-            .find(|e| e.logical <= logical && u64::from(logical) < end_of(e))
-            .copied())
+        Ok(match self.lookup(u64::from(logical))? {
+            Lookup::Extent(e) => Some(e),
+            Lookup::Hole { .. } => None,
+        })
+    }
+
+    /// What covers `logical`: the extent holding it, or a hole up to the next mapped block.
+    /// Walks from the root to the leaf looking at each node where it lies (a binary search
+    /// over its entries; nothing decoded but the entries it probes), so a lookup costs a
+    /// few cache reads and no allocation: the read path and the write path's probes both
+    /// come here. A child must have the depth its parent expects; the stricter checks of an
+    /// edit (a child's first key is its index entry's) are made when a path is read to be
+    /// changed, so a tree the kernel reads can be read.
+    pub fn lookup(&self, logical: u64) -> Result<Lookup> {
+        let ino = self.owner.ino;
+        // Where the next mapped region starts, from the entries seen on the way down.
+        let mut next = u64::MAX;
+        let mut step = |bytes: &[u8], loc: Location, depth: Option<u16>| -> Result<Down> {
+            let node = ExtentNodeView::new(bytes, loc)?;
+            if let Some(depth) = depth {
+                if node.header.depth != depth {
+                    return Err(corrupt(
+                        loc,
+                        Problem::ChildDepthMismatch {
+                            depth: node.header.depth,
+                            parent_depth: depth + 1,
+                        },
+                    ));
+                }
+            }
+            let pos = node.entries_starting_by(logical);
+            if pos < node.len() {
+                next = next.min(u64::from(node.first_block(pos)));
+            }
+            if pos == 0 {
+                return Ok(Down::Hole);
+            }
+            if node.is_leaf() {
+                let extent = node.leaf(pos - 1).extent();
+                return Ok(
+                    match logical - u64::from(extent.logical) < u64::from(extent.len) {
+                        true => Down::Found(extent),
+                        false => Down::Hole,
+                    },
+                );
+            }
+            Ok(Down::Child {
+                block: node.index(pos - 1).leaf(),
+                depth: node.header.depth - 1,
+            })
+        };
+        let mut down = step(&self.root[..], Location::Inode(ino), None)?;
+        loop {
+            match down {
+                Down::Found(extent) => return Ok(Lookup::Extent(extent)),
+                Down::Hole => return Ok(Lookup::Hole { next }),
+                Down::Child { block, depth } => {
+                    let loc = Location::InodeBlock { inode: ino, block };
+                    down = look_at(self.io, block, BlockKind::ExtentNode, self.owner, |bytes| {
+                        step(bytes, loc, Some(depth))
+                    })?;
+                }
+            }
+        }
     }
 
     /// The first extent that contains `logical` or starts after it (to size a hole).

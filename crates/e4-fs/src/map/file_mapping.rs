@@ -11,12 +11,24 @@ use e4_format::superblock::Superblock;
 use crate::error::{Error, Result};
 use crate::io::meta_io::MetaIo;
 use crate::map::block_map::BlockMapTree;
-use crate::map::extent_tree::{ExtentTree, ShiftDirection};
+use crate::map::extent_tree::{ExtentTree, Lookup, ShiftDirection};
 
 /// Longest written extent.
 const MAX_EXTENT: u64 = 32768;
-/// Most blocks a block-map lookup follows to size a run (each costs a lookup).
-const BLOCK_MAP_RUN: u64 = 256;
+
+/// What a run of logical blocks starting at the requested one maps to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mapping {
+    /// Not allocated: reads as zeros. `len` blocks until the next mapped block (`u64::MAX`
+    /// when nothing follows).
+    Hole { len: u64 },
+    /// `len` blocks at `physical`; unwritten blocks read as zeros.
+    Data {
+        physical: u64,
+        len: u64,
+        unwritten: bool,
+    },
+}
 
 /// A mapped run starting at the block asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,7 +49,22 @@ impl<'a> FileMapping<'a> {
     pub fn of(inode: &'a mut Inode, io: &'a dyn MetaIo) -> Self {
         let owner = Owner::of(inode);
         let extents = inode.has_flag(flags::EXTENTS);
-        let root = &mut inode.record.block;
+        Self::over(&mut inode.record.block, extents, io, owner)
+    }
+
+    /// The mapping of `inode` for lookups only: its `i_block` is copied into `root`, so the
+    /// inode itself stays shared with other readers.
+    pub fn reading(inode: &Inode, root: &'a mut [u8; I_BLOCK_SIZE], io: &'a dyn MetaIo) -> Self {
+        *root = inode.record.block;
+        Self::over(root, inode.has_flag(flags::EXTENTS), io, Owner::of(inode))
+    }
+
+    fn over(
+        root: &'a mut [u8; I_BLOCK_SIZE],
+        extents: bool,
+        io: &'a dyn MetaIo,
+        owner: Owner,
+    ) -> Self {
         if extents {
             FileMapping::Extents(ExtentTree::new(root, io, owner))
         } else {
@@ -62,55 +89,72 @@ impl<'a> FileMapping<'a> {
         }
     }
 
+    /// What the blocks from `logical` on are, as one run of at most `max_len` blocks (at
+    /// least one): mapped data, or a hole. The one lookup of a file's mapping, for reads
+    /// and writes alike.
+    pub fn run_at(&self, logical: u64, max_len: u64) -> Result<Mapping> {
+        let max_len = max_len.max(1);
+        if logical >= self.logical_limit() {
+            return Ok(Mapping::Hole { len: max_len });
+        }
+        let run = match self {
+            FileMapping::Extents(t) => match t.lookup(logical)? {
+                Lookup::Extent(e) => {
+                    let offset = logical - u64::from(e.logical);
+                    Mapping::Data {
+                        physical: e.physical + offset,
+                        len: u64::from(e.len) - offset,
+                        unwritten: e.unwritten,
+                    }
+                }
+                Lookup::Hole { next } => Mapping::Hole {
+                    len: next.saturating_sub(logical).max(1),
+                },
+            },
+            FileMapping::Blocks(t) => t.lookup_run(logical, max_len)?,
+        };
+        Ok(match run {
+            Mapping::Hole { len } => Mapping::Hole {
+                len: len.min(max_len),
+            },
+            Mapping::Data {
+                physical,
+                len,
+                unwritten,
+            } => Mapping::Data {
+                physical,
+                len: len.min(max_len),
+                unwritten,
+            },
+        })
+    }
+
     /// The run holding `logical`, if it is mapped.
     pub fn lookup(&self, logical: u64) -> Result<Option<MappedRun>> {
-        if logical >= self.logical_limit() {
-            return Ok(None);
-        }
-        match self {
-            FileMapping::Extents(t) => Ok(t.find(logical as u32)?.map(|e| {
-                let offset = logical - u64::from(e.logical);
-                MappedRun {
-                    physical: e.physical + offset,
-                    len: u64::from(e.len) - offset,
-                    unwritten: e.unwritten,
-                }
-            })),
-            FileMapping::Blocks(t) => {
-                let Some(physical) = t.find(logical)? else {
-                    return Ok(None);
-                };
-                let mut len = 1;
-                while len < BLOCK_MAP_RUN && t.find(logical + len)? == Some(physical + len) {
-                    len += 1;
-                }
-                Ok(Some(MappedRun {
-                    physical,
-                    len,
-                    unwritten: false,
-                }))
-            }
-        }
+        Ok(match self.run_at(logical, u64::MAX)? {
+            Mapping::Data {
+                physical,
+                len,
+                unwritten,
+            } => Some(MappedRun {
+                physical,
+                len,
+                unwritten,
+            }),
+            Mapping::Hole { .. } => None,
+        })
     }
 
     /// How many blocks from `logical` on are unmapped, up to `max`.
     pub fn hole_len(&self, logical: u64, max: u64) -> Result<u64> {
         let max = max.min(self.logical_limit().saturating_sub(logical));
-        match self {
-            FileMapping::Extents(t) => {
-                let next = t
-                    .next_extent(logical as u32)?
-                    .map_or(u64::MAX, |e| u64::from(e.logical));
-                Ok(next.saturating_sub(logical).min(max))
-            }
-            FileMapping::Blocks(t) => {
-                let mut len = 0;
-                while len < max && t.find(logical + len)?.is_none() {
-                    len += 1;
-                }
-                Ok(len)
-            }
+        if max == 0 {
+            return Ok(0);
         }
+        Ok(match self.run_at(logical, max)? {
+            Mapping::Hole { len } => len,
+            Mapping::Data { .. } => 0,
+        })
     }
 
     /// Maps `len` blocks from `logical` (all unmapped) to `physical..`, written or not.

@@ -8,7 +8,7 @@ use e4_format::inode::{flags, Inode};
 use crate::dir::editor::DirectoryBlocks;
 use crate::error::{Error, Result};
 use crate::filesystem::Filesystem;
-use crate::ops::mapping::Mapping;
+use crate::map::file_mapping::Mapping;
 use crate::space::placement::{directory_window_cap, first_window_goal, WINDOWLESS_BLOCKS};
 use crate::txn::txn_io::TxnIo;
 

@@ -18,7 +18,7 @@ use crate::dir::entry::{require_directory, DirEntry};
 use crate::error::Result;
 use crate::filesystem::Filesystem;
 use crate::io::meta_io::BlockKind;
-use crate::ops::mapping::Mapping;
+use crate::map::file_mapping::Mapping;
 
 /// What a directory block holds.
 enum DirBlock {
@@ -459,7 +459,7 @@ mod tests {
 
     use crate::error::Error;
     use crate::filesystem::{Filesystem, OpenOptions};
-    use crate::ops::mapping::Mapping;
+    use crate::map::file_mapping::Mapping;
 
     /// An ext2 image whose directory `/d` holds `a` and `b`, with `a`'s `name_len` set to
     /// 0 (a live entry with a zero-length name, e2fsck's `PR_2_NULL_NAME`).

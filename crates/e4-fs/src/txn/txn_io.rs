@@ -72,9 +72,7 @@ impl MetaIo for TxnIo<'_> {
         owner: Owner,
         look: &mut dyn FnMut(&[u8]) -> Result<()>,
     ) -> Result<()> {
-        let buffer = self.store.read_as(nr, BufferRole::of(kind, owner))?;
-        let bytes = buffer.bytes();
-        look(&bytes)
+        self.store.visit(nr, BufferRole::of(kind, owner), look)
     }
 
     fn modify(
