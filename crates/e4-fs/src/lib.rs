@@ -40,7 +40,7 @@ pub use e4_format::inode::{FileType, Inode, Timestamp};
 pub use error::{Error, Result, Shortage};
 pub use filesystem::{Filesystem, OpenOptions};
 pub use io::device;
-pub use map::file_mapping::Mapping;
+pub use map::run::Mapping;
 pub use ops::create::Creator;
 pub use ops::fallocate::FallocateMode;
 pub use ops::lock_stats::LockReport;

@@ -485,7 +485,7 @@ impl<'a> DirectoryEditor<'a> {
             .write(physical, BlockKind::DirectoryLeaf, self.owner, leaf.bytes())
     }
 
-    fn block_zero_kind(&self) -> BlockKind {
+    pub(crate) fn block_zero_kind(&self) -> BlockKind {
         if self.is_indexed() {
             BlockKind::HtreeNode
         } else {

@@ -18,12 +18,12 @@ use crate::error::{Error, Result};
 use crate::io::meta_io::{look_at, BlockKind};
 
 /// One index node on the path from the root, and the entry the path follows in it.
-struct IndexLevel {
+pub(super) struct IndexLevel {
     /// The node's logical block in the directory (0 for the root).
-    logical: u64,
+    pub(super) logical: u64,
     node: DxNode,
     /// Index of the entry followed.
-    at: usize,
+    pub(super) at: usize,
 }
 
 impl IndexLevel {
@@ -32,13 +32,13 @@ impl IndexLevel {
     }
 
     /// The entry the path follows.
-    fn followed(&self) -> DxEntry {
+    pub(super) fn followed(&self) -> DxEntry {
         self.node.entries[self.at]
     }
 }
 
 /// The path from the root to a leaf (`struct dx_frame` array).
-struct IndexPath {
+pub(super) struct IndexPath {
     /// Block 0's bytes when they are not yet on the disk (a directory being converted to an
     /// index); `None` when block 0 is the root as read, which a split then reads again to
     /// rewrite the root in place, keeping "." and "..". (Only a split writes the root: a
@@ -48,12 +48,12 @@ struct IndexPath {
     /// Root first; one level per index level.
     levels: Vec<IndexLevel>,
     /// How names are hashed, from the root and the superblock.
-    version: HashVersion,
+    pub(super) version: HashVersion,
 }
 
 impl IndexPath {
     /// The key [`DirectoryEditor::advance`] would move to, read from the levels in hand.
-    fn next_key(&self) -> Option<u32> {
+    pub(super) fn next_key(&self) -> Option<u32> {
         self.levels
             .iter()
             .rev()
@@ -61,7 +61,7 @@ impl IndexPath {
             .map(|l| l.node.entries[l.at + 1].hash)
     }
 
-    fn bottom(&self) -> &IndexLevel {
+    pub(super) fn bottom(&self) -> &IndexLevel {
         // OK to unwrap: a path always holds the root.
         self.levels.last().unwrap()
     }
@@ -375,6 +375,12 @@ impl DirectoryEditor<'_> {
 
     /// Reads the root and walks down to the bottom index node for `name`'s hash.
     fn probe_name(&self, name: &[u8]) -> Result<IndexPath> {
+        self.probe(|version| self.hash_name(version, name))
+    }
+
+    /// Reads the root and walks down to the bottom index node for the hash `hash_of` gives
+    /// under the directory's hash version.
+    pub(super) fn probe(&self, hash_of: impl FnOnce(HashVersion) -> u32) -> Result<IndexPath> {
         let (root_info, root) = self.read_root()?;
         let loc = self.loc(self.physical(0)?);
         let version = HashVersion::from_disk(root_info.hash_version, self.format().unsigned_hash)
@@ -387,7 +393,7 @@ impl DirectoryEditor<'_> {
                 },
             )
         })?;
-        let hash = self.hash_name(version, name);
+        let hash = hash_of(version);
         let mut levels = vec![IndexLevel {
             logical: 0,
             at: root.child_for(hash),
@@ -414,7 +420,7 @@ impl DirectoryEditor<'_> {
     /// Moves `path` to the next leaf in hash order (`ext4_htree_next_block`) and returns
     /// the key of the entry it moved to at the level that advanced; `None` past the last
     /// leaf.
-    fn advance(&self, path: &mut IndexPath) -> Result<Option<u32>> {
+    pub(super) fn advance(&self, path: &mut IndexPath) -> Result<Option<u32>> {
         let Some(level) = (0..path.levels.len())
             .rev()
             .find(|&l| path.levels[l].at + 1 < path.levels[l].node.entries.len())
@@ -475,7 +481,7 @@ impl DirectoryEditor<'_> {
 
     /// The logical block an index entry in node `from` points at, checked to lie inside
     /// the directory and not to be the root.
-    fn index_target(&self, entry: DxEntry, from: u64) -> Result<u64> {
+    pub(super) fn index_target(&self, entry: DxEntry, from: u64) -> Result<u64> {
         let block = u64::from(entry.block & DX_BLOCK_MASK);
         let count = self.block_count()?;
         if block == 0 || block >= count {

@@ -12,6 +12,7 @@ use e4_format::inline_data::DIR_PARENT_SIZE;
 use e4_format::inode::I_BLOCK_SIZE;
 use e4_format::Location;
 
+use crate::buffer::verifier::MIN_REC_LEN;
 use crate::dir::entry::{DirEntry, DirFormat};
 use crate::dir::leaf::{LeafBlock, LeafEntry, NewEntry};
 use crate::error::Result;
@@ -85,6 +86,23 @@ impl InlineDirectory {
 
     fn find(&self, name: &[u8]) -> Option<(usize, LeafEntry)> {
         (0..self.regions.len()).find_map(|i| self.regions[i].find(name).map(|e| (i, e)))
+    }
+
+    /// The parent directory (where "." and ".." would be).
+    pub fn parent(&self) -> u32 {
+        self.parent
+    }
+
+    /// The live entries in order, each with the byte offset it will have in block 0 when
+    /// the directory leaves the inode ([`Self::to_block`] copies the regions whole after
+    /// "." and ".."): a listing's cookies then mean the same entries before and after.
+    pub fn entries(&self) -> impl Iterator<Item = (usize, LeafEntry)> + '_ {
+        let first = 2 * MIN_REC_LEN;
+        let bases = [first, first + self.regions[0].bytes().len()];
+        self.regions
+            .iter()
+            .zip(bases)
+            .flat_map(|(region, base)| region.entries().map(move |e| (base + e.offset, e)))
     }
 
     pub fn lookup(&self, name: &[u8]) -> Option<DirEntry> {

@@ -9,3 +9,4 @@ pub(crate) mod entry;
 mod htree;
 pub(crate) mod inline;
 pub(crate) mod leaf;
+mod listing;

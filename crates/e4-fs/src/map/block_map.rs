@@ -18,7 +18,7 @@ use e4_format::{FormatError, Location, Problem, Structure};
 use crate::error::Shortage;
 use crate::error::{Error, Result};
 use crate::io::meta_io::{look_at, BlockKind, MetaIo, Owner};
-use crate::map::file_mapping::Mapping;
+use crate::map::run::Mapping;
 
 /// Pointers in `i_block`.
 const ROOT_POINTERS: usize = I_BLOCK_SIZE / 4;
@@ -165,19 +165,12 @@ impl<'a> BlockMapTree<'a> {
     }
 
     /// The physical block `logical` maps to, or `None` for a hole.
+    #[cfg(any(test, feature = "testing"))]
     pub fn find(&self, logical: u64) -> Result<Option<u64>> {
-        let Some(path) = block_map_path(logical, self.block_size_u32()) else {
-            return Ok(None);
-        };
-        let mut pointer = pointer_at(&self.root[..], path.slot);
-        for &index in &path.indexes[..path.depth] {
-            if pointer == 0 {
-                return Ok(None);
-            }
-            let block = self.read_indirect(u64::from(pointer))?;
-            pointer = pointer_at(&block, index as usize);
-        }
-        Ok((pointer != 0).then_some(u64::from(pointer)))
+        Ok(match self.lookup_run(logical, 1)? {
+            Mapping::Data { physical, .. } => Some(physical),
+            Mapping::Hole { .. } => None,
+        })
     }
 
     /// Maps `len` logical blocks from `logical` to the physical blocks from `physical`,

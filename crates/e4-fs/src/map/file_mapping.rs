@@ -12,23 +12,10 @@ use crate::error::{Error, Result};
 use crate::io::meta_io::MetaIo;
 use crate::map::block_map::BlockMapTree;
 use crate::map::extent_tree::{ExtentTree, Lookup, ShiftDirection};
+use crate::map::run::Mapping;
 
 /// Longest written extent.
 const MAX_EXTENT: u64 = 32768;
-
-/// What a run of logical blocks starting at the requested one maps to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mapping {
-    /// Not allocated: reads as zeros. `len` blocks until the next mapped block (`u64::MAX`
-    /// when nothing follows).
-    Hole { len: u64 },
-    /// `len` blocks at `physical`; unwritten blocks read as zeros.
-    Data {
-        physical: u64,
-        len: u64,
-        unwritten: bool,
-    },
-}
 
 /// A mapped run starting at the block asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -3,17 +3,38 @@
 //! placed after the directory's last block.
 
 use e4_alloc::{AllocRequest, ReservationWindow};
-use e4_format::inode::{flags, Inode};
+use e4_format::inode::{flags, Inode, I_BLOCK_SIZE};
+use e4_format::{FormatError, Location, Problem, Structure};
 
 use crate::dir::editor::DirectoryBlocks;
 use crate::error::{Error, Result};
 use crate::filesystem::Filesystem;
-use crate::map::file_mapping::Mapping;
+use crate::io::meta_io::MetaIo;
+use crate::map::file_mapping::FileMapping;
+use crate::map::run::Mapping;
 use crate::space::placement::{directory_window_cap, first_window_goal, WINDOWLESS_BLOCKS};
 use crate::txn::txn_io::TxnIo;
 
 /// Directories larger than this need large_dir (`i_size_high` is only used with it).
 const SMALL_DIR_LIMIT: u64 = 1 << 32;
+
+/// The physical block behind logical block `logical` of directory `ino`: a hole or an
+/// unwritten extent in a directory is corruption.
+fn written_block(mapping: &FileMapping<'_>, ino: u32, logical: u64) -> Result<u64> {
+    match mapping.run_at(logical, 1)? {
+        Mapping::Data {
+            physical,
+            unwritten: false,
+            ..
+        } => Ok(physical),
+        _ => Err(FormatError::corrupt(
+            Structure::Directory,
+            Location::Inode(ino),
+            Problem::Hole { logical },
+        )
+        .into()),
+    }
+}
 
 /// A locked directory inode being edited.
 pub(crate) struct InodeDirectoryBlocks<'a> {
@@ -34,19 +55,9 @@ impl DirectoryBlocks for InodeDirectoryBlocks<'_> {
     }
 
     fn physical(&self, logical: u64) -> Result<u64> {
-        match self.fs.map_block(self.inode, logical, 1)? {
-            Mapping::Data {
-                physical,
-                unwritten: false,
-                ..
-            } => Ok(physical),
-            _ => Err(e4_format::FormatError::corrupt(
-                e4_format::Structure::Directory,
-                e4_format::Location::Inode(self.inode.ino),
-                e4_format::Problem::Hole { logical },
-            )
-            .into()),
-        }
+        let mut root = [0u8; I_BLOCK_SIZE];
+        let mapping = FileMapping::reading(self.inode, &mut root, self.io);
+        written_block(&mapping, self.inode.ino, logical)
     }
 
     fn append_block(&mut self) -> Result<u64> {
@@ -116,4 +127,55 @@ impl DirectoryBlocks for InodeDirectoryBlocks<'_> {
             self.inode.record.flags &= !flags::INDEX;
         }
     }
+}
+
+/// A directory inode's blocks for reading: the mapping looked up through a read-only
+/// [`MetaIo`], nothing allocated. The read path lists and searches directories with the
+/// editor over this.
+pub(crate) struct ReadDirBlocks<'a> {
+    mapping: FileMapping<'a>,
+    ino: u32,
+    blocks: u64,
+    indexed: bool,
+}
+
+impl<'a> ReadDirBlocks<'a> {
+    pub(crate) fn new(
+        dir: &Inode,
+        root: &'a mut [u8; I_BLOCK_SIZE],
+        io: &'a dyn MetaIo,
+        block_size: u32,
+    ) -> Self {
+        ReadDirBlocks {
+            mapping: FileMapping::reading(dir, root, io),
+            ino: dir.ino,
+            blocks: dir.size() / u64::from(block_size),
+            indexed: dir.has_flag(flags::INDEX),
+        }
+    }
+}
+
+impl DirectoryBlocks for ReadDirBlocks<'_> {
+    fn block_count(&self) -> u64 {
+        self.blocks
+    }
+
+    fn physical(&self, logical: u64) -> Result<u64> {
+        written_block(&self.mapping, self.ino, logical)
+    }
+
+    fn append_block(&mut self) -> Result<u64> {
+        Err(Error::Internal(format!(
+            "directory {}: a block appended through the read path",
+            self.ino
+        )))
+    }
+
+    fn is_indexed(&self) -> bool {
+        self.indexed
+    }
+
+    /// Never called: every edit that indexes a directory appends a block first, which
+    /// fails here.
+    fn set_indexed(&mut self, _on: bool) {}
 }

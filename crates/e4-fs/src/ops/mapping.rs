@@ -9,7 +9,8 @@ use e4_format::Location;
 use crate::buffer::read_io::ReadIo;
 use crate::error::{Error, Result};
 use crate::filesystem::Filesystem;
-use crate::map::file_mapping::{FileMapping, Mapping};
+use crate::map::file_mapping::FileMapping;
+use crate::map::run::Mapping;
 
 impl Filesystem {
     /// Maps `logical` of `inode`; the run returned is at most `max_len` blocks. Inline-data

@@ -7,7 +7,7 @@ use e4_format::{FormatError, Location, Problem, Structure};
 
 use crate::error::Result;
 use crate::filesystem::Filesystem;
-use crate::map::file_mapping::Mapping;
+use crate::map::run::Mapping;
 
 /// Symlink targets longer than this are corrupt (`PATH_MAX`).
 const MAX_SYMLINK_LEN: u64 = 4096;
