@@ -10,12 +10,11 @@ use rayon::prelude::*;
 
 use e4_format::inode::ROOT_INO;
 
-use crate::context::Context;
-use crate::inode_state::InodeKind;
-use crate::pass1::Directory;
-use crate::pass2::Pass2Result;
-use crate::problem::{Location, ProblemCode};
-use crate::progress::{PassMeter, Progress};
+use crate::report::problem::{Location, ProblemCode};
+use crate::report::progress::{PassMeter, Progress};
+use crate::state::context::Context;
+use crate::state::directories::{Directory, Pass2Result};
+use crate::state::inode_state::InodeKind;
 
 const UNKNOWN: u8 = 0;
 const CONNECTED: u8 = 1;

@@ -7,10 +7,10 @@ use rayon::prelude::*;
 
 use e4_format::features::RoCompatFeatures;
 
-use crate::context::Context;
-use crate::inode_state::InodeKind;
-use crate::problem::{Location, ProblemCode};
-use crate::progress::{PassMeter, Progress};
+use crate::report::problem::{Location, ProblemCode};
+use crate::report::progress::{PassMeter, Progress};
+use crate::state::context::Context;
+use crate::state::inode_state::InodeKind;
 
 /// Inodes per task and between progress reports: a multiple of 64, so each task reads
 /// whole words of the in-use bitmap.
@@ -36,7 +36,51 @@ pub fn run(ctx: &Context, progress: Option<&Progress>) {
             .for_each_in_use(first..end, |ino| check_links(ctx, ino, dir_nlink));
         meter.advance(u64::from(end - first));
     });
-    ctx.ea_inodes.check_refs(ctx);
+    check_value_inodes(ctx);
+}
+
+/// Pass 4 for value inodes (e2fsck's `check_ea_inode`, then the link count): one no
+/// entry names is unattached, unless a directory names it; one that entries name
+/// counts as one link, and must store their number.
+fn check_value_inodes(ctx: &Context) {
+    for value in ctx.ea_inodes.found() {
+        let ino = value.ino;
+        let loc = Location::Inode(ino);
+        let from_dirs = ctx.inodes.refs(ino);
+        let from_xattrs = value.from_xattrs;
+        let counted = if from_dirs > 0 {
+            from_dirs
+        } else if from_xattrs > 0 {
+            if value.stored_refs != from_xattrs && !value.lustre {
+                ctx.report(
+                    ProblemCode::PR_4_EA_INODE_REF_COUNT,
+                    loc,
+                    format!(
+                        "extended attribute inode {ino} ref count is {}, should be {from_xattrs}",
+                        value.stored_refs
+                    ),
+                );
+            }
+            1
+        } else {
+            // Declined, e2fsck leaves the links count alone.
+            let (code, what) = if ctx.inodes.is_zero_length(ino) {
+                (ProblemCode::PR_4_ZERO_LEN_INODE, "zero-length inode")
+            } else {
+                (ProblemCode::PR_4_UNATTACHED_INODE, "inode")
+            };
+            ctx.report(code, loc, format!("unattached {what} {ino}"));
+            continue;
+        };
+        let on_disk = u32::from(ctx.inodes.links(ino));
+        if counted != on_disk {
+            ctx.report(
+                ProblemCode::PR_4_BAD_REF_COUNT,
+                loc,
+                format!("inode {ino} ref count is {on_disk}, should be {counted}"),
+            );
+        }
+    }
 }
 
 /// Compares one in-use inode's `i_links_count` with the references counted. Reserved

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU8, Ordering};
 use e4_format::dir_entry::file_type;
 use e4_format::inode::FileType;
 
-use crate::atomic_bitmap::AtomicBitmap;
+use crate::state::atomic_bitmap::AtomicBitmap;
 
 /// What pass 1 decided an inode is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -13,13 +13,13 @@ use e4_format::inode::Inode;
 use e4_format::xattr::{xattr_block_checksum, XattrBlockHeader};
 use e4_format::BlockSeed;
 
-use crate::block_claim::{BlockWalk, WalkMode};
-use crate::block_tally::BlockTally;
-use crate::context::Context;
-use crate::ea_inode::ValueCharge;
-use crate::problem::{Location, ProblemCode};
-use crate::xattr_block::{self, BlockProblem};
-use crate::xattr_entries::{check_entries, value_inodes_named, XattrPlace};
+use crate::report::problem::{Location, ProblemCode};
+use crate::state::block_claim::{BlockWalk, WalkMode};
+use crate::state::block_tally::BlockTally;
+use crate::state::context::Context;
+use crate::xattr::block::{self, BlockProblem};
+use crate::xattr::ea_inode::ValueCharge;
+use crate::xattr::entries::{check_entries, value_inodes_named, XattrPlace};
 
 const SHARDS: usize = 64;
 
@@ -144,7 +144,7 @@ fn read_and_check(ctx: &Context, owner: &Inode, block: u64) -> XattrBlockUse {
             values: ValueCharge::default(),
         };
     };
-    let layout = xattr_block::walk(&bytes);
+    let layout = block::walk(&bytes);
     for problem in &layout.problems {
         let loc = match problem {
             BlockProblem::BadMagic(_) => Location::Inode(ino),

@@ -7,15 +7,12 @@
 
 use e4_format::codec::le32;
 use e4_format::features::RoCompatFeatures;
-use e4_format::inode::{FileType, Inode};
+use e4_format::inode::{flags, FileType, Inode};
 
-use crate::block_claim::BlockWalk;
-use crate::context::Context;
-use crate::problem::{Location, ProblemCode};
-
-/// `EXT4_USR_QUOTA_INO` and `EXT4_GRP_QUOTA_INO`.
-const USR_QUOTA_INO: u32 = 3;
-const GRP_QUOTA_INO: u32 = 4;
+use crate::report::problem::{Location, ProblemCode};
+use crate::state::block_claim::BlockWalk;
+use crate::state::context::Context;
+use crate::state::reserved_inodes::{GRP_QUOTA_INO, USR_QUOTA_INO};
 
 /// What pass 1 does with a quota slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,4 +64,17 @@ pub fn check(walk: &BlockWalk<'_>, inode: &Inode, slot: QuotaSlot) {
         }
         _ => {}
     }
+}
+
+/// Whether pass 1 charges inode `ino` (links counted): the root and every inode from
+/// `s_first_ino` on, but for the project quota file and xattr value inodes
+/// (`check_blocks`). An inline-data symlink e2fsck finds valid never reaches that point
+/// (`valid_inline_symlink`).
+pub fn charges(ctx: &Context, inode: &Inode, valid_inline_symlink: bool) -> bool {
+    let ino = inode.ino;
+    ctx.sb.ro_compat().contains(RoCompatFeatures::QUOTA)
+        && ino != ctx.sb.prj_quota_inum
+        && (ino == e4_format::inode::ROOT_INO || ino >= ctx.sb.first_ino())
+        && !inode.has_flag(flags::EA_INODE)
+        && !valid_inline_symlink
 }

@@ -12,18 +12,8 @@ use e4_format::features::IncompatFeatures;
 use e4_format::mmp::{MmpBlock, MmpState};
 use e4_format::{FormatError, Location as FormatLocation, MetadataBlock, Problem};
 
-use crate::context::Context;
-use crate::problem::{Location, ProblemCode};
-
-/// The MMP block, when the feature is on and `s_mmp_block` lies inside the filesystem
-/// past its first data block (where `ext2fs_mmp_read` accepts it and pass 1 marks it).
-pub fn mmp_block(ctx: &Context) -> Option<u64> {
-    let block = ctx.sb.mmp_block;
-    (ctx.sb.incompat().contains(IncompatFeatures::MMP)
-        && block > ctx.geo.first_data_block()
-        && block < ctx.geo.blocks())
-    .then_some(block)
-}
+use crate::report::problem::{Location, ProblemCode};
+use crate::state::context::Context;
 
 /// Checks the MMP block as `ext2fs_mmp_start` does: its place, then its checksum (under
 /// metadata_csum), then its magic, which wins when both fail, then its sequence.
@@ -31,7 +21,7 @@ pub fn check(ctx: &Context) {
     if !ctx.sb.incompat().contains(IncompatFeatures::MMP) {
         return;
     }
-    let Some(block) = mmp_block(ctx) else {
+    let Some(block) = ctx.mmp_block() else {
         ctx.report(
             ProblemCode::PR_0_MMP_INVALID_BLK,
             Location::Superblock,

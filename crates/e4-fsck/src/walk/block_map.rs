@@ -12,13 +12,13 @@ use e4_format::block_map::{DIRECT_BLOCKS, SINGLE_INDIRECT_SLOT};
 use e4_format::codec::le32;
 use e4_format::inode::Inode;
 
-use crate::block_claim::BlockWalk;
-use crate::block_tally::BlockTally;
-use crate::problem::{Location, ProblemCode};
+use crate::report::problem::{Location, ProblemCode};
+use crate::state::block_claim::BlockWalk;
+use crate::state::block_tally::BlockTally;
 // The resize inode's double indirect block is the only one of its blocks it owns; the
 // rest are reserved descriptor blocks, counted as metadata.
-use crate::resize_inode::RESIZE_INO;
-use crate::too_big::{self, TooBig};
+use crate::state::reserved_inodes::RESIZE_INO;
+use crate::walk::too_big::{self, TooBig};
 
 /// What every block of one map needs to know about its inode.
 #[derive(Debug, Clone, Copy)]
@@ -214,10 +214,10 @@ mod tests {
     use e4_testkit::{e2fsck_clean, make_empty_image, Image};
 
     use super::*;
-    use crate::block_claim::WalkMode;
-    use crate::context::Context;
-    use crate::phase_times::PhaseClock;
-    use crate::superblock_check::open_and_check;
+    use crate::pass0::superblock::open_and_check;
+    use crate::report::phase_times::PhaseClock;
+    use crate::state::block_claim::WalkMode;
+    use crate::state::context::Context;
 
     /// The file's inode on a 1 KiB-block ext2 image: 784 pointers in all, 12 direct,
     /// the single indirect block and its 256, the double indirect block and two single

@@ -14,9 +14,9 @@ use e4_format::xattr::{
     XATTR_MAGIC_V1,
 };
 
-use crate::problem::ProblemCode;
-use crate::xattr_entries::xattr_of;
-use crate::xattr_region::Regions;
+use crate::report::problem::ProblemCode;
+use crate::xattr::entries::xattr_of;
+use crate::xattr::region::Regions;
 
 /// What is wrong with an xattr block's layout; offsets are bytes into the block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -15,11 +15,10 @@ use e4_format::codec::le32;
 use e4_format::features::{CompatFeatures, IncompatFeatures};
 use e4_format::inode::{Inode, I_BLOCK_SIZE};
 
-use crate::context::Context;
-use crate::problem::{Location, ProblemCode};
+use crate::report::problem::{Location, ProblemCode};
+use crate::state::context::Context;
+use crate::state::reserved_inodes::RESIZE_INO;
 
-/// `EXT2_RESIZE_INO`.
-pub const RESIZE_INO: u32 = 7;
 /// `EXT2_DIND_BLOCK`: the one `i_block` word the resize inode may use.
 const DIND_SLOT: usize = 13;
 /// `LINUX_S_IFREG`, tested as a bit as e2fsck does: any mode with it passes here (a

@@ -30,16 +30,13 @@ use e4_format::codec::{le16, le32};
 use e4_format::dir_entry::rec_len_from_disk;
 use e4_format::dir_hash::{dir_hash, HashVersion};
 use e4_format::dir_htree::{DxNode, DxRoot, DxRootInfo, MAX_LEVELS, MAX_LEVELS_LARGEDIR};
-use e4_format::features::CompatFeatures;
 use e4_format::features::IncompatFeatures;
-use e4_format::inode::{flags, FileType, Inode};
 use e4_format::superblock::Superblock;
 use e4_format::{FormatError, Location as FormatLocation, MetadataBlock};
 
-use crate::block_claim::BlockWalk;
-use crate::context::Context;
-use crate::pass1::{Directory, HOLE_REPORTS_PER_DIRECTORY};
-use crate::problem::{Location, ProblemCode};
+use crate::report::problem::{Location, ProblemCode};
+use crate::state::context::Context;
+use crate::state::directories::{Directory, HOLE_REPORTS_PER_DIRECTORY};
 
 /// Byte offset of the root's count/limit header (after `.`, `..` and the root info).
 const ROOT_ENTRIES_OFFSET: usize = 0x20;
@@ -840,32 +837,4 @@ fn two_level_bounds(sb: &Superblock) -> (u64, u32) {
     let max_size = i64::from(product.wrapping_shl(blockbits)) as u64;
     let max_blocks = product.wrapping_shl(blockbits - 9) as u32;
     (max_size, max_blocks)
-}
-
-/// e2fsck's pass 1 checks of the `INDEX_FL` flag itself (`handle_htree`): on a regular
-/// file or symlink (`PR_1_HTREE_NODIR`), or on a filesystem without dir_index
-/// (`PR_1_HTREE_SET`). `e2fsck -n` declines to clear it and goes on to treat a directory
-/// as indexed, as [`HtreeLayout::check`] then does.
-pub fn check_index_flag(walk: &BlockWalk<'_>, inode: &Inode) {
-    if !inode.has_flag(flags::INDEX) {
-        return;
-    }
-    let ino = walk.ino;
-    if matches!(
-        inode.file_type(),
-        Some(FileType::Regular | FileType::Symlink)
-    ) {
-        walk.report(
-            ProblemCode::PR_1_HTREE_NODIR,
-            Location::Inode(ino),
-            format!("inode {ino} has INDEX_FL flag set but is not a directory"),
-        );
-    }
-    if !walk.ctx.sb.compat().contains(CompatFeatures::DIR_INDEX) {
-        walk.report(
-            ProblemCode::PR_1_HTREE_SET,
-            Location::Inode(ino),
-            format!("inode {ino} has INDEX_FL flag set on filesystem without htree support"),
-        );
-    }
 }

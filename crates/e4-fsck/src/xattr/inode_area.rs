@@ -12,9 +12,9 @@ use e4_format::xattr::{
     entry_len, value_len, Xattr, XattrEntryRecord, XattrValue, INODE_HEADER_SIZE, XATTR_MAGIC,
 };
 
-use crate::problem::ProblemCode;
-use crate::xattr_entries::xattr_of;
-use crate::xattr_region::Regions;
+use crate::report::problem::ProblemCode;
+use crate::xattr::entries::xattr_of;
+use crate::xattr::region::Regions;
 
 /// What is wrong with the layout of an inode's attributes, where the walk stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -5,44 +5,46 @@
 //! walked and claimed in the shared ownership bitmap, its `i_size` and `i_blocks`
 //! compared with what was found; directories are returned for pass 2.
 
+mod inline_data;
+mod quota_inodes;
+mod really_dir;
+mod special_inode;
+
 use std::collections::HashSet;
 use std::sync::Mutex;
 
 use rayon::prelude::*;
 
-use e4_format::features::{IncompatFeatures, RoCompatFeatures};
+use e4_format::features::{CompatFeatures, IncompatFeatures, RoCompatFeatures};
 use e4_format::inode::{flags, FileType, Inode, InodeSeed, ROOT_INO};
 use e4_format::MetadataBlock;
 
-use crate::block_claim::{BlockWalk, WalkMode};
-use crate::block_map_walk::walk_block_map;
-use crate::block_tally::BlockTally;
-use crate::context::{is_blank_inode, Context, BASE_INODE_SIZE};
-use crate::dir_htree_check::check_index_flag;
-use crate::ea_inode::ValueCharge;
-use crate::extent_walk::walk_extent_tree;
-use crate::inline_data::{
+use crate::pass1::inline_data::{
     check_flag_conflict, check_flag_without_feature, check_system_data_present, inline_data_size,
     system_data, BlockChecksum, SystemData,
 };
-use crate::inode_state::InodeKind;
-use crate::inode_xattr_area;
-use crate::problem::{Location, ProblemCode};
-use crate::progress::{PassMeter, Progress};
-use crate::quota::{self, QuotaUsage};
-use crate::quota_inode::{self, quota_slot, QuotaSlot};
-use crate::really_dir;
-use crate::special_inode::check_special;
-use crate::too_big::TooBig;
-use crate::xattr_entries::{check_entries, value_inodes_named, XattrPlace};
-use crate::xattr_refs::XattrBlocks;
+use crate::pass1::quota_inodes::{quota_slot, QuotaSlot};
+use crate::pass1::special_inode::check_special;
+use crate::report::problem::{Location, ProblemCode};
+use crate::report::progress::{PassMeter, Progress};
+use crate::state::block_claim::{BlockWalk, WalkMode};
+use crate::state::block_tally::BlockTally;
+use crate::state::context::{is_blank_inode, Context, BASE_INODE_SIZE};
+use crate::state::directories::{Directory, HOLE_REPORTS_PER_DIRECTORY};
+use crate::state::inode_state::InodeKind;
+use crate::state::quota_usage::QuotaUsage;
+use crate::state::reserved_inodes::BAD_BLOCKS_INO;
+use crate::walk::block_map::walk_block_map;
+use crate::walk::extent::walk_extent_tree;
+use crate::walk::too_big::TooBig;
+use crate::xattr::ea_inode::ValueCharge;
+use crate::xattr::entries::{check_entries, value_inodes_named, XattrPlace};
+use crate::xattr::inode_area;
+use crate::xattr::refs::XattrBlocks;
 
 /// Inodes per unit of work: large enough that one read covers many table blocks, small
 /// enough that a few full groups split over every thread.
 const INODES_PER_PIECE: u32 = 2048;
-
-/// Bad blocks inode: its "blocks" are the bad blocks, not checked here.
-const BAD_BLOCKS_INO: u32 = 1;
 
 /// A contiguous run of one group's inode table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,28 +55,6 @@ pub struct TablePiece {
     pub first: u32,
     /// Inodes in the piece.
     pub count: u32,
-}
-
-/// A directory found in pass 1, with what pass 2 needs to check it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Directory {
-    /// Its inode number.
-    pub ino: u32,
-    /// `i_generation`, for the checksum seed.
-    pub generation: u32,
-    /// `EXT4_INDEX_FL` on a filesystem with dir_index: block 0 is an htree root.
-    pub htree: bool,
-    /// `i_size` and `i_blocks_lo`, which bound the depth an htree may claim
-    /// (`PR_1_HTREE_DEPTH`).
-    pub size: u64,
-    pub i_blocks_lo: u32,
-    /// Block 0 cannot be mapped as libext2fs maps it (an extent node on its path fails
-    /// its checks): e2fsck's `handle_htree` calls such a root invalid.
-    pub root_unmappable: bool,
-    /// Its blocks, (logical, physical), in logical order.
-    pub blocks: Vec<(u32, u64)>,
-    /// For an inline directory: `i_block` and the `system.data` value.
-    pub inline: Option<(Vec<u8>, Vec<u8>)>,
 }
 
 /// Splits every group's used inode table into pieces of at most [`INODES_PER_PIECE`].
@@ -159,7 +139,7 @@ fn mark_metadata(ctx: &Context) {
     });
     // e2fsck marks the MMP block found, not as metadata: an inode claiming it is a
     // duplicate, as for any block found before.
-    if let Some(block) = crate::mmp::mmp_block(ctx) {
+    if let Some(block) = ctx.mmp_block() {
         ctx.block_found.set(block);
     }
 }
@@ -314,7 +294,7 @@ fn check_inode(
     check_low_dtime(walk, &inode);
     let quota = quota_slot(ctx, ino);
     if quota != QuotaSlot::No {
-        quota_inode::check(walk, &inode, quota);
+        quota_inodes::check(walk, &inode, quota);
         if quota == QuotaSlot::Unused {
             ctx.inodes
                 .record(ino, InodeKind::Reserved, links, inode.size() == 0);
@@ -432,7 +412,7 @@ fn check_inode(
     let valid_inline_symlink = file_type == Some(FileType::Symlink)
         && kind != InodeKind::Bad
         && inode.has_flag(flags::INLINE_DATA);
-    if quota::charges(ctx, &inode, valid_inline_symlink) {
+    if quota_inodes::charges(ctx, &inode, valid_inline_symlink) {
         let space = tally.blocks * u64::from(ctx.block_size());
         quota_usage.charge(&inode, space, 1 + value_inodes);
     }
@@ -464,8 +444,8 @@ fn check_inode_xattrs(walk: &BlockWalk<'_>, inode: &Inode) -> ValueCharge {
     if walk.mode != WalkMode::Claim {
         return ValueCharge::default();
     }
-    let (xattrs, layout) = inode_xattr_area::walk(&inode.xattr_area);
-    if let Some(list) = inode_xattr_area::entry_list(&inode.xattr_area) {
+    let (xattrs, layout) = inode_area::walk(&inode.xattr_area);
+    if let Some(list) = inode_area::entry_list(&inode.xattr_area) {
         walk.ctx.ea_inodes.add_refs(&value_inodes_named(list));
     }
     let checked = check_entries(walk.ctx, inode, &xattrs, XattrPlace::Inode);
@@ -712,11 +692,6 @@ fn check_i_blocks(walk: &BlockWalk<'_>, inode: &Inode, tally: &BlockTally) {
     }
 }
 
-/// Hole reports past this many in one directory are folded into one: e2fsck prints one
-/// per block, which a damaged extent far out (up to 2^32 blocks with large_dir) would
-/// make billions.
-pub const HOLE_REPORTS_PER_DIRECTORY: u32 = 1024;
-
 /// A directory's unmapped logical blocks, as e2fsck's pass 1 lists them for pass 2, which
 /// asks to allocate each (`PR_2_DIRECTORY_HOLE`, one report per block): every block below
 /// the last one mapped, and, in a block-mapped directory, block 0 whatever else it maps
@@ -767,5 +742,33 @@ fn report_holes(walk: &BlockWalk<'_>, blocks: &[(u32, u64)], extent_mapped: bool
             );
             reported += 1;
         }
+    }
+}
+
+/// e2fsck's pass 1 checks of the `INDEX_FL` flag itself (`handle_htree`): on a regular
+/// file or symlink (`PR_1_HTREE_NODIR`), or on a filesystem without dir_index
+/// (`PR_1_HTREE_SET`). `e2fsck -n` declines to clear it and goes on to treat a directory
+/// as indexed, as pass 2 then does.
+fn check_index_flag(walk: &BlockWalk<'_>, inode: &Inode) {
+    if !inode.has_flag(flags::INDEX) {
+        return;
+    }
+    let ino = walk.ino;
+    if matches!(
+        inode.file_type(),
+        Some(FileType::Regular | FileType::Symlink)
+    ) {
+        walk.report(
+            ProblemCode::PR_1_HTREE_NODIR,
+            Location::Inode(ino),
+            format!("inode {ino} has INDEX_FL flag set but is not a directory"),
+        );
+    }
+    if !walk.ctx.sb.compat().contains(CompatFeatures::DIR_INDEX) {
+        walk.report(
+            ProblemCode::PR_1_HTREE_SET,
+            Location::Inode(ino),
+            format!("inode {ino} has INDEX_FL flag set on filesystem without htree support"),
+        );
     }
 }

@@ -10,9 +10,9 @@ use e4_format::inode::{flags, FileType, Inode, I_BLOCK_SIZE};
 use e4_format::xattr::{decode_xattr_block, parse_inode_xattrs, XattrBlockHeader, XattrValue};
 use e4_format::{BlockSeed, MetadataBlock};
 
-use crate::block_claim::BlockWalk;
-use crate::context::Context;
-use crate::problem::{Location, ProblemCode};
+use crate::report::problem::{Location, ProblemCode};
+use crate::state::block_claim::BlockWalk;
+use crate::state::context::Context;
 
 /// `system.data` is stored as name index 7 (`system.`) with the name `data`; e4-format
 /// gives the full name, prefix included.

@@ -10,11 +10,11 @@ use e4_format::features::IncompatFeatures;
 use e4_format::inode::{flags, FileType, Inode, ROOT_INO};
 use e4_format::MetadataBlock;
 
-use crate::block_claim::BlockWalk;
-use crate::context::Context;
-use crate::file_map::map_logical;
-use crate::inline_data::{inline_data_size, BlockChecksum};
-use crate::problem::{Location, ProblemCode};
+use crate::pass1::inline_data::{inline_data_size, BlockChecksum};
+use crate::report::problem::{Location, ProblemCode};
+use crate::state::block_claim::BlockWalk;
+use crate::state::context::Context;
+use crate::walk::file_map::map_logical;
 
 /// Where the first entry starts in an inline directory's `i_block`: after the parent
 /// (`EXT4_INLINE_DATA_DOTDOT_SIZE`).

@@ -16,10 +16,10 @@ use e4_format::group_descriptor::{
 use e4_format::superblock::{Superblock, SUPERBLOCK_OFFSET};
 use e4_format::{FormatError, MetadataBlock};
 
-use crate::context::Context;
-use crate::image::Image;
-use crate::phase_times::PhaseClock;
-use crate::problem::{Location, Problem, ProblemCode};
+use crate::report::phase_times::PhaseClock;
+use crate::report::problem::{Location, Problem, ProblemCode};
+use crate::state::context::Context;
+use crate::state::image::Image;
 
 /// Why an image cannot be checked at all (e2fsck's exit status 8).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,11 +106,11 @@ pub fn open_and_check(path: &Path, clock: &mut PhaseClock) -> Result<Context, Fs
     clock.lap("read superblock and descriptors");
     let ctx = Context::new(image, sb, groups, checksums_ok, problems);
     clock.lap("allocate state");
-    crate::mmp::check(&ctx);
+    crate::pass0::mmp::check(&ctx);
     check_descriptors(&ctx);
-    crate::resize_inode::check(&ctx);
+    crate::pass0::resize_inode::check(&ctx);
     check_journal_state(&ctx);
-    crate::journal_check::check(&ctx);
+    crate::pass0::journal::check(&ctx);
     clock.lap("check descriptors and journal");
     Ok(ctx)
 }

@@ -4,19 +4,19 @@
 
 use std::sync::Mutex;
 
-use e4_format::features::RoCompatFeatures;
+use e4_format::features::{IncompatFeatures, RoCompatFeatures};
 use e4_format::geometry::Geometry;
 use e4_format::group_descriptor::{GroupDescriptor, BG_BLOCK_UNINIT, BG_INODE_UNINIT};
 use e4_format::inode::Inode;
 use e4_format::superblock::Superblock;
 use e4_format::FormatError;
 
-use crate::atomic_bitmap::AtomicBitmap;
-use crate::ea_inode::EaInodes;
-use crate::image::Image;
-use crate::inode_state::InodeStates;
-use crate::problem::{Location, Problem, ProblemCode};
-use crate::quota::QuotaTotals;
+use crate::report::problem::{Location, Problem, ProblemCode};
+use crate::state::atomic_bitmap::AtomicBitmap;
+use crate::state::ea_inode_refs::EaInodes;
+use crate::state::image::Image;
+use crate::state::inode_state::InodeStates;
+use crate::state::quota_usage::QuotaTotals;
 
 /// Shared checker state.
 #[derive(Debug)]
@@ -163,6 +163,16 @@ impl Context {
     /// (`gdt_csum` or `metadata_csum`).
     pub fn has_group_csum(&self) -> bool {
         self.sb.has_metadata_csum() || self.sb.ro_compat().contains(RoCompatFeatures::GDT_CSUM)
+    }
+
+    /// The MMP block, when the feature is on and `s_mmp_block` lies inside the filesystem
+    /// past its first data block (where `ext2fs_mmp_read` accepts it and pass 1 marks it).
+    pub fn mmp_block(&self) -> Option<u64> {
+        let block = self.sb.mmp_block;
+        (self.sb.incompat().contains(IncompatFeatures::MMP)
+            && block > self.geo.first_data_block()
+            && block < self.geo.blocks())
+        .then_some(block)
     }
 
     /// Whether `block` may hold data: inside the filesystem and not before the first data

@@ -7,7 +7,7 @@
 use e4_format::extent::{ExtentNodeView, MAX_DEPTH};
 use e4_format::inode::{flags, Inode};
 
-use crate::context::Context;
+use crate::state::context::Context;
 
 /// `i_block` words: twelve direct blocks, then the indirect and double indirect block.
 const DIRECT_BLOCKS: u64 = 12;

@@ -6,9 +6,9 @@
 use std::collections::HashSet;
 use std::sync::Mutex;
 
-use crate::block_tally::BlockTally;
-use crate::context::Context;
-use crate::problem::{Location, ProblemCode};
+use crate::report::problem::{Location, ProblemCode};
+use crate::state::block_tally::BlockTally;
+use crate::state::context::Context;
 
 /// Why the blocks are being walked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,102 +9,12 @@
 //! The entry's hash decides between a sound reference, an old Lustre-style one (charged
 //! nothing) and a bad one, as in e2fsck.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-
 use e4_format::inode::{flags, Inode};
 use e4_format::xattr::{xattr_entry_hash_matches, Xattr};
 
-use crate::context::{Context, ReadInodeError};
-use crate::problem::{Location, ProblemCode};
-use crate::xattr_entries::report_bad_hash;
-
-/// An inode flagged as an xattr value, as pass 1 found it.
-#[derive(Debug, Clone, Copy)]
-struct ValueInode {
-    /// The references it stores (`ext2fs_get_ea_inode_ref`).
-    stored_refs: u64,
-    /// Old Lustre-style value inodes store no count: their `i_ctime` equals `i_atime`.
-    lustre: bool,
-}
-
-/// What pass 1 learns of value inodes, for pass 4. Only inodes with xattrs in inodes touch
-/// it, so one lock each is enough.
-#[derive(Debug, Default)]
-pub struct EaInodes {
-    /// Entries naming each inode.
-    refs: Mutex<HashMap<u32, u64>>,
-    /// Inodes flagged as values.
-    found: Mutex<HashMap<u32, ValueInode>>,
-}
-
-impl EaInodes {
-    /// Counts one entry naming each of `inodes` (one number per entry).
-    pub fn add_refs(&self, inodes: &[u32]) {
-        let mut refs = self.refs.lock().unwrap_or_else(|e| e.into_inner());
-        for &inode in inodes {
-            *refs.entry(inode).or_default() += 1;
-        }
-    }
-
-    /// Records inode `inode`, flagged `EXT4_EA_INODE_FL`, whatever its mode: e2fsck
-    /// 1.47.0 asks nothing more of it (`PR_1_EA_INODE_NONREG` came later).
-    pub fn record(&self, inode: &Inode) {
-        let ino = inode.ino;
-        let record = &inode.record;
-        let value = ValueInode {
-            stored_refs: (u64::from(record.ctime) << 32) | u64::from(record.version_lo),
-            lustre: record.ctime == record.atime,
-        };
-        let mut found = self.found.lock().unwrap_or_else(|e| e.into_inner());
-        found.insert(ino, value);
-    }
-
-    /// Pass 4 for value inodes (e2fsck's `check_ea_inode`, then the link count): one no
-    /// entry names is unattached, unless a directory names it; one that entries name
-    /// counts as one link, and must store their number.
-    pub fn check_refs(&self, ctx: &Context) {
-        let found = self.found.lock().unwrap_or_else(|e| e.into_inner());
-        let refs = self.refs.lock().unwrap_or_else(|e| e.into_inner());
-        for (&ino, value) in found.iter() {
-            let loc = Location::Inode(ino);
-            let from_dirs = ctx.inodes.refs(ino);
-            let from_xattrs = refs.get(&ino).copied().unwrap_or(0);
-            let counted = if from_dirs > 0 {
-                from_dirs
-            } else if from_xattrs > 0 {
-                if value.stored_refs != from_xattrs && !value.lustre {
-                    ctx.report(
-                        ProblemCode::PR_4_EA_INODE_REF_COUNT,
-                        loc,
-                        format!(
-                            "extended attribute inode {ino} ref count is {}, should be {from_xattrs}",
-                            value.stored_refs
-                        ),
-                    );
-                }
-                1
-            } else {
-                // Declined, e2fsck leaves the links count alone.
-                let (code, what) = if ctx.inodes.is_zero_length(ino) {
-                    (ProblemCode::PR_4_ZERO_LEN_INODE, "zero-length inode")
-                } else {
-                    (ProblemCode::PR_4_UNATTACHED_INODE, "inode")
-                };
-                ctx.report(code, loc, format!("unattached {what} {ino}"));
-                continue;
-            };
-            let on_disk = u32::from(ctx.inodes.links(ino));
-            if counted != on_disk {
-                ctx.report(
-                    ProblemCode::PR_4_BAD_REF_COUNT,
-                    loc,
-                    format!("inode {ino} ref count is {on_disk}, should be {counted}"),
-                );
-            }
-        }
-    }
-}
+use crate::report::problem::{Location, ProblemCode};
+use crate::state::context::{Context, ReadInodeError};
+use crate::xattr::report_bad_hash;
 
 /// What xattr values held in inodes charge to their owner: their blocks (in its
 /// `i_blocks`) and, for quota, one inode each.

@@ -12,10 +12,10 @@ use e4_format::extent::{ExtentEntries, ExtentNode, ENTRY_SIZE};
 use e4_format::inode::Inode;
 use e4_format::{FormatError, Location as FormatLocation, MetadataBlock};
 
-use crate::block_claim::BlockWalk;
-use crate::block_tally::BlockTally;
-use crate::problem::{Location, ProblemCode};
-use crate::too_big::{self, TooBig};
+use crate::report::problem::{Location, ProblemCode};
+use crate::state::block_claim::BlockWalk;
+use crate::state::block_tally::BlockTally;
+use crate::walk::too_big::{self, TooBig};
 
 /// Node fan-out at which children are handed to other threads.
 const PARALLEL_FANOUT: usize = 4;

@@ -3,10 +3,14 @@
 //! Problems are sorted before printing, so the output is the same whatever the thread
 //! count.
 
+pub mod phase_times;
+pub mod problem;
+pub mod progress;
+
 use std::io::{self, Write};
 
-use crate::phase_times::PhaseTimes;
-use crate::problem::Problem;
+use crate::report::phase_times::PhaseTimes;
+use crate::report::problem::Problem;
 
 /// Exit status: no problems left (e2fsck's `FSCK_OK`).
 pub const EXIT_CLEAN: u8 = 0;
@@ -160,7 +164,7 @@ fn json_escape(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::problem::{Location, ProblemCode};
+    use crate::report::problem::{Location, ProblemCode};
 
     #[test]
     fn exit_code_ignores_no_ok_problems() {

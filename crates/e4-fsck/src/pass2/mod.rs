@@ -6,6 +6,9 @@
 //! checksums verified, and each reference counted on an atomic counter for pass 4.
 //! Entries naming directories are returned for pass 3.
 
+mod htree;
+mod names;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use rayon::prelude::*;
@@ -17,39 +20,16 @@ use e4_format::inline_data::inline_dir_parent;
 use e4_format::inode::ROOT_INO;
 use e4_format::{FormatError, MetadataBlock};
 
-use crate::context::Context;
-use crate::dir_htree_check::{HtreeLayout, LeafRange};
-use crate::dir_names::DirNames;
-use crate::inode_state::InodeKind;
-use crate::pass1::Directory;
-use crate::problem::{Location, ProblemCode};
-use crate::progress::{PassMeter, Progress};
+use crate::pass2::htree::{HtreeLayout, LeafRange};
+use crate::pass2::names::DirNames;
+use crate::report::problem::{Location, ProblemCode};
+use crate::report::progress::{PassMeter, Progress};
+use crate::state::context::Context;
+use crate::state::directories::{Directory, Pass2Result, SubdirLink};
+use crate::state::inode_state::InodeKind;
 
 /// Byte offset of the name in a directory entry (after inode, rec_len, name_len, type).
 const NAME_OFFSET: usize = 8;
-
-/// An entry naming a directory (not `.` or `..`): the candidate parent links pass 3
-/// chooses from. Ordered by where the entry is, as e2fsck meets them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct SubdirLink {
-    /// The directory named.
-    pub child: u32,
-    /// Physical block of the entry (0 for an inline directory).
-    pub block: u64,
-    /// Byte offset of the entry in its block.
-    pub offset: u32,
-    /// The directory holding the entry.
-    pub parent: u32,
-}
-
-/// What pass 2 hands to pass 3.
-#[derive(Debug, Default)]
-pub struct Pass2Result {
-    /// Every entry naming a directory, sorted by child then position.
-    pub subdir_links: Vec<SubdirLink>,
-    /// Whether the root holds an entry named `lost+found`.
-    pub has_lost_and_found: bool,
-}
 
 /// One directory block to check.
 struct BlockTask<'a> {

@@ -21,8 +21,8 @@
 use e4_format::features::IncompatFeatures;
 use e4_format::inode::{FileType, Inode};
 
-use crate::block_claim::BlockWalk;
-use crate::problem::{Location, ProblemCode};
+use crate::report::problem::{Location, ProblemCode};
+use crate::state::block_claim::BlockWalk;
 
 /// The limits that apply to one inode.
 #[derive(Debug, Clone, Copy)]

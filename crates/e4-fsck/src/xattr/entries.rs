@@ -12,9 +12,10 @@ use e4_format::xattr::{
     entry_len, name_prefix, xattr_entry_hash_matches, Xattr, XattrEntryRecord, XattrValue,
 };
 
-use crate::context::Context;
-use crate::ea_inode::{check_value_inode, ValueCharge};
-use crate::problem::{Location, ProblemCode};
+use crate::report::problem::Location;
+use crate::state::context::Context;
+use crate::xattr::ea_inode::{check_value_inode, ValueCharge};
+use crate::xattr::report_bad_hash;
 
 /// Where the attributes are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,20 +125,6 @@ pub fn check_entries(
         charged,
         stopped: false,
     }
-}
-
-/// `PR_1_ATTR_HASH` for `xattr`, an entry of inode `owner`, named so that two bad
-/// entries of one block stay two reports.
-pub fn report_bad_hash(ctx: &Context, owner: u32, xattr: &Xattr, loc: Location) {
-    ctx.report(
-        ProblemCode::PR_1_ATTR_HASH,
-        loc,
-        format!(
-            "extended attribute {} in inode {owner} has a hash ({}) which is invalid",
-            String::from_utf8_lossy(&xattr.name),
-            xattr.hash
-        ),
-    );
 }
 
 #[cfg(test)]

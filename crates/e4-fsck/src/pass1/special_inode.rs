@@ -8,8 +8,8 @@
 use e4_format::extent::{ExtentNodeView, EXTENT_MAGIC};
 use e4_format::inode::{flags, FileType, Inode, I_BLOCK_SIZE};
 
-use crate::block_claim::BlockWalk;
-use crate::problem::{Location, ProblemCode};
+use crate::report::problem::{Location, ProblemCode};
+use crate::state::block_claim::BlockWalk;
 
 /// `EXT2_IMMUTABLE_FL`: the file cannot be changed.
 const IMMUTABLE_FL: u32 = 0x10;

@@ -9,8 +9,8 @@ use e4_format::inode::{flags, Inode};
 use e4_format::journal::JournalSuperblock;
 use e4_format::{Location as FormatLocation, MetadataBlock};
 
-use crate::context::Context;
-use crate::problem::{Location, ProblemCode};
+use crate::report::problem::{Location, ProblemCode};
+use crate::state::context::Context;
 
 /// Deepest extent tree the walk to block 0 descends.
 const MAX_DEPTH: usize = 5;
