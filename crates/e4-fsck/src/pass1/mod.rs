@@ -5,6 +5,7 @@
 //! walked and claimed in the shared ownership bitmap, its `i_size` and `i_blocks`
 //! compared with what was found; directories are returned for pass 2.
 
+mod bad_blocks;
 mod inline_data;
 mod quota_inodes;
 mod really_dir;
@@ -289,6 +290,12 @@ fn check_inode(
             format!("inode {ino} passes checks, but checksum does not match inode"),
         );
     }
+    if ino == BAD_BLOCKS_INO {
+        let tally = bad_blocks::check(walk, &inode, csum_ok);
+        ctx.inodes
+            .record(ino, InodeKind::Reserved, inode.links_count(), true);
+        return Some((None, tally));
+    }
     let reserved = ino < ctx.sb.first_ino() && ino != ROOT_INO;
     let links = inode.links_count();
     check_low_dtime(walk, &inode);
@@ -385,7 +392,7 @@ fn check_inode(
     }
     let extents_fs = ctx.sb.incompat().contains(IncompatFeatures::EXTENTS);
     let extent_mapped = inode.has_flag(flags::EXTENTS) && extents_fs;
-    if has_valid_blocks(ctx, &inode, ino) {
+    if has_valid_blocks(ctx, &inode) {
         tally.append(if extent_mapped {
             walk_extent_tree(walk, &inode, dir)
         } else {
@@ -405,9 +412,7 @@ fn check_inode(
         );
     }
     // e2fsck -n declines to clear a zero-length directory and goes on to its size check.
-    if ino != BAD_BLOCKS_INO {
-        check_size(walk, &inode, &tally, dir);
-    }
+    check_size(walk, &inode, &tally, dir);
     check_i_blocks(walk, &inode, &tally);
     let valid_inline_symlink = file_type == Some(FileType::Symlink)
         && kind != InodeKind::Bad
@@ -481,8 +486,8 @@ fn inline_entries(ctx: &Context, inode: &Inode) -> Option<(Vec<u8>, Vec<u8>)> {
 
 /// e2fsck's `ext2fs_inode_has_valid_blocks2`: devices, fifos, sockets, fast symlinks and
 /// inline data map no blocks through `i_block`.
-fn has_valid_blocks(ctx: &Context, inode: &Inode, ino: u32) -> bool {
-    if ino == BAD_BLOCKS_INO || inode.has_flag(flags::INLINE_DATA) {
+fn has_valid_blocks(ctx: &Context, inode: &Inode) -> bool {
+    if inode.has_flag(flags::INLINE_DATA) {
         return false;
     }
     match inode.file_type() {

@@ -52,11 +52,12 @@ pub struct Report {
 
 impl Report {
     /// The exit status e2fsck would give under `-n`: 4 if any problem left the
-    /// filesystem in error, else 0; where a problem stops e2fsck, 8, with 4 added if an
-    /// error came before it (e2fsck finds nothing after it).
+    /// filesystem in error, else 0; where a problem stops e2fsck, 8, with 4 added if it
+    /// or an error before it left the filesystem in error (e2fsck finds nothing after
+    /// it).
     pub fn exit_code(&self) -> u8 {
         let fatal = self.problems.iter().position(|p| p.code.is_fatal());
-        let before = &self.problems[..fatal.unwrap_or(self.problems.len())];
+        let before = &self.problems[..fatal.map_or(self.problems.len(), |at| at + 1)];
         let errors = if before.iter().any(|p| p.code.is_error()) {
             EXIT_ERRORS
         } else {

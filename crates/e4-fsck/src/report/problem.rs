@@ -27,6 +27,8 @@ pub enum Repair {
     Create,
     /// Build a structure again from scratch (`PROMPT_RECREATE`).
     Recreate,
+    /// Stop the check (`PROMPT_ABORT`); declined, e2fsck goes on to its next step.
+    Abort,
     /// Nothing to answer: the message is information (`PROMPT_NONE`).
     None,
 }
@@ -45,6 +47,7 @@ impl Repair {
             Repair::Relocate => "Relocate",
             Repair::Create => "Create",
             Repair::Recreate => "Recreate",
+            Repair::Abort => "Abort",
             Repair::None => "",
         }
     }
@@ -138,11 +141,18 @@ macro_rules! problem_codes {
                 match self { $( ProblemCode::$name => $error, )* }
             }
 
-            /// Whether e2fsck cannot go on after the problem (a `fatal_error`, exit 8).
+            /// Whether e2fsck cannot go on after the problem (a `fatal_error`, exit 8; 12
+            /// when it is an error itself, a declined repair, or follows one).
             pub fn is_fatal(self) -> bool {
                 matches!(
                     self,
-                    ProblemCode::EXT2_ET_INODE_CSUM_INVALID | ProblemCode::PR_1_EXTATTR_READ_ABORT
+                    ProblemCode::EXT2_ET_INODE_CSUM_INVALID
+                        | ProblemCode::PR_1_EXTATTR_READ_ABORT
+                        | ProblemCode::PR_1_RESIZE_INODE_CREATE
+                        | ProblemCode::PR_0_JOURNAL_BAD_INODE
+                        | ProblemCode::PR_0_JOURNAL_BAD_SUPER
+                        | ProblemCode::PR_0_JOURNAL_UNSUPP_MULTIFS
+                        | ProblemCode::PR_1_BLOCK_ITERATE
                 )
             }
 
@@ -203,16 +213,41 @@ problem_codes! {
     /// checksum: `e2fsck_read_inode` stops e2fsck with a fatal error (exit 8), through
     /// com_err, so this takes libext2fs's error name and a number of e4's own, in pass 1
     /// above e2fsck's. e4 reports it and goes on, with e2fsck's exit status.
-    EXT2_ET_INODE_CSUM_INVALID = 0x01F001, None, Inode, true;
+    EXT2_ET_INODE_CSUM_INVALID = 0x01F001, None, Inode, false;
     /// The resize inode cannot be read (its checksum fails), so re-creating it at the
     /// end of pass 1 fails; declined, e2fsck stops (exit 12 under `-n`).
     PR_1_RESIZE_INODE_CREATE = 0x01004E, None, ResizeInode, true;
-    /// The journal inode cannot be used (unreadable, bad checksum, no block 0).
+    /// The journal inode cannot be used (unreadable, bad checksum, no block 0, no
+    /// journal magic): declined, e2fsck cannot go on ("Cannot proceed with file system
+    /// check", exit 12).
     PR_0_JOURNAL_BAD_INODE = 0x00000F, Clear, Journal, true;
-    /// The journal superblock cannot be used.
+    /// The journal superblock cannot be used: declined, e2fsck cannot go on (exit 12).
     PR_0_JOURNAL_BAD_SUPER = 0x000015, Fix, Journal, true;
+    /// A v1 journal superblock with v2 fields set (features, `s_nr_users`), or a v2 one
+    /// with several users and no `s_journal_uuid`: e2fsck says it clears them, which
+    /// `-n` leaves as a message.
+    PR_0_CLEAR_V2_JOURNAL = 0x00002A, None, Journal, false;
+    /// A v2 journal superblock with more than one user: an internal journal has one, and
+    /// e2fsck stops at once (exit 12).
+    PR_0_JOURNAL_UNSUPP_MULTIFS = 0x000010, None, Journal, true;
+    /// A journal superblock block type that is none of jbd2's.
+    PR_0_JOURNAL_UNSUPP_VERSION = 0x000027, Abort, Journal, true;
+    /// An incompatible journal feature jbd2 does not know.
+    PR_0_JOURNAL_UNSUPP_INCOMPAT = 0x000026, Abort, Journal, true;
+    /// A read-only compatible journal feature (jbd2 knows none).
+    PR_0_JOURNAL_UNSUPP_ROCOMPAT = 0x000025, Abort, Journal, true;
     /// The journal needs recovery; `-n` checks the image as it stands.
     PR_0_JOURNAL_RUN = 0x00002B, None, Journal, false;
+    /// The bad blocks inode has a mode, an owner, links, the inline-data flag, an xattr
+    /// block or a failed checksum.
+    PR_1_INVALID_BAD_INODE = 0x010065, Clear, Inode, true;
+    /// The bad blocks inode lists a block, or names an indirect block, outside the
+    /// filesystem (asked once, "Bad block inode has illegal block(s)", then ignored).
+    PR_1_BB_ILLEGAL_BLOCK_NUM = 0x010012, Clear, IllegalBlock, true;
+    /// libext2fs's walk of an inode's blocks ended in an error (an indirect block of the
+    /// bad blocks inode outside the filesystem): e2fsck stops at once (exit 8, 12 after
+    /// the illegal block it follows).
+    PR_1_BLOCK_ITERATE = 0x010029, None, IllegalBlock, false;
     /// An unused quota inode slot (3, 4 or the project quota inode) holds links, blocks
     /// or a block pointer.
     PR_1_QUOTA_INODE_NOT_CLEAR = 0x010063, Clear, Inode, true;
@@ -320,7 +355,7 @@ problem_codes! {
     /// An xattr block whose reference count must be fixed cannot be read again for it
     /// (its header is not one libext2fs reads, or its checksum fails): fatal to e2fsck
     /// at the end of pass 1 (exit 8, or 12 after an earlier error).
-    PR_1_EXTATTR_READ_ABORT = 0x01003B, None, Xattr, true;
+    PR_1_EXTATTR_READ_ABORT = 0x01003B, None, Xattr, false;
     /// An xattr block's reference count disagrees with the inodes using it.
     PR_1_EXTATTR_REFCOUNT = 0x01003C, Fix, Xattr, true;
     /// An extent's physical start is outside the filesystem.

@@ -1,0 +1,355 @@
+//! Issue 24: images as others make them, each built here with mke2fs, debugfs and byte
+//! pokes, must get e2fsck's exit status (0, 4, or 8 and 12 where e2fsck stops) from
+//! `e4 fsck`, and e4 the problem code named. Every external command is bounded by
+//! `timeout`.
+
+use std::fs::OpenOptions;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use e4_format::journal::JournalSuperblock;
+use e4_format::MetadataBlock;
+use e4_fsck::{check, Options, ProblemCode, Report};
+
+/// Seconds any one external command may run.
+const COMMAND_SECONDS: &str = "60";
+
+/// Runs `program` with `args` under `timeout`.
+fn bounded(program: &str, args: &[&str], image: &Path) -> Output {
+    let out = Command::new("timeout")
+        .arg(COMMAND_SECONDS)
+        .arg(program)
+        .args(args)
+        .arg(image)
+        .output()
+        .unwrap_or_else(|e| panic!("running {program}: {e}"));
+    assert_ne!(out.status.code(), Some(124), "{program} {args:?} timed out");
+    out
+}
+
+/// A fresh image made by `mke2fs -q -F ARGS IMAGE SIZE`, in its own temporary folder.
+struct TestImage {
+    _dir: tempfile::TempDir,
+    path: PathBuf,
+}
+
+impl TestImage {
+    fn new(mke2fs_args: &[&str], size: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("fs.img");
+        let mut args = vec!["-q", "-F"];
+        args.extend_from_slice(mke2fs_args);
+        let out = Command::new("timeout")
+            .arg(COMMAND_SECONDS)
+            .arg("mke2fs")
+            .args(&args)
+            .arg(&path)
+            .arg(size)
+            .output()
+            .expect("mke2fs must be installed (e2fsprogs)");
+        assert!(
+            out.status.success(),
+            "mke2fs {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        TestImage { _dir: dir, path }
+    }
+
+    fn debugfs(&self, command: &str) -> String {
+        let out = bounded("debugfs", &["-w", "-R", command], &self.path);
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn block_size(&self) -> u64 {
+        let text = self.debugfs("stats");
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("Block size:"))
+            .expect("debugfs stats names the block size");
+        line["Block size:".len()..].trim().parse().unwrap()
+    }
+
+    /// The physical block of logical block `logical` of inode `ino`.
+    fn bmap(&self, ino: u32, logical: u64) -> u64 {
+        let text = self.debugfs(&format!("bmap <{ino}> {logical}"));
+        text.trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("bmap <{ino}> {logical}: {text}"))
+    }
+
+    fn read(&self, offset: u64, len: usize) -> Vec<u8> {
+        let mut buf = vec![0; len];
+        let file = OpenOptions::new().read(true).open(&self.path).unwrap();
+        file.read_exact_at(&mut buf, offset).unwrap();
+        buf
+    }
+
+    fn write(&self, offset: u64, bytes: &[u8]) {
+        let file = OpenOptions::new().write(true).open(&self.path).unwrap();
+        file.write_all_at(bytes, offset).unwrap();
+    }
+
+    /// e2fsck -fn's exit status and output.
+    fn e2fsck(&self) -> (i32, String) {
+        let out = bounded("e2fsck", &["-fn"], &self.path);
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.code().unwrap_or(-1), text)
+    }
+
+    /// e4's report (a forced check on two threads) and exit status; 8 where the image
+    /// cannot be checked.
+    fn e4(&self) -> (i32, Option<Report>) {
+        let options = Options {
+            threads: Some(2),
+            force: true,
+            ..Options::default()
+        };
+        match check(&self.path, &options) {
+            Ok(report) => (i32::from(report.exit_code()), Some(report)),
+            Err(_) => (8, None),
+        }
+    }
+
+    /// Asserts that both checkers exit with `expected` and that e4 reports `code` (when
+    /// given); returns e4's report.
+    fn assert_exit(&self, what: &str, expected: i32, code: Option<ProblemCode>) {
+        let (oracle, oracle_text) = self.e2fsck();
+        let (ours, report) = self.e4();
+        let mut our_text = Vec::new();
+        if let Some(report) = &report {
+            report.write_text(&mut our_text, "fs.img").unwrap();
+        }
+        let our_text = String::from_utf8_lossy(&our_text);
+        assert!(
+            oracle == expected && ours == expected,
+            "{what}: expected exit {expected}, e2fsck {oracle}, e4 {ours}\n--- e2fsck -fn:\n{oracle_text}\n--- e4 fsck:\n{our_text}"
+        );
+        if let Some(code) = code {
+            assert!(
+                report.is_some_and(|r| r.problems.iter().any(|p| p.code == code)),
+                "{what}: {code} not reported\n{our_text}"
+            );
+        }
+    }
+}
+
+/// A 1 KiB-block ext4 image with the smallest journal jbd2 takes (1,024 blocks).
+fn journaled() -> TestImage {
+    TestImage::new(&["-t", "ext4", "-b", "1024"], "4M")
+}
+
+/// Writes big-endian `value` of `size` bytes at `offset` of the journal superblock of
+/// `img`, then seals it when `seal` (so that only the field is wrong, not the checksum).
+fn poke_journal(img: &TestImage, fields: &[(usize, u32, usize)], seal: bool) {
+    let at = img.bmap(8, 0) * img.block_size();
+    let mut raw = img.read(at, 1024);
+    for &(offset, value, size) in fields {
+        raw[offset..offset + size].copy_from_slice(&value.to_be_bytes()[4 - size..]);
+    }
+    if seal {
+        JournalSuperblock::seal(&mut raw, ());
+    }
+    img.write(at, &raw);
+}
+
+/// Journal superblock fields to write: (byte offset, big-endian value, size in bytes).
+type Fields = &'static [(usize, u32, usize)];
+
+/// Journal superblock fields, as `e2fsck_journal_load` checks them: each damage is
+/// called damaged (exit 12: e2fsck cannot go on), and what it accepts is clean.
+#[test]
+fn journal_superblock_checked_as_e2fsck_loads_it() {
+    use ProblemCode::*;
+    // (what, fields (offset, value, size), seal, e2fsck's exit, e4's code)
+    type Case = (
+        &'static str,
+        &'static [(usize, u32, usize)],
+        bool,
+        i32,
+        ProblemCode,
+    );
+    let cases: &[Case] = &[
+        (
+            "no magic",
+            &[(0x0, 0, 4)],
+            false,
+            12,
+            PR_0_JOURNAL_BAD_INODE,
+        ),
+        (
+            "a descriptor block's type",
+            &[(0x4, 1, 4)],
+            false,
+            12,
+            PR_0_JOURNAL_BAD_SUPER,
+        ),
+        (
+            "an unknown block type",
+            &[(0x4, 9, 4)],
+            false,
+            12,
+            PR_0_JOURNAL_UNSUPP_VERSION,
+        ),
+        (
+            "v1 with v2 fields",
+            &[(0x4, 3, 4), (0x24, 1, 4), (0x40, 2, 4)],
+            false,
+            0,
+            PR_0_CLEAR_V2_JOURNAL,
+        ),
+        (
+            "two users",
+            &[(0x40, 2, 4)],
+            false,
+            12,
+            PR_0_JOURNAL_UNSUPP_MULTIFS,
+        ),
+        (
+            "an unknown incompatible feature",
+            &[(0x28, 0x40, 4)],
+            false,
+            12,
+            PR_0_JOURNAL_UNSUPP_INCOMPAT,
+        ),
+        (
+            "a read-only compatible feature",
+            &[(0x2C, 0x2, 4)],
+            false,
+            12,
+            PR_0_JOURNAL_UNSUPP_ROCOMPAT,
+        ),
+        (
+            "checksums v2 and v3",
+            &[(0x28, 0x18, 4), (0x50, 4, 1)],
+            true,
+            12,
+            PR_0_JOURNAL_BAD_SUPER,
+        ),
+        (
+            "checksums v1 and v3",
+            &[(0x24, 1, 4), (0x28, 0x10, 4), (0x50, 4, 1)],
+            true,
+            12,
+            PR_0_JOURNAL_BAD_SUPER,
+        ),
+        (
+            "checksum type not crc32c",
+            &[(0x28, 0x10, 4), (0x50, 1, 1)],
+            true,
+            12,
+            PR_0_JOURNAL_BAD_SUPER,
+        ),
+        (
+            "block size not the filesystem's",
+            &[(0xC, 2048, 4)],
+            false,
+            12,
+            PR_0_JOURNAL_BAD_SUPER,
+        ),
+        (
+            "longer than its inode",
+            &[(0x10, 8192, 4)],
+            false,
+            12,
+            PR_0_JOURNAL_BAD_SUPER,
+        ),
+        (
+            "no room for fast commits",
+            &[(0x28, 0x20, 4)],
+            false,
+            12,
+            PR_0_JOURNAL_BAD_SUPER,
+        ),
+    ];
+    for &(what, fields, seal, exit, code) in cases {
+        let img = journaled();
+        poke_journal(&img, fields, seal);
+        img.assert_exit(what, exit, Some(code));
+    }
+    // What e2fsck accepts: shorter than its inode, a log starting at 0 or past the end
+    // (`s_first` is not checked), an unknown compatible feature.
+    let accepted: &[(&str, Fields)] = &[
+        ("shorter than its inode", &[(0x10, 100, 4)]),
+        ("log start 0", &[(0x14, 0, 4)]),
+        ("log start past the end", &[(0x14, 5000, 4)]),
+        ("an unknown compatible feature", &[(0x24, 0x80, 4)]),
+    ];
+    for &(what, fields) in accepted {
+        let img = journaled();
+        poke_journal(&img, fields, false);
+        img.assert_exit(what, 0, None);
+    }
+}
+
+/// The bad blocks inode's block map, walked as pass 1's `process_bad_block` sees it.
+#[test]
+fn bad_blocks_inode_checked_as_pass_1_walks_it() {
+    use ProblemCode::*;
+    let cases: &[(&str, &[&str], i32, Option<ProblemCode>)] = &[
+        (
+            "a listed block past the end",
+            &["sif <1> block[0] 99999999"],
+            4,
+            Some(PR_1_BB_ILLEGAL_BLOCK_NUM),
+        ),
+        (
+            "an indirect block past the end",
+            &["sif <1> block[IND] 99999999"],
+            12,
+            Some(PR_1_BLOCK_ITERATE),
+        ),
+        (
+            "both",
+            &["sif <1> block[0] 99999999", "sif <1> block[IND] 99999999"],
+            12,
+            Some(PR_1_BB_ILLEGAL_BLOCK_NUM),
+        ),
+        // A free block listed as bad is in use: the bitmap differs.
+        ("a free block listed", &["sif <1> block[0] 5000"], 4, None),
+        (
+            "a mode",
+            &["sif <1> mode 0100644"],
+            4,
+            Some(PR_1_INVALID_BAD_INODE),
+        ),
+        (
+            "links",
+            &["sif <1> links_count 1"],
+            4,
+            Some(PR_1_INVALID_BAD_INODE),
+        ),
+    ];
+    for &(what, commands, exit, code) in cases {
+        let img = TestImage::new(&["-t", "ext4", "-O", "^has_journal", "-b", "1024"], "8M");
+        for command in commands {
+            img.debugfs(command);
+        }
+        img.assert_exit(what, exit, code);
+    }
+}
+
+/// A listed block inside a sound indirect block: the indirect block is claimed, and
+/// the illegal block it lists is reported with its number in the map.
+#[test]
+fn bad_blocks_inode_with_an_indirect_block() {
+    let img = TestImage::new(&["-t", "ext4", "-O", "^has_journal", "-b", "1024"], "8M");
+    let bs = img.block_size();
+    // Free blocks near the end of the 8 MiB image: 6000 as the indirect block, listing
+    // 6001 and an illegal block.
+    img.debugfs("sif <1> block[IND] 6000");
+    img.debugfs("setb 6000 2");
+    let mut list = vec![0u8; bs as usize];
+    list[..4].copy_from_slice(&6001u32.to_le_bytes());
+    list[4..8].copy_from_slice(&99_999_999u32.to_le_bytes());
+    img.write(6000 * bs, &list);
+    img.assert_exit(
+        "an indirect block listing an illegal block",
+        4,
+        Some(ProblemCode::PR_1_BB_ILLEGAL_BLOCK_NUM),
+    );
+}
