@@ -104,13 +104,6 @@ pub fn run(ctx: &Context, dirs: &[Directory], pass2: &Pass2Result, progress: Opt
             );
         }
     });
-    if !pass2.has_lost_and_found {
-        ctx.report(
-            ProblemCode::PR_3_NO_LF_DIR,
-            Location::Inode(ROOT_INO),
-            "/lost+found not found",
-        );
-    }
 }
 
 /// The first entry (in physical order) naming each directory is its parent; every later

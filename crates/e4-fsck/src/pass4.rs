@@ -36,56 +36,14 @@ pub fn run(ctx: &Context, progress: Option<&Progress>) {
             .for_each_in_use(first..end, |ino| check_links(ctx, ino, dir_nlink));
         meter.advance(u64::from(end - first));
     });
-    check_value_inodes(ctx);
 }
 
-/// Pass 4 for value inodes (e2fsck's `check_ea_inode`, then the link count): one no
-/// entry names is unattached, unless a directory names it; one that entries name
-/// counts as one link, and must store their number.
-fn check_value_inodes(ctx: &Context) {
-    for value in ctx.ea_inodes.found() {
-        let ino = value.ino;
-        let loc = Location::Inode(ino);
-        let from_dirs = ctx.inodes.refs(ino);
-        let from_xattrs = value.from_xattrs;
-        let counted = if from_dirs > 0 {
-            from_dirs
-        } else if from_xattrs > 0 {
-            if value.stored_refs != from_xattrs && !value.lustre {
-                ctx.report(
-                    ProblemCode::PR_4_EA_INODE_REF_COUNT,
-                    loc,
-                    format!(
-                        "extended attribute inode {ino} ref count is {}, should be {from_xattrs}",
-                        value.stored_refs
-                    ),
-                );
-            }
-            1
-        } else {
-            // Declined, e2fsck leaves the links count alone.
-            let (code, what) = if ctx.inodes.is_zero_length(ino) {
-                (ProblemCode::PR_4_ZERO_LEN_INODE, "zero-length inode")
-            } else {
-                (ProblemCode::PR_4_UNATTACHED_INODE, "inode")
-            };
-            ctx.report(code, loc, format!("unattached {what} {ino}"));
-            continue;
-        };
-        let on_disk = u32::from(ctx.inodes.links(ino));
-        if counted != on_disk {
-            ctx.report(
-                ProblemCode::PR_4_BAD_REF_COUNT,
-                loc,
-                format!("inode {ino} ref count is {on_disk}, should be {counted}"),
-            );
-        }
-    }
-}
-
-/// Compares one in-use inode's `i_links_count` with the references counted. Reserved
-/// inodes (the root aside, which pass 1 records as a directory) are not referenced from
-/// directories and are skipped.
+/// Compares one in-use inode's `i_links_count` with the references counted, as
+/// e2fsck's pass 4 loop does. Reserved inodes (the root aside, which pass 1 records as a
+/// directory) are not referenced from directories and are skipped. An inode no entry
+/// names counts as one link when it is an xattr value that entries name, which must
+/// store their number (`check_ea_inode`); else it is unattached, and declined, e2fsck
+/// leaves its links count alone (`disconnect_inode`).
 fn check_links(ctx: &Context, ino: u32, dir_nlink: bool) {
     let kind = ctx.inodes.kind(ino);
     if !kind.in_use() || kind == InodeKind::Reserved {
@@ -95,18 +53,35 @@ fn check_links(ctx: &Context, ino: u32, dir_nlink: bool) {
     let mut counted = ctx.inodes.refs(ino);
     let loc = Location::Inode(ino);
     if counted == 0 {
-        if ctx.inodes.is_zero_length(ino) {
-            ctx.report(
-                ProblemCode::PR_4_ZERO_LEN_INODE,
-                loc,
-                format!("unattached zero-length inode {ino}"),
-            );
-        } else {
-            ctx.report(
-                ProblemCode::PR_4_UNATTACHED_INODE,
-                loc,
-                format!("unattached inode {ino}"),
-            );
+        match ctx.ea_inodes.value(ino) {
+            Some(value) if value.from_xattrs > 0 => {
+                if value.stored_refs != value.from_xattrs && !value.lustre {
+                    ctx.report(
+                        ProblemCode::PR_4_EA_INODE_REF_COUNT,
+                        loc,
+                        format!(
+                            "extended attribute inode {ino} ref count is {}, should be {}",
+                            value.stored_refs, value.from_xattrs
+                        ),
+                    );
+                }
+                counted = 1;
+            }
+            _ => {
+                if ctx.inodes.is_zero_length(ino) {
+                    ctx.report(
+                        ProblemCode::PR_4_ZERO_LEN_INODE,
+                        loc,
+                        format!("unattached zero-length inode {ino}"),
+                    );
+                }
+                ctx.report(
+                    ProblemCode::PR_4_UNATTACHED_INODE,
+                    loc,
+                    format!("unattached inode {ino}"),
+                );
+                return;
+            }
         }
     }
     if kind == InodeKind::Directory && counted > LINK_MAX && (dir_nlink || on_disk == 1) {

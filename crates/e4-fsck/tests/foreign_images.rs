@@ -353,3 +353,111 @@ fn bad_blocks_inode_with_an_indirect_block() {
         Some(ProblemCode::PR_1_BB_ILLEGAL_BLOCK_NUM),
     );
 }
+
+/// Runs each debugfs command on `img` in order.
+fn debugfs_all(img: &TestImage, commands: &[&str]) {
+    for command in commands {
+        img.debugfs(command);
+    }
+}
+
+/// Good filesystems e4 called damaged: each is clean to both (or, without the feature or
+/// flag that allows it, damaged to both).
+#[test]
+fn sound_images_are_clean() {
+    let ext4 = || TestImage::new(&["-t", "ext4", "-b", "1024"], "8M");
+    // The EA_INODE flag on the root (e2fsck 1.47.0 asks nothing of it on a directory).
+    let img = ext4();
+    img.debugfs("sif <2> flags 0x280000");
+    img.assert_exit("EA_INODE on the root", 0, None);
+    let img = ext4();
+    debugfs_all(&img, &["mkdir d", "sif d flags 0x280000"]);
+    img.assert_exit("EA_INODE on a directory", 0, None);
+    // No lost+found: `e2fsck -n` never looks it up (only a repair needs it), with or
+    // without something to reconnect.
+    let img = ext4();
+    img.debugfs("rmdir lost+found");
+    img.assert_exit("no lost+found", 0, None);
+    debugfs_all(&img, &["write /dev/null f", "unlink f"]);
+    img.assert_exit(
+        "no lost+found, an unattached file",
+        4,
+        Some(ProblemCode::PR_4_UNATTACHED_INODE),
+    );
+    // Entries with file type 0 under the filetype feature, as the Hurd writes them.
+    let img = TestImage::new(&["-t", "ext2", "-o", "hurd", "-b", "1024"], "8M");
+    debugfs_all(&img, &["mkdir d", "feature filetype"]);
+    img.assert_exit("the Hurd's entries under filetype", 0, None);
+}
+
+/// A block in two files: multiply claimed, unless the shared_blocks feature allows it.
+#[test]
+fn shared_blocks_feature() {
+    let img = TestImage::new(&["-t", "ext2", "-b", "1024"], "8M");
+    let source = img._dir.path().join("hello");
+    std::fs::write(&source, "hello\n").unwrap();
+    debugfs_all(
+        &img,
+        &[
+            &format!("write {} a", source.display()),
+            "write /dev/null b",
+        ],
+    );
+    let block = img.bmap(12, 0);
+    debugfs_all(
+        &img,
+        &[
+            &format!("sif b block[0] {block}"),
+            "sif b size 6",
+            "sif b blocks 2",
+        ],
+    );
+    img.assert_exit(
+        "a block in two files",
+        4,
+        Some(ProblemCode::PR_1B_DUP_BLOCK),
+    );
+    img.debugfs("feature shared_blocks");
+    img.assert_exit("a block in two files under shared_blocks", 0, None);
+}
+
+/// Uninitialized flags and `bg_itable_unused` without group checksums: asked in
+/// `check_super_block`, after which e2fsck marks the filesystem valid again.
+#[test]
+fn uninit_descriptor_fields_without_the_feature() {
+    for (what, command) in [
+        ("INODE_UNINIT", "set_bg 1 flags 1"),
+        ("BLOCK_UNINIT on the last group", "set_bg 1 flags 2"),
+        ("itable_unused", "set_bg 1 itable_unused 5"),
+    ] {
+        let img = TestImage::new(
+            &[
+                "-t",
+                "ext4",
+                "-O",
+                "^metadata_csum,^uninit_bg",
+                "-b",
+                "1024",
+            ],
+            "16M",
+        );
+        img.debugfs(command);
+        img.assert_exit(what, 0, Some(ProblemCode::PR_0_GDT_UNINIT));
+    }
+}
+
+/// A primary superblock that does not validate, with a sound backup: `e2fsck -n` checks
+/// from the backup and exits 0; e4 does too, and keeps exit 4 for the primary, which the
+/// kernel reads (it mounts nothing else without `sb=`).
+#[test]
+fn bad_primary_superblock_with_a_sound_backup() {
+    let img = TestImage::new(&["-t", "ext2", "-b", "1024"], "16M");
+    // `s_magic` at byte 56 of the superblock.
+    img.write(1024 + 56, &[0, 0]);
+    let (oracle, text) = img.e2fsck();
+    assert_eq!(oracle, 0, "{text}");
+    let (ours, report) = img.e4();
+    assert_eq!(ours, 4);
+    let codes: Vec<ProblemCode> = report.unwrap().problems.iter().map(|p| p.code).collect();
+    assert_eq!(codes, [ProblemCode::PR_0_SB_CORRUPT]);
+}

@@ -321,6 +321,11 @@ fn check_inode(
     let file_type = inode.file_type();
     // Xattr values held in inodes, named from this inode's own attributes.
     let mut ibody_values = ValueCharge::default();
+    // An xattr value inode is checked as any inode of its mode (e2fsck 1.47.0 asks
+    // nothing of the flag on a directory); pass 4 counts the entries naming it.
+    if inode.has_flag(flags::EA_INODE) && !reserved && walk.mode == WalkMode::Claim {
+        ctx.ea_inodes.record(&inode);
+    }
     let kind = if quota == QuotaSlot::QuotaFile {
         InodeKind::Reserved
     } else if reserved {
@@ -329,12 +334,6 @@ fn check_inode(
     } else if is_special_inode(ctx, ino) {
         // Journal, quota and orphan files are referenced from the superblock, not from
         // directories.
-        InodeKind::Reserved
-    } else if inode.has_flag(flags::EA_INODE) {
-        // Xattr value inodes are referenced from xattrs; pass 4 counts them apart.
-        if walk.mode == WalkMode::Claim {
-            ctx.ea_inodes.record(&inode);
-        }
         InodeKind::Reserved
     } else {
         check_dtime(walk, &inode);

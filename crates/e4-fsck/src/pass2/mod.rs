@@ -9,8 +9,6 @@
 mod htree;
 mod names;
 
-use std::sync::atomic::{AtomicBool, Ordering};
-
 use rayon::prelude::*;
 
 use e4_format::checksum::inode_csum_seed;
@@ -60,12 +58,11 @@ pub fn run(ctx: &Context, dirs: &[Directory], progress: Option<&Progress>) -> Pa
         })
         .collect();
     tasks.sort_by_key(|t| (t.physical, t.dir.ino, t.logical));
-    let lost_and_found = AtomicBool::new(false);
     let meter = PassMeter::start(progress, 2, tasks.len() as u64);
     let mut subdir_links: Vec<SubdirLink> = tasks
         .par_iter()
         .flat_map_iter(|task| {
-            let links = check_block(ctx, task, &lost_and_found);
+            let links = check_block(ctx, task);
             meter.advance(1);
             links
         })
@@ -73,7 +70,7 @@ pub fn run(ctx: &Context, dirs: &[Directory], progress: Option<&Progress>) -> Pa
     subdir_links.par_extend(
         dirs.par_iter()
             .filter(|d| d.inline.is_some())
-            .flat_map_iter(|dir| check_inline(ctx, dir, &lost_and_found)),
+            .flat_map_iter(|dir| check_inline(ctx, dir)),
     );
     subdir_links.par_sort_unstable();
     dirs.par_iter()
@@ -89,18 +86,11 @@ pub fn run(ctx: &Context, dirs: &[Directory], progress: Option<&Progress>) -> Pa
             );
         }
     }
-    Pass2Result {
-        subdir_links,
-        has_lost_and_found: lost_and_found.load(Ordering::Relaxed),
-    }
+    Pass2Result { subdir_links }
 }
 
 /// Checks one directory block.
-fn check_block(
-    ctx: &Context,
-    task: &BlockTask<'_>,
-    lost_and_found: &AtomicBool,
-) -> Vec<SubdirLink> {
+fn check_block(ctx: &Context, task: &BlockTask<'_>) -> Vec<SubdirLink> {
     let dir = task.dir;
     let bs = ctx.block_size() as usize;
     let bytes = match ctx.image.read_blocks(task.physical, 1, ctx.block_size()) {
@@ -132,8 +122,7 @@ fn check_block(
         &bytes[..]
     };
     let range = task.htree.and_then(|h| h.leaf_range(task.logical));
-    let mut entries =
-        EntryChecker::new(ctx, dir, task.logical, task.physical, range, lost_and_found);
+    let mut entries = EntryChecker::new(ctx, dir, task.logical, task.physical, range);
     entries.check_region(region, 0, task.logical == 0);
     if let Some(seed) = csum.filter(|_| !index_block) {
         let loc = Location::DirEntry {
@@ -184,7 +173,7 @@ fn check_block(
 
 /// Checks an inline directory: the parent in `i_block[0..4]`, then entries in the rest of
 /// `i_block` and in `system.data`.
-fn check_inline(ctx: &Context, dir: &Directory, lost_and_found: &AtomicBool) -> Vec<SubdirLink> {
+fn check_inline(ctx: &Context, dir: &Directory) -> Vec<SubdirLink> {
     let Some((i_block, system_data)) = &dir.inline else {
         return Vec::new();
     };
@@ -197,7 +186,7 @@ fn check_inline(ctx: &Context, dir: &Directory, lost_and_found: &AtomicBool) -> 
     if parent != 0 {
         ctx.inodes.add_ref(parent);
     }
-    let mut entries = EntryChecker::new(ctx, dir, 0, 0, None, lost_and_found);
+    let mut entries = EntryChecker::new(ctx, dir, 0, 0, None);
     entries.check_region(&block[4..], 4, false);
     if !system_data.is_empty() {
         entries.check_region(system_data, 60, false);
@@ -212,7 +201,6 @@ struct EntryChecker<'a, 'r> {
     logical: u32,
     physical: u64,
     htree_range: Option<LeafRange>,
-    lost_and_found: &'a AtomicBool,
     names: DirNames<'r>,
     links: Vec<SubdirLink>,
     /// The entries stopped parsing: e2fsck then salvages the block rather than calling
@@ -228,7 +216,6 @@ impl<'a, 'r> EntryChecker<'a, 'r> {
         logical: u32,
         physical: u64,
         htree_range: Option<LeafRange>,
-        lost_and_found: &'a AtomicBool,
     ) -> Self {
         EntryChecker {
             ctx,
@@ -236,7 +223,6 @@ impl<'a, 'r> EntryChecker<'a, 'r> {
             logical,
             physical,
             htree_range,
-            lost_and_found,
             names: DirNames::new(),
             links: Vec::new(),
             corrupted: false,
@@ -409,7 +395,9 @@ impl<'a, 'r> EntryChecker<'a, 'r> {
                     ),
                 );
             }
-            if filetype {
+            // A type of 0 is `PR_2_SET_FILETYPE`, which `-n` neither prints nor counts
+            // (`PR_NO_OK | PR_NO_NOMSG`): images the Hurd made with the feature hold none.
+            if filetype && entry.file_type != 0 {
                 if let Some(expected) = kind.dirent_file_type().filter(|&t| t != entry.file_type) {
                     self.report(
                         ProblemCode::PR_2_BAD_FILETYPE,
@@ -427,9 +415,6 @@ impl<'a, 'r> EntryChecker<'a, 'r> {
                     at,
                     format!("duplicate entry '{shown}' in directory {ino} found"),
                 );
-            }
-            if ino == ROOT_INO && name == b"lost+found" && kind == InodeKind::Directory {
-                self.lost_and_found.store(true, Ordering::Relaxed);
             }
             if kind == InodeKind::Directory && target != ino {
                 self.links.push(SubdirLink {

@@ -180,12 +180,14 @@ problem_codes! {
     /// question no and ignores each descriptor, leaving the exit status 0 (observed with
     /// e2fsprogs 1.47.0; the agreement tests pin it).
     PR_0_GDT_CSUM = 0x000035, Fix, GroupDescriptor, false;
-    /// A group is marked uninitialized on a filesystem without group checksums.
-    PR_0_GDT_UNINIT = 0x000036, Fix, GroupDescriptor, true;
+    /// A group is marked uninitialized on a filesystem without group checksums. This and
+    /// the next two are asked in `check_super_block`, after which e2fsck marks the
+    /// filesystem valid again ("'til proven otherwise"): declined, they leave exit 0.
+    PR_0_GDT_UNINIT = 0x000036, Fix, GroupDescriptor, false;
     /// `bg_itable_unused` is larger than the group's free inodes.
-    PR_0_GDT_ITABLE_UNUSED = 0x000038, Fix, GroupDescriptor, true;
+    PR_0_GDT_ITABLE_UNUSED = 0x000038, Fix, GroupDescriptor, false;
     /// The last group is marked BLOCK_UNINIT.
-    PR_0_BB_UNINIT_LAST = 0x000039, Fix, GroupDescriptor, true;
+    PR_0_BB_UNINIT_LAST = 0x000039, Fix, GroupDescriptor, false;
     /// Without the resize_inode feature, `s_reserved_gdt_blocks` is not zero. Not an error
     /// under `-n`: e2fsck marks the filesystem valid again after these checks.
     PR_0_NONZERO_RESERVED_GDT_BLOCKS = 0x00002E, Fix, ResizeInode, false;
@@ -506,8 +508,6 @@ problem_codes! {
     PR_3_BAD_DOT_DOT = 0x030005, Fix, Connectivity, true;
     /// Directories form a loop not reachable from the root.
     PR_3_LOOPED_DIR = 0x03001D, Connect, Connectivity, true;
-    /// /lost+found is missing.
-    PR_3_NO_LF_DIR = 0x030004, Create, Connectivity, true;
     /// An inode in use has no directory entry and no content.
     PR_4_ZERO_LEN_INODE = 0x040001, Clear, LinkCount, false;
     /// An inode in use has no directory entry.

@@ -6,6 +6,8 @@
 use std::collections::HashSet;
 use std::sync::Mutex;
 
+use e4_format::features::RoCompatFeatures;
+
 use crate::report::problem::{Location, ProblemCode};
 use crate::state::block_tally::BlockTally;
 use crate::state::context::Context;
@@ -55,9 +57,18 @@ impl BlockWalk<'_> {
     pub fn claim(&self, start: u64, count: u64, tally: &mut BlockTally) {
         match self.mode {
             WalkMode::Claim => {
+                // Under shared_blocks a block may belong to many inodes: e2fsck's
+                // `mark_block_used` lets a second claim pass.
+                let shared_allowed = self
+                    .ctx
+                    .sb
+                    .ro_compat()
+                    .contains(RoCompatFeatures::SHARED_BLOCKS);
                 let dup = &self.ctx.block_dup;
                 self.ctx.block_found.set_range(start, count, |b| {
-                    dup.set(b);
+                    if !shared_allowed {
+                        dup.set(b);
+                    }
                 });
             }
             WalkMode::CountShared => {

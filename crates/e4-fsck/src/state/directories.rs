@@ -47,6 +47,4 @@ pub struct SubdirLink {
 pub struct Pass2Result {
     /// Every entry naming a directory, sorted by child then position.
     pub subdir_links: Vec<SubdirLink>,
-    /// Whether the root holds an entry named `lost+found`.
-    pub has_lost_and_found: bool,
 }

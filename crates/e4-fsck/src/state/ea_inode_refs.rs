@@ -48,26 +48,23 @@ impl EaInodes {
         found.insert(ino, value);
     }
 
-    /// Every inode flagged as a value, with the entries found naming it.
-    pub fn found(&self) -> Vec<ValueInodeRefs> {
+    /// Inode `ino` as a value inode, when it is flagged as one, with the entries found
+    /// naming it.
+    pub fn value(&self, ino: u32) -> Option<ValueInodeRefs> {
         let found = self.found.lock().unwrap_or_else(|e| e.into_inner());
+        let value = found.get(&ino)?;
         let refs = self.refs.lock().unwrap_or_else(|e| e.into_inner());
-        found
-            .iter()
-            .map(|(&ino, value)| ValueInodeRefs {
-                ino,
-                stored_refs: value.stored_refs,
-                lustre: value.lustre,
-                from_xattrs: refs.get(&ino).copied().unwrap_or(0),
-            })
-            .collect()
+        Some(ValueInodeRefs {
+            stored_refs: value.stored_refs,
+            lustre: value.lustre,
+            from_xattrs: refs.get(&ino).copied().unwrap_or(0),
+        })
     }
 }
 
 /// A value inode as pass 4 compares it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ValueInodeRefs {
-    pub ino: u32,
     /// The references it stores (`ext2fs_get_ea_inode_ref`).
     pub stored_refs: u64,
     /// Old Lustre-style value inodes store no count: their `i_ctime` equals `i_atime`.
