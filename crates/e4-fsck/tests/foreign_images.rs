@@ -461,3 +461,22 @@ fn bad_primary_superblock_with_a_sound_backup() {
     let codes: Vec<ProblemCode> = report.unwrap().problems.iter().map(|p| p.code).collect();
     assert_eq!(codes, [ProblemCode::PR_0_SB_CORRUPT]);
 }
+
+/// Where `e2fsck -n` stops because going on would need a write, e4 goes on (it reports
+/// what follows) but exits as e2fsck does.
+#[test]
+fn exit_status_where_e2fsck_stops() {
+    let img = TestImage::new(&["-t", "ext4", "-b", "1024"], "8M");
+    img.debugfs("clri <2>");
+    img.assert_exit("no root", 12, Some(ProblemCode::PR_3_NO_ROOT_INODE));
+    let img = TestImage::new(&["-t", "ext4", "-O", "^metadata_csum", "-b", "1024"], "8M");
+    img.debugfs("mkdir d");
+    // `..`'s rec_len, at byte 16 of the block: 5, not a multiple of 4.
+    let at = img.bmap(12, 0) * img.block_size() + 16;
+    img.write(at, &5u16.to_le_bytes());
+    img.assert_exit(
+        "a directory to salvage",
+        12,
+        Some(ProblemCode::PR_2_DIR_CORRUPTED),
+    );
+}

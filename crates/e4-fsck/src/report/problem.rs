@@ -153,6 +153,8 @@ macro_rules! problem_codes {
                         | ProblemCode::PR_0_JOURNAL_BAD_SUPER
                         | ProblemCode::PR_0_JOURNAL_UNSUPP_MULTIFS
                         | ProblemCode::PR_1_BLOCK_ITERATE
+                        | ProblemCode::PR_2_DIR_CORRUPTED
+                        | ProblemCode::PR_3_NO_ROOT_INODE
                 )
             }
 
@@ -433,7 +435,8 @@ problem_codes! {
     PR_2_BLOCKS_HI_ZERO = 0x020044, Clear, Inode, true;
     /// `i_file_acl_hi` is set without 64bit.
     PR_2_I_FILE_ACL_HI_ZERO = 0x020048, Clear, Inode, true;
-    /// A directory block's entries do not parse (rec_len or name_len).
+    /// A directory block's entries do not parse (rec_len or name_len). Declined, the
+    /// block is not salvaged and e2fsck stops ("aborted", exit 12).
     PR_2_DIR_CORRUPTED = 0x020013, Salvage, DirectoryBlock, true;
     /// A directory has a hole (a logical block with no physical block).
     PR_2_DIRECTORY_HOLE = 0x020015, Fix, DirectoryBlock, true;
@@ -500,7 +503,8 @@ problem_codes! {
     PR_2_LEAF_NODE_MISSING_CSUM = 0x02004C, Fix, DirectoryBlock, true;
     /// A directory leaf block parses but its checksum does not match.
     PR_2_LEAF_NODE_ONLY_CSUM_INVALID = 0x02004D, Fix, DirectoryBlock, true;
-    /// The root inode is not allocated.
+    /// The root inode is not allocated. Declined, e2fsck cannot go on without a root
+    /// ("aborted", exit 12).
     PR_3_NO_ROOT_INODE = 0x030001, Create, Connectivity, true;
     /// A directory is not reachable from the root.
     PR_3_UNCONNECTED_DIR = 0x030003, Connect, Connectivity, true;
