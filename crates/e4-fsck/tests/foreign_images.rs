@@ -271,6 +271,18 @@ fn journal_superblock_checked_as_e2fsck_loads_it() {
         poke_journal(&img, fields, seal);
         img.assert_exit(what, exit, Some(code));
     }
+    // The journal inode as `e2fsck_get_journal` wants it: a regular file with links, of
+    // at least 1,024 blocks.
+    for command in [
+        "sif <8> mode 0",
+        "sif <8> mode 040600",
+        "sif <8> links_count 0",
+        "sif <8> size 4096",
+    ] {
+        let img = journaled();
+        img.debugfs(command);
+        img.assert_exit(command, 12, Some(PR_0_JOURNAL_BAD_INODE));
+    }
     // What e2fsck accepts: shorter than its inode, a log starting at 0 or past the end
     // (`s_first` is not checked), an unknown compatible feature.
     let accepted: &[(&str, Fields)] = &[

@@ -9,7 +9,7 @@
 use e4_format::codec::le32;
 use e4_format::extent::{ExtentEntries, ExtentNode};
 use e4_format::features::CompatFeatures;
-use e4_format::inode::{flags, Inode};
+use e4_format::inode::{flags, FileType, Inode};
 use e4_format::journal::{JournalSuperblock, JOURNAL_MAGIC};
 use e4_format::{Location as FormatLocation, MetadataBlock};
 
@@ -59,6 +59,19 @@ pub fn check(ctx: &Context) {
             return;
         }
     };
+    // `e2fsck_get_journal`: a journal is a regular file with links (the backup of its
+    // block map in the superblock does not save it under `-n`).
+    if inode.links_count() == 0 || inode.file_type() != Some(FileType::Regular) {
+        bad_inode(
+            ctx,
+            format!(
+                "superblock has an invalid journal (inode {ino}): mode {:#o}, {} links",
+                inode.record.mode,
+                inode.links_count()
+            ),
+        );
+        return;
+    }
     let blocks = inode.size() / u64::from(ctx.block_size());
     if blocks < MIN_JOURNAL_BLOCKS {
         bad_inode(
