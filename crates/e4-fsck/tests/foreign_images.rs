@@ -492,3 +492,75 @@ fn exit_status_where_e2fsck_stops() {
         Some(ProblemCode::PR_2_DIR_CORRUPTED),
     );
 }
+
+/// Flips a bit of inode `ino`'s stored checksum (`i_checksum_lo`, at byte 0x7C).
+fn break_inode_checksum(img: &TestImage, ino: u32) {
+    let raw = e4_testkit::RawImage::read(&img.path).unwrap();
+    let at = raw.inode_offset(ino).unwrap() + 0x7C;
+    let byte = img.read(at, 1)[0];
+    img.write(at, &[byte ^ 1]);
+}
+
+/// Where libext2fs's own walks end in an error, e2fsck stops: a block map naming an
+/// indirect block outside the filesystem (any inode), the bad blocks inode failing its
+/// checksum, pass 1B's scan meeting an inode that fails its checksum, and a journal
+/// whose map stops short of its size.
+#[test]
+fn walks_that_stop_e2fsck() {
+    use ProblemCode::*;
+    let img = TestImage::new(&["-t", "ext2", "-b", "1024"], "8M");
+    debugfs_all(&img, &["write /dev/null f", "sif f block[IND] 99999999"]);
+    img.assert_exit(
+        "a file's indirect block past the end",
+        12,
+        Some(PR_1_BLOCK_ITERATE),
+    );
+
+    let csum = ["-t", "ext4", "-O", "^extent,^64bit", "-b", "1024"];
+    let img = TestImage::new(&csum, "8M");
+    break_inode_checksum(&img, 1);
+    img.assert_exit(
+        "the bad blocks inode's checksum",
+        12,
+        Some(PR_1_BLOCK_ITERATE),
+    );
+
+    let img = TestImage::new(&csum, "8M");
+    let source = img._dir.path().join("hello");
+    std::fs::write(&source, "hello\n").unwrap();
+    debugfs_all(
+        &img,
+        &[
+            &format!("write {} a", source.display()),
+            "write /dev/null b",
+        ],
+    );
+    let block = img.bmap(12, 0);
+    debugfs_all(
+        &img,
+        &[
+            &format!("sif b block[0] {block}"),
+            "sif b size 6",
+            "sif b blocks 2",
+        ],
+    );
+    img.assert_exit("a block in two files", 4, Some(PR_1B_DUP_BLOCK));
+    break_inode_checksum(&img, 13);
+    img.assert_exit("pass 1B meeting a checksum", 12, Some(PR_1B_ISCAN_ERROR));
+
+    // ext3's journal is block-mapped: a block of it past the end ends the walk short.
+    let img = TestImage::new(&["-t", "ext3", "-b", "1024"], "8M");
+    // The first pointer of the single indirect block: logical block 12.
+    let ind = img
+        .debugfs("blocks <8>")
+        .split_whitespace()
+        .nth(12)
+        .and_then(|b| b.parse::<u64>().ok())
+        .expect("the journal's 13th block is its indirect block");
+    img.write(ind * img.block_size() + 40, &99_999_999u32.to_le_bytes());
+    img.assert_exit(
+        "a journal block past the end",
+        12,
+        Some(PR_0_JOURNAL_BAD_INODE),
+    );
+}

@@ -6,6 +6,7 @@
 //! cannot go on without one and stops (exit 12 under `-n`); the checker reports it, goes
 //! on with the rest, and exits as e2fsck does.
 
+use e4_format::block_map::{DIRECT_BLOCKS, SINGLE_INDIRECT_SLOT};
 use e4_format::codec::le32;
 use e4_format::extent::{ExtentEntries, ExtentNode};
 use e4_format::features::CompatFeatures;
@@ -80,7 +81,19 @@ pub fn check(ctx: &Context) {
         );
         return;
     }
-    let Some(block) = first_block(ctx, &inode) else {
+    let needed = inode.size().div_ceil(u64::from(ctx.block_size()));
+    let map = JournalMap::walk(ctx, &inode, needed);
+    if map.reached < needed {
+        bad_inode(
+            ctx,
+            format!(
+                "superblock has an invalid journal (inode {ino}): its map reaches {} of its {needed} blocks",
+                map.reached
+            ),
+        );
+        return;
+    }
+    let Some(block) = map.block_zero else {
         bad_inode(
             ctx,
             format!("superblock has an invalid journal (inode {ino}): no block 0"),
@@ -262,30 +275,109 @@ fn report(ctx: &Context, message: String) {
     );
 }
 
-/// The physical block holding logical block 0 of `inode`.
-fn first_block(ctx: &Context, inode: &Inode) -> Option<u64> {
-    if !inode.has_flag(flags::EXTENTS) {
-        let block = u64::from(le32(&inode.record.block, 0)?);
-        return ctx.is_valid_block(block).then_some(block);
-    }
-    let loc = FormatLocation::Inode(inode.ino);
-    let mut node = ExtentNode::parse(&inode.record.block, loc).ok()?;
-    for _ in 0..=MAX_DEPTH {
-        match node.entries {
-            ExtentEntries::Leaf(leaves) => {
-                let first = leaves.first()?.extent();
-                return (first.logical == 0 && ctx.is_valid_block(first.physical))
-                    .then_some(first.physical);
-            }
-            ExtentEntries::Index(indexes) => {
-                let child = indexes.first()?.leaf();
-                if !ctx.is_valid_block(child) {
-                    return None;
-                }
-                let bytes = ctx.image.read_blocks(child, 1, ctx.block_size()).ok()?;
-                node = ExtentNode::parse(&bytes, FormatLocation::Block(child)).ok()?;
+/// How far `e2fsck_get_journal`'s walk of the journal's map gets
+/// (`ext2fs_block_iterate3` with `BLOCK_FLAG_HOLE` and `process_journal_block`, which
+/// stops at a block outside the filesystem and, in a block map, at a hole).
+#[derive(Debug, Default)]
+struct JournalMap {
+    /// One past the last logical block reached.
+    reached: u64,
+    /// The block holding logical block 0.
+    block_zero: Option<u64>,
+}
+
+impl JournalMap {
+    /// Walks `inode`'s map until it stops or reaches `needed` blocks.
+    fn walk(ctx: &Context, inode: &Inode, needed: u64) -> JournalMap {
+        let mut map = JournalMap::default();
+        if inode.has_flag(flags::EXTENTS) {
+            map.extents(
+                ctx,
+                &inode.record.block,
+                FormatLocation::Inode(inode.ino),
+                0,
+                needed,
+            );
+            return map;
+        }
+        for slot in 0..DIRECT_BLOCKS as usize {
+            let block = le32(&inode.record.block, 4 * slot).unwrap_or(0);
+            if !map.block_map(ctx, u64::from(block), 0, needed) {
+                return map;
             }
         }
+        for level in 1..=3u32 {
+            let slot = SINGLE_INDIRECT_SLOT + level as usize - 1;
+            let block = le32(&inode.record.block, 4 * slot).unwrap_or(0);
+            if !map.block_map(ctx, u64::from(block), level, needed) {
+                return map;
+            }
+        }
+        map
     }
-    None
+
+    /// Block-map pointer `block` of indirection `level` (0: data), in logical order;
+    /// false where the walk stops.
+    fn block_map(&mut self, ctx: &Context, block: u64, level: u32, needed: u64) -> bool {
+        if !ctx.is_valid_block(block) {
+            return false;
+        }
+        if level == 0 {
+            if self.reached == 0 {
+                self.block_zero = Some(block);
+            }
+            self.reached += 1;
+            return self.reached < needed;
+        }
+        let Ok(bytes) = ctx.image.read_blocks(block, 1, ctx.block_size()) else {
+            return false;
+        };
+        (0..bytes.len() / 4).all(|i| {
+            let child = le32(&bytes, 4 * i).unwrap_or(0);
+            self.block_map(ctx, u64::from(child), level - 1, needed)
+        })
+    }
+
+    /// The extent node in `bytes` (at `loc`, `depth` levels below the inode), in
+    /// order; false where the walk stops.
+    fn extents(
+        &mut self,
+        ctx: &Context,
+        bytes: &[u8],
+        loc: FormatLocation,
+        depth: usize,
+        needed: u64,
+    ) -> bool {
+        let Ok(node) = ExtentNode::parse(bytes, loc) else {
+            return false;
+        };
+        match node.entries {
+            ExtentEntries::Leaf(leaves) => leaves.iter().all(|leaf| {
+                let e = leaf.extent();
+                let len = u64::from(e.len);
+                let valid = if ctx.is_valid_block(e.physical) {
+                    len.min(ctx.geo.blocks() - e.physical)
+                } else {
+                    0
+                };
+                if e.logical == 0 && valid > 0 {
+                    self.block_zero = Some(e.physical);
+                }
+                if valid > 0 {
+                    self.reached = self.reached.max(u64::from(e.logical) + valid);
+                }
+                valid == len && self.reached < needed
+            }),
+            ExtentEntries::Index(indexes) => indexes.iter().all(|index| {
+                let child = index.leaf();
+                if depth == MAX_DEPTH || !ctx.is_valid_block(child) {
+                    return false;
+                }
+                let Ok(bytes) = ctx.image.read_blocks(child, 1, ctx.block_size()) else {
+                    return false;
+                };
+                self.extents(ctx, &bytes, FormatLocation::Block(child), depth + 1, needed)
+            }),
+        }
+    }
 }

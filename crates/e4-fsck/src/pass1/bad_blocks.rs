@@ -5,8 +5,8 @@
 //! `process_bad_block`: each indirect block before its children, and a pointer outside
 //! the filesystem, listed block or indirect block, is `PR_1_BB_ILLEGAL_BLOCK_NUM` and not
 //! followed. An indirect block that cannot be followed makes libext2fs's walk end in an
-//! error, which stops e2fsck at the end of the walk (`PR_1_BLOCK_ITERATE`). Every other
-//! block is claimed. Its size and `i_blocks` mean nothing and are not checked.
+//! error, which stops e2fsck at the end of the walk (`PR_1_BLOCK_ITERATE`), as does a
+//! checksum that fails (the walk reads the inode again). Every other block is claimed. Its size and `i_blocks` mean nothing and are not checked.
 
 use e4_format::block_map::{DIRECT_BLOCKS, SINGLE_INDIRECT_SLOT};
 use e4_format::codec::le32;
@@ -43,6 +43,15 @@ pub fn check(walk: &BlockWalk<'_>, inode: &Inode, csum_ok: bool) -> BlockTally {
             loc,
             "the bad block inode looks invalid",
         );
+    }
+    if !csum_ok {
+        // `ext2fs_block_iterate3` reads inode 1 again, and the checksum stops it.
+        walk.report(
+            ProblemCode::PR_1_BLOCK_ITERATE,
+            loc,
+            format!("error while iterating over blocks in inode {BAD_BLOCKS_INO}: inode checksum does not match inode"),
+        );
+        return BlockTally::default();
     }
     let mut map = BadBlockMap {
         walk,

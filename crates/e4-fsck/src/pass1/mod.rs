@@ -12,6 +12,7 @@ mod really_dir;
 mod special_inode;
 
 use std::collections::HashSet;
+use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 
 use rayon::prelude::*;
@@ -104,6 +105,16 @@ pub fn run(
 pub fn find_shared_owners(ctx: &Context, pieces: &[TablePiece], xattrs: &XattrBlocks) {
     if !ctx.block_dup.any() {
         return;
+    }
+    // `ext2fs_get_next_inode_full` returns the first inode whose checksum fails as an
+    // error, which ends pass 1B and e2fsck.
+    let first = ctx.first_checksum_failure.load(Ordering::Relaxed);
+    if first != u32::MAX {
+        ctx.report(
+            ProblemCode::PR_1B_ISCAN_ERROR,
+            Location::Inode(first),
+            format!("error while scanning inodes ({first}): inode checksum does not match inode"),
+        );
     }
     pieces.par_iter().for_each(|piece| {
         for (ino, shared) in scan_piece(ctx, piece, WalkMode::CountShared, xattrs).1 {
@@ -284,6 +295,9 @@ fn check_inode(
     // scans (`finish_processing_inode` on the `!i_links_count` path), so an unused
     // inode's bad checksum makes the filesystem unclean.
     if !csum_ok && !blank {
+        if walk.mode == WalkMode::Claim {
+            ctx.first_checksum_failure.fetch_min(ino, Ordering::Relaxed);
+        }
         walk.report(
             ProblemCode::PR_1_INODE_ONLY_CSUM_INVALID,
             loc,

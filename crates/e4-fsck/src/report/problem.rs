@@ -153,6 +153,7 @@ macro_rules! problem_codes {
                         | ProblemCode::PR_0_JOURNAL_BAD_SUPER
                         | ProblemCode::PR_0_JOURNAL_UNSUPP_MULTIFS
                         | ProblemCode::PR_1_BLOCK_ITERATE
+                        | ProblemCode::PR_1B_ISCAN_ERROR
                         | ProblemCode::PR_2_DIR_CORRUPTED
                         | ProblemCode::PR_3_NO_ROOT_INODE
                 )
@@ -248,10 +249,6 @@ problem_codes! {
     /// The bad blocks inode lists a block, or names an indirect block, outside the
     /// filesystem (asked once, "Bad block inode has illegal block(s)", then ignored).
     PR_1_BB_ILLEGAL_BLOCK_NUM = 0x010012, Clear, IllegalBlock, true;
-    /// libext2fs's walk of an inode's blocks ended in an error (an indirect block of the
-    /// bad blocks inode outside the filesystem): e2fsck stops at once (exit 8, 12 after
-    /// the illegal block it follows).
-    PR_1_BLOCK_ITERATE = 0x010029, None, IllegalBlock, false;
     /// An unused quota inode slot (3, 4 or the project quota inode) holds links, blocks
     /// or a block pointer.
     PR_1_QUOTA_INODE_NOT_CLEAR = 0x010063, Clear, Inode, true;
@@ -389,8 +386,16 @@ problem_codes! {
     /// A quota file's usage differs from what the check found, or the file cannot be
     /// read (reported once per quota type, after pass 5).
     PR_6_UPDATE_QUOTAS = 0x060002, Fix, Quota, true;
+    /// libext2fs's walk of an inode's blocks ended in an error (an indirect block outside
+    /// the filesystem, or the bad blocks inode failing its checksum): e2fsck stops at
+    /// once (exit 8, 12 after the illegal block it follows). Declared after pass 1's
+    /// other codes, so that what e2fsck reports before it at one inode sorts before it.
+    PR_1_BLOCK_ITERATE = 0x010029, None, IllegalBlock, false;
     /// Blocks are claimed by more than one inode, or by an inode and metadata (pass 1B).
     PR_1B_DUP_BLOCK = 0x011002, Clone, MultiplyClaimed, true;
+    /// Pass 1B's inode scan meets an inode whose checksum fails (pass 1 forgave it):
+    /// e2fsck stops (exit 8, 12 after the checksum error).
+    PR_1B_ISCAN_ERROR = 0x011006, None, MultiplyClaimed, false;
     /// An inode's xattr block number is invalid (or the filesystem has no xattrs).
     PR_2_FILE_ACL_BAD = 0x020032, Clear, Xattr, true;
     /// An entry points past the inode count, or at a reserved inode.

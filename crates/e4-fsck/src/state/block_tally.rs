@@ -20,6 +20,9 @@ pub struct BlockTally {
     /// check, so libext2fs's `ext2fs_bmap2` of block 0 fails (e2fsck's `handle_htree`
     /// then finds the htree root invalid).
     pub block_zero_unmappable: bool,
+    /// A block map names an indirect block outside the filesystem, which
+    /// `ext2fs_block_iterate3` cannot follow: its walk ends in an error.
+    pub indirect_unfollowed: bool,
 }
 
 impl BlockTally {
@@ -31,6 +34,7 @@ impl BlockTally {
         self.last_init_block = self.last_init_block.max(later.last_init_block);
         self.dir_blocks.extend(later.dir_blocks);
         self.block_zero_unmappable |= later.block_zero_unmappable;
+        self.indirect_unfollowed |= later.indirect_unfollowed;
     }
 
     /// Records `len` data blocks mapped from `logical` at `physical`.

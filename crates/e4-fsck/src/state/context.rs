@@ -2,6 +2,7 @@
 //! one block-ownership bitmap, the per-inode arrays and the problem list. Passes borrow it
 //! immutably and from many threads; everything they change is atomic.
 
+use std::sync::atomic::AtomicU32;
 use std::sync::Mutex;
 
 use e4_format::features::{IncompatFeatures, RoCompatFeatures};
@@ -46,6 +47,9 @@ pub struct Context {
     pub ea_inodes: EaInodes,
     /// Quota usage found in pass 1, per user, group and project.
     pub quota: QuotaTotals,
+    /// The lowest inode pass 1 found failing its checksum (`u32::MAX`: none): pass
+    /// 1B's inode scan, which does not forgive checksums, stops there.
+    pub first_checksum_failure: AtomicU32,
     /// Problems found, in no particular order until [`Context::take_problems`] sorts them.
     problems: Mutex<Vec<Problem>>,
 }
@@ -77,6 +81,7 @@ impl Context {
             inodes: InodeStates::new(sb.inodes_count),
             ea_inodes: EaInodes::default(),
             quota: QuotaTotals::default(),
+            first_checksum_failure: AtomicU32::new(u32::MAX),
             sb,
             geo,
             groups,

@@ -1,6 +1,7 @@
 //! Walking an ext2/ext3 block map (`i_block`: 12 direct pointers, then single, double and
 //! triple indirect), as e2fsck's `process_block` sees it through `ext2fs_block_iterate3`:
-//! a pointer outside the filesystem is reported and neither claimed nor followed.
+//! a pointer outside the filesystem is reported and neither claimed nor followed; an
+//! indirect one also ends libext2fs's walk in an error, which stops e2fsck.
 //! Double and triple indirect blocks hand their children to other threads, unless the
 //! blocks under them could reach the count limit of [`TooBig`]: which block reaches it
 //! depends on e2fsck's order (each indirect block before its children), so such a
@@ -66,6 +67,17 @@ pub fn walk_block_map(
         }
         base += info.per_block.pow(level);
     }
+    if tally.indirect_unfollowed {
+        // `check_blocks` then reports the walk's error, which stops e2fsck.
+        walk.report(
+            ProblemCode::PR_1_BLOCK_ITERATE,
+            Location::Inode(walk.ino),
+            format!(
+                "error while iterating over blocks in inode {}: illegal indirect block found",
+                walk.ino
+            ),
+        );
+    }
     tally
 }
 
@@ -129,6 +141,7 @@ fn visit_indirect(
     let ctx = walk.ctx;
     if !ctx.is_valid_block(block) {
         report_illegal(walk, block, base);
+        tally.indirect_unfollowed = true;
         return;
     }
     if let Some(code) = count_problem(info, owned_before, tally) {
