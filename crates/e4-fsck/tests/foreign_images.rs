@@ -503,8 +503,8 @@ fn break_inode_checksum(img: &TestImage, ino: u32) {
 
 /// Where libext2fs's own walks end in an error, e2fsck stops: a block map naming an
 /// indirect block outside the filesystem (any inode), the bad blocks inode failing its
-/// checksum, pass 1B's scan meeting an inode that fails its checksum, and a journal
-/// whose map stops short of its size.
+/// checksum, pass 1B's scan meeting an inode that fails its checksum, pass 2's
+/// `process_bad_inode` reading one, and a journal whose map stops short of its size.
 #[test]
 fn walks_that_stop_e2fsck() {
     use ProblemCode::*;
@@ -547,6 +547,18 @@ fn walks_that_stop_e2fsck() {
     img.assert_exit("a block in two files", 4, Some(PR_1B_DUP_BLOCK));
     break_inode_checksum(&img, 13);
     img.assert_exit("pass 1B meeting a checksum", 12, Some(PR_1B_ISCAN_ERROR));
+
+    // An inode pass 1 marks bad (a mode of no file type), read again by pass 2's
+    // `process_bad_inode` for the entry naming it.
+    let img = TestImage::new(&["-t", "ext4", "-b", "1024"], "8M");
+    debugfs_all(&img, &["write /dev/null f", "sif f mode 0170644"]);
+    img.assert_exit("a bad mode", 4, Some(PR_2_BAD_MODE));
+    break_inode_checksum(&img, 12);
+    img.assert_exit(
+        "a bad mode and a checksum",
+        12,
+        Some(EXT2_ET_BAD_INODE_CSUM_INVALID),
+    );
 
     // ext3's journal is block-mapped: a block of it past the end ends the walk short.
     let img = TestImage::new(&["-t", "ext3", "-b", "1024"], "8M");

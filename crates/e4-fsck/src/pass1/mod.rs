@@ -12,7 +12,6 @@ mod really_dir;
 mod special_inode;
 
 use std::collections::HashSet;
-use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 
 use rayon::prelude::*;
@@ -108,8 +107,13 @@ pub fn find_shared_owners(ctx: &Context, pieces: &[TablePiece], xattrs: &XattrBl
     }
     // `ext2fs_get_next_inode_full` returns the first inode whose checksum fails as an
     // error, which ends pass 1B and e2fsck.
-    let first = ctx.first_checksum_failure.load(Ordering::Relaxed);
-    if first != u32::MAX {
+    let first = ctx
+        .checksum_failed
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .first()
+        .copied();
+    if let Some(first) = first {
         ctx.report(
             ProblemCode::PR_1B_ISCAN_ERROR,
             Location::Inode(first),
@@ -296,7 +300,10 @@ fn check_inode(
     // inode's bad checksum makes the filesystem unclean.
     if !csum_ok && !blank {
         if walk.mode == WalkMode::Claim {
-            ctx.first_checksum_failure.fetch_min(ino, Ordering::Relaxed);
+            ctx.checksum_failed
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(ino);
         }
         walk.report(
             ProblemCode::PR_1_INODE_ONLY_CSUM_INVALID,
@@ -375,9 +382,8 @@ fn check_inode(
             );
         }
         if file_type.is_none() {
-            walk.report(
+            walk.report_bad_inode(
                 ProblemCode::PR_2_BAD_MODE,
-                loc,
                 format!("inode {ino} has invalid mode ({:#o})", inode.record.mode),
             );
         }
@@ -591,9 +597,8 @@ fn check_zero_fields(walk: &BlockWalk<'_>, inode: &Inode) {
     ];
     for (bad, code, field, value) in checks {
         if bad {
-            walk.report(
+            walk.report_bad_inode(
                 code,
-                Location::Inode(ino),
                 format!("{field} for inode {ino} is {value}, should be zero"),
             );
         }

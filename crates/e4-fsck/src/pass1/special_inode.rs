@@ -59,11 +59,7 @@ pub fn check_special(
         FileType::Regular | FileType::Directory => return true,
     };
     if !valid {
-        walk.report(
-            code,
-            Location::Inode(ino),
-            format!("inode {ino} is an illegal {what}"),
-        );
+        walk.report_bad_inode(code, format!("inode {ino} is an illegal {what}"));
         return false;
     }
     if inode.flags() & BAD_SPECIAL_FLAGS != 0 {

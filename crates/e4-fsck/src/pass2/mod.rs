@@ -367,6 +367,13 @@ impl<'a, 'r> EntryChecker<'a, 'r> {
                 );
             }
             let kind = ctx.inodes.kind(target);
+            if kind.in_use() && target != ino && is_bad_with_failed_checksum(ctx, target) {
+                ctx.report(
+                    ProblemCode::EXT2_ET_BAD_INODE_CSUM_INVALID,
+                    Location::Inode(target),
+                    format!("inode checksum does not match inode while reading inode {target} in process_bad_inode"),
+                );
+            }
             if target == ino {
                 self.report(
                     ProblemCode::PR_2_LINK_DOT,
@@ -471,4 +478,16 @@ impl<'a, 'r> EntryChecker<'a, 'r> {
         }
         found
     }
+}
+
+/// Whether inode `ino` is one pass 1 marked bad and whose checksum fails: reading it
+/// again for `process_bad_inode` stops e2fsck.
+fn is_bad_with_failed_checksum(ctx: &Context, ino: u32) -> bool {
+    let bad = ctx.bad_inodes.lock().unwrap_or_else(|e| e.into_inner());
+    bad.contains(&ino)
+        && ctx
+            .checksum_failed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&ino)
 }

@@ -154,6 +154,7 @@ macro_rules! problem_codes {
                         | ProblemCode::PR_0_JOURNAL_UNSUPP_MULTIFS
                         | ProblemCode::PR_1_BLOCK_ITERATE
                         | ProblemCode::PR_1B_ISCAN_ERROR
+                        | ProblemCode::EXT2_ET_BAD_INODE_CSUM_INVALID
                         | ProblemCode::PR_2_DIR_CORRUPTED
                         | ProblemCode::PR_3_NO_ROOT_INODE
                 )
@@ -222,6 +223,10 @@ problem_codes! {
     /// The resize inode cannot be read (its checksum fails), so re-creating it at the
     /// end of pass 1 fails; declined, e2fsck stops (exit 12 under `-n`).
     PR_1_RESIZE_INODE_CREATE = 0x01004E, None, ResizeInode, true;
+    /// `EXT2_ET_INODE_CSUM_INVALID` again, where pass 2's `process_bad_inode` reads an
+    /// inode pass 1 marked bad, for an entry naming it, and its checksum fails: fatal
+    /// (exit 12 after the checksum error). An e4 number, in pass 2 where e2fsck stops.
+    EXT2_ET_BAD_INODE_CSUM_INVALID = 0x02F001, None, Inode, false;
     /// The journal inode cannot be used (unreadable, bad checksum, no block 0, no
     /// journal magic): declined, e2fsck cannot go on ("Cannot proceed with file system
     /// check", exit 12).

@@ -52,6 +52,19 @@ impl BlockWalk<'_> {
         }
     }
 
+    /// Reports a problem of this inode that e2fsck leaves to pass 2's
+    /// `process_bad_inode`, marking the inode bad (pass 1 only).
+    pub fn report_bad_inode(&self, code: ProblemCode, message: impl Into<String>) {
+        if self.mode == WalkMode::Claim {
+            self.ctx
+                .bad_inodes
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(self.ino);
+            self.ctx.report(code, Location::Inode(self.ino), message);
+        }
+    }
+
     /// Claims `start..start + count` (already checked to be inside the filesystem) for
     /// this inode and counts it in `tally`'s shared blocks where it is a duplicate.
     pub fn claim(&self, start: u64, count: u64, tally: &mut BlockTally) {

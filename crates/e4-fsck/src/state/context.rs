@@ -2,7 +2,7 @@
 //! one block-ownership bitmap, the per-inode arrays and the problem list. Passes borrow it
 //! immutably and from many threads; everything they change is atomic.
 
-use std::sync::atomic::AtomicU32;
+use std::collections::BTreeSet;
 use std::sync::Mutex;
 
 use e4_format::features::{IncompatFeatures, RoCompatFeatures};
@@ -47,9 +47,14 @@ pub struct Context {
     pub ea_inodes: EaInodes,
     /// Quota usage found in pass 1, per user, group and project.
     pub quota: QuotaTotals,
-    /// The lowest inode pass 1 found failing its checksum (`u32::MAX`: none): pass
-    /// 1B's inode scan, which does not forgive checksums, stops there.
-    pub first_checksum_failure: AtomicU32,
+    /// Inodes pass 1 found failing their checksum (not blank ones). Pass 1 forgives
+    /// them; pass 1B's scan and pass 2's `process_bad_inode` read them again, and stop
+    /// e2fsck. Damage only, so a set under one lock.
+    pub checksum_failed: Mutex<BTreeSet<u32>>,
+    /// Inodes pass 1 marks bad (e2fsck's `inode_bad_map`: a bad mode or special file,
+    /// fields that must be zero, a bad xattr block): pass 2 hands each entry naming one
+    /// to `process_bad_inode`.
+    pub bad_inodes: Mutex<BTreeSet<u32>>,
     /// Problems found, in no particular order until [`Context::take_problems`] sorts them.
     problems: Mutex<Vec<Problem>>,
 }
@@ -81,7 +86,8 @@ impl Context {
             inodes: InodeStates::new(sb.inodes_count),
             ea_inodes: EaInodes::default(),
             quota: QuotaTotals::default(),
-            first_checksum_failure: AtomicU32::new(u32::MAX),
+            checksum_failed: Mutex::default(),
+            bad_inodes: Mutex::default(),
             sb,
             geo,
             groups,

@@ -60,9 +60,8 @@ impl XattrBlocks {
         let ino = walk.ino;
         let block = owner.file_acl();
         if !ctx.sb.compat().contains(CompatFeatures::EXT_ATTR) || !ctx.is_valid_block(block) {
-            walk.report(
+            walk.report_bad_inode(
                 ProblemCode::PR_2_FILE_ACL_BAD,
-                Location::Inode(ino),
                 format!("extended attribute block for inode {ino} is invalid ({block})"),
             );
             return 0;
