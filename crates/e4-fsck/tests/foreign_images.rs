@@ -400,6 +400,16 @@ fn sound_images_are_clean() {
     let img = TestImage::new(&["-t", "ext2", "-o", "hurd", "-b", "1024"], "8M");
     debugfs_all(&img, &["mkdir d", "feature filetype"]);
     img.assert_exit("the Hurd's entries under filetype", 0, None);
+    // Without the feature, a type is a type (libext2fs reads `name_len` as one byte).
+    let img = TestImage::new(&["-t", "ext2", "-O", "^filetype", "-b", "1024"], "8M");
+    // The file type byte of `lost+found`, the third entry of the root, at byte 24.
+    let at = img.bmap(2, 0) * img.block_size() + 24 + 7;
+    img.write(at, &[2]);
+    img.assert_exit(
+        "a file type without the feature",
+        4,
+        Some(ProblemCode::PR_2_CLEAR_FILETYPE),
+    );
 }
 
 /// A block in two files: multiply claimed, unless the shared_blocks feature allows it.

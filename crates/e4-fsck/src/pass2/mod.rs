@@ -255,7 +255,10 @@ impl<'a, 'r> EntryChecker<'a, 'r> {
         };
         let bs = ctx.block_size() as usize;
         let mut offset = base;
-        for (index, entry) in DirEntryIter::new(region, bs, filetype, loc).enumerate() {
+        // libext2fs reads `name_len` as one byte and the next as the file type whatever
+        // the feature says (`ext2fs_dirent_name_len`), so a type without the feature is
+        // a type, not a long name.
+        for (index, entry) in DirEntryIter::new(region, bs, true, loc).enumerate() {
             let entry = match entry {
                 Ok(entry) => entry,
                 Err(e) => {
@@ -404,7 +407,13 @@ impl<'a, 'r> EntryChecker<'a, 'r> {
             }
             // A type of 0 is `PR_2_SET_FILETYPE`, which `-n` neither prints nor counts
             // (`PR_NO_OK | PR_NO_NOMSG`): images the Hurd made with the feature hold none.
-            if filetype && entry.file_type != 0 {
+            if !filetype && entry.file_type != 0 {
+                self.report(
+                    ProblemCode::PR_2_CLEAR_FILETYPE,
+                    at,
+                    format!("entry '{shown}' in directory {ino} has filetype set"),
+                );
+            } else if filetype && entry.file_type != 0 {
                 if let Some(expected) = kind.dirent_file_type().filter(|&t| t != entry.file_type) {
                     self.report(
                         ProblemCode::PR_2_BAD_FILETYPE,

@@ -460,6 +460,8 @@ problem_codes! {
     PR_2_DUP_DOT_DOT = 0x02001B, Fix, DirectoryBlock, true;
     /// An entry's file type disagrees with its inode's mode.
     PR_2_BAD_FILETYPE = 0x020028, Fix, DirectoryEntry, true;
+    /// An entry has a file type on a filesystem without the filetype feature.
+    PR_2_CLEAR_FILETYPE = 0x020029, Clear, DirectoryEntry, true;
     /// An htree root's checksum does not match.
     PR_2_HTREE_ROOT_CSUM_INVALID = 0x020049, ClearHtree, Htree, true;
     /// A leaf block of an htree is not referenced by the index.
