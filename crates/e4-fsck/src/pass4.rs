@@ -3,6 +3,8 @@
 //! counter. An inode nothing references is unattached (or, with no content, simply
 //! leaked).
 
+use std::collections::HashMap;
+
 use rayon::prelude::*;
 
 use e4_format::features::RoCompatFeatures;
@@ -10,6 +12,7 @@ use e4_format::features::RoCompatFeatures;
 use crate::report::problem::{Location, ProblemCode};
 use crate::report::progress::{PassMeter, Progress};
 use crate::state::context::Context;
+use crate::state::ea_inode_refs::ValueInodeRefs;
 use crate::state::inode_state::InodeKind;
 
 /// Inodes per task and between progress reports: a multiple of 64, so each task reads
@@ -26,6 +29,7 @@ pub fn run(ctx: &Context, progress: Option<&Progress>) {
     let meter = PassMeter::start(progress, 4, u64::from(inodes));
     // Chunks of the in-use bitmap, not a list of inode numbers: most inodes of a large
     // filesystem are unused, and a clear word skips 64 of them.
+    let values = ctx.ea_inodes.values();
     let chunks = inodes.div_ceil(INODES_PER_CHUNK);
     (0..chunks).into_par_iter().for_each(|chunk| {
         let first = chunk * INODES_PER_CHUNK + 1;
@@ -33,7 +37,7 @@ pub fn run(ctx: &Context, progress: Option<&Progress>) {
             .saturating_add(INODES_PER_CHUNK)
             .min(inodes.saturating_add(1));
         ctx.inodes
-            .for_each_in_use(first..end, |ino| check_links(ctx, ino, dir_nlink));
+            .for_each_in_use(first..end, |ino| check_links(ctx, ino, dir_nlink, &values));
         meter.advance(u64::from(end - first));
     });
 }
@@ -44,7 +48,7 @@ pub fn run(ctx: &Context, progress: Option<&Progress>) {
 /// names counts as one link when it is an xattr value that entries name, which must
 /// store their number (`check_ea_inode`); else it is unattached, and declined, e2fsck
 /// leaves its links count alone (`disconnect_inode`).
-fn check_links(ctx: &Context, ino: u32, dir_nlink: bool) {
+fn check_links(ctx: &Context, ino: u32, dir_nlink: bool, values: &HashMap<u32, ValueInodeRefs>) {
     let kind = ctx.inodes.kind(ino);
     if !kind.in_use() || kind == InodeKind::Reserved {
         return;
@@ -53,7 +57,7 @@ fn check_links(ctx: &Context, ino: u32, dir_nlink: bool) {
     let mut counted = ctx.inodes.refs(ino);
     let loc = Location::Inode(ino);
     if counted == 0 {
-        match ctx.ea_inodes.value(ino) {
+        match values.get(&ino) {
             Some(value) if value.from_xattrs > 0 => {
                 if value.stored_refs != value.from_xattrs && !value.lustre {
                     ctx.report(

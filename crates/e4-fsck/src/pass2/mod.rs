@@ -9,6 +9,8 @@
 mod htree;
 mod names;
 
+use std::collections::BTreeSet;
+
 use rayon::prelude::*;
 
 use e4_format::checksum::inode_csum_seed;
@@ -58,11 +60,13 @@ pub fn run(ctx: &Context, dirs: &[Directory], progress: Option<&Progress>) -> Pa
         })
         .collect();
     tasks.sort_by_key(|t| (t.physical, t.dir.ino, t.logical));
+    // Read once here, so that no entry takes a lock (damage only: usually empty).
+    let unreadable = unreadable_bad_inodes(ctx);
     let meter = PassMeter::start(progress, 2, tasks.len() as u64);
     let mut subdir_links: Vec<SubdirLink> = tasks
         .par_iter()
         .flat_map_iter(|task| {
-            let links = check_block(ctx, task);
+            let links = check_block(ctx, task, &unreadable);
             meter.advance(1);
             links
         })
@@ -70,7 +74,7 @@ pub fn run(ctx: &Context, dirs: &[Directory], progress: Option<&Progress>) -> Pa
     subdir_links.par_extend(
         dirs.par_iter()
             .filter(|d| d.inline.is_some())
-            .flat_map_iter(|dir| check_inline(ctx, dir)),
+            .flat_map_iter(|dir| check_inline(ctx, dir, &unreadable)),
     );
     subdir_links.par_sort_unstable();
     dirs.par_iter()
@@ -90,7 +94,7 @@ pub fn run(ctx: &Context, dirs: &[Directory], progress: Option<&Progress>) -> Pa
 }
 
 /// Checks one directory block.
-fn check_block(ctx: &Context, task: &BlockTask<'_>) -> Vec<SubdirLink> {
+fn check_block(ctx: &Context, task: &BlockTask<'_>, unreadable: &BTreeSet<u32>) -> Vec<SubdirLink> {
     let dir = task.dir;
     let bs = ctx.block_size() as usize;
     let bytes = match ctx.image.read_blocks(task.physical, 1, ctx.block_size()) {
@@ -122,7 +126,7 @@ fn check_block(ctx: &Context, task: &BlockTask<'_>) -> Vec<SubdirLink> {
         &bytes[..]
     };
     let range = task.htree.and_then(|h| h.leaf_range(task.logical));
-    let mut entries = EntryChecker::new(ctx, dir, task.logical, task.physical, range);
+    let mut entries = EntryChecker::new(ctx, dir, task.logical, task.physical, range, unreadable);
     entries.check_region(region, 0, task.logical == 0);
     if let Some(seed) = csum.filter(|_| !index_block) {
         let loc = Location::DirEntry {
@@ -173,7 +177,7 @@ fn check_block(ctx: &Context, task: &BlockTask<'_>) -> Vec<SubdirLink> {
 
 /// Checks an inline directory: the parent in `i_block[0..4]`, then entries in the rest of
 /// `i_block` and in `system.data`.
-fn check_inline(ctx: &Context, dir: &Directory) -> Vec<SubdirLink> {
+fn check_inline(ctx: &Context, dir: &Directory, unreadable: &BTreeSet<u32>) -> Vec<SubdirLink> {
     let Some((i_block, system_data)) = &dir.inline else {
         return Vec::new();
     };
@@ -186,7 +190,7 @@ fn check_inline(ctx: &Context, dir: &Directory) -> Vec<SubdirLink> {
     if parent != 0 {
         ctx.inodes.add_ref(parent);
     }
-    let mut entries = EntryChecker::new(ctx, dir, 0, 0, None);
+    let mut entries = EntryChecker::new(ctx, dir, 0, 0, None, unreadable);
     entries.check_region(&block[4..], 4, false);
     if !system_data.is_empty() {
         entries.check_region(system_data, 60, false);
@@ -201,6 +205,8 @@ struct EntryChecker<'a, 'r> {
     logical: u32,
     physical: u64,
     htree_range: Option<LeafRange>,
+    /// Inodes `process_bad_inode` cannot read again ([`unreadable_bad_inodes`]).
+    unreadable: &'a BTreeSet<u32>,
     names: DirNames<'r>,
     links: Vec<SubdirLink>,
     /// The entries stopped parsing: e2fsck then salvages the block rather than calling
@@ -216,6 +222,7 @@ impl<'a, 'r> EntryChecker<'a, 'r> {
         logical: u32,
         physical: u64,
         htree_range: Option<LeafRange>,
+        unreadable: &'a BTreeSet<u32>,
     ) -> Self {
         EntryChecker {
             ctx,
@@ -223,6 +230,7 @@ impl<'a, 'r> EntryChecker<'a, 'r> {
             logical,
             physical,
             htree_range,
+            unreadable,
             names: DirNames::new(),
             links: Vec::new(),
             corrupted: false,
@@ -370,7 +378,7 @@ impl<'a, 'r> EntryChecker<'a, 'r> {
                 );
             }
             let kind = ctx.inodes.kind(target);
-            if kind.in_use() && target != ino && is_bad_with_failed_checksum(ctx, target) {
+            if kind.in_use() && target != ino && self.unreadable.contains(&target) {
                 ctx.report(
                     ProblemCode::EXT2_ET_BAD_INODE_CSUM_INVALID,
                     Location::Inode(target),
@@ -489,14 +497,13 @@ impl<'a, 'r> EntryChecker<'a, 'r> {
     }
 }
 
-/// Whether inode `ino` is one pass 1 marked bad and whose checksum fails: reading it
-/// again for `process_bad_inode` stops e2fsck.
-fn is_bad_with_failed_checksum(ctx: &Context, ino: u32) -> bool {
+/// The inodes pass 1 marked bad whose checksum fails: reading one again for
+/// `process_bad_inode` stops e2fsck.
+fn unreadable_bad_inodes(ctx: &Context) -> BTreeSet<u32> {
     let bad = ctx.bad_inodes.lock().unwrap_or_else(|e| e.into_inner());
-    bad.contains(&ino)
-        && ctx
-            .checksum_failed
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains(&ino)
+    let failed = ctx
+        .checksum_failed
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    bad.intersection(&failed).copied().collect()
 }

@@ -48,17 +48,22 @@ impl EaInodes {
         found.insert(ino, value);
     }
 
-    /// Inode `ino` as a value inode, when it is flagged as one, with the entries found
-    /// naming it.
-    pub fn value(&self, ino: u32) -> Option<ValueInodeRefs> {
+    /// Every inode flagged as a value, with the entries found naming it, taken once
+    /// after pass 1 so that pass 4's threads read it without a lock.
+    pub fn values(&self) -> HashMap<u32, ValueInodeRefs> {
         let found = self.found.lock().unwrap_or_else(|e| e.into_inner());
-        let value = found.get(&ino)?;
         let refs = self.refs.lock().unwrap_or_else(|e| e.into_inner());
-        Some(ValueInodeRefs {
-            stored_refs: value.stored_refs,
-            lustre: value.lustre,
-            from_xattrs: refs.get(&ino).copied().unwrap_or(0),
-        })
+        found
+            .iter()
+            .map(|(&ino, value)| {
+                let refs = ValueInodeRefs {
+                    stored_refs: value.stored_refs,
+                    lustre: value.lustre,
+                    from_xattrs: refs.get(&ino).copied().unwrap_or(0),
+                };
+                (ino, refs)
+            })
+            .collect()
     }
 }
 
