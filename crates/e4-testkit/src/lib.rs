@@ -7,6 +7,7 @@
 mod compare;
 mod image;
 mod kernel_mount;
+mod layers;
 mod raw_image;
 mod tree;
 #[cfg(feature = "walk")]
@@ -15,6 +16,7 @@ mod walk;
 pub use compare::{compare_trees, CompareOptions};
 pub use image::{e2fsck_clean, make_empty_image, make_image, Image, Profile, PROFILES};
 pub use kernel_mount::{kernel_comparison_skipped, KernelMount};
+pub use layers::layering_problems;
 pub use raw_image::RawImage;
 pub use tree::{full_source_tree, generate_tree, TreeSpec};
 #[cfg(feature = "walk")]
