@@ -44,6 +44,7 @@ pub use map::run::Mapping;
 pub use ops::create::Creator;
 pub use ops::fallocate::FallocateMode;
 pub use ops::lock_stats::LockReport;
+pub use ops::readdir::DirCookie;
 pub use ops::rename::RenameMode;
 pub use ops::setattr::SetAttributes;
 pub use ops::stat::{Metadata, StatFs};
