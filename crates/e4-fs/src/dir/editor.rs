@@ -181,7 +181,7 @@ impl Found {
             physical: self.physical,
             offset: self.entry.offset,
         };
-        (self.entry.to_public(), place)
+        (self.entry.into_public(), place)
     }
 }
 
@@ -292,7 +292,7 @@ impl<'a> DirectoryEditor<'a> {
     /// [`Error::NameTooLong`]).
     pub fn lookup(&self, name: &[u8]) -> Result<Option<DirEntry>> {
         check_name(name)?;
-        Ok(self.find(name)?.map(|found| found.entry.to_public()))
+        Ok(self.find(name)?.map(|found| found.entry.into_public()))
     }
 
     /// Points the existing entry `name` at `ino` (a rename over an existing name) and
@@ -311,7 +311,7 @@ impl<'a> DirectoryEditor<'a> {
         self.edit_leaf(found.physical, |leaf| {
             leaf.set_target(found.entry.offset, ino, code)
         })?;
-        Ok(Some(found.entry.to_public()))
+        Ok(Some(found.entry.into_public()))
     }
 
     /// Rewrites ".." to point at `parent_ino` (a directory moved to another parent).
@@ -339,14 +339,16 @@ impl<'a> DirectoryEditor<'a> {
     pub fn entries(&self) -> Result<Vec<DirEntry>> {
         let mut out = Vec::new();
         self.visit_entries(|e| {
-            out.push(e.to_public());
+            out.push(e.into_public());
             true
         })?;
         Ok(out)
     }
 
-    /// Calls `visit` on each live entry but "." and ".." until it returns false.
-    fn visit_entries(&self, mut visit: impl FnMut(LeafEntry) -> bool) -> Result<()> {
+    /// Calls `visit` on each live entry but "." and ".." until it returns false, in the
+    /// order cheapest to read: block order, the leaves in index order when indexed (a
+    /// listing that resumes needs [`Self::list_from`]'s order instead).
+    pub(crate) fn visit_entries(&self, mut visit: impl FnMut(LeafEntry) -> bool) -> Result<()> {
         let leaves = if self.is_indexed() {
             self.index_leaves()?
         } else {

@@ -106,7 +106,7 @@ impl InlineDirectory {
     }
 
     pub fn lookup(&self, name: &[u8]) -> Option<DirEntry> {
-        self.find(name).map(|(_, e)| e.to_public())
+        self.find(name).map(|(_, e)| e.into_public())
     }
 
     /// Adds `entry` in the first record with room, `i_block` first. False when neither
@@ -130,13 +130,13 @@ impl InlineDirectory {
     pub fn remove(&mut self, name: &[u8]) -> Option<DirEntry> {
         let (region, entry) = self.find(name)?;
         self.regions[region].remove(entry.offset);
-        Some(entry.to_public())
+        Some(entry.into_public())
     }
 
     pub fn set_target(&mut self, name: &[u8], ino: u32, code: u8) -> Option<DirEntry> {
         let (region, entry) = self.find(name)?;
         self.regions[region].set_target(entry.offset, ino, code);
-        Some(entry.to_public())
+        Some(entry.into_public())
     }
 
     pub fn set_parent(&mut self, parent_ino: u32) {

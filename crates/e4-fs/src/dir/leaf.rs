@@ -37,9 +37,9 @@ pub(crate) struct LeafEntry {
 
 impl LeafEntry {
     /// The entry as callers see it.
-    pub(crate) fn to_public(&self) -> DirEntry {
+    pub(crate) fn into_public(self) -> DirEntry {
         DirEntry {
-            name: self.name.clone(),
+            name: self.name,
             ino: self.ino,
             file_type: e4_format::dir_entry::file_type::to_file_type(self.file_type),
         }

@@ -39,7 +39,7 @@ impl Filesystem {
         cookie: DirCookie,
         mut visit: impl FnMut(DirEntry, DirCookie) -> bool,
     ) -> Result<()> {
-        self.read_caller_inode(dir, |inode| self.list_dir(inode, cookie, &mut visit))
+        self.read_caller_inode(dir, |inode| self.list_dir(inode, Some(cookie), &mut visit))
     }
 
     /// Finds `name` in directory `dir` (through the dentry cache).
@@ -53,22 +53,24 @@ impl Filesystem {
         self.read_caller_inode(dir, |inode| self.parent_of(inode))
     }
 
+    /// The whole listing, in the order cheapest to read (no hash is computed).
     pub(crate) fn read_dir_of(&self, dir: &Inode) -> Result<Vec<DirEntry>> {
         let mut out = Vec::new();
-        self.list_dir(dir, 0, &mut |entry, _| {
+        self.list_dir(dir, None, &mut |entry, _| {
             out.push(entry);
             true
         })?;
         Ok(out)
     }
 
-    /// A live entry with a zero-length name fails the listing, as the kernel's readdir
-    /// fails with EIO on one (`verify_dirent_name`): there is no name to give the caller,
-    /// and skipping it would hide an inode the directory still references.
+    /// Lists `dir` from `cookie` on, or whole and without cookies (`None`: `visit` gets 0
+    /// for each). A live entry with a zero-length name fails the listing, as the kernel's
+    /// readdir fails with EIO on one (`verify_dirent_name`): there is no name to give the
+    /// caller, and skipping it would hide an inode the directory still references.
     fn list_dir(
         &self,
         dir: &Inode,
-        cookie: DirCookie,
+        cookie: Option<DirCookie>,
         visit: &mut dyn FnMut(DirEntry, DirCookie) -> bool,
     ) -> Result<()> {
         require_directory(dir)?;
@@ -78,17 +80,21 @@ impl Filesystem {
                 nameless = true;
                 return false;
             }
-            visit(entry.to_public(), next)
+            visit(entry.into_public(), next)
         };
         if dir.has_flag(flags::INLINE_DATA) {
             let inline = self.inline_directory(dir)?;
+            let from = cookie.unwrap_or(0);
             for (position, entry) in inline.entries() {
-                if position as u64 >= cookie && !give(entry, position as u64 + 1) {
+                if position as u64 >= from && !give(entry, position as u64 + 1) {
                     break;
                 }
             }
         } else {
-            self.with_directory(dir, |editor| editor.list_from(cookie, &mut give))?;
+            self.with_directory(dir, |editor| match cookie {
+                Some(cookie) => editor.list_from(cookie, &mut give),
+                None => editor.visit_entries(|entry| give(entry, 0)),
+            })?;
         }
         if nameless {
             return Err(FormatError::corrupt(
