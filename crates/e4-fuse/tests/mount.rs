@@ -20,7 +20,7 @@ use nix::fcntl::{fallocate, renameat2, FallocateFlags, RenameFlags, AT_FDCWD};
 use nix::sys::statvfs::statvfs;
 
 /// The longest any test keeps its mount.
-const LIMIT: Duration = Duration::from_secs(120);
+const LIMIT: Duration = Duration::from_secs(60);
 
 /// An image mounted for one test. Fields drop in order: a mount the test did not finish
 /// is detached by the guard before its directory and image go.

@@ -43,7 +43,7 @@ pub fn is_mounted(dir: &Path) -> bool {
 /// (every waiting request fails, so nothing stays blocked), then detaches it.
 fn force_unmount(dir: &Path) {
     if let Some((_, minor)) = mounted_device(dir) {
-        let abort = format!("/sys/fs/fuse/connections/{minor}/abort");
+        let abort = format!("{FUSE_CONNECTIONS}/{minor}/abort");
         let _ = std::fs::write(abort, "1");
     }
     let detached = Command::new("fusermount3")
@@ -53,6 +53,22 @@ fn force_unmount(dir: &Path) {
         .is_ok_and(|o| o.status.success());
     if !detached {
         let _ = Command::new("umount").arg("-l").arg(dir).output();
+    }
+}
+
+/// Where the kernel lists FUSE connections, each with an `abort` file.
+const FUSE_CONNECTIONS: &str = "/sys/fs/fuse/connections";
+
+/// Mounts the FUSE control filesystem if nothing is mounted there yet: without it a
+/// stuck connection cannot be aborted, and a test process killed while one of its
+/// threads waits on its own mount stays a zombie, holding the mount, until reboot.
+fn mount_fuse_control() {
+    let mounted = std::fs::read_to_string("/proc/self/mountinfo")
+        .is_ok_and(|info| info.lines().any(|l| l.contains(" - fusectl ")));
+    if !mounted {
+        let _ = Command::new("mount")
+            .args(["-t", "fusectl", "fusectl", FUSE_CONNECTIONS])
+            .output();
     }
 }
 
@@ -67,6 +83,7 @@ impl FuseGuard {
     /// Starts watching the mount on `dir`: if it is still mounted `limit` from now, its
     /// connection is aborted and it is detached.
     pub fn watch(dir: &Path, limit: Duration) -> Self {
+        mount_fuse_control();
         let (stop, stopped) = mpsc::channel::<()>();
         let watched = dir.to_path_buf();
         let watchdog = std::thread::spawn(move || {
