@@ -18,6 +18,7 @@
 #![forbid(unsafe_code)]
 
 mod attrs;
+mod daemon;
 mod dir_handles;
 mod errno;
 mod lookup_counts;
@@ -26,6 +27,7 @@ mod options;
 mod session;
 mod shards;
 
+pub use daemon::{report_mounted, start_daemon};
 pub use errno::errno_of;
 pub use options::{MountOptions, OptionError};
 pub use session::{mount, mount_until_signal, MountError, Mounted};

@@ -155,6 +155,7 @@ const UNMOUNT_SIGNALS: [Signal; 3] = [Signal::SIGINT, Signal::SIGTERM, Signal::S
 
 /// Mounts `image` on `dir` and serves it until it is unmounted or the process gets
 /// SIGINT, SIGTERM or SIGHUP, which unmount it; returns once the image is written back.
+/// `mounted` runs once the kernel has the mount (a daemon tells its starter then).
 ///
 /// The signals are blocked in the calling thread before any other is started, so every
 /// thread of the mount inherits the mask and one thread takes them with `sigwait`; the
@@ -163,6 +164,7 @@ pub fn mount_until_signal(
     image: &Path,
     dir: &Path,
     options: &MountOptions,
+    mounted: impl FnOnce(),
 ) -> Result<(), MountError> {
     let mut signals = SigSet::empty();
     for s in UNMOUNT_SIGNALS {
@@ -171,8 +173,9 @@ pub fn mount_until_signal(
     let previous = signals
         .thread_swap_mask(SigmaskHow::SIG_BLOCK)
         .map_err(|e| MountError::Serve(e.into()))?;
-    let result = mount(image, dir, options).and_then(|mounted| {
-        let unmounter = mounted.unmounter.clone();
+    let result = mount(image, dir, options).and_then(|serving| {
+        mounted();
+        let unmounter = serving.unmounter.clone();
         let (tx, rx) = std::sync::mpsc::channel();
         let waiter = std::thread::spawn(move || {
             // OK to ignore: the receiver waits for this message.
@@ -183,7 +186,7 @@ pub fn mount_until_signal(
                 let _ = unmounter.lock().unmount();
             }
         });
-        let result = mounted.wait();
+        let result = serving.wait();
         // Unmounted by someone else: wake the waiter with a signal only it takes.
         if let Ok(id) = rx.recv() {
             let _ = pthread_kill(id, Signal::SIGHUP);
