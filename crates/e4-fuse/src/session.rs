@@ -43,7 +43,11 @@ pub struct Mounted {
 
 /// Mounts `image` on `dir` and starts serving it; returns once the kernel has the mount.
 pub fn mount(image: &Path, dir: &Path, options: &MountOptions) -> Result<Mounted, MountError> {
-    let shown = image.display().to_string();
+    // The whole path, for the mount table's source column.
+    let shown = std::fs::canonicalize(image)
+        .unwrap_or_else(|_| image.to_path_buf())
+        .display()
+        .to_string();
     let open = OpenOptions {
         writable: options.writable,
         commit_interval: options.commit_interval,

@@ -421,3 +421,33 @@ fn missing_entries_and_bad_renames_answer_errnos_not_panics() {
     assert_eq!(xattr::get(&a, "user.none").unwrap(), None);
     m.finish();
 }
+
+/// `uid=`/`gid=`: the mounting user's files are stored as the image's ids and shown as the
+/// user's; `fakeroot` stores root whoever creates (run as root, as in CI, that part only
+/// shows the option is taken).
+#[test]
+fn owner_options_map_the_image_ids_to_the_mounting_user() {
+    let Some(m) = TestMount::new("uid= and gid=", 16, "uid=1000,gid=1001") else {
+        return;
+    };
+    let (me, my_group) = (
+        nix::unistd::geteuid().as_raw(),
+        nix::unistd::getegid().as_raw(),
+    );
+    fs::write(m.path().join("f"), b"").unwrap();
+    let shown = fs::metadata(m.path().join("f")).unwrap();
+    assert_eq!((shown.uid(), shown.gid()), (me, my_group));
+    let image = m.finish();
+    let fs = e4_fs::Filesystem::open(&image.path, e4_fs::OpenOptions::default()).unwrap();
+    let stored = fs.metadata(fs.resolve("/f", true).unwrap()).unwrap();
+    assert_eq!((stored.uid, stored.gid), (1000, 1001));
+    drop(fs);
+    let Some(m) = TestMount::of("fakeroot", image, "fakeroot") else {
+        return;
+    };
+    fs::write(m.path().join("g"), b"").unwrap();
+    let image = m.finish();
+    let fs = e4_fs::Filesystem::open(&image.path, e4_fs::OpenOptions::default()).unwrap();
+    let stored = fs.metadata(fs.resolve("/g", true).unwrap()).unwrap();
+    assert_eq!((stored.uid, stored.gid), (0, 0));
+}
