@@ -17,25 +17,11 @@ impl<T> InstrumentedMutex<T> {
 
     /// Locks, waiting if needed; a wait is counted as contention.
     pub fn lock<'a>(&'a self, stats: &LockStats) -> MutexGuard<'a, T> {
-        stats.acquisitions.add(1);
-        if let Some(guard) = self.inner.try_lock() {
-            return guard;
-        }
-        stats.contended.add(1);
-        self.inner.lock()
+        stats.take(|| self.inner.try_lock(), || self.inner.lock())
     }
 
     /// Locks only if free; a busy lock is counted as a skip.
     pub fn try_lock<'a>(&'a self, stats: &LockStats) -> Option<MutexGuard<'a, T>> {
-        match self.inner.try_lock() {
-            Some(guard) => {
-                stats.acquisitions.add(1);
-                Some(guard)
-            }
-            None => {
-                stats.try_skips.add(1);
-                None
-            }
-        }
+        stats.take_if_free(self.inner.try_lock())
     }
 }

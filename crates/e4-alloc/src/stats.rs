@@ -73,6 +73,27 @@ pub struct LockSnapshot {
 }
 
 impl LockStats {
+    /// Takes a lock, counted: `try_take` first, and when the lock is busy, `take`, which
+    /// waits, counted as contention. The one counting rule for every lock the engine and
+    /// the allocators take (a mutex, or a reader-writer lock either way).
+    pub fn take<G>(&self, try_take: impl FnOnce() -> Option<G>, take: impl FnOnce() -> G) -> G {
+        self.acquisitions.add(1);
+        if let Some(guard) = try_take() {
+            return guard;
+        }
+        self.contended.add(1);
+        take()
+    }
+
+    /// Counts a try-lock's outcome: an acquisition, or a skip when the lock was busy.
+    pub fn take_if_free<G>(&self, taken: Option<G>) -> Option<G> {
+        match taken {
+            Some(_) => self.acquisitions.add(1),
+            None => self.try_skips.add(1),
+        }
+        taken
+    }
+
     pub fn snapshot(&self) -> LockSnapshot {
         LockSnapshot {
             acquisitions: self.acquisitions.get(),

@@ -33,9 +33,9 @@ pub enum Error {
     /// Symlinks nest too deeply or form a loop.
     #[error("{0}: too many levels of symbolic links")]
     SymlinkLoop(String),
-    /// No space left: the string says of what ("blocks", "inodes", "directory index").
+    /// No space left (ENOSPC): of what, as a [`Shortage`].
     #[error("no space left on the filesystem ({0})")]
-    NoSpace(String),
+    NoSpace(Shortage),
     /// A name that must be new already exists (EEXIST).
     #[error("{0}: file exists")]
     Exists(String),
@@ -73,9 +73,143 @@ pub enum Error {
     /// The operation is valid but this filesystem's features do not allow it (EOPNOTSUPP).
     #[error("not supported: {0}")]
     NotSupported(String),
+    /// A group's block or inode bitmap cannot be used: it could not be read, its checksum
+    /// is wrong, or it disagrees with what the group must hold (EUCLEAN, as the kernel's
+    /// `ext4_read_block_bitmap` answers). Never reported as a full filesystem: the space
+    /// may be there, and retrying after a commit would not find it.
+    #[error("the {bitmap} bitmap of group {group} cannot be used: {reason}")]
+    BitmapUnusable {
+        bitmap: &'static str,
+        group: u32,
+        reason: String,
+    },
+    /// The engine found one of its own rules broken (a bug, or damage it cannot name more
+    /// precisely): EIO, never a caller's EINVAL.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+/// What ran out, for [`Error::NoSpace`]. The kinds a caller can act on are variants;
+/// `Room` says in words what had no room.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Shortage {
+    /// Free blocks.
+    Blocks,
+    /// Free inodes.
+    Inodes,
+    /// Room in a directory's htree index (two levels without large_dir, three with it).
+    DirectoryIndex,
+    /// Room inside one structure (a directory block, an inode's attribute area, an xattr
+    /// block), described in the words.
+    Room(String),
+}
+
+impl std::fmt::Display for Shortage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Shortage::Blocks => f.write_str("blocks"),
+            Shortage::Inodes => f.write_str("inodes"),
+            Shortage::DirectoryIndex => f.write_str("directory index"),
+            Shortage::Room(what) => f.write_str(what),
+        }
+    }
 }
 
 impl Error {
+    /// The errno this error stands for, as the kernel's ext4 would answer the same
+    /// operation (a FUSE reply, or a tool's exit message). Damage is EUCLEAN (the kernel's
+    /// EFSCORRUPTED), a checksum that does not match EBADMSG (EFSBADCRC), a feature e4
+    /// cannot handle EOPNOTSUPP; I/O keeps the device's own errno where it has one.
+    pub fn errno(&self) -> i32 {
+        use rustix::io::Errno;
+        let errno = match self {
+            Error::Format(FormatError::Corrupt { .. }) => Errno::UCLEAN,
+            Error::Format(FormatError::Checksum { .. }) => Errno::BADMSG,
+            Error::Format(FormatError::Incompatible(_)) => Errno::OPNOTSUPP,
+            Error::Io { source, .. } => {
+                return source.raw_os_error().unwrap_or(Errno::IO.raw_os_error())
+            }
+            Error::NotAFilesystem(_) => Errno::INVAL,
+            Error::NotFound(_) => Errno::NOENT,
+            Error::NotADirectory(_) => Errno::NOTDIR,
+            Error::WrongType { .. } => Errno::INVAL,
+            Error::SymlinkLoop(_) => Errno::LOOP,
+            Error::NoSpace(_) => Errno::NOSPC,
+            Error::Exists(_) => Errno::EXIST,
+            Error::NoAttribute(_) => Errno::NODATA,
+            Error::NotEmpty(_) => Errno::NOTEMPTY,
+            Error::IsADirectory(_) => Errno::ISDIR,
+            Error::NameTooLong(_) => Errno::NAMETOOLONG,
+            Error::TooManyLinks(_) => Errno::MLINK,
+            Error::FileTooBig(_) => Errno::FBIG,
+            Error::Invalid(_) => Errno::INVAL,
+            Error::ReadOnly(_) => Errno::ROFS,
+            Error::NoDevice(_) => Errno::NODEV,
+            Error::IllegalSeek(_) => Errno::SPIPE,
+            Error::NotSupported(_) => Errno::OPNOTSUPP,
+            Error::BitmapUnusable { .. } => Errno::UCLEAN,
+            Error::Internal(_) => Errno::IO,
+        };
+        errno.raw_os_error()
+    }
+
+    /// The error for an allocation e4-alloc refused: a full filesystem only when it is
+    /// full; a bitmap it could not trust as that.
+    pub(crate) fn from_block_allocation(e: e4_alloc::AllocError) -> Self {
+        use e4_alloc::AllocError;
+        match e {
+            AllocError::NoSpace => Error::NoSpace(Shortage::Blocks),
+            AllocError::CorruptBitmap { group, block } => Error::BitmapUnusable {
+                bitmap: "block",
+                group,
+                reason: format!("it shows block {block}, which holds metadata, as free"),
+            },
+            AllocError::BitmapUnreadable { group, reason } => Error::BitmapUnusable {
+                bitmap: "block",
+                group,
+                reason,
+            },
+            other => Error::Internal(format!("block allocation: {other:?}")),
+        }
+    }
+
+    /// The error for an inode claim e4-alloc refused (see [`Self::from_block_allocation`]).
+    pub(crate) fn from_inode_allocation(e: e4_alloc::InodeError) -> Self {
+        use e4_alloc::InodeError;
+        match e {
+            InodeError::NoSpace => Error::NoSpace(Shortage::Inodes),
+            InodeError::BitmapUnreadable { group, reason } => Error::BitmapUnusable {
+                bitmap: "inode",
+                group,
+                reason,
+            },
+            // Every group's bitmap was full with every group locked: the count is wrong.
+            InodeError::CountMismatch { counted_free } => FormatError::corrupt(
+                e4_format::Structure::Superblock,
+                e4_format::Location::Superblock,
+                e4_format::Problem::FieldMismatch {
+                    field: "s_free_inodes_count",
+                    found: counted_free,
+                    expected: 0,
+                },
+            )
+            .into(),
+            other => Error::Internal(format!("inode allocation: {other}")),
+        }
+    }
+
+    /// `self`, the reason an operation failed, once it has tried to give back what it took
+    /// (`undo`): when the undo failed too, that is said as well, as an internal error, for
+    /// the image may now hold what the failed operation took.
+    pub(crate) fn after_undo(self, undo: Result<()>) -> Self {
+        match undo {
+            Ok(()) => self,
+            Err(undo) => {
+                Error::Internal(format!("{self}; giving back what it took failed: {undo}"))
+            }
+        }
+    }
+
     pub(crate) fn io(context: impl Into<String>, source: io::Error) -> Self {
         Error::Io {
             context: context.into(),

@@ -1,13 +1,15 @@
-//! The `Filesystem` handle: opening an image, its geometry, and reading metadata blocks and
-//! inodes. `Filesystem` is `Send + Sync` and every operation takes `&self`; the only shared
-//! mutable state is the sharded block cache.
+//! The `Filesystem` handle: its parts, opening an image, and what concerns the whole
+//! filesystem (sync, fsync, unmount, interval commits). `Filesystem` is `Send + Sync` and
+//! every operation takes `&self`. It owns its parts and lends each layer below only the
+//! parts it needs ([`CommitParts`], [`TxnIo`]); the operations are in `ops/`.
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use e4_format::features::{feature_names, FeatureKind, IncompatFeatures, READABLE_INCOMPAT};
 use e4_format::geometry::Geometry;
-use e4_format::group_descriptor::{GroupChecksum, GroupDescriptor, GroupSeed, BG_INODE_UNINIT};
+use e4_format::group_descriptor::GroupDescriptor;
 use e4_format::inode::Inode;
 use e4_format::superblock::{
     Superblock, SUPERBLOCK_MAGIC, SUPERBLOCK_MAGIC_OFFSET, SUPERBLOCK_OFFSET,
@@ -15,14 +17,20 @@ use e4_format::superblock::{
 use e4_format::{FormatError, Location, MetadataBlock, Problem, Structure};
 use parking_lot::Mutex;
 
-use crate::buffer_cache::{Buffer, BufferCache, BufferRole};
-use crate::caller::Caller;
-use crate::dentry_cache::DentryCache;
-use crate::device::{Device, FileDevice, MemoryDevice};
+use crate::buffer::store::BlockStore;
+use crate::buffer::verifier::BlockVerifier;
 use crate::error::{Error, Result};
-use crate::inode_cache::{InodeCache, InodeHandle};
-use crate::meta_io::BlockKind;
-use crate::writer::Writer;
+use crate::inode::cache::{InodeCache, InodeHandle};
+use crate::inode::table::InodeTable;
+use crate::io::device::{Device, FileDevice, MemoryDevice};
+use crate::names::dentry_cache::DentryCache;
+use crate::space::caller::Caller;
+use crate::space::descriptors::GroupDescriptors;
+use crate::space::Space;
+use crate::txn::commit::CommitParts;
+use crate::txn::txn_io::TxnIo;
+use crate::txn::{interval, write_back, Transactions, TxnHandle, SLOTS};
+use crate::xattr::block_locks::XattrBlockLocks;
 
 /// How to open a filesystem.
 #[derive(Debug, Clone)]
@@ -68,35 +76,55 @@ impl OpenOptions {
     }
 }
 
-/// An open ext2/3/4 filesystem.
+/// An open ext2/3/4 filesystem: a composition of owned parts, each with its own state and
+/// locks.
 pub struct Filesystem {
-    pub(crate) device: Arc<dyn Device>,
+    /// The device, the metadata cache and the verifier.
+    pub(crate) store: BlockStore,
     superblock: Superblock,
     pub(crate) geometry: Geometry,
-    /// The group descriptors as they are now (write-back changes counts and flags).
-    pub(crate) descriptors: Box<[Mutex<GroupDescriptor>]>,
-    /// Each group's inode table (fixed: read once, without the descriptor's lock).
-    inode_tables: Box<[u64]>,
-    pub(crate) cache: BufferCache,
+    /// The group descriptors as they are now (commits change counts and flags).
+    pub(crate) descriptors: GroupDescriptors,
+    pub(crate) inode_table: InodeTable,
     pub(crate) inodes: InodeCache,
     pub(crate) dentries: DentryCache,
-    block_size: u32,
-    /// Checksum seed when metadata_csum is on and verification is wanted.
-    csum_seed: Option<u32>,
     /// Why the filesystem may only be read, if it may not be written.
     read_only_reason: Option<String>,
     /// What was damaged but could be read around (see [`Filesystem::warnings`]).
     warnings: Vec<String>,
-    /// Allocators and the running transaction, when open for writing.
+    /// Allocators and transactions, when open for writing.
     pub(crate) writer: Option<Writer>,
+}
+
+/// What a filesystem open for writing has besides its reader.
+pub(crate) struct Writer {
+    pub space: Space,
+    pub txns: Transactions,
+    /// Serialises renames that move something to another directory (as the kernel's
+    /// `s_vfs_rename_mutex` does), so two of them cannot make a directory its own ancestor.
+    pub rename_lock: Mutex<()>,
+    /// Locks for xattr blocks' reference counts (see [`XattrBlockLocks`]).
+    pub xattr_block_locks: XattrBlockLocks,
+}
+
+impl Writer {
+    /// Joins the running transaction.
+    pub(crate) fn begin(&self) -> Result<TxnHandle<'_>> {
+        self.txns.begin()
+    }
+
+    /// Block access inside the transaction `txn` joined.
+    pub(crate) fn io<'a>(&'a self, fs: &'a Filesystem, txn: &TxnHandle<'_>) -> TxnIo<'a> {
+        TxnIo::new(&fs.store, &self.space, &self.txns, txn)
+    }
 }
 
 impl Drop for Filesystem {
     fn drop(&mut self) {
         if let Some(w) = &self.writer {
-            if w.is_open() {
+            if w.txns.is_open() {
                 // Nowhere to report a failure: the next e2fsck will.
-                let _ = w.unmount(self);
+                let _ = self.write_back_and_close();
             }
         }
     }
@@ -233,91 +261,70 @@ impl Filesystem {
         let csum_seed = (options.verify_checksums && superblock.has_metadata_csum())
             .then(|| superblock.csum_seed());
         let cache_blocks = options.cache_bytes / block_size as usize;
-        let mut fs = Filesystem {
-            device,
-            geometry: Geometry::with_descriptors_after(&superblock, descriptors_after),
-            superblock,
-            descriptors: Box::new([]),
-            inode_tables: Box::new([]),
-            cache: BufferCache::new(cache_blocks.max(64), block_size as usize),
-            inodes: InodeCache::new(),
-            dentries: DentryCache::new(),
-            block_size,
+        let verifier = BlockVerifier::new(
             csum_seed,
-            read_only_reason,
-            warnings: Vec::new(),
-            writer: None,
-        };
-        let descriptors = fs.read_group_descriptors(options.verify_checksums, &mut warnings)?;
-        fs.inode_tables = descriptors.iter().map(|d| d.inode_table()).collect();
-        fs.descriptors = descriptors.into_iter().map(Mutex::new).collect();
-        if !warnings.is_empty() && fs.read_only_reason.is_none() {
-            fs.read_only_reason = Some(warnings.join("; "));
+            superblock.incompat().contains(IncompatFeatures::FILETYPE),
+        );
+        let store = BlockStore::new(device, block_size, blocks, cache_blocks.max(64), verifier);
+        let geometry = Geometry::with_descriptors_after(&superblock, descriptors_after);
+        let descriptors = GroupDescriptors::read(
+            &store,
+            &superblock,
+            &geometry,
+            options.verify_checksums,
+            &mut warnings,
+        )?;
+        let inode_table = InodeTable::new(
+            &geometry,
+            &descriptors.snapshot(),
+            superblock.inode_size() as usize,
+        );
+        let mut read_only_reason = read_only_reason;
+        if !warnings.is_empty() && read_only_reason.is_none() {
+            read_only_reason = Some(warnings.join("; "));
         }
-        if !options.verify_checksums && fs.read_only_reason.is_none() {
-            fs.read_only_reason = Some("checksums are not verified".into());
+        if !options.verify_checksums && read_only_reason.is_none() {
+            read_only_reason = Some("checksums are not verified".into());
         }
-        fs.warnings = warnings;
-        if options.writable {
-            if let Some(reason) = &fs.read_only_reason {
+        let writer = match (options.writable, &read_only_reason) {
+            (false, _) => None,
+            (true, Some(reason)) => {
                 return Err(Error::ReadOnly(format!(
                     "the filesystem can only be read: {reason}"
-                )));
+                )))
             }
-            fs.writer = Some(Writer::start(
-                &fs,
-                options.commit_interval,
-                &options.caller,
-            )?);
+            (true, None) => Some(Writer {
+                space: Space::load(
+                    &store,
+                    &superblock,
+                    &geometry,
+                    &descriptors.snapshot(),
+                    &options.caller,
+                    SLOTS,
+                )?,
+                txns: Transactions::new(geometry.blocks(), options.commit_interval),
+                rename_lock: Mutex::new(()),
+                xattr_block_locks: XattrBlockLocks::default(),
+            }),
+        };
+        let fs = Filesystem {
+            store,
+            geometry,
+            superblock,
+            descriptors,
+            inode_table,
+            inodes: InodeCache::new(),
+            dentries: DentryCache::new(),
+            read_only_reason,
+            warnings,
+            writer,
+        };
+        if let Some(w) = &fs.writer {
+            // The image says "being written" before anything else changes.
+            write_back::write_superblock(&fs.store, &w.space.superblock.encode(&fs.descriptors))?;
+            fs.store.flush("after marking the filesystem in use")?;
         }
         Ok(fs)
-    }
-
-    /// Reads every group descriptor. A descriptor whose checksum is wrong is still used (its
-    /// fields are checked as usual) and recorded in `warnings`: the kernel mounts such a
-    /// filesystem read-only (`ext4_check_descriptors`), and so reading goes on.
-    fn read_group_descriptors(
-        &self,
-        verify: bool,
-        warnings: &mut Vec<String>,
-    ) -> Result<Vec<GroupDescriptor>> {
-        let sb = &self.superblock;
-        let desc_size = sb.desc_size() as usize;
-        let checksum = if verify {
-            GroupChecksum::for_superblock(sb)
-        } else {
-            GroupChecksum::None
-        };
-        let count = sb.group_count() as u32;
-        let mut groups = Vec::with_capacity(count as usize);
-        let blocks = sb.blocks_count();
-        for group in 0..count {
-            let block = self.read_block(self.geometry.descriptor_block(group))?;
-            let at = self.geometry.descriptor_offset(group);
-            let bytes = &block.bytes()[at..at + desc_size];
-            let desc = GroupDescriptor::from_bytes(bytes, group)?;
-            let seed = GroupSeed { checksum, group };
-            match GroupDescriptor::verify(bytes, seed, Location::Group(group)) {
-                Err(e @ FormatError::Checksum { .. }) => warnings.push(e.to_string()),
-                verified => verified?,
-            }
-            for (what, nr) in [
-                (Structure::BlockBitmap, desc.block_bitmap()),
-                (Structure::InodeBitmap, desc.inode_bitmap()),
-                (Structure::InodeTable, desc.inode_table()),
-            ] {
-                if nr == 0 || nr >= blocks {
-                    return Err(FormatError::corrupt(
-                        what,
-                        Location::Group(group),
-                        Problem::OutsideFilesystem { block: nr },
-                    )
-                    .into());
-                }
-            }
-            groups.push(desc);
-        }
-        Ok(groups)
     }
 
     pub fn superblock(&self) -> &Superblock {
@@ -326,7 +333,7 @@ impl Filesystem {
 
     /// The group descriptors as they stand (a copy: write-back changes them).
     pub fn group_descriptors(&self) -> Vec<GroupDescriptor> {
-        self.descriptors.iter().map(|d| d.lock().clone()).collect()
+        self.descriptors.snapshot()
     }
 
     /// The layout arithmetic of this filesystem.
@@ -337,7 +344,7 @@ impl Filesystem {
     /// Writes everything changed so far to the image (a commit of the running transaction).
     pub fn sync(&self) -> Result<()> {
         match &self.writer {
-            Some(w) => w.commit(self),
+            Some(w) => w.txns.commit(&self.commit_parts(w)),
             None => Ok(()),
         }
     }
@@ -358,8 +365,11 @@ impl Filesystem {
         // transaction before the running one; a dirty inode's are in the running one or
         // an earlier one (an operation that finished before this call joined no later).
         let clean = !self.inodes.is_dirty(ino);
-        let running = w.running_txn();
-        w.commit_through(self, if clean { running - 1 } else { running })
+        let running = w.txns.running_txn();
+        w.txns.commit_through(
+            &self.commit_parts(w),
+            if clean { running - 1 } else { running },
+        )
     }
 
     /// Writes everything back, gives back every reservation and marks the filesystem clean.
@@ -367,7 +377,10 @@ impl Filesystem {
     pub fn unmount(self) -> Result<()> {
         match &self.writer {
             // A failed commit left the image needing e2fsck: say so.
-            Some(w) => w.check_open().and_then(|()| w.unmount(&self)),
+            Some(w) => w
+                .txns
+                .check_open()
+                .and_then(|()| self.write_back_and_close()),
             None => Ok(()),
         }
     }
@@ -378,12 +391,7 @@ impl Filesystem {
     }
 
     pub fn block_size(&self) -> u32 {
-        self.block_size
-    }
-
-    /// The checksum seed, when checksums are verified.
-    pub(crate) fn csum_seed(&self) -> Option<u32> {
-        self.csum_seed
+        self.store.block_size()
     }
 
     /// Damage that was read around at open (a bad primary superblock, descriptor
@@ -395,43 +403,6 @@ impl Filesystem {
     /// Why the filesystem can only be opened read-only, if so.
     pub fn read_only_reason(&self) -> Option<&str> {
         self.read_only_reason.as_deref()
-    }
-
-    /// Reads metadata block `nr` through the cache (unverified: callers verify it in the
-    /// role they use it for, see [`Buffer::verify_as`]).
-    pub(crate) fn read_block(&self, nr: u64) -> Result<Arc<Buffer>> {
-        if nr >= self.superblock.blocks_count() {
-            return Err(FormatError::corrupt(
-                Structure::BlockPointer,
-                Location::Block(nr),
-                Problem::OutsideFilesystem { block: nr },
-            )
-            .into());
-        }
-        let offset = nr * u64::from(self.block_size);
-        self.cache.get_or_read(nr, |buf| {
-            self.device
-                .read_exact_at(buf, offset)
-                .map_err(|e| Error::io(format!("read of block {nr}"), e))
-        })
-    }
-
-    /// The role a block has when it belongs to inode `ino` as `kind`.
-    pub(crate) fn role(&self, kind: BlockKind, inode: &Inode) -> BufferRole {
-        BufferRole {
-            kind,
-            owner: Some(crate::meta_io::Owner {
-                ino: inode.ino,
-                generation: inode.record.generation,
-            }),
-        }
-    }
-
-    /// Reads bytes straight from the device (file data bypasses the metadata cache).
-    pub(crate) fn read_bytes(&self, buf: &mut [u8], offset: u64) -> Result<()> {
-        self.device
-            .read_exact_at(buf, offset)
-            .map_err(|e| Error::io(format!("read of {} bytes at byte {offset}", buf.len()), e))
     }
 
     /// Inode `ino` as it is now (a copy: it may change as soon as it is returned; writers
@@ -487,60 +458,16 @@ impl Filesystem {
         self.inodes.get_or_load(ino, || self.read_inode_record(ino))
     }
 
-    /// Where inode `ino`'s record is: its inode-table block and the byte offset there.
-    pub(crate) fn inode_slot(&self, ino: u32) -> Result<(u64, usize)> {
-        let loc = self.geometry.inode_location(ino).ok_or_else(|| {
-            FormatError::corrupt(
-                Structure::InodeNumber,
-                Location::Inode(ino),
-                Problem::NumberOutOfRange,
-            )
-        })?;
-        let table = self.inode_tables[loc.group as usize];
-        let bs = u64::from(self.block_size);
-        Ok((
-            table + loc.table_offset / bs,
-            (loc.table_offset % bs) as usize,
-        ))
-    }
-
     /// Reads and parses inode `ino` from the disk (or the cached table block), whatever it
     /// holds.
     pub(crate) fn read_inode_record(&self, ino: u32) -> Result<Inode> {
-        let loc = Location::Inode(ino);
-        let (block_nr, at) = self.inode_slot(ino)?;
-        let location = self
-            .geometry
-            .inode_location(ino)
-            .expect("checked by inode_slot");
-        let desc = self.descriptors[location.group as usize].lock().clone();
-        if self.past_itable_used(&desc, location.index) {
-            return Err(FormatError::corrupt(
-                Structure::Inode,
-                loc,
-                Problem::InUninitializedInodeTable {
-                    group: location.group,
-                },
-            )
-            .into());
-        }
-        let block = self.read_block(block_nr)?;
-        let inode_size = self.superblock.inode_size() as usize;
-        let raw = &block.bytes()[at..at + inode_size];
-        Ok(Inode::parse(raw, ino, self.csum_seed)?)
-    }
-
-    /// With group descriptor checksums, `bg_itable_unused` marks the tail of the inode
-    /// table as never written; such inodes are not in use.
-    fn past_itable_used(&self, desc: &GroupDescriptor, index: u32) -> bool {
-        let sb = &self.superblock;
-        let checksummed = sb.has_metadata_csum()
-            || sb
-                .ro_compat()
-                .contains(e4_format::features::RoCompatFeatures::GDT_CSUM);
-        checksummed
-            && (desc.flags & BG_INODE_UNINIT != 0
-                || index >= sb.inodes_per_group.saturating_sub(desc.itable_unused()))
+        let location = self.geometry.inode_location(ino);
+        let unwritten = location.is_some_and(|l| {
+            let desc = self.descriptors.lock(l.group).clone();
+            self.descriptors
+                .past_itable_used(&desc, l.index, self.geometry.inodes_per_group())
+        });
+        self.inode_table.read_record(&self.store, ino, unwritten)
     }
 
     /// Checks that a run of physical blocks lies inside the filesystem.
@@ -556,6 +483,87 @@ impl Filesystem {
             )
             .into()),
         }
+    }
+
+    /// The parts a commit works on, lent to it.
+    pub(crate) fn commit_parts<'a>(&'a self, writer: &'a Writer) -> CommitParts<'a> {
+        CommitParts {
+            store: &self.store,
+            superblock: &self.superblock,
+            geometry: &self.geometry,
+            descriptors: &self.descriptors,
+            inode_table: &self.inode_table,
+            inodes: &self.inodes,
+            space: &writer.space,
+        }
+    }
+
+    /// Commits if the operation that just ended left enough behind (dirty blocks, pending
+    /// frees, the commit interval passed).
+    pub(crate) fn commit_if_needed(&self) -> Result<()> {
+        match &self.writer {
+            Some(w) if w.txns.wants_commit_with(&self.store) => {
+                w.txns.commit(&self.commit_parts(w))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The unmount: commits, frees the orphans nobody can close any more, gives back every
+    /// reservation, commits what that changed, and marks the filesystem clean. After it the
+    /// filesystem refuses changes.
+    fn write_back_and_close(&self) -> Result<()> {
+        let Some(w) = &self.writer else {
+            return Ok(());
+        };
+        let parts = self.commit_parts(w);
+        w.txns.commit(&parts)?;
+        for ino in w.space.orphans.chain() {
+            // Whoever had it open can no longer close it.
+            self.inode_handle(ino)?.lock(&self.inodes).open_count = 0;
+            self.close_orphan(ino)?;
+        }
+        {
+            let _closed = w.txns.close_gate();
+            for handle in self.inodes.all() {
+                let mut state = handle.lock(&self.inodes);
+                w.space.blocks.release_window(&mut state.window, 0);
+            }
+            w.space.blocks.release_small_file_windows();
+        }
+        w.txns.commit(&parts)?;
+        w.txns.write_clean_superblock(&parts)
+    }
+
+    /// This filesystem as a handle to share between threads, with a thread that commits it
+    /// when it has been idle with changes for the commit interval (none when the interval
+    /// is zero or the filesystem is read-only). The thread ends by itself after the last
+    /// handle is dropped (dropping it unmounts, as for any `Filesystem`; to see an unmount
+    /// error, [`Filesystem::sync`] first or unmount the `Arc::try_unwrap`ped handle).
+    pub fn into_shared(self) -> Arc<Self> {
+        let interval = self.writer.as_ref().and_then(|w| w.txns.commit_interval());
+        let fs = Arc::new(self);
+        if let Some(interval) = interval {
+            interval::start_thread(Arc::downgrade(&fs), interval, Self::commit_when_idle);
+        }
+        fs
+    }
+
+    /// The interval thread's visit: commits if `interval` has passed since the last commit
+    /// and the transaction holds changes. Returns how long to sleep before the next visit,
+    /// or `None` when there is nothing more to do (unmounted, or a failed commit).
+    fn commit_when_idle(&self, interval: Duration) -> Option<Duration> {
+        let w = self.writer.as_ref().filter(|w| w.txns.is_open())?;
+        let since = w.txns.since_last_commit();
+        if since < interval {
+            // An operation (or sync) committed meanwhile.
+            return Some(interval - since);
+        }
+        if w.txns.has_changes(&self.commit_parts(w)) && self.sync().is_err() {
+            // The filesystem now refuses changes; nothing more to commit.
+            return None;
+        }
+        Some(interval)
     }
 }
 

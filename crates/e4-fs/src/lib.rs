@@ -21,55 +21,46 @@
 
 #![forbid(unsafe_code)]
 
-mod attributes;
-mod block_checksums;
-pub mod block_map_tree;
-pub mod buffer_cache;
-mod caller;
-mod dentry_cache;
-pub mod device;
-mod dir_block;
-#[cfg(test)]
-mod dir_check;
-mod dir_index;
-pub mod dir_write;
-mod directory;
-mod directory_blocks;
-mod engine_stats;
+mod buffer;
+mod dir;
 mod error;
-pub mod extent_tree;
-mod file_map;
-mod file_mapping;
-mod file_read;
-mod file_write;
 mod filesystem;
-mod inline_data;
-mod inline_dir;
-mod inline_file;
-mod inode_cache;
-mod inode_table;
-mod interval_commit;
-pub mod meta_io;
-mod metadata;
-mod namespace;
-mod path;
+mod inode;
+mod io;
+mod map;
+mod names;
+mod ops;
+mod space;
 mod time;
-mod txn_io;
-mod write_back;
-mod writer;
+mod txn;
 mod xattr;
-mod xattr_store;
-mod xattr_write;
 
-pub use attributes::SetAttributes;
-pub use caller::Caller;
-pub use directory::DirEntry;
+pub use dir::entry::DirEntry;
 pub use e4_format::inode::{FileType, Inode, Timestamp};
-pub use engine_stats::LockReport;
-pub use error::{Error, Result};
-pub use file_map::Mapping;
-pub use file_write::FallocateMode;
+pub use error::{Error, Result, Shortage};
 pub use filesystem::{Filesystem, OpenOptions};
-pub use metadata::{Metadata, StatFs};
-pub use namespace::{Creator, RenameMode};
-pub use xattr_write::XattrSet;
+pub use io::device;
+pub use map::run::Mapping;
+pub use ops::create::Creator;
+pub use ops::fallocate::FallocateMode;
+pub use ops::lock_stats::LockReport;
+pub use ops::readdir::DirCookie;
+pub use ops::rename::RenameMode;
+pub use ops::setattr::SetAttributes;
+pub use ops::stat::{Metadata, StatFs};
+pub use ops::xattr_write::XattrSet;
+pub use space::caller::Caller;
+
+/// The mechanisms below the public API, for e4-fs's own integration tests, which drive
+/// the extent tree, the block map and the directory editor on an in-memory store. Behind
+/// the `testing` feature so that no other crate builds on them: the FUSE mount, mkfs and
+/// the CLI use [`Filesystem`] only.
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub mod testing {
+    pub use crate::dir::editor::{DirectoryBlocks, DirectoryEditor};
+    pub use crate::dir::entry::DirFormat;
+    pub use crate::io::meta_io::{BlockKind, MetaIo, Owner};
+    pub use crate::map::block_map::BlockMapTree;
+    pub use crate::map::extent_tree::ExtentTree;
+}

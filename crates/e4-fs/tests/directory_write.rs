@@ -22,9 +22,9 @@ use e4_format::dir_hash::{dir_hash, HashVersion};
 use e4_format::dir_htree::{DxNode, DxRoot};
 use e4_format::inode::FileType;
 use e4_format::{Location, MetadataBlock};
-use e4_fs::dir_write::{DirFormat, DirectoryBlocks, DirectoryEditor};
-use e4_fs::meta_io::{BlockKind, MetaIo, Owner};
-use e4_fs::{Error, Filesystem, OpenOptions, Result};
+use e4_fs::testing::{BlockKind, MetaIo, Owner};
+use e4_fs::testing::{DirFormat, DirectoryBlocks, DirectoryEditor};
+use e4_fs::{Error, Filesystem, OpenOptions, Result, Shortage};
 use e4_testkit::{e2fsck_clean, make_empty_image, KernelMount};
 
 /// Blocks read from an image (or zeros, for a dry run) and written to memory.
@@ -96,7 +96,7 @@ impl DirectoryBlocks for PreparedBlocks {
         let physical = *self
             .pool
             .get(self.used)
-            .ok_or_else(|| Error::NoSpace("blocks".into()))?;
+            .ok_or(Error::NoSpace(Shortage::Blocks))?;
         self.used += 1;
         Ok(physical)
     }

@@ -16,10 +16,10 @@ use e4_format::extent::{Extent, ExtentNode};
 use e4_format::inode::I_BLOCK_SIZE;
 use e4_format::superblock::Superblock;
 use e4_format::MetadataBlock;
-use e4_fs::block_map_tree::BlockMapTree;
-use e4_fs::extent_tree::ExtentTree;
-use e4_fs::meta_io::{BlockKind, MetaIo, Owner};
-use e4_fs::{Error, Result};
+use e4_fs::testing::BlockMapTree;
+use e4_fs::testing::ExtentTree;
+use e4_fs::testing::{BlockKind, MetaIo, Owner};
+use e4_fs::{Error, Result, Shortage};
 use e4_testkit::make_empty_image;
 
 const BLOCK_SIZE: usize = 1024;
@@ -70,7 +70,7 @@ impl MetaIo for ImageIo {
             None => {
                 let nr = self.next.get();
                 if !NODE_REGION.contains(&nr) {
-                    return Err(Error::NoSpace("blocks".into()));
+                    return Err(Error::NoSpace(Shortage::Blocks));
                 }
                 self.next.set(nr + 1);
                 nr

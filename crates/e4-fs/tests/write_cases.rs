@@ -7,7 +7,7 @@ use std::sync::Arc;
 use e4_format::inode::FileType;
 use e4_format::superblock::{Superblock, SUPERBLOCK_OFFSET};
 use e4_fs::device::{Device, Fault, FaultyDevice, MemoryDevice};
-use e4_fs::{Creator, Error, FallocateMode, Filesystem, OpenOptions};
+use e4_fs::{Creator, Error, FallocateMode, Filesystem, OpenOptions, Shortage};
 use e4_testkit::{e2fsck_clean, make_empty_image};
 
 const ROOT: u32 = 2;
@@ -233,7 +233,7 @@ fn blocks_held_in_a_directory_window_are_not_a_full_volume() {
         match fs.create(other, &name("o", made), ME) {
             Ok(_) => made += 1,
             Err(Error::NoSpace(what)) => {
-                assert_eq!(what, "blocks");
+                assert_eq!(what, Shortage::Blocks);
                 break;
             }
             Err(e) => panic!("{e}"),
@@ -299,7 +299,7 @@ fn inode_exhaustion_is_exact() {
         match fs.create(ROOT, format!("f{made}").as_bytes(), ME) {
             Ok(_) => made += 1,
             Err(Error::NoSpace(what)) => {
-                assert_eq!(what, "inodes");
+                assert_eq!(what, Shortage::Inodes);
                 break;
             }
             Err(e) => panic!("{e}"),

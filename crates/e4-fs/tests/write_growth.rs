@@ -3,7 +3,7 @@
 //! directory with more than 65,000 subdirectories (dir_nlink), and a file punched into a
 //! deep extent tree. Each image ends with `e2fsck -fn` and a read-back.
 
-use e4_fs::{Creator, Error, FallocateMode, Filesystem, OpenOptions};
+use e4_fs::{Creator, Error, FallocateMode, Filesystem, OpenOptions, Shortage};
 use e4_testkit::{e2fsck_clean, make_empty_image};
 
 const ROOT: u32 = 2;
@@ -61,7 +61,7 @@ fn a_directory_grows_to_200000_entries() {
             match fs.create(dir, &name(i), ME) {
                 Ok(_) => made += 1,
                 Err(Error::NoSpace(what)) if !large_dir => {
-                    assert_eq!(what, "directory index");
+                    assert_eq!(what, Shortage::DirectoryIndex);
                     break;
                 }
                 Err(e) => panic!("entry {i}: {e}"),

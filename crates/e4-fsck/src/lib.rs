@@ -2,7 +2,7 @@
 //! parallel in every pass, and agrees with it. It reads through `e4-format` only, so it is
 //! a second opinion on what e4's engine writes.
 //!
-//! Every thread shares one state ([`context::Context`]): one atomic bitmap of block
+//! Every thread shares one state ([`state::context::Context`]): one atomic bitmap of block
 //! ownership, where a `fetch_or` that finds its bit set reveals a block claimed twice at
 //! that moment; per-inode arrays; atomic reference counters. Nothing is kept per thread,
 //! so nothing is merged, and the problems are sorted before they are printed, so the
@@ -19,54 +19,31 @@
 
 #![forbid(unsafe_code)]
 
-mod atomic_bitmap;
-mod block_claim;
-mod block_map_walk;
-mod block_tally;
-mod context;
-mod dir_htree_check;
-mod dir_names;
-mod ea_inode;
-mod extent_walk;
-mod file_map;
-mod image;
-mod inline_data;
-mod inode_state;
-mod inode_xattr_area;
-mod journal_check;
-mod mmp;
+mod pass0;
 mod pass1;
 mod pass2;
 mod pass3;
 mod pass4;
 mod pass5;
-pub mod phase_times;
-pub mod problem;
-pub mod progress;
 mod quota;
-mod quota_inode;
-mod really_dir;
 pub mod report;
-mod resize_inode;
-mod special_inode;
-mod superblock_check;
-mod too_big;
-mod xattr_block;
-mod xattr_entries;
-mod xattr_refs;
-mod xattr_region;
+mod state;
+mod walk;
+mod xattr;
 
 use std::path::Path;
 
 use e4_format::superblock::{STATE_ERROR, STATE_VALID};
 
+pub use report::{phase_times, problem, progress};
+
 use phase_times::PhaseClock;
 
+pub use pass0::superblock::FsckError;
 pub use phase_times::{PhaseTime, PhaseTimes};
 pub use problem::{Location, Problem, ProblemClass, ProblemCode, Repair};
 pub use progress::{Progress, ProgressUpdate};
 pub use report::{Report, Summary};
-pub use superblock_check::FsckError;
 
 /// How to check.
 #[derive(Debug, Clone, Default)]
@@ -98,7 +75,7 @@ fn check_in_pool(
     options: &Options,
     mut clock: PhaseClock,
 ) -> Result<Report, FsckError> {
-    let ctx = superblock_check::open_and_check(path, &mut clock)?;
+    let ctx = pass0::superblock::open_and_check(path, &mut clock)?;
     if !options.force && is_clean(&ctx) {
         let sb = &ctx.sb;
         return Ok(Report {
@@ -164,7 +141,7 @@ fn check_in_pool(
 /// e2fsck's `check_if_skip`: cleanly unmounted, no errors recorded, no orphans, under the
 /// mount count and time limits, and no error already found in the superblock or
 /// descriptors.
-fn is_clean(ctx: &context::Context) -> bool {
+fn is_clean(ctx: &state::context::Context) -> bool {
     let sb = &ctx.sb;
     sb.state & STATE_VALID != 0
         && sb.state & STATE_ERROR == 0

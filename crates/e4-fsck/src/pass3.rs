@@ -10,12 +10,11 @@ use rayon::prelude::*;
 
 use e4_format::inode::ROOT_INO;
 
-use crate::context::Context;
-use crate::inode_state::InodeKind;
-use crate::pass1::Directory;
-use crate::pass2::Pass2Result;
-use crate::problem::{Location, ProblemCode};
-use crate::progress::{PassMeter, Progress};
+use crate::report::problem::{Location, ProblemCode};
+use crate::report::progress::{PassMeter, Progress};
+use crate::state::context::Context;
+use crate::state::directories::{Directory, Pass2Result};
+use crate::state::inode_state::InodeKind;
 
 const UNKNOWN: u8 = 0;
 const CONNECTED: u8 = 1;
@@ -105,13 +104,6 @@ pub fn run(ctx: &Context, dirs: &[Directory], pass2: &Pass2Result, progress: Opt
             );
         }
     });
-    if !pass2.has_lost_and_found {
-        ctx.report(
-            ProblemCode::PR_3_NO_LF_DIR,
-            Location::Inode(ROOT_INO),
-            "/lost+found not found",
-        );
-    }
 }
 
 /// The first entry (in physical order) naming each directory is its parent; every later

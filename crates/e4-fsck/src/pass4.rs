@@ -3,14 +3,17 @@
 //! counter. An inode nothing references is unattached (or, with no content, simply
 //! leaked).
 
+use std::collections::HashMap;
+
 use rayon::prelude::*;
 
 use e4_format::features::RoCompatFeatures;
 
-use crate::context::Context;
-use crate::inode_state::InodeKind;
-use crate::problem::{Location, ProblemCode};
-use crate::progress::{PassMeter, Progress};
+use crate::report::problem::{Location, ProblemCode};
+use crate::report::progress::{PassMeter, Progress};
+use crate::state::context::Context;
+use crate::state::ea_inode_refs::ValueInodeRefs;
+use crate::state::inode_state::InodeKind;
 
 /// Inodes per task and between progress reports: a multiple of 64, so each task reads
 /// whole words of the in-use bitmap.
@@ -26,6 +29,7 @@ pub fn run(ctx: &Context, progress: Option<&Progress>) {
     let meter = PassMeter::start(progress, 4, u64::from(inodes));
     // Chunks of the in-use bitmap, not a list of inode numbers: most inodes of a large
     // filesystem are unused, and a clear word skips 64 of them.
+    let values = ctx.ea_inodes.values();
     let chunks = inodes.div_ceil(INODES_PER_CHUNK);
     (0..chunks).into_par_iter().for_each(|chunk| {
         let first = chunk * INODES_PER_CHUNK + 1;
@@ -33,16 +37,18 @@ pub fn run(ctx: &Context, progress: Option<&Progress>) {
             .saturating_add(INODES_PER_CHUNK)
             .min(inodes.saturating_add(1));
         ctx.inodes
-            .for_each_in_use(first..end, |ino| check_links(ctx, ino, dir_nlink));
+            .for_each_in_use(first..end, |ino| check_links(ctx, ino, dir_nlink, &values));
         meter.advance(u64::from(end - first));
     });
-    ctx.ea_inodes.check_refs(ctx);
 }
 
-/// Compares one in-use inode's `i_links_count` with the references counted. Reserved
-/// inodes (the root aside, which pass 1 records as a directory) are not referenced from
-/// directories and are skipped.
-fn check_links(ctx: &Context, ino: u32, dir_nlink: bool) {
+/// Compares one in-use inode's `i_links_count` with the references counted, as
+/// e2fsck's pass 4 loop does. Reserved inodes (the root aside, which pass 1 records as a
+/// directory) are not referenced from directories and are skipped. An inode no entry
+/// names counts as one link when it is an xattr value that entries name, which must
+/// store their number (`check_ea_inode`); else it is unattached, and declined, e2fsck
+/// leaves its links count alone (`disconnect_inode`).
+fn check_links(ctx: &Context, ino: u32, dir_nlink: bool, values: &HashMap<u32, ValueInodeRefs>) {
     let kind = ctx.inodes.kind(ino);
     if !kind.in_use() || kind == InodeKind::Reserved {
         return;
@@ -51,18 +57,35 @@ fn check_links(ctx: &Context, ino: u32, dir_nlink: bool) {
     let mut counted = ctx.inodes.refs(ino);
     let loc = Location::Inode(ino);
     if counted == 0 {
-        if ctx.inodes.is_zero_length(ino) {
-            ctx.report(
-                ProblemCode::PR_4_ZERO_LEN_INODE,
-                loc,
-                format!("unattached zero-length inode {ino}"),
-            );
-        } else {
-            ctx.report(
-                ProblemCode::PR_4_UNATTACHED_INODE,
-                loc,
-                format!("unattached inode {ino}"),
-            );
+        match values.get(&ino) {
+            Some(value) if value.from_xattrs > 0 => {
+                if value.stored_refs != value.from_xattrs && !value.lustre {
+                    ctx.report(
+                        ProblemCode::PR_4_EA_INODE_REF_COUNT,
+                        loc,
+                        format!(
+                            "extended attribute inode {ino} ref count is {}, should be {}",
+                            value.stored_refs, value.from_xattrs
+                        ),
+                    );
+                }
+                counted = 1;
+            }
+            _ => {
+                if ctx.inodes.is_zero_length(ino) {
+                    ctx.report(
+                        ProblemCode::PR_4_ZERO_LEN_INODE,
+                        loc,
+                        format!("unattached zero-length inode {ino}"),
+                    );
+                }
+                ctx.report(
+                    ProblemCode::PR_4_UNATTACHED_INODE,
+                    loc,
+                    format!("unattached inode {ino}"),
+                );
+                return;
+            }
         }
     }
     if kind == InodeKind::Directory && counted > LINK_MAX && (dir_nlink || on_disk == 1) {

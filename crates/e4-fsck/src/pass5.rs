@@ -9,10 +9,10 @@ use rayon::prelude::*;
 use e4_format::bitmap::{BitmapBlock, BitmapKind, BitmapSeed};
 use e4_format::FormatError;
 
-use crate::atomic_bitmap::low_bits;
-use crate::context::Context;
-use crate::problem::{Location, ProblemCode};
-use crate::progress::{PassMeter, Progress};
+use crate::report::problem::{Location, ProblemCode};
+use crate::report::progress::{PassMeter, Progress};
+use crate::state::atomic_bitmap::low_bits;
+use crate::state::context::Context;
 
 /// What one group counted.
 #[derive(Debug, Clone, Copy, Default)]

@@ -7,85 +7,17 @@
 //! e4-format's `quota` module decodes; this walks its tree (`quotaio_tree.c`).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
 
 use e4_format::features::RoCompatFeatures;
-use e4_format::inode::{flags, Inode};
+use e4_format::inode::Inode;
 use e4_format::quota::{
-    data_block_entries, tree_references, QuotaHeader, QUOTA_TYPES, TREE_BLOCK_SIZE, TREE_DEPTH,
-    TREE_ROOT,
+    data_block_entries, tree_references, QuotaHeader, TREE_BLOCK_SIZE, TREE_DEPTH, TREE_ROOT,
 };
 
-use crate::context::Context;
-use crate::file_map::map_logical;
-use crate::problem::{Location, ProblemCode};
-
-/// What one id uses: bytes and inodes.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Usage {
-    pub space: u64,
-    pub inodes: u64,
-}
-
-/// Usage per id of each quota type; pass 1 fills one per piece of inode table and adds
-/// it to the shared total once, so the scan takes no lock per inode.
-#[derive(Debug, Default)]
-pub struct QuotaUsage {
-    per_type: [HashMap<u32, Usage>; QUOTA_TYPES],
-}
-
-impl QuotaUsage {
-    /// Charges `inode` with `space` bytes and `inodes` inodes to its user, group and
-    /// project (the project only where `i_projid` is within the inode's extra fields;
-    /// e4-format reads it as 0 otherwise, as `get_qid` does).
-    pub fn charge(&mut self, inode: &Inode, space: u64, inodes: u64) {
-        let ids = [inode.uid(), inode.gid(), inode.record.projid];
-        for (map, id) in self.per_type.iter_mut().zip(ids) {
-            let usage = map.entry(id).or_default();
-            usage.space += space;
-            usage.inodes += inodes;
-        }
-    }
-
-    fn add(&mut self, other: QuotaUsage) {
-        for (map, other) in self.per_type.iter_mut().zip(other.per_type) {
-            for (id, usage) in other {
-                let total = map.entry(id).or_default();
-                total.space += usage.space;
-                total.inodes += usage.inodes;
-            }
-        }
-    }
-}
-
-/// The sums of all pieces.
-#[derive(Debug, Default)]
-pub struct QuotaTotals {
-    usage: Mutex<QuotaUsage>,
-}
-
-impl QuotaTotals {
-    /// Adds one piece's usage.
-    pub fn add(&self, piece: QuotaUsage) {
-        self.usage
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .add(piece);
-    }
-}
-
-/// Whether pass 1 charges inode `ino` (links counted): the root and every inode from
-/// `s_first_ino` on, but for the project quota file and xattr value inodes
-/// (`check_blocks`). An inline-data symlink e2fsck finds valid never reaches that point
-/// (`valid_inline_symlink`).
-pub fn charges(ctx: &Context, inode: &Inode, valid_inline_symlink: bool) -> bool {
-    let ino = inode.ino;
-    ctx.sb.ro_compat().contains(RoCompatFeatures::QUOTA)
-        && ino != ctx.sb.prj_quota_inum
-        && (ino == e4_format::inode::ROOT_INO || ino >= ctx.sb.first_ino())
-        && !inode.has_flag(flags::EA_INODE)
-        && !valid_inline_symlink
-}
+use crate::report::problem::{Location, ProblemCode};
+use crate::state::context::Context;
+use crate::state::quota_usage::Usage;
+use crate::walk::file_map::map_logical;
 
 /// Compares each quota file the superblock names with the usage pass 1 found.
 pub fn check(ctx: &Context) {
@@ -93,13 +25,13 @@ pub fn check(ctx: &Context) {
     if !sb.ro_compat().contains(RoCompatFeatures::QUOTA) {
         return;
     }
-    let usage = ctx.quota.usage.lock().unwrap_or_else(|e| e.into_inner());
+    let usage = ctx.quota.lock();
     let files = [sb.usr_quota_inum, sb.grp_quota_inum, sb.prj_quota_inum];
     for (qtype, &ino) in files.iter().enumerate() {
         if ino == 0 {
             continue;
         }
-        let found = &usage.per_type[qtype];
+        let found = usage.of_type(qtype);
         let consistent = read_quota_file(ctx, ino, qtype).is_some_and(|on_disk| {
             on_disk
                 .iter()

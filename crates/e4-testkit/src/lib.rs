@@ -9,6 +9,7 @@ mod compare;
 mod fuse_mount;
 mod image;
 mod kernel_mount;
+mod layers;
 mod raw_image;
 mod tree;
 #[cfg(feature = "walk")]
@@ -18,6 +19,7 @@ pub use compare::{compare_trees, CompareOptions};
 pub use fuse_mount::{fuse_skipped, is_mounted, FuseGuard};
 pub use image::{e2fsck_clean, make_empty_image, make_image, Image, Profile, PROFILES};
 pub use kernel_mount::{kernel_comparison_skipped, KernelMount};
+pub use layers::layering_problems;
 pub use raw_image::RawImage;
 pub use tree::{full_source_tree, generate_tree, TreeSpec};
 #[cfg(feature = "walk")]

@@ -1,0 +1,491 @@
+//! One directory leaf block being edited: a chain of `ext4_dir_entry_2` records that ends at
+//! the block size, or at the 12-byte checksum tail under metadata_csum. Insertion, deletion
+//! and the "." / ".." pair follow the kernel (`ext4_find_dest_de`, `ext4_insert_dentry`,
+//! `ext4_generic_delete_entry`, `ext4_init_new_dir`) so that blocks e4 edits look like
+//! blocks the kernel edits.
+
+use e4_format::dir_entry::{
+    encode_entry, entry_size, has_tail, init_leaf_tail, rec_len_from_disk, rec_len_to_disk,
+    ENTRY_HEADER_SIZE, TAIL_SIZE,
+};
+use e4_format::{FormatError, Location, Problem, Structure};
+
+use crate::buffer::verifier::{check_chain_region, MIN_REC_LEN};
+use crate::dir::entry::{DirEntry, DirFormat};
+use crate::error::Result;
+
+/// Fields of `ext4_dir_entry_2`, as byte ranges in a record.
+const INODE_FIELD: std::ops::Range<usize> = 0..4;
+pub(crate) const REC_LEN_FIELD: std::ops::Range<usize> = 4..6;
+/// `name_len`: the first byte after `rec_len`.
+const NAME_LEN_FIELD: usize = 6;
+/// `file_type` (the high byte of `name_len` without the filetype feature).
+const FILE_TYPE_FIELD: usize = 7;
+
+/// A live entry as the leaf holds it, with its place in the block.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LeafEntry {
+    /// Byte offset of the record in the block.
+    pub offset: usize,
+    /// `rec_len`: the record's bytes, slack included.
+    pub rec_len: usize,
+    pub ino: u32,
+    /// The raw `file_type` code (0 without the filetype feature).
+    pub file_type: u8,
+    pub name: Vec<u8>,
+}
+
+impl LeafEntry {
+    /// The entry as callers see it.
+    pub(crate) fn to_public(&self) -> DirEntry {
+        DirEntry {
+            name: self.name.clone(),
+            ino: self.ino,
+            file_type: e4_format::dir_entry::file_type::to_file_type(self.file_type),
+        }
+    }
+}
+
+/// An entry to place in a block that is being built from scratch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct NewEntry {
+    pub ino: u32,
+    pub file_type: u8,
+    pub name: Vec<u8>,
+}
+
+/// A directory leaf block whose entry chain has been checked: every record lies inside the
+/// chain, has a valid `rec_len` and holds its name. `B` holds the bytes: a block of its own
+/// (`Vec<u8>`, for blocks being built or rebuilt), or the cached block itself, borrowed for
+/// a look (`&[u8]`) or an edit in place (`&mut [u8]`).
+#[derive(Debug, Clone)]
+pub(crate) struct LeafBlock<B = Vec<u8>> {
+    bytes: B,
+    /// Where the entry chain ends: the block size, less the tail under metadata_csum.
+    end: usize,
+    filetype: bool,
+}
+
+impl<B: AsRef<[u8]>> LeafBlock<B> {
+    /// A leaf whose entry chain was checked when it was read ([`check_leaf_chain`], the
+    /// verify step the engine runs once per buffer): only the checks that cost nothing are
+    /// made again. A directory operation reads a leaf or two, and walking every record to
+    /// re-check it was a fifth of a create.
+    pub(crate) fn checked(bytes: B, format: &DirFormat, loc: Location) -> Result<Self> {
+        let bad = |problem| FormatError::corrupt(Structure::DirectoryBlock, loc, problem);
+        let len = bytes.as_ref().len();
+        if len != format.block_size {
+            return Err(bad(Problem::WrongBlockSize {
+                len,
+                expected: format.block_size,
+            })
+            .into());
+        }
+        if format.metadata_csum && !has_tail(bytes.as_ref()) {
+            return Err(bad(Problem::NoChecksumTail).into());
+        }
+        Ok(LeafBlock {
+            end: chain_end(format),
+            bytes,
+            filetype: format.filetype,
+        })
+    }
+
+    /// Checks that every record of the chain is whole and at least [`MIN_REC_LEN`] long.
+    fn check_chain(&self, loc: Location) -> Result<()> {
+        let bytes = self.bytes.as_ref();
+        check_chain_region(&bytes[..self.end], bytes.len(), self.filetype, loc)
+    }
+
+    /// Where the entry chain ends: the block size, less the tail under metadata_csum.
+    pub(crate) fn chain_end(&self) -> usize {
+        self.end
+    }
+
+    /// The block's bytes, to be written as a [`crate::io::meta_io::BlockKind::DirectoryLeaf`].
+    pub(crate) fn bytes(&self) -> &[u8] {
+        self.bytes.as_ref()
+    }
+
+    /// Every record in chain order, free ones included.
+    fn records(&self) -> Records<'_> {
+        let bytes = self.bytes.as_ref();
+        Records {
+            chain: &bytes[..self.end],
+            offset: 0,
+            block_size: bytes.len(),
+            filetype: self.filetype,
+        }
+    }
+
+    /// The live entries, in chain order.
+    pub(crate) fn entries(&self) -> impl Iterator<Item = LeafEntry> + '_ {
+        self.records()
+            .filter(|r| r.inode != 0)
+            .map(|r| r.to_entry())
+    }
+
+    /// The live entry called `name`, if the block holds one.
+    pub(crate) fn find(&self, name: &[u8]) -> Option<LeafEntry> {
+        self.records()
+            .find(|r| r.inode != 0 && same_name(r.name, name))
+            .map(|r| r.to_entry())
+    }
+
+    /// The first record with room for an entry with a `name_len`-byte name
+    /// (`ext4_find_dest_de`).
+    fn slot_for(&self, name_len: usize) -> Option<Slot> {
+        let needed = entry_size(name_len);
+        self.records().find_map(|r| r.slot(needed))
+    }
+
+    /// Looks for `name` and, in the same walk, for the first record with room for it
+    /// ([`LeafBlock::slot_for`]'s): a create reads each leaf once for both.
+    pub(crate) fn probe(&self, name: &[u8]) -> LeafProbe {
+        let needed = entry_size(name.len());
+        let mut slot = None;
+        for r in self.records() {
+            if r.inode != 0 && same_name(r.name, name) {
+                return LeafProbe::Found;
+            }
+            if slot.is_none() {
+                slot = r.slot(needed);
+            }
+        }
+        LeafProbe::Absent(slot)
+    }
+}
+
+impl<B: AsRef<[u8]> + AsMut<[u8]>> LeafBlock<B> {
+    /// Adds an entry in the first record with room for it ([`LeafBlock::insert_at`]).
+    /// False when no record has room.
+    pub(crate) fn insert(&mut self, name: &[u8], ino: u32, file_type: u8) -> bool {
+        match self.slot_for(name.len()) {
+            Some(slot) => {
+                self.insert_at(slot, name, ino, file_type);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Adds an entry in `slot`, which [`LeafBlock::probe`] found for this name: a live
+    /// record is cut to its smallest size and the entry takes the rest; a free record is
+    /// reused whole.
+    pub(crate) fn insert_at(&mut self, slot: Slot, name: &[u8], ino: u32, file_type: u8) {
+        let Slot {
+            offset,
+            used,
+            rec_len,
+        } = slot;
+        if used > 0 {
+            // The live entry keeps its first `used` bytes; only its rec_len changes.
+            self.set_rec_len(offset, used);
+        }
+        let at = offset + used;
+        let bytes = self.bytes.as_mut();
+        bytes[at..offset + rec_len].fill(0);
+        encode_entry(&mut bytes[at..], ino, rec_len - used, file_type, name);
+    }
+
+    /// Deletes the record at `offset` (`ext4_generic_delete_entry`): the previous record
+    /// absorbs it and it is zeroed; the first record of the block instead becomes free,
+    /// keeping its `rec_len`, with everything after that field zeroed.
+    pub(crate) fn remove(&mut self, offset: usize) {
+        let mut previous = None;
+        let mut found = None;
+        for r in self.records() {
+            if r.offset == offset {
+                found = Some(r.rec_len);
+                break;
+            }
+            previous = Some((r.offset, r.rec_len));
+        }
+        let Some(rec_len) = found else {
+            return;
+        };
+        match previous {
+            Some((prev, prev_len)) => {
+                self.set_rec_len(prev, prev_len + rec_len);
+                self.bytes.as_mut()[offset..offset + rec_len].fill(0);
+            }
+            None => {
+                let bytes = self.bytes.as_mut();
+                bytes[offset + INODE_FIELD.start..offset + INODE_FIELD.end].fill(0);
+                bytes[offset + NAME_LEN_FIELD..offset + rec_len].fill(0);
+            }
+        }
+    }
+
+    /// Points the record at `offset` at another inode (a rename over an existing name).
+    pub(crate) fn set_target(&mut self, offset: usize, ino: u32, file_type: u8) {
+        let filetype = self.filetype;
+        let bytes = self.bytes.as_mut();
+        bytes[offset + INODE_FIELD.start..offset + INODE_FIELD.end]
+            .copy_from_slice(&ino.to_le_bytes());
+        if filetype {
+            bytes[offset + FILE_TYPE_FIELD] = file_type;
+        }
+    }
+
+    fn set_rec_len(&mut self, offset: usize, rec_len: usize) {
+        let field = offset + REC_LEN_FIELD.start..offset + REC_LEN_FIELD.end;
+        self.bytes.as_mut()[field].copy_from_slice(&rec_len_to_disk(rec_len).to_le_bytes());
+    }
+}
+
+impl LeafBlock {
+    /// One entry region of an inline directory (the rest of `i_block`, or the `system.data`
+    /// value): a chain that fills `bytes` exactly, with no tail. `loc` names it in errors.
+    pub(crate) fn inline_region(bytes: Vec<u8>, filetype: bool, loc: Location) -> Result<Self> {
+        let leaf = LeafBlock {
+            end: bytes.len(),
+            bytes,
+            filetype,
+        };
+        leaf.check_chain(loc)?;
+        Ok(leaf)
+    }
+
+    /// The first block of a directory converted from inline (`ext4_finish_convert_inline_dir`):
+    /// "." and ".." in 12 bytes each, then the inline regions' records copied as they are,
+    /// the last one stretched to the end of the chain, then the tail. `None` if they do not
+    /// fit the block.
+    pub(crate) fn from_inline(
+        format: &DirFormat,
+        self_ino: u32,
+        parent_ino: u32,
+        regions: &[&LeafBlock],
+    ) -> Option<Self> {
+        let end = chain_end(format);
+        let mut bytes = vec![0u8; format.block_size];
+        if format.metadata_csum {
+            init_leaf_tail(&mut bytes);
+        }
+        let dir_type = format.file_type_code(e4_format::inode::FileType::Directory);
+        encode_entry(&mut bytes, self_ino, MIN_REC_LEN, dir_type, b".");
+        encode_entry(
+            &mut bytes[MIN_REC_LEN..],
+            parent_ino,
+            MIN_REC_LEN,
+            dir_type,
+            b"..",
+        );
+        let mut at = 2 * MIN_REC_LEN;
+        let mut last = MIN_REC_LEN;
+        for region in regions {
+            if at + region.end > end {
+                return None;
+            }
+            if let Some(record) = region.records().last() {
+                last = at + record.offset;
+            }
+            bytes[at..at + region.end].copy_from_slice(&region.bytes[..region.end]);
+            at += region.end;
+        }
+        let mut leaf = LeafBlock {
+            bytes,
+            end,
+            filetype: format.filetype,
+        };
+        leaf.set_rec_len(last, end - last);
+        Some(leaf)
+    }
+
+    /// A block with no entries: one free record spanning the chain, then the tail
+    /// (`ext4_append` followed by the "add to new block" path of `ext4_add_entry`).
+    pub(crate) fn empty(format: &DirFormat) -> Self {
+        Self::packed(format, &[]).expect("an empty list fits in any block")
+    }
+
+    /// The first block of a new directory (`ext4_init_new_dir`): "." (12 bytes) and ".."
+    /// spanning the rest of the chain, both of type directory.
+    pub(crate) fn with_dot_entries(format: &DirFormat, self_ino: u32, parent_ino: u32) -> Self {
+        let dir_type = format.file_type_code(e4_format::inode::FileType::Directory);
+        let entries = [
+            NewEntry {
+                ino: self_ino,
+                file_type: dir_type,
+                name: b".".to_vec(),
+            },
+            NewEntry {
+                ino: parent_ino,
+                file_type: dir_type,
+                name: b"..".to_vec(),
+            },
+        ];
+        Self::packed(format, &entries).expect("two short entries fit in any block")
+    }
+
+    /// A block holding `entries` in order, each in its smallest record, the last one taking
+    /// the rest of the chain (`dx_pack_dirents`, `dx_move_dirents`). `None` if they do not
+    /// fit.
+    pub(crate) fn packed(format: &DirFormat, entries: &[NewEntry]) -> Option<Self> {
+        let end = chain_end(format);
+        let mut bytes = vec![0u8; format.block_size];
+        if format.metadata_csum {
+            init_leaf_tail(&mut bytes);
+        }
+        let sizes: Vec<usize> = entries.iter().map(|e| entry_size(e.name.len())).collect();
+        if sizes.iter().sum::<usize>() > end {
+            return None;
+        }
+        let mut offset = 0;
+        for (i, (entry, size)) in entries.iter().zip(&sizes).enumerate() {
+            let rec_len = if i + 1 == entries.len() {
+                end - offset
+            } else {
+                *size
+            };
+            encode_entry(
+                &mut bytes[offset..],
+                entry.ino,
+                rec_len,
+                entry.file_type,
+                &entry.name,
+            );
+            offset += rec_len;
+        }
+        if entries.is_empty() {
+            encode_entry(&mut bytes, 0, end, 0, &[]);
+        }
+        Some(LeafBlock {
+            bytes,
+            end,
+            filetype: format.filetype,
+        })
+    }
+
+    /// Lengthens an inline region to `len` bytes (`ext4_update_final_de`): its last record
+    /// takes the new bytes, or, in an empty region, one free record spans them. `len` is a
+    /// multiple of 4, at least [`MIN_REC_LEN`] more than the current length.
+    pub(crate) fn grow_region(&mut self, len: usize) {
+        let last = self.records().last().map(|r| (r.offset, r.rec_len));
+        let old = self.end;
+        self.bytes.resize(len, 0);
+        self.end = len;
+        match last {
+            Some((offset, rec_len)) => self.set_rec_len(offset, rec_len + len - old),
+            None => encode_entry(&mut self.bytes, 0, len, 0, &[]),
+        }
+    }
+}
+
+/// One record of a checked chain, borrowing its name from the block.
+struct Record<'a> {
+    offset: usize,
+    inode: u32,
+    rec_len: usize,
+    file_type: u8,
+    /// Empty in a free record (inode 0).
+    name: &'a [u8],
+}
+
+/// A record with room for a new entry: at `offset`, its own entry using `used` bytes (0 if
+/// free) of its `rec_len`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Slot {
+    offset: usize,
+    used: usize,
+    rec_len: usize,
+}
+
+/// What [`LeafBlock::probe`] found.
+#[derive(Debug)]
+pub(crate) enum LeafProbe {
+    /// The name is here.
+    Found,
+    /// The name is not here; where it would go, if anywhere.
+    Absent(Option<Slot>),
+}
+
+impl Record<'_> {
+    /// This record as a slot for an entry needing `needed` bytes, if it has room.
+    fn slot(&self, needed: usize) -> Option<Slot> {
+        let used = if self.inode == 0 {
+            0
+        } else {
+            entry_size(self.name.len())
+        };
+        (self.rec_len - used >= needed).then_some(Slot {
+            offset: self.offset,
+            used,
+            rec_len: self.rec_len,
+        })
+    }
+
+    fn to_entry(&self) -> LeafEntry {
+        LeafEntry {
+            offset: self.offset,
+            rec_len: self.rec_len,
+            ino: self.inode,
+            file_type: self.file_type,
+            name: self.name.to_vec(),
+        }
+    }
+}
+
+/// Walks a [`LeafBlock`]'s chain. The chain was checked when the block was parsed or built
+/// and every edit keeps it valid, so this decodes without re-checking (directory lookups
+/// and inserts walk every record of a leaf, several times per operation). The bounds are
+/// still tested: a record that breaks them ends the walk rather than reading past the
+/// chain.
+struct Records<'a> {
+    chain: &'a [u8],
+    offset: usize,
+    block_size: usize,
+    filetype: bool,
+}
+
+impl<'a> Iterator for Records<'a> {
+    type Item = Record<'a>;
+
+    fn next(&mut self) -> Option<Record<'a>> {
+        let offset = self.offset;
+        let header = self
+            .chain
+            .get(offset..)?
+            .first_chunk::<ENTRY_HEADER_SIZE>()?;
+        let inode = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
+        let raw_len = u16::from_le_bytes([header[4], header[5]]);
+        let rec_len = rec_len_from_disk(raw_len, self.block_size);
+        let (name_len, file_type) = if self.filetype {
+            (usize::from(header[6]), header[7])
+        } else {
+            (usize::from(u16::from_le_bytes([header[6], header[7]])), 0)
+        };
+        if rec_len < ENTRY_HEADER_SIZE || rec_len > self.chain.len() - offset {
+            return None;
+        }
+        let name = if inode == 0 {
+            &[][..]
+        } else {
+            let start = offset + ENTRY_HEADER_SIZE;
+            self.chain.get(start..start + name_len)?
+        };
+        self.offset = offset + rec_len;
+        Some(Record {
+            offset,
+            inode,
+            rec_len,
+            file_type,
+            name,
+        })
+    }
+}
+
+/// Whether two names are equal, compared from the end: names in one directory often share
+/// a prefix and differ in their last bytes (`file1001`, `file1002`), and an inline loop
+/// over a few bytes is cheaper than a call to `memcmp` per record.
+fn same_name(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().rev().zip(b.iter().rev()).all(|(x, y)| x == y)
+}
+
+/// Where a leaf's entry chain ends under `format`.
+fn chain_end(format: &DirFormat) -> usize {
+    if format.metadata_csum {
+        format.block_size - TAIL_SIZE
+    } else {
+        format.block_size
+    }
+}

@@ -1,0 +1,264 @@
+//! The inode cache: one shared handle per inode in use, so every thread that works on an
+//! inode works on the same state under the same lock (DESIGN.md, "Inode handles"). A caller
+//! never holds a private copy that can go stale; it takes the handle's lock, reads or changes
+//! the decoded inode, and marks the handle dirty so the next commit writes it back.
+//!
+//! Handles are spread over shards by inode number; a shard's lock is held only to find or
+//! insert a handle, never while an inode is read from disk by another thread (two threads
+//! missing on one inode may both read it; the first to insert wins and both use its handle).
+
+use foldhash::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use crossbeam_utils::CachePadded;
+use e4_alloc::ReservationWindow;
+use e4_format::inode::{FileType, Inode};
+use parking_lot::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use e4_alloc::stats::LockStats;
+
+use crate::error::Result;
+
+/// Shards: as the buffer cache's, many more than threads (an operation takes two or three
+/// shard locks, and two threads meeting in one showed as contention with 64).
+const SHARDS: usize = 256;
+/// Clean, unused handles a shard keeps before it drops some (64k handles in all).
+const CLEAN_PER_SHARD: usize = 256;
+
+/// What the engine knows of an inode besides its record.
+pub(crate) struct InodeState {
+    pub inode: Inode,
+    /// The file's reservation window: where its appends go next (e4-alloc).
+    pub window: ReservationWindow,
+    /// Opens through the API (a FUSE mount's file handles); an inode whose last link is
+    /// removed while open lives on until the last close.
+    pub open_count: u32,
+    /// Freed: the number may be reused, and this handle is no longer in the cache.
+    pub deleted: bool,
+}
+
+impl InodeState {
+    /// State for an inode no handle holds yet (one being built, or being torn down after a
+    /// failed creation).
+    pub fn detached(inode: Inode) -> Self {
+        let window = if inode.file_type() == Some(FileType::Directory) {
+            crate::space::placement::directory_window()
+        } else {
+            ReservationWindow::new()
+        };
+        InodeState {
+            inode,
+            window,
+            open_count: 0,
+            deleted: false,
+        }
+    }
+}
+
+/// The inode lock held for a change.
+pub(crate) type InodeGuard<'a> = RwLockWriteGuard<'a, InodeState>;
+
+/// One inode's shared handle. Its lock is a reader-writer lock: reads of a file's data or a
+/// directory's entries share it, so they never follow a mapping a writer is changing, and
+/// never wait for one another.
+pub(crate) struct InodeHandle {
+    pub ino: u32,
+    state: RwLock<InodeState>,
+    dirty: AtomicBool,
+}
+
+impl InodeHandle {
+    /// The inode's lock, for a change (counted in the cache's inode-lock statistics).
+    pub fn lock<'a>(&'a self, cache: &InodeCache) -> InodeGuard<'a> {
+        cache
+            .inode_locks
+            .take(|| self.state.try_write(), || self.state.write())
+    }
+
+    /// The inode's lock if it is free now; `None` (counted as a skip) if another thread
+    /// holds it.
+    pub fn try_lock<'a>(&'a self, cache: &InodeCache) -> Option<InodeGuard<'a>> {
+        cache.inode_locks.take_if_free(self.state.try_write())
+    }
+
+    /// The inode's lock, shared with other readers.
+    pub fn read<'a>(&'a self, cache: &InodeCache) -> RwLockReadGuard<'a, InodeState> {
+        cache
+            .inode_locks
+            .take(|| self.state.try_read(), || self.state.read())
+    }
+
+    /// The inode's lock, shared, if no writer holds it now; `None` (counted as a skip)
+    /// otherwise.
+    pub fn try_read<'a>(&'a self, cache: &InodeCache) -> Option<RwLockReadGuard<'a, InodeState>> {
+        cache.inode_locks.take_if_free(self.state.try_read())
+    }
+}
+
+struct Shard {
+    handles: HashMap<u32, Arc<InodeHandle>>,
+    dirty: Vec<Arc<InodeHandle>>,
+    /// How many handles make the next insert trim the shard: twice what the last trim left
+    /// (at least [`CLEAN_PER_SHARD`]), so a shard whose handles are all held or dirty (a
+    /// burst of creates before a commit) is not scanned again on every insert.
+    trim_at: usize,
+}
+
+impl Default for Shard {
+    fn default() -> Self {
+        Shard {
+            handles: HashMap::default(),
+            dirty: Vec::new(),
+            trim_at: CLEAN_PER_SHARD,
+        }
+    }
+}
+
+pub(crate) struct InodeCache {
+    shards: Box<[CachePadded<Mutex<Shard>>]>,
+    shard_locks: LockStats,
+    inode_locks: LockStats,
+}
+
+impl InodeCache {
+    pub fn new() -> Self {
+        InodeCache {
+            shards: (0..SHARDS)
+                .map(|_| CachePadded::new(Mutex::default()))
+                .collect(),
+            shard_locks: LockStats::default(),
+            inode_locks: LockStats::default(),
+        }
+    }
+
+    fn shard(&self, ino: u32) -> MutexGuard<'_, Shard> {
+        self.shard_locks.take(
+            || self.shards[ino as usize % SHARDS].try_lock(),
+            || self.shards[ino as usize % SHARDS].lock(),
+        )
+    }
+
+    pub fn shard_stats(&self) -> &LockStats {
+        &self.shard_locks
+    }
+
+    pub fn lock_stats(&self) -> &LockStats {
+        &self.inode_locks
+    }
+
+    fn handle_for(inode: Inode) -> Arc<InodeHandle> {
+        Arc::new(InodeHandle {
+            ino: inode.ino,
+            state: RwLock::new(InodeState::detached(inode)),
+            dirty: AtomicBool::new(false),
+        })
+    }
+
+    /// The handle of inode `ino`, loading the inode with `load` on a miss.
+    pub fn get_or_load(
+        &self,
+        ino: u32,
+        load: impl FnOnce() -> Result<Inode>,
+    ) -> Result<Arc<InodeHandle>> {
+        if let Some(h) = self.shard(ino).handles.get(&ino) {
+            return Ok(Arc::clone(h));
+        }
+        let handle = Self::handle_for(load()?);
+        let mut shard = self.shard(ino);
+        if let Some(h) = shard.handles.get(&ino) {
+            return Ok(Arc::clone(h));
+        }
+        Self::trim(&mut shard);
+        shard.handles.insert(ino, Arc::clone(&handle));
+        Ok(handle)
+    }
+
+    /// The handle of inode `ino` if it is cached (an open inode always is).
+    pub fn get(&self, ino: u32) -> Option<Arc<InodeHandle>> {
+        self.shard(ino).handles.get(&ino).cloned()
+    }
+
+    /// Installs the handle of a newly created inode (its number was just claimed, so no
+    /// handle for it can exist but a deleted one's, which is replaced).
+    pub fn insert_new(&self, inode: Inode) -> Arc<InodeHandle> {
+        let handle = Self::handle_for(inode);
+        let mut shard = self.shard(handle.ino);
+        Self::trim(&mut shard);
+        shard.handles.insert(handle.ino, Arc::clone(&handle));
+        handle
+    }
+
+    /// Drops clean handles nobody holds once a shard has many.
+    fn trim(shard: &mut Shard) {
+        if shard.handles.len() < shard.trim_at {
+            return;
+        }
+        shard.handles.retain(|_, h| {
+            // Held only by the cache and clean: keep it if it is open or has a window. The
+            // state is only tried: a holder of an inode lock may be waiting for this shard.
+            Arc::strong_count(h) > 1
+                || h.dirty.load(Ordering::Acquire)
+                || h.state
+                    .try_read()
+                    .is_none_or(|s| s.open_count > 0 || s.window.unused().is_some())
+        });
+        shard.trim_at = (2 * shard.handles.len()).max(CLEAN_PER_SHARD);
+    }
+
+    /// Marks `handle` changed; the next commit writes its inode back.
+    pub fn mark_dirty(&self, handle: &Arc<InodeHandle>) {
+        if !handle.dirty.swap(true, Ordering::AcqRel) {
+            self.shard(handle.ino).dirty.push(Arc::clone(handle));
+        }
+    }
+
+    /// Whether inode `ino` has changes that no commit has taken yet. An inode without a
+    /// handle here has none: dirty handles are never dropped.
+    pub fn is_dirty(&self, ino: u32) -> bool {
+        self.shard(ino)
+            .handles
+            .get(&ino)
+            .is_some_and(|h| h.dirty.load(Ordering::Acquire))
+    }
+
+    /// Whether some inode is dirty (takes every shard's lock: not for hot paths).
+    pub fn any_dirty(&self) -> bool {
+        self.shards.iter().any(|s| {
+            !self
+                .shard_locks
+                .take(|| s.try_lock(), || s.lock())
+                .dirty
+                .is_empty()
+        })
+    }
+
+    /// Every dirty handle, marked clean (the caller writes them back).
+    pub fn take_dirty(&self) -> Vec<Arc<InodeHandle>> {
+        // Sorted by a copy of the number beside each handle: sorting by `h.ino` would chase
+        // a pointer per comparison (7 % of a two-thread create run went to that sort).
+        let mut out = Vec::new();
+        for shard in self.shards.iter() {
+            let taken = std::mem::take(&mut shard.lock().dirty);
+            for h in taken {
+                h.dirty.store(false, Ordering::Release);
+                out.push((h.ino, h));
+            }
+        }
+        out.sort_unstable_by_key(|(ino, _)| *ino);
+        out.into_iter().map(|(_, h)| h).collect()
+    }
+
+    /// Forgets inode `ino` (it was freed).
+    pub fn remove(&self, ino: u32) {
+        self.shard(ino).handles.remove(&ino);
+    }
+
+    /// Every handle (for releasing windows at unmount).
+    pub fn all(&self) -> Vec<Arc<InodeHandle>> {
+        self.shards
+            .iter()
+            .flat_map(|s| s.lock().handles.values().cloned().collect::<Vec<_>>())
+            .collect()
+    }
+}

@@ -1,0 +1,120 @@
+//! The inode table: where each inode's record lives, and reading and writing records
+//! through the block cache (a table block shared by many inodes has one copy, and
+//! write-back writes it once).
+
+use e4_format::geometry::Geometry;
+use e4_format::group_descriptor::GroupDescriptor;
+use e4_format::inode::Inode;
+use e4_format::{FormatError, Location, Problem, Structure};
+
+use crate::buffer::cache::BufferRole;
+use crate::buffer::store::BlockStore;
+use crate::error::Result;
+use crate::io::meta_io::BlockKind;
+
+/// Inode-table blocks carry no checksum of their own: each record's is computed when the
+/// record is encoded into the block.
+const TABLE_ROLE: BufferRole = BufferRole {
+    kind: BlockKind::InodeTable,
+    owner: None,
+};
+
+pub(crate) struct InodeTable {
+    geometry: Geometry,
+    /// Each group's first inode-table block (fixed at open: read without any lock).
+    tables: Box<[u64]>,
+    /// `s_inode_size`.
+    inode_size: usize,
+}
+
+impl InodeTable {
+    pub(crate) fn new(
+        geometry: &Geometry,
+        descriptors: &[GroupDescriptor],
+        inode_size: usize,
+    ) -> Self {
+        InodeTable {
+            geometry: geometry.clone(),
+            tables: descriptors.iter().map(|d| d.inode_table()).collect(),
+            inode_size,
+        }
+    }
+
+    /// Where inode `ino`'s record is: its inode-table block and the byte offset there.
+    pub(crate) fn slot(&self, ino: u32) -> Result<(u64, usize)> {
+        let loc = self.geometry.inode_location(ino).ok_or_else(|| {
+            FormatError::corrupt(
+                Structure::InodeNumber,
+                Location::Inode(ino),
+                Problem::NumberOutOfRange,
+            )
+        })?;
+        let table = self.tables[loc.group as usize];
+        let bs = u64::from(self.geometry.block_size());
+        Ok((
+            table + loc.table_offset / bs,
+            (loc.table_offset % bs) as usize,
+        ))
+    }
+
+    /// Reads and parses inode `ino`'s record, whatever it holds. `unwritten` says whether
+    /// its slot lies in the part of the table the group descriptor marks as never written,
+    /// whose records may hold anything: reading one is corruption (a name leads to it).
+    pub(crate) fn read_record(
+        &self,
+        store: &BlockStore,
+        ino: u32,
+        unwritten: bool,
+    ) -> Result<Inode> {
+        let (block_nr, at) = self.slot(ino)?;
+        if unwritten {
+            let group = self.geometry.inode_location(ino).map_or(0, |l| l.group);
+            return Err(FormatError::corrupt(
+                Structure::Inode,
+                Location::Inode(ino),
+                Problem::InUninitializedInodeTable { group },
+            )
+            .into());
+        }
+        let block = store.read(block_nr)?;
+        let raw = &block.bytes()[at..at + self.inode_size];
+        Ok(Inode::parse(raw, ino, store.csum_seed())?)
+    }
+
+    /// Encodes `inode` (computing its checksum) into its inode-table block, which the next
+    /// commit writes.
+    pub(crate) fn write_record(&self, store: &BlockStore, inode: &Inode) -> Result<()> {
+        let (nr, at) = self.slot(inode.ino)?;
+        let buffer = store.read(nr)?;
+        let bytes = inode.to_bytes(store.csum_seed());
+        buffer.bytes_mut()[at..at + bytes.len()].copy_from_slice(&bytes);
+        buffer.set_role(TABLE_ROLE);
+        store.cache().mark_dirty(&buffer);
+        Ok(())
+    }
+
+    /// Zeroes the records of group `group`'s inodes `from..to` that `bitmap` shows free
+    /// (slots that become visible to e2fsck when `bg_itable_unused` shrinks, in a table
+    /// that was never zeroed).
+    pub(crate) fn zero_free_slots(
+        &self,
+        store: &BlockStore,
+        group: u32,
+        from: u32,
+        to: u32,
+        bitmap: &[u8],
+    ) -> Result<()> {
+        let ipg = self.geometry.inodes_per_group();
+        for index in from..to.min(ipg) {
+            if bitmap[(index / 8) as usize] & (1 << (index % 8)) != 0 {
+                continue;
+            }
+            let (nr, at) = self.slot(group * ipg + index + 1)?;
+            let buffer = store.read(nr)?;
+            buffer.bytes_mut()[at..at + self.inode_size].fill(0);
+            buffer.set_role(TABLE_ROLE);
+            store.cache().mark_dirty(&buffer);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,395 @@
+//! Making inodes with names: create, mkdir, mknod, symlink. The new inode is made and
+//! filled before the parent directory is locked (`prepare_new_inode`); under the lock only
+//! the entry goes in, and a failure gives the inode back.
+
+use crate::io::meta_io::Owner;
+use std::sync::Arc;
+
+use e4_alloc::{InodeKind, InodeRequest};
+use e4_format::dir_hash::{dir_hash, HashVersion};
+use e4_format::features::{IncompatFeatures, RoCompatFeatures};
+use e4_format::inode::{flags, FileType, Inode, ROOT_INO};
+
+use crate::dir::editor::DirectoryEditor;
+use crate::dir::entry::{check_name, DirFormat};
+use crate::dir::inline::empty_inline_dir;
+use crate::error::{Error, Result};
+use crate::filesystem::Filesystem;
+use crate::inode::cache::{InodeHandle, InodeState};
+use crate::map::extent_tree::ExtentTree;
+use crate::ops::directory_blocks::InodeDirectoryBlocks;
+use crate::txn::txn_io::TxnIo;
+use crate::xattr::inline_data::InlineData;
+
+use crate::ops::namespace::{shown, MAX_LINKS};
+
+/// Fast symlinks keep their target in `i_block`, which holds 60 bytes (one for the NUL).
+pub(super) const FAST_SYMLINK_MAX: usize = 59;
+
+/// Who creates an inode, and with which permission bits (the file type comes from the
+/// operation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Creator {
+    /// Permission bits, including setuid, setgid and sticky.
+    pub permissions: u16,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// What a new inode is.
+#[derive(Clone, Copy)]
+pub(super) enum NewKind<'a> {
+    Regular,
+    Directory,
+    Symlink(&'a [u8]),
+    Special {
+        file_type: FileType,
+        rdev: (u32, u32),
+    },
+}
+
+impl NewKind<'_> {
+    pub(super) fn file_type(&self) -> FileType {
+        match self {
+            NewKind::Regular => FileType::Regular,
+            NewKind::Directory => FileType::Directory,
+            NewKind::Symlink(_) => FileType::Symlink,
+            NewKind::Special { file_type, .. } => *file_type,
+        }
+    }
+}
+
+pub(super) fn mode_bits(t: FileType) -> u16 {
+    match t {
+        FileType::Fifo => 0o010000,
+        FileType::CharDevice => 0o020000,
+        FileType::Directory => 0o040000,
+        FileType::BlockDevice => 0o060000,
+        FileType::Regular => 0o100000,
+        FileType::Symlink => 0o120000,
+        FileType::Socket => 0o140000,
+    }
+}
+
+/// A small random number for `i_generation` (not for security: it only distinguishes
+/// successive uses of an inode number, for NFS handles and checksum seeds).
+pub(super) fn new_generation(ino: u32) -> u32 {
+    use std::cell::Cell;
+    thread_local!(static STATE: Cell<u64> = const { Cell::new(0) });
+    STATE.with(|s| {
+        let mut x = s.get();
+        if x == 0 {
+            let t = crate::time::now();
+            x = (t.seconds as u64) ^ (u64::from(t.nanoseconds) << 20) ^ 0x9E37_79B9_7F4A_7C15;
+        }
+        x ^= u64::from(ino).wrapping_mul(0xD6E8_FEB8_6659_FD93);
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        s.set(x);
+        (x >> 32) as u32
+    })
+}
+
+impl Filesystem {
+    /// Creates a regular file `name` in directory `parent`; returns its inode number.
+    pub fn create(&self, parent: u32, name: &[u8], creator: Creator) -> Result<u32> {
+        self.make_node(parent, name, creator, NewKind::Regular)
+    }
+
+    /// Creates directory `name` in `parent`.
+    pub fn mkdir(&self, parent: u32, name: &[u8], creator: Creator) -> Result<u32> {
+        self.make_node(parent, name, creator, NewKind::Directory)
+    }
+
+    /// Creates a symlink `name` in `parent` pointing at `target` (up to 4,095 bytes; fast,
+    /// in the inode, when it fits).
+    pub fn symlink(
+        &self,
+        parent: u32,
+        name: &[u8],
+        target: &[u8],
+        creator: Creator,
+    ) -> Result<u32> {
+        if target.is_empty() || target.len() >= 4096 {
+            return Err(Error::NameTooLong(format!(
+                "symlink target of {} bytes",
+                target.len()
+            )));
+        }
+        self.make_node(parent, name, creator, NewKind::Symlink(target))
+    }
+
+    /// Creates a special file (fifo, socket, character or block device) `name` in `parent`.
+    pub fn mknod(
+        &self,
+        parent: u32,
+        name: &[u8],
+        file_type: FileType,
+        rdev: (u32, u32),
+        creator: Creator,
+    ) -> Result<u32> {
+        match file_type {
+            FileType::Fifo | FileType::Socket | FileType::CharDevice | FileType::BlockDevice => {}
+            _ => return Err(Error::Invalid(format!("mknod of a {file_type:?}"))),
+        }
+        self.make_node(parent, name, creator, NewKind::Special { file_type, rdev })
+    }
+
+    /// Makes and links a new inode; a full volume whose free blocks are only held in other
+    /// inodes' reservation windows (a growing directory's, an open file's) gives them back
+    /// and tries once more, as a write does.
+    pub(super) fn make_node(
+        &self,
+        parent: u32,
+        name: &[u8],
+        creator: Creator,
+        kind: NewKind<'_>,
+    ) -> Result<u32> {
+        self.retry_when_full(|| self.make_node_once(parent, name, creator, kind))
+    }
+
+    /// [`Self::make_node`] once: on any error, nothing is left changed.
+    pub(super) fn make_node_once(
+        &self,
+        parent: u32,
+        name: &[u8],
+        creator: Creator,
+        kind: NewKind<'_>,
+    ) -> Result<u32> {
+        check_name(name)?;
+        let writer = self.writer()?;
+        let ino = {
+            let txn = writer.begin()?;
+            let io = writer.io(self, &txn);
+            let format = self.dir_format();
+            let parent_handle = self.inode_handle(parent)?;
+            let is_dir = matches!(kind, NewKind::Directory);
+            // The new inode is allocated and filled before the directory is locked, so
+            // that creators in one directory wait for each other only while the name goes
+            // in. It gets its handle before the name exists, so a reader who finds the name
+            // finds this inode, not a stale record from the table. What it took is given
+            // back below if the name cannot be added; its failure is reported only once
+            // the name is known to be absent (so "exists" comes before "no space", as in
+            // the kernel).
+            let mut prepared =
+                Some(self.prepare_new_inode(&io, &format, &kind, parent, name, creator));
+            let made = match &prepared {
+                Some(Ok(handle)) => Some(handle.clone()),
+                _ => None,
+            };
+            let mut parent_state = parent_handle.lock(&self.inodes);
+            let parent_links = parent_state.inode.links_count();
+            let mut make = || -> Result<u32> {
+                if is_dir
+                    && parent_links >= MAX_LINKS - 1
+                    && !self.has_feature(RoCompatFeatures::DIR_NLINK)
+                {
+                    return Err(Error::TooManyLinks(shown(name)));
+                }
+                match prepared.take() {
+                    Some(Ok(handle)) => Ok(handle.ino),
+                    Some(Err(e)) => Err(e),
+                    None => unreachable!("add_new makes one inode"),
+                }
+            };
+            let linked = self
+                .require_live_directory(&parent_state.inode)
+                .and_then(|()| {
+                    self.edit_dir(&io, &format, &mut parent_state, |e| {
+                        e.add_new(name, kind.file_type(), &mut make)
+                    })
+                })
+                .and_then(|ino| {
+                    if is_dir {
+                        self.add_dir_link(&mut parent_state.inode)?;
+                    }
+                    Ok(ino)
+                });
+            let (ino, handle) = match (linked, made) {
+                (Ok(ino), Some(handle)) => (ino, handle),
+                (Err(e), Some(handle)) => {
+                    // Give back what the new inode took; the directory is unchanged.
+                    // Nothing else can hold the new inode's lock: no name leads to it.
+                    let ino = handle.ino;
+                    let mut new_state = handle.lock(&self.inodes);
+                    let released = self.release_inode_space(&io, &mut new_state);
+                    new_state.deleted = true;
+                    self.inodes.remove(ino);
+                    let freed = writer
+                        .space
+                        .inodes
+                        .free(ino, is_dir, txn.slot)
+                        .map_err(Error::from_inode_allocation);
+                    return Err(e.after_undo(released.and(freed)));
+                }
+                (Err(e), None) => return Err(e),
+                (Ok(_), None) => unreachable!("add_new returns an inode only `make` made"),
+            };
+            Self::touch(&mut parent_state.inode, true);
+            self.inodes.mark_dirty(&parent_handle);
+            self.inodes.mark_dirty(&handle);
+            ino
+        };
+        self.commit_if_needed()?;
+        Ok(ino)
+    }
+
+    /// Allocates and fills a new inode for `name` in `parent` and makes its handle; on
+    /// failure nothing it took is kept.
+    pub(super) fn prepare_new_inode(
+        &self,
+        io: &TxnIo<'_>,
+        format: &DirFormat,
+        kind: &NewKind<'_>,
+        parent: u32,
+        name: &[u8],
+        creator: Creator,
+    ) -> Result<Arc<InodeHandle>> {
+        let is_dir = matches!(kind, NewKind::Directory);
+        let new = io
+            .space
+            .inodes
+            .allocate(
+                &InodeRequest {
+                    parent,
+                    parent_hint: None,
+                    kind: self.new_inode_kind(kind, parent, name),
+                    slot: io.slot,
+                },
+                &io.space.blocks,
+            )
+            .map_err(Error::from_inode_allocation)?;
+        let ino = new.ino;
+        let mut inode = self.new_inode(ino, kind, creator);
+        if let Err(e) = self.fill_new_inode(io, format, &mut inode, kind, parent) {
+            let mut doomed = InodeState::detached(inode);
+            let released = self.release_inode_space(io, &mut doomed);
+            let freed = io
+                .space
+                .inodes
+                .free(ino, is_dir, io.slot)
+                .map_err(Error::from_inode_allocation);
+            return Err(e.after_undo(released.and(freed)));
+        }
+        Ok(self.inodes.insert_new(inode))
+    }
+
+    /// How the inode allocator should place a new inode: Orlov spreads directories made in
+    /// the root by their name's hash.
+    pub(super) fn new_inode_kind(&self, kind: &NewKind<'_>, parent: u32, name: &[u8]) -> InodeKind {
+        match (kind, parent) {
+            (NewKind::Directory, ROOT_INO) => {
+                let sb = self.superblock();
+                let version = HashVersion::from_disk(sb.def_hash_version, sb.unsigned_dir_hash())
+                    .unwrap_or(HashVersion::HalfMd4);
+                InodeKind::TopDirectory {
+                    name_hash: dir_hash(version, name, &sb.hash_seed).major,
+                }
+            }
+            (NewKind::Directory, _) => InodeKind::Directory,
+            _ => InodeKind::Other,
+        }
+    }
+
+    /// A fresh inode record: mode, owner, times, link count, and the mapping flags the
+    /// kernel gives each kind.
+    pub(super) fn new_inode(&self, ino: u32, kind: &NewKind<'_>, creator: Creator) -> Inode {
+        let sb = self.superblock();
+        let file_type = kind.file_type();
+        let mode = mode_bits(file_type) | (creator.permissions & 0o7777);
+        let mut inode = Inode::new(ino, sb.inode_size() as usize, mode, new_generation(ino));
+        inode.set_uid(creator.uid);
+        inode.set_gid(creator.gid);
+        let now = crate::time::now();
+        inode.set_atime(now);
+        inode.set_mtime(now);
+        inode.set_ctime(now);
+        inode.set_crtime(now);
+        inode.record.links_count = if file_type == FileType::Directory {
+            2
+        } else {
+            1
+        };
+        let extents = sb.incompat().contains(IncompatFeatures::EXTENTS);
+        let mapped = match kind {
+            NewKind::Regular | NewKind::Directory => true,
+            NewKind::Symlink(target) => target.len() > FAST_SYMLINK_MAX,
+            NewKind::Special { .. } => false,
+        };
+        if extents && mapped {
+            inode.record.flags |= flags::EXTENTS;
+            ExtentTree::init_empty(&mut inode.record.block);
+        }
+        inode
+    }
+
+    /// What a new inode holds before it is linked: a directory's first block, a symlink's
+    /// target, a device number.
+    pub(super) fn fill_new_inode(
+        &self,
+        io: &TxnIo<'_>,
+        format: &DirFormat,
+        inode: &mut Inode,
+        kind: &NewKind<'_>,
+        parent: u32,
+    ) -> Result<()> {
+        match kind {
+            NewKind::Regular => Ok(()),
+            NewKind::Directory => {
+                if self.start_inline_dir(inode, parent)? {
+                    return Ok(());
+                }
+                let owner = Owner::of(inode);
+                let mut blocks = InodeDirectoryBlocks {
+                    fs: self,
+                    io,
+                    inode,
+                    window: None,
+                };
+                DirectoryEditor::new(io, &mut blocks, format, owner).init(parent)
+            }
+            NewKind::Symlink(target) if target.len() <= FAST_SYMLINK_MAX => {
+                inode.record.block[..target.len()].copy_from_slice(target);
+                inode.set_size(target.len() as u64);
+                Ok(())
+            }
+            NewKind::Symlink(target) => {
+                let mut state = InodeState::detached(inode.clone());
+                self.write_first_blocks(io, &mut state, target)?;
+                *inode = state.inode;
+                Ok(())
+            }
+            NewKind::Special { rdev, .. } => {
+                let (major, minor) = *rdev;
+                if major < 256 && minor < 256 {
+                    inode.record.block[..4].copy_from_slice(&((major << 8) | minor).to_le_bytes());
+                } else {
+                    let new = (minor & 0xFF) | (major << 8) | ((minor & !0xFF) << 12);
+                    inode.record.block[4..8].copy_from_slice(&new.to_le_bytes());
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Makes new directory `inode` an empty inline one (`ext4_try_create_inline_dir`) when
+    /// the filesystem has inline_data and the inode has room for `system.data`; false
+    /// otherwise (the directory gets a block).
+    pub(super) fn start_inline_dir(&self, inode: &mut Inode, parent: u32) -> Result<bool> {
+        if !self
+            .superblock()
+            .incompat()
+            .contains(IncompatFeatures::INLINE_DATA)
+        {
+            return Ok(false);
+        }
+        let mut data = InlineData::load(inode)?;
+        let content = empty_inline_dir(parent);
+        if !data.store(inode, &content) {
+            return Ok(false);
+        }
+        inode.set_size(content.len() as u64);
+        Ok(true)
+    }
+}

@@ -1,0 +1,332 @@
+//! `fallocate`: allocating (as unwritten extents), punching holes, zeroing, and collapsing or
+//! inserting ranges, with the kernel's modes and errors.
+
+use e4_format::inode::{flags, FileType, Inode};
+
+use crate::error::{Error, Result};
+use crate::filesystem::Filesystem;
+use crate::inode::cache::InodeState;
+use crate::map::extent_tree::ShiftDirection;
+use crate::map::file_mapping::FileMapping;
+use crate::txn::txn_io::TxnIo;
+
+/// How [`Filesystem::fallocate`] changes a range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FallocateMode {
+    /// Allocate unwritten blocks and grow the size to cover the range.
+    Allocate,
+    /// Allocate unwritten blocks; leave the size.
+    KeepSize,
+    /// Free the blocks of the range (the size stays).
+    PunchHole,
+    /// Make the range read as zeros, allocated.
+    ZeroRange,
+    /// Remove the range: its blocks are freed, everything after it moves down by its
+    /// length and the size shrinks by it. Offset and length are whole blocks, and the range
+    /// ends before the end of the file.
+    CollapseRange,
+    /// Insert a hole of the range's length at its offset: everything from the offset on
+    /// moves up by the length and the size grows by it. Offset and length are whole blocks,
+    /// and the offset lies inside the file.
+    InsertRange,
+}
+
+/// Refuses `fallocate` on anything but a regular file with the kernel's errors
+/// (`vfs_fallocate`, before the filesystem is asked): ESPIPE for a FIFO, EISDIR for a
+/// directory, ENODEV for a device, socket or symlink. (A block device's own fallocate
+/// would reach the device, which e4 does not.)
+fn require_fallocatable(inode: &Inode) -> Result<()> {
+    let what = || format!("inode {}", inode.ino);
+    match inode.file_type() {
+        Some(FileType::Regular) => Ok(()),
+        Some(FileType::Fifo) => Err(Error::IllegalSeek(what())),
+        Some(FileType::Directory) => Err(Error::IsADirectory(what())),
+        _ => Err(Error::NoDevice(what())),
+    }
+}
+
+impl Filesystem {
+    /// Changes the allocation of `len` bytes from `offset` of regular file `ino` (Linux's
+    /// `fallocate`). Allocated ranges get unwritten extents, which read as zeros until
+    /// written; only extent-mapped files have them (block-mapped files: NotSupported, as
+    /// the kernel's EOPNOTSUPP). Collapsing and inserting ranges follow
+    /// `ext4_collapse_range` and `ext4_insert_range` (see [`FallocateMode`]); an inline file
+    /// first moves out of its inode, as the kernel converts inline data for every mode.
+    /// Other kinds of file get the kernel's errors: [`Error::IsADirectory`] for a directory,
+    /// [`Error::IllegalSeek`] for a FIFO, [`Error::NoDevice`] for the rest.
+    pub fn fallocate(&self, ino: u32, mode: FallocateMode, offset: u64, len: u64) -> Result<()> {
+        self.retry_when_full(|| self.fallocate_once(ino, mode, offset, len))
+    }
+
+    fn fallocate_once(&self, ino: u32, mode: FallocateMode, offset: u64, len: u64) -> Result<()> {
+        let writer = self.writer()?;
+        if len == 0 {
+            return Err(Error::Invalid("fallocate of 0 bytes".into()));
+        }
+        {
+            let txn = writer.begin()?;
+            let handle = self.inode_handle(ino)?;
+            let mut state = handle.lock(&self.inodes);
+            require_fallocatable(&state.inode)?;
+            self.require_regular(&state)?;
+            let end = offset
+                .checked_add(len)
+                .filter(|&end| end <= self.max_file_size(&state.inode))
+                .ok_or_else(|| Error::FileTooBig(format!("inode {ino}")))?;
+            // Checked before an inline file moves out, so a refused range changes nothing.
+            self.check_range_shift(&state.inode, mode, offset, len)?;
+            let io = writer.io(self, &txn);
+            // The modes the kernel runs with EXT4_GET_BLOCKS_METADATA_NOFAIL: an extent
+            // split while removing or shifting space may take its tree block from the
+            // metadata reserve.
+            let io = match mode {
+                FallocateMode::PunchHole
+                | FallocateMode::CollapseRange
+                | FallocateMode::InsertRange => io.removing_space(),
+                _ => io,
+            };
+            if !self.fallocate_inline(&io, &mut state, mode, offset, end)? {
+                self.fallocate_blocks(&io, &mut state, mode, offset, end)?;
+            }
+            let changes_data = !matches!(mode, FallocateMode::Allocate | FallocateMode::KeepSize);
+            Self::touch(&mut state.inode, changes_data);
+            drop(state);
+            self.inodes.mark_dirty(&handle);
+        }
+        self.commit_if_needed()
+    }
+
+    /// [`Filesystem::fallocate`] on an inline file whose content still fits the inode:
+    /// allocating only grows the size (inline bytes are always allocated), punching and
+    /// zeroing write zeros. False when the file is not (or no longer) inline.
+    fn fallocate_inline(
+        &self,
+        io: &TxnIo<'_>,
+        state: &mut InodeState,
+        mode: FallocateMode,
+        offset: u64,
+        end: u64,
+    ) -> Result<bool> {
+        let size = state.inode.size();
+        let new_len = match mode {
+            FallocateMode::Allocate | FallocateMode::ZeroRange => size.max(end),
+            FallocateMode::KeepSize | FallocateMode::PunchHole => size,
+            // Moving blocks needs blocks: no length fits inline, so the file moves out.
+            FallocateMode::CollapseRange | FallocateMode::InsertRange => u64::MAX,
+        };
+        let zeroes = matches!(mode, FallocateMode::PunchHole | FallocateMode::ZeroRange);
+        let inline = self.change_inline(io, state, new_len, false, |content| {
+            if zeroes {
+                let len = content.len() as u64;
+                // OK to cast: both bounds are within the in-memory content.
+                content[offset.min(len) as usize..end.min(len) as usize].fill(0);
+            }
+        })?;
+        if inline {
+            self.set_file_size(&mut state.inode, new_len);
+        }
+        Ok(inline)
+    }
+
+    /// [`Filesystem::fallocate`] on a file mapped by extents.
+    fn fallocate_blocks(
+        &self,
+        io: &TxnIo<'_>,
+        state: &mut InodeState,
+        mode: FallocateMode,
+        offset: u64,
+        end: u64,
+    ) -> Result<()> {
+        let ino = state.inode.ino;
+        if !state.inode.has_flag(flags::EXTENTS) {
+            return Err(Error::NotSupported(format!(
+                "fallocate on block-mapped inode {ino} (no unwritten extents)"
+            )));
+        }
+        let bs = u64::from(self.block_size());
+        let (first_full, end_full) = (offset.div_ceil(bs), end / bs);
+        match mode {
+            FallocateMode::Allocate | FallocateMode::KeepSize => {
+                self.allocate_unwritten(io, state, offset / bs, end.div_ceil(bs))?;
+                if mode == FallocateMode::Allocate && end > state.inode.size() {
+                    self.set_file_size(&mut state.inode, end);
+                }
+            }
+            FallocateMode::PunchHole | FallocateMode::ZeroRange => {
+                self.zero_partial(io, state, offset, end)?;
+                if end_full > first_full {
+                    self.free_range(io, state, first_full, end_full - first_full)?;
+                }
+                if mode == FallocateMode::ZeroRange {
+                    self.allocate_unwritten(io, state, offset / bs, end.div_ceil(bs))?;
+                    if end > state.inode.size() {
+                        self.set_file_size(&mut state.inode, end);
+                    }
+                }
+            }
+            FallocateMode::CollapseRange => {
+                let (first, count) = (offset / bs, (end - offset) / bs);
+                self.free_range(io, state, first, count)?;
+                self.shift_blocks(io, state, first + count, count, ShiftDirection::Down)?;
+                let size = state.inode.size() - (end - offset);
+                self.set_file_size(&mut state.inode, size);
+            }
+            FallocateMode::InsertRange => {
+                let (first, count) = (offset / bs, (end - offset) / bs);
+                self.shift_blocks(io, state, first, count, ShiftDirection::Up)?;
+                let size = state.inode.size() + (end - offset);
+                self.set_file_size(&mut state.inode, size);
+            }
+        }
+        Ok(())
+    }
+
+    /// The checks `ext4_collapse_range` and `ext4_insert_range` make, in their order, for a
+    /// collapse or insert of `len` bytes at `offset` (other modes pass): extent-mapped file
+    /// (else NotSupported, EOPNOTSUPP), whole blocks (else Invalid, EINVAL), then for a
+    /// collapse a range that ends before the end of the file (EINVAL), for an insert a size
+    /// that stays within the maximum (FileTooBig, EFBIG) and an offset inside the file
+    /// (EINVAL).
+    fn check_range_shift(
+        &self,
+        inode: &Inode,
+        mode: FallocateMode,
+        offset: u64,
+        len: u64,
+    ) -> Result<()> {
+        let ino = inode.ino;
+        let collapse = match mode {
+            FallocateMode::CollapseRange => true,
+            FallocateMode::InsertRange => false,
+            _ => return Ok(()),
+        };
+        if !self.maps_by_extents(inode) {
+            return Err(Error::NotSupported(format!(
+                "moving the blocks of block-mapped inode {ino}"
+            )));
+        }
+        let bs = u64::from(self.block_size());
+        if offset % bs != 0 || len % bs != 0 {
+            return Err(Error::Invalid(format!(
+                "inode {ino}: offset {offset} and length {len} must be whole {bs}-byte blocks"
+            )));
+        }
+        let size = inode.size();
+        if collapse {
+            // `offset + len` cannot overflow: fallocate checked it against the maximum size.
+            if offset + len >= size {
+                return Err(Error::Invalid(format!(
+                    "inode {ino}: collapsing {offset}..{} reaches the end of the file                      ({size} bytes); truncate instead",
+                    offset + len
+                )));
+            }
+        } else {
+            if len > self.max_file_size(inode).saturating_sub(size) {
+                return Err(Error::FileTooBig(format!(
+                    "inode {ino}: inserting {len} bytes into {size}"
+                )));
+            }
+            if offset >= size {
+                return Err(Error::Invalid(format!(
+                    "inode {ino}: inserting at byte {offset}, at or past the end of the file                      ({size} bytes)"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves every mapped block of `state` at or after logical block `from` by `count`
+    /// blocks, keeping `i_blocks` in step with the tree's nodes. The file's reservation window
+    /// is given back, as the kernel discards preallocations: it was placed after blocks that
+    /// have moved.
+    fn shift_blocks(
+        &self,
+        io: &TxnIo<'_>,
+        state: &mut InodeState,
+        from: u64,
+        count: u64,
+        direction: ShiftDirection,
+    ) -> Result<()> {
+        io.space.blocks.release_window(&mut state.window, io.slot);
+        self.edit_mapping(io, &mut state.inode, |map, _| {
+            map.shift(from, count, direction)
+        })
+    }
+
+    /// Maps every hole in logical blocks `first..end` to newly allocated unwritten blocks.
+    fn allocate_unwritten(
+        &self,
+        io: &TxnIo<'_>,
+        state: &mut InodeState,
+        first: u64,
+        end: u64,
+    ) -> Result<()> {
+        let InodeState { inode, window, .. } = state;
+        let stream = u64::from(inode.ino);
+        let mut logical = first;
+        self.edit_mapping(io, inode, |map, data_blocks| {
+            while logical < end {
+                if let Some(run) = map.lookup(logical)? {
+                    logical += run.len;
+                    continue;
+                }
+                // Unwritten extents hold at most 32,767 blocks.
+                let want = map.hole_len(logical, (end - logical).min(32767))? as u32;
+                let goal = match logical.checked_sub(1) {
+                    Some(prev) => map.lookup(prev)?.map(|r| r.physical + 1),
+                    None => None,
+                };
+                let got = io
+                    .space
+                    .blocks
+                    .allocate_append_as(
+                        window,
+                        goal,
+                        want,
+                        io.slot,
+                        stream,
+                        io.space.may_use_root_reserve(),
+                    )
+                    .map_err(Error::from_block_allocation)?;
+                if let Err(e) = map.insert(logical, got.start, u64::from(got.len), true) {
+                    let freed = io.space.blocks.free(got, io.slot);
+                    return Err(e.after_undo(freed.map_err(Error::from_block_allocation)));
+                }
+                *data_blocks += i64::from(got.len);
+                logical += u64::from(got.len);
+            }
+            Ok(())
+        })
+    }
+
+    /// Writes zeros over the bytes of `offset..end` that lie in partly covered blocks, where
+    /// those blocks are written (holes and unwritten blocks already read as zeros).
+    fn zero_partial(
+        &self,
+        io: &TxnIo<'_>,
+        state: &mut InodeState,
+        offset: u64,
+        end: u64,
+    ) -> Result<()> {
+        let bs = u64::from(self.block_size());
+        let map = FileMapping::of(&mut state.inode, io);
+        let mut edges = vec![(offset, end.min((offset / bs + 1) * bs))];
+        if end % bs != 0 && end / bs != offset / bs {
+            edges.push((end / bs * bs, end));
+        }
+        for (from, to) in edges {
+            if from % bs == 0 && to - from == bs {
+                continue; // a whole block: freed or left to the caller
+            }
+            if let Some(run) = map.lookup(from / bs)? {
+                if !run.unwritten {
+                    self.store.write_data(
+                        &vec![0u8; (to - from) as usize],
+                        run.physical * bs + from % bs,
+                    )?;
+                }
+            }
+        }
+        Ok(())
+    }
+}

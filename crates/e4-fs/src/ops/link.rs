@@ -1,0 +1,56 @@
+//! Hard links: another name for an existing inode.
+
+use e4_format::inode::FileType;
+
+use crate::dir::entry::check_name;
+use crate::error::{Error, Result};
+use crate::filesystem::Filesystem;
+
+use crate::ops::namespace::{lock_in_order, shown, two_states, MAX_LINKS};
+
+impl Filesystem {
+    /// Adds a hard link `name` in `parent` to inode `ino` (not a directory).
+    pub fn link(&self, ino: u32, parent: u32, name: &[u8]) -> Result<()> {
+        check_name(name)?;
+        self.check_caller_ino(ino)?;
+        self.check_caller_ino(parent)?;
+        let writer = self.writer()?;
+        {
+            let txn = writer.begin()?;
+            let io = writer.io(self, &txn);
+            let format = self.dir_format();
+            let handles = [self.inode_handle(parent)?, self.inode_handle(ino)?];
+            let mut locked = lock_in_order(&self.inodes, &handles);
+            if parent == ino {
+                return Err(Error::Invalid("a directory cannot be hard-linked".into()));
+            }
+            let (dir, target) = two_states(&mut locked, parent, ino);
+            self.require_live_directory(&dir.inode)?;
+            let file_type = target
+                .inode
+                .file_type()
+                .ok_or_else(|| Error::Invalid(format!("inode {ino} has no valid file type")))?;
+            if file_type == FileType::Directory {
+                return Err(Error::Invalid("a directory cannot be hard-linked".into()));
+            }
+            if target.inode.links_count() == 0 {
+                return Err(Error::NotFound(format!("inode {ino}")));
+            }
+            if target.inode.links_count() >= MAX_LINKS {
+                return Err(Error::TooManyLinks(shown(name)));
+            }
+            if self.lookup_locked(&io, &format, dir, name)?.is_some() {
+                return Err(Error::Exists(shown(name)));
+            }
+            self.edit_dir(&io, &format, dir, |e| e.add_entry(name, ino, file_type))?;
+            target.inode.record.links_count += 1;
+            Self::touch(&mut target.inode, false);
+            Self::touch(&mut dir.inode, true);
+            drop(locked);
+            for h in &handles {
+                self.inodes.mark_dirty(h);
+            }
+        }
+        self.commit_if_needed()
+    }
+}

@@ -1,0 +1,72 @@
+//! Lock traffic of the engine, readable from the handle ([`Filesystem::lock_stats`]), so a
+//! benchmark can print acquisitions and contended acquisitions per operation beside its
+//! throughput (DESIGN.md, concurrency rule 5). Every lock is taken through e4-alloc's
+//! [`LockStats::take`](e4_alloc::stats::LockStats::take), whose counting is striped
+//! ([`Counter`](e4_alloc::stats::Counter)), so it does not itself become a shared hot line.
+
+use e4_alloc::stats::LockSnapshot;
+
+use crate::filesystem::Filesystem;
+
+/// Every lock kind on the engine's hot paths, with its counts so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LockReport {
+    /// Per-inode locks (files and directories).
+    pub inode: LockSnapshot,
+    /// Shards of the inode cache (finding or inserting a handle).
+    pub inode_cache_shards: LockSnapshot,
+    /// Shards of the buffer cache.
+    pub buffer_cache_shards: LockSnapshot,
+    /// Shards of the dentry cache (a probe per path component, a fill per miss, a forget
+    /// per removed or replaced name).
+    pub dentry_cache_shards: LockSnapshot,
+    /// The commit gate, taken for reading by every operation (one slot per thread).
+    pub commit_gate: LockSnapshot,
+    /// Block groups' locks in the block allocator.
+    pub block_groups: LockSnapshot,
+    /// Small-file packing windows' locks.
+    pub packing_windows: LockSnapshot,
+    /// Inode groups' locks in the inode allocator (claims and frees).
+    pub inode_groups: LockSnapshot,
+    /// Writes to shared atomics so far: free-space index bit moves and the free-block and
+    /// free-inode counters' shared-pool operations (refills, direct pool use, drains). The
+    /// rest of the counters' traffic stays in per-slot lines and is not counted.
+    pub shared_atomic_writes: u64,
+    /// Commits so far.
+    pub commits: u64,
+}
+
+impl Filesystem {
+    /// Lock acquisitions and contention so far, per lock kind (all zeros for the
+    /// allocators and the gate when the filesystem is read-only).
+    pub fn lock_stats(&self) -> LockReport {
+        let mut report = LockReport {
+            inode: self.inodes.lock_stats().snapshot(),
+            inode_cache_shards: self.inodes.shard_stats().snapshot(),
+            buffer_cache_shards: self.store.cache().shard_stats().snapshot(),
+            dentry_cache_shards: self.dentries.shard_stats().snapshot(),
+            ..LockReport::default()
+        };
+        if let Some(w) = &self.writer {
+            report.commit_gate = w.txns.gate_stats().snapshot();
+            report.commits = w.txns.commits();
+            let blocks = w.space.blocks.stats();
+            report.block_groups = blocks.group_locks.snapshot();
+            report.packing_windows = blocks.packing_locks.snapshot();
+            let pool_writes = |c: &e4_alloc::limit_counter::LimitCounterStats| {
+                c.refills.get() + c.pool_direct.get() + c.drains.get()
+            };
+            report.shared_atomic_writes = w.space.blocks.index().stats().updates.get()
+                + pool_writes(w.space.blocks.counter_stats())
+                + pool_writes(w.space.inodes.counter_stats());
+            let inodes = w.space.inodes.stats();
+            let (claims, frees) = (inodes.group_locks.snapshot(), inodes.free_locks.snapshot());
+            report.inode_groups = LockSnapshot {
+                acquisitions: claims.acquisitions + frees.acquisitions,
+                contended: claims.contended + frees.contended,
+                try_skips: claims.try_skips + frees.try_skips,
+            };
+        }
+        report
+    }
+}

@@ -1,0 +1,167 @@
+//! Removing names: unlink and rmdir, and deleting an inode whose last link and last open
+//! reference are gone (its space, its record, its number).
+
+use e4_format::inode::{flags, FileType};
+
+use crate::dir::entry::check_name;
+use crate::error::{Error, Result};
+use crate::filesystem::Filesystem;
+use crate::inode::cache::InodeState;
+use crate::txn::txn_io::TxnIo;
+use crate::xattr::inline_data::InlineData;
+
+use crate::ops::namespace::{lock_in_order, shown, state, two_states};
+
+impl Filesystem {
+    /// Removes `name` (not a directory) from `parent`; the inode is freed with its last link.
+    pub fn unlink(&self, parent: u32, name: &[u8]) -> Result<()> {
+        self.remove_name(parent, name, false)
+    }
+
+    /// Removes the empty directory `name` from `parent`.
+    pub fn rmdir(&self, parent: u32, name: &[u8]) -> Result<()> {
+        self.remove_name(parent, name, true)
+    }
+
+    pub(super) fn remove_name(&self, parent: u32, name: &[u8], directory: bool) -> Result<()> {
+        if name == b"." || name == b".." {
+            return Err(Error::Invalid(format!("cannot remove {:?}", shown(name))));
+        }
+        check_name(name)?;
+        let writer = self.writer()?;
+        loop {
+            let txn = writer.begin()?;
+            let io = writer.io(self, &txn);
+            let format = self.dir_format();
+            let parent_handle = self.inode_handle(parent)?;
+            let mut p = parent_handle.lock(&self.inodes);
+            self.require_live_directory(&p.inode)?;
+            let mut located = self
+                .edit_dir(&io, &format, &mut p, |e| e.locate(name))?
+                .ok_or_else(|| Error::NotFound(shown(name)))?;
+            let victim = located.entry.ino;
+            if victim == parent {
+                return Err(Error::Invalid(format!("cannot remove {:?}", shown(name))));
+            }
+            let victim_handle = self.inode_handle(victim)?;
+            // The victim's lock is taken while the directory's is held when that keeps the
+            // inode-number order, or when it is free (no wait, so no deadlock): the name
+            // found is then still there. Otherwise both are taken in order, and the name
+            // looked up again.
+            let held = if victim > parent {
+                Some(victim_handle.lock(&self.inodes))
+            } else {
+                victim_handle.try_lock(&self.inodes)
+            };
+            let mut locked = match held {
+                Some(v) => vec![(parent, p), (victim, v)],
+                None => {
+                    drop(p);
+                    let mut locked = lock_in_order(&self.inodes, [&parent_handle, &victim_handle]);
+                    let dir = state(&mut locked, parent);
+                    match self.edit_dir(&io, &format, dir, |e| e.locate(name))? {
+                        Some(again) if again.entry.ino == victim => located = again,
+                        _ => continue,
+                    }
+                    locked
+                }
+            };
+            let (dir, target) = two_states(&mut locked, parent, victim);
+            let is_dir = target.inode.file_type() == Some(FileType::Directory);
+            match (directory, is_dir) {
+                (false, true) => return Err(Error::IsADirectory(shown(name))),
+                (true, false) => return Err(Error::NotADirectory(shown(name))),
+                _ => {}
+            }
+            if is_dir {
+                self.require_live_directory(&target.inode)?;
+                if !self.edit_dir(&io, &format, target, |e| e.is_empty())? {
+                    return Err(Error::NotEmpty(shown(name)));
+                }
+            }
+            // Forgotten under the directory's lock, before the edit (dentry_cache.rs).
+            self.dentries.forget(parent, name);
+            self.edit_dir(&io, &format, dir, |e| e.remove_located(located))?;
+            if is_dir {
+                Self::drop_dir_link(&mut dir.inode);
+                target.inode.record.links_count = 0;
+            } else {
+                target.inode.record.links_count = target.inode.links_count().saturating_sub(1);
+            }
+            Self::touch(&mut dir.inode, true);
+            Self::touch(&mut target.inode, false);
+            // The directory is done with: other operations in it need not wait for the
+            // victim's freeing, which is most of an unlink of the last link (the kernel too
+            // evicts the inode after the directory's lock is dropped). The victim stays
+            // locked, so nothing that finds it by number sees it half freed.
+            let at = locked
+                .iter()
+                .position(|(ino, _)| *ino == parent)
+                .expect("the directory was locked");
+            drop(locked.swap_remove(at));
+            self.inodes.mark_dirty(&parent_handle);
+            let target = state(&mut locked, victim);
+            let freed = target.inode.links_count() == 0 && target.open_count == 0;
+            if freed {
+                self.delete_inode(&io, target)?;
+            } else if target.inode.links_count() == 0 {
+                writer.space.orphans.add(victim);
+            }
+            drop(locked);
+            if !freed {
+                self.inodes.mark_dirty(&victim_handle);
+            }
+            break;
+        }
+        self.commit_if_needed()
+    }
+
+    /// Frees an inode whose last link is gone and that nobody has open: its blocks and its
+    /// number when the running transaction commits, its xattr block reference; writes its
+    /// final record (links 0, dtime set) into the inode table now.
+    pub(crate) fn delete_inode(&self, io: &TxnIo<'_>, state: &mut InodeState) -> Result<()> {
+        self.release_inode_space(io, state)?;
+        let is_dir = state.inode.file_type() == Some(FileType::Directory);
+        let now = crate::time::now();
+        state.inode.record.dtime = (now.seconds as u32).max(1);
+        state.inode.record.links_count = 0;
+        state.inode.set_size(0);
+        state.deleted = true;
+        self.inode_table.write_record(&self.store, &state.inode)?;
+        // Out of the cache before the number can be handed out again (after the commit).
+        self.inodes.remove(state.inode.ino);
+        io.txns.free_inode(state.inode.ino, is_dir, io.slot);
+        Ok(())
+    }
+
+    /// Frees every block an inode owns (data, tree, xattr block reference) and its window.
+    pub(super) fn release_inode_space(&self, io: &TxnIo<'_>, state: &mut InodeState) -> Result<()> {
+        io.space.blocks.release_window(&mut state.window, io.slot);
+        let inode = &state.inode;
+        let mapped = match inode.file_type() {
+            Some(FileType::Regular | FileType::Directory) => true,
+            // A fast symlink keeps its target in i_block, not block pointers.
+            Some(FileType::Symlink) => {
+                inode.has_flag(flags::EXTENTS) || !self.is_fast_symlink(inode)
+            }
+            _ => false,
+        };
+        if inode.has_flag(flags::INLINE_DATA) {
+            // What an inline inode holds is in the inode itself: emptied as the kernel's
+            // truncate to 0 leaves it (`ext4_inline_data_truncate`).
+            let mut data = InlineData::load(&state.inode)?;
+            if !data.store(&mut state.inode, &[]) {
+                return Err(Error::Invalid(format!(
+                    "inode {}: emptied inline data does not fit",
+                    state.inode.ino
+                )));
+            }
+        } else if mapped {
+            self.free_range(io, state, 0, u64::MAX)?;
+        }
+        if state.inode.file_acl() != 0 {
+            self.drop_xattr_block(io, &mut state.inode)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,118 @@
+//! Changing an inode's attributes: permissions, owner, times and size (`setattr`), and
+//! opening and closing files (an inode unlinked while open lives until its last close).
+
+use e4_format::inode::{FileType, Timestamp};
+
+use crate::error::{Error, Result};
+use crate::filesystem::Filesystem;
+use crate::ops::stat::Metadata;
+
+/// The attributes [`Filesystem::setattr`] changes; `None` leaves one as it is. The change
+/// time is always set to now, as the kernel does.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SetAttributes {
+    /// Permission bits including setuid, setgid and sticky (the file type stays).
+    pub permissions: Option<u16>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    /// A new size (regular files only): a truncate or an extension with a hole.
+    pub size: Option<u64>,
+    pub atime: Option<Timestamp>,
+    pub mtime: Option<Timestamp>,
+}
+
+impl Filesystem {
+    /// Records that inode `ino` is open (a file handle of a FUSE mount, say): if its last
+    /// link is removed, it lives on (on the orphan list) until [`Filesystem::release_inode`].
+    pub fn open_inode(&self, ino: u32) -> Result<()> {
+        self.check_caller_ino(ino)?;
+        let handle = self.inode_handle(ino)?;
+        let mut state = handle.lock(&self.inodes);
+        if state.inode.links_count() == 0 && state.open_count == 0 {
+            return Err(Error::NotFound(format!("inode {ino}")));
+        }
+        state.open_count += 1;
+        Ok(())
+    }
+
+    /// Ends one [`Filesystem::open_inode`] of inode `ino`; the last close of an inode without
+    /// links frees it.
+    pub fn release_inode(&self, ino: u32) -> Result<()> {
+        self.check_caller_ino(ino)?;
+        let writer = self.writer.as_ref();
+        let handle = self.inode_handle(ino)?;
+        let last = {
+            let txn = writer.map(|w| w.begin()).transpose()?;
+            let mut state = handle.lock(&self.inodes);
+            if state.open_count == 0 {
+                return Err(Error::Invalid(format!("inode {ino} is not open")));
+            }
+            state.open_count -= 1;
+            if let (0, Some(w), Some(txn)) = (state.open_count, writer, &txn) {
+                // The last close gives back the blocks reserved for the file's next
+                // appends, as the kernel discards its preallocation then.
+                w.space.blocks.release_window(&mut state.window, txn.slot);
+            }
+            state.open_count == 0 && state.inode.links_count() == 0
+        };
+        if last && writer.is_some() {
+            self.close_orphan(ino)?;
+            self.commit_if_needed()?;
+        }
+        Ok(())
+    }
+
+    /// Frees orphan `ino` if nobody has it open any more and it has no links.
+    pub(crate) fn close_orphan(&self, ino: u32) -> Result<()> {
+        let writer = self.writer()?;
+        let txn = writer.begin()?;
+        let io = writer.io(self, &txn);
+        let handle = self.inode_handle(ino)?;
+        let mut state = handle.lock(&self.inodes);
+        if state.deleted || state.open_count > 0 || state.inode.links_count() > 0 {
+            return Ok(());
+        }
+        state.open_count = 0;
+        self.delete_inode(&io, &mut state)?;
+        writer.space.orphans.remove(ino);
+        Ok(())
+    }
+
+    /// Changes the attributes of inode `ino`; returns them as they now are.
+    pub fn setattr(&self, ino: u32, attrs: &SetAttributes) -> Result<Metadata> {
+        self.check_caller_ino(ino)?;
+        if let Some(size) = attrs.size {
+            self.truncate(ino, size)?;
+        }
+        let writer = self.writer()?;
+        {
+            let _txn = writer.begin()?;
+            let handle = self.inode_handle(ino)?;
+            let mut state = handle.lock(&self.inodes);
+            let inode = &mut state.inode;
+            if inode.links_count() == 0 && inode.file_type() != Some(FileType::Regular) {
+                return Err(Error::NotFound(format!("inode {ino}")));
+            }
+            if let Some(p) = attrs.permissions {
+                inode.record.mode = (inode.record.mode & !0o7777) | (p & 0o7777);
+            }
+            if let Some(uid) = attrs.uid {
+                inode.set_uid(uid);
+            }
+            if let Some(gid) = attrs.gid {
+                inode.set_gid(gid);
+            }
+            if let Some(t) = attrs.atime {
+                inode.set_atime(t);
+            }
+            if let Some(t) = attrs.mtime {
+                inode.set_mtime(t);
+            }
+            inode.set_ctime(crate::time::now());
+            drop(state);
+            self.inodes.mark_dirty(&handle);
+        }
+        self.commit_if_needed()?;
+        self.metadata(ino)
+    }
+}

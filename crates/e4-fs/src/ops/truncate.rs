@@ -1,0 +1,83 @@
+//! Truncating a regular file: shrinking frees the blocks past the new end and zeroes the
+//! rest of the last block; growing leaves a hole.
+
+use crate::error::{Error, Result};
+use crate::filesystem::Filesystem;
+use crate::inode::cache::InodeState;
+use crate::map::file_mapping::FileMapping;
+use crate::txn::txn_io::TxnIo;
+
+impl Filesystem {
+    /// Sets regular file `ino`'s size: shrinking frees the blocks past the new end (they
+    /// become reusable at the next commit) and zeroes the rest of the last block on disk, so
+    /// growing it again reads zeros; growing leaves a hole.
+    pub fn truncate(&self, ino: u32, size: u64) -> Result<()> {
+        let writer = self.writer()?;
+        {
+            let txn = writer.begin()?;
+            let handle = self.inode_handle(ino)?;
+            let mut state = handle.lock(&self.inodes);
+            self.require_regular(&state)?;
+            if size > self.max_file_size(&state.inode) {
+                return Err(Error::FileTooBig(format!("inode {ino}")));
+            }
+            let io = writer.io(self, &txn).removing_space();
+            let inline = self.change_inline(&io, &mut state, size, false, |_| {})?;
+            if !inline && size < state.inode.size() {
+                self.free_range(
+                    &io,
+                    &mut state,
+                    size.div_ceil(u64::from(self.block_size())),
+                    u64::MAX,
+                )?;
+                self.zero_tail(&io, &mut state, size)?;
+            }
+            writer
+                .space
+                .blocks
+                .release_window(&mut state.window, txn.slot);
+            self.set_file_size(&mut state.inode, size);
+            Self::touch(&mut state.inode, true);
+            self.inodes.mark_dirty(&handle);
+        }
+        self.commit_if_needed()
+    }
+
+    /// Unmaps logical blocks `first..first+len` (clamped to what extents can map), freeing
+    /// their data blocks in the running transaction and keeping `i_blocks` in step.
+    pub(crate) fn free_range(
+        &self,
+        io: &TxnIo<'_>,
+        state: &mut InodeState,
+        first: u64,
+        len: u64,
+    ) -> Result<()> {
+        self.edit_mapping(io, &mut state.inode, |map, data_blocks| {
+            for (start, n) in map.remove(first, len)? {
+                io.free_blocks(start, n)?;
+                *data_blocks -= n as i64;
+            }
+            Ok(())
+        })
+    }
+
+    /// Zeroes the bytes of the block holding byte `size` from `size` on, if that block is
+    /// written (a later extension must read zeros there).
+    fn zero_tail(&self, io: &TxnIo<'_>, state: &mut InodeState, size: u64) -> Result<()> {
+        let bs = u64::from(self.block_size());
+        let within = size % bs;
+        if within == 0 {
+            return Ok(());
+        }
+        let map = FileMapping::of(&mut state.inode, io);
+        if let Some(run) = map.lookup(size / bs)? {
+            if !run.unwritten {
+                self.store.write_data(
+                    &vec![0u8; (bs - within) as usize],
+                    run.physical * bs + within,
+                )?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,213 @@
+//! Space on disk: e4-alloc's allocators loaded from the bitmaps and descriptors
+//! ([`Space::load`]), and what they decide encoded back as bitmaps, descriptors and the
+//! superblock, as bytes for write-back to write ([`bitmaps`], [`next_superblock`]). Also the
+//! placement policy and the orphan list. Nothing here writes to the device.
+
+pub(crate) mod bitmaps;
+pub(crate) mod caller;
+pub(crate) mod descriptors;
+pub(crate) mod next_superblock;
+pub(crate) mod orphans;
+pub(crate) mod placement;
+
+use e4_alloc::{
+    AllocatorConfig, BlockAllocator, Geometry as AllocGeometry, GroupLocking, GroupSummary,
+    InodeAllocator, InodeGeometry, InodeGroupSummary, Reserve,
+};
+use e4_format::bitmap::{BitmapBlock, BitmapKind, BitmapSeed};
+use e4_format::features::RoCompatFeatures;
+use e4_format::geometry::Geometry;
+use e4_format::group_descriptor::{GroupDescriptor, BG_BLOCK_UNINIT, BG_INODE_UNINIT};
+use e4_format::superblock::Superblock;
+
+use crate::buffer::store::BlockStore;
+use crate::error::{Error, Result};
+use crate::space::caller::Caller;
+use crate::space::next_superblock::NextSuperblock;
+use crate::space::orphans::Orphans;
+
+/// The allocators and the on-disk summaries they feed, for a filesystem open for writing.
+pub(crate) struct Space {
+    pub blocks: BlockAllocator,
+    pub inodes: InodeAllocator,
+    /// The set-aside blocks this handle's writers may fall back to: [`Reserve::Root`] when
+    /// [`OpenOptions::caller`](crate::OpenOptions::caller) may use the superuser's blocks,
+    /// otherwise [`Reserve::None`].
+    pub reserve: Reserve,
+    /// The superblock as it will be written next.
+    pub superblock: NextSuperblock,
+    /// Inodes without links that are still open.
+    pub orphans: Orphans,
+}
+
+/// Blocks held back from ordinary allocation so that punching holes or shifting extents
+/// never fails for want of a tree block: 2 % of the filesystem or 4096 clusters, whichever is
+/// smaller, and nothing without extents. This is the kernel's rule
+/// (`ext4_calculate_resv_clusters`), so `statfs` and ENOSPC agree with it.
+pub(crate) fn metadata_reserve(sb: &Superblock) -> u64 {
+    if !sb
+        .incompat()
+        .contains(e4_format::features::IncompatFeatures::EXTENTS)
+    {
+        return 0;
+    }
+    let ratio = u64::from(sb.cluster_ratio());
+    (sb.blocks_count() / ratio / 50).min(4096) * ratio
+}
+
+impl Space {
+    /// Builds the allocators from the descriptors (bitmaps load lazily per group, each
+    /// checked against its checksum as it loads). `slots` is the number of per-thread slots
+    /// of the limit counters.
+    pub(crate) fn load(
+        store: &BlockStore,
+        sb: &Superblock,
+        geometry: &Geometry,
+        descriptors: &[GroupDescriptor],
+        caller: &Caller,
+        slots: usize,
+    ) -> Result<Self> {
+        if sb.cluster_ratio() > 1 {
+            return Err(Error::NotSupported(
+                "writing bigalloc filesystems (clusters larger than a block)".into(),
+            ));
+        }
+        if sb.last_orphan != 0 || sb.ro_compat().contains(RoCompatFeatures::ORPHAN_PRESENT) {
+            return Err(Error::ReadOnly(
+                "the filesystem has orphan inodes to clean up; run e2fsck first".into(),
+            ));
+        }
+        let csum = sb.has_metadata_csum() || sb.ro_compat().contains(RoCompatFeatures::GDT_CSUM);
+        let alloc_geometry = AllocGeometry {
+            first_data_block: geometry.first_data_block(),
+            blocks_per_group: geometry.blocks_per_group(),
+            blocks: geometry.blocks(),
+        };
+        let config = AllocatorConfig {
+            counter_slots: slots,
+            ..AllocatorConfig::default()
+        };
+        let summary = |g: u32| {
+            let d = &descriptors[g as usize];
+            GroupSummary {
+                free: d.free_blocks_count(),
+                uninit: csum && d.flags & BG_BLOCK_UNINIT != 0,
+            }
+        };
+        let block_source = bitmap_source(store, sb, descriptors, BitmapKind::Block, None);
+        let blocks = BlockAllocator::open(
+            alloc_geometry,
+            config,
+            summary,
+            &system_zone(geometry, descriptors),
+            block_source,
+        )
+        .map_err(Error::from_block_allocation)?
+        .with_root_reserve(sb.reserved_blocks_count())
+        .with_metadata_reserve(metadata_reserve(sb))
+        .with_flex_groups(sb.groups_per_flex());
+        let inode_geometry = InodeGeometry {
+            groups: geometry.groups(),
+            inodes_per_group: geometry.inodes_per_group(),
+            groups_per_flex: sb.groups_per_flex(),
+            first_inode: sb.first_ino(),
+        };
+        // An inode bitmap block holds one bit per inode of the group; the rest is padding.
+        let inode_bytes = geometry.inodes_per_group().div_ceil(8) as usize;
+        let inode_source =
+            bitmap_source(store, sb, descriptors, BitmapKind::Inode, Some(inode_bytes));
+        let inodes = InodeAllocator::open(
+            inode_geometry,
+            GroupLocking::TrySkip,
+            slots,
+            |g| {
+                let d = &descriptors[g as usize];
+                // The uninit flags and itable_unused mean something only with checksums.
+                InodeGroupSummary {
+                    free_inodes: d.free_inodes_count(),
+                    used_dirs: d.used_dirs_count(),
+                    itable_unused: if csum { d.itable_unused() } else { 0 },
+                    uninit: csum && d.flags & BG_INODE_UNINIT != 0,
+                }
+            },
+            inode_source,
+        );
+        Ok(Space {
+            blocks,
+            inodes,
+            reserve: if caller.may_use_reserved_blocks(sb) {
+                Reserve::Root
+            } else {
+                Reserve::None
+            },
+            superblock: NextSuperblock::mounted(sb),
+            orphans: Orphans::default(),
+        })
+    }
+
+    /// Whether this handle's writes may use the superuser's reserve (e4-alloc's
+    /// `allocate_append_as` and `allocate_small_file_as` take it as a flag).
+    pub(crate) fn may_use_root_reserve(&self) -> bool {
+        self.reserve >= Reserve::Root
+    }
+}
+
+/// Every group's fixed metadata (superblock and descriptor copies, bitmaps, inode table):
+/// blocks the allocator must never hand out, whatever a bitmap says.
+fn system_zone(geometry: &Geometry, descriptors: &[GroupDescriptor]) -> Vec<e4_alloc::Extent> {
+    let mut zone = Vec::new();
+    for (g, desc) in descriptors.iter().enumerate() {
+        let base = geometry.base_metadata(g as u32);
+        for (start, len) in [
+            (base.start, base.len),
+            (desc.block_bitmap(), 1),
+            (desc.inode_bitmap(), 1),
+            (desc.inode_table(), geometry.inode_table_blocks()),
+        ] {
+            if len > 0 {
+                zone.push(e4_alloc::Extent {
+                    start,
+                    len: len as u32,
+                });
+            }
+        }
+    }
+    zone
+}
+
+/// How an allocator loads a group's bitmap of `kind` when it first needs it: the whole
+/// block read from the device (the allocator keeps its own copy; the cache never holds
+/// it), its checksum verified against the descriptor's, and cut to `keep` bytes when given.
+/// The one loader for block and inode bitmaps.
+fn bitmap_source(
+    store: &BlockStore,
+    sb: &Superblock,
+    descriptors: &[GroupDescriptor],
+    kind: BitmapKind,
+    keep: Option<usize>,
+) -> impl Fn(u32) -> std::result::Result<Vec<u8>, String> + Send + Sync + 'static {
+    let device = store.device();
+    let block_size = store.block_size() as usize;
+    let seed = BitmapSeed::for_superblock(sb, kind);
+    let descriptors = descriptors.to_vec();
+    move |g: u32| {
+        let desc = &descriptors[g as usize];
+        let nr = match kind {
+            BitmapKind::Block => desc.block_bitmap(),
+            BitmapKind::Inode => desc.inode_bitmap(),
+        };
+        let mut bitmap = vec![0u8; block_size];
+        device
+            .read_exact_at(&mut bitmap, nr * block_size as u64)
+            .map_err(|e| format!("read of block {nr}: {e}"))?;
+        if let Some(seed) = seed {
+            BitmapBlock::of(desc, kind, g)
+                .verify(&bitmap, seed)
+                .map_err(|e| e.to_string())?;
+        }
+        if let Some(keep) = keep {
+            bitmap.truncate(keep);
+        }
+        Ok(bitmap)
+    }
+}

@@ -1,0 +1,386 @@
+//! Commits: the running transaction written back, in the order that keeps the image
+//! consistent between commits.
+//!
+//! With every operation stopped (the gate closed), a commit switches to the next
+//! transaction and gathers what it will write ([`Transactions::gather`]): the orphan chain,
+//! dirty inodes into their inode-table blocks, the inodes the transaction freed given back
+//! to the inode allocator (so a number is never reused in the transaction that freed it),
+//! inode bitmaps (and newly exposed inode-table slots, zeroed), the list of dirty metadata
+//! blocks and the changed block groups' bitmaps. It then reopens the gate, and writes while
+//! the next transaction runs: every gathered block sealed by its role, block bitmaps, group
+//! descriptors and the superblock; it flushes the device; and only then releases the blocks
+//! the transaction freed (pending frees), so no block is reused before the change that
+//! freed it is on disk. File data is written to its final place during the operation
+//! itself, before any commit that makes it reachable.
+//!
+//! Until the journal lands, metadata goes to its home location directly: a commit that is
+//! interrupted (a crash, a failed write) can leave the image inconsistent, and after a
+//! failed commit the filesystem refuses further changes. Between commits the image is
+//! consistent: a gathered block that the next transaction changes is written as the commit
+//! froze it (see [`Transactions::write_out`]), which is also what the journal will log.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use e4_alloc::{DirtyGroup, TransactionFrees};
+use e4_format::geometry::Geometry;
+use e4_format::superblock::Superblock;
+use parking_lot::MutexGuard;
+
+use crate::buffer::cache::Buffer;
+use crate::buffer::store::BlockStore;
+use crate::error::{Error, Result};
+use crate::inode::cache::InodeCache;
+use crate::inode::table::InodeTable;
+use crate::space::bitmaps::BitmapWrite;
+use crate::space::descriptors::GroupDescriptors;
+use crate::space::Space;
+use crate::txn::write_back;
+use crate::txn::{FreedInode, Transactions, FAILED};
+
+/// How long an fsync waits for another thread's commit before sleeping.
+const COMMIT_SPIN: Duration = Duration::from_micros(200);
+
+/// Dirty metadata blocks that make an operation commit once it is done; at most the buffer
+/// cache's capacity. Dirty blocks are never evicted: past the capacity a shard grows beyond
+/// its share until the commit (`Shard::evict_one` in the buffer cache), and the clean
+/// blocks an operation needs are read again. Half the capacity, the limit before, made two
+/// threads' 200,000 unlinks (13,500 dirty blocks against 8,192) commit inside the
+/// benchmark's timed phase where one thread's 100,000 did not.
+const DIRTY_LIMIT: usize = 16 * 1024;
+
+/// The parts of a filesystem a commit reads and writes, borrowed from it: a commit never
+/// sees the `Filesystem` itself.
+pub(crate) struct CommitParts<'a> {
+    pub store: &'a BlockStore,
+    /// The superblock as opened (geometry and feature facts; the one written is in
+    /// [`Space::superblock`]).
+    pub superblock: &'a Superblock,
+    pub geometry: &'a Geometry,
+    pub descriptors: &'a GroupDescriptors,
+    pub inode_table: &'a InodeTable,
+    pub inodes: &'a InodeCache,
+    pub space: &'a Space,
+}
+
+/// What a commit gathered with every operation stopped, to write while the next
+/// transaction runs.
+struct CommitBatch {
+    /// Groups whose descriptors changed (inode and block bitmaps).
+    changed_groups: Vec<u32>,
+    /// Inode bitmaps, encoded.
+    inode_bitmaps: Vec<BitmapWrite>,
+    /// Dirty blocks, sorted by number.
+    buffers: Vec<Arc<Buffer>>,
+    /// Changed block groups with the bitmaps to write.
+    block_groups: Vec<DirtyGroup>,
+}
+
+/// A running commit: the commit lock, and [`Transactions::committing`] set. Dropping it, on
+/// every path out of a commit (failed ones and panics included), clears the flag and wakes
+/// the fsyncs sleeping in [`Transactions::wait_for_commit_end`], so none sleeps past the
+/// commit it waits for.
+pub(crate) struct CommitTurn<'a> {
+    _one: MutexGuard<'a, ()>,
+    txns: &'a Transactions,
+}
+
+impl<'a> CommitTurn<'a> {
+    fn new(txns: &'a Transactions, one: MutexGuard<'a, ()>) -> Self {
+        *txns.committing.lock() = true;
+        CommitTurn { _one: one, txns }
+    }
+}
+
+impl Drop for CommitTurn<'_> {
+    fn drop(&mut self) {
+        *self.txns.committing.lock() = false;
+        self.txns.commit_ended.notify_all();
+    }
+}
+
+impl Transactions {
+    /// Whether the operation that just finished should commit: many dirty blocks, or what
+    /// [`Transactions::wants_commit`] says. Loads and a clock read, no lock.
+    pub(crate) fn wants_commit_with(&self, store: &BlockStore) -> bool {
+        let cache = store.cache();
+        cache.dirty_count() > DIRTY_LIMIT.min(cache.capacity()) || self.wants_commit()
+    }
+
+    /// Whether the running transaction holds changes a commit would write: dirty blocks or
+    /// inodes, or pending frees. Takes the inode cache's shard locks: for the interval
+    /// thread, not for operations.
+    pub(crate) fn has_changes(&self, parts: &CommitParts<'_>) -> bool {
+        parts.store.cache().dirty_count() > 0
+            || self.has_pending_frees()
+            || parts.inodes.any_dirty()
+    }
+
+    /// Writes the running transaction back.
+    pub(crate) fn commit(&self, parts: &CommitParts<'_>) -> Result<()> {
+        self.commit_locked(parts, CommitTurn::new(self, self.commit_lock.lock()))
+    }
+
+    /// Makes sure transaction `txn` and every earlier one are written back, committing the
+    /// running transaction only if they are not (jbd2's `jbd2_log_wait_commit`). This is
+    /// how fsyncs share commits: callers that find another thread committing wait for its
+    /// end ([`Self::wait_for_commit_end`]) and return if it wrote their transaction; of the
+    /// others, the first to take the commit lock commits for all of them, so one commit
+    /// answers every fsync that was waiting for it.
+    pub(crate) fn commit_through(&self, parts: &CommitParts<'_>, txn: u64) -> Result<()> {
+        loop {
+            if self.committed.load(Ordering::Acquire) >= txn {
+                return self.check_open();
+            }
+            if let Some(one) = self.commit_lock.try_lock() {
+                if self.committed.load(Ordering::Acquire) >= txn {
+                    return self.check_open();
+                }
+                return self.commit_locked(parts, CommitTurn::new(self, one));
+            }
+            self.wait_for_commit_end(txn);
+        }
+    }
+
+    /// While another thread commits, waits until it ends or `txn` is written. First
+    /// without sleeping, for up to [`COMMIT_SPIN`]: an fsync-driven commit takes tens of
+    /// microseconds, and a sleeping thread takes about as long again to be woken on another
+    /// CPU, so the waiter checks and yields its CPU to any other runnable thread instead.
+    /// Then asleep on `commit_ended`, which the commit's end wakes all at once: the
+    /// waiters it covered return, and of the rest one takes the commit lock and commits for
+    /// all of them. (Sleeping on the commit lock itself would hand it from waiter to waiter,
+    /// one wake-up after another, each finding its transaction written and passing the lock
+    /// on, while no commit could start: at 64 fsyncing threads that chain was most of the
+    /// time.)
+    fn wait_for_commit_end(&self, txn: u64) {
+        let written = || self.committed.load(Ordering::Acquire) >= txn;
+        let started = Instant::now();
+        while self.commit_lock.is_locked() && started.elapsed() < COMMIT_SPIN {
+            if written() {
+                return;
+            }
+            std::thread::yield_now();
+        }
+        let mut committing = self.committing.lock();
+        // The flag changes only under its lock, so a commit that ends after this check
+        // wakes this thread.
+        while *committing && !written() {
+            self.commit_ended.wait(&mut committing);
+        }
+    }
+
+    fn commit_locked(&self, parts: &CommitParts<'_>, _turn: CommitTurn<'_>) -> Result<()> {
+        let closed = self.close_gate();
+        self.check_open()?;
+        // The switch: operations from here on join the next transaction, and its frees
+        // and dirty marks are its own.
+        let txn = self.running.fetch_add(1, Ordering::AcqRel);
+        let frees: Vec<TransactionFrees> = self
+            .frees
+            .iter()
+            .map(|f| std::mem::replace(&mut *f.lock(), TransactionFrees::new(txn + 1)))
+            .collect();
+        self.pending_blocks.store(0, Ordering::Relaxed);
+        let gathered = self.gather(parts);
+        drop(closed);
+        let result = gathered.and_then(|batch| self.write_out(parts, batch));
+        if result.is_err() {
+            self.state.store(FAILED, Ordering::Release);
+            return result;
+        }
+        for f in frees {
+            parts.space.blocks.commit_frees(f, 0);
+        }
+        self.committed.store(txn, Ordering::Release);
+        self.commits.add(1);
+        // OK to cast: u64 nanoseconds cover 584 years of one writer.
+        let now = self.epoch.elapsed().as_nanos() as u64;
+        self.last_commit.store(now, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The part of a commit that needs every operation stopped: the orphan chain, dirty
+    /// inodes into their table blocks, inode bitmaps (and the table slots they expose),
+    /// and the lists of dirty blocks and changed block groups, with the groups' bitmaps as
+    /// they stand. Nothing here waits for the device.
+    fn gather(&self, parts: &CommitParts<'_>) -> Result<CommitBatch> {
+        chain_orphans(parts)?;
+        write_back::write_inode_records(
+            parts.store,
+            parts.inode_table,
+            parts.inodes,
+            &parts.inodes.take_dirty(),
+        )?;
+        self.release_freed_inodes(parts.space)?;
+        let block_size = parts.store.block_size() as usize;
+        let inode_bitmaps =
+            parts
+                .space
+                .encode_inode_bitmaps(parts.superblock, parts.descriptors, block_size);
+        for exposed in &inode_bitmaps.exposed {
+            parts.inode_table.zero_free_slots(
+                parts.store,
+                exposed.group,
+                exposed.from,
+                exposed.to,
+                &exposed.bitmap,
+            )?;
+        }
+        let buffers = parts.store.cache().take_dirty();
+        let block_groups = parts
+            .space
+            .blocks
+            .take_dirty_groups(block_size)
+            .map_err(Error::from_block_allocation)?;
+        Ok(CommitBatch {
+            changed_groups: inode_bitmaps.groups,
+            inode_bitmaps: inode_bitmaps.writes,
+            buffers,
+            block_groups,
+        })
+    }
+
+    /// Gives the running transaction's freed inodes to the inode allocator, in number
+    /// order (a group's frees together). Called with every operation stopped, before the
+    /// inode bitmaps are gathered, so the bitmaps this commit writes show them free.
+    fn release_freed_inodes(&self, space: &Space) -> Result<()> {
+        let mut freed: Vec<FreedInode> = Vec::new();
+        for frees in self.inode_frees.iter() {
+            freed.append(&mut frees.lock());
+        }
+        freed.sort_unstable();
+        for FreedInode { ino, directory } in freed {
+            space
+                .inodes
+                .free(ino, directory, 0)
+                .map_err(|e| Error::Internal(format!("freeing inode {ino} at commit: {e}")))?;
+        }
+        Ok(())
+    }
+
+    /// The rest of a commit, while the next transaction runs: the gathered blocks, the
+    /// bitmaps, descriptors, superblock, flush. An operation that changes a gathered block
+    /// meanwhile first freezes a copy of it for this commit ([`Buffer`]), and the next
+    /// commit, which starts only after this one, writes the change. No block freed by either
+    /// transaction can be reused before its own commit ends, so none of the blocks written
+    /// here can belong to something else by now.
+    fn write_out(&self, parts: &CommitParts<'_>, batch: CommitBatch) -> Result<()> {
+        let CommitBatch {
+            mut changed_groups,
+            inode_bitmaps,
+            buffers,
+            block_groups,
+        } = batch;
+        write_back::write_buffers(parts.store, &buffers)?;
+        drop(buffers);
+        let block_bitmaps =
+            parts
+                .space
+                .encode_block_bitmaps(parts.superblock, parts.descriptors, block_groups);
+        changed_groups.extend(block_bitmaps.iter().map(|(g, _)| *g));
+        let bitmaps = inode_bitmaps
+            .into_iter()
+            .chain(block_bitmaps.into_iter().map(|(_, write)| write));
+        write_back::write_uncached(
+            parts.store,
+            bitmaps
+                .map(|w| (w.block, w.bytes))
+                .chain(parts.descriptors.encode_blocks(
+                    parts.geometry,
+                    parts.store.block_size() as usize,
+                    changed_groups,
+                )),
+        )?;
+        write_back::write_superblock(
+            parts.store,
+            &parts.space.superblock.encode(parts.descriptors),
+        )?;
+        parts.store.flush("at commit")
+    }
+
+    /// Closes the gate for the unmount's last write: the superblock marked clean. No
+    /// operation can start after it.
+    pub(crate) fn write_clean_superblock(&self, parts: &CommitParts<'_>) -> Result<()> {
+        let _closed = self.close_gate();
+        parts.space.superblock.mark_clean();
+        write_back::write_superblock(
+            parts.store,
+            &parts.space.superblock.encode(parts.descriptors),
+        )?;
+        self.close();
+        parts.store.flush("at unmount")
+    }
+}
+
+/// Writes the orphan list: the superblock's head and each orphan's `i_dtime` pointing at
+/// the next (no operation runs during a commit, so their locks are free).
+fn chain_orphans(parts: &CommitParts<'_>) -> Result<()> {
+    let orphans = parts.space.orphans.chain();
+    for (i, &ino) in orphans.iter().enumerate() {
+        let handle = parts
+            .inodes
+            .get(ino)
+            .ok_or_else(|| Error::Internal(format!("orphan inode {ino} is open but not cached")))?;
+        handle.lock(parts.inodes).inode.record.dtime = orphans.get(i + 1).copied().unwrap_or(0);
+        parts.inodes.mark_dirty(&handle);
+    }
+    parts
+        .space
+        .superblock
+        .set_last_orphan(orphans.first().copied().unwrap_or(0));
+    Ok(())
+}
+#[cfg(test)]
+mod tests {
+    use std::sync::{mpsc, Arc};
+    use std::time::Duration;
+
+    use super::CommitTurn;
+    use crate::{Creator, Filesystem, OpenOptions};
+
+    /// An fsync that finds a commit running, and sleeps behind it, commits its own
+    /// transaction when that commit ends without it (the commit was of an earlier one).
+    #[test]
+    fn an_fsync_asleep_behind_a_commit_commits_its_transaction_when_that_commit_ends() {
+        let img = e4_testkit::make_empty_image(&["-t", "ext4"], 16);
+        let options = OpenOptions {
+            commit_interval: Duration::ZERO,
+            ..OpenOptions::writable()
+        };
+        let fs = Arc::new(Filesystem::open(&img.path, options).unwrap());
+        let creator = Creator {
+            permissions: 0o644,
+            uid: 0,
+            gid: 0,
+        };
+        fs.create(2, b"f", creator).unwrap();
+        let txns = &fs.writer.as_ref().unwrap().txns;
+        let txn = txns.running_txn();
+        // A commit in progress, of nothing: the test holds its turn.
+        let turn = CommitTurn::new(txns, txns.commit_lock.lock());
+        let (done, finished) = mpsc::channel();
+        let fsync = {
+            let fs = Arc::clone(&fs);
+            std::thread::spawn(move || {
+                let w = fs.writer.as_ref().unwrap();
+                let result = w.txns.commit_through(&fs.commit_parts(w), txn);
+                done.send(result.is_ok()).unwrap();
+            })
+        };
+        assert!(
+            finished.recv_timeout(Duration::from_millis(50)).is_err(),
+            "the fsync returned while a commit held the lock"
+        );
+        drop(turn);
+        let ok = finished
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the fsync slept on after the commit it waited behind had ended");
+        assert!(ok);
+        fsync.join().unwrap();
+        assert!(txns.committed.load(std::sync::atomic::Ordering::Acquire) >= txn);
+        assert_eq!(txns.commits(), 1);
+        Arc::into_inner(fs).unwrap().unmount().unwrap();
+        e4_testkit::e2fsck_clean(&img.path).unwrap();
+    }
+}

@@ -1,0 +1,255 @@
+//! Transactions: the handles operations hold ([`TxnHandle`]), the block access they make
+//! through them ([`txn_io`]), commits ([`commit`]) and write-back ([`write_back`]), the
+//! one place metadata goes home.
+//!
+//! Every operation runs inside a [`TxnHandle`]: it joins the running transaction by taking
+//! one slot of the commit gate for reading (slots are per thread, so operations on different
+//! threads share no lock word). Transactions are numbered. A commit closes every slot, so it
+//! waits for the handles that are running, and while the gate is closed it switches to the
+//! next transaction and gathers what it will write; it then reopens the gate and writes
+//! while the next transaction runs, as jbd2 commits one transaction while the next one
+//! runs ([`commit`] has the order). One commit runs at a time.
+
+pub(crate) mod commit;
+pub(crate) mod interval;
+pub(crate) mod txn_io;
+pub(crate) mod write_back;
+
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use crossbeam_utils::CachePadded;
+use e4_alloc::stats::{Counter, LockStats};
+use e4_alloc::{BlockAllocator, TransactionFrees};
+use parking_lot::{Condvar, Mutex, RwLock, RwLockReadGuard};
+
+use crate::error::{Error, Result};
+
+/// Limit-counter slots, commit-gate slots and pending-free lists: one per thread up to this.
+pub(crate) const SLOTS: usize = 64;
+
+thread_local! {
+    static THREAD_SLOT: usize = {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        NEXT.fetch_add(1, Ordering::Relaxed) % SLOTS
+    };
+}
+
+/// This thread's slot.
+fn thread_slot() -> usize {
+    THREAD_SLOT.with(|s| *s)
+}
+
+/// An operation's membership in the running transaction. Hold it across every change the
+/// operation makes; drop it before waiting for a commit.
+pub(crate) struct TxnHandle<'a> {
+    _gate: RwLockReadGuard<'a, ()>,
+    pub slot: usize,
+}
+
+/// The transactions of a filesystem open for writing.
+pub(crate) struct Transactions {
+    gate: Box<[CachePadded<RwLock<()>>]>,
+    /// Each slot's block frees in the running transaction.
+    frees: Box<[CachePadded<Mutex<TransactionFrees>>]>,
+    /// Each slot's inodes freed in the running transaction: given to the inode allocator
+    /// when the commit gathers its inode bitmaps, all at once, with every operation
+    /// stopped. An unlink then touches no lock or bitmap line another thread uses (the
+    /// inodes of two threads' files share groups, and their frees met on the group's lock),
+    /// and a number is never handed out again in the transaction that freed it.
+    inode_frees: Box<[CachePadded<Mutex<Vec<FreedInode>>>]>,
+    /// The running transaction's number: operations that start now join it.
+    running: AtomicU64,
+    /// The last transaction written back (0: none yet). Advanced only under `commit_lock`.
+    committed: AtomicU64,
+    commit_lock: Mutex<()>,
+    /// Whether a commit is running: set and cleared by [`commit::CommitTurn`] under this
+    /// lock, which fsyncs sleep on until `commit_ended` wakes them all.
+    committing: Mutex<bool>,
+    commit_ended: Condvar,
+    gate_locks: LockStats,
+    commits: Counter,
+    /// Blocks freed since the last commit: they are free again only after it.
+    pending_blocks: AtomicU64,
+    /// Pending frees that make an operation commit: a sixteenth of the volume.
+    pending_limit: u64,
+    /// [`OPEN`], [`FAILED`] (a commit failed part-way: the image may be inconsistent, so
+    /// further changes are refused) or [`UNMOUNTED`].
+    state: AtomicU8,
+    /// Commit once this long has passed since the last commit; `None`: no interval.
+    commit_interval: Option<Duration>,
+    /// The origin of `last_commit`.
+    epoch: Instant,
+    /// Nanoseconds from `epoch` to the end of the last commit (to the start, before the
+    /// first). Written once per commit; operations only load it, and it has its own cache
+    /// line, so the end-of-operation check adds no shared write and no line bouncing.
+    last_commit: CachePadded<AtomicU64>,
+}
+
+/// An inode freed in the running transaction, waiting for its commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct FreedInode {
+    pub ino: u32,
+    pub directory: bool,
+}
+
+const OPEN: u8 = 0;
+const FAILED: u8 = 1;
+const UNMOUNTED: u8 = 2;
+
+impl Transactions {
+    /// Transactions for a volume of `blocks` blocks, committing every `commit_interval`
+    /// (zero: no interval commits).
+    pub(crate) fn new(blocks: u64, commit_interval: Duration) -> Self {
+        Transactions {
+            gate: (0..SLOTS)
+                .map(|_| CachePadded::new(RwLock::new(())))
+                .collect(),
+            frees: (0..SLOTS)
+                .map(|_| CachePadded::new(Mutex::new(TransactionFrees::new(1))))
+                .collect(),
+            inode_frees: (0..SLOTS)
+                .map(|_| CachePadded::new(Mutex::new(Vec::new())))
+                .collect(),
+            running: AtomicU64::new(1),
+            committed: AtomicU64::new(0),
+            commit_lock: Mutex::new(()),
+            committing: Mutex::new(false),
+            commit_ended: Condvar::new(),
+            gate_locks: LockStats::default(),
+            commits: Counter::default(),
+            pending_blocks: AtomicU64::new(0),
+            pending_limit: (blocks / 16).max(256),
+            state: AtomicU8::new(OPEN),
+            commit_interval: (!commit_interval.is_zero()).then_some(commit_interval),
+            epoch: Instant::now(),
+            last_commit: CachePadded::new(AtomicU64::new(0)),
+        }
+    }
+
+    pub(crate) fn check_open(&self) -> Result<()> {
+        match self.state.load(Ordering::Acquire) {
+            OPEN => Ok(()),
+            FAILED => Err(Error::ReadOnly(
+                "an earlier write-back failed; the image needs e2fsck".into(),
+            )),
+            _ => Err(Error::ReadOnly("the filesystem was unmounted".into())),
+        }
+    }
+
+    /// Whether the filesystem still accepts changes (not unmounted, no failed commit).
+    pub(crate) fn is_open(&self) -> bool {
+        self.state.load(Ordering::Acquire) == OPEN
+    }
+
+    /// Records that the filesystem was unmounted: no more changes.
+    pub(crate) fn close(&self) {
+        self.state.store(UNMOUNTED, Ordering::Release);
+    }
+
+    pub(crate) fn gate_stats(&self) -> &LockStats {
+        &self.gate_locks
+    }
+
+    pub(crate) fn commits(&self) -> u64 {
+        self.commits.get()
+    }
+
+    /// Joins the running transaction.
+    pub(crate) fn begin(&self) -> Result<TxnHandle<'_>> {
+        self.check_open()?;
+        let slot = thread_slot();
+        Ok(TxnHandle {
+            _gate: self
+                .gate_locks
+                .take(|| self.gate[slot].try_read(), || self.gate[slot].read()),
+            slot,
+        })
+    }
+
+    /// Stops every operation until the returned guards are dropped: the gate closed, as a
+    /// commit closes it.
+    pub(crate) fn close_gate(&self) -> Vec<parking_lot::RwLockWriteGuard<'_, ()>> {
+        self.gate.iter().map(|g| g.write()).collect()
+    }
+
+    /// Frees inode `ino` when the running transaction commits (see `inode_frees`).
+    pub(crate) fn free_inode(&self, ino: u32, directory: bool, slot: usize) {
+        self.inode_frees[slot]
+            .lock()
+            .push(FreedInode { ino, directory });
+    }
+
+    /// Inodes freed in the running transaction, free once it commits.
+    pub(crate) fn pending_inodes(&self) -> u64 {
+        self.inode_frees.iter().map(|f| f.lock().len() as u64).sum()
+    }
+
+    /// Frees `len` blocks from `start` of `blocks` when the running transaction commits.
+    /// The caller holds a handle, so the transaction cannot commit in between.
+    pub(crate) fn free_blocks(
+        &self,
+        blocks: &BlockAllocator,
+        start: u64,
+        len: u64,
+        slot: usize,
+    ) -> Result<()> {
+        let mut frees = self.frees[slot].lock();
+        self.pending_blocks.fetch_add(len, Ordering::Relaxed);
+        let mut at = start;
+        while at < start + len {
+            let piece = (start + len - at).min(u64::from(u32::MAX)) as u32;
+            blocks
+                .free_in_transaction(
+                    e4_alloc::Extent {
+                        start: at,
+                        len: piece,
+                    },
+                    &mut frees,
+                )
+                .map_err(|_| {
+                    Error::Format(e4_format::FormatError::corrupt(
+                        e4_format::Structure::BlockMapping,
+                        e4_format::Location::Block(at),
+                        e4_format::Problem::UnfreeableBlocks {
+                            len: u64::from(piece),
+                        },
+                    ))
+                })?;
+            at += u64::from(piece);
+        }
+        Ok(())
+    }
+
+    /// Whether many blocks were freed since the last commit (only a commit makes them
+    /// reusable), or the commit interval has passed. Loads and one clock read
+    /// (`Instant::now`, a vDSO call of about 20 ns): no lock and no shared write.
+    pub(crate) fn wants_commit(&self) -> bool {
+        self.pending_blocks.load(Ordering::Relaxed) > self.pending_limit
+            || self
+                .commit_interval
+                .is_some_and(|interval| self.since_last_commit() >= interval)
+    }
+
+    /// Whether blocks were freed since the last commit.
+    pub(crate) fn has_pending_frees(&self) -> bool {
+        self.pending_blocks.load(Ordering::Relaxed) > 0
+    }
+
+    /// The commit interval (`None` when interval commits are off).
+    pub(crate) fn commit_interval(&self) -> Option<Duration> {
+        self.commit_interval
+    }
+
+    /// Time since the last commit ended (since the start, before the first).
+    pub(crate) fn since_last_commit(&self) -> Duration {
+        let last = Duration::from_nanos(self.last_commit.load(Ordering::Relaxed));
+        self.epoch.elapsed().saturating_sub(last)
+    }
+
+    /// The running transaction's number. Every operation that finished before this call
+    /// belongs to it or to an earlier one.
+    pub(crate) fn running_txn(&self) -> u64 {
+        self.running.load(Ordering::Acquire)
+    }
+}

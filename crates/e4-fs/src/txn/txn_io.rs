@@ -1,0 +1,123 @@
+//! The engine's [`MetaIo`]: the mechanisms' block access inside the running transaction.
+//! Reads go through the buffer cache (verified in the role asked for); writes replace the
+//! cached copy and mark it dirty with its role, so write-back seals it; allocations come from
+//! e4-alloc near the goal; frees wait for the commit.
+
+use e4_alloc::{AllocRequest, Reserve};
+
+use crate::buffer::cache::BufferRole;
+use crate::buffer::store::BlockStore;
+use crate::error::{Error, Result};
+use crate::io::meta_io::{BlockKind, MetaIo, Owner};
+use crate::space::Space;
+use crate::txn::{Transactions, TxnHandle};
+
+pub(crate) struct TxnIo<'a> {
+    pub store: &'a BlockStore,
+    pub space: &'a Space,
+    pub txns: &'a Transactions,
+    /// The caller's thread slot (limit counters, pending-free list).
+    pub slot: usize,
+    /// The set-aside blocks the mechanisms' own blocks (tree nodes) may come from: the
+    /// handle's ([`Space::reserve`]), or the metadata reserve when removing space.
+    reserve: Reserve,
+}
+
+impl<'a> TxnIo<'a> {
+    /// Block access for an operation holding `txn`, a handle on `txns`'s running
+    /// transaction.
+    pub fn new(
+        store: &'a BlockStore,
+        space: &'a Space,
+        txns: &'a Transactions,
+        txn: &TxnHandle<'_>,
+    ) -> Self {
+        TxnIo {
+            store,
+            space,
+            txns,
+            slot: txn.slot,
+            reserve: space.reserve,
+        }
+    }
+
+    /// Frees `len` blocks from `start` when the running transaction commits.
+    pub fn free_blocks(&self, start: u64, len: u64) -> Result<()> {
+        self.txns
+            .free_blocks(&self.space.blocks, start, len, self.slot)
+    }
+
+    /// Block access for an operation that splits extents without adding data (truncate,
+    /// punch, collapse, insert): the tree blocks a split needs may come from the metadata
+    /// reserve, as
+    /// the kernel's `EXT4_GET_BLOCKS_METADATA_NOFAIL` lets them, so that freeing space on a
+    /// full filesystem does not fail for want of one block.
+    pub fn removing_space(self) -> Self {
+        TxnIo {
+            reserve: Reserve::Metadata,
+            ..self
+        }
+    }
+}
+
+impl MetaIo for TxnIo<'_> {
+    fn block_size(&self) -> usize {
+        self.store.block_size() as usize
+    }
+
+    fn visit(
+        &self,
+        nr: u64,
+        kind: BlockKind,
+        owner: Owner,
+        look: &mut dyn FnMut(&[u8]) -> Result<()>,
+    ) -> Result<()> {
+        self.store.visit(nr, BufferRole::of(kind, owner), look)
+    }
+
+    fn modify(
+        &self,
+        nr: u64,
+        kind: BlockKind,
+        owner: Owner,
+        edit: &mut dyn FnMut(&mut [u8]) -> Result<()>,
+    ) -> Result<()> {
+        // Verifying records the role write-back seals by (where there is a checksum to
+        // seal), so the edit needs no second lock to set it.
+        let buffer = self.store.read_as(nr, BufferRole::of(kind, owner))?;
+        edit(&mut buffer.bytes_mut())?;
+        self.store.cache().mark_dirty(&buffer);
+        Ok(())
+    }
+
+    fn write(&self, nr: u64, kind: BlockKind, owner: Owner, bytes: &[u8]) -> Result<()> {
+        let buffer = self.store.cache().get_new(nr, bytes);
+        buffer.set_role(BufferRole::of(kind, owner));
+        self.store.cache().mark_dirty(&buffer);
+        Ok(())
+    }
+
+    fn allocate(&self, goal: u64, owner: Owner) -> Result<u64> {
+        let extent = self
+            .space
+            .blocks
+            .allocate(AllocRequest {
+                goal: (goal != 0).then_some(goal),
+                len: 1,
+                min_len: 1,
+                slot: self.slot,
+                stream: u64::from(owner.ino),
+                reserve: self.reserve,
+            })
+            .map_err(Error::from_block_allocation)?;
+        Ok(extent.start)
+    }
+
+    fn free(&self, start: u64, len: u64, _owner: Owner) -> Result<()> {
+        self.free_blocks(start, len)?;
+        for nr in start..start + len {
+            self.store.cache().forget(nr);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,509 @@
+//! Pass 2, "Checking directory structure": every directory block, in parallel, in
+//! physical block order (as e2fsck sorts its list). Each block's entries are parsed
+//! (rec_len, name_len), `.` and `..` checked in the first block, every entry's target
+//! checked against what pass 1 found (in range, in use, not `.` or the root again, file
+//! type matching the mode), names checked for `/` and NUL and for duplicates, leaf
+//! checksums verified, and each reference counted on an atomic counter for pass 4.
+//! Entries naming directories are returned for pass 3.
+
+mod htree;
+mod names;
+
+use std::collections::BTreeSet;
+
+use rayon::prelude::*;
+
+use e4_format::checksum::inode_csum_seed;
+use e4_format::dir_entry::{has_tail, DirEntryIter, DirLeafBlock, TAIL_SIZE};
+use e4_format::features::IncompatFeatures;
+use e4_format::inline_data::inline_dir_parent;
+use e4_format::inode::ROOT_INO;
+use e4_format::{FormatError, MetadataBlock};
+
+use crate::pass2::htree::{HtreeLayout, LeafRange};
+use crate::pass2::names::DirNames;
+use crate::report::problem::{Location, ProblemCode};
+use crate::report::progress::{PassMeter, Progress};
+use crate::state::context::Context;
+use crate::state::directories::{Directory, Pass2Result, SubdirLink};
+use crate::state::inode_state::InodeKind;
+
+/// Byte offset of the name in a directory entry (after inode, rec_len, name_len, type).
+const NAME_OFFSET: usize = 8;
+
+/// One directory block to check.
+struct BlockTask<'a> {
+    dir: &'a Directory,
+    logical: u32,
+    physical: u64,
+    htree: Option<&'a HtreeLayout>,
+}
+
+/// Runs pass 2.
+pub fn run(ctx: &Context, dirs: &[Directory], progress: Option<&Progress>) -> Pass2Result {
+    let layouts: Vec<Option<HtreeLayout>> = dirs
+        .par_iter()
+        .map(|dir| dir.htree.then(|| HtreeLayout::check(ctx, dir)))
+        .collect();
+    let mut tasks: Vec<BlockTask<'_>> = dirs
+        .iter()
+        .zip(&layouts)
+        .flat_map(|(dir, layout)| {
+            dir.blocks
+                .iter()
+                .map(move |&(logical, physical)| BlockTask {
+                    dir,
+                    logical,
+                    physical,
+                    htree: layout.as_ref(),
+                })
+        })
+        .collect();
+    tasks.sort_by_key(|t| (t.physical, t.dir.ino, t.logical));
+    // Read once here, so that no entry takes a lock (damage only: usually empty).
+    let unreadable = unreadable_bad_inodes(ctx);
+    let meter = PassMeter::start(progress, 2, tasks.len() as u64);
+    let mut subdir_links: Vec<SubdirLink> = tasks
+        .par_iter()
+        .flat_map_iter(|task| {
+            let links = check_block(ctx, task, &unreadable);
+            meter.advance(1);
+            links
+        })
+        .collect();
+    subdir_links.par_extend(
+        dirs.par_iter()
+            .filter(|d| d.inline.is_some())
+            .flat_map_iter(|dir| check_inline(ctx, dir, &unreadable)),
+    );
+    subdir_links.par_sort_unstable();
+    dirs.par_iter()
+        .zip(layouts.par_iter())
+        .filter_map(|(dir, layout)| Some((dir, layout.as_ref()?)))
+        .for_each(|(dir, layout)| layout.check_node_hashes(ctx, dir.ino));
+    for (dir, layout) in dirs.iter().zip(&layouts) {
+        if layout.as_ref().is_some_and(HtreeLayout::is_invalid) {
+            ctx.report(
+                ProblemCode::PR_2_HTREE_CLEAR,
+                Location::Inode(dir.ino),
+                format!("invalid HTREE directory inode {}", dir.ino),
+            );
+        }
+    }
+    Pass2Result { subdir_links }
+}
+
+/// Checks one directory block.
+fn check_block(ctx: &Context, task: &BlockTask<'_>, unreadable: &BTreeSet<u32>) -> Vec<SubdirLink> {
+    let dir = task.dir;
+    let bs = ctx.block_size() as usize;
+    let bytes = match ctx.image.read_blocks(task.physical, 1, ctx.block_size()) {
+        Ok(bytes) => bytes,
+        Err(e) => {
+            ctx.report(
+                ProblemCode::PR_2_DIR_CORRUPTED,
+                Location::DirEntry {
+                    dir: dir.ino,
+                    logical: task.logical,
+                    offset: 0,
+                },
+                format!(
+                    "directory inode {} block {} cannot be read: {e}",
+                    dir.ino, task.physical
+                ),
+            );
+            return Vec::new();
+        }
+    };
+    let index_block = task.htree.is_some_and(|h| h.is_index_block(task.logical));
+    let csum = ctx
+        .csum_seed
+        .map(|s| inode_csum_seed(s, dir.ino, dir.generation));
+    let tail = csum.is_some() && !index_block && has_tail(&bytes);
+    let region = if tail {
+        &bytes[..bs - TAIL_SIZE]
+    } else {
+        &bytes[..]
+    };
+    let range = task.htree.and_then(|h| h.leaf_range(task.logical));
+    let mut entries = EntryChecker::new(ctx, dir, task.logical, task.physical, range, unreadable);
+    entries.check_region(region, 0, task.logical == 0);
+    if let Some(seed) = csum.filter(|_| !index_block) {
+        let loc = Location::DirEntry {
+            dir: dir.ino,
+            logical: task.logical,
+            offset: 0,
+        };
+        if !tail {
+            ctx.report(
+                ProblemCode::PR_2_LEAF_NODE_MISSING_CSUM,
+                loc,
+                format!(
+                    "directory inode {}, block #{}: directory has no checksum",
+                    dir.ino, task.logical
+                ),
+            );
+        } else if let Err(FormatError::Checksum { .. }) = DirLeafBlock::verify(
+            &bytes,
+            seed,
+            e4_format::Location::InodeBlock {
+                inode: dir.ino,
+                block: task.physical,
+            },
+        ) {
+            if !entries.corrupted {
+                ctx.report(
+                    ProblemCode::PR_2_LEAF_NODE_ONLY_CSUM_INVALID,
+                    loc,
+                    format!(
+                        "directory inode {}, block #{}: directory passes checks but fails checksum",
+                        dir.ino, task.logical
+                    ),
+                );
+            }
+        }
+    }
+    let problem = entries.finish();
+    if let Some(layout) = task.htree {
+        if let Some(code) = problem {
+            layout.note(code);
+        }
+        if range.is_some() {
+            layout.record_leaf_hashes(task.logical, entries.hash_bounds);
+        }
+    }
+    entries.links
+}
+
+/// Checks an inline directory: the parent in `i_block[0..4]`, then entries in the rest of
+/// `i_block` and in `system.data`.
+fn check_inline(ctx: &Context, dir: &Directory, unreadable: &BTreeSet<u32>) -> Vec<SubdirLink> {
+    let Some((i_block, system_data)) = &dir.inline else {
+        return Vec::new();
+    };
+    let mut block = [0u8; 60];
+    block.copy_from_slice(&i_block[..60]);
+    let parent = inline_dir_parent(&block);
+    // The inline form has no "." entry and stores ".." as the parent number.
+    ctx.inodes.add_ref(dir.ino);
+    ctx.inodes.set_dotdot(dir.ino, parent);
+    if parent != 0 {
+        ctx.inodes.add_ref(parent);
+    }
+    let mut entries = EntryChecker::new(ctx, dir, 0, 0, None, unreadable);
+    entries.check_region(&block[4..], 4, false);
+    if !system_data.is_empty() {
+        entries.check_region(system_data, 60, false);
+    }
+    entries.links
+}
+
+/// Checks the entries of one block (or inline region) of one directory.
+struct EntryChecker<'a, 'r> {
+    ctx: &'a Context,
+    dir: &'a Directory,
+    logical: u32,
+    physical: u64,
+    htree_range: Option<LeafRange>,
+    /// Inodes `process_bad_inode` cannot read again ([`unreadable_bad_inodes`]).
+    unreadable: &'a BTreeSet<u32>,
+    names: DirNames<'r>,
+    links: Vec<SubdirLink>,
+    /// The entries stopped parsing: e2fsck then salvages the block rather than calling
+    /// its checksum the only problem.
+    corrupted: bool,
+    hash_bounds: Option<(u32, u32)>,
+}
+
+impl<'a, 'r> EntryChecker<'a, 'r> {
+    fn new(
+        ctx: &'a Context,
+        dir: &'a Directory,
+        logical: u32,
+        physical: u64,
+        htree_range: Option<LeafRange>,
+        unreadable: &'a BTreeSet<u32>,
+    ) -> Self {
+        EntryChecker {
+            ctx,
+            dir,
+            logical,
+            physical,
+            htree_range,
+            unreadable,
+            names: DirNames::new(),
+            links: Vec::new(),
+            corrupted: false,
+            hash_bounds: None,
+        }
+    }
+
+    fn report(&mut self, code: ProblemCode, offset: usize, message: String) {
+        self.corrupted |= code == ProblemCode::PR_2_DIR_CORRUPTED;
+        self.ctx.report(
+            code,
+            Location::DirEntry {
+                dir: self.dir.ino,
+                logical: self.logical,
+                offset: offset as u32,
+            },
+            message,
+        );
+    }
+
+    /// Checks the entries of `region`, which starts at byte `base` of the block; `first`
+    /// says whether it begins the directory (so starts with `.` and `..`).
+    fn check_region(&mut self, region: &'r [u8], base: usize, first: bool) {
+        let ctx = self.ctx;
+        let ino = self.dir.ino;
+        let filetype = ctx.sb.incompat().contains(IncompatFeatures::FILETYPE);
+        let loc = e4_format::Location::InodeBlock {
+            inode: ino,
+            block: self.physical,
+        };
+        let bs = ctx.block_size() as usize;
+        let mut offset = base;
+        // libext2fs reads `name_len` as one byte and the next as the file type whatever
+        // the feature says (`ext2fs_dirent_name_len`), so a type without the feature is
+        // a type, not a long name.
+        for (index, entry) in DirEntryIter::new(region, bs, true, loc).enumerate() {
+            let entry = match entry {
+                Ok(entry) => entry,
+                Err(e) => {
+                    let reason = match &e {
+                        FormatError::Corrupt { problem, .. } => problem.to_string(),
+                        other => other.to_string(),
+                    };
+                    self.report(
+                        ProblemCode::PR_2_DIR_CORRUPTED,
+                        offset,
+                        format!(
+                            "directory inode {ino}, block #{}: directory corrupted ({reason})",
+                            self.logical
+                        ),
+                    );
+                    return;
+                }
+            };
+            let at = offset;
+            offset += entry.rec_len;
+            let name = entry.name;
+            let shown = String::from_utf8_lossy(name).into_owned();
+            // The byte after the name (inside the entry's padding): `.` and `..` must be
+            // NUL-terminated there (e2fsck's `check_dot`, `check_dotdot`).
+            let terminated = region.get(at - base + NAME_OFFSET + name.len()) == Some(&0);
+            if first && index == 0 {
+                if entry.inode == 0 || name != b"." {
+                    self.report(
+                        ProblemCode::PR_2_MISSING_DOT,
+                        at,
+                        format!("missing '.' in directory inode {ino}"),
+                    );
+                } else {
+                    if !terminated {
+                        self.report(
+                            ProblemCode::PR_2_DOT_NULL_TERM,
+                            at,
+                            format!("'.' directory entry in directory inode {ino} is not NULL terminated"),
+                        );
+                    }
+                    if entry.inode != ino {
+                        self.report(
+                            ProblemCode::PR_2_BAD_INODE_DOT,
+                            at,
+                            format!("invalid inode number for '.' in directory inode {ino}"),
+                        );
+                    }
+                    ctx.inodes.add_ref(entry.inode);
+                }
+                continue;
+            }
+            if first && index == 1 {
+                if entry.inode == 0 || name != b".." {
+                    self.report(
+                        ProblemCode::PR_2_MISSING_DOT_DOT,
+                        at,
+                        format!("missing '..' in directory inode {ino}"),
+                    );
+                } else if !terminated {
+                    // Declined, e2fsck records no `..` for the directory (pass 3 then
+                    // finds it wrong) but still counts the reference.
+                    self.report(
+                        ProblemCode::PR_2_DOT_DOT_NULL_TERM,
+                        at,
+                        format!(
+                            "'..' directory entry in directory inode {ino} is not NULL terminated"
+                        ),
+                    );
+                    ctx.inodes.add_ref(entry.inode);
+                } else {
+                    ctx.inodes.set_dotdot(ino, entry.inode);
+                    ctx.inodes.add_ref(entry.inode);
+                }
+                continue;
+            }
+            if entry.inode == 0 {
+                continue;
+            }
+            self.check_hash(name);
+            if name == b"." || name == b".." {
+                let code = if name == b"." {
+                    ProblemCode::PR_2_DUP_DOT
+                } else {
+                    ProblemCode::PR_2_DUP_DOT_DOT
+                };
+                self.report(
+                    code,
+                    at,
+                    format!("entry '{shown}' in directory {ino} is a duplicate '{shown}' entry"),
+                );
+                continue;
+            }
+            let target = entry.inode;
+            if (target != ROOT_INO && target < ctx.sb.first_ino()) || target > ctx.sb.inodes_count {
+                self.report(
+                    ProblemCode::PR_2_BAD_INO,
+                    at,
+                    format!("entry '{shown}' in directory {ino} has invalid inode #: {target}"),
+                );
+                continue;
+            }
+            // e2fsck's chain of entry problems (`check_dir_block`) names one: a link to
+            // the root before a zero-length name; declined, the entry is still counted.
+            if name.is_empty() && target != ROOT_INO {
+                self.report(
+                    ProblemCode::PR_2_NULL_NAME,
+                    at,
+                    format!("entry '' in directory {ino} ({target}) has a zero-length name"),
+                );
+            }
+            let kind = ctx.inodes.kind(target);
+            if kind.in_use() && target != ino && self.unreadable.contains(&target) {
+                ctx.report(
+                    ProblemCode::EXT2_ET_BAD_INODE_CSUM_INVALID,
+                    Location::Inode(target),
+                    format!("inode checksum does not match inode while reading inode {target} in process_bad_inode"),
+                );
+            }
+            if target == ino {
+                self.report(
+                    ProblemCode::PR_2_LINK_DOT,
+                    at,
+                    format!("entry '{shown}' in directory {ino} is a link to '.'"),
+                );
+            } else if !kind.in_use() {
+                self.report(
+                    ProblemCode::PR_2_UNUSED_INODE,
+                    at,
+                    format!("entry '{shown}' in directory {ino} has deleted/unused inode {target}"),
+                );
+            } else if target == ROOT_INO {
+                self.report(
+                    ProblemCode::PR_2_LINK_ROOT,
+                    at,
+                    format!("entry '{shown}' in directory {ino} is a link to the root inode"),
+                );
+            }
+            if name.iter().any(|&b| b == b'/' || b == 0) {
+                self.report(
+                    ProblemCode::PR_2_BAD_NAME,
+                    at,
+                    format!(
+                        "entry '{shown}' in directory {ino} has illegal characters in its name"
+                    ),
+                );
+            }
+            // A type of 0 is `PR_2_SET_FILETYPE`, which `-n` neither prints nor counts
+            // (`PR_NO_OK | PR_NO_NOMSG`): images the Hurd made with the feature hold none.
+            if !filetype && entry.file_type != 0 {
+                self.report(
+                    ProblemCode::PR_2_CLEAR_FILETYPE,
+                    at,
+                    format!("entry '{shown}' in directory {ino} has filetype set"),
+                );
+            } else if filetype && entry.file_type != 0 {
+                if let Some(expected) = kind.dirent_file_type().filter(|&t| t != entry.file_type) {
+                    self.report(
+                        ProblemCode::PR_2_BAD_FILETYPE,
+                        at,
+                        format!(
+                            "entry '{shown}' in directory {ino} has an incorrect filetype (was {}, should be {expected})",
+                            entry.file_type
+                        ),
+                    );
+                }
+            }
+            if !self.names.insert(name) {
+                self.report(
+                    ProblemCode::PR_2_DUPLICATE_DIRENT,
+                    at,
+                    format!("duplicate entry '{shown}' in directory {ino} found"),
+                );
+            }
+            if kind == InodeKind::Directory && target != ino {
+                self.links.push(SubdirLink {
+                    child: target,
+                    block: self.physical,
+                    offset: at as u32,
+                    parent: ino,
+                });
+            }
+            ctx.inodes.add_ref(target);
+        }
+    }
+
+    /// Widens the range of name hashes seen in an htree leaf.
+    fn check_hash(&mut self, name: &[u8]) {
+        if let Some(range) = &self.htree_range {
+            let hash = range.hash(name);
+            self.hash_bounds = Some(match self.hash_bounds {
+                None => (hash, hash),
+                Some((lo, hi)) => (lo.min(hash), hi.max(hash)),
+            });
+        }
+    }
+
+    /// Compares the hashes seen with the leaf's range in the index; returns a problem
+    /// found (either: both count alike against the index).
+    fn finish(&mut self) -> Option<ProblemCode> {
+        let (Some(range), Some((lo, hi))) = (self.htree_range, self.hash_bounds) else {
+            return None;
+        };
+        let mut found = None;
+        let ino = self.dir.ino;
+        if lo < range.min {
+            found = Some(ProblemCode::PR_2_HTREE_MIN_HASH);
+            self.report(
+                ProblemCode::PR_2_HTREE_MIN_HASH,
+                0,
+                format!(
+                    "problem in HTREE directory inode {ino}: block #{} has bad min hash",
+                    self.logical
+                ),
+            );
+        }
+        if hi > range.max {
+            found = Some(ProblemCode::PR_2_HTREE_MAX_HASH);
+            self.report(
+                ProblemCode::PR_2_HTREE_MAX_HASH,
+                0,
+                format!(
+                    "problem in HTREE directory inode {ino}: block #{} has bad max hash",
+                    self.logical
+                ),
+            );
+        }
+        found
+    }
+}
+
+/// The inodes pass 1 marked bad whose checksum fails: reading one again for
+/// `process_bad_inode` stops e2fsck.
+fn unreadable_bad_inodes(ctx: &Context) -> BTreeSet<u32> {
+    let bad = ctx.bad_inodes.lock().unwrap_or_else(|e| e.into_inner());
+    let failed = ctx
+        .checksum_failed
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    bad.intersection(&failed).copied().collect()
+}

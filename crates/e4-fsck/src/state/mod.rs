@@ -1,0 +1,15 @@
+//! The state every pass shares (`context`: the image, superblock, descriptors, the
+//! block-ownership bitmap, per-inode arrays, the problem list) and the records one pass
+//! hands to a later one (`directories`, `ea_inode_refs`, `quota_usage`), so that no pass
+//! imports another. Imports only `report/`.
+
+pub mod atomic_bitmap;
+pub mod block_claim;
+pub mod block_tally;
+pub mod context;
+pub mod directories;
+pub mod ea_inode_refs;
+pub mod image;
+pub mod inode_state;
+pub mod quota_usage;
+pub mod reserved_inodes;
