@@ -20,7 +20,6 @@
 mod attrs;
 mod daemon;
 mod dir_handles;
-mod errno;
 mod lookup_counts;
 mod ops;
 mod options;
@@ -28,6 +27,5 @@ mod session;
 mod shards;
 
 pub use daemon::{report_mounted, start_daemon};
-pub use errno::errno_of;
 pub use options::{MountOptions, OptionError};
 pub use session::{mount, mount_until_signal, MountError, Mounted};

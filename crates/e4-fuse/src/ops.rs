@@ -26,7 +26,6 @@ use crate::attrs::{
     timestamp, IdMap, Owners,
 };
 use crate::dir_handles::{DirHandles, Listed};
-use crate::errno::errno_of;
 use crate::lookup_counts::LookupCounts;
 
 /// How long the kernel may trust an entry or attributes without asking again. Every
@@ -69,6 +68,12 @@ pub(crate) struct E4Fuse {
     fakeroot: bool,
     block_size: u32,
     outcome: Outcome,
+}
+
+/// The errno a request gets for an engine error: the one the kernel's ext4 gives for the
+/// same failure ([`e4_fs::Error::errno`]), as fuser's type.
+fn errno_of(error: &e4_fs::Error) -> Errno {
+    Errno::from_i32(error.errno())
 }
 
 /// An engine result as a request's result.
