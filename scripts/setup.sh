@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Installs what e4 and its tests need on Debian or Ubuntu: e2fsprogs (mke2fs, e2fsck,
 # debugfs, e2freefrag, e4defrag: the demo and the test oracles), mount (util-linux, for the
-# kernel comparisons) and fuse2fs (the fuse2fs target of `e4 bench`).
+# kernel comparisons), fuse2fs (the fuse2fs target of `e4 bench`) and fuse3 (fusermount3,
+# which `e4 mount` uses to mount and unmount without root).
 # Works as root (no sudo needed) and as a user with sudo. Rust itself comes from rustup.
 set -euo pipefail
-packages=(e2fsprogs mount fuse2fs)
+packages=(e2fsprogs mount fuse2fs fuse3)
 if [ "$(id -u)" = 0 ]; then
   as_root=()
 elif command -v sudo >/dev/null; then

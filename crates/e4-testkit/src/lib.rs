@@ -1,10 +1,12 @@
 //! Test support shared by e4's crates. Everything an oracle needs is built at test time:
 //! trees are generated, images are made from them by `mke2fs -d`, and results are checked
 //! with `e2fsck -fn` and, where the machine allows, the kernel's own ext4 on a loop device.
+//! FUSE mounts made by tests are watched so a stuck one cannot outlive its test.
 //! Structures are found in an image file with e4-format alone ([`RawImage`]), so e4-format's
 //! own tests and the checker's do not depend on the engine.
 
 mod compare;
+mod fuse_mount;
 mod image;
 mod kernel_mount;
 mod layers;
@@ -14,6 +16,7 @@ mod tree;
 mod walk;
 
 pub use compare::{compare_trees, CompareOptions};
+pub use fuse_mount::{fuse_skipped, is_mounted, FuseGuard};
 pub use image::{e2fsck_clean, make_empty_image, make_image, Image, Profile, PROFILES};
 pub use kernel_mount::{kernel_comparison_skipped, KernelMount};
 pub use layers::layering_problems;

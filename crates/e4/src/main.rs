@@ -17,6 +17,7 @@ mod host_copy;
 mod import;
 mod info;
 mod ls;
+mod mount;
 mod output;
 mod put;
 mod stat;
@@ -129,6 +130,26 @@ enum Command {
         /// Print help.
         #[arg(long, action = ArgAction::Help)]
         help: Option<bool>,
+    },
+    /// Mount an image with FUSE until `fusermount3 -u DIR` or `umount DIR` (or, with -f,
+    /// SIGINT, SIGTERM or SIGHUP); the image is then written back and marked clean.
+    /// Without -f the mount runs in the background once it is up.
+    Mount {
+        /// Comma-separated: ro, rw (the default), fakeroot, allow_other,
+        /// default_permissions, uid=N, gid=N, threads=N (default: the CPUs), commit=SECS
+        /// (default 5). May be given more than once.
+        #[arg(short = 'o', value_name = "OPTIONS", value_parser = mount::parse_options)]
+        options: Vec<String>,
+        /// Stay in the foreground until unmounted.
+        #[arg(short = 'f')]
+        foreground: bool,
+        /// Run as the daemon a plain `e4 mount` starts (internal).
+        #[arg(long, hide = true)]
+        daemon: bool,
+        /// The ext2/3/4 image file or block device.
+        image: PathBuf,
+        /// The directory to mount it on.
+        dir: PathBuf,
     },
     /// Show an inode's attributes (like `stat`; the last symlink is not followed).
     Stat {
@@ -309,6 +330,19 @@ fn run(cli: Cli) -> Result<(), CliError> {
             help: _,
         } => ls::run(&open(&image)?, &path, ls::Listing { long, human }),
         Command::Stat { image, path } => stat::run(&open(&image)?, &path),
+        Command::Mount {
+            options,
+            foreground,
+            daemon,
+            image,
+            dir,
+        } => mount::run(mount::MountArgs {
+            options,
+            foreground,
+            daemon,
+            image,
+            dir,
+        }),
         Command::Cat { image, path } => cat::run(&open(&image)?, &path),
         Command::Export {
             image,
@@ -450,5 +484,6 @@ fn main() -> ExitCode {
             eprintln!("e4: {message}");
             ExitCode::from(EXIT_RUNTIME)
         }
+        Err(CliError::Reported(status)) => ExitCode::from(status),
     }
 }

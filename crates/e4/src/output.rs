@@ -21,6 +21,8 @@ pub enum CliError {
     Message(String),
     /// Standard output was closed by its reader; nothing to report.
     StdoutClosed,
+    /// Already reported on stderr (by a daemon that shares it); exit with this status.
+    Reported(u8),
 }
 
 impl From<String> for CliError {
@@ -40,6 +42,7 @@ impl fmt::Display for CliError {
         match self {
             CliError::Message(m) => f.write_str(m),
             CliError::StdoutClosed => f.write_str("standard output was closed"),
+            CliError::Reported(status) => write!(f, "failed with status {status}"),
         }
     }
 }

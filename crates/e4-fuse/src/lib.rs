@@ -1,0 +1,31 @@
+//! A multi-threaded FUSE mount of an ext2/3/4 image over the e4 engine: what `e4 mount`
+//! runs. The engine's [`Filesystem`](e4_fs::Filesystem) takes every operation by `&self`
+//! from any thread, so fuser's worker threads (one per CPU by default, each reading its
+//! own clone of `/dev/fuse`) serve requests in parallel with no lock of the mount's own
+//! around them.
+//!
+//! ```no_run
+//! use e4_fuse::{mount, MountOptions};
+//! let options = MountOptions::parse("rw,threads=4")?;
+//! let mounted = mount("disk.img".as_ref(), "/mnt/disk".as_ref(), &options)?;
+//! // ... use /mnt/disk ...
+//! mounted.unmount()?; // written back and marked clean
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! How to use it and what works: docs/FUSE.md.
+
+#![forbid(unsafe_code)]
+
+mod attrs;
+mod daemon;
+mod dir_handles;
+mod lookup_counts;
+mod ops;
+mod options;
+mod session;
+mod shards;
+
+pub use daemon::{report_mounted, start_daemon};
+pub use options::{MountOptions, OptionError};
+pub use session::{mount, mount_until_signal, MountError, Mounted};

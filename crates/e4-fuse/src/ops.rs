@@ -1,0 +1,837 @@
+//! The FUSE requests, answered by the engine.
+//!
+//! fuser runs each request on the worker thread that read it from its clone of
+//! `/dev/fuse` and the handler runs inline there: no request is handed to another thread
+//! and no handler waits for another request. Engine calls lock only what they touch
+//! (inodes, directories, groups); the mount's own tables ([`LookupCounts`],
+//! [`DirHandles`]) are sharded by key.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use e4_fs::{Creator, FallocateMode, Filesystem, Metadata, RenameMode, SetAttributes, XattrSet};
+use fuser::{
+    Errno, FileAttr, FileHandle, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,
+    LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
+    Request, TimeOrNow, WriteFlags,
+};
+use parking_lot::Mutex;
+
+use crate::attrs::{
+    decode_rdev, ext4_ino, file_attr, file_type_of_mode, generation_of, kind_of, node_of,
+    timestamp, IdMap, Owners,
+};
+use crate::dir_handles::{DirHandles, Listed};
+use crate::lookup_counts::LookupCounts;
+
+/// How long the kernel may trust an entry or attributes without asking again. Every
+/// change goes through this mount and every reply that changes something carries fresh
+/// attributes, so the only limit is how stale a `stat` may be after a change the kernel
+/// did not see coming (the link count of a hard-linked file after `unlink` of another
+/// name, whose reply carries no attributes).
+const TTL: Duration = Duration::from_secs(1);
+
+/// Largest write request the kernel sends: its own cap (`fs.fuse.max_pages_limit`, 256
+/// pages) is 1 MiB, so asking for more buys nothing.
+const MAX_WRITE: u32 = 1 << 20;
+
+/// Readahead asked for: as large as a write, if the kernel offers it.
+const MAX_READAHEAD: u32 = 1 << 20;
+
+/// What the kernel is asked to do, where it offers it: look up and create in one
+/// directory in parallel (else it serialises them per directory), pass O_TRUNC to open
+/// (one request instead of SETATTR then OPEN), list with attributes (READDIRPLUS, the
+/// kernel choosing when), and cache symlink targets.
+const WANTED: InitFlags = InitFlags::FUSE_PARALLEL_DIROPS
+    .union(InitFlags::FUSE_ATOMIC_O_TRUNC)
+    .union(InitFlags::FUSE_DO_READDIRPLUS)
+    .union(InitFlags::FUSE_READDIRPLUS_AUTO)
+    .union(InitFlags::FUSE_CACHE_SYMLINKS);
+
+/// Set-group-ID on a directory: new entries take its group, new directories its bit.
+const S_ISGID: u16 = 0o2000;
+
+/// Where [`Mounted::wait`](crate::Mounted) finds the result of writing the image back.
+pub(crate) type Outcome = Arc<Mutex<Option<e4_fs::Result<()>>>>;
+
+/// The filesystem fuser serves.
+pub(crate) struct E4Fuse {
+    /// `None` only after `destroy`, when no request comes any more.
+    fs: Option<Arc<Filesystem>>,
+    lookups: LookupCounts,
+    dirs: DirHandles,
+    owners: Owners,
+    fakeroot: bool,
+    block_size: u32,
+    outcome: Outcome,
+}
+
+/// The errno a request gets for an engine error: the one the kernel's ext4 gives for the
+/// same failure ([`e4_fs::Error::errno`]), as fuser's type.
+fn errno_of(error: &e4_fs::Error) -> Errno {
+    Errno::from_i32(error.errno())
+}
+
+/// An engine result as a request's result.
+trait OrErrno<T> {
+    fn or_errno(self) -> Result<T, Errno>;
+}
+
+impl<T> OrErrno<T> for e4_fs::Result<T> {
+    fn or_errno(self) -> Result<T, Errno> {
+        self.map_err(|e| errno_of(&e))
+    }
+}
+
+/// A name from the kernel as the engine takes it.
+fn bytes(name: &OsStr) -> &[u8] {
+    name.as_bytes()
+}
+
+impl E4Fuse {
+    pub(crate) fn new(
+        fs: Arc<Filesystem>,
+        owners: Owners,
+        fakeroot: bool,
+        outcome: Outcome,
+    ) -> Self {
+        E4Fuse {
+            block_size: fs.block_size(),
+            fs: Some(fs),
+            lookups: LookupCounts::new(),
+            dirs: DirHandles::new(),
+            owners,
+            fakeroot,
+            outcome,
+        }
+    }
+
+    fn fs(&self) -> &Filesystem {
+        // OK to unwrap: only `destroy` takes it, after the last request.
+        self.fs.as_ref().expect("a request after destroy")
+    }
+
+    fn attr(&self, m: &Metadata) -> FileAttr {
+        file_attr(m, self.block_size, self.owners)
+    }
+
+    /// `ino` handed to the kernel in an entry reply: its lookup count is raised first, and
+    /// given back if its attributes cannot be read.
+    fn entry(&self, ino: u32) -> Result<(FileAttr, Generation), Errno> {
+        let fs = self.fs();
+        self.lookups.remember(fs, ino).or_errno()?;
+        match fs.metadata(ino) {
+            Ok(m) => Ok((self.attr(&m), generation_of(&m))),
+            Err(e) => {
+                self.lookups.forget(fs, ino, 1);
+                Err(errno_of(&e))
+            }
+        }
+    }
+
+    fn reply_entry(&self, reply: ReplyEntry, made: Result<u32, Errno>) {
+        match made.and_then(|ino| self.entry(ino)) {
+            Ok((attr, generation)) => reply.entry(&TTL, &attr, generation),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    /// Who owns a new inode in `parent`, with `permissions`: the caller (root under
+    /// `fakeroot`, the image's id under `uid=`/`gid=`), and the group of a set-group-ID
+    /// parent, whose bit a new directory inherits (as `inode_init_owner` does).
+    fn creator(
+        &self,
+        req: &Request,
+        parent: u32,
+        permissions: u32,
+        dir: bool,
+    ) -> Result<Creator, Errno> {
+        let (uid, gid) = if self.fakeroot {
+            (0, 0)
+        } else {
+            (
+                IdMap::stored(self.owners.uid, req.uid()),
+                IdMap::stored(self.owners.gid, req.gid()),
+            )
+        };
+        let mut creator = Creator {
+            permissions: (permissions & 0o7777) as u16,
+            uid,
+            gid,
+        };
+        let p = self.fs().metadata(parent).or_errno()?;
+        if p.permissions & S_ISGID != 0 {
+            creator.gid = p.gid;
+            if dir {
+                creator.permissions |= S_ISGID;
+            }
+        }
+        Ok(creator)
+    }
+
+    fn listing(&self, dir: u32) -> Result<Vec<Listed>, Errno> {
+        let fs = self.fs();
+        let dot = |name: &[u8], ino| Listed {
+            name: name.to_vec(),
+            ino,
+            file_type: e4_fs::FileType::Directory,
+        };
+        let mut listing = vec![dot(b".", dir), dot(b"..", fs.parent(dir).or_errno()?)];
+        for e in fs.read_dir(dir).or_errno()? {
+            let file_type = match e.file_type {
+                Some(t) => t,
+                // No `filetype` feature: the type is in the inode.
+                None => fs.metadata(e.ino).or_errno()?.file_type,
+            };
+            listing.push(Listed {
+                name: e.name,
+                ino: e.ino,
+                file_type,
+            });
+        }
+        Ok(listing)
+    }
+
+    /// Serves directory handle `fh` from `offset`: calls `add` with each entry and the
+    /// offset of the one after it until `add` says the reply is full. One walk for
+    /// READDIR and READDIRPLUS.
+    fn fill_dir(
+        &self,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut add: impl FnMut(&Listed, u64) -> bool,
+    ) -> Result<(), Errno> {
+        let listing = self
+            .dirs
+            .listing(fh.0, offset, || self.listing(ext4_ino(ino)))?;
+        for (i, entry) in listing.iter().enumerate().skip(offset as usize) {
+            if add(entry, i as u64 + 1) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn read_file(&self, ino: u32, offset: u64, size: u32) -> Result<Vec<u8>, Errno> {
+        let mut buf = vec![0; size as usize];
+        let mut done = 0;
+        // The kernel takes a short read for the end of the file: read until full or EOF.
+        while done < buf.len() {
+            let n = self
+                .fs()
+                .read_at(ino, offset + done as u64, &mut buf[done..])
+                .or_errno()?;
+            if n == 0 {
+                break;
+            }
+            done += n;
+        }
+        buf.truncate(done);
+        Ok(buf)
+    }
+
+    fn write_file(&self, ino: u32, offset: u64, data: &[u8]) -> Result<u32, Errno> {
+        let mut done = 0;
+        while done < data.len() {
+            let n = self
+                .fs()
+                .write_at(ino, offset + done as u64, &data[done..])
+                .or_errno()?;
+            if n == 0 {
+                break;
+            }
+            done += n;
+        }
+        // OK to cast: a request carries at most MAX_WRITE bytes.
+        Ok(done as u32)
+    }
+
+    fn open_file(&self, ino: u32, flags: OpenFlags) -> Result<(), Errno> {
+        let fs = self.fs();
+        fs.open_inode(ino).or_errno()?;
+        if flags.0 & libc::O_TRUNC != 0 && flags.0 & libc::O_ACCMODE != libc::O_RDONLY {
+            let size = Some(0);
+            if let Err(e) = fs.setattr(
+                ino,
+                &SetAttributes {
+                    size,
+                    ..Default::default()
+                },
+            ) {
+                let _ = fs.release_inode(ino);
+                return Err(errno_of(&e));
+            }
+        }
+        Ok(())
+    }
+
+    fn get_xattr(&self, ino: u32, name: &OsStr, size: u32) -> Result<XattrReply, Errno> {
+        let value = self
+            .fs()
+            .get_xattr(ino, bytes(name))
+            .or_errno()?
+            .ok_or(Errno::ENODATA)?;
+        sized(value, size)
+    }
+
+    fn list_xattrs(&self, ino: u32, size: u32) -> Result<XattrReply, Errno> {
+        let mut list = Vec::new();
+        for name in self.fs().list_xattrs(ino).or_errno()? {
+            list.extend_from_slice(&name);
+            list.push(0);
+        }
+        sized(list, size)
+    }
+}
+
+/// An xattr value or name list, or its size when the caller asked for the size only.
+enum XattrReply {
+    Size(u32),
+    Data(Vec<u8>),
+}
+
+/// `value` for a caller with `size` bytes of room: its size for a probe (size 0), ERANGE
+/// when it does not fit.
+fn sized(value: Vec<u8>, size: u32) -> Result<XattrReply, Errno> {
+    let len = u32::try_from(value.len()).map_err(|_| Errno::E2BIG)?;
+    match size {
+        0 => Ok(XattrReply::Size(len)),
+        room if len > room => Err(Errno::ERANGE),
+        _ => Ok(XattrReply::Data(value)),
+    }
+}
+
+fn reply_xattr(reply: ReplyXattr, result: Result<XattrReply, Errno>) {
+    match result {
+        Ok(XattrReply::Size(n)) => reply.size(n),
+        Ok(XattrReply::Data(d)) => reply.data(&d),
+        Err(e) => reply.error(e),
+    }
+}
+
+fn reply_empty(reply: ReplyEmpty, result: Result<(), Errno>) {
+    match result {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(e),
+    }
+}
+
+fn time_of(t: TimeOrNow) -> e4_fs::Timestamp {
+    timestamp(match t {
+        TimeOrNow::SpecificTime(t) => t,
+        TimeOrNow::Now => SystemTime::now(),
+    })
+}
+
+/// The engine's mode for a `fallocate` mode: the kernel passes on plain allocation,
+/// KEEP_SIZE, PUNCH_HOLE (always with KEEP_SIZE) and ZERO_RANGE; the engine's zeroing
+/// grows the size, so ZERO_RANGE with KEEP_SIZE is not supported.
+fn fallocate_mode(mode: i32) -> Option<FallocateMode> {
+    const KEEP_SIZE: i32 = libc::FALLOC_FL_KEEP_SIZE;
+    match mode {
+        0 => Some(FallocateMode::Allocate),
+        KEEP_SIZE => Some(FallocateMode::KeepSize),
+        m if m == libc::FALLOC_FL_PUNCH_HOLE | KEEP_SIZE => Some(FallocateMode::PunchHole),
+        libc::FALLOC_FL_ZERO_RANGE => Some(FallocateMode::ZeroRange),
+        _ => None,
+    }
+}
+
+impl fuser::Filesystem for E4Fuse {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let offered = config.capabilities() & WANTED;
+        // OK to ignore: only offered capabilities are added, and both sizes fall back to
+        // the kernel's limit.
+        let _ = config.add_capabilities(offered);
+        let _ = config.set_max_write(MAX_WRITE);
+        if let Err(most) = config.set_max_readahead(MAX_READAHEAD) {
+            let _ = config.set_max_readahead(most);
+        }
+        Ok(())
+    }
+
+    /// The last request is done: close what the kernel still knew, then write the image
+    /// back and mark it clean.
+    fn destroy(&mut self) {
+        let Some(mut fs) = self.fs.take() else { return };
+        self.lookups.forget_all(&fs);
+        // The interval-commit thread holds the filesystem only while it commits.
+        let result = loop {
+            match Arc::try_unwrap(fs) {
+                Ok(fs) => break fs.unmount(),
+                Err(shared) => {
+                    fs = shared;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        };
+        *self.outcome.lock() = Some(result);
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let found = self
+            .fs()
+            .lookup(ext4_ino(parent), bytes(name))
+            .or_errno()
+            .and_then(|ino| ino.ok_or(Errno::ENOENT));
+        self.reply_entry(reply, found);
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.lookups.forget(self.fs(), ext4_ino(ino), nlookup);
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.fs().metadata(ext4_ino(ino)) {
+            Ok(m) => reply.attr(&TTL, &self.attr(&m)),
+            Err(e) => reply.error(errno_of(&e)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let attrs = SetAttributes {
+            permissions: mode.map(|m| (m & 0o7777) as u16),
+            uid: uid.map(|u| IdMap::stored(self.owners.uid, u)),
+            gid: gid.map(|g| IdMap::stored(self.owners.gid, g)),
+            size,
+            atime: atime.map(time_of),
+            mtime: mtime.map(time_of),
+        };
+        match self.fs().setattr(ext4_ino(ino), &attrs) {
+            Ok(m) => reply.attr(&TTL, &self.attr(&m)),
+            Err(e) => reply.error(errno_of(&e)),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.fs().read_link(ext4_ino(ino)) {
+            Ok(target) => reply.data(&target),
+            Err(e) => reply.error(errno_of(&e)),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let parent = ext4_ino(parent);
+        let made = self.creator(req, parent, mode, false).and_then(|c| {
+            let fs = self.fs();
+            match file_type_of_mode(mode) {
+                Some(e4_fs::FileType::Regular) => fs.create(parent, bytes(name), c).or_errno(),
+                Some(
+                    t @ (e4_fs::FileType::Fifo
+                    | e4_fs::FileType::Socket
+                    | e4_fs::FileType::CharDevice
+                    | e4_fs::FileType::BlockDevice),
+                ) => fs
+                    .mknod(parent, bytes(name), t, decode_rdev(rdev), c)
+                    .or_errno(),
+                _ => Err(Errno::EINVAL),
+            }
+        });
+        self.reply_entry(reply, made);
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let parent = ext4_ino(parent);
+        let made = self
+            .creator(req, parent, mode, true)
+            .and_then(|c| self.fs().mkdir(parent, bytes(name), c).or_errno());
+        self.reply_entry(reply, made);
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply_empty(
+            reply,
+            self.fs().unlink(ext4_ino(parent), bytes(name)).or_errno(),
+        );
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply_empty(
+            reply,
+            self.fs().rmdir(ext4_ino(parent), bytes(name)).or_errno(),
+        );
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let parent = ext4_ino(parent);
+        let made = self.creator(req, parent, 0o777, false).and_then(|c| {
+            self.fs()
+                .symlink(parent, bytes(link_name), target.as_os_str().as_bytes(), c)
+                .or_errno()
+        });
+        self.reply_entry(reply, made);
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let mode = if flags.is_empty() {
+            Ok(RenameMode::Replace)
+        } else if flags == RenameFlags::RENAME_NOREPLACE {
+            Ok(RenameMode::NoReplace)
+        } else if flags == RenameFlags::RENAME_EXCHANGE {
+            Ok(RenameMode::Exchange)
+        } else {
+            // RENAME_WHITEOUT (overlayfs): the engine makes no whiteouts.
+            Err(Errno::EINVAL)
+        };
+        let result = mode.and_then(|mode| {
+            self.fs()
+                .rename(
+                    ext4_ino(parent),
+                    bytes(name),
+                    ext4_ino(newparent),
+                    bytes(newname),
+                    mode,
+                )
+                .or_errno()
+        });
+        reply_empty(reply, result);
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let ino = ext4_ino(ino);
+        let made = self
+            .fs()
+            .link(ino, ext4_ino(newparent), bytes(newname))
+            .or_errno()
+            .map(|()| ino);
+        self.reply_entry(reply, made);
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        match self.open_file(ext4_ino(ino), flags) {
+            // Every change goes through this mount, so cached pages stay good across opens.
+            Ok(()) => reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        match self.read_file(ext4_ino(ino), offset, size) {
+            Ok(data) => reply.data(&data),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    /// Writes where the kernel says: for O_APPEND it has already put the offset at the end
+    /// of the file it knows, which is this mount's, since every write goes through it.
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        match self.write_file(ext4_ino(ino), offset, data) {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    /// Nothing is buffered in the mount: a write is in the engine when it is answered.
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(reply, self.fs().release_inode(ext4_ino(ino)).or_errno());
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(reply, self.fs().fsync(ext4_ino(ino)).or_errno());
+    }
+
+    fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        reply.opened(FileHandle(self.dirs.open()), FopenFlags::empty());
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let filled = self.fill_dir(ino, fh, offset, |e, next| {
+            reply.add(
+                node_of(e.ino),
+                next,
+                kind_of(e.file_type),
+                OsStr::from_bytes(&e.name),
+            )
+        });
+        match filled {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    /// As readdir, with each entry's attributes; every entry but "." and ".." is handed to
+    /// the kernel, so counts a lookup. An entry removed since the listing was read is
+    /// left out.
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let fs = self.fs();
+        let filled = self.fill_dir(ino, fh, offset, |e, next| {
+            let (attr, generation) = if e.is_dot() {
+                match fs.metadata(e.ino) {
+                    Ok(m) => (self.attr(&m), generation_of(&m)),
+                    Err(_) => return false,
+                }
+            } else {
+                match self.entry(e.ino) {
+                    Ok(entry) => entry,
+                    Err(_) => return false,
+                }
+            };
+            let name = OsStr::from_bytes(&e.name);
+            let full = reply.add(node_of(e.ino), next, name, &TTL, &attr, generation);
+            if full && !e.is_dot() {
+                // Not sent: the lookup is not the kernel's.
+                self.lookups.forget(fs, e.ino, 1);
+            }
+            full
+        });
+        match filled {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.dirs.release(fh.0);
+        reply.ok();
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(reply, self.fs().fsync(ext4_ino(ino)).or_errno());
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let s = self.fs().statfs();
+        reply.statfs(
+            s.blocks,
+            s.free_blocks,
+            s.available_blocks,
+            s.inodes,
+            s.free_inodes,
+            s.block_size,
+            s.name_max,
+            s.block_size,
+        );
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let how = match flags {
+            0 => Ok(XattrSet::Either),
+            libc::XATTR_CREATE => Ok(XattrSet::Create),
+            libc::XATTR_REPLACE => Ok(XattrSet::Replace),
+            _ => Err(Errno::EINVAL),
+        };
+        let result = how.and_then(|how| {
+            self.fs()
+                .set_xattr(ext4_ino(ino), bytes(name), value, how)
+                .or_errno()
+        });
+        reply_empty(reply, result);
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        reply_xattr(reply, self.get_xattr(ext4_ino(ino), name, size));
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        reply_xattr(reply, self.list_xattrs(ext4_ino(ino), size));
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let result = self
+            .fs()
+            .remove_xattr(ext4_ino(ino), bytes(name))
+            .or_errno();
+        reply_empty(reply, result);
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let parent = ext4_ino(parent);
+        let made = self
+            .creator(req, parent, mode, false)
+            .and_then(|c| self.fs().create(parent, bytes(name), c).or_errno())
+            .and_then(|ino| {
+                let entry = self.entry(ino)?;
+                if let Err(e) = self.fs().open_inode(ino) {
+                    self.lookups.forget(self.fs(), ino, 1);
+                    return Err(errno_of(&e));
+                }
+                Ok(entry)
+            });
+        match made {
+            Ok((attr, generation)) => reply.created(
+                &TTL,
+                &attr,
+                generation,
+                FileHandle(0),
+                FopenFlags::FOPEN_KEEP_CACHE,
+            ),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        let result = fallocate_mode(mode)
+            .ok_or(Errno::EOPNOTSUPP)
+            .and_then(|mode| {
+                self.fs()
+                    .fallocate(ext4_ino(ino), mode, offset, length)
+                    .or_errno()
+            });
+        reply_empty(reply, result);
+    }
+}

@@ -1,0 +1,203 @@
+//! Mounting an image: open it in the engine, mount it with fuser, serve until unmounted,
+//! then write it back and mark it clean.
+
+use std::io;
+use std::path::Path;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use e4_fs::{Caller, Filesystem, OpenOptions};
+use fuser::{Config, MountOption, Session, SessionACL, SessionUnmounter};
+use nix::sys::pthread::{pthread_kill, pthread_self};
+use nix::sys::signal::{SigSet, SigmaskHow, Signal};
+use parking_lot::Mutex;
+
+use crate::attrs::{IdMap, Owners};
+use crate::ops::{E4Fuse, Outcome};
+use crate::options::MountOptions;
+
+/// Why a mount failed, or why the image may not have been written back.
+#[derive(Debug, thiserror::Error)]
+pub enum MountError {
+    #[error("cannot open {image}: {source}")]
+    Open { image: String, source: e4_fs::Error },
+    #[error("{image} can only be mounted read-only ({reason}); mount it with -o ro")]
+    ReadOnly { image: String, reason: String },
+    #[error("cannot mount on {dir}: {source}")]
+    Mount { dir: String, source: io::Error },
+    #[error("cannot unmount: {0}")]
+    Unmount(io::Error),
+    #[error("serving the mount failed: {0}")]
+    Serve(io::Error),
+    #[error("writing the image back failed: {0}")]
+    WriteBack(e4_fs::Error),
+}
+
+/// A mounted image, served by fuser's worker threads until it is unmounted.
+pub struct Mounted {
+    /// Shared with the signal waiter of [`mount_until_signal`].
+    unmounter: Arc<Mutex<SessionUnmounter>>,
+    serving: JoinHandle<io::Result<()>>,
+    outcome: Outcome,
+}
+
+/// Mounts `image` on `dir` and starts serving it; returns once the kernel has the mount.
+pub fn mount(image: &Path, dir: &Path, options: &MountOptions) -> Result<Mounted, MountError> {
+    // The whole path, for the mount table's source column.
+    let shown = std::fs::canonicalize(image)
+        .unwrap_or_else(|_| image.to_path_buf())
+        .display()
+        .to_string();
+    let open = OpenOptions {
+        writable: options.writable,
+        commit_interval: options.commit_interval,
+        caller: Caller::of_this_process(),
+        ..OpenOptions::default()
+    };
+    let fs = Filesystem::open(image, open).map_err(|source| MountError::Open {
+        image: shown.clone(),
+        source,
+    })?;
+    if options.writable && !fs.is_writable() {
+        return Err(MountError::ReadOnly {
+            image: shown,
+            reason: fs.read_only_reason().unwrap_or("unknown").to_string(),
+        });
+    }
+    let owners = Owners {
+        uid: options.uid.map(|image| IdMap {
+            image,
+            host: nix::unistd::geteuid().as_raw(),
+        }),
+        gid: options.gid.map(|image| IdMap {
+            image,
+            host: nix::unistd::getegid().as_raw(),
+        }),
+    };
+    let outcome = Outcome::default();
+    let served = E4Fuse::new(fs.into_shared(), owners, options.fakeroot, outcome.clone());
+    let mut session =
+        Session::new(served, dir, &fuse_config(&shown, options)).map_err(|source| {
+            MountError::Mount {
+                dir: dir.display().to_string(),
+                source,
+            }
+        })?;
+    let unmounter = Arc::new(Mutex::new(session.unmount_callable()));
+    let serving = std::thread::Builder::new()
+        .name("e4-fuse".into())
+        .spawn(move || session.run())
+        .map_err(MountError::Serve)?;
+    Ok(Mounted {
+        unmounter,
+        serving,
+        outcome,
+    })
+}
+
+/// fuser's settings for `options`.
+fn fuse_config(image: &str, options: &MountOptions) -> Config {
+    let mut mount_options = vec![
+        MountOption::FSName(image.to_string()),
+        MountOption::Subtype("e4".into()),
+        if options.writable {
+            MountOption::RW
+        } else {
+            MountOption::RO
+        },
+    ];
+    if options.kernel_checks_permissions() {
+        mount_options.push(MountOption::DefaultPermissions);
+    }
+    let mut config = Config::default();
+    config.mount_options = mount_options;
+    config.acl = if options.allow_other {
+        SessionACL::All
+    } else {
+        SessionACL::Owner
+    };
+    config.n_threads = Some(options.threads);
+    // Each worker reads its own clone of the device: requests are taken in parallel, not
+    // one thread reading and handing them out.
+    config.clone_fd = true;
+    config
+}
+
+impl Mounted {
+    /// Unmounts (as `fusermount3 -u` would), then waits as [`Mounted::wait`].
+    pub fn unmount(self) -> Result<(), MountError> {
+        self.unmounter
+            .lock()
+            .unmount()
+            .map_err(MountError::Unmount)?;
+        self.wait()
+    }
+
+    /// Waits until the mount is gone (`fusermount3 -u DIR`, `umount DIR`, or
+    /// [`Mounted::unmount`]) and the image has been written back and marked clean.
+    pub fn wait(self) -> Result<(), MountError> {
+        let served = self
+            .serving
+            .join()
+            .unwrap_or_else(|_| Err(io::Error::other("a worker thread panicked")));
+        match self.outcome.lock().take() {
+            Some(written) => {
+                served.map_err(MountError::Serve)?;
+                written.map_err(MountError::WriteBack)
+            }
+            // fuser calls destroy as the session ends; it did not, so the engine's drop
+            // wrote the image back, with nobody to hear of a failure.
+            None => Err(MountError::Serve(served.err().unwrap_or_else(|| {
+                io::Error::other("the session ended without writing the image back")
+            }))),
+        }
+    }
+}
+
+/// The signals that unmount a mount served by [`mount_until_signal`], as fuse2fs.
+const UNMOUNT_SIGNALS: [Signal; 3] = [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP];
+
+/// Mounts `image` on `dir` and serves it until it is unmounted or the process gets
+/// SIGINT, SIGTERM or SIGHUP, which unmount it; returns once the image is written back.
+/// `mounted` runs once the kernel has the mount (a daemon tells its starter then).
+///
+/// The signals are blocked in the calling thread before any other is started, so every
+/// thread of the mount inherits the mask and one thread takes them with `sigwait`; the
+/// mask is restored before returning.
+pub fn mount_until_signal(
+    image: &Path,
+    dir: &Path,
+    options: &MountOptions,
+    mounted: impl FnOnce(),
+) -> Result<(), MountError> {
+    let mut signals = SigSet::empty();
+    for s in UNMOUNT_SIGNALS {
+        signals.add(s);
+    }
+    let previous = signals
+        .thread_swap_mask(SigmaskHow::SIG_BLOCK)
+        .map_err(|e| MountError::Serve(e.into()))?;
+    let result = mount(image, dir, options).and_then(|serving| {
+        mounted();
+        let unmounter = serving.unmounter.clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let waiter = std::thread::spawn(move || {
+            // OK to ignore: the receiver waits for this message.
+            let _ = tx.send(pthread_self());
+            // Any of the signals (or the wake-up below) ends the mount; one already gone
+            // is not unmounted again.
+            if signals.wait().is_ok() {
+                let _ = unmounter.lock().unmount();
+            }
+        });
+        let result = serving.wait();
+        // Unmounted by someone else: wake the waiter with a signal only it takes.
+        if let Ok(id) = rx.recv() {
+            let _ = pthread_kill(id, Signal::SIGHUP);
+        }
+        let _ = waiter.join();
+        result
+    });
+    let _ = previous.thread_set_mask();
+    result
+}

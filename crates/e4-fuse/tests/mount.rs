@@ -1,0 +1,453 @@
+//! e4's FUSE mount through the kernel: images made by mke2fs at test time are mounted on
+//! a temporary directory, used through std::fs and nix as any program would, unmounted,
+//! and checked with `e2fsck -fn`. Where FUSE cannot mount here (no /dev/fuse, no
+//! permission) each test says so on stderr and passes, unless `E4_REQUIRE_FUSE=1`, which
+//! CI sets wherever /dev/fuse is usable. Every mount is watched by a [`FuseGuard`], so a
+//! stuck one is aborted after [`LIMIT`] and detached at the end of its test whatever
+//! happened.
+
+use std::collections::HashSet;
+use std::fs::{self, File, FileTimes, OpenOptions};
+use std::io::{ErrorKind, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::time::{Duration, Instant, UNIX_EPOCH};
+
+use e4_fuse::{MountError, MountOptions, Mounted};
+use e4_testkit::{e2fsck_clean, fuse_skipped, make_empty_image, FuseGuard, Image};
+use nix::errno::Errno;
+use nix::fcntl::{fallocate, renameat2, FallocateFlags, RenameFlags, AT_FDCWD};
+use nix::sys::statvfs::statvfs;
+
+/// The longest any test keeps its mount.
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// An image mounted for one test. Fields drop in order: a mount the test did not finish
+/// is detached by the guard before its directory and image go.
+struct TestMount {
+    mounted: Option<Mounted>,
+    _guard: FuseGuard,
+    dir: tempfile::TempDir,
+    image: Image,
+}
+
+impl TestMount {
+    /// Mounts a fresh `size_mib` MiB ext4 image with `-o options`, or reports why FUSE
+    /// cannot mount here.
+    fn new(what: &str, size_mib: u64, options: &str) -> Option<Self> {
+        let image = make_empty_image(&["-t", "ext4", "-b", "4096"], size_mib);
+        Self::of(what, image, options)
+    }
+
+    fn of(what: &str, image: Image, options: &str) -> Option<Self> {
+        let dir = tempfile::tempdir().unwrap();
+        let options = MountOptions::parse(options).unwrap();
+        match e4_fuse::mount(&image.path, dir.path(), &options) {
+            Ok(mounted) => Some(TestMount {
+                mounted: Some(mounted),
+                _guard: FuseGuard::watch(dir.path(), LIMIT),
+                dir,
+                image,
+            }),
+            Err(e @ MountError::Mount { .. }) => {
+                fuse_skipped(what, &e.to_string());
+                None
+            }
+            Err(e) => panic!("{what}: {e}"),
+        }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Unmounts, waits for the image to be written back, and checks it with e2fsck.
+    fn finish(mut self) -> Image {
+        let mounted = self.mounted.take().unwrap();
+        mounted.unmount().unwrap();
+        e2fsck_clean(&self.image.path).unwrap();
+        let TestMount { image, .. } = self;
+        image
+    }
+}
+
+fn errno_of(e: std::io::Error) -> Errno {
+    Errno::from_raw(e.raw_os_error().expect("an OS error"))
+}
+
+fn free_inodes(dir: &Path) -> u64 {
+    statvfs(dir).unwrap().files_free()
+}
+
+/// Waits up to ten seconds for `done`.
+fn eventually(mut done: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(10) {
+        if done() {
+            return true;
+        }
+        // Unused inodes and dentries go now, so the kernel sends its forgets (needs root;
+        // without it they come when the kernel evicts by itself).
+        let _ = fs::write("/proc/sys/vm/drop_caches", "2");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+#[test]
+fn the_root_is_ext4_inode_2_and_shows_its_entries() {
+    let Some(m) = TestMount::new("root mapping", 16, "") else {
+        return;
+    };
+    let root = m.path();
+    // fuser makes the node number st_ino: the root is node 1 (ext4 inode 2).
+    assert_eq!(fs::metadata(root).unwrap().ino(), 1);
+    assert_eq!(fs::metadata(root.join("lost+found")).unwrap().ino(), 11);
+    fs::create_dir(root.join("d")).unwrap();
+    let names: HashSet<_> = fs::read_dir(root)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(names, HashSet::from(["lost+found".into(), "d".into()]));
+    // ".." of a top-level directory is the root, by its node number.
+    let dotdot = fs::metadata(root.join("d/..")).unwrap();
+    assert_eq!((dotdot.ino(), dotdot.nlink()), (1, 4));
+    m.finish();
+}
+
+#[test]
+fn files_directories_links_and_attributes_behave_as_on_ext4() {
+    let Some(m) = TestMount::new("file operations", 32, "") else {
+        return;
+    };
+    let root = m.path();
+    let d = root.join("d");
+    let f = d.join("f");
+    fs::create_dir(&d).unwrap();
+    fs::write(&f, b"hello").unwrap();
+    assert_eq!(fs::read(&f).unwrap(), b"hello");
+    // O_APPEND writes at the end, O_TRUNC empties first.
+    OpenOptions::new()
+        .append(true)
+        .open(&f)
+        .unwrap()
+        .write_all(b" world")
+        .unwrap();
+    assert_eq!(fs::read(&f).unwrap(), b"hello world");
+    OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(&f)
+        .unwrap()
+        .write_all(b"new")
+        .unwrap();
+    assert_eq!(fs::read(&f).unwrap(), b"new");
+    // A write past the end leaves a hole that reads as zeros; set_len is a setattr.
+    let mut file = OpenOptions::new().read(true).write(true).open(&f).unwrap();
+    file.seek(SeekFrom::Start(100_000)).unwrap();
+    file.write_all(b"far").unwrap();
+    file.set_len(100_002).unwrap();
+    let mut all = Vec::new();
+    file.seek(SeekFrom::Start(0)).unwrap();
+    file.read_to_end(&mut all).unwrap();
+    assert_eq!(all.len(), 100_002);
+    assert!(all[3..100_000].iter().all(|&b| b == 0));
+    assert_eq!(&all[100_000..], b"fa");
+    // Mode, owner and times.
+    // A chown clears set-user-ID, as on ext4 (the kernel sends the mode change).
+    fs::set_permissions(&f, fs::Permissions::from_mode(0o4640)).unwrap();
+    std::os::unix::fs::chown(&f, Some(1234), Some(5678)).unwrap();
+    assert_eq!(fs::metadata(&f).unwrap().mode() & 0o7777, 0o640);
+    fs::set_permissions(&f, fs::Permissions::from_mode(0o4640)).unwrap();
+    let mtime = UNIX_EPOCH + Duration::new(1_000_000_000, 5);
+    let atime = UNIX_EPOCH + Duration::new(900_000_000, 7);
+    file.set_times(FileTimes::new().set_modified(mtime).set_accessed(atime))
+        .unwrap();
+    drop(file);
+    let meta = fs::metadata(&f).unwrap();
+    assert_eq!(meta.mode() & 0o7777, 0o4640);
+    assert_eq!((meta.uid(), meta.gid()), (1234, 5678));
+    assert_eq!(meta.modified().unwrap(), mtime);
+    assert_eq!(meta.accessed().unwrap(), atime);
+    // Symlinks and hard links.
+    std::os::unix::fs::symlink("d/f", root.join("s")).unwrap();
+    assert_eq!(fs::read_link(root.join("s")).unwrap(), Path::new("d/f"));
+    assert_eq!(fs::read(root.join("s")).unwrap().len(), 100_002);
+    fs::hard_link(&f, root.join("h")).unwrap();
+    let (fm, hm) = (
+        fs::metadata(&f).unwrap(),
+        fs::metadata(root.join("h")).unwrap(),
+    );
+    assert_eq!((fm.ino(), fm.nlink()), (hm.ino(), 2));
+    // Renames: replacing, refusing to replace, exchanging.
+    let (a, b) = (root.join("a"), root.join("b"));
+    fs::write(&a, b"A").unwrap();
+    fs::write(&b, b"B").unwrap();
+    fs::rename(&a, &b).unwrap();
+    assert_eq!(fs::read(&b).unwrap(), b"A");
+    assert_eq!(errno_of(fs::metadata(&a).unwrap_err()), Errno::ENOENT);
+    fs::write(&a, b"A2").unwrap();
+    let noreplace = renameat2(AT_FDCWD, &a, AT_FDCWD, &b, RenameFlags::RENAME_NOREPLACE);
+    assert_eq!(noreplace, Err(Errno::EEXIST));
+    renameat2(AT_FDCWD, &a, AT_FDCWD, &b, RenameFlags::RENAME_EXCHANGE).unwrap();
+    assert_eq!(
+        (fs::read(&a).unwrap(), fs::read(&b).unwrap()),
+        (b"A".to_vec(), b"A2".to_vec())
+    );
+    // The errors a user can cause.
+    assert_eq!(errno_of(fs::remove_dir(&d).unwrap_err()), Errno::ENOTEMPTY);
+    assert_eq!(errno_of(fs::remove_file(&d).unwrap_err()), Errno::EISDIR);
+    assert_eq!(errno_of(fs::create_dir(&d).unwrap_err()), Errno::EEXIST);
+    assert_eq!(
+        errno_of(fs::read(root.join("missing")).unwrap_err()),
+        Errno::ENOENT
+    );
+    let long = root.join("x".repeat(256));
+    assert_eq!(
+        errno_of(fs::write(long, b"").unwrap_err()),
+        Errno::ENAMETOOLONG
+    );
+    assert_eq!(errno_of(fs::read_dir(&f).unwrap_err()), Errno::ENOTDIR);
+    // Special files.
+    nix::unistd::mkfifo(
+        &root.join("p"),
+        nix::sys::stat::Mode::from_bits_truncate(0o600),
+    )
+    .unwrap();
+    assert!(std::os::unix::fs::FileTypeExt::is_fifo(
+        &fs::symlink_metadata(root.join("p")).unwrap().file_type()
+    ));
+    // Extended attributes: set, probe, list, remove.
+    xattr::set(&f, "user.colour", b"blue").unwrap();
+    assert_eq!(xattr::get(&f, "user.colour").unwrap().unwrap(), b"blue");
+    let names: Vec<_> = xattr::list(&f).unwrap().collect();
+    assert!(names.iter().any(|n| n == "user.colour"), "{names:?}");
+    xattr::remove(&f, "user.colour").unwrap();
+    assert_eq!(xattr::get(&f, "user.colour").unwrap(), None);
+    assert_eq!(
+        errno_of(xattr::remove(&f, "user.colour").unwrap_err()),
+        Errno::ENODATA
+    );
+    // fallocate: kept size, grown size, a punched hole.
+    let g = root.join("g");
+    let file = File::create(&g).unwrap();
+    fallocate(&file, FallocateFlags::FALLOC_FL_KEEP_SIZE, 0, 1 << 20).unwrap();
+    let meta = file.metadata().unwrap();
+    assert_eq!(meta.len(), 0);
+    assert!(meta.blocks() >= 2048, "{} sectors", meta.blocks());
+    fallocate(&file, FallocateFlags::empty(), 0, 2 << 20).unwrap();
+    assert_eq!(file.metadata().unwrap().len(), 2 << 20);
+    let punch = FallocateFlags::FALLOC_FL_PUNCH_HOLE | FallocateFlags::FALLOC_FL_KEEP_SIZE;
+    fallocate(&file, punch, 0, 1 << 20).unwrap();
+    assert!(file.metadata().unwrap().blocks() < 4096);
+    drop(file);
+    // statfs.
+    let st = statvfs(root).unwrap();
+    assert_eq!((st.block_size(), st.name_max()), (4096, 255));
+    assert!(st.blocks_free() > 0 && st.files_free() > 0);
+    fs::remove_file(root.join("h")).unwrap();
+    assert_eq!(fs::metadata(&f).unwrap().nlink(), 1);
+
+    let image = m.finish();
+    // What the mount showed is what the image holds.
+    let fs = e4_fs::Filesystem::open(&image.path, e4_fs::OpenOptions::default()).unwrap();
+    let read = |path: &str| {
+        let ino = fs.resolve(path, true).unwrap();
+        fs.read_file(ino, u64::MAX).unwrap()
+    };
+    assert_eq!(read("/a"), b"A");
+    assert_eq!(read("/b"), b"A2");
+    assert_eq!(&read("/d/f")[..3], b"new");
+    assert_eq!(
+        fs.metadata(fs.resolve("/d/f", true).unwrap()).unwrap().uid,
+        1234
+    );
+}
+
+/// A file unlinked while the kernel holds it (an open descriptor, and the lookups of its
+/// two names) lives until the last release and the last forget, then is freed: the free
+/// inode count returns to what it was.
+#[test]
+fn an_unlinked_file_lives_until_its_last_release_and_forget() {
+    let Some(m) = TestMount::new("unlink while open", 16, "") else {
+        return;
+    };
+    let root = m.path();
+    let before = free_inodes(root);
+    let (f, g) = (root.join("f"), root.join("g"));
+    fs::write(&f, b"still here").unwrap();
+    fs::hard_link(&f, &g).unwrap();
+    let mut file = File::open(&f).unwrap();
+    fs::remove_file(&f).unwrap();
+    fs::remove_file(&g).unwrap();
+    let mut content = String::new();
+    file.read_to_string(&mut content).unwrap();
+    assert_eq!(content, "still here");
+    assert_eq!(file.metadata().unwrap().nlink(), 0);
+    assert_eq!(free_inodes(root), before - 1);
+    drop(file);
+    assert!(
+        eventually(|| free_inodes(root) == before),
+        "the inode was not freed after its last release and forget: {} free, {before} before",
+        free_inodes(root)
+    );
+    m.finish();
+}
+
+/// The offsets a directory handle hands out stay good while the directory changes under
+/// it: a listing read in many requests names nothing twice and everything that stayed.
+#[test]
+fn a_directory_read_while_it_changes_lists_nothing_twice() {
+    let Some(m) = TestMount::new("readdir offsets", 32, "") else {
+        return;
+    };
+    let d = m.path().join("d");
+    fs::create_dir(&d).unwrap();
+    let name = |i: usize| format!("a-rather-long-file-name-{i:04}");
+    for i in 0..400 {
+        File::create(d.join(name(i))).unwrap();
+    }
+    let mut seen = Vec::new();
+    for (n, entry) in fs::read_dir(&d).unwrap().enumerate() {
+        seen.push(entry.unwrap().file_name().into_string().unwrap());
+        if n == 20 {
+            for i in (0..400).step_by(2) {
+                fs::remove_file(d.join(name(i))).unwrap();
+            }
+            for i in 400..600 {
+                File::create(d.join(name(i))).unwrap();
+            }
+        }
+    }
+    let unique: HashSet<_> = seen.iter().cloned().collect();
+    assert_eq!(unique.len(), seen.len(), "a name was listed twice");
+    for i in (1..400).step_by(2) {
+        assert!(unique.contains(&name(i)), "{} was skipped", name(i));
+    }
+    m.finish();
+}
+
+#[test]
+fn a_read_only_mount_refuses_changes_and_leaves_the_image_as_it_was() {
+    let image = make_empty_image(&["-t", "ext4"], 16);
+    let before = fs::read(&image.path).unwrap();
+    let Some(m) = TestMount::of("read-only mount", image, "ro") else {
+        return;
+    };
+    let root = m.path();
+    assert_eq!(
+        errno_of(fs::write(root.join("f"), b"").unwrap_err()),
+        Errno::EROFS
+    );
+    assert_eq!(
+        errno_of(fs::create_dir(root.join("d")).unwrap_err()),
+        Errno::EROFS
+    );
+    assert!(fs::read_dir(root.join("lost+found"))
+        .unwrap()
+        .next()
+        .is_none());
+    let image = m.finish();
+    assert!(
+        fs::read(&image.path).unwrap() == before,
+        "a read-only mount wrote"
+    );
+}
+
+/// Several threads create, write, read back, rename and remove files, each in its own
+/// directory and all in one shared one, through a mount with as many workers.
+#[test]
+fn concurrent_work_through_four_workers_leaves_a_clean_image() {
+    let Some(m) = TestMount::new("concurrent work", 64, "threads=4") else {
+        return;
+    };
+    let root = m.path().to_path_buf();
+    fs::create_dir(root.join("shared")).unwrap();
+    std::thread::scope(|s| {
+        for t in 0..4 {
+            let root = &root;
+            s.spawn(move || {
+                let own = root.join(format!("t{t}"));
+                fs::create_dir(&own).unwrap();
+                for i in 0..60 {
+                    let data = vec![(t * 60 + i) as u8; 8192 + i * 7];
+                    for dir in [&own, &root.join("shared")] {
+                        let p = dir.join(format!("{t}-{i}"));
+                        fs::write(&p, &data).unwrap();
+                        assert_eq!(fs::read(&p).unwrap(), data);
+                        let q = dir.join(format!("{t}-{i}.done"));
+                        fs::rename(&p, &q).unwrap();
+                        if i % 2 == 0 {
+                            fs::remove_file(&q).unwrap();
+                        }
+                    }
+                }
+            });
+        }
+    });
+    assert_eq!(fs::read_dir(root.join("shared")).unwrap().count(), 4 * 30);
+    for t in 0..4 {
+        assert_eq!(
+            fs::read_dir(root.join(format!("t{t}"))).unwrap().count(),
+            30
+        );
+    }
+    m.finish();
+}
+
+#[test]
+fn missing_entries_and_bad_renames_answer_errnos_not_panics() {
+    let Some(m) = TestMount::new("errors", 16, "") else {
+        return;
+    };
+    let root = m.path();
+    let (a, b) = (root.join("a"), root.join("b"));
+    let exchange = renameat2(AT_FDCWD, &a, AT_FDCWD, &b, RenameFlags::RENAME_EXCHANGE);
+    assert_eq!(exchange, Err(Errno::ENOENT));
+    let whiteout = renameat2(AT_FDCWD, &a, AT_FDCWD, &b, RenameFlags::RENAME_WHITEOUT);
+    assert!(whiteout.is_err());
+    fs::create_dir(&a).unwrap();
+    assert_eq!(
+        errno_of(fs::rename(&a, a.join("inside")).unwrap_err()),
+        Errno::EINVAL
+    );
+    assert_eq!(errno_of(fs::hard_link(&a, &b).unwrap_err()), Errno::EPERM);
+    let err = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&a)
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::AlreadyExists);
+    assert_eq!(xattr::get(&a, "user.none").unwrap(), None);
+    m.finish();
+}
+
+/// `uid=`/`gid=`: the mounting user's files are stored as the image's ids and shown as the
+/// user's; `fakeroot` stores root whoever creates (run as root, as in CI, that part only
+/// shows the option is taken).
+#[test]
+fn owner_options_map_the_image_ids_to_the_mounting_user() {
+    let Some(m) = TestMount::new("uid= and gid=", 16, "uid=1000,gid=1001") else {
+        return;
+    };
+    let (me, my_group) = (
+        nix::unistd::geteuid().as_raw(),
+        nix::unistd::getegid().as_raw(),
+    );
+    fs::write(m.path().join("f"), b"").unwrap();
+    let shown = fs::metadata(m.path().join("f")).unwrap();
+    assert_eq!((shown.uid(), shown.gid()), (me, my_group));
+    let image = m.finish();
+    let fs = e4_fs::Filesystem::open(&image.path, e4_fs::OpenOptions::default()).unwrap();
+    let stored = fs.metadata(fs.resolve("/f", true).unwrap()).unwrap();
+    assert_eq!((stored.uid, stored.gid), (1000, 1001));
+    drop(fs);
+    let Some(m) = TestMount::of("fakeroot", image, "fakeroot") else {
+        return;
+    };
+    fs::write(m.path().join("g"), b"").unwrap();
+    let image = m.finish();
+    let fs = e4_fs::Filesystem::open(&image.path, e4_fs::OpenOptions::default()).unwrap();
+    let stored = fs.metadata(fs.resolve("/g", true).unwrap()).unwrap();
+    assert_eq!((stored.uid, stored.gid), (0, 0));
+}
