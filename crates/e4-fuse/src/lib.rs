@@ -19,7 +19,7 @@
 
 mod attrs;
 mod daemon;
-mod dir_handles;
+mod dir_listing;
 mod lookup_counts;
 mod ops;
 mod options;

@@ -3,8 +3,8 @@
 //! fuser runs each request on the worker thread that read it from its clone of
 //! `/dev/fuse` and the handler runs inline there: no request is handed to another thread
 //! and no handler waits for another request. Engine calls lock only what they touch
-//! (inodes, directories, groups); the mount's own tables ([`LookupCounts`],
-//! [`DirHandles`]) are sharded by key.
+//! (inodes, directories, groups); the mount's own table ([`LookupCounts`]) is sharded by
+//! key, and a directory listing keeps no state but the kernel's offset (`dir_listing`).
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -25,7 +25,7 @@ use crate::attrs::{
     decode_rdev, ext4_ino, file_attr, file_type_of_mode, generation_of, kind_of, node_of,
     timestamp, IdMap, Owners,
 };
-use crate::dir_handles::{DirHandles, Listed};
+use crate::dir_listing::{self, Listed};
 use crate::lookup_counts::LookupCounts;
 
 /// How long the kernel may trust an entry or attributes without asking again. Every
@@ -63,7 +63,6 @@ pub(crate) struct E4Fuse {
     /// `None` only after `destroy`, when no request comes any more.
     fs: Option<Arc<Filesystem>>,
     lookups: LookupCounts,
-    dirs: DirHandles,
     owners: Owners,
     fakeroot: bool,
     block_size: u32,
@@ -103,7 +102,6 @@ impl E4Fuse {
             block_size: fs.block_size(),
             fs: Some(fs),
             lookups: LookupCounts::new(),
-            dirs: DirHandles::new(),
             owners,
             fakeroot,
             outcome,
@@ -173,48 +171,27 @@ impl E4Fuse {
         Ok(creator)
     }
 
-    fn listing(&self, dir: u32) -> Result<Vec<Listed>, Errno> {
-        let fs = self.fs();
-        let dot = |name: &[u8], ino| Listed {
-            name: name.to_vec(),
-            ino,
-            file_type: e4_fs::FileType::Directory,
-        };
-        let mut listing = vec![dot(b".", dir), dot(b"..", fs.parent(dir).or_errno()?)];
-        for e in fs.read_dir(dir).or_errno()? {
-            let file_type = match e.file_type {
-                Some(t) => t,
-                // No `filetype` feature: the type is in the inode.
-                None => fs.metadata(e.ino).or_errno()?.file_type,
-            };
-            listing.push(Listed {
-                name: e.name,
-                ino: e.ino,
-                file_type,
-            });
-        }
-        Ok(listing)
-    }
-
-    /// Serves directory handle `fh` from `offset`: calls `add` with each entry and the
-    /// offset of the one after it until `add` says the reply is full. One walk for
-    /// READDIR and READDIRPLUS.
+    /// Serves directory `ino` from `offset`: calls `add` with each entry and the offset of
+    /// the one after it until `add` says the reply is full or the directory ends. One walk
+    /// for READDIR and READDIRPLUS.
     fn fill_dir(
         &self,
         ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
+        mut offset: u64,
         mut add: impl FnMut(&Listed, u64) -> bool,
     ) -> Result<(), Errno> {
-        let listing = self
-            .dirs
-            .listing(fh.0, offset, || self.listing(ext4_ino(ino)))?;
-        for (i, entry) in listing.iter().enumerate().skip(offset as usize) {
-            if add(entry, i as u64 + 1) {
-                break;
+        loop {
+            let batch = dir_listing::batch(self.fs(), ext4_ino(ino), offset).or_errno()?;
+            if batch.is_empty() {
+                return Ok(());
+            }
+            for (entry, next) in &batch {
+                if add(entry, *next) {
+                    return Ok(());
+                }
+                offset = *next;
             }
         }
-        Ok(())
     }
 
     fn read_file(&self, ino: u32, offset: u64, size: u32) -> Result<Vec<u8>, Errno> {
@@ -641,18 +618,19 @@ impl fuser::Filesystem for E4Fuse {
     }
 
     fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        reply.opened(FileHandle(self.dirs.open()), FopenFlags::empty());
+        // The offset is a listing's whole state (`dir_listing`): no handle to keep.
+        reply.opened(FileHandle(0), FopenFlags::empty());
     }
 
     fn readdir(
         &self,
         _req: &Request,
         ino: INodeNo,
-        fh: FileHandle,
+        _fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let filled = self.fill_dir(ino, fh, offset, |e, next| {
+        let filled = self.fill_dir(ino, offset, |e, next| {
             reply.add(
                 node_of(e.ino),
                 next,
@@ -673,12 +651,12 @@ impl fuser::Filesystem for E4Fuse {
         &self,
         _req: &Request,
         ino: INodeNo,
-        fh: FileHandle,
+        _fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
         let fs = self.fs();
-        let filled = self.fill_dir(ino, fh, offset, |e, next| {
+        let filled = self.fill_dir(ino, offset, |e, next| {
             let (attr, generation) = if e.is_dot() {
                 match fs.metadata(e.ino) {
                     Ok(m) => (self.attr(&m), generation_of(&m)),
@@ -708,11 +686,10 @@ impl fuser::Filesystem for E4Fuse {
         &self,
         _req: &Request,
         _ino: INodeNo,
-        fh: FileHandle,
+        _fh: FileHandle,
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        self.dirs.release(fh.0);
         reply.ok();
     }
 
