@@ -300,8 +300,17 @@ impl Export<'_> {
         let fs = self.fs;
         let size = inode.size();
         if inode.has_flag(e4_format::inode::flags::INLINE_DATA) {
-            let data = fs.read_file(inode.ino, size).map_err(|e| e.to_string())?;
-            return file.write_all_at(&data, 0).map_err(|e| e.to_string());
+            // Inline data lives inside the inode (i_block and the system.data xattr), which
+            // is smaller than a block. An i_size claiming more (damage e2fsck lets pass)
+            // reads as zeros past that, as the kernel zeroes every page after the first, so
+            // the rest stays a hole: memory is bounded by the inode, not by its i_size.
+            let mut held = vec![0u8; size.min(u64::from(fs.block_size())) as usize];
+            let n = fs
+                .read_at(inode.ino, 0, &mut held)
+                .map_err(|e| e.to_string())?;
+            file.write_all_at(&held[..n], 0)
+                .map_err(|e| e.to_string())?;
+            return file.set_len(size).map_err(|e| e.to_string());
         }
         let bs = u64::from(fs.block_size());
         let blocks = size.div_ceil(bs);

@@ -1,0 +1,100 @@
+//! Bounded by what is there, not by what an image claims (issue 23): each command runs in a
+//! child under a `ulimit -v` and a `timeout`, on an image whose claims (sizes, depths) are far
+//! beyond what it holds, and must end in a correct result or one clear error line, never an
+//! abort.
+
+use std::ffi::OsStr;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The address-space limit for every e4 child: far below the sizes the images claim, far
+/// above what the commands need for what the images hold.
+const LIMIT_KIB: u64 = 1 << 20;
+/// Seconds any one child may run.
+const TIMEOUT_S: &str = "120";
+
+/// Runs `program` with `args` under `timeout`, and under `ulimit -v limit_kib` where given.
+fn bounded(limit_kib: Option<u64>, program: &OsStr, args: &[&dyn AsRef<OsStr>]) -> Output {
+    let limit = limit_kib.map_or("unlimited".to_string(), |k| k.to_string());
+    let mut cmd = Command::new("bash");
+    cmd.args(["-c", r#"ulimit -v "$1"; shift; exec timeout "$@""#, "bash"])
+        .arg(limit)
+        .arg(TIMEOUT_S)
+        .arg(program);
+    for a in args {
+        cmd.arg(a);
+    }
+    cmd.output().unwrap()
+}
+
+/// `e4 args` under [`LIMIT_KIB`].
+fn e4(args: &[&dyn AsRef<OsStr>]) -> Output {
+    bounded(Some(LIMIT_KIB), env!("CARGO_BIN_EXE_e4").as_ref(), args)
+}
+
+/// A host tool that must succeed (no memory limit: mke2fs and debugfs are the oracles).
+fn tool(program: &str, args: &[&dyn AsRef<OsStr>]) -> Output {
+    let out = bounded(None, program.as_ref(), args);
+    assert!(
+        out.status.success(),
+        "{program} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// An image made by mke2fs (`mke2fs_args`, `size` as truncate takes it) from `src`.
+fn image_of(dir: &Path, src: &Path, size: &str, mke2fs_args: &[&str]) -> PathBuf {
+    let image = dir.join("fs.img");
+    // The file exists first, so mke2fs does not announce creating it.
+    tool("truncate", &[&"-s", &size, &image]);
+    let mut args: Vec<&dyn AsRef<OsStr>> = vec![&"-q", &"-F", &"-t", &"ext4"];
+    args.extend(mke2fs_args.iter().map(|a| a as &dyn AsRef<OsStr>));
+    args.extend([&"-d" as &dyn AsRef<OsStr>, &src, &image]);
+    tool("mke2fs", &args);
+    image
+}
+
+/// Issue 23 item 1: a 40-byte inline file whose i_size claims 4 GiB (e2fsck calls the image
+/// clean) exports as the kernel reads it, the 40 bytes then zeros to i_size, as a sparse
+/// file, within a 1 GiB address space.
+#[test]
+fn export_of_an_inline_file_is_bounded_by_the_inode() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    let content = b"forty bytes of inline data, then nothing";
+    std::fs::write(src.join("f"), content).unwrap();
+    let image = image_of(dir.path(), &src, "32M", &["-O", "inline_data"]);
+    let claimed: u64 = 4 << 30;
+    tool(
+        "debugfs",
+        &[&"-w", &"-R", &format!("sif /f size {claimed}"), &image],
+    );
+    let dest = dir.path().join("out");
+    let out = e4(&[&"export", &image, &dest]);
+    assert!(out.status.success(), "e4 export failed: {}", stderr(&out));
+    let exported = dest.join("f");
+    let meta = std::fs::metadata(&exported).unwrap();
+    assert_eq!(
+        meta.len(),
+        claimed,
+        "the exported size is the inode's i_size"
+    );
+    assert!(
+        meta.blocks() * 512 < 1 << 20,
+        "past the inline bytes the export is a hole, not {} written bytes",
+        meta.blocks() * 512
+    );
+    let mut head = vec![0u8; 4096];
+    let file = std::fs::File::open(&exported).unwrap();
+    std::os::unix::fs::FileExt::read_exact_at(&file, &mut head, 0).unwrap();
+    assert_eq!(&head[..content.len()], content);
+    assert!(head[content.len()..].iter().all(|&b| b == 0));
+}
