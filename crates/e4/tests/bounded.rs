@@ -8,6 +8,8 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use e4_fs::{Creator, Filesystem, OpenOptions};
+
 /// The address-space limit for every e4 child: far below the sizes the images claim, far
 /// above what the commands need for what the images hold.
 const LIMIT_KIB: u64 = 1 << 20;
@@ -97,4 +99,67 @@ fn export_of_an_inline_file_is_bounded_by_the_inode() {
     std::os::unix::fs::FileExt::read_exact_at(&file, &mut head, 0).unwrap();
     assert_eq!(&head[..content.len()], content);
     assert!(head[content.len()..].iter().all(|&b| b == 0));
+}
+
+/// An empty image with room for a tree `levels` deep: one directory per level, each holding
+/// the next, named `d`. Returns the image and the inode of each level, top first.
+fn deep_image(dir: &Path, levels: u32) -> (PathBuf, Vec<u32>) {
+    let src = dir.join("empty");
+    std::fs::create_dir(&src).unwrap();
+    let inodes = (levels + 1000).to_string();
+    let image = image_of(dir, &src, "256M", &["-b", "4096", "-N", &inodes]);
+    let fs = Filesystem::open(&image, OpenOptions::writable()).unwrap();
+    let creator = Creator {
+        permissions: 0o755,
+        uid: 0,
+        gid: 0,
+    };
+    let mut parent = e4_format::inode::ROOT_INO;
+    let chain = (0..levels)
+        .map(|_| {
+            parent = fs.mkdir(parent, b"d", creator).unwrap();
+            parent
+        })
+        .collect();
+    fs.unmount().unwrap();
+    (image, chain)
+}
+
+/// `e2fsck -fn` under the timeout: the image must be clean.
+fn clean(image: &Path) {
+    tool("e2fsck", &[&"-fn", &image]);
+}
+
+/// Issue 23 item 2: `e4 rm -r` of a 20,000-level tree (legal; 19,000 overflowed the stack)
+/// removes it all and leaves a clean image.
+#[test]
+fn rm_r_of_a_very_deep_tree() {
+    let dir = tempfile::tempdir().unwrap();
+    let (image, _) = deep_image(dir.path(), 20_000);
+    let out = e4(&[&"rm", &"-r", &image, &"/d"]);
+    assert!(out.status.success(), "e4 rm -r failed: {}", stderr(&out));
+    clean(&image);
+    let fs = Filesystem::open(&image, OpenOptions::default()).unwrap();
+    assert!(fs
+        .read_dir(e4_format::inode::ROOT_INO)
+        .unwrap()
+        .iter()
+        .all(|e| e.name != b"d"));
+}
+
+/// Issue 23 item 2: a directory hard-linked into its own subtree (damage; debugfs makes it)
+/// stops `e4 rm -r` with one line naming the cycle, instead of a stack overflow.
+#[test]
+fn rm_r_of_a_directory_cycle_is_one_error_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let (image, _) = deep_image(dir.path(), 3);
+    tool("debugfs", &[&"-w", &"-R", &"ln /d /d/d/d/loop", &image]);
+    let out = e4(&[&"rm", &"-r", &image, &"/d"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "e4 rm -r: {err}");
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert!(
+        err.contains("/d/d/d/loop") && err.contains("directory cycle"),
+        "the line names the cycle: {err}"
+    );
 }
