@@ -195,16 +195,55 @@ fn export_of_a_very_deep_tree() {
         depth += 1;
     }
     assert_eq!(depth, levels, "every level is exported");
-    // Removed bottom up through `..`: the temporary directory's own removal recurses.
+    remove_chain(fd, depth);
+}
+
+/// Removes a chain of `depth` directories named `d` whose deepest is `deepest`, bottom up
+/// through `..`: the temporary directory's own removal recurses.
+fn remove_chain(mut deepest: rustix::fd::OwnedFd, depth: u32) {
     for _ in 0..depth {
         let up = rustix::fs::openat(
-            &fd,
+            &deepest,
             "..",
             rustix::fs::OFlags::DIRECTORY,
             rustix::fs::Mode::empty(),
         )
         .unwrap();
         rustix::fs::unlinkat(&up, "d", rustix::fs::AtFlags::REMOVEDIR).unwrap();
-        fd = up;
+        deepest = up;
     }
+}
+
+/// Issue 23 item 2: `e4 import` of a 1,500-level host tree (1,500 overflowed the stack and
+/// left the image marked not clean) imports every level and leaves a clean image.
+#[test]
+fn import_of_a_very_deep_host_tree() {
+    let dir = tempfile::tempdir().unwrap();
+    let levels = 1_500;
+    let host = dir.path().join("host");
+    let mut path = host.clone();
+    for _ in 0..levels {
+        path.push("d");
+    }
+    std::fs::create_dir_all(&path).unwrap();
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let image = image_of(dir.path(), &empty, "64M", &["-N", "4096"]);
+    let out = e4(&[&"import", &image, &host]);
+    assert!(out.status.success(), "e4 import failed: {}", stderr(&out));
+    clean(&image);
+    let fs = Filesystem::open(&image, OpenOptions::default()).unwrap();
+    let mut ino = e4_format::inode::ROOT_INO;
+    let mut depth = 0;
+    while let Some(next) = fs.lookup(ino, b"d").unwrap() {
+        (ino, depth) = (next, depth + 1);
+    }
+    assert_eq!(depth, levels, "every level is imported");
+    let deepest = rustix::fs::open(
+        &path,
+        rustix::fs::OFlags::DIRECTORY,
+        rustix::fs::Mode::empty(),
+    )
+    .unwrap();
+    remove_chain(deepest, levels);
 }
