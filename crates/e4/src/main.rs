@@ -147,6 +147,11 @@ enum Command {
     /// Extract the whole tree into DIR with modes, owners, times, symlinks, hard links,
     /// device nodes and xattrs. Goes on past files the host refuses, reports each one, and
     /// exits 1 at the end if any failed.
+    ///
+    /// Modes are kept with their setuid and setgid bits, and as root the owners and device
+    /// nodes are made as the image has them (as `tar -p` does): for an image you do not
+    /// trust, export as an ordinary user (owners become yours, device nodes fail and are
+    /// named), or into a filesystem mounted nodev,nosuid.
     Export {
         /// The ext2/3/4 image file or block device.
         image: String,

@@ -269,3 +269,15 @@ fn fsck_of_an_empty_15_tib_image_fits_4_gib() {
     );
     assert!(out.status.success(), "e4 fsck failed: {}", stderr(&out));
 }
+
+/// Issue 23 item 4: `e4 export --help` says that setuid bits, owners and device nodes come
+/// from the image, and how to export an untrusted one.
+#[test]
+fn export_help_says_what_an_untrusted_image_can_make() {
+    let out = e4(&[&"export", &"--help"]);
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    for said in ["setuid", "device nodes", "do not trust", "nodev,nosuid"] {
+        assert!(help.contains(said), "--help says {said:?}: {help}");
+    }
+}
