@@ -281,3 +281,31 @@ fn export_help_says_what_an_untrusted_image_can_make() {
         assert!(help.contains(said), "--help says {said:?}: {help}");
     }
 }
+
+/// Issue 23 item 3: a 32 MiB image whose superblock claims (2^32 - 1) groups of 32,768
+/// blocks is refused at once with one line by `e4 info` and `e4 fsck` (exit 8, as e2fsck),
+/// within the address-space limit, instead of allocating per claimed group.
+#[test]
+fn a_claimed_size_the_device_cannot_hold_is_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let image = image_of(dir.path(), &empty, "32M", &["-b", "4096", "-O", "64bit"]);
+    let claimed = ((1u64 << 32) - 1) * 32768;
+    tool(
+        "debugfs",
+        &[&"-w", &"-R", &format!("ssv blocks_count {claimed}"), &image],
+    );
+    for (args, status) in [(&["info"][..], 1), (&["fsck", "-n", "-f"][..], 8)] {
+        let mut all: Vec<&dyn AsRef<OsStr>> = args.iter().map(|a| a as _).collect();
+        all.push(&image);
+        let out = e4(&all);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(status), "e4 {args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "e4 {args:?}: one line: {err}");
+        assert!(
+            err.contains(&claimed.to_string()),
+            "e4 {args:?} names the claim: {err}"
+        );
+    }
+}
