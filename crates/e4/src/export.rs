@@ -4,7 +4,9 @@
 //! The walk streams: each directory is read, its entries are exported in parallel (rayon), and
 //! its own metadata is applied once its children are done, so creating children never
 //! disturbs a parent's times. Every host call is relative to an open directory descriptor
-//! (`openat`, `mkdirat`, `symlinkat`, ...), so paths of any length export.
+//! (`openat`, `mkdirat`, `symlinkat`, ...), so paths of any length export. The first
+//! [`PARALLEL_LEVELS`] levels recurse; deeper ones are walked with an explicit stack, so
+//! no image's depth can overflow a thread's stack.
 //!
 //! Memory does not grow with the tree: what is held is the entry list of each directory being
 //! exported (at most one per level per thread), one copy buffer per thread (up to

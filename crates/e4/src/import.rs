@@ -6,7 +6,8 @@
 //! tasks of [`ENTRIES_PER_TASK`], all on one rayon pool. Threads thus mostly work in
 //! different directories, so they rarely wait on the same directory's lock; a file's data is
 //! written without holding its directory's lock at all, so a directory of large files still
-//! copies on every core.
+//! copies on every core. The first [`PARALLEL_LEVELS`] levels recurse; deeper ones are
+//! walked with an explicit stack, so no host tree's depth can overflow a thread's stack.
 //!
 //! Order: a directory's own times (and, when it already existed, its mode and owner) are set
 //! once all its children are in, because creating them changes its mtime. A host inode with
