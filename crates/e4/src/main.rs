@@ -416,9 +416,16 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Err(e) => {
+            // clap's first paragraph, on one line: a missing argument's name is on the
+            // lines after "the following required arguments were not provided:".
             let rendered = e.render().to_string();
-            let first = rendered.lines().next().unwrap_or_default();
-            let message = first.strip_prefix("error: ").unwrap_or(first);
+            let paragraph: Vec<&str> = rendered
+                .lines()
+                .take_while(|line| !line.trim().is_empty())
+                .map(str::trim)
+                .collect();
+            let joined = paragraph.join(" ");
+            let message = joined.strip_prefix("error: ").unwrap_or(&joined);
             eprintln!("e4: {message} (see 'e4 --help')");
             // fsck keeps e2fsck's usage status, 16.
             let fsck = std::env::args().nth(1).is_some_and(|a| a == "fsck");
