@@ -309,3 +309,18 @@ fn a_claimed_size_the_device_cannot_hold_is_one_line() {
         );
     }
 }
+
+/// Issue 23 item 6: `e4 put` of a host file whose size says 0 but that holds data
+/// (/proc/version) copies its data, not an empty file.
+#[test]
+fn put_of_a_proc_file_copies_what_it_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let image = image_of(dir.path(), &empty, "32M", &[]);
+    let out = e4(&[&"put", &image, &"/proc/version", &"/version"]);
+    assert!(out.status.success(), "e4 put failed: {}", stderr(&out));
+    let out = e4(&[&"cat", &image, &"/version"]);
+    assert!(out.status.success(), "e4 cat failed: {}", stderr(&out));
+    assert_eq!(out.stdout, std::fs::read("/proc/version").unwrap());
+}
