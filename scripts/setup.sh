@@ -6,19 +6,21 @@
 # Works as root (no sudo needed) and as a user with sudo. Rust itself comes from rustup.
 set -euo pipefail
 packages=(e2fsprogs mount fuse2fs fuse3)
-if [ "$(id -u)" = 0 ]; then
-  as_root=()
-elif command -v sudo >/dev/null; then
-  as_root=(sudo)
-else
-  echo "setup: run as root, or install sudo, to install: ${packages[*]}" >&2
-  exit 1
-fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
 done
+# Root is asked for only when something is missing, so a user without sudo gets through
+# once the packages are installed.
 if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then
+    as_root=()
+  elif command -v sudo >/dev/null; then
+    as_root=(sudo)
+  else
+    echo "setup: run as root, or install sudo, to install: ${missing[*]}" >&2
+    exit 1
+  fi
   export DEBIAN_FRONTEND=noninteractive
   "${as_root[@]}" apt-get update -qq
   "${as_root[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null

@@ -4,7 +4,9 @@
 //! The walk streams: each directory is read, its entries are exported in parallel (rayon), and
 //! its own metadata is applied once its children are done, so creating children never
 //! disturbs a parent's times. Every host call is relative to an open directory descriptor
-//! (`openat`, `mkdirat`, `symlinkat`, ...), so paths of any length export.
+//! (`openat`, `mkdirat`, `symlinkat`, ...), so paths of any length export. The first
+//! [`PARALLEL_LEVELS`] levels recurse; deeper ones are walked with an explicit stack, so
+//! no image's depth can overflow a thread's stack.
 //!
 //! Memory does not grow with the tree: what is held is the entry list of each directory being
 //! exported (at most one per level per thread), one copy buffer per thread (up to
@@ -17,7 +19,7 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::fmt::Display;
 use std::fs::{self, File};
 use std::os::fd::{AsFd, OwnedFd};
@@ -36,6 +38,12 @@ use crate::output::CliError;
 /// Bytes read per call while copying a file: large enough that a contiguous file is one
 /// device read per MiB, small enough that a buffer per thread is cheap.
 const CHUNK: usize = 1 << 20;
+
+/// Directory levels below the root exported by parallel recursion (wide trees keep every
+/// thread busy); deeper levels are walked by `Export::deep_directory`, whose stack and
+/// open descriptors do not grow with depth. 64 levels of recursion fit a worker's stack
+/// many times over.
+const PARALLEL_LEVELS: usize = 64;
 
 thread_local! {
     /// The copy buffer of this worker thread. It grows to the largest chunk a file needed and
@@ -70,7 +78,7 @@ pub fn run(fs: &Filesystem, dest: &Path, threads: Option<usize>) -> Result<(), C
     pool.install(|| match fs.metadata(root_ino) {
         Ok(root) => {
             export.visited.insert(root_ino);
-            export.directory_contents(&root_fd, Path::new(""), &root);
+            export.directory_contents(&root_fd, Path::new(""), &root, 0);
             export.finish_late_links(&root_fd);
             export.apply_metadata(Target::Fd(&root_fd), Path::new("/"), &root);
         }
@@ -123,44 +131,168 @@ impl Export<'_> {
         eprintln!("e4: {}: {what}", shown(path.as_ref()));
     }
 
-    /// Exports every entry of the directory `dir_fd` (at `rel` in the image).
-    fn directory_contents(&self, dir_fd: &OwnedFd, rel: &Path, meta: &Metadata) {
+    /// Exports every entry of the directory `dir_fd` (at `rel` in the image, `depth` levels
+    /// below the root): its files, then its subdirectories' trees, each in parallel.
+    fn directory_contents(&self, dir_fd: &OwnedFd, rel: &Path, meta: &Metadata, depth: usize) {
+        let subdirectories = self.files_of(dir_fd, rel, meta);
+        subdirectories.par_iter().for_each(|(name, sub)| {
+            let path = rel.join(name);
+            let result = if depth < PARALLEL_LEVELS {
+                self.directory(dir_fd, name, &path, sub, depth + 1)
+            } else {
+                self.deep_directory(dir_fd, name, &path, sub)
+            };
+            if let Err(e) = result {
+                self.fail(&path, e);
+            }
+        });
+    }
+
+    /// Exports the entries of the directory `dir_fd` (at `rel`) that are not directories,
+    /// in parallel, and returns its subdirectories (name and metadata) for the caller's walk.
+    fn files_of(&self, dir_fd: &OwnedFd, rel: &Path, meta: &Metadata) -> Vec<(OsString, Metadata)> {
         let entries = match self.fs.read_dir(meta.ino) {
             Ok(entries) => entries,
-            Err(e) => return self.fail(rel, e),
+            Err(e) => {
+                self.fail(rel, e);
+                return Vec::new();
+            }
         };
         entries
             .par_iter()
-            .for_each(|entry| self.entry(dir_fd, rel, meta, entry));
+            .filter_map(|entry| self.entry(dir_fd, rel, meta, entry))
+            .collect()
     }
 
-    fn entry(&self, dir_fd: &OwnedFd, rel: &Path, parent: &Metadata, entry: &DirEntry) {
+    /// Exports one entry if it is not a directory; returns a directory's name and metadata.
+    fn entry(
+        &self,
+        dir_fd: &OwnedFd,
+        rel: &Path,
+        parent: &Metadata,
+        entry: &DirEntry,
+    ) -> Option<(OsString, Metadata)> {
         let name = OsStr::from_bytes(&entry.name);
         let path = rel.join(name);
         if let Some(problem) = bad_name(&entry.name) {
-            return self.fail(rel, format!("entry {:?} skipped: {problem}", name));
+            self.fail(rel, format!("entry {:?} skipped: {problem}", name));
+            return None;
         }
         let meta = match self.fs.metadata(entry.ino) {
             Ok(meta) => meta,
-            Err(e) => return self.fail(&path, e),
+            Err(e) => {
+                self.fail(&path, e);
+                return None;
+            }
         };
         let result = match meta.file_type {
-            FileType::Directory => self.directory(dir_fd, name, &path, &meta),
+            FileType::Directory => return Some((name.to_owned(), meta)),
             _ if meta.nlink > 1 => self.linked(dir_fd, name, &path, rel, parent, &meta),
             _ => self.non_directory(dir_fd, name, &path, &meta),
         };
         if let Err(e) = result {
             self.fail(&path, e);
         }
+        None
     }
 
+    /// Exports the tree of directory `name` in `parent_fd` by parallel recursion.
     fn directory(
         &self,
         parent_fd: &OwnedFd,
         name: &OsStr,
         path: &Path,
         meta: &Metadata,
+        depth: usize,
     ) -> Result<(), String> {
+        let dir_fd = self.make_directory(parent_fd, name, meta)?;
+        self.directory_contents(&dir_fd, path, meta, depth);
+        self.apply_metadata(Target::Fd(&dir_fd), path, meta);
+        Ok(())
+    }
+
+    /// Exports the tree of directory `name` in `parent_fd`, below [`PARALLEL_LEVELS`]. Depth
+    /// is the image's to choose (tens of thousands of levels are legal), so this walk keeps
+    /// an explicit stack whose levels hold only what is left to export there, one open
+    /// descriptor (a parent is reopened through `..`, checked to be the directory made
+    /// there) and one path; neither the thread's stack nor its descriptors grow with depth.
+    fn deep_directory(
+        &self,
+        parent_fd: &OwnedFd,
+        name: &OsStr,
+        path: &Path,
+        meta: &Metadata,
+    ) -> Result<(), String> {
+        /// A directory being exported, with the subdirectories it still holds.
+        struct Level {
+            meta: Metadata,
+            /// The host directory made for it (device, inode), to check `..` against.
+            host: (u64, u64),
+            left: Vec<(OsString, Metadata)>,
+        }
+        let host_id = |fd: &OwnedFd| {
+            host::fstat(fd)
+                .map(|st| (st.st_dev, st.st_ino))
+                .map_err(|e| e.to_string())
+        };
+        let mut rel = path.to_path_buf();
+        let mut dir_fd = self.make_directory(parent_fd, name, meta)?;
+        let mut stack = vec![Level {
+            meta: meta.clone(),
+            host: host_id(&dir_fd)?,
+            left: self.files_of(&dir_fd, &rel, meta),
+        }];
+        loop {
+            while stack.last().is_some_and(|level| level.left.is_empty()) {
+                // OK to unwrap: the loop condition saw a level.
+                let done = stack.pop().unwrap();
+                self.apply_metadata(Target::Fd(&dir_fd), &rel, &done.meta);
+                let Some(up) = stack.last() else {
+                    return Ok(());
+                };
+                let parent = host::openat(
+                    &dir_fd,
+                    "..",
+                    OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                    Mode::empty(),
+                )
+                .map_err(|e| e.to_string())?;
+                rel.pop();
+                if host_id(&parent)? != up.host {
+                    return Err(format!(
+                        "{}: the host directory was moved during the export",
+                        shown(&rel)
+                    ));
+                }
+                dir_fd = parent;
+            }
+            // OK to unwrap: the loop above returns when the stack empties and stops at a
+            // level with a subdirectory left.
+            let (name, meta) = stack.last_mut().unwrap().left.pop().unwrap();
+            let path = rel.join(&name);
+            match self.make_directory(&dir_fd, &name, &meta) {
+                Ok(child) => {
+                    let left = self.files_of(&child, &path, &meta);
+                    stack.push(Level {
+                        host: host_id(&child)?,
+                        meta,
+                        left,
+                    });
+                    (dir_fd, rel) = (child, path);
+                }
+                Err(e) => self.fail(&path, e),
+            }
+        }
+    }
+
+    /// Makes the host directory for image directory `meta` as `name` in `parent_fd`, and
+    /// opens it; refuses a directory already entered (a cycle in a damaged image).
+    fn make_directory(
+        &self,
+        parent_fd: &OwnedFd,
+        name: &OsStr,
+        meta: &Metadata,
+    ) -> Result<OwnedFd, String> {
         if !self.visited.insert(meta.ino) {
             return Err(format!(
                 "directory inode {} appears twice (a directory cycle); skipped",
@@ -169,16 +301,13 @@ impl Export<'_> {
         }
         // Owner-only until its children are in; its own mode is applied afterwards.
         host::mkdirat(parent_fd, name, Mode::RWXU).map_err(|e| e.to_string())?;
-        let dir_fd = host::openat(
+        host::openat(
             parent_fd,
             name,
             OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             Mode::empty(),
         )
-        .map_err(|e| e.to_string())?;
-        self.directory_contents(&dir_fd, path, meta);
-        self.apply_metadata(Target::Fd(&dir_fd), path, meta);
-        Ok(())
+        .map_err(|e| e.to_string())
     }
 
     /// An inode with several names: the first name met creates it; a later name links to it
@@ -300,8 +429,17 @@ impl Export<'_> {
         let fs = self.fs;
         let size = inode.size();
         if inode.has_flag(e4_format::inode::flags::INLINE_DATA) {
-            let data = fs.read_file(inode.ino, size).map_err(|e| e.to_string())?;
-            return file.write_all_at(&data, 0).map_err(|e| e.to_string());
+            // Inline data lives inside the inode (i_block and the system.data xattr), which
+            // is smaller than a block. An i_size claiming more (damage e2fsck lets pass)
+            // reads as zeros past that, as the kernel zeroes every page after the first, so
+            // the rest stays a hole: memory is bounded by the inode, not by its i_size.
+            let mut held = vec![0u8; size.min(u64::from(fs.block_size())) as usize];
+            let n = fs
+                .read_at(inode.ino, 0, &mut held)
+                .map_err(|e| e.to_string())?;
+            file.write_all_at(&held[..n], 0)
+                .map_err(|e| e.to_string())?;
+            return file.set_len(size).map_err(|e| e.to_string());
         }
         let bs = u64::from(fs.block_size());
         let blocks = size.div_ceil(bs);

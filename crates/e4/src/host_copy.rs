@@ -73,6 +73,7 @@ pub fn copy_data(fs: &Filesystem, ino: u32, host: &Path, size: u64) -> Result<u6
     let file = File::open(host).map_err(|e| host_error("cannot open", e))?;
     let mut copied = 0;
     let mut offset = 0;
+    let mut grown = 0;
     COPY_BUFFER.with_borrow_mut(|buf| {
         while offset < size {
             let Some((start, end)) = next_data(&file, offset, size)
@@ -99,13 +100,30 @@ pub fn copy_data(fs: &Filesystem, ino: u32, host: &Path, size: u64) -> Result<u6
             }
             offset = end;
         }
+        // A file whose size says 0 may still hold data (/proc and /sys files are made as
+        // they are read), and one may grow while it is copied: read on from the stated size
+        // to the end (one read that returns nothing for an ordinary file).
+        if buf.len() < CHUNK {
+            buf.resize(CHUNK, 0);
+        }
+        loop {
+            let read = file
+                .read_at(&mut buf[..CHUNK], size + grown)
+                .map_err(|e| host_error("cannot read", e))?;
+            if read == 0 {
+                break;
+            }
+            write_all(fs, ino, size + grown, &buf[..read])?;
+            grown += read as u64;
+            copied += read as u64;
+        }
         Ok::<_, CopyError>(())
     })?;
     // The size is the host's, not where the data ended (a trailing hole). Setting it also
     // gives back the blocks the engine reserved ahead for the file: it has no "close" that
     // would, as the kernel's last close discards preallocations, and a tree of files each
     // holding a reservation fills the filesystem early.
-    fs.truncate(ino, size)?;
+    fs.truncate(ino, size + grown)?;
     Ok(copied)
 }
 

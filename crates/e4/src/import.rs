@@ -6,7 +6,8 @@
 //! tasks of [`ENTRIES_PER_TASK`], all on one rayon pool. Threads thus mostly work in
 //! different directories, so they rarely wait on the same directory's lock; a file's data is
 //! written without holding its directory's lock at all, so a directory of large files still
-//! copies on every core.
+//! copies on every core. The first [`PARALLEL_LEVELS`] levels recurse; deeper ones are
+//! walked with an explicit stack, so no host tree's depth can overflow a thread's stack.
 //!
 //! Order: a directory's own times (and, when it already existed, its mode and owner) are set
 //! once all its children are in, because creating them changes its mtime. A host inode with
@@ -26,7 +27,7 @@ use std::fs::{self, Metadata};
 use std::io::IsTerminal;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -42,6 +43,10 @@ use crate::output::CliError;
 /// Non-directory entries of one directory handled by one task: enough that a task is worth
 /// scheduling, few enough that a large flat directory still spreads over every core.
 const ENTRIES_PER_TASK: usize = 64;
+/// Directory levels below the import's root imported by parallel recursion; deeper levels
+/// are walked by [`Import::deep_directory`], whose stack does not grow with depth. 64
+/// levels of recursion fit a worker's stack many times over.
+const PARALLEL_LEVELS: usize = 64;
 
 /// Imports the contents of host directory `host_dir` into directory `target` of the image
 /// (created if missing; its parent must exist), and gives `target` the host directory's
@@ -75,7 +80,7 @@ pub fn run(
     };
     let root_path = trimmed_root(target.bytes());
     pool.install(|| {
-        import.directory_contents(host_dir, root, &root_path);
+        import.directory_contents(host_dir, root, &root_path, 0);
         import.finish_late_links();
         import.finish_directory(host_dir, &root_path, root, &host_meta, true);
     });
@@ -220,8 +225,29 @@ impl Import<'_> {
     }
 
     /// Imports every entry of host directory `host` into image directory `dir` (at
-    /// `image_path`).
-    fn directory_contents(&self, host: &Path, dir: u32, image_path: &[u8]) {
+    /// `image_path`, `depth` levels below the import's root): subdirectories by parallel
+    /// recursion down to [`PARALLEL_LEVELS`], by [`Import::deep_directory`] below.
+    fn directory_contents(&self, host: &Path, dir: u32, image_path: &[u8], depth: usize) {
+        self.contents(host, dir, image_path, &|name, meta| {
+            let (host, image_path) = (host.join(&name), child_path(image_path, &name));
+            if depth < PARALLEL_LEVELS {
+                self.directory(&host, dir, &image_path, &name, &meta, depth + 1);
+            } else {
+                self.deep_directory(host, dir, image_path, &name, &meta);
+            }
+        });
+    }
+
+    /// Imports the entries of host directory `host` into image directory `dir` (at
+    /// `image_path`) in parallel tasks, handing each subdirectory (name and host metadata)
+    /// to `subdirectory`.
+    fn contents(
+        &self,
+        host: &Path,
+        dir: u32,
+        image_path: &[u8],
+        subdirectory: &(dyn Fn(OsString, Metadata) + Sync),
+    ) {
         let listing = match fs::read_dir(host) {
             Ok(listing) => listing,
             Err(e) => return self.progress.fail(&format!("{}: {e}", host.display())),
@@ -249,33 +275,123 @@ impl Import<'_> {
         if !entries.is_empty() {
             tasks.push(Task::Entries(entries));
         }
-        tasks.into_par_iter().for_each(|task| match task {
-            Task::Subdirectory(name) => self.entry(host, dir, image_path, &name),
-            Task::Entries(names) => {
-                for name in &names {
-                    self.entry(host, dir, image_path, name);
+        tasks.into_par_iter().for_each(|task| {
+            let names = match task {
+                Task::Subdirectory(name) => vec![name],
+                Task::Entries(names) => names,
+            };
+            for name in names {
+                if let Some(meta) = self.entry(host, dir, image_path, &name) {
+                    subdirectory(name, meta);
                 }
             }
         });
     }
 
-    fn entry(&self, host_dir: &Path, dir: u32, dir_path: &[u8], name: &OsString) {
-        if self.is_stopped() {
+    /// Imports the tree of host directory `host` as `name` in image directory `parent` (at
+    /// `image_path`). Depth is the host tree's to choose, so this walk keeps an explicit
+    /// stack whose levels hold only what is left to import there, and one host and one
+    /// image path; the thread's stack does not grow with depth.
+    fn deep_directory(
+        &self,
+        mut host: PathBuf,
+        parent: u32,
+        mut image_path: Vec<u8>,
+        name: &OsString,
+        meta: &Metadata,
+    ) {
+        /// A directory being imported, with the subdirectories it still holds.
+        struct Level {
+            ino: u32,
+            existed: bool,
+            meta: Metadata,
+            left: Vec<(OsString, Metadata)>,
+        }
+        let subdirectories_of = |host: &Path, ino: u32, image_path: &[u8]| {
+            let found = Mutex::new(Vec::new());
+            self.contents(host, ino, image_path, &|name, meta| {
+                found
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push((name, meta));
+            });
+            found.into_inner().unwrap_or_else(|p| p.into_inner())
+        };
+        let Some((ino, existed)) = self.make_directory(parent, &image_path, name, meta) else {
             return;
+        };
+        let mut stack = vec![Level {
+            ino,
+            existed,
+            meta: meta.clone(),
+            left: subdirectories_of(&host, ino, &image_path),
+        }];
+        loop {
+            while stack.last().is_some_and(|level| level.left.is_empty()) {
+                // OK to unwrap: the loop condition saw a level.
+                let done = stack.pop().unwrap();
+                self.finish_directory(&host, &image_path, done.ino, &done.meta, done.existed);
+                if stack.is_empty() {
+                    return;
+                }
+                host.pop();
+                let parent_len = image_path.iter().rposition(|&b| b == b'/').unwrap_or(0);
+                image_path.truncate(parent_len);
+            }
+            // OK to unwrap: the loop above returns when the stack empties and stops at a
+            // level with a subdirectory left.
+            let level = stack.last_mut().unwrap();
+            let (name, meta) = level.left.pop().unwrap();
+            let parent = level.ino;
+            host.push(&name);
+            image_path = child_path(&image_path, &name);
+            match self.make_directory(parent, &image_path, &name, &meta) {
+                Some((ino, existed)) => {
+                    let left = subdirectories_of(&host, ino, &image_path);
+                    stack.push(Level {
+                        ino,
+                        existed,
+                        meta,
+                        left,
+                    });
+                }
+                None => {
+                    host.pop();
+                    let parent_len = image_path.len() - name.len() - 1;
+                    image_path.truncate(parent_len);
+                }
+            }
+        }
+    }
+
+    /// Imports one host entry that is not a directory; returns a directory's host metadata
+    /// for the caller's walk.
+    fn entry(
+        &self,
+        host_dir: &Path,
+        dir: u32,
+        dir_path: &[u8],
+        name: &OsString,
+    ) -> Option<Metadata> {
+        if self.is_stopped() {
+            return None;
         }
         let host = host_dir.join(name);
         let image_path = child_path(dir_path, name);
         let meta = match fs::symlink_metadata(&host) {
             Ok(meta) => meta,
-            Err(e) => return self.progress.fail(&format!("{}: {e}", host.display())),
+            Err(e) => {
+                self.progress.fail(&format!("{}: {e}", host.display()));
+                return None;
+            }
         };
         if self.image_file == Some((meta.dev(), meta.ino())) {
             let line = format!("{}: skipped: it is the image being written", host.display());
-            return self.progress.fail(&line);
+            self.progress.fail(&line);
+            return None;
         }
-        let file_type = meta.file_type();
-        if file_type.is_dir() {
-            return self.directory(&host, dir, &image_path, name, &meta);
+        if meta.file_type().is_dir() {
+            return Some(meta);
         }
         if meta.nlink() > 1 {
             let key = (meta.dev(), meta.ino());
@@ -284,7 +400,10 @@ impl Import<'_> {
                 drop(first_names);
                 let parent_attributes = match fs::symlink_metadata(host_dir) {
                     Ok(parent) => times_only(&parent),
-                    Err(e) => return self.progress.fail(&format!("{}: {e}", host_dir.display())),
+                    Err(e) => {
+                        self.progress.fail(&format!("{}: {e}", host_dir.display()));
+                        return None;
+                    }
                 };
                 self.late_links
                     .lock()
@@ -297,7 +416,7 @@ impl Import<'_> {
                         parent_path: dir_path.to_vec(),
                         parent_attributes,
                     });
-                return;
+                return None;
             }
             first_names.insert(key, None);
             drop(first_names);
@@ -307,9 +426,10 @@ impl Import<'_> {
                     .unwrap_or_else(|p| p.into_inner())
                     .insert(key, Some(ino));
             }
-            return;
+            return None;
         }
         self.non_directory(&host, dir, &image_path, name, &meta);
+        None
     }
 
     /// A host directory: made in the image (or, if it already is one there, merged into),
@@ -321,19 +441,38 @@ impl Import<'_> {
         image_path: &[u8],
         name: &OsString,
         meta: &Metadata,
+        depth: usize,
     ) {
-        let fs = self.fs;
-        let (ino, existed) = match fs.mkdir(parent, name.as_bytes(), creator_of(meta)) {
-            Ok(ino) => (ino, false),
-            Err(Error::Exists(_)) => match self.existing_directory(parent, name) {
-                Ok(ino) => (ino, true),
-                Err(e) => return self.image_error(image_path, &e),
-            },
-            Err(e) => return self.image_error(image_path, &e),
+        if let Some((ino, existed)) = self.make_directory(parent, image_path, name, meta) {
+            self.directory_contents(host, ino, image_path, depth);
+            self.finish_directory(host, image_path, ino, meta, existed);
+        }
+    }
+
+    /// Makes directory `name` in image directory `parent`, or finds the one already there
+    /// (a merge): its inode and whether it existed; None after reporting a failure.
+    fn make_directory(
+        &self,
+        parent: u32,
+        image_path: &[u8],
+        name: &OsString,
+        meta: &Metadata,
+    ) -> Option<(u32, bool)> {
+        let made = match self.fs.mkdir(parent, name.as_bytes(), creator_of(meta)) {
+            Ok(ino) => Ok((ino, false)),
+            Err(Error::Exists(_)) => self.existing_directory(parent, name).map(|ino| (ino, true)),
+            Err(e) => Err(e),
         };
-        self.progress.entry(0);
-        self.directory_contents(host, ino, image_path);
-        self.finish_directory(host, image_path, ino, meta, existed);
+        match made {
+            Ok(made) => {
+                self.progress.entry(0);
+                Some(made)
+            }
+            Err(e) => {
+                self.image_error(image_path, &e);
+                None
+            }
+        }
     }
 
     /// The directory `name` already in `parent`, for a merge; [`Error::Exists`] if that name

@@ -168,6 +168,11 @@ enum Command {
     /// Extract the whole tree into DIR with modes, owners, times, symlinks, hard links,
     /// device nodes and xattrs. Goes on past files the host refuses, reports each one, and
     /// exits 1 at the end if any failed.
+    ///
+    /// Modes are kept with their setuid and setgid bits, and as root the owners and device
+    /// nodes are made as the image has them (as `tar -p` does): for an image you do not
+    /// trust, export as an ordinary user (owners become yours, device nodes fail and are
+    /// named), or into a filesystem mounted nodev,nosuid.
     Export {
         /// The ext2/3/4 image file or block device.
         image: String,
@@ -445,9 +450,16 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Err(e) => {
+            // clap's first paragraph, on one line: a missing argument's name is on the
+            // lines after "the following required arguments were not provided:".
             let rendered = e.render().to_string();
-            let first = rendered.lines().next().unwrap_or_default();
-            let message = first.strip_prefix("error: ").unwrap_or(first);
+            let paragraph: Vec<&str> = rendered
+                .lines()
+                .take_while(|line| !line.trim().is_empty())
+                .map(str::trim)
+                .collect();
+            let joined = paragraph.join(" ");
+            let message = joined.strip_prefix("error: ").unwrap_or(&joined);
             eprintln!("e4: {message} (see 'e4 --help')");
             // fsck keeps e2fsck's usage status, 16.
             let fsck = std::env::args().nth(1).is_some_and(|a| a == "fsck");

@@ -6,6 +6,8 @@
 //! New directories and symlinks belong to the user running `e4` (as with the host tools);
 //! directories get mode 755.
 
+use std::collections::HashMap;
+
 use e4_fs::{Creator, Error, FileType, Filesystem, RenameMode};
 use rayon::prelude::*;
 
@@ -89,40 +91,133 @@ pub fn rm(fs: &Filesystem, path: ImagePath<'_>, recursive: bool) -> Result<(), C
         .map_err(|e| describe(path, &e).into())
 }
 
-/// Removes everything inside directory `dir` (at `dir_path`), subdirectories in parallel so
-/// threads work in different directories; stops at the first failure, naming its path.
+/// Removes everything inside directory `dir` (at `dir_path`): the trees of its
+/// subdirectories in parallel, so threads work in different directories; stops at the first
+/// failure, naming its path.
 fn remove_contents(fs: &Filesystem, dir: u32, dir_path: &[u8]) -> Result<(), String> {
-    let at = |name: &[u8]| {
-        let mut path = dir_path.to_vec();
+    remove_files(fs, dir, &|| dir_path.to_vec())?
+        .par_iter()
+        .try_for_each(|subdirectory| {
+            remove_tree(fs, (dir, dir_path), subdirectory)?;
+            fs.rmdir(dir, &subdirectory.name).map_err(|e| {
+                let path = path_under(dir_path, [&subdirectory.name[..]]);
+                describe(ImagePath::from_bytes(&path), &e)
+            })
+        })
+}
+
+/// A directory met in a walk, not yet removed.
+struct Subdirectory {
+    ino: u32,
+    name: Vec<u8>,
+}
+
+/// A directory being emptied, with the subdirectories it still holds.
+struct Level {
+    directory: Subdirectory,
+    left: Vec<Subdirectory>,
+}
+
+/// Empties `top`, a subdirectory of `parent` (its inode and path). Depth is the image's to
+/// choose (tens of thousands of levels are legal), so the walk keeps an explicit stack of
+/// levels instead of recursing, each level holding its name only (a path per level would make
+/// memory grow with the square of the depth); paths are built for messages. A directory that
+/// is its own ancestor (a hard-linked directory in a damaged image) stops the walk with one
+/// error naming both paths rather than looping.
+fn remove_tree(
+    fs: &Filesystem,
+    (parent, parent_path): (u32, &[u8]),
+    top: &Subdirectory,
+) -> Result<(), String> {
+    // Each ancestor's depth: 0 for `parent`, i + 1 for `stack[i]`.
+    let mut ancestors = HashMap::from([(parent, 0)]);
+    let mut stack: Vec<Level> = Vec::new();
+    let mut entering = Some(Subdirectory {
+        ino: top.ino,
+        name: top.name.clone(),
+    });
+    // The path of a directory `name` in the one at the top of `stack`, built only for a
+    // message.
+    let path_to = |stack: &[Level], name: &[u8]| {
+        let names = stack.iter().map(|l| &l.directory.name[..]);
+        path_under(parent_path, names.chain([name]))
+    };
+    loop {
+        if let Some(directory) = entering.take() {
+            if let Some(&depth) = ancestors.get(&directory.ino) {
+                let ancestor = stack[..depth].iter().map(|l| &l.directory.name[..]);
+                return Err(format!(
+                    "{}: directory inode {} is also its own ancestor {} (a directory cycle in a \
+                     damaged image); run e4 fsck",
+                    ImagePath::from_bytes(&path_to(&stack, &directory.name)).shown(),
+                    directory.ino,
+                    ImagePath::from_bytes(&path_under(parent_path, ancestor)).shown(),
+                ));
+            }
+            ancestors.insert(directory.ino, stack.len() + 1);
+            let left = remove_files(fs, directory.ino, &|| path_to(&stack, &directory.name))?;
+            stack.push(Level { directory, left });
+        }
+        // OK to unwrap: a level was pushed above or is still waiting to be removed.
+        let level = stack.last_mut().unwrap();
+        if let Some(next) = level.left.pop() {
+            entering = Some(next);
+            continue;
+        }
+        // OK to unwrap: `level` was on the stack.
+        let done = stack.pop().unwrap();
+        ancestors.remove(&done.directory.ino);
+        let Some(up) = stack.last() else {
+            return Ok(());
+        };
+        fs.rmdir(up.directory.ino, &done.directory.name)
+            .map_err(|e| {
+                let path = path_to(&stack, &done.directory.name);
+                describe(ImagePath::from_bytes(&path), &e)
+            })?;
+    }
+}
+
+/// `base` with `names` appended, one `/` between each.
+fn path_under<'n>(base: &[u8], names: impl IntoIterator<Item = &'n [u8]>) -> Vec<u8> {
+    let mut path = base.to_vec();
+    for name in names {
         if path.last() != Some(&b'/') {
             path.push(b'/');
         }
         path.extend_from_slice(name);
-        path
-    };
+    }
+    path
+}
+
+/// Unlinks every entry of `dir` but its subdirectories, which it returns. `dir_path` is
+/// called for a message only, so a deep walk does not build a path per level.
+fn remove_files(
+    fs: &Filesystem,
+    dir: u32,
+    dir_path: &dyn Fn() -> Vec<u8>,
+) -> Result<Vec<Subdirectory>, String> {
     let entries = fs
         .read_dir(dir)
-        .map_err(|e| describe(ImagePath::from_bytes(dir_path), &e))?;
+        .map_err(|e| describe(ImagePath::from_bytes(&dir_path()), &e))?;
     let mut subdirectories = Vec::new();
-    for entry in &entries {
-        let path = at(&entry.name);
-        let shown = ImagePath::from_bytes(&path);
+    for entry in entries {
+        let shown = || path_under(&dir_path(), [&entry.name[..]]);
         let file_type = fs
             .metadata(entry.ino)
-            .map_err(|e| describe(shown, &e))?
+            .map_err(|e| describe(ImagePath::from_bytes(&shown()), &e))?
             .file_type;
         if file_type == FileType::Directory {
-            subdirectories.push((entry, path));
+            subdirectories.push(Subdirectory {
+                ino: entry.ino,
+                name: entry.name,
+            });
         } else {
             fs.unlink(dir, &entry.name)
-                .map_err(|e| describe(shown, &e))?;
+                .map_err(|e| describe(ImagePath::from_bytes(&shown()), &e))?;
         }
     }
-    subdirectories.par_iter().try_for_each(|(entry, path)| {
-        remove_contents(fs, entry.ino, path)?;
-        fs.rmdir(dir, &entry.name)
-            .map_err(|e| describe(ImagePath::from_bytes(path), &e))
-    })
+    Ok(subdirectories)
 }
 
 /// Where `mv`, `ln` and `put` put `source`: into `path` under the source's last name if

@@ -175,6 +175,9 @@ fn usage_errors() {
         assert!(stderr.starts_with("e4: "), "{stderr}");
         assert!(stderr.contains("e4 --help"), "{stderr}");
     }
+    // A missing argument is named (issue 23 item 6).
+    let missing = String::from_utf8_lossy(&e4(&[&"ls"]).stderr).into_owned();
+    assert!(missing.contains("<IMAGE>"), "{missing}");
     // Help is not an error, and `ls -h` means human sizes, not help.
     let help = e4(&[&"ls", &"--help"]);
     assert_eq!(help.status.code(), Some(0));

@@ -17,6 +17,7 @@ use e4_format::dir_entry::file_type;
 use e4_format::inode::FileType;
 
 use crate::state::atomic_bitmap::AtomicBitmap;
+use crate::state::lazy_slots::LazySlots;
 
 /// What pass 1 decided an inode is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,13 +97,13 @@ const ZERO_LENGTH: u8 = 0x80;
 #[derive(Debug)]
 pub struct InodeStates {
     /// [`InodeKind`] plus the [`ZERO_LENGTH`] flag.
-    kind: Vec<AtomicU8>,
+    kind: LazySlots<AtomicU8>,
     /// `i_links_count` as pass 1 read it.
-    links: Vec<AtomicU16>,
+    links: LazySlots<AtomicU16>,
     /// References found by pass 2 (directory entries, `.` and `..` included).
-    refs: Vec<AtomicU32>,
+    refs: LazySlots<AtomicU32>,
     /// For directories: the inode their `..` entry names (0: none seen).
-    dotdot: Vec<AtomicU32>,
+    dotdot: LazySlots<AtomicU32>,
     /// Bit `ino - 1`: the inode is in use (any kind but [`InodeKind::Unused`]).
     in_use: AtomicBitmap,
     /// Bit `ino - 1`: the inode is a directory.
@@ -114,10 +115,10 @@ impl InodeStates {
     pub fn new(count: u32) -> Self {
         let n = count as usize;
         InodeStates {
-            kind: (0..n).map(|_| AtomicU8::new(0)).collect(),
-            links: (0..n).map(|_| AtomicU16::new(0)).collect(),
-            refs: (0..n).map(|_| AtomicU32::new(0)).collect(),
-            dotdot: (0..n).map(|_| AtomicU32::new(0)).collect(),
+            kind: LazySlots::new(n),
+            links: LazySlots::new(n),
+            refs: LazySlots::new(n),
+            dotdot: LazySlots::new(n),
             in_use: AtomicBitmap::new(u64::from(count)),
             directories: AtomicBitmap::new(u64::from(count)),
         }
@@ -130,7 +131,7 @@ impl InodeStates {
     /// Records what pass 1 found (from the one thread that scans `ino`).
     pub fn record(&self, ino: u32, kind: InodeKind, links: u16, zero_length: bool) {
         let i = Self::slot(ino);
-        if let (Some(k), Some(l)) = (self.kind.get(i), self.links.get(i)) {
+        if let (Some(k), Some(l)) = (self.kind.get_or_alloc(i), self.links.get_or_alloc(i)) {
             let flag = if zero_length { ZERO_LENGTH } else { 0 };
             k.store(kind as u8 | flag, Ordering::Relaxed);
             l.store(links, Ordering::Relaxed);
@@ -197,7 +198,7 @@ impl InodeStates {
 
     /// Counts one more reference to `ino`.
     pub fn add_ref(&self, ino: u32) {
-        if let Some(r) = self.refs.get(Self::slot(ino)) {
+        if let Some(r) = self.refs.get_or_alloc(Self::slot(ino)) {
             r.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -211,7 +212,7 @@ impl InodeStates {
 
     /// Records directory `dir`'s `..` target.
     pub fn set_dotdot(&self, dir: u32, target: u32) {
-        if let Some(d) = self.dotdot.get(Self::slot(dir)) {
+        if let Some(d) = self.dotdot.get_or_alloc(Self::slot(dir)) {
             d.store(target, Ordering::Relaxed);
         }
     }
@@ -225,7 +226,10 @@ impl InodeStates {
 
     /// Bytes of memory held.
     pub fn memory_bytes(&self) -> usize {
-        self.kind.len() * (1 + 2 + 4 + 4)
+        self.kind.memory_bytes()
+            + self.links.memory_bytes()
+            + self.refs.memory_bytes()
+            + self.dotdot.memory_bytes()
             + self.in_use.memory_bytes()
             + self.directories.memory_bytes()
     }

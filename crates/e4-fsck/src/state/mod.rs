@@ -11,5 +11,6 @@ pub mod directories;
 pub mod ea_inode_refs;
 pub mod image;
 pub mod inode_state;
+pub mod lazy_slots;
 pub mod quota_usage;
 pub mod reserved_inodes;
