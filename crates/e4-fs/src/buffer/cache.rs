@@ -16,10 +16,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crossbeam_utils::CachePadded;
+use e4_alloc::stats::LockStats;
 use foldhash::HashMap;
 use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
-
-use e4_alloc::stats::LockStats;
 
 use crate::io::meta_io::{BlockKind, Owner};
 

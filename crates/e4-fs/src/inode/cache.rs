@@ -7,16 +7,15 @@
 //! insert a handle, never while an inode is read from disk by another thread (two threads
 //! missing on one inode may both read it; the first to insert wins and both use its handle).
 
-use foldhash::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crossbeam_utils::CachePadded;
+use e4_alloc::stats::LockStats;
 use e4_alloc::ReservationWindow;
 use e4_format::inode::{FileType, Inode};
+use foldhash::HashMap;
 use parking_lot::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
-
-use e4_alloc::stats::LockStats;
 
 use crate::error::Result;
 

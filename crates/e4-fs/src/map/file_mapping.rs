@@ -2,7 +2,6 @@
 //! tree (ext4) or an indirect block map (ext2/ext3, and ext4 inodes without EXTENTS_FL). The
 //! file and directory code is written once against this.
 
-use crate::io::meta_io::Owner;
 use e4_format::extent::Extent;
 use e4_format::features::IncompatFeatures;
 use e4_format::inode::{flags, Inode, I_BLOCK_SIZE};
@@ -10,6 +9,7 @@ use e4_format::superblock::Superblock;
 
 use crate::error::{Error, Result};
 use crate::io::meta_io::MetaIo;
+use crate::io::meta_io::Owner;
 use crate::map::block_map::BlockMapTree;
 use crate::map::extent_tree::{ExtentTree, Lookup, ShiftDirection};
 use crate::map::run::Mapping;

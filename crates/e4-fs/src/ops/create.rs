@@ -2,7 +2,6 @@
 //! filled before the parent directory is locked (`prepare_new_inode`); under the lock only
 //! the entry goes in, and a failure gives the inode back.
 
-use crate::io::meta_io::Owner;
 use std::sync::Arc;
 
 use e4_alloc::{InodeKind, InodeRequest};
@@ -16,12 +15,12 @@ use crate::dir::inline::empty_inline_dir;
 use crate::error::{Error, Result};
 use crate::filesystem::Filesystem;
 use crate::inode::cache::{InodeHandle, InodeState};
+use crate::io::meta_io::Owner;
 use crate::map::extent_tree::ExtentTree;
 use crate::ops::directory_blocks::InodeDirectoryBlocks;
+use crate::ops::namespace::{shown, MAX_LINKS};
 use crate::txn::txn_io::TxnIo;
 use crate::xattr::inline_data::InlineData;
-
-use crate::ops::namespace::{shown, MAX_LINKS};
 
 /// Fast symlinks keep their target in `i_block`, which holds 60 bytes (one for the NUL).
 pub(super) const FAST_SYMLINK_MAX: usize = 59;

@@ -5,8 +5,7 @@ use e4_format::inode::FileType;
 use crate::dir::entry::check_name;
 use crate::error::{Error, Result};
 use crate::filesystem::Filesystem;
-
-use crate::ops::namespace::{lock_in_order, shown, two_states, MAX_LINKS};
+use crate::ops::namespace::{known_type, lock_in_order, shown, two_states, MAX_LINKS};
 
 impl Filesystem {
     /// Adds a hard link `name` in `parent` to inode `ino` (not a directory).
@@ -26,10 +25,7 @@ impl Filesystem {
             }
             let (dir, target) = two_states(&mut locked, parent, ino);
             self.require_live_directory(&dir.inode)?;
-            let file_type = target
-                .inode
-                .file_type()
-                .ok_or_else(|| Error::Invalid(format!("inode {ino} has no valid file type")))?;
+            let file_type = known_type(&target.inode)?;
             if file_type == FileType::Directory {
                 return Err(Error::Invalid("a directory cannot be hard-linked".into()));
             }

@@ -11,22 +11,22 @@
 //! A name is looked up again once every lock is held; if it changed in between (another
 //! thread renamed or removed it), the operation starts over.
 
-use crate::io::meta_io::Owner;
 use std::sync::Arc;
 
 use e4_format::features::RoCompatFeatures;
-use e4_format::inode::{flags, Inode};
+use e4_format::inode::{flags, FileType, Inode};
+use e4_format::{FormatError, Location, Problem, Structure};
 
 use crate::dir::editor::{DirectoryEdit, DirectoryEditor};
+use crate::dir::entry::require_directory;
 use crate::dir::entry::{DirEntry, DirFormat};
 use crate::error::{Error, Result};
 use crate::filesystem::Filesystem;
 use crate::inode::cache::{InodeCache, InodeGuard, InodeHandle, InodeState};
+use crate::io::meta_io::Owner;
 use crate::ops::directory_blocks::InodeDirectoryBlocks;
 use crate::ops::inline_directory::InlineDirectoryEditor;
 use crate::txn::txn_io::TxnIo;
-
-use crate::dir::entry::require_directory;
 
 /// The kernel's cap on a directory's link count; past it, dir_nlink directories count 1.
 pub(super) const MAX_LINKS: u16 = 65000;
@@ -167,4 +167,19 @@ impl Filesystem {
             inode.set_mtime(now);
         }
     }
+}
+
+/// `inode`'s file type; a mode that names none is damage in the inode, not the caller's
+/// mistake.
+pub(super) fn known_type(inode: &Inode) -> Result<FileType> {
+    inode.file_type().ok_or_else(|| {
+        FormatError::corrupt(
+            Structure::Inode,
+            Location::Inode(inode.ino),
+            Problem::BadFileType {
+                mode: inode.record.mode,
+            },
+        )
+        .into()
+    })
 }

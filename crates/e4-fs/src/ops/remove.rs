@@ -7,10 +7,9 @@ use crate::dir::entry::check_name;
 use crate::error::{Error, Result};
 use crate::filesystem::Filesystem;
 use crate::inode::cache::InodeState;
+use crate::ops::namespace::{lock_in_order, shown, state, two_states};
 use crate::txn::txn_io::TxnIo;
 use crate::xattr::inline_data::InlineData;
-
-use crate::ops::namespace::{lock_in_order, shown, state, two_states};
 
 impl Filesystem {
     /// Removes `name` (not a directory) from `parent`; the inode is freed with its last link.

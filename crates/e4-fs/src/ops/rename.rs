@@ -8,9 +8,8 @@ use crate::dir::entry::{check_name, DirFormat};
 use crate::error::{Error, Result};
 use crate::filesystem::Filesystem;
 use crate::inode::cache::{InodeGuard, InodeHandle};
+use crate::ops::namespace::{known_type, lock_in_order, shown, state, MAX_LINKS};
 use crate::txn::txn_io::TxnIo;
-
-use crate::ops::namespace::{lock_in_order, shown, state, MAX_LINKS};
 
 /// How [`Filesystem::rename`] treats an existing target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -164,12 +163,8 @@ impl Filesystem {
         target: Option<u32>,
         mode: RenameMode,
     ) -> Result<()> {
-        let type_of = |locked: &mut [(u32, InodeGuard<'_>)], ino: u32| {
-            state(locked, ino)
-                .inode
-                .file_type()
-                .ok_or_else(|| Error::Invalid(format!("inode {ino} has no valid file type")))
-        };
+        let type_of =
+            |locked: &mut [(u32, InodeGuard<'_>)], ino: u32| known_type(&state(locked, ino).inode);
         let source_type = type_of(locked, source)?;
         let source_dir = source_type == FileType::Directory;
         let target_type = target.map(|t| type_of(locked, t)).transpose()?;

@@ -7,7 +7,6 @@
 //! A block that is newly allocated, or an unwritten block being written, is written whole,
 //! zero-padded around the new bytes, so it never exposes what the disk held before.
 
-use crate::io::meta_io::MetaIo;
 use e4_format::features::{IncompatFeatures, RoCompatFeatures};
 use e4_format::inode::{flags, FileType, Inode};
 
@@ -16,6 +15,7 @@ use crate::error::{Error, Result};
 use crate::filesystem::Filesystem;
 use crate::filesystem::Writer;
 use crate::inode::cache::InodeState;
+use crate::io::meta_io::MetaIo;
 use crate::map::file_mapping::FileMapping;
 use crate::txn::txn_io::TxnIo;
 

@@ -8,7 +8,6 @@
 //! block's own lock ([`crate::xattr::block_locks::XattrBlockLocks`]), because the other
 //! inodes that share it are not locked.
 
-use crate::io::meta_io::Owner;
 use e4_format::inode::Inode;
 use e4_format::xattr::{
     decode_xattr_block, encode_inode_xattrs, encode_xattr_block, fits_inode_xattrs,
@@ -19,6 +18,7 @@ use parking_lot::Mutex;
 
 use crate::error::Shortage;
 use crate::error::{Error, Result};
+use crate::io::meta_io::Owner;
 use crate::io::meta_io::{BlockKind, MetaIo};
 
 /// An attribute's identity: its name index and the name stored after the prefix.
