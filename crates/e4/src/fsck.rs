@@ -1,5 +1,6 @@
 //! `e4 fsck`: check an image without changing it, with e2fsck's exit statuses (0 clean,
-//! 4 errors left, 8 cannot check, 16 usage) rather than the other commands' 0/1/2.
+//! 4 errors left, 8 cannot check, 12 errors and a check that stopped where e2fsck -n
+//! stops, 16 usage) rather than the other commands' 0/1/2.
 
 use std::io::{IsTerminal, Write};
 use std::path::Path;

@@ -183,7 +183,8 @@ enum Command {
         threads: Option<u16>,
     },
     /// Check the filesystem without changing it, as `e2fsck -n` does, on every core.
-    /// Exit status as e2fsck's: 0 clean, 4 errors found, 8 cannot check, 16 usage.
+    /// Exit status as e2fsck's: 0 clean, 4 errors found, 8 cannot check, 12 errors found
+    /// and a check that stopped where e2fsck -n stops (8 with 4), 16 usage.
     Fsck {
         /// The ext2/3/4 image file or block device.
         image: String,
