@@ -349,12 +349,19 @@ impl<'a> DirectoryEditor<'a> {
     /// order cheapest to read: block order, the leaves in index order when indexed (a
     /// listing that resumes needs [`Self::list_from`]'s order instead).
     pub(crate) fn visit_entries(&self, mut visit: impl FnMut(LeafEntry) -> bool) -> Result<()> {
-        let leaves = if self.is_indexed() {
-            self.index_leaves()?
+        // The index's leaves, or the blocks counted from `i_size` one by one: never a list
+        // sized by `i_size`, which a damaged inode may claim is 2^50 bytes (a block past
+        // the mapped ones ends the walk as a hole).
+        let indexed = if self.is_indexed() {
+            Some(self.index_leaves()?)
         } else {
-            (0..self.block_count()?).collect()
+            None
         };
-        for logical in leaves {
+        let linear = match indexed {
+            Some(_) => 0..0,
+            None => 0..self.block_count()?,
+        };
+        for logical in indexed.into_iter().flatten().chain(linear) {
             let (_, go_on) = self.look_leaf(logical, |physical, leaf| {
                 // Block 0 of a linear directory starts with "." and "..".
                 let skip = if logical == 0 {
