@@ -463,9 +463,8 @@ impl Filesystem {
     pub(crate) fn read_inode_record(&self, ino: u32) -> Result<Inode> {
         let location = self.geometry.inode_location(ino);
         let unwritten = location.is_some_and(|l| {
-            let desc = self.descriptors.lock(l.group).clone();
             self.descriptors
-                .past_itable_used(&desc, l.index, self.geometry.inodes_per_group())
+                .past_itable_used(l.group, l.index, self.geometry.inodes_per_group())
         });
         self.inode_table.read_record(&self.store, ino, unwritten)
     }

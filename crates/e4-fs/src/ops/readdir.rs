@@ -8,7 +8,7 @@ use e4_format::{FormatError, Location, Problem, Structure};
 
 use crate::buffer::read_io::ReadIo;
 use crate::dir::editor::DirectoryEditor;
-use crate::dir::entry::{check_name, require_directory, DirEntry, DirFormat};
+use crate::dir::entry::{check_name, require_directory, DirEntry};
 use crate::dir::inline::InlineDirectory;
 use crate::dir::leaf::LeafEntry;
 use crate::error::Result;
@@ -148,7 +148,7 @@ impl Filesystem {
         read: impl FnOnce(&DirectoryEditor<'_>) -> Result<T>,
     ) -> Result<T> {
         let io = ReadIo::new(&self.store);
-        let format = DirFormat::from_superblock(self.superblock());
+        let format = self.dir_format();
         let mut root = [0u8; I_BLOCK_SIZE];
         let mut blocks = ReadDirBlocks::new(dir, &mut root, &io, self.block_size());
         read(&DirectoryEditor::new(
@@ -161,7 +161,7 @@ impl Filesystem {
 
     /// The entries of inline directory `dir`, as the inode holds them.
     fn inline_directory(&self, dir: &Inode) -> Result<InlineDirectory> {
-        let filetype = DirFormat::from_superblock(self.superblock()).filetype;
+        let filetype = self.dir_format().filetype;
         InlineDirectory::parse(&self.inline_content(dir)?, filetype, dir.ino)
     }
 }

@@ -54,6 +54,12 @@ impl Space {
         };
         for (group, snapshot) in dirty {
             let mut desc = descriptors.lock(group);
+            let mut block = vec![0xFFu8; block_size];
+            block[..snapshot.bitmap.len()].copy_from_slice(&snapshot.bitmap);
+            // Bits past the group's inodes are padding, set.
+            for bit in ipg as usize..8 * snapshot.bitmap.len() {
+                block[bit / 8] |= 1 << (bit % 8);
+            }
             if checksummed {
                 let exposed_to = ipg - snapshot.itable_unused.min(ipg);
                 if desc.flags & BG_INODE_ZEROED == 0 || desc.flags & BG_INODE_UNINIT != 0 {
@@ -66,17 +72,11 @@ impl Space {
                         group,
                         from,
                         to: exposed_to,
-                        bitmap: snapshot.bitmap.clone(),
+                        bitmap: snapshot.bitmap,
                     });
                 }
                 desc.flags &= !BG_INODE_UNINIT;
                 desc.set_itable_unused(snapshot.itable_unused);
-            }
-            let mut block = vec![0xFFu8; block_size];
-            block[..snapshot.bitmap.len()].copy_from_slice(&snapshot.bitmap);
-            // Bits past the group's inodes are padding, set.
-            for bit in ipg as usize..8 * snapshot.bitmap.len() {
-                block[bit / 8] |= 1 << (bit % 8);
             }
             if let Some(seed) = seed {
                 let mut sealed = BitmapBlock::of(&desc, BitmapKind::Inode, group);

@@ -96,18 +96,16 @@ impl GroupDescriptors {
         self.table.iter().map(|d| d.lock().clone()).collect()
     }
 
-    /// Whether inode `index` of the group `desc` describes lies in the part of its inode
-    /// table that was never written (`BG_INODE_UNINIT`, or past `bg_itable_unused`): such
-    /// inodes are not in use, and their records may hold anything.
-    pub(crate) fn past_itable_used(
-        &self,
-        desc: &GroupDescriptor,
-        index: u32,
-        inodes_per_group: u32,
-    ) -> bool {
-        self.checksummed
-            && (desc.flags & BG_INODE_UNINIT != 0
-                || index >= inodes_per_group.saturating_sub(desc.itable_unused()))
+    /// Whether inode `index` of group `group` lies in the part of its inode table that was
+    /// never written (`BG_INODE_UNINIT`, or past `bg_itable_unused`): such inodes are not
+    /// in use, and their records may hold anything.
+    pub(crate) fn past_itable_used(&self, group: u32, index: u32, inodes_per_group: u32) -> bool {
+        if !self.checksummed {
+            return false;
+        }
+        let desc = self.lock(group);
+        desc.flags & BG_INODE_UNINIT != 0
+            || index >= inodes_per_group.saturating_sub(desc.itable_unused())
     }
 
     /// The free blocks and inodes of every group, summed (the superblock's counts).
