@@ -2,7 +2,7 @@
 //! ext4 would answer, never as a full filesystem.
 
 use e4_fs::{Creator, Error, Filesystem, OpenOptions};
-use e4_testkit::{make_empty_image, RawImage};
+use e4_testkit::{e2fsck_clean, make_empty_image, RawImage};
 
 const CREATOR: Creator = Creator {
     permissions: 0o644,
@@ -12,12 +12,18 @@ const CREATOR: Creator = Creator {
 
 /// A block bitmap that shows one of the group's own metadata blocks (the bitmap block
 /// itself) as free is damage: a write that needs a block from that group fails with
-/// `BitmapUnusable` (EUCLEAN), not `NoSpace`, and nothing is written over the metadata.
+/// `BitmapUnusable` (EUCLEAN), not `NoSpace`, nothing is written over the metadata, and
+/// e2fsck finds exactly the damage it found before.
 #[test]
 fn a_bitmap_that_frees_metadata_is_damage_not_a_full_filesystem() {
     // One group, no checksums: the bitmap is read as it is and checked against the system
     // zone (a checksum would catch the edit first, which is the other unusable case).
     let img = make_empty_image(&["-t", "ext4", "-b", "4096", "-O", "^metadata_csum"], 8);
+    // The file exists first (an inode needs no block): the failing write is then the
+    // only operation on the damaged image.
+    let fs = Filesystem::open(&img.path, OpenOptions::writable()).unwrap();
+    let ino = fs.create(2, b"f", CREATOR).unwrap();
+    fs.unmount().unwrap();
     let raw = RawImage::read(&img.path).unwrap();
     let bitmap_block = raw.group_descriptor(0).unwrap().block_bitmap();
     let offset = bitmap_block * raw.block_size() as u64;
@@ -25,11 +31,10 @@ fn a_bitmap_that_frees_metadata_is_damage_not_a_full_filesystem() {
     let bit = bitmap_block as usize; // group 0 starts at block 0 with 4 KiB blocks
     bytes[offset as usize + bit / 8] &= !(1 << (bit % 8));
     std::fs::write(&img.path, &bytes).unwrap();
+    let damage = e2fsck_clean(&img.path).expect_err("e2fsck must see the cleared bit");
 
     let fs = Filesystem::open(&img.path, OpenOptions::writable()).unwrap();
-    let written = fs
-        .create(2, b"f", CREATOR)
-        .and_then(|ino| fs.write_at(ino, 0, &[7u8; 65536]));
+    let written = fs.write_at(ino, 0, &[7u8; 65536]);
     match written {
         Err(e @ Error::BitmapUnusable { .. }) => {
             assert_eq!(e.errno(), rustix::io::Errno::UCLEAN.raw_os_error(), "{e}")
@@ -44,6 +49,11 @@ fn a_bitmap_that_frees_metadata_is_damage_not_a_full_filesystem() {
         after[range.clone()],
         bytes[range],
         "the bitmap block was written over"
+    );
+    assert_eq!(
+        e2fsck_clean(&img.path).unwrap_err(),
+        damage,
+        "e2fsck sees new damage"
     );
 }
 

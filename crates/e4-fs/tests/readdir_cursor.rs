@@ -170,4 +170,5 @@ fn cookies_cover_the_whole_directory_and_nothing_else() {
         Err(e4_fs::Error::NotADirectory(_))
     ));
     fs.unmount().unwrap();
+    e2fsck_clean(&img.path).unwrap();
 }
