@@ -519,9 +519,11 @@ impl BlockAllocator {
 
     /// After a change to group `g`'s space (still under its lock): refile it in the index
     /// and publish its free count. Both happen before the lock is dropped, so the index
-    /// never lags a change another thread could act on.
+    /// never lags a change another thread could act on. A change the on-disk bitmap shows
+    /// is marked by the caller ([`Self::mark_dirty`]): reserving a window, giving its rest
+    /// back and a commit's frees becoming reusable change nothing on disk (the disk bitmap
+    /// shows reserved and pending blocks free), so the next commit need not write it.
     pub(crate) fn publish(&self, g: u32, before: Option<u8>, state: &GroupState) {
-        self.mark_dirty(g);
         self.index
             .update(g as usize, before, state.space.largest_order());
         self.set_published_free(g, state.space.free());
@@ -537,9 +539,10 @@ impl BlockAllocator {
         }
     }
 
-    /// Notes that group `g`'s on-disk bitmap changed (caller holds its lock). The bit is
-    /// read first: it is shared with 63 other groups, and only the first change after a
-    /// write-back needs to write it. (It is cleared only under the same group's lock.)
+    /// Notes that group `g`'s on-disk bitmap changed (caller holds its lock, or carves from
+    /// a window of it inside a transaction). The bit is read first: it is shared with 63
+    /// other groups, and only the first change after a write-back needs to write it. (It is
+    /// cleared only by write-back, with every transaction stopped.)
     pub(crate) fn mark_dirty(&self, g: u32) {
         if !self.dirty.contains(g as usize) {
             self.dirty.insert(g as usize);
@@ -777,6 +780,10 @@ impl BlockAllocator {
             state.reserved.push(Arc::clone(&run));
             run
         });
+        if !reserve {
+            // A window's blocks reach the disk bitmap when they are carved.
+            self.mark_dirty(g);
+        }
         self.publish(g, before, &state);
         let extent = Extent {
             start: self.geometry.block_at(g, found.start),
@@ -831,6 +838,7 @@ impl BlockAllocator {
                 reason: r.into(),
             })?;
             self.mark_free_locked(g, &mut state, range);
+            self.mark_dirty(g);
             drop(state);
             self.return_blocks(slot, u64::from(range.len));
         }

@@ -190,9 +190,9 @@ impl BlockAllocator {
     }
 
     /// The groups changed since the last call, each with the bitmap to write and its free
-    /// count ([`BlockAllocator::group_bitmap_for_disk`]), marked clean. A group that still
-    /// holds reservations stays dirty: its windows may be carved (without its lock) before
-    /// the next write-back. Call it with the transaction quiescent.
+    /// count ([`BlockAllocator::group_bitmap_for_disk`]), marked clean. A carve from a
+    /// window (without the group's lock) marks its group again. Call it with the
+    /// transaction quiescent.
     pub fn take_dirty_groups(&self, bytes: usize) -> Result<Vec<DirtyGroup>, AllocError> {
         let mut out = Vec::new();
         let mut words = 0;
@@ -201,9 +201,7 @@ impl BlockAllocator {
         while let Some(g) = self.dirty.find_next(at, groups, &mut words) {
             at = g + 1;
             let state = self.lock_group(g as u32, 0)?;
-            if state.reserved.is_empty() {
-                self.dirty.remove(g);
-            }
+            self.dirty.remove(g);
             let (bitmap, free) = state.disk_bitmap(bytes);
             out.push(DirtyGroup {
                 group: g as u32,

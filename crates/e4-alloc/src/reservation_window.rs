@@ -178,7 +178,10 @@ impl BlockAllocator {
     }
 
     /// Takes up to `len` blocks off the front of a reservation, publishing the new front to
-    /// the group (one release store to a line only this owner writes; no lock).
+    /// the group (one release store to a line only this owner writes; no lock), and marks
+    /// the group's bitmap changed (a load of the shared dirty word, and a store only for the
+    /// first carve after a write-back). Carves run inside transactions and write-back takes
+    /// the dirty marks with every transaction stopped, so no mark is lost between the two.
     pub(crate) fn carve(
         &self,
         run: Option<&ReservedRun>,
@@ -194,8 +197,9 @@ impl BlockAllocator {
         *next += u64::from(take);
         *remaining -= take;
         if let (Some(run), true) = (run, take > 0) {
-            let (_, offset) = self.geometry().group_of(*next - 1);
+            let (group, offset) = self.geometry().group_of(*next - 1);
             run.next.store(offset + 1, Ordering::Release);
+            self.mark_dirty(group);
         }
         self.window_stats().consumed.add(u64::from(take));
         extent

@@ -108,9 +108,10 @@ pub(crate) struct Writer {
 }
 
 impl Writer {
-    /// Joins the running transaction.
-    pub(crate) fn begin(&self) -> Result<TxnHandle<'_>> {
-        self.txns.begin()
+    /// Joins the running transaction, declaring that the operation may dirty up to
+    /// `credits` metadata blocks ([`crate::io::credits`]).
+    pub(crate) fn begin(&self, credits: u32) -> Result<TxnHandle<'_>> {
+        self.txns.begin(credits)
     }
 
     /// Block access inside the transaction `txn` joined.
@@ -386,6 +387,15 @@ impl Filesystem {
     }
 
     /// Whether the filesystem was opened for writing.
+    /// The commits so far that wrote more metadata blocks than their transactions'
+    /// handles declared (none, unless an operation under-declares its credits).
+    #[cfg(feature = "testing")]
+    pub fn credit_overruns(&self) -> Vec<crate::testing::CreditOverrun> {
+        self.writer
+            .as_ref()
+            .map_or_else(Vec::new, |w| w.txns.credit_overruns())
+    }
+
     pub fn is_writable(&self) -> bool {
         self.writer.is_some()
     }

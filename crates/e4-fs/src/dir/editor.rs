@@ -32,6 +32,14 @@ use crate::error::{Error, Result};
 use crate::io::meta_io::{edit_at, look_at, BlockKind, MetaIo, Owner};
 
 /// The blocks of one directory, as the engine maps them.
+/// Credits ([`crate::io::credits`]) of adding one entry, besides the blocks the directory
+/// grows by (each declared by [`DirectoryBlocks::append_block`]): the leaf it goes into,
+/// the leaf a split moves half of it from, and the htree's root and up to three index
+/// blocks on its path (a split changes each level's node).
+pub(crate) const ADD_ENTRY_CREDITS: u32 = 6;
+/// Credits of removing one entry: its leaf (blocks are never merged or given back).
+pub(crate) const REMOVE_ENTRY_CREDITS: u32 = 1;
+
 pub trait DirectoryBlocks {
     /// How many blocks the directory holds: `i_size` / block size.
     fn block_count(&self) -> u64;

@@ -93,6 +93,11 @@ pub trait MetaIo {
     /// Gives back `len` blocks from `start` that `owner` no longer uses; they become
     /// reusable once the transaction commits.
     fn free(&self, start: u64, len: u64, owner: Owner) -> Result<()>;
+    /// Declares that the operation may dirty `credits` more metadata blocks
+    /// ([`crate::io::credits`]) than it declared when it began: a mechanism calls this before
+    /// a change whose size it learns only while it runs (a re-pack of a tree, a shift of
+    /// every leaf after a point). Stores outside a transaction have nothing to declare.
+    fn extend_credits(&self, _credits: u32) {}
 }
 
 /// [`MetaIo::visit`] for a look that yields a value (the trait method takes a `dyn` closure

@@ -17,6 +17,7 @@ use e4_format::{FormatError, Location, Problem, Structure};
 
 use crate::error::Shortage;
 use crate::error::{Error, Result};
+use crate::io::credits::GROUP;
 use crate::io::meta_io::{look_at, BlockKind, MetaIo, Owner};
 use crate::map::run::Mapping;
 
@@ -374,8 +375,13 @@ impl<'a> BlockMapTree<'a> {
         Ok(false)
     }
 
-    /// Writes what `pending` changed: indirect blocks, freed blocks, then `i_block`.
+    /// Writes what `pending` changed: indirect blocks, freed blocks, then `i_block`. An
+    /// edit's indirect blocks are known before any is written, so it declares exactly
+    /// them, and the groups of those it took (frees declare themselves).
     fn commit(&mut self, pending: Pending) -> Result<()> {
+        let credits = pending.dirty.len() + pending.allocated.len() * GROUP as usize;
+        self.io
+            .extend_credits(u32::try_from(credits).unwrap_or(u32::MAX));
         for block in &pending.dirty {
             let bytes = &pending.blocks[block];
             self.io

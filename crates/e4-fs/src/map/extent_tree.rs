@@ -35,6 +35,7 @@ use e4_format::inode::I_BLOCK_SIZE;
 use e4_format::{FormatError, Location, Problem, Structure};
 
 use crate::error::{Error, Result};
+use crate::io::credits::NEW_BLOCK;
 use crate::io::meta_io::{look_at, BlockKind, MetaIo, Owner};
 
 /// `eh_max` of the root node in `i_block`: (60 - 12) / 12.
@@ -381,6 +382,7 @@ impl<'a> ExtentTree<'a> {
     /// extent merges into an adjacent one where the kernel would merge it.
     pub fn insert(&mut self, extent: Extent) -> Result<()> {
         self.check_new_extent(&extent)?;
+        self.declare_edges(1)?;
         if let Some(next) = self.next_extent(extent.logical)? {
             if u64::from(next.logical) < end_of(&extent) {
                 return Err(Error::Invalid(format!(
@@ -431,6 +433,8 @@ impl<'a> ExtentTree<'a> {
         if len == 0 {
             return Ok(Vec::new());
         }
+        // Two edges, and the split that cuts a range out of one extent.
+        self.declare_edges(3)?;
         if let Some(e) = self.find(start)? {
             if e.logical < start && end < end_of(&e) {
                 // OK to cast: end < end_of(e) <= 2^32.
@@ -462,6 +466,7 @@ impl<'a> ExtentTree<'a> {
         if len == 0 {
             return Ok(());
         }
+        self.declare_edges(2)?;
         // Split at the far edge first: if the near edge then fails, no state has changed.
         for edge in [end, u64::from(logical)] {
             if let Err(err) = self.split_unwritten_at(edge) {
@@ -510,6 +515,16 @@ impl<'a> ExtentTree<'a> {
     fn node_capacity(&self) -> u16 {
         // OK to cast: block sizes are at most 64 KiB, so this is below 5462.
         ((self.io.block_size() - ENTRY_SIZE) / ENTRY_SIZE) as u16
+    }
+
+    /// Declares the credits of an edit at `edges` places of the tree: at each, the path's
+    /// nodes below the root changed, and each level split (a new node) plus a new level.
+    /// Emptied nodes are freed, which the free declares itself.
+    fn declare_edges(&self, edges: u32) -> Result<()> {
+        let depth = u32::from(self.read_root()?.depth);
+        self.io
+            .extend_credits(edges * (depth + (depth + 1) * NEW_BLOCK));
+        Ok(())
     }
 
     fn read_root(&self) -> Result<Node> {
@@ -1078,6 +1093,8 @@ impl<'a> ExtentTree<'a> {
     /// count a single free slot against a node, and it lets later inserts land without
     /// splitting), else to capacity, which always fits.
     fn repack(&mut self, extents: Vec<Extent>, mut blocks: Vec<u64>) -> Result<()> {
+        // Every node may be rewritten. OK to cast: at most SHAPE_KEPT_UP_TO_NODES.
+        self.io.extend_credits(blocks.len() as u32);
         let capacity = usize::from(self.node_capacity());
         let nodes_needed = |fill: usize| -> usize {
             let mut entries = extents.len();

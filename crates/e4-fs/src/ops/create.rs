@@ -9,12 +9,13 @@ use e4_format::dir_hash::{dir_hash, HashVersion};
 use e4_format::features::{IncompatFeatures, RoCompatFeatures};
 use e4_format::inode::{flags, FileType, Inode, ROOT_INO};
 
-use crate::dir::editor::DirectoryEditor;
+use crate::dir::editor::{DirectoryEditor, ADD_ENTRY_CREDITS};
 use crate::dir::entry::{check_name, DirFormat};
 use crate::dir::inline::empty_inline_dir;
 use crate::error::{Error, Result};
 use crate::filesystem::Filesystem;
 use crate::inode::cache::{InodeHandle, InodeState};
+use crate::io::credits::{INODE, NEW_INODE};
 use crate::io::meta_io::Owner;
 use crate::map::extent_tree::ExtentTree;
 use crate::ops::directory_blocks::InodeDirectoryBlocks;
@@ -46,6 +47,10 @@ pub(super) enum NewKind<'a> {
         rdev: (u32, u32),
     },
 }
+
+/// Credits of a create: the directory's inode, the new inode and its entry. A directory's
+/// first block and a symlink's target blocks declare their own as they are allocated.
+const CREATE_CREDITS: u32 = INODE + NEW_INODE + ADD_ENTRY_CREDITS;
 
 impl NewKind<'_> {
     pub(super) fn file_type(&self) -> FileType {
@@ -159,7 +164,7 @@ impl Filesystem {
         check_name(name)?;
         let writer = self.writer()?;
         let ino = {
-            let txn = writer.begin()?;
+            let txn = writer.begin(CREATE_CREDITS)?;
             let io = writer.io(self, &txn);
             let format = self.dir_format();
             let parent_handle = self.inode_handle(parent)?;

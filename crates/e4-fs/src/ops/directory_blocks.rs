@@ -9,6 +9,7 @@ use e4_format::{FormatError, Location, Problem, Structure};
 use crate::dir::editor::DirectoryBlocks;
 use crate::error::{Error, Result};
 use crate::filesystem::Filesystem;
+use crate::io::credits::NEW_BLOCK;
 use crate::io::meta_io::MetaIo;
 use crate::map::file_mapping::FileMapping;
 use crate::map::run::Mapping;
@@ -85,6 +86,8 @@ impl DirectoryBlocks for InodeDirectoryBlocks<'_> {
         };
         let blocks = &self.io.space.blocks;
         let stream = u64::from(self.inode.ino);
+        // The new block and its group's bitmap and descriptor; its mapping declares its own.
+        self.io.extend_credits(NEW_BLOCK);
         let got = match self.window.as_deref_mut() {
             Some(window) if logical >= WINDOWLESS_BLOCKS => {
                 window.raise_cap(directory_window_cap(logical));

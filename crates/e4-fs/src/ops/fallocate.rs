@@ -6,6 +6,8 @@ use e4_format::inode::{flags, FileType, Inode};
 use crate::error::{Error, Result};
 use crate::filesystem::Filesystem;
 use crate::inode::cache::InodeState;
+use crate::io::credits::{GROUP, INODE};
+use crate::io::meta_io::MetaIo;
 use crate::map::extent_tree::ShiftDirection;
 use crate::map::file_mapping::FileMapping;
 use crate::txn::txn_io::TxnIo;
@@ -64,7 +66,8 @@ impl Filesystem {
             return Err(Error::Invalid("fallocate of 0 bytes".into()));
         }
         {
-            let txn = writer.begin()?;
+            // The inode; each allocation and mapping edit declares its own.
+            let txn = writer.begin(INODE)?;
             let handle = self.inode_handle(ino)?;
             let mut state = handle.lock(&self.inodes);
             require_fallocatable(&state.inode)?;
@@ -276,6 +279,7 @@ impl Filesystem {
                     Some(prev) => map.lookup(prev)?.map(|r| r.physical + 1),
                     None => None,
                 };
+                io.extend_credits(GROUP);
                 let got = io
                     .space
                     .blocks

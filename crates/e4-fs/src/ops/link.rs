@@ -2,9 +2,11 @@
 
 use e4_format::inode::FileType;
 
+use crate::dir::editor::ADD_ENTRY_CREDITS;
 use crate::dir::entry::check_name;
 use crate::error::{Error, Result};
 use crate::filesystem::Filesystem;
+use crate::io::credits::INODE;
 use crate::ops::namespace::{known_type, lock_in_order, shown, two_states, MAX_LINKS};
 
 impl Filesystem {
@@ -15,7 +17,8 @@ impl Filesystem {
         self.check_caller_ino(parent)?;
         let writer = self.writer()?;
         {
-            let txn = writer.begin()?;
+            // The inode's link count, the directory, and the entry.
+            let txn = writer.begin(2 * INODE + ADD_ENTRY_CREDITS)?;
             let io = writer.io(self, &txn);
             let format = self.dir_format();
             let handles = [self.inode_handle(parent)?, self.inode_handle(ino)?];

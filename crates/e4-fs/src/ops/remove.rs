@@ -3,13 +3,20 @@
 
 use e4_format::inode::{flags, FileType};
 
+use crate::dir::editor::REMOVE_ENTRY_CREDITS;
 use crate::dir::entry::check_name;
 use crate::error::{Error, Result};
 use crate::filesystem::Filesystem;
 use crate::inode::cache::InodeState;
+use crate::io::credits::{INODE, ORPHAN};
 use crate::ops::namespace::{lock_in_order, shown, state, two_states};
 use crate::txn::txn_io::TxnIo;
 use crate::xattr::inline_data::InlineData;
+
+/// Credits of a removal: the directory's inode and the entry's leaf, the victim's inode, its
+/// neighbour on the orphan list, and its xattr block's reference count. Its blocks' and
+/// inode's frees declare their own.
+const REMOVE_CREDITS: u32 = 2 * INODE + REMOVE_ENTRY_CREDITS + ORPHAN + 1;
 
 impl Filesystem {
     /// Removes `name` (not a directory) from `parent`; the inode is freed with its last link.
@@ -29,7 +36,7 @@ impl Filesystem {
         check_name(name)?;
         let writer = self.writer()?;
         loop {
-            let txn = writer.begin()?;
+            let txn = writer.begin(REMOVE_CREDITS)?;
             let io = writer.io(self, &txn);
             let format = self.dir_format();
             let parent_handle = self.inode_handle(parent)?;

@@ -4,10 +4,12 @@
 use e4_format::features::RoCompatFeatures;
 use e4_format::inode::{FileType, ROOT_INO};
 
+use crate::dir::editor::{ADD_ENTRY_CREDITS, REMOVE_ENTRY_CREDITS};
 use crate::dir::entry::{check_name, DirFormat};
 use crate::error::{Error, Result};
 use crate::filesystem::Filesystem;
 use crate::inode::cache::{InodeGuard, InodeHandle};
+use crate::io::credits::{INODE, ORPHAN};
 use crate::ops::namespace::{known_type, lock_in_order, shown, state, MAX_LINKS};
 use crate::txn::txn_io::TxnIo;
 
@@ -23,6 +25,12 @@ pub enum RenameMode {
     Exchange,
 }
 
+/// Credits of a rename: both directories' and both entries' inodes, the new entry and the
+/// old one's removal, a moved directory's `..`, and for a replaced entry its inode's
+/// neighbour on the orphan list and its xattr block's reference count (its frees declare
+/// their own).
+const RENAME_CREDITS: u32 = 4 * INODE + ADD_ENTRY_CREDITS + REMOVE_ENTRY_CREDITS + 1 + ORPHAN + 1;
+
 impl Filesystem {
     /// Renames `old_parent/old_name` to `new_parent/new_name`, per `mode`.
     pub fn rename(
@@ -37,7 +45,7 @@ impl Filesystem {
         check_name(new_name)?;
         let writer = self.writer()?;
         loop {
-            let txn = writer.begin()?;
+            let txn = writer.begin(RENAME_CREDITS)?;
             // Moves between directories are serialised (the kernel's s_vfs_rename_mutex).
             let _moving = (old_parent != new_parent).then(|| writer.rename_lock.lock());
             let io = writer.io(self, &txn);

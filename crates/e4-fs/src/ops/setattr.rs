@@ -5,6 +5,7 @@ use e4_format::inode::{FileType, Timestamp};
 
 use crate::error::{Error, Result};
 use crate::filesystem::Filesystem;
+use crate::io::credits::{INODE, ORPHAN};
 use crate::ops::stat::Metadata;
 
 /// The attributes [`Filesystem::setattr`] changes; `None` leaves one as it is. The change
@@ -42,7 +43,8 @@ impl Filesystem {
         let writer = self.writer.as_ref();
         let handle = self.inode_handle(ino)?;
         let last = {
-            let txn = writer.map(|w| w.begin()).transpose()?;
+            // Giving back a reservation window changes no block.
+            let txn = writer.map(|w| w.begin(0)).transpose()?;
             let mut state = handle.lock(&self.inodes);
             if state.open_count == 0 {
                 return Err(Error::Invalid(format!("inode {ino} is not open")));
@@ -65,7 +67,9 @@ impl Filesystem {
     /// Frees orphan `ino` if nobody has it open any more and it has no links.
     pub(crate) fn close_orphan(&self, ino: u32) -> Result<()> {
         let writer = self.writer()?;
-        let txn = writer.begin()?;
+        // The inode, its neighbour on the orphan list, and its xattr block's reference
+        // count (its blocks' and inode's frees declare their own).
+        let txn = writer.begin(INODE + ORPHAN + 1)?;
         let io = writer.io(self, &txn);
         let handle = self.inode_handle(ino)?;
         let mut state = handle.lock(&self.inodes);
@@ -86,7 +90,7 @@ impl Filesystem {
         }
         let writer = self.writer()?;
         {
-            let _txn = writer.begin()?;
+            let _txn = writer.begin(INODE)?;
             let handle = self.inode_handle(ino)?;
             let mut state = handle.lock(&self.inodes);
             let inode = &mut state.inode;

@@ -4,6 +4,7 @@
 use crate::error::{Error, Result};
 use crate::filesystem::Filesystem;
 use crate::inode::cache::InodeState;
+use crate::io::credits::INODE;
 use crate::map::file_mapping::FileMapping;
 use crate::txn::txn_io::TxnIo;
 
@@ -14,7 +15,8 @@ impl Filesystem {
     pub fn truncate(&self, ino: u32, size: u64) -> Result<()> {
         let writer = self.writer()?;
         {
-            let txn = writer.begin()?;
+            // The inode; the mapping's edits and the frees declare their own.
+            let txn = writer.begin(INODE)?;
             let handle = self.inode_handle(ino)?;
             let mut state = handle.lock(&self.inodes);
             self.require_regular(&state)?;

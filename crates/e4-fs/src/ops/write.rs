@@ -15,6 +15,7 @@ use crate::error::{Error, Result};
 use crate::filesystem::Filesystem;
 use crate::filesystem::Writer;
 use crate::inode::cache::InodeState;
+use crate::io::credits::{GROUP, INODE, NEW_BLOCK};
 use crate::io::meta_io::MetaIo;
 use crate::map::file_mapping::FileMapping;
 use crate::txn::txn_io::TxnIo;
@@ -149,7 +150,8 @@ impl Filesystem {
     /// files which are not growing are holding.
     fn release_all_windows(&self) -> Result<()> {
         let writer = self.writer()?;
-        let txn = writer.begin()?;
+        // Giving back reservation windows changes no block.
+        let txn = writer.begin(0)?;
         for handle in self.inodes.all() {
             let mut state = handle.lock(&self.inodes);
             writer
@@ -164,7 +166,9 @@ impl Filesystem {
     fn write_at_once(&self, ino: u32, offset: u64, data: &[u8]) -> Result<usize> {
         let writer = self.writer()?;
         let written = {
-            let txn = writer.begin()?;
+            // The inode, and a block for inline bytes moving out of it; each run's
+            // allocation and mapping edit declares its own.
+            let txn = writer.begin(INODE + NEW_BLOCK)?;
             let handle = self.inode_handle(ino)?;
             let mut state = handle.lock(&self.inodes);
             self.require_regular(&state)?;
@@ -274,6 +278,7 @@ impl Filesystem {
                             && (offset + data.len() as u64).div_ceil(bs) <= SMALL_FILE_BLOCKS;
                         let blocks = &io.space.blocks;
                         let privileged = io.space.may_use_root_reserve();
+                        io.extend_credits(GROUP);
                         let got = if small {
                             blocks.allocate_small_file_as(want, io.slot, stream, privileged)
                         } else {

@@ -10,6 +10,7 @@ use e4_format::xattr::split_name;
 use crate::error::{Error, Result};
 use crate::filesystem::Filesystem;
 use crate::inode::cache::InodeState;
+use crate::io::credits::{INODE, NEW_BLOCK};
 use crate::txn::txn_io::TxnIo;
 use crate::xattr::store::{release_xattr_block, set_file_acl, InodeXattrs, XattrKey};
 
@@ -189,7 +190,9 @@ impl Filesystem {
     fn change_xattr(&self, ino: u32, update: &XattrUpdate<'_>) -> Result<()> {
         let writer = self.writer()?;
         {
-            let txn = writer.begin()?;
+            // The inode (in-inode attributes), a new attribute block, and the reference
+            // count of the block it replaces (whose free declares its own).
+            let txn = writer.begin(INODE + NEW_BLOCK + 1)?;
             let io = writer.io(self, &txn);
             let handle = self.inode_handle(ino)?;
             let mut state = handle.lock(&self.inodes);

@@ -182,13 +182,17 @@ impl Transactions {
             .map(|f| std::mem::replace(&mut *f.lock(), TransactionFrees::new(txn + 1)))
             .collect();
         self.pending_blocks.store(0, Ordering::Relaxed);
+        let budget = self.credits.close(txn);
         let gathered = self.gather(parts);
         drop(closed);
-        let result = gathered.and_then(|batch| self.write_out(parts, batch));
-        if result.is_err() {
-            self.state.store(FAILED, Ordering::Release);
-            return result;
-        }
+        let written = match gathered.and_then(|batch| self.write_out(parts, batch)) {
+            Ok(written) => written,
+            Err(e) => {
+                self.state.store(FAILED, Ordering::Release);
+                return Err(e);
+            }
+        };
+        self.credits.settle(budget, written);
         for f in frees {
             parts.space.blocks.commit_frees(f, 0);
         }
@@ -264,8 +268,8 @@ impl Transactions {
     /// meanwhile first freezes a copy of it for this commit ([`Buffer`]), and the next
     /// commit, which starts only after this one, writes the change. No block freed by either
     /// transaction can be reused before its own commit ends, so none of the blocks written
-    /// here can belong to something else by now.
-    fn write_out(&self, parts: &CommitParts<'_>, batch: CommitBatch) -> Result<()> {
+    /// here can belong to something else by now. Returns how many blocks it wrote.
+    fn write_out(&self, parts: &CommitParts<'_>, batch: CommitBatch) -> Result<u64> {
         let CommitBatch {
             mut changed_groups,
             inode_bitmaps,
@@ -273,30 +277,32 @@ impl Transactions {
             block_groups,
         } = batch;
         write_back::write_buffers(parts.store, &buffers)?;
+        let mut written = buffers.len() + 1;
         drop(buffers);
         let block_bitmaps =
             parts
                 .space
                 .encode_block_bitmaps(parts.superblock, parts.descriptors, block_groups);
         changed_groups.extend(block_bitmaps.iter().map(|(g, _)| *g));
+        let descriptor_blocks = parts.descriptors.encode_blocks(
+            parts.geometry,
+            parts.store.block_size() as usize,
+            changed_groups,
+        );
+        written += inode_bitmaps.len() + block_bitmaps.len() + descriptor_blocks.len();
         let bitmaps = inode_bitmaps
             .into_iter()
             .chain(block_bitmaps.into_iter().map(|(_, write)| write));
         write_back::write_uncached(
             parts.store,
-            bitmaps
-                .map(|w| (w.block, w.bytes))
-                .chain(parts.descriptors.encode_blocks(
-                    parts.geometry,
-                    parts.store.block_size() as usize,
-                    changed_groups,
-                )),
+            bitmaps.map(|w| (w.block, w.bytes)).chain(descriptor_blocks),
         )?;
         write_back::write_superblock(
             parts.store,
             &parts.space.superblock.encode(parts.descriptors),
         )?;
-        parts.store.flush("at commit")
+        parts.store.flush("at commit")?;
+        Ok(written as u64)
     }
 
     /// Closes the gate for the unmount's last write: the superblock marked clean. No
@@ -314,7 +320,9 @@ impl Transactions {
 }
 
 /// Writes the orphan list: the superblock's head and each orphan's `i_dtime` pointing at
-/// the next (no operation runs during a commit, so their locks are free).
+/// the next (no operation runs during a commit, so their locks are free). Only an orphan
+/// whose link changed is written: the operation that put it on the list, or took its
+/// neighbour off, declared it.
 fn chain_orphans(parts: &CommitParts<'_>) -> Result<()> {
     let orphans = parts.space.orphans.chain();
     for (i, &ino) in orphans.iter().enumerate() {
@@ -322,8 +330,12 @@ fn chain_orphans(parts: &CommitParts<'_>) -> Result<()> {
             .inodes
             .get(ino)
             .ok_or_else(|| Error::Internal(format!("orphan inode {ino} is open but not cached")))?;
-        handle.lock(parts.inodes).inode.record.dtime = orphans.get(i + 1).copied().unwrap_or(0);
-        parts.inodes.mark_dirty(&handle);
+        let next = orphans.get(i + 1).copied().unwrap_or(0);
+        let dtime = &mut handle.lock(parts.inodes).inode.record.dtime;
+        if *dtime != next {
+            *dtime = next;
+            parts.inodes.mark_dirty(&handle);
+        }
     }
     parts
         .space

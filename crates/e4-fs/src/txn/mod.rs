@@ -11,6 +11,7 @@
 //! runs ([`commit`] has the order). One commit runs at a time.
 
 pub(crate) mod commit;
+pub(crate) mod credit_ledger;
 pub(crate) mod interval;
 pub(crate) mod txn_io;
 pub(crate) mod write_back;
@@ -24,6 +25,8 @@ use e4_alloc::{BlockAllocator, TransactionFrees};
 use parking_lot::{Condvar, Mutex, RwLock, RwLockReadGuard};
 
 use crate::error::{Error, Result};
+use crate::io::credits::GROUP;
+use crate::txn::credit_ledger::{CreditLedger, CreditOverrun};
 
 /// Limit-counter slots, commit-gate slots and pending-free lists: one per thread up to this.
 pub(crate) const SLOTS: usize = 64;
@@ -40,11 +43,21 @@ fn thread_slot() -> usize {
     THREAD_SLOT.with(|s| *s)
 }
 
-/// An operation's membership in the running transaction. Hold it across every change the
-/// operation makes; drop it before waiting for a commit.
+/// An operation's membership in the running transaction, with the credits it declared
+/// ([`crate::io::credits`]). Hold it across every change the operation makes; drop it before waiting
+/// for a commit.
 pub(crate) struct TxnHandle<'a> {
     _gate: RwLockReadGuard<'a, ()>,
+    txns: &'a Transactions,
     pub slot: usize,
+}
+
+impl TxnHandle<'_> {
+    /// Declares `credits` more blocks this operation may dirty, before the step that may
+    /// dirty them (jbd2's `jbd2_journal_extend`).
+    pub(crate) fn extend(&self, credits: u32) {
+        self.txns.declare_credits(self.slot, credits);
+    }
 }
 
 /// The transactions of a filesystem open for writing.
@@ -84,6 +97,8 @@ pub(crate) struct Transactions {
     /// first). Written once per commit; operations only load it, and it has its own cache
     /// line, so the end-of-operation check adds no shared write and no line bouncing.
     last_commit: CachePadded<AtomicU64>,
+    /// What the running transaction's handles declared they may dirty.
+    credits: CreditLedger,
 }
 
 /// An inode freed in the running transaction, waiting for its commit.
@@ -124,6 +139,7 @@ impl Transactions {
             commit_interval: (!commit_interval.is_zero()).then_some(commit_interval),
             epoch: Instant::now(),
             last_commit: CachePadded::new(AtomicU64::new(0)),
+            credits: CreditLedger::new(SLOTS),
         }
     }
 
@@ -155,16 +171,32 @@ impl Transactions {
         self.commits.get()
     }
 
-    /// Joins the running transaction.
-    pub(crate) fn begin(&self) -> Result<TxnHandle<'_>> {
+    /// Joins the running transaction, declaring that the operation may dirty up to
+    /// `credits` metadata blocks ([`crate::io::credits`]).
+    pub(crate) fn begin(&self, credits: u32) -> Result<TxnHandle<'_>> {
         self.check_open()?;
         let slot = thread_slot();
-        Ok(TxnHandle {
+        let handle = TxnHandle {
             _gate: self
                 .gate_locks
                 .take(|| self.gate[slot].try_read(), || self.gate[slot].read()),
+            txns: self,
             slot,
-        })
+        };
+        handle.extend(credits);
+        Ok(handle)
+    }
+
+    /// Declares `credits` more for the running transaction, from thread slot `slot` (the
+    /// caller holds a handle from it).
+    pub(crate) fn declare_credits(&self, slot: usize, credits: u32) {
+        self.credits.declare(slot, credits);
+    }
+
+    /// Commits that wrote more blocks than their transactions declared (none, unless a
+    /// handle under-declares).
+    pub(crate) fn credit_overruns(&self) -> Vec<CreditOverrun> {
+        self.credits.overruns()
     }
 
     /// Stops every operation until the returned guards are dropped: the gate closed, as a
@@ -173,8 +205,10 @@ impl Transactions {
         self.gate.iter().map(|g| g.write()).collect()
     }
 
-    /// Frees inode `ino` when the running transaction commits (see `inode_frees`).
+    /// Frees inode `ino` when the running transaction commits (see `inode_frees`); the
+    /// commit writes its group's inode bitmap and descriptor, declared here.
     pub(crate) fn free_inode(&self, ino: u32, directory: bool, slot: usize) {
+        self.credits.declare(slot, GROUP);
         self.inode_frees[slot]
             .lock()
             .push(FreedInode { ino, directory });
@@ -186,7 +220,9 @@ impl Transactions {
     }
 
     /// Frees `len` blocks from `start` of `blocks` when the running transaction commits.
-    /// The caller holds a handle, so the transaction cannot commit in between.
+    /// The caller holds a handle, so the transaction cannot commit in between. The commit
+    /// writes the bitmaps showing them free (they are reusable only once it is on disk),
+    /// so a free declares its groups' bitmaps and descriptors.
     pub(crate) fn free_blocks(
         &self,
         blocks: &BlockAllocator,
@@ -194,6 +230,14 @@ impl Transactions {
         len: u64,
         slot: usize,
     ) -> Result<()> {
+        let geometry = blocks.geometry();
+        let per_group = u64::from(geometry.blocks_per_group);
+        let first = start.saturating_sub(geometry.first_data_block);
+        let groups = (first + len).div_ceil(per_group) - first / per_group;
+        self.credits.declare(
+            slot,
+            GROUP.saturating_mul(u32::try_from(groups).unwrap_or(u32::MAX)),
+        );
         let mut frees = self.frees[slot].lock();
         self.pending_blocks.fetch_add(len, Ordering::Relaxed);
         let mut at = start;

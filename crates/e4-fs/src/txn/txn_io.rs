@@ -120,4 +120,8 @@ impl MetaIo for TxnIo<'_> {
         }
         Ok(())
     }
+
+    fn extend_credits(&self, credits: u32) {
+        self.txns.declare_credits(self.slot, credits);
+    }
 }

@@ -133,6 +133,9 @@ impl ExtentTree<'_> {
             }
             let mut child = self.read_node(node.indexes[i].child, node.depth - 1)?;
             if self.shift_in(&mut child, from, distance, direction)? {
+                // Which nodes a shift changes is known only as it walks: each is declared
+                // before it is written.
+                self.io.extend_credits(1);
                 self.write_node(&child)?;
             }
             // OK to unwrap: shifting and merging never empty a node.
