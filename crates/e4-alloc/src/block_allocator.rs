@@ -187,6 +187,9 @@ pub enum BadFree {
     Pending,
     /// Part of it is filesystem metadata (the system zone).
     SystemZone,
+    /// Part of it is not among the transaction's pending frees (a cancel of a free the
+    /// transaction did not make).
+    NotPending,
 }
 
 impl From<FreeRefusal> for BadFree {
@@ -211,6 +214,7 @@ impl std::fmt::Display for AllocError {
                     BadFree::Reserved => "are reserved for another file's appends",
                     BadFree::Pending => "are already being freed",
                     BadFree::SystemZone => "hold filesystem metadata",
+                    BadFree::NotPending => "are not among the transaction's frees",
                 };
                 write!(
                     f,

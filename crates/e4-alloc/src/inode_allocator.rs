@@ -405,6 +405,18 @@ impl InodeAllocator {
         })
     }
 
+    /// Loads the bitmap of inode `ino`'s group (inode bitmaps stay loaded once read), so
+    /// that freeing `ino` later, when the caller's transaction commits, cannot fail for want
+    /// of it: an operation that frees an inode checks this before it changes anything.
+    pub fn load_group_of(&self, ino: u32, slot: usize) -> Result<(), InodeError> {
+        let (g, _) = self
+            .geometry
+            .group_of(ino)
+            .ok_or(InodeError::BadFree(ino))?;
+        let guard = self.groups[g as usize].lock(&self.stats.group_locks);
+        self.loaded(g, guard, slot).map(drop)
+    }
+
     /// Returns inode `ino` (a directory if `directory`) to the free inodes.
     pub fn free(&self, ino: u32, directory: bool, slot: usize) -> Result<(), InodeError> {
         let _global = (self.locking == GroupLocking::Global)

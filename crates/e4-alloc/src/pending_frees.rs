@@ -11,7 +11,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::block_allocator::{AllocError, BlockAllocator, Extent};
+use crate::block_allocator::{AllocError, BadFree, BlockAllocator, Extent};
 use crate::block_group::GroupExtent;
 
 /// One group's pending runs, by first block: disjoint (a free that overlaps one is refused),
@@ -57,6 +57,26 @@ impl PendingRuns {
             }
         }
         self.runs.insert(start, (len, txn));
+    }
+
+    /// Takes `range` back out of `txn`'s runs (a free undone); false, changing nothing,
+    /// unless one of `txn`'s runs holds all of it.
+    pub(crate) fn remove(&mut self, txn: u64, range: GroupExtent) -> bool {
+        let Some((&start, &(len, run_txn))) = self.runs.range(..=range.start).next_back() else {
+            return false;
+        };
+        let end = range.start + range.len;
+        if run_txn != txn || start + len < end {
+            return false;
+        }
+        self.runs.remove(&start);
+        if start < range.start {
+            self.runs.insert(start, (range.start - start, txn));
+        }
+        if end < start + len {
+            self.runs.insert(end, (start + len - end, txn));
+        }
+        true
     }
 
     /// `txn`'s runs, in block order.
@@ -138,6 +158,39 @@ impl BlockAllocator {
             if !txn.groups.contains(&g) {
                 txn.groups.push(g);
             }
+        }
+        Ok(())
+    }
+
+    /// Undoes [`Self::free_in_transaction`] of `extent` by `txn` (an operation that failed
+    /// after freeing it): the blocks are in use again. Refused, changing nothing, unless
+    /// `txn` freed all of them.
+    pub fn cancel_free_in_transaction(
+        &self,
+        extent: Extent,
+        txn: &TransactionFrees,
+    ) -> Result<(), AllocError> {
+        let refused = || AllocError::BadFree {
+            extent,
+            reason: BadFree::NotPending,
+        };
+        let pieces = self.pieces(extent)?;
+        for &(g, range) in &pieces {
+            let state = self.lock_group(g, 0)?;
+            if !state
+                .pending
+                .of(txn.txn)
+                .any(|p| p.start <= range.start && range.start + range.len <= p.start + p.len)
+            {
+                return Err(refused());
+            }
+        }
+        for (g, range) in pieces {
+            let mut state = self.lock_group(g, 0)?;
+            if !state.pending.remove(txn.txn, range) {
+                return Err(refused());
+            }
+            self.mark_dirty(g);
         }
         Ok(())
     }

@@ -387,6 +387,23 @@ impl Filesystem {
     }
 
     /// Whether the filesystem was opened for writing.
+    /// Makes the allocation of blocks or an inode after the next `succeed` fail as if the
+    /// filesystem were full, and every one after it; `None` ends that (fault-injection
+    /// tests).
+    #[cfg(feature = "testing")]
+    pub fn fail_allocations_after(&self, succeed: Option<u64>) {
+        if let Some(w) = &self.writer {
+            w.space.faults.arm(succeed);
+        }
+    }
+
+    /// Allocations of blocks or inodes asked for so far (a dry run counts an operation's
+    /// allocation points).
+    #[cfg(feature = "testing")]
+    pub fn allocations_seen(&self) -> u64 {
+        self.writer.as_ref().map_or(0, |w| w.space.faults.seen())
+    }
+
     /// The commits so far that wrote more metadata blocks than their transactions'
     /// handles declared (none, unless an operation under-declares its credits).
     #[cfg(feature = "testing")]

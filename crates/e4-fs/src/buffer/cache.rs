@@ -225,6 +225,12 @@ impl BufferCache {
         Some(Arc::clone(&slot.buffer))
     }
 
+    /// Block `nr` if the cache holds it loaded; never reads.
+    pub fn peek(&self, nr: u64) -> Option<Arc<Buffer>> {
+        self.cached(nr)
+            .filter(|buffer| buffer.loaded.load(Ordering::Acquire))
+    }
+
     /// Lock counts of the shards.
     pub fn shard_stats(&self) -> &LockStats {
         &self.shard_locks

@@ -82,10 +82,17 @@ impl BlockStore {
         })
     }
 
-    /// Metadata block `nr` through the cache, verified as `role`.
+    /// Metadata block `nr` through the cache, verified as `role`. A block that fails
+    /// verification leaves the cache (unless this transaction changed it): damage on the
+    /// way from the device is read afresh next time, and damage on the disk is found again.
     pub(crate) fn read_as(&self, nr: u64, role: BufferRole) -> Result<Arc<Buffer>> {
         let buffer = self.read(nr)?;
-        self.verify(&buffer, role)?;
+        if let Err(e) = self.verify(&buffer, role) {
+            if !buffer.is_dirty() {
+                self.cache.forget(nr);
+            }
+            return Err(e);
+        }
         Ok(buffer)
     }
 

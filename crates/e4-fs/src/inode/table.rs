@@ -77,8 +77,16 @@ impl InodeTable {
             .into());
         }
         let block = store.read(block_nr)?;
-        let raw = &block.bytes()[at..at + self.inode_size];
-        Ok(Inode::parse(raw, ino, store.csum_seed())?)
+        let parsed = Inode::parse(
+            &block.bytes()[at..at + self.inode_size],
+            ino,
+            store.csum_seed(),
+        );
+        if parsed.is_err() && !block.is_dirty() {
+            // Read afresh next time, as a block that fails verification (`BlockStore::read_as`).
+            store.cache().forget(block_nr);
+        }
+        Ok(parsed?)
     }
 
     /// Encodes `inode` (computing its checksum) into its inode-table block, which the next

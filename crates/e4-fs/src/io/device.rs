@@ -154,6 +154,11 @@ pub enum Fault {
     ReadsFrom(u64),
     /// Every write from the `n`th on.
     WritesFrom(u64),
+    /// The `n`th read only: a device that fails once.
+    Read(u64),
+    /// The `n`th read only returns its bytes with one bit flipped in each 64: damage a
+    /// checksum or a structure check must catch.
+    CorruptRead(u64),
     /// Every flush.
     Flushes,
 }
@@ -212,10 +217,19 @@ fn injected(what: &str) -> io::Error {
 impl<D: Device> Device for FaultyDevice<D> {
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         let n = self.reads.fetch_add(1, Ordering::Relaxed);
-        if matches!(*self.fault.lock(), Fault::ReadsFrom(from) if n >= from) {
-            return Err(injected("read"));
+        let fault = *self.fault.lock();
+        match fault {
+            Fault::ReadsFrom(from) if n >= from => return Err(injected("read")),
+            Fault::Read(at) if n == at => return Err(injected("read")),
+            _ => {}
         }
-        self.inner.read_exact_at(buf, offset)
+        self.inner.read_exact_at(buf, offset)?;
+        if fault == Fault::CorruptRead(n) {
+            for byte in buf.iter_mut().step_by(8) {
+                *byte ^= 0x10;
+            }
+        }
+        Ok(())
     }
 
     fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {

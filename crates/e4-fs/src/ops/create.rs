@@ -12,7 +12,7 @@ use e4_format::inode::{flags, FileType, Inode, ROOT_INO};
 use crate::dir::editor::{DirectoryEditor, ADD_ENTRY_CREDITS};
 use crate::dir::entry::{check_name, DirFormat};
 use crate::dir::inline::empty_inline_dir;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Shortage};
 use crate::filesystem::Filesystem;
 use crate::inode::cache::{InodeHandle, InodeState};
 use crate::io::credits::{INODE, NEW_INODE};
@@ -251,6 +251,7 @@ impl Filesystem {
         creator: Creator,
     ) -> Result<Arc<InodeHandle>> {
         let is_dir = matches!(kind, NewKind::Directory);
+        io.space.may_allocate(Shortage::Inodes)?;
         let new = io
             .space
             .inodes

@@ -7,7 +7,7 @@ use e4_format::inode::{flags, Inode, I_BLOCK_SIZE};
 use e4_format::{FormatError, Location, Problem, Structure};
 
 use crate::dir::editor::DirectoryBlocks;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Shortage};
 use crate::filesystem::Filesystem;
 use crate::io::credits::NEW_BLOCK;
 use crate::io::meta_io::MetaIo;
@@ -88,6 +88,7 @@ impl DirectoryBlocks for InodeDirectoryBlocks<'_> {
         let stream = u64::from(self.inode.ino);
         // The new block and its group's bitmap and descriptor; its mapping declares its own.
         self.io.extend_credits(NEW_BLOCK);
+        self.io.space.may_allocate(Shortage::Blocks)?;
         let got = match self.window.as_deref_mut() {
             Some(window) if logical >= WINDOWLESS_BLOCKS => {
                 window.raise_cap(directory_window_cap(logical));
@@ -115,6 +116,7 @@ impl DirectoryBlocks for InodeDirectoryBlocks<'_> {
             let freed = self.io.space.blocks.free(got, self.io.slot);
             return Err(e.after_undo(freed.map_err(Error::from_block_allocation)));
         }
+        self.io.took(got);
         self.inode.set_size(new_size);
         Ok(got.start)
     }

@@ -3,7 +3,7 @@
 
 use e4_format::inode::{flags, FileType, Inode};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Shortage};
 use crate::filesystem::Filesystem;
 use crate::inode::cache::InodeState;
 use crate::io::credits::{GROUP, INODE};
@@ -88,9 +88,12 @@ impl Filesystem {
                 | FallocateMode::InsertRange => io.removing_space(),
                 _ => io,
             };
-            if !self.fallocate_inline(&io, &mut state, mode, offset, end)? {
-                self.fallocate_blocks(&io, &mut state, mode, offset, end)?;
-            }
+            io.all_or_nothing(&mut state, |state| {
+                if !self.fallocate_inline(&io, state, mode, offset, end)? {
+                    self.fallocate_blocks(&io, state, mode, offset, end)?;
+                }
+                Ok(())
+            })?;
             let changes_data = !matches!(mode, FallocateMode::Allocate | FallocateMode::KeepSize);
             Self::touch(&mut state.inode, changes_data);
             drop(state);
@@ -156,7 +159,8 @@ impl Filesystem {
                 }
             }
             FallocateMode::PunchHole | FallocateMode::ZeroRange => {
-                self.zero_partial(io, state, offset, end)?;
+                // The mapping first: its failures are undone whole. The partial blocks'
+                // bytes last, once nothing else can fail but their own writes.
                 if end_full > first_full {
                     self.free_range(io, state, first_full, end_full - first_full)?;
                 }
@@ -166,6 +170,7 @@ impl Filesystem {
                         self.set_file_size(&mut state.inode, end);
                     }
                 }
+                self.zero_partial(io, state, offset, end)?;
             }
             FallocateMode::CollapseRange => {
                 let (first, count) = (offset / bs, (end - offset) / bs);
@@ -280,6 +285,7 @@ impl Filesystem {
                     None => None,
                 };
                 io.extend_credits(GROUP);
+                io.space.may_allocate(Shortage::Blocks)?;
                 let got = io
                     .space
                     .blocks
@@ -296,6 +302,7 @@ impl Filesystem {
                     let freed = io.space.blocks.free(got, io.slot);
                     return Err(e.after_undo(freed.map_err(Error::from_block_allocation)));
                 }
+                io.took(got);
                 *data_blocks += i64::from(got.len);
                 logical += u64::from(got.len);
             }

@@ -87,33 +87,39 @@ impl Filesystem {
             }
             // Forgotten under the directory's lock, before the edit (dentry_cache.rs).
             self.dentries.forget(parent, name);
-            self.edit_dir(&io, &format, dir, |e| e.remove_located(located))?;
-            if is_dir {
-                Self::drop_dir_link(&mut dir.inode);
-                target.inode.record.links_count = 0;
-            } else {
-                target.inode.record.links_count = target.inode.links_count().saturating_sub(1);
-            }
-            Self::touch(&mut dir.inode, true);
-            Self::touch(&mut target.inode, false);
-            // The directory is done with: other operations in it need not wait for the
-            // victim's freeing, which is most of an unlink of the last link (the kernel too
-            // evicts the inode after the directory's lock is dropped). The victim stays
-            // locked, so nothing that finds it by number sees it half freed.
-            let at = locked
-                .iter()
-                .position(|(ino, _)| *ino == parent)
-                .expect("the directory was locked");
-            drop(locked.swap_remove(at));
-            self.inodes.mark_dirty(&parent_handle);
-            let target = state(&mut locked, victim);
-            let freed = target.inode.links_count() == 0 && target.open_count == 0;
-            if freed {
-                self.delete_inode(&io, target)?;
-            } else if target.inode.links_count() == 0 {
+            // The name goes and the victim is freed together or not at all: both stay
+            // locked until the freeing is done, so that a failure part-way (a tree block
+            // that cannot be read) puts the directory back as no one else has seen it.
+            let (saved_dir, saved_target) = (dir.inode.clone(), target.inode.clone());
+            let removed = (|| -> Result<bool> {
+                self.edit_dir(&io, &format, dir, |e| e.remove_located(located))?;
+                if is_dir {
+                    Self::drop_dir_link(&mut dir.inode);
+                    target.inode.record.links_count = 0;
+                } else {
+                    target.inode.record.links_count = target.inode.links_count().saturating_sub(1);
+                }
+                Self::touch(&mut dir.inode, true);
+                Self::touch(&mut target.inode, false);
+                let freed = target.inode.links_count() == 0 && target.open_count == 0;
+                if freed {
+                    self.delete_inode(&io, target)?;
+                }
+                Ok(freed)
+            })();
+            let freed = match removed {
+                Ok(freed) => freed,
+                Err(e) => {
+                    dir.inode = saved_dir;
+                    target.inode = saved_target;
+                    return Err(e.after_undo(io.undo()));
+                }
+            };
+            if !freed && target.inode.links_count() == 0 {
                 writer.space.orphans.add(victim);
             }
             drop(locked);
+            self.inodes.mark_dirty(&parent_handle);
             if !freed {
                 self.inodes.mark_dirty(&victim_handle);
             }
@@ -126,14 +132,20 @@ impl Filesystem {
     /// number when the running transaction commits, its xattr block reference; writes its
     /// final record (links 0, dtime set) into the inode table now.
     pub(crate) fn delete_inode(&self, io: &TxnIo<'_>, state: &mut InodeState) -> Result<()> {
+        // The number is freed at commit, which must not fail for want of its bitmap.
+        io.space
+            .inodes
+            .load_group_of(state.inode.ino, io.slot)
+            .map_err(Error::from_inode_allocation)?;
         self.release_inode_space(io, state)?;
         let is_dir = state.inode.file_type() == Some(FileType::Directory);
         let now = crate::time::now();
         state.inode.record.dtime = (now.seconds as u32).max(1);
         state.inode.record.links_count = 0;
         state.inode.set_size(0);
-        state.deleted = true;
+        // The last step that can fail: an operation that fails before it is undone whole.
         self.inode_table.write_record(&self.store, &state.inode)?;
+        state.deleted = true;
         // Out of the cache before the number can be handed out again (after the commit).
         self.inodes.remove(state.inode.ino);
         io.txns.free_inode(state.inode.ino, is_dir, io.slot);

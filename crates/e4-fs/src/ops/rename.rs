@@ -113,7 +113,10 @@ impl Filesystem {
             if now_source != Some(source) || now_target != target {
                 continue;
             }
-            self.rename_locked(
+            // All or nothing: the records of every inode involved, put back with every
+            // block change if the rename fails part-way.
+            let saved: Vec<_> = locked.iter().map(|(_, s)| s.inode.clone()).collect();
+            let renamed = self.rename_locked(
                 &io,
                 &format,
                 &mut locked,
@@ -124,7 +127,13 @@ impl Filesystem {
                 source,
                 target,
                 mode,
-            )?;
+            );
+            if let Err(e) = renamed {
+                for ((_, state), inode) in locked.iter_mut().zip(saved) {
+                    state.inode = inode;
+                }
+                return Err(e.after_undo(io.undo()));
+            }
             drop(locked);
             for h in &handles {
                 self.inodes.mark_dirty(h);

@@ -24,16 +24,19 @@ impl Filesystem {
                 return Err(Error::FileTooBig(format!("inode {ino}")));
             }
             let io = writer.io(self, &txn).removing_space();
-            let inline = self.change_inline(&io, &mut state, size, false, |_| {})?;
-            if !inline && size < state.inode.size() {
-                self.free_range(
-                    &io,
-                    &mut state,
-                    size.div_ceil(u64::from(self.block_size())),
-                    u64::MAX,
-                )?;
-                self.zero_tail(&io, &mut state, size)?;
-            }
+            io.all_or_nothing(&mut state, |state| {
+                let inline = self.change_inline(&io, state, size, false, |_| {})?;
+                if !inline && size < state.inode.size() {
+                    self.free_range(
+                        &io,
+                        state,
+                        size.div_ceil(u64::from(self.block_size())),
+                        u64::MAX,
+                    )?;
+                    self.zero_tail(&io, state, size)?;
+                }
+                Ok(())
+            })?;
             writer
                 .space
                 .blocks

@@ -182,14 +182,28 @@ impl Filesystem {
             let io = writer.io(self, &txn);
             let end = offset + data.len() as u64;
             let new_len = end.max(state.inode.size());
-            let inline = self.change_inline(&io, &mut state, new_len, true, |content| {
-                // OK to cast: the content is `end` bytes or more, in memory.
-                content[offset as usize..end as usize].copy_from_slice(data)
+            let saved = state.inode.clone();
+            let inline = io.all_or_nothing(&mut state, |state| {
+                self.change_inline(&io, state, new_len, true, |content| {
+                    // OK to cast: the content is `end` bytes or more, in memory.
+                    content[offset as usize..end as usize].copy_from_slice(data)
+                })
             })?;
             let result = if inline {
                 Ok(())
             } else {
-                self.write_blocks(&io, &mut state, offset, data)
+                let written = self.write_blocks(&io, &mut state, offset, data);
+                match written {
+                    // Nothing written, or a failure that is not the filesystem filling up
+                    // (which stops a write short, as the kernel's does): all undone.
+                    Err(WriteStop { written, error })
+                        if written == 0 || !matches!(error, Error::NoSpace(_)) =>
+                    {
+                        state.inode = saved;
+                        return Err(error.after_undo(io.undo()));
+                    }
+                    other => other,
+                }
             };
             let written = match &result {
                 Ok(()) => data.len(),
@@ -279,6 +293,7 @@ impl Filesystem {
                         let blocks = &io.space.blocks;
                         let privileged = io.space.may_use_root_reserve();
                         io.extend_credits(GROUP);
+                        io.space.may_allocate(Shortage::Blocks)?;
                         let got = if small {
                             blocks.allocate_small_file_as(want, io.slot, stream, privileged)
                         } else {
@@ -309,6 +324,7 @@ impl Filesystem {
                             let freed = blocks.free(got, io.slot);
                             return Err(e.after_undo(freed.map_err(Error::from_block_allocation)));
                         }
+                        io.took(got);
                         *data_blocks += i64::from(got.len);
                         bytes
                     }

@@ -6,6 +6,8 @@
 pub(crate) mod bitmaps;
 pub(crate) mod caller;
 pub(crate) mod descriptors;
+#[cfg(feature = "testing")]
+pub(crate) mod faults;
 pub(crate) mod next_superblock;
 pub(crate) mod orphans;
 pub(crate) mod placement;
@@ -21,7 +23,7 @@ use e4_format::group_descriptor::{GroupDescriptor, BG_BLOCK_UNINIT, BG_INODE_UNI
 use e4_format::superblock::Superblock;
 
 use crate::buffer::store::BlockStore;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Shortage};
 use crate::space::caller::Caller;
 use crate::space::next_superblock::NextSuperblock;
 use crate::space::orphans::Orphans;
@@ -38,6 +40,9 @@ pub(crate) struct Space {
     pub superblock: NextSuperblock,
     /// Inodes without links that are still open.
     pub orphans: Orphans,
+    /// Allocation failures a test asked for.
+    #[cfg(feature = "testing")]
+    pub faults: faults::AllocationFaults,
 }
 
 /// Blocks held back from ordinary allocation so that punching holes or shifting extents
@@ -142,7 +147,19 @@ impl Space {
             },
             superblock: NextSuperblock::mounted(sb),
             orphans: Orphans::default(),
+            #[cfg(feature = "testing")]
+            faults: faults::AllocationFaults::new(),
         })
+    }
+
+    /// Asked before every allocation of blocks or an inode: fails only when a
+    /// fault-injection test makes it (nothing at all without the `testing` feature).
+    pub(crate) fn may_allocate(&self, what: Shortage) -> Result<()> {
+        #[cfg(feature = "testing")]
+        self.faults.check(what)?;
+        #[cfg(not(feature = "testing"))]
+        let _ = what;
+        Ok(())
     }
 
     /// Whether this handle's writes may use the superuser's reserve (e4-alloc's

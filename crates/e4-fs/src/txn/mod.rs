@@ -14,6 +14,7 @@ pub(crate) mod commit;
 pub(crate) mod credit_ledger;
 pub(crate) mod interval;
 pub(crate) mod txn_io;
+pub(crate) mod undo;
 pub(crate) mod write_back;
 
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
@@ -147,10 +148,18 @@ impl Transactions {
         match self.state.load(Ordering::Acquire) {
             OPEN => Ok(()),
             FAILED => Err(Error::ReadOnly(
-                "an earlier write-back failed; the image needs e2fsck".into(),
+                "an earlier write-back failed, or a failed operation could not be undone; the image needs e2fsck".into(),
             )),
             _ => Err(Error::ReadOnly("the filesystem was unmounted".into())),
         }
+    }
+
+    /// Stops the filesystem taking changes: an operation that failed could not be undone,
+    /// so the image as the next commit would write it may be inconsistent. Returns
+    /// `error`, for the caller to report.
+    pub(crate) fn fail(&self, error: Error) -> Error {
+        self.state.store(FAILED, Ordering::Release);
+        error
     }
 
     /// Whether the filesystem still accepts changes (not unmounted, no failed commit).
@@ -251,17 +260,49 @@ impl Transactions {
                     },
                     &mut frees,
                 )
-                .map_err(|_| {
-                    Error::Format(e4_format::FormatError::corrupt(
-                        e4_format::Structure::BlockMapping,
-                        e4_format::Location::Block(at),
-                        e4_format::Problem::UnfreeableBlocks {
-                            len: u64::from(piece),
-                        },
-                    ))
+                .map_err(|e| match e {
+                    e4_alloc::AllocError::BadFree { .. } => {
+                        Error::Format(e4_format::FormatError::corrupt(
+                            e4_format::Structure::BlockMapping,
+                            e4_format::Location::Block(at),
+                            e4_format::Problem::UnfreeableBlocks {
+                                len: u64::from(piece),
+                            },
+                        ))
+                    }
+                    // A bitmap that cannot be read or trusted says so.
+                    other => Error::from_block_allocation(other),
                 })?;
             at += u64::from(piece);
         }
+        Ok(())
+    }
+
+    /// Takes `len` blocks from `start`, freed by this slot's operation in the running
+    /// transaction, back out of its pending frees (the operation failed part-way).
+    pub(crate) fn cancel_free(
+        &self,
+        blocks: &BlockAllocator,
+        start: u64,
+        len: u64,
+        slot: usize,
+    ) -> Result<()> {
+        let frees = self.frees[slot].lock();
+        let mut at = start;
+        while at < start + len {
+            let piece = (start + len - at).min(u64::from(u32::MAX)) as u32;
+            blocks
+                .cancel_free_in_transaction(
+                    e4_alloc::Extent {
+                        start: at,
+                        len: piece,
+                    },
+                    &frees,
+                )
+                .map_err(Error::from_block_allocation)?;
+            at += u64::from(piece);
+        }
+        self.pending_blocks.fetch_sub(len, Ordering::Relaxed);
         Ok(())
     }
 

@@ -3,13 +3,17 @@
 //! cached copy and mark it dirty with its role, so write-back seals it; allocations come from
 //! e4-alloc near the goal; frees wait for the commit.
 
-use e4_alloc::{AllocRequest, Reserve};
+use std::cell::RefCell;
+
+use e4_alloc::{AllocRequest, Extent, Reserve};
 
 use crate::buffer::cache::BufferRole;
 use crate::buffer::store::BlockStore;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Shortage};
+use crate::inode::cache::InodeState;
 use crate::io::meta_io::{BlockKind, MetaIo, Owner};
 use crate::space::Space;
+use crate::txn::undo::UndoLog;
 use crate::txn::{Transactions, TxnHandle};
 
 pub(crate) struct TxnIo<'a> {
@@ -21,6 +25,8 @@ pub(crate) struct TxnIo<'a> {
     /// The set-aside blocks the mechanisms' own blocks (tree nodes) may come from: the
     /// handle's ([`Space::reserve`]), or the metadata reserve when removing space.
     reserve: Reserve,
+    /// What the operation changed, to put back if it fails part-way.
+    undo: RefCell<UndoLog>,
 }
 
 impl<'a> TxnIo<'a> {
@@ -38,13 +44,64 @@ impl<'a> TxnIo<'a> {
             txns,
             slot: txn.slot,
             reserve: space.reserve,
+            undo: RefCell::default(),
         }
     }
 
     /// Frees `len` blocks from `start` when the running transaction commits.
     pub fn free_blocks(&self, start: u64, len: u64) -> Result<()> {
         self.txns
-            .free_blocks(&self.space.blocks, start, len, self.slot)
+            .free_blocks(&self.space.blocks, start, len, self.slot)?;
+        self.undo.borrow_mut().freed(start, len);
+        Ok(())
+    }
+
+    /// Records that the operation took `run` for good (mapped it): it goes back if the
+    /// operation fails later. (A run given back at once on a failed step is not recorded.)
+    pub fn took(&self, run: Extent) {
+        self.undo.borrow_mut().allocated(run);
+    }
+
+    /// Puts back everything the operation changed through this `TxnIo` (the operation
+    /// restores its inodes' records itself). If something cannot be put back, the
+    /// filesystem takes no more changes, and the error says so.
+    pub fn undo(&self) -> Result<()> {
+        let log = self.undo.take();
+        if log.is_empty() {
+            return Ok(());
+        }
+        log.undo(self.store, self.space, self.txns, self.slot)
+            .map_err(|e| self.txns.fail(e))
+    }
+
+    /// Runs `change`, which edits the inode `state` holds (locked) and blocks through this
+    /// `TxnIo`; if it fails, the inode's record is put back and every block change,
+    /// allocation and free it made is undone, so the operation leaves nothing behind.
+    pub fn all_or_nothing<T>(
+        &self,
+        state: &mut InodeState,
+        change: impl FnOnce(&mut InodeState) -> Result<T>,
+    ) -> Result<T> {
+        let saved = state.inode.clone();
+        match change(state) {
+            Ok(value) => Ok(value),
+            Err(e) => {
+                state.inode = saved;
+                Err(e.after_undo(self.undo()))
+            }
+        }
+    }
+
+    /// Logs block `nr`'s contents before its first change, reading it if the cache does
+    /// not hold it (a failed read fails the change before anything is changed).
+    fn log_block(&self, nr: u64) -> Result<()> {
+        if self.undo.borrow().has_block(nr) {
+            return Ok(());
+        }
+        let buffer = self.store.read(nr)?;
+        let before: Box<[u8]> = buffer.bytes().clone();
+        self.undo.borrow_mut().block(nr, Some(before));
+        Ok(())
     }
 
     /// Block access for an operation that splits extents without adding data (truncate,
@@ -85,12 +142,17 @@ impl MetaIo for TxnIo<'_> {
         // Verifying records the role write-back seals by (where there is a checksum to
         // seal), so the edit needs no second lock to set it.
         let buffer = self.store.read_as(nr, BufferRole::of(kind, owner))?;
+        if !self.undo.borrow().has_block(nr) {
+            let before: Box<[u8]> = buffer.bytes().clone();
+            self.undo.borrow_mut().block(nr, Some(before));
+        }
         edit(&mut buffer.bytes_mut())?;
         self.store.cache().mark_dirty(&buffer);
         Ok(())
     }
 
     fn write(&self, nr: u64, kind: BlockKind, owner: Owner, bytes: &[u8]) -> Result<()> {
+        self.log_block(nr)?;
         let buffer = self.store.cache().get_new(nr, bytes);
         buffer.set_role(BufferRole::of(kind, owner));
         self.store.cache().mark_dirty(&buffer);
@@ -98,6 +160,7 @@ impl MetaIo for TxnIo<'_> {
     }
 
     fn allocate(&self, goal: u64, owner: Owner) -> Result<u64> {
+        self.space.may_allocate(Shortage::Blocks)?;
         let extent = self
             .space
             .blocks
@@ -110,12 +173,21 @@ impl MetaIo for TxnIo<'_> {
                 reserve: self.reserve,
             })
             .map_err(Error::from_block_allocation)?;
+        self.took(extent);
         Ok(extent.start)
     }
 
     fn free(&self, start: u64, len: u64, _owner: Owner) -> Result<()> {
         self.free_blocks(start, len)?;
         for nr in start..start + len {
+            // A freed block's cached contents may hold this transaction's earlier changes:
+            // an undo puts them back.
+            if !self.undo.borrow().has_block(nr) {
+                if let Some(buffer) = self.store.cache().peek(nr) {
+                    let before: Box<[u8]> = buffer.bytes().clone();
+                    self.undo.borrow_mut().block(nr, Some(before));
+                }
+            }
             self.store.cache().forget(nr);
         }
         Ok(())
