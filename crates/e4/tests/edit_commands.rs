@@ -458,6 +458,45 @@ fn a_full_filesystem_is_one_line() {
     assert!(free < most, "{free} blocks still free after ENOSPC");
 }
 
+/// In a set-group-ID directory of the image, `mkdir` and `ln -s` make inodes of the
+/// directory's group (a directory also set-group-ID), as the kernel does; `put` and
+/// `import` copy the host's owner and mode all the same, as `cp -a` does.
+#[test]
+fn setgid_directories_give_their_group_and_copies_keep_the_hosts() {
+    let img = ext4_image(16);
+    let i = &img.path;
+    assert_success(&edit(i, &[&"mkdir", i, &"/shared"]));
+    assert_success(&edit(i, &[&"chown", i, &":777", &"/shared"]));
+    assert_success(&edit(i, &[&"chmod", i, &"2775", &"/shared"]));
+    assert_success(&edit(i, &[&"mkdir", i, &"/shared/made"]));
+    assert!(stat(i, "/shared/made").contains("(2755/drwxr-sr-x)"));
+    assert!(stat(i, "/shared/made").contains("Gid:   777"));
+    assert_success(&edit(i, &[&"ln", &"-s", i, &"made", &"/shared/link"]));
+    assert!(stat(i, "/shared/link").contains("Gid:   777"));
+
+    let host = tempfile::tempdir().unwrap();
+    let tree = host.path().join("tree");
+    fs::create_dir_all(tree.join("sub")).unwrap();
+    fs::write(tree.join("sub/file"), b"copied").unwrap();
+    let host_gid = fs::metadata(&tree).unwrap().gid();
+    let gid = format!("Gid: {host_gid:>5}");
+    assert_success(&edit(i, &[&"import", i, &tree, &"/shared/tree"]));
+    assert_success(&edit(
+        i,
+        &[&"put", i, &tree.join("sub/file"), &"/shared/put"],
+    ));
+    for path in [
+        "/shared/tree",
+        "/shared/tree/sub",
+        "/shared/tree/sub/file",
+        "/shared/put",
+    ] {
+        let shown = stat(i, path);
+        assert!(shown.contains(&gid), "{path}: {shown}");
+        assert!(!shown.contains("(2"), "{path} is set-group-ID: {shown}");
+    }
+}
+
 /// Import goes on past paths that fail, names each on one line, and fails at the end with
 /// the count; a directory that exists is merged into.
 #[test]

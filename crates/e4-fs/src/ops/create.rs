@@ -134,8 +134,8 @@ impl Filesystem {
 
     /// Creates a symlink `name` in `parent` pointing at `target` (fast, in the inode, when it
     /// fits). The target and its NUL must fit in one block and in `PATH_MAX`: up to 1,023
-    /// bytes on 1 KiB blocks, 2,047 on 2 KiB, 4,095 otherwise; a longer one is
-    /// [`Error::SymlinkTargetTooLong`] and an empty one [`Error::NotFound`], as the kernel answers.
+    /// bytes on 1 KiB blocks, 2,047 on 2 KiB, 4,095 otherwise. As the kernel answers, a
+    /// longer one is [`Error::SymlinkTargetTooLong`] and an empty one [`Error::NotFound`].
     pub fn symlink(
         &self,
         parent: u32,

@@ -21,12 +21,10 @@ pub struct SetAttributes {
     pub mtime: Option<Timestamp>,
 }
 
-/// `S_ISUID`, `S_ISGID`, `S_IXGRP`, `S_IFMT` and `S_IFDIR`.
+/// `S_ISUID`, `S_ISGID` and `S_IXGRP`.
 const SET_USER_ID: u16 = 0o4000;
 const SET_GROUP_ID: u16 = 0o2000;
 const GROUP_EXECUTE: u16 = 0o0010;
-const FILE_TYPE_MASK: u16 = 0o170000;
-const DIRECTORY: u16 = 0o040000;
 
 /// The mode of a non-directory after a change of owner or group with no new mode: setuid
 /// goes, and setgid with group execute (a setgid without it marks mandatory locking and
@@ -35,8 +33,8 @@ const DIRECTORY: u16 = 0o040000;
 /// directory keeps both. (The kernel also drops a setgid without group execute when the
 /// caller is neither in the file's group nor holds `CAP_FSETID`; that check on the caller is
 /// the caller's to make, as the other permission checks are.)
-fn mode_after_chown(mode: u16) -> u16 {
-    if mode & FILE_TYPE_MASK == DIRECTORY {
+fn mode_after_chown(mode: u16, is_dir: bool) -> u16 {
+    if is_dir {
         return mode;
     }
     let mut mode = mode & !SET_USER_ID;
@@ -123,7 +121,8 @@ impl Filesystem {
             if let Some(p) = attrs.permissions {
                 inode.record.mode = (inode.record.mode & !0o7777) | (p & 0o7777);
             } else if attrs.uid.is_some() || attrs.gid.is_some() {
-                inode.record.mode = mode_after_chown(inode.record.mode);
+                let is_dir = inode.file_type() == Some(FileType::Directory);
+                inode.record.mode = mode_after_chown(inode.record.mode, is_dir);
             }
             if let Some(uid) = attrs.uid {
                 inode.set_uid(uid);
