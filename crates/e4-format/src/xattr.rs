@@ -264,7 +264,7 @@ pub fn encode_xattr_block(
     let mut sorted: Vec<&XattrEntry> = entries.iter().collect();
     sorted.sort_by(|a, b| a.block_order().cmp(&b.block_order()));
     let mut block = vec![0u8; block_size];
-    let hashes = write_entries(&mut block, XattrBlockHeader::SIZE, &sorted, true);
+    let hashes = write_entries(&mut block, XattrBlockHeader::SIZE, &sorted, &[], true);
     let header = XattrBlockHeader {
         magic: XATTR_MAGIC,
         refcount,
@@ -281,8 +281,23 @@ pub fn encode_xattr_block(
 
 /// The in-inode area (`area_len` bytes) holding `entries` in the order given, with hash 0
 /// as the kernel writes there; all zeros (no magic) when there are none, as the kernel
-/// leaves an inode whose last in-inode attribute went. `None` when they do not fit.
+/// leaves an inode whose last in-inode attribute went. The values are packed down from the
+/// area's end in entry order. `None` when they do not fit.
 pub fn encode_inode_xattrs(entries: &[XattrEntry], area_len: usize) -> Option<Vec<u8>> {
+    encode_inode_xattrs_after(&[], entries, area_len)
+}
+
+/// As [`encode_inode_xattrs`], for an area that held `previous` (its bytes) and now holds
+/// `entries`: the values go where the kernel's in-place edit (`ext4_xattr_set_entry`)
+/// leaves them. Values stay packed down from the area's end; one whose entry was there
+/// with a value of the same padded size keeps its place in the old order, and a new or
+/// resized one goes below all of them (the kernel takes the old value out, closing the
+/// gap, and puts the new one at the lowest offset).
+pub fn encode_inode_xattrs_after(
+    previous: &[u8],
+    entries: &[XattrEntry],
+    area_len: usize,
+) -> Option<Vec<u8>> {
     let mut area = vec![0u8; area_len];
     if entries.is_empty() {
         return Some(area);
@@ -291,31 +306,95 @@ pub fn encode_inode_xattrs(entries: &[XattrEntry], area_len: usize) -> Option<Ve
         return None;
     }
     area[..INODE_HEADER_SIZE].copy_from_slice(&XATTR_MAGIC.to_le_bytes());
+    let old = previous_value_offsets(previous);
+    // The rank of each entry's value: kept ones by old offset, highest (nearest the end)
+    // first, then the others in entry order.
+    let mut order: Vec<(bool, std::cmp::Reverse<usize>, usize)> = entries
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            let kept = old.iter().find(|(index, name, _, size)| {
+                *index == e.index
+                    && *name == e.name.as_slice()
+                    && value_len(*size) == value_len(e.value.len())
+            });
+            match kept {
+                Some(&(_, _, offs, _)) => (false, std::cmp::Reverse(offs), i),
+                None => (true, std::cmp::Reverse(0), i),
+            }
+        })
+        .collect();
+    order.sort();
+    let order: Vec<usize> = order.into_iter().map(|(_, _, i)| i).collect();
     let ordered: Vec<&XattrEntry> = entries.iter().collect();
-    write_entries(&mut area[INODE_HEADER_SIZE..], 0, &ordered, false);
+    write_entries(&mut area[INODE_HEADER_SIZE..], 0, &ordered, &order, false);
     Some(area)
 }
 
+/// `(e_name_index, name, e_value_offs, e_value_size)` of each entry with a value in the
+/// in-inode area `area`, as far as it reads as one (an unreadable tail is left out: its
+/// values are then placed as new ones).
+fn previous_value_offsets(area: &[u8]) -> Vec<(u8, &[u8], usize, usize)> {
+    let mut found = Vec::new();
+    if area.len() < INODE_HEADER_SIZE || area[..INODE_HEADER_SIZE] != XATTR_MAGIC.to_le_bytes() {
+        return found;
+    }
+    let region = &area[INODE_HEADER_SIZE..];
+    let mut at = 0;
+    while at + END_OF_ENTRIES_SIZE <= region.len()
+        && region[at..at + END_OF_ENTRIES_SIZE] != [0; END_OF_ENTRIES_SIZE]
+        && at + ENTRY_SIZE <= region.len()
+    {
+        let mut raw = [0u8; ENTRY_SIZE];
+        raw.copy_from_slice(&region[at..at + ENTRY_SIZE]);
+        let record = XattrEntryRecord::decode(&raw);
+        let name_end = at + ENTRY_SIZE + usize::from(record.name_len);
+        let Some(name) = region.get(at + ENTRY_SIZE..name_end) else {
+            break;
+        };
+        if record.value_inum == 0 && record.value_size > 0 {
+            found.push((
+                record.name_index,
+                name,
+                usize::from(record.value_offs),
+                record.value_size as usize,
+            ));
+        }
+        at += entry_len(name.len());
+    }
+    found
+}
+
 /// Writes entry records into `region` (zeroed, known to be large enough) from `first`, and
-/// their values packed down from its end; value offsets count from the region's start.
-/// Returns the entry hashes (all 0 unless `hashed`).
+/// their values packed down from its end in `value_order` (indexes into `entries`; entry
+/// order when empty); value offsets count from the region's start. Returns the entry
+/// hashes (all 0 unless `hashed`).
 fn write_entries(
     region: &mut [u8],
     first: usize,
     entries: &[&XattrEntry],
+    value_order: &[usize],
     hashed: bool,
 ) -> Vec<u32> {
-    let mut at = first;
+    let mut offsets = vec![0; entries.len()];
     let mut values_start = region.len();
+    let in_entry_order: Vec<usize> = (0..entries.len()).collect();
+    let order = if value_order.is_empty() {
+        &in_entry_order
+    } else {
+        value_order
+    };
+    for &i in order {
+        let value = &entries[i].value;
+        if !value.is_empty() {
+            values_start -= value_len(value.len());
+            region[values_start..values_start + value.len()].copy_from_slice(value);
+            offsets[i] = values_start;
+        }
+    }
+    let mut at = first;
     let mut hashes = Vec::with_capacity(entries.len());
-    for entry in entries {
-        let value_offs = if entry.value.is_empty() {
-            0
-        } else {
-            values_start -= value_len(entry.value.len());
-            region[values_start..values_start + entry.value.len()].copy_from_slice(&entry.value);
-            values_start
-        };
+    for (entry, &value_offs) in entries.iter().zip(&offsets) {
         let hash = if hashed {
             xattr_entry_hash(&entry.name, &entry.value)
         } else {
@@ -543,6 +622,41 @@ mod tests {
 
     fn prefix_mut(block: &mut [u8]) -> &mut [u8; 32] {
         (&mut block[..32]).try_into().unwrap()
+    }
+
+    /// `(name, e_value_offs)` of each entry of an in-inode area, which must parse.
+    fn value_offsets(area: &[u8]) -> Vec<(Vec<u8>, u16)> {
+        assert!(parse_inode_xattrs(area, Location::Inode(12)).is_ok());
+        previous_value_offsets(area)
+            .into_iter()
+            .map(|(_, name, offs, _)| (name.to_vec(), offs as u16))
+            .collect()
+    }
+
+    #[test]
+    fn a_resized_value_goes_below_the_others_and_a_same_sized_one_stays() {
+        let before = encode_inode_xattrs(&[user("a", b"1234"), user("b", b"12")], 96).unwrap();
+        assert_eq!(
+            value_offsets(&before),
+            [(b"a".to_vec(), 88), (b"b".to_vec(), 84)]
+        );
+        // "a" grows: it is taken out ("b" moves up to the end) and put at the bottom.
+        let grown = [user("a", b"12345"), user("b", b"12")];
+        let after = encode_inode_xattrs_after(&before, &grown, 96).unwrap();
+        assert_eq!(
+            value_offsets(&after),
+            [(b"a".to_vec(), 80), (b"b".to_vec(), 88)]
+        );
+        // "b" changes within its padded size: it stays where it is.
+        let same = [user("a", b"12345"), user("b", b"xyz")];
+        let again = encode_inode_xattrs_after(&after, &same, 96).unwrap();
+        assert_eq!(value_offsets(&again), value_offsets(&after));
+        // Without a previous area, values go in entry order from the end.
+        let fresh = encode_inode_xattrs(&grown, 96).unwrap();
+        assert_eq!(
+            value_offsets(&fresh),
+            [(b"a".to_vec(), 84), (b"b".to_vec(), 80)]
+        );
     }
 
     fn user(name: &str, value: &[u8]) -> XattrEntry {

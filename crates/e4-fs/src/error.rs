@@ -51,6 +51,10 @@ pub enum Error {
     /// A name longer than 255 bytes (ENAMETOOLONG).
     #[error("{0}: file name too long")]
     NameTooLong(String),
+    /// A symlink target the filesystem cannot hold: with its NUL it passes the block size or
+    /// `PATH_MAX` (ENAMETOOLONG, as `ext4_symlink` answers).
+    #[error("a symlink target of {length} bytes is too long (at most {max} on this filesystem)")]
+    SymlinkTargetTooLong { length: usize, max: usize },
     /// A link count would pass its limit (EMLINK).
     #[error("{0}: too many links")]
     TooManyLinks(String),
@@ -139,7 +143,7 @@ impl Error {
             Error::NoAttribute(_) => Errno::NODATA,
             Error::NotEmpty(_) => Errno::NOTEMPTY,
             Error::IsADirectory(_) => Errno::ISDIR,
-            Error::NameTooLong(_) => Errno::NAMETOOLONG,
+            Error::NameTooLong(_) | Error::SymlinkTargetTooLong { .. } => Errno::NAMETOOLONG,
             Error::TooManyLinks(_) => Errno::MLINK,
             Error::FileTooBig(_) => Errno::FBIG,
             Error::Invalid(_) => Errno::INVAL,

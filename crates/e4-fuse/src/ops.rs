@@ -52,9 +52,6 @@ const WANTED: InitFlags = InitFlags::FUSE_PARALLEL_DIROPS
     .union(InitFlags::FUSE_READDIRPLUS_AUTO)
     .union(InitFlags::FUSE_CACHE_SYMLINKS);
 
-/// Set-group-ID on a directory: new entries take its group, new directories its bit.
-const S_ISGID: u16 = 0o2000;
-
 /// Where [`Mounted::wait`](crate::Mounted) finds the result of writing the image back.
 pub(crate) type Outcome = Arc<Mutex<Option<e4_fs::Result<()>>>>;
 
@@ -138,16 +135,10 @@ impl E4Fuse {
         }
     }
 
-    /// Who owns a new inode in `parent`, with `permissions`: the caller (root under
-    /// `fakeroot`, the image's id under `uid=`/`gid=`), and the group of a set-group-ID
-    /// parent, whose bit a new directory inherits (as `inode_init_owner` does).
-    fn creator(
-        &self,
-        req: &Request,
-        parent: u32,
-        permissions: u32,
-        dir: bool,
-    ) -> Result<Creator, Errno> {
+    /// Who owns a new inode, with `permissions`: the caller (root under `fakeroot`, the
+    /// image's id under `uid=`/`gid=`). The engine gives an inode made in a set-group-ID
+    /// directory that directory's group (`inode_init_owner`).
+    fn creator(&self, req: &Request, permissions: u32) -> Creator {
         let (uid, gid) = if self.fakeroot {
             (0, 0)
         } else {
@@ -156,19 +147,11 @@ impl E4Fuse {
                 IdMap::stored(self.owners.gid, req.gid()),
             )
         };
-        let mut creator = Creator {
+        Creator {
             permissions: (permissions & 0o7777) as u16,
             uid,
             gid,
-        };
-        let p = self.fs().metadata(parent).or_errno()?;
-        if p.permissions & S_ISGID != 0 {
-            creator.gid = p.gid;
-            if dir {
-                creator.permissions |= S_ISGID;
-            }
         }
-        Ok(creator)
     }
 
     /// Serves directory `ino` from `offset`: calls `add` with each entry and the offset of
@@ -420,7 +403,8 @@ impl fuser::Filesystem for E4Fuse {
         reply: ReplyEntry,
     ) {
         let parent = ext4_ino(parent);
-        let made = self.creator(req, parent, mode, false).and_then(|c| {
+        let c = self.creator(req, mode);
+        let made = {
             let fs = self.fs();
             match file_type_of_mode(mode) {
                 Some(e4_fs::FileType::Regular) => fs.create(parent, bytes(name), c).or_errno(),
@@ -434,7 +418,7 @@ impl fuser::Filesystem for E4Fuse {
                     .or_errno(),
                 _ => Err(Errno::EINVAL),
             }
-        });
+        };
         self.reply_entry(reply, made);
     }
 
@@ -449,8 +433,9 @@ impl fuser::Filesystem for E4Fuse {
     ) {
         let parent = ext4_ino(parent);
         let made = self
-            .creator(req, parent, mode, true)
-            .and_then(|c| self.fs().mkdir(parent, bytes(name), c).or_errno());
+            .fs()
+            .mkdir(parent, bytes(name), self.creator(req, mode))
+            .or_errno();
         self.reply_entry(reply, made);
     }
 
@@ -477,11 +462,11 @@ impl fuser::Filesystem for E4Fuse {
         reply: ReplyEntry,
     ) {
         let parent = ext4_ino(parent);
-        let made = self.creator(req, parent, 0o777, false).and_then(|c| {
-            self.fs()
-                .symlink(parent, bytes(link_name), target.as_os_str().as_bytes(), c)
-                .or_errno()
-        });
+        let c = self.creator(req, 0o777);
+        let made = self
+            .fs()
+            .symlink(parent, bytes(link_name), target.as_os_str().as_bytes(), c)
+            .or_errno();
         self.reply_entry(reply, made);
     }
 
@@ -770,8 +755,9 @@ impl fuser::Filesystem for E4Fuse {
     ) {
         let parent = ext4_ino(parent);
         let made = self
-            .creator(req, parent, mode, false)
-            .and_then(|c| self.fs().create(parent, bytes(name), c).or_errno())
+            .fs()
+            .create(parent, bytes(name), self.creator(req, mode))
+            .or_errno()
             .and_then(|ino| {
                 let entry = self.entry(ino)?;
                 if let Err(e) = self.fs().open_inode(ino) {

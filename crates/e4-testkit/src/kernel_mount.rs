@@ -13,6 +13,14 @@ pub fn kernel_comparison_skipped(what: &str, reason: &str) {
     eprintln!("{what}: kernel comparison skipped: {reason}");
 }
 
+/// `command` under `timeout`, so a mount or unmount that hangs (a wedged loop device, a
+/// kernel bug) fails the test instead of stopping the run.
+fn bounded(command: &str) -> Command {
+    let mut c = Command::new("timeout");
+    c.args(["60", command]);
+    c
+}
+
 /// A read-only loop mount, unmounted on drop.
 pub struct KernelMount {
     dir: tempfile::TempDir,
@@ -41,7 +49,7 @@ impl KernelMount {
     pub fn mount_writable(image: &Path) -> Result<Self, String> {
         let result = (|| {
             let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-            let out = Command::new("mount")
+            let out = bounded("mount")
                 .args(["-o", "loop"])
                 .arg(image)
                 .arg(dir.path())
@@ -71,7 +79,7 @@ impl KernelMount {
         for base in ["loop,ro,noload", "loop,ro"] {
             let mut all = vec![base];
             all.extend_from_slice(options);
-            let out = Command::new("mount")
+            let out = bounded("mount")
                 .args(["-o", &all.join(",")])
                 .arg(image)
                 .arg(dir.path())
@@ -97,7 +105,7 @@ impl Drop for KernelMount {
     fn drop(&mut self) {
         let mut last = String::new();
         for _ in 0..50 {
-            match Command::new("umount").arg(self.dir.path()).output() {
+            match bounded("umount").arg(self.dir.path()).output() {
                 Ok(out) if out.status.success() => return,
                 Ok(out) => last = String::from_utf8_lossy(&out.stderr).trim().to_string(),
                 Err(e) => last = e.to_string(),

@@ -58,6 +58,10 @@ pub fn final_attributes(meta: &Metadata) -> SetAttributes {
     };
     SetAttributes {
         permissions: Some((meta.mode() & 0o7777) as u16),
+        // The owner again: an inode made in a set-group-ID directory of the image took that
+        // directory's group (as in the kernel); a copy keeps the host's, as `cp -a` does.
+        uid: Some(meta.uid()),
+        gid: Some(meta.gid()),
         atime: Some(time(meta.atime(), meta.atime_nsec())),
         mtime: Some(time(meta.mtime(), meta.mtime_nsec())),
         ..SetAttributes::default()

@@ -9,8 +9,7 @@
 //! copies on every core. The first [`PARALLEL_LEVELS`] levels recurse; deeper ones are
 //! walked with an explicit stack, so no host tree's depth can overflow a thread's stack.
 //!
-//! Order: a directory's own times (and, when it already existed, its mode and owner) are set
-//! once all its children are in, because creating them changes its mtime. A host inode with
+//! Order: a directory's own mode, owner and times are set once all its children are in, because creating them changes its mtime. A host inode with
 //! several names is created at the first name met and linked at the others after the walk
 //! (two threads may meet its names at once), and then the times of the directories that got
 //! such a link are set again.
@@ -82,7 +81,7 @@ pub fn run(
     pool.install(|| {
         import.directory_contents(host_dir, root, &root_path, 0);
         import.finish_late_links();
-        import.finish_directory(host_dir, &root_path, root, &host_meta, true);
+        import.finish_directory(host_dir, &root_path, root, &host_meta);
     });
     import.progress.finish();
     let entries = import.progress.entries.load(Ordering::Relaxed);
@@ -303,7 +302,6 @@ impl Import<'_> {
         /// A directory being imported, with the subdirectories it still holds.
         struct Level {
             ino: u32,
-            existed: bool,
             meta: Metadata,
             left: Vec<(OsString, Metadata)>,
         }
@@ -317,12 +315,11 @@ impl Import<'_> {
             });
             found.into_inner().unwrap_or_else(|p| p.into_inner())
         };
-        let Some((ino, existed)) = self.make_directory(parent, &image_path, name, meta) else {
+        let Some(ino) = self.make_directory(parent, &image_path, name, meta) else {
             return;
         };
         let mut stack = vec![Level {
             ino,
-            existed,
             meta: meta.clone(),
             left: subdirectories_of(&host, ino, &image_path),
         }];
@@ -330,7 +327,7 @@ impl Import<'_> {
             while stack.last().is_some_and(|level| level.left.is_empty()) {
                 // OK to unwrap: the loop condition saw a level.
                 let done = stack.pop().unwrap();
-                self.finish_directory(&host, &image_path, done.ino, &done.meta, done.existed);
+                self.finish_directory(&host, &image_path, done.ino, &done.meta);
                 if stack.is_empty() {
                     return;
                 }
@@ -346,14 +343,9 @@ impl Import<'_> {
             host.push(&name);
             image_path = child_path(&image_path, &name);
             match self.make_directory(parent, &image_path, &name, &meta) {
-                Some((ino, existed)) => {
+                Some(ino) => {
                     let left = subdirectories_of(&host, ino, &image_path);
-                    stack.push(Level {
-                        ino,
-                        existed,
-                        meta,
-                        left,
-                    });
+                    stack.push(Level { ino, meta, left });
                 }
                 None => {
                     host.pop();
@@ -443,24 +435,24 @@ impl Import<'_> {
         meta: &Metadata,
         depth: usize,
     ) {
-        if let Some((ino, existed)) = self.make_directory(parent, image_path, name, meta) {
+        if let Some(ino) = self.make_directory(parent, image_path, name, meta) {
             self.directory_contents(host, ino, image_path, depth);
-            self.finish_directory(host, image_path, ino, meta, existed);
+            self.finish_directory(host, image_path, ino, meta);
         }
     }
 
     /// Makes directory `name` in image directory `parent`, or finds the one already there
-    /// (a merge): its inode and whether it existed; None after reporting a failure.
+    /// (a merge): its inode; None after reporting a failure.
     fn make_directory(
         &self,
         parent: u32,
         image_path: &[u8],
         name: &OsString,
         meta: &Metadata,
-    ) -> Option<(u32, bool)> {
+    ) -> Option<u32> {
         let made = match self.fs.mkdir(parent, name.as_bytes(), creator_of(meta)) {
-            Ok(ino) => Ok((ino, false)),
-            Err(Error::Exists(_)) => self.existing_directory(parent, name).map(|ino| (ino, true)),
+            Ok(ino) => Ok(ino),
+            Err(Error::Exists(_)) => self.existing_directory(parent, name),
             Err(e) => Err(e),
         };
         match made {
@@ -489,26 +481,13 @@ impl Import<'_> {
         }
     }
 
-    /// Gives a directory its xattrs and times (and, for one that existed before, its owner)
-    /// now that its children are in.
-    fn finish_directory(
-        &self,
-        host: &Path,
-        image_path: &[u8],
-        ino: u32,
-        meta: &Metadata,
-        existed: bool,
-    ) {
+    /// Gives a directory its mode, owner, xattrs and times now that its children are in
+    /// (the owner too for one made here: a set-group-ID parent gave it its group).
+    fn finish_directory(&self, host: &Path, image_path: &[u8], ino: u32, meta: &Metadata) {
         if self.is_stopped() {
             return;
         }
-        let mut attributes = final_attributes(meta);
-        if existed {
-            let creator = creator_of(meta);
-            attributes.uid = Some(creator.uid);
-            attributes.gid = Some(creator.gid);
-        }
-        if let Err(e) = self.fs.setattr(ino, &attributes) {
+        if let Err(e) = self.fs.setattr(ino, &final_attributes(meta)) {
             return self.image_error(image_path, &e);
         }
         if let Err(reason) = copy_xattrs(self.fs, ino, host) {
@@ -622,6 +601,8 @@ impl Import<'_> {
 fn times_only(meta: &Metadata) -> SetAttributes {
     SetAttributes {
         permissions: None,
+        uid: None,
+        gid: None,
         ..final_attributes(meta)
     }
 }

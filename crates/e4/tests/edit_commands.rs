@@ -314,6 +314,49 @@ fn ln_makes_hard_and_symbolic_links() {
     );
 }
 
+/// A symlink target that does not fit in one block with its NUL is refused as the kernel
+/// refuses it (ENAMETOOLONG), by `ln -s` and by `import` (which names the path and goes on);
+/// one byte less is taken.
+#[test]
+fn symlink_targets_longer_than_a_block_are_refused() {
+    let img = make_empty_image(&["-t", "ext4", "-b", "1024"], 16);
+    let i = &img.path;
+    let fits = "t/".repeat(511) + "t";
+    let too_long = fits.clone() + "t";
+    assert_success(&edit(i, &[&"ln", &"-s", i, &fits, &"/fits"]));
+    assert!(stat(i, "/fits").contains("Size: 1023"));
+    assert_one_line_failure(
+        &edit(i, &[&"ln", &"-s", i, &too_long, &"/long"]),
+        "a symlink target of 1024 bytes is too long (at most 1023 on this filesystem)",
+    );
+    assert_one_line_failure(&e4(&[&"stat", i, &"/long"]), "no such file or directory");
+
+    let host = tempfile::tempdir().unwrap();
+    let tree = host.path().join("tree");
+    fs::create_dir(&tree).unwrap();
+    std::os::unix::fs::symlink(&fits, tree.join("fits")).unwrap();
+    std::os::unix::fs::symlink(&too_long, tree.join("long")).unwrap();
+    let out = edit(i, &[&"import", i, &tree, &"/tree"]);
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    let mut lines: Vec<&str> = text.lines().collect();
+    lines.sort();
+    assert_eq!(
+        lines,
+        [
+            "e4: /tree/long: a symlink target of 1024 bytes is too long (at most 1023 on this \
+             filesystem)",
+            "e4: 1 entry imported; 1 path could not be (each is named above)",
+        ],
+        "{text}"
+    );
+    assert!(stat(i, "/tree/fits").contains("Size: 1023"));
+    assert_one_line_failure(
+        &e4(&[&"stat", i, &"/tree/long"]),
+        "no such file or directory",
+    );
+}
+
 #[test]
 fn chmod_chown_and_truncate_change_one_inode() {
     let img = ext4_image(16);
@@ -413,6 +456,45 @@ fn a_full_filesystem_is_one_line() {
         800
     };
     assert!(free < most, "{free} blocks still free after ENOSPC");
+}
+
+/// In a set-group-ID directory of the image, `mkdir` and `ln -s` make inodes of the
+/// directory's group (a directory also set-group-ID), as the kernel does; `put` and
+/// `import` copy the host's owner and mode all the same, as `cp -a` does.
+#[test]
+fn setgid_directories_give_their_group_and_copies_keep_the_hosts() {
+    let img = ext4_image(16);
+    let i = &img.path;
+    assert_success(&edit(i, &[&"mkdir", i, &"/shared"]));
+    assert_success(&edit(i, &[&"chown", i, &":777", &"/shared"]));
+    assert_success(&edit(i, &[&"chmod", i, &"2775", &"/shared"]));
+    assert_success(&edit(i, &[&"mkdir", i, &"/shared/made"]));
+    assert!(stat(i, "/shared/made").contains("(2755/drwxr-sr-x)"));
+    assert!(stat(i, "/shared/made").contains("Gid:   777"));
+    assert_success(&edit(i, &[&"ln", &"-s", i, &"made", &"/shared/link"]));
+    assert!(stat(i, "/shared/link").contains("Gid:   777"));
+
+    let host = tempfile::tempdir().unwrap();
+    let tree = host.path().join("tree");
+    fs::create_dir_all(tree.join("sub")).unwrap();
+    fs::write(tree.join("sub/file"), b"copied").unwrap();
+    let host_gid = fs::metadata(&tree).unwrap().gid();
+    let gid = format!("Gid: {host_gid:>5}");
+    assert_success(&edit(i, &[&"import", i, &tree, &"/shared/tree"]));
+    assert_success(&edit(
+        i,
+        &[&"put", i, &tree.join("sub/file"), &"/shared/put"],
+    ));
+    for path in [
+        "/shared/tree",
+        "/shared/tree/sub",
+        "/shared/tree/sub/file",
+        "/shared/put",
+    ] {
+        let shown = stat(i, path);
+        assert!(shown.contains(&gid), "{path}: {shown}");
+        assert!(!shown.contains("(2"), "{path} is set-group-ID: {shown}");
+    }
 }
 
 /// Import goes on past paths that fail, names each on one line, and fails at the end with

@@ -26,14 +26,45 @@ use crate::xattr::inline_data::InlineData;
 /// Fast symlinks keep their target in `i_block`, which holds 60 bytes (one for the NUL).
 pub(super) const FAST_SYMLINK_MAX: usize = 59;
 
+/// Linux's `PATH_MAX`: the longest path (with its NUL) a system call takes.
+const PATH_MAX: usize = 4096;
+
 /// Who creates an inode, and with which permission bits (the file type comes from the
 /// operation).
+///
+/// These are what the VFS hands ext4: the umask already applied, and a setgid bit the
+/// caller may not set already dropped (`mode_strip_sgid`, which needs the caller's groups
+/// and `CAP_FSETID`; a FUSE mount gets the mode from the kernel with both done). The engine
+/// then does what `inode_init_owner` does: in a set-group-ID directory the new inode takes
+/// the directory's group instead of `gid`, and a new directory keeps the setgid bit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Creator {
     /// Permission bits, including setuid, setgid and sticky.
     pub permissions: u16,
     pub uid: u32,
     pub gid: u32,
+}
+
+/// `S_ISGID`: on a directory, new inodes in it take its group.
+const SET_GROUP_ID: u16 = 0o2000;
+
+impl Creator {
+    /// The owner and permissions of a new inode in a directory with mode `parent_mode` and
+    /// group `parent_gid` (`inode_init_owner` in fs/inode.c).
+    pub(super) fn in_directory(self, parent_mode: u16, parent_gid: u32, is_dir: bool) -> Self {
+        if parent_mode & SET_GROUP_ID == 0 {
+            return self;
+        }
+        Creator {
+            permissions: if is_dir {
+                self.permissions | SET_GROUP_ID
+            } else {
+                self.permissions
+            },
+            gid: parent_gid,
+            ..self
+        }
+    }
 }
 
 /// What a new inode is.
@@ -106,8 +137,10 @@ impl Filesystem {
         self.make_node(parent, name, creator, NewKind::Directory)
     }
 
-    /// Creates a symlink `name` in `parent` pointing at `target` (up to 4,095 bytes; fast,
-    /// in the inode, when it fits).
+    /// Creates a symlink `name` in `parent` pointing at `target` (fast, in the inode, when it
+    /// fits). The target and its NUL must fit in one block and in `PATH_MAX`: up to 1,023
+    /// bytes on 1 KiB blocks, 2,047 on 2 KiB, 4,095 otherwise. As the kernel answers, a
+    /// longer one is [`Error::SymlinkTargetTooLong`] and an empty one [`Error::NotFound`].
     pub fn symlink(
         &self,
         parent: u32,
@@ -115,13 +148,25 @@ impl Filesystem {
         target: &[u8],
         creator: Creator,
     ) -> Result<u32> {
-        if target.is_empty() || target.len() >= 4096 {
-            return Err(Error::NameTooLong(format!(
-                "symlink target of {} bytes",
-                target.len()
-            )));
+        if target.is_empty() {
+            return Err(Error::NotFound("an empty symlink target".to_string()));
+        }
+        let max = self.max_symlink_target();
+        if target.len() > max {
+            return Err(Error::SymlinkTargetTooLong {
+                length: target.len(),
+                max,
+            });
         }
         self.make_node(parent, name, creator, NewKind::Symlink(target))
+    }
+
+    /// The longest symlink target this filesystem takes: `ext4_symlink` refuses a target
+    /// whose length with its NUL passes the block size, and the VFS one that does not fit
+    /// in `PATH_MAX` with its NUL (`getname`).
+    pub fn max_symlink_target(&self) -> usize {
+        let block_size = self.superblock().block_size() as usize;
+        block_size.min(PATH_MAX) - 1
     }
 
     /// Creates a special file (fifo, socket, character or block device) `name` in `parent`.
@@ -169,6 +214,10 @@ impl Filesystem {
             let format = self.dir_format();
             let parent_handle = self.inode_handle(parent)?;
             let is_dir = matches!(kind, NewKind::Directory);
+            let creator = {
+                let p = &parent_handle.read(&self.inodes).inode;
+                creator.in_directory(p.record.mode, p.gid(), is_dir)
+            };
             // The new inode is allocated and filled before the directory is locked, so
             // that creators in one directory wait for each other only while the name goes
             // in. It gets its handle before the name exists, so a reader who finds the name

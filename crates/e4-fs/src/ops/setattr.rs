@@ -22,6 +22,29 @@ pub struct SetAttributes {
     pub mtime: Option<Timestamp>,
 }
 
+/// `S_ISUID`, `S_ISGID` and `S_IXGRP`.
+const SET_USER_ID: u16 = 0o4000;
+const SET_GROUP_ID: u16 = 0o2000;
+const GROUP_EXECUTE: u16 = 0o0010;
+
+/// The mode of a non-directory after a change of owner or group with no new mode: setuid
+/// goes, and setgid with group execute (a setgid without it marks mandatory locking and
+/// stays), even for root and even when the ids do not change (`chown_common` asks
+/// `notify_change` to kill them: `ATTR_KILL_SUID`, `setattr_should_drop_sgid`). A
+/// directory keeps both. (The kernel also drops a setgid without group execute when the
+/// caller is neither in the file's group nor holds `CAP_FSETID`; that check on the caller is
+/// the caller's to make, as the other permission checks are.)
+fn mode_after_chown(mode: u16, is_dir: bool) -> u16 {
+    if is_dir {
+        return mode;
+    }
+    let mut mode = mode & !SET_USER_ID;
+    if mode & GROUP_EXECUTE != 0 {
+        mode &= !SET_GROUP_ID;
+    }
+    mode
+}
+
 impl Filesystem {
     /// Records that inode `ino` is open (a file handle of a FUSE mount, say): if its last
     /// link is removed, it lives on (on the orphan list) until [`Filesystem::release_inode`].
@@ -82,7 +105,9 @@ impl Filesystem {
         Ok(())
     }
 
-    /// Changes the attributes of inode `ino`; returns them as they now are.
+    /// Changes the attributes of inode `ino`; returns them as they now are. A new owner or
+    /// group without new permissions clears setuid and setgid as chown(2) does (see
+    /// `mode_after_chown`); permissions given with them are taken as they are.
     pub fn setattr(&self, ino: u32, attrs: &SetAttributes) -> Result<Metadata> {
         self.check_caller_ino(ino)?;
         if let Some(size) = attrs.size {
@@ -99,6 +124,9 @@ impl Filesystem {
             }
             if let Some(p) = attrs.permissions {
                 inode.record.mode = (inode.record.mode & !0o7777) | (p & 0o7777);
+            } else if attrs.uid.is_some() || attrs.gid.is_some() {
+                let is_dir = inode.file_type() == Some(FileType::Directory);
+                inode.record.mode = mode_after_chown(inode.record.mode, is_dir);
             }
             if let Some(uid) = attrs.uid {
                 inode.set_uid(uid);

@@ -9,7 +9,7 @@
 
 use e4_format::inline_data::SYSTEM_DATA;
 use e4_format::inode::{flags, Inode, I_BLOCK_SIZE};
-use e4_format::xattr::{encode_inode_xattrs, fits_inode_xattrs, split_name, XattrEntry};
+use e4_format::xattr::{encode_inode_xattrs_after, fits_inode_xattrs, split_name, XattrEntry};
 
 use crate::error::{Error, Result};
 use crate::xattr::store::in_inode_entries;
@@ -105,7 +105,8 @@ impl InlineData {
     pub fn store(&mut self, inode: &mut Inode, content: &[u8]) -> bool {
         let (head, rest) = content.split_at(content.len().min(I_BLOCK_SIZE));
         let entries = self.with_value(rest.to_vec());
-        let Some(area) = encode_inode_xattrs(&entries, self.area_len) else {
+        let Some(area) = encode_inode_xattrs_after(&inode.xattr_area, &entries, self.area_len)
+        else {
             return false;
         };
         inode.xattr_area = area;
@@ -125,7 +126,8 @@ impl InlineData {
             self.entries.remove(at);
         }
         // Fewer entries than were read from this area always fit it again.
-        inode.xattr_area = encode_inode_xattrs(&self.entries, self.area_len).ok_or_else(|| {
+        let area = encode_inode_xattrs_after(&inode.xattr_area, &self.entries, self.area_len);
+        inode.xattr_area = area.ok_or_else(|| {
             Error::Invalid(format!(
                 "inode {}: its in-inode attributes no longer fit",
                 inode.ino
@@ -140,6 +142,7 @@ impl InlineData {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use e4_format::xattr::encode_inode_xattrs;
 
     /// A 256-byte inode: 96 bytes of in-inode attribute area.
     fn inode() -> Inode {

@@ -10,7 +10,7 @@
 
 use e4_format::inode::Inode;
 use e4_format::xattr::{
-    decode_xattr_block, encode_inode_xattrs, encode_xattr_block, fits_inode_xattrs,
+    decode_xattr_block, encode_inode_xattrs_after, encode_xattr_block, fits_inode_xattrs,
     fits_xattr_block, parse_inode_xattrs, Xattr, XattrBlockHeader, XattrEntry, XattrValue,
 };
 use e4_format::{FormatError, Location, Problem, Structure};
@@ -218,8 +218,11 @@ impl InodeXattrs {
         goal: u64,
         block_lock: &Mutex<()>,
     ) -> Result<i64> {
-        let area = encode_inode_xattrs(&layout.in_inode, inode.xattr_area.len())
-            .ok_or_else(|| Error::Internal("in-inode attributes laid out past the inode".into()))?;
+        let area =
+            encode_inode_xattrs_after(&inode.xattr_area, &layout.in_inode, inode.xattr_area.len())
+                .ok_or_else(|| {
+                    Error::Internal("in-inode attributes laid out past the inode".into())
+                })?;
         let owner = Owner::of(inode);
         let old_entries = self.block.as_ref().map(|b| &b.entries);
         let mut blocks_delta = 0;
