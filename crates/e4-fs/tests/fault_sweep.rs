@@ -595,3 +595,168 @@ fn the_sweep_reports_an_operation_that_fails_half_way() {
         "two creates failing between them must be caught: {problems:?}"
     );
 }
+
+/// Several threads change their own directories while allocations fail at random moments
+/// (every allocation for a while, then none), so failures and their undoing run beside
+/// other threads' work on shared groups, bitmaps and caches: each thread keeps
+/// a model of its directory, changed only by the operations that succeeded (a write that
+/// stops short by what it wrote), and at the end every directory holds exactly its model
+/// and `e2fsck -fn` is clean.
+#[test]
+fn concurrent_operations_under_random_faults_are_all_or_nothing() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let img = make_empty_image(&["-t", "ext4", "-b", "1024"], 16);
+    let base = std::fs::read(&img.path).unwrap();
+    let device = Arc::new(FaultyDevice::new(MemoryDevice::new(base), Fault::Never));
+    let fs = Arc::new(
+        Filesystem::open_device(Arc::clone(&device) as Arc<dyn Device>, options()).unwrap(),
+    );
+    let done = Arc::new(AtomicBool::new(false));
+    let chaos = {
+        let (fs, done) = (Arc::clone(&fs), Arc::clone(&done));
+        std::thread::spawn(move || {
+            let mut x = 12345u64;
+            while !done.load(Ordering::Relaxed) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                // Device faults here would also hit commits, which only the journal makes
+                // all or nothing; the single-threaded sweep injects them into operations.
+                fs.fail_allocations_after(Some(x % 3));
+                std::thread::sleep(Duration::from_micros(1000 + x % 2000));
+                fs.fail_allocations_after(None);
+                std::thread::sleep(Duration::from_micros(500));
+            }
+        })
+    };
+    let workers: Vec<_> = (0..4u64)
+        .map(|t| {
+            let fs = Arc::clone(&fs);
+            std::thread::spawn(move || {
+                let name = format!("t{t}");
+                let dir = loop {
+                    if let Ok(dir) = fs.mkdir(ROOT, name.as_bytes(), DIR) {
+                        break dir;
+                    }
+                    if let Ok(Some(dir)) = fs.lookup(ROOT, name.as_bytes()) {
+                        break dir;
+                    }
+                };
+                let mut model: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+                let mut failed = 0u32;
+                let bs = fs.block_size() as usize;
+                for i in 0..300u64 {
+                    let f = format!("f{}", i % 17);
+                    match i % 5 {
+                        0 | 1 => {
+                            let data = pattern(bs * (1 + (i as usize % 7)), i + t * 1000);
+                            // Far enough along that most writes take new blocks.
+                            let offset = (i as usize % 13) * 4 * bs;
+                            let ino = match fs.lookup(dir, f.as_bytes()) {
+                                Ok(Some(ino)) => Some(ino),
+                                Ok(None) => match fs.create(dir, f.as_bytes(), FILE) {
+                                    Ok(ino) => {
+                                        model.insert(f.clone(), Vec::new());
+                                        Some(ino)
+                                    }
+                                    Err(_) => {
+                                        failed += 1;
+                                        None
+                                    }
+                                },
+                                Err(_) => None,
+                            };
+                            if let Some(ino) = ino {
+                                let written = fs.write_at(ino, offset as u64, &data);
+                                failed += u32::from(written.is_err());
+                                if let Ok(n) = written {
+                                    let content = model.get_mut(&f).unwrap();
+                                    if content.len() < offset + n {
+                                        content.resize(offset + n, 0);
+                                    }
+                                    content[offset..offset + n].copy_from_slice(&data[..n]);
+                                }
+                            }
+                        }
+                        2 => {
+                            if model.contains_key(&f) {
+                                match fs.unlink(dir, f.as_bytes()) {
+                                    Ok(()) => drop(model.remove(&f)),
+                                    Err(_) => failed += 1,
+                                }
+                            }
+                        }
+                        3 => {
+                            let to = format!("f{}", (i + 5) % 17);
+                            if model.contains_key(&f)
+                                && fs
+                                    .rename(
+                                        dir,
+                                        f.as_bytes(),
+                                        dir,
+                                        to.as_bytes(),
+                                        RenameMode::Replace,
+                                    )
+                                    .is_ok()
+                            {
+                                let content = model.remove(&f).unwrap();
+                                model.insert(to, content);
+                            }
+                        }
+                        _ => {
+                            if let Some(content) = model.get_mut(&f) {
+                                let ino = fs.lookup(dir, f.as_bytes()).ok().flatten();
+                                let size = (content.len() / 2) as u64;
+                                if ino.is_some_and(|ino| fs.truncate(ino, size).is_ok()) {
+                                    content.truncate(size as usize);
+                                }
+                            }
+                        }
+                    }
+                }
+                (name, model, failed)
+            })
+        })
+        .collect();
+    let models: Vec<_> = workers.into_iter().map(|w| w.join().unwrap()).collect();
+    let failed: u32 = models.iter().map(|(_, _, f)| f).sum();
+    assert!(
+        failed >= 10,
+        "only {failed} operations failed: the faults did not bite"
+    );
+    done.store(true, Ordering::Relaxed);
+    chaos.join().unwrap();
+    fs.fail_allocations_after(None);
+    device.set_fault(Fault::Never);
+    let fs = Arc::try_unwrap(fs).ok().unwrap();
+    fs.unmount().unwrap();
+    let image = device.inner().bytes();
+    let tree = snapshot(&image).unwrap();
+    for (name, model, _) in models {
+        let held: BTreeMap<String, Vec<u8>> = tree
+            .iter()
+            .filter_map(|(path, node)| {
+                let file = path.strip_prefix(&format!("/{name}/"))?;
+                Some((file.to_string(), node.bytes.clone()))
+            })
+            .collect();
+        assert_eq!(
+            held.len(),
+            model.len(),
+            "{name}: {:?} vs {:?}",
+            held.keys(),
+            model.keys()
+        );
+        for (file, content) in &model {
+            assert!(
+                held.get(file) == Some(content),
+                "{name}/{file} differs from its model"
+            );
+        }
+    }
+    let scratch = tempfile::tempdir().unwrap();
+    let path = scratch.path().join("image");
+    std::fs::write(&path, &image).unwrap();
+    e2fsck_clean(&path).unwrap();
+}
