@@ -140,7 +140,7 @@ impl Space {
             } else {
                 Reserve::None
             },
-            superblock: NextSuperblock::mounted(sb),
+            superblock: NextSuperblock::mounted(sb, descriptors),
             orphans: Orphans::default(),
         })
     }
