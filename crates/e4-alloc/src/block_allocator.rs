@@ -14,6 +14,7 @@ use std::sync::Arc;
 use crate::block_flex_sums::FlexFreeBlocks;
 use crate::block_group::{GroupExtent, GroupSpace};
 use crate::free_space_index::{AtomicBitset, FreeSpaceIndex};
+use crate::group_damage::{DamagedGroups, GroupDamage, Unfounded};
 use crate::group_loading::{BlockBitmapSource, GroupSummary};
 use crate::group_state::{FreeRefusal, GroupState, ReservedRun};
 use crate::instrumented_lock::InstrumentedMutex;
@@ -163,9 +164,10 @@ pub enum AllocError {
     NoSpace,
     /// A free was refused, and nothing was changed.
     BadFree { extent: Extent, reason: BadFree },
-    /// A group's on-disk bitmap shows metadata (the system zone) as free: the bitmap is
-    /// corrupt, and the allocator will not hand those blocks out.
-    CorruptBitmap { group: u32, block: u64 },
+    /// A group's bitmap was found corrupt when it was loaded (it disagrees with its
+    /// descriptor, or shows metadata free): nothing in the group is handed out or freed
+    /// for the rest of this open ([`crate::group_damage`]).
+    GroupCorrupt(GroupDamage),
     /// A group's bitmap could not be loaded (the source's words: an I/O error, a bad
     /// checksum).
     BitmapUnreadable { group: u32, reason: String },
@@ -222,10 +224,7 @@ impl std::fmt::Display for AllocError {
                     extent.start, extent.len
                 )
             }
-            AllocError::CorruptBitmap { group, block } => write!(
-                f,
-                "block bitmap of group {group} is corrupt: metadata block {block} is marked free"
-            ),
+            AllocError::GroupCorrupt(damage) => write!(f, "{damage}"),
             AllocError::BitmapUnreadable { group, reason } => {
                 write!(
                     f,
@@ -256,6 +255,9 @@ pub struct AllocatorStats {
     pub windows: WindowStats,
     /// Allocations satisfied by each rung of the ladder: goal, aligned, goal length, best.
     pub by_criterion: [Counter; 5],
+    /// Blocks whose free was skipped because their group is corrupt: they stay in use on
+    /// disk (a leak e2fsck reclaims) rather than return to a bitmap no one trusts.
+    pub leaked: Counter,
 }
 
 /// Blocks moved into reservation windows, and out of them (used by an append, or
@@ -328,6 +330,10 @@ pub struct BlockAllocator {
     pub(crate) metadata_reserve: ReservePool,
     /// Free blocks per flex group, if the inode allocator's flex-group size was given.
     pub(crate) flex_free: Option<FlexFreeBlocks>,
+    /// Groups whose bitmaps were refused at load, never used again.
+    pub(crate) damaged: DamagedGroups,
+    /// Free blocks of refused groups the counter still counts (promised at the time).
+    pub(crate) unfounded: Unfounded,
 }
 
 /// The rungs of the criteria ladder, as mballoc names them (CR_POWER2_ALIGNED and so on).
@@ -355,12 +361,15 @@ impl BlockAllocator {
         bitmap: impl Fn(u32) -> Vec<u8> + Send + Sync + 'static,
         system_zone: &[Extent],
     ) -> Result<Self, AllocError> {
-        let unknown = |_| GroupSummary {
-            free: 0,
+        // The descriptors' counts are the bitmaps' own, so only the system zone is checked.
+        let bitmap = Arc::new(bitmap);
+        let counted = |g: u32| GroupSummary {
+            free: GroupSpace::from_bitmap(&bitmap(g), geometry.group_blocks(g)).free(),
             uninit: false,
         };
-        let source = move |g: u32| Ok::<_, String>(bitmap(g));
-        let alloc = Self::open(geometry, config, unknown, system_zone, source)?;
+        let read = Arc::clone(&bitmap);
+        let source = move |g: u32| Ok::<_, String>(read(g));
+        let alloc = Self::open(geometry, config, counted, system_zone, source)?;
         for g in 0..geometry.groups() {
             drop(alloc.lock_group(g, 0)?);
         }
@@ -448,7 +457,8 @@ impl BlockAllocator {
 
     /// Returns `n` blocks to the free count: to the root reserve first while it is short.
     pub(crate) fn return_blocks(&self, slot: usize, n: u64) {
-        let rest = self.metadata_reserve.refill(n);
+        let rest = self.unfounded.pay(n);
+        let rest = self.metadata_reserve.refill(rest);
         let rest = self.root_reserve.refill(rest);
         if rest > 0 {
             self.free_blocks.release(slot, rest);
@@ -508,6 +518,9 @@ impl BlockAllocator {
         slot: usize,
     ) -> Result<(LockedGroup<'a>, u32), AllocError> {
         if guard.is_none() {
+            if let Some(damage) = self.damage_of(g) {
+                return Err(AllocError::GroupCorrupt(damage));
+            }
             *guard = Some(Box::new(self.load_group(g, slot)?));
         }
         let mut state = LockedGroup(guard);
@@ -819,14 +832,57 @@ impl BlockAllocator {
             return Ok(pieces);
         }
         for &(g, range) in &pieces {
-            self.lock_group(g, 0)?
-                .check_free(range)
-                .map_err(|r| AllocError::BadFree {
+            if let Some(state) = self.lock_group_for_free(g, range, 0, false)? {
+                state.check_free(range).map_err(|r| AllocError::BadFree {
                     extent,
                     reason: r.into(),
                 })?;
+            }
         }
         Ok(pieces)
+    }
+
+    /// Locks group `g` for a free of `range`: `None` when the group is corrupt, for the
+    /// free to skip (the kernel's `ext4_free_blocks` does the same): its blocks stay in use
+    /// on disk, and a bitmap no one trusts does not look healthier. Counted in
+    /// [`AllocatorStats::leaked`] when `count` (the pass that applies the free).
+    pub(crate) fn lock_group_for_free(
+        &self,
+        g: u32,
+        range: GroupExtent,
+        slot: usize,
+        count: bool,
+    ) -> Result<Option<LockedGroup<'_>>, AllocError> {
+        match self.lock_group(g, slot) {
+            Ok(state) => Ok(Some(state)),
+            Err(AllocError::GroupCorrupt(_)) => {
+                if count {
+                    self.stats.leaked.add(u64::from(range.len));
+                }
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The damage group `g` was refused for, if it was (read under the group's lock).
+    pub(crate) fn damage_of(&self, g: u32) -> Option<GroupDamage> {
+        if self.damaged.contains(g) {
+            self.damaged.of(g)
+        } else {
+            None
+        }
+    }
+
+    /// The groups found corrupt since the last call, each reported once: a caller shows
+    /// them as warnings. See [`crate::group_damage`].
+    pub fn take_damage(&self) -> Vec<GroupDamage> {
+        self.damaged.take_new()
+    }
+
+    /// Every group found corrupt so far.
+    pub fn corrupt_groups(&self) -> Vec<GroupDamage> {
+        self.damaged.all()
     }
 
     /// Returns blocks to free space at once. Blocks freed by a transaction that has not
@@ -836,7 +892,9 @@ impl BlockAllocator {
         let _global = (self.config.locking == GroupLocking::Global)
             .then(|| self.global.lock(&self.stats.global_lock));
         for (g, range) in self.checked_pieces(extent)? {
-            let mut state = self.lock_group(g, slot)?;
+            let Some(mut state) = self.lock_group_for_free(g, range, slot, true)? else {
+                continue;
+            };
             state.check_free(range).map_err(|r| AllocError::BadFree {
                 extent,
                 reason: r.into(),

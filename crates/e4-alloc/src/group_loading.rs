@@ -12,8 +12,15 @@
 //!
 //! Until a group is loaded, the free-space index files it by the largest order its free
 //! count allows (an upper bound): a search may pick it and find less, and loading re-files
-//! it with the truth. The free-block counter starts from the descriptors' counts and is
-//! corrected by the difference when a bitmap disagrees.
+//! it with the truth. The free-block counter starts from the descriptors' counts.
+//!
+//! A bitmap is checked before it is used: one whose free blocks differ from its
+//! descriptor's count, or that marks free a block of the system zone lying in the group
+//! (superblock and descriptor copies, reserved GDT blocks, bitmaps and inode tables, this
+//! group's or, with flex_bg, other groups' placed here), makes the group corrupt
+//! ([`crate::group_damage`]): it is never loaded, its free space leaves the index and the
+//! counter, and the load answers [`AllocError::GroupCorrupt`] so the search goes on
+//! elsewhere. Nothing of the group is written back.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -24,6 +31,7 @@ use crate::block_allocator::{
 };
 use crate::block_group::{GroupExtent, GroupSpace, ORDERS};
 use crate::free_space_index::{AtomicBitset, FreeSpaceIndex};
+use crate::group_damage::{BitmapProblem, DamagedGroups, GroupDamage};
 use crate::group_state::GroupState;
 use crate::instrumented_lock::InstrumentedMutex;
 use crate::limit_counter::LimitCounter;
@@ -135,12 +143,15 @@ impl BlockAllocator {
             root_reserve: ReservePool::new(0, 0),
             metadata_reserve: ReservePool::new(0, 0),
             flex_free: None,
+            damaged: DamagedGroups::new(count),
+            unfounded: Default::default(),
         })
     }
 
     /// Reads (or, for BLOCK_UNINIT, computes) group `g`'s bitmap, checks it against the
-    /// system zone, re-files the group in the index and corrects the free-block counter by
-    /// what the descriptor's count got wrong. Called with the group's lock held.
+    /// system zone and the descriptor's free count, and re-files the group in the index.
+    /// A bitmap that fails a check makes the group corrupt (see [`Self::refuse_group`]).
+    /// Called with the group's lock held.
     pub(crate) fn load_group(&self, g: u32, slot: usize) -> Result<GroupState, AllocError> {
         let group = &self.groups[g as usize];
         let blocks = self.geometry.group_blocks(g);
@@ -158,26 +169,24 @@ impl BlockAllocator {
                 .map_err(|reason| AllocError::BitmapUnreadable { group: g, reason })?
         };
         let space = GroupSpace::from_bitmap(&bitmap, blocks);
-        for range in group.system.iter() {
-            if let Some(free) = (range.start..range.start + range.len).find(|&b| !space.is_used(b))
-            {
-                return Err(AllocError::CorruptBitmap {
-                    group: g,
-                    block: self.geometry.block_at(g, free),
-                });
-            }
-        }
+        // What the descriptor said (or, after an eviction, what was last written back).
         let counted = group.free_published.load(Ordering::Relaxed);
-        let actual = space.free();
-        if actual > counted {
-            self.return_blocks(slot, u64::from(actual - counted));
-        } else if actual < counted {
-            // The descriptor promised more than the bitmap has. Take the difference back if
-            // it is still unpromised; if not, allocations that counted on it find the
-            // bitmaps full and answer "no space" after their last pass.
-            let _ = self
-                .free_blocks
-                .try_reserve(slot, u64::from(counted - actual));
+        let metadata_free = group
+            .system
+            .iter()
+            .find_map(|range| (range.start..range.start + range.len).find(|&b| !space.is_used(b)));
+        let problem = match metadata_free {
+            Some(free) => Some(BitmapProblem::MetadataFree {
+                block: self.geometry.block_at(g, free),
+            }),
+            None if space.free() != counted => Some(BitmapProblem::BlockCount {
+                bitmap: space.free(),
+                descriptor: counted,
+            }),
+            None => None,
+        };
+        if let Some(problem) = problem {
+            return Err(self.refuse_group(GroupDamage { group: g, problem }, counted, slot));
         }
         let state = GroupState::new(space, group.system.to_vec());
         self.index.update(
@@ -185,8 +194,26 @@ impl BlockAllocator {
             order_bound(counted.min(blocks)),
             state.space.largest_order(),
         );
-        self.set_published_free(g, actual);
+        self.set_published_free(g, state.space.free());
         Ok(state)
+    }
+
+    /// Marks a group whose bitmap failed its check corrupt, under its lock: its `counted`
+    /// free blocks leave the index, the flex sums and the free-block counter (those already
+    /// promised when their promise comes back: a promise that counted on them finds no
+    /// room), and the damage is recorded for one report. Returns the error the load answers.
+    fn refuse_group(&self, damage: GroupDamage, counted: u32, slot: usize) -> AllocError {
+        let g = damage.group;
+        self.damaged.mark(damage);
+        self.index.update(
+            g as usize,
+            order_bound(counted.min(self.geometry.group_blocks(g))),
+            None,
+        );
+        self.set_published_free(g, 0);
+        let taken = self.free_blocks.take_up_to(slot, u64::from(counted));
+        self.unfounded.owe(u64::from(counted) - taken);
+        AllocError::GroupCorrupt(damage)
     }
 
     /// The groups changed since the last call, each with the bitmap to write and its free
@@ -248,7 +275,8 @@ impl BlockAllocator {
             + self.index.memory_bytes()
             + self.dirty.memory_bytes()
             + self.stream_goals.len() * std::mem::size_of::<CachePadded<AtomicU64>>()
-            + self.flex_free.as_ref().map_or(0, |f| f.memory_bytes());
+            + self.flex_free.as_ref().map_or(0, |f| f.memory_bytes())
+            + self.damaged.memory_bytes();
         let per_group: usize = self
             .groups
             .iter()

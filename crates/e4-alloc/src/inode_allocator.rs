@@ -14,6 +14,7 @@
 
 use crate::block_allocator::{BlockAllocator, GroupLocking};
 use crate::free_space_index::AtomicBitset;
+use crate::group_damage::{DamagedGroups, GroupDamage, Unfounded};
 use crate::inode_flex_counts::{FlexInodeCounts, FlexInodeSummary};
 use crate::inode_group::{InodeBitmap, InodeGroup, InodeGroupSnapshot, LockedInodeGroup};
 use crate::inode_group_loading::{InodeBitmapSource, InodeGroupSummary};
@@ -138,6 +139,10 @@ pub enum InodeError {
     /// A group's inode bitmap could not be loaded (the source's words: an I/O error, a bad
     /// checksum).
     BitmapUnreadable { group: u32, reason: String },
+    /// A group's inode bitmap was found corrupt when it was loaded (its free inodes differ
+    /// from its descriptor's count): no inode of the group is claimed or freed for the rest
+    /// of this open ([`crate::group_damage`]).
+    GroupCorrupt(GroupDamage),
 }
 
 impl std::fmt::Display for InodeError {
@@ -156,6 +161,7 @@ impl std::fmt::Display for InodeError {
                     "inode bitmap of group {group} cannot be loaded: {reason}"
                 )
             }
+            InodeError::GroupCorrupt(damage) => write!(f, "{damage}"),
         }
     }
 }
@@ -178,6 +184,9 @@ pub struct InodeAllocatorStats {
     pub words_scanned: Counter,
     /// Flex-group tree nodes Orlov's searches visited ([`crate::inode_placement`]).
     pub placement_nodes: Counter,
+    /// Inodes whose free was skipped because their group is corrupt: they stay in use on
+    /// disk (a leak e2fsck reclaims).
+    pub leaked: Counter,
 }
 
 /// Scans over every group (try-lock passes and waiting passes) before a creation concludes
@@ -201,6 +210,10 @@ pub struct InodeAllocator {
     pub(crate) source: Box<dyn InodeBitmapSource>,
     /// Groups changed since their last write-back snapshot.
     pub(crate) dirty: AtomicBitset,
+    /// Groups whose bitmaps were refused at load, never used again.
+    pub(crate) damaged: DamagedGroups,
+    /// Free inodes of refused groups the counter still counts (promised at the time).
+    pub(crate) unfounded: Unfounded,
 }
 
 impl InodeAllocator {
@@ -265,6 +278,8 @@ impl InodeAllocator {
         directories.add(groups.iter().map(|g| u64::from(g.used_dirs())).sum());
         InodeAllocator {
             dirty: AtomicBitset::new(groups.len()),
+            damaged: DamagedGroups::new(groups.len()),
+            unfounded: Unfounded::default(),
             geometry,
             locking,
             groups,
@@ -320,6 +335,17 @@ impl InodeAllocator {
         self.flexes.summary(flex as usize)
     }
 
+    /// The groups found corrupt since the last call, each reported once: a caller shows
+    /// them as warnings. See [`crate::group_damage`].
+    pub fn take_damage(&self) -> Vec<GroupDamage> {
+        self.damaged.take_new()
+    }
+
+    /// Every group found corrupt so far.
+    pub fn corrupt_groups(&self) -> Vec<GroupDamage> {
+        self.damaged.all()
+    }
+
     /// A group's bitmap and counts, for persisting (loads the bitmap if needed).
     pub fn group_snapshot(&self, group: u32) -> Result<InodeGroupSnapshot, InodeError> {
         let guard = self.groups[group as usize].lock(&self.stats.group_locks);
@@ -361,7 +387,7 @@ impl InodeAllocator {
             // The promised inode may be in the group that could not be read: give the
             // promise back and say why.
             (Err(_), Some(unreadable)) => {
-                self.free_inodes.release(req.slot, 1);
+                self.return_inodes(req.slot, 1);
                 return Err(unreadable);
             }
             (Err(e), None) => return Err(e),
@@ -427,15 +453,31 @@ impl InodeAllocator {
         }
         let (g, index) = self.geometry.group_of(ino).ok_or_else(bad)?;
         let guard = self.groups[g as usize].lock(&self.stats.free_locks);
-        self.loaded(g, guard, slot)?
-            .release(index, directory, &self.flexes, self.flex_of(g) as usize)
-            .map_err(|_| bad())?;
-        self.free_inodes.release(slot, 1);
+        match self.loaded(g, guard, slot) {
+            Ok(mut locked) => {
+                locked
+                    .release(index, directory, &self.flexes, self.flex_of(g) as usize)
+                    .map_err(|_| bad())?;
+                self.return_inodes(slot, 1);
+            }
+            // The inode stays in use on disk: a bitmap no one trusts is not made to look
+            // healthier (as the kernel's `ext4_free_inode` skips a corrupt group).
+            Err(InodeError::GroupCorrupt(_)) => self.stats.leaked.add(1),
+            Err(e) => return Err(e),
+        }
         if directory {
             self.directories.sub(1);
         }
         self.stats.frees.add(1);
         Ok(())
+    }
+
+    /// Returns `n` inodes to the free-inode counter, less what refused groups still owe it.
+    fn return_inodes(&self, slot: usize, n: u64) {
+        let rest = self.unfounded.pay(n);
+        if rest > 0 {
+            self.free_inodes.release(slot, rest);
+        }
     }
 
     /// The highest inode number (inode numbers are 32 bits on disk).

@@ -212,6 +212,12 @@ impl InodeGroup {
         self.bitmap.try_lock(stats)
     }
 
+    /// Publishes a group whose bitmap was refused as holding no free inode (under the
+    /// lock), so placement and the scan pass it over.
+    pub(crate) fn refuse(&self) {
+        self.free.store(0, Ordering::Relaxed);
+    }
+
     /// Installs a freshly loaded bitmap (under the lock) and publishes its counts; returns
     /// the free count the group had published before (the descriptor's).
     pub(crate) fn install(

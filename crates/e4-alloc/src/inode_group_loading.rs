@@ -8,11 +8,14 @@
 //! `INODE_UNINIT`), 64 bytes in all; its bitmap is read through an [`InodeBitmapSource`]
 //! (e4-fs reads and verifies the block) the first time the group's lock is taken to claim
 //! or free there, or computed when the group was never initialised. Placement reads the
-//! descriptor's counts until then; a bitmap that disagrees with them corrects the group's
-//! count, its flex group's sums and the free-inode counter by the difference. Changed groups
-//! are remembered in a bitset, so write-back visits only them.
+//! descriptor's counts until then. A bitmap whose free inodes differ from the descriptor's
+//! `bg_free_inodes_count` is not believed: the group is corrupt ([`crate::group_damage`]),
+//! never loaded, its free inodes taken out of its flex group's sums and the free-inode
+//! counter, and the load answers [`InodeError::GroupCorrupt`] so the claim goes elsewhere.
+//! Changed groups are remembered in a bitset, so write-back visits only them.
 
 use crate::block_allocator::GroupLocking;
+use crate::group_damage::{BitmapProblem, GroupDamage};
 use crate::inode_allocator::{InodeAllocator, InodeError, InodeGeometry};
 use crate::inode_group::{InodeBitmap, InodeGroup, InodeGroupSnapshot, LockedInodeGroup};
 use crate::sync::MutexGuard;
@@ -73,8 +76,9 @@ impl InodeAllocator {
         Self::from_groups(geometry, locking, counter_slots, groups, Box::new(source))
     }
 
-    /// Locks group `g` through `guard` and loads its bitmap if it is not loaded yet. The
-    /// free-inode counter is corrected through `slot`.
+    /// Locks group `g` through `guard` and loads its bitmap if it is not loaded yet, checked
+    /// against the descriptor's free count; a group found corrupt now or before answers
+    /// [`InodeError::GroupCorrupt`]. Counters are corrected through `slot`.
     pub(crate) fn loaded<'a>(
         &'a self,
         g: u32,
@@ -83,6 +87,10 @@ impl InodeAllocator {
     ) -> Result<LockedInodeGroup<'a>, InodeError> {
         let group = &self.groups[g as usize];
         if guard.is_none() {
+            if self.damaged.contains(g) {
+                // OK to unwrap: a group is marked corrupt only with its report recorded.
+                return Err(InodeError::GroupCorrupt(self.damaged.of(g).unwrap()));
+            }
             let geo = &self.geometry;
             let bytes = if group.is_uninit() {
                 vec![0u8; geo.inodes_per_group.div_ceil(8) as usize]
@@ -99,21 +107,25 @@ impl InodeAllocator {
                 group.descriptor_itable_unused(),
             );
             let actual = bitmap.free();
-            let counted = group.install(&mut guard, bitmap);
+            let counted = group.free();
             if actual != counted {
-                self.flexes
-                    .corrected(self.flex_of(g) as usize, counted, actual);
-                if actual > counted {
-                    self.free_inodes.release(slot, u64::from(actual - counted));
-                } else {
-                    // The descriptor promised more than the bitmap has. Take the difference
-                    // back if it is still unpromised; if not, a creation that counted on it
-                    // finds every bitmap full and reports the disagreement.
-                    let _ = self
-                        .free_inodes
-                        .try_reserve(slot, u64::from(counted - actual));
-                }
+                // Its free inodes leave the flex sums, placement (a count of 0) and the
+                // counter (as many as are not promised yet).
+                let damage = GroupDamage {
+                    group: g,
+                    problem: BitmapProblem::InodeCount {
+                        bitmap: actual,
+                        descriptor: counted,
+                    },
+                };
+                self.damaged.mark(damage);
+                group.refuse();
+                self.flexes.corrected(self.flex_of(g) as usize, counted, 0);
+                let taken = self.free_inodes.take_up_to(slot, u64::from(counted));
+                self.unfounded.owe(u64::from(counted) - taken);
+                return Err(InodeError::GroupCorrupt(damage));
             }
+            group.install(&mut guard, bitmap);
         }
         // OK to unwrap: loaded just above, or already.
         Ok(LockedInodeGroup::new(group, guard, g, &self.dirty).unwrap())
@@ -166,6 +178,7 @@ impl InodeAllocator {
             + std::mem::size_of_val(&*self.groups)
             + self.flexes.memory_bytes()
             + self.dirty.memory_bytes()
+            + self.damaged.memory_bytes()
             + loaded
     }
 }

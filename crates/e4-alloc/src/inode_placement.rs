@@ -419,30 +419,31 @@ mod tests {
         assert!(most <= 80, "{most} nodes for one top-level directory");
     }
 
-    /// A bitmap load that finds more free inodes than the descriptor said (here through a
-    /// snapshot, with no claim after it) shows in placement at once: the flex group it
-    /// raised is chosen as the walk chooses it.
+    /// A bitmap load that finds fewer free inodes than the descriptor said (here through a
+    /// snapshot, with no claim after it) refuses the group, and that shows in placement at
+    /// once: the flex group it emptied is passed over as the walk passes it over.
     #[test]
-    fn a_load_that_corrects_counts_refreshes_placement() {
+    fn a_load_that_refuses_a_group_refreshes_placement() {
         let geo = InodeGeometry {
             groups: 8,
             inodes_per_group: 64,
             groups_per_flex: 2,
             first_inode: 11,
         };
-        // Descriptors of flex groups 2 and 3 (groups 4 to 7, under one tree node) say 0
-        // free; the bitmaps are empty.
+        // Flex group 2 (groups 4 and 5) holds the fewest directories, but its bitmaps are
+        // full where the descriptors say empty; every other bitmap agrees with its
+        // descriptor (group 0's first 10 inodes are reserved).
         let alloc = InodeAllocator::open(
             geo,
             GroupLocking::TrySkip,
             1,
             |g| crate::InodeGroupSummary {
-                free_inodes: if g / 2 >= 2 { 0 } else { 64 },
-                used_dirs: if g / 2 >= 2 { 0 } else { 1 },
+                free_inodes: if g == 0 { 54 } else { 64 },
+                used_dirs: if g / 2 == 2 { 0 } else { 1 },
                 itable_unused: 0,
                 uninit: false,
             },
-            |_: u32| Ok(vec![0u8; 8]),
+            |g: u32| Ok(vec![if g / 2 == 2 { 0xFF } else { 0 }; 8]),
         );
         let blocks = BlockAllocator::empty(
             Geometry {
@@ -452,10 +453,11 @@ mod tests {
             },
             AllocatorConfig::default(),
         );
-        alloc.group_snapshot(4).unwrap();
-        alloc.group_snapshot(5).unwrap();
-        assert_eq!(alloc.flexes.summary(2).unwrap().free_inodes, 128);
-        assert_eq!(alloc.orlov_top(0, &blocks), walked_top(&alloc, 0, &blocks));
         assert_eq!(alloc.orlov_top(0, &blocks), Some(4));
+        assert!(alloc.group_snapshot(4).is_err());
+        assert!(alloc.group_snapshot(5).is_err());
+        assert_eq!(alloc.flexes.summary(2).unwrap().free_inodes, 0);
+        assert_eq!(alloc.orlov_top(0, &blocks), walked_top(&alloc, 0, &blocks));
+        assert!(!matches!(alloc.orlov_top(0, &blocks), Some(4 | 5)));
     }
 }

@@ -11,6 +11,7 @@ mod block_flex_sums;
 pub mod block_group;
 mod flex_tree;
 pub mod free_space_index;
+pub mod group_damage;
 pub mod group_loading;
 mod group_state;
 pub mod inode_allocator;
@@ -32,6 +33,7 @@ pub use block_allocator::{
     GoalPolicy, GroupLocking, Reserve,
 };
 pub use free_space_index::{AtomicBitset, FreeSpaceIndex};
+pub use group_damage::{BitmapProblem, GroupDamage};
 pub use group_loading::{BlockBitmapSource, DirtyGroup, GroupSummary};
 pub use inode_allocator::{
     InodeAllocator, InodeError, InodeGeometry, InodeKind, InodeRequest, NewInode,

@@ -109,6 +109,22 @@ impl LimitCounter {
         self.drain_and_take(n)
     }
 
+    /// Reserves as many of `n` units as are free, up to `n`, and returns how many: for taking
+    /// back units that turned out not to exist (a group found corrupt) when some of them
+    /// may already be promised. Whole-or-nothing attempts, halving on failure: O(log n).
+    pub fn take_up_to(&self, slot: usize, n: u64) -> u64 {
+        let (mut taken, mut ask) = (0, n);
+        while ask > 0 {
+            if self.try_reserve(slot, ask) {
+                taken += ask;
+                ask = ask.min(n - taken);
+            } else {
+                ask /= 2;
+            }
+        }
+        taken
+    }
+
     /// Moves `n + batch` units from the pool, keeping `batch` in the slot, if the pool stays
     /// above the threshold afterwards.
     fn refill_and_take(&self, own: &AtomicU64, n: u64) -> bool {

@@ -147,7 +147,9 @@ impl BlockAllocator {
         txn: &mut TransactionFrees,
     ) -> Result<(), AllocError> {
         for (g, range) in self.checked_pieces(extent)? {
-            let mut state = self.lock_group(g, 0)?;
+            let Some(mut state) = self.lock_group_for_free(g, range, 0, true)? else {
+                continue;
+            };
             state.check_free(range).map_err(|r| AllocError::BadFree {
                 extent,
                 reason: r.into(),

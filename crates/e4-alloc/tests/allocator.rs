@@ -600,10 +600,12 @@ fn the_system_zone_is_never_handed_out_or_freed() {
     );
     assert_eq!(
         corrupt.err(),
-        Some(AllocError::CorruptBitmap {
+        Some(AllocError::GroupCorrupt(e4_alloc::GroupDamage {
             group: 2,
-            block: geo.block_at(2, 500)
-        })
+            problem: e4_alloc::BitmapProblem::MetadataFree {
+                block: geo.block_at(2, 500)
+            }
+        }))
     );
     let alloc = BlockAllocator::new(
         geo,

@@ -1,7 +1,8 @@
 //! Lazy inode groups: a volume opens from its descriptors; inode bitmaps load on first use
 //! (INODE_UNINIT groups computed, never read); a bitmap that disagrees with its descriptor
-//! corrects every count built from it; one that cannot be read is an error naming it; and
-//! write-back visits only the changed groups.
+//! makes its group corrupt (never claimed from or freed into, its count out of every sum,
+//! reported once); one that cannot be read is an error naming it; and write-back visits
+//! only the changed groups.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -110,43 +111,68 @@ fn uninit_groups_are_computed_and_others_read_once_on_first_use() {
 }
 
 /// Descriptors that count more or fewer free inodes than their bitmaps hold: loading
-/// corrects the group, its flex group's sums and the free-inode counter, so creations hand
-/// out exactly the inodes that are free and the sums Orlov reads end exact.
+/// refuses the group (its bitmap may have lost the bit of an inode in use), takes its count
+/// out of its flex group's sums and the free-inode counter, and reports it once; creations
+/// come only from the groups that agree, and the sums Orlov reads end exact. Planted bug:
+/// believing the bitmap (correcting the counts, as before) hands out inodes of the other
+/// groups.
 #[test]
-fn descriptor_counts_are_corrected_by_the_bitmap() {
+fn a_group_whose_bitmap_and_descriptor_disagree_is_never_used() {
     let geo = geometry(8, 4);
-    // Group g's bitmap: the first 10 + 5 * g inodes in use. Every descriptor says 40 free:
+    // Group g's bitmap: the first 10 + 5 * g inodes in use. Every descriptor says 44 free:
     // right for group 2 only.
     let alloc = InodeAllocator::open(
         geo,
         GroupLocking::TrySkip,
         4,
         |_| InodeGroupSummary {
-            free_inodes: 40,
+            free_inodes: 44,
             used_dirs: 0,
             itable_unused: 0,
             uninit: false,
         },
         |g: u32| Ok(first_used(10 + 5 * g)),
     );
-    let truth: u64 = (0..8).map(|g| 64 - (10 + 5 * g)).sum();
     let blocks = blocks_for(&geo);
     let mut handed = 0u64;
     let mut held = Vec::new();
     loop {
         match alloc.allocate(&file(handed as usize % 4), &blocks) {
             Ok(new) => {
+                assert_eq!(
+                    new.group, 2,
+                    "inode {} is outside the one good group",
+                    new.ino
+                );
                 handed += 1;
                 held.push(new.ino);
             }
-            Err(e) => {
-                assert_eq!(e, InodeError::NoSpace);
-                break;
-            }
+            Err(InodeError::NoSpace | InodeError::GroupCorrupt(_)) if handed > 0 => break,
+            Err(e) => panic!("{e}"),
         }
     }
-    assert_eq!(handed, truth);
+    assert_eq!(handed, 44);
     assert_eq!(alloc.free_inodes(), 0);
+    let mut damage = alloc.take_damage();
+    damage.sort_by_key(|d| d.group);
+    let groups: Vec<u32> = damage.iter().map(|d| d.group).collect();
+    assert_eq!(groups, [0, 1, 3, 4, 5, 6, 7]);
+    assert_eq!(
+        damage[0].problem,
+        e4_alloc::BitmapProblem::InodeCount {
+            bitmap: 54,
+            descriptor: 44
+        }
+    );
+    assert!(
+        alloc.take_damage().is_empty(),
+        "each group is reported once"
+    );
+    // A free into a corrupt group is skipped: the inode stays in use on disk.
+    assert_eq!(alloc.free(64 + 30, false, 0), Ok(()));
+    assert_eq!(alloc.stats().leaked.get(), 1);
+    assert_eq!(alloc.free_inodes(), 0);
+    assert!(alloc.take_dirty_groups().iter().all(|(g, _)| *g == 2));
     for flex in 0..2 {
         assert_eq!(alloc.flex_summary(flex).unwrap().free_inodes, 0);
     }

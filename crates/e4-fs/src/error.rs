@@ -163,11 +163,7 @@ impl Error {
         use e4_alloc::AllocError;
         match e {
             AllocError::NoSpace => Error::NoSpace(Shortage::Blocks),
-            AllocError::CorruptBitmap { group, block } => Error::BitmapUnusable {
-                bitmap: "block",
-                group,
-                reason: format!("it shows block {block}, which holds metadata, as free"),
-            },
+            AllocError::GroupCorrupt(damage) => Error::from_group_damage(damage),
             AllocError::BitmapUnreadable { group, reason } => Error::BitmapUnusable {
                 bitmap: "block",
                 group,
@@ -187,6 +183,7 @@ impl Error {
                 group,
                 reason,
             },
+            InodeError::GroupCorrupt(damage) => Error::from_group_damage(damage),
             // Every group's bitmap was full with every group locked: the count is wrong.
             InodeError::CountMismatch { counted_free } => FormatError::corrupt(
                 e4_format::Structure::Superblock,
@@ -199,6 +196,15 @@ impl Error {
             )
             .into(),
             other => Error::Internal(format!("inode allocation: {other}")),
+        }
+    }
+
+    /// The error for a group e4-alloc refused as corrupt when it loaded its bitmap.
+    fn from_group_damage(damage: e4_alloc::GroupDamage) -> Self {
+        Error::BitmapUnusable {
+            bitmap: damage.bitmap(),
+            group: damage.group,
+            reason: damage.reason(),
         }
     }
 

@@ -427,6 +427,24 @@ impl Filesystem {
         &self.warnings
     }
 
+    /// Damage found while working, since the last call, one line each: a group whose block
+    /// or inode bitmap disagrees with its descriptor, or shows its own metadata free, and
+    /// so is not used for the rest of this open (e4-alloc's `group_damage`: nothing is
+    /// allocated there, frees into it leave the blocks in use, nothing of it is written
+    /// back). Each group is said once; a caller shows these as it shows [`Self::warnings`].
+    pub fn take_new_warnings(&self) -> Vec<String> {
+        let Some(w) = &self.writer else {
+            return Vec::new();
+        };
+        let blocks = w.space.blocks.take_damage();
+        let inodes = w.space.inodes.take_damage();
+        blocks
+            .iter()
+            .chain(&inodes)
+            .map(|damage| damage.to_string())
+            .collect()
+    }
+
     /// Why the filesystem can only be opened read-only, if so.
     pub fn read_only_reason(&self) -> Option<&str> {
         self.read_only_reason.as_deref()

@@ -127,6 +127,39 @@ pub fn e2fsck_clean(image: &Path) -> Result<(), String> {
     }
 }
 
+/// The problems `e2fsck -fn` reports, one line each, for comparing an image before and
+/// after an edit of an image that was damaged to begin with: the pass headers, "Fix? no",
+/// the closing summary and the whole-filesystem free counts' values are left out (the
+/// counts move with any allocation anywhere; what they are wrong by is kept).
+pub fn e2fsck_problems(image: &Path) -> Vec<String> {
+    let out = Command::new("e2fsck")
+        .arg("-fn")
+        .arg(image)
+        .output()
+        .expect("e2fsck must be installed (e2fsprogs)");
+    let name = image.display().to_string();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with("Pass ") && *l != "Fix? no")
+        .filter(|l| !l.starts_with(&format!("{name}:")))
+        .map(|l| {
+            for what in ["Free blocks count wrong (", "Free inodes count wrong ("] {
+                if let Some(counts) = l.strip_prefix(what) {
+                    let numbers: Vec<i64> = counts
+                        .split(|c: char| !c.is_ascii_digit())
+                        .filter_map(|n| n.parse().ok())
+                        .collect();
+                    if let [found, counted] = numbers[..] {
+                        return format!("{what}by {})", counted - found);
+                    }
+                }
+            }
+            l.to_string()
+        })
+        .collect()
+}
+
 /// An image with nothing but what mke2fs puts there, for tests of single structures.
 pub fn make_empty_image(mke2fs_args: &[&str], size_mib: u64) -> Image {
     let dir = tempfile::tempdir().unwrap();

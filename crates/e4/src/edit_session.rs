@@ -39,6 +39,11 @@ pub fn with_writable_image(
         )));
     }
     let result = command(&fs);
+    // Damage met while working (a group whose bitmap disagrees with its descriptor, which
+    // the engine then leaves alone): one line per group, as the kernel logs it.
+    for warning in fs.take_new_warnings() {
+        eprintln!("e4: warning: {image}: {warning}");
+    }
     let unmounted = fs
         .unmount()
         .map_err(|e| CliError::Message(format!("{image}: writing the image back failed: {e}")));

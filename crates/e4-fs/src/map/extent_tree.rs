@@ -378,8 +378,12 @@ impl<'a> ExtentTree<'a> {
     }
 
     /// Maps `extent.len` blocks from `extent.logical` to `extent.physical`. The range must be
-    /// unmapped; a mapped block fails with [`Error::Invalid`] and changes nothing. The new
-    /// extent merges into an adjacent one where the kernel would merge it.
+    /// unmapped; a mapped block fails with [`Error::Invalid`] and changes nothing. The
+    /// physical blocks must not be ones the nodes this insert walks already use (an extent
+    /// of the leaf, a node block, an index entry's child): such a block came from a bitmap
+    /// that lost its bit, and mapping it would cross-link the file with itself; that fails
+    /// as corruption and changes nothing. The new extent merges into an adjacent one where
+    /// the kernel would merge it.
     pub fn insert(&mut self, extent: Extent) -> Result<()> {
         self.check_new_extent(&extent)?;
         self.declare_edges(1)?;
@@ -394,6 +398,14 @@ impl<'a> ExtentTree<'a> {
             }
         }
         let mut path = self.path_to(extent.logical)?;
+        // Beyond the kernel where it is cheap (issue 22, item 2): only the nodes already in
+        // hand are compared, not the whole tree.
+        if let Some(block) = already_used(&path, &extent) {
+            return Err(corrupt(
+                Location::Inode(self.owner.ino),
+                Problem::BlockReferencedTwice { block },
+            ));
+        }
         let leaf_level = path.len() - 1;
         let leaf = &mut path[leaf_level].node;
         let at = leaf
@@ -1193,6 +1205,28 @@ fn check_key(loc: Location, first: Option<u32>, key: u32) -> Result<()> {
 
 fn corrupt(loc: Location, problem: Problem) -> Error {
     FormatError::corrupt(STRUCTURE, loc, problem).into()
+}
+
+/// The first block of `extent`'s physical run that a node on `path` already uses: a node's
+/// own block, an index entry's child, or a block of one of the leaf's extents.
+fn already_used(path: &[Step], extent: &Extent) -> Option<u64> {
+    let (start, end) = (extent.physical, end_of_physical(extent));
+    let inside = |b: &u64| (start..end).contains(b);
+    path.iter().find_map(|step| {
+        let node = &step.node;
+        node.block
+            .filter(inside)
+            .or_else(|| node.indexes.iter().map(|i| i.child).find(inside))
+            .or_else(|| {
+                node.extents.iter().find_map(|e| {
+                    (e.physical < end && start < end_of_physical(e)).then(|| e.physical.max(start))
+                })
+            })
+    })
+}
+
+fn end_of_physical(e: &Extent) -> u64 {
+    e.physical + u64::from(e.len)
 }
 
 mod shift;

@@ -145,7 +145,7 @@ impl Space {
             } else {
                 Reserve::None
             },
-            superblock: NextSuperblock::mounted(sb),
+            superblock: NextSuperblock::mounted(sb, descriptors),
             orphans: Orphans::default(),
             #[cfg(feature = "testing")]
             faults: faults::AllocationFaults::new(),

@@ -325,6 +325,43 @@ fn overlapping_insert_fails_and_changes_nothing() {
     check(&root, &io);
 }
 
+/// Physical blocks the tree already uses (an extent of the leaf the insert lands in, a node
+/// block on its path) are refused as corruption, and nothing changes: a bitmap that lost
+/// the bit of one of the file's own blocks must not cross-link the file with itself
+/// (issue 22, item 2). Planted bug: no check, and the inserts succeed.
+#[test]
+fn an_insert_of_blocks_the_tree_already_uses_is_corruption() {
+    let io = MemoryMetaIo::new(TINY_BLOCK, 100, 1000);
+    let mut root = new_root();
+    let mut tree = ExtentTree::new(&mut root, &io, OWNER);
+    append_unmergeable(&mut tree, 0, 30);
+    let before = tree.extents().unwrap();
+    // The newest node block: the rightmost leaf or an index node above it, on the path of
+    // an insert past the last extent.
+    let node_block = *io.allocated.lock().unwrap().last().expect("a tree block");
+    let last = *before.last().unwrap();
+    let new_logical = last.logical + last.len + 5;
+    for physical in [
+        last.physical,
+        last.physical + u64::from(last.len) - 1,
+        node_block,
+    ] {
+        let got = tree.insert(extent(new_logical, 1, physical, false));
+        assert!(
+            matches!(
+                got,
+                Err(Error::Format(FormatError::Corrupt {
+                    problem: Problem::BlockReferencedTwice { .. },
+                    ..
+                }))
+            ),
+            "block {physical}: {got:?}"
+        );
+    }
+    assert_eq!(tree.extents().unwrap(), before);
+    check(&root, &io);
+}
+
 #[test]
 fn unwritten_extent_converts_in_three_parts_then_merges() {
     let io = MemoryMetaIo::new(1024, 100, 1000);
