@@ -166,7 +166,8 @@ impl BlockAllocator {
 
     /// Undoes [`Self::free_in_transaction`] of `extent` by `txn` (an operation that failed
     /// after freeing it): the blocks are in use again. Refused, changing nothing, unless
-    /// `txn` freed all of them.
+    /// `txn` freed all of them. A piece in a corrupt group was never freed (the free
+    /// skipped it), so there is nothing to take back there.
     pub fn cancel_free_in_transaction(
         &self,
         extent: Extent,
@@ -178,7 +179,9 @@ impl BlockAllocator {
         };
         let pieces = self.pieces(extent)?;
         for &(g, range) in &pieces {
-            let state = self.lock_group(g, 0)?;
+            let Some(state) = self.lock_group_for_free(g, range, 0, false)? else {
+                continue;
+            };
             if !state
                 .pending
                 .of(txn.txn)
@@ -188,7 +191,9 @@ impl BlockAllocator {
             }
         }
         for (g, range) in pieces {
-            let mut state = self.lock_group(g, 0)?;
+            let Some(mut state) = self.lock_group_for_free(g, range, 0, false)? else {
+                continue;
+            };
             if !state.pending.remove(txn.txn, range) {
                 return Err(refused());
             }
