@@ -533,7 +533,10 @@ impl<'a> ExtentTree<'a> {
     /// nodes below the root changed, and each level split (a new node) plus a new level.
     /// Emptied nodes are freed, which the free declares itself.
     fn declare_edges(&self, edges: u32) -> Result<()> {
-        let depth = u32::from(self.read_root()?.depth);
+        // The root header's eh_depth, read where it lies (decoding the root for it was a
+        // fortieth of an unlink); a damaged one is caught by the edit itself.
+        let depth = u16::from_le_bytes([self.root[6], self.root[7]]).min(MAX_DEPTH);
+        let depth = u32::from(depth);
         self.io
             .extend_credits(edges * (depth + (depth + 1) * NEW_BLOCK));
         Ok(())

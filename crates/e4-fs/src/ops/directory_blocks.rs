@@ -113,8 +113,7 @@ impl DirectoryBlocks for InodeDirectoryBlocks<'_> {
                 Ok(())
             });
         if let Err(e) = inserted {
-            let freed = self.io.space.blocks.free(got, self.io.slot);
-            return Err(e.after_undo(freed.map_err(Error::from_block_allocation)));
+            return Err(self.io.unmapped(got, e));
         }
         self.io.took(got);
         self.inode.set_size(new_size);

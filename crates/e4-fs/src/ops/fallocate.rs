@@ -299,8 +299,7 @@ impl Filesystem {
                     )
                     .map_err(Error::from_block_allocation)?;
                 if let Err(e) = map.insert(logical, got.start, u64::from(got.len), true) {
-                    let freed = io.space.blocks.free(got, io.slot);
-                    return Err(e.after_undo(freed.map_err(Error::from_block_allocation)));
+                    return Err(io.unmapped(got, e));
                 }
                 io.took(got);
                 *data_blocks += i64::from(got.len);

@@ -321,8 +321,7 @@ impl Filesystem {
                             });
                         if let Err(e) = placed {
                             // Never mapped: the blocks go straight back.
-                            let freed = blocks.free(got, io.slot);
-                            return Err(e.after_undo(freed.map_err(Error::from_block_allocation)));
+                            return Err(io.unmapped(got, e));
                         }
                         io.took(got);
                         *data_blocks += i64::from(got.len);

@@ -44,7 +44,7 @@ impl<'a> TxnIo<'a> {
             txns,
             slot: txn.slot,
             reserve: space.reserve,
-            undo: RefCell::default(),
+            undo: RefCell::new(UndoLog::take()),
         }
     }
 
@@ -62,16 +62,37 @@ impl<'a> TxnIo<'a> {
         self.undo.borrow_mut().allocated(run);
     }
 
+    /// Settles a run whose mapping failed with `error`, before it was mapped: it goes back
+    /// to free space at once, unless the mapping found the file already uses its blocks
+    /// (the bitmap called them free: damage), when they stay in use, which is the truth.
+    /// Returns the error to report.
+    pub fn unmapped(&self, run: Extent, error: Error) -> Error {
+        let in_use = matches!(
+            &error,
+            Error::Format(e4_format::FormatError::Corrupt {
+                problem: e4_format::Problem::BlockReferencedTwice { .. },
+                ..
+            })
+        );
+        if in_use {
+            return error;
+        }
+        let freed = self.space.blocks.free(run, self.slot);
+        error.after_undo(freed.map_err(Error::from_block_allocation))
+    }
+
     /// Puts back everything the operation changed through this `TxnIo` (the operation
     /// restores its inodes' records itself). If something cannot be put back, the
     /// filesystem takes no more changes, and the error says so.
     pub fn undo(&self) -> Result<()> {
-        let log = self.undo.take();
+        let mut log = self.undo.borrow_mut();
         if log.is_empty() {
             return Ok(());
         }
-        log.undo(self.store, self.space, self.txns, self.slot)
-            .map_err(|e| self.txns.fail(e))
+        let undone = log.undo(self.store, self.space, self.txns, self.slot);
+        // Undone: nothing of the log may be undone a second time.
+        *log = UndoLog::default();
+        undone.map_err(|e| self.txns.fail(e))
     }
 
     /// Runs `change`, which edits the inode `state` holds (locked) and blocks through this
@@ -99,8 +120,7 @@ impl<'a> TxnIo<'a> {
             return Ok(());
         }
         let buffer = self.store.read(nr)?;
-        let before: Box<[u8]> = buffer.bytes().clone();
-        self.undo.borrow_mut().block(nr, Some(before));
+        self.undo.borrow_mut().block(nr, Some(&buffer.bytes()));
         Ok(())
     }
 
@@ -109,11 +129,16 @@ impl<'a> TxnIo<'a> {
     /// reserve, as
     /// the kernel's `EXT4_GET_BLOCKS_METADATA_NOFAIL` lets them, so that freeing space on a
     /// full filesystem does not fail for want of one block.
-    pub fn removing_space(self) -> Self {
-        TxnIo {
-            reserve: Reserve::Metadata,
-            ..self
-        }
+    pub fn removing_space(mut self) -> Self {
+        self.reserve = Reserve::Metadata;
+        self
+    }
+}
+
+impl Drop for TxnIo<'_> {
+    fn drop(&mut self) {
+        // The operation is over (done, or undone): the log's room goes to the next one.
+        self.undo.take().give_back();
     }
 }
 
@@ -143,8 +168,7 @@ impl MetaIo for TxnIo<'_> {
         // seal), so the edit needs no second lock to set it.
         let buffer = self.store.read_as(nr, BufferRole::of(kind, owner))?;
         if !self.undo.borrow().has_block(nr) {
-            let before: Box<[u8]> = buffer.bytes().clone();
-            self.undo.borrow_mut().block(nr, Some(before));
+            self.undo.borrow_mut().block(nr, Some(&buffer.bytes()));
         }
         edit(&mut buffer.bytes_mut())?;
         self.store.cache().mark_dirty(&buffer);
@@ -184,8 +208,7 @@ impl MetaIo for TxnIo<'_> {
             // an undo puts them back.
             if !self.undo.borrow().has_block(nr) {
                 if let Some(buffer) = self.store.cache().peek(nr) {
-                    let before: Box<[u8]> = buffer.bytes().clone();
-                    self.undo.borrow_mut().block(nr, Some(before));
+                    self.undo.borrow_mut().block(nr, Some(&buffer.bytes()));
                 }
             }
             self.store.cache().forget(nr);
