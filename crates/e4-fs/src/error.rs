@@ -102,9 +102,8 @@ pub enum InUse {
     Locked {
         /// The holder writes (else it reads, and we wanted to write).
         holder_writes: bool,
-        /// The holder's process, when the kernel says (it does for classic POSIX locks;
-        /// for OFD locks, which e4 takes, it cannot).
-        pid: Option<i32>,
+        /// The holder's process, where it could be found (see `io/image_lock.rs`).
+        holder: Option<Holder>,
         /// We wanted to write.
         for_writing: bool,
     },
@@ -130,16 +129,24 @@ pub enum InUse {
     DeviceBusy,
 }
 
+/// A process that holds an image's lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    pub pid: u32,
+    /// Its command name (`/proc/PID/comm`), e.g. `e4`.
+    pub command: String,
+}
+
 impl std::fmt::Display for InUse {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             InUse::Locked {
                 holder_writes,
-                pid,
+                holder,
                 for_writing,
             } => {
-                let who = match pid {
-                    Some(pid) => format!("process {pid}"),
+                let who = match holder {
+                    Some(Holder { pid, command }) => format!("process {pid} ({command})"),
                     None => "another e4 (or another program that locks images)".to_string(),
                 };
                 let what = if *holder_writes { "writing" } else { "reading" };

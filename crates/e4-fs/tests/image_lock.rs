@@ -2,11 +2,12 @@
 //! the image open and admitted once it is closed; readers share an image with each other
 //! but not with a writer; and, where loop devices work (root; a failure under
 //! E4_REQUIRE_KERNEL=1, else skipped with one line), an image file attached to a loop device
-//! or mounted through one, and the loop device itself while mounted, are refused.
+//! or mounted through one, and the loop device itself while mounted, are refused; and the
+//! kernel cannot mount a loop device e4 is writing.
 
 use std::path::Path;
 
-use e4_fs::{Error, Filesystem, InUse, OpenOptions};
+use e4_fs::{Error, Filesystem, Holder, InUse, OpenOptions};
 use e4_testkit::{e2fsck_clean, kernel_comparison_skipped, make_empty_image, LoopDevice};
 
 fn open(path: &Path, writable: bool) -> Result<Filesystem, Error> {
@@ -40,6 +41,17 @@ fn libc_ebusy() -> i32 {
     nix::errno::Errno::EBUSY as i32
 }
 
+/// This process, as a refusal names the holder of a lock it took itself.
+fn this_process() -> Option<Holder> {
+    Some(Holder {
+        pid: std::process::id(),
+        command: std::fs::read_to_string("/proc/self/comm")
+            .unwrap()
+            .trim_end()
+            .to_string(),
+    })
+}
+
 #[test]
 fn a_second_writer_is_refused_until_the_first_closes() {
     let image = make_empty_image(&["-t", "ext4"], 16);
@@ -48,7 +60,7 @@ fn a_second_writer_is_refused_until_the_first_closes() {
         refused(&image.path, true),
         InUse::Locked {
             holder_writes: true,
-            pid: None,
+            holder: this_process(),
             for_writing: true
         }
     );
@@ -69,7 +81,7 @@ fn readers_share_an_image_but_not_with_a_writer() {
         refused(&image.path, true),
         InUse::Locked {
             holder_writes: false,
-            pid: None,
+            holder: this_process(),
             for_writing: true
         }
     );
@@ -81,7 +93,7 @@ fn readers_share_an_image_but_not_with_a_writer() {
         why,
         InUse::Locked {
             holder_writes: true,
-            pid: None,
+            holder: this_process(),
             for_writing: false
         }
     );
@@ -156,6 +168,13 @@ fn an_image_file_attached_to_a_loop_device_is_not_written() {
         refused(device.path(), true),
         InUse::DeviceBusy | InUse::Locked { .. }
     ));
+    // The exclusive open also keeps the kernel off the device while e4 writes it.
+    let kernel = device.mount("rw");
+    assert!(
+        kernel.is_err(),
+        "the kernel mounted a device e4 was writing"
+    );
+    drop(kernel);
     through_device.unmount().unwrap();
     drop(device);
     open(&image.path, true).unwrap().unmount().unwrap();

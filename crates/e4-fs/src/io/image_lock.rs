@@ -9,8 +9,11 @@
 //!   exclude each other too, and closing another descriptor of the same file does not drop
 //!   it (a process-wide POSIX lock, which rustix's `fcntl_lock` takes, has both faults);
 //! - `F_OFD_GETLK` says whether the holder reads or writes, so the refusal says which
-//!   (flock(2) cannot be asked); the holder's pid is not known for an OFD lock (the kernel
-//!   reports -1), so the message names it only when the holder took a POSIX lock;
+//!   (flock(2) cannot be asked). It gives no pid for an OFD lock (-1: an open file
+//!   description may be shared by several processes), so a refusal looks for the holder
+//!   in `/proc/*/fdinfo/*`, whose `lock:` lines name the locks each open file holds: one
+//!   read per open file on the machine, paid only when an open is refused, and only the
+//!   processes this user may inspect (else the message names no process);
 //! - fcntl locks are what other image users take: QEMU holds OFD locks on the disks of a
 //!   running VM, so e4 will not write one (flock and fcntl locks do not see each other).
 //!
@@ -58,7 +61,7 @@ use nix::errno::Errno;
 use nix::fcntl::{fcntl, FcntlArg, OFlag};
 use nix::libc;
 
-use crate::error::{Error, InUse, Result};
+use crate::error::{Error, Holder, InUse, Result};
 
 /// Opens the image file or block device at `path` (for writing too when `writable`) and
 /// takes its lock, or says who is using it (see the module doc). The lock lives as long as
@@ -125,12 +128,20 @@ fn lock(file: &File, writable: bool) -> Result<()> {
         Err(Errno::EAGAIN | Errno::EACCES) => {
             // Ask who holds it. A reader is refused only by a writer; a writer by either
             // (when the holder let go in between, GETLK says F_UNLCK: say writer).
-            let mut holder = whole_file(kind);
-            let asked = fcntl(file.as_raw_fd(), FcntlArg::F_OFD_GETLK(&mut holder)).is_ok();
-            let holder_writes = !asked || i32::from(holder.l_type) != libc::F_RDLCK;
+            let mut held = whole_file(kind);
+            let asked = fcntl(file.as_raw_fd(), FcntlArg::F_OFD_GETLK(&mut held)).is_ok();
+            let holder_writes = !writable || !asked || i32::from(held.l_type) != libc::F_RDLCK;
+            let holder = match u32::try_from(held.l_pid) {
+                // A classic POSIX lock names its process.
+                Ok(pid) if asked && pid > 0 => Some(holder_named(pid)),
+                _ => file
+                    .metadata()
+                    .ok()
+                    .and_then(|m| holder_from_fdinfo(m.dev(), m.ino(), holder_writes)),
+            };
             Err(Error::InUse(InUse::Locked {
-                holder_writes: holder_writes || !writable,
-                pid: (asked && holder.l_pid > 0).then_some(holder.l_pid),
+                holder_writes,
+                holder,
                 for_writing: writable,
             }))
         }
@@ -138,6 +149,38 @@ fn lock(file: &File, writable: bool) -> Result<()> {
         Err(Errno::ENOLCK | Errno::EOPNOTSUPP) => Ok(()),
         Err(e) => Err(Error::io("cannot lock the image", e.into())),
     }
+}
+
+/// Process `pid`, with its command name.
+fn holder_named(pid: u32) -> Holder {
+    let command = std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .map_or_else(|_| "?".to_string(), |c| c.trim_end().to_string());
+    Holder { pid, command }
+}
+
+/// The first process with an open file holding a lock on the file with device `dev` and
+/// inode `ino` (a write lock when `writes`, else any), from the `lock:` lines of
+/// `/proc/*/fdinfo/*` (proc(5): `lock: 1: OFDLCK ADVISORY WRITE -1 fe:00:1234 0 EOF`).
+fn holder_from_fdinfo(dev: u64, ino: u64, writes: bool) -> Option<Holder> {
+    let (major, minor) = device_number(dev);
+    let file = format!(" {major:02x}:{minor:02x}:{ino} ");
+    let holds = |info: &str| {
+        info.lines().any(|line| {
+            line.starts_with("lock:")
+                && line.contains(&file)
+                && (!writes || line.contains(" WRITE "))
+        })
+    };
+    std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .find_map(|process| {
+            let pid: u32 = process.file_name().to_str()?.parse().ok()?;
+            let fds = std::fs::read_dir(process.path().join("fdinfo")).ok()?;
+            fds.flatten()
+                .any(|fd| std::fs::read_to_string(fd.path()).is_ok_and(|info| holds(&info)))
+                .then(|| holder_named(pid))
+        })
 }
 
 /// A device number as mountinfo writes it: (major, minor).
