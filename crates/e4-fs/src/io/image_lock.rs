@@ -3,8 +3,8 @@
 //! the kernel is using.
 //!
 //! **The lock.** Every open takes an OFD lock (`fcntl(F_OFD_SETLK)`) on the whole file:
-//! exclusive (`F_WRLCK`) to write, shared (`F_RDLCK`) to read, never waiting. OFD rather
-//! than flock(2) or classic POSIX locks because:
+//! exclusive (`F_WRLCK`) to write, shared (`F_RDLCK`) to read, never waiting for a holder
+//! beyond a moment ([`HANDOVER`]). OFD rather than flock(2) or classic POSIX locks because:
 //! - it belongs to the open file description, as flock(2)'s does: two opens in one process
 //!   exclude each other too, and closing another descriptor of the same file does not drop
 //!   it (a process-wide POSIX lock, which rustix's `fcntl_lock` takes, has both faults);
@@ -56,6 +56,7 @@ use std::fs::{File, Metadata, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::fcntl::{fcntl, FcntlArg, OFlag};
@@ -116,14 +117,30 @@ fn whole_file(kind: libc::c_int) -> libc::flock {
     }
 }
 
-/// Takes `file`'s OFD lock without waiting: exclusive to write, shared to read.
+/// How long a refused lock is tried again before the refusal stands. A lock belongs to an
+/// open file description, which lives while any descriptor of it does, and a process that
+/// forks (to run a command) hands its children copies of every descriptor until they exec
+/// (close-on-exec): so a lock its holder has just let go may still be held for that
+/// moment, and a program that closes an image and opens it again would be refused by its
+/// own past. Waiting this long costs a real refusal no more than the user notices.
+const HANDOVER: Duration = Duration::from_millis(200);
+
+/// Takes `file`'s OFD lock: exclusive to write, shared to read; never waits for a holder
+/// longer than [`HANDOVER`].
 fn lock(file: &File, writable: bool) -> Result<()> {
     let kind = if writable {
         libc::F_WRLCK
     } else {
         libc::F_RDLCK
     };
-    match fcntl(file.as_raw_fd(), FcntlArg::F_OFD_SETLK(&whole_file(kind))) {
+    let try_lock = || fcntl(file.as_raw_fd(), FcntlArg::F_OFD_SETLK(&whole_file(kind)));
+    let mut result = try_lock();
+    let give_up = Instant::now() + HANDOVER;
+    while matches!(result, Err(Errno::EAGAIN | Errno::EACCES)) && Instant::now() < give_up {
+        std::thread::sleep(HANDOVER / 20);
+        result = try_lock();
+    }
+    match result {
         Ok(_) => Ok(()),
         Err(Errno::EAGAIN | Errno::EACCES) => {
             // Ask who holds it. A reader is refused only by a writer; a writer by either
