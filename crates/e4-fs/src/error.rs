@@ -91,6 +91,102 @@ pub enum Error {
     /// precisely): EIO, never a caller's EINVAL.
     #[error("internal error: {0}")]
     Internal(String),
+    /// The image is in use by someone e4 must not share it with (EBUSY): see [`InUse`].
+    #[error("{0}")]
+    InUse(InUse),
+}
+
+/// Why an image may not be opened as asked: who else uses it. Each reads as a sentence
+/// that ends with what to do. See `io/image_lock.rs` for the rules.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InUse {
+    /// Another open file description holds a lock on the image file that conflicts with
+    /// ours: another e4 (command, mount or library user, in this process or another), or a
+    /// program that locks images (QEMU does).
+    Locked {
+        /// The holder writes (else it reads, and we wanted to write).
+        holder_writes: bool,
+        /// The holder's process, where it could be found (see `io/image_lock.rs`).
+        holder: Option<Holder>,
+        /// We wanted to write.
+        for_writing: bool,
+    },
+    /// The kernel has the image mounted.
+    Mounted {
+        /// The block device the kernel mounted: the image itself, or a loop device over it.
+        device: String,
+        /// Where (the first of its mount points).
+        mount_point: String,
+        /// Mounted read-write (the superblock's mode, not one bind mount's).
+        read_write: bool,
+        /// We wanted to write.
+        for_writing: bool,
+    },
+    /// The image file backs a loop device (not mounted): the kernel writes whatever is
+    /// written to that device.
+    LoopAttached {
+        /// The loop device, e.g. `/dev/loop3`.
+        device: String,
+    },
+    /// An exclusive open of the block device failed with EBUSY and no mount names why:
+    /// device-mapper, md, or another exclusive opener holds it.
+    DeviceBusy,
+}
+
+/// A process that holds an image's lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    pub pid: u32,
+    /// Its command name (`/proc/PID/comm`), e.g. `e4`.
+    pub command: String,
+}
+
+impl std::fmt::Display for InUse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            InUse::Locked {
+                holder_writes,
+                holder,
+                for_writing,
+            } => {
+                let who = match holder {
+                    Some(Holder { pid, command }) => format!("process {pid} ({command})"),
+                    None => "another e4 (or another program that locks images)".to_string(),
+                };
+                let what = if *holder_writes { "writing" } else { "reading" };
+                let why = match (holder_writes, for_writing) {
+                    (true, true) => "one writer at a time",
+                    (false, _) => "a writer must have it to itself",
+                    (true, false) => "reading it now could see it half-written",
+                };
+                write!(f, "the image is locked: {who} has it open for {what} ({why})")
+            }
+            InUse::Mounted {
+                device,
+                mount_point,
+                read_write,
+                for_writing,
+            } => {
+                let mode = if *read_write { "read-write" } else { "read-only" };
+                let then = if *for_writing {
+                    "unmount it first"
+                } else {
+                    "read it through the mount, or unmount it first"
+                };
+                write!(
+                    f,
+                    "the kernel has the image mounted {mode} on {mount_point} ({device}); {then}"
+                )
+            }
+            InUse::LoopAttached { device } => write!(
+                f,
+                "the image backs loop device {device}, through which the kernel may write it; detach it first (losetup -d {device})"
+            ),
+            InUse::DeviceBusy => f.write_str(
+                "the block device is busy: something holds it exclusively (another e4 writer, device-mapper, md, or a mount in another namespace)",
+            ),
+        }
+    }
 }
 
 /// What ran out, for [`Error::NoSpace`]. The kinds a caller can act on are variants;
@@ -153,6 +249,7 @@ impl Error {
             Error::NotSupported(_) => Errno::OPNOTSUPP,
             Error::BitmapUnusable { .. } => Errno::UCLEAN,
             Error::Internal(_) => Errno::IO,
+            Error::InUse(_) => Errno::BUSY,
         };
         errno.raw_os_error()
     }

@@ -206,11 +206,13 @@ fn read_superblock(device: &dyn Device) -> Result<(Superblock, u64, Vec<String>)
 }
 
 impl Filesystem {
-    /// Opens the image file or block device at `path`.
+    /// Opens the image file or block device at `path`, locked for as long as the filesystem
+    /// is open: a writer has it to itself, and an image another e4 writes or the kernel
+    /// uses is refused with [`Error::InUse`] (the rules: docs/WRITE-PATH.md, "One writer per
+    /// image").
     pub fn open(path: impl AsRef<Path>, options: OpenOptions) -> Result<Self> {
         let path = path.as_ref();
-        let device = FileDevice::open(path, options.writable)
-            .map_err(|e| Error::io("cannot open the image", e))?;
+        let device = FileDevice::open(path, options.writable)?;
         Self::open_device(Arc::new(device), options)
     }
 

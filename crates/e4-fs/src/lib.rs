@@ -37,7 +37,7 @@ mod xattr;
 
 pub use dir::entry::DirEntry;
 pub use e4_format::inode::{FileType, Inode, Timestamp};
-pub use error::{Error, Result, Shortage};
+pub use error::{Error, Holder, InUse, Result, Shortage};
 pub use filesystem::{Filesystem, OpenOptions};
 pub use io::device;
 pub use map::run::Mapping;

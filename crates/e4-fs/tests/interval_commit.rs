@@ -22,9 +22,11 @@ fn with_interval(interval: Duration) -> OpenOptions {
     }
 }
 
-/// What a second, read-only open of the image at `path` finds at `/name`, if anything.
+/// What the image at `path` holds on disk at `/name`, if anything: a copy of its bytes,
+/// opened in memory (a second open of the file is refused while the writer has it).
 fn read_back(path: &std::path::Path, name: &str) -> Option<Vec<u8>> {
-    let fs = Filesystem::open(path, OpenOptions::default()).unwrap();
+    let bytes = std::fs::read(path).unwrap();
+    let fs = Filesystem::open_bytes(bytes, OpenOptions::default()).unwrap();
     let ino = fs.resolve(name, true).ok()?;
     Some(fs.read_file(ino, 1 << 30).unwrap())
 }

@@ -1,7 +1,9 @@
-//! The kernel's view of an image: a read-only loop mount, when the machine allows one.
+//! The kernel's view of an image: a read-only loop mount, when the machine allows one; and
+//! loop devices a test attaches and mounts itself, every step bounded by `timeout`.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
 
 /// Reports that a kernel comparison of `what` cannot run. With `E4_REQUIRE_KERNEL=1` (CI
 /// sets it wherever loop mounts work) that fails the test, so a comparison is never skipped
@@ -24,6 +26,8 @@ fn bounded(command: &str) -> Command {
 /// A read-only loop mount, unmounted on drop.
 pub struct KernelMount {
     dir: tempfile::TempDir,
+    /// The image, to wait for its loop device to go after the unmount.
+    image: PathBuf,
 }
 
 impl KernelMount {
@@ -56,7 +60,10 @@ impl KernelMount {
                 .output()
                 .map_err(|e| format!("cannot run mount: {e}"))?;
             if out.status.success() {
-                Ok(KernelMount { dir })
+                Ok(KernelMount {
+                    dir,
+                    image: image.to_path_buf(),
+                })
             } else {
                 Err(format!(
                     "loop mount unavailable: {}",
@@ -86,7 +93,10 @@ impl KernelMount {
                 .output()
                 .map_err(|e| format!("cannot run mount: {e}"))?;
             if out.status.success() {
-                return Ok(KernelMount { dir });
+                return Ok(KernelMount {
+                    dir,
+                    image: image.to_path_buf(),
+                });
             }
             last_error = String::from_utf8_lossy(&out.stderr).trim().to_string();
         }
@@ -106,7 +116,13 @@ impl Drop for KernelMount {
         let mut last = String::new();
         for _ in 0..50 {
             match bounded("umount").arg(self.dir.path()).output() {
-                Ok(out) if out.status.success() => return,
+                Ok(out) if out.status.success() => {
+                    // `mount -o loop` detaches its loop device when the last user lets
+                    // go, which a prober (udev's blkid) may delay; e4 refuses to write an
+                    // image a loop device still backs, so the next step waits for that.
+                    wait_detached(&self.image);
+                    return;
+                }
                 Ok(out) => last = String::from_utf8_lossy(&out.stderr).trim().to_string(),
                 Err(e) => last = e.to_string(),
             }
@@ -114,6 +130,128 @@ impl Drop for KernelMount {
         }
         if !std::thread::panicking() {
             panic!("umount {} failed: {last}", self.dir.path().display());
+        }
+    }
+}
+
+/// Waits (up to 10 s) until no loop device is backed by `image`.
+fn wait_detached(image: &Path) {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(10) {
+        let attached = bounded(Command::new("losetup").arg("-j").arg(image))
+            .is_ok_and(|out| !out.stdout.is_empty());
+        if !attached {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// How long one `losetup`, `mount` or `umount` step may take.
+const STEP_LIMIT: &str = "20";
+
+/// Runs `command` under `timeout`, so a stuck device cannot hang the test.
+fn bounded(command: &mut Command) -> Result<Output, String> {
+    let mut timed = Command::new("timeout");
+    timed.arg(STEP_LIMIT).arg(command.get_program());
+    timed.args(command.get_args());
+    timed
+        .output()
+        .map_err(|e| format!("cannot run timeout: {e}"))
+}
+
+/// Runs a step, or says why it failed.
+fn step(command: &mut Command) -> Result<String, String> {
+    let shown = format!("{command:?}");
+    let out = bounded(command)?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    } else {
+        Err(format!(
+            "{shown} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// A loop device over an image, detached on drop (also when the test panics). For tests
+/// of what happens while the kernel holds an image: attached, or mounted ([`LoopDevice::mount`]).
+pub struct LoopDevice {
+    device: PathBuf,
+}
+
+impl LoopDevice {
+    /// Attaches `image` to a free loop device, or says why it cannot (not root, no loop
+    /// devices). Callers report the reason with [`kernel_comparison_skipped`] and skip.
+    pub fn attach(image: &Path) -> Result<Self, String> {
+        let device = step(Command::new("losetup").args(["-f", "--show"]).arg(image))?;
+        Ok(LoopDevice {
+            device: PathBuf::from(device),
+        })
+    }
+
+    /// The device, e.g. `/dev/loop3`.
+    pub fn path(&self) -> &Path {
+        &self.device
+    }
+
+    /// Mounts the device with `options` (e.g. `rw` or `ro`) on a new directory; unmounted on
+    /// drop, before the device can be detached.
+    pub fn mount(&self, options: &str) -> Result<LoopMount<'_>, String> {
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        step(
+            Command::new("mount")
+                .args(["-o", options])
+                .arg(&self.device)
+                .arg(dir.path()),
+        )?;
+        Ok(LoopMount { dir, _device: self })
+    }
+}
+
+impl Drop for LoopDevice {
+    /// Detaches, retrying while the device is briefly busy; a device left attached fails
+    /// the test (unless it is already failing).
+    fn drop(&mut self) {
+        let mut last = String::new();
+        for _ in 0..50 {
+            match step(Command::new("losetup").arg("-d").arg(&self.device)) {
+                Ok(_) => return,
+                Err(e) => last = e,
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        if !std::thread::panicking() {
+            panic!("{last}");
+        }
+    }
+}
+
+/// A mount of a [`LoopDevice`], unmounted on drop.
+pub struct LoopMount<'a> {
+    dir: tempfile::TempDir,
+    _device: &'a LoopDevice,
+}
+
+impl LoopMount<'_> {
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for LoopMount<'_> {
+    fn drop(&mut self) {
+        let mut last = String::new();
+        for _ in 0..50 {
+            match step(Command::new("umount").arg(self.dir.path())) {
+                Ok(_) => return,
+                Err(e) => last = e,
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        if !std::thread::panicking() {
+            panic!("{last}");
         }
     }
 }

@@ -20,7 +20,7 @@ pub use fuse_mount::{fuse_skipped, is_mounted, FuseGuard};
 pub use image::{
     e2fsck_clean, e2fsck_problems, make_empty_image, make_image, Image, Profile, PROFILES,
 };
-pub use kernel_mount::{kernel_comparison_skipped, KernelMount};
+pub use kernel_mount::{kernel_comparison_skipped, KernelMount, LoopDevice, LoopMount};
 pub use layers::layering_problems;
 pub use raw_image::RawImage;
 pub use tree::{full_source_tree, generate_tree, TreeSpec};

@@ -161,3 +161,63 @@ fn a_background_mount_is_up_when_the_command_returns_and_clean_after_fusermount3
     e2fsck_clean(&image.path).unwrap();
     assert_eq!(cat(&image.path, "/d/f"), "background");
 }
+
+#[test]
+fn an_image_a_mount_writes_is_refused_to_every_other_open_in_one_line() {
+    let image = make_empty_image(&["-t", "ext4"], 16);
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = e4()
+        .args(["mount", "-f"])
+        .arg(&image.path)
+        .arg(dir.path())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let _guard = FuseGuard::watch(dir.path(), LIMIT);
+    if !mounted_by(&mut child, dir.path()) {
+        return;
+    }
+    std::fs::write(dir.path().join("f"), "first").unwrap();
+    let refused = |args: &[&str], expected: &str| {
+        let second = tempfile::tempdir().unwrap();
+        let _guard = FuseGuard::watch(second.path(), LIMIT);
+        let errors = tempfile::NamedTempFile::new().unwrap();
+        let status = e4()
+            .args(args)
+            .arg(&image.path)
+            .arg(second.path())
+            .stderr(errors.reopen().unwrap())
+            .status()
+            .unwrap();
+        let stderr = std::fs::read_to_string(errors.path()).unwrap();
+        assert!(
+            !is_mounted(second.path()),
+            "{args:?} mounted it a second time"
+        );
+        assert_eq!(status.code(), Some(1), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(stderr.contains(expected), "{stderr}");
+    };
+    // A second mount, read-write or read-only, and an editing command.
+    refused(&["mount"], "open for writing (one writer at a time)");
+    refused(&["mount", "-o", "ro"], "half-written");
+    let edit = e4()
+        .arg("mkdir")
+        .arg(&image.path)
+        .arg("/d")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&edit.stderr);
+    assert_eq!(edit.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("one writer at a time"), "{stderr}");
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
+    let mut status = None;
+    assert!(eventually(|| {
+        status = child.try_wait().unwrap();
+        status.is_some()
+    }));
+    assert!(status.unwrap().success());
+    e2fsck_clean(&image.path).unwrap();
+    assert_eq!(cat(&image.path, "/f"), "first");
+}

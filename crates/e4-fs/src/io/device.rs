@@ -2,13 +2,16 @@
 //! positional (`pread`/`pwrite`), so any number of threads use a device at once without a
 //! shared file offset or lock.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, Seek, SeekFrom};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::{Mutex, RwLock};
+
+use super::image_lock;
+use crate::error::{Error, Result};
 
 /// A byte-addressed store the filesystem lives on.
 pub trait Device: Send + Sync {
@@ -36,17 +39,15 @@ pub struct FileDevice {
 }
 
 impl FileDevice {
-    /// Opens `path`, for writing too when `writable`. Works for regular files and block
-    /// devices alike (the size of a block device is found by seeking to its end).
-    pub fn open(path: &Path, writable: bool) -> io::Result<Self> {
-        let mut file = OpenOptions::new().read(true).write(writable).open(path)?;
-        if file.metadata()?.is_dir() {
-            return Err(io::Error::new(
-                io::ErrorKind::IsADirectory,
-                "is a directory",
-            ));
-        }
-        let size = file.seek(SeekFrom::End(0))?;
+    /// Opens `path`, for writing too when `writable`, holding the image's lock until the
+    /// device is dropped: an image someone else writes, or the kernel uses, is refused with
+    /// [`Error::InUse`] (see `io/image_lock.rs`). Works for regular files and block devices
+    /// alike (the size of a block device is found by seeking to its end).
+    pub fn open(path: &Path, writable: bool) -> Result<Self> {
+        let mut file = image_lock::open_image(path, writable)?;
+        let size = file
+            .seek(SeekFrom::End(0))
+            .map_err(|e| Error::io("cannot find the size of the image", e))?;
         Ok(FileDevice { file, size })
     }
 }

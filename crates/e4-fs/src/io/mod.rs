@@ -1,6 +1,7 @@
 //! Where bytes come from and go to, and the interface the on-disk mechanisms see. Nothing
-//! here imports anything else of e4-fs.
+//! here imports anything else of e4-fs but its errors.
 
 pub(crate) mod credits;
 pub mod device;
+mod image_lock;
 pub(crate) mod meta_io;
