@@ -15,14 +15,6 @@ pub fn kernel_comparison_skipped(what: &str, reason: &str) {
     eprintln!("{what}: kernel comparison skipped: {reason}");
 }
 
-/// `command` under `timeout`, so a mount or unmount that hangs (a wedged loop device, a
-/// kernel bug) fails the test instead of stopping the run.
-fn bounded(command: &str) -> Command {
-    let mut c = Command::new("timeout");
-    c.args(["60", command]);
-    c
-}
-
 /// A read-only loop mount, unmounted on drop.
 pub struct KernelMount {
     dir: tempfile::TempDir,
@@ -53,12 +45,12 @@ impl KernelMount {
     pub fn mount_writable(image: &Path) -> Result<Self, String> {
         let result = (|| {
             let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-            let out = bounded("mount")
-                .args(["-o", "loop"])
-                .arg(image)
-                .arg(dir.path())
-                .output()
-                .map_err(|e| format!("cannot run mount: {e}"))?;
+            let out = bounded(
+                Command::new("mount")
+                    .args(["-o", "loop"])
+                    .arg(image)
+                    .arg(dir.path()),
+            )?;
             if out.status.success() {
                 Ok(KernelMount {
                     dir,
@@ -86,12 +78,12 @@ impl KernelMount {
         for base in ["loop,ro,noload", "loop,ro"] {
             let mut all = vec![base];
             all.extend_from_slice(options);
-            let out = bounded("mount")
-                .args(["-o", &all.join(",")])
-                .arg(image)
-                .arg(dir.path())
-                .output()
-                .map_err(|e| format!("cannot run mount: {e}"))?;
+            let out = bounded(
+                Command::new("mount")
+                    .args(["-o", &all.join(",")])
+                    .arg(image)
+                    .arg(dir.path()),
+            )?;
             if out.status.success() {
                 return Ok(KernelMount {
                     dir,
@@ -115,7 +107,7 @@ impl Drop for KernelMount {
     fn drop(&mut self) {
         let mut last = String::new();
         for _ in 0..50 {
-            match bounded("umount").arg(self.dir.path()).output() {
+            match bounded(Command::new("umount").arg(self.dir.path())) {
                 Ok(out) if out.status.success() => {
                     // `mount -o loop` detaches its loop device when the last user lets
                     // go, which a prober (udev's blkid) may delay; e4 refuses to write an
@@ -150,7 +142,8 @@ fn wait_detached(image: &Path) {
 /// How long one `losetup`, `mount` or `umount` step may take.
 const STEP_LIMIT: &str = "20";
 
-/// Runs `command` under `timeout`, so a stuck device cannot hang the test.
+/// Runs `command` under `timeout`, so a mount or unmount that hangs (a wedged loop device,
+/// a kernel bug) fails the test instead of stopping the run.
 fn bounded(command: &mut Command) -> Result<Output, String> {
     let mut timed = Command::new("timeout");
     timed.arg(STEP_LIMIT).arg(command.get_program());
