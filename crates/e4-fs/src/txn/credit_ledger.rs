@@ -81,6 +81,7 @@ impl CreditLedger {
     }
 
     /// The commits so far that wrote more than their transactions declared.
+    #[cfg(feature = "testing")]
     pub(crate) fn overruns(&self) -> Vec<CreditOverrun> {
         self.overruns.lock().clone()
     }

@@ -27,7 +27,7 @@ use parking_lot::{Condvar, Mutex, RwLock, RwLockReadGuard};
 
 use crate::error::{Error, Result};
 use crate::io::credits::GROUP;
-use crate::txn::credit_ledger::{CreditLedger, CreditOverrun};
+use crate::txn::credit_ledger::CreditLedger;
 
 /// Limit-counter slots, commit-gate slots and pending-free lists: one per thread up to this.
 pub(crate) const SLOTS: usize = 64;
@@ -204,7 +204,8 @@ impl Transactions {
 
     /// Commits that wrote more blocks than their transactions declared (none, unless a
     /// handle under-declares).
-    pub(crate) fn credit_overruns(&self) -> Vec<CreditOverrun> {
+    #[cfg(feature = "testing")]
+    pub(crate) fn credit_overruns(&self) -> Vec<credit_ledger::CreditOverrun> {
         self.credits.overruns()
     }
 
@@ -249,31 +250,22 @@ impl Transactions {
         );
         let mut frees = self.frees[slot].lock();
         self.pending_blocks.fetch_add(len, Ordering::Relaxed);
-        let mut at = start;
-        while at < start + len {
-            let piece = (start + len - at).min(u64::from(u32::MAX)) as u32;
+        for piece in pieces(start, len) {
             blocks
-                .free_in_transaction(
-                    e4_alloc::Extent {
-                        start: at,
-                        len: piece,
-                    },
-                    &mut frees,
-                )
+                .free_in_transaction(piece, &mut frees)
                 .map_err(|e| match e {
                     e4_alloc::AllocError::BadFree { .. } => {
                         Error::Format(e4_format::FormatError::corrupt(
                             e4_format::Structure::BlockMapping,
-                            e4_format::Location::Block(at),
+                            e4_format::Location::Block(piece.start),
                             e4_format::Problem::UnfreeableBlocks {
-                                len: u64::from(piece),
+                                len: u64::from(piece.len),
                             },
                         ))
                     }
                     // A bitmap that cannot be read or trusted says so.
                     other => Error::from_block_allocation(other),
                 })?;
-            at += u64::from(piece);
         }
         Ok(())
     }
@@ -288,19 +280,10 @@ impl Transactions {
         slot: usize,
     ) -> Result<()> {
         let frees = self.frees[slot].lock();
-        let mut at = start;
-        while at < start + len {
-            let piece = (start + len - at).min(u64::from(u32::MAX)) as u32;
+        for piece in pieces(start, len) {
             blocks
-                .cancel_free_in_transaction(
-                    e4_alloc::Extent {
-                        start: at,
-                        len: piece,
-                    },
-                    &frees,
-                )
+                .cancel_free_in_transaction(piece, &frees)
                 .map_err(Error::from_block_allocation)?;
-            at += u64::from(piece);
         }
         self.pending_blocks.fetch_sub(len, Ordering::Relaxed);
         Ok(())
@@ -337,4 +320,22 @@ impl Transactions {
     pub(crate) fn running_txn(&self) -> u64 {
         self.running.load(Ordering::Acquire)
     }
+}
+
+/// `len` blocks from `start` as extents the allocator takes (at most 2^32 - 1 blocks each).
+fn pieces(start: u64, len: u64) -> impl Iterator<Item = e4_alloc::Extent> {
+    let end = start + len;
+    let mut at = start;
+    std::iter::from_fn(move || {
+        (at < end).then(|| {
+            // OK to cast: at most u32::MAX.
+            let piece = (end - at).min(u64::from(u32::MAX)) as u32;
+            let extent = e4_alloc::Extent {
+                start: at,
+                len: piece,
+            };
+            at += u64::from(piece);
+            extent
+        })
+    })
 }
