@@ -113,9 +113,10 @@ fn racing_writers_never_get_a_block_of_a_corrupt_group() {
                     let ino = fs.create(2, format!("t{t}").as_bytes(), CREATOR).unwrap();
                     let mut at = 0u64;
                     loop {
-                        let chunk: Vec<u8> = (0..16)
-                            .flat_map(|i| [pattern(t, at + i * 4096); 4096])
-                            .collect();
+                        // Each byte's value follows its place in the file, so a write
+                        // that stops short part-way through a 4 KiB unit (1 KiB blocks)
+                        // is continued with the same values.
+                        let chunk: Vec<u8> = (0..16 * 4096).map(|k| pattern(t, at + k)).collect();
                         match fs.write_at(ino, at, &chunk) {
                             Ok(n) if n > 0 => at += n as u64,
                             Ok(_) | Err(Error::NoSpace(_)) => break,
