@@ -298,6 +298,41 @@ fn operations(extents: bool) -> Vec<(&'static str, Op)> {
         ("xattr removed", |fs| {
             fs.remove_xattr(at(fs, "/x")?, b"user.big")
         }),
+        ("fast symlink", |fs| {
+            fs.symlink(at(fs, "/d2")?, b"fs", b"target", FILE).map(drop)
+        }),
+        ("mknod", |fs| {
+            fs.mknod(at(fs, "/d2")?, b"dev", FileType::CharDevice, (1, 3), FILE)
+                .map(drop)
+        }),
+        ("rename exchanging a file and a directory", |fs| {
+            fs.rename(ROOT, b"x", ROOT, b"d2", RenameMode::Exchange)
+        }),
+        ("rename refusing to replace", |fs| {
+            fs.rename(
+                at(fs, "/d1")?,
+                b"small",
+                at(fs, "/d2")?,
+                b"s",
+                RenameMode::NoReplace,
+            )
+        }),
+        ("truncate through setattr", |fs| {
+            fs.setattr(
+                at(fs, "/d1/big")?,
+                &SetAttributes {
+                    size: Some(5000),
+                    ..SetAttributes::default()
+                },
+            )
+            .map(drop)
+        }),
+        ("last close of an unlinked file", |fs| {
+            let big = at(fs, "/d1/big")?;
+            fs.open_inode(big)?;
+            fs.unlink(at(fs, "/d1")?, b"big")?;
+            fs.release_inode(big)
+        }),
         ("chmod", |fs| {
             fs.setattr(
                 at(fs, "/d1/big")?,

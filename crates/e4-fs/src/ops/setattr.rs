@@ -100,7 +100,8 @@ impl Filesystem {
             return Ok(());
         }
         state.open_count = 0;
-        self.delete_inode(&io, &mut state)?;
+        // All or nothing: a failure leaves the inode whole on the orphan list.
+        io.all_or_nothing(&mut state, |state| self.delete_inode(&io, state))?;
         writer.space.orphans.remove(ino);
         Ok(())
     }
