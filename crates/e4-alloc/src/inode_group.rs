@@ -15,7 +15,7 @@ use crate::free_space_index::AtomicBitset;
 use crate::inode_flex_counts::FlexInodeCounts;
 use crate::instrumented_lock::InstrumentedMutex;
 use crate::stats::{Counter, LockStats};
-use crate::sync::{AtomicU32, MutexGuard, Ordering};
+use crate::sync::{AtomicBool, AtomicU32, MutexGuard, Ordering};
 
 const BITS: u32 = 64;
 
@@ -138,6 +138,9 @@ pub(crate) struct InodeGroup {
     descriptor_itable_unused: u32,
     /// `INODE_UNINIT`: the on-disk bitmap was never written; it is computed, not read.
     uninit: bool,
+    /// Whether `bitmap` holds the bitmap (set once, under the lock; a loaded inode bitmap
+    /// is never dropped), for a check that needs no lock.
+    has_bitmap: AtomicBool,
 }
 
 /// The group's lock, held, with its bitmap loaded: the only way to change the group.
@@ -164,6 +167,7 @@ impl InodeGroup {
             first_free: AtomicU32::new(0),
             descriptor_itable_unused: itable_unused,
             uninit,
+            has_bitmap: AtomicBool::new(false),
         }
     }
 
@@ -175,7 +179,13 @@ impl InodeGroup {
             Ordering::Relaxed,
         );
         *group.bitmap.lock(&LockStats::default()) = Some(Box::new(bitmap));
+        group.has_bitmap.store(true, Ordering::Release);
         group
+    }
+
+    /// Whether the bitmap is loaded, without the lock.
+    pub(crate) fn has_bitmap(&self) -> bool {
+        self.has_bitmap.load(Ordering::Acquire)
     }
 
     /// Free inodes as of the last change (exact under the lock).
@@ -229,6 +239,7 @@ impl InodeGroup {
         self.first_free.store(first, Ordering::Relaxed);
         let before = self.free.swap(bitmap.free(), Ordering::Relaxed);
         **guard = Some(Box::new(bitmap));
+        self.has_bitmap.store(true, Ordering::Release);
         before
     }
 }

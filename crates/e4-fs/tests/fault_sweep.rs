@@ -16,7 +16,7 @@ use e4_fs::{
     Creator, Error, FallocateMode, FileType, Filesystem, OpenOptions, RenameMode, SetAttributes,
     XattrSet,
 };
-use e4_testkit::{e2fsck_clean, make_empty_image};
+use e4_testkit::{e2fsck_clean, e2fsck_problems, make_empty_image};
 
 const ROOT: u32 = 2;
 const FILE: Creator = Creator {
@@ -794,4 +794,43 @@ fn concurrent_operations_under_random_faults_are_all_or_nothing() {
     let path = scratch.path().join("image");
     std::fs::write(&path, &image).unwrap();
     e2fsck_clean(&path).unwrap();
+}
+
+/// An inode is given back to its group's bitmap at commit; if that bitmap cannot be read,
+/// the unlink must fail then and there, changing nothing, not leave a commit that fails and
+/// stops the filesystem. Here group 0's inode bitmap is damaged on disk (its checksum no
+/// longer matches); the unlink of a file in that group is refused, the filesystem still
+/// commits and unmounts, and the tree is as before.
+#[test]
+fn an_unlink_whose_inode_bitmap_cannot_be_read_changes_nothing() {
+    let mut base = base_image(&["-t", "ext4", "-b", "4096"]);
+    let before = snapshot(&base).unwrap();
+    let (bitmap, block_size) = {
+        let fs = Filesystem::open_bytes(base.clone(), OpenOptions::default()).unwrap();
+        (
+            fs.group_descriptors()[0].inode_bitmap(),
+            u64::from(fs.block_size()),
+        )
+    };
+    // A bit past the used inodes: the bitmap's checksum no longer matches.
+    base[(bitmap * block_size + 100) as usize] ^= 0x01;
+    let scratch = tempfile::tempdir().unwrap();
+    let path = scratch.path().join("image");
+    std::fs::write(&path, &base).unwrap();
+    let problems = e2fsck_problems(&path);
+    assert!(!problems.is_empty(), "e2fsck must see the damage");
+    let device = Arc::new(MemoryDevice::new(base));
+    let fs = Filesystem::open_device(Arc::clone(&device) as Arc<dyn Device>, options()).unwrap();
+    let d1 = fs.resolve("/d1", false).unwrap();
+    let refused = fs.unlink(d1, b"small");
+    assert!(
+        matches!(refused, Err(Error::BitmapUnusable { .. })),
+        "{refused:?}"
+    );
+    fs.sync().expect("the filesystem still commits");
+    fs.unmount().expect("and unmounts");
+    let after = device.bytes();
+    assert_eq!(snapshot(&after).unwrap(), before);
+    std::fs::write(&path, &after).unwrap();
+    assert_eq!(e2fsck_problems(&path), problems, "nothing new for e2fsck");
 }

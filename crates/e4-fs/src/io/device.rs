@@ -157,7 +157,7 @@ pub enum Fault {
     WritesFrom(u64),
     /// The `n`th read only: a device that fails once.
     Read(u64),
-    /// The `n`th read only returns its bytes with one bit flipped in each 64: damage a
+    /// The `n`th read only returns its bytes with one bit flipped in every 8 bytes: damage a
     /// checksum or a structure check must catch.
     CorruptRead(u64),
     /// Every flush.

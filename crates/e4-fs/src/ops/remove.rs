@@ -72,7 +72,7 @@ impl Filesystem {
                     locked
                 }
             };
-            let (dir, target) = two_states(&mut locked, parent, victim);
+            let target = state(&mut locked, victim);
             let is_dir = target.inode.file_type() == Some(FileType::Directory);
             match (directory, is_dir) {
                 (false, true) => return Err(Error::IsADirectory(shown(name))),
@@ -90,8 +90,8 @@ impl Filesystem {
             // The name goes and the victim is freed together or not at all: both stay
             // locked until the freeing is done, so that a failure part-way (a tree block
             // that cannot be read) puts the directory back as no one else has seen it.
-            let (saved_dir, saved_target) = (dir.inode.clone(), target.inode.clone());
-            let removed = (|| -> Result<bool> {
+            let freed = io.all_or_nothing_locked(&mut locked, |locked| {
+                let (dir, target) = two_states(locked, parent, victim);
                 self.edit_dir(&io, &format, dir, |e| e.remove_located(located))?;
                 if is_dir {
                     Self::drop_dir_link(&mut dir.inode);
@@ -106,15 +106,8 @@ impl Filesystem {
                     self.delete_inode(&io, target)?;
                 }
                 Ok(freed)
-            })();
-            let freed = match removed {
-                Ok(freed) => freed,
-                Err(e) => {
-                    dir.inode = saved_dir;
-                    target.inode = saved_target;
-                    return Err(e.after_undo(io.undo()));
-                }
-            };
+            })?;
+            let target = state(&mut locked, victim);
             if !freed && target.inode.links_count() == 0 {
                 writer.space.orphans.add(victim);
             }

@@ -115,25 +115,12 @@ impl Filesystem {
             }
             // All or nothing: the records of every inode involved, put back with every
             // block change if the rename fails part-way.
-            let saved: Vec<_> = locked.iter().map(|(_, s)| s.inode.clone()).collect();
-            let renamed = self.rename_locked(
-                &io,
-                &format,
-                &mut locked,
-                old_parent,
-                old_name,
-                new_parent,
-                new_name,
-                source,
-                target,
-                mode,
-            );
-            if let Err(e) = renamed {
-                for ((_, state), inode) in locked.iter_mut().zip(saved) {
-                    state.inode = inode;
-                }
-                return Err(e.after_undo(io.undo()));
-            }
+            io.all_or_nothing_locked(&mut locked, |locked| {
+                self.rename_locked(
+                    &io, &format, locked, old_parent, old_name, new_parent, new_name, source,
+                    target, mode,
+                )
+            })?;
             drop(locked);
             for h in &handles {
                 self.inodes.mark_dirty(h);

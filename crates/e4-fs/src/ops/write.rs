@@ -182,44 +182,32 @@ impl Filesystem {
             let io = writer.io(self, &txn);
             let end = offset + data.len() as u64;
             let new_len = end.max(state.inode.size());
-            let saved = state.inode.clone();
-            let inline = io.all_or_nothing(&mut state, |state| {
-                self.change_inline(&io, state, new_len, true, |content| {
+            let written = io.all_or_nothing(&mut state, |state| {
+                let inline = self.change_inline(&io, state, new_len, true, |content| {
                     // OK to cast: the content is `end` bytes or more, in memory.
                     content[offset as usize..end as usize].copy_from_slice(data)
-                })
+                })?;
+                if inline {
+                    return Ok(data.len());
+                }
+                match self.write_blocks(&io, state, offset, data) {
+                    Ok(()) => Ok(data.len()),
+                    // The filesystem filled up part-way: the write stops short and keeps
+                    // what it wrote, as the kernel's does. Any other failure, or nothing
+                    // written, is undone whole.
+                    Err(WriteStop {
+                        written,
+                        error: Error::NoSpace(_),
+                    }) if written > 0 => Ok(written),
+                    Err(WriteStop { error, .. }) => Err(error),
+                }
             })?;
-            let result = if inline {
-                Ok(())
-            } else {
-                let written = self.write_blocks(&io, &mut state, offset, data);
-                match written {
-                    // Nothing written, or a failure that is not the filesystem filling up
-                    // (which stops a write short, as the kernel's does): all undone.
-                    Err(WriteStop { written, error })
-                        if written == 0 || !matches!(error, Error::NoSpace(_)) =>
-                    {
-                        state.inode = saved;
-                        return Err(error.after_undo(io.undo()));
-                    }
-                    other => other,
-                }
-            };
-            let written = match &result {
-                Ok(()) => data.len(),
-                Err(WriteStop { written, .. }) => *written,
-            };
-            if written > 0 {
-                let new_end = offset + written as u64;
-                if new_end > state.inode.size() {
-                    self.set_file_size(&mut state.inode, new_end);
-                }
-                Self::touch(&mut state.inode, true);
+            let new_end = offset + written as u64;
+            if new_end > state.inode.size() {
+                self.set_file_size(&mut state.inode, new_end);
             }
+            Self::touch(&mut state.inode, true);
             self.inodes.mark_dirty(&handle);
-            if let Err(WriteStop { written: 0, error }) = result {
-                return Err(error);
-            }
             written
         };
         self.commit_if_needed()?;

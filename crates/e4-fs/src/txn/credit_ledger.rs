@@ -52,7 +52,10 @@ impl CreditLedger {
 
     /// Declares `credits` more for the running transaction, from thread slot `slot`.
     pub(crate) fn declare(&self, slot: usize, credits: u32) {
-        self.declared[slot].fetch_add(u64::from(credits), Ordering::Relaxed);
+        // Operations that change no block (a window given back) touch no counter.
+        if credits != 0 {
+            self.declared[slot].fetch_add(u64::from(credits), Ordering::Relaxed);
+        }
     }
 
     /// At the switch to the next transaction, with every operation stopped: the closed

@@ -7,10 +7,10 @@ use std::cell::RefCell;
 
 use e4_alloc::{AllocRequest, Extent, Reserve};
 
-use crate::buffer::cache::BufferRole;
+use crate::buffer::cache::{Buffer, BufferRole};
 use crate::buffer::store::BlockStore;
 use crate::error::{Error, Result, Shortage};
-use crate::inode::cache::InodeState;
+use crate::inode::cache::{InodeGuard, InodeState};
 use crate::io::meta_io::{BlockKind, MetaIo, Owner};
 use crate::space::Space;
 use crate::txn::undo::UndoLog;
@@ -91,7 +91,7 @@ impl<'a> TxnIo<'a> {
         }
         let undone = log.undo(self.store, self.space, self.txns, self.slot);
         // Undone: nothing of the log may be undone a second time.
-        *log = UndoLog::default();
+        log.clear();
         undone.map_err(|e| self.txns.fail(e))
     }
 
@@ -113,15 +113,45 @@ impl<'a> TxnIo<'a> {
         }
     }
 
+    /// [`Self::all_or_nothing`] for an operation holding several inodes locked (a rename,
+    /// an unlink): every record in `locked` is put back if `change` fails.
+    pub fn all_or_nothing_locked<T>(
+        &self,
+        locked: &mut [(u32, InodeGuard<'_>)],
+        change: impl FnOnce(&mut [(u32, InodeGuard<'_>)]) -> Result<T>,
+    ) -> Result<T> {
+        // On the stack for the four inodes a rename locks at most: an unlink's pair was a
+        // heap allocation per unlink.
+        let saved: smallvec::SmallVec<[_; 4]> =
+            locked.iter().map(|(_, s)| s.inode.clone()).collect();
+        match change(locked) {
+            Ok(value) => Ok(value),
+            Err(e) => {
+                for ((_, state), inode) in locked.iter_mut().zip(saved) {
+                    state.inode = inode;
+                }
+                Err(e.after_undo(self.undo()))
+            }
+        }
+    }
+
     /// Logs block `nr`'s contents before its first change, reading it if the cache does
     /// not hold it (a failed read fails the change before anything is changed).
     fn log_block(&self, nr: u64) -> Result<()> {
-        if self.undo.borrow().has_block(nr) {
-            return Ok(());
+        if !self.undo.borrow().has_block(nr) {
+            self.log_buffer(&*self.store.read(nr)?);
         }
-        let buffer = self.store.read(nr)?;
-        self.undo.borrow_mut().block(nr, Some(&buffer.bytes()));
         Ok(())
+    }
+
+    /// Logs `buffer`'s contents unless its block is logged already (checked first, so a
+    /// block changed again costs no look at its bytes).
+    fn log_buffer(&self, buffer: &Buffer) {
+        if !self.undo.borrow().has_block(buffer.nr()) {
+            self.undo
+                .borrow_mut()
+                .block(buffer.nr(), Some(&buffer.bytes()));
+        }
     }
 
     /// Block access for an operation that splits extents without adding data (truncate,
@@ -167,9 +197,7 @@ impl MetaIo for TxnIo<'_> {
         // Verifying records the role write-back seals by (where there is a checksum to
         // seal), so the edit needs no second lock to set it.
         let buffer = self.store.read_as(nr, BufferRole::of(kind, owner))?;
-        if !self.undo.borrow().has_block(nr) {
-            self.undo.borrow_mut().block(nr, Some(&buffer.bytes()));
-        }
+        self.log_buffer(&buffer);
         edit(&mut buffer.bytes_mut())?;
         self.store.cache().mark_dirty(&buffer);
         Ok(())
@@ -206,10 +234,8 @@ impl MetaIo for TxnIo<'_> {
         for nr in start..start + len {
             // A freed block's cached contents may hold this transaction's earlier changes:
             // an undo puts them back.
-            if !self.undo.borrow().has_block(nr) {
-                if let Some(buffer) = self.store.cache().peek(nr) {
-                    self.undo.borrow_mut().block(nr, Some(&buffer.bytes()));
-                }
+            if let Some(buffer) = self.store.cache().peek(nr) {
+                self.log_buffer(&buffer);
             }
             self.store.cache().forget(nr);
         }

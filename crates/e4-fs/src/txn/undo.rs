@@ -52,12 +52,17 @@ impl UndoLog {
 
     /// Empties the log and keeps its room for this thread's next operation.
     pub(crate) fn give_back(mut self) {
+        self.clear();
+        SPARE.with(|spare| *spare.borrow_mut() = self);
+    }
+
+    /// Forgets everything logged, keeping the room.
+    pub(crate) fn clear(&mut self) {
         self.blocks.clear();
         self.images.clear();
         self.logged.clear();
         self.allocated.clear();
         self.freed.clear();
-        SPARE.with(|spare| *spare.borrow_mut() = self);
     }
 
     /// Whether block `nr`'s first contents are logged already (or it is new).
