@@ -9,6 +9,17 @@ pub fn crc32c_raw(seed: u32, data: &[u8]) -> u32 {
     !crc32c::crc32c_append(!seed, data)
 }
 
+const CRC32_BE: crc::Crc<u32> = crc::Crc::<u32>::new(&crc::CRC_32_MPEG_2);
+
+/// Linux's `crc32_be(seed, data)`: the big-endian (unreflected) CRC-32, polynomial
+/// 0x04C11DB7, with no final inversion. jbd2's checksum v1 chains it over a transaction's
+/// descriptor and logged blocks, starting from `!0`.
+pub fn crc32_be(seed: u32, data: &[u8]) -> u32 {
+    let mut digest = CRC32_BE.digest_with_initial(seed);
+    digest.update(data);
+    digest.finalize()
+}
+
 /// The filesystem-wide checksum seed: CRC32C of the UUID, unless the superblock stores one
 /// (`INCOMPAT_CSUM_SEED`, `s_checksum_seed`).
 pub fn fs_csum_seed(uuid: &[u8; 16]) -> u32 {
@@ -36,6 +47,14 @@ pub fn crc16(pieces: &[&[u8]]) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn crc32_be_is_linux_crc32_be_from_all_ones() {
+        // CRC-32/MPEG-2's check value: crc32_be(~0, "123456789") with no final inversion.
+        assert_eq!(crc32_be(!0, b"123456789"), 0x0376_E6E7);
+        let split = crc32_be(crc32_be(!0, b"12345"), b"6789");
+        assert_eq!(split, 0x0376_E6E7, "chains across pieces");
+    }
 
     #[test]
     fn raw_crc32c_chains() {

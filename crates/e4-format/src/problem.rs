@@ -145,8 +145,8 @@ pub enum Problem {
     UnknownJournalBlockType { found: u32 },
     /// `s_first` does not lie inside the log of `s_maxlen` blocks.
     LogStartOutside { first: u32, maxlen: u32 },
-    /// A journal descriptor's tags run into its tail.
-    TagsPastEnd,
+    /// The journal inode maps no block at this journal block, inside the log.
+    JournalHole,
     /// A node's `eh_max` is more slots than its space holds.
     MaxExceedsCapacity { max: u16, capacity: usize },
     /// A node's `eh_entries` is above its `eh_max`.
@@ -293,7 +293,7 @@ impl fmt::Display for Problem {
             Problem::LogStartOutside { first, maxlen } => {
                 write!(f, "log starts at {first} of {maxlen}")
             }
-            Problem::TagsPastEnd => f.write_str("tags run past the end"),
+            Problem::JournalHole => f.write_str("the journal inode maps no block here"),
             Problem::MaxExceedsCapacity { max, capacity } => {
                 write!(f, "{max} entries cannot fit ({capacity} slots)")
             }

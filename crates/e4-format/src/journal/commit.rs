@@ -29,7 +29,67 @@ on_disk_struct! {
     }
 }
 
+/// `h_blocktype` of a commit block.
+const COMMIT_BLOCK: u32 = 2;
+/// `h_chksum_type` and `h_chksum_size` of a checksum v1 commit (`JBD2_CRC32_CHKSUM`).
+const CRC32_CHECKSUM_TYPE: u8 = 1;
+const CRC32_CHECKSUM_SIZE: u8 = 4;
+
 impl CommitBlock {
+    /// Encodes the commit block of transaction `sequence`, committed at `time` (seconds and
+    /// nanoseconds since the epoch), the rest of the block zero. `v1_checksum` is the
+    /// transaction's crc32 under checksum v1 ([`crate::checksum::crc32_be`] over its
+    /// descriptors and logged blocks); under v2/v3 the block is sealed with `seed`.
+    pub fn encode_block(
+        sequence: u32,
+        f: &super::JournalFeatures,
+        block_size: usize,
+        time: (u64, u32),
+        v1_checksum: Option<u32>,
+        seed: u32,
+    ) -> Vec<u8> {
+        let mut header = [0u8; 12];
+        super::JournalHeader {
+            magic: super::JOURNAL_MAGIC,
+            blocktype: COMMIT_BLOCK,
+            sequence,
+        }
+        .encode(&mut header);
+        let mut chksum = [0u32; 8];
+        let (chksum_type, chksum_size) = match v1_checksum {
+            Some(sum) => {
+                chksum[0] = sum;
+                (CRC32_CHECKSUM_TYPE, CRC32_CHECKSUM_SIZE)
+            }
+            None => (0, 0),
+        };
+        let commit = CommitBlock {
+            header,
+            chksum_type,
+            chksum_size,
+            padding: [0; 2],
+            chksum,
+            commit_sec: time.0,
+            commit_nsec: time.1,
+        };
+        let mut block = vec![0u8; block_size];
+        // OK to unwrap: a journal block is at least 1 KiB.
+        commit.encode((&mut block[..CommitBlock::SIZE]).try_into().unwrap());
+        if f.has_block_checksums() {
+            CommitBlock::seal(&mut block, seed);
+        }
+        block
+    }
+
+    /// Whether a checksum v1 commit's stored checksum is right for a transaction whose
+    /// blocks sum to `sum`, or absent (`do_one_pass`: type and size zero and no value).
+    pub fn v1_checksum_matches(&self, sum: u32) -> bool {
+        (self.chksum[0] == sum
+            && self.chksum_type == CRC32_CHECKSUM_TYPE
+            && self.chksum_size == CRC32_CHECKSUM_SIZE)
+            || (self.chksum_type == 0 && self.chksum_size == 0 && self.chksum[0] == 0)
+    }
+
     /// Decodes a commit block, whatever its checksum says.
     pub fn decode_checked(block: &[u8], loc: Location) -> Result<Self> {
         Ok(CommitBlock::decode(commit_bytes(block, loc)?))

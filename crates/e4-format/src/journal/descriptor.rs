@@ -8,13 +8,15 @@ use crate::metadata_block::MetadataBlock;
 use crate::problem::{Problem, Structure};
 
 use super::block_tail::{seal_tail, verify_tail, TAIL_SIZE};
-use super::{JournalFeatures, HEADER_SIZE};
+use super::{JournalFeatures, JournalHeader, HEADER_SIZE};
 
 /// Tag flags (`JBD2_FLAG_*`).
 const FLAG_ESCAPE: u32 = 0x1;
 const FLAG_SAME_UUID: u32 = 0x2;
 const FLAG_LAST_TAG: u32 = 0x8;
 const UUID_SIZE: usize = 16;
+/// `h_blocktype` of a descriptor block.
+const DESCRIPTOR_BLOCK: u32 = 1;
 
 /// One tag of a descriptor block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,7 +29,8 @@ pub struct JournalTag {
     pub checksum: u32,
 }
 
-fn tag_size(f: &JournalFeatures) -> usize {
+/// Bytes of one tag in this journal's format (`journal_tag_bytes`).
+pub fn tag_size(f: &JournalFeatures) -> usize {
     if f.csum_v3 {
         16
     } else {
@@ -45,7 +48,11 @@ fn be32(b: &[u8], at: usize) -> u32 {
 pub struct DescriptorBlock;
 
 impl DescriptorBlock {
-    /// Decodes the tags of a descriptor block, whatever the tail's checksum says.
+    /// Decodes the tags of a descriptor block, whatever the tail's checksum says, as jbd2's
+    /// recovery reads them (`count_tags`, `do_one_pass`): tag after tag until one carries
+    /// `LAST_TAG` or the next would not fit before the tail. A block too short for a
+    /// header and a tail is an error; a list that runs out of room simply ends there, as
+    /// the kernel's does (the transaction's commit checksum is what guards the list).
     pub fn decode(block: &[u8], f: &JournalFeatures, loc: Location) -> Result<Vec<JournalTag>> {
         if block.len() < HEADER_SIZE + TAIL_SIZE {
             return Err(FormatError::corrupt(
@@ -57,22 +64,11 @@ impl DescriptorBlock {
                 },
             ));
         }
-        let end = if f.has_block_checksums() {
-            block.len() - TAIL_SIZE
-        } else {
-            block.len()
-        };
+        let end = tags_end(block.len(), f);
         let size = tag_size(f);
         let mut tags = Vec::new();
         let mut at = HEADER_SIZE;
-        loop {
-            if at + size > end {
-                return Err(FormatError::corrupt(
-                    Structure::JournalDescriptor,
-                    loc,
-                    Problem::TagsPastEnd,
-                ));
-            }
+        while at + size <= end {
             let (low, flags, high, checksum) = if f.csum_v3 {
                 (
                     be32(block, at),
@@ -101,6 +97,103 @@ impl DescriptorBlock {
         }
         Ok(tags)
     }
+
+    /// How many tags one descriptor block of `block_size` bytes holds as jbd2 writes them:
+    /// the first with the journal's UUID after it, the rest `SAME_UUID`, and a tag added only
+    /// while room for one more tag, a UUID and the tail remains (`jbd2_journal_commit_transaction`).
+    pub fn capacity(f: &JournalFeatures, block_size: usize) -> usize {
+        let size = tag_size(f);
+        let tail = if f.has_block_checksums() {
+            TAIL_SIZE
+        } else {
+            0
+        };
+        let mut left = block_size.saturating_sub(HEADER_SIZE);
+        let mut tags = 0;
+        while left >= size + UUID_SIZE + tail {
+            left -= size + if tags == 0 { UUID_SIZE } else { 0 };
+            tags += 1;
+        }
+        tags
+    }
+
+    /// Encodes a descriptor block of transaction `sequence` listing `tags` (at most
+    /// [`Self::capacity`]), the UUID after the first, `LAST_TAG` on the last; sealed with
+    /// the tail when the journal has checksums v2/v3 (`seed`).
+    pub fn encode(
+        tags: &[JournalTag],
+        f: &JournalFeatures,
+        block_size: usize,
+        sequence: u32,
+        uuid: &[u8; 16],
+        seed: u32,
+    ) -> Vec<u8> {
+        debug_assert!(!tags.is_empty() && tags.len() <= Self::capacity(f, block_size));
+        let mut block = vec![0u8; block_size];
+        let header = JournalHeader {
+            magic: super::JOURNAL_MAGIC,
+            blocktype: DESCRIPTOR_BLOCK,
+            sequence,
+        };
+        // OK to unwrap: a block holds its header.
+        header.encode(prefix_mut(&mut block));
+        let size = tag_size(f);
+        let mut at = HEADER_SIZE;
+        for (i, tag) in tags.iter().enumerate() {
+            let mut flags = 0;
+            if tag.escaped {
+                flags |= FLAG_ESCAPE;
+            }
+            if i > 0 {
+                flags |= FLAG_SAME_UUID;
+            }
+            if i + 1 == tags.len() {
+                flags |= FLAG_LAST_TAG;
+            }
+            // OK to cast: the low and high halves of a block number.
+            let (low, high) = (tag.block as u32, (tag.block >> 32) as u32);
+            let put = |block: &mut [u8], at: usize, v: u32| {
+                block[at..at + 4].copy_from_slice(&v.to_be_bytes());
+            };
+            put(&mut block, at, low);
+            if f.csum_v3 {
+                put(&mut block, at + 4, flags);
+                put(&mut block, at + 8, high);
+                put(&mut block, at + 12, tag.checksum);
+            } else {
+                // `t_checksum` (the low 16 bits, v2 only) then `t_flags`.
+                let checksum = if f.csum_v2 { tag.checksum & 0xFFFF } else { 0 };
+                put(&mut block, at + 4, (checksum << 16) | flags);
+                if f.bit64 {
+                    put(&mut block, at + 8, high);
+                }
+            }
+            at += size;
+            if i == 0 {
+                block[at..at + UUID_SIZE].copy_from_slice(uuid);
+                at += UUID_SIZE;
+            }
+        }
+        if f.has_block_checksums() {
+            seal_tail(&mut block, seed);
+        }
+        block
+    }
+}
+
+/// Where tags must end: before the tail with checksums v2/v3.
+fn tags_end(len: usize, f: &JournalFeatures) -> usize {
+    if f.has_block_checksums() {
+        len - TAIL_SIZE
+    } else {
+        len
+    }
+}
+
+/// The header's bytes at the start of `block`, which holds at least a header.
+fn prefix_mut(block: &mut [u8]) -> &mut [u8; HEADER_SIZE] {
+    // OK to unwrap: callers pass whole journal blocks.
+    (&mut block[..HEADER_SIZE]).try_into().unwrap()
 }
 
 /// Checksums v2/v3: the block tail. The tags' own checksums cover the logged blocks, not

@@ -64,7 +64,7 @@ on_disk_struct! {
 }
 
 /// `s_feature_incompat` bits (`JBD2_FEATURE_INCOMPAT_*`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct JournalFeatures {
     pub revoke: bool,
     pub bit64: bool,
