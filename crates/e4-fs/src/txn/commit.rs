@@ -104,11 +104,17 @@ impl Drop for CommitTurn<'_> {
 }
 
 impl Transactions {
-    /// Whether the operation that just finished should commit: many dirty blocks, or what
+    /// Whether the operation that just finished should commit: many dirty blocks (with a
+    /// journal, dirty blocks and inodes near what one transaction may log), or what
     /// [`Transactions::wants_commit`] says. Loads and a clock read, no lock.
-    pub(crate) fn wants_commit_with(&self, store: &BlockStore) -> bool {
+    pub(crate) fn wants_commit_with(&self, store: &BlockStore, inodes: &InodeCache) -> bool {
         let cache = store.cache();
-        cache.dirty_count() > DIRTY_LIMIT.min(cache.capacity()) || self.wants_commit()
+        let dirty = cache.dirty_count();
+        dirty > DIRTY_LIMIT.min(cache.capacity())
+            || self
+                .log_limit
+                .is_some_and(|limit| dirty + inodes.dirty_count() > limit)
+            || self.wants_commit()
     }
 
     /// Whether the running transaction holds changes a commit would write: dirty blocks or

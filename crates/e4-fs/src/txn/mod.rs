@@ -100,6 +100,9 @@ pub(crate) struct Transactions {
     last_commit: CachePadded<AtomicU64>,
     /// What the running transaction's handles declared they may dirty.
     credits: CreditLedger,
+    /// With a journal, the dirty blocks and inodes that make an operation commit once it is
+    /// done, so that a transaction fits the log.
+    log_limit: Option<usize>,
 }
 
 /// An inode freed in the running transaction, waiting for its commit.
@@ -115,8 +118,9 @@ const UNMOUNTED: u8 = 2;
 
 impl Transactions {
     /// Transactions for a volume of `blocks` blocks, committing every `commit_interval`
-    /// (zero: no interval commits).
-    pub(crate) fn new(blocks: u64, commit_interval: Duration) -> Self {
+    /// (zero: no interval commits); with a journal, once an operation leaves more than
+    /// `log_limit` dirty metadata blocks and inodes.
+    pub(crate) fn new(blocks: u64, commit_interval: Duration, log_limit: Option<usize>) -> Self {
         Transactions {
             gate: (0..SLOTS)
                 .map(|_| CachePadded::new(RwLock::new(())))
@@ -141,6 +145,7 @@ impl Transactions {
             epoch: Instant::now(),
             last_commit: CachePadded::new(AtomicU64::new(0)),
             credits: CreditLedger::new(SLOTS),
+            log_limit,
         }
     }
 
