@@ -7,12 +7,11 @@
 //! each, the faults stop, the filesystem commits and unmounts, and the image must pass
 //! `e2fsck -fn` and hold exactly the tree from before the operation or the one from after it.
 //!
-//! Four profiles, one per family, are swept at every fault point. Every other profile (each
-//! of the test kit's, and a few variants it lacks) runs a deterministic third of each
-//! operation's points ([`SAMPLED`]: every third, from an offset hashed from the profile's and
-//! the operation's names), so that the whole matrix fits the test budget; a bug that shows
-//! on one profile alone is still caught at most points where it matters, and the same
-//! points run on every run, so a failure reproduces.
+//! Every profile is swept at every point: one per family with chosen block sizes (ext4 with
+//! 4 KiB blocks, ext4 with inline data on 1 KiB blocks, ext3, ext2 without dir_index), each
+//! of the test kit's profiles, and variants the kit lacks. A run works on a copy-on-write
+//! overlay of the base image ([`OverlayDevice`]), so the thousands of runs cost little more
+//! than their e2fsck.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -825,13 +824,7 @@ fn structure(tree: &Tree) -> Tree {
 /// Damaged reads are injected only where all metadata carries checksums (`checksums`):
 /// without them a flipped bit in an inode-table or indirect block is indistinguishable from
 /// data, for e4 as for the kernel.
-fn sweep(
-    profile: &str,
-    base: &[u8],
-    ops: &[(&'static str, Op)],
-    checksums: bool,
-    coverage: Coverage,
-) -> Vec<String> {
+fn sweep(profile: &str, base: &[u8], ops: &[(&'static str, Op)], checksums: bool) -> Vec<String> {
     let base = Arc::new(base.to_vec());
     let mut scratch = ScratchImage::new(Arc::clone(&base));
     let before = scratch.snapshot().unwrap();
@@ -851,15 +844,6 @@ fn sweep(
         }
         faults.extend((0..clean.writes).map(|n| Injected::Device(Fault::WritesFrom(n))));
         faults.extend((0..clean.allocations).map(Injected::Allocation));
-        if let Coverage::Sampled { stride } = coverage {
-            let offset = fnv1a(format!("{profile} {name}").as_bytes()) % stride;
-            faults = faults
-                .into_iter()
-                .zip(0u64..)
-                .filter(|&(_, i)| i % stride == offset)
-                .map(|(fault, _)| fault)
-                .collect();
-        }
         for injected in faults {
             let faulty = run(&base, op, injected);
             let what = format!(
@@ -933,29 +917,7 @@ fn sweep(
     problems
 }
 
-/// How many of an operation's fault points a profile's sweep runs.
-#[derive(Debug, Clone, Copy)]
-enum Coverage {
-    /// Every one.
-    Every,
-    /// Every `stride`-th, from an offset seeded by the profile's and the operation's names:
-    /// the same points on every run, a different slice for each operation.
-    Sampled { stride: u64 },
-}
-
-/// The stride of the sampled profiles: a third of the points keeps the file's time within
-/// the test budget (README, "Test") while every kind of fault still lands on every
-/// operation of every profile at some point of its run.
-const SAMPLED: Coverage = Coverage::Sampled { stride: 3 };
-
-/// FNV-1a: a fixed hash for the sample's offsets (std's hasher is seeded per process).
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
-}
-
-fn sweep_profile(profile: &[&str], coverage: Coverage) {
+fn sweep_profile(profile: &[&str]) {
     let base = base_image(profile);
     let fs = Filesystem::open_bytes(base.clone(), OpenOptions::default()).unwrap();
     let extents = fs
@@ -972,7 +934,6 @@ fn sweep_profile(profile: &[&str], coverage: Coverage) {
         &base,
         &operations(extents, inline),
         checksums,
-        coverage,
     );
     assert!(
         problems.is_empty(),
@@ -982,37 +943,30 @@ fn sweep_profile(profile: &[&str], coverage: Coverage) {
     );
 }
 
-/// The profiles swept at every fault point: one per family (ext4 with 4 KiB blocks, ext4
-/// with inline data on 1 KiB blocks, ext3, ext2), where most bugs show first.
+/// One profile per family, with chosen block sizes.
 #[test]
 fn ext4_operations_are_all_or_nothing_under_every_fault() {
-    sweep_profile(&["-t", "ext4", "-b", "4096"], Coverage::Every);
+    sweep_profile(&["-t", "ext4", "-b", "4096"]);
 }
 
 #[test]
 fn ext4_inline_data_operations_are_all_or_nothing_under_every_fault() {
-    sweep_profile(
-        &["-t", "ext4", "-O", "inline_data", "-b", "1024"],
-        Coverage::Every,
-    );
+    sweep_profile(&["-t", "ext4", "-O", "inline_data", "-b", "1024"]);
 }
 
 #[test]
 fn ext3_operations_are_all_or_nothing_under_every_fault() {
-    sweep_profile(&["-t", "ext3", "-b", "1024"], Coverage::Every);
+    sweep_profile(&["-t", "ext3", "-b", "1024"]);
 }
 
 #[test]
 fn ext2_operations_are_all_or_nothing_under_every_fault() {
-    sweep_profile(
-        &["-t", "ext2", "-b", "4096", "-O", "^dir_index"],
-        Coverage::Every,
-    );
+    sweep_profile(&["-t", "ext2", "-b", "4096", "-O", "^dir_index"]);
 }
 
-/// The test kit's profiles (the feature matrix of the read-path tests) that get a sampled
-/// sweep, by name; [`every_testkit_profile_is_swept`] keeps the list whole.
-const SAMPLED_TESTKIT_PROFILES: &[&str] = &[
+/// The test kit's profiles (the feature matrix of the read-path tests), by name, each swept
+/// by its `testkit_*_sweep` test; [`every_testkit_profile_is_swept`] keeps the list whole.
+const SWEPT_TESTKIT_PROFILES: &[&str] = &[
     "ext4-default-4k",
     "ext4-1k",
     "ext4-uninit-bg",
@@ -1028,14 +982,14 @@ fn sweep_testkit_profile(name: &str) {
         .iter()
         .find(|p| p.name == name)
         .unwrap_or_else(|| panic!("the test kit has no profile {name}"));
-    sweep_profile(profile.mke2fs_args, SAMPLED);
+    sweep_profile(profile.mke2fs_args);
 }
 
 #[test]
 fn every_testkit_profile_is_swept() {
     for profile in PROFILES {
         assert!(
-            SAMPLED_TESTKIT_PROFILES.contains(&profile.name),
+            SWEPT_TESTKIT_PROFILES.contains(&profile.name),
             "the fault sweep does not cover the test kit's profile {}",
             profile.name
         );
@@ -1043,73 +997,70 @@ fn every_testkit_profile_is_swept() {
 }
 
 #[test]
-fn ext4_default_4k_sampled_sweep() {
+fn testkit_ext4_default_4k_sweep() {
     sweep_testkit_profile("ext4-default-4k");
 }
 
 #[test]
-fn ext4_1k_sampled_sweep() {
+fn testkit_ext4_1k_sweep() {
     sweep_testkit_profile("ext4-1k");
 }
 
 #[test]
-fn ext4_uninit_bg_sampled_sweep() {
+fn testkit_ext4_uninit_bg_sweep() {
     sweep_testkit_profile("ext4-uninit-bg");
 }
 
 #[test]
-fn ext4_inline_data_sampled_sweep() {
+fn testkit_ext4_inline_data_sweep() {
     sweep_testkit_profile("ext4-inline-data");
 }
 
 #[test]
-fn ext4_meta_bg_sampled_sweep() {
+fn testkit_ext4_meta_bg_sweep() {
     sweep_testkit_profile("ext4-meta-bg");
 }
 
 #[test]
-fn ext4_128_byte_inodes_sampled_sweep() {
+fn testkit_ext4_128_byte_inodes_sweep() {
     sweep_testkit_profile("ext4-128-byte-inodes");
 }
 
 #[test]
-fn ext3_sampled_sweep() {
+fn testkit_ext3_sweep() {
     sweep_testkit_profile("ext3");
 }
 
 #[test]
-fn ext2_sampled_sweep() {
+fn testkit_ext2_sweep() {
     sweep_testkit_profile("ext2");
 }
 
-/// Variants the test kit lacks: ext4 with block maps instead of extents, ext4 without
-/// 64bit and flex_bg (32-byte descriptors, bitmaps and tables in each group), and inline
+/// Variants the test kit lacks: ext4 with block maps instead of extents (64bit needs
+/// extents, so without it too), ext4 without 64bit and flex_bg (32-byte descriptors, bitmaps and tables in each group), and inline
 /// data in 1 KiB inodes on 4 KiB blocks (large inline directories).
 #[test]
-fn ext4_without_extents_sampled_sweep() {
-    sweep_profile(&["-t", "ext4", "-O", "^extents,^64bit"], SAMPLED);
+fn ext4_without_extents_sweep() {
+    sweep_profile(&["-t", "ext4", "-O", "^extents,^64bit"]);
 }
 
 #[test]
-fn ext4_without_64bit_or_flex_bg_sampled_sweep() {
-    sweep_profile(&["-t", "ext4", "-O", "^64bit,^flex_bg"], SAMPLED);
+fn ext4_without_64bit_or_flex_bg_sweep() {
+    sweep_profile(&["-t", "ext4", "-O", "^64bit,^flex_bg"]);
 }
 
 #[test]
-fn ext4_inline_data_in_huge_inodes_sampled_sweep() {
-    sweep_profile(
-        &[
-            "-t",
-            "ext4",
-            "-O",
-            "inline_data",
-            "-I",
-            "1024",
-            "-b",
-            "4096",
-        ],
-        SAMPLED,
-    );
+fn ext4_inline_data_in_huge_inodes_sweep() {
+    sweep_profile(&[
+        "-t",
+        "ext4",
+        "-O",
+        "inline_data",
+        "-I",
+        "1024",
+        "-b",
+        "4096",
+    ]);
 }
 
 /// The sweep's own check: an operation that leaves damage is reported (a guard against a
@@ -1122,7 +1073,7 @@ fn the_sweep_reports_an_operation_that_fails_half_way() {
         fs.create(d2, b"first", FILE)?;
         fs.create(d2, b"second", FILE).map(drop)
     })];
-    let problems = sweep("ext4", &base, &ops, true, Coverage::Every);
+    let problems = sweep("ext4", &base, &ops, true);
     assert!(
         problems
             .iter()
