@@ -837,6 +837,16 @@ fn sweep(profile: &str, base: &[u8], ops: &[(&'static str, Op)], checksums: bool
         }
         scratch.hold(&clean.written);
         let after = scratch.snapshot().unwrap();
+        // The after state is one a run may end in: it must be clean itself (an operation
+        // whose every faulted run fails is otherwise never checked).
+        if let Err(report) = e2fsck_clean(&scratch.path) {
+            let first: Vec<&str> = report.lines().skip(1).take(8).collect();
+            problems.push(format!(
+                "{profile}, {name}: without a fault, e2fsck: {}",
+                first.join(" | ")
+            ));
+            continue;
+        }
         let mut faults: Vec<Injected> = Vec::new();
         faults.extend((0..clean.reads).map(|n| Injected::Device(Fault::Read(n))));
         if checksums {
