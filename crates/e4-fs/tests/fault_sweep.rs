@@ -344,6 +344,10 @@ fn base_image(mke2fs: &[&str]) -> Vec<u8> {
     let ln = fs.resolve("/ln", false).unwrap();
     fs.set_xattr(ln, b"trusted.link", b"l", XattrSet::Either)
         .unwrap();
+    // A fast symlink whose attribute is in a block: its i_blocks counts that block alone.
+    let fast = fs.symlink(ROOT, b"fl", b"short-target", FILE).unwrap();
+    fs.set_xattr(fast, b"trusted.big", &pattern(bs / 2, 10), XattrSet::Either)
+        .unwrap();
     // A small directory (inline where the filesystem has inline_data), an empty one to
     // rename a directory over, and, with inline_data, a directory one entry short of
     // leaving its inode.
@@ -633,6 +637,12 @@ fn operations(extents: bool, inline: bool) -> Vec<(&'static str, Op)> {
         ("xattr removed from a symlink", |fs| {
             fs.remove_xattr(at(fs, "/ln")?, b"trusted.link")
         }),
+        ("xattr block removed from a fast symlink", |fs| {
+            fs.remove_xattr(at(fs, "/fl")?, b"trusted.big")
+        }),
+        ("unlink a fast symlink with an xattr block", |fs| {
+            fs.unlink(ROOT, b"fl")
+        }),
         ("access ACL on a directory", |fs| {
             fs.set_xattr(
                 at(fs, "/d1")?,
@@ -840,7 +850,7 @@ fn sweep(profile: &str, base: &[u8], ops: &[(&'static str, Op)], checksums: bool
         // The after state is one a run may end in: it must be clean itself (an operation
         // whose every faulted run fails is otherwise never checked).
         if let Err(report) = e2fsck_clean(&scratch.path) {
-            let first: Vec<&str> = report.lines().skip(1).take(8).collect();
+            let first = e2fsck_lines(&report);
             problems.push(format!(
                 "{profile}, {name}: without a fault, e2fsck: {}",
                 first.join(" | ")
@@ -919,12 +929,24 @@ fn sweep(profile: &str, base: &[u8], ops: &[(&'static str, Op)], checksums: bool
                 continue;
             }
             if let Err(report) = e2fsck_clean(&scratch.path) {
-                let first: Vec<&str> = report.lines().skip(1).take(8).collect();
+                let first = e2fsck_lines(&report);
                 problems.push(format!("{what}: e2fsck: {}", first.join(" | ")));
             }
         }
     }
     problems
+}
+
+/// The first problems of an `e2fsck_clean` report, without its command line and pass
+/// headers.
+fn e2fsck_lines(report: &str) -> Vec<&str> {
+    report
+        .lines()
+        .skip(1)
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with("Pass "))
+        .take(8)
+        .collect()
 }
 
 fn sweep_profile(profile: &[&str]) {
