@@ -70,17 +70,23 @@ fn changed_blocks(before: &[u8], after: &[u8], block_size: usize) -> Vec<usize> 
         .collect()
 }
 
-/// Runs `operation`, which must fail on the damaged image at `path`, then checks that it
-/// changed nothing; then writes a new file of `fill_blocks` blocks (which takes whatever
-/// blocks a half-done free left marked free) and checks that e2fsck sees no new problem.
+/// Runs `operation`, which must fail on the damaged image at `path`, and checks that it
+/// changed nothing on disk. Then, on a second copy of the damaged image, runs it again and
+/// in the same session writes a new file of `fill_blocks` blocks (which takes whatever
+/// blocks a half-done free left free in the allocator, on disk or only in memory), and
+/// checks that e2fsck sees no problem it did not see before.
 fn fails_and_changes_nothing(
     path: &Path,
-    operation: impl FnOnce(&Filesystem) -> e4_fs::Result<()>,
+    operation: impl Fn(&Filesystem) -> e4_fs::Result<()>,
     fill_blocks: usize,
 ) {
     let problems = e2fsck_problems(path);
     assert!(!problems.is_empty(), "e2fsck must see the damage");
     let before = std::fs::read(path).unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let again = scratch.path().join("again.img");
+    std::fs::write(&again, &before).unwrap();
+
     let fs = Filesystem::open(path, options()).unwrap();
     let block_size = fs.block_size() as usize;
     let outcome = operation(&fs);
@@ -92,13 +98,15 @@ fn fails_and_changes_nothing(
         Vec::<usize>::new(),
         "the failed operation ({outcome:?}) changed blocks of the image"
     );
-    let fs = Filesystem::open(path, options()).unwrap();
+
+    let fs = Filesystem::open(&again, options()).unwrap();
+    assert!(operation(&fs).is_err());
     let new = fs.create(ROOT, b"taken-later", FILE).unwrap();
     fs.write_at(new, 0, &pattern(fill_blocks * block_size, 7))
         .unwrap();
     fs.unmount().unwrap();
     assert_eq!(
-        e2fsck_problems(path),
+        e2fsck_problems(&again),
         problems,
         "e2fsck must find what it found before, nothing new"
     );
@@ -170,6 +178,31 @@ fn unlink_of_a_file_with_a_bad_xattr_block_keeps_name_inode_and_blocks() {
             "{what}: the name is still there"
         );
     }
+}
+
+/// `rmdir` (the last step of `rm -r`) of an empty directory whose xattr block has a wrong
+/// magic number: the name, the directory's inode and block, and the parent's link count
+/// stay as they were.
+#[test]
+fn rmdir_of_a_directory_with_a_bad_xattr_block_keeps_it() {
+    let img = built_image(&["-t", "ext4", "-b", "1024"], |fs| {
+        let dir = fs.mkdir(ROOT, b"dir", DIR).unwrap();
+        fs.set_xattr(dir, b"user.big", &pattern(600, 4), XattrSet::Create)
+            .unwrap();
+    });
+    let fs = Filesystem::open(&img.path, OpenOptions::default()).unwrap();
+    let dir = fs.resolve("/dir", false).unwrap();
+    drop(fs);
+    let xattr_block = RawImage::read(&img.path)
+        .unwrap()
+        .inode(dir)
+        .unwrap()
+        .file_acl();
+    assert_ne!(xattr_block, 0, "the value must be in a block");
+    damage(&img.path, xattr_block * 1024, 1, |b| b[0] ^= 0x5a);
+    fails_and_changes_nothing(&img.path, |fs| fs.rmdir(ROOT, b"dir"), 40);
+    let fs = Filesystem::open(&img.path, OpenOptions::default()).unwrap();
+    assert_eq!(fs.resolve("/dir", false).ok(), Some(dir));
 }
 
 /// `rename` of a directory into another whose first block (the one holding `..`) fails
