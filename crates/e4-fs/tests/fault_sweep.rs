@@ -70,6 +70,13 @@ struct Node {
     /// File contents or a symlink's target.
     bytes: Vec<u8>,
     xattrs: BTreeMap<Vec<u8>, Vec<u8>>,
+    /// `i_flags` (inline data, extents, ...).
+    flags: u32,
+    /// A device's major and minor numbers.
+    rdev: (u32, u32),
+    /// Access, modification and change times: compared only between the open filesystem
+    /// and its image (a run's own clock sets them), see [`timeless`].
+    times: [Timestamp; 3],
 }
 
 type Tree = BTreeMap<String, Node>;
@@ -242,6 +249,9 @@ fn tree_of(fs: &Filesystem) -> Result<Tree, String> {
             blocks: root.blocks,
             bytes: Vec::new(),
             xattrs: BTreeMap::new(),
+            flags: root.flags,
+            rdev: root.rdev,
+            times: [root.atime, root.mtime, root.ctime],
         },
     );
     let mut todo = vec![(String::new(), ROOT)];
@@ -281,6 +291,9 @@ fn tree_of(fs: &Filesystem) -> Result<Tree, String> {
                     blocks: meta.blocks,
                     bytes,
                     xattrs,
+                    flags: meta.flags,
+                    rdev: meta.rdev,
+                    times: [meta.atime, meta.mtime, meta.ctime],
                 },
             );
         }
@@ -815,6 +828,18 @@ fn run(base: &Arc<Vec<u8>>, op: Op, injected: Injected) -> Run {
     }
 }
 
+/// `tree` without its times, for comparing runs with each other: every run sets times
+/// from its own clock.
+fn timeless(tree: &Tree) -> Tree {
+    tree.iter()
+        .map(|(path, node)| {
+            let mut node = node.clone();
+            node.times = [Timestamp::default(); 3];
+            (path.clone(), node)
+        })
+        .collect()
+}
+
 /// `tree` without the contents of regular files: a failed device write of file data can
 /// leave part of the data written (no filesystem can take back bytes the device already
 /// holds), but never a change to the structure.
@@ -837,7 +862,7 @@ fn structure(tree: &Tree) -> Tree {
 fn sweep(profile: &str, base: &[u8], ops: &[(&'static str, Op)], checksums: bool) -> Vec<String> {
     let base = Arc::new(base.to_vec());
     let mut scratch = ScratchImage::new(Arc::clone(&base));
-    let before = scratch.snapshot().unwrap();
+    let before = timeless(&scratch.snapshot().unwrap());
     let mut problems = Vec::new();
     for &(name, op) in ops {
         let clean = run(&base, op, Injected::Nothing);
@@ -847,6 +872,14 @@ fn sweep(profile: &str, base: &[u8], ops: &[(&'static str, Op)], checksums: bool
         }
         scratch.hold(&clean.written);
         let after = scratch.snapshot().unwrap();
+        if clean.live.as_ref() != Ok(&after) {
+            problems.push(format!(
+                "{profile}, {name}: without a fault, the open filesystem showed a tree its \
+                 image does not hold"
+            ));
+            continue;
+        }
+        let after = timeless(&after);
         // The after state is one a run may end in: it must be clean itself (an operation
         // whose every faulted run fails is otherwise never checked).
         if let Err(report) = e2fsck_clean(&scratch.path) {
@@ -875,7 +908,7 @@ fn sweep(profile: &str, base: &[u8], ops: &[(&'static str, Op)], checksums: bool
                 continue;
             }
             scratch.hold(&faulty.written);
-            let (mut tree, live) = match (scratch.snapshot(), faulty.live) {
+            let (tree, live) = match (scratch.snapshot(), faulty.live) {
                 (Ok(tree), Ok(live)) => (tree, live),
                 (Err(e), _) | (_, Err(e)) => {
                     problems.push(format!("{what}: the image cannot be read: {e}"));
@@ -888,7 +921,8 @@ fn sweep(profile: &str, base: &[u8], ops: &[(&'static str, Op)], checksums: bool
                 ));
                 continue;
             }
-            let (mut before, mut after) = (before.clone(), after.clone());
+            let (mut tree, mut before, mut after) =
+                (timeless(&tree), before.clone(), after.clone());
             if matches!(injected, Injected::Device(Fault::WritesFrom(_))) {
                 (tree, before, after) = (structure(&tree), structure(&before), structure(&after));
             }
@@ -1122,7 +1156,7 @@ fn the_sweep_reports_an_operation_that_fails_half_way() {
 /// and `e2fsck -fn` is clean.
 #[test]
 fn concurrent_operations_under_random_faults_are_all_or_nothing() {
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
     let img = make_empty_image(&["-t", "ext4", "-b", "1024"], 16);
     let base = std::fs::read(&img.path).unwrap();
@@ -1131,6 +1165,9 @@ fn concurrent_operations_under_random_faults_are_all_or_nothing() {
         Filesystem::open_device(Arc::clone(&device) as Arc<dyn Device>, options()).unwrap(),
     );
     let done = Arc::new(AtomicBool::new(false));
+    // Failures seen by all workers so far: on a loaded machine the fault windows can miss
+    // a worker's first 300 operations, so each goes on until some have bitten.
+    let bitten = Arc::new(AtomicU32::new(0));
     let chaos = {
         let (fs, done) = (Arc::clone(&fs), Arc::clone(&done));
         std::thread::spawn(move || {
@@ -1150,7 +1187,7 @@ fn concurrent_operations_under_random_faults_are_all_or_nothing() {
     };
     let workers: Vec<_> = (0..4u64)
         .map(|t| {
-            let fs = Arc::clone(&fs);
+            let (fs, bitten) = (Arc::clone(&fs), Arc::clone(&bitten));
             std::thread::spawn(move || {
                 let name = format!("t{t}");
                 let dir = loop {
@@ -1164,7 +1201,13 @@ fn concurrent_operations_under_random_faults_are_all_or_nothing() {
                 let mut model: BTreeMap<String, Vec<u8>> = BTreeMap::new();
                 let mut failed = 0u32;
                 let bs = fs.block_size() as usize;
-                for i in 0..300u64 {
+                let mut reported = 0;
+                for i in 0u64.. {
+                    bitten.fetch_add(failed - reported, Ordering::Relaxed);
+                    reported = failed;
+                    if i >= 300 && (bitten.load(Ordering::Relaxed) >= 10 || i >= 30_000) {
+                        break;
+                    }
                     let f = format!("f{}", i % 17);
                     match i % 5 {
                         0 | 1 => {
