@@ -1209,7 +1209,7 @@ fn concurrent_operations_under_random_faults_are_all_or_nothing() {
                         break;
                     }
                     let f = format!("f{}", i % 17);
-                    match i % 5 {
+                    match i % 6 {
                         0 | 1 => {
                             let data = pattern(bs * (1 + (i as usize % 7)), i + t * 1000);
                             // Far enough along that most writes take new blocks.
@@ -1265,12 +1265,42 @@ fn concurrent_operations_under_random_faults_are_all_or_nothing() {
                                 model.insert(to, content);
                             }
                         }
-                        _ => {
+                        4 => {
                             if let Some(content) = model.get_mut(&f) {
                                 let ino = fs.lookup(dir, f.as_bytes()).ok().flatten();
                                 let size = (content.len() / 2) as u64;
                                 if ino.is_some_and(|ino| fs.truncate(ino, size).is_ok()) {
                                     content.truncate(size as usize);
+                                }
+                            }
+                        }
+                        _ => {
+                            // The allocating modes past the end (issue 22: fallocate out
+                            // of space left blocks in use, or mapped but free, that other
+                            // threads were given again), and zeroing and punching inside.
+                            if let Some(content) = model.get_mut(&f) {
+                                let ino = fs.lookup(dir, f.as_bytes()).ok().flatten();
+                                let size = content.len() as u64;
+                                let grow = (1 + i % 9) * bs as u64;
+                                let (mode, offset, len) = match (i / 6) % 4 {
+                                    0 => (FallocateMode::Allocate, size, grow),
+                                    1 => (FallocateMode::KeepSize, size, grow),
+                                    2 => (FallocateMode::ZeroRange, size / 3, size / 3),
+                                    _ => (FallocateMode::PunchHole, size / 4, size / 2),
+                                };
+                                match ino.map(|ino| fs.fallocate(ino, mode, offset, len)) {
+                                    Some(Ok(())) => {
+                                        let range = offset as usize..(offset + len) as usize;
+                                        match mode {
+                                            FallocateMode::Allocate => {
+                                                content.resize(range.end, 0);
+                                            }
+                                            FallocateMode::KeepSize => {}
+                                            _ => content[range].fill(0),
+                                        }
+                                    }
+                                    Some(Err(_)) => failed += 1,
+                                    None => {}
                                 }
                             }
                         }
