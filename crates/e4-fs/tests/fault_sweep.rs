@@ -5,7 +5,9 @@
 //! fails, a read whose bytes come back damaged (a verification failure), a data write that
 //! fails, an allocation that finds the filesystem full (and every allocation after it). After
 //! each, the faults stop, the filesystem commits and unmounts, and the image must pass
-//! `e2fsck -fn` and hold exactly the tree from before the operation or the one from after it.
+//! `e2fsck -fn` and hold exactly the tree from before the operation or the one from after it
+//! (times aside: each run has its own clock); what the open filesystem showed before it
+//! unmounted must be what its image holds, times included.
 //!
 //! Every profile is swept at every point: one per family with chosen block sizes (ext4 with
 //! 4 KiB blocks, ext4 with inline data on 1 KiB blocks, ext3, ext2 without dir_index), each
