@@ -128,7 +128,15 @@ impl Transactions {
 
     /// Writes the running transaction back.
     pub(crate) fn commit(&self, parts: &CommitParts<'_>) -> Result<()> {
-        self.commit_locked(parts, CommitTurn::new(self, self.commit_lock.lock()))
+        let started = Instant::now();
+        let result = self.commit_locked(parts, CommitTurn::new(self, self.commit_lock.lock()));
+        self.add_commit_wait(started);
+        result
+    }
+
+    fn add_commit_wait(&self, started: Instant) {
+        // OK to cast: u64 nanoseconds cover 584 years.
+        self.commit_wait.add(started.elapsed().as_nanos() as u64);
     }
 
     /// Makes sure transaction `txn` and every earlier one are written back, committing the
@@ -138,6 +146,13 @@ impl Transactions {
     /// others, the first to take the commit lock commits for all of them, so one commit
     /// answers every fsync that was waiting for it.
     pub(crate) fn commit_through(&self, parts: &CommitParts<'_>, txn: u64) -> Result<()> {
+        let started = Instant::now();
+        let result = self.commit_through_timed(parts, txn);
+        self.add_commit_wait(started);
+        result
+    }
+
+    fn commit_through_timed(&self, parts: &CommitParts<'_>, txn: u64) -> Result<()> {
         loop {
             if self.committed.load(Ordering::Acquire) >= txn {
                 return self.check_open();

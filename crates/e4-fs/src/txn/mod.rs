@@ -83,6 +83,9 @@ pub(crate) struct Transactions {
     commit_ended: Condvar,
     gate_locks: LockStats,
     commits: Counter,
+    /// Nanoseconds threads spent in commits or waiting for one (operations past the commit
+    /// threshold, fsync, sync, the interval thread).
+    commit_wait: Counter,
     /// Blocks freed since the last commit: they are free again only after it.
     pending_blocks: AtomicU64,
     /// Pending frees that make an operation commit: a sixteenth of the volume.
@@ -138,6 +141,7 @@ impl Transactions {
             commit_ended: Condvar::new(),
             gate_locks: LockStats::default(),
             commits: Counter::default(),
+            commit_wait: Counter::default(),
             pending_blocks: AtomicU64::new(0),
             pending_limit: (blocks / 16).max(256),
             state: AtomicU8::new(OPEN),
@@ -183,6 +187,11 @@ impl Transactions {
 
     pub(crate) fn commits(&self) -> u64 {
         self.commits.get()
+    }
+
+    /// Nanoseconds threads spent committing or waiting for a commit.
+    pub(crate) fn commit_wait_nanos(&self) -> u64 {
+        self.commit_wait.get()
     }
 
     /// Joins the running transaction, declaring that the operation may dirty up to
