@@ -404,16 +404,21 @@ impl Filesystem {
             if journal.is_some() {
                 space.superblock.set_needs_recovery();
             }
-            // With a journal a transaction must fit its log: the dirty blocks and inodes
-            // (each at most one inode-table block) an operation may leave are half of what
-            // one transaction may log, the other half for the rest of the commit (bitmaps,
-            // descriptors, the superblock, descriptor blocks of the log).
+            // With a journal a transaction must fit its log: the dirty blocks an operation
+            // may leave are most of what one transaction may log (a quarter of the log),
+            // the rest for what the commit adds (bitmaps, descriptors, the superblock, the
+            // log's descriptor blocks).
             let log_limit = journal
                 .as_ref()
-                .map(|j| usize::try_from(j.max_transaction() / 2).unwrap_or(usize::MAX));
+                .map(|j| usize::try_from(j.max_transaction() * 3 / 4).unwrap_or(usize::MAX));
             fs.writer = Some(Writer {
                 space,
-                txns: Transactions::new(fs.geometry.blocks(), options.commit_interval, log_limit),
+                txns: Transactions::new(
+                    fs.geometry.blocks(),
+                    options.commit_interval,
+                    log_limit,
+                    fs.block_size() as usize / fs.superblock.inode_size() as usize,
+                ),
                 rename_lock: Mutex::new(()),
                 xattr_block_locks: XattrBlockLocks::default(),
                 journal,
