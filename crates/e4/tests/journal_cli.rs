@@ -91,6 +91,7 @@ fn the_summary_reads_the_log_and_recover_replays_it_once() {
         "Journal start:            1 (s_start)",
         "Recovery needed:          yes",
         "Transactions:             3 committed, 1..3 (ending before 4)",
+        "Log blocks:               8",
         "Blocks to replay:         1",
         "Revoke records:           1 (1 logged copies revoked)",
     ] {
