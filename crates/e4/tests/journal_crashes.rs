@@ -1,0 +1,199 @@
+//! Journals left by a crash, both ways: the kernel's (an image copied while mounted, after
+//! `sync`, needs recovery with a non-empty log) replayed by `e4 journal --recover` to the
+//! block of `e2fsck -y -E journal_only`, and e2fsck-clean; and e4's (an `e4 import` killed
+//! with SIGKILL at random moments) brought back e2fsck-clean by `e4 journal --recover` and,
+//! on another copy, by the kernel's mount. Every kernel step is bounded and unmounted
+//! (e4-testkit's `KernelMount`); without loop mounts those steps are skipped and said so.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use e4_format::inode::JOURNAL_INO;
+use e4_testkit::{e2fsck_clean, make_empty_image, KernelMount, RawImage};
+use rand::Rng;
+
+fn e4(args: &[&str]) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_e4"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+/// Whether `e4 journal` finds the log of `image` non-empty and asked for.
+fn needs_recovery(image: &Path) -> bool {
+    let (code, shown) = e4(&["journal", image.to_str().unwrap()]);
+    assert_eq!(code, 0, "{shown}");
+    shown.contains("Recovery needed:          yes")
+}
+
+/// Blocks in which the two images differ, outside the primary superblock's and the
+/// journal's (e4's unmount commits through the log, so its blocks differ).
+fn differing_outside_journal(a: &Path, b: &Path) -> Vec<u64> {
+    let raw = RawImage::read(a).unwrap();
+    let block_size = raw.block_size();
+    let journal: std::collections::BTreeSet<u64> = (0..)
+        .map_while(|j| raw.file_block(JOURNAL_INO, j).ok().flatten())
+        .collect();
+    let (a, b) = (std::fs::read(a).unwrap(), std::fs::read(b).unwrap());
+    let superblock_block = 1024 / block_size as u64;
+    (0..(a.len() / block_size) as u64)
+        .filter(|nr| *nr != superblock_block && !journal.contains(nr))
+        .filter(|&nr| {
+            let r = nr as usize * block_size..(nr as usize + 1) * block_size;
+            a[r.clone()] != b[r]
+        })
+        .collect()
+}
+
+fn write_files(dir: &Path, round: u32) {
+    let sub = dir.join(format!("round-{round}"));
+    std::fs::create_dir(&sub).unwrap();
+    for i in 0..150u32 {
+        let len = (i as usize * 97 + round as usize * 31) % 9000;
+        std::fs::write(sub.join(format!("f{i}")), vec![(i + round) as u8; len]).unwrap();
+    }
+    std::fs::write(sub.join("big"), vec![round as u8 ^ 0x5A; 2 << 20]).unwrap();
+}
+
+fn sync() {
+    assert!(Command::new("sync").status().unwrap().success());
+}
+
+#[test]
+fn kernel_left_journals_replay_in_e4_as_in_e2fsck() {
+    const FORMATS: &[&[&str]] = &[
+        &["-t", "ext4", "-b", "4096"],
+        &["-t", "ext4", "-b", "4096", "-O", "^metadata_csum,^64bit"],
+        &["-t", "ext3", "-b", "1024"],
+    ];
+    for mke2fs in FORMATS {
+        let img = make_empty_image(mke2fs, 64);
+        let dir = tempfile::tempdir().unwrap();
+        let mut copies = Vec::new();
+        {
+            let Ok(mount) = KernelMount::mount_writable(&img.path) else {
+                return;
+            };
+            for round in 0..3 {
+                write_files(&mount.path(), round);
+                if round > 0 {
+                    // Frees blocks and metadata an earlier commit logged: revoke records.
+                    std::fs::remove_dir_all(mount.path().join(format!("round-{}", round - 1)))
+                        .unwrap();
+                }
+                sync();
+                let copy = dir.path().join(format!("copy-{round}"));
+                std::fs::copy(&img.path, &copy).unwrap();
+                copies.push(copy);
+            }
+        }
+        let mut replayed_any = false;
+        for copy in &copies {
+            let what = format!("{mke2fs:?} {}", copy.display());
+            if !needs_recovery(copy) {
+                continue;
+            }
+            replayed_any = true;
+            let by_e2fsck = copy.with_extension("e2fsck");
+            std::fs::copy(copy, &by_e2fsck).unwrap();
+            // Without -f: with it, e2fsck goes on from the replay to a full check, whose
+            // pass 5 recounts each group's unused inodes (bg_itable_unused) where the
+            // kernel left it low after freeing inodes: a check's change, not the replay's.
+            let out = Command::new("e2fsck")
+                .args(["-y", "-E", "journal_only"])
+                .arg(&by_e2fsck)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.code().unwrap_or(8) < 4,
+                "{what}: e2fsck: {out:?}"
+            );
+            let (code, said) = e4(&["journal", "--recover", copy.to_str().unwrap()]);
+            assert_eq!(code, 0, "{what}: {said}");
+            e2fsck_clean(copy).unwrap();
+            let differing = differing_outside_journal(copy, &by_e2fsck);
+            assert!(
+                differing.is_empty(),
+                "{what}: e4's replay and e2fsck's differ in blocks {differing:?}"
+            );
+        }
+        assert!(
+            replayed_any,
+            "{mke2fs:?}: no copy taken while mounted needed recovery"
+        );
+    }
+}
+
+/// A tree big enough that an import of it runs for a while: nested directories, many
+/// small files, some large.
+fn source_tree(root: &Path) {
+    let mut rng = rand::thread_rng();
+    for d in 0..60 {
+        let sub = root.join(format!("d{d}/sub"));
+        std::fs::create_dir_all(&sub).unwrap();
+        for f in 0..60 {
+            let len = [0, 100, 3000, 70_000][rng.gen_range(0..4)];
+            let at = if f % 2 == 0 {
+                &sub
+            } else {
+                sub.parent().unwrap()
+            };
+            std::fs::write(at.join(format!("f{f}")), vec![f as u8; len]).unwrap();
+        }
+    }
+}
+
+#[test]
+fn an_import_killed_at_any_moment_recovers_clean_in_e4_and_the_kernel() {
+    let src = tempfile::tempdir().unwrap();
+    source_tree(src.path());
+    let pristine = make_empty_image(&["-t", "ext4", "-b", "4096"], 256);
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = rand::thread_rng();
+    let mut delays = Vec::new();
+    let mut needed_recovery = 0;
+    for round in 0..6 {
+        // Spread over the import's run (a few hundred milliseconds here), random within.
+        let delay = Duration::from_millis(rng.gen_range(round * 40..(round + 1) * 40 + 20));
+        delays.push(delay);
+        let image = dir.path().join(format!("killed-{round}"));
+        std::fs::copy(&pristine.path, &image).unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_e4"))
+            .args(["import", "-j", "2"])
+            .arg(&image)
+            .arg(src.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(delay);
+        // SIGKILL; an import that already ended is fine too.
+        let _ = child.kill();
+        child.wait().unwrap();
+        let what = format!("killed after {delay:?} (delays so far {delays:?})");
+        if needs_recovery(&image) {
+            needed_recovery += 1;
+        }
+        let for_kernel = image.with_extension("kernel");
+        std::fs::copy(&image, &for_kernel).unwrap();
+
+        let (code, said) = e4(&["journal", "--recover", image.to_str().unwrap()]);
+        assert_eq!(code, 0, "{what}: {said}");
+        e2fsck_clean(&image).unwrap_or_else(|e| panic!("{what}: after e4's recovery: {e}"));
+
+        if let Ok(mount) = KernelMount::mount_writable(&for_kernel) {
+            drop(mount);
+            e2fsck_clean(&for_kernel)
+                .unwrap_or_else(|e| panic!("{what}: after the kernel's recovery: {e}"));
+        }
+    }
+    assert!(
+        needed_recovery > 0,
+        "no kill left a journal to recover (delays {delays:?})"
+    );
+}
