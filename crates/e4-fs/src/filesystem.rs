@@ -447,7 +447,7 @@ impl Filesystem {
             )
         } else {
             let mut note = format!("read as recovery would leave it: {summary} replayed in memory");
-            if let Some(damage) = recovery::damage_line(&recovery) {
+            if let Some(damage) = recovery::damage_line(journal, &recovery) {
                 note.push_str(&format!("; {damage}"));
             }
             Self::open_recovered(

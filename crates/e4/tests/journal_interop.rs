@@ -64,6 +64,9 @@ enum Damage {
     SuperblockMagic,
     /// The journal superblock's checksum.
     SuperblockChecksum,
+    /// The journal superblock records an error (`s_errno` -ESHUTDOWN, as a kernel
+    /// shutdown leaves it), in a journal without checksums.
+    SuperblockErrno,
 }
 
 /// How e4's `journal --recover` must end, and how it must relate to e2fsck's result.
@@ -356,10 +359,23 @@ fn damage(image: &Path, what: Damage) {
         Damage::LoggedCopy(n) => (find(DESCRIPTOR, n) + 1, 5, 0xFF),
         Damage::SuperblockMagic => (0, 0, 0xFF),
         Damage::SuperblockChecksum => (0, 0xFC, 0xFF),
+        // -ESHUTDOWN in s_errno (be32 at 0x20, zero before): 0xFFFFFF94.
+        Damage::SuperblockErrno => {
+            for at in 0x20..0x23 {
+                damage_byte(image, 0, at, 0xFF);
+            }
+            (0, 0x23, 0x94)
+        }
     };
+    damage_byte(image, journal_block, offset, xor);
+}
+
+/// Flips the bits `xor` of byte `offset` of journal block `journal_block` of `image`.
+fn damage_byte(image: &Path, journal_block: u64, offset: u64, xor: u8) {
+    let raw = RawImage::read(image).unwrap();
     let nr = raw.file_block(JOURNAL_INO, journal_block).unwrap().unwrap();
     let mut bytes = std::fs::read(image).unwrap();
-    bytes[(nr * block_size + offset) as usize] ^= xor;
+    bytes[(nr * raw.block_size() as u64 + offset) as usize] ^= xor;
     std::fs::write(image, bytes).unwrap();
 }
 
@@ -496,6 +512,13 @@ fn check_case_or_panic(format: &Format, damage_at: Damage, expect: &[Expect], ou
         // Both mark the filesystem as having errors, for a full check.
         let state = |img: &[u8]| u16::from_le_bytes([img[1024 + 0x3A], img[1024 + 0x3B]]);
         assert_eq!(state(&after) & 2, 2, "{what}: e4 marks errors");
+        if damage_at == Damage::SuperblockErrno {
+            // Moved to the filesystem's superblock, as e2fsck and the kernel move it.
+            let raw = RawImage::read(&image).unwrap();
+            let block0 = raw.file_block(JOURNAL_INO, 0).unwrap().unwrap();
+            let errno = &raw.block(block0).unwrap()[0x20..0x24];
+            assert_eq!(errno, [0; 4], "{what}: s_errno is cleared");
+        }
     }
 }
 
@@ -627,7 +650,7 @@ fn damaged_descriptors_revokes_and_copies_as_in_e2fsck() {
 }
 
 #[test]
-fn a_damaged_journal_superblock_is_refused_and_left_alone() {
+fn a_damaged_journal_superblock_is_refused_and_left_alone_an_error_recorded_is_kept() {
     use Damage::*;
     check_all(&[
         (
@@ -641,6 +664,12 @@ fn a_damaged_journal_superblock_is_refused_and_left_alone() {
             SuperblockMagic,
             NOTHING,
             Outcome::RefusedUntouched,
+        ),
+        (
+            format(PLAIN_32),
+            SuperblockErrno,
+            WORKLOAD_RESULT,
+            Outcome::ReplayedWithDamage,
         ),
         (
             format(V3),
