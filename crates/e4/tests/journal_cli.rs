@@ -180,36 +180,34 @@ fn set_journal_superblock_bits(image: &Path, at: usize, bits: u8) {
     std::fs::write(image, bytes).unwrap();
 }
 
+/// A journal e4 does not handle: what it is, what the refusal names, and how to make it
+/// from a journal debugfs wrote.
+type Unsupported = (&'static str, &'static str, fn(&Path));
+
 #[test]
 fn journals_e4_does_not_handle_are_refused_in_one_line_untouched() {
     // s_feature_incompat (be32 at 0x28): bit 0x100 is unknown, 0x20 is fast_commit.
     const INCOMPAT_BYTE_1: usize = 0x2A;
     const INCOMPAT_BYTE_0: usize = 0x2B;
-    let cases: [(&str, &str, Box<dyn Fn(&Path)>); 3] = [
-        (
-            "external journal",
-            "external journal",
-            Box::new(|image: &Path| {
-                debugfs(
-                    image,
-                    &[
-                        "ssv journal_inum 0".into(),
-                        "ssv journal_dev 2049".into(),
-                        "ssv journal_uuid 0b0e3c4a-6a64-4d0c-9b3c-1f6f0a3a1e10".into(),
-                    ],
-                )
-            }),
-        ),
+    let cases: [Unsupported; 3] = [
+        ("external journal", "external journal", |image: &Path| {
+            debugfs(
+                image,
+                &[
+                    "ssv journal_inum 0".into(),
+                    "ssv journal_dev 2049".into(),
+                    "ssv journal_uuid 0b0e3c4a-6a64-4d0c-9b3c-1f6f0a3a1e10".into(),
+                ],
+            )
+        }),
         (
             "unknown incompatible journal feature",
             "journal incompatible feature bits 0x100",
-            Box::new(|image: &Path| set_journal_superblock_bits(image, INCOMPAT_BYTE_1, 0x01)),
+            |image: &Path| set_journal_superblock_bits(image, INCOMPAT_BYTE_1, 0x01),
         ),
-        (
-            "fast commits to replay",
-            "fast commits",
-            Box::new(|image: &Path| set_journal_superblock_bits(image, INCOMPAT_BYTE_0, 0x20)),
-        ),
+        ("fast commits to replay", "fast commits", |image: &Path| {
+            set_journal_superblock_bits(image, INCOMPAT_BYTE_0, 0x20)
+        }),
     ];
     for (what, says, make_unsupported) in cases {
         let img = make_empty_image(&["-t", "ext4", "-O", "^metadata_csum,^64bit"], 16);
