@@ -50,6 +50,23 @@ fn differing_outside_journal(a: &Path, b: &Path) -> Vec<u64> {
         .collect()
 }
 
+/// `e4 fsck -fn` checks an image whose journal needs recovery as it is on disk, as
+/// `e2fsck -fn` does, and exits as e2fsck does.
+fn assert_fsck_statuses_agree(image: &Path, what: &str) {
+    let (e4_status, said) = e4(&["fsck", "-fn", image.to_str().unwrap()]);
+    let e2fsck = Command::new("e2fsck")
+        .arg("-fn")
+        .arg(image)
+        .output()
+        .unwrap();
+    assert_eq!(
+        Some(e4_status),
+        e2fsck.status.code(),
+        "{what}: e4 fsck -fn said {said}\ne2fsck -fn said {}",
+        String::from_utf8_lossy(&e2fsck.stdout)
+    );
+}
+
 fn write_files(dir: &Path, round: u32) {
     let sub = dir.join(format!("round-{round}"));
     std::fs::create_dir(&sub).unwrap();
@@ -101,6 +118,7 @@ fn kernel_left_journals_replay_in_e4_as_in_e2fsck() {
                 continue;
             }
             replayed_any = true;
+            assert_fsck_statuses_agree(copy, &what);
             let by_e2fsck = copy.with_extension("e2fsck");
             std::fs::copy(copy, &by_e2fsck).unwrap();
             // Without -f: with it, e2fsck goes on from the replay to a full check, whose
@@ -188,6 +206,7 @@ fn an_import_killed_at_any_moment_recovers_clean_in_e4_and_the_kernel() {
             .join("; ");
         states.push(format!("killed after {delay:?} of {run:?}: {state}"));
         let what = states.join("\n");
+        assert_fsck_statuses_agree(&image, &what);
         let for_kernel = image.with_extension("kernel");
         std::fs::copy(&image, &for_kernel).unwrap();
 
