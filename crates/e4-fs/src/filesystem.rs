@@ -354,7 +354,21 @@ impl Filesystem {
                     block_size: u64::from(fs.block_size()),
                 },
                 fs.geometry.blocks(),
-            )?;
+            );
+            let recovery = match recovery {
+                Ok(recovery) => recovery,
+                // A reader goes on with the image as it is on disk, and says so; a writer
+                // must not write over a log it cannot replay.
+                Err(e) if !options.writable => {
+                    let e = Error::from(e);
+                    fs.warnings.push(format!(
+                        "the journal's log cannot be replayed ({e}); read as it is on disk"
+                    ));
+                    fs.journal_on_disk = Err(e);
+                    return Ok(fs);
+                }
+                Err(e) => return Err(e.into()),
+            };
             let on_disk = JournalOnDisk {
                 journal: journal.clone(),
                 recovery: recovery.clone(),
