@@ -723,12 +723,13 @@ impl Filesystem {
     }
 
     /// Commits if the operation that just ended left enough behind (dirty blocks, pending
-    /// frees, the commit interval passed).
+    /// frees, the commit interval passed), unless another thread is committing already
+    /// ([`Transactions::commit_for_pressure`]).
     pub(crate) fn commit_if_needed(&self) -> Result<()> {
         match &self.writer {
-            Some(w) if w.txns.wants_commit_with(&self.store, &self.inodes) => {
-                w.txns.commit(&self.commit_parts(w))
-            }
+            Some(w) if w.txns.wants_commit_with(&self.store, &self.inodes) => w
+                .txns
+                .commit_for_pressure(&self.commit_parts(w), &self.inodes),
             _ => Ok(()),
         }
     }
