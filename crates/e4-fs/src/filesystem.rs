@@ -381,6 +381,10 @@ impl Filesystem {
             }
         }
         if options.writable {
+            if let Some(j) = journal.as_ref().filter(|j| j.recorded_error().is_some()) {
+                let line = recovery::record_journal_error(fs.store.device().as_ref(), j)?;
+                return Err(Error::ReadOnly(format!("{line}; run e2fsck")));
+            }
             let journal = journal
                 .map(|j| JournalLog::start(&fs.store, &j, &fs.superblock))
                 .transpose()?;
