@@ -479,22 +479,28 @@ mod tests {
     use super::CommitTurn;
     use crate::{Creator, Filesystem, OpenOptions};
 
+    const CREATOR: Creator = Creator {
+        permissions: 0o644,
+        uid: 0,
+        gid: 0,
+    };
+
+    /// The image at `path`, open for writing, committing only when asked or pressed.
+    fn open_without_interval(path: &std::path::Path) -> Arc<Filesystem> {
+        let options = OpenOptions {
+            commit_interval: Duration::ZERO,
+            ..OpenOptions::writable()
+        };
+        Arc::new(Filesystem::open(path, options).unwrap())
+    }
+
     /// An operation past the commit threshold that finds another thread committing goes
     /// on without queueing behind it; past twice the threshold it waits its turn.
     #[test]
     fn an_operation_past_the_threshold_does_not_queue_behind_a_running_commit() {
         // The smallest journal (1024 blocks), and inodes enough to pass twice its threshold.
         let img = e4_testkit::make_empty_image(&["-t", "ext4", "-N", "20000"], 32);
-        let options = OpenOptions {
-            commit_interval: Duration::ZERO,
-            ..OpenOptions::writable()
-        };
-        let fs = Arc::new(Filesystem::open(&img.path, options).unwrap());
-        let creator = Creator {
-            permissions: 0o644,
-            uid: 0,
-            gid: 0,
-        };
+        let fs = open_without_interval(&img.path);
         let txns = &fs.writer.as_ref().unwrap().txns;
         // A commit in progress: the test holds its turn.
         let turn = CommitTurn::new(txns, txns.commit_lock.lock());
@@ -505,16 +511,16 @@ mod tests {
                 let w = fs.writer.as_ref().unwrap();
                 let mut n = 0u32;
                 while !w.txns.wants_commit_with(&fs.store, &fs.inodes) {
-                    fs.create(2, format!("f{n}").as_bytes(), creator).unwrap();
+                    fs.create(2, format!("f{n}").as_bytes(), CREATOR).unwrap();
                     n += 1;
                 }
                 // Past the threshold, not twice past it: this create must not wait.
-                fs.create(2, b"one-more", creator).unwrap();
+                fs.create(2, b"one-more", CREATOR).unwrap();
                 done.send(()).unwrap();
                 // On until the commit: the create that passes twice the threshold waits
                 // for the running commit's end, and commits.
                 while w.txns.commits() == 0 {
-                    fs.create(2, format!("g{n}").as_bytes(), creator).unwrap();
+                    fs.create(2, format!("g{n}").as_bytes(), CREATOR).unwrap();
                     n += 1;
                 }
                 done.send(()).unwrap();
@@ -543,17 +549,8 @@ mod tests {
     #[test]
     fn an_fsync_asleep_behind_a_commit_commits_its_transaction_when_that_commit_ends() {
         let img = e4_testkit::make_empty_image(&["-t", "ext4"], 16);
-        let options = OpenOptions {
-            commit_interval: Duration::ZERO,
-            ..OpenOptions::writable()
-        };
-        let fs = Arc::new(Filesystem::open(&img.path, options).unwrap());
-        let creator = Creator {
-            permissions: 0o644,
-            uid: 0,
-            gid: 0,
-        };
-        fs.create(2, b"f", creator).unwrap();
+        let fs = open_without_interval(&img.path);
+        fs.create(2, b"f", CREATOR).unwrap();
         let txns = &fs.writer.as_ref().unwrap().txns;
         let txn = txns.running_txn();
         // A commit in progress, of nothing: the test holds its turn.
