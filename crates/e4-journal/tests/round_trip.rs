@@ -310,3 +310,43 @@ proptest! {
         prop_assert_eq!(homes, expected(&txns, found));
     }
 }
+
+/// A commit block whose checksum fails ends the log. It is damage (`failed_commit`, the
+/// filesystem needs a check) when the next transaction follows it, and a commit a crash
+/// tore in its own write (the clean end, as in the kernel since 2024) when nothing does.
+#[test]
+fn a_bad_commit_is_damage_only_when_the_log_goes_on_after_it() {
+    let (fs, compat) = formats()[3];
+    let txns: Vec<Txn> = (0..3u32)
+        .map(|t| (vec![(10 + u64::from(t), t)], vec![]))
+        .collect();
+    for damaged in [1usize, 2] {
+        let disk = Disk::default();
+        let journal = empty_journal(&disk, compat);
+        let (writes, commit_ends, _) = run(&disk, &journal, fs, &txns);
+        for (i, (at, bytes)) in writes.into_iter().enumerate() {
+            let mut bytes = bytes;
+            if i + 1 == commit_ends[damaged] {
+                // The commit block's second half never reached the disk.
+                bytes[BLOCK / 2..].fill(0xEE);
+            }
+            disk.write(at, bytes);
+        }
+        let (recovery, homes) = replayed(&disk);
+        assert_eq!(
+            recovery.transactions() as usize,
+            damaged,
+            "commit {damaged} bad"
+        );
+        assert_eq!(homes, expected(&txns, damaged));
+        let tid = recovery.start_tid.wrapping_add(damaged as u32);
+        match damaged {
+            1 => assert_eq!(
+                recovery.failed_commit,
+                Some(tid),
+                "the log went on after it"
+            ),
+            _ => assert!(recovery.is_clean(), "the last commit, torn: {recovery:?}"),
+        }
+    }
+}
