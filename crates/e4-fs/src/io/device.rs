@@ -11,6 +11,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use parking_lot::{Mutex, RwLock};
 
 use super::image_lock;
+pub use super::recording_device::{
+    CrashImage, CrashPoint, LoggedWrite, RecordingDevice, WriteLog, TORN_SECTOR,
+};
 use crate::error::{Error, Result};
 
 /// A byte-addressed store the filesystem lives on.
@@ -111,7 +114,7 @@ impl MemoryDevice {
     }
 }
 
-fn range(len: usize, offset: u64, size: usize) -> io::Result<std::ops::Range<usize>> {
+pub(super) fn range(len: usize, offset: u64, size: usize) -> io::Result<std::ops::Range<usize>> {
     let start = usize::try_from(offset).map_err(|_| past_end(len, offset))?;
     match start.checked_add(len) {
         Some(end) if end <= size => Ok(start..end),

@@ -1,0 +1,399 @@
+//! Every crash state of a workload's log, recovered by e4 and checked: enumerated by flush
+//! epoch, deduplicated by image, checked by e2fsck once per distinct recovered image and by
+//! the model once per distinct (image, promises) pair; a sample recovered again after a
+//! crash inside recovery, and a sample recovered by the kernel.
+
+use std::collections::{HashMap, HashSet};
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::Instant;
+
+use e4_fs::device::{CrashImage, CrashPoint, Fault, FaultyDevice, WriteLog};
+use e4_fs::{Filesystem, Mapping, OpenOptions};
+use e4_testkit::{e2fsck_clean, kernel_comparison_skipped, LoopDevice};
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+
+use super::model::{options, Model, BLOCK};
+
+/// Up to this many writes since a flush, every subset of them is a state.
+const EXHAUSTIVE: usize = 10;
+/// jbd2's block magic and its commit block type (`h_magic`, `h_blocktype`).
+const JBD2_MAGIC: u32 = 0xC03B_3998;
+const JBD2_COMMIT: u32 = 2;
+/// The superblock's bytes a mount or unmount sets to the time or a count: s_mtime, s_wtime,
+/// s_mnt_count, s_kbytes_written, s_wtime_hi and s_mtime_hi, and s_checksum over them
+/// (offsets in the superblock, which starts at byte 1024).
+const SUPERBLOCK_CLOCKS: [Range<u64>; 4] = [
+    1024 + 0x2C..1024 + 0x36,
+    1024 + 0x178..1024 + 0x180,
+    1024 + 0x274..1024 + 0x276,
+    1024 + 0x3FC..1024 + 0x400,
+];
+/// States whose recovery is crashed at several of its writes and then run again.
+const INTERRUPTED: usize = 6;
+/// Crash images the kernel recovers, where loop mounts work.
+const KERNEL: usize = 4;
+/// Failures shown in full.
+const SHOWN: usize = 4;
+
+/// How many states to sample per flush epoch past [`EXHAUSTIVE`] writes, and the seed:
+/// `E4_CRASH_SAMPLES` (default 32) and `E4_CRASH_SEED` (default 1).
+pub fn sampling() -> (usize, u64) {
+    let var = |name, default| {
+        std::env::var(name)
+            .ok()
+            .map(|v| {
+                v.parse()
+                    .unwrap_or_else(|_| panic!("{name}={v} is no number"))
+            })
+            .unwrap_or(default)
+    };
+    (
+        var("E4_CRASH_SAMPLES", 32) as usize,
+        var("E4_CRASH_SEED", 1),
+    )
+}
+
+/// A crash state to check, and whether a correct device could leave it at all.
+struct State {
+    point: CrashPoint,
+    /// A commit block on the device without all of its log blocks: only a device that
+    /// ignores flushes leaves it, so recovery may refuse it; what it must not do is replay
+    /// it into a damaged image.
+    reordered: bool,
+}
+
+/// What the sweep of one workload found.
+#[derive(Default)]
+pub struct Summary {
+    pub states: usize,
+    pub failed_states: usize,
+    pub crash_images: usize,
+    pub recovered_images: usize,
+    pub refused_reordered: usize,
+    pub interrupted: usize,
+    pub kernel: usize,
+    failures: Vec<String>,
+}
+
+impl Summary {
+    fn fail(&mut self, what: String) {
+        if self.failures.len() < SHOWN {
+            self.failures.push(what);
+        }
+    }
+}
+
+/// Runs every crash state of `log` against `model`; panics with a summary and the first
+/// failures if any state fails.
+pub fn sweep(workload: &str, log: &WriteLog, model: &Model) -> Summary {
+    let started = Instant::now();
+    let (samples, seed) = sampling();
+    let journal = journal_blocks(log);
+    let mut rng = StdRng::seed_from_u64(seed);
+    let scratch = scratch_dir();
+    let mut summary = Summary::default();
+    // (crash image, promises in force) → failed; recovered image → e2fsck's verdict.
+    let mut seen: HashMap<(u64, usize), bool> = HashMap::new();
+    let mut crash_images = HashSet::new();
+    let mut fsck: HashMap<u64, Result<(), String>> = HashMap::new();
+    let mut checked: HashMap<(u64, usize), Vec<String>> = HashMap::new();
+    let mut sampled: Vec<(CrashPoint, CrashImage)> = Vec::new();
+    let durable = log.image_at_flush(0);
+    for k in 0..=log.flushes() {
+        let floors = model.floors(k);
+        let since = log.writes_since(k);
+        for state in states(log, k, samples, &journal, &mut rng) {
+            summary.states += 1;
+            let image = durable.clone();
+            image.apply_after(since, &state.point);
+            let crashed = image.digest(&[]);
+            if let Some(&failed) = seen.get(&(crashed, floors.in_force)) {
+                summary.failed_states += usize::from(failed);
+                continue;
+            }
+            let first = crash_images.insert(crashed);
+            if first && crash_images.len() % 40 == 1 {
+                sampled.push((state.point.clone(), image.clone()));
+            }
+            let recovered = Arc::new(image);
+            let problems = match recover(&recovered) {
+                Err(_) if state.reordered => {
+                    summary.refused_reordered += 1;
+                    Vec::new()
+                }
+                Err(e) => vec![format!("e4 did not recover it: {e}")],
+                Ok(()) => {
+                    let digest = recovered.digest(&SUPERBLOCK_CLOCKS);
+                    let mut problems = Vec::new();
+                    let verdict = fsck.entry(digest).or_insert_with(|| {
+                        let path = scratch.path().join("state.img");
+                        std::fs::write(&path, recovered.to_vec()).unwrap();
+                        e2fsck_clean(&path)
+                    });
+                    if let Err(out) = verdict {
+                        problems.push(out.clone());
+                    }
+                    problems.extend(
+                        checked
+                            .entry((digest, floors.in_force))
+                            .or_insert_with(|| {
+                                match Filesystem::open_device(
+                                    recovered.clone(),
+                                    OpenOptions::default(),
+                                ) {
+                                    Ok(fs) => model.problems(&fs, &floors),
+                                    Err(e) => {
+                                        vec![format!("the recovered image will not open: {e}")]
+                                    }
+                                }
+                            })
+                            .iter()
+                            .cloned(),
+                    );
+                    problems
+                }
+            };
+            let failed = !problems.is_empty();
+            seen.insert((crashed, floors.in_force), failed);
+            if failed {
+                summary.failed_states += 1;
+                summary.fail(format!("{:?}: {}", state.point, problems.join("\n  ")));
+            }
+        }
+        for write in log.epoch(k) {
+            durable.apply(write);
+        }
+    }
+    summary.crash_images = crash_images.len();
+    summary.recovered_images = fsck.len();
+    interrupt_recoveries(&sampled, &mut summary);
+    kernel_recoveries(workload, &sampled, &scratch, &mut summary);
+    eprintln!(
+        "{workload}: {} crash states ({} flushes, {} writes), {} distinct crash images, \
+         {} distinct recovered images (e2fsck runs), {} reordered states refused, \
+         {} recoveries interrupted, {} kernel recoveries; {} states failed; {:.1} s",
+        summary.states,
+        log.flushes(),
+        log.writes_since(0).len(),
+        summary.crash_images,
+        summary.recovered_images,
+        summary.refused_reordered,
+        summary.interrupted,
+        summary.kernel,
+        summary.failed_states,
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        summary.failed_states == 0,
+        "{workload}: {} of {} crash states failed; the first:\n{}",
+        summary.failed_states,
+        summary.states,
+        summary.failures.join("\n")
+    );
+    summary
+}
+
+/// Opens `image` for writing (which recovers its journal) and unmounts it.
+fn recover(image: &Arc<CrashImage>) -> Result<(), String> {
+    let fs = Filesystem::open_device(image.clone(), options()).map_err(|e| e.to_string())?;
+    fs.unmount().map_err(|e| e.to_string())
+}
+
+/// The blocks of the journal (inode 8) in the image the log starts from.
+fn journal_blocks(log: &WriteLog) -> HashSet<u64> {
+    let image = Arc::new(log.image_at_flush(0));
+    let fs = Filesystem::open_device(image, OpenOptions::default()).unwrap();
+    let inode = fs.read_inode(8).unwrap();
+    let blocks = inode.size() / BLOCK as u64;
+    let mut out = HashSet::new();
+    let mut logical = 0;
+    while logical < blocks {
+        match fs.map_block(&inode, logical, blocks - logical).unwrap() {
+            Mapping::Data { physical, len, .. } => {
+                out.extend(physical..physical + len);
+                logical += len;
+            }
+            Mapping::Hole { len } => logical += len.max(1),
+        }
+    }
+    out
+}
+
+/// The states after flush `k`: the flush itself; every subset (in issue order) of up to
+/// [`EXHAUSTIVE`] writes since, or `samples` subsets in random orders; a torn last write
+/// for a quarter as many; and where the next epoch holds a jbd2 commit block, that commit
+/// on the device without the log blocks before it.
+fn states(
+    log: &WriteLog,
+    k: usize,
+    samples: usize,
+    journal: &HashSet<u64>,
+    rng: &mut StdRng,
+) -> Vec<State> {
+    let epoch = log.epoch(k).len();
+    let last = k == log.flushes();
+    let ordinary = |reached: Vec<usize>, torn| State {
+        point: CrashPoint {
+            flushes: k,
+            reached,
+            torn,
+        },
+        reordered: false,
+    };
+    let mut out = vec![ordinary(Vec::new(), false)];
+    if epoch <= EXHAUSTIVE {
+        // The full set is the next flush's state, unless no flush follows.
+        let subsets = (1u32 << epoch) - if last { 0 } else { 1 };
+        for mask in 1..subsets.max(1) {
+            let reached = (0..epoch).filter(|i| mask & (1 << i) != 0).collect();
+            out.push(ordinary(reached, false));
+        }
+    } else {
+        for _ in 0..samples {
+            out.push(ordinary(subset(epoch, rng), false));
+        }
+    }
+    for _ in 0..(samples / 4).min(epoch) {
+        out.push(ordinary(subset(epoch, rng), true));
+    }
+    if epoch > 0 {
+        out.push(ordinary(vec![0], true));
+    }
+    if k < log.flushes() {
+        out.extend(commit_without_log(log, k, journal));
+    }
+    out
+}
+
+/// A random non-empty subset of `0..n`, in random order.
+fn subset(n: usize, rng: &mut StdRng) -> Vec<usize> {
+    let mut all: Vec<usize> = (0..n).collect();
+    all.shuffle(rng);
+    all.truncate(rng.gen_range(1..=n));
+    all
+}
+
+/// Where the epoch after flush `k + 1` starts with a jbd2 commit block: that block on the
+/// device with none, all but the first, and all but the last of epoch `k`'s journal
+/// writes (the log blocks it commits).
+fn commit_without_log(log: &WriteLog, k: usize, journal: &HashSet<u64>) -> Vec<State> {
+    let epoch = log.epoch(k);
+    let next = log.epoch(k + 1);
+    let Some(commit) = next.iter().position(|w| is_commit_block(&w.bytes)) else {
+        return Vec::new();
+    };
+    let commit = epoch.len() + commit;
+    let logged: Vec<usize> = (0..epoch.len())
+        .filter(|&i| journal.contains(&(epoch[i].offset / BLOCK as u64)))
+        .collect();
+    let others: Vec<usize> = (0..epoch.len()).filter(|i| !logged.contains(i)).collect();
+    let mut variants = vec![Vec::new()];
+    if logged.len() > 1 {
+        variants.push(logged[1..].to_vec());
+        variants.push(logged[..logged.len() - 1].to_vec());
+    }
+    variants
+        .into_iter()
+        .map(|kept| {
+            let mut reached: Vec<usize> = others.iter().chain(&kept).copied().collect();
+            reached.push(commit);
+            State {
+                point: CrashPoint {
+                    flushes: k,
+                    reached,
+                    torn: false,
+                },
+                reordered: true,
+            }
+        })
+        .collect()
+}
+
+fn is_commit_block(bytes: &[u8]) -> bool {
+    let word = |i: usize| u32::from_be_bytes(bytes[i..i + 4].try_into().unwrap());
+    bytes.len() == BLOCK && word(0) == JBD2_MAGIC && word(4) == JBD2_COMMIT
+}
+
+/// A directory for the images e2fsck and the kernel read: in memory where /dev/shm is.
+fn scratch_dir() -> tempfile::TempDir {
+    tempfile::tempdir_in("/dev/shm")
+        .or_else(|_| tempfile::tempdir())
+        .unwrap()
+}
+
+/// Crash inside recovery, then recover again: the same image as one recovery. For each
+/// sampled state, recovery fails at its first write, at a third and two thirds of them and
+/// at its last.
+fn interrupt_recoveries(sampled: &[(CrashPoint, CrashImage)], summary: &mut Summary) {
+    for (point, image) in sampled.iter().take(INTERRUPTED) {
+        let clean = Arc::new(image.clone());
+        let counted = Arc::new(FaultyDevice::new(clean.clone(), Fault::Never));
+        if Filesystem::open_device(counted.clone(), options())
+            .and_then(Filesystem::unmount)
+            .is_err()
+        {
+            // The sweep reported it.
+            continue;
+        }
+        let expected = clean.digest(&SUPERBLOCK_CLOCKS);
+        let writes = counted.counts().1;
+        let mut at: Vec<u64> = vec![0, writes / 3, 2 * writes / 3, writes.saturating_sub(1)];
+        at.dedup();
+        for n in at {
+            let crashed = Arc::new(image.clone());
+            let failing = Arc::new(FaultyDevice::new(crashed.clone(), Fault::WritesFrom(n)));
+            if let Ok(fs) = Filesystem::open_device(failing, options()) {
+                let _ = fs.unmount();
+            }
+            summary.interrupted += 1;
+            let again = recover(&crashed).and_then(|()| {
+                if crashed.digest(&SUPERBLOCK_CLOCKS) == expected {
+                    Ok(())
+                } else {
+                    Err("differs from one uninterrupted recovery".into())
+                }
+            });
+            if let Err(e) = again {
+                summary.failed_states += 1;
+                summary.fail(format!(
+                    "{point:?}, recovery crashed at its write {n} of {writes}, then recovered \
+                     again: {e}"
+                ));
+            }
+        }
+    }
+}
+
+/// The kernel mounts a sample of the crash images (recovering their journals), unmounts,
+/// and e2fsck finds them clean. Skipped, with the reason, where loop mounts do not work.
+fn kernel_recoveries(
+    workload: &str,
+    sampled: &[(CrashPoint, CrashImage)],
+    scratch: &tempfile::TempDir,
+    summary: &mut Summary,
+) {
+    let path = scratch.path().join("kernel.img");
+    let step = (sampled.len() / KERNEL).max(1);
+    for (i, (point, image)) in sampled.iter().step_by(step).take(KERNEL).enumerate() {
+        std::fs::write(&path, image.to_vec()).unwrap();
+        let loop_device = match LoopDevice::attach(&path) {
+            Ok(device) => device,
+            Err(reason) => {
+                assert_eq!(i, 0, "loop devices went away: {reason}");
+                kernel_comparison_skipped(workload, &reason);
+                return;
+            }
+        };
+        // A read-write mount replays the journal; the unmount leaves the image clean.
+        let result = loop_device.mount("rw").map(drop);
+        drop(loop_device);
+        summary.kernel += 1;
+        if let Err(e) = result.and_then(|()| e2fsck_clean(&path)) {
+            summary.failed_states += 1;
+            summary.fail(format!("{point:?}, recovered by the kernel: {e}"));
+        }
+    }
+}
