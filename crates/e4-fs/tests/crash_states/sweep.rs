@@ -324,37 +324,51 @@ fn scratch_dir() -> tempfile::TempDir {
         .unwrap()
 }
 
-/// Crash inside recovery, then recover again: the same image as one recovery. For each
-/// sampled state, recovery fails at its first write, at a third and two thirds of them and
-/// at its last.
+/// `n` of `items`, spread evenly over them.
+fn spread<T>(items: &[T], n: usize) -> impl Iterator<Item = &T> {
+    items.iter().step_by((items.len() / n).max(1)).take(n)
+}
+
+/// Crash inside recovery, then recover again: the same image as one recovery. Of the
+/// sampled states whose recovery writes (the writes of the writable open, before any
+/// operation), a spread few have it fail at its first write, a third and two thirds of the
+/// way, and at its last, and are then recovered again.
 fn interrupt_recoveries(sampled: &[(CrashPoint, CrashImage)], summary: &mut Summary) {
-    for (point, image) in sampled.iter().take(INTERRUPTED) {
-        let clean = Arc::new(image.clone());
-        let counted = Arc::new(FaultyDevice::new(clean.clone(), Fault::Never));
-        if Filesystem::open_device(counted.clone(), options())
-            .and_then(Filesystem::unmount)
-            .is_err()
-        {
-            // The sweep reported it.
-            continue;
-        }
-        let expected = clean.digest(&SUPERBLOCK_CLOCKS);
-        let writes = counted.counts().1;
-        let mut at: Vec<u64> = vec![0, writes / 3, 2 * writes / 3, writes.saturating_sub(1)];
+    let recovering: Vec<_> = sampled
+        .iter()
+        .filter_map(|(point, image)| {
+            let clean = Arc::new(image.clone());
+            let counted = Arc::new(FaultyDevice::new(clean.clone(), Fault::Never));
+            let fs = Filesystem::open_device(counted.clone(), options()).ok()?;
+            let writes = counted.counts().1;
+            // A failed recovery is the sweep's to report.
+            fs.unmount().ok()?;
+            (writes > 0).then_some((point, image, writes, clean))
+        })
+        .collect();
+    for &(point, image, writes, ref clean) in spread(&recovering, INTERRUPTED) {
+        let mut at: Vec<u64> = vec![0, writes / 3, 2 * writes / 3, writes - 1];
         at.dedup();
         for n in at {
             let crashed = Arc::new(image.clone());
             let failing = Arc::new(FaultyDevice::new(crashed.clone(), Fault::WritesFrom(n)));
-            if let Ok(fs) = Filesystem::open_device(failing, options()) {
-                let _ = fs.unmount();
-            }
+            // The open fails, or drops what it could not write when it is dropped.
+            drop(Filesystem::open_device(failing, options()));
             summary.interrupted += 1;
             let again = recover(&crashed).and_then(|()| {
-                if crashed.digest(&SUPERBLOCK_CLOCKS) == expected {
-                    Ok(())
-                } else {
-                    Err("differs from one uninterrupted recovery".into())
+                if crashed.digest(&SUPERBLOCK_CLOCKS) == clean.digest(&SUPERBLOCK_CLOCKS) {
+                    return Ok(());
                 }
+                let (want, got) = (clean.to_vec(), crashed.to_vec());
+                let differ: Vec<usize> = (0..want.len() / BLOCK)
+                    .filter(|&b| {
+                        want[b * BLOCK..(b + 1) * BLOCK] != got[b * BLOCK..(b + 1) * BLOCK]
+                    })
+                    .take(8)
+                    .collect();
+                Err(format!(
+                    "differs from one uninterrupted recovery in blocks {differ:?}"
+                ))
             });
             if let Err(e) = again {
                 summary.failed_states += 1;
@@ -376,8 +390,7 @@ fn kernel_recoveries(
     summary: &mut Summary,
 ) {
     let path = scratch.path().join("kernel.img");
-    let step = (sampled.len() / KERNEL).max(1);
-    for (i, (point, image)) in sampled.iter().step_by(step).take(KERNEL).enumerate() {
+    for (i, (point, image)) in spread(sampled, KERNEL).enumerate() {
         std::fs::write(&path, image.to_vec()).unwrap();
         let loop_device = match LoopDevice::attach(&path) {
             Ok(device) => device,
