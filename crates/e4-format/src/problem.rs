@@ -147,6 +147,10 @@ pub enum Problem {
     LogStartOutside { first: u32, maxlen: u32 },
     /// The journal inode maps no block at this journal block, inside the log.
     JournalHole,
+    /// The orphan list names an inode number outside the inode table.
+    OrphanOutOfRange,
+    /// The orphan list comes back to an inode it already passed.
+    OrphanLoop,
     /// A node's `eh_max` is more slots than its space holds.
     MaxExceedsCapacity { max: u16, capacity: usize },
     /// A node's `eh_entries` is above its `eh_max`.
@@ -294,6 +298,8 @@ impl fmt::Display for Problem {
                 write!(f, "log starts at {first} of {maxlen}")
             }
             Problem::JournalHole => f.write_str("the journal inode maps no block here"),
+            Problem::OrphanOutOfRange => f.write_str("the orphan list names no inode"),
+            Problem::OrphanLoop => f.write_str("the orphan list loops back here"),
             Problem::MaxExceedsCapacity { max, capacity } => {
                 write!(f, "{max} entries cannot fit ({capacity} slots)")
             }

@@ -1,8 +1,8 @@
 //! The jbd2 structures against a journal written by e2fsprogs: debugfs logs a transaction
 //! with two blocks (one needing an escape) and a revoke, and every block of the log must
 //! parse, with its checksums, to exactly what was written. The filesystem's superblock then
-//! says the journal needs recovery (e4-fs's refusal to open such an image is
-//! `read_path::feature_gating`'s subject).
+//! says the journal needs recovery (e4-fs's recovery of such images is
+//! `journal_recovery`'s subject).
 
 use std::process::Command;
 

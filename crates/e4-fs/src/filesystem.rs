@@ -23,6 +23,9 @@ use crate::error::{Error, Result};
 use crate::inode::cache::{InodeCache, InodeHandle};
 use crate::inode::table::InodeTable;
 use crate::io::device::{Device, FileDevice, MemoryDevice};
+use crate::journal::log::{JournalLog, JournalStats};
+use crate::journal::recovery;
+use crate::journal::replayed_device::ReplayedDevice;
 use crate::names::dentry_cache::DentryCache;
 use crate::space::caller::Caller;
 use crate::space::descriptors::GroupDescriptors;
@@ -94,6 +97,8 @@ pub struct Filesystem {
     warnings: Vec<String>,
     /// Allocators and transactions, when open for writing.
     pub(crate) writer: Option<Writer>,
+    /// What opening did to the journal: a recovery, in place or (read-only) in memory.
+    journal_note: Option<String>,
 }
 
 /// What a filesystem open for writing has besides its reader.
@@ -105,6 +110,8 @@ pub(crate) struct Writer {
     pub rename_lock: Mutex<()>,
     /// Locks for xattr blocks' reference counts (see [`XattrBlockLocks`]).
     pub xattr_block_locks: XattrBlockLocks,
+    /// The log every commit goes through, when the filesystem has a journal.
+    pub journal: Option<JournalLog>,
 }
 
 impl Writer {
@@ -221,21 +228,25 @@ impl Filesystem {
         Self::open_device(Arc::new(MemoryDevice::new(bytes)), options)
     }
 
-    /// Opens a filesystem on any device.
+    /// Opens a filesystem on any device. A journal that needs recovery is recovered first:
+    /// in place for writing (as the kernel's mount and `e2fsck` do), in memory for reading
+    /// (the image untouched; [`Filesystem::journal_note`] says so).
     pub fn open_device(device: Arc<dyn Device>, options: OpenOptions) -> Result<Self> {
+        Self::open_recovered(device, options, None)
+    }
+
+    /// The open, once any recovery is done (`note` says what it did).
+    fn open_recovered(
+        device: Arc<dyn Device>,
+        options: OpenOptions,
+        note: Option<String>,
+    ) -> Result<Self> {
         let (superblock, descriptors_after, mut warnings) = read_superblock(device.as_ref())?;
         let incompat = superblock.incompat();
         let unsupported = incompat.bits() & !READABLE_INCOMPAT.bits();
         if unsupported != 0 {
             return Err(FormatError::Incompatible(
                 feature_names(FeatureKind::Incompat, unsupported).join(", "),
-            )
-            .into());
-        }
-        if incompat.contains(IncompatFeatures::RECOVER) {
-            return Err(FormatError::Incompatible(
-                "a journal that needs recovery (needs_recovery); replay it with e2fsck first"
-                    .into(),
             )
             .into());
         }
@@ -289,28 +300,14 @@ impl Filesystem {
         if !options.verify_checksums && read_only_reason.is_none() {
             read_only_reason = Some("checksums are not verified".into());
         }
-        let writer = match (options.writable, &read_only_reason) {
-            (false, _) => None,
-            (true, Some(reason)) => {
+        if options.writable {
+            if let Some(reason) = &read_only_reason {
                 return Err(Error::ReadOnly(format!(
                     "the filesystem can only be read: {reason}"
-                )))
+                )));
             }
-            (true, None) => Some(Writer {
-                space: Space::load(
-                    &store,
-                    &superblock,
-                    &geometry,
-                    &descriptors.snapshot(),
-                    &options.caller,
-                    SLOTS,
-                )?,
-                txns: Transactions::new(geometry.blocks(), options.commit_interval),
-                rename_lock: Mutex::new(()),
-                xattr_block_locks: XattrBlockLocks::default(),
-            }),
-        };
-        let fs = Filesystem {
+        }
+        let mut fs = Filesystem {
             store,
             geometry,
             superblock,
@@ -320,12 +317,108 @@ impl Filesystem {
             dentries: DentryCache::new(),
             read_only_reason,
             warnings,
-            writer,
+            writer: None,
+            journal_note: note,
         };
+        let journal = crate::journal::journal_inode(&fs.superblock).and_then(|ino| {
+            ino.map(|ino| {
+                let inode = fs.read_inode_record(ino)?;
+                crate::journal::locate(&fs.store, &fs.superblock, &inode)
+            })
+            .transpose()
+        });
+        let journal = match journal {
+            Ok(journal) => journal,
+            // A reader goes on without the journal (its state is the image as it is).
+            Err(e) if !options.writable => {
+                fs.warnings.push(format!("the journal cannot be used: {e}"));
+                None
+            }
+            Err(e) => return Err(e),
+        };
+        if let Some(journal) = journal.as_ref().filter(|j| j.needs_recovery()) {
+            let recovery_wanted = fs.superblock.incompat().contains(IncompatFeatures::RECOVER);
+            let recovery = journal.recover(
+                &crate::journal::device_blocks::DeviceBlocks {
+                    device: fs.store.device().as_ref(),
+                    block_size: u64::from(fs.block_size()),
+                },
+                fs.geometry.blocks(),
+            )?;
+            let device = fs.store.device();
+            drop(fs);
+            if !recovery_wanted {
+                // A log the superblock does not ask to replay is dropped, as the kernel's
+                // mount drops it (`jbd2_journal_wipe`): read the image as it is.
+                let note = "the journal held transactions but the filesystem did not need recovery; they were ignored".to_string();
+                return match options.writable {
+                    true => {
+                        recovery::empty_journal(device.as_ref(), journal, &recovery)?;
+                        Self::open_recovered(device, options, Some(note))
+                    }
+                    false => Self::open_recovered(
+                        Arc::new(ReplayedDevice::new(device, journal, Default::default())),
+                        options,
+                        Some(note),
+                    ),
+                };
+            }
+            let summary = format!(
+                "{} journal transactions ({} blocks)",
+                recovery.transactions(),
+                recovery.replay.len()
+            );
+            return if options.writable {
+                let damage = recovery::replay_in_place(device.as_ref(), journal, &recovery)?;
+                if let Some(damage) = damage {
+                    return Err(Error::ReadOnly(format!(
+                        "the journal was replayed but {damage}; run e2fsck"
+                    )));
+                }
+                Self::open_recovered(device, options, Some(format!("recovered {summary}")))
+            } else {
+                let mut note =
+                    format!("read as recovery would leave it: {summary} replayed in memory");
+                if let Some(damage) = recovery::damage_line(&recovery) {
+                    note.push_str(&format!("; {damage}"));
+                }
+                Self::open_recovered(
+                    Arc::new(ReplayedDevice::new(device, journal, recovery)),
+                    options,
+                    Some(note),
+                )
+            };
+        }
+        if options.writable {
+            let journal = journal
+                .map(|j| JournalLog::start(&fs.store, &j, &fs.superblock))
+                .transpose()?;
+            let space = Space::load(
+                &fs.store,
+                &fs.superblock,
+                &fs.geometry,
+                &fs.descriptors.snapshot(),
+                &options.caller,
+                SLOTS,
+            )?;
+            if journal.is_some() {
+                space.superblock.set_needs_recovery();
+            }
+            fs.writer = Some(Writer {
+                space,
+                txns: Transactions::new(fs.geometry.blocks(), options.commit_interval),
+                rename_lock: Mutex::new(()),
+                xattr_block_locks: XattrBlockLocks::default(),
+                journal,
+            });
+        }
         if let Some(w) = &fs.writer {
             // The image says "being written" before anything else changes.
             write_back::write_superblock(&fs.store, &w.space.superblock.encode(&fs.descriptors))?;
             fs.store.flush("after marking the filesystem in use")?;
+            if fs.superblock.last_orphan != 0 {
+                fs.clean_up_orphans(fs.superblock.last_orphan)?;
+            }
         }
         Ok(fs)
     }
@@ -388,7 +481,21 @@ impl Filesystem {
         }
     }
 
-    /// Whether the filesystem was opened for writing.
+    /// What opening did to the journal, if anything: a recovery in place, or (read-only)
+    /// the image read as recovery would leave it, untouched.
+    pub fn journal_note(&self) -> Option<&str> {
+        self.journal_note.as_deref()
+    }
+
+    /// The journal's work so far (`None` without a journal, or read-only).
+    pub fn journal_stats(&self) -> Option<JournalStats> {
+        self.writer
+            .as_ref()?
+            .journal
+            .as_ref()
+            .map(JournalLog::stats)
+    }
+
     /// Makes the allocation of blocks or an inode after the next `succeed` fail as if the
     /// filesystem were full, and every one after it; `None` ends that (fault-injection
     /// tests).
@@ -541,6 +648,7 @@ impl Filesystem {
             inode_table: &self.inode_table,
             inodes: &self.inodes,
             space: &writer.space,
+            journal: writer.journal.as_ref(),
         }
     }
 

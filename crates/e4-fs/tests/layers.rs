@@ -15,6 +15,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("xattr", 3),
     ("dir", 4),
     ("space", 5),
+    ("journal", 5),
     ("inode", 6),
     ("names", 6),
     ("txn", 7),

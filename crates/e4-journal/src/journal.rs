@@ -249,8 +249,22 @@ impl Journal {
         self.layout.physical(0).unwrap()
     }
 
+    /// This journal once `recovery` has been replayed (or the log dropped): empty
+    /// (`s_start` 0), its next transaction past every tid the log may still hold, and
+    /// `s_errno` set when a commit was corrupt, as e2fsck leaves it.
+    pub fn emptied(&self, recovery: &crate::Recovery) -> Journal {
+        let mut superblock = self.superblock.clone();
+        superblock.start = 0;
+        superblock.sequence = recovery.next_sequence();
+        if recovery.failed_commit.is_some() {
+            // -EINVAL, as e2fsck records a corrupt transaction.
+            superblock.errno = (-22i32) as u32;
+        }
+        self.with_superblock(superblock)
+    }
+
     /// This journal after its superblock was rewritten as `superblock` (by the writer).
-    pub(crate) fn with_superblock(&self, superblock: JournalSuperblock) -> Result<Journal> {
+    pub(crate) fn with_superblock(&self, superblock: JournalSuperblock) -> Journal {
         let block0 = self.encode_superblock(&superblock);
         let mut journal = self.clone();
         journal.features = superblock.features();
@@ -258,6 +272,6 @@ impl Journal {
         journal.seed = superblock.csum_seed();
         journal.superblock = superblock;
         journal.block0 = block0;
-        Ok(journal)
+        journal
     }
 }

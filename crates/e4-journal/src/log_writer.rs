@@ -114,7 +114,7 @@ impl LogWriter {
         let next_tid = superblock.sequence.wrapping_add(1);
         superblock.start = first;
         superblock.sequence = next_tid;
-        let journal = journal.with_superblock(superblock.clone())?;
+        let journal = journal.with_superblock(superblock.clone());
         let block0 = (
             journal.superblock_block(),
             journal.encode_superblock(&superblock),
@@ -169,6 +169,11 @@ impl LogWriter {
     /// revoke record.
     pub fn is_logged(&self, block: u64) -> bool {
         self.logged.contains_key(&block)
+    }
+
+    /// How many home blocks have a copy in the live log.
+    pub fn logged_count(&self) -> usize {
+        self.logged.len()
     }
 
     /// Home blocks with a copy in the live log.

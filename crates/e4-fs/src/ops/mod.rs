@@ -10,6 +10,7 @@ pub(crate) mod link;
 pub(crate) mod lock_stats;
 pub(crate) mod mapping;
 pub(crate) mod namespace;
+pub(crate) mod orphan_cleanup;
 pub(crate) mod path;
 pub(crate) mod read;
 pub(crate) mod readdir;

@@ -77,9 +77,11 @@ impl Space {
                 "writing bigalloc filesystems (clusters larger than a block)".into(),
             ));
         }
-        if sb.last_orphan != 0 || sb.ro_compat().contains(RoCompatFeatures::ORPHAN_PRESENT) {
+        // The orphan list is cleaned up once the filesystem is open (`ops/orphan_cleanup.rs`);
+        // the orphan file is not read.
+        if sb.ro_compat().contains(RoCompatFeatures::ORPHAN_PRESENT) {
             return Err(Error::ReadOnly(
-                "the filesystem has orphan inodes to clean up; run e2fsck first".into(),
+                "the orphan file has inodes to clean up; run e2fsck first".into(),
             ));
         }
         let csum = sb.has_metadata_csum() || sb.ro_compat().contains(RoCompatFeatures::GDT_CSUM);

@@ -9,7 +9,7 @@
 //! may be wrong (e4-alloc's `group_damage`), and summing it into a superblock that was
 //! right would be new damage.
 
-use e4_format::features::{CompatFeatures, RoCompatFeatures};
+use e4_format::features::{CompatFeatures, IncompatFeatures, RoCompatFeatures};
 use e4_format::group_descriptor::GroupDescriptor;
 use e4_format::superblock::{Superblock, STATE_VALID};
 use e4_format::MetadataBlock;
@@ -65,9 +65,18 @@ impl NextSuperblock {
         self.superblock.lock().last_orphan = ino;
     }
 
-    /// Marks the filesystem clean, for the unmount's last superblock.
+    /// Marks the filesystem clean, for the unmount's last superblock: valid, and with no
+    /// journal to recover (the unmount emptied it first).
     pub(crate) fn mark_clean(&self) {
-        self.superblock.lock().state |= STATE_VALID;
+        let mut sb = self.superblock.lock();
+        sb.state |= STATE_VALID;
+        sb.feature_incompat &= !IncompatFeatures::RECOVER.bits();
+    }
+
+    /// Says, in every superblock written from now on, that the journal may hold committed
+    /// transactions (`needs_recovery`): set before the first commit goes to the log.
+    pub(crate) fn set_needs_recovery(&self) {
+        self.superblock.lock().feature_incompat |= IncompatFeatures::RECOVER.bits();
     }
 
     /// The superblock's bytes, sealed, with the free counts of the descriptors as they

@@ -33,6 +33,7 @@ use crate::buffer::store::BlockStore;
 use crate::error::{Error, Result};
 use crate::inode::cache::InodeCache;
 use crate::inode::table::InodeTable;
+use crate::journal::log::JournalLog;
 use crate::space::bitmaps::BitmapWrite;
 use crate::space::descriptors::GroupDescriptors;
 use crate::space::Space;
@@ -62,6 +63,8 @@ pub(crate) struct CommitParts<'a> {
     pub inode_table: &'a InodeTable,
     pub inodes: &'a InodeCache,
     pub space: &'a Space,
+    /// The log, when the filesystem has a journal.
+    pub journal: Option<&'a JournalLog>,
 }
 
 /// What a commit gathered with every operation stopped, to write while the next
@@ -185,7 +188,19 @@ impl Transactions {
         let budget = self.credits.close(txn);
         let gathered = self.gather(parts);
         drop(closed);
-        let written = match gathered.and_then(|batch| self.write_out(parts, batch)) {
+        // The runs the transaction frees: a journal revokes those it holds copies of.
+        let freed: Vec<e4_alloc::Extent> = match parts.journal {
+            Some(_) => {
+                let mut runs: Vec<_> = frees
+                    .iter()
+                    .flat_map(|f| parts.space.blocks.pending_runs(f))
+                    .collect();
+                runs.sort_unstable();
+                runs
+            }
+            None => Vec::new(),
+        };
+        let written = match gathered.and_then(|batch| self.write_out(parts, batch, &freed)) {
             Ok(written) => written,
             Err(e) => {
                 self.state.store(FAILED, Ordering::Release);
@@ -264,21 +279,26 @@ impl Transactions {
     }
 
     /// The rest of a commit, while the next transaction runs: the gathered blocks, the
-    /// bitmaps, descriptors, superblock, flush. An operation that changes a gathered block
-    /// meanwhile first freezes a copy of it for this commit ([`Buffer`]), and the next
-    /// commit, which starts only after this one, writes the change. No block freed by either
-    /// transaction can be reused before its own commit ends, so none of the blocks written
-    /// here can belong to something else by now. Returns how many blocks it wrote.
-    fn write_out(&self, parts: &CommitParts<'_>, batch: CommitBatch) -> Result<u64> {
+    /// bitmaps, descriptors and superblock, through the journal's log when there is one
+    /// ([`JournalLog::commit`]: durable in the log before anything goes home, so the home
+    /// writes need no flush of their own), else home and flushed. An operation that
+    /// changes a gathered block meanwhile first freezes a copy of it for this commit
+    /// ([`Buffer`]), and the next commit, which starts only after this one, writes the
+    /// change. No block freed by either transaction can be reused before its own commit
+    /// ends, so none of the blocks written here can belong to something else by now.
+    /// `freed` are the runs this transaction frees. Returns how many blocks it wrote home.
+    fn write_out(
+        &self,
+        parts: &CommitParts<'_>,
+        batch: CommitBatch,
+        freed: &[e4_alloc::Extent],
+    ) -> Result<u64> {
         let CommitBatch {
             mut changed_groups,
             inode_bitmaps,
             buffers,
             block_groups,
         } = batch;
-        write_back::write_buffers(parts.store, &buffers)?;
-        let mut written = buffers.len() + 1;
-        drop(buffers);
         let block_bitmaps =
             parts
                 .space
@@ -289,26 +309,49 @@ impl Transactions {
             parts.store.block_size() as usize,
             changed_groups,
         );
-        written += inode_bitmaps.len() + block_bitmaps.len() + descriptor_blocks.len();
-        let bitmaps = inode_bitmaps
+        let superblock = parts.space.superblock.encode(parts.descriptors);
+        let uncached: Vec<(u64, Vec<u8>)> = inode_bitmaps
             .into_iter()
-            .chain(block_bitmaps.into_iter().map(|(_, write)| write));
-        write_back::write_uncached(
-            parts.store,
-            bitmaps.map(|w| (w.block, w.bytes)).chain(descriptor_blocks),
-        )?;
-        write_back::write_superblock(
-            parts.store,
-            &parts.space.superblock.encode(parts.descriptors),
-        )?;
-        parts.store.flush("at commit")?;
-        Ok(written as u64)
+            .map(|w| (w.block, w.bytes))
+            .chain(block_bitmaps.into_iter().map(|(_, w)| (w.block, w.bytes)))
+            .chain(descriptor_blocks)
+            .collect();
+        let written = (buffers.len() + uncached.len() + 1) as u64;
+        let Some(journal) = parts.journal else {
+            write_back::write_buffers(parts.store, &buffers)?;
+            drop(buffers);
+            write_back::write_uncached(parts.store, uncached)?;
+            write_back::write_superblock(parts.store, &superblock)?;
+            parts.store.flush("at commit")?;
+            return Ok(written);
+        };
+        let sealed = write_back::sealed_copies(parts.store, &buffers);
+        drop(buffers);
+        let superblock_block = journal.superblock_block(&superblock);
+        let logged: Vec<(u64, &[u8])> = sealed
+            .iter()
+            .chain(&uncached)
+            .chain(std::iter::once(&superblock_block))
+            .map(|(nr, bytes)| (*nr, bytes.as_slice()))
+            .collect();
+        let in_log = journal.commit(parts.store, &logged, freed)?;
+        drop(logged);
+        write_back::write_copies(parts.store, &sealed)?;
+        write_back::write_uncached(parts.store, uncached)?;
+        write_back::write_superblock(parts.store, &superblock)?;
+        if !in_log {
+            parts.store.flush("at a commit too large for the journal")?;
+        }
+        Ok(written)
     }
 
     /// Closes the gate for the unmount's last write: the superblock marked clean. No
     /// operation can start after it.
     pub(crate) fn write_clean_superblock(&self, parts: &CommitParts<'_>) -> Result<()> {
         let _closed = self.close_gate();
+        if let Some(journal) = parts.journal {
+            journal.close(parts.store)?;
+        }
         parts.space.superblock.mark_clean();
         write_back::write_superblock(
             parts.store,

@@ -70,6 +70,48 @@ pub(crate) fn write_buffers(store: &BlockStore, buffers: &[Arc<Buffer>]) -> Resu
     })
 }
 
+/// Each of `buffers` (sorted by block number) as the commit leaves it, sealed by its
+/// role: the copies a journal logs and then writes home.
+pub(crate) fn sealed_copies(store: &BlockStore, buffers: &[Arc<Buffer>]) -> Vec<(u64, Vec<u8>)> {
+    buffers
+        .iter()
+        .map(|buffer| {
+            buffer.with_committed_bytes(|bytes| {
+                store.seal(buffer, bytes);
+                (buffer.nr(), bytes.to_vec())
+            })
+        })
+        .collect()
+}
+
+/// Writes `blocks` (sorted by block number) home, adjacent ones in one device write each.
+pub(crate) fn write_copies(store: &BlockStore, blocks: &[(u64, Vec<u8>)]) -> Result<()> {
+    let block_size = store.block_size() as usize;
+    let mut gathered = Vec::new();
+    let mut rest = blocks;
+    while let Some(&(first, _)) = rest.first() {
+        let len = rest
+            .iter()
+            .take(RUN_LIMIT)
+            .enumerate()
+            .take_while(|(i, (nr, _))| *nr == first + *i as u64)
+            .count();
+        let (run, after) = rest.split_at(len);
+        rest = after;
+        gathered.clear();
+        for (_, bytes) in run {
+            gathered.extend_from_slice(bytes);
+        }
+        let last = first + len as u64 - 1;
+        store.write_home(
+            first * block_size as u64,
+            &gathered,
+            &format!("blocks {first}-{last}"),
+        )?;
+    }
+    Ok(())
+}
+
 /// Writes whole blocks the cache does not own (bitmaps, descriptor blocks) home.
 pub(crate) fn write_uncached(
     store: &BlockStore,
