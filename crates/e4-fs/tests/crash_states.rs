@@ -14,8 +14,9 @@
 //! after a crash at one of its recovery's writes, and must come out as one recovery leaves
 //! it; the kernel recovers a sample where loop mounts work.
 //!
-//! `E4_CRASH_SAMPLES=N` samples N subsets per epoch instead of 32, `E4_CRASH_SEED` picks
-//! other ones: the long run is `E4_CRASH_SAMPLES=512 cargo test --release -p e4-fs --test
+//! `E4_CRASH_KEEP=DIR` writes each failing crash image (before recovery) and what failed to
+//! DIR. `E4_CRASH_SAMPLES=N` samples N subsets per epoch instead of 32, `E4_CRASH_SEED`
+//! picks other ones: the long run is `E4_CRASH_SAMPLES=512 cargo test --release -p e4-fs --test
 //! crash_states -- --nocapture` (the README's Test section).
 
 mod crash_states {

@@ -293,7 +293,11 @@ impl Model {
                 }
                 Some((_, index, change)) => format!(
                     "byte {start} holds its record {index} of change {change}, which no \
-                     version since {floor} has there"
+                     version since {floor} has there (they hold {:?})",
+                    versions
+                        .iter()
+                        .map(|v| v.get(start..end).and_then(decode))
+                        .collect::<Vec<_>>()
                 ),
                 None if found.iter().all(|&b| b == 0) => {
                     format!("byte {start} reads as zeros, which no version since {floor} has")
@@ -475,9 +479,18 @@ impl Run {
         model.versions[id].push(Arc::new(contents));
     }
 
+    /// Truncates file `id` to `size`. The rest of the new last block is zeroed where it
+    /// lies, before the commit that shrinks the file (as ext4 does), so a crash may show
+    /// the old size with those bytes zero: that is a version too.
     pub fn truncate(&self, id: usize, size: usize) {
         let ino = self.model().inos[id];
         self.fs.truncate(ino, size as u64).unwrap();
+        self.change(id, |c| {
+            let end = size.next_multiple_of(BLOCK).min(c.len());
+            if size < end {
+                c[size..end].fill(0);
+            }
+        });
         self.change(id, |c| c.resize(size, 0));
     }
 
