@@ -3,28 +3,31 @@
 //! 25 item 4, journal reference section 6).
 //!
 //! The states of each flush epoch: the flush itself; every subset of the writes issued
-//! since, when there are at most 10, or 32 sampled subsets in random orders; torn last
-//! writes (only the first 512 bytes new); and a commit block on the device without some of
-//! the log blocks it commits (a device ignoring a flush: recovery may refuse that state,
-//! never replay it into damage). For each: e4 opens it for writing, which recovers it, and
-//! unmounts; `e2fsck -fn` is clean; and read back, every fsync'd file has its contents as
-//! of that fsync or later, the tree of names is the tree at some moment since the last
-//! completed sync (so each create and rename happened or did not, whole), and no file holds
-//! another file's records. Equal images are checked once. A sample is recovered again
-//! after a crash at one of its recovery's writes, and must come out as one recovery leaves
-//! it; the kernel recovers a sample where loop mounts work.
+//! since (one write per block), when there are at most 10, or 32 sampled subsets in random
+//! orders; torn last writes (only the first 512 bytes new); and a commit block on the device
+//! without some of the log blocks it commits (a device ignoring a flush). For each: e4 opens
+//! it for writing, which recovers it, and unmounts; `e2fsck -fn` is clean; and read back,
+//! every fsync'd file has its contents as of that fsync or later, the tree of names is the
+//! tree at some moment since the last completed sync (so each create and rename happened or
+//! did not, whole), and no file holds another file's records. A commit without its log
+//! blocks may be refused; recovered, it must give the image with that transaction or the
+//! one without. Equal images are checked once (before recovery, and after it without the
+//! clocks and the emptied log). A sample is recovered again after a crash at one of its
+//! recovery's writes, and must come out as one recovery leaves it; the kernel recovers a
+//! sample (a read-write loop mount), and e2fsck finds it clean, where loop mounts work.
 //!
-//! `E4_CRASH_KEEP=DIR` writes each failing crash image (before recovery) and what failed to
-//! DIR. `E4_CRASH_SAMPLES=N` samples N subsets per epoch instead of 32, `E4_CRASH_SEED`
-//! picks other ones: the long run is `E4_CRASH_SAMPLES=512 cargo test --release -p e4-fs --test
-//! crash_states -- --nocapture` (the README's Test section).
+//! Each workload asserts a floor on its states (together over 10,000; about 38,000 run).
+//! `E4_CRASH_KEEP=DIR` writes each failing crash image (before recovery) and what failed,
+//! with the writes since its flush, to DIR. `E4_CRASH_SAMPLES=N` samples N subsets per epoch
+//! instead of 32, `E4_CRASH_SEED` picks other ones: the long run is
+//! `E4_CRASH_SAMPLES=512 cargo test --release -p e4-fs --test crash_states -- --nocapture`.
 
 mod crash_states {
     pub mod model;
     pub mod sweep;
 }
 
-use crash_states::model::{Run, RECORD};
+use crash_states::model::{Run, BLOCK, RECORD};
 use crash_states::sweep::sweep;
 
 #[test]
@@ -49,7 +52,7 @@ fn creates_and_renames_across_directories_are_atomic_at_every_crash() {
         }
     }
     let (log, model) = run.finish();
-    sweep("creates and renames", &log, &model);
+    sweep("creates and renames", &log, &model, 1_200);
 }
 
 #[test]
@@ -67,7 +70,7 @@ fn a_directory_growing_through_htree_splits_is_consistent_at_every_crash() {
         }
     }
     let (log, model) = run.finish();
-    sweep("htree growth", &log, &model);
+    sweep("htree growth", &log, &model, 1_000);
 }
 
 #[test]
@@ -98,7 +101,7 @@ fn truncates_and_punches_of_large_files_never_expose_freed_blocks() {
     run.truncate(one, 1000);
     run.sync();
     let (log, model) = run.finish();
-    sweep("truncates and punches", &log, &model);
+    sweep("truncates and punches", &log, &model, 1_000);
 }
 
 #[test]
@@ -123,7 +126,7 @@ fn concurrent_appends_keep_every_fsynced_byte_at_every_crash() {
         }
     });
     let (log, model) = run.finish();
-    sweep("concurrent appends", &log, &model);
+    sweep("concurrent appends", &log, &model, 500);
 }
 
 #[test]
@@ -150,7 +153,7 @@ fn extended_attributes_change_whole_at_every_crash() {
         }
     }
     let (log, model) = run.finish();
-    sweep("xattrs", &log, &model);
+    sweep("xattrs", &log, &model, 1_500);
 }
 
 #[test]
@@ -180,7 +183,7 @@ fn an_fsync_heavy_mix_keeps_every_fsync_at_every_crash() {
         }
     }
     let (log, model) = run.finish();
-    sweep("fsync-heavy mix", &log, &model);
+    sweep("fsync-heavy mix", &log, &model, 10_000);
 }
 
 #[test]
@@ -208,5 +211,38 @@ fn unlinked_open_files_are_freed_after_every_crash() {
         run.close(id);
     }
     let (log, model) = run.finish();
-    sweep("unlinked open files", &log, &model);
+    sweep("unlinked open files", &log, &model, 6_000);
+}
+
+#[test]
+fn freed_directory_blocks_reused_for_data_are_never_overwritten_by_the_log() {
+    let run = Run::start(|run| {
+        run.mkdir("/d");
+        // A filler leaves a few blocks free, so new data must take the freed ones.
+        let filler = run.create("/filler");
+        let available = run.fs.statfs().available_blocks as usize;
+        run.write(filler, 0, (available - 8) * BLOCK);
+    });
+    // Directory blocks, logged while the directory grows...
+    let names: Vec<String> = (0..150)
+        .map(|i| format!("/d/a-name-long-enough-to-fill-blocks-quickly-{i:04}"))
+        .collect();
+    for name in &names {
+        run.create(name);
+    }
+    run.sync();
+    // ...freed with it (their copies still in the log: revoked)...
+    for name in &names {
+        run.unlink(name);
+    }
+    run.rmdir("/d");
+    run.sync();
+    // ...and taken for file data: a replay of those copies would overwrite it.
+    for i in 0..6 {
+        let id = run.create(&format!("/data{i}"));
+        run.write(id, 0, BLOCK);
+        run.fsync(id);
+    }
+    let (log, model) = run.finish();
+    sweep("freed metadata reused", &log, &model, 500);
 }

@@ -548,6 +548,14 @@ impl Run {
         });
     }
 
+    pub fn rmdir(&self, path: &str) {
+        let (parent, name) = Run::split(path);
+        self.fs.rmdir(self.ino_of(parent), name.as_bytes()).unwrap();
+        self.edit_tree(|t, _| {
+            t.remove(path);
+        });
+    }
+
     pub fn set_xattr(&self, path: &str, name: &str, value: &[u8]) {
         self.fs
             .set_xattr(self.ino_of(path), name.as_bytes(), value, XattrSet::Either)

@@ -138,8 +138,10 @@ impl Summary {
 }
 
 /// Runs every crash state of `log` against `model`; panics with a summary and the first
-/// failures if any state fails.
-pub fn sweep(workload: &str, log: &WriteLog, model: &Model) -> Summary {
+/// failures of each kind if any state fails, or if fewer than `at_least` states were run
+/// (the workloads' floors add up to the 10,000 states CI must check; with the default
+/// sampling they run about twice that).
+pub fn sweep(workload: &str, log: &WriteLog, model: &Model, at_least: usize) -> Summary {
     let started = Instant::now();
     let (samples, seed) = sampling();
     let journal = journal(log);
@@ -268,6 +270,11 @@ pub fn sweep(workload: &str, log: &WriteLog, model: &Model) -> Summary {
         summary.kernel,
         summary.failed_states,
         started.elapsed().as_secs_f64()
+    );
+    assert!(
+        summary.states >= at_least,
+        "{workload}: {} crash states, fewer than the {at_least} this workload must give",
+        summary.states
     );
     assert!(
         summary.failed_states == 0,
