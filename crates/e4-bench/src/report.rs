@@ -66,6 +66,10 @@ pub struct Record {
     pub contended_per_op: Option<f64>,
     pub shared_atomic_writes_per_op: Option<f64>,
     pub commits_per_op: Option<f64>,
+    /// e4 only: journal blocks written, and microseconds spent committing or waiting for a
+    /// commit, per operation.
+    pub log_blocks_per_op: Option<f64>,
+    pub commit_wait_us_per_op: Option<f64>,
     /// near-full only: bytes acknowledged but missing afterwards (0 when nothing was lost).
     pub lost_bytes: Option<u64>,
     /// near-full only: bytes acknowledged beyond the free space at the start (0 when
@@ -127,6 +131,9 @@ impl Record {
                 a.shared_atomic_writes - b.shared_atomic_writes
             }),
             commits_per_op: per_op(&|b, a| a.commits - b.commits),
+            log_blocks_per_op: per_op(&|b, a| a.log_blocks - b.log_blocks),
+            commit_wait_us_per_op: per_op(&|b, a| a.commit_wait_nanos - b.commit_wait_nanos)
+                .map(|ns| ns / 1000.0),
             lost_bytes: m.lost_bytes,
             overcommitted_bytes: m.overcommitted_bytes,
         }

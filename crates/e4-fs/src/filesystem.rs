@@ -404,9 +404,16 @@ impl Filesystem {
             if journal.is_some() {
                 space.superblock.set_needs_recovery();
             }
+            // With a journal a transaction must fit its log: the dirty blocks and inodes
+            // (each at most one inode-table block) an operation may leave are half of what
+            // one transaction may log, the other half for the rest of the commit (bitmaps,
+            // descriptors, the superblock, descriptor blocks of the log).
+            let log_limit = journal
+                .as_ref()
+                .map(|j| usize::try_from(j.max_transaction() / 2).unwrap_or(usize::MAX));
             fs.writer = Some(Writer {
                 space,
-                txns: Transactions::new(fs.geometry.blocks(), options.commit_interval),
+                txns: Transactions::new(fs.geometry.blocks(), options.commit_interval, log_limit),
                 rename_lock: Mutex::new(()),
                 xattr_block_locks: XattrBlockLocks::default(),
                 journal,
@@ -656,7 +663,7 @@ impl Filesystem {
     /// frees, the commit interval passed).
     pub(crate) fn commit_if_needed(&self) -> Result<()> {
         match &self.writer {
-            Some(w) if w.txns.wants_commit_with(&self.store) => {
+            Some(w) if w.txns.wants_commit_with(&self.store, &self.inodes) => {
                 w.txns.commit(&self.commit_parts(w))
             }
             _ => Ok(()),

@@ -7,7 +7,7 @@
 //! insert a handle, never while an inode is read from disk by another thread (two threads
 //! missing on one inode may both read it; the first to insert wins and both use its handle).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crossbeam_utils::CachePadded;
@@ -118,6 +118,10 @@ pub(crate) struct InodeCache {
     shards: Box<[CachePadded<Mutex<Shard>>]>,
     shard_locks: LockStats,
     inode_locks: LockStats,
+    /// Inodes dirty now: a bound on the inode-table blocks the next commit writes, which
+    /// a journal's transaction must have room for. Changed only when an inode turns dirty
+    /// (once per inode per transaction) and at the commit, as the buffer cache's count.
+    dirty_inodes: CachePadded<AtomicUsize>,
 }
 
 impl InodeCache {
@@ -128,7 +132,13 @@ impl InodeCache {
                 .collect(),
             shard_locks: LockStats::default(),
             inode_locks: LockStats::default(),
+            dirty_inodes: CachePadded::new(AtomicUsize::new(0)),
         }
+    }
+
+    /// Inodes dirty now (a load: no lock).
+    pub fn dirty_count(&self) -> usize {
+        self.dirty_inodes.load(Ordering::Relaxed)
     }
 
     fn shard(&self, ino: u32) -> MutexGuard<'_, Shard> {
@@ -209,6 +219,7 @@ impl InodeCache {
     pub fn mark_dirty(&self, handle: &Arc<InodeHandle>) {
         if !handle.dirty.swap(true, Ordering::AcqRel) {
             self.shard(handle.ino).dirty.push(Arc::clone(handle));
+            self.dirty_inodes.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -244,6 +255,7 @@ impl InodeCache {
                 out.push((h.ino, h));
             }
         }
+        self.dirty_inodes.fetch_sub(out.len(), Ordering::Relaxed);
         out.sort_unstable_by_key(|(ino, _)| *ino);
         out.into_iter().map(|(_, h)| h).collect()
     }

@@ -94,6 +94,11 @@ impl JournalLog {
         })
     }
 
+    /// The most log blocks one transaction should take (a quarter of the log, as jbd2).
+    pub(crate) fn max_transaction(&self) -> u64 {
+        self.writer.lock().max_transaction()
+    }
+
     /// The filesystem block holding the primary superblock, with `sb` (encoded) in place.
     pub(crate) fn superblock_block(&self, sb: &[u8; Superblock::SIZE]) -> (u64, Vec<u8>) {
         let (nr, mut bytes) = self.superblock_block.clone();

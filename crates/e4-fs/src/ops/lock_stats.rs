@@ -34,6 +34,12 @@ pub struct LockReport {
     pub shared_atomic_writes: u64,
     /// Commits so far.
     pub commits: u64,
+    /// Nanoseconds threads spent committing or waiting for a commit so far (an operation
+    /// that crosses the commit threshold commits in its own thread; fsync waits).
+    pub commit_wait_nanos: u64,
+    /// Journal blocks written so far (descriptors, copies, revokes, commit blocks; 0
+    /// without a journal).
+    pub log_blocks: u64,
 }
 
 impl Filesystem {
@@ -50,6 +56,8 @@ impl Filesystem {
         if let Some(w) = &self.writer {
             report.commit_gate = w.txns.gate_stats().snapshot();
             report.commits = w.txns.commits();
+            report.commit_wait_nanos = w.txns.commit_wait_nanos();
+            report.log_blocks = w.journal.as_ref().map_or(0, |j| j.stats().log_blocks);
             let blocks = w.space.blocks.stats();
             report.block_groups = blocks.group_locks.snapshot();
             report.packing_windows = blocks.packing_locks.snapshot();

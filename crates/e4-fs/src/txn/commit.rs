@@ -104,11 +104,17 @@ impl Drop for CommitTurn<'_> {
 }
 
 impl Transactions {
-    /// Whether the operation that just finished should commit: many dirty blocks, or what
+    /// Whether the operation that just finished should commit: many dirty blocks (with a
+    /// journal, dirty blocks and inodes near what one transaction may log), or what
     /// [`Transactions::wants_commit`] says. Loads and a clock read, no lock.
-    pub(crate) fn wants_commit_with(&self, store: &BlockStore) -> bool {
+    pub(crate) fn wants_commit_with(&self, store: &BlockStore, inodes: &InodeCache) -> bool {
         let cache = store.cache();
-        cache.dirty_count() > DIRTY_LIMIT.min(cache.capacity()) || self.wants_commit()
+        let dirty = cache.dirty_count();
+        dirty > DIRTY_LIMIT.min(cache.capacity())
+            || self
+                .log_limit
+                .is_some_and(|limit| dirty + inodes.dirty_count() > limit)
+            || self.wants_commit()
     }
 
     /// Whether the running transaction holds changes a commit would write: dirty blocks or
@@ -122,7 +128,15 @@ impl Transactions {
 
     /// Writes the running transaction back.
     pub(crate) fn commit(&self, parts: &CommitParts<'_>) -> Result<()> {
-        self.commit_locked(parts, CommitTurn::new(self, self.commit_lock.lock()))
+        let started = Instant::now();
+        let result = self.commit_locked(parts, CommitTurn::new(self, self.commit_lock.lock()));
+        self.add_commit_wait(started);
+        result
+    }
+
+    fn add_commit_wait(&self, started: Instant) {
+        // OK to cast: u64 nanoseconds cover 584 years.
+        self.commit_wait.add(started.elapsed().as_nanos() as u64);
     }
 
     /// Makes sure transaction `txn` and every earlier one are written back, committing the
@@ -132,6 +146,13 @@ impl Transactions {
     /// others, the first to take the commit lock commits for all of them, so one commit
     /// answers every fsync that was waiting for it.
     pub(crate) fn commit_through(&self, parts: &CommitParts<'_>, txn: u64) -> Result<()> {
+        let started = Instant::now();
+        let result = self.commit_through_timed(parts, txn);
+        self.add_commit_wait(started);
+        result
+    }
+
+    fn commit_through_timed(&self, parts: &CommitParts<'_>, txn: u64) -> Result<()> {
         loop {
             if self.committed.load(Ordering::Acquire) >= txn {
                 return self.check_open();

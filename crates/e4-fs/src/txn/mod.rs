@@ -83,6 +83,9 @@ pub(crate) struct Transactions {
     commit_ended: Condvar,
     gate_locks: LockStats,
     commits: Counter,
+    /// Nanoseconds threads spent in commits or waiting for one (operations past the commit
+    /// threshold, fsync, sync, the interval thread).
+    commit_wait: Counter,
     /// Blocks freed since the last commit: they are free again only after it.
     pending_blocks: AtomicU64,
     /// Pending frees that make an operation commit: a sixteenth of the volume.
@@ -100,6 +103,9 @@ pub(crate) struct Transactions {
     last_commit: CachePadded<AtomicU64>,
     /// What the running transaction's handles declared they may dirty.
     credits: CreditLedger,
+    /// With a journal, the dirty blocks and inodes that make an operation commit once it is
+    /// done, so that a transaction fits the log.
+    log_limit: Option<usize>,
 }
 
 /// An inode freed in the running transaction, waiting for its commit.
@@ -115,8 +121,9 @@ const UNMOUNTED: u8 = 2;
 
 impl Transactions {
     /// Transactions for a volume of `blocks` blocks, committing every `commit_interval`
-    /// (zero: no interval commits).
-    pub(crate) fn new(blocks: u64, commit_interval: Duration) -> Self {
+    /// (zero: no interval commits); with a journal, once an operation leaves more than
+    /// `log_limit` dirty metadata blocks and inodes.
+    pub(crate) fn new(blocks: u64, commit_interval: Duration, log_limit: Option<usize>) -> Self {
         Transactions {
             gate: (0..SLOTS)
                 .map(|_| CachePadded::new(RwLock::new(())))
@@ -134,6 +141,7 @@ impl Transactions {
             commit_ended: Condvar::new(),
             gate_locks: LockStats::default(),
             commits: Counter::default(),
+            commit_wait: Counter::default(),
             pending_blocks: AtomicU64::new(0),
             pending_limit: (blocks / 16).max(256),
             state: AtomicU8::new(OPEN),
@@ -141,6 +149,7 @@ impl Transactions {
             epoch: Instant::now(),
             last_commit: CachePadded::new(AtomicU64::new(0)),
             credits: CreditLedger::new(SLOTS),
+            log_limit,
         }
     }
 
@@ -178,6 +187,11 @@ impl Transactions {
 
     pub(crate) fn commits(&self) -> u64 {
         self.commits.get()
+    }
+
+    /// Nanoseconds threads spent committing or waiting for a commit.
+    pub(crate) fn commit_wait_nanos(&self) -> u64 {
+        self.commit_wait.get()
     }
 
     /// Joins the running transaction, declaring that the operation may dirty up to

@@ -1,0 +1,276 @@
+//! Operations on a damaged image that fail part-way leave it as they found it (issue 22,
+//! "What was found", item 3): each test makes an image, damages one structure on disk as a
+//! bad sector or a stray write would, runs the operation that used to leave new damage
+//! behind, and checks that it fails, that the image is byte for byte as before but for the
+//! superblock's mount bookkeeping, and that after a later allocation `e2fsck -fn` reports
+//! exactly the problems it reported before the operation: none new, and none (such as a
+//! block claimed twice) that a half-done free would let the allocator create.
+
+use std::path::Path;
+use std::time::Duration;
+
+use e4_fs::{Creator, Filesystem, OpenOptions, RenameMode, XattrSet};
+use e4_testkit::{e2fsck_clean, e2fsck_problems, make_empty_image, Image, RawImage};
+
+const ROOT: u32 = 2;
+const FILE: Creator = Creator {
+    permissions: 0o644,
+    uid: 0,
+    gid: 0,
+};
+const DIR: Creator = Creator {
+    permissions: 0o755,
+    uid: 0,
+    gid: 0,
+};
+
+fn options() -> OpenOptions {
+    OpenOptions {
+        commit_interval: Duration::ZERO,
+        ..OpenOptions::writable()
+    }
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31) ^ seed)
+        .collect()
+}
+
+/// Makes an image with `mke2fs_args` and fills it through e4 with `build`; the result must
+/// be clean before it is damaged.
+fn built_image(mke2fs_args: &[&str], build: impl FnOnce(&Filesystem)) -> Image {
+    let img = make_empty_image(mke2fs_args, 8);
+    let fs = Filesystem::open(&img.path, options()).unwrap();
+    build(&fs);
+    fs.unmount().unwrap();
+    e2fsck_clean(&img.path).unwrap();
+    img
+}
+
+/// Changes the image file's bytes at `offset` with `damage`.
+fn damage(path: &Path, offset: u64, len: usize, damage: impl FnOnce(&mut [u8])) {
+    let mut bytes = std::fs::read(path).unwrap();
+    let at = offset as usize;
+    damage(&mut bytes[at..at + len]);
+    std::fs::write(path, bytes).unwrap();
+}
+
+/// The blocks (of `block_size` bytes) in which two images differ, the first (the boot
+/// block and primary superblock, where an unmount records its mount bookkeeping) left out.
+fn changed_blocks(before: &[u8], after: &[u8], block_size: usize, path: &Path) -> Vec<usize> {
+    let skip = 2048usize.div_ceil(block_size);
+    let journal = journal_blocks(path);
+    before
+        .chunks(block_size)
+        .zip(after.chunks(block_size))
+        .enumerate()
+        .skip(skip)
+        .filter(|(i, (b, a))| b != a && !journal.contains(&(*i as u64)))
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// The journal's blocks, which every commit writes (the log, and its superblock at
+/// unmount): none of the operation's business.
+fn journal_blocks(path: &Path) -> std::collections::BTreeSet<u64> {
+    let raw = RawImage::read(path).unwrap();
+    if raw.superblock().journal_inum == 0 {
+        return Default::default();
+    }
+    let ino = raw.superblock().journal_inum;
+    (0..)
+        .map_while(|i| raw.file_block(ino, i).ok().flatten())
+        .collect()
+}
+
+/// Runs `operation`, which must fail on the damaged image at `path`, and checks that it
+/// changed nothing on disk. Then, on a second copy of the damaged image, runs it again and
+/// in the same session writes a new file of `fill_blocks` blocks (which takes whatever
+/// blocks a half-done free left free in the allocator, on disk or only in memory), and
+/// checks that e2fsck sees no problem it did not see before.
+fn fails_and_changes_nothing(
+    path: &Path,
+    operation: impl Fn(&Filesystem) -> e4_fs::Result<()>,
+    fill_blocks: usize,
+) {
+    let problems = e2fsck_problems(path);
+    assert!(!problems.is_empty(), "e2fsck must see the damage");
+    let before = std::fs::read(path).unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let again = scratch.path().join("again.img");
+    std::fs::write(&again, &before).unwrap();
+
+    let fs = Filesystem::open(path, options()).unwrap();
+    let block_size = fs.block_size() as usize;
+    let outcome = operation(&fs);
+    assert!(outcome.is_err(), "the operation must fail: {outcome:?}");
+    fs.unmount().expect("the filesystem still unmounts");
+    let after = std::fs::read(path).unwrap();
+    assert_eq!(
+        changed_blocks(&before, &after, block_size, path),
+        Vec::<usize>::new(),
+        "the failed operation ({outcome:?}) changed blocks of the image"
+    );
+
+    let fs = Filesystem::open(&again, options()).unwrap();
+    assert!(operation(&fs).is_err());
+    let new = fs.create(ROOT, b"taken-later", FILE).unwrap();
+    fs.write_at(new, 0, &pattern(fill_blocks * block_size, 7))
+        .unwrap();
+    fs.unmount().unwrap();
+    assert_eq!(
+        e2fsck_problems(&again),
+        problems,
+        "e2fsck must find what it found before, nothing new"
+    );
+}
+
+/// `truncate` of an ext2 file whose block map holds one pointer past the end of the
+/// filesystem: it used to free the file's other blocks in the bitmap, then fail, leaving
+/// the inode mapping blocks the next write took. Now it fails before it frees anything.
+#[test]
+fn truncate_of_a_file_with_a_bad_block_pointer_frees_nothing() {
+    let img = built_image(&["-t", "ext2", "-b", "1024"], |fs| {
+        let file = fs.create(ROOT, b"f", FILE).unwrap();
+        // Past the 12 direct pointers, so that an indirect block maps the rest.
+        fs.write_at(file, 0, &pattern(40 * 1024, 1)).unwrap();
+    });
+    let raw = RawImage::read(&img.path).unwrap();
+    let ino = 12;
+    let indirect = {
+        let block = &raw.inode(ino).unwrap().record.block;
+        u64::from(u32::from_le_bytes(block[48..52].try_into().unwrap()))
+    };
+    assert_ne!(indirect, 0, "the file must have an indirect block");
+    // Logical block 30 is the indirect block's pointer 18; point it past the end.
+    let offset = indirect * 1024 + 18 * 4;
+    damage(&img.path, offset, 4, |p| {
+        p.copy_from_slice(&0xFFFF_FF00u32.to_le_bytes())
+    });
+    fails_and_changes_nothing(&img.path, |fs| fs.truncate(ino, 5 * 1024), 40);
+}
+
+/// `unlink` of a file whose xattr block is bad (a checksum that does not match on ext4, a
+/// wrong magic number on ext2): it used to remove the name and free the blocks, then fail
+/// on the xattr block and leave the inode allocated with nothing naming it. Now the name,
+/// the inode, its data blocks and its xattr block are all as they were.
+#[test]
+fn unlink_of_a_file_with_a_bad_xattr_block_keeps_name_inode_and_blocks() {
+    for (profile, what) in [
+        (&["-t", "ext4", "-b", "1024"][..], "checksum"),
+        (&["-t", "ext2", "-b", "1024"][..], "magic"),
+    ] {
+        let img = built_image(profile, |fs| {
+            let dir = fs.mkdir(ROOT, b"dir", DIR).unwrap();
+            let file = fs.create(dir, b"f", FILE).unwrap();
+            fs.write_at(file, 0, &pattern(20 * 1024, 2)).unwrap();
+            fs.set_xattr(file, b"user.big", &pattern(600, 3), XattrSet::Create)
+                .unwrap();
+        });
+        let raw = RawImage::read(&img.path).unwrap();
+        let fs = Filesystem::open(&img.path, OpenOptions::default()).unwrap();
+        let ino = fs.resolve("/dir/f", false).unwrap();
+        drop(fs);
+        let xattr_block = raw.inode(ino).unwrap().file_acl();
+        assert_ne!(xattr_block, 0, "{what}: the value must be in a block");
+        // The checksum (`h_checksum`, at 0x10) or the magic (`h_magic`, at 0).
+        let at = if what == "checksum" { 0x10 } else { 0 };
+        damage(&img.path, xattr_block * 1024 + at, 1, |b| b[0] ^= 0x5a);
+        fails_and_changes_nothing(
+            &img.path,
+            |fs| {
+                let dir = fs.resolve("/dir", false)?;
+                fs.unlink(dir, b"f")
+            },
+            40,
+        );
+        let fs = Filesystem::open(&img.path, OpenOptions::default()).unwrap();
+        assert_eq!(
+            fs.resolve("/dir/f", false).ok(),
+            Some(ino),
+            "{what}: the name is still there"
+        );
+    }
+}
+
+/// `rmdir` (the last step of `rm -r`) of an empty directory whose xattr block has a wrong
+/// magic number: the name, the directory's inode and block, and the parent's link count
+/// stay as they were.
+#[test]
+fn rmdir_of_a_directory_with_a_bad_xattr_block_keeps_it() {
+    let img = built_image(&["-t", "ext4", "-b", "1024"], |fs| {
+        let dir = fs.mkdir(ROOT, b"dir", DIR).unwrap();
+        fs.set_xattr(dir, b"user.big", &pattern(600, 4), XattrSet::Create)
+            .unwrap();
+    });
+    let fs = Filesystem::open(&img.path, OpenOptions::default()).unwrap();
+    let dir = fs.resolve("/dir", false).unwrap();
+    drop(fs);
+    let xattr_block = RawImage::read(&img.path)
+        .unwrap()
+        .inode(dir)
+        .unwrap()
+        .file_acl();
+    assert_ne!(xattr_block, 0, "the value must be in a block");
+    damage(&img.path, xattr_block * 1024, 1, |b| b[0] ^= 0x5a);
+    fails_and_changes_nothing(&img.path, |fs| fs.rmdir(ROOT, b"dir"), 40);
+    let fs = Filesystem::open(&img.path, OpenOptions::default()).unwrap();
+    assert_eq!(fs.resolve("/dir", false).ok(), Some(dir));
+}
+
+/// `rename` of a directory into another whose first block (the one holding `..`) fails
+/// verification (a checksum that does not match on ext4; on ext2, a `.` entry whose length
+/// runs past the block): it used to move the entry and then fail to point `..` at the new
+/// parent. Now the entry stays where it was and `..` names the old parent.
+#[test]
+fn rename_of_a_directory_whose_block_fails_verification_moves_nothing() {
+    for (profile, what) in [
+        (&["-t", "ext4", "-b", "1024"][..], "checksum"),
+        (&["-t", "ext2", "-b", "1024"][..], "entry length"),
+    ] {
+        let img = built_image(profile, |fs| {
+            let a = fs.mkdir(ROOT, b"a", DIR).unwrap();
+            fs.mkdir(ROOT, b"b", DIR).unwrap();
+            let moving = fs.mkdir(a, b"moving", DIR).unwrap();
+            fs.create(moving, b"inside", FILE).unwrap();
+        });
+        let fs = Filesystem::open(&img.path, OpenOptions::default()).unwrap();
+        let (a, moving) = (
+            fs.resolve("/a", false).unwrap(),
+            fs.resolve("/a/moving", false).unwrap(),
+        );
+        drop(fs);
+        let raw = RawImage::read(&img.path).unwrap();
+        let first = raw.file_block(moving, 0).unwrap().unwrap();
+        if what == "checksum" {
+            // The last byte of the tail's `det_checksum`.
+            damage(&img.path, first * 1024 + 1023, 1, |b| b[0] ^= 0x5a);
+        } else {
+            // `rec_len` of `.` (at 4): past the block's end.
+            damage(&img.path, first * 1024 + 4, 2, |l| {
+                l.copy_from_slice(&2048u16.to_le_bytes())
+            });
+        }
+        fails_and_changes_nothing(
+            &img.path,
+            |fs| {
+                let (a, b) = (fs.resolve("/a", false)?, fs.resolve("/b", false)?);
+                fs.rename(a, b"moving", b, b"moving", RenameMode::Replace)
+            },
+            40,
+        );
+        let fs = Filesystem::open(&img.path, OpenOptions::default()).unwrap();
+        assert_eq!(fs.resolve("/a/moving", false).ok(), Some(moving), "{what}");
+        assert!(fs.resolve("/b/moving", false).is_err(), "{what}");
+        drop(fs);
+        let raw = RawImage::read(&img.path).unwrap();
+        let block = raw.block(first).unwrap();
+        // `..` is the second entry, after `.` (12 bytes): its inode is the old parent's.
+        assert_eq!(
+            u32::from_le_bytes(block[12..16].try_into().unwrap()),
+            a,
+            "{what}: `..` still names /a"
+        );
+    }
+}
