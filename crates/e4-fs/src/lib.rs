@@ -65,5 +65,6 @@ pub mod testing {
     pub use crate::io::meta_io::{BlockKind, MetaIo, Owner};
     pub use crate::map::block_map::BlockMapTree;
     pub use crate::map::extent_tree::ExtentTree;
+    pub use crate::time::frozen::freeze_clock;
     pub use crate::txn::credit_ledger::CreditOverrun;
 }

@@ -32,6 +32,9 @@ const DIR: Creator = Creator {
     gid: 0,
 };
 
+/// Where the clock stands for these tests (2026-12-06).
+const FROZEN_CLOCK: i64 = 1_796_515_200;
+
 /// No interval commits: only the workload's fsyncs and syncs (and pressure) commit, so the
 /// log is the same from run to run but for the threads' interleaving.
 pub fn options() -> OpenOptions {
@@ -337,6 +340,9 @@ impl Run {
     /// A fresh 16 MiB ext4 (4 KiB blocks, a 4 MiB journal), with `setup` done and synced
     /// before the recording starts.
     pub fn start(setup: impl FnOnce(&Run)) -> Run {
+        // Every timestamp e4 writes is this one, in this test binary: a recovery of the same
+        // crash image then writes the same bytes, whenever it runs (an orphan's dtime).
+        e4_fs::testing::freeze_clock(Some(FROZEN_CLOCK));
         let img = make_empty_image(&["-t", "ext4", "-b", "4096"], 16);
         let bytes = std::fs::read(&img.path).unwrap();
         let fs = Filesystem::open_bytes(bytes.clone(), OpenOptions::default()).unwrap();
