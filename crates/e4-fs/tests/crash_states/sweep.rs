@@ -20,6 +20,8 @@ use super::model::{options, Model, BLOCK};
 
 /// Up to this many writes since a flush, every subset of them is a state.
 const EXHAUSTIVE: usize = 10;
+/// Where the primary superblock starts.
+const SUPERBLOCK_OFFSET: u64 = 1024;
 /// jbd2's block magic and its commit block type (`h_magic`, `h_blocktype`).
 const JBD2_MAGIC: u32 = 0xC03B_3998;
 const JBD2_COMMIT: u32 = 2;
@@ -88,6 +90,9 @@ pub struct Summary {
     pub crash_images: usize,
     pub recovered_images: usize,
     pub refused_reordered: usize,
+    /// States whose torn write is the primary superblock that e4 refused: on an image of
+    /// one group (no backup) neither e2fsck nor the kernel opens such an image either.
+    pub refused_torn_superblock: usize,
     pub interrupted: usize,
     pub kernel: usize,
     /// Failures by kind (the first line of the problem, numbers left out): how many
@@ -209,6 +214,10 @@ pub fn sweep(workload: &str, log: &WriteLog, model: &Model, at_least: usize) -> 
                     summary.refused_reordered += 1;
                     Vec::new()
                 }
+                Err(_) if tears_superblock(since, &state.point) => {
+                    summary.refused_torn_superblock += 1;
+                    Vec::new()
+                }
                 Err(e) => vec![format!("e4 did not recover it: {e}")],
                 Ok(()) => {
                     let digest = *digest.insert(recovered.digest(&journal.ignored));
@@ -267,7 +276,8 @@ pub fn sweep(workload: &str, log: &WriteLog, model: &Model, at_least: usize) -> 
     kernel_recoveries(workload, &sampled, &scratch, &mut summary);
     eprintln!(
         "{workload}: {} crash states ({} flushes, {} writes), {} distinct crash images, \
-         {} distinct recovered images (e2fsck runs), {} reordered states refused, \
+         {} distinct recovered images (e2fsck runs), {} reordered and {} torn-superblock \
+         states refused, \
          {} recoveries interrupted, {} kernel recoveries; {} states failed; {:.1} s",
         summary.states,
         log.flushes(),
@@ -275,6 +285,7 @@ pub fn sweep(workload: &str, log: &WriteLog, model: &Model, at_least: usize) -> 
         summary.crash_images,
         summary.recovered_images,
         summary.refused_reordered,
+        summary.refused_torn_superblock,
         summary.interrupted,
         summary.kernel,
         summary.failed_states,
@@ -454,6 +465,15 @@ fn commit_without_log(log: &WriteLog, k: usize, journal: &Journal) -> Vec<State>
     out
 }
 
+/// Whether `point` tears a write of the primary superblock (its last write).
+fn tears_superblock(since: &[LoggedWrite], point: &CrashPoint) -> bool {
+    point.torn
+        && point
+            .reached
+            .last()
+            .is_some_and(|&last| since[last].offset == SUPERBLOCK_OFFSET)
+}
+
 fn is_commit_block(bytes: &[u8]) -> bool {
     bytes.len() == BLOCK && jbd2_block_type(bytes) == Some(JBD2_COMMIT)
 }
@@ -472,7 +492,7 @@ fn kind_of(write: &LoggedWrite) -> String {
         Some(2) => "jbd2 commit".into(),
         Some(3 | 4) => "jbd2 superblock".into(),
         Some(5) => "jbd2 revoke".into(),
-        _ if write.offset == 1024 => "superblock".into(),
+        _ if write.offset == SUPERBLOCK_OFFSET => "superblock".into(),
         _ => format!("{len} bytes at {}", write.offset),
     }
 }
