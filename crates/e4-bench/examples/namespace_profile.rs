@@ -25,7 +25,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let count: u32 = count.parse()?;
     let threads: u32 = args.next().map_or(Ok(1), |t| t.parse())?;
-    e4_bench::target::make_image(image.as_ref(), 2 << 30).map_err(|e| format!("{e:?}"))?;
+    e4_bench::target::make_image(image.as_ref(), 2 << 30, true).map_err(|e| format!("{e:?}"))?;
     let fs = Filesystem::open(&image, OpenOptions::writable())?;
     let creator = Creator {
         permissions: 0o644,

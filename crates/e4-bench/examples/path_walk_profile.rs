@@ -24,7 +24,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Err("usage: path_walk_profile IMAGE WALKS".into());
     };
     let count: u64 = count.parse()?;
-    e4_bench::target::make_image(image.as_ref(), 256 << 20).map_err(|e| format!("{e:?}"))?;
+    e4_bench::target::make_image(image.as_ref(), 256 << 20, true).map_err(|e| format!("{e:?}"))?;
     let fs = Filesystem::open(&image, OpenOptions::writable())?;
     let creator = Creator {
         permissions: 0o755,

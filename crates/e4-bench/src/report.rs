@@ -192,7 +192,7 @@ impl BenchReport {
         for w in workloads {
             let _ = writeln!(
                 out,
-                "\n{w}\n  {:>7}  {:<width$} {:>12} {:>8} {:>9} {:>10} {:>10} {:>6} {:>9} {:>12} {:>10}",
+                "\n{w}\n  {:>7}  {:<width$} {:>12} {:>8} {:>9} {:>10} {:>10} {:>6} {:>9} {:>12} {:>10} {:>10} {:>11}",
                 "threads",
                 "target",
                 "ops/s",
@@ -203,7 +203,9 @@ impl BenchReport {
                 "score",
                 "locks/op",
                 "contended/op",
-                "atomics/op"
+                "atomics/op",
+                "log blk/op",
+                "commit µs/op"
             );
             let rows: Vec<&Record> = self.records.iter().filter(|r| r.workload == w).collect();
             let threads: BTreeSet<usize> = rows.iter().map(|r| r.threads).collect();
@@ -220,7 +222,7 @@ impl BenchReport {
                         |v: Option<f64>, f: &dyn Fn(f64) -> String| v.map_or("-".to_string(), f);
                     let _ = writeln!(
                         out,
-                        "  {:>7}  {:<width$} {:>12.0} {:>8} {:>9} {:>10} {:>10} {:>6} {:>9} {:>12} {:>10}",
+                        "  {:>7}  {:<width$} {:>12.0} {:>8} {:>9} {:>10} {:>10} {:>6} {:>9} {:>12} {:>10} {:>10} {:>11}",
                         t,
                         r.target,
                         r.ops_per_sec,
@@ -232,6 +234,8 @@ impl BenchReport {
                         opt(r.locks_per_op, &|v| format!("{v:.1}")),
                         opt(r.contended_per_op, &|v| format!("{v:.4}")),
                         opt(r.shared_atomic_writes_per_op, &|v| format!("{v:.4}")),
+                        opt(r.log_blocks_per_op, &|v| format!("{v:.3}")),
+                        opt(r.commit_wait_us_per_op, &|v| format!("{v:.2}")),
                     );
                     if let (Some(lost), Some(over)) = (r.lost_bytes, r.overcommitted_bytes) {
                         let verdict = if lost == 0 && over == 0 {

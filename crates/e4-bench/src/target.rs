@@ -37,6 +37,8 @@ const TMPFS_MAGIC: u64 = 0x0102_1994;
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Target {
     E4,
+    /// e4 on an image made without a journal (`-O ^has_journal`): what the journal costs.
+    E4NoJournal,
     /// The kernel's ext4 on a loop device, mounted with extra `options` (`-o loop,OPTIONS`;
     /// empty for the defaults; `+` separates options, since `--targets` is comma-separated):
     /// `kernel-ext4:nodelalloc` allocates at write time, as e4 does, instead of at
@@ -60,6 +62,7 @@ impl Target {
     pub fn name(&self) -> String {
         match self {
             Target::E4 => "e4".into(),
+            Target::E4NoJournal => "e4-nojournal".into(),
             Target::KernelExt4 { options } if options.is_empty() => "kernel-ext4".into(),
             Target::KernelExt4 { options } => format!("kernel-ext4:{options}"),
             Target::Fuse2fs => "fuse2fs".into(),
@@ -72,7 +75,7 @@ impl Target {
     pub fn has_image(&self) -> bool {
         matches!(
             self,
-            Target::E4 | Target::KernelExt4 { .. } | Target::Fuse2fs
+            Target::E4 | Target::E4NoJournal | Target::KernelExt4 { .. } | Target::Fuse2fs
         )
     }
 }
@@ -82,6 +85,7 @@ impl FromStr for Target {
     fn from_str(s: &str) -> Result<Self, String> {
         match s {
             "e4" => Ok(Target::E4),
+            "e4-nojournal" => Ok(Target::E4NoJournal),
             "kernel-ext4" => Ok(Target::kernel_ext4()),
             "fuse2fs" => Ok(Target::Fuse2fs),
             "tmpfs" => Ok(Target::Tmpfs),
@@ -94,7 +98,7 @@ impl FromStr for Target {
                 match s.strip_prefix("posix:") {
                     Some(dir) if !dir.is_empty() => Ok(Target::Posix(PathBuf::from(dir))),
                     _ => Err(format!(
-                        "unknown target '{s}' (one of: e4, kernel-ext4, \
+                        "unknown target '{s}' (one of: e4, e4-nojournal, kernel-ext4, \
                          kernel-ext4:MOUNT-OPTIONS, fuse2fs, tmpfs, posix:DIR)"
                     )),
                 }
@@ -137,11 +141,17 @@ pub fn image_bytes(params: &Params) -> u64 {
     (data + data / 4 + (512 << 20)).max(2 << 30)
 }
 
-/// Makes the image every image-backed target starts from.
-pub fn make_image(path: &Path, bytes: u64) -> Result<(), TargetError> {
+/// Makes the image every image-backed target starts from (`journal: false` adds
+/// `-O ^has_journal`).
+pub fn make_image(path: &Path, bytes: u64, journal: bool) -> Result<(), TargetError> {
     let _ = std::fs::remove_file(path);
     let out = Command::new("mke2fs")
         .args(MKE2FS_OPTIONS)
+        .args(if journal {
+            &[][..]
+        } else {
+            &["-O", "^has_journal"][..]
+        })
         .arg(path)
         .arg(format!("{}k", bytes / 1024))
         .output()
@@ -322,14 +332,15 @@ pub fn run_point(
     if workload == Workload::NearFull && !target.has_image() {
         // Filling a shared tmpfs or someone's directory to 95 % is not a benchmark.
         return Err(TargetError::Failed(
-            "near-full runs only on image-backed targets (e4, kernel-ext4, fuse2fs)".into(),
+            "near-full runs only on image-backed targets (e4, e4-nojournal, kernel-ext4, fuse2fs)"
+                .into(),
         ));
     }
     match target {
-        Target::E4 | Target::KernelExt4 { .. } | Target::Fuse2fs => {
+        Target::E4 | Target::E4NoJournal | Target::KernelExt4 { .. } | Target::Fuse2fs => {
             let image = work.join(image_name);
-            make_image(&image, image_bytes(params))?;
-            let measurement = if *target == Target::E4 {
+            make_image(&image, image_bytes(params), *target != Target::E4NoJournal)?;
+            let measurement = if matches!(target, Target::E4 | Target::E4NoJournal) {
                 let fs = Filesystem::open(&image, OpenOptions::writable())
                     .map_err(|e| TargetError::Failed(format!("e4 open: {e}")))?;
                 let ops = E4Ops(fs);

@@ -15,6 +15,7 @@ use e4_format::superblock::{
     Superblock, SUPERBLOCK_MAGIC, SUPERBLOCK_MAGIC_OFFSET, SUPERBLOCK_OFFSET,
 };
 use e4_format::{FormatError, Location, MetadataBlock, Problem, Structure};
+use e4_journal::{Journal, Recovery};
 use parking_lot::Mutex;
 
 use crate::buffer::store::BlockStore;
@@ -26,6 +27,7 @@ use crate::io::device::{Device, FileDevice, MemoryDevice};
 use crate::journal::log::{JournalLog, JournalStats};
 use crate::journal::recovery;
 use crate::journal::replayed_device::ReplayedDevice;
+use crate::journal::JournalOnDisk;
 use crate::names::dentry_cache::DentryCache;
 use crate::space::caller::Caller;
 use crate::space::descriptors::GroupDescriptors;
@@ -99,6 +101,9 @@ pub struct Filesystem {
     pub(crate) writer: Option<Writer>,
     /// What opening did to the journal: a recovery, in place or (read-only) in memory.
     journal_note: Option<String>,
+    /// The journal as the open found it on disk, before any recovery, or why it cannot be
+    /// used (a read-only open goes on without it).
+    journal_on_disk: std::result::Result<Option<JournalOnDisk>, Error>,
 }
 
 /// What a filesystem open for writing has besides its reader.
@@ -232,14 +237,16 @@ impl Filesystem {
     /// in place for writing (as the kernel's mount and `e2fsck` do), in memory for reading
     /// (the image untouched; [`Filesystem::journal_note`] says so).
     pub fn open_device(device: Arc<dyn Device>, options: OpenOptions) -> Result<Self> {
-        Self::open_recovered(device, options, None)
+        Self::open_recovered(device, options, None, None)
     }
 
-    /// The open, once any recovery is done (`note` says what it did).
+    /// The open, once any recovery is done (`note` says what it did, `on_disk` what the
+    /// journal held before it).
     fn open_recovered(
         device: Arc<dyn Device>,
         options: OpenOptions,
         note: Option<String>,
+        on_disk: Option<JournalOnDisk>,
     ) -> Result<Self> {
         let (superblock, descriptors_after, mut warnings) = read_superblock(device.as_ref())?;
         let incompat = superblock.incompat();
@@ -319,6 +326,7 @@ impl Filesystem {
             warnings,
             writer: None,
             journal_note: note,
+            journal_on_disk: Ok(on_disk),
         };
         let journal = crate::journal::journal_inode(&fs.superblock).and_then(|ino| {
             ino.map(|ino| {
@@ -332,11 +340,13 @@ impl Filesystem {
             // A reader goes on without the journal (its state is the image as it is).
             Err(e) if !options.writable => {
                 fs.warnings.push(format!("the journal cannot be used: {e}"));
+                fs.journal_on_disk = Err(e);
                 None
             }
             Err(e) => return Err(e),
         };
-        if let Some(journal) = journal.as_ref().filter(|j| j.needs_recovery()) {
+        let found = matches!(fs.journal_on_disk, Ok(Some(_)));
+        if let Some(journal) = journal.as_ref().filter(|_| !found) {
             let recovery_wanted = fs.superblock.incompat().contains(IncompatFeatures::RECOVER);
             let recovery = journal.recover(
                 &crate::journal::device_blocks::DeviceBlocks {
@@ -344,50 +354,31 @@ impl Filesystem {
                     block_size: u64::from(fs.block_size()),
                 },
                 fs.geometry.blocks(),
-            )?;
-            let device = fs.store.device();
-            drop(fs);
-            if !recovery_wanted {
-                // A log the superblock does not ask to replay is dropped, as the kernel's
-                // mount drops it (`jbd2_journal_wipe`): read the image as it is.
-                let note = "the journal held transactions but the filesystem did not need recovery; they were ignored".to_string();
-                return match options.writable {
-                    true => {
-                        recovery::empty_journal(device.as_ref(), journal, &recovery)?;
-                        Self::open_recovered(device, options, Some(note))
-                    }
-                    false => Self::open_recovered(
-                        Arc::new(ReplayedDevice::new(device, journal, Default::default())),
-                        options,
-                        Some(note),
-                    ),
-                };
-            }
-            let summary = format!(
-                "{} journal transactions ({} blocks)",
-                recovery.transactions(),
-                recovery.replay.len()
             );
-            return if options.writable {
-                let damage = recovery::replay_in_place(device.as_ref(), journal, &recovery)?;
-                if let Some(damage) = damage {
-                    return Err(Error::ReadOnly(format!(
-                        "the journal was replayed but {damage}; run e2fsck"
-                    )));
+            let recovery = match recovery {
+                Ok(recovery) => recovery,
+                // A reader goes on with the image as it is on disk, and says so; a writer
+                // must not write over a log it cannot replay.
+                Err(e) if !options.writable => {
+                    let e = Error::from(e);
+                    fs.warnings.push(format!(
+                        "the journal's log cannot be replayed ({e}); read as it is on disk"
+                    ));
+                    fs.journal_on_disk = Err(e);
+                    return Ok(fs);
                 }
-                Self::open_recovered(device, options, Some(format!("recovered {summary}")))
-            } else {
-                let mut note =
-                    format!("read as recovery would leave it: {summary} replayed in memory");
-                if let Some(damage) = recovery::damage_line(&recovery) {
-                    note.push_str(&format!("; {damage}"));
-                }
-                Self::open_recovered(
-                    Arc::new(ReplayedDevice::new(device, journal, recovery)),
-                    options,
-                    Some(note),
-                )
+                Err(e) => return Err(e.into()),
             };
+            let on_disk = JournalOnDisk {
+                journal: journal.clone(),
+                recovery: recovery.clone(),
+                recovery_wanted,
+            };
+            if !journal.needs_recovery() {
+                fs.journal_on_disk = Ok(Some(on_disk));
+            } else {
+                return Self::recover_then_open(fs, options, journal, recovery, on_disk);
+            }
         }
         if options.writable {
             let journal = journal
@@ -404,16 +395,21 @@ impl Filesystem {
             if journal.is_some() {
                 space.superblock.set_needs_recovery();
             }
-            // With a journal a transaction must fit its log: the dirty blocks and inodes
-            // (each at most one inode-table block) an operation may leave are half of what
-            // one transaction may log, the other half for the rest of the commit (bitmaps,
-            // descriptors, the superblock, descriptor blocks of the log).
+            // With a journal a transaction must fit its log: the dirty blocks an operation
+            // may leave are most of what one transaction may log (a quarter of the log),
+            // the rest for what the commit adds (bitmaps, descriptors, the superblock, the
+            // log's descriptor blocks).
             let log_limit = journal
                 .as_ref()
-                .map(|j| usize::try_from(j.max_transaction() / 2).unwrap_or(usize::MAX));
+                .map(|j| usize::try_from(j.max_transaction() * 3 / 4).unwrap_or(usize::MAX));
             fs.writer = Some(Writer {
                 space,
-                txns: Transactions::new(fs.geometry.blocks(), options.commit_interval, log_limit),
+                txns: Transactions::new(
+                    fs.geometry.blocks(),
+                    options.commit_interval,
+                    log_limit,
+                    fs.block_size() as usize / fs.superblock.inode_size() as usize,
+                ),
                 rename_lock: Mutex::new(()),
                 xattr_block_locks: XattrBlockLocks::default(),
                 journal,
@@ -428,6 +424,65 @@ impl Filesystem {
             }
         }
         Ok(fs)
+    }
+
+    /// Recovers the journal `fs` found needing it, then opens again: in place for writing,
+    /// through an in-memory overlay for reading. A log the superblock does not ask to replay
+    /// is dropped, as the kernel's mount drops it (`jbd2_journal_wipe`).
+    fn recover_then_open(
+        fs: Filesystem,
+        options: OpenOptions,
+        journal: &Journal,
+        recovery: Recovery,
+        on_disk: JournalOnDisk,
+    ) -> Result<Self> {
+        let device = fs.store.device();
+        drop(fs);
+        if !on_disk.recovery_wanted {
+            let note = "the journal held transactions but the filesystem did not need recovery; they were ignored".to_string();
+            return match options.writable {
+                true => {
+                    recovery::empty_journal(device.as_ref(), journal, &recovery)?;
+                    Self::open_recovered(device, options, Some(note), Some(on_disk))
+                }
+                false => Self::open_recovered(
+                    Arc::new(ReplayedDevice::new(device, journal, Default::default())),
+                    options,
+                    Some(note),
+                    Some(on_disk),
+                ),
+            };
+        }
+        let summary = format!(
+            "{} journal transactions ({} blocks)",
+            recovery.transactions(),
+            recovery.replay.len()
+        );
+        if options.writable {
+            let damage = recovery::replay_in_place(device.as_ref(), journal, &recovery)?;
+            if let Some(damage) = damage {
+                return Err(Error::ReadOnly(format!(
+                    "the journal was replayed but {damage}; run e2fsck"
+                )));
+            }
+            Self::open_recovered(
+                device,
+                options,
+                Some(format!("recovered {summary}")),
+                Some(on_disk),
+            )
+        } else {
+            let mut note = format!("read as recovery would leave it: {summary} replayed in memory");
+            if let Some(damage) = recovery::damage_line(journal, &recovery) {
+                note.push_str(&format!("; {damage}"));
+            }
+            Self::open_recovered(
+                Arc::new(ReplayedDevice::new(device, journal, recovery)),
+                options,
+                Some(note),
+                Some(on_disk),
+            )
+        }
     }
 
     pub fn superblock(&self) -> &Superblock {
@@ -492,6 +547,14 @@ impl Filesystem {
     /// the image read as recovery would leave it, untouched.
     pub fn journal_note(&self) -> Option<&str> {
         self.journal_note.as_deref()
+    }
+
+    /// The journal as this open found it on disk, before any recovery: its superblock and
+    /// what its log held (`None` without a journal). A journal that cannot be used (an
+    /// external one, a damaged superblock) fails a writable open; a read-only open goes on
+    /// without it, and this says why. `e4 journal` prints it.
+    pub fn journal_on_disk(&self) -> std::result::Result<Option<&JournalOnDisk>, &Error> {
+        self.journal_on_disk.as_ref().map(Option::as_ref)
     }
 
     /// The journal's work so far (`None` without a journal, or read-only).

@@ -42,6 +42,7 @@ pub use error::{Error, Holder, InUse, Result, Shortage};
 pub use filesystem::{Filesystem, OpenOptions};
 pub use io::device;
 pub use journal::log::JournalStats;
+pub use journal::JournalOnDisk;
 pub use map::run::Mapping;
 pub use ops::create::Creator;
 pub use ops::fallocate::FallocateMode;

@@ -281,3 +281,39 @@ fn every_transaction_fits_the_log() {
         e2fsck_clean(&img.path).unwrap();
     }
 }
+
+/// A log that cannot be replayed (the first block of the live log damaged, so its checksum
+/// fails before a commit that is not stale): a reader gets the image as it is on disk with
+/// a warning saying so; a writer is refused and the image left as it was.
+#[test]
+fn a_log_that_cannot_be_replayed_is_read_as_it_is_and_never_written() {
+    let (mut crashed, fs, _device) = crash_after_sync(&["-t", "ext4"]);
+    drop(fs);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("crashed");
+    std::fs::write(&path, &crashed).unwrap();
+    let start = u64::from(journal_superblock(&path).start);
+    let raw = RawImage::read(&path).unwrap();
+    let block_size = raw.superblock().block_size() as usize;
+    let first = raw.file_block(JOURNAL_INO, start).unwrap().unwrap() as usize;
+    crashed[first * block_size + 100] ^= 0xFF;
+    std::fs::write(&path, &crashed).unwrap();
+
+    let reader = Filesystem::open_bytes(crashed.clone(), OpenOptions::default()).unwrap();
+    assert!(
+        reader
+            .warnings()
+            .iter()
+            .any(|w| w.contains("cannot be replayed")),
+        "{:?}",
+        reader.warnings()
+    );
+    assert!(reader.journal_note().is_none());
+    drop(reader);
+    assert!(Filesystem::open(&path, no_interval()).is_err());
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        crashed,
+        "the image is untouched"
+    );
+}

@@ -78,8 +78,14 @@ fn check_in_pool(
     let ctx = pass0::superblock::open_and_check(path, &mut clock)?;
     if !options.force && is_clean(&ctx) {
         let sb = &ctx.sb;
+        // A skipped check still says that the journal was not replayed, as e2fsck -n does.
+        let journal_note = ctx
+            .take_problems()
+            .into_iter()
+            .filter(|p| p.code == ProblemCode::PR_0_JOURNAL_RUN)
+            .collect();
         return Ok(Report {
-            problems: Vec::new(),
+            problems: journal_note,
             summary: Summary {
                 inodes_used: u64::from(sb.inodes_count - sb.free_inodes_count.min(sb.inodes_count)),
                 inodes_count: u64::from(sb.inodes_count),

@@ -251,16 +251,28 @@ impl Journal {
 
     /// This journal once `recovery` has been replayed (or the log dropped): empty
     /// (`s_start` 0), its next transaction past every tid the log may still hold, and
-    /// `s_errno` set when a commit was corrupt, as e2fsck leaves it.
+    /// `s_errno` set when a commit was corrupt, as e2fsck leaves it. An error the journal
+    /// had recorded before (`s_errno` of an aborted journal: a kernel shutdown, an I/O
+    /// error) is cleared: the caller records it in the filesystem's superblock instead
+    /// (ERROR_FS), as e2fsck's journal check and the kernel's mount
+    /// (`ext4_clear_journal_err`) do.
     pub fn emptied(&self, recovery: &crate::Recovery) -> Journal {
         let mut superblock = self.superblock.clone();
         superblock.start = 0;
         superblock.sequence = recovery.next_sequence();
-        if recovery.failed_commit.is_some() {
+        superblock.errno = match recovery.failed_commit {
             // -EINVAL, as e2fsck records a corrupt transaction.
-            superblock.errno = (-22i32) as u32;
-        }
+            Some(_) => (-22i32) as u32,
+            None => 0,
+        };
         self.with_superblock(superblock)
+    }
+
+    /// The error an aborted journal recorded (`s_errno`, a negative errno), if any: the
+    /// filesystem needs a full check.
+    pub fn recorded_error(&self) -> Option<i32> {
+        // OK to cast: s_errno holds a negative errno.
+        (self.superblock.errno != 0).then_some(self.superblock.errno as i32)
     }
 
     /// This journal after its superblock was rewritten as `superblock` (by the writer).

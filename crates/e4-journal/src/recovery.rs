@@ -227,7 +227,13 @@ impl Passes<'_> {
                             }
                         }
                         Pass::Scan | Pass::Revoke => {
+                            // Skipped copies count against the budget as the replay's
+                            // reads do, so every pass stops at the same block.
                             for _ in &tags {
+                                if budget == 0 {
+                                    break;
+                                }
+                                budget -= 1;
                                 at = journal.next(at);
                             }
                         }
@@ -275,6 +281,10 @@ impl Passes<'_> {
                             break;
                         }
                         last_commit_time = commit_time;
+                        if !self.end_known {
+                            // The log blocks up to this commit, its own included.
+                            self.info.log_blocks = u64::from(last - first) - budget;
+                        }
                     }
                     tid = tid.wrapping_add(1);
                 }
@@ -298,7 +308,6 @@ impl Passes<'_> {
             if !self.end_known {
                 self.info.end_tid = tid;
             }
-            self.info.log_blocks = u64::from(last - first) - budget;
         } else if self.info.end_tid != tid {
             return Err(JournalError::Unsupported(format!(
                 "journal recovery pass ended at transaction {tid}, the scan at {} (a journal block changed or could not be read)",

@@ -74,6 +74,10 @@ pub fn run(fs: &Filesystem, groups: bool) -> Result<(), CliError> {
             },
         ),
     ];
+    let mut rows = rows;
+    if let Some(state) = journal_state(fs) {
+        rows.push(("Journal state", state));
+    }
     for (label, value) in rows {
         outln!(out, "{:<26}{value}", format!("{label}:"))?;
     }
@@ -116,5 +120,24 @@ fn hash_name(version: u8) -> &'static str {
         5 => "tea_unsigned",
         6 => "siphash",
         _ => "unknown",
+    }
+}
+
+/// Whether the journal needs recovery, and so whether what this shows is the image as it is
+/// or as recovery would leave it (a read-only open replays it in memory).
+fn journal_state(fs: &Filesystem) -> Option<String> {
+    match fs.journal_on_disk() {
+        Ok(None) => None,
+        Err(e) => Some(format!("cannot be used ({e}); shown as the image is")),
+        Ok(Some(found)) if found.recovery_wanted && found.journal.needs_recovery() => {
+            Some(format!(
+                "needs recovery; shown as recovery would leave it ({})",
+                fs.journal_note().unwrap_or("replayed in memory")
+            ))
+        }
+        Ok(Some(found)) => Some(format!(
+            "recovery needed: {}",
+            crate::journal::recovery_state(found)
+        )),
     }
 }

@@ -16,6 +16,7 @@ mod fsck;
 mod host_copy;
 mod import;
 mod info;
+mod journal;
 mod ls;
 mod mount;
 mod output;
@@ -64,7 +65,7 @@ enum Command {
         /// dwtl, dwsl, mrpl, mrdl, mwrl, mwrm, near-full.
         #[arg(value_parser = |s: &str| s.parse::<e4_bench::Workload>())]
         workloads: Vec<e4_bench::Workload>,
-        /// Comma-separated: e4, kernel-ext4, kernel-ext4:MOUNT-OPTIONS (e.g.
+        /// Comma-separated: e4, e4-nojournal (e4 on an image without a journal), kernel-ext4, kernel-ext4:MOUNT-OPTIONS (e.g.
         /// kernel-ext4:nodelalloc), fuse2fs, tmpfs, posix:DIR.
         #[arg(long, value_parser = bench::parse_targets)]
         targets: Option<std::vec::Vec<e4_bench::Target>>,
@@ -112,6 +113,18 @@ enum Command {
         /// Also list every block group's descriptor.
         #[arg(short, long)]
         groups: bool,
+    },
+    /// Show the journal's state without changing the image (like a `debugfs logdump`
+    /// summary): its format and features, where the log starts, whether it needs recovery,
+    /// and the transactions a recovery would replay. With --recover, replay it in place, as
+    /// `e2fsck -E journal_only` does: exit 0 when the image is left consistent, 1 (one line)
+    /// when the journal cannot be used or the replay met damage that needs e2fsck.
+    Journal {
+        /// The ext3/4 image file or block device.
+        image: String,
+        /// Replay the journal in place.
+        #[arg(long)]
+        recover: bool,
     },
     /// List a directory (or show one file).
     #[command(disable_help_flag = true)]
@@ -328,6 +341,10 @@ fn run(cli: Cli) -> Result<(), CliError> {
     };
     match cli.command {
         Command::Info { image, groups } => info::run(&open(&image)?, groups),
+        Command::Journal { image, recover } => match recover {
+            true => journal::recover(&image),
+            false => journal::show(&image),
+        },
         Command::Ls {
             image,
             path,

@@ -142,6 +142,19 @@ impl BlockStore {
             .map_err(|e| Error::io(format!("write of {what}"), e))
     }
 
+    /// Writes `blocks`, adjacent, from byte `offset` in one device write (`what` names them
+    /// in an error): for write-back and the journal, as [`Self::write_home`].
+    pub(crate) fn write_home_gathered(
+        &self,
+        offset: u64,
+        blocks: &[&[u8]],
+        what: &str,
+    ) -> Result<()> {
+        self.device
+            .write_gathered_at(blocks, offset)
+            .map_err(|e| Error::io(format!("write of {what}"), e))
+    }
+
     /// Writes block `nr` whole to its home, for a block the engine keeps in its own
     /// structures rather than in the cache (bitmaps, descriptor blocks): a copy the cache
     /// holds from an earlier read is dropped first, so none is read stale later.

@@ -22,6 +22,12 @@ pub trait Device: Send + Sync {
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
     /// Writes all of `buf` at byte `offset`; writing past the end is an error.
     fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+    /// Writes `bufs`, one after another, from byte `offset`: one write of their
+    /// concatenation (a commit's adjacent blocks, without copying them together first
+    /// where the device can gather, as a file can with `pwritev`).
+    fn write_gathered_at(&self, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
+        self.write_all_at(&bufs.concat(), offset)
+    }
     /// Makes every completed write durable.
     fn flush(&self) -> io::Result<()>;
     /// Size in bytes.
@@ -68,6 +74,33 @@ impl Device for FileDevice {
             return Err(past_end(buf.len(), offset));
         }
         FileExt::write_all_at(&self.file, buf, offset)
+    }
+
+    fn write_gathered_at(&self, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
+        let len: usize = bufs.iter().map(|b| b.len()).sum();
+        if offset
+            .checked_add(len as u64)
+            .is_none_or(|end| end > self.size)
+        {
+            return Err(past_end(len, offset));
+        }
+        let mut slices: Vec<io::IoSlice<'_>> = bufs.iter().map(|b| io::IoSlice::new(b)).collect();
+        let mut rest: &mut [io::IoSlice<'_>] = &mut slices;
+        let mut at = offset;
+        while !rest.is_empty() {
+            // At most IOV_MAX (1024) slices per call.
+            let batch = rest.len().min(1024);
+            let written = rustix::io::pwritev(&self.file, &rest[..batch], at)?;
+            if written == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::WriteZero,
+                    "pwritev wrote nothing",
+                ));
+            }
+            at += written as u64;
+            io::IoSlice::advance_slices(&mut rest, written);
+        }
+        Ok(())
     }
 
     fn flush(&self) -> io::Result<()> {
@@ -265,6 +298,9 @@ impl<D: Device + ?Sized> Device for std::sync::Arc<D> {
     }
     fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         (**self).write_all_at(buf, offset)
+    }
+    fn write_gathered_at(&self, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
+        (**self).write_gathered_at(bufs, offset)
     }
     fn flush(&self) -> io::Result<()> {
         (**self).flush()

@@ -31,8 +31,8 @@ use parking_lot::Mutex;
 use crate::buffer::store::BlockStore;
 use crate::error::Result;
 
-/// The most bytes gathered into one device write of the log.
-const RUN_BYTES: usize = 1 << 20;
+/// The most blocks gathered into one device write of the log.
+const RUN_BLOCKS: usize = 256;
 
 /// What the journal did, for reports beside throughput.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -67,6 +67,8 @@ pub(crate) struct JournalLog {
     superblock_block: (u64, Vec<u8>),
     async_commit: bool,
     counters: Counters,
+    /// Where a commit puts its sealed copies, kept from one commit to the next.
+    room: Mutex<Vec<u8>>,
 }
 
 impl JournalLog {
@@ -91,7 +93,18 @@ impl JournalLog {
             writer: Mutex::new(writer),
             superblock_block: (nr, bytes),
             counters: Counters::default(),
+            room: Mutex::new(Vec::new()),
         })
+    }
+
+    /// The buffer a commit gathers its sealed copies in (commits are serial).
+    pub(crate) fn take_room(&self) -> Vec<u8> {
+        std::mem::take(&mut *self.room.lock())
+    }
+
+    /// Keeps the commit's buffer for the next one.
+    pub(crate) fn give_back_room(&self, room: Vec<u8>) {
+        *self.room.lock() = room;
     }
 
     /// The most log blocks one transaction should take (a quarter of the log, as jbd2).
@@ -224,40 +237,54 @@ fn revokes(writer: &LogWriter, blocks: &[(u64, &[u8])], freed: &[Extent]) -> Vec
 
 /// Writes a transaction's log blocks, consecutive ones gathered into one device write.
 fn write_log(store: &BlockStore, writes: &[LogWrite], blocks: &[(u64, &[u8])]) -> Result<()> {
-    let block_size = store.block_size() as usize;
-    let mut run: Vec<u8> = Vec::with_capacity(RUN_BYTES.min(writes.len() * block_size));
+    let block_size = u64::from(store.block_size());
+    // Escaped copies are the only ones that differ from the block: made once, here.
+    let escaped: Vec<Vec<u8>> = writes
+        .iter()
+        .filter_map(|w| match w {
+            LogWrite::Copy {
+                index,
+                escaped: true,
+                ..
+            } => {
+                let mut copy = blocks[*index].1.to_vec();
+                copy[..4].fill(0);
+                Some(copy)
+            }
+            _ => None,
+        })
+        .collect();
+    let mut escaped = escaped.iter();
+    let mut run: Vec<&[u8]> = Vec::new();
     let mut run_start = 0u64;
-    let flush_run = |run: &mut Vec<u8>, start: u64| -> Result<()> {
+    let write_run = |run: &mut Vec<&[u8]>, start: u64| -> Result<()> {
         if run.is_empty() {
             return Ok(());
         }
-        let first = start;
-        let last = start + (run.len() / block_size) as u64 - 1;
-        store.write_home(
-            first * block_size as u64,
+        let last = start + run.len() as u64 - 1;
+        store.write_home_gathered(
+            start * block_size,
             run,
-            &format!("journal blocks {first}-{last}"),
+            &format!("journal blocks {start}-{last}"),
         )?;
         run.clear();
         Ok(())
     };
     for write in writes {
-        let (at, bytes, escaped) = match write {
-            LogWrite::Block { at, bytes } => (*at, bytes.as_slice(), false),
-            LogWrite::Copy { at, index, escaped } => (*at, blocks[*index].1, *escaped),
+        let (at, bytes): (u64, &[u8]) = match write {
+            LogWrite::Block { at, bytes } => (*at, bytes),
+            LogWrite::Copy {
+                at, escaped: true, ..
+            } => (*at, escaped.next().map_or(&[][..], Vec::as_slice)),
+            LogWrite::Copy { at, index, .. } => (*at, blocks[*index].1),
         };
-        let contiguous = run_start + (run.len() / block_size) as u64 == at;
-        if !contiguous || run.len() + block_size > RUN_BYTES {
-            flush_run(&mut run, run_start)?;
+        if run_start + run.len() as u64 != at || run.len() >= RUN_BLOCKS {
+            write_run(&mut run, run_start)?;
             run_start = at;
         }
-        let from = run.len();
-        run.extend_from_slice(bytes);
-        if escaped {
-            run[from..from + 4].fill(0);
-        }
+        run.push(bytes);
     }
-    flush_run(&mut run, run_start)
+    write_run(&mut run, run_start)
 }
 
 /// Seconds and nanoseconds since the epoch, for the commit block.

@@ -17,7 +17,7 @@ use e4_format::inode::Inode;
 use e4_format::inode::I_BLOCK_SIZE;
 use e4_format::superblock::Superblock;
 use e4_format::{FormatError, Location, Problem, Structure};
-use e4_journal::{Journal, JournalError, JournalLayout, PhysicalRun};
+use e4_journal::{Journal, JournalError, JournalLayout, PhysicalRun, Recovery};
 
 use crate::buffer::read_io::ReadIo;
 use crate::buffer::store::BlockStore;
@@ -33,6 +33,20 @@ impl From<JournalError> for Error {
             JournalError::Unsupported(why) => Error::NotSupported(why),
         }
     }
+}
+
+/// The journal as an open found it on disk, before any recovery
+/// ([`crate::Filesystem::journal_on_disk`]).
+#[derive(Debug, Clone)]
+pub struct JournalOnDisk {
+    /// The journal, with its superblock as read (`s_start` still set if the log held
+    /// transactions).
+    pub journal: Journal,
+    /// What its log holds: the transactions a recovery replays (none when `s_start` is 0).
+    pub recovery: Recovery,
+    /// Whether the filesystem asked for that recovery (`needs_recovery` in its superblock);
+    /// a log it does not ask for is dropped, not replayed.
+    pub recovery_wanted: bool,
 }
 
 /// Whether the superblock names an internal journal (`has_journal`, an inode, no device).

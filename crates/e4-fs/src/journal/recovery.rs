@@ -2,8 +2,8 @@
 //! journal's superblock emptied and flushed, as jbd2 and e2fsck do it. A crash during it
 //! leaves the log as it was (only the last write empties it), so the next open recovers
 //! again to the same image. A recovery that found damage (a corrupt commit, a copy whose
-//! checksum fails) still replays what it can, and marks the filesystem as having errors,
-//! for e2fsck.
+//! checksum fails), or a journal that had recorded an error (`s_errno`), still replays what
+//! it can, and marks the filesystem as having errors, for e2fsck.
 
 use e4_format::superblock::{Superblock, STATE_ERROR, STATE_VALID, SUPERBLOCK_OFFSET};
 use e4_format::MetadataBlock;
@@ -31,7 +31,7 @@ pub(crate) fn replay_in_place(
     device
         .flush()
         .map_err(|e| Error::io("flush after replaying the journal", e))?;
-    let damage = damage_line(recovery);
+    let damage = damage_line(journal, recovery);
     if damage.is_some() {
         mark_errors(device)?;
     }
@@ -39,8 +39,14 @@ pub(crate) fn replay_in_place(
     Ok(damage)
 }
 
-/// What a recovery that was not clean found, in one line.
-pub(crate) fn damage_line(recovery: &Recovery) -> Option<String> {
+/// What a recovery that was not clean found, or the error the journal had recorded, in
+/// one line.
+pub(crate) fn damage_line(journal: &Journal, recovery: &Recovery) -> Option<String> {
+    if let Some(errno) = journal.recorded_error() {
+        return Some(format!(
+            "the journal had recorded error {errno} (it was aborted: a shutdown or an I/O error)"
+        ));
+    }
     if let Some(tid) = recovery.failed_commit {
         return Some(format!(
             "journal transaction {tid} was corrupt, replay stopped before it"

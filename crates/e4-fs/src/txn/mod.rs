@@ -103,9 +103,12 @@ pub(crate) struct Transactions {
     last_commit: CachePadded<AtomicU64>,
     /// What the running transaction's handles declared they may dirty.
     credits: CreditLedger,
-    /// With a journal, the dirty blocks and inodes that make an operation commit once it is
-    /// done, so that a transaction fits the log.
+    /// With a journal, the dirty blocks (dirty inodes counted by the inode-table blocks
+    /// they fill) that make an operation commit once it is done, so that a transaction
+    /// fits the log.
     log_limit: Option<usize>,
+    /// Inode records per inode-table block.
+    inodes_per_block: usize,
 }
 
 /// An inode freed in the running transaction, waiting for its commit.
@@ -122,8 +125,13 @@ const UNMOUNTED: u8 = 2;
 impl Transactions {
     /// Transactions for a volume of `blocks` blocks, committing every `commit_interval`
     /// (zero: no interval commits); with a journal, once an operation leaves more than
-    /// `log_limit` dirty metadata blocks and inodes.
-    pub(crate) fn new(blocks: u64, commit_interval: Duration, log_limit: Option<usize>) -> Self {
+    /// `log_limit` dirty metadata blocks, counting `inodes_per_block` dirty inodes as one.
+    pub(crate) fn new(
+        blocks: u64,
+        commit_interval: Duration,
+        log_limit: Option<usize>,
+        inodes_per_block: usize,
+    ) -> Self {
         Transactions {
             gate: (0..SLOTS)
                 .map(|_| CachePadded::new(RwLock::new(())))
@@ -150,6 +158,7 @@ impl Transactions {
             last_commit: CachePadded::new(AtomicU64::new(0)),
             credits: CreditLedger::new(SLOTS),
             log_limit,
+            inodes_per_block: inodes_per_block.max(1),
         }
     }
 

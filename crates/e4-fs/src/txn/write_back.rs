@@ -70,24 +70,21 @@ pub(crate) fn write_buffers(store: &BlockStore, buffers: &[Arc<Buffer>]) -> Resu
     })
 }
 
-/// Each of `buffers` (sorted by block number) as the commit leaves it, sealed by its
-/// role: the copies a journal logs and then writes home.
-pub(crate) fn sealed_copies(store: &BlockStore, buffers: &[Arc<Buffer>]) -> Vec<(u64, Vec<u8>)> {
-    buffers
-        .iter()
-        .map(|buffer| {
-            buffer.with_committed_bytes(|bytes| {
-                store.seal(buffer, bytes);
-                (buffer.nr(), bytes.to_vec())
-            })
-        })
-        .collect()
+/// Each of `buffers` as the commit leaves it, sealed by its role, one after another in
+/// `room` (emptied first): the copies a journal logs and then writes home.
+pub(crate) fn seal_into(store: &BlockStore, buffers: &[Arc<Buffer>], room: &mut Vec<u8>) {
+    room.clear();
+    for buffer in buffers {
+        buffer.with_committed_bytes(|bytes| {
+            store.seal(buffer, bytes);
+            room.extend_from_slice(bytes);
+        });
+    }
 }
 
 /// Writes `blocks` (sorted by block number) home, adjacent ones in one device write each.
-pub(crate) fn write_copies(store: &BlockStore, blocks: &[(u64, Vec<u8>)]) -> Result<()> {
-    let block_size = store.block_size() as usize;
-    let mut gathered = Vec::new();
+pub(crate) fn write_copies(store: &BlockStore, blocks: &[(u64, &[u8])]) -> Result<()> {
+    let block_size = u64::from(store.block_size());
     let mut rest = blocks;
     while let Some(&(first, _)) = rest.first() {
         let len = rest
@@ -98,14 +95,11 @@ pub(crate) fn write_copies(store: &BlockStore, blocks: &[(u64, Vec<u8>)]) -> Res
             .count();
         let (run, after) = rest.split_at(len);
         rest = after;
-        gathered.clear();
-        for (_, bytes) in run {
-            gathered.extend_from_slice(bytes);
-        }
+        let pieces: Vec<&[u8]> = run.iter().map(|(_, bytes)| *bytes).collect();
         let last = first + len as u64 - 1;
-        store.write_home(
-            first * block_size as u64,
-            &gathered,
+        store.write_home_gathered(
+            first * block_size,
+            &pieces,
             &format!("blocks {first}-{last}"),
         )?;
     }

@@ -384,14 +384,15 @@ fn check_descriptors(ctx: &Context) {
     });
 }
 
-/// A journal that needs recovery is reported, as `e2fsck -n` does; the check goes on with
-/// the image as it stands.
+/// A journal that needs recovery is reported, as `e2fsck -n` warns that it skips the
+/// recovery; the check goes on with the image as it is on disk, as e2fsck's does, so the
+/// exit status is e2fsck's on the same image.
 fn check_journal_state(ctx: &Context) {
     if ctx.sb.incompat().contains(IncompatFeatures::RECOVER) {
         ctx.report(
             ProblemCode::PR_0_JOURNAL_RUN,
             Location::Journal,
-            "the journal needs recovery; checking the image without replaying it",
+            "the journal needs recovery; checked the image as it is on disk, without replaying it",
         );
     }
 }

@@ -73,6 +73,9 @@ impl Report {
     pub fn write_text(&self, out: &mut impl Write, name: &str) -> io::Result<()> {
         let s = &self.summary;
         if self.skipped {
+            for p in &self.problems {
+                writeln!(out, "{p}")?;
+            }
             return writeln!(
                 out,
                 "{name}: clean, {}/{} files, {}/{} blocks",
