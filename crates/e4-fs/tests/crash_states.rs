@@ -16,7 +16,7 @@
 //! recovery's writes, and must come out as one recovery leaves it; the kernel recovers a
 //! sample (a read-write loop mount), and e2fsck finds it clean, where loop mounts work.
 //!
-//! Each workload asserts a floor on its states (together over 10,000; about 38,000 run).
+//! Each workload asserts a floor on its states (together over 10,000; about 37,000 run).
 //! `E4_CRASH_KEEP=DIR` writes each failing crash image (before recovery) and what failed,
 //! with the writes since its flush, to DIR. `E4_CRASH_SAMPLES=N` samples N subsets per epoch
 //! instead of 32, `E4_CRASH_SEED` picks other ones: the long run is
