@@ -4,22 +4,27 @@
 //!
 //! The states of each flush epoch: the flush itself; every subset of the writes issued
 //! since (one write per block), when there are at most 10, or 32 sampled subsets in random
-//! orders; torn last writes (only the first 512 bytes new); and a commit block on the device
-//! without some of the log blocks it commits (a device ignoring a flush). For each: e4 opens
-//! it for writing, which recovers it, and unmounts; `e2fsck -fn` is clean; and read back,
-//! every fsync'd file has its contents as of that fsync or later, the tree of names is the
-//! tree at some moment since the last completed sync (so each create and rename happened or
-//! did not, whole), and no file holds another file's records. A commit without its log
-//! blocks may be refused; recovered, it must give the image with that transaction or the
-//! one without. Equal images are checked once (before recovery, and after it without the
-//! clocks and the emptied log). A sample is recovered again after a crash at one of its
-//! recovery's writes, and must come out as one recovery leaves it; the kernel recovers a
-//! sample (a read-write loop mount), and e2fsck finds it clean, where loop mounts work.
+//! orders; torn last writes (only their first 512-byte sector new); and a commit block on
+//! the device without some of the log blocks it commits (a device ignoring a flush). For
+//! each: e4 opens it for writing, which recovers it, and unmounts; `e2fsck -fn` is clean;
+//! and read back, every fsync'd file has its contents as of that fsync or later, the tree
+//! of names is the tree at some moment since the last completed sync (so each create and
+//! rename happened or did not, whole), and no file holds another file's records. Equal
+//! images are checked once (before recovery, and after it without the clocks and the
+//! emptied log). A sample is recovered again after a crash at one of its recovery's writes,
+//! and must come out as one recovery leaves it; the kernel recovers a sample (a read-write
+//! loop mount), and e2fsck finds it clean, where loop mounts work.
+//!
+//! Two kinds of state may be refused (see `crash_states/sweep.rs`): a commit without its
+//! log blocks, which only a device ignoring flushes leaves (recovered, it must be
+//! consistent, and the transaction whole or absent where its descriptor is missing), and
+//! a torn write of the primary superblock, which on these one-group images neither e2fsck
+//! nor the kernel opens either.
 //!
 //! Each workload asserts a floor on its states (together over 10,000; about 37,000 run).
 //! `E4_CRASH_KEEP=DIR` writes each failing crash image (before recovery) and what failed,
-//! with the writes since its flush, to DIR. `E4_CRASH_SAMPLES=N` samples N subsets per epoch
-//! instead of 32, `E4_CRASH_SEED` picks other ones: the long run is
+//! with the writes since its flush, to DIR. `E4_CRASH_SAMPLES=N` samples N subsets per
+//! epoch instead of 32, `E4_CRASH_SEED` picks other ones: the long run is
 //! `E4_CRASH_SAMPLES=512 cargo test --release -p e4-fs --test crash_states -- --nocapture`.
 
 mod crash_states {

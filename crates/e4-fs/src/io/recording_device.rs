@@ -32,7 +32,8 @@ use parking_lot::RwLock;
 
 use super::device::{range, Device};
 
-/// What a torn write leaves: its first sector new, the rest as it was.
+/// What a torn write leaves: its first sector new (to the first `TORN_SECTOR`-byte boundary
+/// of the device), the rest as it was.
 pub const TORN_SECTOR: usize = 512;
 
 /// One unit of a recorded write: `bytes` at byte `offset`, inside one unit.
@@ -100,7 +101,8 @@ pub struct CrashPoint {
     /// The writes after that flush that also reached the device, as indices into
     /// [`WriteLog::writes_since`], in the order they reached it.
     pub reached: Vec<usize>,
-    /// The last of `reached` wrote only its first [`TORN_SECTOR`] bytes.
+    /// The last of `reached` wrote only its first sector (up to the first [`TORN_SECTOR`]
+    /// boundary).
     pub torn: bool,
 }
 
@@ -228,7 +230,9 @@ impl CrashImage {
         for (i, &index) in point.reached.iter().enumerate() {
             let write = &since[index];
             if point.torn && i + 1 == point.reached.len() {
-                let kept = write.bytes.len().min(TORN_SECTOR);
+                // OK to cast: less than TORN_SECTOR.
+                let to_boundary = TORN_SECTOR - (write.offset % TORN_SECTOR as u64) as usize;
+                let kept = write.bytes.len().min(to_boundary);
                 // OK to unwrap: a logged write was inside the device.
                 self.write_all_at(&write.bytes[..kept], write.offset)
                     .unwrap();
@@ -389,6 +393,21 @@ mod tests {
             torn: false,
         };
         assert_eq!(at(nothing), [0; 5]);
+    }
+
+    #[test]
+    fn a_torn_write_keeps_what_it_wrote_up_to_the_first_sector_boundary() {
+        let device = RecordingDevice::new(vec![0; 4096], 4096);
+        device.flush().unwrap();
+        device.write_all_at(&[5; 2000], 1000).unwrap();
+        let torn = CrashPoint {
+            flushes: 1,
+            reached: vec![0],
+            torn: true,
+        };
+        let image = device.log().crash_image(&torn);
+        let shown = [999, 1000, 1023, 1024, 2999].map(|offset| byte_at(&image, offset));
+        assert_eq!(shown, [0, 5, 5, 0, 0]);
     }
 
     #[test]
