@@ -11,9 +11,10 @@
 //! of names is the tree at some moment since the last completed sync (so each create and
 //! rename happened or did not, whole), and no file holds another file's records. Equal
 //! images are checked once (before recovery, and after it without the clocks and the
-//! emptied log). A sample is recovered again after a crash at one of its recovery's writes,
-//! and must come out as one recovery leaves it; the kernel recovers a sample (a read-write
-//! loop mount), and e2fsck finds it clean, where loop mounts work.
+//! emptied log). A sample is opened read-only, which must show what the recovery leaves
+//! and leave the image as it was; recovered again after a crash at one of its recovery's
+//! writes, which must come out as one recovery leaves it; and recovered by the kernel (a
+//! read-write loop mount), which e2fsck must find clean, where loop mounts work.
 //!
 //! Two kinds of state may be refused (see `crash_states/sweep.rs`): a commit without its
 //! log blocks, which only a device ignoring flushes leaves (recovered, it must be

@@ -16,7 +16,7 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 
-use super::model::{options, Model, BLOCK};
+use super::model::{options, read_tree, Model, BLOCK};
 
 /// Up to this many writes since a flush, every subset of them is a state.
 const EXHAUSTIVE: usize = 10;
@@ -94,6 +94,7 @@ pub struct Summary {
     /// one group (no backup) neither e2fsck nor the kernel opens such an image either.
     pub refused_torn_superblock: usize,
     pub interrupted: usize,
+    pub read_only: usize,
     pub kernel: usize,
     /// Failures by kind (the first line of the problem, numbers left out): how many
     /// distinct images, and the first few in full.
@@ -272,13 +273,15 @@ pub fn sweep(workload: &str, log: &WriteLog, model: &Model, at_least: usize) -> 
     }
     summary.crash_images = crash_images.len();
     summary.recovered_images = fsck.len();
+    read_only_views(&sampled, &mut summary);
     interrupt_recoveries(&sampled, &journal.ignored, &mut summary);
     kernel_recoveries(workload, &sampled, &scratch, &mut summary);
     eprintln!(
         "{workload}: {} crash states ({} flushes, {} writes), {} distinct crash images, \
          {} distinct recovered images (e2fsck runs), {} reordered and {} torn-superblock \
          states refused, \
-         {} recoveries interrupted, {} kernel recoveries; {} states failed; {:.1} s",
+         {} read-only views, {} recoveries interrupted, {} kernel recoveries; {} states \
+         failed; {:.1} s",
         summary.states,
         log.flushes(),
         log.writes_since(0).len(),
@@ -286,6 +289,7 @@ pub fn sweep(workload: &str, log: &WriteLog, model: &Model, at_least: usize) -> 
         summary.recovered_images,
         summary.refused_reordered,
         summary.refused_torn_superblock,
+        summary.read_only,
         summary.interrupted,
         summary.kernel,
         summary.failed_states,
@@ -502,6 +506,40 @@ fn scratch_dir() -> tempfile::TempDir {
     tempfile::tempdir_in("/dev/shm")
         .or_else(|_| tempfile::tempdir())
         .unwrap()
+}
+
+/// A read-only open replays the log in memory: of the sampled states that e4 recovers, it
+/// shows the tree and contents the recovery leaves, and leaves the image as it was.
+fn read_only_views(sampled: &[(CrashPoint, CrashImage, bool)], summary: &mut Summary) {
+    for (point, image, _) in sampled {
+        let recovered = Arc::new(image.clone());
+        let Ok(after) = recover(&recovered).and_then(|()| {
+            let fs = Filesystem::open_device(recovered, OpenOptions::default())
+                .map_err(|e| e.to_string())?;
+            read_tree(&fs)
+        }) else {
+            // The sweep judged a refusal.
+            continue;
+        };
+        summary.read_only += 1;
+        let untouched = Arc::new(image.clone());
+        let view = Filesystem::open_device(untouched.clone(), OpenOptions::default())
+            .map_err(|e| e.to_string())
+            .and_then(|fs| read_tree(&fs));
+        let problem = match view {
+            Err(e) => Some(format!("a read-only open failed: {e}")),
+            Ok(view) if view != after => Some(
+                "a read-only open shows other names or contents than the recovery leaves".into(),
+            ),
+            Ok(_) if untouched.digest(&[]) != image.digest(&[]) => {
+                Some("a read-only open changed the image".into())
+            }
+            Ok(_) => None,
+        };
+        if let Some(problem) = problem {
+            summary.fail(point, ", opened read-only", &problem, image);
+        }
+    }
 }
 
 /// `n` of `items`, spread evenly over them.
