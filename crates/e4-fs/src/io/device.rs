@@ -11,9 +11,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use parking_lot::{Mutex, RwLock};
 
 use super::image_lock;
-pub use super::recording_device::{
-    CrashImage, CrashPoint, LoggedWrite, RecordingDevice, WriteLog, TORN_SECTOR,
-};
 use crate::error::{Error, Result};
 
 /// A byte-addressed store the filesystem lives on.

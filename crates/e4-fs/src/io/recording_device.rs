@@ -8,7 +8,8 @@
 //! `unit` (the filesystem's block size) of every write: any of them can be lost alone.
 //!
 //! ```
-//! use e4_fs::device::{Device, RecordingDevice};
+//! use e4_fs::device::Device;
+//! use e4_fs::recording_device::RecordingDevice;
 //! let device = RecordingDevice::new(vec![0; 8192], 4096);
 //! device.write_all_at(&[1; 4096], 0).unwrap();
 //! device.flush().unwrap();

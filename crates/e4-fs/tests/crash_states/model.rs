@@ -10,7 +10,8 @@ use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use e4_fs::device::{Device, RecordingDevice, WriteLog};
+use e4_fs::device::Device;
+use e4_fs::recording_device::{RecordingDevice, WriteLog};
 use e4_fs::{Creator, FallocateMode, FileType, Filesystem, OpenOptions, RenameMode, XattrSet};
 use e4_testkit::make_empty_image;
 

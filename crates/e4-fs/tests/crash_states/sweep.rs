@@ -9,7 +9,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use e4_fs::device::{CrashImage, CrashPoint, Fault, FaultyDevice, LoggedWrite, WriteLog};
+use e4_fs::device::{Fault, FaultyDevice};
+use e4_fs::recording_device::{CrashImage, CrashPoint, LoggedWrite, WriteLog};
 use e4_fs::{Filesystem, Mapping, OpenOptions};
 use e4_testkit::{e2fsck_clean, kernel_comparison_skipped, LoopDevice};
 use rand::rngs::StdRng;
