@@ -381,6 +381,10 @@ impl Filesystem {
             }
         }
         if options.writable {
+            if let Some(j) = journal.as_ref().filter(|j| j.recorded_error().is_some()) {
+                let line = recovery::record_journal_error(fs.store.device().as_ref(), j)?;
+                return Err(Error::ReadOnly(format!("{line}; run e2fsck")));
+            }
             let journal = journal
                 .map(|j| JournalLog::start(&fs.store, &j, &fs.superblock))
                 .transpose()?;
@@ -723,12 +727,13 @@ impl Filesystem {
     }
 
     /// Commits if the operation that just ended left enough behind (dirty blocks, pending
-    /// frees, the commit interval passed).
+    /// frees, the commit interval passed), unless another thread is committing already
+    /// ([`Transactions::commit_for_pressure`]).
     pub(crate) fn commit_if_needed(&self) -> Result<()> {
         match &self.writer {
-            Some(w) if w.txns.wants_commit_with(&self.store, &self.inodes) => {
-                w.txns.commit(&self.commit_parts(w))
-            }
+            Some(w) if w.txns.wants_commit_with(&self.store, &self.inodes) => w
+                .txns
+                .commit_for_pressure(&self.commit_parts(w), &self.inodes),
             _ => Ok(()),
         }
     }

@@ -317,3 +317,41 @@ fn a_log_that_cannot_be_replayed_is_read_as_it_is_and_never_written() {
         "the image is untouched"
     );
 }
+
+/// A journal with an empty log that recorded an error (`s_errno`: the kernel aborted it):
+/// a writable open moves the error to the superblock (errors, not clean), clears the
+/// journal's, and refuses to write in one line; the next open writes, and the next tid is
+/// past the journal's.
+#[test]
+fn an_aborted_journal_passes_its_error_to_the_superblock() {
+    use e4_format::MetadataBlock;
+    let img = make_empty_image(&["-t", "ext4"], 32);
+    let raw = RawImage::read(&img.path).unwrap();
+    let block_size = u64::from(raw.superblock().block_size());
+    let at = raw.file_block(JOURNAL_INO, 0).unwrap().unwrap() * block_size;
+    let mut bytes = std::fs::read(&img.path).unwrap();
+    let block0 = &mut bytes[at as usize..(at + block_size) as usize];
+    let mut jsb = JournalSuperblock::decode_checked(block0).unwrap();
+    let sequence = jsb.sequence;
+    jsb.errno = (-5i32) as u32;
+    let mut encoded = [0u8; JournalSuperblock::SIZE];
+    jsb.encode(&mut encoded);
+    block0[..JournalSuperblock::SIZE].copy_from_slice(&encoded);
+    JournalSuperblock::seal(block0, ());
+    std::fs::write(&img.path, &bytes).unwrap();
+
+    let refused = Filesystem::open(&img.path, no_interval()).err().unwrap();
+    assert!(
+        refused.to_string().contains("recorded error -5"),
+        "{refused}"
+    );
+    let after = std::fs::read(&img.path).unwrap();
+    assert_eq!(superblock(&after).state & 0x3, 0x2, "errors, not clean");
+    let jsb = journal_superblock(&img.path);
+    assert_eq!((jsb.errno, jsb.start), (0, 0));
+    assert!(jsb.sequence > sequence);
+
+    let fs = Filesystem::open(&img.path, no_interval()).unwrap();
+    fs.create(ROOT, b"after", FILE).unwrap();
+    fs.unmount().unwrap();
+}

@@ -1,6 +1,6 @@
 //! One writer per image, as a user meets it: a second `e4 put` while the first still writes
 //! is refused in one line (exit 1) and the image stays `e2fsck -fn` clean with the first
-//! file whole; a reader is refused while the writer works. Where loop devices work (root;
+//! file whole; a reader, and `e4 fsck`, are refused while the writer works. Where loop devices work (root;
 //! a failure under E4_REQUIRE_KERNEL=1, else skipped with one line), an image file attached
 //! to a loop device, or mounted by the kernel through one, is refused, and so is the loop
 //! device while mounted.
@@ -92,6 +92,7 @@ fn a_second_put_while_the_first_writes_is_refused_in_one_line() {
     kill(pid, Signal::SIGSTOP).unwrap();
     let second = run(&[&"put", &image.path, &small, &"/small"]);
     let reader = run(&[&"ls", &image.path, &"/"]);
+    let checker = run(&[&"fsck", &"-n", &image.path]);
     kill(pid, Signal::SIGCONT).unwrap();
     let first = first.wait_with_output().unwrap();
     assert_success(&first);
@@ -103,6 +104,11 @@ fn a_second_put_while_the_first_writes_is_refused_in_one_line() {
         ),
     );
     assert_refused(&reader, "half-written");
+    // The checker does not read a half-written image either (e2fsck's "operational
+    // error", exit 8).
+    let stderr = String::from_utf8_lossy(&checker.stderr);
+    assert_eq!(checker.status.code(), Some(8), "{stderr}");
+    assert!(stderr.contains("open for writing"), "{stderr}");
 
     e2fsck_clean(&image.path).unwrap();
     let cat = run(&[&"cat", &image.path, &"/big"]);

@@ -95,3 +95,18 @@ pub(crate) fn empty_journal(
         .flush()
         .map_err(|e| Error::io("flush after emptying the journal", e))
 }
+
+/// A journal whose log is empty but which recorded an error (`s_errno`: the kernel aborted
+/// it, after an I/O error or a shutdown): the error moves to the filesystem's superblock
+/// (errors detected, not clean) and the journal's is cleared, as the kernel's mount
+/// (`ext4_clear_journal_err`) and e2fsck do. Returns the line saying so.
+pub(crate) fn record_journal_error(device: &dyn Device, journal: &Journal) -> Result<String> {
+    let block_size = journal.block_size() as u64;
+    let reader = DeviceBlocks { device, block_size };
+    // Of an empty log: where its next tid starts, so none is reused.
+    let recovery = journal.recover(&reader, u64::MAX)?;
+    let line = damage_line(journal, &recovery).unwrap_or_default();
+    mark_errors(device)?;
+    empty_journal(device, journal, &recovery)?;
+    Ok(line)
+}

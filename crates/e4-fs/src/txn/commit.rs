@@ -140,6 +140,48 @@ impl Transactions {
         result
     }
 
+    /// The commit an operation makes when it leaves the transaction past a threshold
+    /// ([`Self::wants_commit_with`]). If another thread is committing, the operation does
+    /// not queue behind it: that commit is already relieving the pressure, and a second one
+    /// right after it would write a transaction of a few blocks (at 64 threads, each
+    /// crossing the threshold at once, the queue was most of the time spent committing).
+    /// The next operation to find the threshold passed after it commits. Only past twice
+    /// the threshold does an operation wait its turn, so a transaction stays bounded however
+    /// long a commit takes.
+    pub(crate) fn commit_for_pressure(
+        &self,
+        parts: &CommitParts<'_>,
+        inodes: &InodeCache,
+    ) -> Result<()> {
+        let started = Instant::now();
+        let result = match self.commit_lock.try_lock() {
+            Some(one) => self.commit_locked(parts, CommitTurn::new(self, one)),
+            None if self.far_past_threshold(parts.store, inodes) => {
+                let one = self.commit_lock.lock();
+                // The commit waited for may have taken this operation's changes; queued
+                // behind it, each waiter would otherwise commit again, one after another.
+                if self.wants_commit_with(parts.store, inodes) {
+                    self.commit_locked(parts, CommitTurn::new(self, one))
+                } else {
+                    Ok(())
+                }
+            }
+            None => return Ok(()),
+        };
+        self.add_commit_wait(started);
+        result
+    }
+
+    /// Whether the running transaction holds twice what makes an operation commit.
+    fn far_past_threshold(&self, store: &BlockStore, inodes: &InodeCache) -> bool {
+        let cache = store.cache();
+        let dirty = cache.dirty_count();
+        dirty > 2 * DIRTY_LIMIT.min(cache.capacity())
+            || self.log_limit.is_some_and(|limit| {
+                dirty + inodes.dirty_count().div_ceil(self.inodes_per_block) > 2 * limit
+            })
+    }
+
     fn add_commit_wait(&self, started: Instant) {
         // OK to cast: u64 nanoseconds cover 584 years.
         self.commit_wait.add(started.elapsed().as_nanos() as u64);
@@ -436,6 +478,65 @@ mod tests {
 
     use super::CommitTurn;
     use crate::{Creator, Filesystem, OpenOptions};
+
+    /// An operation past the commit threshold that finds another thread committing goes
+    /// on without queueing behind it; past twice the threshold it waits its turn.
+    #[test]
+    fn an_operation_past_the_threshold_does_not_queue_behind_a_running_commit() {
+        // The smallest journal (1024 blocks), and inodes enough to pass twice its threshold.
+        let img = e4_testkit::make_empty_image(&["-t", "ext4", "-N", "20000"], 32);
+        let options = OpenOptions {
+            commit_interval: Duration::ZERO,
+            ..OpenOptions::writable()
+        };
+        let fs = Arc::new(Filesystem::open(&img.path, options).unwrap());
+        let creator = Creator {
+            permissions: 0o644,
+            uid: 0,
+            gid: 0,
+        };
+        let txns = &fs.writer.as_ref().unwrap().txns;
+        // A commit in progress: the test holds its turn.
+        let turn = CommitTurn::new(txns, txns.commit_lock.lock());
+        let (done, finished) = mpsc::channel();
+        let creates = {
+            let fs = Arc::clone(&fs);
+            std::thread::spawn(move || {
+                let w = fs.writer.as_ref().unwrap();
+                let mut n = 0u32;
+                while !w.txns.wants_commit_with(&fs.store, &fs.inodes) {
+                    fs.create(2, format!("f{n}").as_bytes(), creator).unwrap();
+                    n += 1;
+                }
+                // Past the threshold, not twice past it: this create must not wait.
+                fs.create(2, b"one-more", creator).unwrap();
+                done.send(()).unwrap();
+                // On until the commit: the create that passes twice the threshold waits
+                // for the running commit's end, and commits.
+                while w.txns.commits() == 0 {
+                    fs.create(2, format!("g{n}").as_bytes(), creator).unwrap();
+                    n += 1;
+                }
+                done.send(()).unwrap();
+            })
+        };
+        finished
+            .recv_timeout(Duration::from_secs(30))
+            .expect("an operation past the threshold queued behind the running commit");
+        assert!(
+            matches!(
+                finished.recv_timeout(Duration::from_millis(200)),
+                Err(mpsc::RecvTimeoutError::Timeout)
+            ),
+            "an operation far past the threshold did not wait for the commit"
+        );
+        drop(turn);
+        finished.recv_timeout(Duration::from_secs(30)).unwrap();
+        creates.join().unwrap();
+        assert!(txns.commits() >= 1);
+        Arc::into_inner(fs).unwrap().unmount().unwrap();
+        e4_testkit::e2fsck_clean(&img.path).unwrap();
+    }
 
     /// An fsync that finds a commit running, and sleeps behind it, commits its own
     /// transaction when that commit ends without it (the commit was of an earlier one).

@@ -1,10 +1,26 @@
 //! The image, read with positional reads (`pread`) so any number of threads share one file
 //! descriptor without a lock or a seek position.
+//!
+//! While it is checked the image holds a shared OFD lock (`fcntl(F_OFD_SETLK, F_RDLCK)`),
+//! the lock every e4 writer holds exclusively (e4-fs's `io/image_lock.rs`): a check never
+//! reads an image another e4 is half-way through writing, and says so instead. Other
+//! readers share it. The kernel takes no such lock: a mounted image is checked as e2fsck
+//! -n checks one, at the caller's word.
 
 use std::fs::File;
 use std::io;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::fcntl::{fcntl, FcntlArg};
+use nix::libc;
+
+/// How long a lock held by someone else is tried again: a writer that has just closed the
+/// image may still hold it for a moment through a child's copy of the descriptor.
+const HANDOVER: Duration = Duration::from_millis(200);
 
 /// A read-only image file or block device.
 #[derive(Debug)]
@@ -18,6 +34,7 @@ impl Image {
     /// Opens `path` for reading.
     pub fn open(path: &Path) -> io::Result<Self> {
         let file = File::open(path)?;
+        share_lock(&file)?;
         let len = device_len(&file)?;
         Ok(Image { file, len })
     }
@@ -53,4 +70,33 @@ fn device_len(file: &File) -> io::Result<u64> {
     }
     let mut handle = file.try_clone()?;
     handle.seek(SeekFrom::End(0))
+}
+
+/// Takes a shared lock on the whole of `file`, or fails with one line saying a writer has
+/// it. Where locks are not supported (NFS without a lock manager) the check goes on.
+fn share_lock(file: &File) -> io::Result<()> {
+    let whole = libc::flock {
+        // OK to cast: F_RDLCK and SEEK_SET are small constants.
+        l_type: libc::F_RDLCK as libc::c_short,
+        l_whence: libc::SEEK_SET as libc::c_short,
+        l_start: 0,
+        l_len: 0,
+        l_pid: 0,
+    };
+    let give_up = Instant::now() + HANDOVER;
+    loop {
+        match fcntl(file.as_raw_fd(), FcntlArg::F_OFD_SETLK(&whole)) {
+            Ok(_) | Err(Errno::ENOLCK | Errno::EINVAL) => return Ok(()),
+            Err(Errno::EAGAIN | Errno::EACCES) if Instant::now() < give_up => {
+                std::thread::sleep(HANDOVER / 20);
+            }
+            Err(Errno::EAGAIN | Errno::EACCES) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::ResourceBusy,
+                    "another program has the image open for writing (an e4 writer holds its lock); check it once that is done",
+                ))
+            }
+            Err(e) => return Err(io::Error::from(e)),
+        }
+    }
 }
