@@ -41,6 +41,7 @@ pub use e4_format::inode::{FileType, Inode, Timestamp};
 pub use error::{Error, Holder, InUse, Result, Shortage};
 pub use filesystem::{Filesystem, OpenOptions};
 pub use io::device;
+pub use io::recording_device;
 pub use journal::log::JournalStats;
 pub use journal::JournalOnDisk;
 pub use map::run::Mapping;
@@ -66,5 +67,6 @@ pub mod testing {
     pub use crate::io::meta_io::{BlockKind, MetaIo, Owner};
     pub use crate::map::block_map::BlockMapTree;
     pub use crate::map::extent_tree::ExtentTree;
+    pub use crate::time::frozen::freeze_clock;
     pub use crate::txn::credit_ledger::CreditOverrun;
 }

@@ -5,6 +5,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use e4_format::inode::Timestamp;
 
 pub(crate) fn now() -> Timestamp {
+    #[cfg(feature = "testing")]
+    if let Some(frozen) = frozen::now() {
+        return frozen;
+    }
     match SystemTime::now().duration_since(UNIX_EPOCH) {
         Ok(d) => Timestamp {
             seconds: d.as_secs() as i64,
@@ -17,5 +21,31 @@ pub(crate) fn now() -> Timestamp {
                 nanoseconds: 0,
             }
         }
+    }
+}
+
+/// A clock tests can stop, so that two runs of the same work (a recovery of the same crash
+/// image) write the same bytes.
+#[cfg(feature = "testing")]
+pub mod frozen {
+    use std::sync::atomic::{AtomicI64, Ordering};
+
+    use e4_format::inode::Timestamp;
+
+    /// Seconds the clock stands at; `i64::MIN` while it runs.
+    static AT: AtomicI64 = AtomicI64::new(i64::MIN);
+
+    /// Stops the clock of this process at `seconds` (every timestamp e4 writes is then
+    /// `seconds`, 0 ns), or with `None` lets it run again.
+    pub fn freeze_clock(seconds: Option<i64>) {
+        AT.store(seconds.unwrap_or(i64::MIN), Ordering::Relaxed);
+    }
+
+    pub(super) fn now() -> Option<Timestamp> {
+        let seconds = AT.load(Ordering::Relaxed);
+        (seconds != i64::MIN).then_some(Timestamp {
+            seconds,
+            nanoseconds: 0,
+        })
     }
 }

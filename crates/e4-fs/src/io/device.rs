@@ -144,7 +144,7 @@ impl MemoryDevice {
     }
 }
 
-fn range(len: usize, offset: u64, size: usize) -> io::Result<std::ops::Range<usize>> {
+pub(super) fn range(len: usize, offset: u64, size: usize) -> io::Result<std::ops::Range<usize>> {
     let start = usize::try_from(offset).map_err(|_| past_end(len, offset))?;
     match start.checked_add(len) {
         Some(end) if end <= size => Ok(start..end),

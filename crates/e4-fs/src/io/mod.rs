@@ -5,3 +5,4 @@ pub(crate) mod credits;
 pub mod device;
 mod image_lock;
 pub(crate) mod meta_io;
+pub mod recording_device;
