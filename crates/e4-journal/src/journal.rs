@@ -13,8 +13,6 @@ const MIN_JOURNAL_BLOCKS: u32 = 1024;
 const DEFAULT_FAST_COMMIT_BLOCKS: u32 = 256;
 /// `JBD2_FEATURE_COMPAT_CHECKSUM`: checksum v1, a crc32 of each transaction in its commit.
 const COMPAT_CHECKSUM: u32 = 0x1;
-/// `h_blocktype` of a v1 superblock, whose feature fields mean nothing.
-const SUPERBLOCK_V1: u32 = 3;
 
 /// `len` blocks of the journal file from its block `logical`, at filesystem block `physical`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -125,19 +123,29 @@ impl Journal {
         if superblock.maxlen < MIN_JOURNAL_BLOCKS {
             return Err(bad("s_maxlen", superblock.maxlen.into()));
         }
-        let v1 = e4_format::journal::JournalHeader::decode(&superblock.header).blocktype
-            == SUPERBLOCK_V1;
-        let features = if v1 {
-            JournalFeatures::default()
-        } else {
-            superblock.features()
-        };
-        if !v1 && superblock.nr_users > 1 {
+        if superblock.is_v2() && superblock.nr_users > 1 {
             return Err(JournalError::Unsupported(format!(
                 "the journal is shared by {} filesystems (an external journal device); e4 writes only internal journals",
                 superblock.nr_users
             )));
         }
+        let journal = Journal::from_parts(superblock, block0, layout);
+        if journal.first >= journal.last || journal.last - journal.first < 2 {
+            return Err(bad("s_first", journal.first.into()));
+        }
+        Ok(journal)
+    }
+
+    /// A journal with `superblock` (in `block0`) over `layout`, and what follows from the
+    /// superblock: the features its blocks are written with (none in a v1 superblock), the
+    /// checksum seed, and the log's bounds (the fast-commit area is not the log's).
+    fn from_parts(superblock: JournalSuperblock, block0: Vec<u8>, layout: JournalLayout) -> Self {
+        let v2 = superblock.is_v2();
+        let features = if v2 {
+            superblock.features()
+        } else {
+            JournalFeatures::default()
+        };
         let last = if features.fast_commit {
             let fc = match superblock.num_fc_blks {
                 0 => DEFAULT_FAST_COMMIT_BLOCKS,
@@ -147,11 +155,8 @@ impl Journal {
         } else {
             superblock.maxlen
         };
-        if superblock.first >= last || last - superblock.first < 2 {
-            return Err(bad("s_first", superblock.first.into()));
-        }
-        Ok(Journal {
-            v1_checksum: !v1 && superblock.feature_compat & COMPAT_CHECKSUM != 0,
+        Journal {
+            v1_checksum: v2 && superblock.feature_compat & COMPAT_CHECKSUM != 0,
             seed: superblock.csum_seed(),
             first: superblock.first,
             last,
@@ -159,7 +164,7 @@ impl Journal {
             block0,
             layout,
             features,
-        })
+        }
     }
 
     pub fn superblock(&self) -> &JournalSuperblock {
@@ -278,12 +283,6 @@ impl Journal {
     /// This journal after its superblock was rewritten as `superblock` (by the writer).
     pub(crate) fn with_superblock(&self, superblock: JournalSuperblock) -> Journal {
         let block0 = self.encode_superblock(&superblock);
-        let mut journal = self.clone();
-        journal.features = superblock.features();
-        journal.v1_checksum = superblock.feature_compat & COMPAT_CHECKSUM != 0;
-        journal.seed = superblock.csum_seed();
-        journal.superblock = superblock;
-        journal.block0 = block0;
-        journal
+        Journal::from_parts(superblock, block0, self.layout.clone())
     }
 }

@@ -24,8 +24,6 @@ const INCOMPAT_64BIT: u32 = 0x2;
 const INCOMPAT_CSUM_V2: u32 = 0x8;
 const INCOMPAT_CSUM_V3: u32 = 0x10;
 const COMPAT_CHECKSUM: u32 = 0x1;
-/// `h_blocktype` of a v2 superblock.
-const SUPERBLOCK_V2: u32 = 4;
 
 /// What the filesystem decides about its journal's format.
 #[derive(Debug, Clone, Copy)]
@@ -92,8 +90,7 @@ impl LogWriter {
             ));
         }
         let mut superblock = journal.superblock().clone();
-        if e4_format::journal::JournalHeader::decode(&superblock.header).blocktype != SUPERBLOCK_V2
-        {
+        if !superblock.is_v2() {
             return Err(JournalError::Unsupported(
                 "a version 1 journal superblock (no revoke records); upgrade it with tune2fs -O ^has_journal,has_journal".into(),
             ));
@@ -209,19 +206,15 @@ impl LogWriter {
         let tid = self.next_tid;
         let mut writes = Vec::with_capacity(needed as usize);
         let mut at = self.head;
-        let mut place =
-            |writes: &mut Vec<LogWrite>, make: &dyn Fn(u64) -> LogWrite| -> Result<()> {
-                let physical = self.journal.physical(at)?;
-                writes.push(make(physical));
-                at = self.journal.next(at);
-                Ok(())
-            };
+        // The filesystem block of the next log block, and the log moved past it.
+        let mut take = || -> Result<u64> {
+            let physical = self.journal.physical(at)?;
+            at = self.journal.next(at);
+            Ok(physical)
+        };
         for chunk in revokes.chunks(RevokeBlock::capacity(&f, size).max(1)) {
             let bytes = RevokeBlock::encode(chunk, &f, size, tid, seed);
-            place(&mut writes, &|at| LogWrite::Block {
-                at,
-                bytes: bytes.clone(),
-            })?;
+            writes.push(LogWrite::Block { at: take()?, bytes });
         }
         let v1 = self.journal.has_v1_checksum();
         let mut crc32_sum = !0u32;
@@ -248,10 +241,10 @@ impl LogWriter {
             if v1 {
                 crc32_sum = crc32_be(crc32_sum, &descriptor);
             }
-            place(&mut writes, &|at| LogWrite::Block {
-                at,
-                bytes: descriptor.clone(),
-            })?;
+            writes.push(LogWrite::Block {
+                at: take()?,
+                bytes: descriptor,
+            });
             for (i, ((home, bytes), tag)) in chunk.iter().zip(&tags).enumerate() {
                 if v1 {
                     crc32_sum = if tag.escaped {
@@ -260,16 +253,18 @@ impl LogWriter {
                         crc32_be(crc32_sum, bytes)
                     };
                 }
-                let index = c * per_descriptor + i;
-                let escaped = tag.escaped;
-                place(&mut writes, &|at| LogWrite::Copy { at, index, escaped })?;
+                writes.push(LogWrite::Copy {
+                    at: take()?,
+                    index: c * per_descriptor + i,
+                    escaped: tag.escaped,
+                });
                 self.logged.insert(*home, tid);
             }
         }
         let commit_bytes =
             CommitBlock::encode_block(tid, &f, size, time, v1.then_some(crc32_sum), seed);
-        let commit = (self.journal.physical(at)?, commit_bytes);
-        self.head = self.journal.next(at);
+        let commit = (take()?, commit_bytes);
+        self.head = at;
         self.next_tid = tid.wrapping_add(1);
         Ok(EncodedTransaction {
             tid,

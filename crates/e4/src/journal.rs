@@ -2,15 +2,12 @@
 //! without changing the image; with `--recover`, its replay in place, as
 //! `e2fsck -E journal_only` does it.
 
-use e4_format::journal::{JournalHeader, JournalSuperblock};
+use e4_format::journal::JournalSuperblock;
 use e4_fs::{Filesystem, JournalOnDisk, OpenOptions};
 use e4_journal::Journal;
 
 use crate::outln;
 use crate::output::{CliError, Output};
-
-/// `h_blocktype` of a v1 journal superblock (`JBD2_SUPERBLOCK_V1`).
-const SUPERBLOCK_V1: u32 = 3;
 
 /// Prints the journal of `image` as it is on disk and what a recovery would replay.
 pub fn show(image: &str) -> Result<(), CliError> {
@@ -147,10 +144,10 @@ fn rows(inode: u32, found: &JournalOnDisk) -> Vec<(&'static str, String)> {
 
 /// 1 or 2, from the superblock's block type.
 fn version(sb: &JournalSuperblock) -> u32 {
-    if JournalHeader::decode(&sb.header).blocktype == SUPERBLOCK_V1 {
-        1
-    } else {
+    if sb.is_v2() {
         2
+    } else {
+        1
     }
 }
 

@@ -131,8 +131,14 @@ impl JournalSuperblock {
     /// Whether the superblock carries a checksum: a v2 superblock with checksums v2 or
     /// v3 (a v1 superblock's feature fields mean nothing).
     fn is_checksummed(&self) -> bool {
+        self.is_v2() && self.features().has_block_checksums()
+    }
+
+    /// Whether this is a version 2 superblock: a v1 superblock has no feature fields (they
+    /// mean nothing there), so no revoke records, 64-bit tags or checksums.
+    pub fn is_v2(&self) -> bool {
         let kind = JournalHeader::decode(&self.header).block_type(Location::JournalBlock(0));
-        kind.ok() == Some(JournalBlockType::SuperblockV2) && self.features().has_block_checksums()
+        kind.ok() == Some(JournalBlockType::SuperblockV2)
     }
 
     pub fn features(&self) -> JournalFeatures {
