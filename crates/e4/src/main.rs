@@ -34,13 +34,37 @@ use edit_session::{with_writable_image, ImagePath};
 /// another frees (the buffer cache's blocks outlive the operation that read them) takes the
 /// allocating thread's arena lock: under `e4 bench create` at two threads, 12 % of the time
 /// went to waiting on those locks. mimalloc frees to the owning thread's page without a lock.
-/// The price is memory: its arenas are committed eagerly, about 23 MiB more peak RSS for
-/// `e4 fsck` (docs/BENCHMARKS.md); `MIMALLOC_ARENA_EAGER_COMMIT=0` in the environment
-/// turns that off with no measured loss in speed.
+/// The price is memory: its arenas are committed eagerly, which on Linux lets them be
+/// backed by transparent huge pages: about 17-23 MiB more peak RSS for `e4 fsck`
+/// (docs/BENCHMARKS.md), and e4 fsck promises a peak no higher than e2fsck's. So eager
+/// commit is off ([`COMMIT_ARENAS_LAZILY`]), as `MIMALLOC_ARENA_EAGER_COMMIT=0` would
+/// set it.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// Sets mimalloc's `arena_eager_commit` to 0 before anything allocates: the first arena
+/// is reserved by the first allocation, which the Rust runtime makes before `main`, so
+/// this runs as an ELF constructor (`.init_array`), as the C library runs them.
+#[used]
+#[link_section = ".init_array"]
+static COMMIT_ARENAS_LAZILY: extern "C" fn() = {
+    extern "C" fn commit_arenas_lazily() {
+        /// `mi_option_arena_eager_commit` in mimalloc.h (v2 and v3 alike).
+        const ARENA_EAGER_COMMIT: libmimalloc_sys::mi_option_t = 4;
+        // SAFETY: mi_option_set stores one option value; it takes no pointer and runs
+        // before any thread of the program is started.
+        unsafe { libmimalloc_sys::mi_option_set(ARENA_EAGER_COMMIT, 0) }
+    }
+    commit_arenas_lazily
+};
+
 use output::{CliError, EXIT_RUNTIME, EXIT_USAGE};
+
+/// The most worker threads `-j` may ask for. Each thread reserves its stack and its
+/// signal stack when it starts, and a start that cannot get them aborts the process
+/// instead of failing (`-j 65535` did, under any memory limit); 256 is far past what any
+/// of these commands can use and a few hundred MiB of address space at most.
+const MAX_WORKER_THREADS: i64 = 256;
 
 #[derive(Parser)]
 #[command(
@@ -192,7 +216,7 @@ enum Command {
         /// Destination directory; created if missing, must be empty if present.
         dir: String,
         /// Worker threads; all cores by default.
-        #[arg(short = 'j', long, value_parser = clap::value_parser!(u16).range(1..))]
+        #[arg(short = 'j', long, value_parser = clap::value_parser!(u16).range(1..=MAX_WORKER_THREADS))]
         threads: Option<u16>,
     },
     /// Check the filesystem without changing it, as `e2fsck -n` does, on every core.
@@ -208,7 +232,7 @@ enum Command {
         #[arg(short = 'f')]
         force: bool,
         /// Worker threads, at most one per core; all cores by default.
-        #[arg(short = 'j', long, value_parser = clap::value_parser!(u16).range(1..))]
+        #[arg(short = 'j', long, value_parser = clap::value_parser!(u16).range(1..=MAX_WORKER_THREADS))]
         threads: Option<u16>,
         /// Print the result as JSON records instead of text.
         #[arg(long)]
@@ -236,7 +260,7 @@ enum Command {
         #[arg(default_value = "/")]
         path: OsString,
         /// Worker threads; all cores by default.
-        #[arg(short = 'j', long, value_parser = clap::value_parser!(u16).range(1..))]
+        #[arg(short = 'j', long, value_parser = clap::value_parser!(u16).range(1..=MAX_WORKER_THREADS))]
         threads: Option<u16>,
     },
     /// Copy one host file into the image.

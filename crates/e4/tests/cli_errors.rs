@@ -157,7 +157,7 @@ fn closed_standard_output() {
 #[test]
 fn usage_errors() {
     let (_src, img) = small_image();
-    let cases: [&[&dyn AsRef<std::ffi::OsStr>]; 8] = [
+    let cases: [&[&dyn AsRef<std::ffi::OsStr>]; 10] = [
         &[],
         &[&"no-such-command"],
         &[&"info"],
@@ -166,6 +166,10 @@ fn usage_errors() {
         &[&"cat"],
         &[&"export", &img.path],
         &[&"export", &"-j", &"0", &img.path, &"/tmp/x"],
+        // More threads than can be started: refused before any is (issue 23 item 6: it
+        // aborted the process while starting them).
+        &[&"export", &"-j", &"65535", &img.path, &"/tmp/x"],
+        &[&"import", &"-j", &"257", &img.path, &"/tmp"],
     ];
     for args in cases {
         let out = e4(args);

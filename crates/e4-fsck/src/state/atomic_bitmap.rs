@@ -8,34 +8,54 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use rayon::prelude::*;
 
-/// Words read per task by [`AtomicBitmap::count_ones`] and [`AtomicBitmap::any`]: 4 MiB
-/// of bits (16 GiB of 4 KiB blocks), so a small filesystem's map is read on one thread
-/// and a large one's on all of them.
-const COUNT_WORDS_PER_TASK: usize = 1 << 16;
+use crate::state::lazy_slots::LazySlots;
 
-/// Bits `0..len`, all clear at first.
+/// Words in one lazily allocated chunk: 2 KiB, 16 Ki bits. What an empty filesystem uses
+/// is spread over the whole device (each flex group's bitmaps and inode tables, the backup
+/// superblocks), so a chunk must be small for most of the map to stay unallocated, and
+/// not so small that the chunk table (16 bytes a chunk) outweighs it. An empty 16 TiB
+/// image from mke2fs (8,192 flex groups, each with 8,224 blocks of tables at its start)
+/// measured: 4 KiB chunks 35 MB a block map, 2 KiB 20 MB (16 of chunks, 4 of table),
+/// 1 KiB 24 MB (its tables straddle two chunks); a flat map 512 MiB.
+const WORDS_PER_CHUNK: usize = 256;
+
+/// Bits `0..len`, all clear at first; memory is taken a chunk at a time, on the first bit
+/// set in it, so a map costs what the filesystem uses, not what it claims.
 #[derive(Debug)]
 pub struct AtomicBitmap {
-    words: Vec<AtomicU64>,
+    words: LazySlots<AtomicU64, WORDS_PER_CHUNK>,
     len: u64,
 }
 
 impl AtomicBitmap {
     /// A bitmap of `len` clear bits.
     pub fn new(len: u64) -> Self {
-        let words = (0..len.div_ceil(64)).map(|_| AtomicU64::new(0)).collect();
+        let words = LazySlots::new(usize::try_from(len.div_ceil(64)).unwrap_or(usize::MAX));
         AtomicBitmap { words, len }
+    }
+
+    /// Word `k` to write (its chunk allocated on the way), or None past the end.
+    fn word_mut(&self, k: u64) -> Option<&AtomicU64> {
+        self.words.get_or_alloc(usize::try_from(k).ok()?)
+    }
+
+    /// Word `k` as it is now: zero past the end or in a chunk never written.
+    fn word(&self, k: u64) -> u64 {
+        usize::try_from(k)
+            .ok()
+            .and_then(|k| self.words.get(k))
+            .map_or(0, |w| w.load(Ordering::Relaxed))
     }
 
     /// Sets bit `bit` and returns whether it was already set. Bits past the end are
     /// ignored (reported as not set): callers check bounds first and report them.
     pub fn set(&self, bit: u64) -> bool {
-        let Some(word) = self.words.get((bit / 64) as usize) else {
-            return false;
-        };
         if bit >= self.len {
             return false;
         }
+        let Some(word) = self.word_mut(bit / 64) else {
+            return false;
+        };
         let mask = 1u64 << (bit % 64);
         // Relaxed is enough: the only question asked is "was it set before", and fetch_or
         // is atomic on the word; passes are separated by joins, which order everything.
@@ -54,14 +74,13 @@ impl AtomicBitmap {
             } else {
                 ((1u64 << take) - 1) << in_word
             };
-            let word = &self.words[(bit / 64) as usize];
+            let Some(word) = self.word_mut(bit / 64) else {
+                return;
+            };
             let old = match take {
-                // One bit is `lock bts` and a whole word `xchg`: the first access to the
-                // word is the write. A general `fetch_or` is a load, then `lock cmpxchg`:
-                // on a page of the lazily zeroed map not yet touched, the load maps the
-                // shared zero page and the write then replaces it, which flushes the other
-                // workers' TLBs by interrupt (profiled on the fragmented image, whose
-                // one-block extents touch every page of the map: 5 % of two threads' time).
+                // One bit is `lock bts` and a whole word `xchg`, one locked instruction
+                // each; a general `fetch_or` whose old value is used is a load, then a
+                // `lock cmpxchg` loop.
                 1 => word.fetch_or(1 << in_word, Ordering::Relaxed) & (1 << in_word),
                 64 => word.swap(u64::MAX, Ordering::Relaxed),
                 _ => word.fetch_or(mask, Ordering::Relaxed) & mask,
@@ -78,8 +97,7 @@ impl AtomicBitmap {
 
     /// Whether bit `bit` is set (false past the end).
     pub fn get(&self, bit: u64) -> bool {
-        bit < self.len
-            && self.words[(bit / 64) as usize].load(Ordering::Relaxed) & (1u64 << (bit % 64)) != 0
+        bit < self.len && self.word(bit / 64) & (1u64 << (bit % 64)) != 0
     }
 
     /// The 64 bits starting at bit `bit`, bit `bit` lowest (any alignment); bits past the
@@ -88,17 +106,12 @@ impl AtomicBitmap {
         if bit >= self.len {
             return 0;
         }
-        let word = |k: u64| {
-            self.words
-                .get(k as usize)
-                .map_or(0, |w| w.load(Ordering::Relaxed))
-        };
         let shift = bit % 64;
-        let low = word(bit / 64) >> shift;
+        let low = self.word(bit / 64) >> shift;
         let bits = if shift == 0 {
             low
         } else {
-            low | word(bit / 64 + 1) << (64 - shift)
+            low | self.word(bit / 64 + 1) << (64 - shift)
         };
         let remaining = self.len - bit;
         if remaining < 64 {
@@ -108,18 +121,18 @@ impl AtomicBitmap {
         }
     }
 
-    /// Whether any bit is set, looked for in parallel (pass 1B asks it of a map that is
-    /// all clear on a clean filesystem, so every word is read).
+    /// Whether any bit is set, looked for in parallel among the allocated chunks (pass 1B
+    /// asks it of a map that is all clear on a clean filesystem: then none is).
     pub fn any(&self) -> bool {
         self.words
-            .par_chunks(COUNT_WORDS_PER_TASK)
+            .par_allocated()
             .any(|chunk| chunk.iter().any(|w| w.load(Ordering::Relaxed) != 0))
     }
 
-    /// Number of set bits, counted in parallel.
+    /// Number of set bits, counted in parallel over the allocated chunks.
     pub fn count_ones(&self) -> u64 {
         self.words
-            .par_chunks(COUNT_WORDS_PER_TASK)
+            .par_allocated()
             .map(|chunk| {
                 chunk
                     .iter()
@@ -130,23 +143,35 @@ impl AtomicBitmap {
     }
 
     /// Calls `visit` with each set bit in `bits`, in order, a word at a time (a clear word
-    /// costs one load).
+    /// costs one load, a chunk never written one lookup).
     pub fn for_each_set(&self, bits: Range<u64>, mut visit: impl FnMut(u64)) {
         let end = bits.end.min(self.len);
         let mut at = bits.start;
         while at < end {
-            let mut word = self.bits_at(at) & low_bits(end - at);
-            while word != 0 {
-                visit(at + u64::from(word.trailing_zeros()));
-                word &= word - 1;
+            let word_index = at / 64;
+            let Some(word) = usize::try_from(word_index)
+                .ok()
+                .and_then(|k| self.words.get(k))
+            else {
+                // Nothing was ever set in this chunk: go on at the next one.
+                let chunk_bits = (WORDS_PER_CHUNK * 64) as u64;
+                at = (at / chunk_bits + 1) * chunk_bits;
+                continue;
+            };
+            let first = at % 64;
+            let mut set = word.load(Ordering::Relaxed) >> first << first;
+            set &= low_bits(end - word_index * 64);
+            while set != 0 {
+                visit(word_index * 64 + u64::from(set.trailing_zeros()));
+                set &= set - 1;
             }
-            at += 64;
+            at = (word_index + 1) * 64;
         }
     }
 
     /// Bytes of memory held.
     pub fn memory_bytes(&self) -> usize {
-        self.words.len() * 8
+        self.words.memory_bytes()
     }
 }
 
@@ -237,5 +262,31 @@ mod tests {
             assert_eq!(seen, want, "bits {start}..{end}");
         }
         assert_eq!(map.count_ones(), set.len() as u64);
+    }
+
+    #[test]
+    fn a_large_map_holds_only_the_chunks_written_and_reads_across_them() {
+        let chunk = (WORDS_PER_CHUNK * 64) as u64;
+        // 2^35 bits: 16 TiB of 512-byte units, a 4 GiB map were it flat.
+        let map = AtomicBitmap::new(1 << 35);
+        assert!(!map.any());
+        assert!(map.memory_bytes() < 32 << 20, "only the chunk table");
+        let set = [3, chunk - 1, chunk, 7 * chunk + 100, (1 << 35) - 1];
+        for bit in set {
+            assert!(!map.set(bit));
+        }
+        let mut dups = Vec::new();
+        map.set_range(chunk - 2, 4, |b| dups.push(b));
+        assert_eq!(dups, [chunk - 1, chunk]);
+        assert_eq!(map.count_ones(), set.len() as u64 + 2);
+        assert!(map.any());
+        assert_eq!(map.bits_at(chunk - 2), 0b1111);
+        let mut seen = Vec::new();
+        map.for_each_set(0..1 << 35, |b| seen.push(b));
+        let mut want: Vec<u64> = set.into_iter().chain([chunk - 2, chunk + 1]).collect();
+        want.sort_unstable();
+        assert_eq!(seen, want);
+        let chunks_written = 4;
+        assert!(map.memory_bytes() < (32 << 20) + chunks_written * WORDS_PER_CHUNK * 8);
     }
 }

@@ -2,25 +2,30 @@
 //! write into that chunk: per-inode state sized by the superblock's inode count costs what
 //! the image uses, not what it claims (an empty 16 TiB image claims half a billion inodes,
 //! 5.5 GB of per-inode arrays that would be all zeros). A slot never written reads as zero.
+//!
+//! `CHUNK` slots make a chunk: 64 Ki by default, so a per-inode chunk is at most 256 KiB
+//! and an image with a few thousand inodes in use allocates a few chunks. The per-block
+//! bitmaps use far smaller chunks (see [`AtomicBitmap`](super::atomic_bitmap::AtomicBitmap)),
+//! because what an empty filesystem uses is spread over the whole device.
 
 use std::sync::OnceLock;
 
-/// Slots per chunk: 64 Ki, so a chunk is at most 256 KiB and an image with a few thousand
-/// inodes in use allocates a few chunks.
-const SLOTS_PER_CHUNK: usize = 1 << 16;
+use rayon::prelude::*;
+
+/// Entries of the chunk table one parallel task looks at: a small table is walked on one
+/// thread.
+const CHUNKS_PER_TASK: usize = 1 << 12;
 
 #[derive(Debug)]
-pub struct LazySlots<A> {
+pub struct LazySlots<A, const CHUNK: usize = { 1 << 16 }> {
     chunks: Box<[OnceLock<Box<[A]>>]>,
     len: usize,
 }
 
-impl<A: Default> LazySlots<A> {
+impl<A: Default, const CHUNK: usize> LazySlots<A, CHUNK> {
     /// `len` slots, none allocated.
     pub fn new(len: usize) -> Self {
-        let chunks = (0..len.div_ceil(SLOTS_PER_CHUNK))
-            .map(|_| OnceLock::new())
-            .collect();
+        let chunks = (0..len.div_ceil(CHUNK)).map(|_| OnceLock::new()).collect();
         LazySlots { chunks, len }
     }
 
@@ -29,9 +34,7 @@ impl<A: Default> LazySlots<A> {
         if i >= self.len {
             return None;
         }
-        self.chunks[i / SLOTS_PER_CHUNK]
-            .get()
-            .map(|chunk| &chunk[i % SLOTS_PER_CHUNK])
+        self.chunks[i / CHUNK].get().map(|chunk| &chunk[i % CHUNK])
     }
 
     /// Slot `i` to write, its chunk allocated if needed; None past the end.
@@ -39,16 +42,26 @@ impl<A: Default> LazySlots<A> {
         if i >= self.len {
             return None;
         }
-        let chunk = self.chunks[i / SLOTS_PER_CHUNK]
-            .get_or_init(|| (0..SLOTS_PER_CHUNK).map(|_| A::default()).collect());
-        Some(&chunk[i % SLOTS_PER_CHUNK])
+        let chunk =
+            self.chunks[i / CHUNK].get_or_init(|| (0..CHUNK).map(|_| A::default()).collect());
+        Some(&chunk[i % CHUNK])
+    }
+
+    /// The chunks allocated so far, walked in parallel (order unspecified).
+    pub fn par_allocated(&self) -> impl ParallelIterator<Item = &[A]>
+    where
+        A: Sync + Send,
+    {
+        self.chunks
+            .par_iter()
+            .with_min_len(CHUNKS_PER_TASK)
+            .filter_map(|chunk| chunk.get().map(|slots| &slots[..]))
     }
 
     /// Bytes of memory held (the allocated chunks and the chunk table).
     pub fn memory_bytes(&self) -> usize {
         let allocated = self.chunks.iter().filter(|c| c.get().is_some()).count();
-        allocated * SLOTS_PER_CHUNK * size_of::<A>()
-            + self.chunks.len() * size_of::<OnceLock<Box<[A]>>>()
+        allocated * CHUNK * size_of::<A>() + self.chunks.len() * size_of::<OnceLock<Box<[A]>>>()
     }
 }
 
