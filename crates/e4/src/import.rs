@@ -85,11 +85,12 @@ pub fn run(
     });
     import.progress.finish();
     let entries = import.progress.entries.load(Ordering::Relaxed);
-    if let Some(reason) = import
+    let stop_reason = import
         .stop_reason
         .into_inner()
         .unwrap_or_else(|p| p.into_inner())
-    {
+        .or_else(|| crate::interrupt::received().map(|s| format!("interrupted by {s}")));
+    if let Some(reason) = stop_reason {
         return Err(format!(
             "{reason}; the import stopped after {}",
             counted(entries, "entry", "entries")
@@ -197,8 +198,9 @@ fn as_image_path(image_path: &[u8]) -> ImagePath<'_> {
 }
 
 impl Import<'_> {
+    /// Whether to start no more work: the filesystem failed, or the user asked to stop.
     fn is_stopped(&self) -> bool {
-        self.stopped.load(Ordering::Relaxed)
+        self.stopped.load(Ordering::Relaxed) || crate::interrupt::received().is_some()
     }
 
     /// Reports an engine error at `image_path`: a failure of that path, or of the whole

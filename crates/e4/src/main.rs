@@ -16,6 +16,7 @@ mod fsck;
 mod host_copy;
 mod import;
 mod info;
+mod interrupt;
 mod journal;
 mod ls;
 mod mount;
@@ -431,15 +432,18 @@ fn run(cli: Cli) -> Result<(), CliError> {
             host_dir,
             path,
             threads,
-        } => with_writable_image(&image, |fs| {
-            import::run(
-                fs,
-                std::path::Path::new(&image),
-                &host_dir,
-                ImagePath(&path),
-                threads.map(usize::from),
-            )
-        }),
+        } => {
+            interrupt::catch();
+            with_writable_image(&image, |fs| {
+                import::run(
+                    fs,
+                    std::path::Path::new(&image),
+                    &host_dir,
+                    ImagePath(&path),
+                    threads.map(usize::from),
+                )
+            })
+        }
         Command::Put {
             image,
             host_file,
@@ -454,7 +458,12 @@ fn run(cli: Cli) -> Result<(), CliError> {
             image,
             path,
             recursive,
-        } => with_writable_image(&image, |fs| tree_edit::rm(fs, ImagePath(&path), recursive)),
+        } => {
+            if recursive {
+                interrupt::catch();
+            }
+            with_writable_image(&image, |fs| tree_edit::rm(fs, ImagePath(&path), recursive))
+        }
         Command::Mv { image, from, to } => with_writable_image(&image, |fs| {
             tree_edit::mv(fs, ImagePath(&from), ImagePath(&to))
         }),

@@ -143,6 +143,13 @@ fn remove_tree(
         path_under(parent_path, names.chain([name]))
     };
     loop {
+        if let Some(signal) = crate::interrupt::received() {
+            return Err(format!(
+                "{}: interrupted by {signal}; the removal stopped part-way (what it had not \
+                 reached is still there)",
+                ImagePath::from_bytes(&path_under(parent_path, [&top.name[..]])).shown(),
+            ));
+        }
         if let Some(directory) = entering.take() {
             if let Some(&depth) = ancestors.get(&directory.ino) {
                 let ancestor = stack[..depth].iter().map(|l| &l.directory.name[..]);
