@@ -256,6 +256,10 @@ const PEAK_KIB_15_TIB: u64 = 96 * 1024;
 
 /// Runs `e4 args` with an address-space limit of `limit_kib` and returns its exit status
 /// and its own peak resident memory in KiB (`wait4`'s rusage, this child only).
+#[expect(
+    clippy::zombie_processes,
+    reason = "the child is waited for with wait4, which std's Child does not offer"
+)]
 fn e4_with_peak(limit_kib: u64, args: &[&dyn AsRef<OsStr>]) -> (Option<i32>, String, u64) {
     use std::os::unix::process::CommandExt;
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_e4"));
