@@ -41,6 +41,7 @@ pub use e4_format::inode::{FileType, Inode, Timestamp};
 pub use error::{Error, Holder, InUse, Result, Shortage};
 pub use filesystem::{Filesystem, OpenOptions};
 pub use io::device;
+pub use io::kernel_mount;
 pub use io::recording_device;
 pub use journal::log::JournalStats;
 pub use journal::JournalOnDisk;

@@ -6,6 +6,8 @@ use std::io::{IsTerminal, Write};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
+use e4_fs::InUse;
+
 use e4_fsck::phase_times::PhaseClock;
 use e4_fsck::report::{EXIT_OPERATIONAL, EXIT_USAGE};
 use e4_fsck::{Options, Progress, ProgressUpdate};
@@ -38,6 +40,34 @@ pub fn run(args: &FsckArgs) -> u8 {
         force: args.force,
         progress: args.progress.then(|| progress_on_stderr(&args.image)),
     };
+    if let Some(InUse::Mounted {
+        device,
+        mount_point,
+        read_write,
+        ..
+    }) = e4_fs::kernel_mount(Path::new(&args.image))
+    {
+        // e2fsck -n says "Warning! IMAGE is mounted." and goes on; so does e4, saying what
+        // a read-write mount means for what the check sees.
+        let through = if device == args.image {
+            String::new()
+        } else {
+            format!(" through {device}")
+        };
+        if read_write {
+            eprintln!(
+                "e4 fsck: warning: {} is mounted read-write by the kernel at {mount_point}{through}: \
+                 the check reads what the kernel last wrote, and changes not yet written may \
+                 show as damage",
+                args.image
+            );
+        } else {
+            eprintln!(
+                "e4 fsck: warning: {} is mounted read-only by the kernel at {mount_point}{through}",
+                args.image
+            );
+        }
+    }
     let report = match e4_fsck::check(Path::new(&args.image), &options) {
         Ok(report) => report,
         Err(e) => {

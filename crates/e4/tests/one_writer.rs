@@ -147,6 +147,19 @@ fn an_image_the_kernel_holds_is_not_edited() {
     assert_refused(&run(&[&"mkdir", &image.path, &"/d"]), &on);
     assert_refused(&run(&[&"mkdir", &loop_path, &"/d"]), &on);
     assert_refused(&run(&[&"ls", &image.path, &"/"]), &on);
+    // e4 fsck reads it as e2fsck -n does, with one warning line that says what the check
+    // can see (issue 23 item 6: it said clean with no word of the mount).
+    let fsck = run(&[&"fsck", &"-n", &image.path]);
+    let warning = String::from_utf8_lossy(&fsck.stderr);
+    assert_eq!(fsck.status.code(), Some(0), "{warning}");
+    assert_eq!(warning.lines().count(), 1, "{warning}");
+    assert!(
+        warning.contains(&format!(
+            "is mounted read-write by the kernel at {} through {shown}",
+            mount.path().display()
+        )) && warning.contains("changes not yet written may show as damage"),
+        "{warning}"
+    );
     drop(mount);
     drop(device);
     e2fsck_clean(&image.path).unwrap();

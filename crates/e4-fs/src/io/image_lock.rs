@@ -207,15 +207,29 @@ fn device_number(dev: u64) -> DeviceNumber {
     (nix::sys::stat::major(dev), nix::sys::stat::minor(dev))
 }
 
-/// Refuses what the kernel is using (see the module doc's table).
-fn check_kernel_use(metadata: &Metadata, path: &Path, writable: bool) -> Result<()> {
-    let devices = if metadata.file_type().is_block_device() {
+/// Where the kernel has the image at `path` mounted, read-only or read-write, if it does
+/// (a block device itself, or an image file through the loop devices it backs). For
+/// checkers: `e4 fsck` reads a mounted image, as `e2fsck -n` does, and says so.
+pub fn kernel_mount(path: &Path) -> Option<InUse> {
+    let metadata = std::fs::metadata(path).ok()?;
+    mount_of(&mountinfo(), &kernel_devices(&metadata, path), true)
+}
+
+/// The block devices through which the kernel may use the image: the device itself, or
+/// the loop devices an image file backs (the whole device first, then its partitions).
+fn kernel_devices(metadata: &Metadata, path: &Path) -> Vec<(String, DeviceNumber)> {
+    if metadata.file_type().is_block_device() {
         vec![(path.display().to_string(), device_number(metadata.rdev()))]
     } else if metadata.is_file() {
         loop_devices_backed_by(metadata.dev(), metadata.ino())
     } else {
         Vec::new()
-    };
+    }
+}
+
+/// Refuses what the kernel is using (see the module doc's table).
+fn check_kernel_use(metadata: &Metadata, path: &Path, writable: bool) -> Result<()> {
+    let devices = kernel_devices(metadata, path);
     if devices.is_empty() {
         return Ok(());
     }

@@ -4,5 +4,6 @@
 pub(crate) mod credits;
 pub mod device;
 mod image_lock;
+pub use image_lock::kernel_mount;
 pub(crate) mod meta_io;
 pub mod recording_device;
