@@ -51,7 +51,26 @@ thread_local! {
     static COPY_BUFFER: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
-pub fn run(fs: &Filesystem, dest: &Path, threads: Option<usize>) -> Result<(), CliError> {
+/// The mode bits that make a program run as its owner or group (`S_ISUID`, `S_ISGID`).
+const SET_USER_ID: u32 = 0o4000;
+const SET_GROUP_ID: u32 = 0o2000;
+
+/// What an image is not allowed to make on the host (`--no-devices`, `--no-setuid`).
+#[derive(Clone, Copy, Default)]
+pub struct Untrusted {
+    /// Character and block device nodes are not made, only counted.
+    pub no_devices: bool,
+    /// Setuid and setgid bits are cleared on everything but directories (where setgid
+    /// only means that new entries take the directory's group).
+    pub no_setuid: bool,
+}
+
+pub fn run(
+    fs: &Filesystem,
+    dest: &Path,
+    untrusted: Untrusted,
+    threads: Option<usize>,
+) -> Result<(), CliError> {
     if dest.exists() {
         let mut entries = fs::read_dir(dest).map_err(|e| format!("{}: {e}", dest.display()))?;
         if entries.next().is_some() {
@@ -69,6 +88,8 @@ pub fn run(fs: &Filesystem, dest: &Path, threads: Option<usize>) -> Result<(), C
     let export = Export {
         fs,
         set_owner: rustix::process::geteuid().is_root(),
+        untrusted,
+        devices_not_made: AtomicU64::new(0),
         visited: InodeSet::new(fs.superblock().inodes_count),
         first_names: Mutex::new(HashMap::new()),
         late_links: Mutex::new(Vec::new()),
@@ -84,6 +105,11 @@ pub fn run(fs: &Filesystem, dest: &Path, threads: Option<usize>) -> Result<(), C
         }
         Err(e) => export.fail("/", e),
     });
+    match export.devices_not_made.load(Ordering::Relaxed) {
+        0 => {}
+        1 => eprintln!("e4: 1 device node not made (--no-devices)"),
+        n => eprintln!("e4: {n} device nodes not made (--no-devices)"),
+    }
     match export.failures.load(Ordering::Relaxed) {
         0 => Ok(()),
         n => Err(format!(
@@ -99,6 +125,9 @@ struct Export<'a> {
     fs: &'a Filesystem,
     /// Owners can only be set by root; others keep their own.
     set_owner: bool,
+    untrusted: Untrusted,
+    /// Device nodes skipped under `--no-devices`.
+    devices_not_made: AtomicU64,
     /// Directories already entered, to refuse a directory cycle in a damaged image.
     visited: InodeSet,
     /// For each inode with several links: the path it was first created at.
@@ -400,6 +429,9 @@ impl Export<'_> {
                     .map_err(|e| e.to_string())?;
                 self.apply_metadata(Target::At(dir_fd, name), path, meta);
             }
+            FileType::CharDevice | FileType::BlockDevice if self.untrusted.no_devices => {
+                self.devices_not_made.fetch_add(1, Ordering::Relaxed);
+            }
             FileType::CharDevice | FileType::BlockDevice | FileType::Fifo | FileType::Socket => {
                 let kind = match meta.file_type {
                     FileType::CharDevice => host::FileType::CharacterDevice,
@@ -499,13 +531,17 @@ impl Export<'_> {
             }
         }
         if m.file_type != FileType::Symlink {
-            let mode = Mode::from_raw_mode(u32::from(m.permissions));
+            let mut permissions = u32::from(m.permissions);
+            if self.untrusted.no_setuid && m.file_type != FileType::Directory {
+                permissions &= !(SET_USER_ID | SET_GROUP_ID);
+            }
+            let mode = Mode::from_raw_mode(permissions);
             let changed = match target {
                 Target::Fd(fd) => host::fchmod(fd, mode),
                 Target::At(dir, name) => host::chmodat(dir, name, mode, AtFlags::empty()),
             };
             if let Err(e) = changed {
-                self.fail(path, format!("cannot set mode {:o}: {e}", m.permissions));
+                self.fail(path, format!("cannot set mode {permissions:o}: {e}"));
             }
         }
         if let Err(e) = self.copy_xattrs(target, path, m.ino) {
@@ -571,6 +607,10 @@ fn set_times(target: Target<'_>, atime: Timestamp, mtime: Timestamp) -> Result<(
 fn bad_name(name: &[u8]) -> Option<&'static str> {
     if name.is_empty() {
         Some("empty name")
+    } else if name == b"." || name == b".." {
+        // The directory's own first two entries are never listed; another one with such a
+        // name is damage (e2fsck: "duplicate '.' entry"), and no host directory can hold it.
+        Some("a second entry with that name (damage; e4 fsck reports it)")
     } else if name.contains(&b'/') {
         Some("name contains '/'")
     } else if name.contains(&0) {

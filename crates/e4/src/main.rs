@@ -209,13 +209,21 @@ enum Command {
     ///
     /// Modes are kept with their setuid and setgid bits, and as root the owners and device
     /// nodes are made as the image has them (as `tar -p` does): for an image you do not
-    /// trust, export as an ordinary user (owners become yours, device nodes fail and are
-    /// named), or into a filesystem mounted nodev,nosuid.
+    /// trust, pass --no-devices and --no-setuid, export as an ordinary user (owners become
+    /// yours, device nodes fail and are named), or export into a filesystem mounted
+    /// nodev,nosuid.
     Export {
         /// The ext2/3/4 image file or block device.
         image: String,
         /// Destination directory; created if missing, must be empty if present.
         dir: String,
+        /// Make no character or block device nodes (they are counted in one line at the
+        /// end); fifos and sockets are still made.
+        #[arg(long)]
+        no_devices: bool,
+        /// Clear the setuid and setgid bits of every file that is not a directory.
+        #[arg(long)]
+        no_setuid: bool,
         /// Worker threads; all cores by default.
         #[arg(short = 'j', long, value_parser = clap::value_parser!(u16).range(1..=MAX_WORKER_THREADS))]
         threads: Option<u16>,
@@ -395,10 +403,16 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Command::Export {
             image,
             dir,
+            no_devices,
+            no_setuid,
             threads,
         } => export::run(
             &open(&image)?,
             std::path::Path::new(&dir),
+            export::Untrusted {
+                no_devices,
+                no_setuid,
+            },
             threads.map(usize::from),
         ),
         Command::Bench {

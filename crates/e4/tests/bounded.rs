@@ -330,6 +330,59 @@ fn export_help_says_what_an_untrusted_image_can_make() {
     }
 }
 
+/// Issue 23 item 4: `--no-devices` and `--no-setuid` keep an untrusted image from making
+/// device nodes and set-id programs on the host, even as root; without them, root gets
+/// what the image holds, as `tar -p` gives it.
+#[test]
+fn export_of_an_untrusted_image_makes_no_devices_or_set_id_files() {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped: making a device node in the source tree needs root");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    let program = src.join("program");
+    std::fs::write(&program, b"#!/bin/sh\n").unwrap();
+    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o6755)).unwrap();
+    let shared = src.join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o2775)).unwrap();
+    tool("mknod", &[&src.join("null"), &"c", &"1", &"3"]);
+    tool("mkfifo", &[&src.join("pipe")]);
+    let image = image_of(dir.path(), &src, "16M", &[]);
+
+    let mode = |p: &Path| std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777;
+    let trusted = dir.path().join("trusted");
+    let out = e4(&[&"export", &image, &trusted]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(std::fs::symlink_metadata(trusted.join("null"))
+        .unwrap()
+        .file_type()
+        .is_char_device());
+    assert_eq!(mode(&trusted.join("program")), 0o6755);
+
+    let untrusted = dir.path().join("untrusted");
+    let out = e4(&[
+        &"export",
+        &"--no-devices",
+        &"--no-setuid",
+        &image,
+        &untrusted,
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stderr(&out), "e4: 1 device node not made (--no-devices)\n");
+    assert!(!untrusted.join("null").exists());
+    assert!(std::fs::symlink_metadata(untrusted.join("pipe"))
+        .unwrap()
+        .file_type()
+        .is_fifo());
+    assert_eq!(mode(&untrusted.join("program")), 0o755);
+    // A directory's setgid only passes its group on, and is kept.
+    assert_eq!(mode(&untrusted.join("shared")), 0o2775);
+}
+
 /// Issue 23 item 3: a 32 MiB image whose superblock claims (2^32 - 1) groups of 32,768
 /// blocks is refused at once with one line by `e4 info` and `e4 fsck` (exit 8, as e2fsck),
 /// within the address-space limit, instead of allocating per claimed group.

@@ -359,3 +359,34 @@ fn export_goes_on_past_host_errors() {
     );
     assert_eq!(String::from_utf8_lossy(&found.stdout).lines().count(), 1);
 }
+
+/// Issue 23 item 4: extra entries named `.` and `..` (damage: a name only a directory's
+/// first two entries hold) are each named as skipped, not met as a host error.
+#[test]
+fn export_names_extra_dot_entries_as_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    // No checksums, so the entries can be renamed by editing bytes.
+    let image = one_file_image(dir.path(), "qQ", b"hello\n", "^metadata_csum,^dir_index");
+    run("debugfs", &[&"-w", &"-R", &"mkdir dZ", &image]);
+    let mut bytes = std::fs::read(&image).unwrap();
+    // name_len and file type, then the name: a file "qQ" and a directory "dZ" in the root.
+    for (entry, file_type) in [(b"qQ", 1u8), (b"dZ", 2)] {
+        let pattern = [2, file_type, entry[0], entry[1]];
+        let at = bytes
+            .windows(4)
+            .position(|w| w == pattern)
+            .unwrap_or_else(|| panic!("entry {:?} not found", std::str::from_utf8(entry)));
+        bytes[at + 2..at + 4].copy_from_slice(b"..");
+    }
+    std::fs::write(&image, bytes).unwrap();
+    let out = e4(&[&"export", &image, &dir.path().join("out")]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let skipped = "entry \"..\" skipped: a second entry with that name";
+    assert_eq!(stderr.matches(skipped).count(), 2, "{stderr}");
+    assert_eq!(
+        stderr.lines().count(),
+        3,
+        "two entries and the summary: {stderr}"
+    );
+}
