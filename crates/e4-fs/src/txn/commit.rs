@@ -405,7 +405,6 @@ impl Transactions {
             .zip(room.chunks_exact(block_size))
             .map(|(buffer, bytes)| (buffer.nr(), bytes))
             .collect();
-        drop(buffers);
         let superblock_block = journal.superblock_block(&superblock);
         let logged: Vec<(u64, &[u8])> = sealed
             .iter()
@@ -420,6 +419,11 @@ impl Transactions {
         let in_log = journal.commit(parts.store, &logged, freed)?;
         drop(logged);
         write_back::write_copies(parts.store, &sealed)?;
+        // Only now may the cache let the buffers go: until their home writes are done the
+        // device holds their old contents, and a buffer evicted and read back before then
+        // would bring those back, for the next commit to write over this one's changes
+        // (entries of large directories were lost so, once the cache was full).
+        drop(buffers);
         drop(sealed);
         journal.give_back_room(room);
         write_back::write_uncached(parts.store, uncached)?;
