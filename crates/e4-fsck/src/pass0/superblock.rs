@@ -8,7 +8,7 @@ use std::path::Path;
 use rayon::prelude::*;
 
 use e4_format::features::READABLE_INCOMPAT;
-use e4_format::features::{feature_names, FeatureKind, IncompatFeatures, RoCompatFeatures};
+use e4_format::features::{feature_names, FeatureKind, IncompatFeatures};
 use e4_format::geometry::Geometry;
 use e4_format::group_descriptor::{
     GroupChecksum, GroupDescriptor, GroupSeed, BG_BLOCK_UNINIT, BG_INODE_UNINIT,
@@ -56,9 +56,6 @@ pub fn open_and_check(path: &Path, clock: &mut PhaseClock) -> Result<Context, Fs
             "incompatible features {}",
             feature_names(FeatureKind::Incompat, unknown).join(", ")
         )));
-    }
-    if sb.ro_compat().contains(RoCompatFeatures::BIGALLOC) {
-        return Err(FsckError::Unsupported("bigalloc".into()));
     }
     let geo = Geometry::new(&sb);
     let device_blocks = image.len() / u64::from(geo.block_size());

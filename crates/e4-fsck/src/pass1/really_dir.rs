@@ -68,7 +68,7 @@ fn looks_like_directory(ctx: &Context, inode: &Inode) -> bool {
                     continue;
                 }
                 not_device |= i >= DEVICE_WORDS;
-                if !ctx.is_valid_block(block) || ctx.metadata.get(block) {
+                if !ctx.is_valid_block(block) || ctx.metadata.get(ctx.cluster_of(block)) {
                     return false;
                 }
             }

@@ -292,6 +292,13 @@ problem_codes! {
     PR_1_INLINE_DATA_FEATURE = 0x01006F, Fix, Inode, true;
     /// The inline-data flag on a filesystem without the inline_data feature.
     PR_1_INLINE_DATA_SET = 0x010070, Clear, Inode, true;
+    /// Under bigalloc, a block whose offset in its physical cluster differs from its
+    /// logical block's in its logical cluster, or a logical cluster spread over two
+    /// physical ones; information only: its clusters are claimed twice, for pass 1B.
+    PR_1_MISALIGNED_CLUSTER = 0x010074, None, MultiplyClaimed, false;
+    /// A block-mapped regular file or directory with data blocks under bigalloc, which
+    /// the kernel cannot allocate clusters to.
+    PR_1_NO_BIGALLOC_BLOCKMAP_FILES = 0x010080, Fix, Inode, true;
     /// The inline-data flag, with the feature, but no `system.data` attribute to be
     /// found in the inode or its xattr block (or one of them does not parse).
     PR_1_INLINE_DATA_NO_ATTR = 0x010075, Clear, Inode, true;

@@ -35,11 +35,15 @@ pub struct Context {
     descriptor_checksums_ok: Vec<bool>,
     /// The metadata_csum seed, when the filesystem has metadata checksums.
     pub csum_seed: Option<u32>,
-    /// Every block found in use: metadata, then each inode's blocks (pass 1).
+    /// log2 of the blocks per cluster: 0 without bigalloc. The three maps below have a bit
+    /// per cluster, as e2fsck's `block_found_map`, `block_dup_map` and
+    /// `block_metadata_map` have (under bigalloc a block is owned with its whole cluster).
+    pub cluster_bits: u32,
+    /// Every cluster found in use: metadata, then each inode's blocks (pass 1).
     pub block_found: AtomicBitmap,
-    /// Blocks claimed a second time (by an inode after metadata or another inode).
+    /// Clusters claimed a second time (by an inode after metadata or another inode).
     pub block_dup: AtomicBitmap,
-    /// Blocks of fixed metadata: superblocks, descriptors, bitmaps, inode tables.
+    /// Clusters of fixed metadata: superblocks, descriptors, bitmaps, inode tables.
     pub metadata: AtomicBitmap,
     /// Per-inode state.
     pub inodes: InodeStates,
@@ -79,7 +83,8 @@ impl Context {
         problems: Vec<Problem>,
     ) -> Self {
         let geo = Geometry::new(&sb);
-        let blocks = geo.blocks();
+        let cluster_bits = sb.cluster_ratio().trailing_zeros();
+        let clusters = geo.blocks().div_ceil(1 << cluster_bits);
         let csum_seed = sb.has_metadata_csum().then(|| sb.csum_seed());
         Context {
             image,
@@ -93,9 +98,10 @@ impl Context {
             groups,
             descriptor_checksums_ok,
             csum_seed,
-            block_found: AtomicBitmap::new(blocks),
-            block_dup: AtomicBitmap::new(blocks),
-            metadata: AtomicBitmap::new(blocks),
+            cluster_bits,
+            block_found: AtomicBitmap::new(clusters),
+            block_dup: AtomicBitmap::new(clusters),
+            metadata: AtomicBitmap::new(clusters),
             problems: Mutex::new(problems),
         }
     }
@@ -168,6 +174,26 @@ impl Context {
     /// Block size in bytes.
     pub fn block_size(&self) -> u32 {
         self.geo.block_size()
+    }
+
+    /// Blocks per cluster: 1 without bigalloc.
+    pub fn cluster_ratio(&self) -> u64 {
+        1 << self.cluster_bits
+    }
+
+    /// The cluster holding `block` (libext2fs's `EXT2FS_B2C`).
+    pub fn cluster_of(&self, block: u64) -> u64 {
+        block >> self.cluster_bits
+    }
+
+    /// Group `group`'s first cluster and how many it has (the last group may be short),
+    /// the bits of its block bitmap that mean something.
+    pub fn group_clusters(&self, group: u32) -> (u64, u64) {
+        let first = self.cluster_of(self.geo.group_first_block(group));
+        (
+            first,
+            self.geo.group_blocks(group).div_ceil(self.cluster_ratio()),
+        )
     }
 
     /// Whether group descriptors carry checksums and the uninit flags mean something

@@ -43,6 +43,11 @@ pub const E2FSCK_CLASSES: &[(&str, ProblemClass)] = &[
     ("MMP", ProblemClass::Superblock),
     ("Update quota info", ProblemClass::Quota),
     ("[QUOTA WARNING]", ProblemClass::Quota),
+    ("on bigalloc filesystem cannot be", ProblemClass::Inode),
+    (
+        "violates cluster allocation rules",
+        ProblemClass::MultiplyClaimed,
+    ),
     ("multiply-claimed", ProblemClass::MultiplyClaimed),
     ("Multiply-claimed", ProblemClass::MultiplyClaimed),
     ("i_size is", ProblemClass::InodeSize),

@@ -1,0 +1,266 @@
+//! bigalloc (issue 24) against `e2fsck -fn`: images made with `mke2fs -O bigalloc -C 16384`
+//! (4 KiB blocks, 4 to a cluster; 1 KiB blocks, 16 to a cluster) and filled with debugfs,
+//! clean and then damaged in each of the ways cluster accounting can go wrong: a block
+//! bitmap bit, a group's free cluster count, the superblock's free block count, a cluster
+//! claimed by two files (at the same block and at another block of it), `i_blocks`, the
+//! kernel's allowed sharing of a cluster between extents of one file, a logical cluster
+//! spread over two physical ones, and a block map. Both checkers must give the same exit
+//! status and the same problem classes, at 1 and 4 threads alike.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use e4_fsck::ProblemCode;
+use e4_testkit::{make_empty_image, Image};
+
+use common::{assert_agreement, bmap, debugfs, forced_check};
+
+/// Bytes in a cluster of the images here.
+const CLUSTER_BYTES: usize = 16384;
+
+/// Makes a bigalloc image of `block_size` bytes per block and fills it: `/f1` of three
+/// clusters and a block (a partly used last cluster), `/f2` of one block with an xattr
+/// block, `/d` holding 40 files, `/frag`, whose extents fill the holes left between
+/// files (an extent tree with an index node), and `/four`, one whole cluster.
+fn filled_image(block_size: u32) -> Image {
+    let image = make_empty_image(
+        &[
+            "-t",
+            "ext4",
+            "-b",
+            &block_size.to_string(),
+            "-O",
+            "bigalloc",
+            "-C",
+            &CLUSTER_BYTES.to_string(),
+        ],
+        32,
+    );
+    let host = tempfile::tempdir().unwrap();
+    let file = |name: &str, len: usize| {
+        let path = host.path().join(name);
+        let bytes: Vec<u8> = (0..len).map(|i| (i * 7 + len) as u8).collect();
+        std::fs::write(&path, bytes).unwrap();
+        path.display().to_string()
+    };
+    let cluster = file("cluster", CLUSTER_BYTES);
+    let f1 = file("f1", 3 * CLUSTER_BYTES + block_size as usize);
+    let f2 = file("f2", 3000);
+    let frag = file("frag", 12 * CLUSTER_BYTES);
+    let mut commands = vec![
+        format!("write {f1} f1"),
+        format!("write {f2} f2"),
+        format!("ea_set -f {f2} f2 user.big"),
+        "mkdir d".to_string(),
+        format!("write {cluster} four"),
+    ];
+    commands.extend((0..40).map(|i| format!("write {f2} d/file{i}")));
+    commands.extend((0..24).map(|i| format!("write {cluster} hole{i}")));
+    commands.extend((0..24).step_by(2).map(|i| format!("rm hole{i}")));
+    commands.push(format!("write {frag} frag"));
+    run_debugfs(&image.path, &commands);
+    image
+}
+
+/// Runs `commands` in one debugfs session, bounded in time.
+fn run_debugfs(image: &Path, commands: &[String]) {
+    let script = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(script.path(), commands.join("\n")).unwrap();
+    let out = Command::new("timeout")
+        .args(["60", "debugfs", "-w", "-f"])
+        .arg(script.path())
+        .arg(image)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "debugfs: {out:?}");
+}
+
+/// e2fsck -fn's exit status.
+fn e2fsck_exit(image: &Path) -> i32 {
+    let out = Command::new("timeout")
+        .args(["60", "e2fsck", "-fn"])
+        .arg(image)
+        .output()
+        .unwrap();
+    out.status.code().unwrap_or(-1)
+}
+
+/// Asserts both checkers exit with `expected` and agree on the classes; returns e4's
+/// problem codes.
+fn assert_exit(image: &Path, what: &str, expected: i32) -> Vec<ProblemCode> {
+    assert_agreement(image, what);
+    let report = forced_check(image, Some(2));
+    assert_eq!(
+        (e2fsck_exit(image), i32::from(report.exit_code())),
+        (expected, expected),
+        "{what}: exit statuses (e2fsck, e4)"
+    );
+    report.problems.iter().map(|p| p.code).collect()
+}
+
+/// Rewrites the extent tree in `path`'s `i_block` as the leaf `extents` (logical,
+/// length, physical), through debugfs so that the inode's checksum stays right.
+fn set_extents(image: &Path, path: &str, extents: &[(u32, u32, u64)]) {
+    let mut words = vec![
+        0xF30A | (extents.len() as u32) << 16,
+        4, // eh_max 4, depth 0
+        0,
+    ];
+    for &(logical, len, physical) in extents {
+        words.extend([
+            logical,
+            len | ((physical >> 32) as u32) << 16,
+            physical as u32,
+        ]);
+    }
+    let commands: Vec<String> = (0..15)
+        .map(|i| {
+            let word = words.get(i).copied().unwrap_or(0);
+            format!("sif {path} block[{i}] {word}")
+        })
+        .collect();
+    run_debugfs(image, &commands);
+}
+
+#[test]
+fn clean_bigalloc_images_agree() {
+    for block_size in [4096, 1024] {
+        let image = filled_image(block_size);
+        let what = format!("{block_size}-byte blocks");
+        assert!(assert_exit(&image.path, &what, 0).is_empty(), "{what}");
+        let depth = debugfs(&image.path, "ex frag");
+        assert!(
+            depth.contains("1/ 1"),
+            "{what}: /frag has no index node:\n{depth}"
+        );
+    }
+}
+
+#[test]
+fn cluster_accounting_damage_agrees() {
+    use ProblemCode::*;
+    // (what, damage, e2fsck's exit status, a code e4 must report)
+    type Damage = fn(&Path, u32);
+    let cases: &[(&str, Damage, i32, ProblemCode)] = &[
+        (
+            "a used cluster's bitmap bit cleared",
+            |img, _| {
+                let block = bmap(img, "f1", 4);
+                debugfs(img, &format!("freeb {block}"));
+            },
+            4,
+            PR_5_BLOCK_USED,
+        ),
+        (
+            "a group's free cluster count",
+            |img, _| {
+                debugfs(img, "set_bg 0 free_blocks_count 17");
+            },
+            4,
+            PR_5_FREE_BLOCK_COUNT_GROUP,
+        ),
+        (
+            "the superblock's free block count",
+            |img, _| {
+                debugfs(img, "ssv free_blocks_count 1000");
+            },
+            0,
+            PR_5_FREE_BLOCK_COUNT,
+        ),
+        (
+            "a cluster claimed by two files at its first block",
+            |img, _| {
+                let block = bmap(img, "f1", 0);
+                set_extents(img, "f2", &[(0, 1, block)]);
+            },
+            4,
+            PR_1B_DUP_BLOCK,
+        ),
+        (
+            "the unused blocks of a file's last cluster claimed by another",
+            |img, _| {
+                // f1's block 12 (or 48) opens its last cluster; the next block is free
+                // within that cluster, but the cluster is f1's.
+                let ratio = CLUSTER_BYTES as u64 / u64::from(block_size_of(img));
+                let block = bmap(img, "f1", 3 * ratio) + 1;
+                set_extents(img, "f2", &[(1, 1, block)]);
+            },
+            4,
+            PR_1B_DUP_BLOCK,
+        ),
+        (
+            "i_blocks one block short",
+            |img, block_size| {
+                let sectors = 4 * CLUSTER_BYTES as u32 / 512 - block_size / 512;
+                debugfs(img, &format!("sif f1 blocks {sectors}"));
+            },
+            4,
+            PR_1_BAD_I_BLOCKS,
+        ),
+        (
+            "a logical cluster spread over two physical clusters",
+            |img, _| {
+                let ratio = CLUSTER_BYTES as u64 / u64::from(block_size_of(img));
+                let first = bmap(img, "four", 0);
+                let other = bmap(img, "f1", 0);
+                set_extents(
+                    img,
+                    "four",
+                    &[(0, 1, first), (1, 1, other + 1), (2, 2, first + 2)],
+                );
+                assert!(ratio >= 4);
+            },
+            4,
+            PR_1_MISALIGNED_CLUSTER,
+        ),
+        (
+            "a block map under bigalloc",
+            |img, _| {
+                let first = bmap(img, "four", 0);
+                run_debugfs(
+                    img,
+                    &[
+                        "sif four flags 0".to_string(),
+                        format!("sif four block[0] {first}"),
+                        format!("sif four block[1] {}", first + 1),
+                        format!("sif four block[2] {}", first + 2),
+                        format!("sif four block[3] {}", first + 3),
+                        "sif four block[4] 0".to_string(),
+                        "sif four block[5] 0".to_string(),
+                    ],
+                );
+            },
+            4,
+            PR_1_NO_BIGALLOC_BLOCKMAP_FILES,
+        ),
+    ];
+    for block_size in [4096, 1024] {
+        for &(what, damage, expected, code) in cases {
+            let image = filled_image(block_size);
+            damage(&image.path, block_size);
+            let what = format!("{what} ({block_size}-byte blocks)");
+            let codes = assert_exit(&image.path, &what, expected);
+            assert!(codes.contains(&code), "{what}: {code:?} not in {codes:?}");
+        }
+    }
+}
+
+/// Extents of one file sharing clusters as the kernel makes them: two extents in one
+/// cluster, and a hole inside a cluster. Both are sound.
+#[test]
+fn extents_sharing_a_cluster_are_sound() {
+    for block_size in [4096, 1024] {
+        let image = filled_image(block_size);
+        let first = bmap(&image.path, "four", 0);
+        set_extents(&image.path, "four", &[(0, 2, first), (2, 2, first + 2)]);
+        assert_exit(&image.path, "one cluster in two extents", 0);
+        set_extents(&image.path, "four", &[(0, 1, first), (3, 1, first + 3)]);
+        assert_exit(&image.path, "a hole inside a cluster", 0);
+    }
+}
+
+fn block_size_of(image: &Path) -> u32 {
+    common::block_size(image) as u32
+}
