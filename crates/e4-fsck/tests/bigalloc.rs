@@ -25,6 +25,11 @@ const CLUSTER_BYTES: usize = 16384;
 /// block, `/d` holding 40 files, `/frag`, whose extents fill the holes left between
 /// files (an extent tree with an index node), and `/four`, one whole cluster.
 fn filled_image(block_size: u32) -> Image {
+    filled_image_with(block_size, "bigalloc")
+}
+
+/// As [`filled_image`], with the features `features` (bigalloc among them).
+fn filled_image_with(block_size: u32, features: &str) -> Image {
     let image = make_empty_image(
         &[
             "-t",
@@ -32,7 +37,7 @@ fn filled_image(block_size: u32) -> Image {
             "-b",
             &block_size.to_string(),
             "-O",
-            "bigalloc",
+            features,
             "-C",
             &CLUSTER_BYTES.to_string(),
         ],
@@ -136,6 +141,19 @@ fn clean_bigalloc_images_agree() {
             "{what}: /frag has no index node:\n{depth}"
         );
     }
+    // Quota usage is counted in whole clusters. debugfs does not keep the quota files,
+    // so e2fsck brings them up to date before the comparison.
+    let image = filled_image_with(4096, "bigalloc,quota,project");
+    let out = Command::new("timeout")
+        .args(["60", "e2fsck", "-fy"])
+        .arg(&image.path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.code().is_some_and(|c| c <= 1),
+        "e2fsck -fy: {out:?}"
+    );
+    assert!(assert_exit(&image.path, "quota", 0).is_empty());
 }
 
 #[test]
