@@ -6,6 +6,7 @@
 //! compared with what was found; directories are returned for pass 2.
 
 mod bad_blocks;
+mod encryption;
 mod inline_data;
 mod quota_inodes;
 mod really_dir;
@@ -22,7 +23,7 @@ use e4_format::MetadataBlock;
 
 use crate::pass1::inline_data::{
     check_flag_conflict, check_flag_without_feature, check_system_data_present, inline_data_size,
-    system_data, BlockChecksum, SystemData,
+    system_data, SystemData,
 };
 use crate::pass1::quota_inodes::{quota_slot, QuotaSlot};
 use crate::pass1::special_inode::check_special;
@@ -42,6 +43,7 @@ use crate::walk::too_big::TooBig;
 use crate::xattr::ea_inode::ValueCharge;
 use crate::xattr::entries::{check_entries, value_inodes_named, XattrPlace};
 use crate::xattr::inode_area;
+use crate::xattr::lookup::BlockChecksum;
 use crate::xattr::refs::XattrBlocks;
 
 /// Inodes per unit of work: large enough that one read covers many table blocks, small
@@ -389,6 +391,7 @@ fn check_inode(
         InodeKind::Reserved
     } else {
         check_dtime(walk, &inode);
+        encryption::check(walk, &inode);
         // e2fsck's `check_inode_extra_space` runs for inodes in use other than the
         // reserved and special ones.
         if let Some(e) = &bad_extra_isize {

@@ -299,6 +299,10 @@ problem_codes! {
     /// A block-mapped regular file or directory with data blocks under bigalloc, which
     /// the kernel cannot allocate clusters to.
     PR_1_NO_BIGALLOC_BLOCKMAP_FILES = 0x010080, Fix, Inode, true;
+    /// `EXT4_ENCRYPT_FL` without an encryption context (the attribute `c`).
+    PR_1_MISSING_ENCRYPTION_XATTR = 0x010087, Clear, Inode, true;
+    /// An encryption context of a known version with the wrong size, or of version 0.
+    PR_1_CORRUPT_ENCRYPTION_XATTR = 0x010088, ClearInode, Inode, true;
     /// The inline-data flag, with the feature, but no `system.data` attribute to be
     /// found in the inode or its xattr block (or one of them does not parse).
     PR_1_INLINE_DATA_NO_ATTR = 0x010075, Clear, Inode, true;
@@ -424,6 +428,13 @@ problem_codes! {
     PR_2_NULL_NAME = 0x020030, Clear, DirectoryEntry, true;
     /// A name holds `/` or NUL.
     PR_2_BAD_NAME = 0x020008, Fix, DirectoryEntry, true;
+    /// A name in an encrypted directory shorter than one cipher block (16 bytes).
+    PR_2_BAD_ENCRYPTED_NAME = 0x020050, Clear, DirectoryEntry, true;
+    /// An entry of an encrypted directory names a regular file, directory or symlink
+    /// that is not encrypted.
+    PR_2_UNENCRYPTED_FILE = 0x020051, Clear, DirectoryEntry, true;
+    /// An entry of an encrypted directory names a file of another encryption policy.
+    PR_2_INCONSISTENT_ENCRYPTION_POLICY = 0x020052, Clear, DirectoryEntry, true;
     /// The first entry of a directory is not `.`.
     PR_2_MISSING_DOT = 0x020009, Fix, DirectoryBlock, true;
     /// The second entry of a directory is not `..`.

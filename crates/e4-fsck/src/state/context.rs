@@ -15,6 +15,7 @@ use e4_format::FormatError;
 use crate::report::problem::{Location, Problem, ProblemCode};
 use crate::state::atomic_bitmap::AtomicBitmap;
 use crate::state::ea_inode_refs::EaInodes;
+use crate::state::encryption_policies::EncryptionPolicies;
 use crate::state::image::Image;
 use crate::state::inode_state::InodeStates;
 use crate::state::quota_usage::QuotaTotals;
@@ -51,6 +52,8 @@ pub struct Context {
     pub ea_inodes: EaInodes,
     /// Quota usage found in pass 1, per user, group and project.
     pub quota: QuotaTotals,
+    /// The policies of encrypted inodes, found in pass 1 for pass 2.
+    pub encryption: EncryptionPolicies,
     /// Inodes pass 1 found failing their checksum (not blank ones). Pass 1 forgives
     /// them; pass 1B's scan and pass 2's `process_bad_inode` read them again, and stop
     /// e2fsck. Damage only, so a set under one lock.
@@ -91,6 +94,7 @@ impl Context {
             inodes: InodeStates::new(sb.inodes_count),
             ea_inodes: EaInodes::default(),
             quota: QuotaTotals::default(),
+            encryption: EncryptionPolicies::default(),
             checksum_failed: Mutex::default(),
             bad_inodes: Mutex::default(),
             sb,

@@ -35,6 +35,10 @@ pub const E2FSCK_CLASSES: &[(&str, ProblemClass)] = &[
     ("INLINE_DATA_FL flag but", ProblemClass::Inode),
     ("it is really a directory", ProblemClass::Inode),
     ("missing EA_INODE flag", ProblemClass::Xattr),
+    // Before "xtended attribute": the encryption context checks are the inode's.
+    ("encrypt flag but no encryption", ProblemClass::Inode),
+    ("has corrupt encryption", ProblemClass::Inode),
+    ("Encrypted entry", ProblemClass::DirectoryEntry),
     ("but inline data flag is set", ProblemClass::Inode),
     ("but extent flag is set", ProblemClass::Inode),
     ("inline data and extent flags set", ProblemClass::Inode),
