@@ -7,6 +7,7 @@ use std::path::Path;
 
 use rayon::prelude::*;
 
+use e4_format::casefold::ENCODING_UTF8_12_1;
 use e4_format::features::READABLE_INCOMPAT;
 use e4_format::features::{feature_names, FeatureKind, IncompatFeatures};
 use e4_format::geometry::Geometry;
@@ -21,10 +22,12 @@ use crate::report::problem::{Location, Problem, ProblemCode};
 use crate::state::context::Context;
 use crate::state::image::Image;
 
-/// INCOMPAT features the checker understands: what e4 reads, and encrypt, whose names
-/// are opaque bytes but every structure around them is checked (the engine refuses
-/// it: it cannot read the names).
-const CHECKABLE_INCOMPAT: IncompatFeatures = READABLE_INCOMPAT.union(IncompatFeatures::ENCRYPT);
+/// INCOMPAT features the checker understands: what e4 reads, encrypt, whose names are
+/// opaque bytes but every structure around them is checked, and casefold (the engine
+/// refuses both: it cannot look names up in them).
+const CHECKABLE_INCOMPAT: IncompatFeatures = READABLE_INCOMPAT
+    .union(IncompatFeatures::ENCRYPT)
+    .union(IncompatFeatures::CASEFOLD);
 
 /// Why an image cannot be checked at all (e2fsck's exit status 8).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,6 +64,20 @@ pub fn open_and_check(path: &Path, clock: &mut PhaseClock) -> Result<Context, Fs
             "incompatible features {}",
             feature_names(FeatureKind::Incompat, unknown).join(", ")
         )));
+    }
+    if sb.incompat().contains(IncompatFeatures::CASEFOLD) {
+        if sb.encoding != ENCODING_UTF8_12_1 {
+            problems.push(Problem::new(
+                ProblemCode::E2FSCK_UNSUPPORTED_ENCODING,
+                Location::Superblock,
+                format!("unsupported encoding: {}", sb.encoding),
+            ));
+        }
+        // Such directories hash names with SipHash and keep the hash in each entry,
+        // which the checker does not read yet.
+        if sb.incompat().contains(IncompatFeatures::ENCRYPT) {
+            return Err(FsckError::Unsupported("encrypt with casefold".into()));
+        }
     }
     let geo = Geometry::new(&sb);
     let device_blocks = image.len() / u64::from(geo.block_size());

@@ -17,6 +17,7 @@ use std::sync::Mutex;
 
 use rayon::prelude::*;
 
+use e4_format::casefold::ENCODING_UTF8_12_1;
 use e4_format::features::{CompatFeatures, IncompatFeatures, RoCompatFeatures};
 use e4_format::inode::{flags, FileType, Inode, InodeSeed, ROOT_INO};
 use e4_format::MetadataBlock;
@@ -392,6 +393,7 @@ fn check_inode(
     } else {
         check_dtime(walk, &inode);
         encryption::check(walk, &inode);
+        check_casefold_flag(walk, &inode, file_type);
         // e2fsck's `check_inode_extra_space` runs for inodes in use other than the
         // reserved and special ones.
         if let Some(e) = &bad_extra_isize {
@@ -486,6 +488,9 @@ fn check_inode(
             generation: inode.record.generation,
             // Without dir_index too: e2fsck -n keeps the index it declined to clear.
             htree: inode.has_flag(flags::INDEX),
+            casefold: inode.has_flag(flags::CASEFOLD)
+                && ctx.sb.incompat().contains(IncompatFeatures::CASEFOLD)
+                && ctx.sb.encoding == ENCODING_UTF8_12_1,
             size: inode.size(),
             i_blocks_lo: inode.record.blocks_lo,
             root_unmappable: tally.block_zero_unmappable,
@@ -749,6 +754,30 @@ fn check_i_blocks(walk: &BlockWalk<'_>, inode: &Inode, tally: &BlockTally) {
                 "inode {}, i_blocks is {on_disk}, should be {expected}",
                 walk.ino
             ),
+        );
+    }
+}
+
+/// `EXT4_CASEFOLD_FL` on an inode that is not a directory (`PR_1_CASEFOLD_NONDIR`), or
+/// on a filesystem without the casefold feature (`PR_1_CASEFOLD_FEATURE`); under `-n`
+/// both are asked.
+fn check_casefold_flag(walk: &BlockWalk<'_>, inode: &Inode, file_type: Option<FileType>) {
+    if !inode.has_flag(flags::CASEFOLD) {
+        return;
+    }
+    let ino = walk.ino;
+    if file_type != Some(FileType::Directory) {
+        walk.report(
+            ProblemCode::PR_1_CASEFOLD_NONDIR,
+            Location::Inode(ino),
+            format!("inode {ino} has the casefold flag set but is not a directory"),
+        );
+    }
+    if !walk.ctx.sb.incompat().contains(IncompatFeatures::CASEFOLD) {
+        walk.report(
+            ProblemCode::PR_1_CASEFOLD_FEATURE,
+            Location::Inode(ino),
+            format!("directory {ino} has the casefold flag, but the casefold feature is not set"),
         );
     }
 }

@@ -9,10 +9,12 @@
 mod htree;
 mod names;
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 
 use rayon::prelude::*;
 
+use e4_format::casefold::{casefold, ENCODING_STRICT_MODE};
 use e4_format::checksum::inode_csum_seed;
 use e4_format::dir_entry::{file_type, has_tail, DirEntry, DirEntryIter, DirLeafBlock, TAIL_SIZE};
 use e4_format::features::IncompatFeatures;
@@ -229,6 +231,9 @@ struct EntryChecker<'a, 'r> {
     /// The directory's encryption policy, when it is encrypted (its names are then
     /// ciphertext).
     encryption: Option<EncryptionPolicy>,
+    /// A casefolded directory under the encoding's strict mode (e2fsck's `cf_dir`): its
+    /// names must be UTF-8 and are compared folded.
+    strict_casefold: bool,
     /// Inodes `process_bad_inode` cannot read again ([`unreadable_bad_inodes`]).
     unreadable: &'a BTreeSet<u32>,
     names: DirNames<'r>,
@@ -255,6 +260,7 @@ impl<'a, 'r> EntryChecker<'a, 'r> {
             physical,
             htree_range,
             encryption: ctx.encryption.of(dir.ino),
+            strict_casefold: dir.casefold && ctx.sb.encoding_flags & ENCODING_STRICT_MODE != 0,
             unreadable,
             names: DirNames::new(),
             links: Vec::new(),
@@ -431,7 +437,16 @@ impl<'a, 'r> EntryChecker<'a, 'r> {
             }
             if self.encryption.is_some() {
                 self.check_encrypted_entry(&entry, kind, at);
-            } else if name.iter().any(|&b| b == b'/' || b == 0) {
+                // e2fsck's `encoded_check_name`: strict mode refuses a name that is not
+                // in the encoding, then checks it as any name.
+            } else if self.strict_casefold && std::str::from_utf8(name).is_err() {
+                self.report(
+                    ProblemCode::PR_2_BAD_ENCODED_NAME,
+                    at,
+                    format!("entry '{shown}' in directory {ino} has illegal UTF-8 characters in its name"),
+                );
+            }
+            if self.encryption.is_none() && name.iter().any(|&b| b == b'/' || b == 0) {
                 self.report(
                     ProblemCode::PR_2_BAD_NAME,
                     at,
@@ -460,7 +475,13 @@ impl<'a, 'r> EntryChecker<'a, 'r> {
                     );
                 }
             }
-            if !self.names.insert(name) {
+            // Under strict mode e2fsck compares a casefolded directory's names folded
+            // (`dict_de_cf_cmp`; bytes for a name that is not UTF-8), else as bytes.
+            let key = match self.strict_casefold.then(|| casefold(name)).flatten() {
+                Some(folded) => Cow::Owned(folded),
+                None => Cow::Borrowed(name),
+            };
+            if !self.names.insert(key) {
                 self.report(
                     ProblemCode::PR_2_DUPLICATE_DIRENT,
                     at,
