@@ -1,10 +1,12 @@
 //! Case-folded names, for directories with `EXT4_CASEFOLD_FL` on a filesystem with the
 //! casefold feature and the utf8 encoding: the kernel's and e2fsprogs' `utf8_casefold`
 //! (`utf8nfdicf`), which the htree hash of such a directory is computed over and under
-//! which two names are the same. A name is folded by full case folding (Unicode's
-//! `CaseFolding.txt`, statuses C and F) with canonical decomposition before and after
-//! (NFD), and default-ignorable code points dropped, as e2fsprogs 1.47 drops them (the
-//! kernel did too until 6.12). A name that is not UTF-8 is not folded: it is hashed and
+//! which two names are the same. Each character is folded by full case folding
+//! (Unicode's `CaseFolding.txt`, statuses C and F) and the result put in canonical
+//! decomposition (NFD), combining marks ordered by the folded characters' classes (so
+//! `α` + ypogegrammeni + acute folds to `α` `ι` acute, as `utf8nfdicf` maps each
+//! character before ordering); default-ignorable code points are dropped, as e2fsprogs
+//! 1.47 drops them (the kernel did too until 6.12). A name that is not UTF-8 is not folded: it is hashed and
 //! compared as its bytes.
 //!
 //! The tables are those of the `caseless` and `unicode-normalization` crates (Unicode 16
@@ -61,7 +63,6 @@ pub fn casefold(name: &[u8]) -> Option<Vec<u8>> {
     let folded: String = name
         .chars()
         .filter(|&c| !is_default_ignorable(c))
-        .nfd()
         .default_case_fold()
         .nfd()
         .collect();

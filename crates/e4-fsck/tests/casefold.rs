@@ -7,6 +7,8 @@
 
 mod common;
 
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::process::Command;
 
@@ -147,6 +149,57 @@ fn find_name(block: &[u8], name: &[u8]) -> Option<usize> {
         at += rec_len;
     }
     None
+}
+
+/// e4-format's folded hash of tricky names against debugfs's `dx_hash -c` (e2fsprogs'
+/// own folding): sharp s, the Angstrom sign, ignorables, a ligature, Hangul, dotted
+/// capital I, final sigma, Cherokee (whose lower case folds to upper), and a combining
+/// mark whose folding is a letter (debugfs refuses a name that is not UTF-8, which
+/// e2fsck hashes as its bytes).
+#[test]
+fn folded_hashes_match_e2fsprogs() {
+    use e4_format::casefold::casefold;
+    use e4_format::dir_hash::{dir_hash, HashVersion};
+    let image = casefold_image("", &names(1));
+    let names: &[&[u8]] = &[
+        "Straße".as_bytes(),
+        "STRASSE".as_bytes(),
+        "\u{212B}ngström".as_bytes(),
+        "soft\u{AD}hy\u{200B}phen\u{E0001}".as_bytes(),
+        "\u{FB01}le".as_bytes(),
+        "한국어".as_bytes(),
+        "İstanbul".as_bytes(),
+        "ΣΑΣ ς".as_bytes(),
+        "\u{AB70}\u{13A0}".as_bytes(),
+        "\u{3B1}\u{345}\u{301}".as_bytes(),
+    ];
+    for &name in names {
+        let folded = casefold(name);
+        let ours = dir_hash(
+            HashVersion::HalfMd4,
+            folded.as_deref().unwrap_or(name),
+            &[0; 4],
+        );
+        // Quoted for the spaces.
+        let mut request = b"dx_hash -c -e utf8 -h half_md4 \"".to_vec();
+        request.extend_from_slice(name);
+        request.push(b'"');
+        let out = Command::new("timeout")
+            .arg("60")
+            .arg("debugfs")
+            .arg("-R")
+            .arg(OsStr::from_bytes(&request))
+            .arg(&image.path)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let expected = format!("is {:#x} (minor {:#x})", ours.major, ours.minor);
+        assert!(
+            text.contains(&expected),
+            "{}: e2fsprogs says {text}, e4 {expected}",
+            String::from_utf8_lossy(name)
+        );
+    }
 }
 
 #[test]
