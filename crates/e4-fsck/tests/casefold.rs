@@ -21,6 +21,8 @@ use common::{assert_agreement, bmap, debugfs, edit_dir_block, forced_check};
 const DIR: &str = "cf";
 /// More names than a 1 KiB directory block holds of those here.
 const NAMES_IN_ONE_BLOCK: usize = 20;
+/// `s_hash_seed` of every image here.
+const HASH_SEED: &str = "6c9e4c4e-32c3-4d6e-9a57-0a3e3a8a1b42";
 /// `EXT4_CASEFOLD_FL | EXT4_EXTENTS_FL`.
 const CASEFOLD_DIR_FLAGS: u32 = 0x4008_0000;
 
@@ -81,6 +83,8 @@ fn casefold_image(encoding_flags: &str, names: &[String]) -> Image {
     let host = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(host.path(), b"x").unwrap();
     let mut commands = vec![
+        // A fixed seed, so that which leaf a damaged name hashes outside does not vary.
+        format!("ssv hash_seed {HASH_SEED}"),
         format!("mkdir {DIR}"),
         format!("sif {DIR} flags {CASEFOLD_DIR_FLAGS:#x}"),
         format!("cd {DIR}"),
