@@ -3,7 +3,7 @@
 //! (`PR_1_MISSING_ENCRYPTION_XATTR`) and be a context of its version
 //! (`PR_1_CORRUPT_ENCRYPTION_XATTR`); its policy is recorded for pass 2.
 
-use e4_format::inode::{flags, Inode};
+use e4_format::inode::Inode;
 use e4_format::xattr::{name_prefix, Xattr, XattrValue};
 
 use crate::report::problem::{Location, ProblemCode};
@@ -24,9 +24,9 @@ const CONTEXT_V2_SIZE: usize = 40;
 /// The per-file nonce that ends both versions, not part of the policy.
 const NONCE_SIZE: usize = 16;
 
-/// Checks an encrypted inode's context and records its policy.
+/// Checks the context of `inode`, which has `EXT4_ENCRYPT_FL`, and records its policy.
 pub fn check(walk: &BlockWalk<'_>, inode: &Inode) {
-    if !inode.has_flag(flags::ENCRYPT) || walk.mode != WalkMode::Claim {
+    if walk.mode != WalkMode::Claim {
         return;
     }
     let ino = walk.ino;

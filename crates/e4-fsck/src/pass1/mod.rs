@@ -392,7 +392,9 @@ fn check_inode(
         InodeKind::Reserved
     } else {
         check_dtime(walk, &inode);
-        encryption::check(walk, &inode);
+        if inode.has_flag(flags::ENCRYPT) {
+            encryption::check(walk, &inode);
+        }
         check_casefold_flag(walk, &inode, file_type);
         // e2fsck's `check_inode_extra_space` runs for inodes in use other than the
         // reserved and special ones.

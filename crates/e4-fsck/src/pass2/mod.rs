@@ -9,7 +9,6 @@
 mod htree;
 mod names;
 
-use std::borrow::Cow;
 use std::collections::BTreeSet;
 
 use rayon::prelude::*;
@@ -477,11 +476,11 @@ impl<'a, 'r> EntryChecker<'a, 'r> {
             }
             // Under strict mode e2fsck compares a casefolded directory's names folded
             // (`dict_de_cf_cmp`; bytes for a name that is not UTF-8), else as bytes.
-            let key = match self.strict_casefold.then(|| casefold(name)).flatten() {
-                Some(folded) => Cow::Owned(folded),
-                None => Cow::Borrowed(name),
+            let unique = match self.strict_casefold.then(|| casefold(name)).flatten() {
+                Some(folded) => self.names.insert_folded(folded),
+                None => self.names.insert(name),
             };
-            if !self.names.insert(key) {
+            if !unique {
                 self.report(
                     ProblemCode::PR_2_DUPLICATE_DIRENT,
                     at,
