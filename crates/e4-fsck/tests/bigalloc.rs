@@ -15,6 +15,7 @@ use std::process::Command;
 use e4_fsck::ProblemCode;
 use e4_testkit::{make_empty_image, Image};
 
+use common::flips::assert_random_flips_agree;
 use common::{assert_agreement, bmap, debugfs, forced_check};
 
 /// Bytes in a cluster of the images here.
@@ -281,4 +282,16 @@ fn extents_sharing_a_cluster_are_sound() {
 
 fn block_size_of(image: &Path) -> u32 {
     common::block_size(image) as u32
+}
+
+/// Random bit flips in the tables, bitmaps and the files' blocks (extent nodes included)
+/// of both bigalloc images: the same verdict as e2fsck, no panic, no hang.
+#[test]
+fn random_flips_in_bigalloc_images() {
+    for (block_size, seed) in [(4096, 24), (1024, 25)] {
+        let image = filled_image(block_size);
+        let damaged =
+            assert_random_flips_agree(&image.path, &["f1", "f2", "d", "frag"], 48, 40, seed);
+        assert!(damaged > 0, "{block_size}: no round damaged anything");
+    }
 }

@@ -15,6 +15,7 @@ use std::process::Command;
 use e4_fsck::ProblemCode;
 use e4_testkit::{make_empty_image, Image};
 
+use common::flips::assert_random_flips_agree;
 use common::{assert_agreement, bmap, debugfs, edit_dir_block, forced_check};
 
 /// The casefolded directory.
@@ -265,4 +266,13 @@ fn unknown_encoding_stops_the_check() {
         codes.contains(&ProblemCode::E2FSCK_UNSUPPORTED_ENCODING),
         "{codes:?}"
     );
+}
+
+/// Random bit flips in the casefolded directory's index and leaves: the same verdict as
+/// e2fsck, no panic, no hang.
+#[test]
+fn random_flips_in_a_casefolded_htree() {
+    let image = casefold_image("", &names(300));
+    let damaged = assert_random_flips_agree(&image.path, &[DIR], 0, 40, 27);
+    assert!(damaged > 0, "no round damaged anything");
 }
