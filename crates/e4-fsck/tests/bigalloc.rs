@@ -24,7 +24,9 @@ const CLUSTER_BYTES: usize = 16384;
 /// Makes a bigalloc image of `block_size` bytes per block and fills it: `/f1` of three
 /// clusters and a block (a partly used last cluster), `/f2` of one block with an xattr
 /// block, `/d` holding 40 files, `/frag`, whose extents fill the holes left between
-/// files (an extent tree with an index node), and `/four`, one whole cluster.
+/// files (an extent tree with an index node), `/four`, one whole cluster, and `/sl`, a
+/// fast symlink with an xattr block (its `i_blocks` a whole cluster, so not a sign of a
+/// block map).
 fn filled_image(block_size: u32) -> Image {
     filled_image_with(block_size, "bigalloc")
 }
@@ -55,12 +57,15 @@ fn filled_image_with(block_size: u32, features: &str) -> Image {
     let f1 = file("f1", 3 * CLUSTER_BYTES + block_size as usize);
     let f2 = file("f2", 3000);
     let frag = file("frag", 12 * CLUSTER_BYTES);
+    let xattr = file("xattr", 600);
     let mut commands = vec![
         format!("write {f1} f1"),
         format!("write {f2} f2"),
         format!("ea_set -f {f2} f2 user.big"),
         "mkdir d".to_string(),
         format!("write {cluster} four"),
+        "symlink sl target".to_string(),
+        format!("ea_set -f {xattr} sl user.big"),
     ];
     commands.extend((0..40).map(|i| format!("write {f2} d/file{i}")));
     commands.extend((0..24).map(|i| format!("write {cluster} hole{i}")));

@@ -18,8 +18,9 @@ use std::sync::Mutex;
 use rayon::prelude::*;
 
 use e4_format::casefold::ENCODING_UTF8_12_1;
+use e4_format::codec::le32;
 use e4_format::features::{CompatFeatures, IncompatFeatures, RoCompatFeatures};
-use e4_format::inode::{flags, FileType, Inode, InodeSeed, ROOT_INO};
+use e4_format::inode::{flags, FileType, Inode, InodeSeed, I_BLOCK_SIZE, ROOT_INO};
 use e4_format::MetadataBlock;
 
 use crate::pass1::inline_data::{
@@ -449,7 +450,7 @@ fn check_inode(
     }
     let extents_fs = ctx.sb.incompat().contains(IncompatFeatures::EXTENTS);
     let extent_mapped = inode.has_flag(flags::EXTENTS) && extents_fs;
-    if has_valid_blocks(ctx, &inode) {
+    if has_valid_blocks(&inode) {
         tally.append(if extent_mapped {
             walk_extent_tree(walk, &inode, dir)
         } else {
@@ -546,23 +547,25 @@ fn inline_entries(ctx: &Context, inode: &Inode) -> Option<(Vec<u8>, Vec<u8>)> {
 }
 
 /// e2fsck's `ext2fs_inode_has_valid_blocks2`: devices, fifos, sockets, fast symlinks and
-/// inline data map no blocks through `i_block`.
-fn has_valid_blocks(ctx: &Context, inode: &Inode) -> bool {
-    if inode.has_flag(flags::INLINE_DATA) {
-        return false;
-    }
+/// inline data map no blocks through `i_block`. A symlink without an xattr block is fast
+/// when `i_blocks` is 0; with one, `i_blocks` counts the xattr block (a whole cluster
+/// under bigalloc), so libext2fs guesses from `i_size` and `i_block[1]` instead.
+fn has_valid_blocks(inode: &Inode) -> bool {
     match inode.file_type() {
-        Some(FileType::Directory | FileType::Regular) => true,
-        Some(FileType::Symlink) => {
-            let xattr_blocks = if inode.file_acl() != 0 {
-                u64::from(ctx.block_size() / 512)
-            } else {
-                0
-            };
-            u64::from(inode.record.blocks_lo) > xattr_blocks
+        Some(FileType::Directory | FileType::Regular) => {}
+        Some(FileType::Symlink) if inode.file_acl() == 0 => {
+            if inode.record.blocks_lo == 0 {
+                return false;
+            }
         }
-        _ => false,
+        Some(FileType::Symlink) => {
+            let size = inode.record.size_lo;
+            let second_word = le32(&inode.record.block, 4).unwrap_or(0);
+            return size >= I_BLOCK_SIZE as u32 || (size > 4 && second_word == 0);
+        }
+        _ => return false,
     }
+    !inode.has_flag(flags::INLINE_DATA)
 }
 
 /// Inodes the superblock names (journal, quota, orphan file), wherever they are.
