@@ -129,7 +129,11 @@ impl Geometry {
             return self.descriptors_after + 1 + u64::from(meta_group);
         }
         let leader = meta_group * per_block;
-        self.group_first_block(leader) + u64::from(self.has_superblock(leader))
+        let first = self.group_first_block(leader);
+        // Under bigalloc with 1 KiB blocks group 0 starts at the boot block, before the
+        // superblock (libext2fs's `group_zero_adjust`).
+        let boot_block = u64::from(first == 0 && self.primary_superblock_block() == 1);
+        first + u64::from(self.has_superblock(leader)) + boot_block
     }
 
     /// Byte offset of `group`'s descriptor inside its descriptor block.

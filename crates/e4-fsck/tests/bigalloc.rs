@@ -147,6 +147,10 @@ fn clean_bigalloc_images_agree() {
             "{what}: /frag has no index node:\n{depth}"
         );
     }
+    // meta_bg with 1 KiB blocks: group 0's descriptor block follows the boot block and
+    // the superblock.
+    let image = filled_image_with(1024, "bigalloc,^resize_inode,meta_bg");
+    assert!(assert_exit(&image.path, "meta_bg", 0).is_empty());
     // Quota usage is counted in whole clusters. debugfs does not keep the quota files,
     // so e2fsck brings them up to date before the comparison.
     let image = filled_image_with(4096, "bigalloc,quota,project");
