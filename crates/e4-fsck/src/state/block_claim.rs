@@ -142,9 +142,10 @@ impl BlockWalk<'_> {
     /// Claims and counts one block of a block map as e2fsck's `process_block` does:
     /// `blockcnt` is the logical block, or -1, -2, -3 for a single, double or triple
     /// indirect block. Under bigalloc a block in the cluster of the block before it, at
-    /// the same offset as its logical block, is the inode's already; one in that cluster
-    /// at another offset, or crossing to another physical cluster inside one logical
-    /// cluster, is `PR_1_MISALIGNED_CLUSTER` and a duplicate.
+    /// the same offset as its logical block, is the inode's already; any other block is
+    /// claimed, so one in an owned cluster at another offset is a duplicate. (e2fsck's
+    /// `has_unaligned_cluster_map` branch there cannot fire: it is reached only for a
+    /// block in the previous block's cluster at its logical offset.)
     pub fn claim_mapped_block(&self, blockcnt: i64, block: u64, tally: &mut BlockTally) {
         let ctx = self.ctx;
         let cursor = tally.cursor;
@@ -157,12 +158,6 @@ impl BlockWalk<'_> {
         if !(same_cluster && block & mask == logical & mask) {
             self.claim(block, 1, tally);
             tally.blocks += 1;
-        } else if self.misaligned(&cursor, block, logical) {
-            self.report_misaligned(logical, block, 1);
-            if self.mode == WalkMode::Claim {
-                self.claim(block, 1, tally);
-                self.claim(block, 1, tally);
-            }
         }
         if ctx.cluster_bits != 0 {
             if blockcnt >= 0 {
