@@ -57,6 +57,12 @@ impl Geometry {
         self.superblock.blocks_count()
     }
 
+    /// The block holding the primary superblock: 1 with 1 KiB blocks (also under
+    /// bigalloc, where the first data block is 0), else 0.
+    pub fn primary_superblock_block(&self) -> u64 {
+        SUPERBLOCK_OFFSET / u64::from(self.block_size())
+    }
+
     pub fn first_data_block(&self) -> u64 {
         u64::from(self.superblock.first_data_block)
     }
@@ -123,7 +129,11 @@ impl Geometry {
             return self.descriptors_after + 1 + u64::from(meta_group);
         }
         let leader = meta_group * per_block;
-        self.group_first_block(leader) + u64::from(self.has_superblock(leader))
+        let first = self.group_first_block(leader);
+        // Under bigalloc with 1 KiB blocks group 0 starts at the boot block, before the
+        // superblock (libext2fs's `group_zero_adjust`).
+        let boot_block = u64::from(first == 0 && self.primary_superblock_block() == 1);
+        first + u64::from(self.has_superblock(leader)) + boot_block
     }
 
     /// Byte offset of `group`'s descriptor inside its descriptor block.
@@ -175,6 +185,12 @@ impl Geometry {
         if group == 0 && self.first_data_block() == 0 && superblock == 0 {
             start = 0;
             len = len.max(1);
+        }
+        // Under bigalloc with 1 KiB blocks group 0 starts at block 0, the boot block, and
+        // the superblock follows in block 1 (libext2fs's `ext2fs_reserve_super_and_bgd`
+        // marks both).
+        if group == 0 && self.first_data_block() == 0 && self.primary_superblock_block() == 1 {
+            len += 1;
         }
         BlockRun { start, len }
     }

@@ -38,6 +38,8 @@ pub mod flags {
     pub const EA_INODE: u32 = 0x200000;
     /// Data lives in `i_block` and the `system.data` attribute.
     pub const INLINE_DATA: u32 = 0x1000_0000;
+    /// A directory whose names are compared and hashed case-folded (casefold feature).
+    pub const CASEFOLD: u32 = 0x4000_0000;
 }
 
 /// File type bits of `i_mode`.

@@ -18,6 +18,7 @@
 
 pub mod bitmap;
 pub mod block_map;
+pub mod casefold;
 pub mod checksum;
 pub mod codec;
 pub mod dir_entry;

@@ -123,7 +123,8 @@ fn check_in_pool(
         .count() as u64;
     let inodes_used = ctx.inodes.count_in_use() + reserved_unused;
     // Block 0 of a 1 KiB filesystem (the boot block) is outside every group but in use.
-    let blocks_used = ctx.block_found.count_ones() + ctx.geo.first_data_block();
+    let blocks_used =
+        ctx.block_found.count_ones() * ctx.cluster_ratio() + ctx.geo.first_data_block();
     clock.lap("totals");
     let problems = ctx.take_problems();
     clock.lap("sort problems");

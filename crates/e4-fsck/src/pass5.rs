@@ -38,14 +38,15 @@ pub fn run(ctx: &Context, progress: Option<&Progress>) {
             free_blocks: a.free_blocks + b.free_blocks,
             free_inodes: a.free_inodes + b.free_inodes,
         });
-    if totals.free_blocks != ctx.sb.free_blocks_count() {
+    // Descriptors count free clusters, the superblock free blocks (in whole clusters).
+    let free_blocks = totals.free_blocks * ctx.cluster_ratio();
+    if free_blocks != ctx.sb.free_blocks_count() {
         ctx.report(
             ProblemCode::PR_5_FREE_BLOCK_COUNT,
             Location::Filesystem,
             format!(
-                "free blocks count wrong ({}, counted={})",
+                "free blocks count wrong ({}, counted={free_blocks})",
                 ctx.sb.free_blocks_count(),
-                totals.free_blocks
             ),
         );
     }
@@ -102,12 +103,12 @@ fn bit(bytes: &[u8], index: u64) -> bool {
         .is_some_and(|b| b & (1 << (index % 8)) != 0)
 }
 
-/// Compares group `group`'s block bitmap; returns the free blocks counted.
+/// Compares group `group`'s block bitmap, a bit per cluster (per block without
+/// bigalloc); returns the free clusters counted.
 fn check_block_bitmap(ctx: &Context, group: u32) -> u64 {
     let geo = &ctx.geo;
     let desc = &ctx.groups[group as usize];
-    let start = geo.group_first_block(group);
-    let count = geo.group_blocks(group);
+    let (start, count) = ctx.group_clusters(group);
     let found = |i: u64| ctx.block_found.get(start + i);
     let uninit = ctx.block_bitmap_uninit(group);
     let on_disk: Option<Vec<u8>> = if uninit {
@@ -145,13 +146,14 @@ fn check_block_bitmap(ctx: &Context, group: u32) -> u64 {
                 count,
                 |i| bit(bytes, i),
                 found,
-                |i| start + i,
+                // e2fsck names a cluster by its first block.
+                |i| (start + i) << ctx.cluster_bits,
                 (ProblemCode::PR_5_BLOCK_UNUSED, ProblemCode::PR_5_BLOCK_USED),
                 BitmapKind::Block,
             );
         }
         if !uninit {
-            let per_group = u64::from(geo.blocks_per_group());
+            let per_group = u64::from(geo.blocks_per_group()) / ctx.cluster_ratio();
             if (count..per_group).any(|i| !bit(bytes, i)) || !tail_is_set(bytes, per_group) {
                 ctx.report(
                     ProblemCode::PR_5_BLOCK_BMAP_PADDING,

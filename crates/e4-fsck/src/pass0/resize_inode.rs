@@ -121,7 +121,10 @@ fn check_layout(ctx: &Context, inode: &Inode, words: &[u32]) -> Result<(), Strin
     };
     let dind_block = read(dind)?;
     let table_blocks = geo.descriptor_table_blocks();
-    let first_reserved = geo.first_data_block() + 1 + table_blocks;
+    // After the primary superblock's block and the descriptor table (with 1 KiB blocks
+    // under bigalloc the superblock is in block 1 though the first data block is 0:
+    // e2fsck's "1024 blocksize bigalloc" adjustment).
+    let first_reserved = geo.primary_superblock_block() + 1 + table_blocks;
     for i in 0..u64::from(ctx.sb.reserved_gdt_blocks / 4) {
         let reserved = first_reserved + i;
         let gdt_off = ((table_blocks + i) % per_block as u64) as usize;

@@ -7,8 +7,9 @@ use std::path::Path;
 
 use rayon::prelude::*;
 
+use e4_format::casefold::ENCODING_UTF8_12_1;
 use e4_format::features::READABLE_INCOMPAT;
-use e4_format::features::{feature_names, FeatureKind, IncompatFeatures, RoCompatFeatures};
+use e4_format::features::{feature_names, FeatureKind, IncompatFeatures};
 use e4_format::geometry::Geometry;
 use e4_format::group_descriptor::{
     GroupChecksum, GroupDescriptor, GroupSeed, BG_BLOCK_UNINIT, BG_INODE_UNINIT,
@@ -20,6 +21,13 @@ use crate::report::phase_times::PhaseClock;
 use crate::report::problem::{Location, Problem, ProblemCode};
 use crate::state::context::Context;
 use crate::state::image::Image;
+
+/// INCOMPAT features the checker understands: what e4 reads, encrypt, whose names are
+/// opaque bytes but every structure around them is checked, and casefold (the engine
+/// refuses both: it cannot look names up in them).
+const CHECKABLE_INCOMPAT: IncompatFeatures = READABLE_INCOMPAT
+    .union(IncompatFeatures::ENCRYPT)
+    .union(IncompatFeatures::CASEFOLD);
 
 /// Why an image cannot be checked at all (e2fsck's exit status 8).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,15 +58,26 @@ pub fn open_and_check(path: &Path, clock: &mut PhaseClock) -> Result<Context, Fs
     let image = Image::open(path).map_err(|e| FsckError::Io(format!("{}: {e}", path.display())))?;
     let mut problems = Vec::new();
     let (sb, from_backup) = read_superblock(&image, &mut problems)?;
-    let unknown = sb.incompat().bits() & !READABLE_INCOMPAT.bits();
+    let unknown = sb.incompat().bits() & !CHECKABLE_INCOMPAT.bits();
     if unknown != 0 {
         return Err(FsckError::Unsupported(format!(
             "incompatible features {}",
             feature_names(FeatureKind::Incompat, unknown).join(", ")
         )));
     }
-    if sb.ro_compat().contains(RoCompatFeatures::BIGALLOC) {
-        return Err(FsckError::Unsupported("bigalloc".into()));
+    if sb.incompat().contains(IncompatFeatures::CASEFOLD) {
+        if sb.encoding != ENCODING_UTF8_12_1 {
+            problems.push(Problem::new(
+                ProblemCode::E2FSCK_UNSUPPORTED_ENCODING,
+                Location::Superblock,
+                format!("unsupported encoding: {}", sb.encoding),
+            ));
+        }
+        // Such directories hash names with SipHash and keep the hash in each entry,
+        // which the checker does not read yet.
+        if sb.incompat().contains(IncompatFeatures::ENCRYPT) {
+            return Err(FsckError::Unsupported("encrypt with casefold".into()));
+        }
     }
     let geo = Geometry::new(&sb);
     let device_blocks = image.len() / u64::from(geo.block_size());

@@ -5,14 +5,14 @@
 //! (`PR_1_INLINE_DATA_NO_ATTR`), and sizes against what the two places hold.
 
 use e4_format::extent::{ExtentHeader, ENTRY_SIZE as EXTENT_ENTRY_SIZE, EXTENT_MAGIC};
-use e4_format::features::{CompatFeatures, IncompatFeatures};
+use e4_format::features::IncompatFeatures;
 use e4_format::inode::{flags, FileType, Inode, I_BLOCK_SIZE};
-use e4_format::xattr::{decode_xattr_block, parse_inode_xattrs, XattrBlockHeader, XattrValue};
-use e4_format::{BlockSeed, MetadataBlock};
+use e4_format::xattr::XattrValue;
 
 use crate::report::problem::{Location, ProblemCode};
 use crate::state::block_claim::BlockWalk;
 use crate::state::context::Context;
+use crate::xattr::lookup::{all_attributes, BlockChecksum};
 
 /// `system.data` is stored as name index 7 (`system.`) with the name `data`; e4-format
 /// gives the full name, prefix included.
@@ -20,16 +20,6 @@ const XATTR_INDEX_SYSTEM: u8 = 7;
 const SYSTEM_DATA_NAME: &[u8] = b"system.data";
 /// The base inode, before `i_extra_isize` (`EXT2_GOOD_OLD_INODE_SIZE`).
 const GOOD_OLD_INODE_SIZE: u64 = 128;
-
-/// Whether an xattr block's checksum is verified when `system.data` is looked for there:
-/// libext2fs verifies it unless the caller set `EXT2_FLAG_IGNORE_CSUM_ERRORS`, as e2fsck
-/// does for an inline directory's size and for the attribute check of an inode whose own
-/// checksum failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BlockChecksum {
-    Verify,
-    Ignore,
-}
 
 /// What libext2fs finds of an inode's `system.data` attribute.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,22 +33,12 @@ pub enum SystemData {
     Unreadable,
 }
 
-/// The `system.data` attribute of an inode, read as libext2fs's `ext2fs_xattrs_read`
-/// reads attributes: those in the inode, then all of its xattr block's, before looking
-/// for the name, so a block that fails makes even a `system.data` in the inode
-/// unreadable.
+/// The `system.data` attribute of an inode, looked for among all its attributes
+/// ([`all_attributes`]).
 pub fn system_data(ctx: &Context, inode: &Inode, checksum: BlockChecksum) -> SystemData {
-    let loc = e4_format::Location::Inode(inode.ino);
-    let Ok(mut xattrs) = parse_inode_xattrs(&inode.xattr_area, loc) else {
+    let Some(xattrs) = all_attributes(ctx, inode, checksum) else {
         return SystemData::Unreadable;
     };
-    let block = inode.file_acl();
-    if block != 0 {
-        match block_xattrs(ctx, inode.ino, block, checksum) {
-            Some(in_block) => xattrs.extend(in_block),
-            None => return SystemData::Unreadable,
-        }
-    }
     xattrs
         .into_iter()
         .find(|x| x.index == XATTR_INDEX_SYSTEM && x.name == SYSTEM_DATA_NAME)
@@ -66,30 +46,6 @@ pub fn system_data(ctx: &Context, inode: &Inode, checksum: BlockChecksum) -> Sys
             XattrValue::Inline(v) => SystemData::Found(v),
             XattrValue::InInode { .. } => SystemData::Found(Vec::new()),
         })
-}
-
-/// The attributes of inode `ino`'s xattr block `block`; `None` when libext2fs would
-/// fail to read them (no xattr feature, a block outside the filesystem, a checksum that
-/// fails when `checksum` says to verify it, a block that does not parse).
-fn block_xattrs(
-    ctx: &Context,
-    ino: u32,
-    block: u64,
-    checksum: BlockChecksum,
-) -> Option<Vec<e4_format::xattr::Xattr>> {
-    if !ctx.sb.compat().contains(CompatFeatures::EXT_ATTR) || !ctx.is_valid_block(block) {
-        return None;
-    }
-    let bytes = ctx.image.read_blocks(block, 1, ctx.block_size()).ok()?;
-    let loc = e4_format::Location::InodeBlock { inode: ino, block };
-    if let (Some(seed), BlockChecksum::Verify) = (ctx.csum_seed, checksum) {
-        let seed = BlockSeed {
-            seed,
-            block_nr: block,
-        };
-        XattrBlockHeader::verify(&bytes, seed, loc).ok()?;
-    }
-    Some(decode_xattr_block(&bytes, loc).ok()?.1)
 }
 
 /// What an inline-data inode holds (libext2fs's `ext2fs_inline_data_size`): all of

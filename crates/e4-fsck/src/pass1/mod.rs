@@ -6,6 +6,7 @@
 //! compared with what was found; directories are returned for pass 2.
 
 mod bad_blocks;
+mod encryption;
 mod inline_data;
 mod quota_inodes;
 mod really_dir;
@@ -16,18 +17,21 @@ use std::sync::Mutex;
 
 use rayon::prelude::*;
 
+use e4_format::casefold::ENCODING_UTF8_12_1;
+use e4_format::codec::le32;
 use e4_format::features::{CompatFeatures, IncompatFeatures, RoCompatFeatures};
-use e4_format::inode::{flags, FileType, Inode, InodeSeed, ROOT_INO};
+use e4_format::inode::{flags, FileType, Inode, InodeSeed, I_BLOCK_SIZE, ROOT_INO};
 use e4_format::MetadataBlock;
 
 use crate::pass1::inline_data::{
     check_flag_conflict, check_flag_without_feature, check_system_data_present, inline_data_size,
-    system_data, BlockChecksum, SystemData,
+    system_data, SystemData,
 };
 use crate::pass1::quota_inodes::{quota_slot, QuotaSlot};
 use crate::pass1::special_inode::check_special;
 use crate::report::problem::{Location, ProblemCode};
 use crate::report::progress::{PassMeter, Progress};
+use crate::state::atomic_bitmap::AtomicBitmap;
 use crate::state::block_claim::{BlockWalk, WalkMode};
 use crate::state::block_tally::BlockTally;
 use crate::state::context::{is_blank_inode, Context, BASE_INODE_SIZE};
@@ -41,6 +45,7 @@ use crate::walk::too_big::TooBig;
 use crate::xattr::ea_inode::ValueCharge;
 use crate::xattr::entries::{check_entries, value_inodes_named, XattrPlace};
 use crate::xattr::inode_area;
+use crate::xattr::lookup::BlockChecksum;
 use crate::xattr::refs::XattrBlocks;
 
 /// Inodes per unit of work: large enough that one read covers many table blocks, small
@@ -133,16 +138,51 @@ pub fn find_shared_owners(ctx: &Context, pieces: &[TablePiece], xattrs: &XattrBl
 
 /// Marks superblocks, descriptors, bitmaps and inode tables as used, before any inode
 /// claims a block (e2fsck's `mark_table_blocks`). A collision between two groups'
-/// metadata shows as a duplicate like any other.
+/// metadata shows as a duplicate like any other. Under bigalloc the blocks are marked
+/// one by one first, so that metadata sharing a cluster is no collision, then each
+/// cluster holding one is marked (as e2fsck marks a per-block map, then converts it with
+/// `ext2fs_convert_subcluster_bitmap`).
 fn mark_metadata(ctx: &Context) {
+    if ctx.cluster_bits == 0 {
+        mark_metadata_blocks(ctx, &ctx.metadata, &ctx.block_found, &ctx.block_dup);
+    } else {
+        let blocks = ctx.geo.blocks();
+        let per_block = [(); 3].map(|_| AtomicBitmap::new(blocks));
+        let [metadata, found, dup] = &per_block;
+        mark_metadata_blocks(ctx, metadata, found, dup);
+        for (blocks, clusters) in
+            per_block
+                .iter()
+                .zip([&ctx.metadata, &ctx.block_found, &ctx.block_dup])
+        {
+            blocks.for_each_set(0..ctx.geo.blocks(), |b| {
+                clusters.set(ctx.cluster_of(b));
+            });
+        }
+    }
+    // e2fsck marks the MMP block found, not as metadata: an inode claiming it is a
+    // duplicate, as for any block found before.
+    if let Some(block) = ctx.mmp_block() {
+        ctx.block_found.set(ctx.cluster_of(block));
+    }
+}
+
+/// Marks every group's fixed metadata in `metadata` and `found`, a second mark of a block
+/// in `dup`, one bit per block.
+fn mark_metadata_blocks(
+    ctx: &Context,
+    metadata: &AtomicBitmap,
+    found: &AtomicBitmap,
+    dup: &AtomicBitmap,
+) {
     let geo = &ctx.geo;
     let table_blocks = geo.inode_table_blocks();
     (0..geo.groups()).into_par_iter().for_each(|group| {
         let mark = |start: u64, count: u64| {
             if ctx.is_valid_range(start, count) {
-                ctx.metadata.set_range(start, count, |_| {});
-                ctx.block_found.set_range(start, count, |b| {
-                    ctx.block_dup.set(b);
+                metadata.set_range(start, count, |_| {});
+                found.set_range(start, count, |b| {
+                    dup.set(b);
                 });
             }
         };
@@ -153,11 +193,6 @@ fn mark_metadata(ctx: &Context) {
         mark(desc.inode_bitmap(), 1);
         mark(desc.inode_table(), table_blocks);
     });
-    // e2fsck marks the MMP block found, not as metadata: an inode claiming it is a
-    // duplicate, as for any block found before.
-    if let Some(block) = ctx.mmp_block() {
-        ctx.block_found.set(block);
-    }
 }
 
 /// Scans one piece of inode table. Returns its directories and, in pass 1B, the inodes
@@ -358,6 +393,10 @@ fn check_inode(
         InodeKind::Reserved
     } else {
         check_dtime(walk, &inode);
+        if inode.has_flag(flags::ENCRYPT) {
+            encryption::check(walk, &inode);
+        }
+        check_casefold_flag(walk, &inode, file_type);
         // e2fsck's `check_inode_extra_space` runs for inodes in use other than the
         // reserved and special ones.
         if let Some(e) = &bad_extra_isize {
@@ -411,7 +450,7 @@ fn check_inode(
     }
     let extents_fs = ctx.sb.incompat().contains(IncompatFeatures::EXTENTS);
     let extent_mapped = inode.has_flag(flags::EXTENTS) && extents_fs;
-    if has_valid_blocks(ctx, &inode) {
+    if has_valid_blocks(&inode) {
         tally.append(if extent_mapped {
             walk_extent_tree(walk, &inode, dir)
         } else {
@@ -433,11 +472,12 @@ fn check_inode(
     // e2fsck -n declines to clear a zero-length directory and goes on to its size check.
     check_size(walk, &inode, &tally, dir);
     check_i_blocks(walk, &inode, &tally);
+    check_bigalloc_block_map(walk, &inode, file_type);
     let valid_inline_symlink = file_type == Some(FileType::Symlink)
         && kind != InodeKind::Bad
         && inode.has_flag(flags::INLINE_DATA);
     if quota_inodes::charges(ctx, &inode, valid_inline_symlink) {
-        let space = tally.blocks * u64::from(ctx.block_size());
+        let space = tally.blocks * ctx.cluster_ratio() * u64::from(ctx.block_size());
         quota_usage.charge(&inode, space, 1 + value_inodes);
     }
     let zero_length = inode.size() == 0 && tally.blocks == 0;
@@ -451,6 +491,9 @@ fn check_inode(
             generation: inode.record.generation,
             // Without dir_index too: e2fsck -n keeps the index it declined to clear.
             htree: inode.has_flag(flags::INDEX),
+            casefold: inode.has_flag(flags::CASEFOLD)
+                && ctx.sb.incompat().contains(IncompatFeatures::CASEFOLD)
+                && ctx.sb.encoding == ENCODING_UTF8_12_1,
             size: inode.size(),
             i_blocks_lo: inode.record.blocks_lo,
             root_unmappable: tally.block_zero_unmappable,
@@ -504,23 +547,25 @@ fn inline_entries(ctx: &Context, inode: &Inode) -> Option<(Vec<u8>, Vec<u8>)> {
 }
 
 /// e2fsck's `ext2fs_inode_has_valid_blocks2`: devices, fifos, sockets, fast symlinks and
-/// inline data map no blocks through `i_block`.
-fn has_valid_blocks(ctx: &Context, inode: &Inode) -> bool {
-    if inode.has_flag(flags::INLINE_DATA) {
-        return false;
-    }
+/// inline data map no blocks through `i_block`. A symlink without an xattr block is fast
+/// when `i_blocks` is 0; with one, `i_blocks` counts the xattr block (a whole cluster
+/// under bigalloc), so libext2fs guesses from `i_size` and `i_block[1]` instead.
+fn has_valid_blocks(inode: &Inode) -> bool {
     match inode.file_type() {
-        Some(FileType::Directory | FileType::Regular) => true,
-        Some(FileType::Symlink) => {
-            let xattr_blocks = if inode.file_acl() != 0 {
-                u64::from(ctx.block_size() / 512)
-            } else {
-                0
-            };
-            u64::from(inode.record.blocks_lo) > xattr_blocks
+        Some(FileType::Directory | FileType::Regular) => {}
+        Some(FileType::Symlink) if inode.file_acl() == 0 => {
+            if inode.record.blocks_lo == 0 {
+                return false;
+            }
         }
-        _ => false,
+        Some(FileType::Symlink) => {
+            let size = inode.record.size_lo;
+            let second_word = le32(&inode.record.block, 4).unwrap_or(0);
+            return size >= I_BLOCK_SIZE as u32 || (size > 4 && second_word == 0);
+        }
+        _ => return false,
     }
+    !inode.has_flag(flags::INLINE_DATA)
 }
 
 /// Inodes the superblock names (journal, quota, orphan file), wherever they are.
@@ -688,7 +733,8 @@ fn block_map_max_size(block_size: u64) -> u64 {
     (12 + per + per * per + per * per * per) * block_size
 }
 
-/// e2fsck's `i_blocks` check: 512-byte sectors of every block owned.
+/// e2fsck's `i_blocks` check: 512-byte sectors of every block owned (of every cluster,
+/// under bigalloc).
 fn check_i_blocks(walk: &BlockWalk<'_>, inode: &Inode, tally: &BlockTally) {
     let ctx = walk.ctx;
     let huge = ctx.sb.ro_compat().contains(RoCompatFeatures::HUGE_FILE);
@@ -698,10 +744,12 @@ fn check_i_blocks(walk: &BlockWalk<'_>, inode: &Inode, tally: &BlockTally) {
         } else {
             0
         };
+    // Under bigalloc every allocation unit counted is a whole cluster.
+    let blocks = tally.blocks * ctx.cluster_ratio();
     let expected = if huge && inode.has_flag(flags::HUGE_FILE) {
-        tally.blocks
+        blocks
     } else {
-        tally.blocks * u64::from(ctx.block_size() / 512)
+        blocks * u64::from(ctx.block_size() / 512)
     };
     if on_disk != expected {
         walk.report(
@@ -711,6 +759,68 @@ fn check_i_blocks(walk: &BlockWalk<'_>, inode: &Inode, tally: &BlockTally) {
                 "inode {}, i_blocks is {on_disk}, should be {expected}",
                 walk.ino
             ),
+        );
+    }
+}
+
+/// `EXT4_CASEFOLD_FL` on an inode that is not a directory (`PR_1_CASEFOLD_NONDIR`), or
+/// on a filesystem without the casefold feature (`PR_1_CASEFOLD_FEATURE`); under `-n`
+/// both are asked.
+fn check_casefold_flag(walk: &BlockWalk<'_>, inode: &Inode, file_type: Option<FileType>) {
+    if !inode.has_flag(flags::CASEFOLD) {
+        return;
+    }
+    let ino = walk.ino;
+    if file_type != Some(FileType::Directory) {
+        walk.report(
+            ProblemCode::PR_1_CASEFOLD_NONDIR,
+            Location::Inode(ino),
+            format!("inode {ino} has the casefold flag set but is not a directory"),
+        );
+    }
+    if !walk.ctx.sb.incompat().contains(IncompatFeatures::CASEFOLD) {
+        walk.report(
+            ProblemCode::PR_1_CASEFOLD_FEATURE,
+            Location::Inode(ino),
+            format!("directory {ino} has the casefold flag, but the casefold feature is not set"),
+        );
+    }
+}
+
+/// `PR_1_NO_BIGALLOC_BLOCKMAP_FILES`: under bigalloc a regular file or directory
+/// (the root or past the reserved inodes) with data blocks must be extent-mapped or
+/// inline; the kernel cannot allocate clusters to a block map. Data blocks are what
+/// `i_blocks` holds less the xattr block's cluster (`ext2fs_inode_data_blocks2`).
+fn check_bigalloc_block_map(walk: &BlockWalk<'_>, inode: &Inode, file_type: Option<FileType>) {
+    let ctx = walk.ctx;
+    let ino = walk.ino;
+    if ctx.cluster_bits == 0
+        || !matches!(file_type, Some(FileType::Regular | FileType::Directory))
+        || (ino != ROOT_INO && ino < ctx.sb.first_ino())
+        || inode.has_flag(flags::EXTENTS)
+        || inode.has_flag(flags::INLINE_DATA)
+    {
+        return;
+    }
+    let huge = ctx.sb.ro_compat().contains(RoCompatFeatures::HUGE_FILE);
+    let i_blocks = u64::from(inode.record.blocks_lo)
+        | if huge {
+            u64::from(inode.record.blocks_high) << 32
+        } else {
+            0
+        };
+    let xattr_sectors = if inode.file_acl() != 0 {
+        ctx.cluster_ratio() * u64::from(ctx.block_size() / 512)
+    } else {
+        0
+    };
+    // libext2fs subtracts in unsigned 64 bits: an `i_blocks` below the xattr cluster
+    // wraps to a large count.
+    if i_blocks.wrapping_sub(xattr_sectors) > 0 {
+        walk.report(
+            ProblemCode::PR_1_NO_BIGALLOC_BLOCKMAP_FILES,
+            Location::Inode(ino),
+            format!("inode {ino} on bigalloc filesystem cannot be block mapped"),
         );
     }
 }

@@ -10,11 +10,12 @@ use e4_format::features::IncompatFeatures;
 use e4_format::inode::{flags, FileType, Inode, ROOT_INO};
 use e4_format::MetadataBlock;
 
-use crate::pass1::inline_data::{inline_data_size, BlockChecksum};
+use crate::pass1::inline_data::inline_data_size;
 use crate::report::problem::{Location, ProblemCode};
 use crate::state::block_claim::BlockWalk;
 use crate::state::context::Context;
 use crate::walk::file_map::map_logical;
+use crate::xattr::lookup::BlockChecksum;
 
 /// Where the first entry starts in an inline directory's `i_block`: after the parent
 /// (`EXT4_INLINE_DATA_DOTDOT_SIZE`).
@@ -68,7 +69,7 @@ fn looks_like_directory(ctx: &Context, inode: &Inode) -> bool {
                     continue;
                 }
                 not_device |= i >= DEVICE_WORDS;
-                if !ctx.is_valid_block(block) || ctx.metadata.get(block) {
+                if !ctx.is_valid_block(block) || ctx.metadata.get(ctx.cluster_of(block)) {
                     return false;
                 }
             }

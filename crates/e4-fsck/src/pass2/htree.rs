@@ -25,6 +25,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
+use e4_format::casefold::casefold;
 use e4_format::checksum::inode_csum_seed;
 use e4_format::codec::{le16, le32};
 use e4_format::dir_entry::rec_len_from_disk;
@@ -81,12 +82,16 @@ pub struct LeafRange {
     pub max: u32,
     version: HashVersion,
     seed: [u32; 4],
+    /// The directory is casefolded: names are hashed case-folded (a name that is not
+    /// UTF-8 as it is, as `ext2fs_dirhash2` falls back to).
+    casefold: bool,
 }
 
 impl LeafRange {
     /// The hash of `name` as the index orders it.
     pub fn hash(&self, name: &[u8]) -> u32 {
-        dir_hash(self.version, name, &self.seed).major
+        let folded = self.casefold.then(|| casefold(name)).flatten();
+        dir_hash(self.version, folded.as_deref().unwrap_or(name), &self.seed).major
     }
 }
 
@@ -283,6 +288,7 @@ impl HtreeLayout {
                 max: 0,
                 version: HashVersion::Legacy,
                 seed: ctx.sb.hash_seed,
+                casefold: dir.casefold,
             });
         }
         walker.walk_unreferenced_nodes();
@@ -558,6 +564,7 @@ impl IndexWalker<'_> {
             max: LAST_MAX_HASH,
             version,
             seed: sb.hash_seed,
+            casefold: self.dir.casefold,
         };
         self.unreferenced_leaf = Some(LeafRange { max: 0, ..template });
         self.template = Some(template);

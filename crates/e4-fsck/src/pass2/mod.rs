@@ -13,8 +13,9 @@ use std::collections::BTreeSet;
 
 use rayon::prelude::*;
 
+use e4_format::casefold::{casefold, ENCODING_STRICT_MODE};
 use e4_format::checksum::inode_csum_seed;
-use e4_format::dir_entry::{has_tail, DirEntryIter, DirLeafBlock, TAIL_SIZE};
+use e4_format::dir_entry::{file_type, has_tail, DirEntry, DirEntryIter, DirLeafBlock, TAIL_SIZE};
 use e4_format::features::IncompatFeatures;
 use e4_format::inline_data::inline_dir_parent;
 use e4_format::inode::ROOT_INO;
@@ -26,6 +27,7 @@ use crate::report::problem::{Location, ProblemCode};
 use crate::report::progress::{PassMeter, Progress};
 use crate::state::context::Context;
 use crate::state::directories::{Directory, Pass2Result, SubdirLink};
+use crate::state::encryption_policies::EncryptionPolicy;
 use crate::state::inode_state::InodeKind;
 
 /// Byte offset of the name in a directory entry (after inode, rec_len, name_len, type).
@@ -198,6 +200,26 @@ fn check_inline(ctx: &Context, dir: &Directory, unreadable: &BTreeSet<u32>) -> V
     entries.links
 }
 
+/// The fscrypt cipher block: an encrypted name is at least this long
+/// (`EXT4_CRYPTO_BLOCK_SIZE`).
+const CIPHER_BLOCK_SIZE: usize = 16;
+
+/// e2fsck's `needs_encryption`: an entry's file type when it has one, else the mode of
+/// the inode it names, says whether the file must be encrypted in an encrypted
+/// directory (regular files, directories and symlinks).
+fn needs_encryption(entry_type: u8, kind: InodeKind) -> bool {
+    if entry_type != file_type::UNKNOWN {
+        return matches!(
+            entry_type,
+            file_type::REGULAR | file_type::DIRECTORY | file_type::SYMLINK
+        );
+    }
+    matches!(
+        kind,
+        InodeKind::Regular | InodeKind::Directory | InodeKind::Symlink
+    )
+}
+
 /// Checks the entries of one block (or inline region) of one directory.
 struct EntryChecker<'a, 'r> {
     ctx: &'a Context,
@@ -205,6 +227,12 @@ struct EntryChecker<'a, 'r> {
     logical: u32,
     physical: u64,
     htree_range: Option<LeafRange>,
+    /// The directory's encryption policy, when it is encrypted (its names are then
+    /// ciphertext).
+    encryption: Option<EncryptionPolicy>,
+    /// A casefolded directory under the encoding's strict mode (e2fsck's `cf_dir`): its
+    /// names must be UTF-8 and are compared folded.
+    strict_casefold: bool,
     /// Inodes `process_bad_inode` cannot read again ([`unreadable_bad_inodes`]).
     unreadable: &'a BTreeSet<u32>,
     names: DirNames<'r>,
@@ -230,6 +258,8 @@ impl<'a, 'r> EntryChecker<'a, 'r> {
             logical,
             physical,
             htree_range,
+            encryption: ctx.encryption.of(dir.ino),
+            strict_casefold: dir.casefold && ctx.sb.encoding_flags & ENCODING_STRICT_MODE != 0,
             unreadable,
             names: DirNames::new(),
             links: Vec::new(),
@@ -404,7 +434,18 @@ impl<'a, 'r> EntryChecker<'a, 'r> {
                     format!("entry '{shown}' in directory {ino} is a link to the root inode"),
                 );
             }
-            if name.iter().any(|&b| b == b'/' || b == 0) {
+            if self.encryption.is_some() {
+                self.check_encrypted_entry(&entry, kind, at);
+                // e2fsck's `encoded_check_name`: strict mode refuses a name that is not
+                // in the encoding, then checks it as any name.
+            } else if self.strict_casefold && std::str::from_utf8(name).is_err() {
+                self.report(
+                    ProblemCode::PR_2_BAD_ENCODED_NAME,
+                    at,
+                    format!("entry '{shown}' in directory {ino} has illegal UTF-8 characters in its name"),
+                );
+            }
+            if self.encryption.is_none() && name.iter().any(|&b| b == b'/' || b == 0) {
                 self.report(
                     ProblemCode::PR_2_BAD_NAME,
                     at,
@@ -433,7 +474,13 @@ impl<'a, 'r> EntryChecker<'a, 'r> {
                     );
                 }
             }
-            if !self.names.insert(name) {
+            // Under strict mode e2fsck compares a casefolded directory's names folded
+            // (`dict_de_cf_cmp`; bytes for a name that is not UTF-8), else as bytes.
+            let unique = match self.strict_casefold.then(|| casefold(name)).flatten() {
+                Some(folded) => self.names.insert_folded(folded),
+                None => self.names.insert(name),
+            };
+            if !unique {
                 self.report(
                     ProblemCode::PR_2_DUPLICATE_DIRENT,
                     at,
@@ -450,6 +497,38 @@ impl<'a, 'r> EntryChecker<'a, 'r> {
             }
             ctx.inodes.add_ref(target);
         }
+    }
+
+    /// e2fsck's `check_encrypted_dirent` for an entry (not `.` or `..`) of an encrypted
+    /// directory: its name is ciphertext, any bytes but at least one cipher block
+    /// long, and a regular file, directory or symlink it names must have the
+    /// directory's policy. Checked after the file type, as e2fsck does.
+    fn check_encrypted_entry(&mut self, entry: &DirEntry<'_>, kind: InodeKind, at: usize) {
+        let ino = self.dir.ino;
+        let target = entry.inode;
+        if entry.name.len() < CIPHER_BLOCK_SIZE {
+            self.report(
+                ProblemCode::PR_2_BAD_ENCRYPTED_NAME,
+                at,
+                format!("encrypted entry in directory {ino} ({target}) is too short"),
+            );
+        }
+        let (code, what) = match self.ctx.encryption.of(target) {
+            found if found == self.encryption => return,
+            Some(_) => (
+                ProblemCode::PR_2_INCONSISTENT_ENCRYPTION_POLICY,
+                "a different encryption policy",
+            ),
+            None if needs_encryption(entry.file_type, kind) => {
+                (ProblemCode::PR_2_UNENCRYPTED_FILE, "no encryption")
+            }
+            None => return,
+        };
+        self.report(
+            code,
+            at,
+            format!("entry in encrypted directory {ino} names inode {target}, which has {what}"),
+        );
     }
 
     /// Widens the range of name hashes seen in an htree leaf.

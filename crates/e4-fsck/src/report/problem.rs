@@ -157,6 +157,7 @@ macro_rules! problem_codes {
                         | ProblemCode::EXT2_ET_BAD_INODE_CSUM_INVALID
                         | ProblemCode::PR_2_DIR_CORRUPTED
                         | ProblemCode::PR_3_NO_ROOT_INODE
+                        | ProblemCode::E2FSCK_UNSUPPORTED_ENCODING
                 )
             }
 
@@ -215,6 +216,10 @@ problem_codes! {
     /// The MMP block's sequence is above `EXT4_MMP_SEQ_MAX` and no mark: e2fsck stops
     /// ("MMP: undergoing an unknown operation", exit 12), as for `EXT2_ET_MMP_FSCK_ON`.
     EXT2_ET_MMP_UNKNOWN_SEQ = 0x00F002, None, Superblock, true;
+    /// casefold with an `s_encoding` e2fsck does not know: it stops ("has unsupported
+    /// encoding", "Get a newer version of e2fsck!", exit 12) outside any problem code,
+    /// so this takes a number of e4's own. e4 goes on, folding no name.
+    E2FSCK_UNSUPPORTED_ENCODING = 0x00F003, None, Superblock, true;
     /// An inode e2fsck reads on its own in pass 1 (an xattr value inode) fails its
     /// checksum: `e2fsck_read_inode` stops e2fsck with a fatal error (exit 8), through
     /// com_err, so this takes libext2fs's error name and a number of e4's own, in pass 1
@@ -292,6 +297,21 @@ problem_codes! {
     PR_1_INLINE_DATA_FEATURE = 0x01006F, Fix, Inode, true;
     /// The inline-data flag on a filesystem without the inline_data feature.
     PR_1_INLINE_DATA_SET = 0x010070, Clear, Inode, true;
+    /// Under bigalloc, a block whose offset in its physical cluster differs from its
+    /// logical block's in its logical cluster, or a logical cluster spread over two
+    /// physical ones; information only: its clusters are claimed twice, for pass 1B.
+    PR_1_MISALIGNED_CLUSTER = 0x010074, None, MultiplyClaimed, false;
+    /// A block-mapped regular file or directory with data blocks under bigalloc, which
+    /// the kernel cannot allocate clusters to.
+    PR_1_NO_BIGALLOC_BLOCKMAP_FILES = 0x010080, Fix, Inode, true;
+    /// `EXT4_CASEFOLD_FL` on an inode that is not a directory.
+    PR_1_CASEFOLD_NONDIR = 0x010088, Clear, Inode, true;
+    /// `EXT4_CASEFOLD_FL` on a filesystem without the casefold feature.
+    PR_1_CASEFOLD_FEATURE = 0x010089, Clear, Inode, true;
+    /// `EXT4_ENCRYPT_FL` without an encryption context (the attribute `c`).
+    PR_1_MISSING_ENCRYPTION_XATTR = 0x01008A, Clear, Inode, true;
+    /// An encryption context of a known version with the wrong size, or of version 0.
+    PR_1_CORRUPT_ENCRYPTION_XATTR = 0x01008B, ClearInode, Inode, true;
     /// The inline-data flag, with the feature, but no `system.data` attribute to be
     /// found in the inode or its xattr block (or one of them does not parse).
     PR_1_INLINE_DATA_NO_ATTR = 0x010075, Clear, Inode, true;
@@ -417,6 +437,15 @@ problem_codes! {
     PR_2_NULL_NAME = 0x020030, Clear, DirectoryEntry, true;
     /// A name holds `/` or NUL.
     PR_2_BAD_NAME = 0x020008, Fix, DirectoryEntry, true;
+    /// A name in an encrypted directory shorter than one cipher block (16 bytes).
+    PR_2_BAD_ENCRYPTED_NAME = 0x020050, Clear, DirectoryEntry, true;
+    /// An entry of an encrypted directory names a regular file, directory or symlink
+    /// that is not encrypted.
+    PR_2_UNENCRYPTED_FILE = 0x020051, Clear, DirectoryEntry, true;
+    /// A name in a casefolded directory under strict mode that is not valid UTF-8.
+    PR_2_BAD_ENCODED_NAME = 0x020053, Fix, DirectoryEntry, true;
+    /// An entry of an encrypted directory names a file of another encryption policy.
+    PR_2_INCONSISTENT_ENCRYPTION_POLICY = 0x020052, Clear, DirectoryEntry, true;
     /// The first entry of a directory is not `.`.
     PR_2_MISSING_DOT = 0x020009, Fix, DirectoryBlock, true;
     /// The second entry of a directory is not `..`.

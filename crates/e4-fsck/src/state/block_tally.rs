@@ -3,10 +3,33 @@
 //! `i_size` and `i_blocks` checks; and, for a directory, where each of its blocks is.
 //! Subtrees walked on different threads give tallies that are combined in logical order.
 
+/// Where one inode's walk stands for bigalloc's rules, which look at the block mapped just
+/// before (e2fsck's `previous_block` and `last_block` in `process_block_struct`). Only a
+/// walk made in logical order on one tally keeps it, so under bigalloc nothing of one
+/// inode is walked in parallel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClusterCursor {
+    /// The physical block mapped last, data or indirect; 0 before the first.
+    pub previous_block: u64,
+    /// The logical block mapped last; all ones before the first (e2fsck's `~0`).
+    pub last_block: u64,
+}
+
+impl Default for ClusterCursor {
+    fn default() -> Self {
+        ClusterCursor {
+            previous_block: 0,
+            last_block: u64::MAX,
+        }
+    }
+}
+
 /// The blocks found for one inode (or one subtree of its extent tree).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BlockTally {
-    /// Blocks owned, counting tree and indirect blocks.
+    /// Allocation units owned, counting tree and indirect blocks and the xattr block:
+    /// blocks, or clusters under bigalloc (e2fsck's `num_blocks`; the resize inode's
+    /// blocks are counted one by one even there, as e2fsck counts them).
     pub blocks: u64,
     /// Blocks owned that are also claimed elsewhere (pass 1B counts these).
     pub shared: u64,
@@ -23,10 +46,13 @@ pub struct BlockTally {
     /// A block map names an indirect block outside the filesystem, which
     /// `ext2fs_block_iterate3` cannot follow: its walk ends in an error.
     pub indirect_unfollowed: bool,
+    /// Under bigalloc, the walk's place for the cluster rules.
+    pub cursor: ClusterCursor,
 }
 
 impl BlockTally {
-    /// Adds a subtree's tally found after this one in logical order.
+    /// Adds a subtree's tally found after this one in logical order (its cursor is not
+    /// carried: subtrees are only walked apart without bigalloc).
     pub fn append(&mut self, later: BlockTally) {
         self.blocks += later.blocks;
         self.shared += later.shared;
@@ -37,7 +63,8 @@ impl BlockTally {
         self.indirect_unfollowed |= later.indirect_unfollowed;
     }
 
-    /// Records `len` data blocks mapped from `logical` at `physical`.
+    /// Records `len` data blocks mapped from `logical` at `physical` (what they add to
+    /// [`Self::blocks`] is counted where they are claimed).
     pub fn add_data(
         &mut self,
         logical: u64,
@@ -46,7 +73,6 @@ impl BlockTally {
         initialized: bool,
         dir: bool,
     ) {
-        self.blocks += len;
         let last = logical + len - 1;
         self.last_block = self.last_block.max(Some(last));
         if initialized {
@@ -72,7 +98,7 @@ mod tests {
         b.add_data(5, 300, 1, false, true);
         b.blocks += 1;
         a.append(b);
-        assert_eq!(a.blocks, 4);
+        assert_eq!(a.blocks, 1);
         assert_eq!(a.last_block, Some(5));
         assert_eq!(a.last_init_block, Some(1));
         assert_eq!(a.dir_blocks, vec![(0, 100), (1, 101), (5, 300)]);

@@ -15,6 +15,7 @@ use e4_format::FormatError;
 use crate::report::problem::{Location, Problem, ProblemCode};
 use crate::state::atomic_bitmap::AtomicBitmap;
 use crate::state::ea_inode_refs::EaInodes;
+use crate::state::encryption_policies::EncryptionPolicies;
 use crate::state::image::Image;
 use crate::state::inode_state::InodeStates;
 use crate::state::quota_usage::QuotaTotals;
@@ -35,11 +36,15 @@ pub struct Context {
     descriptor_checksums_ok: Vec<bool>,
     /// The metadata_csum seed, when the filesystem has metadata checksums.
     pub csum_seed: Option<u32>,
-    /// Every block found in use: metadata, then each inode's blocks (pass 1).
+    /// log2 of the blocks per cluster: 0 without bigalloc. The three maps below have a bit
+    /// per cluster, as e2fsck's `block_found_map`, `block_dup_map` and
+    /// `block_metadata_map` have (under bigalloc a block is owned with its whole cluster).
+    pub cluster_bits: u32,
+    /// Every cluster found in use: metadata, then each inode's blocks (pass 1).
     pub block_found: AtomicBitmap,
-    /// Blocks claimed a second time (by an inode after metadata or another inode).
+    /// Clusters claimed a second time (by an inode after metadata or another inode).
     pub block_dup: AtomicBitmap,
-    /// Blocks of fixed metadata: superblocks, descriptors, bitmaps, inode tables.
+    /// Clusters of fixed metadata: superblocks, descriptors, bitmaps, inode tables.
     pub metadata: AtomicBitmap,
     /// Per-inode state.
     pub inodes: InodeStates,
@@ -47,6 +52,8 @@ pub struct Context {
     pub ea_inodes: EaInodes,
     /// Quota usage found in pass 1, per user, group and project.
     pub quota: QuotaTotals,
+    /// The policies of encrypted inodes, found in pass 1 for pass 2.
+    pub encryption: EncryptionPolicies,
     /// Inodes pass 1 found failing their checksum (not blank ones). Pass 1 forgives
     /// them; pass 1B's scan and pass 2's `process_bad_inode` read them again, and stop
     /// e2fsck. Damage only, so a set under one lock.
@@ -79,13 +86,15 @@ impl Context {
         problems: Vec<Problem>,
     ) -> Self {
         let geo = Geometry::new(&sb);
-        let blocks = geo.blocks();
+        let cluster_bits = sb.cluster_ratio().trailing_zeros();
+        let clusters = geo.blocks().div_ceil(1 << cluster_bits);
         let csum_seed = sb.has_metadata_csum().then(|| sb.csum_seed());
         Context {
             image,
             inodes: InodeStates::new(sb.inodes_count),
             ea_inodes: EaInodes::default(),
             quota: QuotaTotals::default(),
+            encryption: EncryptionPolicies::default(),
             checksum_failed: Mutex::default(),
             bad_inodes: Mutex::default(),
             sb,
@@ -93,9 +102,10 @@ impl Context {
             groups,
             descriptor_checksums_ok,
             csum_seed,
-            block_found: AtomicBitmap::new(blocks),
-            block_dup: AtomicBitmap::new(blocks),
-            metadata: AtomicBitmap::new(blocks),
+            cluster_bits,
+            block_found: AtomicBitmap::new(clusters),
+            block_dup: AtomicBitmap::new(clusters),
+            metadata: AtomicBitmap::new(clusters),
             problems: Mutex::new(problems),
         }
     }
@@ -168,6 +178,26 @@ impl Context {
     /// Block size in bytes.
     pub fn block_size(&self) -> u32 {
         self.geo.block_size()
+    }
+
+    /// Blocks per cluster: 1 without bigalloc.
+    pub fn cluster_ratio(&self) -> u64 {
+        1 << self.cluster_bits
+    }
+
+    /// The cluster holding `block` (libext2fs's `EXT2FS_B2C`).
+    pub fn cluster_of(&self, block: u64) -> u64 {
+        block >> self.cluster_bits
+    }
+
+    /// Group `group`'s first cluster and how many it has (the last group may be short),
+    /// the bits of its block bitmap that mean something.
+    pub fn group_clusters(&self, group: u32) -> (u64, u64) {
+        let first = self.cluster_of(self.geo.group_first_block(group));
+        (
+            first,
+            self.geo.group_blocks(group).div_ceil(self.cluster_ratio()),
+        )
     }
 
     /// Whether group descriptors carry checksums and the uninit flags mean something

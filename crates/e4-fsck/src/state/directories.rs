@@ -17,6 +17,9 @@ pub struct Directory {
     /// Block 0 cannot be mapped as libext2fs maps it (an extent node on its path fails
     /// its checks): e2fsck's `handle_htree` calls such a root invalid.
     pub root_unmappable: bool,
+    /// `EXT4_CASEFOLD_FL` under the casefold feature and the utf8 encoding: names are
+    /// hashed and compared case-folded ([`e4_format::casefold`]).
+    pub casefold: bool,
     /// Its blocks, (logical, physical), in logical order.
     pub blocks: Vec<(u32, u64)>,
     /// For an inline directory: `i_block` and the `system.data` value.

@@ -5,7 +5,8 @@
 //! Double and triple indirect blocks hand their children to other threads, unless the
 //! blocks under them could reach the count limit of [`TooBig`]: which block reaches it
 //! depends on e2fsck's order (each indirect block before its children), so such a
-//! subtree is walked in that order on one thread.
+//! subtree is walked in that order on one thread; so is every map under bigalloc, where
+//! whether a block's cluster is claimed depends on the block before it.
 
 use rayon::prelude::*;
 
@@ -122,8 +123,10 @@ fn visit_data(
         too_big::report(walk, code, Some(logical), block);
         return;
     }
-    if walk.ino != RESIZE_INO {
-        walk.claim(block, 1, tally);
+    if walk.ino == RESIZE_INO {
+        tally.blocks += 1;
+    } else {
+        walk.claim_mapped_block(logical as i64, block, tally);
     }
     tally.add_data(logical, block, 1, true, info.dir);
 }
@@ -149,11 +152,16 @@ fn visit_indirect(
         // allowed to clear.
         too_big::report(walk, code, None, block);
     } else {
-        // The resize inode owns only its double indirect block (e2fsck's process_block).
-        if walk.ino != RESIZE_INO || level == 2 {
-            walk.claim(block, 1, tally);
+        // The resize inode owns only its double indirect block (e2fsck's process_block),
+        // and counts each of its blocks alone.
+        if walk.ino == RESIZE_INO {
+            if level == 2 {
+                walk.claim(block, 1, tally);
+            }
+            tally.blocks += 1;
+        } else {
+            walk.claim_mapped_block(-i64::from(level), block, tally);
         }
-        tally.blocks += 1;
     }
     if !walk.enter(block) {
         // Named again by this map: counted and claimed again, not re-walked.
@@ -188,13 +196,14 @@ fn visit_indirect(
         return;
     }
     let most = (pointers.len() as u64).saturating_mul(subtree_capacity(level - 1, per));
-    if let Some(before) = owned_before {
-        if !info.too_big.count_stays_below(before + tally.blocks, most) {
-            for (logical, child) in pointers {
-                visit_indirect(walk, child, level - 1, logical, info, owned_before, tally);
-            }
-            return;
+    let in_order = ctx.cluster_bits != 0
+        || owned_before
+            .is_some_and(|before| !info.too_big.count_stays_below(before + tally.blocks, most));
+    if in_order {
+        for (logical, child) in pointers {
+            visit_indirect(walk, child, level - 1, logical, info, owned_before, tally);
         }
+        return;
     }
     let subtrees: Vec<BlockTally> = pointers
         .par_iter()

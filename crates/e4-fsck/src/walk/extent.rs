@@ -3,7 +3,8 @@
 //! its child's first extent, children inside their parent's range, node headers and
 //! checksums. An entry with a problem is skipped (not claimed, not counted), as `-n` leaves
 //! it. Index nodes with several children are walked in parallel, so one file with a million
-//! extents spreads over every thread.
+//! extents spreads over every thread; under bigalloc, where whether a cluster is claimed
+//! depends on the extent before it, in order on one thread.
 
 use rayon::prelude::*;
 
@@ -136,7 +137,7 @@ fn walk_node(
                         ),
                     );
                 }
-                walk.claim(e.physical, len, tally);
+                walk.claim_extent(lblk, e.physical, len, tally);
                 tally.add_data(lblk, e.physical, len, !e.unwritten, info.dir);
                 start_block = last;
                 previous_last = Some(last);
@@ -176,18 +177,24 @@ fn walk_node(
                 start_block = last;
             }
             let depth = node.header.depth;
-            let visit = |&(lblk, physical, child_end): &(u64, u64, u64)| {
-                let mut sub = BlockTally::default();
-                let problem = walk_child(
-                    walk, info, depth, lblk, physical, child_end, end_block, &mut sub,
-                );
-                (sub, problem)
-            };
-            let results: Vec<(BlockTally, bool)> = if children.len() >= PARALLEL_FANOUT {
-                children.par_iter().map(visit).collect()
-            } else {
-                children.iter().map(visit).collect()
-            };
+            if children.len() < PARALLEL_FANOUT || ctx.cluster_bits != 0 {
+                for &(lblk, physical, child_end) in &children {
+                    had_problem |= walk_child(
+                        walk, info, depth, lblk, physical, child_end, end_block, tally,
+                    );
+                }
+                return had_problem;
+            }
+            let results: Vec<(BlockTally, bool)> = children
+                .par_iter()
+                .map(|&(lblk, physical, child_end)| {
+                    let mut sub = BlockTally::default();
+                    let problem = walk_child(
+                        walk, info, depth, lblk, physical, child_end, end_block, &mut sub,
+                    );
+                    (sub, problem)
+                })
+                .collect();
             for (sub, problem) in results {
                 had_problem |= problem;
                 tally.append(sub);

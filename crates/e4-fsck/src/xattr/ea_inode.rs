@@ -17,7 +17,7 @@ use crate::state::context::{Context, ReadInodeError};
 use crate::xattr::report_bad_hash;
 
 /// What xattr values held in inodes charge to their owner: their blocks (in its
-/// `i_blocks`) and, for quota, one inode each.
+/// `i_blocks`; clusters under bigalloc) and, for quota, one inode each.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ValueCharge {
     pub blocks: u64,
@@ -51,7 +51,8 @@ pub fn check_value_inode(
         bad_reference();
         return None;
     }
-    let blocks = u64::from(size).div_ceil(u64::from(ctx.block_size()));
+    // `size_to_quota_blocks`: whole clusters under bigalloc, counted as allocation units.
+    let blocks = u64::from(size).div_ceil(u64::from(ctx.block_size()) * ctx.cluster_ratio());
     // e2fsck reads the value inode with `e2fsck_read_inode`, for which a checksum that
     // fails is fatal (exit 8); one that cannot be decoded otherwise is left to its own
     // scan.

@@ -1,12 +1,13 @@
 //! Extended attributes as pass 1 checks them: the entries of a list wherever it lies
 //! (`entries`), the in-inode area (`inode_area`), xattr blocks (`block`, with the region
-//! allocator of `region`) and their sharing (`refs`), and values held in inodes
-//! (`ea_inode`). Imports only `state/` and `report/`.
+//! allocator of `region`) and their sharing (`refs`), values held in inodes
+//! (`ea_inode`), and one attribute looked up by name as libext2fs reads it (`lookup`). Imports only `state/` and `report/`.
 
 pub mod block;
 pub mod ea_inode;
 pub mod entries;
 pub mod inode_area;
+pub mod lookup;
 pub mod refs;
 pub mod region;
 
