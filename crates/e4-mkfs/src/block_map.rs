@@ -70,7 +70,7 @@ impl BlockMap {
     /// The first free block at or after `goal`, else the first from the start
     /// (`ext2fs_new_block2`).
     pub fn first_free_from(&self, goal: u64) -> Option<u64> {
-        let goal = if goal >= self.blocks {
+        let goal = if goal == 0 || goal >= self.blocks {
             self.first_data_block
         } else {
             goal

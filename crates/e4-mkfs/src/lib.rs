@@ -30,7 +30,7 @@ use std::path::Path;
 pub use error::{MkfsError, Result};
 pub use features::FeatureSet;
 pub use params::{parse_uuid, MkfsOptions};
-pub use profile::Profile;
+pub use profile::{Profile, BUILT_IN as BUILT_IN_PROFILE};
 pub use size::parse_size;
 
 /// What was made.
@@ -133,8 +133,10 @@ pub fn make_filesystem_with(path: &Path, opts: &MkfsOptions, profile: &Profile) 
         .truncate(true)
         .open(path)
         .map_err(io)?;
+    // With a SIZE the file ends where the filesystem does (as mke2fs leaves a file it
+    // created: its last write is the zeroing of the filesystem's end).
     let image_bytes = if opts.size.is_some() {
-        params.blocks * u64::from(params.block_size)
+        layout.sb.blocks_count() * u64::from(params.block_size)
     } else {
         existing
     };
