@@ -51,7 +51,7 @@ impl BlockMap {
         let finish = if finish == 0 { start } else { finish };
         let len = len.max(1);
         loop {
-            if b + len - 1 >= self.blocks {
+            if b + len > self.blocks {
                 if finish > start {
                     return None;
                 }

@@ -100,24 +100,20 @@ fn differences(
     let (fa, fb) = (File::open(a).unwrap(), File::open(b).unwrap());
     let len = fa.metadata().unwrap().len();
     assert_eq!(len, fb.metadata().unwrap().len(), "image sizes differ");
+    // A superblock copy: the primary at byte 1024, a backup at the start of a group.
     let allowed = |offset: u64| {
         let block = offset / block_size;
-        let in_block = offset % block_size;
-        let sb_at = if block_size == 1024 { 0 } else { 1024 };
-        let copy = if offset < 2048 {
+        let in_copy = if (1024..2048).contains(&offset) {
             Some(offset - 1024)
-        } else if (block - first_data_block) % blocks_per_group == 0
-            && in_block < 1024
-            && block_size > 1024
+        } else if block >= first_data_block
+            && (block - first_data_block) % blocks_per_group == 0
+            && offset % block_size < 1024
         {
-            Some(in_block)
-        } else if block_size == 1024 && (block - first_data_block) % blocks_per_group == 0 {
-            Some(in_block)
+            Some(offset % block_size)
         } else {
             None
         };
-        let _ = sb_at;
-        copy.is_some_and(|o| {
+        in_copy.is_some_and(|o| {
             KBYTES_WRITTEN.contains(&(o as usize)) || CHECKSUM.contains(&(o as usize))
         })
     };

@@ -6,7 +6,9 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use e4_testkit::{compare_trees, e2fsck_clean, generate_tree, CompareOptions, KernelMount, TreeSpec};
+use e4_testkit::{
+    compare_trees, e2fsck_clean, generate_tree, CompareOptions, KernelMount, TreeSpec,
+};
 
 fn e4(args: &[&dyn AsRef<std::ffi::OsStr>], epoch: Option<&str>) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_e4"));
@@ -46,10 +48,16 @@ fn a_tree_goes_in_and_comes_back_out() {
     let out = e4(&[&"export", &image, &exported], None);
     assert!(out.status.success(), "e4 export: {}", stderr(&out));
     let diffs = compare_trees(&source, &exported, &tree_options());
-    assert!(diffs.is_empty(), "export differs from the source: {diffs:#?}");
+    assert!(
+        diffs.is_empty(),
+        "export differs from the source: {diffs:#?}"
+    );
     if let Ok(mount) = KernelMount::mount(&image) {
         let diffs = compare_trees(&source, &mount.path(), &tree_options());
-        assert!(diffs.is_empty(), "kernel mount differs from the source: {diffs:#?}");
+        assert!(
+            diffs.is_empty(),
+            "kernel mount differs from the source: {diffs:#?}"
+        );
     }
 }
 
@@ -89,7 +97,10 @@ fn bad_and_unsupported_options_get_one_line() {
         let out = e4(&all, None);
         assert_eq!(out.status.code(), Some(1), "{args:?}");
         let err = stderr(&out);
-        assert!(err.contains(expect) && err.lines().count() == 1, "{args:?}: {err}");
+        assert!(
+            err.contains(expect) && err.lines().count() == 1,
+            "{args:?}: {err}"
+        );
     }
     let out = e4(&[&"mkfs", &image, &"1Q"], None);
     assert!(stderr(&out).contains("unknown suffix"), "{}", stderr(&out));
@@ -102,14 +113,24 @@ fn read(path: &Path) -> Vec<u8> {
 #[test]
 fn source_date_epoch_makes_the_same_empty_image() {
     let dir = tempfile::tempdir().unwrap();
-    let (a, b, c) = (dir.path().join("a"), dir.path().join("b"), dir.path().join("c"));
+    let (a, b, c) = (
+        dir.path().join("a"),
+        dir.path().join("b"),
+        dir.path().join("c"),
+    );
     for path in [&a, &b] {
         let out = e4(&[&"mkfs", &"-q", path, &"16M"], Some("1700000000"));
         assert!(out.status.success(), "{}", stderr(&out));
     }
-    assert!(read(&a) == read(&b), "the same SOURCE_DATE_EPOCH made different images");
+    assert!(
+        read(&a) == read(&b),
+        "the same SOURCE_DATE_EPOCH made different images"
+    );
     let out = e4(&[&"mkfs", &"-q", &c, &"16M"], Some("1700000001"));
     assert!(out.status.success(), "{}", stderr(&out));
-    assert!(read(&a) != read(&c), "a different epoch made the same image (UUID not derived)");
+    assert!(
+        read(&a) != read(&c),
+        "a different epoch made the same image (UUID not derived)"
+    );
     e2fsck_clean(&a).unwrap();
 }
