@@ -176,10 +176,20 @@ impl Maker<'_> {
         let mut lost_found_blocks = vec![first];
         let bs = self.layout.block_size();
         let mut size = 0;
-        for _ in 1..DIRECT_BLOCKS {
+        // Under inline_data lost+found starts inline and the first growth only moves it
+        // into a block: one block fewer.
+        let inline = self
+            .layout
+            .sb
+            .incompat()
+            .contains(IncompatFeatures::INLINE_DATA);
+        for round in 1..DIRECT_BLOCKS {
             size += bs;
             if size >= LOST_FOUND_BYTES && size >= 2 * bs {
                 break;
+            }
+            if inline && round == 1 {
+                continue;
             }
             // OK to unwrap: the vector starts with one block.
             let last = *lost_found_blocks.last().unwrap();
