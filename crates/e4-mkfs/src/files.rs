@@ -11,6 +11,7 @@ use e4_format::extent::{ExtentHeader, ExtentLeaf, EXTENT_MAGIC, MAX_INIT_LEN};
 use e4_format::features::{CompatFeatures, IncompatFeatures};
 use e4_format::inode::{flags, Inode, Timestamp, JOURNAL_INO, ROOT_INO};
 use e4_format::journal::{JournalSuperblock, JOURNAL_MAGIC};
+use e4_format::xattr::XATTR_MAGIC;
 use e4_format::MetadataBlock;
 
 use crate::error::{MkfsError, Result};
@@ -206,7 +207,12 @@ impl Maker<'_> {
         self.files.blocks.insert(root_block, root_dir);
         self.map_file(&mut root, &[root_block], &[]);
         for (i, &block) in lost_found_blocks.iter().enumerate() {
-            let contents = if i == 0 {
+            let contents = if i == 0 && inline {
+                // `ext2fs_inline_data_expand` writes the inline entries, then the rest of
+                // the block as one empty entry.
+                let entries = [(LOST_FOUND_INO, &b"."[..]), (ROOT_INO, b".."), (0, b"")];
+                self.dir_block(LOST_FOUND_INO, &entries)
+            } else if i == 0 {
                 self.dir_block(LOST_FOUND_INO, &[(LOST_FOUND_INO, b"."), (ROOT_INO, b"..")])
             } else {
                 self.dir_block(LOST_FOUND_INO, &[(0, b"")])
@@ -214,6 +220,11 @@ impl Maker<'_> {
             self.files.blocks.insert(block, contents);
         }
         self.map_file(&mut lost_found, &lost_found_blocks, &[]);
+        if inline {
+            // Moving the inline data out removed `system.data` and left the in-inode
+            // attribute area's header behind.
+            lost_found.xattr_area[..4].copy_from_slice(&XATTR_MAGIC.to_le_bytes());
+        }
         self.store(&root);
         self.store(&lost_found);
         self.layout.descriptors[0].set_used_dirs_count(2);
