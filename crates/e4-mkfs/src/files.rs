@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 
 use e4_format::checksum::inode_csum_seed;
 use e4_format::dir_entry::{encode_entry, entry_size, file_type, DirLeafBlock};
-use e4_format::extent::{ExtentHeader, ExtentLeaf, EXTENT_MAGIC, MAX_INIT_LEN};
+use e4_format::extent::{
+    ExtentHeader, ExtentIndex, ExtentLeaf, ExtentNode, EXTENT_MAGIC, MAX_INIT_LEN,
+};
 use e4_format::features::{CompatFeatures, IncompatFeatures};
 use e4_format::inode::{flags, Inode, Timestamp, JOURNAL_INO, ROOT_INO};
 use e4_format::journal::{JournalSuperblock, JOURNAL_MAGIC};
@@ -246,7 +248,10 @@ impl Maker<'_> {
         inode.set_blocks_512((data.len() + meta.len()) as u64 * bs / 512, huge_file);
         if self.extents {
             inode.record.flags |= flags::EXTENTS;
-            inode.record.block = extent_root(&runs(data));
+            // With a leaf block (`meta`), the caller points the root at it.
+            if meta.is_empty() {
+                inode.record.block = extent_root(&runs(data));
+            }
         } else if meta.is_empty() {
             // A directory of at most 12 blocks: direct pointers only.
             for (i, &b) in data.iter().enumerate() {
@@ -395,22 +400,7 @@ impl Maker<'_> {
         let mut inode = self.new_inode(JOURNAL_INO, 0o100600);
         inode.record.links_count = 1;
         let (data, meta) = match self.extents {
-            true => {
-                let mut data = Vec::with_capacity(count as usize);
-                let mut goal = self.journal_goal();
-                while (data.len() as u64) < count {
-                    let b = self.layout.allocate_block(goal)?;
-                    data.push(b);
-                    goal = b + 1;
-                }
-                if runs(&data).len() > ROOT_EXTENTS {
-                    return Err(MkfsError::Unsupported(format!(
-                        "a journal of {} extents (more than fit in its inode); give a smaller -J size",
-                        runs(&data).len()
-                    )));
-                }
-                (data, Vec::new())
-            }
+            true => self.allocate_journal_extents(count)?,
             false => self.allocate_block_mapped(JOURNAL_INO, count, &mut inode)?,
         };
         let bs = self.block_size();
@@ -429,12 +419,117 @@ impl Maker<'_> {
         block[..1024].copy_from_slice(&raw);
         self.files.blocks.insert(data[0], block);
         self.map_file(&mut inode, &data, &meta);
+        if let (true, Some(&leaf)) = (self.extents, meta.first()) {
+            self.extent_leaf(&mut inode, leaf, &runs(&data));
+        }
         self.files.journal_blocks = count;
         self.files.journal_backup = Some((inode.record.block, inode.size()));
         self.store(&inode);
         self.layout.sb.journal_inum = JOURNAL_INO;
         self.layout.sb.jnl_backup_type = JOURNAL_BACKUP_BLOCKS;
         Ok(())
+    }
+
+    /// The journal's blocks as `ext_falloc_helper` takes them: free runs from the middle of
+    /// the filesystem, each at most [`MAX_INIT_LEN`] blocks. A fifth extent does not fit in
+    /// the inode: the tree grows a leaf block, placed as `ext2fs_extent_node_split` places
+    /// it, just before the first extent if that block is free (else the first free after).
+    /// Returns the data blocks and the leaf, if any.
+    fn allocate_journal_extents(&mut self, count: u64) -> Result<(Vec<u64>, Vec<u64>)> {
+        let blocks = self.layout.sb.blocks_count();
+        let first_data_block = u64::from(self.layout.sb.first_data_block);
+        let mut goal = self.journal_goal();
+        let mut extents: Vec<(u64, u64)> = Vec::new();
+        let mut leaf = Vec::new();
+        let mut left = count;
+        while left > 0 {
+            let start = self.layout.allocate_block(goal)?;
+            let mut len = 1;
+            while len < left.min(u64::from(MAX_INIT_LEN))
+                && start + len < blocks
+                && !self.layout.map.is_used(start + len)
+            {
+                self.layout.use_block(start + len);
+                len += 1;
+            }
+            extents.push((start, len));
+            left -= len;
+            goal = if start + len >= blocks {
+                first_data_block
+            } else {
+                start + len
+            };
+            if extents.len() == ROOT_EXTENTS + 1 && leaf.is_empty() {
+                leaf.push(self.layout.allocate_block(extents[0].0 - 1)?);
+            }
+        }
+        let per_leaf = (self.block_size() - 12) / 12;
+        if extents.len() > per_leaf {
+            return Err(MkfsError::Unsupported(format!(
+                "a journal of {} extents (more than one extent block holds); give a smaller -J size",
+                extents.len()
+            )));
+        }
+        let data = extents
+            .iter()
+            .flat_map(|&(start, len)| start..start + len)
+            .collect();
+        Ok((data, leaf))
+    }
+
+    /// Moves `runs` into the leaf block `leaf`, the inode's `i_block` becoming an index
+    /// node of depth 1 that points at it.
+    fn extent_leaf(&mut self, inode: &mut Inode, leaf: u64, runs: &[(u64, u64)]) {
+        let bs = self.block_size();
+        let mut block = vec![0u8; bs];
+        let mut chunk = [0u8; 12];
+        ExtentHeader {
+            magic: EXTENT_MAGIC,
+            entries: runs.len() as u16,
+            max: ((bs - 12) / 12) as u16,
+            depth: 0,
+            generation: 0,
+        }
+        .encode(&mut chunk);
+        block[..12].copy_from_slice(&chunk);
+        let mut logical = 0u64;
+        for (i, &(start, len)) in runs.iter().enumerate() {
+            ExtentLeaf {
+                block: logical as u32,
+                len: len as u16,
+                start_hi: (start >> 32) as u16,
+                start_lo: start as u32,
+            }
+            .encode(&mut chunk);
+            block[12 * (i + 1)..12 * (i + 2)].copy_from_slice(&chunk);
+            logical += len;
+        }
+        if let Some(fs_seed) = self.fs_seed {
+            ExtentNode::seal(&mut block, inode_csum_seed(fs_seed, inode.ino, 0));
+        }
+        self.files.blocks.insert(leaf, block);
+        // The split rewrites the root's header and first slot; the other slots keep the
+        // extents they held before (libext2fs does not clear them), and so does the copy in
+        // `s_jnl_blocks`.
+        let mut root = extent_root(&runs[..ROOT_EXTENTS]);
+        ExtentHeader {
+            magic: EXTENT_MAGIC,
+            entries: 1,
+            max: ROOT_EXTENTS as u16,
+            depth: 1,
+            generation: 0,
+        }
+        .encode(&mut chunk);
+        root[..12].copy_from_slice(&chunk);
+        ExtentIndex {
+            block: 0,
+            leaf_lo: leaf as u32,
+            leaf_hi: (leaf >> 32) as u16,
+            unused: 0,
+        }
+        .encode(&mut chunk);
+        root[12..24].copy_from_slice(&chunk);
+        inode.record.block = root;
     }
 
     /// Allocates `count` data blocks of a block-mapped file as `ext2fs_bmap2` does one
