@@ -141,7 +141,7 @@ pub fn lay_out(p: &Params) -> Result<Layout> {
     let bit64 = p.features.has_incompat(IncompatFeatures::BIT64);
     sb.desc_size = if bit64 { 64 } else { 0 };
     // EXT2_MAX_BLOCKS_PER_GROUP: 2^16 - 8 blocks at most.
-    let mut bpg = (8 * bs).min(65528);
+    let mut bpg = p.blocks_per_group.unwrap_or(8 * bs).min(65528);
     let mut blocks = p.blocks;
     let mut r_blocks = p.reserved_blocks;
     if r_blocks >= blocks {

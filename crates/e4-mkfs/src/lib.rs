@@ -79,6 +79,7 @@ pub fn make_filesystem_with(path: &Path, opts: &MkfsOptions, profile: &Profile) 
     }
     sb.def_hash_version = params.hash_version;
     sb.volume_name = params.label;
+    sb.last_mounted = params.last_mounted;
     sb.max_mnt_count = u16::MAX;
     sb.mkfs_time = params.now as u32;
     sb.mkfs_time_hi = (params.now >> 32) as u8;

@@ -40,6 +40,14 @@ pub struct MkfsOptions {
     /// SIZE: the filesystem size (bytes with a suffix; a bare number counts `-b` blocks or
     /// KiB). `None`: the image's current size.
     pub size: Option<String>,
+    /// `-e`: behaviour on errors (continue, remount-ro, panic).
+    pub errors_behavior: Option<String>,
+    /// `-G`: groups per flex group.
+    pub flex_bg_size: Option<u32>,
+    /// `-g`: blocks per group.
+    pub blocks_per_group: Option<u32>,
+    /// `-M`: the directory recorded as last mounted on.
+    pub last_mounted: Option<String>,
     /// `SOURCE_DATE_EPOCH`: the time written everywhere, and the seed of the UUID and hash
     /// seed when `-U` / `-E hash_seed=` are not given.
     pub source_date_epoch: Option<i64>,
@@ -75,6 +83,10 @@ pub struct Params {
     pub errors: u16,
     /// Owner of the root directory (`-E root_owner=`).
     pub root_owner: (u32, u32),
+    /// Blocks per group, if `-g` gave it.
+    pub blocks_per_group: Option<u64>,
+    /// `s_last_mounted`.
+    pub last_mounted: [u8; 64],
 }
 
 const MIB: u64 = 1 << 20;
@@ -235,10 +247,19 @@ pub fn decide(opts: &MkfsOptions, profile: &Profile, existing_bytes: u64) -> Res
         }
     }
 
-    let flex_bg_size = if features.has_incompat(IncompatFeatures::FLEX_BG) {
-        profile.get_int(&types, "flex_bg_size", 16)?
-    } else {
-        0
+    let flex_bg_size = match (
+        opts.flex_bg_size,
+        features.has_incompat(IncompatFeatures::FLEX_BG),
+    ) {
+        (Some(_), false) => {
+            return Err(invalid(
+                "flex_bg size (-G)",
+                "the flex_bg feature is not enabled",
+            ))
+        }
+        (Some(size), true) => i64::from(size),
+        (None, true) => profile.get_int(&types, "flex_bg_size", 16)?,
+        (None, false) => 0,
     };
     if flex_bg_size != 0 && (flex_bg_size < 1 || !(flex_bg_size as u64).is_power_of_two()) {
         return Err(invalid("flex_bg_size", "must be a power of two"));
@@ -313,7 +334,11 @@ pub fn decide(opts: &MkfsOptions, profile: &Profile, existing_bytes: u64) -> Res
         "tea" => 2,
         other => return Err(invalid("hash_alg", format!("{other:?}"))),
     };
-    let errors = match profile.get(&types, "errors") {
+    let errors_name = opts
+        .errors_behavior
+        .as_deref()
+        .or(profile.get(&types, "errors"));
+    let errors = match errors_name {
         None | Some("continue") => 1,
         Some("remount-ro") => 2,
         Some("panic") => 3,
@@ -335,6 +360,21 @@ pub fn decide(opts: &MkfsOptions, profile: &Profile, existing_bytes: u64) -> Res
         Some(seed) => seed,
         None => derived_uuid(opts.source_date_epoch, b"hash_seed")?,
     };
+    let blocks_per_group = match opts.blocks_per_group {
+        None => None,
+        Some(g) if g < 256 || g > 8 * block_size || g % 8 != 0 => {
+            return Err(invalid(
+                "blocks per group (-g)",
+                format!("{g} is not a multiple of 8 from 256 to {}", 8 * block_size),
+            ))
+        }
+        Some(g) => Some(u64::from(g)),
+    };
+    let mut last_mounted = [0u8; 64];
+    if let Some(dir) = &opts.last_mounted {
+        let n = dir.len().min(64);
+        last_mounted[..n].copy_from_slice(&dir.as_bytes()[..n]);
+    }
     let mut label = [0u8; 16];
     if let Some(l) = &opts.label {
         if l.len() > 16 {
@@ -365,6 +405,8 @@ pub fn decide(opts: &MkfsOptions, profile: &Profile, existing_bytes: u64) -> Res
         now,
         errors,
         root_owner,
+        blocks_per_group,
+        last_mounted,
     })
 }
 

@@ -74,6 +74,10 @@ fn options(size: &str, args: &[&str]) -> MkfsOptions {
             "-m" => opts.reserved_percent = Some(value.parse().unwrap()),
             "-L" => opts.label = Some(value),
             "-J" => opts.journal = Some(value),
+            "-e" => opts.errors_behavior = Some(value),
+            "-G" => opts.flex_bg_size = Some(value.parse().unwrap()),
+            "-g" => opts.blocks_per_group = Some(value.parse().unwrap()),
+            "-M" => opts.last_mounted = Some(value),
             other => panic!("option {other} not mapped"),
         }
     }
@@ -226,6 +230,23 @@ fn empty_filesystems_equal_mke2fs_byte_for_byte() {
             &["-t", "ext3", "-b", "4096", "-J", "size=40"],
         ),
         ("ext2", "300M", &["-t", "ext2"]),
+        // -g, -G, -e, -M.
+        (
+            "groups-and-errors",
+            "200M",
+            &[
+                "-t",
+                "ext4",
+                "-g",
+                "4096",
+                "-G",
+                "4",
+                "-e",
+                "remount-ro",
+                "-M",
+                "/srv",
+            ],
+        ),
         // A last group too small for its tables is dropped.
         ("ext2-trimmed", "8195K", &["-t", "ext2"]),
     ];

@@ -247,61 +247,7 @@ enum Command {
     /// SOURCE_DATE_EPOCH in the environment sets every time written and derives the UUID
     /// and hash seed (unless -U / -E hash_seed= give them), so the same inputs make the
     /// same image.
-    Mkfs {
-        /// The image file (created if missing).
-        image: PathBuf,
-        /// Filesystem size: bytes with a suffix K, M, G, T, or a count of -b blocks (KiB
-        /// without -b). Default: the image's current size.
-        size: Option<String>,
-        /// Filesystem type: ext2, ext3 or ext4.
-        #[arg(short = 't', default_value = "ext4")]
-        fs_type: String,
-        /// Usage types from mke2fs.conf (news, largefile, ...), comma-separated.
-        #[arg(short = 'T')]
-        usage_types: Option<String>,
-        /// Block size in bytes.
-        #[arg(short = 'b')]
-        block_size: Option<u32>,
-        /// Inode size in bytes.
-        #[arg(short = 'I')]
-        inode_size: Option<u32>,
-        /// Number of inodes.
-        #[arg(short = 'N')]
-        inodes: Option<u64>,
-        /// Bytes per inode.
-        #[arg(short = 'i')]
-        bytes_per_inode: Option<u64>,
-        /// Percentage of blocks reserved for the superuser.
-        #[arg(short = 'm')]
-        reserved_percent: Option<f64>,
-        /// Features to set or (with ^) clear, comma-separated.
-        #[arg(short = 'O')]
-        features: Option<String>,
-        /// Volume label.
-        #[arg(short = 'L')]
-        label: Option<String>,
-        /// UUID (or clear, random).
-        #[arg(short = 'U')]
-        uuid: Option<String>,
-        /// Extended options: hash_seed=UUID, lazy_itable_init=0|1, root_owner=UID:GID.
-        #[arg(short = 'E')]
-        extended: Option<String>,
-        /// Journal options: size=MiB.
-        #[arg(short = 'J')]
-        journal: Option<String>,
-        /// Copy this directory's tree into the new filesystem.
-        #[arg(short = 'd')]
-        source: Option<PathBuf>,
-        /// Worker threads for -d; all cores by default.
-        #[arg(short = 'j', long, value_parser = clap::value_parser!(u16).range(1..))]
-        threads: Option<u16>,
-        /// Print nothing on success.
-        #[arg(short = 'q')]
-        quiet: bool,
-        /// Accepted for mke2fs compatibility: e4 mkfs always writes the image it is given.
-        #[arg(short = 'F', action = ArgAction::Count)]
-        force: u8,
-    },
+    Mkfs(Box<mkfs::MkfsArgs>),
     /// Copy one host file into the image.
     ///
     /// Into PATH if it is a directory, keeping the file's mode, owner, times and xattrs. An
@@ -479,47 +425,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
                 threads.map(usize::from),
             )
         }),
-        Command::Mkfs {
-            image,
-            size,
-            fs_type,
-            usage_types,
-            block_size,
-            inode_size,
-            inodes,
-            bytes_per_inode,
-            reserved_percent,
-            features,
-            label,
-            uuid,
-            extended,
-            journal,
-            source,
-            threads,
-            quiet,
-            force: _,
-        } => mkfs::run(mkfs::MkfsRun {
-            image,
-            options: e4_mkfs::MkfsOptions {
-                fs_type: Some(fs_type),
-                usage_types,
-                block_size,
-                inode_size,
-                inodes,
-                bytes_per_inode,
-                reserved_percent,
-                features,
-                label,
-                uuid,
-                extended,
-                journal,
-                size,
-                source_date_epoch: source_date_epoch()?,
-            },
-            source,
-            threads: threads.map(usize::from),
-            quiet,
-        }),
+        Command::Mkfs(args) => mkfs::run(*args, mkfs::source_date_epoch()?),
         Command::Put {
             image,
             host_file,
@@ -619,17 +525,5 @@ fn main() -> ExitCode {
             ExitCode::from(EXIT_RUNTIME)
         }
         Err(CliError::Reported(status)) => ExitCode::from(status),
-    }
-}
-
-/// `SOURCE_DATE_EPOCH`, as reproducible-builds.org defines it: seconds since the epoch.
-fn source_date_epoch() -> Result<Option<i64>, CliError> {
-    match std::env::var("SOURCE_DATE_EPOCH") {
-        Err(_) => Ok(None),
-        Ok(v) => v.trim().parse().map(Some).map_err(|_| {
-            CliError::Message(format!(
-                "SOURCE_DATE_EPOCH={v:?} is not a number of seconds"
-            ))
-        }),
     }
 }

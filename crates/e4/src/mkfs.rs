@@ -3,32 +3,164 @@
 
 use std::path::{Path, PathBuf};
 
+use clap::ArgAction;
 use e4_mkfs::{make_filesystem, MkfsOptions};
 
 use crate::edit_session::{with_writable_image, ImagePath};
 use crate::output::CliError;
 
-/// What `e4 mkfs` was asked for besides the filesystem's own options.
-pub struct MkfsRun {
-    pub image: PathBuf,
-    pub options: MkfsOptions,
-    pub source: Option<PathBuf>,
-    pub threads: Option<usize>,
-    pub quiet: bool,
+/// The options of `e4 mkfs`, with mke2fs's letters and meanings.
+#[derive(clap::Args)]
+pub struct MkfsArgs {
+    /// The image file (created if missing).
+    image: PathBuf,
+    /// Filesystem size: bytes with a suffix K, M, G, T, or a count of -b blocks (KiB
+    /// without -b). Default: the image's current size.
+    size: Option<String>,
+    /// Filesystem type: ext2, ext3 or ext4.
+    #[arg(short = 't', default_value = "ext4")]
+    fs_type: String,
+    /// Usage types from mke2fs.conf (news, largefile, ...), comma-separated.
+    #[arg(short = 'T')]
+    usage_types: Option<String>,
+    /// Block size in bytes.
+    #[arg(short = 'b')]
+    block_size: Option<u32>,
+    /// Inode size in bytes.
+    #[arg(short = 'I')]
+    inode_size: Option<u32>,
+    /// Number of inodes.
+    #[arg(short = 'N')]
+    inodes: Option<u64>,
+    /// Bytes per inode.
+    #[arg(short = 'i')]
+    bytes_per_inode: Option<u64>,
+    /// Percentage of blocks reserved for the superuser.
+    #[arg(short = 'm')]
+    reserved_percent: Option<f64>,
+    /// Features to set or (with ^) clear, comma-separated.
+    #[arg(short = 'O')]
+    features: Option<String>,
+    /// Volume label.
+    #[arg(short = 'L')]
+    label: Option<String>,
+    /// UUID (or clear, random).
+    #[arg(short = 'U')]
+    uuid: Option<String>,
+    /// Extended options: hash_seed=UUID, lazy_itable_init=0|1, root_owner=UID:GID.
+    #[arg(short = 'E')]
+    extended: Option<String>,
+    /// Journal options: size=MiB.
+    #[arg(short = 'J')]
+    journal: Option<String>,
+    /// Behaviour on errors: continue, remount-ro or panic.
+    #[arg(short = 'e')]
+    errors_behavior: Option<String>,
+    /// Groups per flex group (a power of two).
+    #[arg(short = 'G')]
+    flex_bg_size: Option<u32>,
+    /// Blocks per group.
+    #[arg(short = 'g')]
+    blocks_per_group: Option<u32>,
+    /// The directory recorded as last mounted on.
+    #[arg(short = 'M')]
+    last_mounted: Option<String>,
+    /// mke2fs options e4 mkfs does not implement (-c, -l, -C, -D, -n, -o, -r, -S, -z):
+    /// accepted by the parser only to be refused by name.
+    #[arg(short = 'c', hide = true, action = ArgAction::Count)]
+    check_bad_blocks: u8,
+    #[arg(short = 'l', hide = true)]
+    bad_blocks_file: Option<String>,
+    #[arg(short = 'C', hide = true)]
+    cluster_size: Option<String>,
+    #[arg(short = 'D', hide = true)]
+    direct_io: bool,
+    #[arg(short = 'n', hide = true)]
+    dry_run: bool,
+    #[arg(short = 'o', hide = true)]
+    creator_os: Option<String>,
+    #[arg(short = 'r', hide = true)]
+    revision: Option<String>,
+    #[arg(short = 'S', hide = true)]
+    super_only: bool,
+    #[arg(short = 'z', hide = true)]
+    undo_file: Option<String>,
+    /// Copy this directory's tree into the new filesystem.
+    #[arg(short = 'd')]
+    source: Option<PathBuf>,
+    /// Worker threads for -d; all cores by default.
+    #[arg(short = 'j', long, value_parser = clap::value_parser!(u16).range(1..))]
+    threads: Option<u16>,
+    /// Print nothing on success.
+    #[arg(short = 'q')]
+    quiet: bool,
+    /// Accepted for mke2fs compatibility: e4 mkfs always writes the image it is given.
+    #[arg(short = 'F', action = ArgAction::Count)]
+    force: u8,
 }
 
-pub fn run(run: MkfsRun) -> Result<(), CliError> {
-    let image = run.image.display().to_string();
-    let made = make_filesystem(&run.image, &run.options)
+/// Refuses, in one line naming them, the mke2fs options given that e4 mkfs does not
+/// implement (`(option, given)` pairs).
+fn refuse_unsupported(options: &[(&str, bool)]) -> Result<(), CliError> {
+    let given: Vec<&str> = options
+        .iter()
+        .filter(|(_, g)| *g)
+        .map(|(o, _)| *o)
+        .collect();
+    if given.is_empty() {
+        Ok(())
+    } else {
+        Err(CliError::Message(format!(
+            "not supported by e4 mkfs: mke2fs option {}",
+            given.join(", ")
+        )))
+    }
+}
+
+/// Runs `e4 mkfs`; `source_date_epoch` is the environment's `SOURCE_DATE_EPOCH`.
+pub fn run(args: MkfsArgs, source_date_epoch: Option<i64>) -> Result<(), CliError> {
+    refuse_unsupported(&[
+        ("-c", args.check_bad_blocks > 0),
+        ("-l", args.bad_blocks_file.is_some()),
+        ("-C", args.cluster_size.is_some()),
+        ("-D", args.direct_io),
+        ("-n", args.dry_run),
+        ("-o", args.creator_os.is_some()),
+        ("-r", args.revision.is_some()),
+        ("-S", args.super_only),
+        ("-z", args.undo_file.is_some()),
+    ])?;
+    let options = MkfsOptions {
+        fs_type: Some(args.fs_type),
+        usage_types: args.usage_types,
+        block_size: args.block_size,
+        inode_size: args.inode_size,
+        inodes: args.inodes,
+        bytes_per_inode: args.bytes_per_inode,
+        reserved_percent: args.reserved_percent,
+        features: args.features,
+        label: args.label,
+        uuid: args.uuid,
+        extended: args.extended,
+        journal: args.journal,
+        size: args.size,
+        errors_behavior: args.errors_behavior,
+        flex_bg_size: args.flex_bg_size,
+        blocks_per_group: args.blocks_per_group,
+        last_mounted: args.last_mounted,
+        source_date_epoch,
+    };
+    let image = args.image.display().to_string();
+    let made = make_filesystem(&args.image, &options)
         .map_err(|e| CliError::Message(format!("{image}: {e}")))?;
-    if !run.quiet {
+    if !args.quiet {
         println!(
             "{image}: {} blocks of {} bytes, {} inodes, {} groups, journal {} blocks",
             made.blocks, made.block_size, made.inodes, made.groups, made.journal_blocks
         );
     }
-    if let Some(source) = &run.source {
-        fill(&run.image, &image, source, run.threads)?;
+    if let Some(source) = &args.source {
+        fill(&args.image, &image, source, args.threads.map(usize::from))?;
     }
     Ok(())
 }
@@ -50,4 +182,16 @@ fn fill(path: &Path, image: &str, source: &Path, threads: Option<usize>) -> Resu
         let _ = std::fs::remove_file(path);
     }
     result
+}
+
+/// `SOURCE_DATE_EPOCH`, as reproducible-builds.org defines it: seconds since the epoch.
+pub fn source_date_epoch() -> Result<Option<i64>, CliError> {
+    match std::env::var("SOURCE_DATE_EPOCH") {
+        Err(_) => Ok(None),
+        Ok(v) => v.trim().parse().map(Some).map_err(|_| {
+            CliError::Message(format!(
+                "SOURCE_DATE_EPOCH={v:?} is not a number of seconds"
+            ))
+        }),
+    }
 }

@@ -87,6 +87,9 @@ fn bad_and_unsupported_options_get_one_line() {
         (vec!["-b", "3000"], "block size"),
         (vec!["-t", "xfs"], "xfs"),
         (vec!["-O", "frobnicate"], "frobnicate"),
+        (vec!["-n", "-S"], "mke2fs option -n, -S"),
+        (vec!["-G", "16", "-O", "^flex_bg"], "flex_bg"),
+        (vec!["-g", "1001"], "blocks per group"),
     ] {
         let mut all: Vec<&dyn AsRef<std::ffi::OsStr>> = vec![&"mkfs", &"-q"];
         for a in &args {
