@@ -58,6 +58,27 @@ pub fn run(
     target: ImagePath<'_>,
     threads: Option<usize>,
 ) -> Result<(), CliError> {
+    run_with(fs, image, host_dir, target, threads, None)
+}
+
+/// As [`run`]; with `reproducible_at` (`SOURCE_DATE_EPOCH`), the import is the same
+/// sequence of operations whatever the host: one thread, each directory's entries in name
+/// order (so the host's directory order and inode numbers decide nothing), and host times
+/// later than the epoch clamped to it (reproducible-builds.org's rule). With the engine's
+/// clock stopped and interval commits off, the image is then the same to the byte.
+pub fn run_with(
+    fs: &Filesystem,
+    image: &Path,
+    host_dir: &Path,
+    target: ImagePath<'_>,
+    threads: Option<usize>,
+    reproducible_at: Option<i64>,
+) -> Result<(), CliError> {
+    let threads = if reproducible_at.is_some() {
+        Some(1)
+    } else {
+        threads
+    };
     let host_meta =
         fs::symlink_metadata(host_dir).map_err(|e| format!("{}: {e}", host_dir.display()))?;
     if !host_meta.is_dir() {
@@ -76,6 +97,7 @@ pub fn run(
         stop_reason: Mutex::new(None),
         first_names: Mutex::new(HashMap::new()),
         late_links: Mutex::new(Vec::new()),
+        reproducible_at,
     };
     let root_path = trimmed_root(target.bytes());
     pool.install(|| {
@@ -161,6 +183,9 @@ struct Import<'a> {
     first_names: Mutex<HashMap<(u64, u64), Option<u32>>>,
     /// Further names of those inodes, linked after the walk.
     late_links: Mutex<Vec<LateLink>>,
+    /// `SOURCE_DATE_EPOCH` for a reproducible import: entries in name order, one at a
+    /// time, times clamped to it.
+    reproducible_at: Option<i64>,
 }
 
 /// A second (or later) name of a host inode.
@@ -197,6 +222,24 @@ fn as_image_path(image_path: &[u8]) -> ImagePath<'_> {
 }
 
 impl Import<'_> {
+    /// `attributes` with times after the reproducible epoch set to it.
+    fn clamped(&self, mut attributes: SetAttributes) -> SetAttributes {
+        if let Some(epoch) = self.reproducible_at {
+            for time in [&mut attributes.atime, &mut attributes.mtime]
+                .into_iter()
+                .flatten()
+            {
+                if time.seconds > epoch || (time.seconds == epoch && time.nanoseconds > 0) {
+                    *time = e4_fs::Timestamp {
+                        seconds: epoch,
+                        nanoseconds: 0,
+                    };
+                }
+            }
+        }
+        attributes
+    }
+
     fn is_stopped(&self) -> bool {
         self.stopped.load(Ordering::Relaxed)
     }
@@ -273,6 +316,22 @@ impl Import<'_> {
         }
         if !entries.is_empty() {
             tasks.push(Task::Entries(entries));
+        }
+        if self.reproducible_at.is_some() {
+            let mut names: Vec<OsString> = tasks
+                .into_iter()
+                .flat_map(|task| match task {
+                    Task::Subdirectory(name) => vec![name],
+                    Task::Entries(names) => names,
+                })
+                .collect();
+            names.sort();
+            for name in names {
+                if let Some(meta) = self.entry(host, dir, image_path, &name) {
+                    subdirectory(name, meta);
+                }
+            }
+            return;
         }
         tasks.into_par_iter().for_each(|task| {
             let names = match task {
@@ -391,7 +450,7 @@ impl Import<'_> {
             if first_names.contains_key(&key) {
                 drop(first_names);
                 let parent_attributes = match fs::symlink_metadata(host_dir) {
-                    Ok(parent) => times_only(&parent),
+                    Ok(parent) => self.clamped(times_only(&parent)),
                     Err(e) => {
                         self.progress.fail(&format!("{}: {e}", host_dir.display()));
                         return None;
@@ -487,7 +546,7 @@ impl Import<'_> {
         if self.is_stopped() {
             return;
         }
-        if let Err(e) = self.fs.setattr(ino, &final_attributes(meta)) {
+        if let Err(e) = self.fs.setattr(ino, &self.clamped(final_attributes(meta))) {
             return self.image_error(image_path, &e);
         }
         if let Err(reason) = copy_xattrs(self.fs, ino, host) {
@@ -561,7 +620,7 @@ impl Import<'_> {
             self.progress
                 .fail(&format!("{}: {reason}", as_image_path(image_path).shown()));
         }
-        if let Err(e) = fs.setattr(ino, &final_attributes(meta)) {
+        if let Err(e) = fs.setattr(ino, &self.clamped(final_attributes(meta))) {
             self.image_error(image_path, &e);
         }
         Some(ino)

@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 use clap::ArgAction;
 use e4_mkfs::{make_filesystem, MkfsOptions};
 
-use crate::edit_session::{with_writable_image, ImagePath};
+use e4_fs::OpenOptions;
+
+use crate::edit_session::{with_writable_image_options, ImagePath};
 use crate::output::CliError;
 
 /// The options of `e4 mkfs`, with mke2fs's letters and meanings.
@@ -160,22 +162,39 @@ pub fn run(args: MkfsArgs, source_date_epoch: Option<i64>) -> Result<(), CliErro
         );
     }
     if let Some(source) = &args.source {
-        fill(&args.image, &image, source, args.threads.map(usize::from))?;
+        fill(
+            &args.image,
+            &image,
+            source,
+            args.threads.map(usize::from),
+            source_date_epoch,
+        )?;
     }
     Ok(())
 }
 
 /// Copies `source`'s tree into the root of the new filesystem. A tree that does not fit
 /// leaves no image behind: a half-filled one would claim to be the filesystem asked for.
-fn fill(path: &Path, image: &str, source: &Path, threads: Option<usize>) -> Result<(), CliError> {
-    let result = with_writable_image(image, |fs| {
-        crate::import::run(
-            fs,
-            path,
-            source,
-            ImagePath(std::ffi::OsStr::new("/")),
-            threads,
-        )
+///
+/// With `SOURCE_DATE_EPOCH` the fill is reproducible: the engine's clock stands at the
+/// epoch (every ctime, crtime, generation seed and journal commit time), commits come only
+/// from the work itself (no interval commits), and the import runs one operation at a time
+/// in name order with host times clamped to the epoch.
+fn fill(
+    path: &Path,
+    image: &str,
+    source: &Path,
+    threads: Option<usize>,
+    source_date_epoch: Option<i64>,
+) -> Result<(), CliError> {
+    let mut options = OpenOptions::writable();
+    if let Some(epoch) = source_date_epoch {
+        e4_fs::freeze_clock(Some(epoch));
+        options.commit_interval = std::time::Duration::ZERO;
+    }
+    let root = ImagePath(std::ffi::OsStr::new("/"));
+    let result = with_writable_image_options(image, options, |fs| {
+        crate::import::run_with(fs, path, source, root, threads, source_date_epoch)
     });
     if result.is_err() {
         // The image is not what was asked for; remove it so nothing mistakes it for one.

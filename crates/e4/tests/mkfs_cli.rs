@@ -137,3 +137,75 @@ fn source_date_epoch_makes_the_same_empty_image() {
     );
     e2fsck_clean(&a).unwrap();
 }
+
+/// A tree of directories, files (one sparse), a hard link, a symlink, a fifo and an xattr,
+/// created in name order or in reverse (so the host's directory order and inode numbers
+/// differ between the two).
+fn ordered_tree(root: &Path, reverse: bool) {
+    use std::os::unix::fs::FileExt;
+    let mut dirs: Vec<usize> = (0..12).collect();
+    if reverse {
+        dirs.reverse();
+    }
+    for d in dirs {
+        let dir = root.join(format!("d{d:02}"));
+        std::fs::create_dir(&dir).unwrap();
+        let mut files: Vec<usize> = (0..25).collect();
+        if reverse {
+            files.reverse();
+        }
+        for f in files {
+            let len = (d * 7919 + f * 104_729) % 30_000;
+            let bytes: Vec<u8> = (0..len).map(|i| (i * 31 + d + f) as u8).collect();
+            std::fs::write(dir.join(format!("f{f:02}")), bytes).unwrap();
+        }
+    }
+    let sparse = std::fs::File::create(root.join("sparse")).unwrap();
+    sparse.write_all_at(b"end", 5 << 20).unwrap();
+    std::fs::hard_link(root.join("d01/f01"), root.join("hard")).unwrap();
+    std::os::unix::fs::symlink("d01/f02", root.join("sym")).unwrap();
+    nix::unistd::mkfifo(
+        &root.join("fifo"),
+        nix::sys::stat::Mode::from_bits_truncate(0o644),
+    )
+    .unwrap();
+    xattr::set(root.join("d02/f03"), "user.e4", b"value").unwrap();
+}
+
+#[test]
+fn source_date_epoch_makes_the_same_image_from_a_tree() {
+    let dir = tempfile::tempdir().unwrap();
+    // The second copy on tmpfs where there is one: its directories list entries in creation
+    // order, where ext4's list them by hash, so the two walks meet names in other orders.
+    let other = tempfile::tempdir_in("/dev/shm").unwrap_or_else(|_| tempfile::tempdir().unwrap());
+    let (forward, backward) = (dir.path().join("forward"), other.path().join("backward"));
+    std::fs::create_dir(&forward).unwrap();
+    std::fs::create_dir(&backward).unwrap();
+    ordered_tree(&forward, false);
+    ordered_tree(&backward, true);
+    let epoch = Some("1700000000");
+    let images: Vec<_> = [(&forward, "1"), (&forward, "2"), (&backward, "2")]
+        .iter()
+        .enumerate()
+        .map(|(i, (source, threads))| {
+            let image = dir.path().join(format!("{i}.img"));
+            let out = e4(
+                &[
+                    &"mkfs", &"-q", &"-j", threads, &"-d", source, &image, &"32M",
+                ],
+                epoch,
+            );
+            assert!(out.status.success(), "{}", stderr(&out));
+            image
+        })
+        .collect();
+    e2fsck_clean(&images[0]).unwrap();
+    assert!(
+        read(&images[0]) == read(&images[1]),
+        "-j 1 and -j 2 made different images"
+    );
+    assert!(
+        read(&images[0]) == read(&images[2]),
+        "the same tree created in another order made a different image"
+    );
+}
