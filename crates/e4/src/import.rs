@@ -58,22 +58,40 @@ pub fn run(
     target: ImagePath<'_>,
     threads: Option<usize>,
 ) -> Result<(), CliError> {
-    run_with(fs, image, host_dir, target, threads, None)
+    run_with(
+        fs,
+        image,
+        host_dir,
+        target,
+        threads,
+        &ImportPolicy::default(),
+    )
 }
 
-/// As [`run`]; with `reproducible_at` (`SOURCE_DATE_EPOCH`), the import is the same
-/// sequence of operations whatever the host: one thread, each directory's entries in name
-/// order (so the host's directory order and inode numbers decide nothing), and host times
-/// later than the epoch clamped to it (reproducible-builds.org's rule). With the engine's
-/// clock stopped and interval commits off, the image is then the same to the byte.
+/// How an import departs from copying the host as it is (`e4 mkfs -d` uses it).
+#[derive(Debug, Clone, Default)]
+pub struct ImportPolicy {
+    /// `SOURCE_DATE_EPOCH`: the import is the same sequence of operations whatever the
+    /// host: one thread, each directory's entries in name order (so the host's directory
+    /// order and inode numbers decide nothing), and host times later than the epoch clamped
+    /// to it (reproducible-builds.org's rule). With the engine's clock stopped and interval
+    /// commits off, the image is then the same to the byte.
+    pub reproducible_at: Option<i64>,
+    /// Every entry owned by this (uid, gid), whoever owns it on the host (`--owner`), so an
+    /// unprivileged build makes the image a root build would.
+    pub owner: Option<(u32, u32)>,
+}
+
+/// As [`run`], with `policy`.
 pub fn run_with(
     fs: &Filesystem,
     image: &Path,
     host_dir: &Path,
     target: ImagePath<'_>,
     threads: Option<usize>,
-    reproducible_at: Option<i64>,
+    policy: &ImportPolicy,
 ) -> Result<(), CliError> {
+    let reproducible_at = policy.reproducible_at;
     let threads = if reproducible_at.is_some() {
         Some(1)
     } else {
@@ -98,6 +116,7 @@ pub fn run_with(
         first_names: Mutex::new(HashMap::new()),
         late_links: Mutex::new(Vec::new()),
         reproducible_at,
+        owner: policy.owner,
     };
     let root_path = trimmed_root(target.bytes());
     pool.install(|| {
@@ -186,6 +205,8 @@ struct Import<'a> {
     /// `SOURCE_DATE_EPOCH` for a reproducible import: entries in name order, one at a
     /// time, times clamped to it.
     reproducible_at: Option<i64>,
+    /// The owner every entry gets, if not the host's.
+    owner: Option<(u32, u32)>,
 }
 
 /// A second (or later) name of a host inode.
@@ -222,8 +243,13 @@ fn as_image_path(image_path: &[u8]) -> ImagePath<'_> {
 }
 
 impl Import<'_> {
-    /// `attributes` with times after the reproducible epoch set to it.
+    /// `attributes` as the policy wants them: times after the reproducible epoch set to it,
+    /// the owner replaced.
     fn clamped(&self, mut attributes: SetAttributes) -> SetAttributes {
+        if let Some((uid, gid)) = self.owner {
+            attributes.uid = attributes.uid.map(|_| uid);
+            attributes.gid = attributes.gid.map(|_| gid);
+        }
         if let Some(epoch) = self.reproducible_at {
             for time in [&mut attributes.atime, &mut attributes.mtime]
                 .into_iter()

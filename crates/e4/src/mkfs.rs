@@ -9,6 +9,7 @@ use e4_mkfs::{make_filesystem, MkfsOptions};
 use e4_fs::OpenOptions;
 
 use crate::edit_session::{with_writable_image_options, ImagePath};
+use crate::import::ImportPolicy;
 use crate::output::CliError;
 
 /// The options of `e4 mkfs`, with mke2fs's letters and meanings.
@@ -90,6 +91,9 @@ pub struct MkfsArgs {
     /// Copy this directory's tree into the new filesystem.
     #[arg(short = 'd')]
     source: Option<PathBuf>,
+    /// With -d: every file owned by UID:GID (numeric), whoever owns it on the host.
+    #[arg(long, value_parser = parse_owner)]
+    owner: Option<(u32, u32)>,
     /// Worker threads for -d; all cores by default.
     #[arg(short = 'j', long, value_parser = clap::value_parser!(u16).range(1..))]
     threads: Option<u16>,
@@ -168,6 +172,7 @@ pub fn run(args: MkfsArgs, source_date_epoch: Option<i64>) -> Result<(), CliErro
             source,
             args.threads.map(usize::from),
             source_date_epoch,
+            args.owner,
         )?;
     }
     Ok(())
@@ -186,6 +191,7 @@ fn fill(
     source: &Path,
     threads: Option<usize>,
     source_date_epoch: Option<i64>,
+    owner: Option<(u32, u32)>,
 ) -> Result<(), CliError> {
     let mut options = OpenOptions::writable();
     if let Some(epoch) = source_date_epoch {
@@ -193,8 +199,12 @@ fn fill(
         options.commit_interval = std::time::Duration::ZERO;
     }
     let root = ImagePath(std::ffi::OsStr::new("/"));
+    let policy = ImportPolicy {
+        reproducible_at: source_date_epoch,
+        owner,
+    };
     let result = with_writable_image_options(image, options, |fs| {
-        crate::import::run_with(fs, path, source, root, threads, source_date_epoch)
+        crate::import::run_with(fs, path, source, root, threads, &policy)
     });
     if result.is_err() {
         // The image is not what was asked for; remove it so nothing mistakes it for one.
@@ -213,4 +223,14 @@ pub fn source_date_epoch() -> Result<Option<i64>, CliError> {
             ))
         }),
     }
+}
+
+/// `--owner UID:GID`.
+fn parse_owner(text: &str) -> Result<(u32, u32), String> {
+    let bad = || format!("{text:?} is not UID:GID (numbers)");
+    let (uid, gid) = text.split_once(':').ok_or_else(bad)?;
+    Ok((
+        uid.parse().map_err(|_| bad())?,
+        gid.parse().map_err(|_| bad())?,
+    ))
 }

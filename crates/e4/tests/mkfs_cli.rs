@@ -209,3 +209,46 @@ fn source_date_epoch_makes_the_same_image_from_a_tree() {
         "the same tree created in another order made a different image"
     );
 }
+
+#[test]
+fn owner_gives_every_entry_one_owner() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("source");
+    std::fs::create_dir(&source).unwrap();
+    ordered_tree(&source, false);
+    let image = dir.path().join("fs.img");
+    let out = e4(
+        &[
+            &"mkfs",
+            &"-q",
+            &"--owner",
+            &"1234:5678",
+            &"-d",
+            &source,
+            &image,
+            &"32M",
+        ],
+        None,
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    e2fsck_clean(&image).unwrap();
+    let exported = dir.path().join("exported");
+    let out = e4(&[&"export", &image, &exported], None);
+    assert!(out.status.success(), "e4 export: {}", stderr(&out));
+    let mut stack = vec![exported.clone()];
+    let mut seen = 0;
+    while let Some(path) = stack.pop() {
+        let meta = std::fs::symlink_metadata(&path).unwrap();
+        if path != exported && !path.ends_with("lost+found") {
+            assert_eq!((meta.uid(), meta.gid()), (1234, 5678), "{}", path.display());
+            seen += 1;
+        }
+        if meta.is_dir() && !path.ends_with("lost+found") {
+            stack.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+        }
+    }
+    assert!(seen > 300, "only {seen} entries checked");
+    let out = e4(&[&"mkfs", &"--owner", &"me", &image, &"32M"], None);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}
