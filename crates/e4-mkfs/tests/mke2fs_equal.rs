@@ -269,13 +269,21 @@ fn empty_filesystems_equal_mke2fs_byte_for_byte() {
 #[test]
 fn the_kernel_mounts_what_e4_mkfs_made() {
     let dir = tempfile::tempdir().unwrap();
-    let image = check(dir.path(), "mount", "64M", &["-t", "ext4"]);
-    let Ok(mount) = KernelMount::mount(&image) else {
-        return;
-    };
-    let names: Vec<String> = std::fs::read_dir(mount.path())
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    assert_eq!(names, vec!["lost+found".to_string()]);
+    let cases: [(&str, &[&str]); 4] = [
+        ("mount-ext4", &["-t", "ext4"]),
+        ("mount-inline", &["-t", "ext4", "-O", "inline_data"]),
+        ("mount-ext3", &["-t", "ext3"]),
+        ("mount-ext2", &["-t", "ext2"]),
+    ];
+    for (name, args) in cases {
+        let image = check(dir.path(), name, "64M", args);
+        let Ok(mount) = KernelMount::mount(&image) else {
+            return;
+        };
+        let names: Vec<String> = std::fs::read_dir(mount.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, vec!["lost+found".to_string()], "{name}");
+    }
 }

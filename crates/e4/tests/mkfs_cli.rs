@@ -40,24 +40,36 @@ fn a_tree_goes_in_and_comes_back_out() {
     let source = dir.path().join("source");
     std::fs::create_dir(&source).unwrap();
     generate_tree(&source, &TreeSpec::small());
-    let image = dir.path().join("fs.img");
-    let out = e4(&[&"mkfs", &"-q", &"-d", &source, &image, &"32M"], None);
-    assert!(out.status.success(), "e4 mkfs -d: {}", stderr(&out));
-    e2fsck_clean(&image).unwrap();
-    let exported = dir.path().join("exported");
-    let out = e4(&[&"export", &image, &exported], None);
-    assert!(out.status.success(), "e4 export: {}", stderr(&out));
-    let diffs = compare_trees(&source, &exported, &tree_options());
-    assert!(
-        diffs.is_empty(),
-        "export differs from the source: {diffs:#?}"
-    );
-    if let Ok(mount) = KernelMount::mount(&image) {
-        let diffs = compare_trees(&source, &mount.path(), &tree_options());
+    // ext4 (extents, flex_bg, metadata_csum) and ext3 (block-mapped files).
+    for fs_type in ["ext4", "ext3"] {
+        let image = dir.path().join(format!("{fs_type}.img"));
+        let out = e4(
+            &[
+                &"mkfs", &"-q", &"-t", &fs_type, &"-d", &source, &image, &"32M",
+            ],
+            None,
+        );
+        assert!(
+            out.status.success(),
+            "e4 mkfs -d ({fs_type}): {}",
+            stderr(&out)
+        );
+        e2fsck_clean(&image).unwrap();
+        let exported = dir.path().join(format!("{fs_type}-exported"));
+        let out = e4(&[&"export", &image, &exported], None);
+        assert!(out.status.success(), "e4 export: {}", stderr(&out));
+        let diffs = compare_trees(&source, &exported, &tree_options());
         assert!(
             diffs.is_empty(),
-            "kernel mount differs from the source: {diffs:#?}"
+            "{fs_type}: export differs from the source: {diffs:#?}"
         );
+        if let Ok(mount) = KernelMount::mount(&image) {
+            let diffs = compare_trees(&source, &mount.path(), &tree_options());
+            assert!(
+                diffs.is_empty(),
+                "{fs_type}: kernel mount differs: {diffs:#?}"
+            );
+        }
     }
 }
 
