@@ -25,6 +25,7 @@ mod size;
 mod write;
 
 use std::fs::OpenOptions;
+use std::os::unix::fs::FileTypeExt;
 use std::path::Path;
 
 pub use error::{MkfsError, Result};
@@ -56,17 +57,23 @@ pub fn make_filesystem_with(path: &Path, opts: &MkfsOptions, profile: &Profile) 
         path: path.to_path_buf(),
         source,
     };
-    let existing = match std::fs::metadata(path) {
-        Ok(m) if m.file_type().is_file() => m.len(),
+    let (device, existing) = match std::fs::metadata(path) {
+        Ok(m) if m.file_type().is_file() => (false, m.len()),
+        Ok(m) if m.file_type().is_block_device() => (true, device_size(path).map_err(io)?),
         Ok(_) => {
             return Err(MkfsError::Unsupported(
-                "making a filesystem on anything but a regular image file".into(),
+                "making a filesystem on anything but an image file or a block device".into(),
             ))
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => (false, 0),
         Err(e) => return Err(io(e)),
     };
     let params = params::decide(opts, profile, existing)?;
+    if device && params.blocks * u64::from(params.block_size) > existing {
+        return Err(MkfsError::Geometry(format!(
+            "the size asked for is larger than the device ({existing} bytes)"
+        )));
+    }
     let mut layout = layout::lay_out(&params)?;
     let sb = &mut layout.sb;
     sb.uuid = params.uuid;
@@ -128,21 +135,37 @@ pub fn make_filesystem_with(path: &Path, opts: &MkfsOptions, profile: &Profile) 
         layout.sb.jnl_blocks[16] = size as u32;
     }
 
-    let file = OpenOptions::new()
-        .create(true)
-        .write(true)
-        .truncate(true)
-        .open(path)
-        .map_err(io)?;
-    // With a SIZE the file ends where the filesystem does (as mke2fs leaves a file it
-    // created: its last write is the zeroing of the filesystem's end).
-    let image_bytes = if opts.size.is_some() {
-        layout.sb.blocks_count() * u64::from(params.block_size)
+    let (file, zeros) = if device {
+        // A device keeps whatever an earlier filesystem left: what must read as zeros is
+        // zeroed first (mke2fs does the same, or discards).
+        let file = OpenOptions::new().write(true).open(path).map_err(io)?;
+        let zeros = device_zeros(&layout, &files, params.lazy_itable_init);
+        (file, zeros)
     } else {
-        existing
+        let file = OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(true)
+            .open(path)
+            .map_err(io)?;
+        // With a SIZE the file ends where the filesystem does (as mke2fs leaves a file it
+        // created: its last write is the zeroing of the filesystem's end).
+        let image_bytes = if opts.size.is_some() {
+            layout.sb.blocks_count() * u64::from(params.block_size)
+        } else {
+            existing
+        };
+        file.set_len(image_bytes).map_err(io)?;
+        (file, Vec::new())
     };
-    file.set_len(image_bytes).map_err(io)?;
-    write::write_image(&mut layout, &files, &file, path, params.lazy_itable_init)?;
+    write::write_image(
+        &mut layout,
+        &files,
+        &file,
+        path,
+        params.lazy_itable_init,
+        &zeros,
+    )?;
     file.sync_all().map_err(io)?;
     Ok(Made {
         block_size: params.block_size,
@@ -151,4 +174,58 @@ pub fn make_filesystem_with(path: &Path, opts: &MkfsOptions, profile: &Profile) 
         groups: layout.groups(),
         journal_blocks: files.journal_blocks,
     })
+}
+
+/// The size of the block device at `path`.
+fn device_size(path: &Path) -> std::io::Result<u64> {
+    use std::io::{Seek, SeekFrom};
+    std::fs::File::open(path)?.seek(SeekFrom::End(0))
+}
+
+/// Byte ranges `(offset, length)` of a device that must read as zeros before the
+/// filesystem's blocks go on it: the rest of the superblock's first 4 KiB (mke2fs's
+/// `zap_sector`), the journal, the inode tables the kernel and e2fsck will read (all of
+/// them unless they are left for lazy initialization under group checksums), the reserved
+/// GDT blocks' backups, and the last 64 KiB or more (where RAID and other signatures live,
+/// as mke2fs wipes them).
+fn device_zeros(
+    layout: &layout::Layout,
+    files: &files::Files,
+    lazy_itable_init: bool,
+) -> Vec<(u64, u64)> {
+    let bs = layout.block_size();
+    let blocks = layout.sb.blocks_count();
+    let mut out = vec![(1024, 3072)];
+    out.extend(
+        files
+            .journal_runs
+            .iter()
+            .map(|&(start, len)| (start * bs, len * bs)),
+    );
+    let csum = layout.sb.has_metadata_csum()
+        || layout
+            .sb
+            .ro_compat()
+            .contains(e4_format::features::RoCompatFeatures::GDT_CSUM);
+    if !lazy_itable_init || !csum {
+        for desc in &layout.descriptors {
+            out.push((desc.inode_table() * bs, layout.inode_blocks_per_group * bs));
+        }
+    }
+    let rsv = u64::from(layout.sb.reserved_gdt_blocks);
+    for g in 1..layout.groups() {
+        if layout.sb.group_has_superblock(g) {
+            let start = layout.group_first_block(g) + 1 + layout.desc_blocks;
+            out.push((start * bs, rsv * bs));
+        }
+    }
+    let wipe = (65536 / bs).max(1);
+    let mut start = blocks & !(wipe - 1);
+    if start > wipe {
+        start -= wipe;
+    }
+    if start > 0 {
+        out.push((start * bs, (blocks - start) * bs));
+    }
+    out
 }

@@ -20,7 +20,8 @@ use crate::files::Files;
 use crate::layout::{Layout, FIRST_INO};
 
 /// Finishes the descriptors and superblock of `layout` from its bitmap and `files`, and
-/// writes everything to `file`. `lazy_itable_init`: the groups are not marked
+/// writes everything to `file`, after zeroing the byte ranges `zeros` (on a device; a
+/// fresh file reads as zeros already). `lazy_itable_init`: the groups are not marked
 /// `ITABLE_ZEROED` (the kernel zeroes the tables in the background, as after mke2fs).
 pub fn write_image(
     layout: &mut Layout,
@@ -28,6 +29,7 @@ pub fn write_image(
     file: &File,
     path: &Path,
     lazy_itable_init: bool,
+    zeros: &[(u64, u64)],
 ) -> Result<()> {
     let bs = layout.block_size() as usize;
     let io = |source| MkfsError::Io {
@@ -121,6 +123,17 @@ pub fn write_image(
     }
 
     let mut written: u64 = 0;
+    let zero_chunk = vec![0u8; 1 << 20];
+    for &(start, len) in zeros {
+        let mut at = start;
+        while at < start + len {
+            let n = (start + len - at).min(zero_chunk.len() as u64);
+            file.write_all_at(&zero_chunk[..n as usize], at)
+                .map_err(io)?;
+            at += n;
+        }
+        written += len;
+    }
     for (&block, bytes) in &blocks {
         file.write_all_at(bytes, block * bs as u64).map_err(io)?;
         written += bytes.len() as u64;

@@ -287,3 +287,74 @@ fn the_kernel_mounts_what_e4_mkfs_made() {
         assert_eq!(names, vec!["lost+found".to_string()], "{name}");
     }
 }
+
+/// `dumpe2fs`'s report without the lines that differ by design (times, checksums, writes).
+fn layout_report(image: &Path) -> String {
+    let out = Command::new("dumpe2fs").arg(image).output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| {
+            ![
+                "Lifetime writes",
+                "Checksum:",
+                "created",
+                "time:",
+                "checked",
+            ]
+            .iter()
+            .any(|skip| l.contains(skip))
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// On a block device full of an earlier life's bytes (every byte 0xAA), e4 mkfs keeps the
+/// device's size, zeroes what must read as zeros (without group checksums, every inode
+/// table; always the journal), and makes the layout mke2fs makes on a fresh file of that
+/// size; e2fsck and the kernel find it clean and empty.
+#[test]
+fn a_block_device_with_old_contents() {
+    use e4_testkit::{kernel_comparison_skipped, LoopDevice};
+    let dir = tempfile::tempdir().unwrap();
+    for (name, args) in [
+        ("device-ext4", &["-t", "ext4"][..]),
+        ("device-ext2", &["-t", "ext2"]),
+    ] {
+        let backing = dir.path().join(format!("{name}.backing"));
+        std::fs::write(&backing, vec![0xAAu8; 64 << 20]).unwrap();
+        let device = match LoopDevice::attach(&backing) {
+            Ok(device) => device,
+            Err(reason) => return kernel_comparison_skipped(name, &reason),
+        };
+        let mut opts = options("64M", args);
+        opts.size = None;
+        make_filesystem_with(device.path(), &opts, &Profile::built_in())
+            .unwrap_or_else(|e| panic!("e4 mkfs on {}: {e}", device.path().display()));
+        e2fsck_clean(device.path()).unwrap();
+        let fresh = dir.path().join(format!("{name}.mke2fs"));
+        mke2fs(dir.path(), &fresh, "64M", args);
+        assert_eq!(
+            layout_report(&fresh),
+            layout_report(device.path()),
+            "{name}"
+        );
+        if args[1] == "ext4" {
+            let journal = dir.path().join("journal");
+            let out = Command::new("debugfs")
+                .arg("-R")
+                .arg(format!("dump <8> {}", journal.display()))
+                .arg(device.path())
+                .output()
+                .unwrap();
+            assert!(out.status.success());
+            let log = std::fs::read(&journal).unwrap();
+            assert!(
+                log[1024..].iter().all(|&b| b == 0),
+                "{name}: the journal kept old bytes"
+            );
+        }
+        let mount = device.mount("ro").unwrap();
+        let names: Vec<_> = std::fs::read_dir(mount.path()).unwrap().collect();
+        assert_eq!(names.len(), 1, "{name}: more than lost+found");
+    }
+}

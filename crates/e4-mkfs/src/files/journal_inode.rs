@@ -129,6 +129,7 @@ impl Maker<'_> {
             self.extent_leaf(&mut inode, leaf, &runs(&data));
         }
         self.files.journal_blocks = count;
+        self.files.journal_runs = runs(&data);
         self.files.journal_backup = Some((inode.record.block, inode.size()));
         self.store(&inode);
         self.layout.sb.journal_inum = JOURNAL_INO;

@@ -44,6 +44,9 @@ pub struct Files {
     pub inodes: BTreeMap<u32, Vec<u8>>,
     pub blocks: BTreeMap<u64, Vec<u8>>,
     pub journal_blocks: u64,
+    /// The journal's runs of blocks `(start, length)`: they must read as zeros, so a log
+    /// left on a device by an earlier filesystem is never taken for this one's.
+    pub journal_runs: Vec<(u64, u64)>,
     /// `i_block` of the journal and its size, for `s_jnl_blocks`.
     pub journal_backup: Option<([u8; 60], u64)>,
 }
