@@ -49,9 +49,10 @@ pub fn make_filesystem(path: &Path, opts: &MkfsOptions) -> Result<Made> {
     make_filesystem_with(path, opts, &Profile::load_default()?)
 }
 
-/// Makes a filesystem in the image at `path` with `profile`. The file is created if it
+/// Makes a filesystem in the image at `path` with `profile`. An image file is created if it
 /// does not exist; an existing one is emptied first (everything mke2fs would zero then
-/// reads as zeros) and keeps its size when no SIZE is given.
+/// reads as zeros) and keeps its size when no SIZE is given. A block device keeps its size
+/// when no SIZE is given, and what must read as zeros is zeroed on it first.
 pub fn make_filesystem_with(path: &Path, opts: &MkfsOptions, profile: &Profile) -> Result<Made> {
     let io = |source| MkfsError::Io {
         path: path.to_path_buf(),

@@ -15,10 +15,10 @@ use crate::output::CliError;
 /// The options of `e4 mkfs`, with mke2fs's letters and meanings.
 #[derive(clap::Args)]
 pub struct MkfsArgs {
-    /// The image file (created if missing).
+    /// The image file (created if missing) or block device.
     image: PathBuf,
     /// Filesystem size: bytes with a suffix K, M, G, T, or a count of -b blocks (KiB
-    /// without -b). Default: the image's current size.
+    /// without -b). Default: the image's or the device's current size.
     size: Option<String>,
     /// Filesystem type: ext2, ext3 or ext4.
     #[arg(short = 't', default_value = "ext4")]
