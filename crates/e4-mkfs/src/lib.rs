@@ -18,6 +18,7 @@ mod block_map;
 mod error;
 mod features;
 mod files;
+mod fit;
 mod layout;
 mod params;
 mod profile;
@@ -30,6 +31,7 @@ use std::path::Path;
 
 pub use error::{MkfsError, Result};
 pub use features::FeatureSet;
+pub use fit::{size_to_fit, TreeUsage};
 pub use params::{parse_uuid, MkfsOptions};
 pub use profile::{Profile, BUILT_IN as BUILT_IN_PROFILE};
 pub use size::parse_size;
@@ -69,12 +71,63 @@ pub fn make_filesystem_with(path: &Path, opts: &MkfsOptions, profile: &Profile) 
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => (false, 0),
         Err(e) => return Err(io(e)),
     };
-    let params = params::decide(opts, profile, existing)?;
+    let (params, mut layout, files) = build(opts, profile, existing)?;
     if device && params.blocks * u64::from(params.block_size) > existing {
         return Err(MkfsError::Geometry(format!(
             "the size asked for is larger than the device ({existing} bytes)"
         )));
     }
+
+    let (file, zeros) = if device {
+        // A device keeps whatever an earlier filesystem left: what must read as zeros is
+        // zeroed first (mke2fs does the same, or discards).
+        let file = OpenOptions::new().write(true).open(path).map_err(io)?;
+        let zeros = device_zeros(&layout, &files, params.lazy_itable_init);
+        (file, zeros)
+    } else {
+        let file = OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(true)
+            .open(path)
+            .map_err(io)?;
+        // With a SIZE the file ends where the filesystem does (as mke2fs leaves a file it
+        // created: its last write is the zeroing of the filesystem's end).
+        let image_bytes = if opts.size.is_some() {
+            layout.sb.blocks_count() * u64::from(params.block_size)
+        } else {
+            existing
+        };
+        file.set_len(image_bytes).map_err(io)?;
+        (file, Vec::new())
+    };
+    write::write_image(
+        &mut layout,
+        &files,
+        &file,
+        path,
+        params.lazy_itable_init,
+        &zeros,
+    )?;
+    file.sync_all().map_err(io)?;
+    Ok(Made {
+        block_size: params.block_size,
+        blocks: layout.sb.blocks_count(),
+        inodes: layout.sb.inodes_count,
+        groups: layout.groups(),
+        journal_blocks: files.journal_blocks,
+    })
+}
+
+/// Decides the parameters and makes the filesystem in memory: the layout with its
+/// superblock and descriptors, and the files' inodes and blocks, nothing written yet.
+/// `existing` is the target's size, used when no SIZE is given.
+fn build(
+    opts: &MkfsOptions,
+    profile: &Profile,
+    existing: u64,
+) -> Result<(params::Params, layout::Layout, files::Files)> {
+    let params = params::decide(opts, profile, existing)?;
     let mut layout = layout::lay_out(&params)?;
     let sb = &mut layout.sb;
     sb.uuid = params.uuid;
@@ -136,45 +189,7 @@ pub fn make_filesystem_with(path: &Path, opts: &MkfsOptions, profile: &Profile) 
         layout.sb.jnl_blocks[16] = size as u32;
     }
 
-    let (file, zeros) = if device {
-        // A device keeps whatever an earlier filesystem left: what must read as zeros is
-        // zeroed first (mke2fs does the same, or discards).
-        let file = OpenOptions::new().write(true).open(path).map_err(io)?;
-        let zeros = device_zeros(&layout, &files, params.lazy_itable_init);
-        (file, zeros)
-    } else {
-        let file = OpenOptions::new()
-            .create(true)
-            .write(true)
-            .truncate(true)
-            .open(path)
-            .map_err(io)?;
-        // With a SIZE the file ends where the filesystem does (as mke2fs leaves a file it
-        // created: its last write is the zeroing of the filesystem's end).
-        let image_bytes = if opts.size.is_some() {
-            layout.sb.blocks_count() * u64::from(params.block_size)
-        } else {
-            existing
-        };
-        file.set_len(image_bytes).map_err(io)?;
-        (file, Vec::new())
-    };
-    write::write_image(
-        &mut layout,
-        &files,
-        &file,
-        path,
-        params.lazy_itable_init,
-        &zeros,
-    )?;
-    file.sync_all().map_err(io)?;
-    Ok(Made {
-        block_size: params.block_size,
-        blocks: layout.sb.blocks_count(),
-        inodes: layout.sb.inodes_count,
-        groups: layout.groups(),
-        journal_blocks: files.journal_blocks,
-    })
+    Ok((params, layout, files))
 }
 
 /// The size of the block device at `path`.

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use clap::ArgAction;
-use e4_mkfs::{make_filesystem, MkfsOptions};
+use e4_mkfs::{make_filesystem, size_to_fit, MkfsOptions, Profile, TreeUsage};
 
 use e4_fs::OpenOptions;
 
@@ -94,6 +94,10 @@ pub struct MkfsArgs {
     /// With -d: every file owned by UID:GID (numeric), whoever owns it on the host.
     #[arg(long, value_parser = parse_owner)]
     owner: Option<(u32, u32)>,
+    /// With -d and no SIZE: free space and inodes left beyond what the tree takes, in percent
+    /// (default 10).
+    #[arg(long, default_value_t = 10)]
+    margin: u64,
     /// Worker threads for -d; all cores by default.
     #[arg(short = 'j', long, value_parser = clap::value_parser!(u16).range(1..))]
     threads: Option<u16>,
@@ -157,6 +161,19 @@ pub fn run(args: MkfsArgs, source_date_epoch: Option<i64>) -> Result<(), CliErro
         source_date_epoch,
     };
     let image = args.image.display().to_string();
+    let fitting = match &args.source {
+        // -d without SIZE on a new (or empty) image file: size it to the tree.
+        Some(source) if options.size.is_none() && image_is_new(&args.image) => {
+            let usage = measure_tree(source)?;
+            let profile = Profile::load_default().map_err(|e| CliError::Message(e.to_string()))?;
+            Some(
+                size_to_fit(&options, &profile, &usage, args.margin)
+                    .map_err(|e| CliError::Message(format!("{image}: {e}")))?,
+            )
+        }
+        _ => None,
+    };
+    let options = fitting.unwrap_or(options);
     let made = make_filesystem(&args.image, &options)
         .map_err(|e| CliError::Message(format!("{image}: {e}")))?;
     if !args.quiet {
@@ -233,4 +250,74 @@ fn parse_owner(text: &str) -> Result<(u32, u32), String> {
         uid.parse().map_err(|_| bad())?,
         gid.parse().map_err(|_| bad())?,
     ))
+}
+
+/// Whether `path` is missing or an empty file (no size to keep).
+fn image_is_new(path: &Path) -> bool {
+    std::fs::metadata(path).map_or(true, |m| m.is_file() && m.len() == 0)
+}
+
+/// Bytes an entry of `name_len` bytes takes in a directory block (`ext4_dir_entry_2`).
+fn dir_entry_bytes(name_len: usize) -> u64 {
+    (8 + name_len as u64).div_ceil(4) * 4
+}
+
+/// What the tree at `root` takes in a filesystem, for each block size: each file's
+/// allocated blocks (a sparse file's holes take none; a hard-linked file counts once), each
+/// directory's entry blocks, long symlinks' blocks, and a block for attributes too large
+/// for the inode; and one inode per distinct host inode.
+fn measure_tree(root: &Path) -> Result<TreeUsage, CliError> {
+    use std::collections::HashSet;
+    use std::os::unix::fs::MetadataExt;
+    let mut usage = TreeUsage::default();
+    let mut seen = HashSet::new();
+    let mut stack = vec![root.to_path_buf()];
+    let add = |usage: &mut TreeUsage, bytes: u64| {
+        for (i, blocks) in usage.blocks.iter_mut().enumerate() {
+            *blocks += bytes.div_ceil(1024 << i);
+        }
+    };
+    while let Some(dir) = stack.pop() {
+        let mut entry_bytes = dir_entry_bytes(1) + dir_entry_bytes(2);
+        let listing = std::fs::read_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        for entry in listing {
+            let entry = entry.map_err(|e| format!("{}: {e}", dir.display()))?;
+            let path = entry.path();
+            let meta =
+                std::fs::symlink_metadata(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            entry_bytes += dir_entry_bytes(entry.file_name().len());
+            if !seen.insert((meta.dev(), meta.ino())) {
+                continue;
+            }
+            usage.inodes += 1;
+            let kind = meta.file_type();
+            if kind.is_dir() {
+                stack.push(path.clone());
+            } else if kind.is_file() {
+                add(
+                    &mut usage,
+                    (meta.blocks() * 512).min(meta.len().next_multiple_of(4096)),
+                );
+            } else if kind.is_symlink() && meta.len() > 59 {
+                add(&mut usage, meta.len());
+            }
+            let xattr_bytes: u64 = xattr::list(&path)
+                .map(|names| {
+                    names
+                        .map(|n| {
+                            let value = xattr::get(&path, &n).ok().flatten().unwrap_or_default();
+                            16 + n.len() as u64 + value.len() as u64
+                        })
+                        .sum()
+                })
+                .unwrap_or(0);
+            if xattr_bytes > 96 {
+                add(&mut usage, xattr_bytes);
+            }
+        }
+        // Leaf blocks lose 12 bytes to the checksum tail; an indexed directory adds a root.
+        add(&mut usage, entry_bytes + entry_bytes / 8 + 4096);
+    }
+    usage.inodes += 1;
+    Ok(usage)
 }

@@ -264,3 +264,29 @@ fn owner_gives_every_entry_one_owner() {
     let out = e4(&[&"mkfs", &"--owner", &"me", &image, &"32M"], None);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
 }
+
+#[test]
+fn without_size_the_image_is_sized_to_the_tree() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("source");
+    std::fs::create_dir(&source).unwrap();
+    ordered_tree(&source, false);
+    std::fs::write(source.join("large"), vec![3u8; 6 << 20]).unwrap();
+    for margin in ["0", "10"] {
+        let image = dir.path().join(format!("fit-{margin}.img"));
+        let out = e4(
+            &[&"mkfs", &"-q", &"--margin", &margin, &"-d", &source, &image],
+            None,
+        );
+        assert!(out.status.success(), "--margin {margin}: {}", stderr(&out));
+        e2fsck_clean(&image).unwrap();
+        let exported = dir.path().join(format!("exported-{margin}"));
+        let out = e4(&[&"export", &image, &exported], None);
+        assert!(out.status.success(), "e4 export: {}", stderr(&out));
+        let diffs = compare_trees(&source, &exported, &tree_options());
+        assert!(diffs.is_empty(), "--margin {margin}: {diffs:#?}");
+        // The tree holds about 10 MiB of data; the image is not many times that.
+        let size = std::fs::metadata(&image).unwrap().len();
+        assert!(size <= 32 << 20, "--margin {margin}: a {size}-byte image");
+    }
+}
