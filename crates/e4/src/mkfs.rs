@@ -224,8 +224,7 @@ fn fill(
         crate::import::run_with(fs, path, source, root, threads, &policy)
     });
     if result.is_err() {
-        // The image is not what was asked for; remove it so nothing mistakes it for one.
-        let _ = std::fs::remove_file(path);
+        discard_half_filled(path);
     }
     result
 }
@@ -250,6 +249,25 @@ fn parse_owner(text: &str) -> Result<(u32, u32), String> {
         uid.parse().map_err(|_| bad())?,
         gid.parse().map_err(|_| bad())?,
     ))
+}
+
+/// Leaves nothing at `path` that claims to be the filesystem asked for: an image file is
+/// removed; on a block device (which cannot be removed) the first 4 KiB, primary
+/// superblock included, are zeroed, so neither mount nor blkid takes it for a filesystem.
+fn discard_half_filled(path: &Path) {
+    use std::os::unix::fs::FileExt;
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_file() => {
+            let _ = std::fs::remove_file(path);
+        }
+        Ok(_) => {
+            if let Ok(device) = std::fs::OpenOptions::new().write(true).open(path) {
+                let _ = device.write_all_at(&[0u8; 4096], 0);
+                let _ = device.sync_all();
+            }
+        }
+        Err(_) => {}
+    }
 }
 
 /// Whether `path` is missing or an empty file (no size to keep).

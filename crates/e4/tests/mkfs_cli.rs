@@ -86,6 +86,24 @@ fn a_tree_that_does_not_fit_leaves_no_image() {
     assert!(err.contains("no space left"), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(!image.exists(), "a half-filled image was left behind");
+
+    // A block device cannot be removed: its primary superblock is wiped instead.
+    let backing = dir.path().join("device.backing");
+    std::fs::write(&backing, vec![0u8; 8 << 20]).unwrap();
+    let device = match e4_testkit::LoopDevice::attach(&backing) {
+        Ok(device) => device,
+        Err(reason) => {
+            return e4_testkit::kernel_comparison_skipped("mkfs -d on a device", &reason)
+        }
+    };
+    let out = e4(&[&"mkfs", &"-q", &"-d", &source, &device.path()], None);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(device.path().exists(), "the device node was removed");
+    let bytes = read(device.path());
+    assert!(
+        bytes[..4096].iter().all(|&b| b == 0),
+        "the device still looks like a filesystem"
+    );
 }
 
 #[test]
