@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# `e4 import` against `mke2fs -d` copying the same host tree into the same fresh image, on
+# `e4 import` and `e4 mkfs -d` against `mke2fs -d` copying the same host tree into the same
+# fresh image, on
 # tmpfs, cache warm: wall time, user+system CPU and peak memory (GNU time) per run, RUNS
 # times. Every image made is checked with `e2fsck -fn`.
 # Usage: scripts/bench-import.sh HOST_DIR [SIZE_MIB] [RUNS] [THREADS...]
@@ -16,7 +17,7 @@ measure() {  # label, command...
   local label=$1; shift
   for run in $(seq "$runs"); do
     rm -f "$out/img"
-    case $label in mke2fs*) ;; *) fresh ;; esac
+    case $label in mke2fs* | "e4 mkfs"*) ;; *) fresh ;; esac
     /usr/bin/time -f "$label run $run: %e s wall, %U s user, %S s sys, %M KiB peak" "$@" \
       > /dev/null 2> "$out/err" || { cat "$out/err"; exit 1; }
     tail -1 "$out/err"
@@ -30,3 +31,10 @@ measure "mke2fs -d" mke2fs -q -F -t ext4 -d "$src" "$out/img" "${size}M"
 for t in "${threads[@]}"; do
   measure "e4 import -j $t" "$e4" import -j "$t" "$out/img" "$src"
 done
+# e4 mkfs -d formats and copies in one run, as mke2fs -d does; with SOURCE_DATE_EPOCH it is
+# reproducible, which runs the copy on one thread.
+for t in "${threads[@]}"; do
+  measure "e4 mkfs -d -j $t" "$e4" mkfs -q -j "$t" -d "$src" "$out/img" "${size}M"
+done
+measure "e4 mkfs -d SOURCE_DATE_EPOCH" env SOURCE_DATE_EPOCH=1700000000 \
+  "$e4" mkfs -q -d "$src" "$out/img" "${size}M"

@@ -60,6 +60,11 @@ pub use space::caller::Caller;
 /// the extent tree, the block map and the directory editor on an in-memory store. Behind
 /// the `testing` feature so that no other crate builds on them: the FUSE mount, mkfs and
 /// the CLI use [`Filesystem`] only.
+/// Stops (with `Some(seconds)`) or restarts the clock of every timestamp e4 writes in this
+/// process, inodes and journal commits alike, so the same work writes the same bytes.
+/// `e4 mkfs -d` stops it at `SOURCE_DATE_EPOCH`.
+pub use crate::time::frozen::freeze_clock;
+
 #[cfg(feature = "testing")]
 #[doc(hidden)]
 pub mod testing {

@@ -5,7 +5,6 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use e4_format::inode::Timestamp;
 
 pub(crate) fn now() -> Timestamp {
-    #[cfg(feature = "testing")]
     if let Some(frozen) = frozen::now() {
         return frozen;
     }
@@ -24,9 +23,9 @@ pub(crate) fn now() -> Timestamp {
     }
 }
 
-/// A clock tests can stop, so that two runs of the same work (a recovery of the same crash
-/// image) write the same bytes.
-#[cfg(feature = "testing")]
+/// A clock that can be stopped, so that two runs of the same work write the same bytes:
+/// tests (a recovery of the same crash image) and reproducible images (`e4 mkfs -d` under
+/// `SOURCE_DATE_EPOCH`, where every time e4 writes is that epoch).
 pub mod frozen {
     use std::sync::atomic::{AtomicI64, Ordering};
 

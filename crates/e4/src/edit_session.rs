@@ -22,11 +22,22 @@ pub fn with_writable_image(
     image: &str,
     command: impl FnOnce(&Filesystem) -> Result<(), CliError>,
 ) -> Result<(), CliError> {
+    with_writable_image_options(image, OpenOptions::writable(), command)
+}
+
+/// As [`with_writable_image`], opened with `options` (made writable, for the caller who
+/// runs e4).
+pub fn with_writable_image_options(
+    image: &str,
+    options: OpenOptions,
+    command: impl FnOnce(&Filesystem) -> Result<(), CliError>,
+) -> Result<(), CliError> {
     // The command writes as whoever runs it: root (or the image's reserved uid or gid) may
     // fill the blocks mke2fs -m kept back, as on a kernel mount.
     let options = OpenOptions {
         caller: Caller::of_this_process(),
-        ..OpenOptions::writable()
+        writable: true,
+        ..options
     };
     let fs =
         Filesystem::open(image, options).map_err(|e| CliError::Message(format!("{image}: {e}")))?;

@@ -58,6 +58,45 @@ pub fn run(
     target: ImagePath<'_>,
     threads: Option<usize>,
 ) -> Result<(), CliError> {
+    run_with(
+        fs,
+        image,
+        host_dir,
+        target,
+        threads,
+        &ImportPolicy::default(),
+    )
+}
+
+/// How an import departs from copying the host as it is (`e4 mkfs -d` uses it).
+#[derive(Debug, Clone, Default)]
+pub struct ImportPolicy {
+    /// `SOURCE_DATE_EPOCH`: the import is the same sequence of operations whatever the
+    /// host: one thread, each directory's entries in name order (so the host's directory
+    /// order and inode numbers decide nothing), and host times later than the epoch clamped
+    /// to it (reproducible-builds.org's rule). With the engine's clock stopped and interval
+    /// commits off, the image is then the same to the byte.
+    pub reproducible_at: Option<i64>,
+    /// Every entry owned by this (uid, gid), whoever owns it on the host (`--owner`), so an
+    /// unprivileged build makes the image a root build would.
+    pub owner: Option<(u32, u32)>,
+}
+
+/// As [`run`], with `policy`.
+pub fn run_with(
+    fs: &Filesystem,
+    image: &Path,
+    host_dir: &Path,
+    target: ImagePath<'_>,
+    threads: Option<usize>,
+    policy: &ImportPolicy,
+) -> Result<(), CliError> {
+    let reproducible_at = policy.reproducible_at;
+    let threads = if reproducible_at.is_some() {
+        Some(1)
+    } else {
+        threads
+    };
     let host_meta =
         fs::symlink_metadata(host_dir).map_err(|e| format!("{}: {e}", host_dir.display()))?;
     if !host_meta.is_dir() {
@@ -76,6 +115,8 @@ pub fn run(
         stop_reason: Mutex::new(None),
         first_names: Mutex::new(HashMap::new()),
         late_links: Mutex::new(Vec::new()),
+        reproducible_at,
+        owner: policy.owner,
     };
     let root_path = trimmed_root(target.bytes());
     pool.install(|| {
@@ -162,6 +203,11 @@ struct Import<'a> {
     first_names: Mutex<HashMap<(u64, u64), Option<u32>>>,
     /// Further names of those inodes, linked after the walk.
     late_links: Mutex<Vec<LateLink>>,
+    /// `SOURCE_DATE_EPOCH` for a reproducible import: entries in name order, one at a
+    /// time, times clamped to it.
+    reproducible_at: Option<i64>,
+    /// The owner every entry gets, if not the host's.
+    owner: Option<(u32, u32)>,
 }
 
 /// A second (or later) name of a host inode.
@@ -198,6 +244,29 @@ fn as_image_path(image_path: &[u8]) -> ImagePath<'_> {
 }
 
 impl Import<'_> {
+    /// `attributes` as the policy wants them: times after the reproducible epoch set to it,
+    /// the owner replaced.
+    fn clamped(&self, mut attributes: SetAttributes) -> SetAttributes {
+        if let Some((uid, gid)) = self.owner {
+            attributes.uid = attributes.uid.map(|_| uid);
+            attributes.gid = attributes.gid.map(|_| gid);
+        }
+        if let Some(epoch) = self.reproducible_at {
+            for time in [&mut attributes.atime, &mut attributes.mtime]
+                .into_iter()
+                .flatten()
+            {
+                if time.seconds > epoch || (time.seconds == epoch && time.nanoseconds > 0) {
+                    *time = e4_fs::Timestamp {
+                        seconds: epoch,
+                        nanoseconds: 0,
+                    };
+                }
+            }
+        }
+        attributes
+    }
+
     /// Whether to start no more work: the filesystem failed, or the user asked to stop.
     fn is_stopped(&self) -> bool {
         self.stopped.load(Ordering::Relaxed) || crate::interrupt::received().is_some()
@@ -275,6 +344,22 @@ impl Import<'_> {
         }
         if !entries.is_empty() {
             tasks.push(Task::Entries(entries));
+        }
+        if self.reproducible_at.is_some() {
+            let mut names: Vec<OsString> = tasks
+                .into_iter()
+                .flat_map(|task| match task {
+                    Task::Subdirectory(name) => vec![name],
+                    Task::Entries(names) => names,
+                })
+                .collect();
+            names.sort();
+            for name in names {
+                if let Some(meta) = self.entry(host, dir, image_path, &name) {
+                    subdirectory(name, meta);
+                }
+            }
+            return;
         }
         tasks.into_par_iter().for_each(|task| {
             let names = match task {
@@ -393,7 +478,7 @@ impl Import<'_> {
             if first_names.contains_key(&key) {
                 drop(first_names);
                 let parent_attributes = match fs::symlink_metadata(host_dir) {
-                    Ok(parent) => times_only(&parent),
+                    Ok(parent) => self.clamped(times_only(&parent)),
                     Err(e) => {
                         self.progress.fail(&format!("{}: {e}", host_dir.display()));
                         return None;
@@ -489,7 +574,7 @@ impl Import<'_> {
         if self.is_stopped() {
             return;
         }
-        if let Err(e) = self.fs.setattr(ino, &final_attributes(meta)) {
+        if let Err(e) = self.fs.setattr(ino, &self.clamped(final_attributes(meta))) {
             return self.image_error(image_path, &e);
         }
         if let Err(reason) = copy_xattrs(self.fs, ino, host) {
@@ -563,7 +648,7 @@ impl Import<'_> {
             self.progress
                 .fail(&format!("{}: {reason}", as_image_path(image_path).shown()));
         }
-        if let Err(e) = fs.setattr(ino, &final_attributes(meta)) {
+        if let Err(e) = fs.setattr(ino, &self.clamped(final_attributes(meta))) {
             self.image_error(image_path, &e);
         }
         Some(ino)

@@ -19,6 +19,7 @@ mod info;
 mod interrupt;
 mod journal;
 mod ls;
+mod mkfs;
 mod mount;
 mod output;
 mod put;
@@ -272,6 +273,14 @@ enum Command {
         #[arg(short = 'j', long, value_parser = clap::value_parser!(u16).range(1..=MAX_WORKER_THREADS))]
         threads: Option<u16>,
     },
+    /// Make an ext2/3/4 filesystem in an image file, as mke2fs 1.47 makes it (same
+    /// defaults from /etc/mke2fs.conf or MKE2FS_CONFIG, same geometry), and with -d fill it
+    /// from a host directory with all cores.
+    ///
+    /// SOURCE_DATE_EPOCH in the environment sets every time written and derives the UUID
+    /// and hash seed (unless -U / -E hash_seed= give them), so the same inputs make the
+    /// same image.
+    Mkfs(Box<mkfs::MkfsArgs>),
     /// Copy one host file into the image.
     ///
     /// Into PATH if it is a directory, keeping the file's mode, owner, times and xattrs. An
@@ -458,6 +467,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
                 )
             })
         }
+        Command::Mkfs(args) => mkfs::run(*args, mkfs::source_date_epoch()?),
         Command::Put {
             image,
             host_file,

@@ -20,7 +20,6 @@
 //! count of such commits is reported ([`JournalLog::stats`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use e4_alloc::Extent;
 use e4_format::features::IncompatFeatures;
@@ -287,10 +286,9 @@ fn write_log(store: &BlockStore, writes: &[LogWrite], blocks: &[(u64, &[u8])]) -
     write_run(&mut run, run_start)
 }
 
-/// Seconds and nanoseconds since the epoch, for the commit block.
+/// Seconds and nanoseconds since the epoch, for the commit block (the engine's clock, so a
+/// stopped clock stops it too).
 fn now() -> (u64, u32) {
-    let since = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    (since.as_secs(), since.subsec_nanos())
+    let t = crate::time::now();
+    (t.seconds.max(0) as u64, t.nanoseconds)
 }

@@ -1,0 +1,310 @@
+//! `e4 mkfs` from the command line: `-d` puts a tree in (e2fsck clean; `e4 export` and a
+//! kernel mount give the source back), a tree that does not fit leaves no image and one
+//! line, unsupported options are named, and SOURCE_DATE_EPOCH makes an empty image
+//! reproducible. The geometry against mke2fs is e4-mkfs's own test (mke2fs_equal.rs).
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use e4_testkit::{
+    compare_trees, e2fsck_clean, generate_tree, CompareOptions, KernelMount, TreeSpec,
+};
+
+fn e4(args: &[&dyn AsRef<std::ffi::OsStr>], epoch: Option<&str>) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_e4"));
+    for a in args {
+        cmd.arg(a);
+    }
+    match epoch {
+        Some(e) => cmd.env("SOURCE_DATE_EPOCH", e),
+        None => cmd.env_remove("SOURCE_DATE_EPOCH"),
+    };
+    cmd.output().unwrap()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn tree_options() -> CompareOptions {
+    CompareOptions {
+        mtime_nanoseconds: true,
+        ignore_at_root: vec!["lost+found".into()],
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_tree_goes_in_and_comes_back_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("source");
+    std::fs::create_dir(&source).unwrap();
+    generate_tree(&source, &TreeSpec::small());
+    // ext4 (extents, flex_bg, metadata_csum) and ext3 (block-mapped files).
+    for fs_type in ["ext4", "ext3"] {
+        let image = dir.path().join(format!("{fs_type}.img"));
+        let out = e4(
+            &[
+                &"mkfs", &"-q", &"-t", &fs_type, &"-d", &source, &image, &"32M",
+            ],
+            None,
+        );
+        assert!(
+            out.status.success(),
+            "e4 mkfs -d ({fs_type}): {}",
+            stderr(&out)
+        );
+        e2fsck_clean(&image).unwrap();
+        let exported = dir.path().join(format!("{fs_type}-exported"));
+        let out = e4(&[&"export", &image, &exported], None);
+        assert!(out.status.success(), "e4 export: {}", stderr(&out));
+        let diffs = compare_trees(&source, &exported, &tree_options());
+        assert!(
+            diffs.is_empty(),
+            "{fs_type}: export differs from the source: {diffs:#?}"
+        );
+        if let Ok(mount) = KernelMount::mount(&image) {
+            let diffs = compare_trees(&source, &mount.path(), &tree_options());
+            assert!(
+                diffs.is_empty(),
+                "{fs_type}: kernel mount differs: {diffs:#?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_tree_that_does_not_fit_leaves_no_image() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("source");
+    std::fs::create_dir(&source).unwrap();
+    std::fs::write(source.join("big"), vec![7u8; 12 << 20]).unwrap();
+    let image = dir.path().join("fs.img");
+    let out = e4(&[&"mkfs", &"-q", &"-d", &source, &image, &"8M"], None);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(err.contains("no space left"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(!image.exists(), "a half-filled image was left behind");
+
+    // A block device cannot be removed: its primary superblock is wiped instead.
+    let backing = dir.path().join("device.backing");
+    std::fs::write(&backing, vec![0u8; 8 << 20]).unwrap();
+    let device = match e4_testkit::LoopDevice::attach(&backing) {
+        Ok(device) => device,
+        Err(reason) => {
+            return e4_testkit::kernel_comparison_skipped("mkfs -d on a device", &reason)
+        }
+    };
+    let out = e4(&[&"mkfs", &"-q", &"-d", &source, &device.path()], None);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(device.path().exists(), "the device node was removed");
+    let bytes = read(device.path());
+    assert!(
+        bytes[..4096].iter().all(|&b| b == 0),
+        "the device still looks like a filesystem"
+    );
+}
+
+#[test]
+fn bad_and_unsupported_options_get_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let image = dir.path().join("fs.img");
+    for (args, expect) in [
+        (vec!["-O", "bigalloc"], "bigalloc"),
+        (vec!["-O", "quota,orphan_file"], "quota"),
+        (vec!["-E", "stride=8"], "-E stride"),
+        (vec!["-b", "3000"], "block size"),
+        (vec!["-t", "xfs"], "xfs"),
+        (vec!["-O", "frobnicate"], "frobnicate"),
+        (vec!["-n", "-S"], "mke2fs option -n, -S"),
+        (vec!["-G", "16", "-O", "^flex_bg"], "flex_bg"),
+        (vec!["-g", "1001"], "blocks per group"),
+    ] {
+        let mut all: Vec<&dyn AsRef<std::ffi::OsStr>> = vec![&"mkfs", &"-q"];
+        for a in &args {
+            all.push(a);
+        }
+        all.push(&image);
+        all.push(&"16M");
+        let out = e4(&all, None);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = stderr(&out);
+        assert!(
+            err.contains(expect) && err.lines().count() == 1,
+            "{args:?}: {err}"
+        );
+    }
+    let out = e4(&[&"mkfs", &image, &"1Q"], None);
+    assert!(stderr(&out).contains("unknown suffix"), "{}", stderr(&out));
+}
+
+fn read(path: &Path) -> Vec<u8> {
+    std::fs::read(path).unwrap()
+}
+
+#[test]
+fn source_date_epoch_makes_the_same_empty_image() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b, c) = (
+        dir.path().join("a"),
+        dir.path().join("b"),
+        dir.path().join("c"),
+    );
+    for path in [&a, &b] {
+        let out = e4(&[&"mkfs", &"-q", path, &"16M"], Some("1700000000"));
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    assert!(
+        read(&a) == read(&b),
+        "the same SOURCE_DATE_EPOCH made different images"
+    );
+    let out = e4(&[&"mkfs", &"-q", &c, &"16M"], Some("1700000001"));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        read(&a) != read(&c),
+        "a different epoch made the same image (UUID not derived)"
+    );
+    e2fsck_clean(&a).unwrap();
+}
+
+/// A tree of directories, files (one sparse), a hard link, a symlink, a fifo and an xattr,
+/// created in name order or in reverse (so the host's directory order and inode numbers
+/// differ between the two).
+fn ordered_tree(root: &Path, reverse: bool) {
+    use std::os::unix::fs::FileExt;
+    let mut dirs: Vec<usize> = (0..12).collect();
+    if reverse {
+        dirs.reverse();
+    }
+    for d in dirs {
+        let dir = root.join(format!("d{d:02}"));
+        std::fs::create_dir(&dir).unwrap();
+        let mut files: Vec<usize> = (0..25).collect();
+        if reverse {
+            files.reverse();
+        }
+        for f in files {
+            let len = (d * 7919 + f * 104_729) % 30_000;
+            let bytes: Vec<u8> = (0..len).map(|i| (i * 31 + d + f) as u8).collect();
+            std::fs::write(dir.join(format!("f{f:02}")), bytes).unwrap();
+        }
+    }
+    let sparse = std::fs::File::create(root.join("sparse")).unwrap();
+    sparse.write_all_at(b"end", 5 << 20).unwrap();
+    std::fs::hard_link(root.join("d01/f01"), root.join("hard")).unwrap();
+    std::os::unix::fs::symlink("d01/f02", root.join("sym")).unwrap();
+    nix::unistd::mkfifo(
+        &root.join("fifo"),
+        nix::sys::stat::Mode::from_bits_truncate(0o644),
+    )
+    .unwrap();
+    xattr::set(root.join("d02/f03"), "user.e4", b"value").unwrap();
+}
+
+#[test]
+fn source_date_epoch_makes_the_same_image_from_a_tree() {
+    let dir = tempfile::tempdir().unwrap();
+    // The second copy on tmpfs where there is one: its directories list entries in creation
+    // order, where ext4's list them by hash, so the two walks meet names in other orders.
+    let other = tempfile::tempdir_in("/dev/shm").unwrap_or_else(|_| tempfile::tempdir().unwrap());
+    let (forward, backward) = (dir.path().join("forward"), other.path().join("backward"));
+    std::fs::create_dir(&forward).unwrap();
+    std::fs::create_dir(&backward).unwrap();
+    ordered_tree(&forward, false);
+    ordered_tree(&backward, true);
+    let epoch = Some("1700000000");
+    let images: Vec<_> = [(&forward, "1"), (&forward, "2"), (&backward, "2")]
+        .iter()
+        .enumerate()
+        .map(|(i, (source, threads))| {
+            let image = dir.path().join(format!("{i}.img"));
+            let out = e4(
+                &[
+                    &"mkfs", &"-q", &"-j", threads, &"-d", source, &image, &"32M",
+                ],
+                epoch,
+            );
+            assert!(out.status.success(), "{}", stderr(&out));
+            image
+        })
+        .collect();
+    e2fsck_clean(&images[0]).unwrap();
+    assert!(
+        read(&images[0]) == read(&images[1]),
+        "-j 1 and -j 2 made different images"
+    );
+    assert!(
+        read(&images[0]) == read(&images[2]),
+        "the same tree created in another order made a different image"
+    );
+}
+
+#[test]
+fn owner_gives_every_entry_one_owner() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("source");
+    std::fs::create_dir(&source).unwrap();
+    ordered_tree(&source, false);
+    let image = dir.path().join("fs.img");
+    let out = e4(
+        &[
+            &"mkfs",
+            &"-q",
+            &"--owner",
+            &"1234:5678",
+            &"-d",
+            &source,
+            &image,
+            &"32M",
+        ],
+        None,
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    e2fsck_clean(&image).unwrap();
+    let exported = dir.path().join("exported");
+    let out = e4(&[&"export", &image, &exported], None);
+    assert!(out.status.success(), "e4 export: {}", stderr(&out));
+    let mut stack = vec![exported.clone()];
+    let mut seen = 0;
+    while let Some(path) = stack.pop() {
+        let meta = std::fs::symlink_metadata(&path).unwrap();
+        if path != exported && !path.ends_with("lost+found") {
+            assert_eq!((meta.uid(), meta.gid()), (1234, 5678), "{}", path.display());
+            seen += 1;
+        }
+        if meta.is_dir() && !path.ends_with("lost+found") {
+            stack.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+        }
+    }
+    assert!(seen > 300, "only {seen} entries checked");
+    let out = e4(&[&"mkfs", &"--owner", &"me", &image, &"32M"], None);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}
+
+#[test]
+fn without_size_the_image_is_sized_to_the_tree() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("source");
+    std::fs::create_dir(&source).unwrap();
+    ordered_tree(&source, false);
+    std::fs::write(source.join("large"), vec![3u8; 6 << 20]).unwrap();
+    for margin in ["0", "10"] {
+        let image = dir.path().join(format!("fit-{margin}.img"));
+        let out = e4(
+            &[&"mkfs", &"-q", &"--margin", &margin, &"-d", &source, &image],
+            None,
+        );
+        assert!(out.status.success(), "--margin {margin}: {}", stderr(&out));
+        e2fsck_clean(&image).unwrap();
+        let exported = dir.path().join(format!("exported-{margin}"));
+        let out = e4(&[&"export", &image, &exported], None);
+        assert!(out.status.success(), "e4 export: {}", stderr(&out));
+        let diffs = compare_trees(&source, &exported, &tree_options());
+        assert!(diffs.is_empty(), "--margin {margin}: {diffs:#?}");
+        // The tree holds about 10 MiB of data; the image is not many times that.
+        let size = std::fs::metadata(&image).unwrap().len();
+        assert!(size <= 32 << 20, "--margin {margin}: a {size}-byte image");
+    }
+}
