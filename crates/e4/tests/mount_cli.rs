@@ -8,7 +8,9 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use e4_testkit::{e2fsck_clean, fuse_skipped, is_mounted, make_empty_image, FuseGuard};
+use e4_testkit::{
+    e2fsck_clean, fuse_skipped, is_mounted, make_empty_image, FuseGuard, KernelMount,
+};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
@@ -220,4 +222,189 @@ fn an_image_a_mount_writes_is_refused_to_every_other_open_in_one_line() {
     assert!(status.unwrap().success());
     e2fsck_clean(&image.path).unwrap();
     assert_eq!(cat(&image.path, "/f"), "first");
+}
+
+/// What the writers of [`a_mount_killed_in_the_middle_of_work_replays_with_every_fsynced_file`]
+/// made durable: files fsync'd (path under the mount, contents) and directories
+/// fsyncdir'd after an entry was made in them (path of the entry).
+#[derive(Default)]
+struct Durable {
+    files: Vec<(String, Vec<u8>)>,
+    entries: Vec<String>,
+}
+
+/// The contents of file `i` of writer `w`: sizes from one byte to tens of KiB, bytes that
+/// differ per file, so a block of another file or of an earlier state is noticed.
+fn contents(w: usize, i: usize) -> Vec<u8> {
+    let len = 1 + (i * 7919 + w * 104_729) % 70_000;
+    (0..len).map(|k| (k * 31 + i * 7 + w) as u8).collect()
+}
+
+/// Writer `w` until its first error (the daemon's death): files written, every other one
+/// fsync'd and recorded once its fsync returned, the rest unlinked a few steps later.
+fn fsync_writer(root: &Path, w: usize, durable: &std::sync::Mutex<Durable>) {
+    let dir = format!("w{w}");
+    if std::fs::create_dir(root.join(&dir)).is_err() {
+        return;
+    }
+    for i in 0.. {
+        let name = format!("{dir}/f{i}");
+        let data = contents(w, i);
+        let written = (|| -> std::io::Result<()> {
+            let mut f = std::fs::File::create(root.join(&name))?;
+            std::io::Write::write_all(&mut f, &data)?;
+            if i % 2 == 0 {
+                f.sync_all()?;
+                durable.lock().unwrap().files.push((name.clone(), data));
+            } else if i >= 5 {
+                std::fs::remove_file(root.join(format!("{dir}/f{}", i - 4)))?;
+            }
+            Ok(())
+        })();
+        if written.is_err() {
+            return;
+        }
+    }
+}
+
+/// A writer of directories: each new one (with a file in it) is made durable by an
+/// fsync of its parent, and recorded once that returned.
+fn fsyncdir_writer(root: &Path, durable: &std::sync::Mutex<Durable>) {
+    if std::fs::create_dir(root.join("dirs")).is_err() {
+        return;
+    }
+    for i in 0.. {
+        let name = format!("dirs/d{i}");
+        let made = (|| -> std::io::Result<()> {
+            std::fs::create_dir(root.join(&name))?;
+            std::fs::write(root.join(format!("{name}/x")), b"")?;
+            std::fs::File::open(root.join("dirs"))?.sync_all()?;
+            durable.lock().unwrap().entries.push(name.clone());
+            Ok(())
+        })();
+        if made.is_err() {
+            return;
+        }
+    }
+}
+
+/// Every durable file and entry is in the tree under `root`, as written: an `Err` names
+/// the first that is not.
+fn check_durable(durable: &Durable, read: impl Fn(&str) -> Option<Vec<u8>>) -> Result<(), String> {
+    for (path, data) in &durable.files {
+        match read(path) {
+            Some(found) if found == *data => {}
+            Some(found) => {
+                return Err(format!(
+                    "{path}: {} bytes, not the {} fsync'd",
+                    found.len(),
+                    data.len()
+                ))
+            }
+            None => return Err(format!("{path}: fsync'd, but gone")),
+        }
+    }
+    for path in &durable.entries {
+        if read(&format!("{path}/x")).is_none() {
+            return Err(format!("{path}: its parent was fsync'd, but it is gone"));
+        }
+    }
+    Ok(())
+}
+
+/// The crash a journal exists for, through the mount: a daemon killed with SIGKILL while
+/// four writers work (files fsync'd, directories fsync'd, files unlinked) leaves an
+/// image whose log replays — in e4, and in e2fsck (`-E journal_only`) with the kernel
+/// reading the result — to an e2fsck-clean tree holding everything an fsync or fsyncdir
+/// had returned for. With `commit=0` (even rounds) only those syncs commit, so an fsync
+/// that did not commit loses its file; odd rounds add 1 s interval commits racing them.
+/// Rounds: 2, or `E4_MOUNT_KILL_ROUNDS`.
+#[test]
+fn a_mount_killed_in_the_middle_of_work_replays_with_every_fsynced_file() {
+    let rounds: usize = std::env::var("E4_MOUNT_KILL_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(2);
+    for round in 0..rounds {
+        let image = make_empty_image(&["-t", "ext4", "-b", "4096"], 64);
+        let dir = tempfile::tempdir().unwrap();
+        let commit = if round % 2 == 0 {
+            "commit=0"
+        } else {
+            "commit=1"
+        };
+        let mut child = e4()
+            .args(["mount", "-f", "-o", &format!("threads=2,{commit}")])
+            .arg(&image.path)
+            .arg(dir.path())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let guard = FuseGuard::watch(dir.path(), LIMIT);
+        if !mounted_by(&mut child, dir.path()) {
+            return;
+        }
+        let durable = std::sync::Mutex::new(Durable::default());
+        std::thread::scope(|s| {
+            for w in 0..3 {
+                let (root, durable) = (dir.path(), &durable);
+                s.spawn(move || fsync_writer(root, w, durable));
+            }
+            s.spawn(|| fsyncdir_writer(dir.path(), &durable));
+            // Long enough for dozens of syncs, with the kill landing anywhere in one.
+            std::thread::sleep(Duration::from_millis(700 + 300 * round as u64));
+            child.kill().unwrap();
+        });
+        child.wait().unwrap();
+        // The connection died with the daemon: detach the mount it leaves.
+        drop(guard);
+        assert!(!is_mounted(dir.path()));
+        let durable = durable.into_inner().unwrap();
+        let what = format!(
+            "round {round} ({commit}): {} files and {} directories made durable",
+            durable.files.len(),
+            durable.entries.len()
+        );
+        assert!(
+            durable.files.len() >= 3 && !durable.entries.is_empty(),
+            "{what}: too few to test"
+        );
+
+        // e2fsck replays a copy, checks it, and the kernel reads it.
+        let by_e2fsck = image.path.with_extension("e2fsck");
+        std::fs::copy(&image.path, &by_e2fsck).unwrap();
+        let replayed = Command::new("e2fsck")
+            .args(["-y", "-E", "journal_only"])
+            .arg(&by_e2fsck)
+            .output()
+            .unwrap();
+        assert!(
+            replayed.status.code().unwrap_or(8) < 4,
+            "{what}: e2fsck -E journal_only: {replayed:?}"
+        );
+        e2fsck_clean(&by_e2fsck).unwrap_or_else(|e| panic!("{what}: after e2fsck's replay: {e}"));
+        if let Ok(kernel) = KernelMount::mount(&by_e2fsck) {
+            let root = kernel.path();
+            check_durable(&durable, |p| std::fs::read(root.join(p)).ok())
+                .unwrap_or_else(|e| panic!("{what}: the kernel after e2fsck's replay: {e}"));
+        }
+        std::fs::remove_file(&by_e2fsck).unwrap();
+
+        // e4 replays the image itself (a writable open), reads it, and writes it back.
+        let fs = e4_fs::Filesystem::open(&image.path, e4_fs::OpenOptions::writable())
+            .unwrap_or_else(|e| panic!("{what}: e4 cannot open the killed mount's image: {e}"));
+        assert!(
+            fs.journal_note().is_some_and(|n| n.contains("recover")),
+            "{what}: e4 found nothing to replay: {:?}",
+            fs.journal_note()
+        );
+        check_durable(&durable, |p| {
+            let ino = fs.resolve(&format!("/{p}"), false).ok()?;
+            fs.read_file(ino, u64::MAX).ok()
+        })
+        .unwrap_or_else(|e| panic!("{what}: e4 after its replay: {e}"));
+        fs.unmount().unwrap();
+        e2fsck_clean(&image.path).unwrap_or_else(|e| panic!("{what}: after e4's replay: {e}"));
+        eprintln!("{what}: replayed clean by e4 and by e2fsck");
+    }
 }
