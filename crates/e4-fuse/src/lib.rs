@@ -23,6 +23,7 @@ mod dir_listing;
 mod lookup_counts;
 mod ops;
 mod options;
+mod seek;
 mod session;
 mod shards;
 

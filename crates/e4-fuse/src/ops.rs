@@ -16,17 +16,18 @@ use e4_fs::{Creator, FallocateMode, Filesystem, Metadata, RenameMode, SetAttribu
 use fuser::{
     Errno, FileAttr, FileHandle, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,
     LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
-    Request, TimeOrNow, WriteFlags,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use parking_lot::Mutex;
 
 use crate::attrs::{
-    decode_rdev, ext4_ino, file_attr, file_type_of_mode, generation_of, kind_of, node_of,
+    decode_rdev, entry_attr, ext4_ino, file_attr, file_type_of_mode, generation_of, kind_of,
     timestamp, IdMap, Owners,
 };
 use crate::dir_listing::{self, Listed};
 use crate::lookup_counts::LookupCounts;
+use crate::seek::{seek, Seek, SeekError};
 
 /// How long the kernel may trust an entry or attributes without asking again. Every
 /// change goes through this mount and every reply that changes something carries fresh
@@ -110,6 +111,7 @@ impl E4Fuse {
         self.fs.as_ref().expect("a request after destroy")
     }
 
+    /// `m`'s attributes for an attribute reply (see [`file_attr`]).
     fn attr(&self, m: &Metadata) -> FileAttr {
         file_attr(m, self.block_size, self.owners)
     }
@@ -120,7 +122,10 @@ impl E4Fuse {
         let fs = self.fs();
         self.lookups.remember(fs, ino).or_errno()?;
         match fs.metadata(ino) {
-            Ok(m) => Ok((self.attr(&m), generation_of(&m))),
+            Ok(m) => Ok((
+                entry_attr(&m, self.block_size, self.owners),
+                generation_of(&m),
+            )),
             Err(e) => {
                 self.lookups.forget(fs, ino, 1);
                 Err(errno_of(&e))
@@ -615,9 +620,10 @@ impl fuser::Filesystem for E4Fuse {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
+        // `d_ino` is ext4's number, as `stat` shows it (the root's "." and ".." show 2).
         let filled = self.fill_dir(ino, offset, |e, next| {
             reply.add(
-                node_of(e.ino),
+                INodeNo(u64::from(e.ino)),
                 next,
                 kind_of(e.file_type),
                 OsStr::from_bytes(&e.name),
@@ -654,7 +660,8 @@ impl fuser::Filesystem for E4Fuse {
                 }
             };
             let name = OsStr::from_bytes(&e.name);
-            let full = reply.add(node_of(e.ino), next, name, &TTL, &attr, generation);
+            // fuser sends `attr.ino` as both the node and `d_ino`.
+            let full = reply.add(attr.ino, next, name, &TTL, &attr, generation);
             if full && !e.is_dot() {
                 // Not sent: the lookup is not the kernel's.
                 self.lookups.forget(fs, e.ino, 1);
@@ -796,5 +803,31 @@ impl fuser::Filesystem for E4Fuse {
                     .or_errno()
             });
         reply_empty(reply, result);
+    }
+
+    /// SEEK_DATA and SEEK_HOLE (`seek`); the kernel moves the offset itself for the rest.
+    fn lseek(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        let wanted = match whence {
+            libc::SEEK_DATA => Seek::Data,
+            libc::SEEK_HOLE => Seek::Hole,
+            _ => return reply.error(Errno::EINVAL),
+        };
+        let Ok(offset) = u64::try_from(offset) else {
+            return reply.error(Errno::ENXIO);
+        };
+        match seek(self.fs(), ext4_ino(ino), offset, wanted) {
+            // OK to cast: an answer is below the size, which fits an i64 (ext4's limit).
+            Ok(found) => reply.offset(found as i64),
+            Err(SeekError::Beyond) => reply.error(Errno::ENXIO),
+            Err(SeekError::Engine(e)) => reply.error(errno_of(&e)),
+        }
     }
 }

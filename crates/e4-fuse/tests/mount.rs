@@ -100,8 +100,8 @@ fn the_root_is_ext4_inode_2_and_shows_its_entries() {
         return;
     };
     let root = m.path();
-    // fuser makes the node number st_ino: the root is node 1 (ext4 inode 2).
-    assert_eq!(fs::metadata(root).unwrap().ino(), 1);
+    // The root is FUSE's node 1, but shows ext4's inode 2, as on the kernel's ext4.
+    assert_eq!(fs::metadata(root).unwrap().ino(), 2);
     assert_eq!(fs::metadata(root.join("lost+found")).unwrap().ino(), 11);
     fs::create_dir(root.join("d")).unwrap();
     let names: HashSet<_> = fs::read_dir(root)
@@ -109,9 +109,22 @@ fn the_root_is_ext4_inode_2_and_shows_its_entries() {
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .collect();
     assert_eq!(names, HashSet::from(["lost+found".into(), "d".into()]));
-    // ".." of a top-level directory is the root, by its node number.
+    // ".." of a top-level directory is the root, and a listing names it by inode 2 too.
     let dotdot = fs::metadata(root.join("d/..")).unwrap();
-    assert_eq!((dotdot.ino(), dotdot.nlink()), (1, 4));
+    assert_eq!((dotdot.ino(), dotdot.nlink()), (2, 4));
+    assert_eq!(fs::metadata(root).unwrap().ino(), 2);
+    let listed_dotdot = nix::dir::Dir::open(
+        &root.join("d"),
+        nix::fcntl::OFlag::O_RDONLY,
+        nix::sys::stat::Mode::empty(),
+    )
+    .unwrap()
+    .iter()
+    .map(|e| e.unwrap())
+    .find(|e| e.file_name().to_bytes() == b"..")
+    .unwrap()
+    .ino();
+    assert_eq!(listed_dotdot, 2);
     m.finish();
 }
 
