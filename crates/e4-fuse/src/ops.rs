@@ -12,6 +12,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use e4_format::dir_entry::MAX_NAME_LEN;
 use e4_fs::{Creator, FallocateMode, Filesystem, Metadata, RenameMode, SetAttributes, XattrSet};
 use fuser::{
     Errno, FileAttr, FileHandle, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,
@@ -293,18 +294,50 @@ fn time_of(t: TimeOrNow) -> e4_fs::Timestamp {
     })
 }
 
-/// The engine's mode for a `fallocate` mode: the kernel passes on plain allocation,
-/// KEEP_SIZE, PUNCH_HOLE (always with KEEP_SIZE) and ZERO_RANGE; the engine's zeroing
-/// grows the size, so ZERO_RANGE with KEEP_SIZE is not supported.
-fn fallocate_mode(mode: i32) -> Option<FallocateMode> {
+/// How a `fallocate` mode is done: the kernel passes on plain allocation, KEEP_SIZE,
+/// PUNCH_HOLE (always with KEEP_SIZE) and ZERO_RANGE with or without KEEP_SIZE.
+enum Fallocation {
+    Engine(FallocateMode),
+    /// ZERO_RANGE with KEEP_SIZE: the engine's zeroing grows the size, so the range is
+    /// zeroed up to the size and allocated (as KEEP_SIZE) past it (`zero_keeping_size`).
+    ZeroKeepingSize,
+}
+
+fn fallocation(mode: i32) -> Option<Fallocation> {
     const KEEP_SIZE: i32 = libc::FALLOC_FL_KEEP_SIZE;
+    const ZERO_RANGE: i32 = libc::FALLOC_FL_ZERO_RANGE;
     match mode {
-        0 => Some(FallocateMode::Allocate),
-        KEEP_SIZE => Some(FallocateMode::KeepSize),
-        m if m == libc::FALLOC_FL_PUNCH_HOLE | KEEP_SIZE => Some(FallocateMode::PunchHole),
-        libc::FALLOC_FL_ZERO_RANGE => Some(FallocateMode::ZeroRange),
+        0 => Some(Fallocation::Engine(FallocateMode::Allocate)),
+        KEEP_SIZE => Some(Fallocation::Engine(FallocateMode::KeepSize)),
+        m if m == libc::FALLOC_FL_PUNCH_HOLE | KEEP_SIZE => {
+            Some(Fallocation::Engine(FallocateMode::PunchHole))
+        }
+        ZERO_RANGE => Some(Fallocation::Engine(FallocateMode::ZeroRange)),
+        m if m == ZERO_RANGE | KEEP_SIZE => Some(Fallocation::ZeroKeepingSize),
         _ => None,
     }
+}
+
+/// ZERO_RANGE with KEEP_SIZE of `len` bytes at `offset`: zeroes what lies below the size
+/// and allocates the rest past it without changing the size, as ext4 does in one call.
+/// (A write that grows the file between the two steps is not zeroed; the kernel holds
+/// the inode lock across its fallocate, so no write of this mount's users comes between.)
+fn zero_keeping_size(fs: &Filesystem, ino: u32, offset: u64, len: u64) -> e4_fs::Result<()> {
+    let size = fs.metadata(ino)?.size;
+    let end = offset.saturating_add(len);
+    if offset < size {
+        fs.fallocate(
+            ino,
+            FallocateMode::ZeroRange,
+            offset,
+            end.min(size) - offset,
+        )?;
+    }
+    if end > size {
+        let from = offset.max(size);
+        fs.fallocate(ino, FallocateMode::KeepSize, from, end - from)?;
+    }
+    Ok(())
 }
 
 impl fuser::Filesystem for E4Fuse {
@@ -338,7 +371,12 @@ impl fuser::Filesystem for E4Fuse {
         *self.outcome.lock() = Some(result);
     }
 
+    /// A name longer than ext4 can hold is ENAMETOOLONG, not ENOENT, as `ext4_lookup`
+    /// answers (the kernel's FUSE allows names up to 1024 bytes).
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        if name.len() > MAX_NAME_LEN {
+            return reply.error(Errno::ENAMETOOLONG);
+        }
         let found = self
             .fs()
             .lookup(ext4_ino(parent), bytes(name))
@@ -795,13 +833,14 @@ impl fuser::Filesystem for E4Fuse {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        let result = fallocate_mode(mode)
-            .ok_or(Errno::EOPNOTSUPP)
-            .and_then(|mode| {
-                self.fs()
-                    .fallocate(ext4_ino(ino), mode, offset, length)
-                    .or_errno()
-            });
+        let (fs, ino) = (self.fs(), ext4_ino(ino));
+        let result = match fallocation(mode) {
+            Some(Fallocation::Engine(mode)) => fs.fallocate(ino, mode, offset, length).or_errno(),
+            Some(Fallocation::ZeroKeepingSize) => {
+                zero_keeping_size(fs, ino, offset, length).or_errno()
+            }
+            None => Err(Errno::EOPNOTSUPP),
+        };
         reply_empty(reply, result);
     }
 

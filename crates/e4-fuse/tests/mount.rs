@@ -464,3 +464,38 @@ fn owner_options_map_the_image_ids_to_the_mounting_user() {
     let stored = fs.metadata(fs.resolve("/g", true).unwrap()).unwrap();
     assert_eq!((stored.uid, stored.gid), (0, 0));
 }
+
+/// statfs's free and available counts move together, by the blocks a write takes (the
+/// blocks an allocator keeps ahead for a file being written count as free, as ext4's
+/// preallocations do); and O_TRUNC of an empty file frees what fallocate KEEP_SIZE put
+/// past its end, as ext4's truncate does.
+#[test]
+fn free_counts_follow_what_files_hold() {
+    let Some(m) = TestMount::new("free counts", 32, "") else {
+        return;
+    };
+    let f = m.path().join("f");
+    let before = statvfs(m.path()).unwrap();
+    fs::write(&f, vec![7u8; 10_000]).unwrap();
+    let after = statvfs(m.path()).unwrap();
+    let used = before.blocks_free() - after.blocks_free();
+    assert!((3..=4).contains(&used), "a 3-block file took {used} blocks");
+    assert_eq!(
+        before.blocks_available() - after.blocks_available(),
+        used,
+        "available blocks moved apart from free ones"
+    );
+
+    let g = m.path().join("g");
+    let file = File::create(&g).unwrap();
+    fallocate(&file, FallocateFlags::FALLOC_FL_KEEP_SIZE, 0, 1 << 20).unwrap();
+    assert_eq!(fs::metadata(&g).unwrap().blocks(), 2048);
+    drop(file);
+    OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(&g)
+        .unwrap();
+    assert_eq!(fs::metadata(&g).unwrap().blocks(), 0);
+    m.finish();
+}
