@@ -19,8 +19,10 @@
 //! ctime and times set to "now" (compared as "recent"); inode numbers (both allocate from
 //! the same free inodes, but the kernel's choice is its own); how much a write that
 //! fills the disk writes (ext4's reservations differ from e4's by a few blocks; the errno
-//! is compared); statfs's f_blocks and, while mounted, its free blocks (compared on the
-//! images after the unmount); the sticky bit of non-directories; lseek on directories. The kernel mounts with `noatime` (the FUSE mount does not update atime)
+//! is compared); a regular file's st_blocks within two blocks (its extent tree's: the
+//! two allocators leave files in different numbers of extents); statfs's f_blocks and free blocks (ext4 counts its metadata out of
+//! f_blocks, and shares xattr blocks e4 does not); the sticky bit of non-directories;
+//! lseek on directories. The kernel mounts with `noatime` (the FUSE mount does not update atime)
 //! and `nodelalloc` (delayed allocation makes st_blocks depend on writeback).
 //!
 //! Seeds: 4 runs of 400 steps (about 2 s); `E4_DIFF_STEPS` and `E4_DIFF_SEEDS` (a count, or
@@ -293,13 +295,10 @@ fn random_op(rng: &mut StdRng) -> Op {
             to: path(rng),
         },
         57..=59 => Op::Symlink {
-            target: [
-                "f",
-                "../a",
-                "/nowhere",
-                &"t".repeat(59),
-                &"long/".repeat(60),
-            ][rng.gen_range(0..5)]
+            // Relative and never above the root: a target that leaves the mount would be
+            // followed into the host's filesystem, one file for both sides.
+            target: ["f", "a/b", "dangling", &"t".repeat(59), &"long/".repeat(60)]
+                [rng.gen_range(0..5)]
             .to_string(),
             path: path(rng),
         },
@@ -573,6 +572,10 @@ fn run(op: &Op, root: &Path) -> Outcome {
             if rfs::fstat(&fd)?.st_mode & libc::S_IFMT == libc::S_IFDIR {
                 return Ok("a directory".into());
             }
+            // ext4 takes fallocated (unwritten) blocks whose pages its cache holds, even
+            // clean ones a read left, for data; the cache is a kernel's, not the image's,
+            // so its clean pages are dropped first (dirty ones are written back).
+            rfs::fadvise(&fd, 0, None, rfs::Advice::DontNeed)?;
             let to = if *data {
                 SeekFrom::Data(*offset)
             } else {
@@ -584,8 +587,8 @@ fn run(op: &Op, root: &Path) -> Outcome {
         Op::Statfs => {
             let s = rfs::statvfs(root)?;
             // Not f_blocks: e4 counts every block, ext4 leaves out its metadata's. Not
-            // the free blocks either: e4's were once seen one short for a while
-            // (docs/FUSE.md); the images' free counts are compared after the unmount.
+            // the free blocks either: ext4 shares an xattr block among inodes whose
+            // xattrs are the same, e4 does not (docs/FUSE.md).
             format!(
                 "bsize {} files {} ffree {} namemax {}",
                 s.f_bsize, s.f_files, s.f_ffree, s.f_namemax
@@ -649,6 +652,33 @@ fn tree(root: &Path) -> String {
     out
 }
 
+/// Blocks an extent tree may take beyond its inode (1 KiB blocks, in 512-byte units).
+const TREE_BLOCKS: u64 = 2 * 2;
+
+/// Whether `a` and `b` (stat lines, one per file) are the same but for regular files'
+/// st_blocks differing by at most [`TREE_BLOCKS`]: ext4 and e4 allocate alike but not
+/// block for block, so one may leave a file in more extents than fit its inode and need
+/// a tree block where the other does not.
+fn same_but_tree_blocks(a: &str, b: &str) -> bool {
+    if a == b {
+        return true;
+    }
+    let (a, b): (Vec<&str>, Vec<&str>) = (a.lines().collect(), b.lines().collect());
+    a.len() == b.len()
+        && a.iter().zip(&b).all(|(a, b)| {
+            let blocks = |line: &str| -> Option<(String, u64)> {
+                let at = line.find(" blocks ")?;
+                let rest = &line[at + 8..];
+                let end = rest.find(' ')?;
+                let others = format!("{}{}", &line[..at], &rest[end..]);
+                Some((others, rest[..end].parse().ok()?))
+            };
+            a == b
+                || matches!((blocks(a), blocks(b)), (Some((x, m)), Some((y, n)))
+                    if x == y && x.contains("mode 10") && m.abs_diff(n) <= TREE_BLOCKS)
+        })
+}
+
 /// The seeds to run: `E4_DIFF_SEEDS` as a count or `from..to`, else 0..4.
 fn seeds() -> std::ops::Range<u64> {
     let Ok(given) = std::env::var("E4_DIFF_SEEDS") else {
@@ -707,15 +737,29 @@ fn run_seed(seed: u64, steps: usize) -> bool {
     let mut failure = None;
     for step in 0..steps {
         let op = random_op(&mut rng);
-        let (on_kernel, on_e4) = (run(&op, k), run(&op, e));
+        let (mut on_kernel, mut on_e4) = (run(&op, k), run(&op, e));
+        // The free inode count may lag a call by a moment: e4 frees an unlinked inode when
+        // the kernel's FORGET for it arrives, which the kernel sends after the call
+        // that unlinked it has returned.
+        for _ in 0..20 {
+            if on_kernel == on_e4 || !matches!(op, Op::Statfs) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+            (on_kernel, on_e4) = (run(&op, k), run(&op, e));
+        }
         log.push(format!("{step}: {op:?} -> {on_kernel:?}"));
-        if on_kernel != on_e4 {
+        let same = match (&on_kernel, &on_e4) {
+            (Ok(a), Ok(b)) => same_but_tree_blocks(a, b),
+            (a, b) => a == b,
+        };
+        if !same {
             failure = Some(format!("the kernel's ext4 {on_kernel:?}, e4 {on_e4:?}"));
             break;
         }
         if step % 25 == 24 || step + 1 == steps {
             let (tk, te) = (tree(k), tree(e));
-            if tk != te {
+            if !same_but_tree_blocks(&tk, &te) {
                 failure = Some(format!("trees differ:\nkernel:\n{tk}\ne4:\n{te}"));
                 break;
             }
@@ -735,15 +779,16 @@ fn run_seed(seed: u64, steps: usize) -> bool {
     drop(device);
     e2fsck_clean(&kernel_image).unwrap_or_else(|e| panic!("seed {seed}: the kernel's image: {e}"));
     e2fsck_clean(&e4_image).unwrap_or_else(|e| panic!("seed {seed}: e4's image: {e}"));
-    let free = |image: &Path| {
+    // Free inodes, but not free blocks: ext4 shares one xattr block among inodes whose
+    // xattrs are the same (its mbcache), e4 gives each its own (docs/FUSE.md).
+    let free_inodes = |image: &Path| {
         let fs = e4_fs::Filesystem::open(image, e4_fs::OpenOptions::default()).unwrap();
-        let s = fs.statfs();
-        (s.free_blocks, s.free_inodes)
+        fs.statfs().free_inodes
     };
     assert_eq!(
-        free(&kernel_image),
-        free(&e4_image),
-        "seed {seed}: free blocks and inodes of the two images"
+        free_inodes(&kernel_image),
+        free_inodes(&e4_image),
+        "seed {seed}: free inodes of the two images"
     );
     // What the mount showed is what the kernel reads from the image it left.
     if let Ok(view) = KernelMount::mount(&e4_image) {
