@@ -26,6 +26,7 @@ mod options;
 mod seek;
 mod session;
 mod shards;
+mod warnings;
 
 pub use daemon::{report_mounted, start_daemon};
 pub use options::{MountOptions, OptionError};

@@ -31,6 +31,10 @@ pub struct MountOptions {
     /// `commit=SECS`: commit changes at least this often (ext4's `commit=`, default 5 s;
     /// 0 commits only on fsync, memory pressure and unmount).
     pub commit_interval: Duration,
+    /// Replay a journal that needs recovery (the default). `norecovery` (or `noload`)
+    /// mounts read-only without replaying, showing the image as it is on disk, as the
+    /// kernel and fuse2fs do; it implies `ro`, and `rw` with it is refused.
+    pub replay_journal: bool,
 }
 
 impl Default for MountOptions {
@@ -44,13 +48,14 @@ impl Default for MountOptions {
             gid: None,
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             commit_interval: Duration::from_secs(5),
+            replay_journal: true,
         }
     }
 }
 
 /// The options `-o` accepts, for the message that refuses another.
-const KNOWN: &str =
-    "ro, rw, fakeroot, allow_other, default_permissions, uid=N, gid=N, threads=N, commit=SECS";
+const KNOWN: &str = "ro, rw, fakeroot, allow_other, default_permissions, uid=N, gid=N, \
+                     threads=N, commit=SECS, norecovery, noload";
 
 /// A `-o` option that is unknown or has a bad value.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -59,6 +64,8 @@ pub enum OptionError {
     Unknown(String),
     #[error("mount option {option:?} needs {wants}")]
     BadValue { option: String, wants: &'static str },
+    #[error("norecovery mounts read-only (writing over a journal that was not replayed would lose it): drop rw")]
+    WritableWithoutRecovery,
 }
 
 impl MountOptions {
@@ -66,8 +73,16 @@ impl MountOptions {
     /// mount(8).
     pub fn parse(list: &str) -> Result<Self, OptionError> {
         let mut options = MountOptions::default();
+        let mut rw_given = false;
         for option in list.split(',').filter(|o| !o.is_empty()) {
             options.apply(option)?;
+            rw_given |= option == "rw";
+        }
+        if !options.replay_journal {
+            if rw_given && options.writable {
+                return Err(OptionError::WritableWithoutRecovery);
+            }
+            options.writable = false;
         }
         Ok(options)
     }
@@ -112,6 +127,7 @@ impl MountOptions {
                     n => n as usize,
                 }
             }
+            ("norecovery" | "noload", None) => self.replay_journal = false,
             ("commit", Some(_)) => {
                 self.commit_interval = Duration::from_secs(number("a number of seconds")?)
             }
@@ -148,6 +164,21 @@ mod tests {
         assert_eq!((o.uid, o.gid, o.threads), (Some(1000), Some(100), 3));
         assert_eq!(o.commit_interval, Duration::ZERO);
         assert!(MountOptions::parse("ro,rw").unwrap().writable);
+    }
+
+    #[test]
+    fn norecovery_mounts_read_only_and_refuses_rw() {
+        for list in ["norecovery", "noload", "ro,norecovery", "rw,ro,noload"] {
+            let o = MountOptions::parse(list).unwrap();
+            assert!(!o.replay_journal && !o.writable, "{list}");
+        }
+        for list in ["rw,norecovery", "norecovery,rw"] {
+            assert_eq!(
+                MountOptions::parse(list),
+                Err(OptionError::WritableWithoutRecovery),
+                "{list}"
+            );
+        }
     }
 
     #[test]

@@ -52,6 +52,7 @@ pub fn mount(image: &Path, dir: &Path, options: &MountOptions) -> Result<Mounted
         writable: options.writable,
         commit_interval: options.commit_interval,
         caller: Caller::of_this_process(),
+        replay_journal: options.replay_journal,
         ..OpenOptions::default()
     };
     let fs = Filesystem::open(image, open).map_err(|source| MountError::Open {
@@ -75,7 +76,9 @@ pub fn mount(image: &Path, dir: &Path, options: &MountOptions) -> Result<Mounted
         }),
     };
     let outcome = Outcome::default();
-    let served = E4Fuse::new(fs.into_shared(), owners, options.fakeroot, outcome.clone());
+    let fs = fs.into_shared();
+    crate::warnings::report(&shown, &fs);
+    let served = E4Fuse::new(fs, owners, options.fakeroot, outcome.clone());
     let mut session =
         Session::new(served, dir, &fuse_config(&shown, options)).map_err(|source| {
             MountError::Mount {

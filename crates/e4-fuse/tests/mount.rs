@@ -499,3 +499,81 @@ fn free_counts_follow_what_files_hold() {
     assert_eq!(fs::metadata(&g).unwrap().blocks(), 0);
     m.finish();
 }
+
+/// `norecovery`: an image whose journal needs recovery (a crash image of e4's own, taken
+/// at the first flush where the log alone holds a new file) is shown as it is on disk,
+/// without the log's transactions, and left byte for byte as it was; a plain `ro` mount
+/// shows it replayed (in memory), and `rw` with `norecovery` is refused.
+#[test]
+fn norecovery_shows_the_image_without_its_journal() {
+    use e4_fs::device::Device;
+    use e4_fs::{Creator, Filesystem, OpenOptions as EngineOptions};
+
+    let image = make_empty_image(&["-t", "ext4", "-b", "4096"], 16);
+    let bytes = fs::read(&image.path).unwrap();
+    let device = std::sync::Arc::new(e4_fs::recording_device::RecordingDevice::new(
+        bytes.clone(),
+        4096,
+    ));
+    let engine = Filesystem::open_device(device.clone(), EngineOptions::writable()).unwrap();
+    let creator = Creator {
+        permissions: 0o644,
+        uid: 0,
+        gid: 0,
+    };
+    let ino = engine.create(2, b"logged", creator).unwrap();
+    engine.write_at(ino, 0, b"in the log").unwrap();
+    engine.sync().unwrap();
+    engine.unmount().unwrap();
+    let log = device.log();
+    let sees = |image: &[u8], replay_journal: bool| {
+        let options = EngineOptions {
+            replay_journal,
+            ..EngineOptions::default()
+        };
+        let fs = Filesystem::open_bytes(image.to_vec(), options).unwrap();
+        fs.lookup(2, b"logged").unwrap().is_some()
+    };
+    let crashed = (0..=log.flushes())
+        .map(|k| {
+            let mut crashed = vec![0; bytes.len()];
+            log.image_at_flush(k)
+                .read_exact_at(&mut crashed, 0)
+                .unwrap();
+            crashed
+        })
+        .find(|crashed| !sees(crashed, false) && sees(crashed, true))
+        .expect("a crash image whose log alone holds the new file");
+    let dirty = image.path.with_extension("dirty");
+    fs::write(&dirty, &crashed).unwrap();
+    let before = fs::read(&dirty).unwrap();
+    let shown = |options: &str| -> Option<bool> {
+        let dir = tempfile::tempdir().unwrap();
+        let options = MountOptions::parse(options).unwrap();
+        let mounted = match e4_fuse::mount(&dirty, dir.path(), &options) {
+            Ok(mounted) => mounted,
+            Err(e @ MountError::Mount { .. }) => {
+                fuse_skipped("norecovery", &e.to_string());
+                return None;
+            }
+            Err(e) => panic!("{e}"),
+        };
+        let _guard = FuseGuard::watch(dir.path(), LIMIT);
+        let found = dir.path().join("logged").exists();
+        mounted.unmount().unwrap();
+        Some(found)
+    };
+    let Some(without) = shown("norecovery") else {
+        return;
+    };
+    assert!(!without, "norecovery showed what only the log holds");
+    assert_eq!(shown("ro"), Some(true), "ro did not replay the log");
+    assert!(
+        fs::read(&dirty).unwrap() == before,
+        "a read-only mount wrote"
+    );
+    assert!(matches!(
+        MountOptions::parse("rw,norecovery"),
+        Err(e4_fuse::OptionError::WritableWithoutRecovery)
+    ));
+}
