@@ -544,6 +544,14 @@ fn norecovery_shows_the_image_without_its_journal() {
         })
         .find(|crashed| !sees(crashed, false) && sees(crashed, true))
         .expect("a crash image whose log alone holds the new file");
+    let refused = Filesystem::open_bytes(
+        crashed.clone(),
+        EngineOptions {
+            replay_journal: false,
+            ..EngineOptions::writable()
+        },
+    );
+    assert!(refused.is_err(), "written over a log that was not replayed");
     let dirty = image.path.with_extension("dirty");
     fs::write(&dirty, &crashed).unwrap();
     let before = fs::read(&dirty).unwrap();
