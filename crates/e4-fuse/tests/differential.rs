@@ -718,7 +718,13 @@ fn run_seed(seed: u64, steps: usize) -> bool {
             return false;
         }
     };
-    let kernel = device.mount("rw,noatime,nodelalloc").unwrap();
+    let kernel = match device.mount("rw,noatime,nodelalloc") {
+        Ok(kernel) => kernel,
+        Err(reason) => {
+            kernel_comparison_skipped("differential test", &reason);
+            return false;
+        }
+    };
     let dir = tempfile::tempdir().unwrap();
     let options = MountOptions::parse("threads=1").unwrap();
     let mounted = match e4_fuse::mount(&e4_image, dir.path(), &options) {
