@@ -20,6 +20,7 @@
 mod attrs;
 mod daemon;
 mod dir_listing;
+mod error_policy;
 mod lookup_counts;
 mod ops;
 mod options;
@@ -29,5 +30,6 @@ mod shards;
 mod warnings;
 
 pub use daemon::{report_mounted, start_daemon};
+pub use error_policy::ErrorPolicy;
 pub use options::{MountOptions, OptionError};
 pub use session::{mount, mount_until_signal, MountError, Mounted};

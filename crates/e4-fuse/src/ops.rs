@@ -27,6 +27,7 @@ use crate::attrs::{
     timestamp, IdMap, Owners,
 };
 use crate::dir_listing::{self, Listed};
+use crate::error_policy::OnError;
 use crate::lookup_counts::LookupCounts;
 use crate::seek::{seek, Seek, SeekError};
 
@@ -66,22 +67,18 @@ pub(crate) struct E4Fuse {
     fakeroot: bool,
     block_size: u32,
     outcome: Outcome,
+    on_error: OnError,
 }
 
-/// The errno a request gets for an engine error: the one the kernel's ext4 gives for the
-/// same failure ([`e4_fs::Error::errno`]), as fuser's type.
-fn errno_of(error: &e4_fs::Error) -> Errno {
-    Errno::from_i32(error.errno())
-}
-
-/// An engine result as a request's result.
+/// An engine result as a request's result: the errno the kernel's ext4 gives for the
+/// same failure ([`e4_fs::Error::errno`]), once the mount's `errors=` policy has seen it.
 trait OrErrno<T> {
-    fn or_errno(self) -> Result<T, Errno>;
+    fn or_errno(self, on_error: &OnError) -> Result<T, Errno>;
 }
 
 impl<T> OrErrno<T> for e4_fs::Result<T> {
-    fn or_errno(self) -> Result<T, Errno> {
-        self.map_err(|e| errno_of(&e))
+    fn or_errno(self, on_error: &OnError) -> Result<T, Errno> {
+        self.map_err(|e| on_error.errno(&e))
     }
 }
 
@@ -96,8 +93,10 @@ impl E4Fuse {
         owners: Owners,
         fakeroot: bool,
         outcome: Outcome,
+        on_error: OnError,
     ) -> Self {
         E4Fuse {
+            on_error,
             block_size: fs.block_size(),
             fs: Some(fs),
             lookups: LookupCounts::new(),
@@ -121,7 +120,7 @@ impl E4Fuse {
     /// given back if its attributes cannot be read.
     fn entry(&self, ino: u32) -> Result<(FileAttr, Generation), Errno> {
         let fs = self.fs();
-        self.lookups.remember(fs, ino).or_errno()?;
+        self.lookups.remember(fs, ino).or_errno(&self.on_error)?;
         match fs.metadata(ino) {
             Ok(m) => Ok((
                 entry_attr(&m, self.block_size, self.owners),
@@ -129,7 +128,7 @@ impl E4Fuse {
             )),
             Err(e) => {
                 self.lookups.forget(fs, ino, 1);
-                Err(errno_of(&e))
+                Err(self.on_error.errno(&e))
             }
         }
     }
@@ -170,7 +169,8 @@ impl E4Fuse {
         mut add: impl FnMut(&Listed, u64) -> bool,
     ) -> Result<(), Errno> {
         loop {
-            let batch = dir_listing::batch(self.fs(), ext4_ino(ino), offset).or_errno()?;
+            let batch =
+                dir_listing::batch(self.fs(), ext4_ino(ino), offset).or_errno(&self.on_error)?;
             if batch.is_empty() {
                 return Ok(());
             }
@@ -191,7 +191,7 @@ impl E4Fuse {
             let n = self
                 .fs()
                 .read_at(ino, offset + done as u64, &mut buf[done..])
-                .or_errno()?;
+                .or_errno(&self.on_error)?;
             if n == 0 {
                 break;
             }
@@ -207,7 +207,7 @@ impl E4Fuse {
             let n = self
                 .fs()
                 .write_at(ino, offset + done as u64, &data[done..])
-                .or_errno()?;
+                .or_errno(&self.on_error)?;
             if n == 0 {
                 break;
             }
@@ -219,7 +219,7 @@ impl E4Fuse {
 
     fn open_file(&self, ino: u32, flags: OpenFlags) -> Result<(), Errno> {
         let fs = self.fs();
-        fs.open_inode(ino).or_errno()?;
+        fs.open_inode(ino).or_errno(&self.on_error)?;
         if flags.0 & libc::O_TRUNC != 0 && flags.0 & libc::O_ACCMODE != libc::O_RDONLY {
             let size = Some(0);
             if let Err(e) = fs.setattr(
@@ -230,7 +230,7 @@ impl E4Fuse {
                 },
             ) {
                 let _ = fs.release_inode(ino);
-                return Err(errno_of(&e));
+                return Err(self.on_error.errno(&e));
             }
         }
         Ok(())
@@ -240,14 +240,14 @@ impl E4Fuse {
         let value = self
             .fs()
             .get_xattr(ino, bytes(name))
-            .or_errno()?
+            .or_errno(&self.on_error)?
             .ok_or(Errno::ENODATA)?;
         sized(value, size)
     }
 
     fn list_xattrs(&self, ino: u32, size: u32) -> Result<XattrReply, Errno> {
         let mut list = Vec::new();
-        for name in self.fs().list_xattrs(ino).or_errno()? {
+        for name in self.fs().list_xattrs(ino).or_errno(&self.on_error)? {
             list.extend_from_slice(&name);
             list.push(0);
         }
@@ -380,7 +380,7 @@ impl fuser::Filesystem for E4Fuse {
         let found = self
             .fs()
             .lookup(ext4_ino(parent), bytes(name))
-            .or_errno()
+            .or_errno(&self.on_error)
             .and_then(|ino| ino.ok_or(Errno::ENOENT));
         self.reply_entry(reply, found);
     }
@@ -392,7 +392,7 @@ impl fuser::Filesystem for E4Fuse {
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         match self.fs().metadata(ext4_ino(ino)) {
             Ok(m) => reply.attr(&TTL, &self.attr(&m)),
-            Err(e) => reply.error(errno_of(&e)),
+            Err(e) => reply.error(self.on_error.errno(&e)),
         }
     }
 
@@ -414,6 +414,9 @@ impl fuser::Filesystem for E4Fuse {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        if let Err(e) = self.on_error.may_change() {
+            return reply.error(e);
+        }
         let attrs = SetAttributes {
             permissions: mode.map(|m| (m & 0o7777) as u16),
             uid: uid.map(|u| IdMap::stored(self.owners.uid, u)),
@@ -424,14 +427,14 @@ impl fuser::Filesystem for E4Fuse {
         };
         match self.fs().setattr(ext4_ino(ino), &attrs) {
             Ok(m) => reply.attr(&TTL, &self.attr(&m)),
-            Err(e) => reply.error(errno_of(&e)),
+            Err(e) => reply.error(self.on_error.errno(&e)),
         }
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
         match self.fs().read_link(ext4_ino(ino)) {
             Ok(target) => reply.data(&target),
-            Err(e) => reply.error(errno_of(&e)),
+            Err(e) => reply.error(self.on_error.errno(&e)),
         }
     }
 
@@ -445,12 +448,17 @@ impl fuser::Filesystem for E4Fuse {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        if let Err(e) = self.on_error.may_change() {
+            return reply.error(e);
+        }
         let parent = ext4_ino(parent);
         let c = self.creator(req, mode);
         let made = {
             let fs = self.fs();
             match file_type_of_mode(mode) {
-                Some(e4_fs::FileType::Regular) => fs.create(parent, bytes(name), c).or_errno(),
+                Some(e4_fs::FileType::Regular) => {
+                    fs.create(parent, bytes(name), c).or_errno(&self.on_error)
+                }
                 Some(
                     t @ (e4_fs::FileType::Fifo
                     | e4_fs::FileType::Socket
@@ -458,7 +466,7 @@ impl fuser::Filesystem for E4Fuse {
                     | e4_fs::FileType::BlockDevice),
                 ) => fs
                     .mknod(parent, bytes(name), t, decode_rdev(rdev), c)
-                    .or_errno(),
+                    .or_errno(&self.on_error),
                 _ => Err(Errno::EINVAL),
             }
         };
@@ -474,25 +482,38 @@ impl fuser::Filesystem for E4Fuse {
         _umask: u32,
         reply: ReplyEntry,
     ) {
+        if let Err(e) = self.on_error.may_change() {
+            return reply.error(e);
+        }
         let parent = ext4_ino(parent);
         let made = self
             .fs()
             .mkdir(parent, bytes(name), self.creator(req, mode))
-            .or_errno();
+            .or_errno(&self.on_error);
         self.reply_entry(reply, made);
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if let Err(e) = self.on_error.may_change() {
+            return reply.error(e);
+        }
         reply_empty(
             reply,
-            self.fs().unlink(ext4_ino(parent), bytes(name)).or_errno(),
+            self.fs()
+                .unlink(ext4_ino(parent), bytes(name))
+                .or_errno(&self.on_error),
         );
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if let Err(e) = self.on_error.may_change() {
+            return reply.error(e);
+        }
         reply_empty(
             reply,
-            self.fs().rmdir(ext4_ino(parent), bytes(name)).or_errno(),
+            self.fs()
+                .rmdir(ext4_ino(parent), bytes(name))
+                .or_errno(&self.on_error),
         );
     }
 
@@ -504,12 +525,15 @@ impl fuser::Filesystem for E4Fuse {
         target: &Path,
         reply: ReplyEntry,
     ) {
+        if let Err(e) = self.on_error.may_change() {
+            return reply.error(e);
+        }
         let parent = ext4_ino(parent);
         let c = self.creator(req, 0o777);
         let made = self
             .fs()
             .symlink(parent, bytes(link_name), target.as_os_str().as_bytes(), c)
-            .or_errno();
+            .or_errno(&self.on_error);
         self.reply_entry(reply, made);
     }
 
@@ -523,6 +547,9 @@ impl fuser::Filesystem for E4Fuse {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        if let Err(e) = self.on_error.may_change() {
+            return reply.error(e);
+        }
         let mode = if flags.is_empty() {
             Ok(RenameMode::Replace)
         } else if flags == RenameFlags::RENAME_NOREPLACE {
@@ -542,7 +569,7 @@ impl fuser::Filesystem for E4Fuse {
                     bytes(newname),
                     mode,
                 )
-                .or_errno()
+                .or_errno(&self.on_error)
         });
         reply_empty(reply, result);
     }
@@ -555,16 +582,24 @@ impl fuser::Filesystem for E4Fuse {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
+        if let Err(e) = self.on_error.may_change() {
+            return reply.error(e);
+        }
         let ino = ext4_ino(ino);
         let made = self
             .fs()
             .link(ino, ext4_ino(newparent), bytes(newname))
-            .or_errno()
+            .or_errno(&self.on_error)
             .map(|()| ino);
         self.reply_entry(reply, made);
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        if flags.0 & libc::O_ACCMODE != libc::O_RDONLY {
+            if let Err(e) = self.on_error.may_change() {
+                return reply.error(e);
+            }
+        }
         match self.open_file(ext4_ino(ino), flags) {
             // Every change goes through this mount, so cached pages stay good across opens.
             Ok(()) => reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE),
@@ -603,6 +638,9 @@ impl fuser::Filesystem for E4Fuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        if let Err(e) = self.on_error.may_change() {
+            return reply.error(e);
+        }
         match self.write_file(ext4_ino(ino), offset, data) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(e),
@@ -631,7 +669,12 @@ impl fuser::Filesystem for E4Fuse {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        reply_empty(reply, self.fs().release_inode(ext4_ino(ino)).or_errno());
+        reply_empty(
+            reply,
+            self.fs()
+                .release_inode(ext4_ino(ino))
+                .or_errno(&self.on_error),
+        );
     }
 
     fn fsync(
@@ -642,7 +685,10 @@ impl fuser::Filesystem for E4Fuse {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        reply_empty(reply, self.fs().fsync(ext4_ino(ino)).or_errno());
+        reply_empty(
+            reply,
+            self.fs().fsync(ext4_ino(ino)).or_errno(&self.on_error),
+        );
     }
 
     fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -731,7 +777,10 @@ impl fuser::Filesystem for E4Fuse {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        reply_empty(reply, self.fs().fsync(ext4_ino(ino)).or_errno());
+        reply_empty(
+            reply,
+            self.fs().fsync(ext4_ino(ino)).or_errno(&self.on_error),
+        );
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
@@ -758,6 +807,9 @@ impl fuser::Filesystem for E4Fuse {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        if let Err(e) = self.on_error.may_change() {
+            return reply.error(e);
+        }
         let how = match flags {
             0 => Ok(XattrSet::Either),
             libc::XATTR_CREATE => Ok(XattrSet::Create),
@@ -767,7 +819,7 @@ impl fuser::Filesystem for E4Fuse {
         let result = how.and_then(|how| {
             self.fs()
                 .set_xattr(ext4_ino(ino), bytes(name), value, how)
-                .or_errno()
+                .or_errno(&self.on_error)
         });
         reply_empty(reply, result);
     }
@@ -781,10 +833,13 @@ impl fuser::Filesystem for E4Fuse {
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if let Err(e) = self.on_error.may_change() {
+            return reply.error(e);
+        }
         let result = self
             .fs()
             .remove_xattr(ext4_ino(ino), bytes(name))
-            .or_errno();
+            .or_errno(&self.on_error);
         reply_empty(reply, result);
     }
 
@@ -798,16 +853,19 @@ impl fuser::Filesystem for E4Fuse {
         _flags: i32,
         reply: ReplyCreate,
     ) {
+        if let Err(e) = self.on_error.may_change() {
+            return reply.error(e);
+        }
         let parent = ext4_ino(parent);
         let made = self
             .fs()
             .create(parent, bytes(name), self.creator(req, mode))
-            .or_errno()
+            .or_errno(&self.on_error)
             .and_then(|ino| {
                 let entry = self.entry(ino)?;
                 if let Err(e) = self.fs().open_inode(ino) {
                     self.lookups.forget(self.fs(), ino, 1);
-                    return Err(errno_of(&e));
+                    return Err(self.on_error.errno(&e));
                 }
                 Ok(entry)
             });
@@ -833,11 +891,16 @@ impl fuser::Filesystem for E4Fuse {
         mode: i32,
         reply: ReplyEmpty,
     ) {
+        if let Err(e) = self.on_error.may_change() {
+            return reply.error(e);
+        }
         let (fs, ino) = (self.fs(), ext4_ino(ino));
         let result = match fallocation(mode) {
-            Some(Fallocation::Engine(mode)) => fs.fallocate(ino, mode, offset, length).or_errno(),
+            Some(Fallocation::Engine(mode)) => fs
+                .fallocate(ino, mode, offset, length)
+                .or_errno(&self.on_error),
             Some(Fallocation::ZeroKeepingSize) => {
-                zero_keeping_size(fs, ino, offset, length).or_errno()
+                zero_keeping_size(fs, ino, offset, length).or_errno(&self.on_error)
             }
             None => Err(Errno::EOPNOTSUPP),
         };
@@ -866,7 +929,7 @@ impl fuser::Filesystem for E4Fuse {
             // OK to cast: an answer is below the size, which fits an i64 (ext4's limit).
             Ok(found) => reply.offset(found as i64),
             Err(SeekError::Beyond) => reply.error(Errno::ENXIO),
-            Err(SeekError::Engine(e)) => reply.error(errno_of(&e)),
+            Err(SeekError::Engine(e)) => reply.error(self.on_error.errno(&e)),
         }
     }
 }

@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use crate::error_policy::ErrorPolicy;
+
 /// How to mount an image. `Default` is what `e4 mount IMG DIR` does with no `-o`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MountOptions {
@@ -35,6 +37,9 @@ pub struct MountOptions {
     /// mounts read-only without replaying, showing the image as it is on disk, as the
     /// kernel and fuse2fs do; it implies `ro`, and `rw` with it is refused.
     pub replay_journal: bool,
+    /// `errors=continue|remount-ro|panic`: what to do on meeting a damaged structure
+    /// (`error_policy`); `None` takes the superblock's `s_errors`, as ext4 does.
+    pub errors: Option<ErrorPolicy>,
 }
 
 impl Default for MountOptions {
@@ -49,13 +54,15 @@ impl Default for MountOptions {
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             commit_interval: Duration::from_secs(5),
             replay_journal: true,
+            errors: None,
         }
     }
 }
 
 /// The options `-o` accepts, for the message that refuses another.
 const KNOWN: &str = "ro, rw, fakeroot, allow_other, default_permissions, uid=N, gid=N, \
-                     threads=N, commit=SECS, norecovery, noload";
+                     threads=N, commit=SECS, norecovery, noload, \
+                     errors=continue|remount-ro|panic";
 
 /// A `-o` option that is unknown or has a bad value.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -128,6 +135,12 @@ impl MountOptions {
                 }
             }
             ("norecovery" | "noload", None) => self.replay_journal = false,
+            ("errors", Some(v)) => {
+                self.errors = Some(ErrorPolicy::parse(v).ok_or_else(|| OptionError::BadValue {
+                    option: option.to_string(),
+                    wants: "continue, remount-ro or panic",
+                })?)
+            }
             ("commit", Some(_)) => {
                 self.commit_interval = Duration::from_secs(number("a number of seconds")?)
             }
@@ -196,5 +209,10 @@ mod tests {
             assert!(MountOptions::parse(bad).is_err(), "{bad} was taken");
         }
         assert!(MountOptions::parse("ro=1").is_err());
+        assert!(MountOptions::parse("errors=ro").is_err());
+        assert_eq!(
+            MountOptions::parse("errors=remount-ro").unwrap().errors,
+            Some(ErrorPolicy::RemountReadOnly)
+        );
     }
 }

@@ -13,6 +13,7 @@ use nix::sys::signal::{SigSet, SigmaskHow, Signal};
 use parking_lot::Mutex;
 
 use crate::attrs::{IdMap, Owners};
+use crate::error_policy::{ErrorPolicy, OnError};
 use crate::ops::{E4Fuse, Outcome};
 use crate::options::MountOptions;
 
@@ -76,9 +77,13 @@ pub fn mount(image: &Path, dir: &Path, options: &MountOptions) -> Result<Mounted
         }),
     };
     let outcome = Outcome::default();
+    let policy = options
+        .errors
+        .unwrap_or_else(|| ErrorPolicy::of_superblock(fs.superblock().errors));
     let fs = fs.into_shared();
     crate::warnings::report(&shown, &fs);
-    let served = E4Fuse::new(fs, owners, options.fakeroot, outcome.clone());
+    let on_error = OnError::new(policy, &shown);
+    let served = E4Fuse::new(fs, owners, options.fakeroot, outcome.clone(), on_error);
     let mut session =
         Session::new(served, dir, &fuse_config(&shown, options)).map_err(|source| {
             MountError::Mount {

@@ -12,6 +12,7 @@ use e4_testkit::{
     e2fsck_clean, e2fsck_problems, fuse_skipped, is_mounted, make_empty_image, FuseGuard,
     KernelMount,
 };
+use nix::errno::Errno;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
@@ -478,4 +479,97 @@ fn damage_found_while_serving_is_shown_on_standard_error() {
         before,
         "e2fsck sees new damage"
     );
+}
+
+/// `errors=`: a directory block whose checksum fails (one byte of it changed) is EBADMSG
+/// to a listing, and then `continue` goes on writing, `remount-ro` refuses every change
+/// (EROFS), `panic` ends the daemon at once (exit status 32); each says so in one line.
+/// What e2fsck finds after the first two is what it found before.
+#[test]
+fn errors_option_decides_what_follows_a_damaged_directory() {
+    for policy in ["continue", "remount-ro", "panic"] {
+        let image = make_empty_image(&["-t", "ext4", "-b", "4096"], 16);
+        let debugfs = |write: bool, request: &str| {
+            let mut cmd = Command::new("debugfs");
+            if write {
+                cmd.arg("-w");
+            }
+            let out = cmd
+                .arg("-R")
+                .arg(request)
+                .arg(&image.path)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "debugfs -R {request:?}");
+            String::from_utf8(out.stdout).unwrap()
+        };
+        debugfs(true, "mkdir d");
+        let block: u64 = debugfs(false, "blocks /d")
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        // The "." entry's name: the block's checksum no longer matches.
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&image.path)
+            .unwrap();
+        std::os::unix::fs::FileExt::write_all_at(&file, b"X", block * 4096 + 8).unwrap();
+        drop(file);
+        let before = e2fsck_problems(&image.path);
+
+        let dir = tempfile::tempdir().unwrap();
+        let errors = tempfile::NamedTempFile::new().unwrap();
+        let mut child = e4()
+            .args(["mount", "-f", "-o", &format!("errors={policy}")])
+            .arg(&image.path)
+            .arg(dir.path())
+            .stderr(errors.reopen().unwrap())
+            .spawn()
+            .unwrap();
+        let guard = FuseGuard::watch(dir.path(), LIMIT);
+        let mut exited = None;
+        assert!(eventually(|| {
+            exited = child.try_wait().unwrap();
+            exited.is_some() || is_mounted(dir.path())
+        }));
+        if exited.is_some() {
+            let reason = std::fs::read_to_string(errors.path()).unwrap();
+            fuse_skipped("e4 mount -f", reason.trim());
+            return;
+        }
+        let listed = std::fs::read_dir(dir.path().join("d")).and_then(|mut d| d.next().transpose());
+        let said = || std::fs::read_to_string(errors.path()).unwrap();
+        if policy == "panic" {
+            assert!(listed.is_err(), "{policy}: the listing of a damaged block");
+            let mut status = None;
+            assert!(eventually(|| {
+                status = child.try_wait().unwrap();
+                status.is_some()
+            }));
+            assert_eq!(status.unwrap().code(), Some(32), "{}", said());
+            drop(guard);
+            assert!(said().contains("stopping (errors=panic)"), "{}", said());
+            continue;
+        }
+        let errno = listed.unwrap_err().raw_os_error();
+        // A checksum that fails is EBADMSG (ext4's EFSBADCRC).
+        assert_eq!(errno, Some(Errno::EBADMSG as i32), "{policy}");
+        let written = std::fs::write(dir.path().join("f"), b"after");
+        match policy {
+            "continue" => assert!(written.is_ok(), "{written:?}"),
+            _ => assert_eq!(
+                written.unwrap_err().raw_os_error(),
+                Some(Errno::EROFS as i32)
+            ),
+        }
+        kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
+        assert!(eventually(|| child.try_wait().unwrap().is_some()));
+        let shown = said();
+        assert_eq!(shown.lines().count(), 1, "{shown}");
+        assert!(shown.starts_with("e4: error: "), "{shown}");
+        assert!(shown.contains(&format!("(errors={policy})")), "{shown}");
+        assert_eq!(e2fsck_problems(&image.path), before, "{policy}: new damage");
+    }
 }
