@@ -150,8 +150,9 @@ enum Command {
     Mount {
         /// Comma-separated: ro, rw (the default), fakeroot, allow_other,
         /// default_permissions, uid=N, gid=N, threads=N (default: the CPUs), commit=SECS
-        /// (default 5), norecovery or noload (read-only, the journal not replayed). May be
-        /// given more than once.
+        /// (default 5), norecovery or noload (read-only, the journal not replayed),
+        /// errors=continue|remount-ro|panic (default: the superblock's). May be given more
+        /// than once.
         #[arg(short = 'o', value_name = "OPTIONS", value_parser = mount::parse_options)]
         options: Vec<String>,
         /// Stay in the foreground until unmounted.
