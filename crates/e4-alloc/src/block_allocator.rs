@@ -939,11 +939,22 @@ impl BlockAllocator {
     /// read without a lock. The two are separate counters that move while they are read, so
     /// the sum is clamped to the volume: it can lag, but never claims more than exists.
     pub fn free_blocks_for_statfs(&self) -> u64 {
-        let w = &self.stats.windows;
-        let in_windows = w.reserved.get().saturating_sub(w.consumed.get());
-        let counted = self.free_blocks();
         let capacity = self.geometry.blocks - self.geometry.first_data_block;
-        (counted + in_windows).min(capacity)
+        (self.free_blocks() + self.in_windows()).min(capacity)
+    }
+
+    /// Blocks an unprivileged caller could still get as `statfs` reports them (`f_bavail`):
+    /// [`Self::available_blocks`] plus blocks held in windows, which are free until used,
+    /// as ext4 counts its preallocations (without them `df` lost a window's worth of
+    /// blocks, hundreds, for every file being written).
+    pub fn available_blocks_for_statfs(&self) -> u64 {
+        self.available_blocks() + self.in_windows()
+    }
+
+    /// Blocks held unused in windows, from two counters read without a lock (it can lag).
+    fn in_windows(&self) -> u64 {
+        let w = &self.stats.windows;
+        w.reserved.get().saturating_sub(w.consumed.get())
     }
 
     /// Blocks held unused in reservations, over all groups (O(groups), for checks).

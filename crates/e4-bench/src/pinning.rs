@@ -56,7 +56,7 @@ impl FromStr for Pin {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Placement {
     pin: Pin,
-    /// The CPU of the target's daemon (fuse2fs); `None` when unpinned.
+    /// The CPU of the target's daemon (fuse2fs, e4-fuse); `None` when unpinned.
     daemon: Option<usize>,
     /// The CPUs workload threads take in turn (thread t on `workers[t % len]`); empty when
     /// unpinned.

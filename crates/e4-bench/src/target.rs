@@ -1,5 +1,5 @@
 //! Where a workload runs: e4 in process, the kernel's ext4 on a loop device, fuse2fs,
-//! tmpfs, or any mounted directory. The image-backed targets all start from an image made
+//! e4's own FUSE mount (`e4 mount`), tmpfs, or any mounted directory. The image-backed targets all start from an image made
 //! by the same `mke2fs` command, on tmpfs unless `--keep` names a directory, and are read
 //! back by [`LayoutReport`](crate::layout::LayoutReport) after they are unmounted.
 
@@ -47,6 +47,9 @@ pub enum Target {
         options: String,
     },
     Fuse2fs,
+    /// `e4 mount` (this program, which must be `e4`), served by its default worker
+    /// threads, in the foreground as fuse2fs is.
+    E4Fuse,
     Tmpfs,
     Posix(PathBuf),
 }
@@ -66,6 +69,7 @@ impl Target {
             Target::KernelExt4 { options } if options.is_empty() => "kernel-ext4".into(),
             Target::KernelExt4 { options } => format!("kernel-ext4:{options}"),
             Target::Fuse2fs => "fuse2fs".into(),
+            Target::E4Fuse => "e4-fuse".into(),
             Target::Tmpfs => "tmpfs".into(),
             Target::Posix(dir) => format!("posix:{}", dir.display()),
         }
@@ -75,7 +79,11 @@ impl Target {
     pub fn has_image(&self) -> bool {
         matches!(
             self,
-            Target::E4 | Target::E4NoJournal | Target::KernelExt4 { .. } | Target::Fuse2fs
+            Target::E4
+                | Target::E4NoJournal
+                | Target::KernelExt4 { .. }
+                | Target::Fuse2fs
+                | Target::E4Fuse
         )
     }
 }
@@ -88,6 +96,7 @@ impl FromStr for Target {
             "e4-nojournal" => Ok(Target::E4NoJournal),
             "kernel-ext4" => Ok(Target::kernel_ext4()),
             "fuse2fs" => Ok(Target::Fuse2fs),
+            "e4-fuse" => Ok(Target::E4Fuse),
             "tmpfs" => Ok(Target::Tmpfs),
             _ => {
                 if let Some(options) = s.strip_prefix("kernel-ext4:").filter(|o| !o.is_empty()) {
@@ -99,7 +108,7 @@ impl FromStr for Target {
                     Some(dir) if !dir.is_empty() => Ok(Target::Posix(PathBuf::from(dir))),
                     _ => Err(format!(
                         "unknown target '{s}' (one of: e4, e4-nojournal, kernel-ext4, \
-                         kernel-ext4:MOUNT-OPTIONS, fuse2fs, tmpfs, posix:DIR)"
+                         kernel-ext4:MOUNT-OPTIONS, fuse2fs, e4-fuse, tmpfs, posix:DIR)"
                     )),
                 }
             }
@@ -173,13 +182,13 @@ fn failed(what: &str) -> impl Fn(io::Error) -> TargetError + '_ {
 /// A mount the harness made, undone on drop (also when the workload fails).
 struct Mounted {
     dir: PathBuf,
-    /// fuse2fs, run in the foreground so its exit (after writing the image back) can be
-    /// waited for.
+    /// fuse2fs or `e4 mount`, run in the foreground so its exit (after writing the image
+    /// back) can be waited for.
     daemon: Option<Child>,
 }
 
 impl Mounted {
-    /// Unmounts; for fuse2fs, waits until it has written the image back and exited.
+    /// Unmounts; for a FUSE daemon, waits until it has written the image back and exited.
     fn unmount(mut self) -> Result<(), TargetError> {
         let status = Command::new("umount")
             .arg(&self.dir)
@@ -192,7 +201,7 @@ impl Mounted {
             )));
         }
         if let Some(mut daemon) = self.daemon.take() {
-            daemon.wait().map_err(failed("fuse2fs"))?;
+            daemon.wait().map_err(failed("the FUSE daemon"))?;
         }
         Ok(())
     }
@@ -216,25 +225,39 @@ fn is_mounted(dir: &Path) -> bool {
     std::fs::read_to_string("/proc/mounts").is_ok_and(|m| m.contains(&needle))
 }
 
-/// fuse2fs mounting `image` on `dir` in the foreground (so its exit, after writing the image
-/// back, can be waited for), under `taskset -c CPU` when pinned. taskset execs fuse2fs, so
-/// the child is the daemon itself and every thread it starts inherits the CPU; without
-/// fuse2fs, taskset exits 127 saying so.
-fn fuse2fs_command(image: &Path, dir: &Path, daemon_cpu: Option<usize>) -> Command {
+/// The FUSE daemon of `target` (fuse2fs, or `e4 mount` run by this very program)
+/// mounting `image` on `dir` in the foreground (so its exit, after writing the image back,
+/// can be waited for), under `taskset -c CPU` when pinned. taskset execs the daemon, so the
+/// child is the daemon itself and every thread it starts inherits the CPU; without the
+/// program, taskset exits 127 saying so.
+fn daemon_command(
+    target: &Target,
+    image: &Path,
+    dir: &Path,
+    daemon_cpu: Option<usize>,
+) -> Result<Command, TargetError> {
+    let (program, before, after): (PathBuf, &[&str], &[&str]) = match target {
+        Target::Fuse2fs => ("fuse2fs".into(), &[], &["-f", "-o", "rw"]),
+        _ => {
+            let me = std::env::current_exe()
+                .map_err(|e| TargetError::Unavailable(format!("cannot find e4: {e}")))?;
+            (me, &["mount", "-f", "-o", "rw"], &[])
+        }
+    };
     let mut command = match daemon_cpu {
         Some(cpu) => {
             let mut c = Command::new("taskset");
-            c.args(["-c", &cpu.to_string(), "fuse2fs"]);
+            c.args(["-c", &cpu.to_string()]).arg(&program);
             c
         }
-        None => Command::new("fuse2fs"),
+        None => Command::new(&program),
     };
-    command.arg(image).arg(dir).args(["-f", "-o", "rw"]);
-    command
+    command.args(before).arg(image).arg(dir).args(after);
+    Ok(command)
 }
 
-/// Mounts `image` on `dir`: a loop mount for the kernel's ext4, or fuse2fs in the
-/// foreground, on `daemon_cpu` when pinned.
+/// Mounts `image` on `dir`: a loop mount for the kernel's ext4, or a FUSE daemon (fuse2fs,
+/// `e4 mount`) in the foreground, on `daemon_cpu` when pinned.
 fn mount(
     target: &Target,
     image: &Path,
@@ -274,16 +297,20 @@ fn mount(
             "no /dev/fuse on this machine".into(),
         ));
     }
-    let mut daemon = fuse2fs_command(image, dir, daemon_cpu)
+    let name = target.name();
+    let mut daemon = daemon_command(target, image, dir, daemon_cpu)?
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .map_err(|e| {
             TargetError::Unavailable(match daemon_cpu {
                 Some(_) => format!(
-                    "cannot run taskset to pin fuse2fs: {e} (--pin needs util-linux's taskset)"
+                    "cannot run taskset to pin {name}: {e} (--pin needs util-linux's taskset)"
                 ),
-                None => format!("cannot run fuse2fs: {e} (apt install fuse2fs)"),
+                None if *target == Target::Fuse2fs => {
+                    format!("cannot run fuse2fs: {e} (apt install fuse2fs)")
+                }
+                None => format!("cannot run {name}: {e}"),
             })
         })?;
     for _ in 0..200 {
@@ -299,7 +326,7 @@ fn mount(
                 let _ = io::Read::read_to_string(&mut err, &mut message);
             }
             return Err(TargetError::Unavailable(format!(
-                "fuse2fs exited ({status}): {}",
+                "{name} exited ({status}): {}",
                 message.trim()
             )));
         }
@@ -308,9 +335,9 @@ fn mount(
     // Our own child, stuck before mounting: stop it.
     let _ = daemon.kill();
     let _ = daemon.wait();
-    Err(TargetError::Unavailable(
-        "fuse2fs did not mount within 5 s".into(),
-    ))
+    Err(TargetError::Unavailable(format!(
+        "{name} did not mount within 5 s"
+    )))
 }
 
 /// One measured point, and the image it left (image-backed targets).
@@ -332,12 +359,16 @@ pub fn run_point(
     if workload == Workload::NearFull && !target.has_image() {
         // Filling a shared tmpfs or someone's directory to 95 % is not a benchmark.
         return Err(TargetError::Failed(
-            "near-full runs only on image-backed targets (e4, e4-nojournal, kernel-ext4, fuse2fs)"
+            "near-full runs only on image-backed targets (e4, e4-nojournal, kernel-ext4, fuse2fs, e4-fuse)"
                 .into(),
         ));
     }
     match target {
-        Target::E4 | Target::E4NoJournal | Target::KernelExt4 { .. } | Target::Fuse2fs => {
+        Target::E4
+        | Target::E4NoJournal
+        | Target::KernelExt4 { .. }
+        | Target::Fuse2fs
+        | Target::E4Fuse => {
             let image = work.join(image_name);
             make_image(&image, image_bytes(params), *target != Target::E4NoJournal)?;
             let measurement = if matches!(target, Target::E4 | Target::E4NoJournal) {
@@ -411,13 +442,27 @@ mod tests {
     #[test]
     fn a_pinned_fuse2fs_runs_under_taskset_on_the_daemons_cpu() {
         let (image, dir) = (Path::new("/s/a.img"), Path::new("/s/a.mnt"));
+        let command = |cpu| daemon_command(&Target::Fuse2fs, image, dir, cpu).unwrap();
         assert_eq!(
-            program_and_args(&fuse2fs_command(image, dir, Some(3))),
+            program_and_args(&command(Some(3))),
             ["taskset", "-c", "3", "fuse2fs", "/s/a.img", "/s/a.mnt", "-f", "-o", "rw"]
         );
         assert_eq!(
-            program_and_args(&fuse2fs_command(image, dir, None)),
+            program_and_args(&command(None)),
             ["fuse2fs", "/s/a.img", "/s/a.mnt", "-f", "-o", "rw"]
         );
+    }
+
+    #[test]
+    fn the_e4_fuse_target_runs_this_program_as_e4_mount() {
+        let (image, dir) = (Path::new("/s/a.img"), Path::new("/s/a.mnt"));
+        let me = std::env::current_exe().unwrap().display().to_string();
+        let pinned = daemon_command(&Target::E4Fuse, image, dir, Some(1)).unwrap();
+        assert_eq!(
+            program_and_args(&pinned),
+            ["taskset", "-c", "1", &me, "mount", "-f", "-o", "rw", "/s/a.img", "/s/a.mnt"]
+        );
+        assert_eq!("e4-fuse".parse::<Target>().unwrap(), Target::E4Fuse);
+        assert!(Target::E4Fuse.has_image());
     }
 }

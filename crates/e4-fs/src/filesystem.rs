@@ -57,6 +57,11 @@ pub struct OpenOptions {
     /// (see [`Caller`]). An ordinary user by default; a tool acting for the user who runs
     /// it passes [`Caller::of_this_process`].
     pub caller: Caller,
+    /// Replay a journal that needs recovery (on by default). Off, a read-only open reads
+    /// the image as it is on disk, without the log, as the kernel's `norecovery` mount
+    /// does, and says so in [`Filesystem::warnings`]; a writable open refuses, since
+    /// writing over a log that was not replayed would lose what it holds.
+    pub replay_journal: bool,
 }
 
 impl Default for OpenOptions {
@@ -67,6 +72,7 @@ impl Default for OpenOptions {
             writable: false,
             commit_interval: std::time::Duration::from_secs(5),
             caller: Caller::ordinary(),
+            replay_journal: true,
         }
     }
 }
@@ -375,6 +381,20 @@ impl Filesystem {
                 recovery_wanted,
             };
             if !journal.needs_recovery() {
+                fs.journal_on_disk = Ok(Some(on_disk));
+            } else if !options.replay_journal {
+                if options.writable {
+                    return Err(Error::ReadOnly(
+                        "the journal needs recovery and replaying it was turned off; \
+                         open read-only to read the image without it"
+                            .into(),
+                    ));
+                }
+                fs.warnings.push(format!(
+                    "the journal needs recovery ({} transactions) but was not replayed: \
+                     the image is read as it is on disk, without them",
+                    recovery.transactions()
+                ));
                 fs.journal_on_disk = Ok(Some(on_disk));
             } else {
                 return Self::recover_then_open(fs, options, journal, recovery, on_disk);

@@ -22,9 +22,8 @@ pub(crate) fn ext4_ino(node: INodeNo) -> u32 {
     }
 }
 
-/// The FUSE node number of ext4 inode `ino` (the inverse of [`ext4_ino`]). fuser also
-/// makes it the `st_ino` that `stat` shows, so the root shows inode 1 where the kernel's
-/// ext4 shows 2.
+/// The FUSE node number of ext4 inode `ino` (the inverse of [`ext4_ino`]): what entry
+/// replies name it by. `stat` shows the ext4 number all the same ([`file_attr`]).
 pub(crate) fn node_of(ino: u32) -> INodeNo {
     INodeNo(match ino {
         EXT4_ROOT => 1,
@@ -144,10 +143,14 @@ pub(crate) struct Owners {
     pub gid: Option<IdMap>,
 }
 
-/// The attributes the kernel is given for `m`.
+/// The attributes the kernel is given for `m` in an attribute reply or a listing: their
+/// `ino` is ext4's number, which the kernel takes as the `st_ino` that `stat` shows (it
+/// sets the inode's `i_ino` from every attribute reply), so the root shows 2 as on the
+/// kernel's ext4 although its node is 1. Entry replies, whose `ino` fuser sends as the
+/// node number, take [`entry_attr`].
 pub(crate) fn file_attr(m: &Metadata, block_size: u32, owners: Owners) -> FileAttr {
     FileAttr {
-        ino: node_of(m.ino),
+        ino: INodeNo(u64::from(m.ino)),
         size: m.size,
         blocks: m.blocks,
         atime: system_time(m.atime),
@@ -162,6 +165,14 @@ pub(crate) fn file_attr(m: &Metadata, block_size: u32, owners: Owners) -> FileAt
         rdev: encode_rdev(m.rdev),
         blksize: block_size,
         flags: 0,
+    }
+}
+
+/// The attributes of an entry reply for `m`: as [`file_attr`], named by node number.
+pub(crate) fn entry_attr(m: &Metadata, block_size: u32, owners: Owners) -> FileAttr {
+    FileAttr {
+        ino: node_of(m.ino),
+        ..file_attr(m, block_size, owners)
     }
 }
 

@@ -20,12 +20,16 @@
 mod attrs;
 mod daemon;
 mod dir_listing;
+mod error_policy;
 mod lookup_counts;
 mod ops;
 mod options;
+mod seek;
 mod session;
 mod shards;
+mod warnings;
 
 pub use daemon::{report_mounted, start_daemon};
+pub use error_policy::ErrorPolicy;
 pub use options::{MountOptions, OptionError};
 pub use session::{mount, mount_until_signal, MountError, Mounted};

@@ -12,21 +12,24 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use e4_format::dir_entry::MAX_NAME_LEN;
 use e4_fs::{Creator, FallocateMode, Filesystem, Metadata, RenameMode, SetAttributes, XattrSet};
 use fuser::{
     Errno, FileAttr, FileHandle, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,
     LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
-    Request, TimeOrNow, WriteFlags,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use parking_lot::Mutex;
 
 use crate::attrs::{
-    decode_rdev, ext4_ino, file_attr, file_type_of_mode, generation_of, kind_of, node_of,
+    decode_rdev, entry_attr, ext4_ino, file_attr, file_type_of_mode, generation_of, kind_of,
     timestamp, IdMap, Owners,
 };
 use crate::dir_listing::{self, Listed};
+use crate::error_policy::OnError;
 use crate::lookup_counts::LookupCounts;
+use crate::seek::{seek, Seek, SeekError};
 
 /// How long the kernel may trust an entry or attributes without asking again. Every
 /// change goes through this mount and every reply that changes something carries fresh
@@ -64,22 +67,18 @@ pub(crate) struct E4Fuse {
     fakeroot: bool,
     block_size: u32,
     outcome: Outcome,
+    on_error: OnError,
 }
 
-/// The errno a request gets for an engine error: the one the kernel's ext4 gives for the
-/// same failure ([`e4_fs::Error::errno`]), as fuser's type.
-fn errno_of(error: &e4_fs::Error) -> Errno {
-    Errno::from_i32(error.errno())
-}
-
-/// An engine result as a request's result.
+/// An engine result as a request's result: the errno the kernel's ext4 gives for the
+/// same failure ([`e4_fs::Error::errno`]), once the mount's `errors=` policy has seen it.
 trait OrErrno<T> {
-    fn or_errno(self) -> Result<T, Errno>;
+    fn or_errno(self, on_error: &OnError) -> Result<T, Errno>;
 }
 
 impl<T> OrErrno<T> for e4_fs::Result<T> {
-    fn or_errno(self) -> Result<T, Errno> {
-        self.map_err(|e| errno_of(&e))
+    fn or_errno(self, on_error: &OnError) -> Result<T, Errno> {
+        self.map_err(|e| on_error.errno(&e))
     }
 }
 
@@ -94,8 +93,10 @@ impl E4Fuse {
         owners: Owners,
         fakeroot: bool,
         outcome: Outcome,
+        on_error: OnError,
     ) -> Self {
         E4Fuse {
+            on_error,
             block_size: fs.block_size(),
             fs: Some(fs),
             lookups: LookupCounts::new(),
@@ -110,6 +111,7 @@ impl E4Fuse {
         self.fs.as_ref().expect("a request after destroy")
     }
 
+    /// `m`'s attributes for an attribute reply (see [`file_attr`]).
     fn attr(&self, m: &Metadata) -> FileAttr {
         file_attr(m, self.block_size, self.owners)
     }
@@ -118,12 +120,15 @@ impl E4Fuse {
     /// given back if its attributes cannot be read.
     fn entry(&self, ino: u32) -> Result<(FileAttr, Generation), Errno> {
         let fs = self.fs();
-        self.lookups.remember(fs, ino).or_errno()?;
+        self.lookups.remember(fs, ino).or_errno(&self.on_error)?;
         match fs.metadata(ino) {
-            Ok(m) => Ok((self.attr(&m), generation_of(&m))),
+            Ok(m) => Ok((
+                entry_attr(&m, self.block_size, self.owners),
+                generation_of(&m),
+            )),
             Err(e) => {
                 self.lookups.forget(fs, ino, 1);
-                Err(errno_of(&e))
+                Err(self.on_error.errno(&e))
             }
         }
     }
@@ -164,7 +169,8 @@ impl E4Fuse {
         mut add: impl FnMut(&Listed, u64) -> bool,
     ) -> Result<(), Errno> {
         loop {
-            let batch = dir_listing::batch(self.fs(), ext4_ino(ino), offset).or_errno()?;
+            let batch =
+                dir_listing::batch(self.fs(), ext4_ino(ino), offset).or_errno(&self.on_error)?;
             if batch.is_empty() {
                 return Ok(());
             }
@@ -185,7 +191,7 @@ impl E4Fuse {
             let n = self
                 .fs()
                 .read_at(ino, offset + done as u64, &mut buf[done..])
-                .or_errno()?;
+                .or_errno(&self.on_error)?;
             if n == 0 {
                 break;
             }
@@ -201,7 +207,7 @@ impl E4Fuse {
             let n = self
                 .fs()
                 .write_at(ino, offset + done as u64, &data[done..])
-                .or_errno()?;
+                .or_errno(&self.on_error)?;
             if n == 0 {
                 break;
             }
@@ -213,7 +219,7 @@ impl E4Fuse {
 
     fn open_file(&self, ino: u32, flags: OpenFlags) -> Result<(), Errno> {
         let fs = self.fs();
-        fs.open_inode(ino).or_errno()?;
+        fs.open_inode(ino).or_errno(&self.on_error)?;
         if flags.0 & libc::O_TRUNC != 0 && flags.0 & libc::O_ACCMODE != libc::O_RDONLY {
             let size = Some(0);
             if let Err(e) = fs.setattr(
@@ -224,7 +230,7 @@ impl E4Fuse {
                 },
             ) {
                 let _ = fs.release_inode(ino);
-                return Err(errno_of(&e));
+                return Err(self.on_error.errno(&e));
             }
         }
         Ok(())
@@ -234,14 +240,14 @@ impl E4Fuse {
         let value = self
             .fs()
             .get_xattr(ino, bytes(name))
-            .or_errno()?
+            .or_errno(&self.on_error)?
             .ok_or(Errno::ENODATA)?;
         sized(value, size)
     }
 
     fn list_xattrs(&self, ino: u32, size: u32) -> Result<XattrReply, Errno> {
         let mut list = Vec::new();
-        for name in self.fs().list_xattrs(ino).or_errno()? {
+        for name in self.fs().list_xattrs(ino).or_errno(&self.on_error)? {
             list.extend_from_slice(&name);
             list.push(0);
         }
@@ -288,18 +294,50 @@ fn time_of(t: TimeOrNow) -> e4_fs::Timestamp {
     })
 }
 
-/// The engine's mode for a `fallocate` mode: the kernel passes on plain allocation,
-/// KEEP_SIZE, PUNCH_HOLE (always with KEEP_SIZE) and ZERO_RANGE; the engine's zeroing
-/// grows the size, so ZERO_RANGE with KEEP_SIZE is not supported.
-fn fallocate_mode(mode: i32) -> Option<FallocateMode> {
+/// How a `fallocate` mode is done: the kernel passes on plain allocation, KEEP_SIZE,
+/// PUNCH_HOLE (always with KEEP_SIZE) and ZERO_RANGE with or without KEEP_SIZE.
+enum Fallocation {
+    Engine(FallocateMode),
+    /// ZERO_RANGE with KEEP_SIZE: the engine's zeroing grows the size, so the range is
+    /// zeroed up to the size and allocated (as KEEP_SIZE) past it (`zero_keeping_size`).
+    ZeroKeepingSize,
+}
+
+fn fallocation(mode: i32) -> Option<Fallocation> {
     const KEEP_SIZE: i32 = libc::FALLOC_FL_KEEP_SIZE;
+    const ZERO_RANGE: i32 = libc::FALLOC_FL_ZERO_RANGE;
     match mode {
-        0 => Some(FallocateMode::Allocate),
-        KEEP_SIZE => Some(FallocateMode::KeepSize),
-        m if m == libc::FALLOC_FL_PUNCH_HOLE | KEEP_SIZE => Some(FallocateMode::PunchHole),
-        libc::FALLOC_FL_ZERO_RANGE => Some(FallocateMode::ZeroRange),
+        0 => Some(Fallocation::Engine(FallocateMode::Allocate)),
+        KEEP_SIZE => Some(Fallocation::Engine(FallocateMode::KeepSize)),
+        m if m == libc::FALLOC_FL_PUNCH_HOLE | KEEP_SIZE => {
+            Some(Fallocation::Engine(FallocateMode::PunchHole))
+        }
+        ZERO_RANGE => Some(Fallocation::Engine(FallocateMode::ZeroRange)),
+        m if m == ZERO_RANGE | KEEP_SIZE => Some(Fallocation::ZeroKeepingSize),
         _ => None,
     }
+}
+
+/// ZERO_RANGE with KEEP_SIZE of `len` bytes at `offset`: zeroes what lies below the size
+/// and allocates the rest past it without changing the size, as ext4 does in one call.
+/// (A write that grows the file between the two steps is not zeroed; the kernel holds
+/// the inode lock across its fallocate, so no write of this mount's users comes between.)
+fn zero_keeping_size(fs: &Filesystem, ino: u32, offset: u64, len: u64) -> e4_fs::Result<()> {
+    let size = fs.metadata(ino)?.size;
+    let end = offset.saturating_add(len);
+    if offset < size {
+        fs.fallocate(
+            ino,
+            FallocateMode::ZeroRange,
+            offset,
+            end.min(size) - offset,
+        )?;
+    }
+    if end > size {
+        let from = offset.max(size);
+        fs.fallocate(ino, FallocateMode::KeepSize, from, end - from)?;
+    }
+    Ok(())
 }
 
 impl fuser::Filesystem for E4Fuse {
@@ -333,11 +371,16 @@ impl fuser::Filesystem for E4Fuse {
         *self.outcome.lock() = Some(result);
     }
 
+    /// A name longer than ext4 can hold is ENAMETOOLONG, not ENOENT, as `ext4_lookup`
+    /// answers (the kernel's FUSE allows names up to 1024 bytes).
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        if name.len() > MAX_NAME_LEN {
+            return reply.error(Errno::ENAMETOOLONG);
+        }
         let found = self
             .fs()
             .lookup(ext4_ino(parent), bytes(name))
-            .or_errno()
+            .or_errno(&self.on_error)
             .and_then(|ino| ino.ok_or(Errno::ENOENT));
         self.reply_entry(reply, found);
     }
@@ -349,7 +392,7 @@ impl fuser::Filesystem for E4Fuse {
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         match self.fs().metadata(ext4_ino(ino)) {
             Ok(m) => reply.attr(&TTL, &self.attr(&m)),
-            Err(e) => reply.error(errno_of(&e)),
+            Err(e) => reply.error(self.on_error.errno(&e)),
         }
     }
 
@@ -371,6 +414,9 @@ impl fuser::Filesystem for E4Fuse {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        if let Err(e) = self.on_error.may_change() {
+            return reply.error(e);
+        }
         let attrs = SetAttributes {
             permissions: mode.map(|m| (m & 0o7777) as u16),
             uid: uid.map(|u| IdMap::stored(self.owners.uid, u)),
@@ -381,14 +427,14 @@ impl fuser::Filesystem for E4Fuse {
         };
         match self.fs().setattr(ext4_ino(ino), &attrs) {
             Ok(m) => reply.attr(&TTL, &self.attr(&m)),
-            Err(e) => reply.error(errno_of(&e)),
+            Err(e) => reply.error(self.on_error.errno(&e)),
         }
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
         match self.fs().read_link(ext4_ino(ino)) {
             Ok(target) => reply.data(&target),
-            Err(e) => reply.error(errno_of(&e)),
+            Err(e) => reply.error(self.on_error.errno(&e)),
         }
     }
 
@@ -402,12 +448,17 @@ impl fuser::Filesystem for E4Fuse {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        if let Err(e) = self.on_error.may_change() {
+            return reply.error(e);
+        }
         let parent = ext4_ino(parent);
         let c = self.creator(req, mode);
         let made = {
             let fs = self.fs();
             match file_type_of_mode(mode) {
-                Some(e4_fs::FileType::Regular) => fs.create(parent, bytes(name), c).or_errno(),
+                Some(e4_fs::FileType::Regular) => {
+                    fs.create(parent, bytes(name), c).or_errno(&self.on_error)
+                }
                 Some(
                     t @ (e4_fs::FileType::Fifo
                     | e4_fs::FileType::Socket
@@ -415,7 +466,7 @@ impl fuser::Filesystem for E4Fuse {
                     | e4_fs::FileType::BlockDevice),
                 ) => fs
                     .mknod(parent, bytes(name), t, decode_rdev(rdev), c)
-                    .or_errno(),
+                    .or_errno(&self.on_error),
                 _ => Err(Errno::EINVAL),
             }
         };
@@ -431,25 +482,38 @@ impl fuser::Filesystem for E4Fuse {
         _umask: u32,
         reply: ReplyEntry,
     ) {
+        if let Err(e) = self.on_error.may_change() {
+            return reply.error(e);
+        }
         let parent = ext4_ino(parent);
         let made = self
             .fs()
             .mkdir(parent, bytes(name), self.creator(req, mode))
-            .or_errno();
+            .or_errno(&self.on_error);
         self.reply_entry(reply, made);
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if let Err(e) = self.on_error.may_change() {
+            return reply.error(e);
+        }
         reply_empty(
             reply,
-            self.fs().unlink(ext4_ino(parent), bytes(name)).or_errno(),
+            self.fs()
+                .unlink(ext4_ino(parent), bytes(name))
+                .or_errno(&self.on_error),
         );
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if let Err(e) = self.on_error.may_change() {
+            return reply.error(e);
+        }
         reply_empty(
             reply,
-            self.fs().rmdir(ext4_ino(parent), bytes(name)).or_errno(),
+            self.fs()
+                .rmdir(ext4_ino(parent), bytes(name))
+                .or_errno(&self.on_error),
         );
     }
 
@@ -461,12 +525,15 @@ impl fuser::Filesystem for E4Fuse {
         target: &Path,
         reply: ReplyEntry,
     ) {
+        if let Err(e) = self.on_error.may_change() {
+            return reply.error(e);
+        }
         let parent = ext4_ino(parent);
         let c = self.creator(req, 0o777);
         let made = self
             .fs()
             .symlink(parent, bytes(link_name), target.as_os_str().as_bytes(), c)
-            .or_errno();
+            .or_errno(&self.on_error);
         self.reply_entry(reply, made);
     }
 
@@ -480,6 +547,9 @@ impl fuser::Filesystem for E4Fuse {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        if let Err(e) = self.on_error.may_change() {
+            return reply.error(e);
+        }
         let mode = if flags.is_empty() {
             Ok(RenameMode::Replace)
         } else if flags == RenameFlags::RENAME_NOREPLACE {
@@ -499,7 +569,7 @@ impl fuser::Filesystem for E4Fuse {
                     bytes(newname),
                     mode,
                 )
-                .or_errno()
+                .or_errno(&self.on_error)
         });
         reply_empty(reply, result);
     }
@@ -512,16 +582,24 @@ impl fuser::Filesystem for E4Fuse {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
+        if let Err(e) = self.on_error.may_change() {
+            return reply.error(e);
+        }
         let ino = ext4_ino(ino);
         let made = self
             .fs()
             .link(ino, ext4_ino(newparent), bytes(newname))
-            .or_errno()
+            .or_errno(&self.on_error)
             .map(|()| ino);
         self.reply_entry(reply, made);
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        if flags.0 & libc::O_ACCMODE != libc::O_RDONLY {
+            if let Err(e) = self.on_error.may_change() {
+                return reply.error(e);
+            }
+        }
         match self.open_file(ext4_ino(ino), flags) {
             // Every change goes through this mount, so cached pages stay good across opens.
             Ok(()) => reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE),
@@ -560,6 +638,9 @@ impl fuser::Filesystem for E4Fuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        if let Err(e) = self.on_error.may_change() {
+            return reply.error(e);
+        }
         match self.write_file(ext4_ino(ino), offset, data) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(e),
@@ -588,7 +669,12 @@ impl fuser::Filesystem for E4Fuse {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        reply_empty(reply, self.fs().release_inode(ext4_ino(ino)).or_errno());
+        reply_empty(
+            reply,
+            self.fs()
+                .release_inode(ext4_ino(ino))
+                .or_errno(&self.on_error),
+        );
     }
 
     fn fsync(
@@ -599,7 +685,10 @@ impl fuser::Filesystem for E4Fuse {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        reply_empty(reply, self.fs().fsync(ext4_ino(ino)).or_errno());
+        reply_empty(
+            reply,
+            self.fs().fsync(ext4_ino(ino)).or_errno(&self.on_error),
+        );
     }
 
     fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -615,9 +704,10 @@ impl fuser::Filesystem for E4Fuse {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
+        // `d_ino` is ext4's number, as `stat` shows it (the root's "." and ".." show 2).
         let filled = self.fill_dir(ino, offset, |e, next| {
             reply.add(
-                node_of(e.ino),
+                INodeNo(u64::from(e.ino)),
                 next,
                 kind_of(e.file_type),
                 OsStr::from_bytes(&e.name),
@@ -654,7 +744,8 @@ impl fuser::Filesystem for E4Fuse {
                 }
             };
             let name = OsStr::from_bytes(&e.name);
-            let full = reply.add(node_of(e.ino), next, name, &TTL, &attr, generation);
+            // fuser sends `attr.ino` as both the node and `d_ino`.
+            let full = reply.add(attr.ino, next, name, &TTL, &attr, generation);
             if full && !e.is_dot() {
                 // Not sent: the lookup is not the kernel's.
                 self.lookups.forget(fs, e.ino, 1);
@@ -686,7 +777,10 @@ impl fuser::Filesystem for E4Fuse {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        reply_empty(reply, self.fs().fsync(ext4_ino(ino)).or_errno());
+        reply_empty(
+            reply,
+            self.fs().fsync(ext4_ino(ino)).or_errno(&self.on_error),
+        );
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
@@ -713,6 +807,9 @@ impl fuser::Filesystem for E4Fuse {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        if let Err(e) = self.on_error.may_change() {
+            return reply.error(e);
+        }
         let how = match flags {
             0 => Ok(XattrSet::Either),
             libc::XATTR_CREATE => Ok(XattrSet::Create),
@@ -722,7 +819,7 @@ impl fuser::Filesystem for E4Fuse {
         let result = how.and_then(|how| {
             self.fs()
                 .set_xattr(ext4_ino(ino), bytes(name), value, how)
-                .or_errno()
+                .or_errno(&self.on_error)
         });
         reply_empty(reply, result);
     }
@@ -736,10 +833,13 @@ impl fuser::Filesystem for E4Fuse {
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if let Err(e) = self.on_error.may_change() {
+            return reply.error(e);
+        }
         let result = self
             .fs()
             .remove_xattr(ext4_ino(ino), bytes(name))
-            .or_errno();
+            .or_errno(&self.on_error);
         reply_empty(reply, result);
     }
 
@@ -753,16 +853,19 @@ impl fuser::Filesystem for E4Fuse {
         _flags: i32,
         reply: ReplyCreate,
     ) {
+        if let Err(e) = self.on_error.may_change() {
+            return reply.error(e);
+        }
         let parent = ext4_ino(parent);
         let made = self
             .fs()
             .create(parent, bytes(name), self.creator(req, mode))
-            .or_errno()
+            .or_errno(&self.on_error)
             .and_then(|ino| {
                 let entry = self.entry(ino)?;
                 if let Err(e) = self.fs().open_inode(ino) {
                     self.lookups.forget(self.fs(), ino, 1);
-                    return Err(errno_of(&e));
+                    return Err(self.on_error.errno(&e));
                 }
                 Ok(entry)
             });
@@ -788,13 +891,45 @@ impl fuser::Filesystem for E4Fuse {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        let result = fallocate_mode(mode)
-            .ok_or(Errno::EOPNOTSUPP)
-            .and_then(|mode| {
-                self.fs()
-                    .fallocate(ext4_ino(ino), mode, offset, length)
-                    .or_errno()
-            });
+        if let Err(e) = self.on_error.may_change() {
+            return reply.error(e);
+        }
+        let (fs, ino) = (self.fs(), ext4_ino(ino));
+        let result = match fallocation(mode) {
+            Some(Fallocation::Engine(mode)) => fs
+                .fallocate(ino, mode, offset, length)
+                .or_errno(&self.on_error),
+            Some(Fallocation::ZeroKeepingSize) => {
+                zero_keeping_size(fs, ino, offset, length).or_errno(&self.on_error)
+            }
+            None => Err(Errno::EOPNOTSUPP),
+        };
         reply_empty(reply, result);
+    }
+
+    /// SEEK_DATA and SEEK_HOLE (`seek`); the kernel moves the offset itself for the rest.
+    fn lseek(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        let wanted = match whence {
+            libc::SEEK_DATA => Seek::Data,
+            libc::SEEK_HOLE => Seek::Hole,
+            _ => return reply.error(Errno::EINVAL),
+        };
+        let Ok(offset) = u64::try_from(offset) else {
+            return reply.error(Errno::ENXIO);
+        };
+        match seek(self.fs(), ext4_ino(ino), offset, wanted) {
+            // OK to cast: an answer is below the size, which fits an i64 (ext4's limit).
+            Ok(found) => reply.offset(found as i64),
+            Err(SeekError::Beyond) => reply.error(Errno::ENXIO),
+            Err(SeekError::Engine(e)) => reply.error(self.on_error.errno(&e)),
+        }
     }
 }

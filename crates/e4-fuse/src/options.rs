@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use crate::error_policy::ErrorPolicy;
+
 /// How to mount an image. `Default` is what `e4 mount IMG DIR` does with no `-o`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MountOptions {
@@ -31,6 +33,13 @@ pub struct MountOptions {
     /// `commit=SECS`: commit changes at least this often (ext4's `commit=`, default 5 s;
     /// 0 commits only on fsync, memory pressure and unmount).
     pub commit_interval: Duration,
+    /// Replay a journal that needs recovery (the default). `norecovery` (or `noload`)
+    /// mounts read-only without replaying, showing the image as it is on disk, as the
+    /// kernel and fuse2fs do; it implies `ro`, and `rw` with it is refused.
+    pub replay_journal: bool,
+    /// `errors=continue|remount-ro|panic`: what to do on meeting a damaged structure
+    /// (`error_policy`); `None` takes the superblock's `s_errors`, as ext4 does.
+    pub errors: Option<ErrorPolicy>,
 }
 
 impl Default for MountOptions {
@@ -44,13 +53,16 @@ impl Default for MountOptions {
             gid: None,
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             commit_interval: Duration::from_secs(5),
+            replay_journal: true,
+            errors: None,
         }
     }
 }
 
 /// The options `-o` accepts, for the message that refuses another.
-const KNOWN: &str =
-    "ro, rw, fakeroot, allow_other, default_permissions, uid=N, gid=N, threads=N, commit=SECS";
+const KNOWN: &str = "ro, rw, fakeroot, allow_other, default_permissions, uid=N, gid=N, \
+                     threads=N, commit=SECS, norecovery, noload, \
+                     errors=continue|remount-ro|panic";
 
 /// A `-o` option that is unknown or has a bad value.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -59,6 +71,8 @@ pub enum OptionError {
     Unknown(String),
     #[error("mount option {option:?} needs {wants}")]
     BadValue { option: String, wants: &'static str },
+    #[error("norecovery mounts read-only (writing over a journal that was not replayed would lose it): drop rw")]
+    WritableWithoutRecovery,
 }
 
 impl MountOptions {
@@ -66,8 +80,16 @@ impl MountOptions {
     /// mount(8).
     pub fn parse(list: &str) -> Result<Self, OptionError> {
         let mut options = MountOptions::default();
+        let mut rw_given = false;
         for option in list.split(',').filter(|o| !o.is_empty()) {
             options.apply(option)?;
+            rw_given |= option == "rw";
+        }
+        if !options.replay_journal {
+            if rw_given && options.writable {
+                return Err(OptionError::WritableWithoutRecovery);
+            }
+            options.writable = false;
         }
         Ok(options)
     }
@@ -112,6 +134,13 @@ impl MountOptions {
                     n => n as usize,
                 }
             }
+            ("norecovery" | "noload", None) => self.replay_journal = false,
+            ("errors", Some(v)) => {
+                self.errors = Some(ErrorPolicy::parse(v).ok_or_else(|| OptionError::BadValue {
+                    option: option.to_string(),
+                    wants: "continue, remount-ro or panic",
+                })?)
+            }
             ("commit", Some(_)) => {
                 self.commit_interval = Duration::from_secs(number("a number of seconds")?)
             }
@@ -151,6 +180,21 @@ mod tests {
     }
 
     #[test]
+    fn norecovery_mounts_read_only_and_refuses_rw() {
+        for list in ["norecovery", "noload", "ro,norecovery", "rw,ro,noload"] {
+            let o = MountOptions::parse(list).unwrap();
+            assert!(!o.replay_journal && !o.writable, "{list}");
+        }
+        for list in ["rw,norecovery", "norecovery,rw"] {
+            assert_eq!(
+                MountOptions::parse(list),
+                Err(OptionError::WritableWithoutRecovery),
+                "{list}"
+            );
+        }
+    }
+
+    #[test]
     fn unknown_options_and_bad_values_are_refused_by_name() {
         let e = MountOptions::parse("ro,journal_async_commit").unwrap_err();
         assert_eq!(e, OptionError::Unknown("journal_async_commit".into()));
@@ -165,5 +209,10 @@ mod tests {
             assert!(MountOptions::parse(bad).is_err(), "{bad} was taken");
         }
         assert!(MountOptions::parse("ro=1").is_err());
+        assert!(MountOptions::parse("errors=ro").is_err());
+        assert_eq!(
+            MountOptions::parse("errors=remount-ro").unwrap().errors,
+            Some(ErrorPolicy::RemountReadOnly)
+        );
     }
 }

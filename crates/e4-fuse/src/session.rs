@@ -13,6 +13,7 @@ use nix::sys::signal::{SigSet, SigmaskHow, Signal};
 use parking_lot::Mutex;
 
 use crate::attrs::{IdMap, Owners};
+use crate::error_policy::{ErrorPolicy, OnError};
 use crate::ops::{E4Fuse, Outcome};
 use crate::options::MountOptions;
 
@@ -52,6 +53,7 @@ pub fn mount(image: &Path, dir: &Path, options: &MountOptions) -> Result<Mounted
         writable: options.writable,
         commit_interval: options.commit_interval,
         caller: Caller::of_this_process(),
+        replay_journal: options.replay_journal,
         ..OpenOptions::default()
     };
     let fs = Filesystem::open(image, open).map_err(|source| MountError::Open {
@@ -75,7 +77,13 @@ pub fn mount(image: &Path, dir: &Path, options: &MountOptions) -> Result<Mounted
         }),
     };
     let outcome = Outcome::default();
-    let served = E4Fuse::new(fs.into_shared(), owners, options.fakeroot, outcome.clone());
+    let policy = options
+        .errors
+        .unwrap_or_else(|| ErrorPolicy::of_superblock(fs.superblock().errors));
+    let fs = fs.into_shared();
+    crate::warnings::report(&shown, &fs);
+    let on_error = OnError::new(policy, &shown);
+    let served = E4Fuse::new(fs, owners, options.fakeroot, outcome.clone(), on_error);
     let mut session =
         Session::new(served, dir, &fuse_config(&shown, options)).map_err(|source| {
             MountError::Mount {

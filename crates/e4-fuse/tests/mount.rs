@@ -100,8 +100,8 @@ fn the_root_is_ext4_inode_2_and_shows_its_entries() {
         return;
     };
     let root = m.path();
-    // fuser makes the node number st_ino: the root is node 1 (ext4 inode 2).
-    assert_eq!(fs::metadata(root).unwrap().ino(), 1);
+    // The root is FUSE's node 1, but shows ext4's inode 2, as on the kernel's ext4.
+    assert_eq!(fs::metadata(root).unwrap().ino(), 2);
     assert_eq!(fs::metadata(root.join("lost+found")).unwrap().ino(), 11);
     fs::create_dir(root.join("d")).unwrap();
     let names: HashSet<_> = fs::read_dir(root)
@@ -109,9 +109,22 @@ fn the_root_is_ext4_inode_2_and_shows_its_entries() {
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .collect();
     assert_eq!(names, HashSet::from(["lost+found".into(), "d".into()]));
-    // ".." of a top-level directory is the root, by its node number.
+    // ".." of a top-level directory is the root, and a listing names it by inode 2 too.
     let dotdot = fs::metadata(root.join("d/..")).unwrap();
-    assert_eq!((dotdot.ino(), dotdot.nlink()), (1, 4));
+    assert_eq!((dotdot.ino(), dotdot.nlink()), (2, 4));
+    assert_eq!(fs::metadata(root).unwrap().ino(), 2);
+    let listed_dotdot = nix::dir::Dir::open(
+        &root.join("d"),
+        nix::fcntl::OFlag::O_RDONLY,
+        nix::sys::stat::Mode::empty(),
+    )
+    .unwrap()
+    .iter()
+    .map(|e| e.unwrap())
+    .find(|e| e.file_name().to_bytes() == b"..")
+    .unwrap()
+    .ino();
+    assert_eq!(listed_dotdot, 2);
     m.finish();
 }
 
@@ -450,4 +463,125 @@ fn owner_options_map_the_image_ids_to_the_mounting_user() {
     let fs = e4_fs::Filesystem::open(&image.path, e4_fs::OpenOptions::default()).unwrap();
     let stored = fs.metadata(fs.resolve("/g", true).unwrap()).unwrap();
     assert_eq!((stored.uid, stored.gid), (0, 0));
+}
+
+/// statfs's free and available counts move together, by the blocks a write takes (the
+/// blocks an allocator keeps ahead for a file being written count as free, as ext4's
+/// preallocations do); and O_TRUNC of an empty file frees what fallocate KEEP_SIZE put
+/// past its end, as ext4's truncate does.
+#[test]
+fn free_counts_follow_what_files_hold() {
+    let Some(m) = TestMount::new("free counts", 32, "") else {
+        return;
+    };
+    let f = m.path().join("f");
+    let before = statvfs(m.path()).unwrap();
+    fs::write(&f, vec![7u8; 10_000]).unwrap();
+    let after = statvfs(m.path()).unwrap();
+    let used = before.blocks_free() - after.blocks_free();
+    assert!((3..=4).contains(&used), "a 3-block file took {used} blocks");
+    assert_eq!(
+        before.blocks_available() - after.blocks_available(),
+        used,
+        "available blocks moved apart from free ones"
+    );
+
+    let g = m.path().join("g");
+    let file = File::create(&g).unwrap();
+    fallocate(&file, FallocateFlags::FALLOC_FL_KEEP_SIZE, 0, 1 << 20).unwrap();
+    assert_eq!(fs::metadata(&g).unwrap().blocks(), 2048);
+    drop(file);
+    OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(&g)
+        .unwrap();
+    assert_eq!(fs::metadata(&g).unwrap().blocks(), 0);
+    m.finish();
+}
+
+/// `norecovery`: an image whose journal needs recovery (a crash image of e4's own, taken
+/// at the first flush where the log alone holds a new file) is shown as it is on disk,
+/// without the log's transactions, and left byte for byte as it was; a plain `ro` mount
+/// shows it replayed (in memory), and `rw` with `norecovery` is refused.
+#[test]
+fn norecovery_shows_the_image_without_its_journal() {
+    use e4_fs::device::Device;
+    use e4_fs::{Creator, Filesystem, OpenOptions as EngineOptions};
+
+    let image = make_empty_image(&["-t", "ext4", "-b", "4096"], 16);
+    let bytes = fs::read(&image.path).unwrap();
+    let device = std::sync::Arc::new(e4_fs::recording_device::RecordingDevice::new(
+        bytes.clone(),
+        4096,
+    ));
+    let engine = Filesystem::open_device(device.clone(), EngineOptions::writable()).unwrap();
+    let creator = Creator {
+        permissions: 0o644,
+        uid: 0,
+        gid: 0,
+    };
+    let ino = engine.create(2, b"logged", creator).unwrap();
+    engine.write_at(ino, 0, b"in the log").unwrap();
+    engine.sync().unwrap();
+    engine.unmount().unwrap();
+    let log = device.log();
+    let sees = |image: &[u8], replay_journal: bool| {
+        let options = EngineOptions {
+            replay_journal,
+            ..EngineOptions::default()
+        };
+        let fs = Filesystem::open_bytes(image.to_vec(), options).unwrap();
+        fs.lookup(2, b"logged").unwrap().is_some()
+    };
+    let crashed = (0..=log.flushes())
+        .map(|k| {
+            let mut crashed = vec![0; bytes.len()];
+            log.image_at_flush(k)
+                .read_exact_at(&mut crashed, 0)
+                .unwrap();
+            crashed
+        })
+        .find(|crashed| !sees(crashed, false) && sees(crashed, true))
+        .expect("a crash image whose log alone holds the new file");
+    let refused = Filesystem::open_bytes(
+        crashed.clone(),
+        EngineOptions {
+            replay_journal: false,
+            ..EngineOptions::writable()
+        },
+    );
+    assert!(refused.is_err(), "written over a log that was not replayed");
+    let dirty = image.path.with_extension("dirty");
+    fs::write(&dirty, &crashed).unwrap();
+    let before = fs::read(&dirty).unwrap();
+    let shown = |options: &str| -> Option<bool> {
+        let dir = tempfile::tempdir().unwrap();
+        let options = MountOptions::parse(options).unwrap();
+        let mounted = match e4_fuse::mount(&dirty, dir.path(), &options) {
+            Ok(mounted) => mounted,
+            Err(e @ MountError::Mount { .. }) => {
+                fuse_skipped("norecovery", &e.to_string());
+                return None;
+            }
+            Err(e) => panic!("{e}"),
+        };
+        let _guard = FuseGuard::watch(dir.path(), LIMIT);
+        let found = dir.path().join("logged").exists();
+        mounted.unmount().unwrap();
+        Some(found)
+    };
+    let Some(without) = shown("norecovery") else {
+        return;
+    };
+    assert!(!without, "norecovery showed what only the log holds");
+    assert_eq!(shown("ro"), Some(true), "ro did not replay the log");
+    assert!(
+        fs::read(&dirty).unwrap() == before,
+        "a read-only mount wrote"
+    );
+    assert!(matches!(
+        MountOptions::parse("rw,norecovery"),
+        Err(e4_fuse::OptionError::WritableWithoutRecovery)
+    ));
 }

@@ -92,7 +92,7 @@ enum Command {
         #[arg(value_parser = |s: &str| s.parse::<e4_bench::Workload>())]
         workloads: Vec<e4_bench::Workload>,
         /// Comma-separated: e4, e4-nojournal (e4 on an image without a journal), kernel-ext4, kernel-ext4:MOUNT-OPTIONS (e.g.
-        /// kernel-ext4:nodelalloc), fuse2fs, tmpfs, posix:DIR.
+        /// kernel-ext4:nodelalloc), fuse2fs, e4-fuse (this program's `e4 mount`), tmpfs, posix:DIR.
         #[arg(long, value_parser = bench::parse_targets)]
         targets: Option<std::vec::Vec<e4_bench::Target>>,
         /// Comma-separated thread counts (default 1,2,4).
@@ -176,7 +176,9 @@ enum Command {
     Mount {
         /// Comma-separated: ro, rw (the default), fakeroot, allow_other,
         /// default_permissions, uid=N, gid=N, threads=N (default: the CPUs), commit=SECS
-        /// (default 5). May be given more than once.
+        /// (default 5), norecovery or noload (read-only, the journal not replayed),
+        /// errors=continue|remount-ro|panic (default: the superblock's). May be given more
+        /// than once.
         #[arg(short = 'o', value_name = "OPTIONS", value_parser = mount::parse_options)]
         options: Vec<String>,
         /// Stay in the foreground until unmounted.

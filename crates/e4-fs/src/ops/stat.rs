@@ -107,7 +107,11 @@ impl Filesystem {
                 blocks: sb.blocks_count(),
                 free_blocks,
                 // Both reserves are pools outside the allocator's free count.
-                available_blocks: w.space.blocks.available_blocks().min(free_blocks),
+                available_blocks: w
+                    .space
+                    .blocks
+                    .available_blocks_for_statfs()
+                    .min(free_blocks),
                 inodes: u64::from(sb.inodes_count),
                 free_inodes: w.space.inodes.free_inodes() + w.txns.pending_inodes(),
                 name_max: e4_format::dir_entry::MAX_NAME_LEN as u32,

@@ -9,9 +9,11 @@ use crate::map::file_mapping::FileMapping;
 use crate::txn::txn_io::TxnIo;
 
 impl Filesystem {
-    /// Sets regular file `ino`'s size: shrinking frees the blocks past the new end (they
-    /// become reusable at the next commit) and zeroes the rest of the last block on disk, so
-    /// growing it again reads zeros; growing leaves a hole.
+    /// Sets regular file `ino`'s size: shrinking, or setting the size it has, frees the
+    /// blocks past the new end (they become reusable at the next commit; at the same size
+    /// these are blocks fallocated past it with KEEP_SIZE, which ext4's truncate frees too)
+    /// and zeroes the rest of the last block on disk, so growing it again reads zeros;
+    /// growing leaves a hole.
     pub fn truncate(&self, ino: u32, size: u64) -> Result<()> {
         let writer = self.writer()?;
         {
@@ -26,7 +28,9 @@ impl Filesystem {
             let io = writer.io(self, &txn).removing_space();
             io.all_or_nothing(&mut state, |state| {
                 let inline = self.change_inline(&io, state, size, false, |_| {})?;
-                if !inline && size < state.inode.size() {
+                // At the same size too, as ext4_setattr calls ext4_truncate: blocks
+                // allocated past the end (fallocate KEEP_SIZE) go.
+                if !inline && size <= state.inode.size() {
                     self.free_range(
                         &io,
                         state,
