@@ -267,6 +267,11 @@ M = [
   '        let ino = make()?;\n        self.edit_leaf(physical, |leaf| leaf.insert_at(slot, name, ino, file_type))?;',
   '        let ino = make()?;\n        self.edit_leaf(physical, |leaf| leaf.insert_at(slot, name, ino, file_type))?;\n        self.edit_leaf(physical, |leaf| leaf.insert_at(slot, b"x", ino, file_type))?;',
   ['--test', 'write_model']),
+ # A commit holds its buffers until they are home.
+ ("a commit's buffers let go after the log write", 'crates/e4-fs/src/txn/commit.rs',
+  '            .map(|(buffer, bytes)| (buffer.nr(), bytes))\n            .collect();\n        let superblock_block',
+  '            .map(|(buffer, bytes)| (buffer.nr(), bytes))\n            .collect();\n        let buffers = { drop(buffers); Vec::<()>::new() };\n        let superblock_block',
+  ['--test', 'commit_consistency', 'stale']),
  # When operations commit by themselves.
  ('a commit comes at half the buffer cache dirty', 'crates/e4-fs/src/txn/commit.rs',
   '        cache.dirty_count() > DIRTY_LIMIT.min(cache.capacity())',

@@ -498,7 +498,7 @@ fn check_inode(
             i_blocks_lo: inode.record.blocks_lo,
             root_unmappable: tally.block_zero_unmappable,
             blocks: std::mem::take(&mut tally.dir_blocks),
-            inline: inline_entries(ctx, &inode),
+            inline: inline_entries(ctx, &inode).map(Box::new),
         }
     });
     Some((directory, tally))

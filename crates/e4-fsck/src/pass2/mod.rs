@@ -43,9 +43,11 @@ struct BlockTask<'a> {
 
 /// Runs pass 2.
 pub fn run(ctx: &Context, dirs: &[Directory], progress: Option<&Progress>) -> Pass2Result {
-    let layouts: Vec<Option<HtreeLayout>> = dirs
+    // Boxed: a layout is a few hundred bytes of maps, and most directories have none
+    // (unboxed, the list cost 1.1 MB of a 300,000-inode check's 3.6 MB heap).
+    let layouts: Vec<Option<Box<HtreeLayout>>> = dirs
         .par_iter()
-        .map(|dir| dir.htree.then(|| HtreeLayout::check(ctx, dir)))
+        .map(|dir| dir.htree.then(|| Box::new(HtreeLayout::check(ctx, dir))))
         .collect();
     let mut tasks: Vec<BlockTask<'_>> = dirs
         .iter()
@@ -57,7 +59,7 @@ pub fn run(ctx: &Context, dirs: &[Directory], progress: Option<&Progress>) -> Pa
                     dir,
                     logical,
                     physical,
-                    htree: layout.as_ref(),
+                    htree: layout.as_deref(),
                 })
         })
         .collect();
@@ -84,7 +86,7 @@ pub fn run(ctx: &Context, dirs: &[Directory], progress: Option<&Progress>) -> Pa
         .filter_map(|(dir, layout)| Some((dir, layout.as_ref()?)))
         .for_each(|(dir, layout)| layout.check_node_hashes(ctx, dir.ino));
     for (dir, layout) in dirs.iter().zip(&layouts) {
-        if layout.as_ref().is_some_and(HtreeLayout::is_invalid) {
+        if layout.as_deref().is_some_and(HtreeLayout::is_invalid) {
             ctx.report(
                 ProblemCode::PR_2_HTREE_CLEAR,
                 Location::Inode(dir.ino),
@@ -180,7 +182,7 @@ fn check_block(ctx: &Context, task: &BlockTask<'_>, unreadable: &BTreeSet<u32>) 
 /// Checks an inline directory: the parent in `i_block[0..4]`, then entries in the rest of
 /// `i_block` and in `system.data`.
 fn check_inline(ctx: &Context, dir: &Directory, unreadable: &BTreeSet<u32>) -> Vec<SubdirLink> {
-    let Some((i_block, system_data)) = &dir.inline else {
+    let Some((i_block, system_data)) = dir.inline.as_deref() else {
         return Vec::new();
     };
     let mut block = [0u8; 60];

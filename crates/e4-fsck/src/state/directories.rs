@@ -22,8 +22,9 @@ pub struct Directory {
     pub casefold: bool,
     /// Its blocks, (logical, physical), in logical order.
     pub blocks: Vec<(u32, u64)>,
-    /// For an inline directory: `i_block` and the `system.data` value.
-    pub inline: Option<(Vec<u8>, Vec<u8>)>,
+    /// For an inline directory: `i_block` and the `system.data` value (boxed: one
+    /// directory record per directory is kept until pass 3, and most are not inline).
+    pub inline: Option<Box<(Vec<u8>, Vec<u8>)>>,
 }
 
 /// Hole reports past this many in one directory are folded into one: e2fsck prints one
