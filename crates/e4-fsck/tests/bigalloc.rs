@@ -16,7 +16,7 @@ use e4_fsck::ProblemCode;
 use e4_testkit::{make_empty_image, Image, KernelMount};
 
 use common::flips::assert_random_flips_agree;
-use common::{assert_agreement, bmap, debugfs, forced_check};
+use common::{assert_exit, bmap, debugfs, forced_check, run_debugfs};
 
 /// Bytes in a cluster of the images here.
 const CLUSTER_BYTES: usize = 16384;
@@ -73,42 +73,6 @@ fn filled_image_with(block_size: u32, features: &str) -> Image {
     commands.push(format!("write {frag} frag"));
     run_debugfs(&image.path, &commands);
     image
-}
-
-/// Runs `commands` in one debugfs session, bounded in time.
-fn run_debugfs(image: &Path, commands: &[String]) {
-    let script = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(script.path(), commands.join("\n")).unwrap();
-    let out = Command::new("timeout")
-        .args(["60", "debugfs", "-w", "-f"])
-        .arg(script.path())
-        .arg(image)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "debugfs: {out:?}");
-}
-
-/// e2fsck -fn's exit status.
-fn e2fsck_exit(image: &Path) -> i32 {
-    let out = Command::new("timeout")
-        .args(["60", "e2fsck", "-fn"])
-        .arg(image)
-        .output()
-        .unwrap();
-    out.status.code().unwrap_or(-1)
-}
-
-/// Asserts both checkers exit with `expected` and agree on the classes; returns e4's
-/// problem codes.
-fn assert_exit(image: &Path, what: &str, expected: i32) -> Vec<ProblemCode> {
-    assert_agreement(image, what);
-    let report = forced_check(image, Some(2));
-    assert_eq!(
-        (e2fsck_exit(image), i32::from(report.exit_code())),
-        (expected, expected),
-        "{what}: exit statuses (e2fsck, e4)"
-    );
-    report.problems.iter().map(|p| p.code).collect()
 }
 
 /// Rewrites the extent tree in `path`'s `i_block` as the leaf `extents` (logical,

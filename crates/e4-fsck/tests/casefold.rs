@@ -16,7 +16,7 @@ use e4_fsck::ProblemCode;
 use e4_testkit::{make_empty_image, Image};
 
 use common::flips::assert_random_flips_agree;
-use common::{assert_agreement, bmap, debugfs, edit_dir_block, forced_check};
+use common::{assert_exit, bmap, debugfs, e2fsck_exit, edit_dir_block, run_debugfs};
 
 /// The casefolded directory.
 const DIR: &str = "cf";
@@ -38,31 +38,6 @@ fn name(i: usize) -> String {
         "zero\u{200B}space",
     ][i % 6];
     format!("{stem}-{i:04}")
-}
-
-/// Runs `commands` in one debugfs session, bounded in time.
-fn run_debugfs(image: &Path, commands: &[String]) {
-    let script = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(script.path(), commands.join("\n")).unwrap();
-    let out = Command::new("timeout")
-        .args(["60", "debugfs", "-w", "-f"])
-        .arg(script.path())
-        .arg(image)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "debugfs: {out:?}");
-}
-
-/// e2fsck with `args`, bounded; its exit status.
-fn e2fsck(image: &Path, args: &[&str]) -> i32 {
-    let out = Command::new("timeout")
-        .arg("60")
-        .arg("e2fsck")
-        .args(args)
-        .arg(image)
-        .output()
-        .unwrap();
-    out.status.code().unwrap_or(-1)
 }
 
 /// The first `count` names.
@@ -98,23 +73,10 @@ fn casefold_image(encoding_flags: &str, names: &[String]) -> Image {
     run_debugfs(&image.path, &commands);
     // A few names fit a block and get no index: e2fsck -D would also repair them.
     if names.len() > NAMES_IN_ONE_BLOCK {
-        let indexed = e2fsck(&image.path, &["-fyD"]);
+        let indexed = e2fsck_exit(&image.path, &["-fyD"]);
         assert!(indexed <= 1, "e2fsck -fyD exited {indexed}");
     }
     image
-}
-
-/// Asserts both checkers exit with `expected` and agree on the classes; returns e4's
-/// problem codes.
-fn assert_exit(image: &Path, what: &str, expected: i32) -> Vec<ProblemCode> {
-    assert_agreement(image, what);
-    let report = forced_check(image, Some(2));
-    assert_eq!(
-        (e2fsck(image, &["-fn"]), i32::from(report.exit_code())),
-        (expected, expected),
-        "{what}: exit statuses (e2fsck, e4)"
-    );
-    report.problems.iter().map(|p| p.code).collect()
 }
 
 /// Applies `edit` to the name bytes of entry `name` wherever it is in `/cf`.

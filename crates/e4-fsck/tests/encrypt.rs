@@ -9,7 +9,6 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 
 use e4_format::inode::{Inode, InodeSeed};
 use e4_format::MetadataBlock;
@@ -18,8 +17,8 @@ use e4_testkit::{kernel_comparison_skipped, make_empty_image, Image, KernelMount
 
 use common::flips::assert_random_flips_agree;
 use common::{
-    assert_agreement, debugfs, edit_dir_block, entry_offset, forced_check, inode_of, inode_offset,
-    read_bytes, write_bytes,
+    assert_exit, debugfs, edit_dir_block, entry_offset, inode_of, inode_offset, read_bytes,
+    run_debugfs, write_bytes,
 };
 
 /// The encrypted directory and the names of what it holds (32 and 16 bytes, as
@@ -44,20 +43,6 @@ fn context_v1(key: u8, nonce: u8) -> Vec<u8> {
     context.extend((0..8).map(|i| key + i));
     context.extend((0..16).map(|i| nonce + i));
     context
-}
-
-/// Runs `commands` in one debugfs session, bounded in time; returns what it printed.
-fn run_debugfs(image: &Path, commands: &[String]) -> String {
-    let script = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(script.path(), commands.join("\n")).unwrap();
-    let out = Command::new("timeout")
-        .args(["60", "debugfs", "-w", "-f"])
-        .arg(script.path())
-        .arg(image)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "debugfs: {out:?}");
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// Host files the debugfs commands read: contexts by name, and a small file.
@@ -174,29 +159,6 @@ fn encrypted_image(host: &HostFiles) -> Tree {
         second: inodes[2],
         image,
     }
-}
-
-/// e2fsck -fn's exit status.
-fn e2fsck_exit(image: &Path) -> i32 {
-    let out = Command::new("timeout")
-        .args(["60", "e2fsck", "-fn"])
-        .arg(image)
-        .output()
-        .unwrap();
-    out.status.code().unwrap_or(-1)
-}
-
-/// Asserts both checkers exit with `expected` and agree on the classes; returns e4's
-/// problem codes.
-fn assert_exit(image: &Path, what: &str, expected: i32) -> Vec<ProblemCode> {
-    assert_agreement(image, what);
-    let report = forced_check(image, Some(2));
-    assert_eq!(
-        (e2fsck_exit(image), i32::from(report.exit_code())),
-        (expected, expected),
-        "{what}: exit statuses (e2fsck, e4)"
-    );
-    report.problems.iter().map(|p| p.code).collect()
 }
 
 /// Replaces the first two bytes of `/e`'s entry `name` with `/` and NUL.

@@ -285,6 +285,46 @@ pub fn assert_agreement(image: &Path, what: &str) -> BTreeSet<ProblemClass> {
     ours.classes
 }
 
+/// Runs `commands` in one debugfs session (writable), bounded in time; returns what it
+/// printed.
+pub fn run_debugfs(image: &Path, commands: &[String]) -> String {
+    let script = tempfile::NamedTempFile::new().unwrap();
+    fs::write(script.path(), commands.join("\n")).unwrap();
+    let out = Command::new("timeout")
+        .args(["60", "debugfs", "-w", "-f"])
+        .arg(script.path())
+        .arg(image)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "debugfs: {out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// e2fsck with `args`, bounded in time; its exit status.
+pub fn e2fsck_exit(image: &Path, args: &[&str]) -> i32 {
+    let out = Command::new("timeout")
+        .arg("60")
+        .arg("e2fsck")
+        .args(args)
+        .arg(image)
+        .output()
+        .unwrap();
+    out.status.code().unwrap_or(-1)
+}
+
+/// Asserts both checkers exit with `expected` (e2fsck -fn, e4 at two threads) and agree
+/// on the classes; returns e4's problem codes.
+pub fn assert_exit(image: &Path, what: &str, expected: i32) -> Vec<ProblemCode> {
+    assert_agreement(image, what);
+    let report = forced_check(image, Some(2));
+    assert_eq!(
+        (e2fsck_exit(image, &["-fn"]), i32::from(report.exit_code())),
+        (expected, expected),
+        "{what}: exit statuses (e2fsck, e4)"
+    );
+    report.problems.iter().map(|p| p.code).collect()
+}
+
 pub fn debugfs(image: &Path, command: &str) -> String {
     let out = Command::new("debugfs")
         .arg("-w")
