@@ -8,9 +8,29 @@ use std::process::Command;
 
 use e4_fs::{Filesystem, OpenOptions};
 use e4_testkit::{
-    compare_trees, e2fsck_clean, full_source_tree, make_image, CompareOptions, KernelMount,
-    Profile, PROFILES,
+    compare_trees, e2fsck_clean, generate_tree, make_image, CompareOptions, KernelMount, Profile,
+    TreeSpec, PROFILES,
 };
+
+/// Entries of the source tree's large directory: enough for an htree in every profile.
+/// `TreeSpec::full()`'s 20,000 (which the read-path tests keep) made mke2fs -d, which
+/// inserts entries one by one into an unindexed directory, most of this test's two minutes.
+const LARGE_DIRECTORY_ENTRIES: usize = 4_000;
+
+/// The source tree every profile's image is made from, generated once per test run.
+fn source_tree() -> &'static Path {
+    static TREE: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    TREE.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = TreeSpec {
+            big_dir_entries: LARGE_DIRECTORY_ENTRIES,
+            ..TreeSpec::full()
+        };
+        generate_tree(dir.path(), &spec);
+        dir
+    })
+    .path()
+}
 
 fn profile(name: &str) -> &'static Profile {
     PROFILES.iter().find(|p| p.name == name).unwrap()
@@ -139,7 +159,7 @@ impl ModeBits for e4_fs::Metadata {
 }
 
 fn check_profile(name: &str) {
-    let src = full_source_tree();
+    let src = source_tree();
     let image = make_image(src, profile(name), 256, 32768);
     e2fsck_clean(&image.path).unwrap();
 
