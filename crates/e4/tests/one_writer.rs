@@ -109,6 +109,12 @@ fn a_second_put_while_the_first_writes_is_refused_in_one_line() {
     let stderr = String::from_utf8_lossy(&checker.stderr);
     assert_eq!(checker.status.code(), Some(8), "{stderr}");
     assert!(stderr.contains("open for writing"), "{stderr}");
+    let shown = image.path.display().to_string();
+    assert_eq!(
+        stderr.matches(&shown).count(),
+        1,
+        "the image named once: {stderr}"
+    );
 
     e2fsck_clean(&image.path).unwrap();
     let cat = run(&[&"cat", &image.path, &"/big"]);

@@ -55,7 +55,8 @@ impl std::error::Error for FsckError {}
 /// Opens `path`, checks the superblock and descriptors, and returns the shared state with
 /// their problems recorded.
 pub fn open_and_check(path: &Path, clock: &mut PhaseClock) -> Result<Context, FsckError> {
-    let image = Image::open(path).map_err(|e| FsckError::Io(format!("{}: {e}", path.display())))?;
+    // The caller names the image (the CLI's line starts with it), as for every other error.
+    let image = Image::open(path).map_err(|e| FsckError::Io(e.to_string()))?;
     let mut problems = Vec::new();
     let (sb, from_backup) = read_superblock(&image, &mut problems)?;
     let unknown = sb.incompat().bits() & !CHECKABLE_INCOMPAT.bits();
