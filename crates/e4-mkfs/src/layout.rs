@@ -344,12 +344,13 @@ fn allocate_group_tables(layout: &mut Layout, group: u32) -> Result<()> {
         start = flexbg_offset(layout, group, prev, rem_groups, 1);
         last = layout.group_last_block(last_group);
     }
-    let block_bitmap = layout
-        .map
-        .free_run(start, last, 1)
-        .or_else(|| layout.map.free_run(group_first, last, 1))
-        .ok_or_else(|| no_room(group, "block bitmap"))?;
-    place_table(layout, block_bitmap, 1, flex);
+    let block_bitmap = place_bitmap(
+        layout,
+        (start, group_first, last),
+        flex,
+        group,
+        "block bitmap",
+    )?;
     let desc = &mut layout.descriptors[group as usize];
     desc.block_bitmap_lo = block_bitmap as u32;
     desc.block_bitmap_hi = (block_bitmap >> 32) as u32;
@@ -363,12 +364,13 @@ fn allocate_group_tables(layout: &mut Layout, group: u32) -> Result<()> {
         start = flexbg_offset(layout, group, prev, rem_groups, 1);
         last = layout.group_last_block(last_group);
     }
-    let inode_bitmap = layout
-        .map
-        .free_run(start, last, 1)
-        .or_else(|| layout.map.free_run(group_first, last, 1))
-        .ok_or_else(|| no_room(group, "inode bitmap"))?;
-    place_table(layout, inode_bitmap, 1, flex);
+    let inode_bitmap = place_bitmap(
+        layout,
+        (start, group_first, last),
+        flex,
+        group,
+        "inode bitmap",
+    )?;
     let desc = &mut layout.descriptors[group as usize];
     desc.inode_bitmap_lo = inode_bitmap as u32;
     desc.inode_bitmap_hi = (inode_bitmap >> 32) as u32;
@@ -392,6 +394,25 @@ fn allocate_group_tables(layout: &mut Layout, group: u32) -> Result<()> {
     desc.inode_table_lo = inode_table as u32;
     desc.inode_table_hi = (inode_table >> 32) as u32;
     Ok(())
+}
+
+/// Places one bitmap block of `group`: the first free block from `start` to `last`, else
+/// from the group's first block (`group_first`), as libext2fs's `ext2fs_allocate_group_table`
+/// looks for each bitmap.
+fn place_bitmap(
+    layout: &mut Layout,
+    (start, group_first, last): (u64, u64, u64),
+    flex: bool,
+    group: u32,
+    what: &str,
+) -> Result<u64> {
+    let block = layout
+        .map
+        .free_run(start, last, 1)
+        .or_else(|| layout.map.free_run(group_first, last, 1))
+        .ok_or_else(|| no_room(group, what))?;
+    place_table(layout, block, 1, flex);
+    Ok(block)
 }
 
 /// Marks a table's blocks used; under flex_bg the groups they land in have initialized
