@@ -272,6 +272,21 @@ M = [
   '            .map(|(buffer, bytes)| (buffer.nr(), bytes))\n            .collect();\n        let superblock_block',
   '            .map(|(buffer, bytes)| (buffer.nr(), bytes))\n            .collect();\n        let buffers = { drop(buffers); Vec::<()>::new() };\n        let superblock_block',
   ['--test', 'commit_consistency', 'stale']),
+ # A commit seals by the role its transaction gave the block.
+ ("a commit seals by the block's role now, not the role it took it in", 'crates/e4-fs/src/buffer/cache.rs',
+  '        let written = match frozen {\n            Some(mut copy) => write(&mut copy, role),\n            None => write(&mut bytes, role),',
+  '        let _ = role;\n        let role = *self.role.lock();\n        let written = match frozen {\n            Some(mut copy) => write(&mut copy, role),\n            None => write(&mut bytes, role),',
+  ['--test', 'commit_consistency', 'seals']),
+ # An undone operation puts back the roles of the blocks it rewrote.
+ ("an undo puts back a block's bytes but not its role", 'crates/e4-fs/src/txn/undo.rs',
+  '            buffer.restore_role(role);\n',
+  '            let _ = role;\n',
+  ['--test', 'fault_sweep', 'roles']),
+ # A create that fails puts its directory back.
+ ("a failed create leaves its directory's record as the failed add left it", 'crates/e4-fs/src/ops/create.rs',
+  '                    parent_state.inode = parent_before;\n',
+  '                    let _ = parent_before;\n',
+  ['--test', 'fault_sweep', 'testkit_ext4_1k_sweep']),
  # When operations commit by themselves.
  ('a commit comes at half the buffer cache dirty', 'crates/e4-fs/src/txn/commit.rs',
   '        cache.dirty_count() > DIRTY_LIMIT.min(cache.capacity())',

@@ -250,3 +250,66 @@ fn a_block_is_never_read_back_stale_while_its_commit_writes_it_home() {
     std::fs::write(&path, device.inner.bytes()).unwrap();
     e2fsck_clean(&path).unwrap();
 }
+
+/// A commit seals each block by the role it had in that commit's transaction, not by the
+/// role the next transaction gives it meanwhile. A directory whose one block is full becomes
+/// indexed at its next entry: block 0 turns from a leaf into the htree root. Done while the
+/// commit of the leaf was still writing, the leaf was sealed as a root, which left it with
+/// no checksum (e2fsck: "directory passes checks but fails checksum"; seen after an
+/// `e4 import` killed at the right moment had its journal replayed). Without a journal a
+/// commit seals each run of adjacent blocks just before writing it, so holding its first
+/// write (the new inode's table block, below the directory's block) holds it between
+/// taking the leaf and sealing it.
+#[test]
+fn a_commit_seals_a_block_by_its_role_in_that_commit() {
+    let img = make_empty_image(&["-t", "ext4", "-O", "^has_journal", "-b", "1024"], 16);
+    let copies = Arc::new(Mutex::new(Vec::new()));
+    let kept = Arc::clone(&copies);
+    let device = Arc::new(HomeWriteGate {
+        inner: MemoryDevice::watching_flushes(std::fs::read(&img.path).unwrap(), move |image| {
+            kept.lock().unwrap().push(image.to_vec())
+        }),
+        journal: std::collections::HashSet::new(),
+        armed: AtomicBool::new(false),
+        state: Mutex::new((false, false)),
+        changed: std::sync::Condvar::new(),
+    });
+    let options = OpenOptions {
+        commit_interval: Duration::ZERO,
+        ..OpenOptions::writable()
+    };
+    let fs = Filesystem::open_device(device.clone(), options).unwrap();
+    let dir = fs.mkdir(ROOT, b"d", DIR).unwrap();
+    // Four-byte names take 12 bytes each: 82 fill the 988 a 1 KiB leaf has for them.
+    let name = |i: u32| format!("f{i:03}");
+    for i in 0..81 {
+        fs.create(dir, name(i).as_bytes(), FILE).unwrap();
+    }
+    fs.sync().unwrap();
+    // The leaf's last entry, in the transaction the held commit takes.
+    fs.create(dir, name(81).as_bytes(), FILE).unwrap();
+    device.armed.store(true, Ordering::Release);
+    std::thread::scope(|s| {
+        let committer = s.spawn(|| fs.sync());
+        device.wait_until_held();
+        fs.create(dir, name(82).as_bytes(), FILE).unwrap();
+        assert_ne!(
+            fs.read_inode(dir).unwrap().flags() & e4_format::inode::flags::INDEX,
+            0,
+            "the directory was meant to become indexed while the commit is held"
+        );
+        device.release();
+        committer.join().unwrap().unwrap();
+    });
+    let held_commit = copies.lock().unwrap().last().unwrap().clone();
+    fs.unmount().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for (what, image) in [
+        ("the image as the held commit left it", held_commit),
+        ("the image after unmount", device.inner.bytes()),
+    ] {
+        let path = dir.path().join("image");
+        std::fs::write(&path, image).unwrap();
+        e2fsck_clean(&path).unwrap_or_else(|e| panic!("{what}: {e}"));
+    }
+}

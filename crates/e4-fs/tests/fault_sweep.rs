@@ -83,6 +83,17 @@ struct Node {
 
 type Tree = BTreeMap<String, Node>;
 
+/// The first path at which `shown` and `held` differ, with both sides, for a report.
+fn first_difference(shown: &Tree, held: &Tree) -> String {
+    let paths: std::collections::BTreeSet<&String> = shown.keys().chain(held.keys()).collect();
+    paths
+        .into_iter()
+        .find(|p| shown.get(*p) != held.get(*p))
+        .map_or_else(String::new, |p| {
+            format!("{p}: shown {:?}, held {:?}", shown.get(p), held.get(p))
+        })
+}
+
 /// The tree an image holds, or why it cannot be read.
 fn snapshot(image: &[u8]) -> Result<Tree, String> {
     let fs = Filesystem::open_bytes(image.to_vec(), OpenOptions::default())
@@ -370,9 +381,14 @@ fn base_image(mke2fs: &[&str]) -> Vec<u8> {
     fs.create(small_dir, b"a", FILE).unwrap();
     fs.mkdir(small_dir, b"b", DIR).unwrap();
     fs.mkdir(ROOT, b"empty", DIR).unwrap();
+    // With inline_data, a directory one entry short of leaving its inode; and on every
+    // filesystem one whose single block is full, so that the next entry makes it indexed
+    // (block 0 turns from a leaf into the htree root) where dir_index is on.
+    let block = u64::from(fs.block_size());
     if has_inline_data(&fs) {
-        almost_full_inline_directory(&fs);
+        one_entry_short(&fs, "full", |size| size < block);
     }
+    one_entry_short(&fs, "line", |size| size <= block);
     fs.unmount().unwrap();
     e2fsck_clean(&img.path).unwrap();
     std::fs::read(&img.path).unwrap()
@@ -385,19 +401,18 @@ fn has_inline_data(fs: &Filesystem) -> bool {
         .contains(IncompatFeatures::INLINE_DATA)
 }
 
-/// Names of the entries [`almost_full_inline_directory`] fills `/full` with.
+/// Names of the entries [`one_entry_short`] fills a directory with.
 fn full_entry(i: usize) -> String {
     format!("entry-{i:02}")
 }
 
-/// `/full`: an inline directory holding as many entries as its inode can, so that the next
-/// one moves it into a block. Found by filling a probe directory until it leaves its inode
-/// (`i_size` becomes a block), then making `/full` with one entry fewer.
-fn almost_full_inline_directory(fs: &Filesystem) {
-    let block = u64::from(fs.block_size());
+/// `/NAME`: a directory one entry short of the point where its size stops being
+/// `below(size)`, so that the next entry changes its form. Found by filling a probe
+/// directory until it gets there, then making `/NAME` with one entry fewer.
+fn one_entry_short(fs: &Filesystem, name: &str, below: impl Fn(u64) -> bool) {
     let probe = fs.mkdir(ROOT, b"probe", DIR).unwrap();
     let mut fits = 0;
-    while fs.metadata(probe).unwrap().size < block {
+    while below(fs.metadata(probe).unwrap().size) {
         fs.create(probe, full_entry(fits).as_bytes(), FILE).unwrap();
         fits += 1;
     }
@@ -405,13 +420,13 @@ fn almost_full_inline_directory(fs: &Filesystem) {
         fs.unlink(probe, full_entry(i).as_bytes()).unwrap();
     }
     fs.rmdir(ROOT, b"probe").unwrap();
-    let full = fs.mkdir(ROOT, b"full", DIR).unwrap();
+    let full = fs.mkdir(ROOT, name.as_bytes(), DIR).unwrap();
     for i in 0..fits - 1 {
         fs.create(full, full_entry(i).as_bytes(), FILE).unwrap();
     }
     assert!(
-        fs.metadata(full).unwrap().size < block,
-        "/full must still be inline"
+        below(fs.metadata(full).unwrap().size),
+        "/{name} is full already"
     );
 }
 
@@ -696,6 +711,19 @@ fn operations(extents: bool, inline: bool) -> Vec<(&'static str, Op)> {
         ("rmdir a small directory's subdirectory", |fs| {
             fs.rmdir(at(fs, "/sd")?, b"b")
         }),
+        ("create in a full one-block directory", |fs| {
+            fs.create(at(fs, "/line")?, b"one-entry-too-many", FILE)
+                .map(drop)
+        }),
+        ("rename a directory into a full one-block directory", |fs| {
+            fs.rename(
+                at(fs, "/sd")?,
+                b"b",
+                at(fs, "/line")?,
+                b"one-entry-too-many",
+                RenameMode::Replace,
+            )
+        }),
     ];
     if inline {
         ops.push(("an inline directory grows into a block", |fs| {
@@ -919,7 +947,8 @@ fn sweep(profile: &str, base: &[u8], ops: &[(&'static str, Op)], checksums: bool
             };
             if live != tree {
                 problems.push(format!(
-                    "{what}: the open filesystem showed a tree its image does not hold"
+                    "{what}: the open filesystem showed a tree its image does not hold ({})",
+                    first_difference(&live, &tree)
                 ));
                 continue;
             }
@@ -1133,6 +1162,43 @@ fn ext4_inline_data_in_huge_inodes_sweep() {
 
 /// The sweep's own check: an operation that leaves damage is reported (a guard against a
 /// sweep that cannot fail, e.g. one whose snapshots always compare equal).
+/// An operation undone after it rewrote a block in another role puts the block's role back
+/// with its bytes. A rename into a full one-block directory makes it indexed (block 0
+/// becomes the htree root) before the moved directory's ".." is changed, which may fail.
+/// The leaf put back was changed earlier in the same transaction, so its checksum is only
+/// computed at write-back, by the block's role: sealed as a root, the leaf went out with a
+/// stale checksum. Every read of the run fails in turn, or comes back damaged; each image
+/// must pass e2fsck.
+#[test]
+fn an_undone_operation_puts_back_the_roles_of_the_blocks_it_rewrote() {
+    let base = Arc::new(base_image(&["-t", "ext4", "-b", "1024"]));
+    let op: Op = |fs| {
+        let line = at(fs, "/line")?;
+        // Block 0 changed in this transaction: its checksum in memory is stale.
+        fs.unlink(line, full_entry(0).as_bytes())?;
+        fs.create(line, full_entry(0).as_bytes(), FILE)?;
+        fs.rename(
+            at(fs, "/sd")?,
+            b"b",
+            line,
+            b"one-entry-too-many",
+            RenameMode::Replace,
+        )
+    };
+    let clean = run(&base, op, Injected::Nothing);
+    clean.outcome.unwrap();
+    let mut scratch = ScratchImage::new(Arc::clone(&base));
+    let faults = (0..clean.reads).flat_map(|n| [Fault::Read(n), Fault::CorruptRead(n)]);
+    for fault in faults {
+        let faulty = run(&base, op, Injected::Device(fault));
+        faulty.unmounted.unwrap();
+        scratch.hold(&faulty.written);
+        if let Err(report) = e2fsck_clean(&scratch.path) {
+            panic!("{fault:?} ({:?}): {report}", faulty.outcome.err());
+        }
+    }
+}
+
 #[test]
 fn the_sweep_reports_an_operation_that_fails_half_way() {
     let base = base_image(&["-t", "ext4"]);

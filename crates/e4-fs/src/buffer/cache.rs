@@ -45,10 +45,22 @@ pub struct Buffer {
     role: Mutex<Option<BufferRole>>,
     /// Set from when a commit takes the buffer ([`BufferCache::take_dirty`]) until it has
     /// written it: operations of the next transaction run meanwhile, and the first one to
-    /// change the bytes keeps a copy of them in `frozen` for the commit (jbd2's
+    /// change the bytes keeps a copy of them in `claim` for the commit (jbd2's
     /// `b_frozen_data`), so a commit writes exactly its own transaction's contents.
     committing: AtomicBool,
-    frozen: Mutex<Option<Box<[u8]>>>,
+    claim: Mutex<CommitClaim>,
+}
+
+/// What the commit that took a buffer writes, kept apart from what the next transaction
+/// does to the buffer meanwhile.
+#[derive(Default)]
+struct CommitClaim {
+    /// The role the buffer had when the commit took it, which the commit seals by: the
+    /// next transaction may give the block another (a directory's full leaf becomes its
+    /// htree root), and a leaf sealed as a root went out with no checksum.
+    role: Option<BufferRole>,
+    /// The bytes as they were when the next transaction first changed them.
+    frozen: Option<Box<[u8]>>,
 }
 
 impl Buffer {
@@ -60,7 +72,7 @@ impl Buffer {
             dirty: AtomicBool::new(false),
             role: Mutex::new(None),
             committing: AtomicBool::new(false),
-            frozen: Mutex::new(None),
+            claim: Mutex::default(),
         }
     }
 
@@ -78,23 +90,27 @@ impl Buffer {
     pub fn bytes_mut(&self) -> RwLockWriteGuard<'_, Box<[u8]>> {
         let bytes = self.bytes.write();
         if self.committing.load(Ordering::Acquire) {
-            let mut frozen = self.frozen.lock();
-            if frozen.is_none() {
-                *frozen = Some(bytes.clone());
+            let mut claim = self.claim.lock();
+            if claim.frozen.is_none() {
+                claim.frozen = Some(bytes.clone());
             }
         }
         bytes
     }
 
-    /// Hands `write` the contents the commit that took this buffer must write: the copy
-    /// frozen when the next transaction first changed it, or else the bytes themselves,
-    /// locked meanwhile. Then the commit's claim on the buffer ends.
-    pub fn with_committed_bytes<T>(&self, write: impl FnOnce(&mut [u8]) -> T) -> T {
+    /// Hands `write` the contents the commit that took this buffer must write, with the
+    /// role they were written in: the copy frozen when the next transaction first changed
+    /// them, or else the bytes themselves, locked meanwhile. Then the commit's claim on the
+    /// buffer ends.
+    pub fn with_committed_bytes<T>(
+        &self,
+        write: impl FnOnce(&mut [u8], Option<BufferRole>) -> T,
+    ) -> T {
         let mut bytes = self.bytes.write();
-        let frozen = self.frozen.lock().take();
+        let CommitClaim { role, frozen } = std::mem::take(&mut *self.claim.lock());
         let written = match frozen {
-            Some(mut copy) => write(&mut copy),
-            None => write(&mut bytes),
+            Some(mut copy) => write(&mut copy, role),
+            None => write(&mut bytes, role),
         };
         self.committing.store(false, Ordering::Release);
         written
@@ -127,6 +143,12 @@ impl Buffer {
     /// Records the role the bytes were written in (they are sealed accordingly).
     pub fn set_role(&self, role: BufferRole) {
         *self.role.lock() = Some(role);
+    }
+
+    /// Puts back the role the buffer had before an operation that is being undone (with
+    /// the contents it had then).
+    pub fn restore_role(&self, role: Option<BufferRole>) {
+        *self.role.lock() = role;
     }
 }
 
@@ -360,6 +382,7 @@ impl BufferCache {
             let taken = std::mem::take(&mut shard.dirty);
             drop(shard);
             for buffer in taken {
+                buffer.claim.lock().role = buffer.role();
                 buffer.committing.store(true, Ordering::Release);
                 buffer.dirty.store(false, Ordering::Release);
                 out.push((buffer.nr, buffer));

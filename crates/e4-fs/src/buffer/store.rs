@@ -114,9 +114,10 @@ impl BlockStore {
         self.verifier.verify(buffer, role)
     }
 
-    /// Seals `bytes`, the contents of `buffer` about to be written, by the buffer's role.
-    pub(crate) fn seal(&self, buffer: &Buffer, bytes: &mut [u8]) {
-        self.verifier.seal(buffer, bytes)
+    /// Seals `bytes`, the contents of block `nr` about to be written, by `role`, the role
+    /// they were written in.
+    pub(crate) fn seal(&self, nr: u64, role: Option<BufferRole>, bytes: &mut [u8]) {
+        self.verifier.seal(nr, role, bytes)
     }
 
     /// Reads file data at byte `offset` straight from the device.

@@ -95,12 +95,13 @@ impl BlockVerifier {
         })
     }
 
-    /// Computes the checksum of `bytes` (the contents of `buffer`) per its role.
-    pub(crate) fn seal(&self, buffer: &Buffer, bytes: &mut [u8]) {
+    /// Computes the checksum of `bytes` (the contents of block `nr`) per `role`, the role
+    /// they were written in.
+    pub(crate) fn seal(&self, nr: u64, role: Option<BufferRole>, bytes: &mut [u8]) {
         let Some(fs_seed) = self.csum_seed else {
             return;
         };
-        let Some(role) = buffer.role() else {
+        let Some(role) = role else {
             return;
         };
         let inode_seed = role
@@ -115,7 +116,7 @@ impl BlockVerifier {
             (BlockKind::XattrBlock, _) => {
                 let seed = BlockSeed {
                     seed: fs_seed,
-                    block_nr: buffer.nr(),
+                    block_nr: nr,
                 };
                 XattrBlockHeader::seal(bytes, seed)
             }

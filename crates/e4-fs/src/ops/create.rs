@@ -232,6 +232,9 @@ impl Filesystem {
                 _ => None,
             };
             let mut parent_state = parent_handle.lock(&self.inodes);
+            // Put back if the name cannot be added: adding it may have grown the directory
+            // (a full one-block directory gets block 1 before the index can fail).
+            let parent_before = parent_state.inode.clone();
             let parent_links = parent_state.inode.links_count();
             let mut make = || -> Result<u32> {
                 if is_dir
@@ -262,19 +265,22 @@ impl Filesystem {
             let (ino, handle) = match (linked, made) {
                 (Ok(ino), Some(handle)) => (ino, handle),
                 (Err(e), Some(handle)) => {
-                    // Give back what the new inode took; the directory is unchanged.
-                    // Nothing else can hold the new inode's lock: no name leads to it.
+                    // Put everything back: the directory's blocks and record as they were,
+                    // and what the new inode took (its blocks through the undo log, its
+                    // number here). Nothing else can hold the new inode's lock: no name
+                    // leads to it.
+                    parent_state.inode = parent_before;
                     let ino = handle.ino;
                     let mut new_state = handle.lock(&self.inodes);
-                    let released = self.release_inode_space(&io, &mut new_state);
                     new_state.deleted = true;
                     self.inodes.remove(ino);
+                    let undone = io.undo();
                     let freed = writer
                         .space
                         .inodes
                         .free(ino, is_dir, txn.slot)
                         .map_err(Error::from_inode_allocation);
-                    return Err(e.after_undo(released.and(freed)));
+                    return Err(e.after_undo(undone.and(freed)));
                 }
                 (Err(e), None) => return Err(e),
                 (Ok(_), None) => unreachable!("add_new returns an inode only `make` made"),

@@ -150,7 +150,7 @@ impl<'a> TxnIo<'a> {
         if !self.undo.borrow().has_block(buffer.nr()) {
             self.undo
                 .borrow_mut()
-                .block(buffer.nr(), Some(&buffer.bytes()));
+                .block(buffer.nr(), &buffer.bytes(), buffer.role());
         }
     }
 

@@ -14,20 +14,30 @@
 
 use e4_alloc::Extent;
 
+use crate::buffer::cache::BufferRole;
 use crate::buffer::store::BlockStore;
 use crate::error::{Error, Result};
 use crate::space::Space;
 use crate::txn::Transactions;
+
+/// A metadata block as it was before an operation first changed or freed it.
+struct LoggedBlock {
+    nr: u64,
+    /// Where its contents start in [`UndoLog::images`].
+    at: usize,
+    /// The role its buffer had (what write-back seals it by, and what a read verified it
+    /// as): the operation may have rewritten it in another (a directory's leaf turned into
+    /// its htree root), and the contents put back are of the old one.
+    role: Option<BufferRole>,
+}
 
 /// What one operation changed, in order. Its vectors are kept from one operation to the
 /// next on each thread ([`UndoLog::take`], [`UndoLog::give_back`]): allocating them for every
 /// operation was most of what the log cost.
 #[derive(Default)]
 pub(crate) struct UndoLog {
-    /// Each metadata block's contents before the operation first changed or freed it, as an
-    /// offset into `images`; `None` for a block the operation allocated (nothing to restore:
-    /// it is forgotten).
-    blocks: Vec<(u64, Option<usize>)>,
+    /// The metadata blocks the operation changed or freed, each as it was before.
+    blocks: Vec<LoggedBlock>,
     /// The logged contents, one block after another.
     images: Vec<u8>,
     /// Blocks already in `blocks` or `allocated`: a handful for most operations (a linear
@@ -79,16 +89,12 @@ impl UndoLog {
         true
     }
 
-    /// Logs block `nr`'s contents before its first change; `None`: the operation
-    /// allocated it.
-    pub(crate) fn block(&mut self, nr: u64, before: Option<&[u8]>) {
+    /// Logs block `nr`'s contents and role before its first change.
+    pub(crate) fn block(&mut self, nr: u64, before: &[u8], role: Option<BufferRole>) {
         if self.note(nr) {
-            let at = before.map(|bytes| {
-                let at = self.images.len();
-                self.images.extend_from_slice(bytes);
-                at
-            });
-            self.blocks.push((nr, at));
+            let at = self.images.len();
+            self.images.extend_from_slice(before);
+            self.blocks.push(LoggedBlock { nr, at, role });
         }
     }
 
@@ -131,14 +137,10 @@ impl UndoLog {
             keep(txns.cancel_free(&space.blocks, start, len, slot));
         }
         let block_size = store.block_size() as usize;
-        for &(nr, before) in self.blocks.iter().rev() {
-            match before {
-                Some(at) => {
-                    let buffer = store.cache().get_new(nr, &self.images[at..at + block_size]);
-                    store.cache().mark_dirty(&buffer);
-                }
-                None => store.cache().forget(nr),
-            }
+        for &LoggedBlock { nr, at, role } in self.blocks.iter().rev() {
+            let buffer = store.cache().get_new(nr, &self.images[at..at + block_size]);
+            buffer.restore_role(role);
+            store.cache().mark_dirty(&buffer);
         }
         for &run in self.allocated.iter().rev() {
             for nr in run.start..run.start + u64::from(run.len) {

@@ -54,8 +54,8 @@ pub(crate) fn write_buffers(store: &BlockStore, buffers: &[Arc<Buffer>]) -> Resu
             let first = run[0].nr();
             gathered.clear();
             for buffer in run {
-                buffer.with_committed_bytes(|bytes| {
-                    store.seal(buffer, bytes);
+                buffer.with_committed_bytes(|bytes, role| {
+                    store.seal(buffer.nr(), role, bytes);
                     gathered.extend_from_slice(bytes);
                 });
             }
@@ -75,8 +75,8 @@ pub(crate) fn write_buffers(store: &BlockStore, buffers: &[Arc<Buffer>]) -> Resu
 pub(crate) fn seal_into(store: &BlockStore, buffers: &[Arc<Buffer>], room: &mut Vec<u8>) {
     room.clear();
     for buffer in buffers {
-        buffer.with_committed_bytes(|bytes| {
-            store.seal(buffer, bytes);
+        buffer.with_committed_bytes(|bytes, role| {
+            store.seal(buffer.nr(), role, bytes);
             room.extend_from_slice(bytes);
         });
     }
