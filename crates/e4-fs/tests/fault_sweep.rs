@@ -715,6 +715,13 @@ fn operations(extents: bool, inline: bool) -> Vec<(&'static str, Op)> {
             fs.create(at(fs, "/line")?, b"one-entry-too-many", FILE)
                 .map(drop)
         }),
+        ("link into a full one-block directory", |fs| {
+            fs.link(
+                at(fs, "/d1/small")?,
+                at(fs, "/line")?,
+                b"one-entry-too-many",
+            )
+        }),
         ("rename a directory into a full one-block directory", |fs| {
             fs.rename(
                 at(fs, "/sd")?,

@@ -41,7 +41,11 @@ impl Filesystem {
             if self.lookup_locked(&io, &format, dir, name)?.is_some() {
                 return Err(Error::Exists(shown(name)));
             }
-            self.edit_dir(&io, &format, dir, |e| e.add_entry(name, ino, file_type))?;
+            // Adding the entry may grow the directory before it fails (a full one-block
+            // directory takes block 1 before its index can be made): all or nothing.
+            io.all_or_nothing(dir, |dir| {
+                self.edit_dir(&io, &format, dir, |e| e.add_entry(name, ino, file_type))
+            })?;
             target.inode.record.links_count += 1;
             Self::touch(&mut target.inode, false);
             Self::touch(&mut dir.inode, true);
