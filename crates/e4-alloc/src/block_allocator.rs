@@ -13,7 +13,8 @@ use std::sync::Arc;
 
 use crate::block_flex_sums::FlexFreeBlocks;
 use crate::block_group::{GroupExtent, GroupSpace};
-use crate::free_space_index::{AtomicBitset, FreeSpaceIndex};
+use crate::dirty_groups::DirtyGroups;
+use crate::free_space_index::FreeSpaceIndex;
 use crate::group_damage::{DamagedGroups, GroupDamage, Unfounded};
 use crate::group_loading::{BlockBitmapSource, GroupSummary};
 use crate::group_state::{FreeRefusal, GroupState, ReservedRun};
@@ -324,7 +325,7 @@ pub struct BlockAllocator {
     /// Where group bitmaps come from when first needed.
     pub(crate) source: Box<dyn BlockBitmapSource>,
     /// Groups whose on-disk bitmap may differ from what was last written back.
-    pub(crate) dirty: AtomicBitset,
+    pub(crate) dirty: DirtyGroups,
     /// Blocks only privileged requests may use.
     pub(crate) root_reserve: ReservePool,
     pub(crate) metadata_reserve: ReservePool,
@@ -561,9 +562,7 @@ impl BlockAllocator {
     /// other groups, and only the first change after a write-back needs to write it. (It is
     /// cleared only by write-back, with every transaction stopped.)
     pub(crate) fn mark_dirty(&self, g: u32) {
-        if !self.dirty.contains(g as usize) {
-            self.dirty.insert(g as usize);
-        }
+        self.dirty.insert(g as usize);
     }
 
     /// Takes back every released reservation in every group and what idle packing windows

@@ -46,15 +46,19 @@ impl AtomicBitset {
         (word / BITS, 1 << (word % BITS))
     }
 
-    pub fn insert(&self, i: usize) {
+    /// Adds `i`; true if it was not there.
+    pub fn insert(&self, i: usize) -> bool {
         let (w, bit) = (i / BITS, 1u64 << (i % BITS));
-        if self.words[w].fetch_or(bit, Ordering::AcqRel) == 0 {
+        let before = self.words[w].fetch_or(bit, Ordering::AcqRel);
+        if before == 0 {
             let (s, sbit) = Self::summary_bit(w);
             self.summary[s].fetch_or(sbit, Ordering::AcqRel);
         }
+        before & bit == 0
     }
 
-    pub fn remove(&self, i: usize) {
+    /// Removes `i`; true if it was there.
+    pub fn remove(&self, i: usize) -> bool {
         let (w, bit) = (i / BITS, 1u64 << (i % BITS));
         let before = self.words[w].fetch_and(!bit, Ordering::AcqRel);
         if before & !bit == 0 && before != 0 {
@@ -65,6 +69,7 @@ impl AtomicBitset {
                 self.summary[s].fetch_or(sbit, Ordering::AcqRel);
             }
         }
+        before & bit != 0
     }
 
     pub fn contains(&self, i: usize) -> bool {

@@ -30,7 +30,8 @@ use crate::block_allocator::{
     AllocError, AllocatorConfig, BadFree, BlockAllocator, BlockGroup, Extent, Geometry,
 };
 use crate::block_group::{GroupExtent, GroupSpace, ORDERS};
-use crate::free_space_index::{AtomicBitset, FreeSpaceIndex};
+use crate::dirty_groups::DirtyGroups;
+use crate::free_space_index::FreeSpaceIndex;
 use crate::group_damage::{BitmapProblem, DamagedGroups, GroupDamage};
 use crate::group_state::GroupState;
 use crate::instrumented_lock::InstrumentedMutex;
@@ -139,7 +140,7 @@ impl BlockAllocator {
             packing: PackingWindows::new(config.counter_slots),
             stats: Default::default(),
             source: Box::new(source),
-            dirty: AtomicBitset::new(count),
+            dirty: DirtyGroups::new(count),
             root_reserve: ReservePool::new(0, 0),
             metadata_reserve: ReservePool::new(0, 0),
             flex_free: None,
@@ -214,6 +215,12 @@ impl BlockAllocator {
         let taken = self.free_blocks.take_up_to(slot, u64::from(counted));
         self.unfounded.owe(u64::from(counted) - taken);
         AllocError::GroupCorrupt(damage)
+    }
+
+    /// Groups whose on-disk bitmap changed since the last [`Self::take_dirty_groups`]: the
+    /// bitmaps the next commit writes.
+    pub fn dirty_group_count(&self) -> u64 {
+        self.dirty.count()
     }
 
     /// The groups changed since the last call, each with the bitmap to write and its free

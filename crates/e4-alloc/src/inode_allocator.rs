@@ -13,7 +13,7 @@
 //! ([`crate::inode_group`]). A limit counter admits a creation only if an inode is free.
 
 use crate::block_allocator::{BlockAllocator, GroupLocking};
-use crate::free_space_index::AtomicBitset;
+use crate::dirty_groups::DirtyGroups;
 use crate::group_damage::{DamagedGroups, GroupDamage, Unfounded};
 use crate::inode_flex_counts::{FlexInodeCounts, FlexInodeSummary};
 use crate::inode_group::{InodeBitmap, InodeGroup, InodeGroupSnapshot, LockedInodeGroup};
@@ -209,7 +209,7 @@ pub struct InodeAllocator {
     /// Where group bitmaps come from when first needed.
     pub(crate) source: Box<dyn InodeBitmapSource>,
     /// Groups changed since their last write-back snapshot.
-    pub(crate) dirty: AtomicBitset,
+    pub(crate) dirty: DirtyGroups,
     /// Groups whose bitmaps were refused at load, never used again.
     pub(crate) damaged: DamagedGroups,
     /// Free inodes of refused groups the counter still counts (promised at the time).
@@ -277,7 +277,7 @@ impl InodeAllocator {
         let directories = Counter::default();
         directories.add(groups.iter().map(|g| u64::from(g.used_dirs())).sum());
         InodeAllocator {
-            dirty: AtomicBitset::new(groups.len()),
+            dirty: DirtyGroups::new(groups.len()),
             damaged: DamagedGroups::new(groups.len()),
             unfounded: Unfounded::default(),
             geometry,

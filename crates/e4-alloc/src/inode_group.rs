@@ -11,7 +11,7 @@
 //! before 4.14).
 
 use crate::block_group::words_from_bitmap;
-use crate::free_space_index::AtomicBitset;
+use crate::dirty_groups::DirtyGroups;
 use crate::inode_flex_counts::FlexInodeCounts;
 use crate::instrumented_lock::InstrumentedMutex;
 use crate::stats::{Counter, LockStats};
@@ -149,7 +149,7 @@ pub(crate) struct LockedInodeGroup<'a> {
     guard: MutexGuard<'a, Option<Box<InodeBitmap>>>,
     /// The group's number, and the allocator's set of groups changed since write-back.
     number: u32,
-    dirty: &'a AtomicBitset,
+    dirty: &'a DirtyGroups,
 }
 
 impl InodeGroup {
@@ -251,7 +251,7 @@ impl<'a> LockedInodeGroup<'a> {
         group: &'a InodeGroup,
         guard: MutexGuard<'a, Option<Box<InodeBitmap>>>,
         number: u32,
-        dirty: &'a AtomicBitset,
+        dirty: &'a DirtyGroups,
     ) -> Option<Self> {
         guard.is_some().then_some(LockedInodeGroup {
             group,
@@ -282,10 +282,7 @@ impl<'a> LockedInodeGroup<'a> {
     /// It is set and cleared only under this group's lock, so a snapshot and the clearing
     /// of the bit are one step that no claim can fall between.
     fn mark_dirty(&self) {
-        let n = self.number as usize;
-        if !self.dirty.contains(n) {
-            self.dirty.insert(n);
-        }
+        self.dirty.insert(self.number as usize);
     }
 
     /// Takes the first free inode at or after `hint` (wrapping), or reports the group full.
@@ -380,7 +377,7 @@ mod tests {
 
     fn locked<'a>(
         group: &'a InodeGroup,
-        dirty: &'a AtomicBitset,
+        dirty: &'a DirtyGroups,
         stats: &LockStats,
     ) -> LockedInodeGroup<'a> {
         LockedInodeGroup::new(group, group.lock(stats), 0, dirty).unwrap()
@@ -394,7 +391,7 @@ mod tests {
         bitmap[8] = 0b0100_0000;
         let g = InodeGroup::loaded(InodeBitmap::from_bitmap(&bitmap, 100, 5, 100, 100), 1);
         assert_eq!(g.free(), 100 - 6);
-        let (stats, dirty) = (LockStats::default(), AtomicBitset::new(1));
+        let (stats, dirty) = (LockStats::default(), DirtyGroups::new(1));
         let snap = locked(&g, &dirty, &stats).snapshot();
         assert_eq!(snap.bitmap.len(), 13);
         assert_eq!(snap.bitmap[0], 0b0001_1111);
@@ -409,7 +406,7 @@ mod tests {
         let (stats, words, dirty) = (
             LockStats::default(),
             Counter::default(),
-            AtomicBitset::new(1),
+            DirtyGroups::new(1),
         );
         let flex = FlexInodeCounts::new([(128, 0)]);
         let mut seen = std::collections::BTreeSet::new();
@@ -460,7 +457,7 @@ mod tests {
         let (stats, words, dirty) = (
             LockStats::default(),
             Counter::default(),
-            AtomicBitset::new(1),
+            DirtyGroups::new(1),
         );
         let flex = FlexInodeCounts::new([(54, 0)]);
         let mut held = locked(&g, &dirty, &stats);

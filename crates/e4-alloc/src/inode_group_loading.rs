@@ -131,6 +131,11 @@ impl InodeAllocator {
         Ok(LockedInodeGroup::new(group, guard, g, &self.dirty).unwrap())
     }
 
+    /// Groups whose inode bitmap changed since the last [`Self::take_dirty_groups`].
+    pub fn dirty_group_count(&self) -> u64 {
+        self.dirty.count()
+    }
+
     /// Write-back: every group changed since the last call, with its bitmap and counts, each
     /// marked clean under its lock as it is read. A claim or free that lands after a group's
     /// snapshot marks it dirty again, so it is in the next call's result; one that lands

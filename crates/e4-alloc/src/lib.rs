@@ -9,6 +9,7 @@
 pub mod block_allocator;
 mod block_flex_sums;
 pub mod block_group;
+pub mod dirty_groups;
 mod flex_tree;
 pub mod free_space_index;
 pub mod group_damage;

@@ -62,6 +62,12 @@ pub struct OpenOptions {
     /// does, and says so in [`Filesystem::warnings`]; a writable open refuses, since
     /// writing over a log that was not replayed would lose what it holds.
     pub replay_journal: bool,
+    /// With a journal, commit once the running transaction holds about this many changed
+    /// metadata blocks, if that is below what the log allows (three quarters of a quarter
+    /// of it, as jbd2 bounds a transaction by a quarter). `None`: the log decides. Smaller
+    /// transactions commit more often and split large operations into more steps; tests
+    /// use it to see on small images what only large volumes do otherwise.
+    pub transaction_limit: Option<usize>,
 }
 
 impl Default for OpenOptions {
@@ -73,6 +79,7 @@ impl Default for OpenOptions {
             commit_interval: std::time::Duration::from_secs(5),
             caller: Caller::ordinary(),
             replay_journal: true,
+            transaction_limit: None,
         }
     }
 }
@@ -423,9 +430,12 @@ impl Filesystem {
             // may leave are most of what one transaction may log (a quarter of the log),
             // the rest for what the commit adds (bitmaps, descriptors, the superblock, the
             // log's descriptor blocks).
-            let log_limit = journal
-                .as_ref()
-                .map(|j| usize::try_from(j.max_transaction() * 3 / 4).unwrap_or(usize::MAX));
+            let log_limit = journal.as_ref().map(|j| {
+                let limit = usize::try_from(j.max_transaction() * 3 / 4).unwrap_or(usize::MAX);
+                options
+                    .transaction_limit
+                    .map_or(limit, |l| limit.min(l.max(1)))
+            });
             fs.writer = Some(Writer {
                 space,
                 txns: Transactions::new(
@@ -751,9 +761,13 @@ impl Filesystem {
     /// ([`Transactions::commit_for_pressure`]).
     pub(crate) fn commit_if_needed(&self) -> Result<()> {
         match &self.writer {
-            Some(w) if w.txns.wants_commit_with(&self.store, &self.inodes) => w
-                .txns
-                .commit_for_pressure(&self.commit_parts(w), &self.inodes),
+            Some(w)
+                if w.txns
+                    .wants_commit_with(&self.store, &self.inodes, &w.space) =>
+            {
+                w.txns
+                    .commit_for_pressure(&self.commit_parts(w), &self.inodes)
+            }
             _ => Ok(()),
         }
     }

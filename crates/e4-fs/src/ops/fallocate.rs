@@ -56,8 +56,61 @@ impl Filesystem {
     /// first moves out of its inode, as the kernel converts inline data for every mode.
     /// Other kinds of file get the kernel's errors: [`Error::IsADirectory`] for a directory,
     /// [`Error::IllegalSeek`] for a FIFO, [`Error::NoDevice`] for the rest.
+    ///
+    /// An allocation or a punch over more groups than one transaction may change runs in
+    /// steps, each a fallocate of its own (`steps.rs`): a failure part-way leaves the steps
+    /// before it done, as the kernel's does.
     pub fn fallocate(&self, ino: u32, mode: FallocateMode, offset: u64, len: u64) -> Result<()> {
-        self.retry_when_full(|| self.fallocate_once(ino, mode, offset, len))
+        for (at, len) in self.fallocate_steps(ino, mode, offset, len)? {
+            self.retry_when_full(|| self.fallocate_once(ino, mode, at, len))?;
+        }
+        Ok(())
+    }
+
+    /// The byte ranges a fallocate runs as, in order: the whole range unless it allocates
+    /// or punches blocks in more groups than one step may touch. A range the operation
+    /// refuses is one step, refused whole.
+    fn fallocate_steps(
+        &self,
+        ino: u32,
+        mode: FallocateMode,
+        offset: u64,
+        len: u64,
+    ) -> Result<Vec<(u64, u64)>> {
+        let whole = vec![(offset, len)];
+        let Some(groups) = self.step_groups() else {
+            return Ok(whole);
+        };
+        let inode = self.inode_handle(ino)?.read(&self.inodes).inode.clone();
+        let bs = u64::from(self.block_size());
+        let end = match offset.checked_add(len) {
+            Some(end) if len > 0 && end <= self.max_file_size(&inode) => end,
+            _ => return Ok(whole),
+        };
+        if !inode.has_flag(flags::EXTENTS) || inode.has_flag(flags::INLINE_DATA) {
+            return Ok(whole);
+        }
+        let cuts: Vec<u64> = match mode {
+            // Allocation fills the range in order: a step allocates what half its groups
+            // hold, which free space broken up may spread over the other half.
+            FallocateMode::Allocate | FallocateMode::KeepSize => {
+                let step = (groups / 2).max(1) * u64::from(self.geometry.blocks_per_group()) * bs;
+                (offset / step + 1..end.div_ceil(step))
+                    .map(|n| n * step)
+                    .collect()
+            }
+            FallocateMode::PunchHole => self
+                .step_cuts(&inode, offset.div_ceil(bs), end / bs)?
+                .into_iter()
+                .map(|block| block * bs)
+                .collect(),
+            _ => Vec::new(),
+        };
+        let bounds: Vec<u64> = std::iter::once(offset)
+            .chain(cuts)
+            .chain(std::iter::once(end))
+            .collect();
+        Ok(bounds.windows(2).map(|w| (w[0], w[1] - w[0])).collect())
     }
 
     fn fallocate_once(&self, ino: u32, mode: FallocateMode, offset: u64, len: u64) -> Result<()> {

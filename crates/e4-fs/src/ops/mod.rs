@@ -18,6 +18,7 @@ pub(crate) mod remove;
 pub(crate) mod rename;
 pub(crate) mod setattr;
 pub(crate) mod stat;
+pub(crate) mod steps;
 pub(crate) mod truncate;
 pub(crate) mod write;
 pub(crate) mod xattr_read;

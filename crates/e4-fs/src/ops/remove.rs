@@ -35,6 +35,7 @@ impl Filesystem {
         }
         check_name(name)?;
         let writer = self.writer()?;
+        let mut free_in_steps = None;
         loop {
             let txn = writer.begin(REMOVE_CREDITS)?;
             let io = writer.io(self, &txn);
@@ -101,7 +102,10 @@ impl Filesystem {
                 }
                 Self::touch(&mut dir.inode, true);
                 Self::touch(&mut target.inode, false);
-                let freed = target.inode.links_count() == 0 && target.open_count == 0;
+                let unused = target.inode.links_count() == 0 && target.open_count == 0;
+                // A victim too large to free in one transaction stays an orphan, freed in
+                // steps once this operation is done (`steps.rs`).
+                let freed = unused && self.step_cuts(&target.inode, 0, u64::MAX)?.is_empty();
                 if freed {
                     self.delete_inode(&io, target)?;
                 }
@@ -110,6 +114,9 @@ impl Filesystem {
             let target = state(&mut locked, victim);
             if !freed && target.inode.links_count() == 0 {
                 writer.space.orphans.add(victim);
+                if target.open_count == 0 {
+                    free_in_steps = Some(victim);
+                }
             }
             drop(locked);
             self.inodes.mark_dirty(&parent_handle);
@@ -117,6 +124,9 @@ impl Filesystem {
                 self.inodes.mark_dirty(&victim_handle);
             }
             break;
+        }
+        if let Some(victim) = free_in_steps {
+            self.close_orphan(victim)?;
         }
         self.commit_if_needed()
     }

@@ -87,8 +87,24 @@ impl Filesystem {
         Ok(())
     }
 
-    /// Frees orphan `ino` if nobody has it open any more and it has no links.
+    /// Frees orphan `ino` if nobody has it open any more and it has no links: its blocks
+    /// first in steps when they are in more groups than one transaction may change
+    /// (`steps.rs`), then the rest and the inode together.
     pub(crate) fn close_orphan(&self, ino: u32) -> Result<()> {
+        let inode = {
+            let handle = self.inode_handle(ino)?;
+            let state = handle.read(&self.inodes);
+            if state.deleted || state.open_count > 0 || state.inode.links_count() > 0 {
+                return Ok(());
+            }
+            state.inode.clone()
+        };
+        for cut in self.step_cuts(&inode, 0, u64::MAX)?.into_iter().rev() {
+            if !self.free_orphan_from(ino, cut)? {
+                return Ok(());
+            }
+            self.commit_if_needed()?;
+        }
         let writer = self.writer()?;
         // The inode, its neighbour on the orphan list, and its xattr block's reference
         // count (its blocks' and inode's frees declare their own).

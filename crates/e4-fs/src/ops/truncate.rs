@@ -14,14 +14,39 @@ impl Filesystem {
     /// these are blocks fallocated past it with KEEP_SIZE, which ext4's truncate frees too)
     /// and zeroes the rest of the last block on disk, so growing it again reads zeros;
     /// growing leaves a hole.
+    ///
+    /// A truncate that frees blocks in more groups than one transaction may change cuts
+    /// the file back in steps from its end, each step a truncate of its own (`steps.rs`).
     pub fn truncate(&self, ino: u32, size: u64) -> Result<()> {
+        self.writer()?;
+        let inode = self.inode_handle(ino)?.read(&self.inodes).inode.clone();
+        if size <= inode.size() {
+            let bs = u64::from(self.block_size());
+            for cut in self
+                .step_cuts(&inode, size.div_ceil(bs), u64::MAX)?
+                .into_iter()
+                .rev()
+            {
+                self.truncate_once(ino, Cut::From(cut))?;
+            }
+        }
+        self.truncate_once(ino, Cut::To(size))
+    }
+
+    /// One truncate step, in a transaction of its own.
+    fn truncate_once(&self, ino: u32, cut: Cut) -> Result<()> {
         let writer = self.writer()?;
+        let bs = u64::from(self.block_size());
         {
             // The inode; the mapping's edits and the frees declare their own.
             let txn = writer.begin(INODE)?;
             let handle = self.inode_handle(ino)?;
             let mut state = handle.lock(&self.inodes);
             self.require_regular(&state)?;
+            let (size, first_freed) = match cut {
+                Cut::To(size) => (size, size.div_ceil(bs)),
+                Cut::From(block) => (state.inode.size().min(block.saturating_mul(bs)), block),
+            };
             if size > self.max_file_size(&state.inode) {
                 return Err(Error::FileTooBig(format!("inode {ino}")));
             }
@@ -31,13 +56,10 @@ impl Filesystem {
                 // At the same size too, as ext4_setattr calls ext4_truncate: blocks
                 // allocated past the end (fallocate KEEP_SIZE) go.
                 if !inline && size <= state.inode.size() {
-                    self.free_range(
-                        &io,
-                        state,
-                        size.div_ceil(u64::from(self.block_size())),
-                        u64::MAX,
-                    )?;
-                    self.zero_tail(&io, state, size)?;
+                    self.free_range(&io, state, first_freed, u64::MAX)?;
+                    if let Cut::To(_) = cut {
+                        self.zero_tail(&io, state, size)?;
+                    }
                 }
                 Ok(())
             })?;
@@ -89,4 +111,14 @@ impl Filesystem {
         }
         Ok(())
     }
+}
+
+/// Where one truncate step cuts a file.
+#[derive(Clone, Copy)]
+enum Cut {
+    /// To the size asked for: blocks past it freed, the rest of its last block zeroed.
+    To(u64),
+    /// Blocks from this logical block on freed, and the size brought down to it if it is
+    /// past it: a step of a truncate too large for one transaction (`steps.rs`).
+    From(u64),
 }

@@ -33,6 +33,7 @@ use crate::buffer::store::BlockStore;
 use crate::error::{Error, Result};
 use crate::inode::cache::InodeCache;
 use crate::inode::table::InodeTable;
+use crate::io::credits::GROUP;
 use crate::journal::log::JournalLog;
 use crate::space::bitmaps::BitmapWrite;
 use crate::space::descriptors::GroupDescriptors;
@@ -107,20 +108,37 @@ impl Transactions {
     /// Whether the operation that just finished should commit: many dirty blocks (with a
     /// journal, near what one transaction may log), or what [`Transactions::wants_commit`]
     /// says. Loads and a clock read, no lock.
-    ///
-    /// Dirty inodes are counted by the table blocks they fill when packed, which is how
-    /// creates and most bursts dirty them; inodes scattered one per table block make a
-    /// transaction larger than counted, and the log keeps three times the limit in reserve
-    /// for that (a transaction larger than the whole log is written around it, and counted
-    /// in [`crate::JournalStats::unjournaled`]).
-    pub(crate) fn wants_commit_with(&self, store: &BlockStore, inodes: &InodeCache) -> bool {
+    pub(crate) fn wants_commit_with(
+        &self,
+        store: &BlockStore,
+        inodes: &InodeCache,
+        space: &Space,
+    ) -> bool {
         let cache = store.cache();
-        let dirty = cache.dirty_count();
-        dirty > DIRTY_LIMIT.min(cache.capacity())
-            || self.log_limit.is_some_and(|limit| {
-                dirty + inodes.dirty_count().div_ceil(self.inodes_per_block) > limit
-            })
+        cache.dirty_count() > DIRTY_LIMIT.min(cache.capacity())
+            || self
+                .log_limit
+                .is_some_and(|limit| self.log_blocks_pending(store, inodes, space) > limit)
             || self.wants_commit()
+    }
+
+    /// The blocks the running transaction would log if it committed now, counted from
+    /// loads of words written on a block's, inode's or group's first change only: dirty
+    /// buffers, dirty inodes by the table blocks they fill when packed (how creates and
+    /// most bursts dirty them), and for each group whose bitmap changed the bitmap and a
+    /// descriptor block. Inodes scattered one per table block make a transaction larger
+    /// than counted, and the log keeps three times the limit in reserve for that (a
+    /// transaction larger than the whole log is written around it, and counted in
+    /// [`crate::JournalStats::unjournaled`]). Before the groups were counted, operations
+    /// that each changed another group's bitmap (a 1 KiB-block image has a group every
+    /// 8 MiB) made transactions larger than the log.
+    fn log_blocks_pending(&self, store: &BlockStore, inodes: &InodeCache, space: &Space) -> usize {
+        let groups = space.blocks.dirty_group_count() + space.inodes.dirty_group_count();
+        store.cache().dirty_count()
+            + inodes.dirty_count().div_ceil(self.inodes_per_block)
+            + usize::try_from(groups)
+                .unwrap_or(usize::MAX)
+                .saturating_mul(GROUP as usize)
     }
 
     /// Whether the running transaction holds changes a commit would write: dirty blocks or
@@ -156,11 +174,11 @@ impl Transactions {
         let started = Instant::now();
         let result = match self.commit_lock.try_lock() {
             Some(one) => self.commit_locked(parts, CommitTurn::new(self, one)),
-            None if self.far_past_threshold(parts.store, inodes) => {
+            None if self.far_past_threshold(parts.store, inodes, parts.space) => {
                 let one = self.commit_lock.lock();
                 // The commit waited for may have taken this operation's changes; queued
                 // behind it, each waiter would otherwise commit again, one after another.
-                if self.wants_commit_with(parts.store, inodes) {
+                if self.wants_commit_with(parts.store, inodes, parts.space) {
                     self.commit_locked(parts, CommitTurn::new(self, one))
                 } else {
                     Ok(())
@@ -173,13 +191,12 @@ impl Transactions {
     }
 
     /// Whether the running transaction holds twice what makes an operation commit.
-    fn far_past_threshold(&self, store: &BlockStore, inodes: &InodeCache) -> bool {
+    fn far_past_threshold(&self, store: &BlockStore, inodes: &InodeCache, space: &Space) -> bool {
         let cache = store.cache();
-        let dirty = cache.dirty_count();
-        dirty > 2 * DIRTY_LIMIT.min(cache.capacity())
-            || self.log_limit.is_some_and(|limit| {
-                dirty + inodes.dirty_count().div_ceil(self.inodes_per_block) > 2 * limit
-            })
+        cache.dirty_count() > 2 * DIRTY_LIMIT.min(cache.capacity())
+            || self
+                .log_limit
+                .is_some_and(|limit| self.log_blocks_pending(store, inodes, space) > 2 * limit)
     }
 
     fn add_commit_wait(&self, started: Instant) {
@@ -514,7 +531,7 @@ mod tests {
             std::thread::spawn(move || {
                 let w = fs.writer.as_ref().unwrap();
                 let mut n = 0u32;
-                while !w.txns.wants_commit_with(&fs.store, &fs.inodes) {
+                while !w.txns.wants_commit_with(&fs.store, &fs.inodes, &w.space) {
                     fs.create(2, format!("f{n}").as_bytes(), CREATOR).unwrap();
                     n += 1;
                 }

@@ -162,6 +162,12 @@ impl Transactions {
         }
     }
 
+    /// The dirty metadata blocks past which an operation commits, with a journal (a share
+    /// of what one transaction may log).
+    pub(crate) fn log_limit(&self) -> Option<usize> {
+        self.log_limit
+    }
+
     pub(crate) fn check_open(&self) -> Result<()> {
         match self.state.load(Ordering::Acquire) {
             OPEN => Ok(()),

@@ -341,16 +341,27 @@ impl Run {
     /// A fresh 16 MiB ext4 (4 KiB blocks, a 4 MiB journal), with `setup` done and synced
     /// before the recording starts.
     pub fn start(setup: impl FnOnce(&Run)) -> Run {
+        Run::start_on(&["-t", "ext4", "-b", "4096"], 16, options(), setup)
+    }
+
+    /// [`Run::start`] on an image mke2fs makes with `mke2fs_args` (4 KiB blocks) and
+    /// `size_mib`, opened with `options` for the workload.
+    pub fn start_on(
+        mke2fs_args: &[&str],
+        size_mib: u64,
+        options: OpenOptions,
+        setup: impl FnOnce(&Run),
+    ) -> Run {
         // Every timestamp e4 writes is this one, in this test binary: a recovery of the same
         // crash image then writes the same bytes, whenever it runs (an orphan's dtime).
         e4_fs::testing::freeze_clock(Some(FROZEN_CLOCK));
-        let img = make_empty_image(&["-t", "ext4", "-b", "4096"], 16);
+        let img = make_empty_image(mke2fs_args, size_mib);
         let bytes = std::fs::read(&img.path).unwrap();
         let fs = Filesystem::open_bytes(bytes.clone(), OpenOptions::default()).unwrap();
         let mut model = Model::default();
         model.push_tree(read_tree(&fs).unwrap().0, Ids::new());
         drop(fs);
-        let run = Run::on(bytes, model);
+        let run = Run::on(bytes, model, options.clone());
         setup(&run);
         let Run { fs, device, model } = run;
         fs.unmount().unwrap();
@@ -359,12 +370,12 @@ impl Run {
         model.promise_all(0);
         let mut bytes = vec![0; device.size() as usize];
         device.read_exact_at(&mut bytes, 0).unwrap();
-        Run::on(bytes, model)
+        Run::on(bytes, model, options)
     }
 
-    fn on(bytes: Vec<u8>, model: Model) -> Run {
+    fn on(bytes: Vec<u8>, model: Model, options: OpenOptions) -> Run {
         let device = Arc::new(RecordingDevice::new(bytes, BLOCK));
-        let fs = Filesystem::open_device(device.clone(), options()).unwrap();
+        let fs = Filesystem::open_device(device.clone(), options).unwrap();
         Run {
             fs,
             device,

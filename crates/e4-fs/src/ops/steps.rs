@@ -1,0 +1,116 @@
+//! Operations too large for one transaction. With a journal a transaction must fit its log,
+//! and freeing or allocating a file's blocks changes one bitmap (and a share of a
+//! descriptor block) for every group it touches: on a volume of many groups (a 1 KiB-block
+//! image has one every 8 MiB) or with a small log, a truncate, an unlink, a punch or a
+//! fallocate of a large file touched more groups than the whole log could hold, and its
+//! commit was written around the log (not crash-safe; counted in
+//! [`crate::JournalStats::unjournaled`]). These now run in steps: each step touches at
+//! most [`Filesystem::step_groups`] groups and is a whole operation of its own, all or
+//! nothing, in whatever transaction is running; between steps the operation commits when
+//! the log's pressure asks (`commit_if_needed`, which counts changed groups), as the
+//! kernel restarts its handle (`ext4_ext_truncate_extend_restart`,
+//! `ext4_alloc_file_blocks`).
+//!
+//! What a crash between two steps leaves, each state e2fsck-clean:
+//! - a truncate: the file cut at a step's size, every block below it as it was (the kernel
+//!   finishes a truncate at recovery through the orphan list; e4 leaves the file longer
+//!   than asked, which is a state a shorter truncate would have left);
+//! - a punch or an allocation: the range partly done, as the kernel's steps leave it;
+//! - an unlinked file: an orphan whose blocks are partly freed; the next writable open
+//!   (e4's or the kernel's mount) frees the rest, so the delete is as atomic as the
+//!   kernel's.
+//!
+//! Steps are cut where the file's mapped runs cross into a new group, from a walk of its
+//! mapping; a file with fewer blocks than a step's groups cannot touch more groups than
+//! that and is not walked. Without a journal nothing bounds a transaction and every
+//! operation is one step.
+
+use std::collections::HashSet;
+
+use e4_format::features::RoCompatFeatures;
+use e4_format::inode::{flags, Inode, I_BLOCK_SIZE};
+
+use crate::buffer::read_io::ReadIo;
+use crate::error::Result;
+use crate::filesystem::Filesystem;
+use crate::io::credits::{GROUP, INODE};
+use crate::map::file_mapping::FileMapping;
+use crate::map::run::Mapping;
+
+impl Filesystem {
+    /// The most groups one step may touch: a quarter of what the running transaction may
+    /// hold before it commits, each group counting its bitmap and descriptor. `None`
+    /// without a journal (no bound).
+    pub(crate) fn step_groups(&self) -> Option<u64> {
+        let limit = self.writer.as_ref()?.txns.log_limit()?;
+        Some((limit as u64 / (4 * u64::from(GROUP))).max(1))
+    }
+
+    /// Where to cut freeing or allocating `inode`'s mapped blocks in `from..to` (logical)
+    /// into steps of at most [`Self::step_groups`] groups: the logical block each step
+    /// after the first starts at, ascending. Empty when one step does it all.
+    pub(crate) fn step_cuts(&self, inode: &Inode, from: u64, to: u64) -> Result<Vec<u64>> {
+        let Some(limit) = self.step_groups() else {
+            return Ok(Vec::new());
+        };
+        let huge = self
+            .superblock()
+            .ro_compat()
+            .contains(RoCompatFeatures::HUGE_FILE);
+        let blocks = inode.blocks_512(huge, self.block_size()) / u64::from(self.block_size() / 512);
+        // Every block lies in one group, so this many blocks touch this many groups at most.
+        if blocks <= limit || inode.has_flag(flags::INLINE_DATA) {
+            return Ok(Vec::new());
+        }
+        let io = ReadIo::new(&self.store);
+        let mut root = [0u8; I_BLOCK_SIZE];
+        let mapping = FileMapping::reading(inode, &mut root, &io);
+        let to = to.min(mapping.logical_limit());
+        let geometry = &self.geometry;
+        let per_group = u64::from(geometry.blocks_per_group());
+        let group_of =
+            |physical: u64| physical.saturating_sub(geometry.first_data_block()) / per_group;
+        let mut cuts = Vec::new();
+        let mut groups: HashSet<u64> = HashSet::new();
+        let mut at = from;
+        while at < to {
+            match mapping.run_at(at, to - at)? {
+                Mapping::Hole { len } => at += len,
+                Mapping::Data { physical, len, .. } => {
+                    // A group's worth at a time: a piece then touches two groups at most.
+                    let len = len.min(per_group);
+                    let touched = group_of(physical)..=group_of(physical + len - 1);
+                    let new = touched.clone().filter(|g| !groups.contains(g)).count() as u64;
+                    // A cut before this run if it would take the step past the limit.
+                    if groups.len() as u64 + new > limit && !groups.is_empty() {
+                        cuts.push(at);
+                        groups.clear();
+                    }
+                    groups.extend(touched);
+                    at += len;
+                }
+            }
+        }
+        Ok(cuts)
+    }
+
+    /// A step of freeing orphan `ino` (no links, not open): its blocks from logical block
+    /// `first` on, in a transaction of its own, all or nothing. False when it is no longer
+    /// such an orphan (freed meanwhile), and there is nothing to do.
+    pub(crate) fn free_orphan_from(&self, ino: u32, first: u64) -> Result<bool> {
+        let writer = self.writer()?;
+        let txn = writer.begin(INODE)?;
+        let io = writer.io(self, &txn).removing_space();
+        let handle = self.inode_handle(ino)?;
+        let mut state = handle.lock(&self.inodes);
+        if state.deleted || state.open_count > 0 || state.inode.links_count() > 0 {
+            return Ok(false);
+        }
+        io.all_or_nothing(&mut state, |state| {
+            self.free_range(&io, state, first, u64::MAX)
+        })?;
+        drop(state);
+        self.inodes.mark_dirty(&handle);
+        Ok(true)
+    }
+}
