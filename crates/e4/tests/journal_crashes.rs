@@ -172,6 +172,22 @@ fn import(image: &Path, src: &Path) -> std::process::Child {
         .unwrap()
 }
 
+/// With `E4_CRASH_KEEP=DIR`, keeps the killed image `image` (as it was before recovery) in
+/// DIR for a failure to be looked at; says where.
+fn keep(image: &Path, round: u32) -> String {
+    let Some(dir) = std::env::var_os("E4_CRASH_KEEP") else {
+        return "\n(E4_CRASH_KEEP=DIR keeps the killed image)".into();
+    };
+    let kept = Path::new(&dir).join(format!("killed-import-{round}.img"));
+    match std::fs::copy(image, &kept) {
+        Ok(_) => format!("\nthe killed image is kept in {}", kept.display()),
+        Err(e) => format!(
+            "\ncould not keep the killed image in {}: {e}",
+            kept.display()
+        ),
+    }
+}
+
 #[test]
 fn an_import_killed_at_any_moment_recovers_clean_in_e4_and_the_kernel() {
     let src = tempfile::tempdir().unwrap();
@@ -212,7 +228,12 @@ fn an_import_killed_at_any_moment_recovers_clean_in_e4_and_the_kernel() {
 
         let (code, said) = e4(&["journal", "--recover", image.to_str().unwrap()]);
         assert_eq!(code, 0, "{what}: {said}");
-        e2fsck_clean(&image).unwrap_or_else(|e| panic!("{what}\nafter e4's recovery: {e}"));
+        e2fsck_clean(&image).unwrap_or_else(|e| {
+            panic!(
+                "{what}\nafter e4's recovery: {e}{}",
+                keep(&for_kernel, round)
+            )
+        });
 
         if let Ok(mount) = KernelMount::mount_writable(&for_kernel) {
             drop(mount);
