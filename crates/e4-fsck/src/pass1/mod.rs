@@ -302,6 +302,9 @@ fn scan_table(
     (dirs, shared)
 }
 
+/// A directory pass 1 found: its record and, for an inline directory, its contents.
+type FoundDirectory = (Directory, Option<InlineContents>);
+
 /// Checks one inode, charging what it uses to `quota_usage`. Returns, for an inode in use,
 /// its directory record with its inline contents (if a directory) and the tally of its
 /// blocks (a directory's among them).
@@ -310,7 +313,7 @@ fn check_inode(
     raw: &[u8],
     xattrs: &XattrBlocks,
     quota_usage: &mut QuotaUsage,
-) -> Option<(Option<(Directory, Option<InlineContents>)>, BlockTally)> {
+) -> Option<(Option<FoundDirectory>, BlockTally)> {
     let ctx = walk.ctx;
     let ino = walk.ino;
     let loc = Location::Inode(ino);
