@@ -45,7 +45,8 @@ struct BlockTask<'a> {
 }
 
 /// Runs pass 2.
-pub fn run(ctx: &Context, dirs: &Directories, progress: Option<&Progress>) -> Pass2Result {
+/// Takes the directories' blocks (checked and dropped here; passes 3 on read the records).
+pub fn run(ctx: &Context, dirs: &mut Directories, progress: Option<&Progress>) -> Pass2Result {
     // Only the htree directories', by inode number: most directories have none.
     let layouts: Vec<(u32, HtreeLayout)> = dirs
         .records()
@@ -64,7 +65,12 @@ pub fn run(ctx: &Context, dirs: &Directories, progress: Option<&Progress>) -> Pa
             .ok()
             .map(|i| &layouts[i].1)
     };
-    let blocks = dirs.blocks();
+    // In physical order, as e2fsck sorts its list (each block read once, near the last),
+    // then by directory and logical block. Sorted in place rather than through a list of
+    // tasks or of indexes (32 or 4 bytes a block).
+    let mut blocks = dirs.take_blocks();
+    blocks.par_sort_unstable_by_key(|b| (b.physical, b.ino, b.logical));
+    let dirs = &*dirs;
     // Read once here, so that no entry takes a lock (damage only: usually empty).
     let unreadable = unreadable_bad_inodes(ctx);
     let meter = PassMeter::start(progress, 2, blocks.len() as u64);
@@ -93,12 +99,8 @@ pub fn run(ctx: &Context, dirs: &Directories, progress: Option<&Progress>) -> Pa
                 .extend(links);
         }
     };
-    match physical_order(blocks) {
-        Some(order) => order
-            .par_iter()
-            .for_each(|&at| keep(check(&blocks[at as usize]))),
-        None => blocks.par_iter().for_each(|block| keep(check(block))),
-    }
+    blocks.par_iter().for_each(|block| keep(check(block)));
+    drop(blocks);
     dirs.inline().par_iter().for_each(|(ino, contents)| {
         if let Some(dir) = dirs.record(*ino) {
             keep(check_inline(ctx, dir, contents, &unreadable));
@@ -119,19 +121,6 @@ pub fn run(ctx: &Context, dirs: &Directories, progress: Option<&Progress>) -> Pa
         }
     }
     Pass2Result { subdir_links }
-}
-
-/// The directory blocks in physical order (as e2fsck sorts its list: each block read
-/// once, near the last), then by directory and logical block, as indexes into `blocks`:
-/// 4 bytes a block. `None` past 2^32 blocks, which are then checked in directory order.
-fn physical_order(blocks: &[DirBlock]) -> Option<Vec<u32>> {
-    let count = u32::try_from(blocks.len()).ok()?;
-    let mut order: Vec<u32> = (0..count).collect();
-    order.par_sort_unstable_by_key(|&at| {
-        let b = &blocks[at as usize];
-        (b.physical, b.ino, b.logical)
-    });
-    Some(order)
 }
 
 /// Checks one directory block.

@@ -153,9 +153,11 @@ impl Directories {
         Some(&self.records[at])
     }
 
-    /// Every directory's blocks, by inode number and logical block.
-    pub fn blocks(&self) -> &[DirBlock] {
-        &self.blocks
+    /// Every directory's blocks, by inode number and logical block, taken out (for pass
+    /// 2, which checks them in another order and then frees them): [`Self::blocks_of`]
+    /// finds none after.
+    pub fn take_blocks(&mut self) -> Vec<DirBlock> {
+        std::mem::take(&mut self.blocks)
     }
 
     /// The blocks of directory `ino`, in logical order.
