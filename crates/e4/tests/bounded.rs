@@ -248,6 +248,63 @@ fn import_of_a_very_deep_host_tree() {
     remove_chain(deepest, levels);
 }
 
+/// Issue 23 item 4, PATH_MAX: `e4 import` reads the host tree by path, so a branch whose
+/// host path passes PATH_MAX (4,096 bytes) stops there with one line (the host's "File
+/// name too long"), exit 1, everything above it imported and the image clean. (Export,
+/// which walks by descriptor, exports past it: `export_of_a_very_deep_tree`.)
+#[test]
+fn import_past_path_max_is_one_line_and_a_clean_image() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = dir.path().join("host");
+    std::fs::create_dir(&host).unwrap();
+    // 2,500 levels of "d/": 5,000 bytes below `host`, made by descriptor.
+    let levels = 2_500;
+    let mut fd = rustix::fs::open(
+        &host,
+        rustix::fs::OFlags::DIRECTORY,
+        rustix::fs::Mode::empty(),
+    )
+    .unwrap();
+    for _ in 0..levels {
+        rustix::fs::mkdirat(&fd, "d", rustix::fs::Mode::from_raw_mode(0o755)).unwrap();
+        fd = rustix::fs::openat(
+            &fd,
+            "d",
+            rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::NOFOLLOW,
+            rustix::fs::Mode::empty(),
+        )
+        .unwrap();
+    }
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let image = image_of(dir.path(), &empty, "64M", &["-N", "4096"]);
+    let out = e4(&[&"import", &image, &host]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 2, "one failure and the summary: {err}");
+    assert!(
+        lines[0].ends_with("File name too long (os error 36)"),
+        "{err}"
+    );
+    assert!(lines[1].contains("1 path could not be"), "{err}");
+    clean(&image);
+    let fs = Filesystem::open(&image, OpenOptions::default()).unwrap();
+    let mut ino = e4_format::inode::ROOT_INO;
+    let mut depth = 0;
+    while let Some(next) = fs.lookup(ino, b"d").unwrap() {
+        (ino, depth) = (next, depth + 1);
+    }
+    // Every level whose host path fits, and no more.
+    let root_len = host.as_os_str().len();
+    assert!(depth < levels, "{depth} levels imported");
+    assert!(
+        root_len + 2 * depth as usize >= 4000,
+        "{depth} levels imported"
+    );
+    remove_chain(fd, levels);
+}
+
 /// The bound on e4 fsck's peak on the empty 15 TiB image of the test below. Measured
 /// 2026-12-06 (GNU time's maximum resident set, release builds): e2fsck 1.47.0 165 MiB;
 /// e4 fsck 74-77 MiB (debug build 77); with one flat per-block map, as before, 111 MiB;
