@@ -99,8 +99,7 @@ pub fn run(
     let meter = PassMeter::start(progress, 1, total);
     let found = Mutex::new(Directories::default());
     pieces.par_iter().for_each(|piece| {
-        let dirs = scan_piece(ctx, piece, WalkMode::Claim, &xattrs).0;
-        found.lock().unwrap_or_else(|e| e.into_inner()).append(dirs);
+        scan_piece(ctx, piece, WalkMode::Claim, &xattrs, &found);
         meter.advance(u64::from(piece.count));
     });
     // The workers' inode table buffers are not needed again until pass 1B, which only
@@ -136,7 +135,9 @@ pub fn find_shared_owners(ctx: &Context, pieces: &[TablePiece], xattrs: &XattrBl
         );
     }
     pieces.par_iter().for_each(|piece| {
-        for (ino, shared) in scan_piece(ctx, piece, WalkMode::CountShared, xattrs).1 {
+        // No directory is recorded in this mode.
+        let none = Mutex::new(Directories::default());
+        for (ino, shared) in scan_piece(ctx, piece, WalkMode::CountShared, xattrs, &none) {
             ctx.report(
                 ProblemCode::PR_1B_DUP_BLOCK,
                 Location::Inode(ino),
@@ -205,14 +206,15 @@ fn mark_metadata_blocks(
     });
 }
 
-/// Scans one piece of inode table. Returns its directories and, in pass 1B, the inodes
-/// owning shared blocks with their counts.
+/// Scans one piece of inode table, adding its directories to `found`. Returns, in pass 1B,
+/// the inodes owning shared blocks with their counts.
 fn scan_piece(
     ctx: &Context,
     piece: &TablePiece,
     mode: WalkMode,
     xattrs: &XattrBlocks,
-) -> (Directories, Vec<(u32, u64)>) {
+    found: &Mutex<Directories>,
+) -> Vec<(u32, u64)> {
     let geo = &ctx.geo;
     let inode_size = ctx.sb.inode_size() as usize;
     let desc = &ctx.groups[piece.group as usize];
@@ -231,7 +233,7 @@ fn scan_piece(
     if table.len() < len {
         table.resize(len, 0);
     }
-    let found = scan_table(
+    let shared = scan_table(
         ctx,
         piece,
         mode,
@@ -239,9 +241,10 @@ fn scan_piece(
         offset,
         &mut table[..len],
         first_ino,
+        found,
     );
     TABLE_BUFFER.set(table);
-    found
+    shared
 }
 
 thread_local! {
@@ -258,7 +261,8 @@ fn scan_table(
     offset: Option<u64>,
     table: &mut [u8],
     first_ino: u32,
-) -> (Directories, Vec<(u32, u64)>) {
+    found: &Mutex<Directories>,
+) -> Vec<(u32, u64)> {
     let inode_size = ctx.sb.inode_size() as usize;
     let read = offset
         .ok_or_else(|| std::io::Error::other("inode table is past any device"))
@@ -271,9 +275,8 @@ fn scan_table(
                 format!("error while scanning inodes ({first_ino}): {e}"),
             );
         }
-        return (Directories::default(), Vec::new());
+        return Vec::new();
     }
-    let mut dirs = Directories::default();
     let mut shared = Vec::new();
     let mut quota = QuotaUsage::default();
     for (i, raw) in table.chunks_exact(inode_size).enumerate() {
@@ -292,15 +295,21 @@ fn scan_table(
             if tally.shared > 0 {
                 shared.push((ino, tally.shared));
             }
+            // Straight into the shared list: per-piece lists, each worker's own, left
+            // 0.8 MiB of what they freed resident at the end of a two-thread pass 1.
             if let Some((dir, inline)) = dir {
-                dirs.push(dir, &tally.dir_blocks, inline);
+                found.lock().unwrap_or_else(|e| e.into_inner()).push(
+                    dir,
+                    &tally.dir_blocks,
+                    inline,
+                );
             }
         }
     }
     if mode == WalkMode::Claim {
         ctx.quota.add(quota);
     }
-    (dirs, shared)
+    shared
 }
 
 /// A directory pass 1 found: its record and, for an inline directory, its contents.

@@ -94,12 +94,11 @@ pub type InlineContents = (Vec<u8>, Vec<u8>);
 
 /// The directories pass 1 found, as flat arrays: the records, every directory's blocks in
 /// one vector, and the few inline directories' contents, each by inode number. Pass 1's
-/// workers append what each piece of inode table held, in the order they finish;
-/// [`Directories::sort`] then puts all three in inode order (a directory's blocks in
-/// logical order), in place. Joining per-piece lists in order instead cost a copy of
-/// them all at the end of pass 1, and the per-piece lists freed by another thread than
-/// the worker that made them stayed resident: 0.8 MiB at the peak of a two-thread check
-/// of the benchmark's 31,000-directory image.
+/// workers add each directory as they meet it, under a lock; [`Directories::sort`] then
+/// puts all three in inode order (a directory's blocks in logical order), in place.
+/// Per-piece lists, joined in order at the end of pass 1 or appended under the lock, left
+/// what they had freed resident in each worker's allocator pages: 0.9 and 0.8 MiB more
+/// at the end of a two-thread pass 1 on the benchmark's 31,000-directory image.
 #[derive(Debug, Default)]
 pub struct Directories {
     records: Vec<Directory>,
@@ -124,13 +123,6 @@ impl Directories {
                 ino,
             }));
         self.inline.extend(inline.map(|contents| (ino, contents)));
-    }
-
-    /// Adds the directories of `more`.
-    pub fn append(&mut self, mut more: Directories) {
-        self.records.append(&mut more.records);
-        self.blocks.append(&mut more.blocks);
-        self.inline.append(&mut more.inline);
     }
 
     /// Puts the directories in inode order, and each one's blocks in logical order.
