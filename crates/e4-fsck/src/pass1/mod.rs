@@ -222,7 +222,6 @@ fn scan_piece(
         .inode_table()
         .checked_mul(u64::from(geo.block_size()))
         .and_then(|o| o.checked_add(u64::from(piece.first) * inode_size as u64));
-    let first_ino = piece.group * geo.inodes_per_group() + piece.first + 1;
     // Grown to the largest piece this thread has read, and not zeroed again: zeroing a
     // fresh buffer per piece cost as many instructions as a tenth of pass 1. Taken out of
     // the thread's slot for the scan rather than borrowed in place: a scan that waits
@@ -233,16 +232,7 @@ fn scan_piece(
     if table.len() < len {
         table.resize(len, 0);
     }
-    let shared = scan_table(
-        ctx,
-        piece,
-        mode,
-        xattrs,
-        offset,
-        &mut table[..len],
-        first_ino,
-        found,
-    );
+    let shared = scan_table(ctx, piece, mode, xattrs, offset, &mut table[..len], found);
     TABLE_BUFFER.set(table);
     shared
 }
@@ -260,10 +250,10 @@ fn scan_table(
     xattrs: &XattrBlocks,
     offset: Option<u64>,
     table: &mut [u8],
-    first_ino: u32,
     found: &Mutex<Directories>,
 ) -> Vec<(u32, u64)> {
     let inode_size = ctx.sb.inode_size() as usize;
+    let first_ino = piece.group * ctx.geo.inodes_per_group() + piece.first + 1;
     let read = offset
         .ok_or_else(|| std::io::Error::other("inode table is past any device"))
         .and_then(|offset| ctx.image.read_at(offset, table));
