@@ -12,7 +12,7 @@
 # (crates/e4-fsck/examples/bench_image.rs), which unmounts them cleanly: every checker must
 # exit 0 on them, and the script stops if one does not. Each (image, checker) pair runs once
 # to warm up, then RUNS times (e4's thread counts in rounds, e2fsck after them): wall time
-# min/median/max and the largest peak RSS (GNU time -v). With --callgrind, both checkers (e4 at one thread) also run under callgrind on the
+# min/median/max and the median and largest peak RSS (GNU time -v). With --callgrind, both checkers (e4 at one thread) also run under callgrind on the
 # images of `--scale dev`, and their instruction counts are printed.
 #
 # Usage: scripts/bench-fsck.sh [--scale dev|mid|full] [--runs N] [--threads "1 2 4 8"]
@@ -90,11 +90,15 @@ timed_run() {
   echo "$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.4f", (b - a) / 1e9 }') $(awk -F': ' '/Maximum resident set size/ { print $2 }' "$log.time")" >> "$log"
 }
 
-# table_row LABEL LOG: the row for the runs in LOG (wall min, median, max; largest peak).
+# table_row LABEL LOG: the row for the runs in LOG (wall min, median, max; median and
+# largest peak).
 table_row() {
-  sort -g "$2" | awk -v label="$1" '
+  local median_peak
+  median_peak=$(sort -n -k2 "$2" | awk '{ p[NR] = $2 }
+    END { printf "%.1f", (NR % 2 ? p[(NR + 1) / 2] : (p[NR / 2] + p[NR / 2 + 1]) / 2) / 1024 }')
+  sort -g "$2" | awk -v label="$1" -v median_peak="$median_peak" '
     { w[NR] = $1; if ($2 > peak) peak = $2 }
-    END { printf "| %s | %d | %.4f | %.4f | %.4f | %.1f |\n", label, NR, w[1], (NR % 2 ? w[(NR + 1) / 2] : (w[NR / 2] + w[NR / 2 + 1]) / 2), w[NR], peak / 1024 }'
+    END { printf "| %s | %d | %.4f | %.4f | %.4f | %s | %.1f |\n", label, NR, w[1], (NR % 2 ? w[(NR + 1) / 2] : (w[NR / 2] + w[NR / 2 + 1]) / 2), w[NR], median_peak, peak / 1024 }'
 }
 
 {
@@ -112,8 +116,8 @@ for name in $only; do
     echo
     echo "### $name: $(e2fsck -fn "$img" 2>/dev/null | tail -1)"
     echo
-    echo "| checker | runs | wall min s | wall median s | wall max s | peak RSS MiB |"
-    echo "|---|---:|---:|---:|---:|---:|"
+    echo "| checker | runs | wall min s | wall median s | wall max s | peak RSS median MiB | peak RSS max MiB |"
+    echo "|---|---:|---:|---:|---:|---:|---:|"
   } | tee -a "$results"
   logs=$(mktemp -d)
   # e4's rows run in rounds (one run of each thread count, RUNS times, after a warm-up run

@@ -100,11 +100,11 @@ fn check_in_pool(
     let pieces = pass1::plan_pieces(&ctx);
     clock.lap("plan pass 1");
     let progress = options.progress.as_ref();
-    let (dirs, xattrs) = pass1::run(&ctx, &pieces, progress);
+    let (mut dirs, xattrs) = pass1::run(&ctx, &pieces, progress);
     clock.lap("pass 1");
     pass1::find_shared_owners(&ctx, &pieces, &xattrs);
     clock.lap("pass 1B");
-    let links = pass2::run(&ctx, &dirs, progress);
+    let links = pass2::run(&ctx, &mut dirs, progress);
     clock.lap("pass 2");
     pass3::run(&ctx, &dirs, &links, progress);
     clock.lap("pass 3");

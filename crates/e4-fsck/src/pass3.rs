@@ -13,7 +13,7 @@ use e4_format::inode::ROOT_INO;
 use crate::report::problem::{Location, ProblemCode};
 use crate::report::progress::{PassMeter, Progress};
 use crate::state::context::Context;
-use crate::state::directories::{Directory, Pass2Result};
+use crate::state::directories::{Directories, Directory, Pass2Result};
 use crate::state::inode_state::InodeKind;
 
 const UNKNOWN: u8 = 0;
@@ -21,7 +21,8 @@ const CONNECTED: u8 = 1;
 const DETACHED: u8 = 2;
 
 /// Runs pass 3.
-pub fn run(ctx: &Context, dirs: &[Directory], pass2: &Pass2Result, progress: Option<&Progress>) {
+pub fn run(ctx: &Context, dirs: &Directories, pass2: &Pass2Result, progress: Option<&Progress>) {
+    let dirs = dirs.records();
     let meter = PassMeter::start(progress, 3, dirs.len() as u64);
     if ctx.inodes.kind(ROOT_INO) != InodeKind::Directory {
         ctx.report(
@@ -123,7 +124,7 @@ fn choose_parents(ctx: &Context, dirs: &[Directory], pass2: &Pass2Result) -> Vec
                     Location::DirEntry {
                         dir: l.parent,
                         logical: 0,
-                        offset: l.offset,
+                        offset: l.offset(),
                     },
                     format!(
                         "entry in directory {} is a link to directory {child}, already in {}",

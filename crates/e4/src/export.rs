@@ -11,8 +11,10 @@
 //! Memory does not grow with the tree: what is held is the entry list of each directory being
 //! exported (at most one per level per thread), one copy buffer per thread (up to
 //! [`CHUNK`] bytes), one bit per inode of the image for cycle detection, and one record per
-//! inode with several links (hard links whose second name is met before the first is done
-//! are linked at the end, then their directories' times are set again).
+//! inode with several links and one per later name of it (those are linked at the end to
+//! the file the inode's first name made, found by inode number: in a damaged directory
+//! holding one name twice, the entry made second fails, and a later name of its inode is
+//! not linked to the other's file; then their directories' times are set again).
 //!
 //! A host-side failure (a name or xattr the host refuses, no space) is reported as one line
 //! naming the path, and the export goes on; the command fails at the end if anything did.
@@ -130,16 +132,21 @@ struct Export<'a> {
     devices_not_made: AtomicU64,
     /// Directories already entered, to refuse a directory cycle in a damaged image.
     visited: InodeSet,
-    /// For each inode with several links: the path it was first created at.
-    first_names: Mutex<HashMap<u32, PathBuf>>,
+    /// For each inode with several links: the path its file was made at, or `None` while
+    /// the first of its names met is being made. Recorded by inode number and only once
+    /// made: when two entries of one directory have the same name (damage), the one made
+    /// second fails, and a later name of its inode must not be linked to the other's file.
+    first_names: Mutex<HashMap<u32, Option<PathBuf>>>,
     /// Hard links to make once every file exists.
     late_links: Mutex<Vec<LateLink>>,
     failures: AtomicU64,
 }
 
-/// A second name of an inode, linked after the walk.
+/// A second name of an inode, linked after the walk to the file its first name made (or
+/// made here, if no name of the inode could be made during the walk).
 struct LateLink {
-    first: PathBuf,
+    ino: u32,
+    meta: Metadata,
     link: PathBuf,
     /// The directory the link goes in (its times are set again afterwards).
     parent: PathBuf,
@@ -352,36 +359,54 @@ impl Export<'_> {
     ) -> Result<(), String> {
         {
             let mut first_names = self.first_names.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(first) = first_names.get(&meta.ino) {
+            if first_names.contains_key(&meta.ino) {
+                drop(first_names);
                 let link = LateLink {
-                    first: first.clone(),
+                    ino: meta.ino,
+                    meta: meta.clone(),
                     link: path.to_path_buf(),
                     parent: rel.to_path_buf(),
                     parent_times: (parent.atime, parent.mtime),
                 };
-                drop(first_names);
                 self.late_links
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .push(link);
                 return Ok(());
             }
-            first_names.insert(meta.ino, path.to_path_buf());
+            first_names.insert(meta.ino, None);
         }
-        self.non_directory(dir_fd, name, path, meta)
+        let made = self.non_directory(dir_fd, name, path, meta);
+        let mut first_names = self.first_names.lock().unwrap_or_else(|p| p.into_inner());
+        if made.is_ok() {
+            first_names.insert(meta.ino, Some(path.to_path_buf()));
+        } else {
+            // A later name of the inode makes its file instead.
+            first_names.remove(&meta.ino);
+        }
+        made
     }
 
     /// Links every second name, then sets the times of the directories that got one again.
     fn finish_late_links(&self, root_fd: &OwnedFd) {
         let links = std::mem::take(&mut *self.late_links.lock().unwrap_or_else(|p| p.into_inner()));
+        let mut first_names =
+            std::mem::take(&mut *self.first_names.lock().unwrap_or_else(|p| p.into_inner()));
         for link in &links {
-            if let Err(e) =
-                host::linkat(root_fd, &link.first, root_fd, &link.link, AtFlags::empty())
-            {
-                self.fail(
-                    &link.link,
-                    format!("cannot link to {}: {e}", shown(&link.first)),
-                );
+            match first_names.get(&link.ino).cloned().flatten() {
+                Some(first) => {
+                    if let Err(e) =
+                        host::linkat(root_fd, &first, root_fd, &link.link, AtFlags::empty())
+                    {
+                        self.fail(&link.link, format!("cannot link to {}: {e}", shown(&first)));
+                    }
+                }
+                None => match self.make_late(root_fd, link) {
+                    Ok(()) => {
+                        first_names.insert(link.ino, Some(link.link.clone()));
+                    }
+                    Err(e) => self.fail(&link.link, e),
+                },
             }
         }
         for link in &links {
@@ -395,6 +420,24 @@ impl Export<'_> {
                 self.fail(&link.parent, e);
             }
         }
+    }
+
+    /// Makes the file of `link`'s inode at its name: none of its names met during the
+    /// walk could be made.
+    fn make_late(&self, root_fd: &OwnedFd, link: &LateLink) -> Result<(), String> {
+        let name = link.link.file_name().ok_or("no file name")?;
+        let parent_fd = if link.parent.as_os_str().is_empty() {
+            root_fd.try_clone().map_err(|e| e.to_string())?
+        } else {
+            host::openat(
+                root_fd,
+                &link.parent,
+                OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .map_err(|e| e.to_string())?
+        };
+        self.non_directory(&parent_fd, name, &link.link, &link.meta)
     }
 
     fn non_directory(

@@ -390,3 +390,44 @@ fn export_names_extra_dot_entries_as_skipped() {
         "two entries and the summary: {stderr}"
     );
 }
+
+/// Issue 23 item 4: two entries of one directory with the same name (damage) naming two
+/// inodes, the second of which has another name after them. The second entry cannot be
+/// made on the host (the first took the name) and is reported; the later name must still
+/// get its own inode's contents, not be linked to the first entry's file of that name.
+#[test]
+fn a_hard_link_attaches_to_its_own_inode_past_a_doubled_name() {
+    let dir = tempfile::tempdir().unwrap();
+    // No checksums, so an entry can be renamed by editing bytes.
+    let image = one_file_image(dir.path(), "xX", b"first\n", "^metadata_csum,^dir_index");
+    let second = dir.path().join("second");
+    std::fs::write(&second, b"second\n").unwrap();
+    // The root then holds xX, qQ and yY in that order; qQ and yY name one inode.
+    let write = format!("write {} qQ", second.display());
+    run("debugfs", &[&"-w", &"-R", &write, &image]);
+    run("debugfs", &[&"-w", &"-R", &"ln qQ yY", &image]);
+    run("debugfs", &[&"-w", &"-R", &"sif qQ links_count 2", &image]);
+    let mut bytes = std::fs::read(&image).unwrap();
+    // name_len and file type, then the name.
+    let at = bytes
+        .windows(4)
+        .position(|w| w == [2, 1, b'q', b'Q'])
+        .expect("entry qQ");
+    bytes[at + 2..at + 4].copy_from_slice(b"xX");
+    std::fs::write(&image, bytes).unwrap();
+    let listing = run("debugfs", &[&"-R", &"ls /", &image]);
+    let listing = String::from_utf8_lossy(&listing.stdout);
+    assert_eq!(listing.matches("xX").count(), 2, "{listing}");
+    // One thread: the entries are met in their order, the doubled name's second last.
+    let out = dir.path().join("out");
+    let export = e4(&[&"export", &"-j", &"1", &image, &out]);
+    let stderr = String::from_utf8_lossy(&export.stderr);
+    assert_eq!(export.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("xX"), "the second xX is reported: {stderr}");
+    assert_eq!(std::fs::read(out.join("xX")).unwrap(), b"first\n");
+    assert_eq!(
+        std::fs::read(out.join("yY")).unwrap(),
+        b"second\n",
+        "{stderr}"
+    );
+}

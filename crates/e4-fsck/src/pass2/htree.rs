@@ -37,7 +37,7 @@ use e4_format::{FormatError, Location as FormatLocation, MetadataBlock};
 
 use crate::report::problem::{Location, ProblemCode};
 use crate::state::context::Context;
-use crate::state::directories::{Directory, HOLE_REPORTS_PER_DIRECTORY};
+use crate::state::directories::{DirBlock, Directory, HOLE_REPORTS_PER_DIRECTORY};
 
 /// Byte offset of the root's count/limit header (after `.`, `..` and the root info).
 const ROOT_ENTRIES_OFFSET: usize = 0x20;
@@ -262,10 +262,12 @@ impl HtreeLayout {
     /// Reads and checks `dir`'s index. An invalid root is reported and leaves a layout
     /// naming only the root as an index block: the other blocks are then checked as
     /// linear leaves, as e2fsck does once it has decided to clear the index.
-    pub fn check(ctx: &Context, dir: &Directory) -> Self {
+    /// `blocks` are the directory's, in logical order.
+    pub fn check(ctx: &Context, dir: &Directory, blocks: &[DirBlock]) -> Self {
         let mut walker = IndexWalker {
             ctx,
             dir,
+            blocks,
             csum: ctx
                 .csum_seed
                 .map(|s| inode_csum_seed(s, dir.ino, dir.generation)),
@@ -288,7 +290,7 @@ impl HtreeLayout {
                 max: 0,
                 version: HashVersion::Legacy,
                 seed: ctx.sb.hash_seed,
-                casefold: dir.casefold,
+                casefold: dir.casefold(),
             });
         }
         walker.walk_unreferenced_nodes();
@@ -300,6 +302,8 @@ impl HtreeLayout {
 struct IndexWalker<'a> {
     ctx: &'a Context,
     dir: &'a Directory,
+    /// The directory's blocks, in logical order.
+    blocks: &'a [DirBlock],
     csum: Option<u32>,
     layout: HtreeLayout,
     references: HashMap<u32, u32>,
@@ -343,19 +347,17 @@ impl IndexWalker<'_> {
     /// The directory's length in blocks as e2fsck's index check sees it: one past its
     /// last mapped logical block (`e2fsck_add_dx_dir`'s `pb.last_block + 1`).
     fn dir_block_count(&self) -> u32 {
-        self.dir
-            .blocks
+        self.blocks
             .last()
-            .map_or(0, |&(l, _)| l.saturating_add(1))
+            .map_or(0, |b| b.logical.saturating_add(1))
     }
 
     fn physical(&self, logical: u32) -> Option<u64> {
         let at = self
-            .dir
             .blocks
-            .binary_search_by_key(&logical, |&(l, _)| l)
+            .binary_search_by_key(&logical, |b| b.logical)
             .ok()?;
-        Some(self.dir.blocks[at].1)
+        Some(self.blocks[at].physical)
     }
 
     fn read(&self, logical: u32) -> Option<(u64, Vec<u8>)> {
@@ -486,7 +488,7 @@ impl IndexWalker<'_> {
             return None;
         };
         let sb = &self.ctx.sb;
-        if self.dir.root_unmappable {
+        if self.dir.root_unmappable() {
             // e2fsck stops its root checks there and keeps the index (declined).
             self.report_root_info(
                 ProblemCode::PR_1_HTREE_BADROOT,
@@ -564,7 +566,7 @@ impl IndexWalker<'_> {
             max: LAST_MAX_HASH,
             version,
             seed: sb.hash_seed,
-            casefold: self.dir.casefold,
+            casefold: self.dir.casefold(),
         };
         self.unreferenced_leaf = Some(LeafRange { max: 0, ..template });
         self.template = Some(template);
@@ -735,8 +737,8 @@ impl IndexWalker<'_> {
         let Some(template) = self.template else {
             return;
         };
-        let blocks: Vec<u32> = self.dir.blocks.iter().map(|&(l, _)| l).collect();
-        for logical in blocks {
+        let blocks = self.blocks;
+        for logical in blocks.iter().map(|b| b.logical) {
             if logical != 0
                 && !self.references.contains_key(&logical)
                 && !self.layout.index_blocks.contains(&logical)
@@ -763,8 +765,8 @@ impl IndexWalker<'_> {
         };
         let mut holes_reported = 0;
         let mut next = 1u32;
-        let blocks = self.dir.blocks.clone();
-        for &(logical, _) in blocks.iter().filter(|&&(l, _)| l != 0) {
+        let blocks = self.blocks;
+        for logical in blocks.iter().map(|b| b.logical).filter(|&l| l != 0) {
             // The holes before this block: each one named by no entry is reported, up
             // to as many as pass 1 reports holes, the rest in one report (each step
             // below meets a referenced block, of which there are few, or reports).

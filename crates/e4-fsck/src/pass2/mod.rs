@@ -10,6 +10,7 @@ mod htree;
 mod names;
 
 use std::collections::BTreeSet;
+use std::sync::Mutex;
 
 use rayon::prelude::*;
 
@@ -26,7 +27,9 @@ use crate::pass2::names::DirNames;
 use crate::report::problem::{Location, ProblemCode};
 use crate::report::progress::{PassMeter, Progress};
 use crate::state::context::Context;
-use crate::state::directories::{Directory, Pass2Result, SubdirLink};
+use crate::state::directories::{
+    DirBlock, Directories, Directory, InlineContents, Pass2Result, SubdirLink,
+};
 use crate::state::encryption_policies::EncryptionPolicy;
 use crate::state::inode_state::InodeKind;
 
@@ -42,55 +45,78 @@ struct BlockTask<'a> {
 }
 
 /// Runs pass 2.
-pub fn run(ctx: &Context, dirs: &[Directory], progress: Option<&Progress>) -> Pass2Result {
-    // Boxed: a layout is a few hundred bytes of maps, and most directories have none
-    // (unboxed, the list cost 1.1 MB of a 300,000-inode check's 3.6 MB heap).
-    let layouts: Vec<Option<Box<HtreeLayout>>> = dirs
+/// Takes the directories' blocks (checked and dropped here; passes 3 on read the records).
+pub fn run(ctx: &Context, dirs: &mut Directories, progress: Option<&Progress>) -> Pass2Result {
+    // Only the htree directories', by inode number: most directories have none.
+    let layouts: Vec<(u32, HtreeLayout)> = dirs
+        .records()
         .par_iter()
-        .map(|dir| dir.htree.then(|| Box::new(HtreeLayout::check(ctx, dir))))
-        .collect();
-    let mut tasks: Vec<BlockTask<'_>> = dirs
-        .iter()
-        .zip(&layouts)
-        .flat_map(|(dir, layout)| {
-            dir.blocks
-                .iter()
-                .map(move |&(logical, physical)| BlockTask {
-                    dir,
-                    logical,
-                    physical,
-                    htree: layout.as_deref(),
-                })
+        .filter(|dir| dir.htree())
+        .map(|dir| {
+            (
+                dir.ino,
+                HtreeLayout::check(ctx, dir, dirs.blocks_of(dir.ino)),
+            )
         })
         .collect();
-    tasks.sort_by_key(|t| (t.physical, t.dir.ino, t.logical));
+    let layout_of = |ino: u32| {
+        layouts
+            .binary_search_by_key(&ino, |&(dir, _)| dir)
+            .ok()
+            .map(|i| &layouts[i].1)
+    };
+    // In physical order, as e2fsck sorts its list (each block read once, near the last),
+    // then by directory and logical block. Sorted in place rather than through a list of
+    // tasks or of indexes (32 or 4 bytes a block).
+    let mut blocks = dirs.take_blocks();
+    blocks.par_sort_unstable_by_key(|b| (b.physical, b.ino, b.logical));
+    let dirs = &*dirs;
     // Read once here, so that no entry takes a lock (damage only: usually empty).
     let unreadable = unreadable_bad_inodes(ctx);
-    let meter = PassMeter::start(progress, 2, tasks.len() as u64);
-    let mut subdir_links: Vec<SubdirLink> = tasks
-        .par_iter()
-        .flat_map_iter(|task| {
-            let links = check_block(ctx, task, &unreadable);
-            meter.advance(1);
-            links
-        })
-        .collect();
-    subdir_links.par_extend(
-        dirs.par_iter()
-            .filter(|d| d.inline.is_some())
-            .flat_map_iter(|dir| check_inline(ctx, dir, &unreadable)),
-    );
+    let meter = PassMeter::start(progress, 2, blocks.len() as u64);
+    let check = |block: &DirBlock| {
+        meter.advance(1);
+        // Every block's directory is in the list: both come from one pass 1 record.
+        let Some(dir) = dirs.record(block.ino) else {
+            return Vec::new();
+        };
+        let task = BlockTask {
+            dir,
+            logical: block.logical,
+            physical: block.physical,
+            htree: layout_of(block.ino),
+        };
+        check_block(ctx, &task, &unreadable)
+    };
+    // One vector sized for a link to every directory, which a healthy tree has: collected
+    // per worker and joined, the links took twice their size at the end of the pass.
+    let found = Mutex::new(Vec::with_capacity(dirs.records().len()));
+    let keep = |links: Vec<SubdirLink>| {
+        if !links.is_empty() {
+            found
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .extend(links);
+        }
+    };
+    blocks.par_iter().for_each(|block| keep(check(block)));
+    drop(blocks);
+    dirs.inline().par_iter().for_each(|(ino, contents)| {
+        if let Some(dir) = dirs.record(*ino) {
+            keep(check_inline(ctx, dir, contents, &unreadable));
+        }
+    });
+    let mut subdir_links = found.into_inner().unwrap_or_else(|e| e.into_inner());
     subdir_links.par_sort_unstable();
-    dirs.par_iter()
-        .zip(layouts.par_iter())
-        .filter_map(|(dir, layout)| Some((dir, layout.as_ref()?)))
-        .for_each(|(dir, layout)| layout.check_node_hashes(ctx, dir.ino));
-    for (dir, layout) in dirs.iter().zip(&layouts) {
-        if layout.as_deref().is_some_and(HtreeLayout::is_invalid) {
+    layouts
+        .par_iter()
+        .for_each(|(ino, layout)| layout.check_node_hashes(ctx, *ino));
+    for (ino, layout) in &layouts {
+        if layout.is_invalid() {
             ctx.report(
                 ProblemCode::PR_2_HTREE_CLEAR,
-                Location::Inode(dir.ino),
-                format!("invalid HTREE directory inode {}", dir.ino),
+                Location::Inode(*ino),
+                format!("invalid HTREE directory inode {ino}"),
             );
         }
     }
@@ -181,10 +207,12 @@ fn check_block(ctx: &Context, task: &BlockTask<'_>, unreadable: &BTreeSet<u32>) 
 
 /// Checks an inline directory: the parent in `i_block[0..4]`, then entries in the rest of
 /// `i_block` and in `system.data`.
-fn check_inline(ctx: &Context, dir: &Directory, unreadable: &BTreeSet<u32>) -> Vec<SubdirLink> {
-    let Some((i_block, system_data)) = dir.inline.as_deref() else {
-        return Vec::new();
-    };
+fn check_inline(
+    ctx: &Context,
+    dir: &Directory,
+    (i_block, system_data): &InlineContents,
+    unreadable: &BTreeSet<u32>,
+) -> Vec<SubdirLink> {
     let mut block = [0u8; 60];
     block.copy_from_slice(&i_block[..60]);
     let parent = inline_dir_parent(&block);
@@ -261,7 +289,7 @@ impl<'a, 'r> EntryChecker<'a, 'r> {
             physical,
             htree_range,
             encryption: ctx.encryption.of(dir.ino),
-            strict_casefold: dir.casefold && ctx.sb.encoding_flags & ENCODING_STRICT_MODE != 0,
+            strict_casefold: dir.casefold() && ctx.sb.encoding_flags & ENCODING_STRICT_MODE != 0,
             unreadable,
             names: DirNames::new(),
             links: Vec::new(),
@@ -490,12 +518,8 @@ impl<'a, 'r> EntryChecker<'a, 'r> {
                 );
             }
             if kind == InodeKind::Directory && target != ino {
-                self.links.push(SubdirLink {
-                    child: target,
-                    block: self.physical,
-                    offset: at as u32,
-                    parent: ino,
-                });
+                self.links
+                    .push(SubdirLink::new(target, self.physical, at as u32, ino));
             }
             ctx.inodes.add_ref(target);
         }
