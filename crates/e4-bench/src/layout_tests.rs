@@ -70,7 +70,7 @@ fn a_file_longer_than_a_flex_group_needs_more_than_one_extent() {
 }
 
 fn mke2fs(path: &Path, mib: u64) {
-    let out = Command::new("mke2fs")
+    let out = Command::new(e4_host_tools::tool("mke2fs"))
         .args(crate::target::MKE2FS_OPTIONS)
         .arg(path)
         .arg(format!("{mib}M"))

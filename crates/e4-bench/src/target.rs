@@ -154,7 +154,7 @@ pub fn image_bytes(params: &Params) -> u64 {
 /// `-O ^has_journal`).
 pub fn make_image(path: &Path, bytes: u64, journal: bool) -> Result<(), TargetError> {
     let _ = std::fs::remove_file(path);
-    let out = Command::new("mke2fs")
+    let out = Command::new(e4_host_tools::tool("mke2fs"))
         .args(MKE2FS_OPTIONS)
         .args(if journal {
             &[][..]
@@ -237,7 +237,7 @@ fn daemon_command(
     daemon_cpu: Option<usize>,
 ) -> Result<Command, TargetError> {
     let (program, before, after): (PathBuf, &[&str], &[&str]) = match target {
-        Target::Fuse2fs => ("fuse2fs".into(), &[], &["-f", "-o", "rw"]),
+        Target::Fuse2fs => (e4_host_tools::tool("fuse2fs"), &[], &["-f", "-o", "rw"]),
         _ => {
             let me = std::env::current_exe()
                 .map_err(|e| TargetError::Unavailable(format!("cannot find e4: {e}")))?;
@@ -443,13 +443,16 @@ mod tests {
     fn a_pinned_fuse2fs_runs_under_taskset_on_the_daemons_cpu() {
         let (image, dir) = (Path::new("/s/a.img"), Path::new("/s/a.mnt"));
         let command = |cpu| daemon_command(&Target::Fuse2fs, image, dir, cpu).unwrap();
+        let fuse2fs = e4_host_tools::tool("fuse2fs")
+            .to_string_lossy()
+            .into_owned();
         assert_eq!(
             program_and_args(&command(Some(3))),
-            ["taskset", "-c", "3", "fuse2fs", "/s/a.img", "/s/a.mnt", "-f", "-o", "rw"]
+            ["taskset", "-c", "3", &fuse2fs, "/s/a.img", "/s/a.mnt", "-f", "-o", "rw"]
         );
         assert_eq!(
             program_and_args(&command(None)),
-            ["fuse2fs", "/s/a.img", "/s/a.mnt", "-f", "-o", "rw"]
+            [&fuse2fs, "/s/a.img", "/s/a.mnt", "-f", "-o", "rw"]
         );
     }
 

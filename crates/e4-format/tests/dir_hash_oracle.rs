@@ -37,7 +37,7 @@ fn random_name(rng: &mut impl Rng) -> String {
 fn matches_debugfs_dx_hash() {
     let dir = tempfile::tempdir().unwrap();
     let image = dir.path().join("hash.img");
-    let ok = Command::new("mke2fs")
+    let ok = Command::new(e4_testkit::tool("mke2fs"))
         .args(["-q", "-F", "-t", "ext4"])
         .arg(&image)
         .arg("4M")
@@ -79,7 +79,7 @@ fn matches_debugfs_dx_hash() {
     }
     let script_path = dir.path().join("script");
     std::fs::write(&script_path, script).unwrap();
-    let out = Command::new("debugfs")
+    let out = Command::new(e4_testkit::tool("debugfs"))
         .arg("-f")
         .arg(&script_path)
         .arg(&image)

@@ -32,7 +32,7 @@ fn parses_a_journal_written_by_debugfs() {
         dir.path().join("plain").display()
     );
     std::fs::write(dir.path().join("script"), script).unwrap();
-    let out = Command::new("debugfs")
+    let out = Command::new(e4_testkit::tool("debugfs"))
         .arg("-w")
         .arg("-f")
         .arg(dir.path().join("script"))

@@ -64,7 +64,7 @@ fn a_healthy_image_has_no_corrupt_group_in_any_profile() {
 fn racing_writers_never_get_a_block_of_a_corrupt_group() {
     const CORRUPT: u64 = 5;
     let image = make_empty_image(&["-t", "ext4", "-b", "1024"], 64);
-    let out = Command::new("debugfs")
+    let out = Command::new(e4_testkit::tool("debugfs"))
         .args(["-R", "stats"])
         .arg(&image.path)
         .output()
@@ -92,7 +92,7 @@ fn racing_writers_never_get_a_block_of_a_corrupt_group() {
         ),
     )
     .unwrap();
-    let set = Command::new("debugfs")
+    let set = Command::new(e4_testkit::tool("debugfs"))
         .arg("-w")
         .arg("-f")
         .arg(&requests)

@@ -171,7 +171,7 @@ impl Device for HomeWriteGate {
 
 /// The physical blocks of the journal inode of `image`, as byte offsets.
 fn journal_offsets(image: &std::path::Path) -> std::collections::HashSet<u64> {
-    let out = std::process::Command::new("debugfs")
+    let out = std::process::Command::new(e4_testkit::tool("debugfs"))
         .args(["-R", "blocks <8>"])
         .arg(image)
         .output()

@@ -193,7 +193,7 @@ fn run(
 fn debugfs(image: &Path, script: &str) -> String {
     let script_path = image.with_extension("debugfs");
     std::fs::write(&script_path, script).unwrap();
-    let out = Command::new("debugfs")
+    let out = Command::new(e4_testkit::tool("debugfs"))
         .arg("-w")
         .arg("-f")
         .arg(&script_path)

@@ -463,7 +463,7 @@ fn inline_bytes_past_the_size_never_reappear() {
     fs.write_at(other, 0, &[b'B'; 100]).unwrap();
     fs.unmount().unwrap();
     for name in ["f", "g"] {
-        let out = std::process::Command::new("debugfs")
+        let out = std::process::Command::new(e4_testkit::tool("debugfs"))
             .args(["-w", "-R", &format!("sif /{name} size 10")])
             .arg(&img.path)
             .output()

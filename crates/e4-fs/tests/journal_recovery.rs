@@ -125,7 +125,7 @@ fn crash_after_sync(mke2fs: &[&str]) -> (Vec<u8>, Filesystem, Arc<MemoryDevice>)
 }
 
 fn e2fsck_journal_only(path: &Path) {
-    let out = Command::new("e2fsck")
+    let out = Command::new(e4_testkit::tool("e2fsck"))
         .args(["-fy", "-E", "journal_only"])
         .arg(path)
         .output()

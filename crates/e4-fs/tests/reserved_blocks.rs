@@ -129,7 +129,7 @@ fn the_superuser_fills_the_root_reserve_an_ordinary_caller_may_not_touch() {
 }
 
 fn tune2fs(image: &Path, args: &[&str]) {
-    let out = Command::new("tune2fs")
+    let out = Command::new(e4_testkit::tool("tune2fs"))
         .args(args)
         .arg(image)
         .output()

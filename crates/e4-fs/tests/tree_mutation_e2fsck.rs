@@ -113,7 +113,7 @@ fn image_io(image: &Path) -> ImageIo {
 fn debugfs(image: &Path, commands: &[String]) {
     let script = image.with_extension("debugfs");
     std::fs::write(&script, commands.join("\n") + "\n").unwrap();
-    let out = Command::new("debugfs")
+    let out = Command::new(e4_testkit::tool("debugfs"))
         .arg("-w")
         .arg("-f")
         .arg(&script)
@@ -169,7 +169,7 @@ fn install_and_check(
         commands.push(format!("setb {block}"));
     }
     debugfs(image, &commands);
-    let out = Command::new("e2fsck")
+    let out = Command::new(e4_testkit::tool("e2fsck"))
         .arg("-fn")
         .arg(image)
         .output()

@@ -421,7 +421,7 @@ fn a_create_in_a_leaf_with_a_broken_chain_is_an_error_and_changes_nothing() {
     // f4's record takes f5's bytes: a slot with room ahead of the damage.
     fs.unlink(dir, b"f5").unwrap();
     fs.unmount().unwrap();
-    let out = std::process::Command::new("debugfs")
+    let out = std::process::Command::new(e4_testkit::tool("debugfs"))
         .args(["-R", "bmap /d 0"])
         .arg(&img.path)
         .output()

@@ -512,7 +512,7 @@ fn many_problems_print_in_one_order_whatever_the_threads() {
         .collect();
     let script = image.path.with_extension("cmds");
     fs::write(&script, commands).unwrap();
-    let out = Command::new("debugfs")
+    let out = Command::new(e4_testkit::tool("debugfs"))
         .arg("-w")
         .arg("-f")
         .arg(&script)
@@ -854,7 +854,11 @@ fn superblock_checksum_without_backup_cannot_be_checked() {
     let at = 1024 + 0x3FC;
     let sum = read_bytes(img, at, 1);
     write_bytes(img, at, &[sum[0] ^ 1]);
-    let oracle = Command::new("e2fsck").arg("-fn").arg(img).output().unwrap();
+    let oracle = Command::new(e4_testkit::tool("e2fsck"))
+        .arg("-fn")
+        .arg(img)
+        .output()
+        .unwrap();
     assert_eq!(oracle.status.code(), Some(8));
     let options = Options {
         force: true,

@@ -94,7 +94,7 @@ fn bad_primary_and_bad_group_one_backup_cannot_be_checked() {
         [0x53, 0xEF],
         "group 3 keeps a good backup"
     );
-    let oracle = Command::new("e2fsck")
+    let oracle = Command::new(e4_testkit::tool("e2fsck"))
         .arg("-fn")
         .arg(&image.path)
         .output()

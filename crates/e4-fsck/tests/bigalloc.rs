@@ -119,7 +119,9 @@ fn clean_bigalloc_images_agree() {
     // so e2fsck brings them up to date before the comparison.
     let image = filled_image_with(4096, "bigalloc,quota,project");
     let out = Command::new("timeout")
-        .args(["60", "e2fsck", "-fy"])
+        .arg("60")
+        .arg(e4_testkit::tool("e2fsck"))
+        .arg("-fy")
         .arg(&image.path)
         .output()
         .unwrap();
@@ -330,7 +332,9 @@ fn kernel_written_bigalloc_images_are_clean() {
         // e2fsck may suggest a shallower extent tree after the punches (pass 1E, "could
         // be shorter", not an error), which e4 does not: compared without those lines.
         let out = Command::new("timeout")
-            .args(["60", "e2fsck", "-fn"])
+            .arg("60")
+            .arg(e4_testkit::tool("e2fsck"))
+            .arg("-fn")
             .arg(&image.path)
             .output()
             .unwrap();

@@ -153,7 +153,7 @@ fn folded_hashes_match_e2fsprogs() {
         request.push(b'"');
         let out = Command::new("timeout")
             .arg("60")
-            .arg("debugfs")
+            .arg(e4_testkit::tool("debugfs"))
             .arg("-R")
             .arg(OsStr::from_bytes(&request))
             .arg(&image.path)

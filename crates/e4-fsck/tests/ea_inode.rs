@@ -214,7 +214,7 @@ fn value_inode_whose_checksum_fails() {
         + I_CHECKSUM_LO;
     let byte = common::read_bytes(&image.path, at, 1)[0];
     common::write_bytes(&image.path, at, &[byte ^ 1]);
-    let e2fsck = std::process::Command::new("e2fsck")
+    let e2fsck = std::process::Command::new(e4_testkit::tool("e2fsck"))
         .arg("-fn")
         .arg(&image.path)
         .output()

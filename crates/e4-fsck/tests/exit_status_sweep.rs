@@ -63,7 +63,9 @@ fn exit_status_agrees_under_random_flips() {
             };
             let ours = check(&flipped, &options).map_or(8, |r| i32::from(r.exit_code()));
             let out = Command::new("timeout")
-                .args(["60", "e2fsck", "-fn"])
+                .arg("60")
+                .arg(e4_testkit::tool("e2fsck"))
+                .arg("-fn")
                 .arg(&flipped)
                 .output()
                 .unwrap();

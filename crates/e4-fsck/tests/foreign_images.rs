@@ -19,7 +19,7 @@ const COMMAND_SECONDS: &str = "60";
 fn bounded(program: &str, args: &[&str], image: &Path) -> Output {
     let out = Command::new("timeout")
         .arg(COMMAND_SECONDS)
-        .arg(program)
+        .arg(e4_testkit::tool(program))
         .args(args)
         .arg(image)
         .output()
@@ -42,7 +42,7 @@ impl TestImage {
         args.extend_from_slice(mke2fs_args);
         let out = Command::new("timeout")
             .arg(COMMAND_SECONDS)
-            .arg("mke2fs")
+            .arg(e4_testkit::tool("mke2fs"))
             .args(&args)
             .arg(&path)
             .arg(size)

@@ -42,7 +42,7 @@ fn quota_image() -> e4_testkit::Image {
         ],
         16,
     );
-    let fixed = Command::new("e2fsck")
+    let fixed = Command::new(e4_testkit::tool("e2fsck"))
         .arg("-fy")
         .arg(&image.path)
         .output()

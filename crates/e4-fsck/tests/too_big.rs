@@ -113,7 +113,7 @@ fn huge_ext2_image() -> (tempfile::TempDir, PathBuf) {
         .unwrap()
         .set_len(529 * 65_528 * 65_536)
         .unwrap();
-    let out = Command::new("mke2fs")
+    let out = Command::new(e4_testkit::tool("mke2fs"))
         .args([
             "-q", "-F", "-t", "ext2", "-b", "65536", "-N", "512", "-m", "0",
         ])

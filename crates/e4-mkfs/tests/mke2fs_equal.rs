@@ -30,7 +30,7 @@ const CHECKSUM: std::ops::Range<usize> = 0x3FC..0x400;
 fn mke2fs(dir: &Path, path: &Path, size: &str, args: &[&str]) {
     let config = dir.join("mke2fs.conf");
     std::fs::write(&config, BUILT_IN_PROFILE).unwrap();
-    let out = Command::new("mke2fs")
+    let out = Command::new(e4_testkit::tool("mke2fs"))
         .env("E2FSPROGS_FAKE_TIME", TIME.to_string())
         .env("MKE2FS_CONFIG", &config)
         .args([
@@ -290,7 +290,10 @@ fn the_kernel_mounts_what_e4_mkfs_made() {
 
 /// `dumpe2fs`'s report without the lines that differ by design (times, checksums, writes).
 fn layout_report(image: &Path) -> String {
-    let out = Command::new("dumpe2fs").arg(image).output().unwrap();
+    let out = Command::new(e4_testkit::tool("dumpe2fs"))
+        .arg(image)
+        .output()
+        .unwrap();
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter(|l| {
@@ -340,7 +343,7 @@ fn a_block_device_with_old_contents() {
         );
         if args[1] == "ext4" {
             let journal = dir.path().join("journal");
-            let out = Command::new("debugfs")
+            let out = Command::new(e4_testkit::tool("debugfs"))
                 .arg("-R")
                 .arg(format!("dump <8> {}", journal.display()))
                 .arg(device.path())

@@ -69,7 +69,7 @@ pub struct Image {
 pub fn make_image(source: &Path, profile: &Profile, size_mib: u64, inodes: u64) -> Image {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join(format!("{}.img", profile.name));
-    let out = Command::new("mke2fs")
+    let out = Command::new(crate::tool("mke2fs"))
         .args([
             "-q",
             "-F",
@@ -93,7 +93,7 @@ pub fn make_image(source: &Path, profile: &Profile, size_mib: u64, inodes: u64) 
     );
     // mke2fs -d writes every directory linearly; `e2fsck -D` rebuilds large ones as hash
     // trees, as the kernel would have grown them. Exit 1 means "changed", which is expected.
-    let fsck = Command::new("e2fsck")
+    let fsck = Command::new(crate::tool("e2fsck"))
         .arg("-fyD")
         .arg(&path)
         .output()
@@ -109,7 +109,7 @@ pub fn make_image(source: &Path, profile: &Profile, size_mib: u64, inodes: u64) 
 
 /// `e2fsck -fn`: the image must be clean (exit 0).
 pub fn e2fsck_clean(image: &Path) -> Result<(), String> {
-    let out = Command::new("e2fsck")
+    let out = Command::new(crate::tool("e2fsck"))
         .arg("-fn")
         .arg(image)
         .output()
@@ -132,7 +132,7 @@ pub fn e2fsck_clean(image: &Path) -> Result<(), String> {
 /// the closing summary and the whole-filesystem free counts' values are left out (the
 /// counts move with any allocation anywhere; what they are wrong by is kept).
 pub fn e2fsck_problems(image: &Path) -> Vec<String> {
-    let out = Command::new("e2fsck")
+    let out = Command::new(crate::tool("e2fsck"))
         .arg("-fn")
         .arg(image)
         .output()
@@ -164,7 +164,7 @@ pub fn e2fsck_problems(image: &Path) -> Vec<String> {
 pub fn make_empty_image(mke2fs_args: &[&str], size_mib: u64) -> Image {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("empty.img");
-    let out = Command::new("mke2fs")
+    let out = Command::new(crate::tool("mke2fs"))
         .args(["-q", "-F"])
         .args(mke2fs_args)
         .arg(&path)

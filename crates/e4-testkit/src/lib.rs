@@ -16,6 +16,7 @@ mod tree;
 mod walk;
 
 pub use compare::{compare_trees, CompareOptions};
+pub use e4_host_tools::{has_tool, tool};
 pub use fuse_mount::{fuse_skipped, is_mounted, FuseGuard};
 pub use image::{
     e2fsck_clean, e2fsck_problems, make_empty_image, make_image, Image, Profile, PROFILES,

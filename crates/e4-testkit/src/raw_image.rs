@@ -239,7 +239,7 @@ mod tests {
     use crate::{make_image, Profile};
 
     fn debugfs(image: &Path, request: &str) -> String {
-        let out = Command::new("debugfs")
+        let out = Command::new(crate::tool("debugfs"))
             .args(["-R", request])
             .arg(image)
             .output()

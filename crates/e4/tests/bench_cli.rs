@@ -1,5 +1,6 @@
 //! `e4 bench` end to end, briefly: the e4 target only, a fraction of a second per point.
-//! Checks the JSON record fields and that the image left by `--keep` passes `e2fsck -fn`.
+//! Checks the JSON record fields and that the image left by `--keep` passes `e2fsck -fn`,
+//! with a normal user's PATH, which lacks the /usr/sbin and /sbin that e2fsprogs is in.
 
 use std::process::Command;
 
@@ -12,6 +13,7 @@ fn short_bench_writes_json_records_and_clean_images() {
     let out = Command::new(env!("CARGO_BIN_EXE_e4"))
         .args(["bench", "fallocate2", "create", "--targets", "e4"])
         .args(["--threads", "1,2", "--duration", "0.2", "--baseline", "e4"])
+        .env("PATH", "/usr/bin:/bin")
         .arg("--json")
         .arg(&json)
         .arg("--chart")
@@ -68,7 +70,7 @@ fn short_bench_writes_json_records_and_clean_images() {
         let path = entry.unwrap().path();
         if path.extension().is_some_and(|e| e == "img") {
             images += 1;
-            let fsck = Command::new("e2fsck")
+            let fsck = Command::new(e4_testkit::tool("e2fsck"))
                 .arg("-fn")
                 .arg(&path)
                 .output()

@@ -37,7 +37,7 @@ fn e4(args: &[&dyn AsRef<OsStr>]) -> Output {
 
 /// A host tool that must succeed (no memory limit: mke2fs and debugfs are the oracles).
 fn tool(program: &str, args: &[&dyn AsRef<OsStr>]) -> Output {
-    let out = bounded(None, program.as_ref(), args);
+    let out = bounded(None, e4_testkit::tool(program).as_os_str(), args);
     assert!(
         out.status.success(),
         "{program} failed: {}{}",
@@ -446,7 +446,7 @@ fn fsck_memory_grows_with_directories_as_e2fsck_does() {
         peak(&full).saturating_sub(peak(&empty))
     };
     // e2fsck -fn exits 0 on both images: the filled one is clean.
-    let e2fsck_growth = growth("e2fsck".as_ref(), &[&"-fn"]);
+    let e2fsck_growth = growth(e4_testkit::tool("e2fsck").as_os_str(), &[&"-fn"]);
     let e4_growth = growth(e4_bin, &[&"fsck", &"-fn", &"-j", &"1"]);
     eprintln!(
         "peak growth for {} directories: e4 fsck {e4_growth} KiB, e2fsck {e2fsck_growth} KiB",

@@ -28,7 +28,7 @@ fn stderr(out: &Output) -> String {
 
 /// `debugfs [-w] -R request image`, its stdout.
 fn debugfs(image: &Path, write: bool, request: &str) -> String {
-    let mut cmd = Command::new("debugfs");
+    let mut cmd = Command::new(e4_testkit::tool("debugfs"));
     if write {
         cmd.arg("-w");
     }

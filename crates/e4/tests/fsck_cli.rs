@@ -29,7 +29,7 @@ fn exit_statuses_follow_e2fsck() {
     assert_eq!(code, 0);
     assert!(text.contains(": clean,"), "{text}");
 
-    let out = Command::new("debugfs")
+    let out = Command::new(e4_testkit::tool("debugfs"))
         .args(["-w", "-R", "sif <2> links_count 9", path])
         .output()
         .unwrap();

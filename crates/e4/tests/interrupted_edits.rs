@@ -59,7 +59,7 @@ fn interrupted(image: &Path, args: &[&dyn AsRef<std::ffi::OsStr>]) -> (Option<i3
 
 /// The superblock says clean and nothing is left for the journal to replay.
 fn assert_marked_clean(image: &Path) {
-    let out = Command::new("dumpe2fs")
+    let out = Command::new(e4_testkit::tool("dumpe2fs"))
         .arg("-h")
         .arg(image)
         .output()

@@ -26,7 +26,7 @@ fn debugfs(image: &Path, commands: &[String]) {
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("script");
     std::fs::write(&script, commands.join("\n") + "\n").unwrap();
-    let out = Command::new("debugfs")
+    let out = Command::new(e4_testkit::tool("debugfs"))
         .arg("-w")
         .arg("-f")
         .arg(&script)
@@ -37,7 +37,7 @@ fn debugfs(image: &Path, commands: &[String]) {
 }
 
 fn e2fsck_status(args: &str, image: &Path) -> i32 {
-    Command::new("e2fsck")
+    Command::new(e4_testkit::tool("e2fsck"))
         .arg(args)
         .arg(image)
         .output()

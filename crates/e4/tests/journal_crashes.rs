@@ -54,7 +54,7 @@ fn differing_outside_journal(a: &Path, b: &Path) -> Vec<u64> {
 /// `e2fsck -fn` does, and exits as e2fsck does.
 fn assert_fsck_statuses_agree(image: &Path, what: &str) {
     let (e4_status, said) = e4(&["fsck", "-fn", image.to_str().unwrap()]);
-    let e2fsck = Command::new("e2fsck")
+    let e2fsck = Command::new(e4_testkit::tool("e2fsck"))
         .arg("-fn")
         .arg(image)
         .output()
@@ -124,7 +124,7 @@ fn kernel_left_journals_replay_in_e4_as_in_e2fsck() {
             // Without -f: with it, e2fsck goes on from the replay to a full check, whose
             // pass 5 recounts each group's unused inodes (bg_itable_unused) where the
             // kernel left it low after freeing inodes: a check's change, not the replay's.
-            let out = Command::new("e2fsck")
+            let out = Command::new(e4_testkit::tool("e2fsck"))
                 .args(["-y", "-E", "journal_only"])
                 .arg(&by_e2fsck)
                 .output()

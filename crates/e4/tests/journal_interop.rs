@@ -242,7 +242,7 @@ fn debugfs(image: &Path, write: bool, commands: &[String]) -> String {
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("script");
     std::fs::write(&script, commands.join("\n") + "\n").unwrap();
-    let mut cmd = Command::new("debugfs");
+    let mut cmd = Command::new(e4_testkit::tool("debugfs"));
     if write {
         cmd.arg("-w");
     }
@@ -267,7 +267,7 @@ fn contents(block_size: usize, n: u8, block: u64, escaped: bool) -> Vec<u8> {
 /// needs_recovery set and the log full). Returns the target blocks.
 fn make_journal(format: &Format, steps: &[Step], dir: &Path) -> (PathBuf, Vec<u64>) {
     let image = dir.join("debugfs.img");
-    let out = Command::new("mke2fs")
+    let out = Command::new(e4_testkit::tool("mke2fs"))
         .args(["-q", "-F"])
         .args(format.mke2fs)
         .arg(&image)
@@ -452,7 +452,7 @@ fn check_case_or_panic(format: &Format, damage_at: Damage, expect: &[Expect], ou
 
     let by_e2fsck = dir.path().join("e2fsck.img");
     std::fs::copy(&image, &by_e2fsck).unwrap();
-    let e2fsck = Command::new("e2fsck")
+    let e2fsck = Command::new(e4_testkit::tool("e2fsck"))
         .args(["-fy", "-E", "journal_only"])
         .arg(&by_e2fsck)
         .output()

@@ -375,7 +375,7 @@ fn a_mount_killed_in_the_middle_of_work_replays_with_every_fsynced_file() {
         // e2fsck replays a copy, checks it, and the kernel reads it.
         let by_e2fsck = image.path.with_extension("e2fsck");
         std::fs::copy(&image.path, &by_e2fsck).unwrap();
-        let replayed = Command::new("e2fsck")
+        let replayed = Command::new(e4_testkit::tool("e2fsck"))
             .args(["-y", "-E", "journal_only"])
             .arg(&by_e2fsck)
             .output()
@@ -419,7 +419,7 @@ fn a_mount_killed_in_the_middle_of_work_replays_with_every_fsynced_file() {
 fn damage_found_while_serving_is_shown_on_standard_error() {
     let image = make_empty_image(&["-t", "ext4", "-b", "1024"], 16);
     let debugfs = |write: bool, request: &str| {
-        let mut cmd = Command::new("debugfs");
+        let mut cmd = Command::new(e4_testkit::tool("debugfs"));
         if write {
             cmd.arg("-w");
         }
@@ -490,7 +490,7 @@ fn errors_option_decides_what_follows_a_damaged_directory() {
     for policy in ["continue", "remount-ro", "panic"] {
         let image = make_empty_image(&["-t", "ext4", "-b", "4096"], 16);
         let debugfs = |write: bool, request: &str| {
-            let mut cmd = Command::new("debugfs");
+            let mut cmd = Command::new(e4_testkit::tool("debugfs"));
             if write {
                 cmd.arg("-w");
             }

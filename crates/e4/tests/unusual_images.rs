@@ -19,7 +19,7 @@ fn e4(args: &[&dyn AsRef<std::ffi::OsStr>]) -> Output {
 }
 
 fn run(program: &str, args: &[&dyn AsRef<std::ffi::OsStr>]) -> Output {
-    let mut cmd = Command::new(program);
+    let mut cmd = Command::new(e4_testkit::tool(program));
     for a in args {
         cmd.arg(a);
     }
@@ -250,7 +250,7 @@ fn ea_inode_value_without_the_feature_is_corruption() {
     run("debugfs", &[&"-w", &"-R", &set, &image]);
     // debugfs 1.47.0 leaves the owner's i_blocks short by the value inode's share; let
     // e2fsck mend that first so only the damage below remains.
-    let mended = Command::new("e2fsck")
+    let mended = Command::new(e4_testkit::tool("e2fsck"))
         .arg("-fy")
         .arg(&image)
         .output()

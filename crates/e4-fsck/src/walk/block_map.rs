@@ -253,7 +253,7 @@ mod tests {
         let data = image.path.with_extension("data");
         std::fs::write(&data, vec![0x5a; FILE_BLOCKS * 1024]).unwrap();
         let write = format!("write {} f", data.display());
-        let out = Command::new("debugfs")
+        let out = Command::new(e4_testkit::tool("debugfs"))
             .args(["-w", "-R", &write])
             .arg(&image.path)
             .output()

@@ -73,7 +73,7 @@ pub fn assert_flips_in_blocks_agree(image: &Path, hot: &[u64], rounds: usize, se
             .unwrap_or_else(|_| panic!("round {round}: hung"))
             .unwrap_or_else(|| panic!("round {round}: panicked"));
         damaged_rounds += usize::from(ours != 0);
-        let oracle = Command::new("e2fsck")
+        let oracle = Command::new(e4_testkit::tool("e2fsck"))
             .arg("-fn")
             .arg(&path)
             .output()

@@ -187,7 +187,7 @@ fn leaf_checksum_verifies(image: &Path, dir: u32, logical: u64) -> bool {
 }
 
 pub fn e2fsck_verdict(image: &Path) -> (Verdict, String) {
-    let out = Command::new("e2fsck")
+    let out = Command::new(e4_testkit::tool("e2fsck"))
         .arg("-fn")
         .arg(image)
         .output()
@@ -291,7 +291,9 @@ pub fn run_debugfs(image: &Path, commands: &[String]) -> String {
     let script = tempfile::NamedTempFile::new().unwrap();
     fs::write(script.path(), commands.join("\n")).unwrap();
     let out = Command::new("timeout")
-        .args(["60", "debugfs", "-w", "-f"])
+        .arg("60")
+        .arg(e4_testkit::tool("debugfs"))
+        .args(["-w", "-f"])
         .arg(script.path())
         .arg(image)
         .output()
@@ -304,7 +306,7 @@ pub fn run_debugfs(image: &Path, commands: &[String]) -> String {
 pub fn e2fsck_exit(image: &Path, args: &[&str]) -> i32 {
     let out = Command::new("timeout")
         .arg("60")
-        .arg("e2fsck")
+        .arg(e4_testkit::tool("e2fsck"))
         .args(args)
         .arg(image)
         .output()
@@ -326,7 +328,7 @@ pub fn assert_exit(image: &Path, what: &str, expected: i32) -> Vec<ProblemCode> 
 }
 
 pub fn debugfs(image: &Path, command: &str) -> String {
-    let out = Command::new("debugfs")
+    let out = Command::new(e4_testkit::tool("debugfs"))
         .arg("-w")
         .arg("-R")
         .arg(command)
