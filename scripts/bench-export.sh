@@ -3,6 +3,8 @@
 # warm: wall time, user+system CPU and peak memory (GNU time) for each run, RUNS times.
 # Usage: scripts/bench-export.sh IMAGE [RUNS] [THREADS...]   (default: 5 runs, 1 2 threads)
 set -euo pipefail
+# e2fsprogs is in /usr/sbin and /sbin, off a normal user's PATH.
+PATH="$PATH:/usr/sbin:/sbin"
 image=$1; runs=${2:-5}; shift 2 || true
 threads=("${@:-1}"); [ $# -gt 0 ] || threads=(1 2)
 e4=$(command -v e4 || echo "$(dirname "$0")/../target/release/e4")

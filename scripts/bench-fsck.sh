@@ -26,6 +26,8 @@
 #   Images are kept in DIR (default /dev/shm/e4-fsck-bench) and reused by later runs of the
 #   same scale; delete DIR to make them again. Results go to stdout and DIR/results-SCALE.md.
 set -euo pipefail
+# e2fsprogs is in /usr/sbin and /sbin, off a normal user's PATH.
+PATH="$PATH:/usr/sbin:/sbin"
 
 scale=dev runs=5 threads="1 2 4 8" dir=/dev/shm/e4-fsck-bench only="small fragmented mixed"
 callgrind=0

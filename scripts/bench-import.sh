@@ -6,6 +6,8 @@
 # Usage: scripts/bench-import.sh HOST_DIR [SIZE_MIB] [RUNS] [THREADS...]
 #   (defaults: 4096 MiB, 5 runs, threads 1 2)
 set -euo pipefail
+# e2fsprogs is in /usr/sbin and /sbin, off a normal user's PATH.
+PATH="$PATH:/usr/sbin:/sbin"
 src=$1; size=${2:-4096}; runs=${3:-5}; shift 3 || shift $#
 threads=("${@:-1}"); [ $# -gt 0 ] || threads=(1 2)
 e4=$(command -v e4 || echo "$(dirname "$0")/../target/release/e4")

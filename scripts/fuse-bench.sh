@@ -8,6 +8,8 @@
 # e4 bench's own fuse2fs target keeps its image there with --keep.
 #   ROUNDS=5 WORKLOADS="create fallocate2" THREADS=1,2 DURATION=2 scripts/fuse-bench.sh
 set -euo pipefail
+# e2fsprogs is in /usr/sbin and /sbin, off a normal user's PATH.
+PATH="$PATH:/usr/sbin:/sbin"
 cd "$(dirname "$0")/.."
 e4=${E4:-target/release/e4}
 rounds=${ROUNDS:-5}

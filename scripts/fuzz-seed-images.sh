@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Seeds the image fuzzer's corpus with small images (256 KiB) in a few feature sets.
 set -euo pipefail
+# e2fsprogs is in /usr/sbin and /sbin, off a normal user's PATH.
+PATH="$PATH:/usr/sbin:/sbin"
 cd "$(dirname "$0")/../fuzz"
 mkdir -p corpus/image
 src=$(mktemp -d)
