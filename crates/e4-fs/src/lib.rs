@@ -40,6 +40,7 @@ pub use dir::entry::DirEntry;
 pub use e4_format::inode::{FileType, Inode, Timestamp};
 pub use error::{Error, Holder, InUse, Result, Shortage};
 pub use filesystem::{Filesystem, OpenOptions};
+pub use inode::user_flags::OpenIntent;
 pub use io::device;
 pub use io::kernel_mount;
 pub use io::recording_device;

@@ -66,6 +66,7 @@ fn errors_carry_the_kernels_errno() {
         (Error::Exists("x".into()), Errno::EXIST),
         (Error::NotEmpty("x".into()), Errno::NOTEMPTY),
         (Error::NoSpace(e4_fs::Shortage::Inodes), Errno::NOSPC),
+        (Error::NotPermitted("x".into()), Errno::PERM),
         (Error::ReadOnly("x".into()), Errno::ROFS),
         (Error::Internal("x".into()), Errno::IO),
         (

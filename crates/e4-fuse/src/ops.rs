@@ -13,12 +13,14 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use e4_format::dir_entry::MAX_NAME_LEN;
-use e4_fs::{Creator, FallocateMode, Filesystem, Metadata, RenameMode, SetAttributes, XattrSet};
+use e4_fs::{
+    Creator, FallocateMode, Filesystem, Metadata, OpenIntent, RenameMode, SetAttributes, XattrSet,
+};
 use fuser::{
-    Errno, FileAttr, FileHandle, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,
-    LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite,
-    ReplyXattr, Request, TimeOrNow, WriteFlags,
+    Errno, FileAttr, FileHandle, FopenFlags, Generation, INodeNo, InitFlags, IoctlFlags,
+    KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use parking_lot::Mutex;
 
@@ -28,6 +30,7 @@ use crate::attrs::{
 };
 use crate::dir_listing::{self, Listed};
 use crate::error_policy::OnError;
+use crate::file_flags;
 use crate::lookup_counts::LookupCounts;
 use crate::seek::{seek, Seek, SeekError};
 
@@ -219,6 +222,12 @@ impl E4Fuse {
 
     fn open_file(&self, ino: u32, flags: OpenFlags) -> Result<(), Errno> {
         let fs = self.fs();
+        let intent = OpenIntent {
+            write: flags.0 & libc::O_ACCMODE != libc::O_RDONLY,
+            append: flags.0 & libc::O_APPEND != 0,
+            truncate: flags.0 & libc::O_TRUNC != 0,
+        };
+        fs.check_open(ino, intent).or_errno(&self.on_error)?;
         fs.open_inode(ino).or_errno(&self.on_error)?;
         if flags.0 & libc::O_TRUNC != 0 && flags.0 & libc::O_ACCMODE != libc::O_RDONLY {
             let size = Some(0);
@@ -422,6 +431,10 @@ impl fuser::Filesystem for E4Fuse {
             uid: uid.map(|u| IdMap::stored(self.owners.uid, u)),
             gid: gid.map(|g| IdMap::stored(self.owners.gid, g)),
             size,
+            // The kernel sends "now" for both times for `utimes(NULL)` (ATTR_TOUCH), and
+            // also for two UTIME_NOWs, which it takes for named times (an append-only
+            // file refuses those): the two cannot be told apart here.
+            times_are_touch: matches!((atime, mtime), (Some(TimeOrNow::Now), Some(TimeOrNow::Now))),
             atime: atime.map(time_of),
             mtime: mtime.map(time_of),
         };
@@ -689,6 +702,33 @@ impl fuser::Filesystem for E4Fuse {
             reply,
             self.fs().fsync(ext4_ino(ino)).or_errno(&self.on_error),
         );
+    }
+
+    /// FS_IOC_GETFLAGS and FS_IOC_SETFLAGS (and FS_IOC_FSGETXATTR, which the kernel asks
+    /// before a SETFLAGS): `file_flags`.
+    fn ioctl(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        cmd: u32,
+        in_data: &[u8],
+        _out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        if file_flags::changes(cmd) {
+            if let Err(e) = self.on_error.may_change() {
+                return reply.error(e);
+            }
+        }
+        // The kernel checked ownership and CAP_LINUX_IMMUTABLE before sending SETFLAGS.
+        let may_protect = true;
+        match file_flags::answer(self.fs(), ext4_ino(ino), cmd, in_data, may_protect) {
+            Ok(Some(out)) => reply.ioctl(0, &out),
+            Ok(None) => reply.error(Errno::ENOTTY),
+            Err(e) => reply.error(self.on_error.errno(&e)),
+        }
     }
 
     fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {

@@ -15,6 +15,7 @@ use crate::dir::inline::empty_inline_dir;
 use crate::error::{Error, Result, Shortage};
 use crate::filesystem::Filesystem;
 use crate::inode::cache::{InodeHandle, InodeState};
+use crate::inode::user_flags::{self, refuse_if_immutable};
 use crate::io::credits::{INODE, NEW_INODE};
 use crate::io::meta_io::Owner;
 use crate::map::extent_tree::ExtentTree;
@@ -214,9 +215,12 @@ impl Filesystem {
             let format = self.dir_format();
             let parent_handle = self.inode_handle(parent)?;
             let is_dir = matches!(kind, NewKind::Directory);
-            let creator = {
+            let (creator, parent_flags) = {
                 let p = &parent_handle.read(&self.inodes).inode;
-                creator.in_directory(p.record.mode, p.gid(), is_dir)
+                (
+                    creator.in_directory(p.record.mode, p.gid(), is_dir),
+                    p.flags(),
+                )
             };
             // The new inode is allocated and filled before the directory is locked, so
             // that creators in one directory wait for each other only while the name goes
@@ -225,15 +229,28 @@ impl Filesystem {
             // back below if the name cannot be added; its failure is reported only once
             // the name is known to be absent (so "exists" comes before "no space", as in
             // the kernel).
-            let mut prepared =
-                Some(self.prepare_new_inode(&io, &format, &kind, parent, name, creator));
+            let mut prepared = Some(self.prepare_new_inode(
+                &io,
+                &format,
+                &kind,
+                parent,
+                name,
+                creator,
+                parent_flags,
+            ));
             let made = match &prepared {
                 Some(Ok(handle)) => Some(handle.clone()),
                 _ => None,
             };
             let mut parent_state = parent_handle.lock(&self.inodes);
             let parent_links = parent_state.inode.links_count();
+            // `may_create`: an immutable directory takes no new name (once the name is
+            // known to be new: "exists" comes first, as in the kernel).
+            let mut refusal = refuse_if_immutable(&parent_state.inode, "add a name to it").err();
             let mut make = || -> Result<u32> {
+                if let Some(e) = refusal.take() {
+                    return Err(e);
+                }
                 if is_dir
                     && parent_links >= MAX_LINKS - 1
                     && !self.has_feature(RoCompatFeatures::DIR_NLINK)
@@ -288,8 +305,9 @@ impl Filesystem {
         Ok(ino)
     }
 
-    /// Allocates and fills a new inode for `name` in `parent` and makes its handle; on
-    /// failure nothing it took is kept.
+    /// Allocates and fills a new inode for `name` in `parent` (whose flags are
+    /// `parent_flags`) and makes its handle; on failure nothing it took is kept.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn prepare_new_inode(
         &self,
         io: &TxnIo<'_>,
@@ -298,6 +316,7 @@ impl Filesystem {
         parent: u32,
         name: &[u8],
         creator: Creator,
+        parent_flags: u32,
     ) -> Result<Arc<InodeHandle>> {
         let is_dir = matches!(kind, NewKind::Directory);
         io.space.may_allocate(Shortage::Inodes)?;
@@ -315,7 +334,7 @@ impl Filesystem {
             )
             .map_err(Error::from_inode_allocation)?;
         let ino = new.ino;
-        let mut inode = self.new_inode(ino, kind, creator);
+        let mut inode = self.new_inode(ino, kind, creator, parent_flags);
         if let Err(e) = self.fill_new_inode(io, format, &mut inode, kind, parent) {
             let mut doomed = InodeState::detached(inode);
             let released = self.release_inode_space(io, &mut doomed);
@@ -346,9 +365,16 @@ impl Filesystem {
         }
     }
 
-    /// A fresh inode record: mode, owner, times, link count, and the mapping flags the
-    /// kernel gives each kind.
-    pub(super) fn new_inode(&self, ino: u32, kind: &NewKind<'_>, creator: Creator) -> Inode {
+    /// A fresh inode record: mode, owner, times, link count, the flags it inherits from a
+    /// directory with `parent_flags` (`ext4_new_inode`), and the mapping flags the kernel
+    /// gives each kind.
+    pub(super) fn new_inode(
+        &self,
+        ino: u32,
+        kind: &NewKind<'_>,
+        creator: Creator,
+        parent_flags: u32,
+    ) -> Inode {
         let sb = self.superblock();
         let file_type = kind.file_type();
         let mode = mode_bits(file_type) | (creator.permissions & 0o7777);
@@ -360,6 +386,7 @@ impl Filesystem {
         inode.set_mtime(now);
         inode.set_ctime(now);
         inode.set_crtime(now);
+        inode.record.flags = user_flags::inherited(parent_flags, file_type);
         inode.record.links_count = if file_type == FileType::Directory {
             2
         } else {

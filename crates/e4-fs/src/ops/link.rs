@@ -6,6 +6,7 @@ use crate::dir::editor::ADD_ENTRY_CREDITS;
 use crate::dir::entry::check_name;
 use crate::error::{Error, Result};
 use crate::filesystem::Filesystem;
+use crate::inode::user_flags::{refuse_if_immutable, refuse_if_protected};
 use crate::io::credits::INODE;
 use crate::ops::namespace::{known_type, lock_in_order, shown, two_states, MAX_LINKS};
 
@@ -41,6 +42,9 @@ impl Filesystem {
             if self.lookup_locked(&io, &format, dir, name)?.is_some() {
                 return Err(Error::Exists(shown(name)));
             }
+            // `vfs_link`: no name in an immutable directory, none to a protected inode.
+            refuse_if_immutable(&dir.inode, "add a name to it")?;
+            refuse_if_protected(&target.inode, "link to it")?;
             self.edit_dir(&io, &format, dir, |e| e.add_entry(name, ino, file_type))?;
             target.inode.record.links_count += 1;
             Self::touch(&mut target.inode, false);

@@ -19,6 +19,7 @@ pub(crate) mod rename;
 pub(crate) mod setattr;
 pub(crate) mod stat;
 pub(crate) mod truncate;
+pub(crate) mod user_flags;
 pub(crate) mod write;
 pub(crate) mod xattr_read;
 pub(crate) mod xattr_write;

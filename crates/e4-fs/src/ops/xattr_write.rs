@@ -10,6 +10,7 @@ use e4_format::xattr::split_name;
 use crate::error::{Error, Result};
 use crate::filesystem::Filesystem;
 use crate::inode::cache::InodeState;
+use crate::inode::user_flags::refuse_if_protected;
 use crate::io::credits::{INODE, NEW_BLOCK};
 use crate::txn::txn_io::TxnIo;
 use crate::xattr::store::{release_xattr_block, set_file_acl, InodeXattrs, XattrKey};
@@ -199,6 +200,8 @@ impl Filesystem {
             if is_gone(&state) {
                 return Err(Error::NotFound(format!("inode {ino}")));
             }
+            // `xattr_permission`: no attribute of a protected inode changes.
+            refuse_if_protected(&state.inode, "change its xattrs")?;
             let inode = &mut state.inode;
             if self.update_xattrs(&io, inode, update)? {
                 inode.set_ctime(crate::time::now());
