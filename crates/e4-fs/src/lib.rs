@@ -10,7 +10,7 @@
 //! use e4_fs::{Creator, Filesystem, OpenOptions};
 //! let fs = Filesystem::open("disk.img", OpenOptions::writable())?;
 //! let etc = fs.resolve("/etc", true)?;
-//! let me = Creator { permissions: 0o644, uid: 0, gid: 0 };
+//! let me = Creator { permissions: 0o644, uid: 0, gid: 0, umask: 0 };
 //! let ino = fs.create(etc, b"hostname", me)?;
 //! fs.write_at(ino, 0, b"e4\n")?;
 //! let mut buf = vec![0u8; fs.metadata(ino)?.size as usize];

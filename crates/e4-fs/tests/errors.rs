@@ -8,6 +8,7 @@ const CREATOR: Creator = Creator {
     permissions: 0o644,
     uid: 0,
     gid: 0,
+    umask: 0,
 };
 
 /// A block bitmap that shows one of the group's own metadata blocks (the bitmap block

@@ -68,6 +68,11 @@ pub(crate) struct E4Fuse {
     lookups: LookupCounts,
     owners: Owners,
     fakeroot: bool,
+    /// `acl`: POSIX_ACL and DONT_MASK are asked for.
+    posix_acl: bool,
+    /// The kernel granted DONT_MASK: a create's mode comes without the umask taken off,
+    /// and the umask beside it, for the engine to apply (`Creator::umask`).
+    umask_is_ours: bool,
     block_size: u32,
     outcome: Outcome,
     on_error: OnError,
@@ -95,6 +100,7 @@ impl E4Fuse {
         fs: Arc<Filesystem>,
         owners: Owners,
         fakeroot: bool,
+        posix_acl: bool,
         outcome: Outcome,
         on_error: OnError,
     ) -> Self {
@@ -105,6 +111,8 @@ impl E4Fuse {
             lookups: LookupCounts::new(),
             owners,
             fakeroot,
+            posix_acl,
+            umask_is_ours: false,
             outcome,
         }
     }
@@ -145,8 +153,9 @@ impl E4Fuse {
 
     /// Who owns a new inode, with `permissions`: the caller (root under `fakeroot`, the
     /// image's id under `uid=`/`gid=`). The engine gives an inode made in a set-group-ID
-    /// directory that directory's group (`inode_init_owner`).
-    fn creator(&self, req: &Request, permissions: u32) -> Creator {
+    /// directory that directory's group (`inode_init_owner`), and applies `umask` or the
+    /// directory's default ACL, when the kernel left the umask to it.
+    fn creator(&self, req: &Request, permissions: u32, umask: u32) -> Creator {
         let (uid, gid) = if self.fakeroot {
             (0, 0)
         } else {
@@ -159,6 +168,11 @@ impl E4Fuse {
             permissions: (permissions & 0o7777) as u16,
             uid,
             gid,
+            umask: if self.umask_is_ours {
+                (umask & 0o777) as u16
+            } else {
+                0
+            },
         }
     }
 
@@ -351,10 +365,16 @@ fn zero_keeping_size(fs: &Filesystem, ino: u32, offset: u64, len: u64) -> e4_fs:
 
 impl fuser::Filesystem for E4Fuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        let offered = config.capabilities() & WANTED;
+        let wanted = if self.posix_acl {
+            WANTED | InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK
+        } else {
+            WANTED
+        };
+        let offered = config.capabilities() & wanted;
         // OK to ignore: only offered capabilities are added, and both sizes fall back to
         // the kernel's limit.
         let _ = config.add_capabilities(offered);
+        self.umask_is_ours = offered.contains(InitFlags::FUSE_DONT_MASK);
         let _ = config.set_max_write(MAX_WRITE);
         if let Err(most) = config.set_max_readahead(MAX_READAHEAD) {
             let _ = config.set_max_readahead(most);
@@ -457,7 +477,7 @@ impl fuser::Filesystem for E4Fuse {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         rdev: u32,
         reply: ReplyEntry,
     ) {
@@ -465,7 +485,7 @@ impl fuser::Filesystem for E4Fuse {
             return reply.error(e);
         }
         let parent = ext4_ino(parent);
-        let c = self.creator(req, mode);
+        let c = self.creator(req, mode, umask);
         let made = {
             let fs = self.fs();
             match file_type_of_mode(mode) {
@@ -492,7 +512,7 @@ impl fuser::Filesystem for E4Fuse {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         reply: ReplyEntry,
     ) {
         if let Err(e) = self.on_error.may_change() {
@@ -501,7 +521,7 @@ impl fuser::Filesystem for E4Fuse {
         let parent = ext4_ino(parent);
         let made = self
             .fs()
-            .mkdir(parent, bytes(name), self.creator(req, mode))
+            .mkdir(parent, bytes(name), self.creator(req, mode, umask))
             .or_errno(&self.on_error);
         self.reply_entry(reply, made);
     }
@@ -542,7 +562,7 @@ impl fuser::Filesystem for E4Fuse {
             return reply.error(e);
         }
         let parent = ext4_ino(parent);
-        let c = self.creator(req, 0o777);
+        let c = self.creator(req, 0o777, 0);
         let made = self
             .fs()
             .symlink(parent, bytes(link_name), target.as_os_str().as_bytes(), c)
@@ -889,7 +909,7 @@ impl fuser::Filesystem for E4Fuse {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         _flags: i32,
         reply: ReplyCreate,
     ) {
@@ -899,7 +919,7 @@ impl fuser::Filesystem for E4Fuse {
         let parent = ext4_ino(parent);
         let made = self
             .fs()
-            .create(parent, bytes(name), self.creator(req, mode))
+            .create(parent, bytes(name), self.creator(req, mode, umask))
             .or_errno(&self.on_error)
             .and_then(|ino| {
                 let entry = self.entry(ino)?;

@@ -1,6 +1,7 @@
 //! The public operations of [`Filesystem`](crate::Filesystem), a file per group. With
 //! `filesystem.rs`, the only place with `impl Filesystem`.
 
+pub(crate) mod acl_inheritance;
 pub(crate) mod create;
 pub(crate) mod directory_blocks;
 pub(crate) mod fallocate;

@@ -6,7 +6,7 @@ use e4_format::inode::{FileType, Inode, Timestamp};
 use crate::error::{Error, Result};
 use crate::filesystem::Filesystem;
 use crate::inode::user_flags::{refuse_if_immutable, refuse_if_protected};
-use crate::io::credits::{INODE, ORPHAN};
+use crate::io::credits::{INODE, NEW_BLOCK, ORPHAN};
 use crate::ops::stat::Metadata;
 
 /// The attributes [`Filesystem::setattr`] changes; `None` leaves one as it is. The change
@@ -135,17 +135,27 @@ impl Filesystem {
         }
         let writer = self.writer()?;
         {
-            let _txn = writer.begin(INODE)?;
+            // The inode, and an access ACL rewritten with a new mode: its block, or a
+            // copy of a shared one and the reference count of the block it leaves.
+            let txn = writer.begin(INODE + NEW_BLOCK + 1)?;
+            let io = writer.io(self, &txn);
             let handle = self.inode_handle(ino)?;
             let mut state = handle.lock(&self.inodes);
-            let inode = &mut state.inode;
-            if inode.links_count() == 0 && inode.file_type() != Some(FileType::Regular) {
+            if state.inode.links_count() == 0 && state.inode.file_type() != Some(FileType::Regular)
+            {
                 return Err(Error::NotFound(format!("inode {ino}")));
             }
-            Self::refuse_protected_setattr(inode, attrs)?;
+            Self::refuse_protected_setattr(&state.inode, attrs)?;
             if let Some(p) = attrs.permissions {
-                inode.record.mode = (inode.record.mode & !0o7777) | (p & 0o7777);
-            } else if attrs.uid.is_some() || attrs.gid.is_some() {
+                // `posix_acl_chmod`; all or nothing, so a failure leaves the mode too.
+                io.all_or_nothing(&mut state, |state| {
+                    let inode = &mut state.inode;
+                    inode.record.mode = (inode.record.mode & !0o7777) | (p & 0o7777);
+                    self.chmod_access_acl(&io, inode)
+                })?;
+            }
+            let inode = &mut state.inode;
+            if attrs.permissions.is_none() && (attrs.uid.is_some() || attrs.gid.is_some()) {
                 let is_dir = inode.file_type() == Some(FileType::Directory);
                 inode.record.mode = mode_after_chown(inode.record.mode, is_dir);
             }
