@@ -17,8 +17,8 @@ use e4_fs::{
     Creator, FallocateMode, Filesystem, Metadata, OpenIntent, RenameMode, SetAttributes, XattrSet,
 };
 use fuser::{
-    Errno, FileAttr, FileHandle, FopenFlags, Generation, INodeNo, InitFlags, IoctlFlags,
-    KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    CopyFileRangeFlags, Errno, FileAttr, FileHandle, FopenFlags, Generation, INodeNo, InitFlags,
+    IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
     ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen,
     ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
@@ -938,6 +938,40 @@ impl fuser::Filesystem for E4Fuse {
                 FopenFlags::FOPEN_KEEP_CACHE,
             ),
             Err(e) => reply.error(e),
+        }
+    }
+
+    /// A copy of data (ext4 shares no extents): the engine's `copy_range`, which meets
+    /// every rule a write meets. The kernel has already refused a copy into an O_APPEND
+    /// descriptor (EBADF) and clamped the length to the source's end and to 4 GiB less a
+    /// page, so the count fits the reply.
+    fn copy_file_range(
+        &self,
+        _req: &Request,
+        ino_in: INodeNo,
+        _fh_in: FileHandle,
+        offset_in: u64,
+        ino_out: INodeNo,
+        _fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+        _flags: CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        if let Err(e) = self.on_error.may_change() {
+            return reply.error(e);
+        }
+        let len = len.min(u64::from(u32::MAX));
+        match self.fs().copy_range(
+            ext4_ino(ino_in),
+            offset_in,
+            ext4_ino(ino_out),
+            offset_out,
+            len,
+        ) {
+            // OK to cast: at most `len`, which fits.
+            Ok(copied) => reply.written(copied as u32),
+            Err(e) => reply.error(self.on_error.errno(&e)),
         }
     }
 

@@ -212,6 +212,14 @@ enum Op {
     WriteAfterDroppingAppend {
         path: String,
     },
+    /// `copy_file_range` of `len` bytes from `from` at `offset_in` to `to` at `offset_out`.
+    CopyRange {
+        from: String,
+        to: String,
+        offset_in: u64,
+        offset_out: u64,
+        len: usize,
+    },
     /// `setfacl`: sets the access (or default) ACL to `entries` (tag, permissions, id),
     /// in the form `setxattr` takes; no entries removes it.
     SetAcl {
@@ -703,6 +711,25 @@ fn run(op: &Op, root: &Path) -> Outcome {
             rustix::fs::fcntl_setfl(&fd, OFlags::WRONLY | OPEN_ALWAYS)?;
             format!("wrote {}", rustix::io::pwrite(&fd, b"over", 0)?)
         }
+        Op::CopyRange {
+            from,
+            to,
+            offset_in,
+            offset_out,
+            len,
+        } => {
+            let source = open(root, from, OFlags::RDONLY)?;
+            let target = open(root, to, OFlags::WRONLY)?;
+            let (mut offset_in, mut offset_out) = (*offset_in, *offset_out);
+            let n = rfs::copy_file_range(
+                &source,
+                Some(&mut offset_in),
+                &target,
+                Some(&mut offset_out),
+                *len,
+            )?;
+            format!("copied {n}")
+        }
         Op::SetAcl {
             path,
             default,
@@ -1020,6 +1047,20 @@ fn immutable_and_append_only_refuse_on_e4s_mount_what_they_refuse_on_the_kernels
             write(f, 0, false),
             write(f, 0, true),
             Op::WriteAfterDroppingAppend { path: p(f) },
+            Op::CopyRange {
+                from: p("g"),
+                to: p(f),
+                offset_in: 0,
+                offset_out: 0,
+                len: 1000,
+            },
+            Op::CopyRange {
+                from: p(f),
+                to: p("g"),
+                offset_in: 10,
+                offset_out: 2000,
+                len: 5000,
+            },
             Op::Read {
                 path: p(f),
                 offset: 0,
@@ -1167,21 +1208,25 @@ fn immutable_and_append_only_refuse_on_e4s_mount_what_they_refuse_on_the_kernels
     );
 }
 
-/// The random sequences with `chattr` among the calls: a few seeds by default, more with
-/// `E4_DIFF_FLAG_SEEDS` (a count or `from..to`).
+/// The random sequences with `chattr` and `copy_file_range` among the calls: a few seeds
+/// by default, more with `E4_DIFF_FLAG_SEEDS` (a count or `from..to`).
 #[test]
 fn random_calls_among_protected_files_do_on_e4s_mount_what_they_do_on_the_kernels_ext4() {
     for seed in seeds("E4_DIFF_FLAG_SEEDS", 0..2) {
         let mut rng = StdRng::seed_from_u64(seed);
-        let ops = (0..300).map(|_| {
-            if rng.gen_ratio(1, 12) {
-                Op::SetFlags {
-                    path: path(&mut rng),
-                    flags: chattr_flags(&mut rng),
-                }
-            } else {
-                random_op(&mut rng)
-            }
+        let ops = (0..300).map(|_| match rng.gen_range(0..12) {
+            0 => Op::SetFlags {
+                path: path(&mut rng),
+                flags: chattr_flags(&mut rng),
+            },
+            1 => Op::CopyRange {
+                from: path(&mut rng),
+                to: path(&mut rng),
+                offset_in: offset(&mut rng),
+                offset_out: offset(&mut rng),
+                len: rng.gen_range(1..30_000),
+            },
+            _ => random_op(&mut rng),
         });
         let rerun = format!("E4_DIFF_FLAG_SEEDS={seed}..{}", seed + 1);
         if !compare(&format!("flag seed {seed}"), &rerun, "", ops) {
@@ -1357,6 +1402,75 @@ fn posix_acls_on_e4s_mount_are_what_they_are_on_the_kernels_ext4() {
         "the POSIX ACL script",
         "cargo test -p e4-fuse --test differential posix_acls",
         "acl",
+        ops.into_iter(),
+    );
+}
+
+/// `copy_file_range` on e4's mount (the FUSE request, copied by the engine) against the
+/// kernel's ext4 (which copies through the page cache): within a file and between files,
+/// from holes and fallocated ranges, past the source's end, across a block boundary into
+/// a hole past the target's end, overlapping ranges of one file, a directory and a FIFO
+/// on either side, a target opened O_APPEND; then the trees (contents and st_blocks).
+#[test]
+fn copy_file_range_on_e4s_mount_copies_what_the_kernels_ext4_copies() {
+    let p = |s: &str| s.to_string();
+    let copy = |from: &str, to: &str, offset_in: u64, offset_out: u64, len: usize| Op::CopyRange {
+        from: p(from),
+        to: p(to),
+        offset_in,
+        offset_out,
+        len,
+    };
+    let write = |path: &str, offset: u64, len: usize| Op::Write {
+        path: p(path),
+        offset,
+        len,
+        seed: 3,
+        append: false,
+    };
+    let create = |path: &str| Op::Open {
+        path: p(path),
+        flags: OFlags::WRONLY | OFlags::CREATE,
+        mode: 0o644,
+    };
+    let ops = vec![
+        create("a"),
+        write("a", 0, 10_000),
+        write("a", 40_000, 3_000),
+        Op::Fallocate {
+            path: p("a"),
+            mode: FallocateFlags::KEEP_SIZE,
+            offset: 50_000,
+            len: 8_000,
+        },
+        create("b"),
+        copy("a", "b", 0, 0, 10_000),
+        copy("a", "b", 5_000, 100_000, 40_000),
+        copy("a", "b", 42_000, 3_333, 99_999),
+        copy("a", "b", 60_000, 0, 100),
+        copy("a", "a", 0, 20_000, 10_000),
+        copy("a", "a", 0, 5_000, 10_000),
+        copy("b", "b", 100_000, 100_500, 1_000),
+        Op::Mkdir {
+            path: p("d"),
+            mode: 0o755,
+        },
+        copy("d", "b", 0, 0, 10),
+        copy("a", "d", 0, 0, 10),
+        Op::Mkfifo { path: p("fifo") },
+        copy("a", "fifo", 0, 0, 10),
+        Op::Read {
+            path: p("b"),
+            offset: 0,
+            len: 200_000,
+        },
+        Op::Stat { path: p("b") },
+        Op::Stat { path: p("a") },
+    ];
+    compare(
+        "the copy_file_range script",
+        "cargo test -p e4-fuse --test differential copy_file_range",
+        "",
         ops.into_iter(),
     );
 }

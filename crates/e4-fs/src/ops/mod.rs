@@ -2,6 +2,7 @@
 //! `filesystem.rs`, the only place with `impl Filesystem`.
 
 pub(crate) mod acl_inheritance;
+pub(crate) mod copy_range;
 pub(crate) mod create;
 pub(crate) mod directory_blocks;
 pub(crate) mod fallocate;
