@@ -96,8 +96,6 @@ impl Filesystem {
     ) -> Result<()> {
         for (name, acl) in [(DEFAULT_ACL, &acls.default), (ACCESS_ACL, &acls.access)] {
             if let Some(acl) = acl {
-                // An ACL that does not fit the inode goes to a new xattr block.
-                io.txns.declare_credits(io.slot, NEW_BLOCK);
                 self.store_acl(io, inode, name, acl)?;
             }
         }
@@ -123,6 +121,9 @@ impl Filesystem {
         name: &[u8],
         acl: &PosixAcl,
     ) -> Result<()> {
+        // Its xattr block: a new one (or a copy of a shared one) and the reference count
+        // of the block it leaves.
+        io.txns.declare_credits(io.slot, NEW_BLOCK + 1);
         let disk = acl.to_disk();
         let update = XattrUpdate::new(
             name,

@@ -6,7 +6,7 @@ use e4_format::inode::{FileType, Inode, Timestamp};
 use crate::error::{Error, Result};
 use crate::filesystem::Filesystem;
 use crate::inode::user_flags::{refuse_if_immutable, refuse_if_protected};
-use crate::io::credits::{INODE, NEW_BLOCK, ORPHAN};
+use crate::io::credits::{INODE, ORPHAN};
 use crate::ops::stat::Metadata;
 
 /// The attributes [`Filesystem::setattr`] changes; `None` leaves one as it is. The change
@@ -135,9 +135,8 @@ impl Filesystem {
         }
         let writer = self.writer()?;
         {
-            // The inode, and an access ACL rewritten with a new mode: its block, or a
-            // copy of a shared one and the reference count of the block it leaves.
-            let txn = writer.begin(INODE + NEW_BLOCK + 1)?;
+            // The inode; an access ACL rewritten with a new mode declares its own.
+            let txn = writer.begin(INODE)?;
             let io = writer.io(self, &txn);
             let handle = self.inode_handle(ino)?;
             let mut state = handle.lock(&self.inodes);
