@@ -10,7 +10,6 @@ use e4_format::{FormatError, Location, Problem, Structure};
 use crate::error::Result;
 use crate::filesystem::Filesystem;
 use crate::io::credits::NEW_BLOCK;
-use crate::ops::create::Creator;
 use crate::ops::xattr_write::{XattrChange, XattrSet, XattrUpdate};
 use crate::txn::txn_io::TxnIo;
 
@@ -39,42 +38,33 @@ fn unusable(ino: u32) -> crate::error::Error {
     .into()
 }
 
-/// `posix_acl_create`: the creator of a new inode of `file_type` with its permissions
-/// settled, and the ACLs the inode gets, in directory `parent` whose default ACL is
-/// `parent_default`. A symlink gets neither (its mode is always 0777); without a default
-/// ACL the umask is taken off; with one, the umask is ignored and the ACL masks the mode.
+/// `posix_acl_create`: the permission bits of a new inode of `file_type` asked for with
+/// `permissions` by a process with `umask`, and the ACLs the inode gets, in directory
+/// `parent` whose default ACL is `parent_default`. A symlink gets neither (its mode is
+/// always 0777); without a default ACL the umask is taken off; with one, the umask is
+/// ignored and the ACL masks the mode.
 pub(super) fn acls_for_new_inode(
-    creator: Creator,
+    permissions: u16,
+    umask: u16,
     file_type: FileType,
     parent: u32,
     parent_default: Option<PosixAcl>,
-) -> Result<(Creator, InheritedAcls)> {
+) -> Result<(u16, InheritedAcls)> {
     if file_type == FileType::Symlink {
-        return Ok((creator, InheritedAcls::default()));
+        return Ok((permissions, InheritedAcls::default()));
     }
     let Some(default) = parent_default else {
-        let permissions = creator.permissions & !(creator.umask & RWX_BITS);
-        return Ok((
-            Creator {
-                permissions,
-                ..creator
-            },
-            InheritedAcls::default(),
-        ));
+        return Ok((permissions & !(umask & RWX_BITS), InheritedAcls::default()));
     };
     let mut access = default.clone();
     let (bits, equivalent) = access
-        .create_masq(creator.permissions & RWX_BITS)
+        .create_masq(permissions & RWX_BITS)
         .map_err(|_| unusable(parent))?;
-    let creator = Creator {
-        permissions: (creator.permissions & !RWX_BITS) | bits,
-        ..creator
-    };
     let acls = InheritedAcls {
         access: (!equivalent).then_some(access),
         default: (file_type == FileType::Directory).then_some(default),
     };
-    Ok((creator, acls))
+    Ok(((permissions & !RWX_BITS) | bits, acls))
 }
 
 impl Filesystem {

@@ -235,8 +235,17 @@ impl Filesystem {
                     self.default_acl(p)?,
                 )
             };
-            let (creator, acls) =
-                acls_for_new_inode(creator, kind.file_type(), parent, parent_default)?;
+            let (permissions, acls) = acls_for_new_inode(
+                creator.permissions,
+                creator.umask,
+                kind.file_type(),
+                parent,
+                parent_default,
+            )?;
+            let creator = Creator {
+                permissions,
+                ..creator
+            };
             let inherited = Inherited {
                 flags: parent_flags,
                 acls,
