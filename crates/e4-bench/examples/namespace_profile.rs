@@ -31,6 +31,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         permissions: 0o644,
         uid: 0,
         gid: 0,
+        umask: 0,
     };
     let create_then_unlink = |thread: u32| -> Result<(), e4_fs::Error> {
         let dir = fs.mkdir(

@@ -30,6 +30,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         permissions: 0o755,
         uid: 0,
         gid: 0,
+        umask: 0,
     };
     let mut dir = fs.mkdir(ROOT_INO, b"t0", creator)?;
     for level in 0..DEPTH {

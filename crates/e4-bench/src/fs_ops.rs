@@ -63,11 +63,13 @@ const CREATOR: Creator = Creator {
     permissions: 0o644,
     uid: 0,
     gid: 0,
+    umask: 0,
 };
 const DIR_CREATOR: Creator = Creator {
     permissions: 0o755,
     uid: 0,
     gid: 0,
+    umask: 0,
 };
 const ROOT_INO: u32 = 2;
 

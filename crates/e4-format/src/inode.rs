@@ -24,20 +24,59 @@ const CHECKSUM_HI_OFFSET: usize = 0x82;
 pub const ROOT_INO: u32 = 2;
 pub const JOURNAL_INO: u32 = 8;
 
-/// `i_flags` bits e4 interprets.
+/// `i_flags` bits (`EXT4_*_FL` in fs/ext4/ext4.h; the low ones are also the `FS_*_FL` of
+/// `FS_IOC_GETFLAGS`, what `lsattr` shows).
 pub mod flags {
+    /// Secure deletion (`s`; not implemented by ext4, only kept).
+    pub const SECRM: u32 = 0x1;
+    /// Undelete (`u`; only kept).
+    pub const UNRM: u32 = 0x2;
+    /// Compress (`c`; only kept).
+    pub const COMPR: u32 = 0x4;
+    /// Synchronous updates (`S`).
+    pub const SYNC: u32 = 0x8;
+    /// Immutable (`i`): no change to the inode, its data or its names.
+    pub const IMMUTABLE: u32 = 0x10;
+    /// Append-only (`a`): data only added at the end, names not removed.
+    pub const APPEND: u32 = 0x20;
+    /// Not dumped (`d`).
+    pub const NODUMP: u32 = 0x40;
+    /// No access-time updates (`A`).
+    pub const NOATIME: u32 = 0x80;
+    /// Compression: dirty (reserved).
+    pub const DIRTY: u32 = 0x100;
+    /// Compression: compressed clusters (reserved).
+    pub const COMPRBLK: u32 = 0x200;
+    /// Do not compress (`m`).
+    pub const NOCOMPR: u32 = 0x400;
     /// The inode stores its encrypted content (encrypt feature).
     pub const ENCRYPT: u32 = 0x800;
     /// Directory uses hashed indexes (htree).
     pub const INDEX: u32 = 0x1000;
+    /// Data journaling (`j`).
+    pub const JOURNAL_DATA: u32 = 0x4000;
+    /// No tail merging (`t`).
+    pub const NOTAIL: u32 = 0x8000;
+    /// Synchronous directory updates (`D`, directories only).
+    pub const DIRSYNC: u32 = 0x10000;
+    /// Top of a directory hierarchy for the Orlov allocator (`T`, directories only).
+    pub const TOPDIR: u32 = 0x20000;
     /// `i_blocks` counts filesystem blocks, not 512-byte sectors.
     pub const HUGE_FILE: u32 = 0x40000;
     /// `i_block` holds an extent tree.
     pub const EXTENTS: u32 = 0x80000;
+    /// fs-verity protected (`V`).
+    pub const VERITY: u32 = 0x100000;
     /// The inode holds a large extended attribute value (ea_inode).
     pub const EA_INODE: u32 = 0x200000;
+    /// Formerly `EXT4_EOFBLOCKS_FL`: still user-modifiable, so old images round-trip.
+    pub const EOFBLOCKS: u32 = 0x400000;
+    /// Direct access (`x`).
+    pub const DAX: u32 = 0x0200_0000;
     /// Data lives in `i_block` and the `system.data` attribute.
     pub const INLINE_DATA: u32 = 0x1000_0000;
+    /// New inodes take the directory's project id (`P`, directories only).
+    pub const PROJINHERIT: u32 = 0x2000_0000;
     /// A directory whose names are compared and hashed case-folded (casefold feature).
     pub const CASEFOLD: u32 = 0x4000_0000;
 }

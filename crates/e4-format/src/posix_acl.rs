@@ -201,6 +201,64 @@ impl PosixAcl {
         }
     }
 
+    /// `posix_acl_create_masq`: makes this (a directory's default ACL) the access ACL of a
+    /// new inode asked for with permission bits `mode` (`rwxrwxrwx`): the owner, other,
+    /// and mask (or, without one, group) entries keep only what `mode` grants, and the
+    /// mode only what they grant. Returns the new inode's permission bits and whether the
+    /// ACL says no more than they do (then it is not stored). Error: an ACL with neither
+    /// a group nor a mask entry (the kernel's EIO).
+    pub fn create_masq(&mut self, mode: u16) -> Result<(u16, bool), InvalidAcl> {
+        let mut mode = mode & 0o777;
+        let mut equivalent = true;
+        let (mut group, mut mask) = (None, None);
+        for (i, entry) in self.entries.iter_mut().enumerate() {
+            match entry.tag {
+                tag::USER_OBJ => {
+                    entry.perm &= (mode >> 6) & PERM_BITS;
+                    mode &= (entry.perm << 6) | !0o700;
+                }
+                tag::OTHER => {
+                    entry.perm &= mode & PERM_BITS;
+                    mode &= entry.perm | !0o007;
+                }
+                tag::GROUP_OBJ => group = Some(i),
+                tag::MASK => {
+                    mask = Some(i);
+                    equivalent = false;
+                }
+                _ => equivalent = false,
+            }
+        }
+        let limit = mask
+            .or(group)
+            .ok_or(InvalidAcl("neither a group nor a mask entry"))?;
+        let entry = &mut self.entries[limit];
+        entry.perm &= (mode >> 3) & PERM_BITS;
+        mode &= (entry.perm << 3) | !0o070;
+        Ok((mode, equivalent))
+    }
+
+    /// `posix_acl_chmod_masq`: this access ACL after a chmod to permission bits `mode`:
+    /// the owner and other entries, and the mask (or, without one, the group) entry, take
+    /// the mode's bits; named entries stay. Error as [`PosixAcl::create_masq`].
+    pub fn chmod_masq(&mut self, mode: u16) -> Result<(), InvalidAcl> {
+        let (mut group, mut mask) = (None, None);
+        for (i, entry) in self.entries.iter_mut().enumerate() {
+            match entry.tag {
+                tag::USER_OBJ => entry.perm = (mode >> 6) & PERM_BITS,
+                tag::OTHER => entry.perm = mode & PERM_BITS,
+                tag::GROUP_OBJ => group = Some(i),
+                tag::MASK => mask = Some(i),
+                _ => {}
+            }
+        }
+        let limit = mask
+            .or(group)
+            .ok_or(InvalidAcl("neither a group nor a mask entry"))?;
+        self.entries[limit].perm = (mode >> 3) & PERM_BITS;
+        Ok(())
+    }
+
     /// The permission bits (`rwxrwxrwx`) a file with this access ACL has
     /// (`posix_acl_equiv_mode`): owner, mask (or group when there is no mask), other; and
     /// whether the ACL says no more than those bits, so the kernel does not store it.
@@ -243,6 +301,48 @@ mod tests {
     }
 
     const NO_ID: u32 = UNDEFINED_ID;
+
+    fn acl(entries: &[(u16, u16, u32)]) -> PosixAcl {
+        PosixAcl::from_xattr(&xattr_form(entries)).unwrap().unwrap()
+    }
+
+    #[test]
+    fn a_default_acl_masks_a_new_inodes_mode_as_the_kernel_does() {
+        // user::rwx user:1000:rwx group::r-x mask::rwx other::r-x, created with 0640.
+        let mut with_mask = acl(&[
+            (tag::USER_OBJ, 7, NO_ID),
+            (tag::USER, 7, 1000),
+            (tag::GROUP_OBJ, 5, NO_ID),
+            (tag::MASK, 7, NO_ID),
+            (tag::OTHER, 5, NO_ID),
+        ]);
+        assert_eq!(with_mask.create_masq(0o640).unwrap(), (0o640, false));
+        let perms: Vec<u16> = with_mask.entries.iter().map(|e| e.perm).collect();
+        // The group entry keeps r-x: the mask, not it, takes the mode's group bits.
+        assert_eq!(perms, [6, 7, 5, 4, 0]);
+        // Only the three base entries: equivalent to the mode, which they narrow.
+        let mut base = acl(&[
+            (tag::USER_OBJ, 6, NO_ID),
+            (tag::GROUP_OBJ, 4, NO_ID),
+            (tag::OTHER, 0, NO_ID),
+        ]);
+        assert_eq!(base.create_masq(0o777).unwrap(), (0o640, true));
+    }
+
+    #[test]
+    fn chmod_moves_the_base_entries_and_the_mask() {
+        let mut named = acl(&[
+            (tag::USER_OBJ, 7, NO_ID),
+            (tag::GROUP_OBJ, 5, NO_ID),
+            (tag::GROUP, 7, 50),
+            (tag::MASK, 7, NO_ID),
+            (tag::OTHER, 5, NO_ID),
+        ]);
+        named.chmod_masq(0o751).unwrap();
+        let perms: Vec<u16> = named.entries.iter().map(|e| e.perm).collect();
+        assert_eq!(perms, [7, 5, 7, 5, 1]);
+        assert_eq!(named.equivalent_mode(), (0o751, false));
+    }
 
     #[test]
     fn short_and_long_entries() {

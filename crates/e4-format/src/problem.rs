@@ -255,6 +255,9 @@ pub enum Problem {
     UnknownVersion { found: u32 },
     /// The superblock's `s_checksum_type` is not crc32c.
     UnknownChecksumType { found: u8 },
+    /// A POSIX ACL with neither a group nor a mask entry, so no mode can be derived from
+    /// it (the kernel's `posix_acl_create_masq` answers EIO).
+    AclWithoutGroupOrMask,
 }
 
 impl fmt::Display for Problem {
@@ -425,6 +428,7 @@ impl fmt::Display for Problem {
                 write!(f, "does not hold the {size}-byte value of inode {owner}")
             }
             Problem::UnknownVersion { found } => write!(f, "unknown version {found}"),
+            Problem::AclWithoutGroupOrMask => f.write_str("neither a group nor a mask entry"),
             Problem::UnknownChecksumType { found } => {
                 write!(f, "unknown checksum type {found}")
             }

@@ -64,6 +64,11 @@ pub enum Error {
     /// A bad argument (EINVAL).
     #[error("invalid argument: {0}")]
     Invalid(String),
+    /// The inode's flags forbid the change: it is immutable or append-only, or its
+    /// directory is (EPERM, as the kernel's `IS_IMMUTABLE`/`IS_APPEND` checks answer); or a
+    /// flag change needs a capability the caller lacks.
+    #[error("operation not permitted: {0}")]
+    NotPermitted(String),
     /// The filesystem is open read-only, or can only be read (EROFS).
     #[error("read-only filesystem: {0}")]
     ReadOnly(String),
@@ -243,6 +248,7 @@ impl Error {
             Error::TooManyLinks(_) => Errno::MLINK,
             Error::FileTooBig(_) => Errno::FBIG,
             Error::Invalid(_) => Errno::INVAL,
+            Error::NotPermitted(_) => Errno::PERM,
             Error::ReadOnly(_) => Errno::ROFS,
             Error::NoDevice(_) => Errno::NODEV,
             Error::IllegalSeek(_) => Errno::SPIPE,

@@ -10,7 +10,7 @@
 //! use e4_fs::{Creator, Filesystem, OpenOptions};
 //! let fs = Filesystem::open("disk.img", OpenOptions::writable())?;
 //! let etc = fs.resolve("/etc", true)?;
-//! let me = Creator { permissions: 0o644, uid: 0, gid: 0 };
+//! let me = Creator { permissions: 0o644, uid: 0, gid: 0, umask: 0 };
 //! let ino = fs.create(etc, b"hostname", me)?;
 //! fs.write_at(ino, 0, b"e4\n")?;
 //! let mut buf = vec![0u8; fs.metadata(ino)?.size as usize];
@@ -40,6 +40,7 @@ pub use dir::entry::DirEntry;
 pub use e4_format::inode::{FileType, Inode, Timestamp};
 pub use error::{Error, Holder, InUse, Result, Shortage};
 pub use filesystem::{Filesystem, OpenOptions};
+pub use inode::user_flags::OpenIntent;
 pub use io::device;
 pub use io::kernel_mount;
 pub use io::recording_device;

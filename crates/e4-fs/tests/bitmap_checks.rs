@@ -11,6 +11,7 @@ const CREATOR: Creator = Creator {
     permissions: 0o644,
     uid: 0,
     gid: 0,
+    umask: 0,
 };
 
 /// Every group of every profile loaded (inodes claimed until none is left, then blocks

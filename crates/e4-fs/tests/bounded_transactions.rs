@@ -13,11 +13,13 @@ const FILE: Creator = Creator {
     permissions: 0o644,
     uid: 0,
     gid: 0,
+    umask: 0,
 };
 const DIR: Creator = Creator {
     permissions: 0o755,
     uid: 0,
     gid: 0,
+    umask: 0,
 };
 const MIB: u64 = 1 << 20;
 

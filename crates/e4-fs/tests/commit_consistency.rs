@@ -17,11 +17,13 @@ const FILE: Creator = Creator {
     permissions: 0o644,
     uid: 0,
     gid: 0,
+    umask: 0,
 };
 const DIR: Creator = Creator {
     permissions: 0o755,
     uid: 0,
     gid: 0,
+    umask: 0,
 };
 
 /// A memory device whose writes take 50 µs (as a disk's do, against memory), so that a

@@ -18,11 +18,13 @@ const FILE: Creator = Creator {
     permissions: 0o644,
     uid: 0,
     gid: 0,
+    umask: 0,
 };
 const DIR: Creator = Creator {
     permissions: 0o755,
     uid: 0,
     gid: 0,
+    umask: 0,
 };
 
 /// mke2fs options of each profile: extent trees and block maps, 1 KiB and 4 KiB blocks,

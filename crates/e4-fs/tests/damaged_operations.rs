@@ -17,11 +17,13 @@ const FILE: Creator = Creator {
     permissions: 0o644,
     uid: 0,
     gid: 0,
+    umask: 0,
 };
 const DIR: Creator = Creator {
     permissions: 0o755,
     uid: 0,
     gid: 0,
+    umask: 0,
 };
 
 fn options() -> OpenOptions {

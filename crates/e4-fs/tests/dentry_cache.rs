@@ -27,6 +27,7 @@ const ME: Creator = Creator {
     permissions: 0o755,
     uid: 0,
     gid: 0,
+    umask: 0,
 };
 
 /// What the model knows of a path: its inode and whether it is a directory.

@@ -8,6 +8,7 @@ const CREATOR: Creator = Creator {
     permissions: 0o644,
     uid: 0,
     gid: 0,
+    umask: 0,
 };
 
 /// A block bitmap that shows one of the group's own metadata blocks (the bitmap block
@@ -66,6 +67,7 @@ fn errors_carry_the_kernels_errno() {
         (Error::Exists("x".into()), Errno::EXIST),
         (Error::NotEmpty("x".into()), Errno::NOTEMPTY),
         (Error::NoSpace(e4_fs::Shortage::Inodes), Errno::NOSPC),
+        (Error::NotPermitted("x".into()), Errno::PERM),
         (Error::ReadOnly("x".into()), Errno::ROFS),
         (Error::Internal("x".into()), Errno::IO),
         (

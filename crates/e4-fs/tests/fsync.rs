@@ -14,6 +14,7 @@ const ME: Creator = Creator {
     permissions: 0o644,
     uid: 0,
     gid: 0,
+    umask: 0,
 };
 
 /// No interval commits: only fsync (and the commit threshold) write anything back.

@@ -24,11 +24,13 @@ const ME: Creator = Creator {
     permissions: 0o644,
     uid: 0,
     gid: 0,
+    umask: 0,
 };
 const DIR: Creator = Creator {
     permissions: 0o755,
     uid: 0,
     gid: 0,
+    umask: 0,
 };
 /// `EXT4_INLINE_DATA_FL`, `EXT4_EXTENTS_FL`.
 const INLINE_FL: u32 = 0x1000_0000;

@@ -25,6 +25,7 @@ const ME: Creator = Creator {
     permissions: 0o755,
     uid: 0,
     gid: 0,
+    umask: 0,
 };
 
 fn inline_image() -> e4_testkit::Image {

@@ -13,6 +13,7 @@ const ME: Creator = Creator {
     permissions: 0o644,
     uid: 0,
     gid: 0,
+    umask: 0,
 };
 
 fn with_interval(interval: Duration) -> OpenOptions {

@@ -97,6 +97,7 @@ fn creator(permissions: u16) -> Creator {
         permissions,
         uid: 0,
         gid: 0,
+        umask: 0,
     }
 }
 

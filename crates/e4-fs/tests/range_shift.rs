@@ -11,6 +11,7 @@ const ME: Creator = Creator {
     permissions: 0o644,
     uid: 0,
     gid: 0,
+    umask: 0,
 };
 
 /// Bytes that differ in every block and every position, so a block moved to the wrong place

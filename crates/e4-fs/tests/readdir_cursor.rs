@@ -13,6 +13,7 @@ const CREATOR: Creator = Creator {
     permissions: 0o644,
     uid: 0,
     gid: 0,
+    umask: 0,
 };
 
 /// Pages a listing may take before the test calls it endless.

@@ -15,6 +15,7 @@ const ME: Creator = Creator {
     permissions: 0o600,
     uid: 0,
     gid: 0,
+    umask: 0,
 };
 
 fn superblock_of(path: &std::path::Path) -> Superblock {

@@ -11,6 +11,7 @@ const ME: Creator = Creator {
     permissions: 0o644,
     uid: 0,
     gid: 0,
+    umask: 0,
 };
 
 /// Index levels of an htree directory (its root's `indirect_levels` + 1), read from the

@@ -113,6 +113,7 @@ const ME: Creator = Creator {
     permissions: 0o644,
     uid: 1000,
     gid: 1000,
+    umask: 0,
 };
 
 fn random_name(rng: &mut StdRng, names: &[&[u8]]) -> Vec<u8> {

@@ -20,6 +20,7 @@ const ME: Creator = Creator {
     permissions: 0o644,
     uid: 0,
     gid: 0,
+    umask: 0,
 };
 
 /// Byte `i` of the file whose writer id is `id`: files carry their id in bytes 0..8.

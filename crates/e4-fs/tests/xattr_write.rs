@@ -35,6 +35,7 @@ fn creator() -> Creator {
         permissions: 0o644,
         uid: 0,
         gid: 0,
+        umask: 0,
     }
 }
 

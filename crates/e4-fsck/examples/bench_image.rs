@@ -29,6 +29,7 @@ const OWNER: Creator = Creator {
     permissions: 0o644,
     uid: 1000,
     gid: 1000,
+    umask: 0,
 };
 /// Entries per directory in the `small` tree.
 const FANOUT: u64 = 64;

@@ -21,6 +21,7 @@ const OWNER: Creator = Creator {
     permissions: 0o644,
     uid: 1000,
     gid: 1000,
+    umask: 0,
 };
 
 /// An empty image of `profile` filled through e4-fs, unmounted cleanly.

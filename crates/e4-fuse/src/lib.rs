@@ -21,6 +21,7 @@ mod attrs;
 mod daemon;
 mod dir_listing;
 mod error_policy;
+mod file_flags;
 mod lookup_counts;
 mod ops;
 mod options;

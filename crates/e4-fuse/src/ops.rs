@@ -13,12 +13,14 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use e4_format::dir_entry::MAX_NAME_LEN;
-use e4_fs::{Creator, FallocateMode, Filesystem, Metadata, RenameMode, SetAttributes, XattrSet};
+use e4_fs::{
+    Creator, FallocateMode, Filesystem, Metadata, OpenIntent, RenameMode, SetAttributes, XattrSet,
+};
 use fuser::{
-    Errno, FileAttr, FileHandle, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,
-    LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite,
-    ReplyXattr, Request, TimeOrNow, WriteFlags,
+    CopyFileRangeFlags, Errno, FileAttr, FileHandle, FopenFlags, Generation, INodeNo, InitFlags,
+    IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use parking_lot::Mutex;
 
@@ -28,6 +30,7 @@ use crate::attrs::{
 };
 use crate::dir_listing::{self, Listed};
 use crate::error_policy::OnError;
+use crate::file_flags;
 use crate::lookup_counts::LookupCounts;
 use crate::seek::{seek, Seek, SeekError};
 
@@ -65,6 +68,11 @@ pub(crate) struct E4Fuse {
     lookups: LookupCounts,
     owners: Owners,
     fakeroot: bool,
+    /// `acl`: POSIX_ACL and DONT_MASK are asked for.
+    posix_acl: bool,
+    /// The kernel granted DONT_MASK: a create's mode comes without the umask taken off,
+    /// and the umask beside it, for the engine to apply (`Creator::umask`).
+    umask_is_ours: bool,
     block_size: u32,
     outcome: Outcome,
     on_error: OnError,
@@ -92,6 +100,7 @@ impl E4Fuse {
         fs: Arc<Filesystem>,
         owners: Owners,
         fakeroot: bool,
+        posix_acl: bool,
         outcome: Outcome,
         on_error: OnError,
     ) -> Self {
@@ -102,6 +111,8 @@ impl E4Fuse {
             lookups: LookupCounts::new(),
             owners,
             fakeroot,
+            posix_acl,
+            umask_is_ours: false,
             outcome,
         }
     }
@@ -142,8 +153,9 @@ impl E4Fuse {
 
     /// Who owns a new inode, with `permissions`: the caller (root under `fakeroot`, the
     /// image's id under `uid=`/`gid=`). The engine gives an inode made in a set-group-ID
-    /// directory that directory's group (`inode_init_owner`).
-    fn creator(&self, req: &Request, permissions: u32) -> Creator {
+    /// directory that directory's group (`inode_init_owner`), and applies `umask` or the
+    /// directory's default ACL, when the kernel left the umask to it.
+    fn creator(&self, req: &Request, permissions: u32, umask: u32) -> Creator {
         let (uid, gid) = if self.fakeroot {
             (0, 0)
         } else {
@@ -156,6 +168,11 @@ impl E4Fuse {
             permissions: (permissions & 0o7777) as u16,
             uid,
             gid,
+            umask: if self.umask_is_ours {
+                (umask & 0o777) as u16
+            } else {
+                0
+            },
         }
     }
 
@@ -219,6 +236,12 @@ impl E4Fuse {
 
     fn open_file(&self, ino: u32, flags: OpenFlags) -> Result<(), Errno> {
         let fs = self.fs();
+        let intent = OpenIntent {
+            write: flags.0 & libc::O_ACCMODE != libc::O_RDONLY,
+            append: flags.0 & libc::O_APPEND != 0,
+            truncate: flags.0 & libc::O_TRUNC != 0,
+        };
+        fs.check_open(ino, intent).or_errno(&self.on_error)?;
         fs.open_inode(ino).or_errno(&self.on_error)?;
         if flags.0 & libc::O_TRUNC != 0 && flags.0 & libc::O_ACCMODE != libc::O_RDONLY {
             let size = Some(0);
@@ -342,10 +365,16 @@ fn zero_keeping_size(fs: &Filesystem, ino: u32, offset: u64, len: u64) -> e4_fs:
 
 impl fuser::Filesystem for E4Fuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        let offered = config.capabilities() & WANTED;
+        let wanted = if self.posix_acl {
+            WANTED | InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK
+        } else {
+            WANTED
+        };
+        let offered = config.capabilities() & wanted;
         // OK to ignore: only offered capabilities are added, and both sizes fall back to
         // the kernel's limit.
         let _ = config.add_capabilities(offered);
+        self.umask_is_ours = offered.contains(InitFlags::FUSE_DONT_MASK);
         let _ = config.set_max_write(MAX_WRITE);
         if let Err(most) = config.set_max_readahead(MAX_READAHEAD) {
             let _ = config.set_max_readahead(most);
@@ -422,6 +451,10 @@ impl fuser::Filesystem for E4Fuse {
             uid: uid.map(|u| IdMap::stored(self.owners.uid, u)),
             gid: gid.map(|g| IdMap::stored(self.owners.gid, g)),
             size,
+            // The kernel sends "now" for both times for `utimes(NULL)` (ATTR_TOUCH), and
+            // also for two UTIME_NOWs, which it takes for named times (an append-only
+            // file refuses those): the two cannot be told apart here.
+            times_are_touch: matches!((atime, mtime), (Some(TimeOrNow::Now), Some(TimeOrNow::Now))),
             atime: atime.map(time_of),
             mtime: mtime.map(time_of),
         };
@@ -444,7 +477,7 @@ impl fuser::Filesystem for E4Fuse {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         rdev: u32,
         reply: ReplyEntry,
     ) {
@@ -452,7 +485,7 @@ impl fuser::Filesystem for E4Fuse {
             return reply.error(e);
         }
         let parent = ext4_ino(parent);
-        let c = self.creator(req, mode);
+        let c = self.creator(req, mode, umask);
         let made = {
             let fs = self.fs();
             match file_type_of_mode(mode) {
@@ -479,7 +512,7 @@ impl fuser::Filesystem for E4Fuse {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         reply: ReplyEntry,
     ) {
         if let Err(e) = self.on_error.may_change() {
@@ -488,7 +521,7 @@ impl fuser::Filesystem for E4Fuse {
         let parent = ext4_ino(parent);
         let made = self
             .fs()
-            .mkdir(parent, bytes(name), self.creator(req, mode))
+            .mkdir(parent, bytes(name), self.creator(req, mode, umask))
             .or_errno(&self.on_error);
         self.reply_entry(reply, made);
     }
@@ -529,7 +562,7 @@ impl fuser::Filesystem for E4Fuse {
             return reply.error(e);
         }
         let parent = ext4_ino(parent);
-        let c = self.creator(req, 0o777);
+        let c = self.creator(req, 0o777, 0);
         let made = self
             .fs()
             .symlink(parent, bytes(link_name), target.as_os_str().as_bytes(), c)
@@ -691,6 +724,33 @@ impl fuser::Filesystem for E4Fuse {
         );
     }
 
+    /// FS_IOC_GETFLAGS and FS_IOC_SETFLAGS (and FS_IOC_FSGETXATTR, which the kernel asks
+    /// before a SETFLAGS): `file_flags`.
+    fn ioctl(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        cmd: u32,
+        in_data: &[u8],
+        _out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        if file_flags::changes(cmd) {
+            if let Err(e) = self.on_error.may_change() {
+                return reply.error(e);
+            }
+        }
+        // The kernel checked ownership and CAP_LINUX_IMMUTABLE before sending SETFLAGS.
+        let may_protect = true;
+        match file_flags::answer(self.fs(), ext4_ino(ino), cmd, in_data, may_protect) {
+            Ok(Some(out)) => reply.ioctl(0, &out),
+            Ok(None) => reply.error(Errno::ENOTTY),
+            Err(e) => reply.error(self.on_error.errno(&e)),
+        }
+    }
+
     fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         // The offset is a listing's whole state (`dir_listing`): no handle to keep.
         reply.opened(FileHandle(0), FopenFlags::empty());
@@ -849,7 +909,7 @@ impl fuser::Filesystem for E4Fuse {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         _flags: i32,
         reply: ReplyCreate,
     ) {
@@ -859,7 +919,7 @@ impl fuser::Filesystem for E4Fuse {
         let parent = ext4_ino(parent);
         let made = self
             .fs()
-            .create(parent, bytes(name), self.creator(req, mode))
+            .create(parent, bytes(name), self.creator(req, mode, umask))
             .or_errno(&self.on_error)
             .and_then(|ino| {
                 let entry = self.entry(ino)?;
@@ -878,6 +938,40 @@ impl fuser::Filesystem for E4Fuse {
                 FopenFlags::FOPEN_KEEP_CACHE,
             ),
             Err(e) => reply.error(e),
+        }
+    }
+
+    /// A copy of data (ext4 shares no extents): the engine's `copy_range`, which meets
+    /// every rule a write meets. The kernel has already refused a copy into an O_APPEND
+    /// descriptor (EBADF) and clamped the length to the source's end and to 4 GiB less a
+    /// page, so the count fits the reply.
+    fn copy_file_range(
+        &self,
+        _req: &Request,
+        ino_in: INodeNo,
+        _fh_in: FileHandle,
+        offset_in: u64,
+        ino_out: INodeNo,
+        _fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+        _flags: CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        if let Err(e) = self.on_error.may_change() {
+            return reply.error(e);
+        }
+        let len = len.min(u64::from(u32::MAX));
+        match self.fs().copy_range(
+            ext4_ino(ino_in),
+            offset_in,
+            ext4_ino(ino_out),
+            offset_out,
+            len,
+        ) {
+            // OK to cast: at most `len`, which fits.
+            Ok(copied) => reply.written(copied as u32),
+            Err(e) => reply.error(self.on_error.errno(&e)),
         }
     }
 

@@ -40,6 +40,13 @@ pub struct MountOptions {
     /// `errors=continue|remount-ro|panic`: what to do on meeting a damaged structure
     /// (`error_policy`); `None` takes the superblock's `s_errors`, as ext4 does.
     pub errors: Option<ErrorPolicy>,
+    /// `acl`: the kernel enforces POSIX ACLs (FUSE_POSIX_ACL, which makes it check
+    /// permissions as `default_permissions` does, ACLs included) and leaves the umask to
+    /// e4 (FUSE_DONT_MASK), which ignores it in a directory with a default ACL, as ext4
+    /// does. `noacl` (the default, as fuse2fs): ACLs are still stored, inherited and kept
+    /// in step with chmod by the engine, but the kernel applies the umask before e4 sees a
+    /// new inode's mode, and checks permissions without ACLs, if at all.
+    pub posix_acl: bool,
 }
 
 impl Default for MountOptions {
@@ -55,6 +62,7 @@ impl Default for MountOptions {
             commit_interval: Duration::from_secs(5),
             replay_journal: true,
             errors: None,
+            posix_acl: false,
         }
     }
 }
@@ -62,7 +70,7 @@ impl Default for MountOptions {
 /// The options `-o` accepts, for the message that refuses another.
 const KNOWN: &str = "ro, rw, fakeroot, allow_other, default_permissions, uid=N, gid=N, \
                      threads=N, commit=SECS, norecovery, noload, \
-                     errors=continue|remount-ro|panic";
+                     errors=continue|remount-ro|panic, acl, noacl";
 
 /// A `-o` option that is unknown or has a bad value.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -121,6 +129,8 @@ impl MountOptions {
             ("fakeroot", None) => self.fakeroot = true,
             ("allow_other", None) => self.allow_other = true,
             ("default_permissions", None) => self.default_permissions = true,
+            ("acl", None) => self.posix_acl = true,
+            ("noacl", None) => self.posix_acl = false,
             ("uid", Some(_)) => self.uid = Some(id()?),
             ("gid", Some(_)) => self.gid = Some(id()?),
             ("threads", Some(_)) => {
@@ -149,9 +159,10 @@ impl MountOptions {
         Ok(())
     }
 
-    /// Whether the kernel checks permissions (see [`MountOptions::allow_other`]).
+    /// Whether the kernel checks permissions (see [`MountOptions::allow_other`] and
+    /// [`MountOptions::posix_acl`]).
     pub fn kernel_checks_permissions(&self) -> bool {
-        self.default_permissions || self.allow_other
+        self.default_permissions || self.allow_other || self.posix_acl
     }
 }
 

@@ -76,6 +76,7 @@ mod tests {
             permissions: 0o644,
             uid: 0,
             gid: 0,
+            umask: 0,
         };
         fs.create(ROOT, name.as_bytes(), creator).unwrap()
     }

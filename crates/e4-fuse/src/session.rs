@@ -83,7 +83,14 @@ pub fn mount(image: &Path, dir: &Path, options: &MountOptions) -> Result<Mounted
     let fs = fs.into_shared();
     crate::warnings::report(&shown, &fs);
     let on_error = OnError::new(policy, &shown);
-    let served = E4Fuse::new(fs, owners, options.fakeroot, outcome.clone(), on_error);
+    let served = E4Fuse::new(
+        fs,
+        owners,
+        options.fakeroot,
+        options.posix_acl,
+        outcome.clone(),
+        on_error,
+    );
     let mut session =
         Session::new(served, dir, &fuse_config(&shown, options)).map_err(|source| {
             MountError::Mount {

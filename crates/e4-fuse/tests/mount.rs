@@ -520,6 +520,7 @@ fn norecovery_shows_the_image_without_its_journal() {
         permissions: 0o644,
         uid: 0,
         gid: 0,
+        umask: 0,
     };
     let ino = engine.create(2, b"logged", creator).unwrap();
     engine.write_at(ino, 0, b"in the log").unwrap();
@@ -584,4 +585,66 @@ fn norecovery_shows_the_image_without_its_journal() {
         MountOptions::parse("rw,norecovery"),
         Err(e4_fuse::OptionError::WritableWithoutRecovery)
     ));
+}
+
+/// With `-o acl` the kernel checks permissions itself, through the POSIX ACLs e4 stores:
+/// a user the mode shuts out reads a file whose ACL names them, and is refused one whose
+/// ACL does not, and a write the ACL does not grant. Run as user 1000 with `setpriv`
+/// (util-linux); without it (or without root to switch users) the test says so and passes.
+#[test]
+fn with_acl_the_kernel_checks_permissions_through_the_acls() {
+    let Some(m) = TestMount::new("acl permission checks", 16, "acl,allow_other") else {
+        return;
+    };
+    let named = m.path().join("named");
+    let unnamed = m.path().join("unnamed");
+    for file in [&named, &unnamed] {
+        fs::write(file, b"secret").unwrap();
+        fs::set_permissions(file, fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    // user::rw- user:1000:r-- group::--- mask::r-- other::---, in setxattr's form.
+    let mut acl = 2u32.to_le_bytes().to_vec();
+    for (tag, perm, id) in [
+        (0x01u16, 6u16, u32::MAX),
+        (0x02, 4, 1000),
+        (0x04, 0, u32::MAX),
+        (0x10, 4, u32::MAX),
+        (0x20, 0, u32::MAX),
+    ] {
+        acl.extend_from_slice(&tag.to_le_bytes());
+        acl.extend_from_slice(&perm.to_le_bytes());
+        acl.extend_from_slice(&id.to_le_bytes());
+    }
+    xattr::set(&named, "system.posix_acl_access", &acl).unwrap();
+    assert_eq!(fs::metadata(&named).unwrap().mode() & 0o777, 0o640);
+    let as_user_1000 = |args: &[&str]| {
+        std::process::Command::new("timeout")
+            .args([
+                "10",
+                "setpriv",
+                "--reuid=1000",
+                "--regid=1000",
+                "--clear-groups",
+            ])
+            .args(args)
+            .output()
+    };
+    match as_user_1000(&["true"]) {
+        Ok(out) if out.status.success() => {
+            let read = |path: &Path| as_user_1000(&["cat", path.to_str().unwrap()]).unwrap();
+            let allowed = read(&named);
+            assert!(allowed.status.success(), "{allowed:?}");
+            assert_eq!(allowed.stdout, b"secret");
+            let refused = read(&unnamed);
+            assert!(!refused.status.success(), "{refused:?}");
+            assert!(String::from_utf8_lossy(&refused.stderr).contains("Permission denied"));
+            let write =
+                as_user_1000(&["sh", "-c", &format!("echo x >> {}", named.display())]).unwrap();
+            assert!(!write.status.success(), "{write:?}");
+        }
+        other => eprintln!(
+            "acl permission checks: skipped, setpriv cannot run as user 1000 here ({other:?})"
+        ),
+    }
+    m.finish();
 }

@@ -42,6 +42,7 @@ pub fn creator_of(meta: &Metadata) -> Creator {
         permissions: (meta.mode() & 0o7777) as u16,
         uid: meta.uid(),
         gid: meta.gid(),
+        umask: 0,
     }
 }
 

@@ -24,6 +24,7 @@ fn creator(permissions: u16) -> Creator {
         permissions,
         uid: rustix::process::geteuid().as_raw(),
         gid: rustix::process::getegid().as_raw(),
+        umask: 0,
     }
 }
 

@@ -113,6 +113,7 @@ fn deep_image(dir: &Path, levels: u32) -> (PathBuf, Vec<u32>) {
         permissions: 0o755,
         uid: 0,
         gid: 0,
+        umask: 0,
     };
     let mut parent = e4_format::inode::ROOT_INO;
     let chain = (0..levels)

@@ -410,6 +410,67 @@ fn chmod_chown_and_truncate_change_one_inode() {
     );
 }
 
+/// Sets inode flags with debugfs (`chattr` needs a mount).
+fn set_flags(image: &Path, path: &str, flags: u32) {
+    let out = Command::new("debugfs")
+        .arg("-w")
+        .arg("-R")
+        .arg(format!("set_inode_field {path} flags {flags:#x}"))
+        .arg(image)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "debugfs: {}", stderr(&out));
+}
+
+/// An immutable file refuses every edit, an append-only one every edit but appending,
+/// and an append-only directory the removal of its names, each in one line, as the
+/// kernel's ext4 refuses them (EPERM); the engine makes the rule, so the commands and
+/// the mount agree.
+#[test]
+fn immutable_and_append_only_inodes_refuse_edits_in_one_line() {
+    const EXTENTS: u32 = 0x80000;
+    let img = ext4_image(16);
+    let i = &img.path;
+    let host = tempfile::tempdir().unwrap();
+    let file = host.path().join("file");
+    fs::write(&file, b"data").unwrap();
+    assert_success(&edit(i, &[&"put", i, &file, &"/file"]));
+    assert_success(&edit(i, &[&"mkdir", i, &"/dir"]));
+    assert_success(&edit(i, &[&"put", i, &file, &"/dir/in"]));
+
+    for flag in [0x10, 0x20] {
+        set_flags(i, "/file", EXTENTS | flag);
+        for args in [
+            &[&"chmod" as &dyn AsRef<OsStr>, i, &"600", &"/file"][..],
+            &[&"chown", i, &"1:1", &"/file"],
+            &[&"truncate", &"-s", &"0", i, &"/file"],
+            &[&"rm", i, &"/file"],
+            &[&"mv", i, &"/file", &"/moved"],
+            &[&"ln", i, &"/file", &"/link"],
+        ] {
+            assert_one_line_failure(&edit(i, args), "operation not permitted");
+        }
+        assert_eq!(cat(i, "/file"), b"data");
+        set_flags(i, "/file", EXTENTS);
+    }
+    set_flags(i, "/dir", EXTENTS | 0x20);
+    assert_one_line_failure(&edit(i, &[&"rm", i, &"/dir/in"]), "operation not permitted");
+    assert_one_line_failure(
+        &edit(i, &[&"mv", i, &"/dir/in", &"/out"]),
+        "operation not permitted",
+    );
+    assert_success(&edit(i, &[&"put", i, &file, &"/dir/new"]));
+    set_flags(i, "/dir", EXTENTS | 0x10);
+    assert_one_line_failure(
+        &edit(i, &[&"put", i, &file, &"/dir/newer"]),
+        "operation not permitted",
+    );
+    assert_one_line_failure(
+        &edit(i, &[&"mkdir", i, &"/dir/sub"]),
+        "operation not permitted",
+    );
+}
+
 /// A full filesystem is one line and exit 1, for one file and for a tree; nothing half
 /// copied stays behind, and the image is clean.
 #[test]

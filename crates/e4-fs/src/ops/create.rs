@@ -15,9 +15,11 @@ use crate::dir::inline::empty_inline_dir;
 use crate::error::{Error, Result, Shortage};
 use crate::filesystem::Filesystem;
 use crate::inode::cache::{InodeHandle, InodeState};
+use crate::inode::user_flags::{self, refuse_if_immutable};
 use crate::io::credits::{INODE, NEW_INODE};
 use crate::io::meta_io::Owner;
 use crate::map::extent_tree::ExtentTree;
+use crate::ops::acl_inheritance::{acls_for_new_inode, InheritedAcls};
 use crate::ops::directory_blocks::InodeDirectoryBlocks;
 use crate::ops::namespace::{shown, MAX_LINKS};
 use crate::txn::txn_io::TxnIo;
@@ -32,17 +34,21 @@ const PATH_MAX: usize = 4096;
 /// Who creates an inode, and with which permission bits (the file type comes from the
 /// operation).
 ///
-/// These are what the VFS hands ext4: the umask already applied, and a setgid bit the
-/// caller may not set already dropped (`mode_strip_sgid`, which needs the caller's groups
-/// and `CAP_FSETID`; a FUSE mount gets the mode from the kernel with both done). The engine
-/// then does what `inode_init_owner` does: in a set-group-ID directory the new inode takes
-/// the directory's group instead of `gid`, and a new directory keeps the setgid bit.
+/// `permissions` are what the VFS hands ext4 with a setgid bit the caller may not set
+/// already dropped (`mode_strip_sgid`, which needs the caller's groups and `CAP_FSETID`);
+/// the engine then does what `inode_init_owner` does (in a set-group-ID directory the new
+/// inode takes the directory's group instead of `gid`, and a new directory keeps the
+/// setgid bit) and what `posix_acl_create` does: in a directory with a default ACL the
+/// new inode's permissions are masked by that ACL and `umask` is ignored; elsewhere
+/// `umask` is taken off (a caller that applied its umask already passes 0).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Creator {
     /// Permission bits, including setuid, setgid and sticky.
     pub permissions: u16,
     pub uid: u32,
     pub gid: u32,
+    /// The creating process's umask, for the engine to apply (see above).
+    pub umask: u16,
 }
 
 /// `S_ISGID`: on a directory, new inodes in it take its group.
@@ -65,6 +71,13 @@ impl Creator {
             ..self
         }
     }
+}
+
+/// What a new inode takes from its directory: the flags it inherits (masked for its type
+/// by `new_inode`) and its POSIX ACLs.
+pub(super) struct Inherited {
+    pub flags: u32,
+    pub acls: InheritedAcls,
 }
 
 /// What a new inode is.
@@ -214,9 +227,28 @@ impl Filesystem {
             let format = self.dir_format();
             let parent_handle = self.inode_handle(parent)?;
             let is_dir = matches!(kind, NewKind::Directory);
-            let creator = {
+            let (creator, parent_flags, parent_default) = {
                 let p = &parent_handle.read(&self.inodes).inode;
-                creator.in_directory(p.record.mode, p.gid(), is_dir)
+                (
+                    creator.in_directory(p.record.mode, p.gid(), is_dir),
+                    p.flags(),
+                    self.default_acl(p)?,
+                )
+            };
+            let (permissions, acls) = acls_for_new_inode(
+                creator.permissions,
+                creator.umask,
+                kind.file_type(),
+                parent,
+                parent_default,
+            )?;
+            let creator = Creator {
+                permissions,
+                ..creator
+            };
+            let inherited = Inherited {
+                flags: parent_flags,
+                acls,
             };
             // The new inode is allocated and filled before the directory is locked, so
             // that creators in one directory wait for each other only while the name goes
@@ -225,8 +257,9 @@ impl Filesystem {
             // back below if the name cannot be added; its failure is reported only once
             // the name is known to be absent (so "exists" comes before "no space", as in
             // the kernel).
-            let mut prepared =
-                Some(self.prepare_new_inode(&io, &format, &kind, parent, name, creator));
+            let mut prepared = Some(
+                self.prepare_new_inode(&io, &format, &kind, parent, name, creator, &inherited),
+            );
             let made = match &prepared {
                 Some(Ok(handle)) => Some(handle.clone()),
                 _ => None,
@@ -236,7 +269,13 @@ impl Filesystem {
             // (a full one-block directory gets block 1 before the index can fail).
             let parent_before = parent_state.inode.clone();
             let parent_links = parent_state.inode.links_count();
+            // `may_create`: an immutable directory takes no new name (once the name is
+            // known to be new: "exists" comes first, as in the kernel).
+            let mut refusal = refuse_if_immutable(&parent_state.inode, "add a name to it").err();
             let mut make = || -> Result<u32> {
+                if let Some(e) = refusal.take() {
+                    return Err(e);
+                }
                 if is_dir
                     && parent_links >= MAX_LINKS - 1
                     && !self.has_feature(RoCompatFeatures::DIR_NLINK)
@@ -294,8 +333,9 @@ impl Filesystem {
         Ok(ino)
     }
 
-    /// Allocates and fills a new inode for `name` in `parent` and makes its handle; on
-    /// failure nothing it took is kept.
+    /// Allocates and fills a new inode for `name` in `parent`, with what it `inherited`
+    /// from there, and makes its handle; on failure nothing it took is kept.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn prepare_new_inode(
         &self,
         io: &TxnIo<'_>,
@@ -304,6 +344,7 @@ impl Filesystem {
         parent: u32,
         name: &[u8],
         creator: Creator,
+        inherited: &Inherited,
     ) -> Result<Arc<InodeHandle>> {
         let is_dir = matches!(kind, NewKind::Directory);
         io.space.may_allocate(Shortage::Inodes)?;
@@ -321,8 +362,13 @@ impl Filesystem {
             )
             .map_err(Error::from_inode_allocation)?;
         let ino = new.ino;
-        let mut inode = self.new_inode(ino, kind, creator);
-        if let Err(e) = self.fill_new_inode(io, format, &mut inode, kind, parent) {
+        let mut inode = self.new_inode(ino, kind, creator, inherited.flags);
+        // The ACLs first, as `ext4_new_inode` does: an inline directory's `system.data`
+        // takes what room is left.
+        let filled = self
+            .store_inherited_acls(io, &mut inode, &inherited.acls)
+            .and_then(|()| self.fill_new_inode(io, format, &mut inode, kind, parent));
+        if let Err(e) = filled {
             let mut doomed = InodeState::detached(inode);
             let released = self.release_inode_space(io, &mut doomed);
             let freed = io
@@ -352,9 +398,16 @@ impl Filesystem {
         }
     }
 
-    /// A fresh inode record: mode, owner, times, link count, and the mapping flags the
-    /// kernel gives each kind.
-    pub(super) fn new_inode(&self, ino: u32, kind: &NewKind<'_>, creator: Creator) -> Inode {
+    /// A fresh inode record: mode, owner, times, link count, the flags it inherits from a
+    /// directory with `parent_flags` (`ext4_new_inode`), and the mapping flags the kernel
+    /// gives each kind.
+    pub(super) fn new_inode(
+        &self,
+        ino: u32,
+        kind: &NewKind<'_>,
+        creator: Creator,
+        parent_flags: u32,
+    ) -> Inode {
         let sb = self.superblock();
         let file_type = kind.file_type();
         let mode = mode_bits(file_type) | (creator.permissions & 0o7777);
@@ -366,6 +419,7 @@ impl Filesystem {
         inode.set_mtime(now);
         inode.set_ctime(now);
         inode.set_crtime(now);
+        inode.record.flags = user_flags::inherited(parent_flags, file_type);
         inode.record.links_count = if file_type == FileType::Directory {
             2
         } else {

@@ -6,6 +6,7 @@ use e4_format::inode::{flags, FileType, Inode};
 use crate::error::{Error, Result, Shortage};
 use crate::filesystem::Filesystem;
 use crate::inode::cache::InodeState;
+use crate::inode::user_flags::{refuse_if_immutable, refuse_if_protected};
 use crate::io::credits::{GROUP, INODE};
 use crate::io::meta_io::MetaIo;
 use crate::map::extent_tree::ShiftDirection;
@@ -123,6 +124,13 @@ impl Filesystem {
             let txn = writer.begin(INODE)?;
             let handle = self.inode_handle(ino)?;
             let mut state = handle.lock(&self.inodes);
+            // `vfs_fallocate`: an append-only file may only gain allocated space.
+            match mode {
+                FallocateMode::Allocate | FallocateMode::KeepSize => {
+                    refuse_if_immutable(&state.inode, "fallocate")?
+                }
+                _ => refuse_if_protected(&state.inode, "fallocate that removes or moves data")?,
+            }
             require_fallocatable(&state.inode)?;
             self.require_regular(&state)?;
             let end = offset

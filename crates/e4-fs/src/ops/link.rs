@@ -6,6 +6,7 @@ use crate::dir::editor::ADD_ENTRY_CREDITS;
 use crate::dir::entry::check_name;
 use crate::error::{Error, Result};
 use crate::filesystem::Filesystem;
+use crate::inode::user_flags::{refuse_if_immutable, refuse_if_protected};
 use crate::io::credits::INODE;
 use crate::ops::namespace::{known_type, lock_in_order, shown, two_states, MAX_LINKS};
 
@@ -41,6 +42,9 @@ impl Filesystem {
             if self.lookup_locked(&io, &format, dir, name)?.is_some() {
                 return Err(Error::Exists(shown(name)));
             }
+            // `vfs_link`: no name in an immutable directory, none to a protected inode.
+            refuse_if_immutable(&dir.inode, "add a name to it")?;
+            refuse_if_protected(&target.inode, "link to it")?;
             // Adding the entry may grow the directory before it fails (a full one-block
             // directory takes block 1 before its index can be made): all or nothing.
             io.all_or_nothing(dir, |dir| {

@@ -1,6 +1,8 @@
 //! The public operations of [`Filesystem`](crate::Filesystem), a file per group. With
 //! `filesystem.rs`, the only place with `impl Filesystem`.
 
+pub(crate) mod acl_inheritance;
+pub(crate) mod copy_range;
 pub(crate) mod create;
 pub(crate) mod directory_blocks;
 pub(crate) mod fallocate;
@@ -20,6 +22,7 @@ pub(crate) mod setattr;
 pub(crate) mod stat;
 pub(crate) mod steps;
 pub(crate) mod truncate;
+pub(crate) mod user_flags;
 pub(crate) mod write;
 pub(crate) mod xattr_read;
 pub(crate) mod xattr_write;

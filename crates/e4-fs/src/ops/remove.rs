@@ -8,6 +8,7 @@ use crate::dir::entry::check_name;
 use crate::error::{Error, Result};
 use crate::filesystem::Filesystem;
 use crate::inode::cache::InodeState;
+use crate::inode::user_flags::refuse_removal;
 use crate::io::credits::{INODE, ORPHAN};
 use crate::ops::namespace::{lock_in_order, shown, state, two_states};
 use crate::txn::txn_io::TxnIo;
@@ -73,6 +74,9 @@ impl Filesystem {
                     locked
                 }
             };
+            // `may_delete` refuses before it looks at the victim's type or contents.
+            let dir_inode = state(&mut locked, parent).inode.clone();
+            refuse_removal(&dir_inode, &state(&mut locked, victim).inode)?;
             let target = state(&mut locked, victim);
             let is_dir = target.inode.file_type() == Some(FileType::Directory);
             match (directory, is_dir) {

@@ -9,6 +9,7 @@ use crate::dir::entry::{check_name, DirFormat};
 use crate::error::{Error, Result};
 use crate::filesystem::Filesystem;
 use crate::inode::cache::{InodeGuard, InodeHandle};
+use crate::inode::user_flags::{refuse_if_immutable, refuse_removal};
 use crate::io::credits::{INODE, ORPHAN};
 use crate::ops::namespace::{known_type, lock_in_order, shown, state, MAX_LINKS};
 use crate::txn::txn_io::TxnIo;
@@ -177,6 +178,15 @@ impl Filesystem {
             (RenameMode::NoReplace, Some(_)) => return Err(Error::Exists(shown(new_name))),
             (RenameMode::Exchange, None) => return Err(Error::NotFound(shown(new_name))),
             _ => {}
+        }
+        // `vfs_rename`: the source's name leaves its directory (`may_delete`); the
+        // target's is made (`may_create`: not in an immutable directory) or replaced, or
+        // for an exchange moved away (`may_delete` again).
+        let mut inode = |ino| state(locked, ino).inode.clone();
+        refuse_removal(&inode(old_parent), &inode(source))?;
+        match target {
+            Some(t) => refuse_removal(&inode(new_parent), &inode(t))?,
+            None => refuse_if_immutable(&inode(new_parent), "add a name to it")?,
         }
         // The source name goes or (exchange) points elsewhere, and so does the target name
         // when it exists: both are forgotten under their directories' locks, before any

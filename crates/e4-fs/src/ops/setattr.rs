@@ -1,10 +1,11 @@
 //! Changing an inode's attributes: permissions, owner, times and size (`setattr`), and
 //! opening and closing files (an inode unlinked while open lives until its last close).
 
-use e4_format::inode::{FileType, Timestamp};
+use e4_format::inode::{FileType, Inode, Timestamp};
 
 use crate::error::{Error, Result};
 use crate::filesystem::Filesystem;
+use crate::inode::user_flags::{refuse_if_immutable, refuse_if_protected};
 use crate::io::credits::{INODE, ORPHAN};
 use crate::ops::stat::Metadata;
 
@@ -20,6 +21,10 @@ pub struct SetAttributes {
     pub size: Option<u64>,
     pub atime: Option<Timestamp>,
     pub mtime: Option<Timestamp>,
+    /// `atime` and `mtime` are "now" because the caller named no time (`utimes` with
+    /// NULL, the kernel's ATTR_TOUCH): an append-only inode takes that, unlike times a
+    /// caller names.
+    pub times_are_touch: bool,
 }
 
 /// `S_ISUID`, `S_ISGID` and `S_IXGRP`.
@@ -122,6 +127,20 @@ impl Filesystem {
         Ok(())
     }
 
+    /// What immutable and append-only refuse of `attrs` (`ext4_setattr`: an immutable
+    /// inode takes no change at all; `notify_change`: an append-only one no new mode,
+    /// owner or named times). A new size is refused by `truncate` itself.
+    fn refuse_protected_setattr(inode: &Inode, attrs: &SetAttributes) -> Result<()> {
+        refuse_if_immutable(inode, "change its attributes")?;
+        let named_times =
+            (attrs.atime.is_some() || attrs.mtime.is_some()) && !attrs.times_are_touch;
+        if attrs.permissions.is_some() || attrs.uid.is_some() || attrs.gid.is_some() || named_times
+        {
+            refuse_if_protected(inode, "change its mode, owner or times")?;
+        }
+        Ok(())
+    }
+
     /// Changes the attributes of inode `ino`; returns them as they now are. A new owner or
     /// group without new permissions clears setuid and setgid as chown(2) does (see
     /// `mode_after_chown`); permissions given with them are taken as they are.
@@ -132,16 +151,26 @@ impl Filesystem {
         }
         let writer = self.writer()?;
         {
-            let _txn = writer.begin(INODE)?;
+            // The inode; an access ACL rewritten with a new mode declares its own.
+            let txn = writer.begin(INODE)?;
+            let io = writer.io(self, &txn);
             let handle = self.inode_handle(ino)?;
             let mut state = handle.lock(&self.inodes);
-            let inode = &mut state.inode;
-            if inode.links_count() == 0 && inode.file_type() != Some(FileType::Regular) {
+            if state.inode.links_count() == 0 && state.inode.file_type() != Some(FileType::Regular)
+            {
                 return Err(Error::NotFound(format!("inode {ino}")));
             }
+            Self::refuse_protected_setattr(&state.inode, attrs)?;
             if let Some(p) = attrs.permissions {
-                inode.record.mode = (inode.record.mode & !0o7777) | (p & 0o7777);
-            } else if attrs.uid.is_some() || attrs.gid.is_some() {
+                // `posix_acl_chmod`; all or nothing, so a failure leaves the mode too.
+                io.all_or_nothing(&mut state, |state| {
+                    let inode = &mut state.inode;
+                    inode.record.mode = (inode.record.mode & !0o7777) | (p & 0o7777);
+                    self.chmod_access_acl(&io, inode)
+                })?;
+            }
+            let inode = &mut state.inode;
+            if attrs.permissions.is_none() && (attrs.uid.is_some() || attrs.gid.is_some()) {
                 let is_dir = inode.file_type() == Some(FileType::Directory);
                 inode.record.mode = mode_after_chown(inode.record.mode, is_dir);
             }

@@ -4,6 +4,7 @@
 use crate::error::{Error, Result};
 use crate::filesystem::Filesystem;
 use crate::inode::cache::InodeState;
+use crate::inode::user_flags::refuse_if_protected;
 use crate::io::credits::INODE;
 use crate::map::file_mapping::FileMapping;
 use crate::txn::txn_io::TxnIo;
@@ -43,6 +44,7 @@ impl Filesystem {
             let handle = self.inode_handle(ino)?;
             let mut state = handle.lock(&self.inodes);
             self.require_regular(&state)?;
+            refuse_if_protected(&state.inode, "change its size")?;
             let (size, first_freed) = match cut {
                 Cut::To(size) => (size, size.div_ceil(bs)),
                 Cut::From(block) => (state.inode.size().min(block.saturating_mul(bs)), block),

@@ -15,6 +15,7 @@ use crate::error::{Error, Result};
 use crate::filesystem::Filesystem;
 use crate::filesystem::Writer;
 use crate::inode::cache::InodeState;
+use crate::inode::user_flags;
 use crate::io::credits::{GROUP, INODE, NEW_BLOCK};
 use crate::io::meta_io::MetaIo;
 use crate::map::file_mapping::FileMapping;
@@ -172,6 +173,7 @@ impl Filesystem {
             let handle = self.inode_handle(ino)?;
             let mut state = handle.lock(&self.inodes);
             self.require_regular(&state)?;
+            user_flags::refuse_write(&state.inode, offset)?;
             offset
                 .checked_add(data.len() as u64)
                 .filter(|&end| end <= self.max_file_size(&state.inode))

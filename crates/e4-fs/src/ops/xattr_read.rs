@@ -35,16 +35,24 @@ impl Filesystem {
                 block: block_nr,
             };
             let block = self.store.read(block_nr)?;
-            let (_, parsed) = decode_xattr_block(&block.bytes(), loc)?;
-            if let Some(seed) = self.store.csum_seed() {
-                let seed = BlockSeed { seed, block_nr };
-                let role = crate::buffer::cache::BufferRole {
-                    kind: crate::io::meta_io::BlockKind::XattrBlock,
-                    owner: None,
-                };
-                block.verify_as(role, |b| XattrBlockHeader::verify(b, seed, loc))?;
+            let checked = decode_xattr_block(&block.bytes(), loc).and_then(|(_, parsed)| {
+                if let Some(seed) = self.store.csum_seed() {
+                    let seed = BlockSeed { seed, block_nr };
+                    let role = crate::buffer::cache::BufferRole {
+                        kind: crate::io::meta_io::BlockKind::XattrBlock,
+                        owner: None,
+                    };
+                    block.verify_as(role, |b| XattrBlockHeader::verify(b, seed, loc))?;
+                }
+                Ok(parsed)
+            });
+            // A block that fails leaves the cache (as `BlockStore::read_as` does): damage
+            // on the way from the device is read afresh next time, not kept for every
+            // later reader (a create reads its directory's block for a default ACL).
+            if checked.is_err() && !block.is_dirty() {
+                self.store.cache().forget(block_nr);
             }
-            all.extend(parsed);
+            all.extend(checked?);
         }
         Ok(all)
     }

@@ -10,6 +10,7 @@ use e4_format::xattr::split_name;
 use crate::error::{Error, Result};
 use crate::filesystem::Filesystem;
 use crate::inode::cache::InodeState;
+use crate::inode::user_flags::refuse_if_protected;
 use crate::io::credits::{INODE, NEW_BLOCK};
 use crate::txn::txn_io::TxnIo;
 use crate::xattr::store::{release_xattr_block, set_file_acl, InodeXattrs, XattrKey};
@@ -75,7 +76,7 @@ fn writable_name(name: &[u8]) -> Result<XattrKey<'_>> {
 
 /// What an operation does to an attribute once it knows whether it exists.
 #[derive(Debug, Clone, Copy)]
-enum XattrChange<'a> {
+pub(super) enum XattrChange<'a> {
     /// Store this value (`how` checked first).
     Set { value: &'a [u8], how: XattrSet },
     /// Remove it; it must exist.
@@ -111,7 +112,7 @@ impl<'a> XattrChange<'a> {
 }
 
 /// One change an API call makes to an inode.
-struct XattrUpdate<'a> {
+pub(super) struct XattrUpdate<'a> {
     /// The full name, for errors.
     name: &'a [u8],
     key: XattrKey<'a>,
@@ -120,6 +121,21 @@ struct XattrUpdate<'a> {
     permissions: Option<u16>,
     /// Only directories may have it (a default ACL).
     directories_only: bool,
+}
+
+impl<'a> XattrUpdate<'a> {
+    /// `change` to attribute `name` (with its prefix), which must be one the API may
+    /// write; no permission bits change with it.
+    pub(super) fn new(name: &'a [u8], change: XattrChange<'a>) -> Result<Self> {
+        let key = writable_name(name)?;
+        Ok(XattrUpdate {
+            name,
+            key,
+            change,
+            permissions: None,
+            directories_only: key.index == INDEX_ACL_DEFAULT,
+        })
+    }
 }
 
 impl Filesystem {
@@ -141,14 +157,8 @@ impl Filesystem {
     /// fits neither the inode nor one xattr block (e4 does not store values in inodes of
     /// their own, ea_inode).
     pub fn set_xattr(&self, ino: u32, name: &[u8], value: &[u8], how: XattrSet) -> Result<()> {
-        let key = writable_name(name)?;
-        let mut update = XattrUpdate {
-            name,
-            key,
-            change: XattrChange::Set { value, how },
-            permissions: None,
-            directories_only: key.index == INDEX_ACL_DEFAULT,
-        };
+        let mut update = XattrUpdate::new(name, XattrChange::Set { value, how })?;
+        let key = update.key;
         if key.index != INDEX_ACL_ACCESS && key.index != INDEX_ACL_DEFAULT {
             return self.change_xattr(ino, &update);
         }
@@ -173,17 +183,10 @@ impl Filesystem {
     /// Removes extended attribute `name` of inode `ino`; [`Error::NoAttribute`] if it has
     /// none of that name. Removing an access ACL leaves the permission bits as they are.
     pub fn remove_xattr(&self, ino: u32, name: &[u8]) -> Result<()> {
-        let key = writable_name(name)?;
-        self.change_xattr(
-            ino,
-            &XattrUpdate {
-                name,
-                key,
-                change: XattrChange::Remove,
-                permissions: None,
-                directories_only: false,
-            },
-        )
+        let mut update = XattrUpdate::new(name, XattrChange::Remove)?;
+        // Any inode may lose a default ACL it has.
+        update.directories_only = false;
+        self.change_xattr(ino, &update)
     }
 
     /// Runs `update` on inode `ino` inside a transaction, under the inode's lock.
@@ -199,6 +202,8 @@ impl Filesystem {
             if is_gone(&state) {
                 return Err(Error::NotFound(format!("inode {ino}")));
             }
+            // `xattr_permission`: no attribute of a protected inode changes.
+            refuse_if_protected(&state.inode, "change its xattrs")?;
             let inode = &mut state.inode;
             if self.update_xattrs(&io, inode, update)? {
                 inode.set_ctime(crate::time::now());
@@ -210,7 +215,7 @@ impl Filesystem {
     }
 
     /// Makes `update`'s change to `inode`; whether anything changed.
-    fn update_xattrs(
+    pub(super) fn update_xattrs(
         &self,
         io: &TxnIo<'_>,
         inode: &mut Inode,

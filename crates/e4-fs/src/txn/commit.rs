@@ -504,6 +504,7 @@ mod tests {
         permissions: 0o644,
         uid: 0,
         gid: 0,
+        umask: 0,
     };
 
     /// The image at `path`, open for writing, committing only when asked or pressed.
