@@ -81,6 +81,37 @@ fn mounted_by(child: &mut Child, dir: &Path) -> bool {
     true
 }
 
+/// `e4 mount -f OPTIONS IMAGE DIR` with its stderr in `errors` (read while it runs), once
+/// it has mounted, with the guard that detaches it; `None`, said skipped with its reason,
+/// where it cannot mount. The caller's `DIR` outlives the guard (declared before it).
+fn mount_reporting_to(
+    image: &Path,
+    dir: &Path,
+    options: &[&str],
+    errors: &tempfile::NamedTempFile,
+) -> Option<(Child, FuseGuard)> {
+    let mut child = e4()
+        .args(["mount", "-f"])
+        .args(options)
+        .arg(image)
+        .arg(dir)
+        .stderr(errors.reopen().unwrap())
+        .spawn()
+        .unwrap();
+    let guard = FuseGuard::watch(dir, LIMIT);
+    let mut exited = None;
+    assert!(eventually(|| {
+        exited = child.try_wait().unwrap();
+        exited.is_some() || is_mounted(dir)
+    }));
+    if exited.is_some() {
+        let reason = std::fs::read_to_string(errors.path()).unwrap();
+        fuse_skipped("e4 mount -f", reason.trim());
+        return None;
+    }
+    Some((child, guard))
+}
+
 #[test]
 fn each_unmount_signal_ends_a_foreground_mount_with_a_clean_image() {
     for signal in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
@@ -443,24 +474,10 @@ fn damage_found_while_serving_is_shown_on_standard_error() {
 
     let dir = tempfile::tempdir().unwrap();
     let errors = tempfile::NamedTempFile::new().unwrap();
-    let mut child = e4()
-        .args(["mount", "-f"])
-        .arg(&image.path)
-        .arg(dir.path())
-        .stderr(errors.reopen().unwrap())
-        .spawn()
-        .unwrap();
-    let _guard = FuseGuard::watch(dir.path(), LIMIT);
-    let mut exited = None;
-    assert!(eventually(|| {
-        exited = child.try_wait().unwrap();
-        exited.is_some() || is_mounted(dir.path())
-    }));
-    if exited.is_some() {
-        let reason = std::fs::read_to_string(errors.path()).unwrap();
-        fuse_skipped("e4 mount -f", reason.trim());
+    let Some((mut child, _guard)) = mount_reporting_to(&image.path, dir.path(), &[], &errors)
+    else {
         return;
-    }
+    };
     std::fs::write(dir.path().join("f"), vec![1u8; 20_000]).unwrap();
     let warned = || std::fs::read_to_string(errors.path()).unwrap();
     assert!(
@@ -521,24 +538,12 @@ fn errors_option_decides_what_follows_a_damaged_directory() {
 
         let dir = tempfile::tempdir().unwrap();
         let errors = tempfile::NamedTempFile::new().unwrap();
-        let mut child = e4()
-            .args(["mount", "-f", "-o", &format!("errors={policy}")])
-            .arg(&image.path)
-            .arg(dir.path())
-            .stderr(errors.reopen().unwrap())
-            .spawn()
-            .unwrap();
-        let guard = FuseGuard::watch(dir.path(), LIMIT);
-        let mut exited = None;
-        assert!(eventually(|| {
-            exited = child.try_wait().unwrap();
-            exited.is_some() || is_mounted(dir.path())
-        }));
-        if exited.is_some() {
-            let reason = std::fs::read_to_string(errors.path()).unwrap();
-            fuse_skipped("e4 mount -f", reason.trim());
+        let options = ["-o", &format!("errors={policy}")];
+        let Some((mut child, guard)) =
+            mount_reporting_to(&image.path, dir.path(), &options, &errors)
+        else {
             return;
-        }
+        };
         let listed = std::fs::read_dir(dir.path().join("d")).and_then(|mut d| d.next().transpose());
         let said = || std::fs::read_to_string(errors.path()).unwrap();
         if policy == "panic" {

@@ -82,18 +82,27 @@ impl BlockStore {
         })
     }
 
-    /// Metadata block `nr` through the cache, verified as `role`. A block that fails
-    /// verification leaves the cache (unless this transaction changed it): damage on the
-    /// way from the device is read afresh next time, and damage on the disk is found again.
+    /// Metadata block `nr` through the cache, verified as `role`.
     pub(crate) fn read_as(&self, nr: u64, role: BufferRole) -> Result<Arc<Buffer>> {
         let buffer = self.read(nr)?;
-        if let Err(e) = self.verify(&buffer, role) {
-            if !buffer.is_dirty() {
-                self.cache.forget(nr);
-            }
-            return Err(e);
-        }
+        self.checked(&buffer, |b| self.verify(b, role))?;
         Ok(buffer)
+    }
+
+    /// Runs `check` on `buffer` and returns what it makes. A block that fails its check
+    /// leaves the cache (unless this transaction changed it): damage on the way from the
+    /// device is read afresh next time, and damage on the disk is found again, not kept
+    /// for every later reader.
+    pub(crate) fn checked<T>(
+        &self,
+        buffer: &Buffer,
+        check: impl FnOnce(&Buffer) -> Result<T>,
+    ) -> Result<T> {
+        let result = check(buffer);
+        if result.is_err() && !buffer.is_dirty() {
+            self.cache.forget(buffer.nr());
+        }
+        result
     }
 
     /// Shows `look` block `nr` verified as `role`, without copying it: the block's bytes

@@ -77,16 +77,10 @@ impl InodeTable {
             .into());
         }
         let block = store.read(block_nr)?;
-        let parsed = Inode::parse(
-            &block.bytes()[at..at + self.inode_size],
-            ino,
-            store.csum_seed(),
-        );
-        if parsed.is_err() && !block.is_dirty() {
-            // Read afresh next time, as a block that fails verification (`BlockStore::read_as`).
-            store.cache().forget(block_nr);
-        }
-        Ok(parsed?)
+        store.checked(&block, |block| {
+            let record = &block.bytes()[at..at + self.inode_size];
+            Ok(Inode::parse(record, ino, store.csum_seed())?)
+        })
     }
 
     /// Encodes `inode` (computing its checksum) into its inode-table block, which the next

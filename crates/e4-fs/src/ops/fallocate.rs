@@ -62,36 +62,44 @@ impl Filesystem {
     /// steps, each a fallocate of its own (`steps.rs`): a failure part-way leaves the steps
     /// before it done, as the kernel's does.
     pub fn fallocate(&self, ino: u32, mode: FallocateMode, offset: u64, len: u64) -> Result<()> {
-        for (at, len) in self.fallocate_steps(ino, mode, offset, len)? {
-            self.retry_when_full(|| self.fallocate_once(ino, mode, at, len))?;
+        let cuts = self.fallocate_cuts(ino, mode, offset, len)?;
+        if cuts.is_empty() {
+            return self.retry_when_full(|| self.fallocate_once(ino, mode, offset, len));
+        }
+        // Cut only a range the operation takes: `offset + len` is within the file's limit.
+        let mut at = offset;
+        for next in cuts.into_iter().chain(std::iter::once(offset + len)) {
+            self.retry_when_full(|| self.fallocate_once(ino, mode, at, next - at))?;
+            at = next;
         }
         Ok(())
     }
 
-    /// The byte ranges a fallocate runs as, in order: the whole range unless it allocates
-    /// or punches blocks in more groups than one step may touch. A range the operation
-    /// refuses is one step, refused whole.
-    fn fallocate_steps(
+    /// Where a fallocate is cut into steps (byte offsets inside the range, ascending):
+    /// none unless it allocates or punches blocks in more groups than one step may touch.
+    /// A range the operation refuses is one step, refused whole.
+    fn fallocate_cuts(
         &self,
         ino: u32,
         mode: FallocateMode,
         offset: u64,
         len: u64,
-    ) -> Result<Vec<(u64, u64)>> {
-        let whole = vec![(offset, len)];
+    ) -> Result<Vec<u64>> {
         let Some(groups) = self.step_groups() else {
-            return Ok(whole);
+            return Ok(Vec::new());
         };
-        let inode = self.inode_handle(ino)?.read(&self.inodes).inode.clone();
+        let handle = self.inode_handle(ino)?;
+        let state = handle.read(&self.inodes);
+        let inode = &state.inode;
         let bs = u64::from(self.block_size());
         let end = match offset.checked_add(len) {
-            Some(end) if len > 0 && end <= self.max_file_size(&inode) => end,
-            _ => return Ok(whole),
+            Some(end) if len > 0 && end <= self.max_file_size(inode) => end,
+            _ => return Ok(Vec::new()),
         };
         if !inode.has_flag(flags::EXTENTS) || inode.has_flag(flags::INLINE_DATA) {
-            return Ok(whole);
+            return Ok(Vec::new());
         }
-        let cuts: Vec<u64> = match mode {
+        Ok(match mode {
             // Allocation fills the range in order: a step allocates what half its groups
             // hold, which free space broken up may spread over the other half.
             FallocateMode::Allocate | FallocateMode::KeepSize => {
@@ -101,17 +109,12 @@ impl Filesystem {
                     .collect()
             }
             FallocateMode::PunchHole => self
-                .step_cuts(&inode, offset.div_ceil(bs), end / bs)?
+                .step_cuts(inode, offset.div_ceil(bs), end / bs)?
                 .into_iter()
                 .map(|block| block * bs)
                 .collect(),
             _ => Vec::new(),
-        };
-        let bounds: Vec<u64> = std::iter::once(offset)
-            .chain(cuts)
-            .chain(std::iter::once(end))
-            .collect();
-        Ok(bounds.windows(2).map(|w| (w[0], w[1] - w[0])).collect())
+        })
     }
 
     fn fallocate_once(&self, ino: u32, mode: FallocateMode, offset: u64, len: u64) -> Result<()> {

@@ -96,15 +96,15 @@ impl Filesystem {
     /// first in steps when they are in more groups than one transaction may change
     /// (`steps.rs`), then the rest and the inode together.
     pub(crate) fn close_orphan(&self, ino: u32) -> Result<()> {
-        let inode = {
+        let cuts = {
             let handle = self.inode_handle(ino)?;
             let state = handle.read(&self.inodes);
             if state.deleted || state.open_count > 0 || state.inode.links_count() > 0 {
                 return Ok(());
             }
-            state.inode.clone()
+            self.step_cuts(&state.inode, 0, u64::MAX)?
         };
-        for cut in self.step_cuts(&inode, 0, u64::MAX)?.into_iter().rev() {
+        for cut in cuts.into_iter().rev() {
             if !self.free_orphan_from(ino, cut)? {
                 return Ok(());
             }

@@ -20,16 +20,18 @@ impl Filesystem {
     /// the file back in steps from its end, each step a truncate of its own (`steps.rs`).
     pub fn truncate(&self, ino: u32, size: u64) -> Result<()> {
         self.writer()?;
-        let inode = self.inode_handle(ino)?.read(&self.inodes).inode.clone();
-        if size <= inode.size() {
-            let bs = u64::from(self.block_size());
-            for cut in self
-                .step_cuts(&inode, size.div_ceil(bs), u64::MAX)?
-                .into_iter()
-                .rev()
-            {
-                self.truncate_once(ino, Cut::From(cut))?;
+        let cuts = {
+            let handle = self.inode_handle(ino)?;
+            let state = handle.read(&self.inodes);
+            if size <= state.inode.size() {
+                let bs = u64::from(self.block_size());
+                self.step_cuts(&state.inode, size.div_ceil(bs), u64::MAX)?
+            } else {
+                Vec::new()
             }
+        };
+        for cut in cuts.into_iter().rev() {
+            self.truncate_once(ino, Cut::From(cut))?;
         }
         self.truncate_once(ino, Cut::To(size))
     }

@@ -35,7 +35,10 @@ impl Filesystem {
                 block: block_nr,
             };
             let block = self.store.read(block_nr)?;
-            let checked = decode_xattr_block(&block.bytes(), loc).and_then(|(_, parsed)| {
+            // Damage leaves the cache, not kept for every later reader (a create reads its
+            // directory's block for a default ACL).
+            let parsed = self.store.checked(&block, |block| {
+                let (_, parsed) = decode_xattr_block(&block.bytes(), loc)?;
                 if let Some(seed) = self.store.csum_seed() {
                     let seed = BlockSeed { seed, block_nr };
                     let role = crate::buffer::cache::BufferRole {
@@ -45,14 +48,8 @@ impl Filesystem {
                     block.verify_as(role, |b| XattrBlockHeader::verify(b, seed, loc))?;
                 }
                 Ok(parsed)
-            });
-            // A block that fails leaves the cache (as `BlockStore::read_as` does): damage
-            // on the way from the device is read afresh next time, not kept for every
-            // later reader (a create reads its directory's block for a default ACL).
-            if checked.is_err() && !block.is_dirty() {
-                self.store.cache().forget(block_nr);
-            }
-            all.extend(checked?);
+            })?;
+            all.extend(parsed);
         }
         Ok(all)
     }
