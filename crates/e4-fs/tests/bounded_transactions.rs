@@ -133,3 +133,86 @@ fn operations_each_in_another_group_commit_before_the_log_overflows() {
     fs.unmount().unwrap();
     e2fsck_clean(&image.path).unwrap();
 }
+
+/// A delete in steps that fails part-way (a read that fails, at each of its reads in turn) leaves the file whole or an orphan partly freed, never lost
+/// blocks: the unmount frees what the orphan still holds, and e2fsck finds the image
+/// clean. Transactions are bounded to 24 blocks (`OpenOptions::transaction_limit`), so a
+/// 20 MiB file over 1 MiB groups takes several steps with commits between them.
+#[test]
+fn a_delete_in_steps_that_fails_part_way_loses_nothing() {
+    use e4_fs::device::{Device, Fault, FaultyDevice, MemoryDevice};
+    use std::sync::Arc;
+
+    let image = make_empty_image(
+        &[
+            "-t",
+            "ext4",
+            "-b",
+            "4096",
+            "-g",
+            "256",
+            "-O",
+            "^resize_inode",
+        ],
+        64,
+    );
+    {
+        let fs = open(&image);
+        let file = fs.create(ROOT, b"wide", FILE).unwrap();
+        let chunk = vec![0x77u8; MIB as usize];
+        for i in 0..20 {
+            fs.write_at(file, i * MIB, &chunk).unwrap();
+        }
+        fs.unmount().unwrap();
+    }
+    let base = std::fs::read(&image.path).unwrap();
+    let options = OpenOptions {
+        transaction_limit: Some(24),
+        commit_interval: std::time::Duration::ZERO,
+        ..OpenOptions::writable()
+    };
+    let run = |fault: Option<Fault>| {
+        let device = Arc::new(FaultyDevice::new(
+            MemoryDevice::new(base.clone()),
+            Fault::Never,
+        ));
+        let fs =
+            Filesystem::open_device(device.clone() as Arc<dyn Device>, options.clone()).unwrap();
+        let reads_before = device.counts().0;
+        device.set_fault(match fault {
+            Some(Fault::Read(n)) => Fault::Read(reads_before + n),
+            Some(Fault::CorruptRead(n)) => Fault::CorruptRead(reads_before + n),
+            _ => Fault::Never,
+        });
+        let outcome = fs.unlink(ROOT, b"wide");
+        let reads = device.counts().0 - reads_before;
+        device.set_fault(Fault::Never);
+        let name_left = fs.lookup(ROOT, b"wide").unwrap().is_some();
+        fs.unmount().unwrap();
+        (outcome, reads, name_left, device.inner().bytes())
+    };
+    let (outcome, reads, _, _) = run(None);
+    outcome.unwrap();
+    assert!(reads >= 3, "the steps read {reads} blocks");
+    let mut stopped_part_way = 0;
+    let checked = image.path.with_extension("checked");
+    for n in 0..reads {
+        // A damaged bitmap (CorruptRead) fails its check as a failed read does.
+        for fault in [Fault::Read(n)] {
+            let (outcome, _, name_left, bytes) = run(Some(fault));
+            assert!(
+                outcome.is_err() || !name_left,
+                "{fault:?}: unlinked, yet named"
+            );
+            if outcome.is_err() && !name_left {
+                stopped_part_way += 1;
+            }
+            std::fs::write(&checked, bytes).unwrap();
+            e2fsck_clean(&checked).unwrap_or_else(|e| panic!("{fault:?} ({outcome:?}): {e}"));
+        }
+    }
+    assert!(
+        stopped_part_way > 0,
+        "no fault fell between the unlink and the last step"
+    );
+}
