@@ -2,11 +2,12 @@
 # Installs what e4 and its tests need on Debian or Ubuntu: e2fsprogs (mke2fs, e2fsck,
 # debugfs, e2freefrag, e4defrag: the demo and the test oracles), mount (util-linux, for the
 # kernel comparisons), fuse2fs (the fuse2fs target of `e4 bench`), fuse3 (fusermount3,
-# which `e4 mount` uses to mount and unmount without root), and fio and stress-ng (the
-# FUSE mount's integrity tests, crates/e4-fuse/tests/integrity.rs).
+# which `e4 mount` uses to mount and unmount without root), fio and stress-ng (the
+# FUSE mount's integrity tests, crates/e4-fuse/tests/integrity.rs), and GNU time (the peak
+# memory of a checker in crates/e4/tests/bounded.rs).
 # Works as root (no sudo needed) and as a user with sudo. Rust itself comes from rustup.
 set -euo pipefail
-packages=(e2fsprogs mount fuse2fs fuse3 fio stress-ng)
+packages=(e2fsprogs mount fuse2fs fuse3 fio stress-ng time)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
