@@ -1,11 +1,12 @@
 //! The `Filesystem` handle: its parts, opening an image, and what concerns the whole
-//! filesystem (sync, fsync, unmount, interval commits). `Filesystem` is `Send + Sync` and
-//! every operation takes `&self`. It owns its parts and lends each layer below only the
-//! parts it needs ([`CommitParts`], [`TxnIo`]); the operations are in `ops/`.
+//! filesystem (sync, fsync, unmount, the commit thread). `Filesystem` is `Send + Sync` and
+//! every operation takes `&self`. Its parts ([`OpenFilesystem`]) sit behind an `Arc` it
+//! shares with its commit thread only; it lends each layer below only the parts it needs
+//! ([`CommitParts`], [`TxnIo`]); the operations are in `ops/`.
 
+use std::ops::Deref;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 use e4_format::features::{feature_names, FeatureKind, IncompatFeatures, READABLE_INCOMPAT};
 use e4_format::geometry::Geometry;
@@ -33,8 +34,9 @@ use crate::space::caller::Caller;
 use crate::space::descriptors::GroupDescriptors;
 use crate::space::Space;
 use crate::txn::commit::CommitParts;
+use crate::txn::committer::{Committer, Next};
 use crate::txn::txn_io::TxnIo;
-use crate::txn::{interval, write_back, Transactions, TxnHandle, SLOTS};
+use crate::txn::{write_back, Transactions, TxnHandle, SLOTS};
 use crate::xattr::block_locks::XattrBlockLocks;
 
 /// How to open a filesystem.
@@ -49,9 +51,8 @@ pub struct OpenOptions {
     pub writable: bool,
     /// Commit the running transaction once this long has passed since the last commit
     /// (ext4's `commit=`, 5 s by default); zero turns interval commits off (commits then
-    /// come only from pressure, [`Filesystem::sync`] and unmount). The check runs at the end
-    /// of every operation; a filesystem that goes idle with changes is committed by the
-    /// thread [`Filesystem::into_shared`] starts.
+    /// come only from pressure, [`Filesystem::sync`] and unmount). The filesystem's commit
+    /// thread makes them, busy or idle.
     pub commit_interval: std::time::Duration,
     /// Who writes: decides whether writes may use the blocks kept back for the superuser
     /// (see [`Caller`]). An ordinary user by default; a tool acting for the user who runs
@@ -68,6 +69,14 @@ pub struct OpenOptions {
     /// transactions commit more often and split large operations into more steps; tests
     /// use it to see on small images what only large volumes do otherwise.
     pub transaction_limit: Option<usize>,
+    /// Commit on a thread of the filesystem's own (on by default): an operation that leaves
+    /// the transaction past its threshold, or finds the commit interval passed, asks for a
+    /// commit and goes on while the thread writes it out, and an idle filesystem commits
+    /// on time. Off, operations commit in their own threads, at points the transactions'
+    /// sizes decide — the same on every run, which a reproducible image (the journal's log
+    /// keeps each transaction's blocks) and an enumeration of crash states need — and an
+    /// idle filesystem commits only at `sync` or unmount.
+    pub commit_thread: bool,
 }
 
 impl Default for OpenOptions {
@@ -80,6 +89,7 @@ impl Default for OpenOptions {
             caller: Caller::ordinary(),
             replay_journal: true,
             transaction_limit: None,
+            commit_thread: true,
         }
     }
 }
@@ -94,9 +104,30 @@ impl OpenOptions {
     }
 }
 
-/// An open ext2/3/4 filesystem: a composition of owned parts, each with its own state and
-/// locks.
+/// An open ext2/3/4 filesystem. Open for writing, it has a commit thread (see
+/// `txn/committer.rs`), which it stops, and commits, before it lets go of the image.
 pub struct Filesystem {
+    open: Arc<OpenFilesystem>,
+    /// The commit thread, while it runs (none when read-only, or if it could not start).
+    committer: Option<Committer>,
+}
+
+/// A handle is its parts to every operation: `fs.store`, `fs.writer`. It derefs to them
+/// rather than naming them at each of the hundreds of places they are used, as they are
+/// the handle's own, shared with its commit thread alone.
+impl Deref for Filesystem {
+    type Target = OpenFilesystem;
+
+    fn deref(&self) -> &OpenFilesystem {
+        &self.open
+    }
+}
+
+/// An open filesystem's parts: a composition of owned parts, each with its own state and
+/// locks, shared by its [`Filesystem`] handle and its commit thread. `pub` only so that the
+/// handle may deref to it: the module is private, and nothing outside the crate can name
+/// it or reach a field of it.
+pub struct OpenFilesystem {
     /// The device, the metadata cache and the verifier.
     pub(crate) store: BlockStore,
     superblock: Superblock,
@@ -147,6 +178,7 @@ impl Writer {
 
 impl Drop for Filesystem {
     fn drop(&mut self) {
+        self.stop_committer();
         if let Some(w) = &self.writer {
             if w.txns.is_open() {
                 // Nowhere to report a failure: the next e2fsck will.
@@ -250,9 +282,28 @@ impl Filesystem {
     /// in place for writing (as the kernel's mount and `e2fsck` do), in memory for reading
     /// (the image untouched; [`Filesystem::journal_note`] says so).
     pub fn open_device(device: Arc<dyn Device>, options: OpenOptions) -> Result<Self> {
-        Self::open_recovered(device, options, None, None)
+        let commit_thread = options.commit_thread;
+        let open = OpenFilesystem::open_recovered(device, options, None, None)?;
+        let mut fs = Filesystem {
+            open: Arc::new(open),
+            committer: None,
+        };
+        if let Some(w) = &fs.writer {
+            // The image says "being written" before anything else changes.
+            write_back::write_superblock(&fs.store, &w.space.superblock.encode(&fs.descriptors))?;
+            fs.store.flush("after marking the filesystem in use")?;
+            if fs.superblock.last_orphan != 0 {
+                fs.clean_up_orphans(fs.superblock.last_orphan)?;
+            }
+        }
+        if commit_thread {
+            fs.start_committer();
+        }
+        Ok(fs)
     }
+}
 
+impl OpenFilesystem {
     /// The open, once any recovery is done (`note` says what it did, `on_disk` what the
     /// journal held before it).
     fn open_recovered(
@@ -327,7 +378,7 @@ impl Filesystem {
                 )));
             }
         }
-        let mut fs = Filesystem {
+        let mut fs = OpenFilesystem {
             store,
             geometry,
             superblock,
@@ -364,7 +415,7 @@ impl Filesystem {
             let recovery = journal.recover(
                 &crate::journal::device_blocks::DeviceBlocks {
                     device: fs.store.device().as_ref(),
-                    block_size: u64::from(fs.block_size()),
+                    block_size: u64::from(fs.store.block_size()),
                 },
                 fs.geometry.blocks(),
             );
@@ -442,20 +493,12 @@ impl Filesystem {
                     fs.geometry.blocks(),
                     options.commit_interval,
                     log_limit,
-                    fs.block_size() as usize / fs.superblock.inode_size() as usize,
+                    fs.store.block_size() as usize / fs.superblock.inode_size() as usize,
                 ),
                 rename_lock: Mutex::new(()),
                 xattr_block_locks: XattrBlockLocks::default(),
                 journal,
             });
-        }
-        if let Some(w) = &fs.writer {
-            // The image says "being written" before anything else changes.
-            write_back::write_superblock(&fs.store, &w.space.superblock.encode(&fs.descriptors))?;
-            fs.store.flush("after marking the filesystem in use")?;
-            if fs.superblock.last_orphan != 0 {
-                fs.clean_up_orphans(fs.superblock.last_orphan)?;
-            }
         }
         Ok(fs)
     }
@@ -464,7 +507,7 @@ impl Filesystem {
     /// through an in-memory overlay for reading. A log the superblock does not ask to replay
     /// is dropped, as the kernel's mount drops it (`jbd2_journal_wipe`).
     fn recover_then_open(
-        fs: Filesystem,
+        fs: OpenFilesystem,
         options: OpenOptions,
         journal: &Journal,
         recovery: Recovery,
@@ -519,6 +562,62 @@ impl Filesystem {
         }
     }
 
+    /// Reads and parses inode `ino` from the disk (or the cached table block), whatever it
+    /// holds.
+    pub(crate) fn read_inode_record(&self, ino: u32) -> Result<Inode> {
+        let location = self.geometry.inode_location(ino);
+        let unwritten = location.is_some_and(|l| {
+            self.descriptors
+                .past_itable_used(l.group, l.index, self.geometry.inodes_per_group())
+        });
+        self.inode_table.read_record(&self.store, ino, unwritten)
+    }
+
+    /// The parts a commit works on, lent to it.
+    pub(crate) fn commit_parts<'a>(&'a self, writer: &'a Writer) -> CommitParts<'a> {
+        CommitParts {
+            store: &self.store,
+            superblock: &self.superblock,
+            geometry: &self.geometry,
+            descriptors: &self.descriptors,
+            inode_table: &self.inode_table,
+            inodes: &self.inodes,
+            space: &writer.space,
+            journal: writer.journal.as_ref(),
+        }
+    }
+
+    /// The commit thread's visit: a commit if an operation asked for one and the running
+    /// transaction is still past its threshold, or if the commit interval has passed and
+    /// the transaction holds changes. Says how long to sleep next: until the interval
+    /// after the last commit, or a whole interval when that has passed with nothing to
+    /// commit; `Stop` once the filesystem takes no more changes.
+    fn commit_for_the_thread(&self) -> Next {
+        let Some(w) = self.writer.as_ref().filter(|w| w.txns.is_open()) else {
+            return Next::Stop;
+        };
+        let parts = self.commit_parts(w);
+        let interval = w.txns.commit_interval();
+        let due = interval.is_some_and(|i| w.txns.since_last_commit() >= i);
+        let wanted = due
+            || w.txns
+                .wants_commit_with(&self.store, &self.inodes, &w.space);
+        if wanted && w.txns.has_changes(&parts) && w.txns.commit_unwaited(&parts).is_err() {
+            // The filesystem now refuses changes, and the next operation says why.
+            return Next::Stop;
+        }
+        Next::Wait(interval.map(|i| {
+            let since = w.txns.since_last_commit();
+            if since >= i {
+                i
+            } else {
+                i - since
+            }
+        }))
+    }
+}
+
+impl Filesystem {
     pub fn superblock(&self) -> &Superblock {
         &self.superblock
     }
@@ -566,7 +665,8 @@ impl Filesystem {
 
     /// Writes everything back, gives back every reservation and marks the filesystem clean.
     /// Dropping a writable `Filesystem` does the same but cannot report a failure.
-    pub fn unmount(self) -> Result<()> {
+    pub fn unmount(mut self) -> Result<()> {
+        self.stop_committer();
         match &self.writer {
             // A failed commit left the image needing e2fsck: say so.
             Some(w) => w
@@ -716,17 +816,6 @@ impl Filesystem {
         self.inodes.get_or_load(ino, || self.read_inode_record(ino))
     }
 
-    /// Reads and parses inode `ino` from the disk (or the cached table block), whatever it
-    /// holds.
-    pub(crate) fn read_inode_record(&self, ino: u32) -> Result<Inode> {
-        let location = self.geometry.inode_location(ino);
-        let unwritten = location.is_some_and(|l| {
-            self.descriptors
-                .past_itable_used(l.group, l.index, self.geometry.inodes_per_group())
-        });
-        self.inode_table.read_record(&self.store, ino, unwritten)
-    }
-
     /// Checks that a run of physical blocks lies inside the filesystem.
     pub(crate) fn check_extent_bounds(&self, start: u64, len: u64, loc: Location) -> Result<()> {
         let end = start.checked_add(len);
@@ -742,22 +831,9 @@ impl Filesystem {
         }
     }
 
-    /// The parts a commit works on, lent to it.
-    pub(crate) fn commit_parts<'a>(&'a self, writer: &'a Writer) -> CommitParts<'a> {
-        CommitParts {
-            store: &self.store,
-            superblock: &self.superblock,
-            geometry: &self.geometry,
-            descriptors: &self.descriptors,
-            inode_table: &self.inode_table,
-            inodes: &self.inodes,
-            space: &writer.space,
-            journal: writer.journal.as_ref(),
-        }
-    }
-
-    /// Commits if the operation that just ended left enough behind (dirty blocks, pending
-    /// frees, the commit interval passed), unless another thread is committing already
+    /// Asks for a commit if the operation that just ended left enough behind (dirty
+    /// blocks, pending frees, the commit interval passed): the commit thread makes it, or
+    /// this thread when far past the threshold or without a commit thread
     /// ([`Transactions::commit_for_pressure`]).
     pub(crate) fn commit_if_needed(&self) -> Result<()> {
         match &self.writer {
@@ -798,35 +874,24 @@ impl Filesystem {
         w.txns.write_clean_superblock(&parts)
     }
 
-    /// This filesystem as a handle to share between threads, with a thread that commits it
-    /// when it has been idle with changes for the commit interval (none when the interval
-    /// is zero or the filesystem is read-only). The thread ends by itself after the last
-    /// handle is dropped (dropping it unmounts, as for any `Filesystem`; to see an unmount
-    /// error, [`Filesystem::sync`] first or unmount the `Arc::try_unwrap`ped handle).
-    pub fn into_shared(self) -> Arc<Self> {
-        let interval = self.writer.as_ref().and_then(|w| w.txns.commit_interval());
-        let fs = Arc::new(self);
-        if let Some(interval) = interval {
-            interval::start_thread(Arc::downgrade(&fs), interval, Self::commit_when_idle);
-        }
-        fs
+    /// Starts the commit thread ([`Committer`]), which shares the parts; it waits first
+    /// for the commit interval or a request. Without it (no thread to be had) operations
+    /// commit for themselves.
+    fn start_committer(&mut self) {
+        let Some(w) = &self.writer else { return };
+        let open = Arc::clone(&self.open);
+        self.committer = Committer::start(
+            Arc::clone(w.txns.commit_requests()),
+            w.txns.commit_interval(),
+            move || open.commit_for_the_thread(),
+        );
     }
 
-    /// The interval thread's visit: commits if `interval` has passed since the last commit
-    /// and the transaction holds changes. Returns how long to sleep before the next visit,
-    /// or `None` when there is nothing more to do (unmounted, or a failed commit).
-    fn commit_when_idle(&self, interval: Duration) -> Option<Duration> {
-        let w = self.writer.as_ref().filter(|w| w.txns.is_open())?;
-        let since = w.txns.since_last_commit();
-        if since < interval {
-            // An operation (or sync) committed meanwhile.
-            return Some(interval - since);
+    /// Stops the commit thread, once its commit, if it is making one, has ended.
+    fn stop_committer(&mut self) {
+        if let Some(committer) = self.committer.take() {
+            committer.stop();
         }
-        if w.txns.has_changes(&self.commit_parts(w)) && self.sync().is_err() {
-            // The filesystem now refuses changes; nothing more to commit.
-            return None;
-        }
-        Some(interval)
     }
 }
 

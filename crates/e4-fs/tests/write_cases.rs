@@ -514,6 +514,8 @@ fn operations_commit_once_the_buffer_cache_capacity_is_dirty() {
     let options = OpenOptions {
         cache_bytes: capacity * 4096,
         commit_interval: std::time::Duration::ZERO,
+        // The operation that crosses the threshold commits, not a thread some time after.
+        commit_thread: false,
         ..OpenOptions::writable()
     };
     let fs = Filesystem::open(&img.path, options).unwrap();

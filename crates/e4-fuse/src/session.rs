@@ -80,7 +80,7 @@ pub fn mount(image: &Path, dir: &Path, options: &MountOptions) -> Result<Mounted
     let policy = options
         .errors
         .unwrap_or_else(|| ErrorPolicy::of_superblock(fs.superblock().errors));
-    let fs = fs.into_shared();
+    let fs = std::sync::Arc::new(fs);
     crate::warnings::report(&shown, &fs);
     let on_error = OnError::new(policy, &shown);
     let served = E4Fuse::new(

@@ -214,6 +214,8 @@ fn fill(
     if let Some(epoch) = source_date_epoch {
         e4_fs::freeze_clock(Some(epoch));
         options.commit_interval = std::time::Duration::ZERO;
+        // Commits where the tree's size puts them: the log's blocks are part of the image.
+        options.commit_thread = false;
     }
     let root = ImagePath(std::ffi::OsStr::new("/"));
     let policy = ImportPolicy {

@@ -34,8 +34,9 @@ pub struct LockReport {
     pub shared_atomic_writes: u64,
     /// Commits so far.
     pub commits: u64,
-    /// Nanoseconds threads spent committing or waiting for a commit so far (an operation
-    /// that crosses the commit threshold commits in its own thread; fsync waits).
+    /// Nanoseconds callers spent committing or waiting for a commit so far: fsync, sync,
+    /// and operations twice past the commit threshold (the commit thread makes the others,
+    /// and its time is not counted).
     pub commit_wait_nanos: u64,
     /// Journal blocks written so far (descriptors, copies, revokes, commit blocks; 0
     /// without a journal).

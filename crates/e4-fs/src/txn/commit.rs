@@ -142,7 +142,7 @@ impl Transactions {
     }
 
     /// Whether the running transaction holds changes a commit would write: dirty blocks or
-    /// inodes, or pending frees. Takes the inode cache's shard locks: for the interval
+    /// inodes, or pending frees. Takes the inode cache's shard locks: for the commit
     /// thread, not for operations.
     pub(crate) fn has_changes(&self, parts: &CommitParts<'_>) -> bool {
         parts.store.cache().dirty_count() > 0
@@ -158,23 +158,34 @@ impl Transactions {
         result
     }
 
-    /// The commit an operation makes when it leaves the transaction past a threshold
-    /// ([`Self::wants_commit_with`]). If another thread is committing, the operation does
-    /// not queue behind it: that commit is already relieving the pressure, and a second one
-    /// right after it would write a transaction of a few blocks (at 64 threads, each
-    /// crossing the threshold at once, the queue was most of the time spent committing).
-    /// The next operation to find the threshold passed after it commits. Only past twice
-    /// the threshold does an operation wait its turn, so a transaction stays bounded however
-    /// long a commit takes.
+    /// A commit by the commit thread: nobody waits for it, so its time is not counted as
+    /// time spent waiting for commits.
+    pub(crate) fn commit_unwaited(&self, parts: &CommitParts<'_>) -> Result<()> {
+        self.commit_locked(parts, CommitTurn::new(self, self.commit_lock.lock()))
+    }
+
+    /// The commit an operation asks for when it leaves the transaction past a threshold
+    /// ([`Self::wants_commit_with`]): the commit thread makes it ([`super::committer`]).
+    /// Without that thread the operation commits itself, unless another thread is
+    /// committing: then it does not queue behind it, as that commit is already relieving
+    /// the pressure, and a second one right after it would write a transaction of a few
+    /// blocks (at 64 threads, each crossing the threshold at once, the queue was most of
+    /// the time spent committing). Past twice the threshold an operation commits, or waits
+    /// its turn, itself, thread or not, so a transaction stays bounded however long a
+    /// commit takes.
     pub(crate) fn commit_for_pressure(
         &self,
         parts: &CommitParts<'_>,
         inodes: &InodeCache,
     ) -> Result<()> {
+        let far_past = self.far_past_threshold(parts.store, inodes, parts.space);
+        if !far_past && self.requests.request() {
+            return Ok(());
+        }
         let started = Instant::now();
         let result = match self.commit_lock.try_lock() {
             Some(one) => self.commit_locked(parts, CommitTurn::new(self, one)),
-            None if self.far_past_threshold(parts.store, inodes, parts.space) => {
+            None if far_past => {
                 let one = self.commit_lock.lock();
                 // The commit waited for may have taken this operation's changes; queued
                 // behind it, each waiter would otherwise commit again, one after another.

@@ -11,13 +11,14 @@
 //! runs ([`commit`] has the order). One commit runs at a time.
 
 pub(crate) mod commit;
+pub(crate) mod committer;
 pub(crate) mod credit_ledger;
-pub(crate) mod interval;
 pub(crate) mod txn_io;
 pub(crate) mod undo;
 pub(crate) mod write_back;
 
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
@@ -27,6 +28,7 @@ use parking_lot::{Condvar, Mutex, RwLock, RwLockReadGuard};
 
 use crate::error::{Error, Result};
 use crate::io::credits::GROUP;
+use crate::txn::committer::CommitRequests;
 use crate::txn::credit_ledger::CreditLedger;
 
 /// Limit-counter slots, commit-gate slots and pending-free lists: one per thread up to this.
@@ -83,8 +85,8 @@ pub(crate) struct Transactions {
     commit_ended: Condvar,
     gate_locks: LockStats,
     commits: Counter,
-    /// Nanoseconds threads spent in commits or waiting for one (operations past the commit
-    /// threshold, fsync, sync, the interval thread).
+    /// Nanoseconds callers spent in commits or waiting for one (operations far past the
+    /// commit threshold, fsync, sync, unmount); not the commit thread's own commits.
     commit_wait: Counter,
     /// Blocks freed since the last commit: they are free again only after it.
     pending_blocks: AtomicU64,
@@ -109,6 +111,8 @@ pub(crate) struct Transactions {
     log_limit: Option<usize>,
     /// Inode records per inode-table block.
     inodes_per_block: usize,
+    /// How operations ask the commit thread for a commit ([`committer`]).
+    requests: Arc<CommitRequests>,
 }
 
 /// An inode freed in the running transaction, waiting for its commit.
@@ -159,7 +163,13 @@ impl Transactions {
             credits: CreditLedger::new(SLOTS),
             log_limit,
             inodes_per_block: inodes_per_block.max(1),
+            requests: Arc::default(),
         }
+    }
+
+    /// How operations reach the commit thread, for the thread's start.
+    pub(crate) fn commit_requests(&self) -> &Arc<CommitRequests> {
+        &self.requests
     }
 
     /// The dirty metadata blocks past which an operation commits, with a journal (a share

@@ -43,6 +43,8 @@ const FROZEN_CLOCK: i64 = 1_796_515_200;
 pub fn options() -> OpenOptions {
     OpenOptions {
         commit_interval: Duration::ZERO,
+        // Commits where the operations' sizes put them, the same on every run.
+        commit_thread: false,
         ..OpenOptions::writable()
     }
 }
