@@ -597,16 +597,15 @@ impl OpenFilesystem {
             return Next::Stop;
         };
         let parts = self.commit_parts(w);
-        let interval = w.txns.commit_interval();
-        let due = interval.is_some_and(|i| w.txns.since_last_commit() >= i);
-        let wanted = due
-            || w.txns
-                .wants_commit_with(&self.store, &self.inodes, &w.space);
+        // An interval passed counts as pressure does.
+        let wanted = w
+            .txns
+            .wants_commit_with(&self.store, &self.inodes, &w.space);
         if wanted && w.txns.has_changes(&parts) && w.txns.commit_unwaited(&parts).is_err() {
             // The filesystem now refuses changes, and the next operation says why.
             return Next::Stop;
         }
-        Next::Wait(interval.map(|i| {
+        Next::Wait(w.txns.commit_interval().map(|i| {
             let since = w.txns.since_last_commit();
             if since >= i {
                 i

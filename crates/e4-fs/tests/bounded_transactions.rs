@@ -196,20 +196,18 @@ fn a_delete_in_steps_that_fails_part_way_loses_nothing() {
     assert!(reads >= 3, "the steps read {reads} blocks");
     let mut stopped_part_way = 0;
     let checked = image.path.with_extension("checked");
-    for n in 0..reads {
-        // A damaged bitmap (CorruptRead) fails its check as a failed read does.
-        for fault in [Fault::Read(n)] {
-            let (outcome, _, name_left, bytes) = run(Some(fault));
-            assert!(
-                outcome.is_err() || !name_left,
-                "{fault:?}: unlinked, yet named"
-            );
-            if outcome.is_err() && !name_left {
-                stopped_part_way += 1;
-            }
-            std::fs::write(&checked, bytes).unwrap();
-            e2fsck_clean(&checked).unwrap_or_else(|e| panic!("{fault:?} ({outcome:?}): {e}"));
+    // A damaged bitmap (CorruptRead) fails its check as a failed read does.
+    for fault in (0..reads).map(Fault::Read) {
+        let (outcome, _, name_left, bytes) = run(Some(fault));
+        assert!(
+            outcome.is_err() || !name_left,
+            "{fault:?}: unlinked, yet named"
+        );
+        if outcome.is_err() && !name_left {
+            stopped_part_way += 1;
         }
+        std::fs::write(&checked, bytes).unwrap();
+        e2fsck_clean(&checked).unwrap_or_else(|e| panic!("{fault:?} ({outcome:?}): {e}"));
     }
     assert!(
         stopped_part_way > 0,

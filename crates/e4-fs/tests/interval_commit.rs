@@ -52,16 +52,33 @@ fn an_idle_filesystem_with_changes_commits_within_the_interval() {
         "committed before the interval"
     );
     assert_eq!(fs.lock_stats().commits, 0);
-    // No operation from here on: only the interval thread can commit.
-    std::thread::sleep(Duration::from_millis(2500));
-    assert_eq!(fs.lock_stats().commits, 1);
-    assert_eq!(read_back(&img.path, "/f"), Some(data));
+    // No operation from here on: only the commit thread's timer can commit.
+    let started = std::time::Instant::now();
+    while fs.lock_stats().commits == 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "no commit in 20 s"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(started.elapsed() >= Duration::from_millis(500));
+    assert_eq!(read_back(&img.path, "/f"), Some(data.clone()));
     // Metadata too: bitmaps, counts, directory and inode are consistent on disk while the
     // writer still holds the image.
     e2fsck_clean(&img.path).unwrap();
+    // A change right after that commit, well inside the next interval, then idle again: the
+    // timer, rearmed by the commit, commits it.
+    let ino = fs.resolve("/f", true).unwrap();
+    fs.write_at(ino, 0, b"more").unwrap();
+    assert_eq!(fs.lock_stats().commits, 1);
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(fs.lock_stats().commits, 2);
+    let mut expected = data;
+    expected[..4].copy_from_slice(b"more");
+    assert_eq!(read_back(&img.path, "/f"), Some(expected));
     // Idle without changes: nothing more to commit.
     std::thread::sleep(Duration::from_millis(2000));
-    assert_eq!(fs.lock_stats().commits, 1);
+    assert_eq!(fs.lock_stats().commits, 2);
     drop(fs);
     e2fsck_clean(&img.path).unwrap();
 }

@@ -577,6 +577,50 @@ mod tests {
         e4_testkit::e2fsck_clean(&img.path).unwrap();
     }
 
+    /// The operation that leaves the transaction past its threshold asks the commit thread
+    /// and goes on: the thread makes the commit, and no operation spends time in it.
+    #[test]
+    fn the_commit_thread_makes_the_commit_an_operation_asks_for() {
+        let img = e4_testkit::make_empty_image(&["-t", "ext4", "-N", "20000"], 32);
+        let fs = Arc::new(
+            Filesystem::open(
+                &img.path,
+                OpenOptions {
+                    commit_interval: Duration::ZERO,
+                    transaction_limit: Some(64),
+                    ..OpenOptions::writable()
+                },
+            )
+            .unwrap(),
+        );
+        let w = fs.writer.as_ref().unwrap();
+        let mut n = 0u32;
+        while !w.txns.wants_commit_with(&fs.store, &fs.inodes, &w.space) {
+            assert!(
+                n < 10_000,
+                "no create left its transaction past the threshold: each committed itself"
+            );
+            fs.create(2, format!("f{n}").as_bytes(), CREATOR).unwrap();
+            n += 1;
+        }
+        // The create that crossed the threshold asked; nothing runs from here on.
+        let started = std::time::Instant::now();
+        while w.txns.commits() == 0 || w.txns.wants_commit_with(&fs.store, &fs.inodes, &w.space) {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "the commit thread did not commit within 30 s of the request"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(
+            w.txns.commit_wait_nanos(),
+            0,
+            "an operation made the commit, or waited for it"
+        );
+        Arc::into_inner(fs).unwrap().unmount().unwrap();
+        e4_testkit::e2fsck_clean(&img.path).unwrap();
+    }
+
     /// An fsync that finds a commit running, and sleeps behind it, commits its own
     /// transaction when that commit ends without it (the commit was of an earlier one).
     #[test]
