@@ -595,7 +595,8 @@ fn image_claiming_groups(dir: &Path, groups: u64) -> PathBuf {
 /// fsck's list of problems cannot grow past the limit, and that is one line too.
 #[test]
 fn a_claimed_group_count_too_large_for_memory_is_one_line() {
-    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let dir = tempfile::tempdir_in("/dev/shm")
+        .expect("a sparse file of petabytes needs tmpfs at /dev/shm");
     let image = image_claiming_groups(dir.path(), (1 << 28) - 1);
     let out_dir = dir.path().join("out");
     let commands: [(&[&dyn AsRef<OsStr>], i32); 4] = [
