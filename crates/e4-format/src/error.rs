@@ -1,9 +1,11 @@
-//! The three ways reading a structure can fail are kept apart: the bytes are corrupt, the
-//! checksum does not match, or the filesystem needs a feature e4 does not implement.
+//! The ways reading a structure can fail are kept apart: the bytes are corrupt, the
+//! checksum does not match, the filesystem needs a feature e4 does not implement, or a
+//! table its claims size does not fit in memory.
 
 use std::fmt;
 
 use crate::problem::{Problem, Structure};
+use crate::table::TableTooLarge;
 
 /// Where in the image a structure was found. It displays with its preposition, so that an
 /// error reads as a sentence: "extent tree node in block 812 of inode 12 ...".
@@ -57,6 +59,9 @@ pub enum FormatError {
     /// The filesystem uses a feature e4 cannot handle safely.
     #[error("the filesystem uses {0}, which e4 does not support")]
     Incompatible(String),
+    /// A table sized by what the image claims cannot be held in memory.
+    #[error(transparent)]
+    TableTooLarge(#[from] TableTooLarge),
 }
 
 impl FormatError {

@@ -39,6 +39,7 @@ pub mod posix_acl;
 pub mod problem;
 pub mod quota;
 pub mod superblock;
+pub mod table;
 pub mod xattr;
 
 pub use error::{FormatError, Location, Result};

@@ -224,13 +224,14 @@ impl Error {
     /// The errno this error stands for, as the kernel's ext4 would answer the same
     /// operation (a FUSE reply, or a tool's exit message). Damage is EUCLEAN (the kernel's
     /// EFSCORRUPTED), a checksum that does not match EBADMSG (EFSBADCRC), a feature e4
-    /// cannot handle EOPNOTSUPP; I/O keeps the device's own errno where it has one.
+    /// cannot handle EOPNOTSUPP, a table too large for memory ENOMEM; I/O keeps the device's own errno where it has one.
     pub fn errno(&self) -> i32 {
         use rustix::io::Errno;
         let errno = match self {
             Error::Format(FormatError::Corrupt { .. }) => Errno::UCLEAN,
             Error::Format(FormatError::Checksum { .. }) => Errno::BADMSG,
             Error::Format(FormatError::Incompatible(_)) => Errno::OPNOTSUPP,
+            Error::Format(FormatError::TableTooLarge(_)) => Errno::NOMEM,
             Error::Io { source, .. } => {
                 return source.raw_os_error().unwrap_or(Errno::IO.raw_os_error())
             }

@@ -359,11 +359,8 @@ impl OpenFilesystem {
             options.verify_checksums,
             &mut warnings,
         )?;
-        let inode_table = InodeTable::new(
-            &geometry,
-            &descriptors.snapshot(),
-            superblock.inode_size() as usize,
-        );
+        let inode_table =
+            InodeTable::new(&geometry, &descriptors, superblock.inode_size() as usize)?;
         let mut read_only_reason = read_only_reason;
         if !warnings.is_empty() && read_only_reason.is_none() {
             read_only_reason = Some(warnings.join("; "));

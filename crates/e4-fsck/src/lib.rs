@@ -44,6 +44,9 @@ pub use phase_times::{PhaseTime, PhaseTimes};
 pub use problem::{Location, Problem, ProblemClass, ProblemCode, Repair};
 pub use progress::{Progress, ProgressUpdate};
 pub use report::{Report, Summary};
+/// The checker's concurrent bitmap, its memory taken as bits are set: the CLI's export
+/// remembers the directories it entered in one, sized by the inode count an image claims.
+pub use state::atomic_bitmap::AtomicBitmap;
 
 /// How to check.
 #[derive(Debug, Clone, Default)]
@@ -100,7 +103,7 @@ fn check_in_pool(
     let pieces = pass1::plan_pieces(&ctx);
     clock.lap("plan pass 1");
     let progress = options.progress.as_ref();
-    let (mut dirs, xattrs) = pass1::run(&ctx, &pieces, progress);
+    let (mut dirs, xattrs) = pass1::run(&ctx, &pieces, progress)?;
     clock.lap("pass 1");
     pass1::find_shared_owners(&ctx, &pieces, &xattrs);
     clock.lap("pass 1B");
@@ -113,6 +116,7 @@ fn check_in_pool(
     pass5::run(&ctx, progress);
     clock.lap("pass 5");
     quota::check(&ctx);
+    ctx.problems_fit()?;
     clock.lap("quota");
     // Inodes below s_first_ino count as used whatever pass 1 found in them.
     let reserved_unused = (1..ctx

@@ -32,6 +32,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use e4_fs::{DirEntry, FileType, Filesystem, Inode, Mapping, Metadata, Timestamp};
+use e4_fsck::AtomicBitmap;
 use rayon::prelude::*;
 use rustix::fs::{self as host, AtFlags, Mode, OFlags, Timespec, Timestamps, XattrFlags};
 
@@ -92,7 +93,11 @@ pub fn run(
         set_owner: rustix::process::geteuid().is_root(),
         untrusted,
         devices_not_made: AtomicU64::new(0),
-        visited: InodeSet::new(fs.superblock().inodes_count),
+        visited: AtomicBitmap::new(
+            u64::from(fs.superblock().inodes_count) + 1,
+            "the directories exported",
+        )
+        .map_err(|e| e.to_string())?,
         first_names: Mutex::new(HashMap::new()),
         late_links: Mutex::new(Vec::new()),
         failures: AtomicU64::new(0),
@@ -100,7 +105,7 @@ pub fn run(
     let root_ino = e4_format::inode::ROOT_INO;
     pool.install(|| match fs.metadata(root_ino) {
         Ok(root) => {
-            export.visited.insert(root_ino);
+            export.visited.set(u64::from(root_ino));
             export.directory_contents(&root_fd, Path::new(""), &root, 0);
             export.finish_late_links(&root_fd);
             export.apply_metadata(Target::Fd(&root_fd), Path::new("/"), &root);
@@ -131,7 +136,7 @@ struct Export<'a> {
     /// Device nodes skipped under `--no-devices`.
     devices_not_made: AtomicU64,
     /// Directories already entered, to refuse a directory cycle in a damaged image.
-    visited: InodeSet,
+    visited: AtomicBitmap,
     /// For each inode with several links: the path its file was made at, or `None` while
     /// the first of its names met is being made. Recorded by inode number and only once
     /// made: when two entries of one directory have the same name (damage), the one made
@@ -329,7 +334,8 @@ impl Export<'_> {
         name: &OsStr,
         meta: &Metadata,
     ) -> Result<OwnedFd, String> {
-        if !self.visited.insert(meta.ino) {
+        // An inode past the count is never in the set: `metadata` has refused it already.
+        if self.visited.set(u64::from(meta.ino)) {
             return Err(format!(
                 "directory inode {} appears twice (a directory cycle); skipped",
                 meta.ino
@@ -669,27 +675,5 @@ fn shown(rel: &Path) -> String {
         rel.display().to_string()
     } else {
         format!("/{}", rel.display())
-    }
-}
-
-/// A concurrent set of inode numbers, one bit each, to refuse directory cycles.
-struct InodeSet {
-    words: Vec<AtomicU64>,
-}
-
-impl InodeSet {
-    fn new(inodes: u32) -> Self {
-        InodeSet {
-            words: (0..=inodes / 64).map(|_| AtomicU64::new(0)).collect(),
-        }
-    }
-
-    /// Adds `ino`; false if it was already present (or out of range, which only a corrupt
-    /// entry can name and `metadata` would have refused).
-    fn insert(&self, ino: u32) -> bool {
-        let bit = 1u64 << (ino % 64);
-        self.words
-            .get((ino / 64) as usize)
-            .is_some_and(|w| w.fetch_or(bit, Ordering::Relaxed) & bit == 0)
     }
 }

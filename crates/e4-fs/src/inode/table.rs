@@ -3,7 +3,6 @@
 //! write-back writes it once).
 
 use e4_format::geometry::Geometry;
-use e4_format::group_descriptor::GroupDescriptor;
 use e4_format::inode::Inode;
 use e4_format::{FormatError, Location, Problem, Structure};
 
@@ -11,6 +10,7 @@ use crate::buffer::cache::BufferRole;
 use crate::buffer::store::BlockStore;
 use crate::error::Result;
 use crate::io::meta_io::BlockKind;
+use crate::space::descriptors::GroupDescriptors;
 
 /// Inode-table blocks carry no checksum of their own: each record's is computed when the
 /// record is encoded into the block.
@@ -30,14 +30,14 @@ pub(crate) struct InodeTable {
 impl InodeTable {
     pub(crate) fn new(
         geometry: &Geometry,
-        descriptors: &[GroupDescriptor],
+        descriptors: &GroupDescriptors,
         inode_size: usize,
-    ) -> Self {
-        InodeTable {
+    ) -> Result<Self> {
+        Ok(InodeTable {
             geometry: geometry.clone(),
-            tables: descriptors.iter().map(|d| d.inode_table()).collect(),
+            tables: descriptors.inode_tables()?,
             inode_size,
-        }
+        })
     }
 
     /// Where inode `ino`'s record is: its inode-table block and the byte offset there.

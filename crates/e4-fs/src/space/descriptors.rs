@@ -5,6 +5,7 @@
 use e4_format::geometry::Geometry;
 use e4_format::group_descriptor::{GroupChecksum, GroupDescriptor, GroupSeed, BG_INODE_UNINIT};
 use e4_format::superblock::Superblock;
+use e4_format::table::{try_table, try_table_from};
 use e4_format::{FormatError, Location, MetadataBlock, Problem, Structure};
 use parking_lot::{Mutex, MutexGuard};
 
@@ -43,7 +44,12 @@ impl GroupDescriptors {
         };
         let count = sb.group_count() as u32;
         let blocks = sb.blocks_count();
-        let mut table = Vec::with_capacity(count as usize);
+        let mut table = try_table(
+            u64::from(count),
+            "the group descriptors",
+            Location::Superblock,
+        )
+        .map_err(FormatError::from)?;
         for group in 0..count {
             let block = store.read(geometry.descriptor_block(group))?;
             let at = geometry.descriptor_offset(group);
@@ -92,6 +98,19 @@ impl GroupDescriptors {
     }
 
     /// Every descriptor as it stands (copies).
+    /// Every group's first inode-table block, in a table reserved fallibly (a group count
+    /// is a claim of the superblock).
+    pub(crate) fn inode_tables(&self) -> Result<Box<[u64]>> {
+        let groups = self.table.len() as u64;
+        try_table_from(
+            groups,
+            "the inode-table locations",
+            Location::Superblock,
+            |g| self.table[g as usize].lock().inode_table(),
+        )
+        .map_err(|e| FormatError::from(e).into())
+    }
+
     pub(crate) fn snapshot(&self) -> Vec<GroupDescriptor> {
         self.table.iter().map(|d| d.lock().clone()).collect()
     }

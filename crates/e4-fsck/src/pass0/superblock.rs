@@ -15,11 +15,12 @@ use e4_format::group_descriptor::{
     GroupChecksum, GroupDescriptor, GroupSeed, BG_BLOCK_UNINIT, BG_INODE_UNINIT,
 };
 use e4_format::superblock::{Superblock, SUPERBLOCK_OFFSET};
+use e4_format::table::{try_table, TableTooLarge};
 use e4_format::{FormatError, MetadataBlock};
 
 use crate::report::phase_times::PhaseClock;
 use crate::report::problem::{Location, Problem, ProblemCode};
-use crate::state::context::Context;
+use crate::state::context::{push_problem, reserve_problems, Context};
 use crate::state::image::Image;
 
 /// INCOMPAT features the checker understands: what e4 reads, encrypt, whose names are
@@ -38,6 +39,14 @@ pub enum FsckError {
     NotExt(String),
     /// The filesystem uses a feature the checker does not understand.
     Unsupported(String),
+    /// A table sized by the superblock's claims does not fit in memory.
+    TooLarge(TableTooLarge),
+}
+
+impl From<TableTooLarge> for FsckError {
+    fn from(e: TableTooLarge) -> Self {
+        FsckError::TooLarge(e)
+    }
 }
 
 impl std::fmt::Display for FsckError {
@@ -46,6 +55,7 @@ impl std::fmt::Display for FsckError {
             FsckError::Io(m) => write!(f, "cannot read the image: {m}"),
             FsckError::NotExt(m) => write!(f, "not an ext2/3/4 filesystem: {m}"),
             FsckError::Unsupported(m) => write!(f, "unsupported filesystem: {m}"),
+            FsckError::TooLarge(e) => write!(f, "cannot check: {e}"),
         }
     }
 }
@@ -122,15 +132,17 @@ pub fn open_and_check(path: &Path, clock: &mut PhaseClock) -> Result<Context, Fs
             )?;
         }
     }
+    reserve_problems(&mut problems, desc_problems.len())?;
     problems.append(&mut desc_problems);
     clock.lap("read superblock and descriptors");
-    let ctx = Context::new(image, sb, groups, checksums_ok, problems);
+    let ctx = Context::new(image, sb, groups, checksums_ok, problems)?;
     clock.lap("allocate state");
     crate::pass0::mmp::check(&ctx);
     check_descriptors(&ctx);
     crate::pass0::resize_inode::check(&ctx);
     check_journal_state(&ctx);
     crate::pass0::journal::check(&ctx);
+    ctx.problems_fit()?;
     clock.lap("check descriptors and journal");
     Ok(ctx)
 }
@@ -208,6 +220,10 @@ fn read_backup_superblock(image: &Image) -> Option<(Superblock, u64)> {
     })
 }
 
+/// Descriptor blocks parsed in parallel at a time: 64 Ki groups with 64-byte descriptors
+/// and 4 KiB blocks, a few MiB of parsed results beside the tables.
+const DESCRIPTOR_BLOCKS_PER_BATCH: u32 = 1 << 10;
+
 /// `geo` says where the table is: after the primary superblock, or after the backup in
 /// group 1 (`Geometry::with_descriptors_after`); with `from_backup` the uninit flags are
 /// cleared as libext2fs clears them. Returns the descriptors and, for each, whether its
@@ -221,45 +237,55 @@ fn read_descriptors(
 ) -> Result<(Vec<GroupDescriptor>, Vec<bool>), FsckError> {
     let checksum = GroupChecksum::for_superblock(sb);
     let desc_size = sb.desc_size() as usize;
+    let claimed = u64::from(geo.groups());
+    let table = "the group descriptors";
+    let mut groups = try_table(claimed, table, e4_format::Location::Superblock)?;
+    let mut checksums_ok = try_table(claimed, table, e4_format::Location::Superblock)?;
     // One read per descriptor block, not per group: the groups sharing a block share its
     // place (classic table or meta_bg). 320 reads of 64 bytes were most of this step.
+    // Parsed in parallel a batch of blocks at a time, into the tables reserved above:
+    // nothing else grows with the group count.
     let per_block = geo.descriptors_per_block().max(1);
-    let parsed: Vec<Result<(GroupDescriptor, Option<Problem>), FsckError>> = (0..geo
-        .groups()
-        .div_ceil(per_block))
-        .into_par_iter()
-        .flat_map_iter(|chunk| {
-            let first = chunk * per_block;
-            let groups = first..(first + per_block).min(geo.groups());
-            let table = image
-                .read_blocks(
-                    descriptor_block_to_read(geo, sb, first, from_backup),
-                    1,
-                    geo.block_size(),
-                )
-                .map_err(|e| FsckError::NotExt(format!("reading group {first}'s descriptor: {e}")));
-            groups.map(move |group| {
-                let table = table.as_ref().map_err(Clone::clone)?;
-                let at = geo.descriptor_offset(group);
-                parse_descriptor(&table[at..at + desc_size], group, checksum)
+    let blocks = geo.groups().div_ceil(per_block);
+    for batch in (0..blocks).step_by(DESCRIPTOR_BLOCKS_PER_BATCH as usize) {
+        let parsed: Vec<Result<(GroupDescriptor, Option<Problem>), FsckError>> = (batch
+            ..blocks.min(batch + DESCRIPTOR_BLOCKS_PER_BATCH))
+            .into_par_iter()
+            .flat_map_iter(|chunk| {
+                let first = chunk * per_block;
+                let groups = first..(first + per_block).min(geo.groups());
+                let table = image
+                    .read_blocks(
+                        descriptor_block_to_read(geo, sb, first, from_backup),
+                        1,
+                        geo.block_size(),
+                    )
+                    .map_err(|e| {
+                        FsckError::NotExt(format!("reading group {first}'s descriptor: {e}"))
+                    });
+                groups.map(move |group| {
+                    let table = table.as_ref().map_err(Clone::clone)?;
+                    let at = geo.descriptor_offset(group);
+                    parse_descriptor(&table[at..at + desc_size], group, checksum)
+                })
             })
-        })
-        .collect();
-    let mut groups = Vec::with_capacity(parsed.len());
-    let mut checksums_ok = Vec::with_capacity(parsed.len());
-    for result in parsed {
-        let (mut desc, problem) = result?;
-        checksums_ok.push(problem.is_none());
-        problems.extend(problem);
-        if from_backup {
-            // Backup descriptors were written at mkfs or resize time, so their uninit
-            // flags and unused-inode counts may be stale; libext2fs clears them when it
-            // opens from a backup, and so does this.
-            desc.flags &= !(BG_BLOCK_UNINIT | BG_INODE_UNINIT);
-            desc.itable_unused_lo = 0;
-            desc.itable_unused_hi = 0;
+            .collect();
+        for result in parsed {
+            let (mut desc, problem) = result?;
+            checksums_ok.push(problem.is_none());
+            if let Some(problem) = problem {
+                push_problem(problems, problem)?;
+            }
+            if from_backup {
+                // Backup descriptors were written at mkfs or resize time, so their uninit
+                // flags and unused-inode counts may be stale; libext2fs clears them when it
+                // opens from a backup, and so does this.
+                desc.flags &= !(BG_BLOCK_UNINIT | BG_INODE_UNINIT);
+                desc.itable_unused_lo = 0;
+                desc.itable_unused_hi = 0;
+            }
+            groups.push(desc);
         }
-        groups.push(desc);
     }
     Ok((groups, checksums_ok))
 }

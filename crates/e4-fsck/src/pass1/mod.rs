@@ -21,6 +21,7 @@ use e4_format::casefold::ENCODING_UTF8_12_1;
 use e4_format::codec::le32;
 use e4_format::features::{CompatFeatures, IncompatFeatures, RoCompatFeatures};
 use e4_format::inode::{flags, FileType, Inode, InodeSeed, I_BLOCK_SIZE, ROOT_INO};
+use e4_format::table::TableTooLarge;
 use e4_format::MetadataBlock;
 
 use crate::pass1::inline_data::{
@@ -92,8 +93,8 @@ pub fn run(
     ctx: &Context,
     pieces: &[TablePiece],
     progress: Option<&Progress>,
-) -> (Directories, XattrBlocks) {
-    mark_metadata(ctx);
+) -> Result<(Directories, XattrBlocks), TableTooLarge> {
+    mark_metadata(ctx)?;
     let xattrs = XattrBlocks::default();
     let total = pieces.iter().map(|p| u64::from(p.count)).sum();
     let meter = PassMeter::start(progress, 1, total);
@@ -110,7 +111,7 @@ pub fn run(
     dirs.sort();
     ctx.inodes
         .count_directories(dirs.records().iter().map(|d| (d.ino, d.links)));
-    (dirs, xattrs)
+    Ok((dirs, xattrs))
 }
 
 /// Pass 1B: when blocks were claimed twice, walks every inode again and reports those
@@ -153,12 +154,16 @@ pub fn find_shared_owners(ctx: &Context, pieces: &[TablePiece], xattrs: &XattrBl
 /// one by one first, so that metadata sharing a cluster is no collision, then each
 /// cluster holding one is marked (as e2fsck marks a per-block map, then converts it with
 /// `ext2fs_convert_subcluster_bitmap`).
-fn mark_metadata(ctx: &Context) {
+fn mark_metadata(ctx: &Context) -> Result<(), TableTooLarge> {
     if ctx.cluster_bits == 0 {
         mark_metadata_blocks(ctx, &ctx.metadata, &ctx.block_found, &ctx.block_dup);
     } else {
         let blocks = ctx.geo.blocks();
-        let per_block = [(); 3].map(|_| AtomicBitmap::new(blocks));
+        let per_block = [
+            AtomicBitmap::new(blocks, "the metadata blocks")?,
+            AtomicBitmap::new(blocks, "the blocks in use")?,
+            AtomicBitmap::new(blocks, "the blocks claimed twice")?,
+        ];
         let [metadata, found, dup] = &per_block;
         mark_metadata_blocks(ctx, metadata, found, dup);
         for (blocks, clusters) in
@@ -176,6 +181,7 @@ fn mark_metadata(ctx: &Context) {
     if let Some(block) = ctx.mmp_block() {
         ctx.block_found.set(ctx.cluster_of(block));
     }
+    Ok(())
 }
 
 /// Marks every group's fixed metadata in `metadata` and `found`, a second mark of a block

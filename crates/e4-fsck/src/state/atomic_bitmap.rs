@@ -8,6 +8,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use rayon::prelude::*;
 
+use e4_format::table::TableTooLarge;
+
 use crate::state::lazy_slots::LazySlots;
 
 /// Words in one lazily allocated chunk: 2 KiB, 16 Ki bits. What an empty filesystem uses
@@ -28,10 +30,14 @@ pub struct AtomicBitmap {
 }
 
 impl AtomicBitmap {
-    /// A bitmap of `len` clear bits.
-    pub fn new(len: u64) -> Self {
-        let words = LazySlots::new(usize::try_from(len.div_ceil(64)).unwrap_or(usize::MAX));
-        AtomicBitmap { words, len }
+    /// A bitmap of `len` clear bits (`table` names it if even its chunk table cannot be
+    /// reserved).
+    pub fn new(len: u64, table: &'static str) -> Result<Self, TableTooLarge> {
+        let words = LazySlots::new(
+            usize::try_from(len.div_ceil(64)).unwrap_or(usize::MAX),
+            table,
+        )?;
+        Ok(AtomicBitmap { words, len })
     }
 
     /// Word `k` to write (its chunk allocated on the way), or None past the end.
@@ -190,7 +196,7 @@ mod tests {
 
     #[test]
     fn second_claim_is_seen_whatever_the_threads() {
-        let map = AtomicBitmap::new(10_000);
+        let map = AtomicBitmap::new(10_000, "test map").unwrap();
         // Every bit claimed by two tasks: exactly one of each pair sees it already set.
         let seen: usize = (0..20_000u64)
             .into_par_iter()
@@ -201,7 +207,7 @@ mod tests {
 
     #[test]
     fn range_set_reports_each_overlapping_bit() {
-        let map = AtomicBitmap::new(300);
+        let map = AtomicBitmap::new(300, "test map").unwrap();
         map.set_range(10, 100, |_| panic!("fresh bits"));
         let mut dups = Vec::new();
         map.set_range(100, 150, |b| dups.push(b));
@@ -214,7 +220,7 @@ mod tests {
 
     #[test]
     fn second_claims_by_bit_by_word_and_by_part_word_report_every_bit() {
-        let map = AtomicBitmap::new(256);
+        let map = AtomicBitmap::new(256, "test map").unwrap();
         map.set_range(64, 128, |_| panic!("fresh words"));
         map.set_range(5, 1, |_| panic!("fresh bit"));
         // Four whole words (xchg), one bit (bts), part of a word (cmpxchg).
@@ -231,7 +237,7 @@ mod tests {
 
     #[test]
     fn bits_at_reads_any_alignment_and_stops_at_the_end() {
-        let map = AtomicBitmap::new(200);
+        let map = AtomicBitmap::new(200, "test map").unwrap();
         for bit in [0, 5, 63, 64, 70, 127, 128, 199] {
             map.set(bit);
         }
@@ -247,7 +253,7 @@ mod tests {
 
     #[test]
     fn for_each_set_visits_the_set_bits_of_a_range_in_order() {
-        let map = AtomicBitmap::new(300);
+        let map = AtomicBitmap::new(300, "test map").unwrap();
         let set = [0, 1, 63, 64, 100, 191, 192, 250, 299];
         for bit in set {
             map.set(bit);
@@ -268,7 +274,7 @@ mod tests {
     fn a_large_map_holds_only_the_chunks_written_and_reads_across_them() {
         let chunk = (WORDS_PER_CHUNK * 64) as u64;
         // 2^34 bits: 64 TiB of 4 KiB blocks, a 2 GiB map were it flat.
-        let map = AtomicBitmap::new(1 << 34);
+        let map = AtomicBitmap::new(1 << 34, "test map").unwrap();
         assert!(!map.any());
         assert!(map.memory_bytes() <= 16 << 20, "only the chunk table");
         let set = [3, chunk - 1, chunk, 7 * chunk + 100, (1 << 34) - 1];

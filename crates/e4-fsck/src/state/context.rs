@@ -3,6 +3,7 @@
 //! immutably and from many threads; everything they change is atomic.
 
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use e4_format::features::{IncompatFeatures, RoCompatFeatures};
@@ -10,6 +11,7 @@ use e4_format::geometry::Geometry;
 use e4_format::group_descriptor::{GroupDescriptor, BG_BLOCK_UNINIT, BG_INODE_UNINIT};
 use e4_format::inode::Inode;
 use e4_format::superblock::Superblock;
+use e4_format::table::TableTooLarge;
 use e4_format::FormatError;
 
 use crate::report::problem::{Location, Problem, ProblemCode};
@@ -64,6 +66,33 @@ pub struct Context {
     pub bad_inodes: Mutex<BTreeSet<u32>>,
     /// Problems found, in no particular order until [`Context::take_problems`] sorts them.
     problems: Mutex<Vec<Problem>>,
+    /// Problems dropped because the list could not grow ([`push_problem`]): the check
+    /// ends with [`Context::problems_fit`]'s error rather than an abort.
+    problems_lost: AtomicU64,
+}
+
+/// Adds `problem` to `list`, or says that the list cannot grow: a sparse image claiming
+/// millions of groups has a problem in each, more than memory holds (e2fsck prints them
+/// one by one until it runs out).
+pub fn push_problem(list: &mut Vec<Problem>, problem: Problem) -> Result<(), TableTooLarge> {
+    reserve_problems(list, 1)?;
+    list.push(problem);
+    Ok(())
+}
+
+/// Room for `more` problems in `list`, or the error that says the list cannot grow.
+pub fn reserve_problems(list: &mut Vec<Problem>, more: usize) -> Result<(), TableTooLarge> {
+    list.try_reserve(more)
+        .map_err(|_| problem_list_too_large(list.len() as u64 + more as u64))
+}
+
+fn problem_list_too_large(entries: u64) -> TableTooLarge {
+    TableTooLarge {
+        table: "the problems found",
+        claimed: e4_format::Location::Superblock,
+        entries,
+        bytes: entries.saturating_mul(size_of::<Problem>() as u64),
+    }
 }
 
 /// The size of the original ext2 inode, the part libext2fs looks at for a blank inode.
@@ -77,21 +106,22 @@ pub fn is_blank_inode(raw: &[u8]) -> bool {
 }
 
 impl Context {
-    /// Shared state for a filesystem whose superblock and descriptors have been read.
+    /// Shared state for a filesystem whose superblock and descriptors have been read; its
+    /// tables are sized by the superblock's counts, so reserved fallibly.
     pub fn new(
         image: Image,
         sb: Superblock,
         groups: Vec<GroupDescriptor>,
         descriptor_checksums_ok: Vec<bool>,
         problems: Vec<Problem>,
-    ) -> Self {
+    ) -> Result<Self, TableTooLarge> {
         let geo = Geometry::new(&sb);
         let cluster_bits = sb.cluster_ratio().trailing_zeros();
         let clusters = geo.blocks().div_ceil(1 << cluster_bits);
         let csum_seed = sb.has_metadata_csum().then(|| sb.csum_seed());
-        Context {
+        Ok(Context {
             image,
-            inodes: InodeStates::new(sb.inodes_count),
+            inodes: InodeStates::new(sb.inodes_count)?,
             ea_inodes: EaInodes::default(),
             quota: QuotaTotals::default(),
             encryption: EncryptionPolicies::default(),
@@ -103,11 +133,12 @@ impl Context {
             descriptor_checksums_ok,
             csum_seed,
             cluster_bits,
-            block_found: AtomicBitmap::new(clusters),
-            block_dup: AtomicBitmap::new(clusters),
-            metadata: AtomicBitmap::new(clusters),
+            block_found: AtomicBitmap::new(clusters, "the clusters in use")?,
+            block_dup: AtomicBitmap::new(clusters, "the clusters claimed twice")?,
+            metadata: AtomicBitmap::new(clusters, "the metadata clusters")?,
             problems: Mutex::new(problems),
-        }
+            problems_lost: AtomicU64::new(0),
+        })
     }
 
     /// Records a problem.
@@ -115,7 +146,20 @@ impl Context {
         let problem = Problem::new(code, location, message);
         // A poisoned lock means another thread panicked: keep collecting regardless.
         let mut problems = self.problems.lock().unwrap_or_else(|e| e.into_inner());
-        problems.push(problem);
+        if push_problem(&mut problems, problem).is_err() {
+            self.problems_lost.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// An error if any problem was dropped for want of memory: the report would be
+    /// incomplete.
+    pub fn problems_fit(&self) -> Result<(), TableTooLarge> {
+        let lost = self.problems_lost.load(Ordering::Relaxed);
+        if lost == 0 {
+            return Ok(());
+        }
+        let kept = self.problems.lock().map_or(0, |p| p.len() as u64);
+        Err(problem_list_too_large(kept + lost))
     }
 
     /// The problems found, sorted into the order that does not depend on threads.

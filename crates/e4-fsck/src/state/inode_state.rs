@@ -28,6 +28,8 @@ use std::sync::{Mutex, OnceLock};
 use e4_format::dir_entry::file_type;
 use e4_format::inode::FileType;
 
+use e4_format::table::TableTooLarge;
+
 use crate::state::atomic_bitmap::AtomicBitmap;
 use crate::state::lazy_slots::LazySlots;
 
@@ -209,14 +211,14 @@ pub struct InodeStates {
 
 impl InodeStates {
     /// State for inodes `1..=count`, all unused.
-    pub fn new(count: u32) -> Self {
+    pub fn new(count: u32) -> Result<Self, TableTooLarge> {
         let n = count as usize;
-        InodeStates {
-            kind: LazySlots::new(n),
+        Ok(InodeStates {
+            kind: LazySlots::new(n, "the inodes' states")?,
             exceptions: Exceptions::new(),
             directory_counts: OnceLock::new(),
-            in_use: AtomicBitmap::new(u64::from(count)),
-        }
+            in_use: AtomicBitmap::new(u64::from(count), "the inodes in use")?,
+        })
     }
 
     fn slot(ino: u32) -> usize {
@@ -418,7 +420,7 @@ mod tests {
 
     #[test]
     fn record_and_read_back() {
-        let s = InodeStates::new(20);
+        let s = InodeStates::new(20).unwrap();
         s.record(12, InodeKind::Directory, 3, true);
         s.count_directories([(12, 3)].into_iter());
         assert_eq!(s.kind(12), InodeKind::Directory);
@@ -436,7 +438,7 @@ mod tests {
 
     #[test]
     fn bitmaps_follow_the_kinds_recorded() {
-        let s = InodeStates::new(200);
+        let s = InodeStates::new(200).unwrap();
         s.record(2, InodeKind::Directory, 3, false);
         s.record(7, InodeKind::Reserved, 0, false);
         s.record(70, InodeKind::Regular, 1, false);
@@ -460,7 +462,7 @@ mod tests {
 
     #[test]
     fn counts_of_one_are_flags_and_the_rest_exceptions() {
-        let s = InodeStates::new(100);
+        let s = InodeStates::new(100).unwrap();
         s.record(11, InodeKind::Regular, 1, true);
         s.record(12, InodeKind::Directory, 5, false);
         s.record(13, InodeKind::Regular, 0, false);
@@ -503,7 +505,7 @@ mod tests {
     #[test]
     fn references_from_many_threads_are_all_counted() {
         use rayon::prelude::*;
-        let s = InodeStates::new(1000);
+        let s = InodeStates::new(1000).unwrap();
         (1..=1000).for_each(|ino| s.record(ino, InodeKind::Regular, 1, false));
         // Four rounds over every inode, in parallel: inode k is referenced in its first
         // k % 4 rounds.

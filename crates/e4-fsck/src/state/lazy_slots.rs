@@ -10,6 +10,8 @@
 
 use std::sync::OnceLock;
 
+use e4_format::table::{try_table_from, TableTooLarge};
+use e4_format::Location;
 use rayon::prelude::*;
 
 /// Entries of the chunk table one parallel task looks at: a small table is walked on one
@@ -27,10 +29,16 @@ pub struct LazySlots<A, const CHUNK: usize = { 1 << 16 }> {
 }
 
 impl<A: Default, const CHUNK: usize> LazySlots<A, CHUNK> {
-    /// `len` slots, none allocated.
-    pub fn new(len: usize) -> Self {
-        let chunks = (0..len.div_ceil(CHUNK)).map(|_| OnceLock::new()).collect();
-        LazySlots { chunks, len }
+    /// `len` slots, none allocated: only the chunk table, reserved fallibly (`len` is a
+    /// count the superblock claims; `table` names it in the error).
+    pub fn new(len: usize, table: &'static str) -> Result<Self, TableTooLarge> {
+        let chunks = try_table_from(
+            len.div_ceil(CHUNK) as u64,
+            table,
+            Location::Superblock,
+            |_| OnceLock::new(),
+        )?;
+        Ok(LazySlots { chunks, len })
     }
 
     /// Slot `i` to read, or None if it is past the end or was never written (reads as zero).
@@ -79,7 +87,7 @@ mod tests {
 
     #[test]
     fn unwritten_slots_read_as_absent_and_cost_nothing() {
-        let slots: LazySlots<AtomicU32> = LazySlots::new(1 << 30);
+        let slots: LazySlots<AtomicU32> = LazySlots::new(1 << 30, "test slots").unwrap();
         assert!(slots.get(12345).is_none());
         assert!(
             slots.memory_bytes() < 1 << 20,
