@@ -66,8 +66,9 @@ pub struct Record {
     pub contended_per_op: Option<f64>,
     pub shared_atomic_writes_per_op: Option<f64>,
     pub commits_per_op: Option<f64>,
-    /// e4 only: journal blocks written, and microseconds spent committing or waiting for a
-    /// commit, per operation.
+    /// e4 only: journal blocks written, and microseconds the workload's threads spent
+    /// committing, waiting for a commit, or held at the gate while one gathered, per
+    /// operation (the commit thread's own time is not theirs).
     pub log_blocks_per_op: Option<f64>,
     pub commit_wait_us_per_op: Option<f64>,
     /// near-full only: bytes acknowledged but missing afterwards (0 when nothing was lost).
@@ -132,8 +133,11 @@ impl Record {
             }),
             commits_per_op: per_op(&|b, a| a.commits - b.commits),
             log_blocks_per_op: per_op(&|b, a| a.log_blocks - b.log_blocks),
-            commit_wait_us_per_op: per_op(&|b, a| a.commit_wait_nanos - b.commit_wait_nanos)
-                .map(|ns| ns / 1000.0),
+            commit_wait_us_per_op: per_op(&|b, a| {
+                (a.commit_wait_nanos + a.gate_wait_nanos)
+                    - (b.commit_wait_nanos + b.gate_wait_nanos)
+            })
+            .map(|ns| ns / 1000.0),
             lost_bytes: m.lost_bytes,
             overcommitted_bytes: m.overcommitted_bytes,
         }

@@ -38,6 +38,9 @@ pub struct LockReport {
     /// and operations twice past the commit threshold (the commit thread makes the others,
     /// and its time is not counted).
     pub commit_wait_nanos: u64,
+    /// Nanoseconds operations spent held at the commit gate while a commit gathered (the
+    /// part of any commit every operation waits for).
+    pub gate_wait_nanos: u64,
     /// Journal blocks written so far (descriptors, copies, revokes, commit blocks; 0
     /// without a journal).
     pub log_blocks: u64,
@@ -58,6 +61,7 @@ impl Filesystem {
             report.commit_gate = w.txns.gate_stats().snapshot();
             report.commits = w.txns.commits();
             report.commit_wait_nanos = w.txns.commit_wait_nanos();
+            report.gate_wait_nanos = w.txns.gate_wait_nanos();
             report.log_blocks = w.journal.as_ref().map_or(0, |j| j.stats().log_blocks);
             let blocks = w.space.blocks.stats();
             report.block_groups = blocks.group_locks.snapshot();

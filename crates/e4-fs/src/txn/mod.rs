@@ -88,6 +88,9 @@ pub(crate) struct Transactions {
     /// Nanoseconds callers spent in commits or waiting for one (operations far past the
     /// commit threshold, fsync, sync, unmount); not the commit thread's own commits.
     commit_wait: Counter,
+    /// Nanoseconds operations spent held at the gate while a commit gathered: timed on
+    /// the contended path only, so an operation that finds its slot open reads no clock.
+    gate_wait: Counter,
     /// Blocks freed since the last commit: they are free again only after it.
     pending_blocks: AtomicU64,
     /// Pending frees that make an operation commit: a sixteenth of the volume.
@@ -154,6 +157,7 @@ impl Transactions {
             gate_locks: LockStats::default(),
             commits: Counter::default(),
             commit_wait: Counter::default(),
+            gate_wait: Counter::default(),
             pending_blocks: AtomicU64::new(0),
             pending_limit: (blocks / 16).max(256),
             state: AtomicU8::new(OPEN),
@@ -219,15 +223,27 @@ impl Transactions {
         self.commit_wait.get()
     }
 
+    /// Nanoseconds operations spent held at the gate while commits gathered.
+    pub(crate) fn gate_wait_nanos(&self) -> u64 {
+        self.gate_wait.get()
+    }
+
     /// Joins the running transaction, declaring that the operation may dirty up to
     /// `credits` metadata blocks ([`crate::io::credits`]).
     pub(crate) fn begin(&self, credits: u32) -> Result<TxnHandle<'_>> {
         self.check_open()?;
         let slot = thread_slot();
         let handle = TxnHandle {
-            _gate: self
-                .gate_locks
-                .take(|| self.gate[slot].try_read(), || self.gate[slot].read()),
+            _gate: self.gate_locks.take(
+                || self.gate[slot].try_read(),
+                || {
+                    let started = Instant::now();
+                    let gate = self.gate[slot].read();
+                    // OK to cast: u64 nanoseconds cover 584 years.
+                    self.gate_wait.add(started.elapsed().as_nanos() as u64);
+                    gate
+                },
+            ),
             txns: self,
             slot,
         };
