@@ -598,9 +598,12 @@ impl OpenFilesystem {
         let wanted = w
             .txns
             .wants_commit_with(&self.store, &self.inodes, &w.space);
-        if wanted && w.txns.has_changes(&parts) && w.txns.commit_unwaited(&parts).is_err() {
-            // The filesystem now refuses changes, and the next operation says why.
-            return Next::Stop;
+        if wanted && w.txns.has_changes(&parts) {
+            if let Err(e) = w.txns.commit_unwaited(&parts) {
+                // The filesystem now refuses changes; the next caller reports why.
+                w.txns.keep_thread_failure(e);
+                return Next::Stop;
+            }
         }
         Next::Wait(w.txns.commit_interval().map(|i| {
             let since = w.txns.since_last_commit();

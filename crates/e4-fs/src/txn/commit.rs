@@ -621,6 +621,47 @@ mod tests {
         e4_testkit::e2fsck_clean(&img.path).unwrap();
     }
 
+    /// A commit the thread makes that fails (the device refuses writes) is reported to the
+    /// next caller as the failure it was, an I/O error a mount's `errors=` policy acts on;
+    /// the callers after it find the filesystem read-only.
+    #[test]
+    fn a_commit_the_thread_fails_is_reported_to_the_next_caller() {
+        use crate::device::{Fault, FaultyDevice, MemoryDevice};
+        let img = e4_testkit::make_empty_image(&["-t", "ext4", "-N", "20000"], 32);
+        let bytes = std::fs::read(&img.path).unwrap();
+        let device = Arc::new(FaultyDevice::new(MemoryDevice::new(bytes), Fault::Never));
+        let options = OpenOptions {
+            commit_interval: Duration::ZERO,
+            transaction_limit: Some(64),
+            ..OpenOptions::writable()
+        };
+        let fs = Filesystem::open_device(device.clone(), options).unwrap();
+        let w = fs.writer.as_ref().unwrap();
+        // Empty files: nothing reaches the device before a commit.
+        device.set_fault(Fault::WritesFrom(0));
+        let mut n = 0u32;
+        while !w.txns.wants_commit_with(&fs.store, &fs.inodes, &w.space) {
+            fs.create(2, format!("f{n}").as_bytes(), CREATOR).unwrap();
+            n += 1;
+        }
+        let started = std::time::Instant::now();
+        while w.txns.is_open() {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "the commit thread's commit did not fail within 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let first = fs.create(2, b"after", CREATOR).unwrap_err();
+        assert_eq!(
+            first.errno(),
+            rustix::io::Errno::IO.raw_os_error(),
+            "{first}"
+        );
+        let next = fs.create(2, b"after", CREATOR).unwrap_err();
+        assert!(matches!(next, crate::Error::ReadOnly(_)), "{next}");
+    }
+
     /// An fsync that finds a commit running, and sleeps behind it, commits its own
     /// transaction when that commit ends without it (the commit was of an earlier one).
     #[test]

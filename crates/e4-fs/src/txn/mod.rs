@@ -116,6 +116,11 @@ pub(crate) struct Transactions {
     inodes_per_block: usize,
     /// How operations ask the commit thread for a commit ([`committer`]).
     requests: Arc<CommitRequests>,
+    /// Why the commit thread's commit failed, for the next caller to report as it would
+    /// have reported its own commit's failure (an I/O error, say, which a mount's
+    /// `errors=` policy acts on); taken once, then the filesystem is read-only as after any
+    /// failed commit.
+    thread_failure: Mutex<Option<Error>>,
 }
 
 /// An inode freed in the running transaction, waiting for its commit.
@@ -168,6 +173,7 @@ impl Transactions {
             log_limit,
             inodes_per_block: inodes_per_block.max(1),
             requests: Arc::default(),
+            thread_failure: Mutex::new(None),
         }
     }
 
@@ -185,11 +191,19 @@ impl Transactions {
     pub(crate) fn check_open(&self) -> Result<()> {
         match self.state.load(Ordering::Acquire) {
             OPEN => Ok(()),
-            FAILED => Err(Error::ReadOnly(
-                "an earlier write-back failed, or a failed operation could not be undone; the image needs e2fsck".into(),
-            )),
+            FAILED => Err(self.thread_failure.lock().take().unwrap_or_else(|| {
+                Error::ReadOnly(
+                    "an earlier write-back failed, or a failed operation could not be undone; the image needs e2fsck".into(),
+                )
+            })),
             _ => Err(Error::ReadOnly("the filesystem was unmounted".into())),
         }
+    }
+
+    /// Keeps why the commit thread's commit failed (the filesystem is already failed), for
+    /// the next caller.
+    pub(crate) fn keep_thread_failure(&self, error: Error) {
+        self.thread_failure.lock().get_or_insert(error);
     }
 
     /// Stops the filesystem taking changes: an operation that failed could not be undone,
