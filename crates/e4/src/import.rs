@@ -37,6 +37,7 @@ use rayon::prelude::*;
 
 use crate::edit_session::{describe, stops_everything, ImagePath};
 use crate::host_copy::{copy_data, copy_xattrs, creator_of, final_attributes, CopyError};
+use crate::id_map::IdRule;
 use crate::output::CliError;
 
 /// Non-directory entries of one directory handled by one task: enough that a task is worth
@@ -77,9 +78,11 @@ pub struct ImportPolicy {
     /// to it (reproducible-builds.org's rule). With the engine's clock stopped and interval
     /// commits off, the image is then the same to the byte.
     pub reproducible_at: Option<i64>,
-    /// Every entry owned by this (uid, gid), whoever owns it on the host (`--owner`), so an
-    /// unprivileged build makes the image a root build would.
-    pub owner: Option<(u32, u32)>,
+    /// How a host owner becomes the image's: kept, all one (`--owner`) or mapped
+    /// (`--uid-map`, `--gid-map`), so an unprivileged build makes the image a root build
+    /// would.
+    pub uids: IdRule,
+    pub gids: IdRule,
 }
 
 /// As [`run`], with `policy`.
@@ -116,7 +119,8 @@ pub fn run_with(
         first_names: Mutex::new(HashMap::new()),
         late_links: Mutex::new(Vec::new()),
         reproducible_at,
-        owner: policy.owner,
+        uids: &policy.uids,
+        gids: &policy.gids,
     };
     let root_path = trimmed_root(target.bytes());
     pool.install(|| {
@@ -206,8 +210,9 @@ struct Import<'a> {
     /// `SOURCE_DATE_EPOCH` for a reproducible import: entries in name order, one at a
     /// time, times clamped to it.
     reproducible_at: Option<i64>,
-    /// The owner every entry gets, if not the host's.
-    owner: Option<(u32, u32)>,
+    /// How each entry's host owner becomes its owner in the image.
+    uids: &'a IdRule,
+    gids: &'a IdRule,
 }
 
 /// A second (or later) name of a host inode.
@@ -245,12 +250,10 @@ fn as_image_path(image_path: &[u8]) -> ImagePath<'_> {
 
 impl Import<'_> {
     /// `attributes` as the policy wants them: times after the reproducible epoch set to it,
-    /// the owner replaced.
+    /// the owner as the policy makes it.
     fn clamped(&self, mut attributes: SetAttributes) -> SetAttributes {
-        if let Some((uid, gid)) = self.owner {
-            attributes.uid = attributes.uid.map(|_| uid);
-            attributes.gid = attributes.gid.map(|_| gid);
-        }
+        attributes.uid = attributes.uid.map(|uid| self.uids.apply(uid));
+        attributes.gid = attributes.gid.map(|gid| self.gids.apply(gid));
         if let Some(epoch) = self.reproducible_at {
             for time in [&mut attributes.atime, &mut attributes.mtime]
                 .into_iter()

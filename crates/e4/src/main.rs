@@ -14,6 +14,7 @@ mod edit_session;
 mod export;
 mod fsck;
 mod host_copy;
+mod id_map;
 mod import;
 mod info;
 mod interrupt;

@@ -9,6 +9,7 @@ use e4_mkfs::{make_filesystem, size_to_fit, MkfsOptions, Profile, TreeUsage};
 use e4_fs::OpenOptions;
 
 use crate::edit_session::{with_writable_image_options, ImagePath};
+use crate::id_map::{IdMap, IdRule};
 use crate::import::ImportPolicy;
 use crate::output::CliError;
 
@@ -92,8 +93,28 @@ pub struct MkfsArgs {
     #[arg(short = 'd')]
     source: Option<PathBuf>,
     /// With -d: every file owned by UID:GID (numeric), whoever owns it on the host.
-    #[arg(long, value_parser = parse_owner)]
+    #[arg(long, value_parser = parse_owner, requires = "source")]
     owner: Option<(u32, u32)>,
+    /// With -d: host uids mapped as a user namespace maps them (the lines of
+    /// /proc/PID/uid_map, comma-separated): host uids OUTSIDE.. become INSIDE.. in the
+    /// image, and a uid in no range becomes 65534, as the namespace sees it.
+    #[arg(
+        long,
+        value_name = "INSIDE:OUTSIDE:COUNT[,...]",
+        value_parser = IdMap::parse,
+        requires = "source",
+        conflicts_with = "owner"
+    )]
+    uid_map: Option<IdMap>,
+    /// With -d: host gids mapped as --uid-map maps uids.
+    #[arg(
+        long,
+        value_name = "INSIDE:OUTSIDE:COUNT[,...]",
+        value_parser = IdMap::parse,
+        requires = "source",
+        conflicts_with = "owner"
+    )]
+    gid_map: Option<IdMap>,
     /// With -d and no SIZE: free space and inodes left beyond what the tree takes, in percent
     /// (default 10).
     #[arg(long, default_value_t = 10)]
@@ -183,13 +204,22 @@ pub fn run(args: MkfsArgs, source_date_epoch: Option<i64>) -> Result<(), CliErro
         );
     }
     if let Some(source) = &args.source {
+        let rule = |one: Option<u32>, map: &Option<IdMap>| match (one, map) {
+            (Some(id), _) => IdRule::All(id),
+            (None, Some(map)) => IdRule::Map(map.clone()),
+            (None, None) => IdRule::Keep,
+        };
+        let policy = ImportPolicy {
+            reproducible_at: source_date_epoch,
+            uids: rule(args.owner.map(|(uid, _)| uid), &args.uid_map),
+            gids: rule(args.owner.map(|(_, gid)| gid), &args.gid_map),
+        };
         fill(
             &args.image,
             &image,
             source,
             args.threads.map(usize::from),
-            source_date_epoch,
-            args.owner,
+            &policy,
         )?;
     }
     Ok(())
@@ -207,23 +237,18 @@ fn fill(
     image: &str,
     source: &Path,
     threads: Option<usize>,
-    source_date_epoch: Option<i64>,
-    owner: Option<(u32, u32)>,
+    policy: &ImportPolicy,
 ) -> Result<(), CliError> {
     let mut options = OpenOptions::writable();
-    if let Some(epoch) = source_date_epoch {
+    if let Some(epoch) = policy.reproducible_at {
         e4_fs::freeze_clock(Some(epoch));
         options.commit_interval = std::time::Duration::ZERO;
         // Commits where the tree's size puts them: the log's blocks are part of the image.
         options.commit_thread = false;
     }
     let root = ImagePath(std::ffi::OsStr::new("/"));
-    let policy = ImportPolicy {
-        reproducible_at: source_date_epoch,
-        owner,
-    };
     let result = with_writable_image_options(image, options, |fs| {
-        crate::import::run_with(fs, path, source, root, threads, &policy)
+        crate::import::run_with(fs, path, source, root, threads, policy)
     });
     if result.is_err() {
         discard_half_filled(path);

@@ -3,6 +3,7 @@
 //! line, unsupported options are named, and SOURCE_DATE_EPOCH makes an empty image
 //! reproducible. The geometry against mke2fs is e4-mkfs's own test (mke2fs_equal.rs).
 
+use std::ffi::OsStr;
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -240,47 +241,107 @@ fn source_date_epoch_makes_the_same_image_from_a_tree() {
     );
 }
 
-#[test]
-fn owner_gives_every_entry_one_owner() {
+/// The (uid, gid) pairs of every entry of `image` but its root and lost+found, exported
+/// under `dir` (as root, export gives each file its owner), and how many entries there were.
+fn exported_owners(image: &Path, dir: &Path) -> (std::collections::BTreeSet<(u32, u32)>, usize) {
     use std::os::unix::fs::MetadataExt;
-    let dir = tempfile::tempdir().unwrap();
-    let source = dir.path().join("source");
-    std::fs::create_dir(&source).unwrap();
-    ordered_tree(&source, false);
-    let image = dir.path().join("fs.img");
-    let out = e4(
-        &[
-            &"mkfs",
-            &"-q",
-            &"--owner",
-            &"1234:5678",
-            &"-d",
-            &source,
-            &image,
-            &"32M",
-        ],
-        None,
-    );
-    assert!(out.status.success(), "{}", stderr(&out));
-    e2fsck_clean(&image).unwrap();
-    let exported = dir.path().join("exported");
+    let exported = dir.join("exported");
+    let _ = std::fs::remove_dir_all(&exported);
     let out = e4(&[&"export", &image, &exported], None);
     assert!(out.status.success(), "e4 export: {}", stderr(&out));
     let mut stack = vec![exported.clone()];
+    let mut owners = std::collections::BTreeSet::new();
     let mut seen = 0;
     while let Some(path) = stack.pop() {
         let meta = std::fs::symlink_metadata(&path).unwrap();
         if path != exported && !path.ends_with("lost+found") {
-            assert_eq!((meta.uid(), meta.gid()), (1234, 5678), "{}", path.display());
+            owners.insert((meta.uid(), meta.gid()));
             seen += 1;
         }
         if meta.is_dir() && !path.ends_with("lost+found") {
             stack.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
         }
     }
+    (owners, seen)
+}
+
+/// `e4 mkfs -q -d source OPTIONS image 32M`, which must succeed, and its image e2fsck-clean.
+fn mkfs_from(source: &Path, image: &Path, options: &[&str]) {
+    let mut args: Vec<&dyn AsRef<OsStr>> = vec![&"mkfs", &"-q"];
+    args.extend(options.iter().map(|o| o as &dyn AsRef<OsStr>));
+    args.extend([&"-d" as &dyn AsRef<OsStr>, &source, &image, &"32M"]);
+    let out = e4(&args, None);
+    assert!(out.status.success(), "{options:?}: {}", stderr(&out));
+    e2fsck_clean(image).unwrap();
+}
+
+#[test]
+fn owner_gives_every_entry_one_owner() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("source");
+    std::fs::create_dir(&source).unwrap();
+    ordered_tree(&source, false);
+    let image = dir.path().join("fs.img");
+    mkfs_from(&source, &image, &["--owner", "1234:5678"]);
+    let (owners, seen) = exported_owners(&image, dir.path());
+    assert_eq!(owners, [(1234, 5678)].into());
     assert!(seen > 300, "only {seen} entries checked");
     let out = e4(&[&"mkfs", &"--owner", &"me", &image, &"32M"], None);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}
+
+/// `--uid-map` / `--gid-map` map host owners as a user namespace does: this process's
+/// ids, inside a range, become the range's image ids; outside every range, 65534. A bad
+/// map, or one beside `--owner`, is one line and exit 2.
+#[test]
+fn id_maps_give_owners_as_a_user_namespace_sees_them() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("source");
+    std::fs::create_dir(&source).unwrap();
+    ordered_tree(&source, false);
+    let host = std::fs::metadata(&source).unwrap();
+    let (uid, gid) = (host.uid(), host.gid());
+    let image = dir.path().join("fs.img");
+    let uid_map = format!("7:{}:3,1000:{uid}:1", u64::from(uid) + 1);
+    let gid_map = format!("2000:{gid}:1");
+    mkfs_from(
+        &source,
+        &image,
+        &["--uid-map", &uid_map, "--gid-map", &gid_map],
+    );
+    let (owners, seen) = exported_owners(&image, dir.path());
+    assert_eq!(owners, [(1000, 2000)].into());
+    assert!(seen > 300, "only {seen} entries checked");
+    // This process's uid in no range, its gid kept (no gid map).
+    let unmapped = format!("0:{}:5", u64::from(uid) + 1);
+    mkfs_from(&source, &image, &["-F", "--uid-map", &unmapped]);
+    assert_eq!(exported_owners(&image, dir.path()).0, [(65534, gid)].into());
+    for (bad, with_source, said) in [
+        (
+            &["--uid-map", "0:1000"][..],
+            true,
+            "is not INSIDE:OUTSIDE:COUNT",
+        ),
+        (&["--gid-map", "0:100:10,5:200:1"], true, "overlap"),
+        (
+            &["--owner", "1:1", "--uid-map", "0:0:1"],
+            true,
+            "cannot be used with",
+        ),
+        (&["--uid-map", "0:0:1"], false, "-d <SOURCE>"),
+    ] {
+        let mut args: Vec<&dyn AsRef<OsStr>> = vec![&"mkfs", &"-q", &"-F"];
+        args.extend(bad.iter().map(|o| o as &dyn AsRef<OsStr>));
+        if with_source {
+            args.extend([&"-d" as &dyn AsRef<OsStr>, &source]);
+        }
+        args.extend([&image as &dyn AsRef<OsStr>, &"32M"]);
+        let out = e4(&args, None);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{bad:?}: {err}");
+        assert!(err.contains(said), "{bad:?}: {err}");
+    }
 }
 
 #[test]
