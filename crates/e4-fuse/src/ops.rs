@@ -9,7 +9,7 @@
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use e4_format::dir_entry::MAX_NAME_LEN;
@@ -18,9 +18,9 @@ use e4_fs::{
 };
 use fuser::{
     CopyFileRangeFlags, Errno, FileAttr, FileHandle, FopenFlags, Generation, INodeNo, InitFlags,
-    IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen,
-    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    IoctlFlags, KernelConfig, LockOwner, Notifier, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
+    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek,
+    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use parking_lot::Mutex;
 
@@ -76,6 +76,8 @@ pub(crate) struct E4Fuse {
     block_size: u32,
     outcome: Outcome,
     on_error: OnError,
+    /// Tells the kernel that cached attributes went stale: set once the session exists.
+    notifier: Arc<OnceLock<Notifier>>,
 }
 
 /// An engine result as a request's result: the errno the kernel's ext4 gives for the
@@ -103,9 +105,11 @@ impl E4Fuse {
         posix_acl: bool,
         outcome: Outcome,
         on_error: OnError,
+        notifier: Arc<OnceLock<Notifier>>,
     ) -> Self {
         E4Fuse {
             on_error,
+            notifier,
             block_size: fs.block_size(),
             fs: Some(fs),
             lookups: LookupCounts::new(),
@@ -988,7 +992,7 @@ impl fuser::Filesystem for E4Fuse {
         if let Err(e) = self.on_error.may_change() {
             return reply.error(e);
         }
-        let (fs, ino) = (self.fs(), ext4_ino(ino));
+        let (node, fs, ino) = (ino, self.fs(), ext4_ino(ino));
         let result = match fallocation(mode) {
             Some(Fallocation::Engine(mode)) => fs
                 .fallocate(ino, mode, offset, length)
@@ -998,6 +1002,15 @@ impl fuser::Filesystem for E4Fuse {
             }
             None => Err(Errno::EOPNOTSUPP),
         };
+        if result == Err(Errno::ENOSPC) {
+            // An allocation that filled the disk keeps what it allocated and may have moved
+            // the size, but the kernel updates its cached attributes only after a fallocate
+            // that succeeds: without this a `stat` showed the old size for up to `TTL`.
+            // Attributes only (offset -1): no page is dropped, no lock is needed.
+            if let Some(notifier) = self.notifier.get() {
+                let _ = notifier.inval_inode(node, -1, 0);
+            }
+        }
         reply_empty(reply, result);
     }
 
