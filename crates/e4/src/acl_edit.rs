@@ -20,7 +20,7 @@ use e4_fs::{Error, FileType, Filesystem, Metadata, XattrSet};
 use crate::acl_text::{listing, parse_spec, resolve_x, SpecEntry, SpecKind};
 use crate::edit_session::{describe, ImagePath};
 use crate::outln;
-use crate::output::{CliError, Output, EXIT_RUNTIME};
+use crate::output::{after_paths, report_path, CliError, Output};
 
 const ACCESS: &[u8] = b"system.posix_acl_access";
 const DEFAULT: &[u8] = b"system.posix_acl_default";
@@ -289,19 +289,11 @@ fn set_one(fs: &Filesystem, args: &SetfaclArgs, path: ImagePath<'_>) -> Result<(
 /// `e4 setfacl IMG OPTIONS... PATH...`: every path is tried; each failure is one line,
 /// and the command fails if any did.
 pub fn setfacl(fs: &Filesystem, args: &SetfaclArgs) -> Result<(), CliError> {
-    let failed = args
-        .paths
-        .iter()
-        .filter(|path| {
-            set_one(fs, args, ImagePath(path))
-                .map_err(|line| eprintln!("e4: {line}"))
-                .is_err()
-        })
-        .count();
-    match failed {
-        0 => Ok(()),
-        _ => Err(CliError::Reported(EXIT_RUNTIME)),
+    let mut failed = 0;
+    for path in &args.paths {
+        report_path(set_one(fs, args, ImagePath(path)), &mut failed);
     }
+    after_paths(failed)
 }
 
 /// `e4 getfacl IMG PATH...`: what `getfacl -n` prints, for each path (a symlink is
@@ -312,24 +304,14 @@ pub fn getfacl(fs: &Filesystem, paths: &[OsString]) -> Result<(), CliError> {
     let mut out = Output::new();
     let mut failed = 0;
     for path in paths {
-        let path = ImagePath(path);
-        match facl_lines(fs, path) {
-            Ok(lines) => {
-                for line in lines {
-                    outln!(out, "{line}")?;
-                }
-            }
-            Err(line) => {
-                eprintln!("e4: {line}");
-                failed += 1;
+        if let Some(lines) = report_path(facl_lines(fs, ImagePath(path)), &mut failed) {
+            for line in lines {
+                outln!(out, "{line}")?;
             }
         }
     }
     out.finish()?;
-    match failed {
-        0 => Ok(()),
-        _ => Err(CliError::Reported(EXIT_RUNTIME)),
-    }
+    after_paths(failed)
 }
 
 fn facl_lines(fs: &Filesystem, path: ImagePath<'_>) -> Result<Vec<String>, String> {

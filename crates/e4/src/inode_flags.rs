@@ -15,7 +15,7 @@ use e4_fs::Filesystem;
 
 use crate::edit_session::{describe, ImagePath};
 use crate::outln;
-use crate::output::{CliError, Output};
+use crate::output::{after_paths, report_path, CliError, Output};
 
 /// `FS_NOCOW_FL`: btrfs's, in the generic flag space; ext4 never sets it, but lsattr has a
 /// column for it.
@@ -157,12 +157,9 @@ pub fn chattr(fs: &Filesystem, change: &FlagChange, paths: &[OsString]) -> Resul
             fs.set_user_flags(ino, change.apply(old, is_directory), true)
                 .map_err(|e| describe(path, &e))
         });
-        report(changed, &mut failed);
+        report_path(changed, &mut failed);
     }
-    match failed {
-        0 => Ok(()),
-        _ => Err(CliError::Reported(crate::output::EXIT_RUNTIME)),
-    }
+    after_paths(failed)
 }
 
 /// How `e4 lsattr` lists.
@@ -181,50 +178,48 @@ pub fn lsattr(fs: &Filesystem, options: LsattrOptions, paths: &[OsString]) -> Re
     let mut out = Output::new();
     let mut failed = 0;
     for path in paths.iter().map(|p| ImagePath(p)) {
-        let Some((dir, is_directory)) = report(flags_of(fs, path), &mut failed) else {
+        let Some(found) = report_path(flags_of(fs, path), &mut failed) else {
             continue;
         };
-        if !is_directory || options.directories {
-            outln!(out, "{} {}", columns(dir.1), path.shown())?;
+        if !found.is_directory || options.directories {
+            outln!(out, "{} {}", columns(found.flags), path.shown())?;
             continue;
         }
-        let entries = fs.read_dir(dir.0).map_err(|e| describe(path, &e))?;
-        let shown = path.shown();
-        let shown = shown.trim_end_matches('/');
+        let entries = fs.read_dir(found.ino).map_err(|e| describe(path, &e))?;
+        let dir = path.bytes();
+        let dir = &dir[..dir.iter().rposition(|&b| b != b'/').map_or(0, |at| at + 1)];
         for entry in entries {
-            let name = String::from_utf8_lossy(&entry.name);
-            if name == "." || name == ".." || (name.starts_with('.') && !options.all) {
+            let name = &entry.name[..];
+            if name == b"." || name == b".." || (name.starts_with(b".") && !options.all) {
                 continue;
             }
-            let entry_path = format!("{shown}/{name}");
-            let entry_path = ImagePath(std::ffi::OsStr::new(&entry_path));
-            if let Some(((_, flags), _)) = report(flags_of(fs, entry_path), &mut failed) {
-                outln!(out, "{} {}", columns(flags), entry_path.shown())?;
+            let joined = [dir, b"/", name].concat();
+            let entry_path = ImagePath::from_bytes(&joined);
+            if let Some(listed) = report_path(flags_of(fs, entry_path), &mut failed) {
+                outln!(out, "{} {}", columns(listed.flags), entry_path.shown())?;
             }
         }
     }
     out.finish()?;
-    match failed {
-        0 => Ok(()),
-        _ => Err(CliError::Reported(crate::output::EXIT_RUNTIME)),
-    }
+    after_paths(failed)
 }
 
-/// The inode and flags `path` names, and whether it is a directory.
-fn flags_of(fs: &Filesystem, path: ImagePath<'_>) -> Result<((u32, u32), bool), String> {
+/// An inode lsattr shows.
+struct Flagged {
+    ino: u32,
+    flags: u32,
+    is_directory: bool,
+}
+
+/// The inode `path` names, with its flags.
+fn flags_of(fs: &Filesystem, path: ImagePath<'_>) -> Result<Flagged, String> {
     let (ino, is_directory) = flagged_inode(fs, path, "reading")?;
     let flags = fs.user_flags(ino).map_err(|e| describe(path, &e))?;
-    Ok(((ino, flags), is_directory))
-}
-
-/// `result`'s value, or `None` after its line went to stderr and `failed` was counted.
-fn report<T>(result: Result<T, String>, failed: &mut u32) -> Option<T> {
-    result
-        .map_err(|line| {
-            eprintln!("e4: {line}");
-            *failed += 1;
-        })
-        .ok()
+    Ok(Flagged {
+        ino,
+        flags,
+        is_directory,
+    })
 }
 
 #[cfg(test)]
