@@ -685,6 +685,11 @@ impl fuser::Filesystem for E4Fuse {
     }
 
     /// Nothing is buffered in the mount: a write is in the engine when it is answered.
+    /// ENOSYS, so the kernel sends no FLUSH again (`no_flush`): e4 has nothing to do at
+    /// `close` (data reaches the engine with each WRITE, and POSIX locks are the kernel's
+    /// own), and a FLUSH was one of the four round trips of every `open(O_CREAT)` and
+    /// `close` (docs/BENCHMARKS.md, "Where a create through e4's mount goes"). The kernel
+    /// writes dirty pages back before it would have sent it either way.
     fn flush(
         &self,
         _req: &Request,
@@ -693,7 +698,7 @@ impl fuser::Filesystem for E4Fuse {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        reply.ok();
+        reply.error(Errno::ENOSYS);
     }
 
     fn release(
