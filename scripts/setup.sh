@@ -4,10 +4,11 @@
 # kernel comparisons), fuse2fs (the fuse2fs target of `e4 bench`), fuse3 (fusermount3,
 # which `e4 mount` uses to mount and unmount without root), fio and stress-ng (the
 # FUSE mount's integrity tests, crates/e4-fuse/tests/integrity.rs), and GNU time (the peak
-# memory of a checker in crates/e4/tests/bounded.rs).
+# memory of a checker in crates/e4/tests/bounded.rs), and acl (getfacl and setfacl, the
+# oracles of `e4 getfacl`/`e4 setfacl` in crates/e4/tests/flag_and_acl_commands.rs).
 # Works as root (no sudo needed) and as a user with sudo. Rust itself comes from rustup.
 set -euo pipefail
-packages=(e2fsprogs mount fuse2fs fuse3 fio stress-ng time)
+packages=(e2fsprogs mount fuse2fs fuse3 fio stress-ng time acl)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

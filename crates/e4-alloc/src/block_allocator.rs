@@ -648,25 +648,27 @@ impl BlockAllocator {
         // Admission: promise only blocks that exist (and, to the unprivileged, only blocks
         // outside the root reserve).
         let counter = &self.free_blocks;
-        let root = |n: u32| {
-            let n = u64::from(n);
-            match req.reserve {
-                Reserve::None => false,
-                Reserve::Root => self.root_reserve.take(n),
-                Reserve::Metadata => self.root_reserve.take(n) || self.metadata_reserve.take(n),
-            }
+        // A request larger than what is free takes all of it (at least `min_len`): one
+        // request, not one per `min_len` blocks (a 1 GiB fallocate on a nearly full image
+        // was 30,000 one-block allocations).
+        let (want, least) = (u64::from(len), u64::from(min_len));
+        let root = || match req.reserve {
+            Reserve::None => 0,
+            Reserve::Root => self.root_reserve.take_up_to(want, least),
+            Reserve::Metadata => match self.root_reserve.take_up_to(want, least) {
+                0 => self.metadata_reserve.take_up_to(want, least),
+                got => got,
+            },
         };
-        let reserved = if counter.try_reserve(req.slot, u64::from(len)) {
-            len
-        } else if min_len < len && counter.try_reserve(req.slot, u64::from(min_len)) {
-            min_len
-        } else if root(len) {
-            len
-        } else if min_len < len && root(min_len) {
-            min_len
-        } else {
+        let reserved = match counter.try_reserve_up_to(req.slot, want, least) {
+            0 => root(),
+            got => got,
+        };
+        if reserved == 0 {
             return Err(AllocError::NoSpace);
-        };
+        }
+        // OK to cast: at most `len`.
+        let reserved = reserved as u32;
         let _global = (self.config.locking == GroupLocking::Global)
             .then(|| self.global.lock(&self.stats.global_lock));
         let goal = self.start_goal(&req);
@@ -1057,5 +1059,37 @@ mod tests {
             let got = waiter.join().unwrap().unwrap();
             assert_eq!(geometry.group_of(got.start).0, 1);
         });
+    }
+
+    /// A request for more than is free gets what is free in one extent, from the main
+    /// counter and then from the root reserve, not `min_len` blocks per request.
+    #[test]
+    fn a_request_larger_than_the_free_space_gets_all_of_it_at_once() {
+        let geometry = Geometry {
+            first_data_block: 0,
+            blocks_per_group: 1024,
+            blocks: 1024,
+        };
+        let alloc =
+            BlockAllocator::empty(geometry, AllocatorConfig::default()).with_root_reserve(100);
+        let ask = |reserve| {
+            alloc.allocate(AllocRequest {
+                goal: Some(0),
+                len: 5000,
+                min_len: 1,
+                slot: 0,
+                stream: 0,
+                reserve,
+            })
+        };
+        assert_eq!(ask(Reserve::None).unwrap().len, 924);
+        assert_eq!(
+            ask(Reserve::None),
+            Err(AllocError::NoSpace),
+            "the reserve is root's"
+        );
+        assert_eq!(ask(Reserve::Root).unwrap().len, 100);
+        assert_eq!(ask(Reserve::Root), Err(AllocError::NoSpace));
+        assert_eq!(alloc.stats.allocations.get(), 2);
     }
 }

@@ -109,6 +109,30 @@ impl LimitCounter {
         self.drain_and_take(n)
     }
 
+    /// Reserves `n` units if they are free, else every free unit if there are `min` or more
+    /// (fewer than `n`); returns how many (0: fewer than `min` are free). An allocation
+    /// larger than the free space then gets what is left in one request, as ext4 halves its
+    /// request until the free count covers it (`ext4_mb_new_blocks`), not `min` at a time.
+    /// The fallback costs one compare-and-swap on the pool: the failed [`Self::try_reserve`]
+    /// has drained every slot into it.
+    pub fn try_reserve_up_to(&self, slot: usize, n: u64, min: u64) -> u64 {
+        if self.try_reserve(slot, n) {
+            return n;
+        }
+        let min = min.max(1);
+        match self
+            .pool
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
+                (held >= min).then(|| held - held.min(n))
+            }) {
+            Ok(held) => {
+                self.stats.pool_direct.add(1);
+                held.min(n)
+            }
+            Err(_) => 0,
+        }
+    }
+
     /// Reserves as many of `n` units as are free, up to `n`, and returns how many: for taking
     /// back units that turned out not to exist (a group found corrupt) when some of them
     /// may already be promised. Whole-or-nothing attempts, halving on failure: O(log n).
@@ -234,6 +258,20 @@ mod tests {
         assert_eq!(c.sum(), 5);
         assert!(c.try_reserve(0, 5));
         assert!(!c.try_reserve(0, 1));
+    }
+
+    #[test]
+    fn reserving_up_to_takes_what_is_free_in_one_request() {
+        let c = LimitCounter::new(100, 4, 8);
+        assert_eq!(c.try_reserve_up_to(1, 30, 1), 30, "covered: all of it");
+        // 70 left, some cached in slot 1: the fallback drains them and takes every unit.
+        assert_eq!(c.try_reserve_up_to(2, 500, 1), 70);
+        assert_eq!(c.sum(), 0);
+        assert_eq!(c.try_reserve_up_to(0, 5, 1), 0, "nothing free");
+        c.release(3, 4);
+        assert_eq!(c.try_reserve_up_to(0, 10, 5), 0, "fewer than min free");
+        assert_eq!(c.sum(), 4, "a refused reservation takes nothing");
+        assert_eq!(c.try_reserve_up_to(0, 10, 4), 4);
     }
 
     #[test]

@@ -30,13 +30,15 @@ impl ReservePool {
         }
     }
 
-    /// Takes `n` blocks from the pool, all or nothing.
-    pub(crate) fn take(&self, n: u64) -> bool {
+    /// Takes up to `n` blocks from the pool if it holds `min` or more; returns how many
+    /// (0: fewer than `min`), as [`crate::limit_counter::LimitCounter::try_reserve_up_to`].
+    pub(crate) fn take_up_to(&self, n: u64, min: u64) -> u64 {
+        let min = min.max(1);
         self.pool
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
-                held.checked_sub(n)
+                (held >= min).then(|| held - held.min(n))
             })
-            .is_ok()
+            .map_or(0, |held| held.min(n))
     }
 
     /// Puts up to `n` freed blocks into the pool while it is below its target; returns

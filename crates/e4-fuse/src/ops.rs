@@ -9,7 +9,7 @@
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use e4_format::dir_entry::MAX_NAME_LEN;
@@ -18,9 +18,9 @@ use e4_fs::{
 };
 use fuser::{
     CopyFileRangeFlags, Errno, FileAttr, FileHandle, FopenFlags, Generation, INodeNo, InitFlags,
-    IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen,
-    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    IoctlFlags, KernelConfig, LockOwner, Notifier, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
+    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek,
+    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use parking_lot::Mutex;
 
@@ -76,6 +76,8 @@ pub(crate) struct E4Fuse {
     block_size: u32,
     outcome: Outcome,
     on_error: OnError,
+    /// Tells the kernel that cached attributes went stale: set once the session exists.
+    notifier: Arc<OnceLock<Notifier>>,
 }
 
 /// An engine result as a request's result: the errno the kernel's ext4 gives for the
@@ -103,9 +105,11 @@ impl E4Fuse {
         posix_acl: bool,
         outcome: Outcome,
         on_error: OnError,
+        notifier: Arc<OnceLock<Notifier>>,
     ) -> Self {
         E4Fuse {
             on_error,
+            notifier,
             block_size: fs.block_size(),
             fs: Some(fs),
             lookups: LookupCounts::new(),
@@ -681,6 +685,11 @@ impl fuser::Filesystem for E4Fuse {
     }
 
     /// Nothing is buffered in the mount: a write is in the engine when it is answered.
+    /// ENOSYS, so the kernel sends no FLUSH again (`no_flush`): e4 has nothing to do at
+    /// `close` (data reaches the engine with each WRITE, and POSIX locks are the kernel's
+    /// own), and a FLUSH was one of the four round trips of every `open(O_CREAT)` and
+    /// `close` (docs/BENCHMARKS.md, "Where a create through e4's mount goes"). The kernel
+    /// writes dirty pages back before it would have sent it either way.
     fn flush(
         &self,
         _req: &Request,
@@ -689,7 +698,7 @@ impl fuser::Filesystem for E4Fuse {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        reply.ok();
+        reply.error(Errno::ENOSYS);
     }
 
     fn release(
@@ -988,7 +997,7 @@ impl fuser::Filesystem for E4Fuse {
         if let Err(e) = self.on_error.may_change() {
             return reply.error(e);
         }
-        let (fs, ino) = (self.fs(), ext4_ino(ino));
+        let (node, fs, ino) = (ino, self.fs(), ext4_ino(ino));
         let result = match fallocation(mode) {
             Some(Fallocation::Engine(mode)) => fs
                 .fallocate(ino, mode, offset, length)
@@ -998,6 +1007,15 @@ impl fuser::Filesystem for E4Fuse {
             }
             None => Err(Errno::EOPNOTSUPP),
         };
+        if result == Err(Errno::ENOSPC) {
+            // An allocation that filled the disk keeps what it allocated and may have moved
+            // the size, but the kernel updates its cached attributes only after a fallocate
+            // that succeeds: without this a `stat` showed the old size for up to `TTL`.
+            // Attributes only (offset -1): no page is dropped, no lock is needed.
+            if let Some(notifier) = self.notifier.get() {
+                let _ = notifier.inval_inode(node, -1, 0);
+            }
+        }
         reply_empty(reply, result);
     }
 

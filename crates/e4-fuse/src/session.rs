@@ -3,7 +3,7 @@
 
 use std::io;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 
 use e4_fs::{Caller, Filesystem, OpenOptions};
@@ -83,6 +83,7 @@ pub fn mount(image: &Path, dir: &Path, options: &MountOptions) -> Result<Mounted
     let fs = std::sync::Arc::new(fs);
     crate::warnings::report(&shown, &fs);
     let on_error = OnError::new(policy, &shown);
+    let notifier = Arc::new(OnceLock::new());
     let served = E4Fuse::new(
         fs,
         owners,
@@ -90,6 +91,7 @@ pub fn mount(image: &Path, dir: &Path, options: &MountOptions) -> Result<Mounted
         options.posix_acl,
         outcome.clone(),
         on_error,
+        Arc::clone(&notifier),
     );
     let mut session =
         Session::new(served, dir, &fuse_config(&shown, options)).map_err(|source| {
@@ -98,6 +100,8 @@ pub fn mount(image: &Path, dir: &Path, options: &MountOptions) -> Result<Mounted
                 source,
             }
         })?;
+    // Before the first request can need it: `run` starts serving below.
+    let _ = notifier.set(session.notifier());
     let unmounter = Arc::new(Mutex::new(session.unmount_callable()));
     let serving = std::thread::Builder::new()
         .name("e4-fuse".into())

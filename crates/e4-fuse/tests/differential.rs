@@ -27,7 +27,8 @@
 //!
 //! Seeds: 4 runs of 400 steps (about 2 s); `E4_DIFF_STEPS` and `E4_DIFF_SEEDS` (a count, or
 //! `from..to`) for longer runs. One thread: the kernel's order of two mounts' calls
-//! would differ otherwise. Skipped, and said so, without FUSE or loop mounts
+//! would differ otherwise; the run from several threads compares what does not depend on
+//! that order (its doc). Skipped, and said so, without FUSE or loop mounts
 //! (failures under `E4_REQUIRE_FUSE=1` and `E4_REQUIRE_KERNEL=1`).
 
 use std::collections::BTreeSet;
@@ -873,43 +874,164 @@ fn random_system_calls_do_on_e4s_mount_what_they_do_on_the_kernels_ext4() {
     }
 }
 
+/// For the runs from several threads: 64 MiB and 4,096 inodes, so that neither fills up
+/// (which thread meets a full disk first would depend on the schedule).
+const MKE2FS_THREADS: &[&str] = &["-t", "ext4", "-b", "1024", "-I", "256", "-N", "4096"];
+const SIZE_MIB_THREADS: u64 = 64;
+
+/// Several threads of random calls at once, each in a directory of its own (`w0`, `w1`,
+/// ...) on both mounts, e4's served by as many FUSE worker threads: the calls of different
+/// threads interleave as the scheduler has it, differently on the two mounts, so what is
+/// compared is what does not depend on that order. Within its directory each thread's
+/// calls meet only each other, so every outcome is compared as in the single-threaded
+/// runs, and each directory's tree every 25 calls. Between its random calls each thread
+/// also creates, writes, renames, links and unlinks names of its own in one directory all
+/// threads share (`s`, which grows into an indexed directory while they race in it):
+/// each outcome is compared, and at the end every entry of `s` with its stat and
+/// contents (not `s`'s own size: how an indexed directory splits depends on the order of
+/// its inserts), before `s` is removed on both; then the free inode counts of both mounts
+/// (every unlinked inode freed once its last FORGET came). Then the whole trees,
+/// `e2fsck -fn`, the free inode counts of the images and the kernel's view of e4's image. Left out: statfs and filling
+/// the disk (both are the whole filesystem's, which every thread changes).
+/// `E4_DIFF_THREAD_SEEDS` (a count or `from..to`) and `E4_DIFF_THREAD_STEPS` for longer
+/// runs.
+#[test]
+fn random_calls_from_several_threads_end_on_e4s_mount_where_they_end_on_the_kernels_ext4() {
+    let steps: usize = std::env::var("E4_DIFF_THREAD_STEPS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(250);
+    for seed in seeds("E4_DIFF_THREAD_SEEDS", 0..1) {
+        let label = format!("{THREADS} threads, seed {seed}");
+        let options = format!("threads={THREADS}");
+        let drive = |k: &Path, e: &Path| in_threads(seed, steps, k, e);
+        if !on_both_mounts(&label, MKE2FS_THREADS, SIZE_MIB_THREADS, &options, drive) {
+            return;
+        }
+    }
+}
+
+/// Threads of the run from several threads, and FUSE worker threads of its e4 mount.
+const THREADS: u64 = 4;
+
+/// The run from several threads on the kernel's mount `k` and e4's `e`.
+fn in_threads(seed: u64, steps: usize, k: &Path, e: &Path) -> Result<u64, String> {
+    for root in [k, e] {
+        std::fs::create_dir(root.join("s")).unwrap();
+        for w in 0..THREADS {
+            std::fs::create_dir(root.join(format!("w{w}"))).unwrap();
+        }
+    }
+    let total = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..THREADS)
+            .map(|w| {
+                scope.spawn(move || {
+                    let mut rng = StdRng::seed_from_u64(seed * THREADS + w);
+                    let mut shared = shared_dir_calls(w).into_iter();
+                    // A random call, then one in the shared directory, while both last.
+                    let ops: Vec<Op> = (0..steps)
+                        .map(|_| random_op(&mut rng))
+                        .filter(|op| !matches!(op, Op::Statfs | Op::Fill))
+                        .flat_map(|op| std::iter::once(op).chain(shared.next()))
+                        .collect();
+                    let ops = ops.into_iter().chain(shared);
+                    let rerun = format!("E4_DIFF_THREAD_SEEDS={seed}..{}, thread {w}", seed + 1);
+                    let own = format!("w{w}");
+                    in_step(&rerun, ops, &k.join(&own), &e.join(&own))
+                        .map_err(|failure| format!("thread {w}: {failure}"))
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|worker| worker.join().expect("a worker panicked"))
+            .sum::<Result<u64, String>>()
+    })?;
+    // The shared directory's entries: its tree less its own line (the first).
+    let entries = |root: &Path| -> String {
+        let listed = tree(&root.join("s"));
+        listed.lines().skip(1).collect::<Vec<_>>().join("\n")
+    };
+    let (on_kernel, on_e4) = (entries(k), entries(e));
+    if !same_but_tree_blocks(&on_kernel, &on_e4) {
+        return Err(format!(
+            "the shared directory differs:\nkernel:\n{on_kernel}\ne4:\n{on_e4}"
+        ));
+    }
+    for root in [k, e] {
+        std::fs::remove_dir_all(root.join("s")).unwrap();
+    }
+    // Every unlinked inode freed on both, once the kernel has sent its FORGETs (at most
+    // 2 s; dropping unused dentries and inodes makes it send them).
+    let free_inodes = |root: &Path| rustix::fs::statvfs(root).unwrap().f_ffree;
+    for _ in 0..40 {
+        if free_inodes(k) == free_inodes(e) {
+            return Ok(total);
+        }
+        let _ = std::fs::write("/proc/sys/vm/drop_caches", "2");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Err(format!(
+        "free inodes at the end: the kernel's ext4 {}, e4 {}",
+        free_inodes(k),
+        free_inodes(e)
+    ))
+}
+
+/// Thread `w`'s calls in the shared directory `s` (paths from the thread's own directory):
+/// 60 names of its own made, written, a third renamed, a quarter linked, a fifth unlinked.
+fn shared_dir_calls(w: u64) -> Vec<Op> {
+    let name = |i: u64, suffix: &str| format!("../s/w{w}-{i}{suffix}");
+    let mut calls = Vec::new();
+    for i in 0..60 {
+        calls.push(Op::Open {
+            path: name(i, ""),
+            flags: OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL,
+            mode: 0o644,
+        });
+        calls.push(Op::Write {
+            path: name(i, ""),
+            offset: 0,
+            len: 100 + 37 * i as usize,
+            seed: (w * 60 + i) as u8,
+            append: false,
+        });
+        if i % 3 == 0 {
+            calls.push(Op::Rename {
+                from: name(i, ""),
+                to: name(i, "-renamed"),
+                flags: RenameFlags::empty(),
+            });
+        }
+        if i % 4 == 1 {
+            calls.push(Op::Link {
+                from: name(i, ""),
+                to: name(i, "-link"),
+            });
+        }
+        if i % 5 == 2 {
+            calls.push(Op::Unlink {
+                path: name(i - 1, ""),
+            });
+        }
+    }
+    calls
+}
+
 /// Runs `ops` on both mounts of copies of one fresh image and compares as the module doc
 /// says; `label` names the run in messages, `rerun` says how to run it alone. False when
 /// a mount is impossible here (reported).
 fn compare(label: &str, rerun: &str, e4_options: &str, ops: impl Iterator<Item = Op>) -> bool {
-    let pristine = make_empty_image(MKE2FS, SIZE_MIB);
-    let kernel_image = pristine.path.with_extension("kernel");
-    let e4_image = pristine.path.with_extension("e4");
-    std::fs::copy(&pristine.path, &kernel_image).unwrap();
-    std::fs::copy(&pristine.path, &e4_image).unwrap();
+    let options = format!("threads=1,{e4_options}");
+    on_both_mounts(label, MKE2FS, SIZE_MIB, &options, |k, e| {
+        in_step(rerun, ops, k, e)
+    })
+}
 
-    let device = match LoopDevice::attach(&kernel_image) {
-        Ok(device) => device,
-        Err(reason) => {
-            kernel_comparison_skipped("differential test", &reason);
-            return false;
-        }
-    };
-    let kernel = match device.mount("rw,noatime,nodelalloc") {
-        Ok(kernel) => kernel,
-        Err(reason) => {
-            kernel_comparison_skipped("differential test", &reason);
-            return false;
-        }
-    };
-    let dir = tempfile::tempdir().unwrap();
-    let options = MountOptions::parse(&format!("threads=1,{e4_options}")).unwrap();
-    let mounted = match e4_fuse::mount(&e4_image, dir.path(), &options) {
-        Ok(mounted) => mounted,
-        Err(e @ MountError::Mount { .. }) => {
-            fuse_skipped("differential test", &e.to_string());
-            return false;
-        }
-        Err(e) => panic!("{e}"),
-    };
-    let guard = FuseGuard::watch(dir.path(), LIMIT);
-    let (k, e) = (kernel.path(), dir.path());
-
+/// Runs `ops` on `k` (the kernel's) and `e` (e4's), one call on each in turn, comparing
+/// every outcome and, every 25 calls and at the end, the trees; the steps run, or what
+/// differed with the last 30 calls and how to rerun them.
+fn in_step(rerun: &str, ops: impl Iterator<Item = Op>, k: &Path, e: &Path) -> Result<u64, String> {
     let mut log: Vec<String> = Vec::new();
     let mut failure = None;
     let mut ops = ops.peekable();
@@ -945,11 +1067,66 @@ fn compare(label: &str, rerun: &str, e4_options: &str, ops: impl Iterator<Item =
             }
         }
     }
-    if let Some(failure) = failure {
-        let recent = log[log.len().saturating_sub(30)..].join("\n");
-        panic!("{label}: {failure}\nthe last steps ({rerun}):\n{recent}");
+    match failure {
+        Some(failure) => {
+            let recent = log[log.len().saturating_sub(30)..].join("\n");
+            Err(format!("{failure}\nthe last steps ({rerun}):\n{recent}"))
+        }
+        None => Ok(steps),
     }
-    let shown = tree(e);
+}
+
+/// Makes an image with `mke2fs` of `size_mib`, mounts one copy through the kernel's loop
+/// device and one through e4 with `e4_options`, runs `drive` on the two mount points
+/// (the kernel's, e4's), then unmounts both, which must pass `e2fsck -fn` with the same
+/// free inodes, and checks that the kernel reads from e4's image the tree the mount
+/// showed. False when a mount is impossible here (reported).
+fn on_both_mounts(
+    label: &str,
+    mke2fs: &[&str],
+    size_mib: u64,
+    e4_options: &str,
+    drive: impl FnOnce(&Path, &Path) -> Result<u64, String>,
+) -> bool {
+    let pristine = make_empty_image(mke2fs, size_mib);
+    let kernel_image = pristine.path.with_extension("kernel");
+    let e4_image = pristine.path.with_extension("e4");
+    std::fs::copy(&pristine.path, &kernel_image).unwrap();
+    std::fs::copy(&pristine.path, &e4_image).unwrap();
+
+    let device = match LoopDevice::attach(&kernel_image) {
+        Ok(device) => device,
+        Err(reason) => {
+            kernel_comparison_skipped("differential test", &reason);
+            return false;
+        }
+    };
+    let kernel = match device.mount("rw,noatime,nodelalloc") {
+        Ok(kernel) => kernel,
+        Err(reason) => {
+            kernel_comparison_skipped("differential test", &reason);
+            return false;
+        }
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let options = MountOptions::parse(e4_options).unwrap();
+    let mounted = match e4_fuse::mount(&e4_image, dir.path(), &options) {
+        Ok(mounted) => mounted,
+        Err(e @ MountError::Mount { .. }) => {
+            fuse_skipped("differential test", &e.to_string());
+            return false;
+        }
+        Err(e) => panic!("{e}"),
+    };
+    let guard = FuseGuard::watch(dir.path(), LIMIT);
+    let (k, e) = (kernel.path(), dir.path());
+    let steps = drive(k, e).unwrap_or_else(|failure| panic!("{label}: {failure}"));
+    // The whole trees at the end (a driver compares its own parts as it goes).
+    let (tk, shown) = (tree(k), tree(e));
+    assert!(
+        same_but_tree_blocks(&tk, &shown),
+        "{label}: trees differ at the end:\nkernel:\n{tk}\ne4:\n{shown}"
+    );
     mounted.unmount().unwrap();
     drop(guard);
     drop(kernel);

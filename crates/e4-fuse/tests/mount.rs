@@ -14,7 +14,10 @@ use std::path::Path;
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use e4_fuse::{MountError, MountOptions, Mounted};
-use e4_testkit::{e2fsck_clean, fuse_skipped, make_empty_image, FuseGuard, Image};
+use e4_testkit::{
+    compare_trees, e2fsck_clean, fuse_skipped, make_empty_image, CompareOptions, FuseGuard, Image,
+    KernelMount,
+};
 use nix::errno::Errno;
 use nix::fcntl::{fallocate, renameat2, FallocateFlags, RenameFlags, AT_FDCWD};
 use nix::sys::statvfs::statvfs;
@@ -500,6 +503,44 @@ fn free_counts_follow_what_files_hold() {
     m.finish();
 }
 
+/// `fallocate -l 1G` on a 512 MiB image answers ENOSPC and keeps what it allocated, as the
+/// kernel's ext4 does (`ext4_alloc_file_blocks`; on Linux 6.18 it leaves 500,109,312 bytes
+/// and answers in 12 ms): the size ends at the last block mapped, a second call changes
+/// nothing, and the kernel reads the same file from the unmounted image. e4 took 18 s to
+/// answer (an allocation of everything, its undo, a commit and the same again, one block
+/// at a time once the free count was below the request); `e4-fs/tests/fallocate_full.rs`
+/// counts its allocations.
+#[test]
+fn a_fallocate_larger_than_the_disk_answers_enospc_keeping_what_it_allocated() {
+    let Some(m) = TestMount::new("fallocate past the free space", 512, "") else {
+        return;
+    };
+    let f = m.path().join("big");
+    let file = File::create(&f).unwrap();
+    let full = fallocate(&file, FallocateFlags::empty(), 0, 1 << 30);
+    assert_eq!(full, Err(Errno::ENOSPC));
+    let kept = fs::metadata(&f).unwrap();
+    assert!(kept.len() > 400 << 20 && kept.len() < 512 << 20, "{kept:?}");
+    assert_eq!(kept.len() % 4096, 0);
+    assert!(kept.blocks() * 512 >= kept.len());
+    assert_eq!(statvfs(m.path()).unwrap().blocks_available(), 0);
+    let again = fallocate(&file, FallocateFlags::FALLOC_FL_KEEP_SIZE, 0, 1 << 30);
+    assert_eq!(again, Err(Errno::ENOSPC));
+    let after = fs::metadata(&f).unwrap();
+    assert_eq!((after.len(), after.blocks()), (kept.len(), kept.blocks()));
+    drop(file);
+    let image = m.finish();
+    match KernelMount::mount(&image.path) {
+        Ok(view) => {
+            let seen = fs::metadata(view.path().join("big")).unwrap();
+            assert_eq!((seen.len(), seen.blocks()), (kept.len(), kept.blocks()));
+        }
+        Err(reason) => {
+            e4_testkit::kernel_comparison_skipped("fallocate past the free space", &reason)
+        }
+    }
+}
+
 /// `norecovery`: an image whose journal needs recovery (a crash image of e4's own, taken
 /// at the first flush where the log alone holds a new file) is shown as it is on disk,
 /// without the log's transactions, and left byte for byte as it was; a plain `ro` mount
@@ -647,4 +688,141 @@ fn with_acl_the_kernel_checks_permissions_through_the_acls() {
         ),
     }
     m.finish();
+}
+
+/// Runs `program ARGS` in `dir` with at most 60 s (a stuck mount must not hang the test);
+/// it must succeed. Returns its standard output.
+fn run_in(dir: &Path, program: &str, args: &[&str]) -> String {
+    let out = std::process::Command::new("timeout")
+        .arg("60")
+        .arg(program)
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{program} {args:?} in {}: {}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The tree a real-tree test copies: the repository's own `crates/` (about 450 entries,
+/// 4.5 MiB), or `E4_REAL_TREE` (e.g. `/usr/share/doc`: 5,000 entries, 133 MiB, symlinks).
+fn real_tree() -> std::path::PathBuf {
+    std::env::var_os("E4_REAL_TREE").map_or_else(
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join(".."),
+        Into::into,
+    )
+}
+
+/// `cp -a`, `tar x`, `git init/add/commit/status/checkout` and `rm -rf` of a real tree
+/// through the mount, as a user's build sandbox would run them: each copy equals its
+/// source (types, modes, owners, sizes, contents, link targets, user xattrs, hard links,
+/// mtimes: to the nanosecond for `cp -a`, the second for tar's), git sees a clean tree,
+/// then a change, then the change undone; after `rm -rf` the tree is gone. What the mount
+/// showed at the end is copied out; then the image is unmounted, must pass `e2fsck -fn`,
+/// and the kernel's read-only mount of it must show that same tree.
+#[test]
+fn cp_tar_git_and_rm_of_a_real_tree_leave_what_the_kernel_reads_back() {
+    let source = real_tree();
+    // Two copies and git's objects.
+    let size_mib = 256.max(3 * du_mib(&source) + 128);
+    let Some(m) = TestMount::new("a real tree", size_mib, "") else {
+        return;
+    };
+    let root = m.path().to_path_buf();
+    let src = source.to_str().unwrap();
+    let exact = CompareOptions {
+        mtime_nanoseconds: true,
+        root_times: true,
+        ..CompareOptions::default()
+    };
+    // cp -a: everything, times to the nanosecond.
+    run_in(&root, "cp", &["-a", &format!("{src}/."), "copy"]);
+    let diffs = compare_trees(&source, &root.join("copy"), &exact);
+    assert!(
+        diffs.is_empty(),
+        "cp -a: {:?}",
+        &diffs[..diffs.len().min(10)]
+    );
+    // tar x, from a pipe: tar keeps mtimes to the second.
+    let archive = tempfile::NamedTempFile::new().unwrap();
+    let archive_path = archive.path().to_str().unwrap();
+    run_in(&root, "tar", &["cf", archive_path, "-C", src, "."]);
+    fs::create_dir(root.join("untar")).unwrap();
+    run_in(&root.join("untar"), "tar", &["xpf", archive_path]);
+    let seconds = CompareOptions {
+        root_times: true,
+        ..CompareOptions::default()
+    };
+    let diffs = compare_trees(&source, &root.join("untar"), &seconds);
+    assert!(
+        diffs.is_empty(),
+        "tar x: {:?}",
+        &diffs[..diffs.len().min(10)]
+    );
+    // git: a repository of the copy, committed, changed, restored, branched.
+    let repo = root.join("copy");
+    let git = |args: &[&str]| {
+        let mut all = vec![
+            "-c",
+            "safe.directory=*",
+            "-c",
+            "user.name=e4",
+            "-c",
+            "user.email=e4@e4",
+        ];
+        all.extend_from_slice(args);
+        run_in(&repo, "git", &all)
+    };
+    git(&["init", "-q"]);
+    git(&["add", "-A"]);
+    git(&["commit", "-q", "-m", "the real tree"]);
+    assert_eq!(git(&["status", "--porcelain"]), "");
+    let tracked = git(&["ls-files"]);
+    let first = tracked.lines().next().expect("a tracked file").to_string();
+    fs::OpenOptions::new()
+        .append(true)
+        .open(repo.join(&first))
+        .unwrap()
+        .write_all(b"changed through e4\n")
+        .unwrap();
+    assert_eq!(git(&["status", "--porcelain"]), format!(" M {first}\n"));
+    git(&["checkout", "-q", "--", &first]);
+    assert_eq!(git(&["status", "--porcelain"]), "");
+    git(&["checkout", "-q", "-b", "other"]);
+    assert_eq!(git(&["log", "--oneline"]).lines().count(), 1);
+    git(&["fsck", "--no-progress"]);
+    // rm -rf: the untarred tree goes, and the inodes it held come back.
+    let before = free_inodes(&root);
+    run_in(&root, "rm", &["-rf", "untar"]);
+    assert!(!root.join("untar").exists());
+    assert!(
+        eventually(|| free_inodes(&root) > before),
+        "rm -rf freed no inode"
+    );
+    // What the mount shows now, kept on the host to compare with the kernel's view.
+    let shown = tempfile::tempdir().unwrap();
+    run_in(&root, "cp", &["-a", ".", shown.path().to_str().unwrap()]);
+    let image = m.finish();
+    match KernelMount::mount(&image.path) {
+        Ok(view) => {
+            let diffs = compare_trees(shown.path(), &view.path(), &exact);
+            assert!(
+                diffs.is_empty(),
+                "the kernel's view: {:?}",
+                &diffs[..diffs.len().min(10)]
+            );
+        }
+        Err(reason) => e4_testkit::kernel_comparison_skipped("a real tree", &reason),
+    }
+}
+
+/// MiB of files under `dir` (`du -sm`).
+fn du_mib(dir: &Path) -> u64 {
+    let out = run_in(dir, "du", &["-sm", "."]);
+    out.split_whitespace().next().unwrap().parse().unwrap()
 }

@@ -7,6 +7,8 @@ use std::process::ExitCode;
 
 use clap::{ArgAction, Parser, Subcommand};
 
+mod acl_edit;
+mod acl_text;
 mod attribute_edit;
 mod bench;
 mod cat;
@@ -17,6 +19,7 @@ mod host_copy;
 mod id_map;
 mod import;
 mod info;
+mod inode_flags;
 mod interrupt;
 mod journal;
 mod ls;
@@ -375,6 +378,50 @@ enum Command {
         /// The path inside the image (a symlink is followed).
         path: OsString,
     },
+    /// Show inode flags as lsattr does: FLAGS PATH per line (a directory's entries unless -d).
+    Lsattr {
+        /// The ext4 image file or block device to read.
+        image: String,
+        /// A directory's own flags, not its entries'.
+        #[arg(short = 'd')]
+        directories: bool,
+        /// Entries whose names start with '.' too.
+        #[arg(short = 'a')]
+        all: bool,
+        /// Paths inside the image (a symlink is not followed).
+        #[arg(required = true)]
+        paths: Vec<OsString>,
+    },
+    /// Change inode flags as chattr does: chattr IMG +i -a =e PATH...
+    ///
+    /// Modes: +FLAGS adds, -FLAGS removes, =FLAGS sets exactly; letters aAcCdDeijPsStTuFxm.
+    #[command(allow_hyphen_values = true)]
+    Chattr {
+        /// The ext4 image file or block device to change.
+        image: String,
+        /// Modes, then paths inside the image (a symlink is not followed).
+        #[arg(required = true, num_args = 1.., allow_hyphen_values = true, trailing_var_arg = true)]
+        args: Vec<OsString>,
+    },
+    /// Show POSIX ACLs as getfacl -n does (numeric owners: the image's users are not the host's).
+    Getfacl {
+        /// The ext4 image file or block device to read.
+        image: String,
+        /// Paths inside the image (a symlink is followed).
+        #[arg(required = true)]
+        paths: Vec<OsString>,
+    },
+    /// Change POSIX ACLs as setfacl does: setfacl IMG [-b] [-k] [-d] [-n] [-m SPEC] [-x SPEC] PATH...
+    ///
+    /// SPEC: entries like u:1000:rwx,g::r-x,m::rw,o::-,d:u:1000:rx (numeric ids).
+    #[command(allow_hyphen_values = true)]
+    Setfacl {
+        /// The ext4 image file or block device to change.
+        image: String,
+        /// Options in order, then paths inside the image (a symlink is followed).
+        #[arg(required = true, num_args = 1.., allow_hyphen_values = true, trailing_var_arg = true)]
+        args: Vec<OsString>,
+    },
     /// Set a regular file's size: shrinking drops data, growing adds a hole.
     Truncate {
         /// The new size in bytes, or with a K, M, G or T suffix (powers of 1024).
@@ -522,10 +569,36 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Command::Chown { image, owner, path } => with_writable_image(&image, |fs| {
             attribute_edit::chown(fs, owner, ImagePath(&path))
         }),
+        Command::Lsattr {
+            image,
+            directories,
+            all,
+            paths,
+        } => inode_flags::lsattr(
+            &open(&image)?,
+            inode_flags::LsattrOptions { directories, all },
+            &paths,
+        ),
+        Command::Chattr { image, args } => {
+            let (change, paths) = inode_flags::parse_chattr(&args).map_err(usage_error)?;
+            with_writable_image(&image, |fs| inode_flags::chattr(fs, &change, paths))
+        }
+        Command::Getfacl { image, paths } => acl_edit::getfacl(&open(&image)?, &paths),
+        Command::Setfacl { image, args } => {
+            let args = acl_edit::parse_setfacl(&args).map_err(usage_error)?;
+            with_writable_image(&image, |fs| acl_edit::setfacl(fs, &args))
+        }
         Command::Truncate { size, image, path } => with_writable_image(&image, |fs| {
             attribute_edit::truncate(fs, size, ImagePath(&path))
         }),
     }
+}
+
+/// A usage error found after clap parsed (a command that parses its own arguments, as
+/// chattr's modes): one line, exit status 2, as clap's own.
+fn usage_error(message: String) -> CliError {
+    eprintln!("e4: {message} (see 'e4 --help')");
+    CliError::Reported(EXIT_USAGE)
 }
 
 fn main() -> ExitCode {

@@ -47,6 +47,26 @@ impl fmt::Display for CliError {
     }
 }
 
+/// `result`'s value; or, for a command that goes on past a path that fails, `None` once
+/// its line is on stderr and `failed` counts it.
+pub fn report_path<T>(result: Result<T, String>, failed: &mut usize) -> Option<T> {
+    result
+        .map_err(|line| {
+            eprintln!("e4: {line}");
+            *failed += 1;
+        })
+        .ok()
+}
+
+/// How a command that went on past failed paths ends: status 1 if any failed (each
+/// already shown by [`report_path`]).
+pub fn after_paths(failed: usize) -> Result<(), CliError> {
+    match failed {
+        0 => Ok(()),
+        _ => Err(CliError::Reported(EXIT_RUNTIME)),
+    }
+}
+
 /// Classifies a failed write to standard output.
 pub fn stdout_error(e: io::Error) -> CliError {
     if e.kind() == io::ErrorKind::BrokenPipe {

@@ -125,7 +125,8 @@ impl Filesystem {
     /// Runs `op`; if it finds the filesystem full while blocks or inodes freed in the
     /// running transaction wait for a commit, commits (making them free) and runs it once
     /// more, so a "no space" is never reported while space is only waiting (the kernel's
-    /// `ext4_should_retry_alloc`). `op` must change nothing when it fails with NoSpace.
+    /// `ext4_should_retry_alloc`). `op` must change nothing when it fails with NoSpace, or
+    /// (a fallocate that keeps what it allocated) leave what a second run goes on from.
     pub(crate) fn retry_when_full<T>(&self, op: impl Fn() -> Result<T>) -> Result<T> {
         match op() {
             Err(Error::NoSpace(Shortage::Blocks)) if self.writer.is_some() => {
@@ -313,7 +314,7 @@ impl Filesystem {
                             // Never mapped: the blocks go straight back.
                             return Err(io.unmapped(got, e));
                         }
-                        io.took(got);
+                        io.took_data(got);
                         *data_blocks += i64::from(got.len);
                         bytes
                     }

@@ -62,6 +62,13 @@ impl<'a> TxnIo<'a> {
         self.undo.borrow_mut().allocated(run);
     }
 
+    /// [`Self::took`] for a run of file data, which the operation never writes as metadata:
+    /// it is not looked up as a logged block (a fallocate into free space broken into single
+    /// blocks logged each, and each look-up scanned them all).
+    pub fn took_data(&self, run: Extent) {
+        self.undo.borrow_mut().allocated_data(run);
+    }
+
     /// Settles a run whose mapping failed with `error`, before it was mapped: it goes back
     /// to free space at once, unless the mapping found the file already uses its blocks
     /// (the bitmap called them free: damage), when they stay in use, which is the truth.

@@ -107,6 +107,11 @@ impl UndoLog {
         self.allocated.push(run);
     }
 
+    /// Logs a run of file data the operation allocated: given back on undo, never looked up.
+    pub(crate) fn allocated_data(&mut self, run: Extent) {
+        self.allocated.push(run);
+    }
+
     /// Logs a run the operation freed in the running transaction.
     pub(crate) fn freed(&mut self, start: u64, len: u64) {
         self.freed.push((start, len));

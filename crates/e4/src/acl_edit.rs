@@ -1,0 +1,410 @@
+//! `e4 getfacl` and `e4 setfacl`: POSIX ACLs of files in an image, shown and changed as
+//! the acl package's tools do (`getfacl -n`'s listing; `setfacl -m`, `-x`, `-b`, `-k`,
+//! `-d`, `-n` in command-line order). The ACLs go through the engine's
+//! `system.posix_acl_*` attributes, so the engine's rules apply as on the kernel's ext4
+//! (`fs/posix_acl.c`): an access ACL sets the permission bits, one the bits express is not
+//! stored, a malformed one is refused.
+//!
+//! What setfacl itself does before it calls `setxattr` is done here, as acl 2.3 does it:
+//! a new access ACL starts from the permission bits; a default ACL created by `-m` starts
+//! from the access ACL's owner, group and other entries; after `-m` or `-x` the mask is
+//! recomputed as the union of the group class (named users, the group, named groups)
+//! unless the same command gave a mask or `-n` (then a mask that named entries need is made
+//! from the group entry); `-b` removes both ACLs, `-k` the default.
+
+use std::ffi::OsString;
+
+use e4_format::posix_acl::{tag, AclEntry, PosixAcl};
+use e4_fs::{Error, FileType, Filesystem, Metadata, XattrSet};
+
+use crate::acl_text::{listing, parse_spec, resolve_x, SpecEntry, SpecKind};
+use crate::edit_session::{describe, ImagePath};
+use crate::outln;
+use crate::output::{after_paths, report_path, CliError, Output};
+
+const ACCESS: &[u8] = b"system.posix_acl_access";
+const DEFAULT: &[u8] = b"system.posix_acl_default";
+
+/// One of setfacl's operations, in command-line order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AclOp {
+    /// `-m`: add or change entries.
+    Modify(Vec<SpecEntry>),
+    /// `-x`: remove entries.
+    Remove(Vec<SpecEntry>),
+    /// `-b`: remove every extended entry and the default ACL.
+    RemoveAll,
+    /// `-k`: remove the default ACL.
+    RemoveDefault,
+}
+
+/// A parsed setfacl command line.
+#[derive(Debug, PartialEq, Eq)]
+pub struct SetfaclArgs {
+    pub ops: Vec<AclOp>,
+    /// `-n`: the mask is left as it is.
+    pub keep_mask: bool,
+    pub paths: Vec<OsString>,
+}
+
+/// Parses setfacl's options as getopt does: clusters of `b`, `k`, `d`, `n`, where `m` and
+/// `x` take the rest of the cluster or the next argument (`-dm u:1:rx`), `--` ends them;
+/// `-d` makes every later `-m`/`-x` entry a default ACL's.
+pub fn parse_setfacl(args: &[OsString]) -> Result<SetfaclArgs, String> {
+    let mut parsed = SetfaclArgs {
+        ops: Vec::new(),
+        keep_mask: false,
+        paths: Vec::new(),
+    };
+    let mut default = false;
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        let text = arg.to_str().unwrap_or("");
+        if text == "--" {
+            parsed.paths.extend(args.cloned());
+            break;
+        }
+        if !text.starts_with('-') || text == "-" {
+            parsed.paths.push(arg.clone());
+            continue;
+        }
+        let cluster = &text[1..];
+        for (at, option) in cluster.char_indices() {
+            match option {
+                'b' => parsed.ops.push(AclOp::RemoveAll),
+                'k' => parsed.ops.push(AclOp::RemoveDefault),
+                'd' => default = true,
+                'n' => parsed.keep_mask = true,
+                'm' | 'x' => {
+                    let rest = &cluster[at + 1..];
+                    let spec = if rest.is_empty() {
+                        let next = args.next().ok_or(format!("-{option} needs an ACL spec"))?;
+                        next.to_str().ok_or("an ACL spec must be text")?.to_string()
+                    } else {
+                        rest.to_string()
+                    };
+                    let kind = match option {
+                        'm' => SpecKind::WithPerms,
+                        _ => SpecKind::NamesOnly,
+                    };
+                    let mut entries = parse_spec(&spec, kind)?;
+                    for entry in &mut entries {
+                        entry.default |= default;
+                    }
+                    parsed.ops.push(match option {
+                        'm' => AclOp::Modify(entries),
+                        _ => AclOp::Remove(entries),
+                    });
+                    break;
+                }
+                other => {
+                    return Err(format!(
+                        "-{other} is not a setfacl option e4 knows (-m, -x, -b, -k, -d, -n)"
+                    ))
+                }
+            }
+        }
+    }
+    if parsed.ops.is_empty() {
+        return Err("setfacl needs an operation (-m, -x, -b or -k)".into());
+    }
+    if parsed.paths.is_empty() {
+        return Err("setfacl needs a path".into());
+    }
+    Ok(parsed)
+}
+
+/// An ACL being edited: its entries, and what the command did to it.
+#[derive(Default)]
+struct Edited {
+    entries: Vec<AclEntry>,
+    /// Changed by `-m`, `-x`, `-b` or `-k`: written back.
+    changed: bool,
+    /// A `-m` named the mask: it is not recomputed.
+    mask_given: bool,
+}
+
+/// `ino`'s ACL stored as `name`, if any.
+fn stored(fs: &Filesystem, ino: u32, name: &[u8]) -> Result<Option<Vec<AclEntry>>, Error> {
+    let Some(value) = fs.get_xattr(ino, name)? else {
+        return Ok(None);
+    };
+    let acl = PosixAcl::from_xattr(&value)
+        .map_err(|e| Error::Invalid(format!("inode {ino}: stored ACL: {e}")))?;
+    Ok(acl.map(|acl| acl.entries))
+}
+
+/// The owner, group and other entries the permission bits `mode` express.
+fn base_entries(mode: u16) -> Vec<AclEntry> {
+    [(tag::USER_OBJ, 6), (tag::GROUP_OBJ, 3), (tag::OTHER, 0)]
+        .iter()
+        .map(|&(tag, shift)| AclEntry {
+            tag,
+            perm: (mode >> shift) & 0o7,
+            id: u32::MAX,
+        })
+        .collect()
+}
+
+/// `ino`'s access ACL: the stored one, or the one its permission bits express.
+fn access_acl(fs: &Filesystem, ino: u32, meta: &Metadata) -> Result<Vec<AclEntry>, Error> {
+    Ok(stored(fs, ino, ACCESS)?.unwrap_or_else(|| base_entries(meta.permissions)))
+}
+
+fn same_entry(a: &AclEntry, b: &AclEntry) -> bool {
+    a.tag == b.tag && (a.id == b.id || !matches!(a.tag, tag::USER | tag::GROUP))
+}
+
+/// `entries` with the mask recomputed as setfacl does: the union of the group class, kept
+/// only where a mask is needed (named entries) or was there.
+fn recompute_mask(entries: &mut Vec<AclEntry>) {
+    let named = entries
+        .iter()
+        .any(|e| matches!(e.tag, tag::USER | tag::GROUP));
+    let has_mask = entries.iter().any(|e| e.tag == tag::MASK);
+    if !named && !has_mask {
+        return;
+    }
+    let union = entries
+        .iter()
+        .filter(|e| matches!(e.tag, tag::USER | tag::GROUP_OBJ | tag::GROUP))
+        .fold(0, |perm, e| perm | e.perm);
+    entries.retain(|e| e.tag != tag::MASK);
+    entries.push(AclEntry {
+        tag: tag::MASK,
+        perm: union,
+        id: u32::MAX,
+    });
+}
+
+/// Applies `args` to one file; an error is the line to show.
+fn set_one(fs: &Filesystem, args: &SetfaclArgs, path: ImagePath<'_>) -> Result<(), String> {
+    let ino = path.resolve(fs, true)?;
+    let why = |e: &Error| describe(path, e);
+    let meta = fs.metadata(ino).map_err(|e| why(&e))?;
+    let is_directory = meta.file_type == FileType::Directory;
+    let mut access = Edited {
+        entries: access_acl(fs, ino, &meta).map_err(|e| why(&e))?,
+        ..Edited::default()
+    };
+    let mut default = Edited {
+        entries: stored(fs, ino, DEFAULT)
+            .map_err(|e| why(&e))?
+            .unwrap_or_default(),
+        ..Edited::default()
+    };
+    for op in &args.ops {
+        match op {
+            AclOp::RemoveAll => {
+                access.entries = base_entries(meta.permissions);
+                access.changed = true;
+                default.entries.clear();
+                default.changed = true;
+            }
+            AclOp::RemoveDefault => {
+                default.entries.clear();
+                default.changed = true;
+            }
+            AclOp::Modify(entries) | AclOp::Remove(entries) => {
+                let modify = matches!(op, AclOp::Modify(_));
+                for spec in entries {
+                    if spec.default && !is_directory {
+                        return Err(format!(
+                            "{}: only directories can have default ACLs",
+                            path.shown()
+                        ));
+                    }
+                    if modify && spec.default && default.entries.is_empty() {
+                        // A new default ACL starts from the access ACL's base entries.
+                        default.entries = access
+                            .entries
+                            .iter()
+                            .filter(|e| {
+                                matches!(e.tag, tag::USER_OBJ | tag::GROUP_OBJ | tag::OTHER)
+                            })
+                            .copied()
+                            .collect();
+                    }
+                    let target = if spec.default {
+                        &mut default
+                    } else {
+                        &mut access
+                    };
+                    target.changed = true;
+                    target.entries.retain(|e| !same_entry(e, &spec.entry));
+                    if modify {
+                        let perm = resolve_x(spec.entry.perm, is_directory, meta.permissions);
+                        target.entries.push(AclEntry { perm, ..spec.entry });
+                        target.mask_given |= spec.entry.tag == tag::MASK;
+                    } else if matches!(spec.entry.tag, tag::USER_OBJ | tag::GROUP_OBJ | tag::OTHER)
+                    {
+                        return Err(format!(
+                            "{}: the owner, group and other entries cannot be removed",
+                            path.shown()
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    for (edited, name) in [(&mut access, ACCESS), (&mut default, DEFAULT)] {
+        if !edited.changed {
+            continue;
+        }
+        let needs_mask = edited
+            .entries
+            .iter()
+            .any(|e| matches!(e.tag, tag::USER | tag::GROUP))
+            && !edited.entries.iter().any(|e| e.tag == tag::MASK);
+        if !args.keep_mask && !edited.mask_given {
+            recompute_mask(&mut edited.entries);
+        } else if needs_mask {
+            // -n keeps a mask as it is; one that named entries need and that is missing is
+            // made from the group entry (what setfacl does: nothing gains rights).
+            let group = edited.entries.iter().find(|e| e.tag == tag::GROUP_OBJ);
+            let perm = group.map_or(0, |e| e.perm);
+            edited.entries.push(AclEntry {
+                tag: tag::MASK,
+                perm,
+                id: u32::MAX,
+            });
+        }
+        edited.entries.sort_by_key(|e| (e.tag, e.id));
+        let written = if edited.entries.is_empty() {
+            match fs.remove_xattr(ino, name) {
+                Err(Error::NoAttribute(_)) => Ok(()),
+                other => other,
+            }
+        } else {
+            let acl = PosixAcl {
+                entries: std::mem::take(&mut edited.entries),
+            };
+            fs.set_xattr(ino, name, &acl.to_xattr(), XattrSet::Either)
+        };
+        written.map_err(|e| why(&e))?;
+    }
+    Ok(())
+}
+
+/// `e4 setfacl IMG OPTIONS... PATH...`: every path is tried; each failure is one line,
+/// and the command fails if any did.
+pub fn setfacl(fs: &Filesystem, args: &SetfaclArgs) -> Result<(), CliError> {
+    let mut failed = 0;
+    for path in &args.paths {
+        report_path(set_one(fs, args, ImagePath(path)), &mut failed);
+    }
+    after_paths(failed)
+}
+
+/// `e4 getfacl IMG PATH...`: what `getfacl -n` prints, for each path (a symlink is
+/// followed): `# file:` (without a leading `/`, as getfacl), owner, group, the
+/// set-user-ID, set-group-ID and sticky bits when any is set, the access ACL (the
+/// permission bits' when none is stored), the default ACL, and a blank line.
+pub fn getfacl(fs: &Filesystem, paths: &[OsString]) -> Result<(), CliError> {
+    let mut out = Output::new();
+    let mut failed = 0;
+    for path in paths {
+        if let Some(lines) = report_path(facl_lines(fs, ImagePath(path)), &mut failed) {
+            for line in lines {
+                outln!(out, "{line}")?;
+            }
+        }
+    }
+    out.finish()?;
+    after_paths(failed)
+}
+
+fn facl_lines(fs: &Filesystem, path: ImagePath<'_>) -> Result<Vec<String>, String> {
+    let ino = path.resolve(fs, true)?;
+    let why = |e: &Error| describe(path, e);
+    let meta = fs.metadata(ino).map_err(|e| why(&e))?;
+    let shown = path.shown();
+    let file = match shown.trim_start_matches('/') {
+        "" => "/",
+        relative => relative,
+    };
+    let mut lines = vec![
+        format!("# file: {file}"),
+        format!("# owner: {}", meta.uid),
+        format!("# group: {}", meta.gid),
+    ];
+    let special = meta.permissions >> 9;
+    if special != 0 {
+        let bit = |mask: u16, c: char| if special & mask != 0 { c } else { '-' };
+        lines.push(format!(
+            "# flags: {}{}{}",
+            bit(4, 's'),
+            bit(2, 's'),
+            bit(1, 't')
+        ));
+    }
+    lines.extend(listing(
+        &access_acl(fs, ino, &meta).map_err(|e| why(&e))?,
+        "",
+    ));
+    if let Some(default) = stored(fs, ino, DEFAULT).map_err(|e| why(&e))? {
+        lines.extend(listing(&default, "default:"));
+    }
+    lines.push(String::new());
+    Ok(lines)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn os(args: &[&str]) -> Vec<OsString> {
+        args.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn options_in_order_as_getopt_reads_them() {
+        let parsed = parse_setfacl(&os(&["-b", "-dm", "u:1:rx", "-x", "g:2", "/a", "/b"])).unwrap();
+        assert_eq!(parsed.ops.len(), 3);
+        assert_eq!(parsed.ops[0], AclOp::RemoveAll);
+        let AclOp::Modify(entries) = &parsed.ops[1] else {
+            panic!("{parsed:?}")
+        };
+        assert!(entries[0].default);
+        let AclOp::Remove(entries) = &parsed.ops[2] else {
+            panic!("{parsed:?}")
+        };
+        assert!(entries[0].default, "-d applies to every later entry");
+        assert_eq!(parsed.paths, os(&["/a", "/b"]));
+        let glued = parse_setfacl(&os(&["-mu:1:r", "--", "-odd"])).unwrap();
+        assert_eq!(glued.paths, os(&["-odd"]));
+    }
+
+    #[test]
+    fn bad_command_lines_say_why() {
+        assert!(parse_setfacl(&os(&["/a"]))
+            .unwrap_err()
+            .contains("needs an operation"));
+        assert!(parse_setfacl(&os(&["-b"]))
+            .unwrap_err()
+            .contains("needs a path"));
+        assert!(parse_setfacl(&os(&["-m"]))
+            .unwrap_err()
+            .contains("needs an ACL spec"));
+        assert!(parse_setfacl(&os(&["-R", "-b", "/a"]))
+            .unwrap_err()
+            .contains("-R"));
+        assert!(parse_setfacl(&os(&["-m", "q:1:r", "/a"])).is_err());
+    }
+
+    #[test]
+    fn the_mask_is_the_union_of_the_group_class() {
+        let mut entries = base_entries(0o640);
+        entries.push(AclEntry {
+            tag: tag::USER,
+            perm: 7,
+            id: 5,
+        });
+        recompute_mask(&mut entries);
+        let mask = entries.iter().find(|e| e.tag == tag::MASK).unwrap();
+        assert_eq!(mask.perm, 7 | 4);
+        let mut plain = base_entries(0o640);
+        recompute_mask(&mut plain);
+        assert_eq!(plain, base_entries(0o640), "no mask where none is needed");
+    }
+}
