@@ -508,6 +508,7 @@ fn check_inode(
                 && ctx.sb.incompat().contains(IncompatFeatures::CASEFOLD)
                 && ctx.sb.encoding == ENCODING_UTF8_12_1,
             root_unmappable: tally.block_zero_unmappable,
+            siphash: inode.has_flag(flags::ENCRYPT) && inode.has_flag(flags::CASEFOLD),
         };
         let record = Directory::new(
             ino,

@@ -16,7 +16,9 @@ use rayon::prelude::*;
 
 use e4_format::casefold::{casefold, ENCODING_STRICT_MODE};
 use e4_format::checksum::inode_csum_seed;
-use e4_format::dir_entry::{file_type, has_tail, DirEntry, DirEntryIter, DirLeafBlock, TAIL_SIZE};
+use e4_format::dir_entry::{
+    file_type, has_tail, hashed_entry_size, DirEntry, DirEntryIter, DirLeafBlock, TAIL_SIZE,
+};
 use e4_format::features::IncompatFeatures;
 use e4_format::inline_data::inline_dir_parent;
 use e4_format::inode::ROOT_INO;
@@ -263,6 +265,10 @@ struct EntryChecker<'a, 'r> {
     /// A casefolded directory under the encoding's strict mode (e2fsck's `cf_dir`): its
     /// names must be UTF-8 and are compared folded.
     strict_casefold: bool,
+    /// A casefolded directory with an encryption policy (e2fsck's `hash_in_dirent`):
+    /// every entry but `.` and `..` keeps its name's hashes after the name, and its
+    /// `rec_len` must hold them.
+    hashes_in_entries: bool,
     /// Inodes `process_bad_inode` cannot read again ([`unreadable_bad_inodes`]).
     unreadable: &'a BTreeSet<u32>,
     names: DirNames<'r>,
@@ -282,13 +288,15 @@ impl<'a, 'r> EntryChecker<'a, 'r> {
         htree_range: Option<LeafRange>,
         unreadable: &'a BTreeSet<u32>,
     ) -> Self {
+        let encryption = ctx.encryption.of(dir.ino);
         EntryChecker {
             ctx,
             dir,
             logical,
             physical,
             htree_range,
-            encryption: ctx.encryption.of(dir.ino),
+            hashes_in_entries: dir.casefold() && encryption.is_some(),
+            encryption,
             strict_casefold: dir.casefold() && ctx.sb.encoding_flags & ENCODING_STRICT_MODE != 0,
             unreadable,
             names: DirNames::new(),
@@ -347,6 +355,24 @@ impl<'a, 'r> EntryChecker<'a, 'r> {
             };
             let at = offset;
             offset += entry.rec_len;
+            let record = &region[at - base..];
+            let dot_entry = first && index < 2;
+            if self.hashes_in_entries && !dot_entry {
+                // `name_len` as stored: e2fsck asks an unused entry to hold its name and
+                // hashes too.
+                let needed = hashed_entry_size(usize::from(record[6]));
+                if entry.rec_len < hashed_entry_size(1) || entry.rec_len < needed {
+                    self.report(
+                        ProblemCode::PR_2_DIR_CORRUPTED,
+                        at,
+                        format!(
+                            "directory inode {ino}, block #{}: directory corrupted (rec_len {} at offset {at} holds no name hashes: {needed} needed)",
+                            self.logical, entry.rec_len
+                        ),
+                    );
+                    return;
+                }
+            }
             let name = entry.name;
             let shown = String::from_utf8_lossy(name).into_owned();
             // The byte after the name (inside the entry's padding): `.` and `..` must be
@@ -405,7 +431,7 @@ impl<'a, 'r> EntryChecker<'a, 'r> {
             if entry.inode == 0 {
                 continue;
             }
-            self.check_hash(name);
+            self.check_hash(name, record);
             if name == b"." || name == b".." {
                 let code = if name == b"." {
                     ProblemCode::PR_2_DUP_DOT
@@ -557,10 +583,11 @@ impl<'a, 'r> EntryChecker<'a, 'r> {
         );
     }
 
-    /// Widens the range of name hashes seen in an htree leaf.
-    fn check_hash(&mut self, name: &[u8]) {
+    /// Widens the range of name hashes seen in an htree leaf with the hash of the entry
+    /// that `record` begins with, whose name is `name`.
+    fn check_hash(&mut self, name: &[u8], record: &[u8]) {
         if let Some(range) = &self.htree_range {
-            let hash = range.hash(name);
+            let hash = range.hash(name, record);
             self.hash_bounds = Some(match self.hash_bounds {
                 None => (hash, hash),
                 Some((lo, hi)) => (lo.min(hash), hi.max(hash)),

@@ -514,8 +514,12 @@ problem_codes! {
     PR_1_HTREE_HASHV = 0x01004A, ClearHtree, Htree, true;
     /// An htree root carries the incompatible flag.
     PR_1_HTREE_INCOMPAT = 0x01004B, ClearHtree, Htree, true;
-    /// An htree root names SipHash in a directory that is not casefolded.
+    /// An htree root names SipHash in a directory that is not both encrypted and
+    /// casefolded.
     PR_1_HTREE_CANNOT_SIPHASH = 0x01008E, ClearHtree, Htree, true;
+    /// An encrypted and casefolded directory's htree root names another hash than
+    /// SipHash (the only one such a directory's names can be placed by).
+    PR_1_HTREE_NEEDS_SIPHASH = 0x01008D, ClearHtree, Htree, true;
     /// An htree root claims more index levels than any directory may have, or than a
     /// directory of its size may have without large_dir (`handle_htree`).
     PR_1_HTREE_DEPTH = 0x01004C, ClearHtree, Htree, true;

@@ -5,6 +5,7 @@
 
 pub mod damages;
 pub mod flips;
+pub mod fscrypt;
 
 use std::collections::BTreeSet;
 use std::fs::{self, OpenOptions};
