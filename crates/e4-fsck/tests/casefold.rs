@@ -120,9 +120,35 @@ fn find_name(block: &[u8], name: &[u8]) -> Option<usize> {
 
 /// e4-format's folded hash of tricky names against debugfs's `dx_hash -c` (e2fsprogs'
 /// own folding): sharp s, the Angstrom sign, ignorables, a ligature, Hangul, dotted
-/// capital I, final sigma, Cherokee (whose lower case folds to upper), and a combining
-/// mark whose folding is a letter (debugfs refuses a name that is not UTF-8, which
-/// e2fsck hashes as its bytes).
+/// capital I, final sigma, Cherokee (whose lower case folds to upper), a combining
+/// mark whose folding is a letter, and characters of each kind Unicode 12.1 had not
+/// assigned (debugfs refuses a name that is not UTF-8, which e2fsck hashes as its
+/// bytes).
+/// Under strict mode, names holding characters Unicode 12.1 had not assigned (some the
+/// crates' tables fold, decompose or class, one never assigned) and noncharacters are
+/// valid, as e2fsck 1.47.0 finds them (only what is not UTF-8, a surrogate among it, is
+/// refused); enough of them to be indexed by `e2fsck -fyD`, which places them by 12.1's
+/// folding, so each leaf's names must hash into its range in e4 as well.
+#[test]
+fn names_with_characters_12_1_lacks() {
+    let odd = [
+        "\u{A7C7}",
+        "e\u{301}\u{1AC0}",
+        "\u{11938}",
+        "\u{1C89}",
+        "\u{378}",
+        "\u{10FFFF}",
+        "\u{FFFE}",
+    ];
+    let names: Vec<String> = (0..3 * NAMES_IN_ONE_BLOCK)
+        .map(|i| format!("{}{}-{i:02}", odd[i % odd.len()], name(i)))
+        .collect();
+    let image = casefold_image(",encoding_flags=strict", &names);
+    let htree = debugfs(&image.path, &format!("htree {DIR}"));
+    assert!(htree.contains("Indirect levels"), "not indexed:\n{htree}");
+    assert!(assert_exit(&image.path, "strict, characters 12.1 lacks", 0).is_empty());
+}
+
 #[test]
 fn folded_hashes_match_e2fsprogs() {
     use e4_format::casefold::casefold;
@@ -139,6 +165,16 @@ fn folded_hashes_match_e2fsprogs() {
         "ΣΑΣ ς".as_bytes(),
         "\u{AB70}\u{13A0}".as_bytes(),
         "\u{3B1}\u{345}\u{301}".as_bytes(),
+        // Characters Unicode 12.1 had not assigned, which the crates' tables touch and
+        // 12.1's leave alone: a letter with a folding (13.0), a combining mark of class
+        // 220 after one of 230 (14.0: reordered by the crates' NFD), a character with a
+        // canonical decomposition (13.0), letters with foldings of 16.0, a mark of the
+        // crates' later tables.
+        "X\u{A7C7}".as_bytes(),
+        "e\u{301}\u{1AC0}\u{212B}".as_bytes(),
+        "\u{11938}".as_bytes(),
+        "\u{1C89}\u{10D50}".as_bytes(),
+        "a\u{301}\u{1E6E3}".as_bytes(),
     ];
     for &name in names {
         let folded = casefold(name);
