@@ -586,3 +586,62 @@ fn walks_that_stop_e2fsck() {
         Some(PR_0_JOURNAL_BAD_INODE),
     );
 }
+
+/// The resize inode's map, walked by pass 1 as `check_blocks` walks any block map (the
+/// double indirect block owned, the rest counted), after `check_resize_inode` has looked
+/// at its layout: a reserved descriptor block (an indirect block here) outside the
+/// filesystem ends libext2fs's walk, which stops e2fsck; a copy of one outside is an
+/// illegal block. And the inode is read as libext2fs reads it, whatever its
+/// `i_extra_isize` (found by random flips in an ext3 resize inode: e4 took it for
+/// unreadable and stopped, e2fsck found it sound).
+#[test]
+fn resize_inode_map_walked_as_any_block_map() {
+    use ProblemCode::*;
+    let resize_inode_word = |img: &TestImage, at: u64| {
+        let bytes = img.read(at, 4);
+        u64::from(u32::from_le_bytes(bytes.try_into().unwrap()))
+    };
+    let inode_at = |img: &TestImage| {
+        e4_testkit::RawImage::read(&img.path)
+            .unwrap()
+            .inode_offset(7)
+            .unwrap()
+    };
+    let cases: [(&str, u64, i32, Option<ProblemCode>); 3] = [
+        // Entry 1 of the double indirect block names reserved block 0 (one
+        // descriptor block before it), entry 2 reserved block 1.
+        (
+            "a reserved block past the end",
+            1,
+            12,
+            Some(PR_1_BLOCK_ITERATE),
+        ),
+        (
+            "the last reserved block past the end",
+            2,
+            12,
+            Some(PR_1_BLOCK_ITERATE),
+        ),
+        // u64::MAX: the first word of reserved block 0, its first copy.
+        (
+            "a copy past the end",
+            u64::MAX,
+            4,
+            Some(PR_1_ILLEGAL_BLOCK_NUM),
+        ),
+    ];
+    for (what, entry, status, code) in cases {
+        let img = TestImage::new(&["-t", "ext4", "-b", "1024"], "8M");
+        let dind = resize_inode_word(&img, inode_at(&img) + 0x28 + 4 * 13);
+        let at = if entry == u64::MAX {
+            resize_inode_word(&img, dind * 1024 + 4) * 1024
+        } else {
+            dind * 1024 + 4 * entry
+        };
+        img.write(at, &99_999_999u32.to_le_bytes());
+        img.assert_exit(what, status, code);
+    }
+    let img = TestImage::new(&["-t", "ext3", "-b", "1024"], "8M");
+    img.write(inode_at(&img) + 0x80, &32_800u16.to_le_bytes());
+    img.assert_exit("an i_extra_isize past the resize inode", 0, None);
+}

@@ -29,6 +29,8 @@ pub enum Repair {
     Recreate,
     /// Stop the check (`PROMPT_ABORT`); declined, e2fsck goes on to its next step.
     Abort,
+    /// Rebuild a sound structure smaller (`PROMPT_OPTIMIZE`): no repair.
+    Optimize,
     /// Nothing to answer: the message is information (`PROMPT_NONE`).
     None,
 }
@@ -47,6 +49,7 @@ impl Repair {
             Repair::Relocate => "Relocate",
             Repair::Create => "Create",
             Repair::Recreate => "Recreate",
+            Repair::Optimize => "Optimize",
             Repair::Abort => "Abort",
             Repair::None => "",
         }
@@ -398,6 +401,11 @@ problem_codes! {
     PR_1_INODE_ONLY_CSUM_INVALID = 0x010068, Fix, Inode, true;
     /// An extent tree block's checksum does not match.
     PR_1_EXTENT_ONLY_CSUM_INVALID = 0x01006A, Fix, ExtentTree, true;
+    /// A sound extent tree could lose a level (pass 1E's note, printed in pass 1 under
+    /// `-n`; `PR_NO_OK`, so no error).
+    PR_1E_CAN_COLLAPSE_EXTENT_TREE = 0x014006, Optimize, ExtentTree, false;
+    /// A sound extent tree's level could have fewer nodes (as above).
+    PR_1E_CAN_NARROW_EXTENT_TREE = 0x014007, Optimize, ExtentTree, false;
     /// An xattr block's checksum does not match.
     PR_1_EA_BLOCK_ONLY_CSUM_INVALID = 0x01006C, Fix, Xattr, true;
     /// An index entry's logical start differs from its child's first extent.
