@@ -94,12 +94,15 @@ fn fold_into(out: &mut String, piece: &str) {
 }
 
 /// `name` case-folded as `utf8_casefold` folds it, as UTF-8 bytes; `None` when it is not
-/// UTF-8 (the kernel and e2fsck then use the name as it is). A character 12.1 had not
-/// assigned is kept as it is, and the pieces on either side are folded apart (it is a
-/// starter to 12.1, so nothing is reordered across it); a default-ignorable one is
-/// dropped all the same.
+/// UTF-8 (the kernel then hashes the name as it is; e2fsprogs folds some such names, see
+/// e4-fsck's `pass2/casefold_hash.rs`). The folding stops at a NUL, as `utf8byte` ends
+/// the name there. A character
+/// 12.1 had not assigned is kept as it is, and the pieces on either side are folded apart
+/// (it is a starter to 12.1, so nothing is reordered across it); a default-ignorable one
+/// is dropped all the same.
 pub fn casefold(name: &[u8]) -> Option<Vec<u8>> {
-    let name = std::str::from_utf8(name).ok()?;
+    let upto_nul = name.split(|&b| b == 0).next().unwrap_or(name);
+    let name = std::str::from_utf8(upto_nul).ok()?;
     let mut folded = String::with_capacity(name.len());
     let mut start = 0;
     let kept = name
@@ -133,6 +136,8 @@ mod tests {
             b"zerowidth"
         );
         assert_eq!(casefold(b"A\xffb"), None);
+        // The folding ends at a NUL, whatever follows it.
+        assert_eq!(casefold(b"AB\0C\xff").unwrap(), b"ab");
     }
 
     #[test]

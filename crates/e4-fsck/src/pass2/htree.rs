@@ -21,11 +21,11 @@
 //! compared with the range its parent's entry gives it, so a leaf out of its node's
 //! range is reported at the node, where e2fsck reports it.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
-use e4_format::casefold::casefold;
 use e4_format::checksum::inode_csum_seed;
 use e4_format::codec::{le16, le32};
 use e4_format::dir_entry::{rec_len_from_disk, EntryHashes};
@@ -35,6 +35,7 @@ use e4_format::features::IncompatFeatures;
 use e4_format::superblock::Superblock;
 use e4_format::{FormatError, Location as FormatLocation, MetadataBlock};
 
+use crate::pass2::casefold_hash::{hashed_name, HashedName};
 use crate::report::problem::{Location, ProblemCode};
 use crate::state::context::Context;
 use crate::state::directories::{DirBlock, Directory, HOLE_REPORTS_PER_DIRECTORY};
@@ -102,14 +103,23 @@ enum NameHash {
 
 impl LeafRange {
     /// The hash by which the index orders the entry that `record` begins with, whose
-    /// name is `name` (its bytes after the header).
-    pub fn hash(&self, name: &[u8], record: &[u8]) -> u32 {
+    /// name is `name` (its bytes after the header); `None` for a name e2fsck gets no
+    /// hash for (in a casefolded directory, see [`hashed_name`]: pass 2 then keeps the
+    /// previous entry's, which adds nothing to the leaf's range).
+    pub fn hash(&self, name: &[u8], record: &[u8]) -> Option<u32> {
         match self.hash {
             NameHash::Computed(version) => {
-                let folded = self.casefold.then(|| casefold(name)).flatten();
-                dir_hash(version, folded.as_deref().unwrap_or(name), &self.seed).major
+                let hashed = if self.casefold {
+                    match hashed_name(name) {
+                        HashedName::Bytes(bytes) => bytes,
+                        HashedName::Unhashed => return None,
+                    }
+                } else {
+                    Cow::Borrowed(name)
+                };
+                Some(dir_hash(version, &hashed, &self.seed).major)
             }
-            NameHash::Stored => EntryHashes::read(record, name.len()).hash,
+            NameHash::Stored => Some(EntryHashes::read(record, name.len()).hash),
         }
     }
 }

@@ -454,10 +454,14 @@ problem_codes! {
     PR_2_BAD_ENCODED_NAME = 0x020053, Fix, DirectoryEntry, true;
     /// An entry of an encrypted directory names a file of another encryption policy.
     PR_2_INCONSISTENT_ENCRYPTION_POLICY = 0x020052, Clear, DirectoryEntry, true;
-    /// The first entry of a directory is not `.`.
+    /// The first entry of a directory has no inode (`.` missing).
     PR_2_MISSING_DOT = 0x020009, Fix, DirectoryBlock, true;
-    /// The second entry of a directory is not `..`.
+    /// The second entry of a directory has no inode (`..` missing).
     PR_2_MISSING_DOT_DOT = 0x02000A, Fix, DirectoryBlock, true;
+    /// The first entry of a directory, with an inode, is not named `.`.
+    PR_2_1ST_NOT_DOT = 0x02000B, Fix, DirectoryBlock, true;
+    /// The second entry of a directory, with an inode, is not named `..`.
+    PR_2_2ND_NOT_DOT_DOT = 0x02000C, Fix, DirectoryBlock, true;
     /// `.` does not point at the directory itself.
     PR_2_BAD_INODE_DOT = 0x020001, Fix, DirectoryBlock, true;
     /// An inode's mode is not a valid file type.
