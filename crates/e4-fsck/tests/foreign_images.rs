@@ -645,3 +645,26 @@ fn resize_inode_map_walked_as_any_block_map() {
     img.write(inode_at(&img) + 0x80, &32_800u16.to_le_bytes());
     img.assert_exit("an i_extra_isize past the resize inode", 0, None);
 }
+
+/// A journal UUID in the superblock names an external journal, which e2fsck looks for
+/// whatever the features say (on ext2 too) and does not find for an image: "Can't find
+/// external journal", exit 12. With a null UUID, `s_journal_dev` does not matter: the
+/// internal journal is checked. Found by the sweep (a flipped bit of `s_journal_uuid`).
+#[test]
+fn external_journal_named_by_uuid() {
+    for fs in ["ext2", "ext4"] {
+        let img = TestImage::new(&["-t", fs], "8M");
+        debugfs_all(
+            &img,
+            &["ssv journal_uuid 11111111-2222-3333-4444-555555555555"],
+        );
+        img.assert_exit(
+            &format!("{fs} naming an external journal"),
+            12,
+            Some(ProblemCode::PR_0_CANT_FIND_JOURNAL),
+        );
+    }
+    let img = TestImage::new(&["-t", "ext4"], "8M");
+    debugfs_all(&img, &["ssv journal_dev 0x801"]);
+    img.assert_exit("a journal device beside the inode", 0, None);
+}

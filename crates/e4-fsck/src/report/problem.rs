@@ -155,6 +155,7 @@ macro_rules! problem_codes {
                         | ProblemCode::PR_0_JOURNAL_BAD_INODE
                         | ProblemCode::PR_0_JOURNAL_BAD_SUPER
                         | ProblemCode::PR_0_JOURNAL_UNSUPP_MULTIFS
+                        | ProblemCode::PR_0_CANT_FIND_JOURNAL
                         | ProblemCode::PR_1_BLOCK_ITERATE
                         | ProblemCode::PR_1B_ISCAN_ERROR
                         | ProblemCode::EXT2_ET_BAD_INODE_CSUM_INVALID
@@ -248,6 +249,10 @@ problem_codes! {
     /// A v2 journal superblock with more than one user: an internal journal has one, and
     /// e2fsck stops at once (exit 12).
     PR_0_JOURNAL_UNSUPP_MULTIFS = 0x000010, None, Journal, true;
+    /// The superblock names an external journal (`s_journal_uuid` not zero), which
+    /// e2fsck looks for among the system's devices and, for an image, does not find: it
+    /// stops at once (exit 12). e4 checks the image alone and finds none either.
+    PR_0_CANT_FIND_JOURNAL = 0x000011, None, Journal, true;
     /// A journal superblock block type that is none of jbd2's.
     PR_0_JOURNAL_UNSUPP_VERSION = 0x000027, Abort, Journal, true;
     /// An incompatible journal feature jbd2 does not know.
