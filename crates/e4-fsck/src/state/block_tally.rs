@@ -50,8 +50,10 @@ pub struct BlockTally {
     pub indirect_unfollowed: bool,
     /// Under bigalloc, the walk's place for the cluster rules.
     pub cursor: ClusterCursor,
-    /// How full each level of an extent tree is, for pass 1E's notes.
-    pub extent_levels: ExtentLevels,
+    /// How full each level of an extent tree is, for pass 1E's notes: only for trees
+    /// with nodes below the root (a root alone is never noted), and boxed, as the
+    /// tally of every inode is moved about and most have no such tree.
+    pub extent_levels: Option<Box<ExtentLevels>>,
 }
 
 impl BlockTally {
@@ -65,7 +67,10 @@ impl BlockTally {
         self.dir_blocks.extend(later.dir_blocks);
         self.block_zero_unmappable |= later.block_zero_unmappable;
         self.indirect_unfollowed |= later.indirect_unfollowed;
-        self.extent_levels.append(&later.extent_levels);
+        match (&mut self.extent_levels, later.extent_levels) {
+            (Some(levels), Some(later)) => levels.append(&later),
+            (levels, later) => *levels = levels.take().or(later),
+        }
     }
 
     /// Records `len` data blocks mapped from `logical` at `physical` (what they add to

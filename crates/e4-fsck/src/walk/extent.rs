@@ -66,15 +66,17 @@ pub fn walk_extent_tree(walk: &BlockWalk<'_>, inode: &Inode, dir: bool) -> Block
     };
     // The root's range ends at i_size, in blocks (ext2fs_extent_open's end_blk).
     let root_end = size.div_ceil(block_size);
-    let mut tally = BlockTally::default();
-    tally
-        .extent_levels
-        .add_node(0, root.header.entries, root.header.max);
+    let mut tally = BlockTally {
+        // A root alone (depth 0) is never noted: no counts for it.
+        extent_levels: (root.header.depth > 0).then(Box::default),
+        ..BlockTally::default()
+    };
     walk_node(walk, &info, &root, 0, None, root_end, &mut tally);
     // After the walk's own problems, as `check_blocks_extents` ends.
-    let shape = tally
-        .extent_levels
-        .optimization(root.header.depth, walk.ctx.block_size());
+    let shape = tally.extent_levels.take().and_then(|mut levels| {
+        levels.add_node(0, root.header.entries, root.header.max);
+        levels.optimization(root.header.depth, walk.ctx.block_size())
+    });
     if let Some((code, level)) = shape {
         let how = if code == ProblemCode::PR_1E_CAN_NARROW_EXTENT_TREE {
             "narrower"
@@ -304,7 +306,7 @@ fn walk_child(
             return true;
         }
     };
-    tally.extent_levels.add_node(
+    tally.extent_levels.get_or_insert_default().add_node(
         usize::from(info.root_depth - node.header.depth),
         node.header.entries,
         node.header.max,
