@@ -668,3 +668,14 @@ fn external_journal_named_by_uuid() {
     debugfs_all(&img, &["ssv journal_dev 0x801"]);
     img.assert_exit("a journal device beside the inode", 0, None);
 }
+
+/// A reserved inode (other than the root) whose fields `process_bad_inode` would report
+/// is never reported by e2fsck: no entry it follows names one and its pass 4 skips
+/// them. Found by the sweep: the boot loader inode's xattr block number flipped past
+/// the filesystem.
+#[test]
+fn bad_fields_of_a_reserved_inode() {
+    let img = TestImage::new(&["-t", "ext4", "-b", "1024"], "8M");
+    debugfs_all(&img, &["sif <5> file_acl 4194304"]);
+    img.assert_exit("the boot loader inode's xattr block past the end", 0, None);
+}
