@@ -89,6 +89,54 @@ pub fn entry_size(name_len: usize) -> usize {
     (ENTRY_HEADER_SIZE + name_len + 3) & !3
 }
 
+/// Bytes of the hash pair (`struct ext4_dir_entry_hash`) that an encrypted and
+/// casefolded directory keeps after each entry's name: the kernel hashes such names
+/// with SipHash keyed from the encryption key, so a reader without the key (a lookup by
+/// a no-key name, e2fsck) takes the hash from the entry instead of computing it.
+pub const ENTRY_HASH_SIZE: usize = 8;
+
+/// The space an entry with an `n`-byte name needs in a directory that keeps hashes in
+/// its entries (the kernel's `ext4_dir_rec_len` with `ext4_hash_in_dirent`).
+pub fn hashed_entry_size(name_len: usize) -> usize {
+    entry_size(name_len) + ENTRY_HASH_SIZE
+}
+
+/// An entry's stored hashes (`EXT4_DIRENT_HASH`, `EXT4_DIRENT_MINOR_HASH`): the major
+/// hash orders the htree, the minor one only readdir's cookies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EntryHashes {
+    pub hash: u32,
+    pub minor_hash: u32,
+}
+
+impl EntryHashes {
+    /// The hashes after the `name_len`-byte name of the entry that `record` begins
+    /// with, at the name's end rounded up to four bytes. A byte past `record` reads as
+    /// zero: only a damaged entry puts its hashes there.
+    pub fn read(record: &[u8], name_len: usize) -> Self {
+        let at = entry_size(name_len);
+        let word = |at: usize| {
+            let mut bytes = [0u8; 4];
+            for (i, b) in bytes.iter_mut().enumerate() {
+                *b = record.get(at + i).copied().unwrap_or(0);
+            }
+            u32::from_le_bytes(bytes)
+        };
+        EntryHashes {
+            hash: word(at),
+            minor_hash: word(at + 4),
+        }
+    }
+
+    /// Writes the hashes after the `name_len`-byte name of the entry that `record`
+    /// begins with (which must hold [`hashed_entry_size`] bytes).
+    pub fn write(&self, record: &mut [u8], name_len: usize) {
+        let at = entry_size(name_len);
+        record[at..at + 4].copy_from_slice(&self.hash.to_le_bytes());
+        record[at + 4..at + 8].copy_from_slice(&self.minor_hash.to_le_bytes());
+    }
+}
+
 /// Walks the entries of a linear directory region: a leaf block (without its tail) or the
 /// inline-data area. Stops at the first malformed entry with an error naming it.
 pub struct DirEntryIter<'a> {
@@ -363,6 +411,34 @@ mod tests {
         DirEntryIter::new(&block, 1024, true, Location::Block(3))
             .check_rest(12)
             .unwrap();
+    }
+
+    #[test]
+    fn hashes_follow_the_padded_name() {
+        let mut block = vec![0u8; 64];
+        let hashes = EntryHashes {
+            hash: 0x1234_5678,
+            minor_hash: 0x9abc_def0,
+        };
+        encode_entry(
+            &mut block,
+            11,
+            hashed_entry_size(5),
+            file_type::REGULAR,
+            b"hello",
+        );
+        hashes.write(&mut block, 5);
+        assert_eq!(hashed_entry_size(5), 24);
+        assert_eq!(block[16..20], 0x1234_5678u32.to_le_bytes());
+        assert_eq!(EntryHashes::read(&block, 5), hashes);
+        assert_eq!(
+            EntryHashes::read(&block[..18], 5),
+            EntryHashes {
+                hash: 0x5678,
+                minor_hash: 0
+            },
+            "bytes past the record read as zero"
+        );
     }
 
     #[test]

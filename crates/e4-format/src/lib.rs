@@ -19,6 +19,7 @@
 pub mod bitmap;
 pub mod block_map;
 pub mod casefold;
+pub mod casefold_12_1;
 pub mod checksum;
 pub mod codec;
 pub mod dir_entry;

@@ -13,71 +13,11 @@ use std::path::Path;
 use std::process::Command;
 
 use e4_fsck::ProblemCode;
-use e4_testkit::{make_empty_image, Image};
+use e4_testkit::make_empty_image;
 
+use common::casefold::{casefold_image, name, names, CASEFOLD_DIR_FLAGS, DIR, NAMES_IN_ONE_BLOCK};
 use common::flips::assert_random_flips_agree;
-use common::{assert_exit, bmap, debugfs, e2fsck_exit, edit_dir_block, run_debugfs};
-
-/// The casefolded directory.
-const DIR: &str = "cf";
-/// More names than a 1 KiB directory block holds of those here.
-const NAMES_IN_ONE_BLOCK: usize = 20;
-/// `s_hash_seed` of every image here.
-const HASH_SEED: &str = "6c9e4c4e-32c3-4d6e-9a57-0a3e3a8a1b42";
-/// `EXT4_CASEFOLD_FL | EXT4_EXTENTS_FL`.
-const CASEFOLD_DIR_FLAGS: u32 = 0x4008_0000;
-
-/// The `i`th name: its letters' case, and the characters that fold, vary with `i`.
-fn name(i: usize) -> String {
-    let stem = [
-        "Datei",
-        "ÄRGER",
-        "straße",
-        "Ångström",
-        "soft\u{AD}hyphen",
-        "zero\u{200B}space",
-    ][i % 6];
-    format!("{stem}-{i:04}")
-}
-
-/// The first `count` names.
-fn names(count: usize) -> Vec<String> {
-    (0..count).map(name).collect()
-}
-
-/// A 1 KiB-block casefold image (`encoding_flags`: "" or ",encoding_flags=strict") with
-/// `/cf` holding a file for each of `names`, indexed by `e2fsck -fyD` when they need
-/// more than one block.
-fn casefold_image(encoding_flags: &str, names: &[String]) -> Image {
-    let encoding = format!("encoding=utf8{encoding_flags}");
-    let image = make_empty_image(
-        &[
-            "-t", "ext4", "-b", "1024", "-O", "casefold", "-E", &encoding,
-        ],
-        8,
-    );
-    let host = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(host.path(), b"x").unwrap();
-    let mut commands = vec![
-        // A fixed seed, so that which leaf a damaged name hashes outside does not vary.
-        format!("ssv hash_seed {HASH_SEED}"),
-        format!("mkdir {DIR}"),
-        format!("sif {DIR} flags {CASEFOLD_DIR_FLAGS:#x}"),
-        format!("cd {DIR}"),
-    ];
-    commands.extend(
-        names
-            .iter()
-            .map(|name| format!("write {} \"{name}\"", host.path().display())),
-    );
-    run_debugfs(&image.path, &commands);
-    // A few names fit a block and get no index: e2fsck -D would also repair them.
-    if names.len() > NAMES_IN_ONE_BLOCK {
-        let indexed = e2fsck_exit(&image.path, &["-fyD"]);
-        assert!(indexed <= 1, "e2fsck -fyD exited {indexed}");
-    }
-    image
-}
+use common::{assert_exit, bmap, debugfs, edit_dir_block};
 
 /// Applies `edit` to the name bytes of entry `name` wherever it is in `/cf`.
 fn edit_name(image: &Path, name: &str, edit: impl Fn(&mut [u8]) + Copy) {
@@ -120,9 +60,35 @@ fn find_name(block: &[u8], name: &[u8]) -> Option<usize> {
 
 /// e4-format's folded hash of tricky names against debugfs's `dx_hash -c` (e2fsprogs'
 /// own folding): sharp s, the Angstrom sign, ignorables, a ligature, Hangul, dotted
-/// capital I, final sigma, Cherokee (whose lower case folds to upper), and a combining
-/// mark whose folding is a letter (debugfs refuses a name that is not UTF-8, which
-/// e2fsck hashes as its bytes).
+/// capital I, final sigma, Cherokee (whose lower case folds to upper), a combining
+/// mark whose folding is a letter, and characters of each kind Unicode 12.1 had not
+/// assigned (debugfs refuses a name that is not UTF-8, which e2fsck hashes as its
+/// bytes).
+/// Under strict mode, names holding characters Unicode 12.1 had not assigned (some the
+/// crates' tables fold, decompose or class, one never assigned) and noncharacters are
+/// valid, as e2fsck 1.47.0 finds them (only what is not UTF-8, a surrogate among it, is
+/// refused); enough of them to be indexed by `e2fsck -fyD`, which places them by 12.1's
+/// folding, so each leaf's names must hash into its range in e4 as well.
+#[test]
+fn names_with_characters_12_1_lacks() {
+    let odd = [
+        "\u{A7C7}",
+        "e\u{301}\u{1AC0}",
+        "\u{11938}",
+        "\u{1C89}",
+        "\u{378}",
+        "\u{10FFFF}",
+        "\u{FFFE}",
+    ];
+    let names: Vec<String> = (0..3 * NAMES_IN_ONE_BLOCK)
+        .map(|i| format!("{}{}-{i:02}", odd[i % odd.len()], name(i)))
+        .collect();
+    let image = casefold_image(",encoding_flags=strict", &names);
+    let htree = debugfs(&image.path, &format!("htree {DIR}"));
+    assert!(htree.contains("Indirect levels"), "not indexed:\n{htree}");
+    assert!(assert_exit(&image.path, "strict, characters 12.1 lacks", 0).is_empty());
+}
+
 #[test]
 fn folded_hashes_match_e2fsprogs() {
     use e4_format::casefold::casefold;
@@ -139,6 +105,16 @@ fn folded_hashes_match_e2fsprogs() {
         "ΣΑΣ ς".as_bytes(),
         "\u{AB70}\u{13A0}".as_bytes(),
         "\u{3B1}\u{345}\u{301}".as_bytes(),
+        // Characters Unicode 12.1 had not assigned, which the crates' tables touch and
+        // 12.1's leave alone: a letter with a folding (13.0), a combining mark of class
+        // 220 after one of 230 (14.0: reordered by the crates' NFD), a character with a
+        // canonical decomposition (13.0), letters with foldings of 16.0, a mark of the
+        // crates' later tables.
+        "X\u{A7C7}".as_bytes(),
+        "e\u{301}\u{1AC0}\u{212B}".as_bytes(),
+        "\u{11938}".as_bytes(),
+        "\u{1C89}\u{10D50}".as_bytes(),
+        "a\u{301}\u{1E6E3}".as_bytes(),
     ];
     for &name in names {
         let folded = casefold(name);

@@ -1,26 +1,142 @@
-//! Issue 24's sweep: random bit flips in the metadata of an image of every profile (the
-//! first 64 blocks, and the blocks of a few files, directories and the journal), each
-//! checked by `e2fsck -fn` (under `timeout`) and e4, comparing exit statuses. e4 must
-//! never call clean what e2fsck calls damaged, nor the reverse; the statuses must be
-//! equal but where e2fsck stops on an error e4 does not yet know to be fatal (e4 4,
-//! e2fsck 12: docs/FSCK.md lists the kinds). The rate is printed.
+//! Issue 24's sweep: random bit flips in the metadata of an image of every feature
+//! profile (e4-testkit's eight, bigalloc with 4 KiB and 1 KiB blocks, casefold with and
+//! without strict mode, encrypt, encrypt with casefold), in the first 64 blocks and the
+//! blocks of a few files and directories and the journal, each image checked by
+//! `e2fsck -fn` (under `timeout`) and e4. e4 must never call clean what e2fsck calls
+//! damaged, nor the reverse; the exit statuses must be equal but where e2fsck stops on an
+//! error e4 does not yet know to be fatal (e4 4, e2fsck 12: docs/FSCK.md lists the
+//! kinds). Where e2fsck went through pass 5, the problem classes are compared too, and
+//! the rates printed (`--nocapture`) for each profile.
+//!
+//! 40 rounds per profile, seed 7; `E4_SWEEP_ROUNDS` and `E4_SWEEP_SEED` change them for
+//! an exploration run, `E4_SWEEP_ONLY=NAME` keeps one profile, and `E4_SWEEP_SHOW=1`
+//! prints both outputs of each round whose classes differ (`E4_SWEEP_KEEP=DIR` also keeps
+//! its image there).
 
 mod common;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
+use std::path::Path;
 use std::process::Command;
 
 use rand::{Rng, SeedableRng};
 
-use e4_fsck::{check, Options};
-use e4_testkit::{make_image, PROFILES};
+use e4_fsck::{check, Options, ProblemClass};
+use e4_testkit::{make_image, Image, Profile, PROFILES};
 
-/// Rounds per profile.
+use common::casefold::{casefold_image, names};
+use common::fscrypt::encrypted_tree_image;
+
+/// Rounds per profile and the seed, unless the environment says otherwise.
 const ROUNDS: usize = 40;
+const SEED: u64 = 7;
+
+/// bigalloc, beside e4-testkit's profiles (which leave it out: the engine refuses it).
+const BIGALLOC_PROFILES: &[Profile] = &[
+    Profile {
+        name: "ext4-bigalloc-4k",
+        mke2fs_args: &["-t", "ext4", "-b", "4096", "-O", "bigalloc", "-C", "16384"],
+        mke2fs_miscopies: &[],
+    },
+    Profile {
+        name: "ext4-bigalloc-1k",
+        mke2fs_args: &["-t", "ext4", "-b", "1024", "-O", "bigalloc", "-C", "16384"],
+        mke2fs_miscopies: &[],
+    },
+];
+
+/// One image to damage, and the blocks where its metadata lies.
+struct Subject {
+    name: &'static str,
+    image: Image,
+    hot: Vec<u64>,
+}
+
+/// The first 64 blocks and up to 40 blocks of each of `paths`.
+fn hot_blocks(image: &Path, paths: &[&str]) -> Vec<u64> {
+    let mut hot: Vec<u64> = (0..64).collect();
+    for path in paths {
+        let text = common::debugfs(image, &format!("blocks {path}"));
+        let blocks = text
+            .split_whitespace()
+            .filter_map(|b| b.parse::<u64>().ok());
+        hot.extend(blocks.take(40));
+    }
+    hot
+}
+
+/// Every profile's image.
+fn subjects(source: &Path) -> Vec<Subject> {
+    let tree = ["/", "/dir1", "/dir1/sub", "/medium", "/small", "<8>"];
+    let mut subjects: Vec<Subject> = PROFILES
+        .iter()
+        .chain(BIGALLOC_PROFILES)
+        .map(|profile| {
+            let image = make_image(source, profile, 16, 2048);
+            let hot = hot_blocks(&image.path, &tree);
+            Subject {
+                name: profile.name,
+                image,
+                hot,
+            }
+        })
+        .collect();
+    let features: [(&'static str, Image, &str); 4] = [
+        ("casefold", casefold_image("", &names(60)), "cf"),
+        (
+            "casefold-strict",
+            casefold_image(",encoding_flags=strict", &names(60)),
+            "cf",
+        ),
+        ("encrypt", encrypted_tree_image(None, true), "e"),
+        (
+            "encrypt-casefold",
+            encrypted_tree_image(Some(""), true),
+            "e",
+        ),
+    ];
+    for (name, image, dir) in features {
+        let hot = hot_blocks(&image.path, &["/", dir]);
+        subjects.push(Subject { name, image, hot });
+    }
+    subjects
+}
+
+/// A number from the environment, or `default`.
+fn from_env<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// e4's exit status, problem classes and report for `image` (8 where it cannot check).
+fn e4_check(image: &Path) -> (i32, BTreeSet<ProblemClass>, String) {
+    let options = Options {
+        threads: Some(2),
+        force: true,
+        ..Options::default()
+    };
+    match check(image, &options) {
+        Ok(report) => {
+            let mut text = Vec::new();
+            report.write_text(&mut text, "image").unwrap();
+            let classes = report.problems.iter().map(|p| p.code.class()).collect();
+            let text = String::from_utf8_lossy(&text).into_owned();
+            (i32::from(report.exit_code()), classes, text)
+        }
+        Err(e) => (8, BTreeSet::new(), e.to_string()),
+    }
+}
 
 #[test]
 fn exit_status_agrees_under_random_flips() {
+    let rounds = from_env("E4_SWEEP_ROUNDS", ROUNDS);
+    let seed = from_env("E4_SWEEP_SEED", SEED);
+    let show = std::env::var_os("E4_SWEEP_SHOW").is_some();
+    let only = std::env::var("E4_SWEEP_ONLY").ok();
+    let keep = std::env::var_os("E4_SWEEP_KEEP").map(std::path::PathBuf::from);
     let source = tempfile::tempdir().unwrap();
     let root = source.path();
     fs::write(root.join("small"), b"hello").unwrap();
@@ -33,20 +149,17 @@ fn exit_status_agrees_under_random_flips() {
     let flipped = scratch.path().join("flipped.img");
     // (e4's status, e2fsck's) and how often.
     let mut pairs: BTreeMap<(i32, i32), usize> = BTreeMap::new();
-    for profile in PROFILES {
-        let image = make_image(root, profile, 16, 2048);
-        let mut hot: Vec<u64> = (0..64).collect();
-        for path in ["/", "/dir1", "/dir1/sub", "/medium", "/small", "<8>"] {
-            let text = common::debugfs(&image.path, &format!("blocks {path}"));
-            let blocks = text
-                .split_whitespace()
-                .filter_map(|b| b.parse::<u64>().ok());
-            hot.extend(blocks.take(40));
+    let (mut class_rounds, mut class_equal) = (0, 0);
+    for subject in subjects(root) {
+        if only.as_ref().is_some_and(|name| name != subject.name) {
+            continue;
         }
-        let pristine = fs::read(&image.path).unwrap();
-        let bs = common::block_size(&image.path) as usize;
-        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
-        for round in 0..ROUNDS {
+        let pristine = fs::read(&subject.image.path).unwrap();
+        let bs = common::block_size(&subject.image.path) as usize;
+        let hot = &subject.hot;
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let (mut equal, mut compared, mut same_classes) = (0, 0, 0);
+        for round in 0..rounds {
             let mut bytes = pristine.clone();
             for _ in 0..rng.gen_range(1..8) {
                 let block = hot[rng.gen_range(0..hot.len())] as usize;
@@ -56,12 +169,7 @@ fn exit_status_agrees_under_random_flips() {
                 }
             }
             fs::write(&flipped, &bytes).unwrap();
-            let options = Options {
-                threads: Some(2),
-                force: true,
-                ..Options::default()
-            };
-            let ours = check(&flipped, &options).map_or(8, |r| i32::from(r.exit_code()));
+            let (ours, our_classes, our_text) = e4_check(&flipped);
             let out = Command::new("timeout")
                 .arg("60")
                 .arg(e4_testkit::tool("e2fsck"))
@@ -71,15 +179,12 @@ fn exit_status_agrees_under_random_flips() {
                 .unwrap();
             let text = format!(
                 "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
+                String::from_utf8_lossy(&out.stderr),
+                String::from_utf8_lossy(&out.stdout)
             );
             let theirs = out.status.code().unwrap_or(-1);
-            assert_ne!(
-                theirs, 124,
-                "{} round {round}: e2fsck timed out",
-                profile.name
-            );
+            let name = subject.name;
+            assert_ne!(theirs, 124, "{name} round {round}: e2fsck timed out");
             // e2fsck 1.47.0 crashes on some htree damage; nothing to compare then.
             if text.contains("Signal (11)") {
                 continue;
@@ -87,10 +192,32 @@ fn exit_status_agrees_under_random_flips() {
             *pairs.entry((ours, theirs)).or_default() += 1;
             assert!(
                 ours == theirs || (ours == 4 && theirs == 12),
-                "{} round {round}: e4 exit {ours}, e2fsck exit {theirs}:\n{text}",
-                profile.name
+                "{name} round {round}: e4 exit {ours}, e2fsck exit {theirs}:\n{text}\n--- e4:\n{our_text}"
             );
+            equal += usize::from(ours == theirs);
+            if matches!(theirs, 0 | 4) && !common::e2fsck_aborted(&text) {
+                compared += 1;
+                let their_classes = common::e2fsck_classes(&flipped, &text);
+                if their_classes == our_classes {
+                    same_classes += 1;
+                } else {
+                    if show {
+                        println!(
+                            "=== {name} round {round}: classes e4 {our_classes:?}, e2fsck {their_classes:?}\n{text}\n--- e4:\n{our_text}"
+                        );
+                    }
+                    if let Some(dir) = &keep {
+                        fs::copy(&flipped, dir.join(format!("{name}-{round}.img"))).unwrap();
+                    }
+                }
+            }
         }
+        println!(
+            "{}: exit status equal in {equal} of {rounds} rounds, classes in {same_classes} of {compared}",
+            subject.name
+        );
+        class_rounds += compared;
+        class_equal += same_classes;
     }
     let total: usize = pairs.values().sum();
     let equal: usize = pairs
@@ -99,4 +226,5 @@ fn exit_status_agrees_under_random_flips() {
         .map(|(_, n)| n)
         .sum();
     println!("exit status equal in {equal} of {total} rounds: {pairs:?}");
+    println!("classes equal in {class_equal} of {class_rounds} rounds e2fsck finished");
 }

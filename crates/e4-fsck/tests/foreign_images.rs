@@ -586,3 +586,96 @@ fn walks_that_stop_e2fsck() {
         Some(PR_0_JOURNAL_BAD_INODE),
     );
 }
+
+/// The resize inode's map, walked by pass 1 as `check_blocks` walks any block map (the
+/// double indirect block owned, the rest counted), after `check_resize_inode` has looked
+/// at its layout: a reserved descriptor block (an indirect block here) outside the
+/// filesystem ends libext2fs's walk, which stops e2fsck; a copy of one outside is an
+/// illegal block. And the inode is read as libext2fs reads it, whatever its
+/// `i_extra_isize` (found by random flips in an ext3 resize inode: e4 took it for
+/// unreadable and stopped, e2fsck found it sound).
+#[test]
+fn resize_inode_map_walked_as_any_block_map() {
+    use ProblemCode::*;
+    let resize_inode_word = |img: &TestImage, at: u64| {
+        let bytes = img.read(at, 4);
+        u64::from(u32::from_le_bytes(bytes.try_into().unwrap()))
+    };
+    let inode_at = |img: &TestImage| {
+        e4_testkit::RawImage::read(&img.path)
+            .unwrap()
+            .inode_offset(7)
+            .unwrap()
+    };
+    let cases: [(&str, u64, i32, Option<ProblemCode>); 3] = [
+        // Entry 1 of the double indirect block names reserved block 0 (one
+        // descriptor block before it), entry 2 reserved block 1.
+        (
+            "a reserved block past the end",
+            1,
+            12,
+            Some(PR_1_BLOCK_ITERATE),
+        ),
+        (
+            "the last reserved block past the end",
+            2,
+            12,
+            Some(PR_1_BLOCK_ITERATE),
+        ),
+        // u64::MAX: the first word of reserved block 0, its first copy.
+        (
+            "a copy past the end",
+            u64::MAX,
+            4,
+            Some(PR_1_ILLEGAL_BLOCK_NUM),
+        ),
+    ];
+    for (what, entry, status, code) in cases {
+        let img = TestImage::new(&["-t", "ext4", "-b", "1024"], "8M");
+        let dind = resize_inode_word(&img, inode_at(&img) + 0x28 + 4 * 13);
+        let at = if entry == u64::MAX {
+            resize_inode_word(&img, dind * 1024 + 4) * 1024
+        } else {
+            dind * 1024 + 4 * entry
+        };
+        img.write(at, &99_999_999u32.to_le_bytes());
+        img.assert_exit(what, status, code);
+    }
+    let img = TestImage::new(&["-t", "ext3", "-b", "1024"], "8M");
+    img.write(inode_at(&img) + 0x80, &32_800u16.to_le_bytes());
+    img.assert_exit("an i_extra_isize past the resize inode", 0, None);
+}
+
+/// A journal UUID in the superblock names an external journal, which e2fsck looks for
+/// whatever the features say (on ext2 too) and does not find for an image: "Can't find
+/// external journal", exit 12. With a null UUID, `s_journal_dev` does not matter: the
+/// internal journal is checked. Found by the sweep (a flipped bit of `s_journal_uuid`).
+#[test]
+fn external_journal_named_by_uuid() {
+    for fs in ["ext2", "ext4"] {
+        let img = TestImage::new(&["-t", fs], "8M");
+        debugfs_all(
+            &img,
+            &["ssv journal_uuid 11111111-2222-3333-4444-555555555555"],
+        );
+        img.assert_exit(
+            &format!("{fs} naming an external journal"),
+            12,
+            Some(ProblemCode::PR_0_CANT_FIND_JOURNAL),
+        );
+    }
+    let img = TestImage::new(&["-t", "ext4"], "8M");
+    debugfs_all(&img, &["ssv journal_dev 0x801"]);
+    img.assert_exit("a journal device beside the inode", 0, None);
+}
+
+/// A reserved inode (other than the root) whose fields `process_bad_inode` would report
+/// is never reported by e2fsck: no entry it follows names one and its pass 4 skips
+/// them. Found by the sweep: the boot loader inode's xattr block number flipped past
+/// the filesystem.
+#[test]
+fn bad_fields_of_a_reserved_inode() {
+    let img = TestImage::new(&["-t", "ext4", "-b", "1024"], "8M");
+    debugfs_all(&img, &["sif <5> file_acl 4194304"]);
+    img.assert_exit("the boot loader inode's xattr block past the end", 0, None);
+}

@@ -76,19 +76,12 @@ pub fn open_and_check(path: &Path, clock: &mut PhaseClock) -> Result<Context, Fs
             feature_names(FeatureKind::Incompat, unknown).join(", ")
         )));
     }
-    if sb.incompat().contains(IncompatFeatures::CASEFOLD) {
-        if sb.encoding != ENCODING_UTF8_12_1 {
-            problems.push(Problem::new(
-                ProblemCode::E2FSCK_UNSUPPORTED_ENCODING,
-                Location::Superblock,
-                format!("unsupported encoding: {}", sb.encoding),
-            ));
-        }
-        // Such directories hash names with SipHash and keep the hash in each entry,
-        // which the checker does not read yet.
-        if sb.incompat().contains(IncompatFeatures::ENCRYPT) {
-            return Err(FsckError::Unsupported("encrypt with casefold".into()));
-        }
+    if sb.incompat().contains(IncompatFeatures::CASEFOLD) && sb.encoding != ENCODING_UTF8_12_1 {
+        problems.push(Problem::new(
+            ProblemCode::E2FSCK_UNSUPPORTED_ENCODING,
+            Location::Superblock,
+            format!("unsupported encoding: {}", sb.encoding),
+        ));
     }
     let geo = Geometry::new(&sb);
     let device_blocks = image.len() / u64::from(geo.block_size());

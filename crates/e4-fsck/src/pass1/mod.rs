@@ -35,7 +35,7 @@ use crate::report::progress::{PassMeter, Progress};
 use crate::state::atomic_bitmap::AtomicBitmap;
 use crate::state::block_claim::{BlockWalk, WalkMode};
 use crate::state::block_tally::BlockTally;
-use crate::state::context::{is_blank_inode, Context, BASE_INODE_SIZE};
+use crate::state::context::{decode_inode, is_blank_inode, Context};
 use crate::state::directories::{
     Directories, Directory, DirectoryFlags, InlineContents, HOLE_REPORTS_PER_DIRECTORY,
 };
@@ -325,22 +325,16 @@ fn check_inode(
     let loc = Location::Inode(ino);
     // An `i_extra_isize` that does not fit leaves the inode checked on its base fields, as
     // e2fsck -n declines the repair and goes on; it is reported below, for an inode in use.
-    let (inode, bad_extra_isize) = match Inode::decode(raw, ino) {
-        Ok(inode) => (inode, None),
-        Err(e) => match raw
-            .get(..BASE_INODE_SIZE)
-            .map(|base| Inode::decode(base, ino))
-        {
-            Some(Ok(inode)) => (inode, Some(e)),
-            _ => {
-                walk.report(
-                    ProblemCode::PR_1_EXTRA_ISIZE,
-                    loc,
-                    format!("inode {ino}: {e}"),
-                );
-                return None;
-            }
-        },
+    let (inode, bad_extra_isize) = match decode_inode(raw, ino) {
+        Ok(decoded) => decoded,
+        Err(e) => {
+            walk.report(
+                ProblemCode::PR_1_EXTRA_ISIZE,
+                loc,
+                format!("inode {ino}: {e}"),
+            );
+            return None;
+        }
     };
     let csum_ok = ctx.csum_seed.is_none_or(|fs_seed| {
         Inode::verify(
@@ -514,6 +508,7 @@ fn check_inode(
                 && ctx.sb.incompat().contains(IncompatFeatures::CASEFOLD)
                 && ctx.sb.encoding == ENCODING_UTF8_12_1,
             root_unmappable: tally.block_zero_unmappable,
+            siphash: inode.has_flag(flags::ENCRYPT) && inode.has_flag(flags::CASEFOLD),
         };
         let record = Directory::new(
             ino,

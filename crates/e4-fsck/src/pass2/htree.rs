@@ -21,20 +21,21 @@
 //! compared with the range its parent's entry gives it, so a leaf out of its node's
 //! range is reported at the node, where e2fsck reports it.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
-use e4_format::casefold::casefold;
 use e4_format::checksum::inode_csum_seed;
 use e4_format::codec::{le16, le32};
-use e4_format::dir_entry::rec_len_from_disk;
+use e4_format::dir_entry::{rec_len_from_disk, EntryHashes};
 use e4_format::dir_hash::{dir_hash, HashVersion};
 use e4_format::dir_htree::{DxNode, DxRoot, DxRootInfo, MAX_LEVELS, MAX_LEVELS_LARGEDIR};
 use e4_format::features::IncompatFeatures;
 use e4_format::superblock::Superblock;
 use e4_format::{FormatError, Location as FormatLocation, MetadataBlock};
 
+use crate::pass2::casefold_hash::{hashed_name, HashedName};
 use crate::report::problem::{Location, ProblemCode};
 use crate::state::context::Context;
 use crate::state::directories::{DirBlock, Directory, HOLE_REPORTS_PER_DIRECTORY};
@@ -50,7 +51,8 @@ const HASH_FLAG_INCOMPAT: u8 = 0x1;
 /// Hash versions a root may name on disk: legacy, half-MD4, TEA (the unsigned variants
 /// are the superblock's business, not the root's).
 const DISK_HASH_VERSIONS: [u8; 3] = [0, 1, 2];
-/// `EXT2_HASH_SIPHASH`: only for casefolded encrypted directories.
+/// `EXT2_HASH_SIPHASH`: only for encrypted and casefolded directories, which keep each
+/// name's hash in its entry.
 const HASH_SIPHASH: u8 = 6;
 /// Byte offset of an interior node's count/limit header (after its fake entry).
 const NODE_ENTRIES_OFFSET: usize = 8;
@@ -80,18 +82,45 @@ pub struct LeafRange {
     pub min: u32,
     /// Largest hash allowed.
     pub max: u32,
-    version: HashVersion,
+    hash: NameHash,
     seed: [u32; 4],
     /// The directory is casefolded: names are hashed case-folded (a name that is not
     /// UTF-8 as it is, as `ext2fs_dirhash2` falls back to).
     casefold: bool,
 }
 
+/// Where the hash that places a name in the index comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NameHash {
+    /// Computed from the name, with this version and the superblock's seed.
+    Computed(HashVersion),
+    /// SipHash, which the kernel keys from the directory's encryption key, so no checker
+    /// can compute it: read from the hashes stored after each name
+    /// ([`EntryHashes`]). e2fsck reads them whenever the root names SipHash, whether or
+    /// not the directory keeps hashes in its entries (then what follows the name).
+    Stored,
+}
+
 impl LeafRange {
-    /// The hash of `name` as the index orders it.
-    pub fn hash(&self, name: &[u8]) -> u32 {
-        let folded = self.casefold.then(|| casefold(name)).flatten();
-        dir_hash(self.version, folded.as_deref().unwrap_or(name), &self.seed).major
+    /// The hash by which the index orders the entry that `record` begins with, whose
+    /// name is `name` (its bytes after the header); `None` for a name e2fsck gets no
+    /// hash for (in a casefolded directory, see [`hashed_name`]: pass 2 then keeps the
+    /// previous entry's, which adds nothing to the leaf's range).
+    pub fn hash(&self, name: &[u8], record: &[u8]) -> Option<u32> {
+        match self.hash {
+            NameHash::Computed(version) => {
+                let hashed = if self.casefold {
+                    match hashed_name(name) {
+                        HashedName::Bytes(bytes) => bytes,
+                        HashedName::Unhashed => return None,
+                    }
+                } else {
+                    Cow::Borrowed(name)
+                };
+                Some(dir_hash(version, &hashed, &self.seed).major)
+            }
+            NameHash::Stored => Some(EntryHashes::read(record, name.len()).hash),
+        }
     }
 }
 
@@ -288,7 +317,7 @@ impl HtreeLayout {
             walker.unreferenced_leaf = Some(LeafRange {
                 min: 0,
                 max: 0,
-                version: HashVersion::Legacy,
+                hash: NameHash::Computed(HashVersion::Legacy),
                 seed: ctx.sb.hash_seed,
                 casefold: dir.casefold(),
             });
@@ -412,16 +441,22 @@ impl IndexWalker<'_> {
             );
         }
         let version = info.hash_version;
-        if version == HASH_SIPHASH {
-            // Casefold (the only user of SipHash) is refused before any check.
-            self.report_root_info(
-                ProblemCode::PR_1_HTREE_CANNOT_SIPHASH,
-                "uses SipHash, but should not".into(),
-            );
-        } else if !DISK_HASH_VERSIONS.contains(&version) {
+        if version != HASH_SIPHASH && !DISK_HASH_VERSIONS.contains(&version) {
             self.report_root_info(
                 ProblemCode::PR_1_HTREE_HASHV,
                 format!("has an unsupported hash version ({version})"),
+            );
+        }
+        // By the inode's flags alone (`ext4_hash_in_dirent`), whatever its context.
+        if self.dir.siphash() && version != HASH_SIPHASH {
+            self.report_root_info(
+                ProblemCode::PR_1_HTREE_NEEDS_SIPHASH,
+                format!("uses hash version ({version}), but should use SipHash (6)"),
+            );
+        } else if !self.dir.siphash() && version == HASH_SIPHASH {
+            self.report_root_info(
+                ProblemCode::PR_1_HTREE_CANNOT_SIPHASH,
+                "uses SipHash, but should not".into(),
             );
         }
         if info.unused_flags & HASH_FLAG_INCOMPAT != 0 {
@@ -548,10 +583,15 @@ impl IndexWalker<'_> {
         self.depth = u32::from(levels) + 1;
         // A version the root may not name was reported in pass 1 (`PR_1_HTREE_HASHV`);
         // without it no name can be hashed, so the leaves are not checked against ranges.
-        let version = DISK_HASH_VERSIONS
-            .contains(&root.info.hash_version)
-            .then(|| HashVersion::from_disk(root.info.hash_version, sb.unsigned_dir_hash()))
-            .flatten()?;
+        let hash = if root.info.hash_version == HASH_SIPHASH {
+            NameHash::Stored
+        } else {
+            DISK_HASH_VERSIONS
+                .contains(&root.info.hash_version)
+                .then(|| HashVersion::from_disk(root.info.hash_version, sb.unsigned_dir_hash()))
+                .flatten()
+                .map(NameHash::Computed)?
+        };
         if let Some(seed) = self.csum {
             if let Err(FormatError::Checksum { .. }) = DxNode::verify(&bytes, seed, loc) {
                 self.report(
@@ -564,7 +604,7 @@ impl IndexWalker<'_> {
         let template = LeafRange {
             min: 0,
             max: LAST_MAX_HASH,
-            version,
+            hash,
             seed: sb.hash_seed,
             casefold: self.dir.casefold(),
         };

@@ -6,6 +6,7 @@
 //! checksums verified, and each reference counted on an atomic counter for pass 4.
 //! Entries naming directories are returned for pass 3.
 
+mod casefold_hash;
 mod htree;
 mod names;
 
@@ -16,7 +17,9 @@ use rayon::prelude::*;
 
 use e4_format::casefold::{casefold, ENCODING_STRICT_MODE};
 use e4_format::checksum::inode_csum_seed;
-use e4_format::dir_entry::{file_type, has_tail, DirEntry, DirEntryIter, DirLeafBlock, TAIL_SIZE};
+use e4_format::dir_entry::{
+    file_type, has_tail, hashed_entry_size, DirEntry, DirEntryIter, DirLeafBlock, TAIL_SIZE,
+};
 use e4_format::features::IncompatFeatures;
 use e4_format::inline_data::inline_dir_parent;
 use e4_format::inode::ROOT_INO;
@@ -263,6 +266,10 @@ struct EntryChecker<'a, 'r> {
     /// A casefolded directory under the encoding's strict mode (e2fsck's `cf_dir`): its
     /// names must be UTF-8 and are compared folded.
     strict_casefold: bool,
+    /// A casefolded directory with an encryption policy (e2fsck's `hash_in_dirent`):
+    /// every entry but `.` and `..` keeps its name's hashes after the name, and its
+    /// `rec_len` must hold them.
+    hashes_in_entries: bool,
     /// Inodes `process_bad_inode` cannot read again ([`unreadable_bad_inodes`]).
     unreadable: &'a BTreeSet<u32>,
     names: DirNames<'r>,
@@ -282,13 +289,15 @@ impl<'a, 'r> EntryChecker<'a, 'r> {
         htree_range: Option<LeafRange>,
         unreadable: &'a BTreeSet<u32>,
     ) -> Self {
+        let encryption = ctx.encryption.of(dir.ino);
         EntryChecker {
             ctx,
             dir,
             logical,
             physical,
             htree_range,
-            encryption: ctx.encryption.of(dir.ino),
+            hashes_in_entries: dir.casefold() && encryption.is_some(),
+            encryption,
             strict_casefold: dir.casefold() && ctx.sb.encoding_flags & ENCODING_STRICT_MODE != 0,
             unreadable,
             names: DirNames::new(),
@@ -347,43 +356,72 @@ impl<'a, 'r> EntryChecker<'a, 'r> {
             };
             let at = offset;
             offset += entry.rec_len;
+            let record = &region[at - base..];
+            let dot_entry = first && index < 2;
+            if self.hashes_in_entries && !dot_entry {
+                // `name_len` as stored: e2fsck asks an unused entry to hold its name and
+                // hashes too.
+                let needed = hashed_entry_size(usize::from(record[6]));
+                if entry.rec_len < hashed_entry_size(1) || entry.rec_len < needed {
+                    self.report(
+                        ProblemCode::PR_2_DIR_CORRUPTED,
+                        at,
+                        format!(
+                            "directory inode {ino}, block #{}: directory corrupted (rec_len {} at offset {at} holds no name hashes: {needed} needed)",
+                            self.logical, entry.rec_len
+                        ),
+                    );
+                    return;
+                }
+            }
             let name = entry.name;
             let shown = String::from_utf8_lossy(name).into_owned();
             // The byte after the name (inside the entry's padding): `.` and `..` must be
             // NUL-terminated there (e2fsck's `check_dot`, `check_dotdot`).
             let terminated = region.get(at - base + NAME_OFFSET + name.len()) == Some(&0);
+            // `.` and `..` (e2fsck's `check_dot`, `check_dotdot`): declined, an entry
+            // with an inode then goes through the checks any entry does (those of
+            // later entries only excepted), and its reference is counted.
             if first && index == 0 {
-                if entry.inode == 0 || name != b"." {
-                    self.report(
+                let problem = if entry.inode == 0 {
+                    Some((
                         ProblemCode::PR_2_MISSING_DOT,
-                        at,
                         format!("missing '.' in directory inode {ino}"),
-                    );
+                    ))
+                } else if name != b"." {
+                    Some((ProblemCode::PR_2_1ST_NOT_DOT, format!("first entry '{shown}' (inode={}) in directory inode {ino} should be '.'", entry.inode)))
+                } else if !terminated {
+                    Some((
+                        ProblemCode::PR_2_DOT_NULL_TERM,
+                        format!(
+                            "'.' directory entry in directory inode {ino} is not NULL terminated"
+                        ),
+                    ))
                 } else {
-                    if !terminated {
-                        self.report(
-                            ProblemCode::PR_2_DOT_NULL_TERM,
-                            at,
-                            format!("'.' directory entry in directory inode {ino} is not NULL terminated"),
-                        );
-                    }
-                    if entry.inode != ino {
-                        self.report(
-                            ProblemCode::PR_2_BAD_INODE_DOT,
-                            at,
-                            format!("invalid inode number for '.' in directory inode {ino}"),
-                        );
-                    }
-                    ctx.inodes.add_ref(entry.inode);
+                    None
+                };
+                if let Some((code, message)) = problem {
+                    self.report(code, at, message);
                 }
-                continue;
-            }
-            if first && index == 1 {
-                if entry.inode == 0 || name != b".." {
+                if entry.inode != ino {
+                    self.report(
+                        ProblemCode::PR_2_BAD_INODE_DOT,
+                        at,
+                        format!("invalid inode number for '.' in directory inode {ino}"),
+                    );
+                }
+            } else if first && index == 1 {
+                if entry.inode == 0 {
                     self.report(
                         ProblemCode::PR_2_MISSING_DOT_DOT,
                         at,
                         format!("missing '..' in directory inode {ino}"),
+                    );
+                } else if name != b".." {
+                    self.report(
+                        ProblemCode::PR_2_2ND_NOT_DOT_DOT,
+                        at,
+                        format!("second entry '{shown}' (inode={}) in directory inode {ino} should be '..'", entry.inode),
                     );
                 } else if !terminated {
                     // Declined, e2fsck records no `..` for the directory (pass 3 then
@@ -395,29 +433,30 @@ impl<'a, 'r> EntryChecker<'a, 'r> {
                             "'..' directory entry in directory inode {ino} is not NULL terminated"
                         ),
                     );
-                    ctx.inodes.add_ref(entry.inode);
                 } else {
                     ctx.inodes.set_dotdot(ino, entry.inode);
-                    ctx.inodes.add_ref(entry.inode);
                 }
-                continue;
             }
             if entry.inode == 0 {
                 continue;
             }
-            self.check_hash(name);
-            if name == b"." || name == b".." {
-                let code = if name == b"." {
-                    ProblemCode::PR_2_DUP_DOT
-                } else {
-                    ProblemCode::PR_2_DUP_DOT_DOT
-                };
-                self.report(
-                    code,
-                    at,
-                    format!("entry '{shown}' in directory {ino} is a duplicate '{shown}' entry"),
-                );
-                continue;
+            if !dot_entry {
+                self.check_hash(name, record);
+                if name == b"." || name == b".." {
+                    let code = if name == b"." {
+                        ProblemCode::PR_2_DUP_DOT
+                    } else {
+                        ProblemCode::PR_2_DUP_DOT_DOT
+                    };
+                    self.report(
+                        code,
+                        at,
+                        format!(
+                            "entry '{shown}' in directory {ino} is a duplicate '{shown}' entry"
+                        ),
+                    );
+                    continue;
+                }
             }
             let target = entry.inode;
             if (target != ROOT_INO && target < ctx.sb.first_ino()) || target > ctx.sb.inodes_count {
@@ -430,7 +469,7 @@ impl<'a, 'r> EntryChecker<'a, 'r> {
             }
             // e2fsck's chain of entry problems (`check_dir_block`) names one: a link to
             // the root before a zero-length name; declined, the entry is still counted.
-            if name.is_empty() && target != ROOT_INO {
+            if !dot_entry && name.is_empty() && target != ROOT_INO {
                 self.report(
                     ProblemCode::PR_2_NULL_NAME,
                     at,
@@ -445,7 +484,7 @@ impl<'a, 'r> EntryChecker<'a, 'r> {
                     format!("inode checksum does not match inode while reading inode {target} in process_bad_inode"),
                 );
             }
-            if target == ino {
+            if !dot_entry && target == ino {
                 self.report(
                     ProblemCode::PR_2_LINK_DOT,
                     at,
@@ -457,7 +496,7 @@ impl<'a, 'r> EntryChecker<'a, 'r> {
                     at,
                     format!("entry '{shown}' in directory {ino} has deleted/unused inode {target}"),
                 );
-            } else if target == ROOT_INO {
+            } else if !dot_entry && target == ROOT_INO {
                 self.report(
                     ProblemCode::PR_2_LINK_ROOT,
                     at,
@@ -465,7 +504,9 @@ impl<'a, 'r> EntryChecker<'a, 'r> {
                 );
             }
             if self.encryption.is_some() {
-                self.check_encrypted_entry(&entry, kind, at);
+                if !dot_entry {
+                    self.check_encrypted_entry(&entry, kind, at);
+                }
                 // e2fsck's `encoded_check_name`: strict mode refuses a name that is not
                 // in the encoding, then checks it as any name.
             } else if self.strict_casefold && std::str::from_utf8(name).is_err() {
@@ -517,7 +558,7 @@ impl<'a, 'r> EntryChecker<'a, 'r> {
                     format!("duplicate entry '{shown}' in directory {ino} found"),
                 );
             }
-            if kind == InodeKind::Directory && target != ino {
+            if !dot_entry && kind == InodeKind::Directory && target != ino {
                 self.links
                     .push(SubdirLink::new(target, self.physical, at as u32, ino));
             }
@@ -557,10 +598,10 @@ impl<'a, 'r> EntryChecker<'a, 'r> {
         );
     }
 
-    /// Widens the range of name hashes seen in an htree leaf.
-    fn check_hash(&mut self, name: &[u8]) {
-        if let Some(range) = &self.htree_range {
-            let hash = range.hash(name);
+    /// Widens the range of name hashes seen in an htree leaf with the hash of the entry
+    /// that `record` begins with, whose name is `name`.
+    fn check_hash(&mut self, name: &[u8], record: &[u8]) {
+        if let Some(hash) = self.htree_range.and_then(|range| range.hash(name, record)) {
             self.hash_bounds = Some(match self.hash_bounds {
                 None => (hash, hash),
                 Some((lo, hi)) => (lo.min(hash), hi.max(hash)),

@@ -29,6 +29,8 @@ pub enum Repair {
     Recreate,
     /// Stop the check (`PROMPT_ABORT`); declined, e2fsck goes on to its next step.
     Abort,
+    /// Rebuild a sound structure smaller (`PROMPT_OPTIMIZE`): no repair.
+    Optimize,
     /// Nothing to answer: the message is information (`PROMPT_NONE`).
     None,
 }
@@ -47,6 +49,7 @@ impl Repair {
             Repair::Relocate => "Relocate",
             Repair::Create => "Create",
             Repair::Recreate => "Recreate",
+            Repair::Optimize => "Optimize",
             Repair::Abort => "Abort",
             Repair::None => "",
         }
@@ -152,6 +155,7 @@ macro_rules! problem_codes {
                         | ProblemCode::PR_0_JOURNAL_BAD_INODE
                         | ProblemCode::PR_0_JOURNAL_BAD_SUPER
                         | ProblemCode::PR_0_JOURNAL_UNSUPP_MULTIFS
+                        | ProblemCode::PR_0_CANT_FIND_JOURNAL
                         | ProblemCode::PR_1_BLOCK_ITERATE
                         | ProblemCode::PR_1B_ISCAN_ERROR
                         | ProblemCode::EXT2_ET_BAD_INODE_CSUM_INVALID
@@ -245,6 +249,10 @@ problem_codes! {
     /// A v2 journal superblock with more than one user: an internal journal has one, and
     /// e2fsck stops at once (exit 12).
     PR_0_JOURNAL_UNSUPP_MULTIFS = 0x000010, None, Journal, true;
+    /// The superblock names an external journal (`s_journal_uuid` not zero), which
+    /// e2fsck looks for among the system's devices and, for an image, does not find: it
+    /// stops at once (exit 12). e4 checks the image alone and finds none either.
+    PR_0_CANT_FIND_JOURNAL = 0x000011, None, Journal, true;
     /// A journal superblock block type that is none of jbd2's.
     PR_0_JOURNAL_UNSUPP_VERSION = 0x000027, Abort, Journal, true;
     /// An incompatible journal feature jbd2 does not know.
@@ -398,6 +406,11 @@ problem_codes! {
     PR_1_INODE_ONLY_CSUM_INVALID = 0x010068, Fix, Inode, true;
     /// An extent tree block's checksum does not match.
     PR_1_EXTENT_ONLY_CSUM_INVALID = 0x01006A, Fix, ExtentTree, true;
+    /// A sound extent tree could lose a level (pass 1E's note, printed in pass 1 under
+    /// `-n`; `PR_NO_OK`, so no error).
+    PR_1E_CAN_COLLAPSE_EXTENT_TREE = 0x014006, Optimize, ExtentTree, false;
+    /// A sound extent tree's level could have fewer nodes (as above).
+    PR_1E_CAN_NARROW_EXTENT_TREE = 0x014007, Optimize, ExtentTree, false;
     /// An xattr block's checksum does not match.
     PR_1_EA_BLOCK_ONLY_CSUM_INVALID = 0x01006C, Fix, Xattr, true;
     /// An index entry's logical start differs from its child's first extent.
@@ -446,10 +459,14 @@ problem_codes! {
     PR_2_BAD_ENCODED_NAME = 0x020053, Fix, DirectoryEntry, true;
     /// An entry of an encrypted directory names a file of another encryption policy.
     PR_2_INCONSISTENT_ENCRYPTION_POLICY = 0x020052, Clear, DirectoryEntry, true;
-    /// The first entry of a directory is not `.`.
+    /// The first entry of a directory has no inode (`.` missing).
     PR_2_MISSING_DOT = 0x020009, Fix, DirectoryBlock, true;
-    /// The second entry of a directory is not `..`.
+    /// The second entry of a directory has no inode (`..` missing).
     PR_2_MISSING_DOT_DOT = 0x02000A, Fix, DirectoryBlock, true;
+    /// The first entry of a directory, with an inode, is not named `.`.
+    PR_2_1ST_NOT_DOT = 0x02000B, Fix, DirectoryBlock, true;
+    /// The second entry of a directory, with an inode, is not named `..`.
+    PR_2_2ND_NOT_DOT_DOT = 0x02000C, Fix, DirectoryBlock, true;
     /// `.` does not point at the directory itself.
     PR_2_BAD_INODE_DOT = 0x020001, Fix, DirectoryBlock, true;
     /// An inode's mode is not a valid file type.
@@ -514,8 +531,12 @@ problem_codes! {
     PR_1_HTREE_HASHV = 0x01004A, ClearHtree, Htree, true;
     /// An htree root carries the incompatible flag.
     PR_1_HTREE_INCOMPAT = 0x01004B, ClearHtree, Htree, true;
-    /// An htree root names SipHash in a directory that is not casefolded.
+    /// An htree root names SipHash in a directory that is not both encrypted and
+    /// casefolded.
     PR_1_HTREE_CANNOT_SIPHASH = 0x01008E, ClearHtree, Htree, true;
+    /// An encrypted and casefolded directory's htree root names another hash than
+    /// SipHash (the only one such a directory's names can be placed by).
+    PR_1_HTREE_NEEDS_SIPHASH = 0x01008D, ClearHtree, Htree, true;
     /// An htree root claims more index levels than any directory may have, or than a
     /// directory of its size may have without large_dir (`handle_htree`).
     PR_1_HTREE_DEPTH = 0x01004C, ClearHtree, Htree, true;

@@ -7,6 +7,7 @@ use std::collections::HashSet;
 use std::sync::Mutex;
 
 use e4_format::features::RoCompatFeatures;
+use e4_format::inode::ROOT_INO;
 
 use crate::report::problem::{Location, ProblemCode};
 use crate::state::block_tally::{BlockTally, ClusterCursor};
@@ -53,7 +54,11 @@ impl BlockWalk<'_> {
     }
 
     /// Reports a problem of this inode that e2fsck leaves to pass 2's
-    /// `process_bad_inode`, marking the inode bad (pass 1 only).
+    /// `process_bad_inode`, marking the inode bad (pass 1 only). For a reserved inode
+    /// other than the root the problem is not reported: e2fsck's pass 2 stops at an
+    /// entry naming one (`PR_2_BAD_INO`) and its pass 4 skips them, so
+    /// `process_bad_inode` never runs for it (found by the sweep: a bad xattr block
+    /// number in the boot loader inode).
     pub fn report_bad_inode(&self, code: ProblemCode, message: impl Into<String>) {
         if self.mode == WalkMode::Claim {
             self.ctx
@@ -61,7 +66,9 @@ impl BlockWalk<'_> {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .insert(self.ino);
-            self.ctx.report(code, Location::Inode(self.ino), message);
+            if self.ino == ROOT_INO || self.ino >= self.ctx.sb.first_ino() {
+                self.ctx.report(code, Location::Inode(self.ino), message);
+            }
         }
     }
 

@@ -3,6 +3,8 @@
 //! `i_size` and `i_blocks` checks; and, for a directory, where each of its blocks is.
 //! Subtrees walked on different threads give tallies that are combined in logical order.
 
+use crate::state::extent_levels::ExtentLevels;
+
 /// Where one inode's walk stands for bigalloc's rules, which look at the block mapped just
 /// before (e2fsck's `previous_block` and `last_block` in `process_block_struct`). Only a
 /// walk made in logical order on one tally keeps it, so under bigalloc nothing of one
@@ -48,6 +50,10 @@ pub struct BlockTally {
     pub indirect_unfollowed: bool,
     /// Under bigalloc, the walk's place for the cluster rules.
     pub cursor: ClusterCursor,
+    /// How full each level of an extent tree is, for pass 1E's notes: only for trees
+    /// with nodes below the root (a root alone is never noted), and boxed, as the
+    /// tally of every inode is moved about and most have no such tree.
+    pub extent_levels: Option<Box<ExtentLevels>>,
 }
 
 impl BlockTally {
@@ -61,6 +67,10 @@ impl BlockTally {
         self.dir_blocks.extend(later.dir_blocks);
         self.block_zero_unmappable |= later.block_zero_unmappable;
         self.indirect_unfollowed |= later.indirect_unfollowed;
+        match (&mut self.extent_levels, later.extent_levels) {
+            (Some(levels), Some(later)) => levels.append(&later),
+            (levels, later) => *levels = levels.take().or(later),
+        }
     }
 
     /// Records `len` data blocks mapped from `logical` at `physical` (what they add to

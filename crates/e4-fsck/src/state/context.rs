@@ -9,10 +9,10 @@ use std::sync::Mutex;
 use e4_format::features::{IncompatFeatures, RoCompatFeatures};
 use e4_format::geometry::Geometry;
 use e4_format::group_descriptor::{GroupDescriptor, BG_BLOCK_UNINIT, BG_INODE_UNINIT};
-use e4_format::inode::Inode;
+use e4_format::inode::{Inode, InodeSeed};
 use e4_format::superblock::Superblock;
 use e4_format::table::TableTooLarge;
-use e4_format::FormatError;
+use e4_format::{FormatError, MetadataBlock};
 
 use crate::report::problem::{Location, Problem, ProblemCode};
 use crate::state::atomic_bitmap::AtomicBitmap;
@@ -103,6 +103,23 @@ pub const BASE_INODE_SIZE: usize = 128;
 /// in every read of an inode on its own.
 pub fn is_blank_inode(raw: &[u8]) -> bool {
     raw.iter().take(BASE_INODE_SIZE).all(|&b| b == 0)
+}
+
+/// Decodes inode `ino` from its record `raw` as libext2fs reads one, without looking at
+/// `i_extra_isize`: when the extra size does not fit the record, its base fields alone,
+/// with the decoding error beside them (pass 1 reports it as `PR_1_EXTRA_ISIZE`). An
+/// error only when not even the base decodes.
+pub fn decode_inode(raw: &[u8], ino: u32) -> Result<(Inode, Option<FormatError>), FormatError> {
+    match Inode::decode(raw, ino) {
+        Ok(inode) => Ok((inode, None)),
+        Err(e) => match raw
+            .get(..BASE_INODE_SIZE)
+            .map(|base| Inode::decode(base, ino))
+        {
+            Some(Ok(inode)) => Ok((inode, Some(e))),
+            _ => Err(e),
+        },
+    }
 }
 
 impl Context {
@@ -213,10 +230,21 @@ impl Context {
         // A blank inode's checksum is not looked at (found by random flips: an xattr
         // entry naming a value inode never written).
         let seed = self.csum_seed.filter(|_| !is_blank_inode(&raw));
-        Inode::parse(&raw, ino, seed).map_err(|e| match e {
-            FormatError::Checksum { .. } => ReadInodeError::Checksum(e),
-            e => unreadable(&e.to_string()),
-        })
+        // A bad `i_extra_isize` does not stop libext2fs's read (found by random flips in
+        // an ext3 resize inode: e2fsck checked it on, e4 called it unreadable).
+        let (inode, _) = decode_inode(&raw, ino).map_err(|e| unreadable(&e.to_string()))?;
+        if let Some(fs_seed) = seed {
+            Inode::verify(
+                &raw,
+                InodeSeed { fs_seed, ino },
+                e4_format::Location::Inode(ino),
+            )
+            .map_err(|e| match e {
+                FormatError::Checksum { .. } => ReadInodeError::Checksum(e),
+                e => unreadable(&e.to_string()),
+            })?;
+        }
+        Ok(inode)
     }
 
     /// Block size in bytes.

@@ -36,12 +36,16 @@ pub struct DirectoryFlags {
     /// `EXT4_CASEFOLD_FL` under the casefold feature and the utf8 encoding: names are
     /// hashed and compared case-folded ([`e4_format::casefold`]).
     pub casefold: bool,
+    /// `EXT4_ENCRYPT_FL` with `EXT4_CASEFOLD_FL` (e2fsprogs' `ext4_hash_in_dirent` of the
+    /// inode, flags alone): its htree root must name SipHash, and no other root may.
+    pub siphash: bool,
 }
 
 impl Directory {
     const HTREE: u8 = 1;
     const ROOT_UNMAPPABLE: u8 = 2;
     const CASEFOLD: u8 = 4;
+    const SIPHASH: u8 = 8;
 
     pub fn new(
         ino: u32,
@@ -60,7 +64,8 @@ impl Directory {
             links,
             flags: bit(flags.htree, Self::HTREE)
                 | bit(flags.root_unmappable, Self::ROOT_UNMAPPABLE)
-                | bit(flags.casefold, Self::CASEFOLD),
+                | bit(flags.casefold, Self::CASEFOLD)
+                | bit(flags.siphash, Self::SIPHASH),
         }
     }
 
@@ -77,6 +82,11 @@ impl Directory {
     /// See [`DirectoryFlags::casefold`].
     pub fn casefold(&self) -> bool {
         self.flags & Self::CASEFOLD != 0
+    }
+
+    /// See [`DirectoryFlags::siphash`].
+    pub fn siphash(&self) -> bool {
+        self.flags & Self::SIPHASH != 0
     }
 }
 

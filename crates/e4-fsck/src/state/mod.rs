@@ -11,6 +11,7 @@ pub mod context;
 pub mod directories;
 pub mod ea_inode_refs;
 pub mod encryption_policies;
+pub mod extent_levels;
 pub mod image;
 pub mod inode_state;
 pub mod lazy_slots;

@@ -30,6 +30,8 @@ struct TreeInfo {
     eof_block: Option<u64>,
     /// The per-inode checksum seed, under metadata_csum.
     csum_seed: Option<u32>,
+    /// The root's depth: a node of depth `d` lies `root_depth - d` levels below it.
+    root_depth: u16,
 }
 
 /// Walks the extent tree rooted in `inode`'s `i_block`.
@@ -60,11 +62,36 @@ pub fn walk_extent_tree(walk: &BlockWalk<'_>, inode: &Inode, dir: bool) -> Block
             .ctx
             .csum_seed
             .map(|seed| inode_csum_seed(seed, walk.ino, inode.record.generation)),
+        root_depth: root.header.depth,
     };
     // The root's range ends at i_size, in blocks (ext2fs_extent_open's end_blk).
     let root_end = size.div_ceil(block_size);
-    let mut tally = BlockTally::default();
+    let mut tally = BlockTally {
+        // A root alone (depth 0) is never noted: no counts for it.
+        extent_levels: (root.header.depth > 0).then(Box::default),
+        ..BlockTally::default()
+    };
     walk_node(walk, &info, &root, 0, None, root_end, &mut tally);
+    // After the walk's own problems, as `check_blocks_extents` ends.
+    let shape = tally.extent_levels.take().and_then(|mut levels| {
+        levels.add_node(0, root.header.entries, root.header.max);
+        levels.optimization(root.header.depth, walk.ctx.block_size())
+    });
+    if let Some((code, level)) = shape {
+        let how = if code == ProblemCode::PR_1E_CAN_NARROW_EXTENT_TREE {
+            "narrower"
+        } else {
+            "shorter"
+        };
+        walk.report(
+            code,
+            loc,
+            format!(
+                "inode {} extent tree (at level {level}) could be {how}",
+                walk.ino
+            ),
+        );
+    }
     tally
 }
 
@@ -279,6 +306,11 @@ fn walk_child(
             return true;
         }
     };
+    tally.extent_levels.get_or_insert_default().add_node(
+        usize::from(info.root_depth - node.header.depth),
+        node.header.entries,
+        node.header.max,
+    );
     let first = match &node.entries {
         ExtentEntries::Leaf(l) => l.first().map(|e| u64::from(e.block)),
         ExtentEntries::Index(i) => i.first().map(|e| u64::from(e.block)),

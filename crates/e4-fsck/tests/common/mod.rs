@@ -3,8 +3,10 @@
 //! damage structures of an image by path. Each test crate uses a subset of it.
 #![allow(dead_code)]
 
+pub mod casefold;
 pub mod damages;
 pub mod flips;
+pub mod fscrypt;
 
 use std::collections::BTreeSet;
 use std::fs::{self, OpenOptions};
@@ -17,6 +19,11 @@ use e4_testkit::RawImage;
 
 /// e2fsck message fragments and the class each one names. The first match wins.
 pub const E2FSCK_CLASSES: &[(&str, ProblemClass)] = &[
+    // "First entry 'X' (inode=N) in directory inode N (P) should be '.'", and the second.
+    ("First entry '", ProblemClass::DirectoryBlock),
+    ("Second entry '", ProblemClass::DirectoryBlock),
+    // Before "'..' in": "Entry '..' in /d (12) has an incorrect filetype".
+    ("incorrect filetype", ProblemClass::DirectoryEntry),
     // Before "should be zero": "...but s_reserved_gdt_blocks\nis N; should be zero."
     ("; should be zero", ProblemClass::ResizeInode),
     ("s_reserved_gdt_blocks", ProblemClass::ResizeInode),
@@ -102,7 +109,6 @@ pub const E2FSCK_CLASSES: &[(&str, ProblemClass)] = &[
     ("Invalid inode number for '.'", ProblemClass::DirectoryBlock),
     ("deleted/unused inode", ProblemClass::DirectoryEntry),
     ("has invalid inode #", ProblemClass::DirectoryEntry),
-    ("incorrect filetype", ProblemClass::DirectoryEntry),
     ("Duplicate entry", ProblemClass::DirectoryEntry),
     ("is a link to", ProblemClass::DirectoryEntry),
     ("illegal characters", ProblemClass::DirectoryEntry),
@@ -186,6 +192,19 @@ fn leaf_checksum_verifies(image: &Path, dir: u32, logical: u64) -> bool {
     DirLeafBlock::verify(block, seed, Location::Block(physical)).is_ok()
 }
 
+/// The classes of the problems e2fsck reported in `text`, its output on `image`.
+pub fn e2fsck_classes(image: &Path, text: &str) -> BTreeSet<ProblemClass> {
+    text.lines()
+        .filter(|line| !phantom_leaf_checksum(image, text, line))
+        .filter_map(|line| {
+            E2FSCK_CLASSES
+                .iter()
+                .find(|(fragment, _)| line.contains(fragment))
+                .map(|&(_, class)| class)
+        })
+        .collect()
+}
+
 pub fn e2fsck_verdict(image: &Path) -> (Verdict, String) {
     let out = Command::new(e4_testkit::tool("e2fsck"))
         .arg("-fn")
@@ -198,16 +217,7 @@ pub fn e2fsck_verdict(image: &Path) -> (Verdict, String) {
         String::from_utf8_lossy(&out.stderr),
         String::from_utf8_lossy(&out.stdout)
     );
-    let classes = text
-        .lines()
-        .filter(|line| !phantom_leaf_checksum(image, &text, line))
-        .filter_map(|line| {
-            E2FSCK_CLASSES
-                .iter()
-                .find(|(fragment, _)| line.contains(fragment))
-                .map(|&(_, class)| class)
-        })
-        .collect();
+    let classes = e2fsck_classes(image, &text);
     let code = out.status.code().unwrap_or(-1);
     assert!(
         matches!(code, 0 | 4 | 12),
