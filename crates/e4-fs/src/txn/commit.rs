@@ -211,8 +211,7 @@ impl Transactions {
     }
 
     fn add_commit_wait(&self, started: Instant) {
-        // OK to cast: u64 nanoseconds cover 584 years.
-        self.commit_wait.add(started.elapsed().as_nanos() as u64);
+        super::add_nanos_since(&self.commit_wait, started);
     }
 
     /// Makes sure transaction `txn` and every earlier one are written back, committing the

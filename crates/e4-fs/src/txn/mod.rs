@@ -253,8 +253,7 @@ impl Transactions {
                 || {
                     let started = Instant::now();
                     let gate = self.gate[slot].read();
-                    // OK to cast: u64 nanoseconds cover 584 years.
-                    self.gate_wait.add(started.elapsed().as_nanos() as u64);
+                    add_nanos_since(&self.gate_wait, started);
                     gate
                 },
             ),
@@ -389,6 +388,12 @@ impl Transactions {
     pub(crate) fn running_txn(&self) -> u64 {
         self.running.load(Ordering::Acquire)
     }
+}
+
+/// Adds the nanoseconds since `started` to `counter` (a wait's length).
+fn add_nanos_since(counter: &Counter, started: Instant) {
+    // OK to cast: u64 nanoseconds cover 584 years.
+    counter.add(started.elapsed().as_nanos() as u64);
 }
 
 /// `len` blocks from `start` as extents the allocator takes (at most 2^32 - 1 blocks each).
