@@ -858,8 +858,18 @@ impl Filesystem {
         w.txns.commit(&parts)?;
         for ino in w.space.orphans.chain() {
             // Whoever had it open can no longer close it.
-            self.inode_handle(ino)?.lock(&self.inodes).open_count = 0;
-            self.close_orphan(ino)?;
+            let handle = self.inode_handle(ino)?;
+            let links = {
+                let mut state = handle.lock(&self.inodes);
+                state.open_count = 0;
+                state.inode.links_count()
+            };
+            if links == 0 {
+                self.close_orphan(ino)?;
+            } else {
+                // A truncate in steps that failed part-way.
+                self.finish_truncate(ino)?;
+            }
         }
         {
             let _closed = w.txns.close_gate();

@@ -64,6 +64,21 @@ fn allocating_punching_truncating_and_unlinking_across_thousands_of_groups_fit_t
     let mut kept = [0u8; 4];
     fs.read_at(big, 300 * MIB + 5, &mut kept).unwrap();
     assert_eq!(&kept, b"kept");
+    // Zeroing allocates the 200 MiB punched and frees 80 MiB still mapped; a collapse
+    // then frees all 280 MiB and moves what follows down by as much.
+    fs.write_at(big, 310 * MIB, b"moved").unwrap();
+    fs.fallocate(big, FallocateMode::ZeroRange, 10 * MIB, 280 * MIB)
+        .unwrap();
+    assert_all_logged(&fs, "a 280 MiB zero range");
+    fs.fallocate(big, FallocateMode::CollapseRange, 10 * MIB, 280 * MIB)
+        .unwrap();
+    assert_all_logged(&fs, "a 280 MiB collapse");
+    assert_eq!(fs.metadata(big).unwrap().size, 40 * MIB);
+    fs.read_at(big, 20 * MIB + 5, &mut kept).unwrap();
+    assert_eq!(&kept, b"kept");
+    let mut moved = [0u8; 5];
+    fs.read_at(big, 30 * MIB, &mut moved).unwrap();
+    assert_eq!(&moved, b"moved");
     // An unlinked file still open is freed at its last close, in steps too.
     let open_file = fs.create(ROOT, b"open", FILE).unwrap();
     fs.fallocate(open_file, FallocateMode::KeepSize, 0, 150 * MIB)
@@ -73,7 +88,7 @@ fn allocating_punching_truncating_and_unlinking_across_thousands_of_groups_fit_t
     fs.release_inode(open_file).unwrap();
     assert_all_logged(&fs, "the last close of an unlinked 150 MiB file");
     fs.unlink(ROOT, b"big").unwrap();
-    assert_all_logged(&fs, "the unlink of a 120 MiB file over 1,000 groups");
+    assert_all_logged(&fs, "the unlink of what is left");
     fs.sync().unwrap();
     assert_eq!(fs.statfs().free_blocks, free, "every block came back");
     let stats = fs.journal_stats().unwrap();
@@ -213,4 +228,231 @@ fn a_delete_in_steps_that_fails_part_way_loses_nothing() {
         stopped_part_way > 0,
         "no fault fell between the unlink and the last step"
     );
+}
+
+/// A truncate in steps is all or nothing across a crash and across a failure part-way
+/// (a read that fails, at each of its reads in turn): its first step sets the new size and
+/// puts the file on the orphan list, so the image as the failure left it, opened again
+/// (the crash: the journal replayed, the orphan list processed), and the image the
+/// unmount leaves (which finishes the truncate) both hold the file at its old size with
+/// all its blocks or at its new size with only the blocks below it, and e2fsck finds
+/// them clean (the unmounted image before it is opened again too). (Before the first step set the size, a crash between steps left the file
+/// at a size between the two: `crash_states.rs` catches that one.)
+#[test]
+fn a_truncate_in_steps_that_fails_part_way_is_all_or_nothing() {
+    use e4_fs::device::{Device, Fault, FaultyDevice, MemoryDevice};
+    use std::sync::Arc;
+
+    const NEW_SIZE: u64 = 4096 + 7;
+    let image = make_empty_image(
+        &[
+            "-t",
+            "ext4",
+            "-b",
+            "4096",
+            "-g",
+            "256",
+            "-O",
+            "^resize_inode",
+        ],
+        32,
+    );
+    let file = {
+        let fs = open(&image);
+        let file = fs.create(ROOT, b"wide", FILE).unwrap();
+        let chunk = vec![0x77u8; MIB as usize];
+        for i in 0..12 {
+            fs.write_at(file, i * MIB, &chunk).unwrap();
+        }
+        fs.unmount().unwrap();
+        file
+    };
+    let base = std::fs::read(&image.path).unwrap();
+    // Commits where the transactions' sizes put them (no commit thread), so the steps a
+    // failure finds committed do not depend on a thread's timing.
+    let options = OpenOptions {
+        transaction_limit: Some(24),
+        commit_thread: false,
+        ..OpenOptions::writable()
+    };
+    let reopen = |bytes: Vec<u8>| {
+        let device = Arc::new(MemoryDevice::new(bytes));
+        let fs =
+            Filesystem::open_device(device.clone() as Arc<dyn Device>, options.clone()).unwrap();
+        let stat = fs.metadata(file).unwrap();
+        let free = fs.statfs().free_blocks;
+        fs.unmount().unwrap();
+        ((stat.size, stat.blocks, free), device.bytes())
+    };
+    // (size, blocks, free blocks) before and after.
+    let (before, _) = reopen(base.clone());
+    let run = |fault: Fault| {
+        let device = Arc::new(FaultyDevice::new(
+            MemoryDevice::new(base.clone()),
+            Fault::Never,
+        ));
+        let fs =
+            Filesystem::open_device(device.clone() as Arc<dyn Device>, options.clone()).unwrap();
+        let reads_before = device.counts().0;
+        device.set_fault(match fault {
+            Fault::Read(n) => Fault::Read(reads_before + n),
+            _ => Fault::Never,
+        });
+        let outcome = fs.truncate(file, NEW_SIZE);
+        let reads = device.counts().0 - reads_before;
+        device.set_fault(Fault::Never);
+        let crashed = device.inner().bytes();
+        fs.unmount().unwrap();
+        (outcome, reads, crashed, device.inner().bytes())
+    };
+    let (outcome, reads, _, unmounted) = run(Fault::Never);
+    outcome.unwrap();
+    let (after, _) = reopen(unmounted);
+    assert_eq!(after.0, NEW_SIZE);
+    assert!(reads >= 3, "the steps read {reads} blocks");
+    let checked = image.path.with_extension("checked");
+    let mut failed_part_way = 0;
+    for fault in (0..reads).map(Fault::Read) {
+        let (outcome, _, crashed, unmounted) = run(fault);
+        // The unmount left the image clean and the orphan list empty: e2fsck as it is.
+        std::fs::write(&checked, &unmounted).unwrap();
+        e2fsck_clean(&checked).unwrap_or_else(|e| panic!("{fault:?}, as unmounted: {e}"));
+        for (view, bytes) in [("crashed", crashed), ("unmounted", unmounted)] {
+            let (found, bytes) = reopen(bytes);
+            assert!(
+                found == before || found == after,
+                "{fault:?} ({outcome:?}), {view}: (size, blocks, free) {found:?}, \
+                 neither {before:?} nor {after:?}"
+            );
+            if outcome.is_err() && found == after && view == "crashed" {
+                failed_part_way += 1;
+            }
+            std::fs::write(&checked, bytes).unwrap();
+            e2fsck_clean(&checked).unwrap_or_else(|e| panic!("{fault:?}, {view}: {e}"));
+        }
+    }
+    assert!(
+        failed_part_way > 0,
+        "no fault fell after the first step and before the last"
+    );
+}
+
+/// A device that stops the first flush after [`PausingDevice::arm`] until the test lets
+/// it go: a commit between two steps of an operation, with no lock held that another
+/// operation needs (the gate is open while a commit writes).
+struct PausingDevice {
+    inner: e4_fs::device::MemoryDevice,
+    armed: std::sync::atomic::AtomicBool,
+    paused: std::sync::Mutex<std::sync::mpsc::Sender<()>>,
+    release: std::sync::Mutex<std::sync::mpsc::Receiver<()>>,
+}
+
+impl e4_fs::device::Device for PausingDevice {
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        self.inner.read_exact_at(buf, offset)
+    }
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        self.inner.write_all_at(buf, offset)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        if self.armed.swap(false, std::sync::atomic::Ordering::AcqRel) {
+            self.paused.lock().unwrap().send(()).unwrap();
+            self.release.lock().unwrap().recv().unwrap();
+        }
+        self.inner.flush()
+    }
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+}
+
+/// A write that comes while a truncate in steps is part-way waits for its last step, as
+/// the kernel's waits on `i_rwsem`. The truncate is stopped in a commit between two of
+/// its steps (the first has set the new size); the write goes past the new size, into
+/// blocks the last step frees. Had it gone in then, it would have written into an old
+/// block still mapped there (the old bytes around it read back) and the last step would
+/// have freed that block under it. The file ends as the write after the truncate leaves
+/// it: the old bytes up to the new size, zeros, then the write.
+#[test]
+fn a_write_waits_for_a_truncate_in_steps() {
+    use e4_fs::device::{Device, MemoryDevice};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{mpsc, Arc, Mutex};
+
+    const NEW_SIZE: u64 = 4096 + 7;
+    const AT: u64 = 64 * 1024 + 100;
+    let image = make_empty_image(
+        &[
+            "-t",
+            "ext4",
+            "-b",
+            "4096",
+            "-g",
+            "256",
+            "-O",
+            "^resize_inode",
+        ],
+        32,
+    );
+    let (paused_tx, paused) = mpsc::channel();
+    let (release, release_rx) = mpsc::channel();
+    let device = Arc::new(PausingDevice {
+        inner: MemoryDevice::new(std::fs::read(&image.path).unwrap()),
+        armed: AtomicBool::new(false),
+        paused: Mutex::new(paused_tx),
+        release: Mutex::new(release_rx),
+    });
+    // Commits on the operations' thread, where the transactions' sizes put them: some
+    // fall between the truncate's steps.
+    let options = OpenOptions {
+        transaction_limit: Some(24),
+        commit_thread: false,
+        ..OpenOptions::writable()
+    };
+    let fs = Filesystem::open_device(device.clone() as Arc<dyn Device>, options).unwrap();
+    let file = fs.create(ROOT, b"wide", FILE).unwrap();
+    let chunk = vec![0x77u8; MIB as usize];
+    for i in 0..16 {
+        fs.write_at(file, i * MIB, &chunk).unwrap();
+    }
+    fs.sync().unwrap();
+    device.armed.store(true, Ordering::Release);
+    let truncated = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            fs.truncate(file, NEW_SIZE).unwrap();
+            truncated.store(true, Ordering::Release);
+        });
+        paused.recv().unwrap();
+        assert!(
+            !truncated.load(Ordering::Acquire),
+            "the truncate ended before a commit"
+        );
+        assert_eq!(
+            fs.metadata(file).unwrap().size,
+            NEW_SIZE,
+            "the first step set the size"
+        );
+        let writer = s.spawn(|| fs.write_at(file, AT, b"after the cut").unwrap());
+        // Time for a write that does not wait to be done (it waits: nothing to see here).
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        release.send(()).unwrap();
+        assert_eq!(writer.join().unwrap(), 13);
+    });
+    let size = fs.metadata(file).unwrap().size;
+    assert_eq!(size, AT + 13);
+    let mut contents = vec![0u8; size as usize];
+    assert_eq!(fs.read_at(file, 0, &mut contents).unwrap(), contents.len());
+    assert!(contents[..NEW_SIZE as usize].iter().all(|&b| b == 0x77));
+    if let Some(at) = contents[NEW_SIZE as usize..AT as usize]
+        .iter()
+        .position(|&b| b != 0)
+    {
+        panic!("byte {} is not zero", NEW_SIZE as usize + at);
+    }
+    assert_eq!(&contents[AT as usize..], b"after the cut");
+    assert_all_logged(&fs, "a truncate in steps with a write waiting");
+    fs.unmount().unwrap();
+    std::fs::write(&image.path, device.inner.bytes()).unwrap();
+    e2fsck_clean(&image.path).unwrap();
 }

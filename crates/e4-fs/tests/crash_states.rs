@@ -258,9 +258,12 @@ fn freed_directory_blocks_reused_for_data_are_never_overwritten_by_the_log() {
 /// steps (`ops/steps.rs`): its unlink leaves it an orphan, and each step frees part of it
 /// in a transaction of its own, committed as the log's pressure asks. A crash between
 /// steps leaves an orphan partly freed, which the recovery frees: the name is gone or
-/// not, and no block stays lost. (1 MiB groups and transactions bounded to 24 blocks, as
-/// a volume of thousands of groups would see with its log: steps of 3 groups, a commit
-/// every few steps.)
+/// not, and no block stays lost. A truncate in steps is all or nothing the same way: its
+/// first step sets the new size and makes the file an orphan, and the recovery frees what
+/// the crash left past that size (the model allows the old size or the new one, never
+/// one between). (1 MiB groups and transactions bounded to 24 blocks, as a volume of
+/// thousands of groups would see with its log: steps of 3 groups, a commit every few
+/// steps.)
 #[test]
 fn a_file_over_many_groups_is_freed_in_steps_that_every_crash_completes() {
     let options = OpenOptions {
@@ -279,14 +282,17 @@ fn a_file_over_many_groups_is_freed_in_steps_that_every_crash_completes() {
     ];
     let mut ids = Vec::new();
     let run = Run::start_on(&args, 64, options, |run| {
-        for name in ["/wide", "/open"] {
+        for (name, mib) in [("/wide", 20), ("/open", 20), ("/cut", 8)] {
             let id = run.create(name);
-            for mib in 0..20 {
+            for mib in 0..mib {
                 run.write(id, mib << 20, 1 << 20);
             }
             ids.push(id);
         }
     });
+    // Cut back from 8 groups (three steps) to a block and 7 bytes.
+    run.truncate(ids[2], BLOCK + 7);
+    run.sync();
     run.unlink("/wide");
     run.sync();
     // Unlinked while open: freed in steps at its last close.

@@ -35,6 +35,9 @@ pub(crate) struct InodeState {
     pub open_count: u32,
     /// Freed: the number may be reused, and this handle is no longer in the cache.
     pub deleted: bool,
+    /// An operation in steps owns the file ([`InodeHandle::own_steps`]): between its
+    /// transactions nothing else may change the file's blocks, size or flags.
+    pub stepping: bool,
 }
 
 impl InodeState {
@@ -51,6 +54,7 @@ impl InodeState {
             window,
             open_count: 0,
             deleted: false,
+            stepping: false,
         }
     }
 }
@@ -65,6 +69,10 @@ pub(crate) struct InodeHandle {
     pub ino: u32,
     state: RwLock<InodeState>,
     dirty: AtomicBool,
+    /// Held across all its transactions by the operation in steps that owns the inode;
+    /// a change that finds the inode owned waits on it. Untouched by every other
+    /// operation: they read [`InodeState::stepping`] under the inode lock they take anyway.
+    steps: Mutex<()>,
 }
 
 impl InodeHandle {
@@ -92,6 +100,50 @@ impl InodeHandle {
     /// otherwise.
     pub fn try_read<'a>(&'a self, cache: &InodeCache) -> Option<RwLockReadGuard<'a, InodeState>> {
         cache.inode_locks.take_if_free(self.state.try_read())
+    }
+
+    /// Makes the caller the owner of the inode until the guard drops, as the kernel's
+    /// truncate holds `i_rwsem` across the handles it restarts: an operation too large
+    /// for one transaction runs in steps (`ops/steps.rs`), and a write, a truncate or a
+    /// flag change slipping in between two of them would meet a half-done state (blocks
+    /// past the new size still mapped, a range half punched) or be undone by the next
+    /// step. Waits for another owner first. Take it outside any transaction and without
+    /// the inode lock.
+    pub fn own_steps<'a>(&'a self, cache: &'a InodeCache) -> StepsOwner<'a> {
+        let turn = self.steps.lock();
+        self.lock(cache).stepping = true;
+        StepsOwner {
+            handle: self,
+            cache,
+            _turn: turn,
+        }
+    }
+
+    /// Returns once no operation in steps owns the inode.
+    pub fn wait_for_steps(&self) {
+        drop(self.steps.lock());
+    }
+}
+
+/// Ownership of an inode by an operation in steps ([`InodeHandle::own_steps`]).
+pub(crate) struct StepsOwner<'a> {
+    handle: &'a InodeHandle,
+    cache: &'a InodeCache,
+    _turn: MutexGuard<'a, ()>,
+}
+
+impl StepsOwner<'_> {
+    /// Whether this is the ownership of `handle`'s inode.
+    pub fn owns(&self, handle: &InodeHandle) -> bool {
+        std::ptr::eq(self.handle, handle)
+    }
+}
+
+impl Drop for StepsOwner<'_> {
+    /// Gives the inode back (the flag first, then the turn others wait on). Dropped
+    /// outside the inode lock, as it was taken.
+    fn drop(&mut self) {
+        self.handle.lock(self.cache).stepping = false;
     }
 }
 
@@ -161,6 +213,7 @@ impl InodeCache {
             ino: inode.ino,
             state: RwLock::new(InodeState::detached(inode)),
             dirty: AtomicBool::new(false),
+            steps: Mutex::new(()),
         })
     }
 
@@ -181,11 +234,6 @@ impl InodeCache {
         Self::trim(&mut shard);
         shard.handles.insert(ino, Arc::clone(&handle));
         Ok(handle)
-    }
-
-    /// The handle of inode `ino` if it is cached (an open inode always is).
-    pub fn get(&self, ino: u32) -> Option<Arc<InodeHandle>> {
-        self.shard(ino).handles.get(&ino).cloned()
     }
 
     /// Installs the handle of a newly created inode (its number was just claimed, so no

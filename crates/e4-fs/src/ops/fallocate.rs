@@ -5,7 +5,9 @@ use e4_format::inode::{flags, FileType, Inode};
 
 use crate::error::{Error, Result, Shortage};
 use crate::filesystem::Filesystem;
-use crate::inode::cache::InodeState;
+use std::sync::Arc;
+
+use crate::inode::cache::{InodeHandle, InodeState, StepsOwner};
 use crate::inode::user_flags::{refuse_if_immutable, refuse_if_protected};
 use crate::io::credits::{GROUP, INODE};
 use crate::io::meta_io::MetaIo;
@@ -66,9 +68,13 @@ impl Filesystem {
     /// Other kinds of file get the kernel's errors: [`Error::IsADirectory`] for a directory,
     /// [`Error::IllegalSeek`] for a FIFO, [`Error::NoDevice`] for the rest.
     ///
-    /// An allocation or a punch over more groups than one transaction may change runs in
-    /// steps, each a fallocate of its own (`steps.rs`): a failure part-way leaves the steps
-    /// before it done, as the kernel's does.
+    /// An allocation, a punch, a zeroing or a collapse over more groups than one
+    /// transaction may change runs in steps, each a fallocate of its own (`steps.rs`), the
+    /// file owned by the operation between them: a failure or a crash part-way leaves the
+    /// steps before it done, as the kernel's restarted handles do. A collapse punches its
+    /// range a step at a time and moves the blocks after it down in its last step (the
+    /// move changes tree blocks only, as `ext4_ext_shift_extents` does in one handle); an
+    /// insert frees nothing and is one step.
     ///
     /// An allocation ([`FallocateMode::Allocate`], [`FallocateMode::KeepSize`]) that fills
     /// the filesystem keeps what it allocated and answers [`Error::NoSpace`], as
@@ -77,16 +83,36 @@ impl Filesystem {
     /// asked for). Undoing it instead made a request larger than the free space cost an
     /// allocation, an undo, a commit and the same again before its "no space" (18 s for
     /// 1 GiB on a 512 MiB image). With nothing allocated and the size unmoved it changes
-    /// nothing. A zeroing fallocate stays all or nothing.
+    /// nothing. A zeroing fallocate short of space undoes its step whole (the steps
+    /// before it stay done).
     pub fn fallocate(&self, ino: u32, mode: FallocateMode, offset: u64, len: u64) -> Result<()> {
-        let cuts = self.fallocate_cuts(ino, mode, offset, len)?;
-        if cuts.is_empty() {
-            return self.retry_when_full(|| self.fallocate_once(ino, mode, offset, len));
+        let handle = self.inode_handle(ino)?;
+        if self.fallocate_cuts(&handle, mode, offset, len)?.is_empty() {
+            return self.retry_when_full(|| self.fallocate_once(&handle, mode, offset, len, None));
         }
+        let owner = handle.own_steps(&self.inodes);
+        // Cut again: until it was owned the file could change.
+        let cuts = self.fallocate_cuts(&handle, mode, offset, len)?;
         // Cut only a range the operation takes: `offset + len` is within the file's limit.
+        let end = offset + len;
         let mut at = offset;
-        for next in cuts.into_iter().chain(std::iter::once(offset + len)) {
-            self.retry_when_full(|| self.fallocate_once(ino, mode, at, next - at))?;
+        for next in cuts.into_iter().chain(std::iter::once(end)) {
+            let (step_mode, step_offset) = match mode {
+                // The last step collapses the whole range, whose blocks before `at` the
+                // steps before it have freed.
+                FallocateMode::CollapseRange if next == end => (mode, offset),
+                FallocateMode::CollapseRange => (FallocateMode::PunchHole, at),
+                _ => (mode, at),
+            };
+            self.retry_when_full(|| {
+                self.fallocate_once(
+                    &handle,
+                    step_mode,
+                    step_offset,
+                    next - step_offset,
+                    Some(&owner),
+                )
+            })?;
             at = next;
         }
         Ok(())
@@ -97,7 +123,7 @@ impl Filesystem {
     /// A range the operation refuses is one step, refused whole.
     fn fallocate_cuts(
         &self,
-        ino: u32,
+        handle: &InodeHandle,
         mode: FallocateMode,
         offset: u64,
         len: u64,
@@ -105,7 +131,6 @@ impl Filesystem {
         let Some(groups) = self.step_groups() else {
             return Ok(Vec::new());
         };
-        let handle = self.inode_handle(ino)?;
         let state = handle.read(&self.inodes);
         let inode = &state.inode;
         let bs = u64::from(self.block_size());
@@ -116,34 +141,61 @@ impl Filesystem {
         if !inode.has_flag(flags::EXTENTS) || inode.has_flag(flags::INLINE_DATA) {
             return Ok(Vec::new());
         }
-        Ok(match mode {
-            // Allocation fills the range in order: a step allocates what half its groups
-            // hold, which free space broken up may spread over the other half.
-            FallocateMode::Allocate | FallocateMode::KeepSize => {
-                let step = (groups / 2).max(1) * u64::from(self.geometry.blocks_per_group()) * bs;
-                (offset / step + 1..end.div_ceil(step))
-                    .map(|n| n * step)
-                    .collect()
-            }
-            FallocateMode::PunchHole => self
+        // Allocation fills the range in order: a step allocates what half its groups hold,
+        // which free space broken up may spread over the other half.
+        let allocation_cuts = || {
+            let step = (groups / 2).max(1) * u64::from(self.geometry.blocks_per_group()) * bs;
+            (offset / step + 1..end.div_ceil(step)).map(move |n| n * step)
+        };
+        let freeing_cuts = || -> Result<Vec<u64>> {
+            Ok(self
                 .step_cuts(inode, offset.div_ceil(bs), end / bs)?
                 .into_iter()
                 .map(|block| block * bs)
-                .collect(),
-            _ => Vec::new(),
+                .collect())
+        };
+        Ok(match mode {
+            FallocateMode::Allocate | FallocateMode::KeepSize => allocation_cuts().collect(),
+            FallocateMode::PunchHole => freeing_cuts()?,
+            // A collapse the kernel refuses is refused whole, before any step.
+            FallocateMode::CollapseRange => {
+                match self.check_range_shift(inode, mode, offset, len) {
+                    Ok(()) => freeing_cuts()?,
+                    Err(_) => Vec::new(),
+                }
+            }
+            // Frees what is mapped, then allocates the range: a step at either cut keeps
+            // both within their share.
+            FallocateMode::ZeroRange => {
+                let mut cuts = freeing_cuts()?;
+                cuts.extend(allocation_cuts());
+                cuts.sort_unstable();
+                cuts.dedup();
+                cuts
+            }
+            FallocateMode::InsertRange => Vec::new(),
         })
     }
 
-    fn fallocate_once(&self, ino: u32, mode: FallocateMode, offset: u64, len: u64) -> Result<()> {
+    /// One step of [`Filesystem::fallocate`] (the whole of it unless `owner` owns the
+    /// file for its steps), in a transaction of its own.
+    fn fallocate_once(
+        &self,
+        handle: &Arc<InodeHandle>,
+        mode: FallocateMode,
+        offset: u64,
+        len: u64,
+        owner: Option<&StepsOwner<'_>>,
+    ) -> Result<()> {
         let writer = self.writer()?;
+        let ino = handle.ino;
         if len == 0 {
             return Err(Error::Invalid("fallocate of 0 bytes".into()));
         }
         let whole = {
             // The inode; each allocation and mapping edit declares its own.
-            let txn = writer.begin(INODE)?;
-            let handle = self.inode_handle(ino)?;
-            let mut state = handle.lock(&self.inodes);
+            let mut txn = writer.begin(INODE)?;
+            let mut state = self.lock_for_change(&mut txn, handle, owner);
             // `vfs_fallocate`: an append-only file may only gain allocated space.
             match mode {
                 FallocateMode::Allocate | FallocateMode::KeepSize => {
@@ -180,7 +232,7 @@ impl Filesystem {
             // differential test compares).
             Self::touch(&mut state.inode, true);
             drop(state);
-            self.inodes.mark_dirty(&handle);
+            self.inodes.mark_dirty(handle);
             whole
         };
         self.commit_if_needed()?;

@@ -1,7 +1,7 @@
 //! The orphan list a crash left behind, cleaned up when the filesystem is opened for
 //! writing, as the kernel's mount does (`ext4_orphan_cleanup`): an inode without links
 //! (unlinked while open) is freed; one with links (a truncate that did not finish) is cut
-//! to its size and taken off the list. With a journal this runs after the replay, on the
+//! to its size and then taken off the list. With a journal this runs after the replay, on the
 //! committed state.
 
 use std::collections::HashSet;
@@ -11,7 +11,7 @@ use e4_format::{FormatError, Location, Problem, Structure};
 
 use crate::error::Result;
 use crate::filesystem::Filesystem;
-use crate::io::credits::INODE;
+use crate::io::credits::{INODE, ORPHAN};
 
 impl Filesystem {
     /// Cleans up the on-disk orphan list starting at inode `head` (`s_last_orphan`). The
@@ -36,26 +36,44 @@ impl Filesystem {
             ino = self.read_inode_record(ino)?.record.dtime;
         }
         for ino in chain {
-            let handle = self.inode_handle(ino)?;
-            let (links, file_type, size) = {
-                let state = handle.read(&self.inodes);
-                let inode = &state.inode;
-                (inode.links_count(), inode.file_type(), inode.size())
-            };
+            let links = self
+                .inode_handle(ino)?
+                .read(&self.inodes)
+                .inode
+                .links_count();
+            // On the list until it is done with: the next commit writes the chain.
+            writer.space.orphans.add(ino);
             if links == 0 {
-                // On the list until it is freed: the next commit writes the chain without it.
-                writer.space.orphans.add(ino);
                 self.close_orphan(ino)?;
-                continue;
+            } else {
+                self.finish_truncate(ino)?;
             }
-            {
-                let _txn = writer.begin(INODE)?;
-                handle.lock(&self.inodes).inode.record.dtime = 0;
-                self.inodes.mark_dirty(&handle);
-            }
-            if file_type == Some(FileType::Regular) {
-                self.truncate(ino, size)?;
-            }
+        }
+        Ok(())
+    }
+
+    /// Finishes the truncate that orphan `ino`, which has links, stands for: frees what
+    /// it holds past its size, then takes it off the orphan list, in that order, so a
+    /// crash meanwhile leaves it on the list for the next recovery (`ext4_orphan_cleanup`
+    /// truncates, then `ext4_orphan_del`). At open for a truncate a crash cut short, and
+    /// at unmount for one that failed part-way.
+    pub(crate) fn finish_truncate(&self, ino: u32) -> Result<()> {
+        let writer = self.writer()?;
+        let handle = self.inode_handle(ino)?;
+        let (file_type, size) = {
+            let state = handle.read(&self.inodes);
+            (state.inode.file_type(), state.inode.size())
+        };
+        if file_type == Some(FileType::Regular) {
+            self.truncate(ino, size)?;
+        }
+        // The inode and its neighbour on the list. A truncate in steps took it off itself.
+        let _txn = writer.begin(INODE + ORPHAN)?;
+        let mut state = handle.lock(&self.inodes);
+        if state.inode.links_count() > 0 && writer.space.orphans.remove(ino) {
+            state.inode.record.dtime = 0;
+            drop(state);
+            self.inodes.mark_dirty(&handle);
         }
         Ok(())
     }

@@ -12,9 +12,10 @@
 //! `ext4_alloc_file_blocks`).
 //!
 //! What a crash between two steps leaves, each state e2fsck-clean:
-//! - a truncate: the file cut at a step's size, every block below it as it was (the kernel
-//!   finishes a truncate at recovery through the orphan list; e4 leaves the file longer
-//!   than asked, which is a state a shorter truncate would have left);
+//! - a truncate: the file at its new size, on the orphan list (its first step set both),
+//!   with blocks past that size still mapped; the next writable open (e4's or the
+//!   kernel's mount) frees them and takes it off the list, so the truncate is all or
+//!   nothing, as the kernel's is (`ext4_truncate`, `ext4_orphan_cleanup`);
 //! - a punch or an allocation: the range partly done, as the kernel's steps leave it;
 //! - an unlinked file: an orphan whose blocks are partly freed; the next writable open
 //!   (e4's or the kernel's mount) frees the rest, so the delete is as atomic as the
@@ -24,6 +25,14 @@
 //! mapping; a file with fewer blocks than a step's groups cannot touch more groups than
 //! that and is not walked. Without a journal nothing bounds a transaction and every
 //! operation is one step.
+//!
+//! Between two steps the operation owns the file ([`InodeHandle::own_steps`], the
+//! kernel's `i_rwsem` held across restarted handles): a write, truncate, fallocate or
+//! flag change that finds it owned leaves its transaction, waits for the last step, and
+//! joins again ([`Filesystem::lock_for_change`]). Without that, a write past the new size
+//! between two truncate steps would find the old blocks still mapped there (reading back
+//! the old bytes around it) and the next step would free them under it. Unlinks and
+//! renames do not wait: the steps after one stop where they find the file freed.
 
 use std::collections::HashSet;
 
@@ -33,11 +42,35 @@ use e4_format::inode::{flags, Inode, I_BLOCK_SIZE};
 use crate::buffer::read_io::ReadIo;
 use crate::error::Result;
 use crate::filesystem::Filesystem;
+use crate::inode::cache::{InodeGuard, InodeHandle, StepsOwner};
 use crate::io::credits::{GROUP, INODE};
 use crate::map::file_mapping::FileMapping;
 use crate::map::run::Mapping;
+use crate::txn::TxnHandle;
 
 impl Filesystem {
+    /// The lock of `handle`'s inode for a change to its blocks, size or flags, taken in
+    /// `txn`, which has changed nothing yet. While an operation in steps owns the inode
+    /// (`owner` is not its ownership) it leaves the transaction to wait for the last step
+    /// (a wait inside it would hold up the commits between the steps) and tries again in
+    /// the transaction then running. The flag is read under the lock the change takes
+    /// anyway: no lock or shared word is added to a write.
+    pub(crate) fn lock_for_change<'h>(
+        &self,
+        txn: &mut TxnHandle<'_>,
+        handle: &'h InodeHandle,
+        owner: Option<&StepsOwner<'_>>,
+    ) -> InodeGuard<'h> {
+        loop {
+            let state = handle.lock(&self.inodes);
+            if !state.stepping || owner.is_some_and(|o| o.owns(handle)) {
+                return state;
+            }
+            drop(state);
+            txn.wait_outside(|| handle.wait_for_steps());
+        }
+    }
+
     /// The most groups one step may touch: a quarter of what the running transaction may
     /// hold before it commits, each group counting its bitmap and descriptor. `None`
     /// without a journal (no bound).

@@ -1,11 +1,13 @@
 //! Truncating a regular file: shrinking frees the blocks past the new end and zeroes the
 //! rest of the last block; growing leaves a hole.
 
+use std::sync::Arc;
+
 use crate::error::{Error, Result};
 use crate::filesystem::Filesystem;
-use crate::inode::cache::InodeState;
+use crate::inode::cache::{InodeHandle, InodeState, StepsOwner};
 use crate::inode::user_flags::refuse_if_protected;
-use crate::io::credits::INODE;
+use crate::io::credits::{INODE, ORPHAN};
 use crate::map::file_mapping::FileMapping;
 use crate::txn::txn_io::TxnIo;
 
@@ -16,40 +18,78 @@ impl Filesystem {
     /// and zeroes the rest of the last block on disk, so growing it again reads zeros;
     /// growing leaves a hole.
     ///
-    /// A truncate that frees blocks in more groups than one transaction may change cuts
-    /// the file back in steps from its end, each step a truncate of its own (`steps.rs`).
+    /// A truncate that frees blocks in more groups than one transaction may change runs in
+    /// steps (`steps.rs`) as the kernel's does: the first sets the new size, frees the
+    /// blocks from the last cut on and puts the file on the orphan list; the next free
+    /// the file back to the new end, a cut at a time; the last takes it off the list. A
+    /// crash between two steps leaves an orphan with the new size whose recovery (e4's
+    /// writable open or the kernel's mount) frees the rest: the truncate is all or
+    /// nothing across a crash.
     pub fn truncate(&self, ino: u32, size: u64) -> Result<()> {
         self.writer()?;
-        let cuts = {
-            let handle = self.inode_handle(ino)?;
-            let state = handle.read(&self.inodes);
-            if size <= state.inode.size() {
-                let bs = u64::from(self.block_size());
-                self.step_cuts(&state.inode, size.div_ceil(bs), u64::MAX)?
-            } else {
-                Vec::new()
-            }
-        };
-        for cut in cuts.into_iter().rev() {
-            self.truncate_once(ino, Cut::From(cut))?;
+        let handle = self.inode_handle(ino)?;
+        if self.truncate_cuts(&handle, size)?.is_empty() {
+            return self.truncate_step(&handle, TruncateStep::Whole(size), None);
         }
-        self.truncate_once(ino, Cut::To(size))
+        let owner = handle.own_steps(&self.inodes);
+        // Cut again: until it was owned the file could change.
+        let cuts = self.truncate_cuts(&handle, size)?;
+        let Some((&last, rest)) = cuts.split_last() else {
+            return self.truncate_step(&handle, TruncateStep::Whole(size), Some(&owner));
+        };
+        self.truncate_step(
+            &handle,
+            TruncateStep::Begin { size, from: last },
+            Some(&owner),
+        )?;
+        for &cut in rest.iter().rev() {
+            self.truncate_step(&handle, TruncateStep::Free(cut), Some(&owner))?;
+        }
+        self.truncate_step(&handle, TruncateStep::End(size), Some(&owner))
     }
 
-    /// One truncate step, in a transaction of its own.
-    fn truncate_once(&self, ino: u32, cut: Cut) -> Result<()> {
+    /// Where a truncate of `handle`'s file to `size` is cut into steps (see
+    /// [`Filesystem::step_cuts`]); none for a truncate that grows the file.
+    fn truncate_cuts(&self, handle: &InodeHandle, size: u64) -> Result<Vec<u64>> {
+        let state = handle.read(&self.inodes);
+        if size > state.inode.size() {
+            return Ok(Vec::new());
+        }
+        let bs = u64::from(self.block_size());
+        self.step_cuts(&state.inode, size.div_ceil(bs), u64::MAX)
+    }
+
+    /// One step of a truncate, in a transaction of its own, all or nothing. The steps
+    /// after the first do nothing once the file is freed (unlinked meanwhile, and not
+    /// open): its orphan's steps freed what was left.
+    fn truncate_step(
+        &self,
+        handle: &Arc<InodeHandle>,
+        step: TruncateStep,
+        owner: Option<&StepsOwner<'_>>,
+    ) -> Result<()> {
         let writer = self.writer()?;
         let bs = u64::from(self.block_size());
+        let ino = handle.ino;
         {
-            // The inode; the mapping's edits and the frees declare their own.
-            let txn = writer.begin(INODE)?;
-            let handle = self.inode_handle(ino)?;
-            let mut state = handle.lock(&self.inodes);
+            // The inode, and its neighbour on the orphan list where the step puts it on or
+            // takes it off; the mapping's edits and the frees declare their own.
+            let orphan_credits = match step {
+                TruncateStep::Begin { .. } | TruncateStep::End(_) => ORPHAN,
+                _ => 0,
+            };
+            let mut txn = writer.begin(INODE + orphan_credits)?;
+            let mut state = self.lock_for_change(&mut txn, handle, owner);
+            let gone = state.deleted || (state.inode.links_count() == 0 && state.open_count == 0);
+            if gone && matches!(step, TruncateStep::Free(_) | TruncateStep::End(_)) {
+                return Ok(());
+            }
             self.require_regular(&state)?;
             refuse_if_protected(&state.inode, "change its size")?;
-            let (size, first_freed) = match cut {
-                Cut::To(size) => (size, size.div_ceil(bs)),
-                Cut::From(block) => (state.inode.size().min(block.saturating_mul(bs)), block),
+            let (size, first_freed) = match step {
+                TruncateStep::Whole(size) | TruncateStep::End(size) => (size, size.div_ceil(bs)),
+                TruncateStep::Begin { size, from } => (size, from),
+                TruncateStep::Free(from) => (state.inode.size(), from),
             };
             if size > self.max_file_size(&state.inode) {
                 return Err(Error::FileTooBig(format!("inode {ino}")));
@@ -61,7 +101,7 @@ impl Filesystem {
                 // allocated past the end (fallocate KEEP_SIZE) go.
                 if !inline && size <= state.inode.size() {
                     self.free_range(&io, state, first_freed, u64::MAX)?;
-                    if let Cut::To(_) = cut {
+                    if let TruncateStep::Whole(_) | TruncateStep::Begin { .. } = step {
                         self.zero_tail(&io, state, size)?;
                     }
                 }
@@ -72,8 +112,18 @@ impl Filesystem {
                 .blocks
                 .release_window(&mut state.window, txn.slot);
             self.set_file_size(&mut state.inode, size);
+            match step {
+                TruncateStep::Begin { .. } => writer.space.orphans.add(ino),
+                // Unlinked while open meanwhile: it stays on the list until its last close.
+                TruncateStep::End(_) if state.inode.links_count() > 0 => {
+                    writer.space.orphans.remove(ino);
+                    state.inode.record.dtime = 0;
+                }
+                _ => {}
+            }
             Self::touch(&mut state.inode, true);
-            self.inodes.mark_dirty(&handle);
+            drop(state);
+            self.inodes.mark_dirty(handle);
         }
         self.commit_if_needed()
     }
@@ -117,12 +167,17 @@ impl Filesystem {
     }
 }
 
-/// Where one truncate step cuts a file.
+/// What one transaction of a truncate does.
 #[derive(Clone, Copy)]
-enum Cut {
-    /// To the size asked for: blocks past it freed, the rest of its last block zeroed.
-    To(u64),
-    /// Blocks from this logical block on freed, and the size brought down to it if it is
-    /// past it: a step of a truncate too large for one transaction (`steps.rs`).
-    From(u64),
+enum TruncateStep {
+    /// The whole truncate: the size set, the blocks past it freed, the rest of its last
+    /// block zeroed.
+    Whole(u64),
+    /// The first of several: the size set and the rest of its last block zeroed, the
+    /// blocks from logical block `from` on freed, the file put on the orphan list.
+    Begin { size: u64, from: u64 },
+    /// A middle one: the blocks from this logical block on freed.
+    Free(u64),
+    /// The last: the blocks past the size freed, the file taken off the orphan list.
+    End(u64),
 }

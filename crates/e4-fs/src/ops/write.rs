@@ -170,9 +170,9 @@ impl Filesystem {
         let written = {
             // The inode, and a block for inline bytes moving out of it; each run's
             // allocation and mapping edit declares its own.
-            let txn = writer.begin(INODE + NEW_BLOCK)?;
+            let mut txn = writer.begin(INODE + NEW_BLOCK)?;
             let handle = self.inode_handle(ino)?;
-            let mut state = handle.lock(&self.inodes);
+            let mut state = self.lock_for_change(&mut txn, &handle, None);
             self.require_regular(&state)?;
             user_flags::refuse_write(&state.inode, offset)?;
             offset

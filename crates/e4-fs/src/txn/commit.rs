@@ -482,13 +482,17 @@ impl Transactions {
 /// the next (no operation runs during a commit, so their locks are free). Only an orphan
 /// whose link changed is written: the operation that put it on the list, or took its
 /// neighbour off, declared it.
+///
+/// An orphan's handle is usually cached (it is open, or an operation in steps holds it),
+/// but one whose steps failed part-way stays on the list with no holder, and the cache
+/// may have dropped it since: its record is read again (its slot is in use, so it is not
+/// in the table's never-written part).
 fn chain_orphans(parts: &CommitParts<'_>) -> Result<()> {
     let orphans = parts.space.orphans.chain();
     for (i, &ino) in orphans.iter().enumerate() {
-        let handle = parts
-            .inodes
-            .get(ino)
-            .ok_or_else(|| Error::Internal(format!("orphan inode {ino} is open but not cached")))?;
+        let handle = parts.inodes.get_or_load(ino, || {
+            parts.inode_table.read_record(parts.store, ino, false)
+        })?;
         let next = orphans.get(i + 1).copied().unwrap_or(0);
         let dtime = &mut handle.lock(parts.inodes).inode.record.dtime;
         if *dtime != next {

@@ -50,12 +50,26 @@ fn thread_slot() -> usize {
 /// ([`crate::io::credits`]). Hold it across every change the operation makes; drop it before waiting
 /// for a commit.
 pub(crate) struct TxnHandle<'a> {
-    _gate: RwLockReadGuard<'a, ()>,
+    gate: RwLockReadGuard<'a, ()>,
     txns: &'a Transactions,
     pub slot: usize,
+    /// The credits [`Transactions::begin`] declared, declared again by
+    /// [`TxnHandle::wait_outside`] in the transaction it joins.
+    begun_with: u32,
 }
 
 impl TxnHandle<'_> {
+    /// Leaves the transaction while `wait` runs, then joins the one running by then and
+    /// declares the handle's first credits in it again. Only for a handle that has changed
+    /// nothing yet and holds no lock a commit or another operation needs: a wait inside a
+    /// handle would keep every commit (and every operation after the next one closes the
+    /// gate) waiting for it.
+    pub(crate) fn wait_outside<T>(&mut self, wait: impl FnOnce() -> T) -> T {
+        let waited = RwLockReadGuard::unlocked(&mut self.gate, wait);
+        self.extend(self.begun_with);
+        waited
+    }
+
     /// Declares `credits` more blocks this operation may dirty, before the step that may
     /// dirty them (jbd2's `jbd2_journal_extend`).
     pub(crate) fn extend(&self, credits: u32) {
@@ -248,7 +262,7 @@ impl Transactions {
         self.check_open()?;
         let slot = thread_slot();
         let handle = TxnHandle {
-            _gate: self.gate_locks.take(
+            gate: self.gate_locks.take(
                 || self.gate[slot].try_read(),
                 || {
                     let started = Instant::now();
@@ -259,6 +273,7 @@ impl Transactions {
             ),
             txns: self,
             slot,
+            begun_with: credits,
         };
         handle.extend(credits);
         Ok(handle)
