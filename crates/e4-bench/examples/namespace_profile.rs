@@ -5,11 +5,13 @@
 //!
 //! ```sh
 //! cargo build --release -p e4-bench --example namespace_profile
-//! valgrind --tool=callgrind target/release/examples/namespace_profile /dev/shm/p.img 100000 [THREADS]
+//! valgrind --tool=callgrind target/release/examples/namespace_profile /dev/shm/p.img 100000 [THREADS [nojournal]]
 //! callgrind_annotate --inclusive=yes callgrind.out.* | grep -E 'Filesystem>::(create|unlink) '
 //! ```
 //!
-//! Divide the inclusive counts of `create` and `unlink` by the file count. The engine's lock
+//! Divide the inclusive counts of `create` and `unlink` by the file count; the program's
+//! total over twice the count is the cost of an operation with its share of the commits
+//! (`nojournal`: on an image made without a journal, to see what the journal adds). The engine's lock
 //! counters, per lock kind, go to stderr at the end. With two threads,
 //! valgrind runs one thread at a time but switches between them, so their directories grow
 //! interleaved as they do on two cores: the count shows what sharing costs in instructions.
@@ -21,11 +23,16 @@ const ROOT_INO: u32 = 2;
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let (Some(image), Some(count)) = (args.next(), args.next()) else {
-        return Err("usage: namespace_profile IMAGE FILES [THREADS]".into());
+        return Err("usage: namespace_profile IMAGE FILES [THREADS [nojournal]]".into());
     };
     let count: u32 = count.parse()?;
     let threads: u32 = args.next().map_or(Ok(1), |t| t.parse())?;
-    e4_bench::target::make_image(image.as_ref(), 2 << 30, true).map_err(|e| format!("{e:?}"))?;
+    let journal = match args.next().as_deref() {
+        None => true,
+        Some("nojournal") => false,
+        Some(other) => return Err(format!("{other}: not `nojournal`").into()),
+    };
+    e4_bench::target::make_image(image.as_ref(), 2 << 30, journal).map_err(|e| format!("{e:?}"))?;
     let fs = Filesystem::open(&image, OpenOptions::writable())?;
     let creator = Creator {
         permissions: 0o644,

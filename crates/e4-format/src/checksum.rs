@@ -28,8 +28,11 @@ pub fn fs_csum_seed(uuid: &[u8; 16]) -> u32 {
 
 /// The per-inode seed that extent, directory, xattr and inode checksums start from.
 pub fn inode_csum_seed(fs_seed: u32, inode: u32, generation: u32) -> u32 {
-    let seed = crc32c_raw(fs_seed, &inode.to_le_bytes());
-    crc32c_raw(seed, &generation.to_le_bytes())
+    // One pass over both words: the same sum as one after the other.
+    let mut words = [0u8; 8];
+    words[..4].copy_from_slice(&inode.to_le_bytes());
+    words[4..].copy_from_slice(&generation.to_le_bytes());
+    crc32c_raw(fs_seed, &words)
 }
 
 const CRC16: crc::Crc<u16> = crc::Crc::<u16>::new(&crc::CRC_16_MODBUS);

@@ -286,25 +286,36 @@ impl Inode {
 
     /// Serializes to `inode_size` bytes, recomputing the checksum when `csum_seed` is given.
     pub fn to_bytes(&self, csum_seed: Option<u32>) -> Vec<u8> {
+        let mut out = vec![0u8; self.inode_size];
+        self.encode_into(&mut out, csum_seed);
+        out
+    }
+
+    /// Encodes the record into `out` (`s_inode_size` bytes, e.g. its slot in an inode-table
+    /// block), sealed with its checksum when `csum_seed` is given: what
+    /// [`Inode::to_bytes`] returns, without a buffer of its own (a commit encodes every
+    /// dirty inode, with every operation stopped).
+    pub fn encode_into(&self, out: &mut [u8], csum_seed: Option<u32>) {
         let mut raw = [0u8; RECORD_SIZE];
         self.record.encode(&mut raw);
-        let mut out = vec![0u8; self.inode_size.max(RECORD_SIZE)];
-        out[..RECORD_SIZE].copy_from_slice(&raw);
-        let fields_end = self.fields_end();
-        let unknown_end = RECORD_SIZE + self.unknown_extra.len();
-        out[RECORD_SIZE..unknown_end].copy_from_slice(&self.unknown_extra);
-        out[fields_end..fields_end + self.xattr_area.len()].copy_from_slice(&self.xattr_area);
-        out.truncate(self.inode_size);
+        let head = RECORD_SIZE.min(self.inode_size);
+        out[..head].copy_from_slice(&raw[..head]);
+        if self.inode_size > RECORD_SIZE {
+            out[RECORD_SIZE..self.inode_size].fill(0);
+            let unknown_end = RECORD_SIZE + self.unknown_extra.len();
+            out[RECORD_SIZE..unknown_end].copy_from_slice(&self.unknown_extra);
+            let fields_end = self.fields_end();
+            out[fields_end..fields_end + self.xattr_area.len()].copy_from_slice(&self.xattr_area);
+        }
         if let Some(fs_seed) = csum_seed {
             Self::seal(
-                &mut out,
+                &mut out[..self.inode_size],
                 InodeSeed {
                     fs_seed,
                     ino: self.ino,
                 },
             );
         }
-        out
     }
 
     fn fields_end(&self) -> usize {
@@ -508,11 +519,11 @@ impl Inode {
     }
 }
 
-/// The checksum of an inode record, read from its bytes: (stored, computed, whether the
-/// record has `i_checksum_hi`). The checksum is crc32c seeded with the inode's seed over the
-/// whole record with both checksum fields zeroed; without `i_checksum_hi` (an extra area too
-/// small for it) only its low 16 bits are stored. `None` for a record shorter than 128 bytes.
-fn record_checksum(bytes: &[u8], seed: InodeSeed) -> Option<(u32, u32, bool)> {
+/// What a record's checksum depends on besides its bytes: its generation (part of the
+/// seed), and whether its `i_extra_isize` leaves room for `i_checksum_hi` (a 32-bit sum)
+/// or only `i_checksum_lo` (the low 16 bits). `None` for a record too short to have
+/// a checksum.
+fn checksum_layout(bytes: &[u8]) -> Option<(u32, bool)> {
     if bytes.len() < GOOD_OLD_INODE_SIZE {
         return None;
     }
@@ -524,6 +535,15 @@ fn record_checksum(bytes: &[u8], seed: InodeSeed) -> Option<(u32, u32, bool)> {
     };
     let has_hi = GOOD_OLD_INODE_SIZE + extra_isize >= CHECKSUM_HI_OFFSET + 2
         && bytes.len() >= CHECKSUM_HI_OFFSET + 2;
+    Some((generation, has_hi))
+}
+
+/// The checksum of an inode record, read from its bytes: (stored, computed, whether the
+/// record has `i_checksum_hi`). The checksum is crc32c seeded with the inode's seed over the
+/// whole record with both checksum fields zeroed; without `i_checksum_hi` (an extra area too
+/// small for it) only its low 16 bits are stored. `None` for a record shorter than 128 bytes.
+fn record_checksum(bytes: &[u8], seed: InodeSeed) -> Option<(u32, u32, bool)> {
+    let (generation, has_hi) = checksum_layout(bytes)?;
     let seed = inode_csum_seed(seed.fs_seed, seed.ino, generation);
     let mut sum = crc32c_raw(seed, &bytes[..CHECKSUM_LO_OFFSET]);
     sum = crc32c_raw(sum, &[0, 0]);
@@ -559,10 +579,18 @@ impl MetadataBlock for Inode {
         verify_checksum(Structure::Inode, loc, stored, computed)
     }
 
+    /// The sum [`record_checksum`] computes, over the record with its checksum fields
+    /// zeroed in place first, so one pass of crc32c covers it (sealing runs for every
+    /// dirty inode of every commit).
     fn seal(bytes: &mut [u8], seed: InodeSeed) {
-        let Some((_, sum, has_hi)) = record_checksum(bytes, seed) else {
+        let Some((generation, has_hi)) = checksum_layout(bytes) else {
             return;
         };
+        bytes[CHECKSUM_LO_OFFSET..CHECKSUM_LO_OFFSET + 2].fill(0);
+        if has_hi {
+            bytes[CHECKSUM_HI_OFFSET..CHECKSUM_HI_OFFSET + 2].fill(0);
+        }
+        let sum = crc32c_raw(inode_csum_seed(seed.fs_seed, seed.ino, generation), bytes);
         bytes[CHECKSUM_LO_OFFSET..CHECKSUM_LO_OFFSET + 2]
             .copy_from_slice(&(sum as u16).to_le_bytes());
         if has_hi {

@@ -6,7 +6,9 @@ use e4_format::geometry::Geometry;
 use e4_format::inode::Inode;
 use e4_format::{FormatError, Location, Problem, Structure};
 
-use crate::buffer::cache::BufferRole;
+use std::sync::Arc;
+
+use crate::buffer::cache::{Buffer, BufferRole};
 use crate::buffer::store::BlockStore;
 use crate::error::Result;
 use crate::io::meta_io::BlockKind;
@@ -86,13 +88,17 @@ impl InodeTable {
     /// Encodes `inode` (computing its checksum) into its inode-table block, which the next
     /// commit writes.
     pub(crate) fn write_record(&self, store: &BlockStore, inode: &Inode) -> Result<()> {
-        let (nr, at) = self.slot(inode.ino)?;
-        let buffer = store.read(nr)?;
-        let bytes = inode.to_bytes(store.csum_seed());
-        buffer.bytes_mut()[at..at + bytes.len()].copy_from_slice(&bytes);
-        buffer.set_role(TABLE_ROLE);
-        store.cache().mark_dirty(&buffer);
-        Ok(())
+        self.record_writer(store).write(inode)
+    }
+
+    /// A writer of many records, which reads a table block once for a run of records in
+    /// it: a commit writes its dirty inodes in number order, sixteen to a 4 KiB block.
+    pub(crate) fn record_writer<'a>(&'a self, store: &'a BlockStore) -> RecordWriter<'a> {
+        RecordWriter {
+            table: self,
+            store,
+            block: None,
+        }
     }
 
     /// Zeroes the records of group `group`'s inodes `from..to` that `bitmap` shows free
@@ -117,6 +123,36 @@ impl InodeTable {
             buffer.set_role(TABLE_ROLE);
             store.cache().mark_dirty(&buffer);
         }
+        Ok(())
+    }
+}
+
+/// Records written one after another into their table blocks ([`InodeTable::record_writer`]).
+pub(crate) struct RecordWriter<'a> {
+    table: &'a InodeTable,
+    store: &'a BlockStore,
+    /// The table block the last record went to.
+    block: Option<Arc<Buffer>>,
+}
+
+impl RecordWriter<'_> {
+    /// Encodes `inode` (computing its checksum) into its inode-table block, which the next
+    /// commit writes.
+    pub(crate) fn write(&mut self, inode: &Inode) -> Result<()> {
+        let (nr, at) = self.table.slot(inode.ino)?;
+        let buffer = match &self.block {
+            Some(buffer) if buffer.nr() == nr => buffer,
+            _ => {
+                let buffer = self.store.read(nr)?;
+                buffer.set_role(TABLE_ROLE);
+                self.block.insert(buffer)
+            }
+        };
+        inode.encode_into(
+            &mut buffer.bytes_mut()[at..at + self.table.inode_size],
+            self.store.csum_seed(),
+        );
+        self.store.cache().mark_dirty(buffer);
         Ok(())
     }
 }

@@ -32,12 +32,13 @@ pub(crate) fn write_inode_records(
     handles: &[Arc<InodeHandle>],
 ) -> Result<()> {
     in_chunks(handles, |chunk| {
+        let mut records = table.record_writer(store);
         for handle in chunk {
             let state = handle.lock(inodes);
             // A deleted inode's last record went into the table when it was freed; its
             // number may already belong to a new inode.
             if !state.deleted {
-                table.write_record(store, &state.inode)?;
+                records.write(&state.inode)?;
             }
         }
         Ok(())
