@@ -366,21 +366,33 @@ impl e4_fs::device::Device for PausingDevice {
     }
 }
 
-/// A write that comes while a truncate in steps is part-way waits for its last step, as
-/// the kernel's waits on `i_rwsem`. The truncate is stopped in a commit between two of
-/// its steps (the first has set the new size); the write goes past the new size, into
-/// blocks the last step frees. Had it gone in then, it would have written into an old
-/// block still mapped there (the old bytes around it read back) and the last step would
-/// have freed that block under it. The file ends as the write after the truncate leaves
-/// it: the old bytes up to the new size, zeros, then the write.
-#[test]
-fn a_write_waits_for_a_truncate_in_steps() {
+/// The size the paused truncates cut a 16 MiB file to.
+const NEW_SIZE: u64 = 4096 + 7;
+
+/// What [`truncate_paused_between_steps`] leaves for the checks after it.
+struct Paused<R> {
+    image: Image,
+    device: std::sync::Arc<PausingDevice>,
+    fs: Filesystem,
+    file: u32,
+    /// Free blocks before the file was written.
+    free_before: u64,
+    /// What `op` returned.
+    outcome: R,
+}
+
+/// Truncates a 16 MiB file (over 16 groups, with transactions bounded to 24 blocks: steps
+/// of 3 groups) to [`NEW_SIZE`], stops it in a commit between two of its steps (the
+/// first has set the new size), runs `op` on another thread meanwhile, gives it 100 ms
+/// (time for an `op` that does not wait to be done), lets the truncate go and returns
+/// what `op` returned once both are over.
+fn truncate_paused_between_steps<R: Send>(
+    op: impl FnOnce(&Filesystem, u32) -> R + Send,
+) -> Paused<R> {
     use e4_fs::device::{Device, MemoryDevice};
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::{mpsc, Arc, Mutex};
 
-    const NEW_SIZE: u64 = 4096 + 7;
-    const AT: u64 = 64 * 1024 + 100;
     let image = make_empty_image(
         &[
             "-t",
@@ -410,6 +422,7 @@ fn a_write_waits_for_a_truncate_in_steps() {
         ..OpenOptions::writable()
     };
     let fs = Filesystem::open_device(device.clone() as Arc<dyn Device>, options).unwrap();
+    let free_before = fs.statfs().free_blocks;
     let file = fs.create(ROOT, b"wide", FILE).unwrap();
     let chunk = vec![0x77u8; MIB as usize];
     for i in 0..16 {
@@ -418,7 +431,7 @@ fn a_write_waits_for_a_truncate_in_steps() {
     fs.sync().unwrap();
     device.armed.store(true, Ordering::Release);
     let truncated = AtomicBool::new(false);
-    std::thread::scope(|s| {
+    let outcome = std::thread::scope(|s| {
         s.spawn(|| {
             fs.truncate(file, NEW_SIZE).unwrap();
             truncated.store(true, Ordering::Release);
@@ -433,12 +446,41 @@ fn a_write_waits_for_a_truncate_in_steps() {
             NEW_SIZE,
             "the first step set the size"
         );
-        let writer = s.spawn(|| fs.write_at(file, AT, b"after the cut").unwrap());
-        // Time for a write that does not wait to be done (it waits: nothing to see here).
+        let op = s.spawn(|| op(&fs, file));
         std::thread::sleep(std::time::Duration::from_millis(100));
         release.send(()).unwrap();
-        assert_eq!(writer.join().unwrap(), 13);
+        op.join().unwrap()
     });
+    Paused {
+        image,
+        device,
+        fs,
+        file,
+        free_before,
+        outcome,
+    }
+}
+
+/// Unmounts `paused`'s filesystem and fails unless e2fsck finds its image clean.
+fn unmount_and_check<R>(paused: Paused<R>) {
+    paused.fs.unmount().unwrap();
+    std::fs::write(&paused.image.path, paused.device.inner.bytes()).unwrap();
+    e2fsck_clean(&paused.image.path).unwrap();
+}
+
+/// A write that comes while a truncate in steps is part-way waits for its last step, as
+/// the kernel's waits on `i_rwsem`. It goes past the new size, into blocks the last step
+/// frees: had it gone in between the steps, it would have written into an old block still
+/// mapped there (the old bytes around it read back) and the last step would have freed
+/// that block under it. The file ends as the write after the truncate leaves it: the old
+/// bytes up to the new size, zeros, then the write.
+#[test]
+fn a_write_waits_for_a_truncate_in_steps() {
+    const AT: u64 = 64 * 1024 + 100;
+    let paused =
+        truncate_paused_between_steps(|fs, file| fs.write_at(file, AT, b"after the cut").unwrap());
+    assert_eq!(paused.outcome, 13);
+    let (fs, file) = (&paused.fs, paused.file);
     let size = fs.metadata(file).unwrap().size;
     assert_eq!(size, AT + 13);
     let mut contents = vec![0u8; size as usize];
@@ -451,8 +493,20 @@ fn a_write_waits_for_a_truncate_in_steps() {
         panic!("byte {} is not zero", NEW_SIZE as usize + at);
     }
     assert_eq!(&contents[AT as usize..], b"after the cut");
-    assert_all_logged(&fs, "a truncate in steps with a write waiting");
-    fs.unmount().unwrap();
-    std::fs::write(&image.path, device.inner.bytes()).unwrap();
-    e2fsck_clean(&image.path).unwrap();
+    assert_all_logged(fs, "a truncate in steps with a write waiting");
+    unmount_and_check(paused);
+}
+
+/// An unlink does not wait for a truncate in steps: it frees the file (in steps of its
+/// own), and the truncate's remaining steps find it freed and stop. Every block comes
+/// back, the orphan list ends empty, and e2fsck finds the image clean.
+#[test]
+fn an_unlink_during_a_truncate_in_steps_frees_the_file() {
+    let paused = truncate_paused_between_steps(|fs, _| fs.unlink(ROOT, b"wide"));
+    paused.outcome.as_ref().unwrap();
+    assert_eq!(paused.fs.lookup(ROOT, b"wide").unwrap(), None);
+    paused.fs.sync().unwrap();
+    assert_eq!(paused.fs.statfs().free_blocks, paused.free_before);
+    assert_all_logged(&paused.fs, "an unlink during a truncate in steps");
+    unmount_and_check(paused);
 }
