@@ -149,16 +149,10 @@ fn operations_each_in_another_group_commit_before_the_log_overflows() {
     e2fsck_clean(&image.path).unwrap();
 }
 
-/// A delete in steps that fails part-way (a read that fails, at each of its reads in turn) leaves the file whole or an orphan partly freed, never lost
-/// blocks: the unmount frees what the orphan still holds, and e2fsck finds the image
-/// clean. Transactions are bounded to 24 blocks (`OpenOptions::transaction_limit`), so a
-/// 20 MiB file over 1 MiB groups takes several steps with commits between them.
-#[test]
-fn a_delete_in_steps_that_fails_part_way_loses_nothing() {
-    use e4_fs::device::{Device, Fault, FaultyDevice, MemoryDevice};
-    use std::sync::Arc;
-
-    let image = make_empty_image(
+/// An ext4 image of `mib` MiB with 4 KiB blocks in 1 MiB groups, on which
+/// `OpenOptions::transaction_limit` of 24 blocks makes steps of 3 groups.
+fn one_mib_groups(mib: u64) -> Image {
+    make_empty_image(
         &[
             "-t",
             "ext4",
@@ -169,15 +163,84 @@ fn a_delete_in_steps_that_fails_part_way_loses_nothing() {
             "-O",
             "^resize_inode",
         ],
-        64,
-    );
+        mib,
+    )
+}
+
+/// Writes `mib` MiB of 0x77 into a new file `/wide` of `fs`; returns its inode.
+fn write_wide_file(fs: &Filesystem, mib: u64) -> u32 {
+    let file = fs.create(ROOT, b"wide", FILE).unwrap();
+    let chunk = vec![0x77u8; MIB as usize];
+    for i in 0..mib {
+        fs.write_at(file, i * MIB, &chunk).unwrap();
+    }
+    file
+}
+
+/// What [`run_failing`] saw.
+struct FailingRun<R, A> {
+    /// What the operation returned.
+    outcome: R,
+    /// Device reads the operation made.
+    reads: u64,
+    /// What the filesystem showed once the device worked again.
+    seen: A,
+    /// The device's bytes as the failure left them: a crash at that moment.
+    crashed: Vec<u8>,
+    /// The device's bytes after the unmount.
+    unmounted: Vec<u8>,
+}
+
+/// Opens a copy of `base` with `options` on a device whose `fault`-th read from now on
+/// fails, runs `op`, makes the device work again, runs `inspect`, and unmounts.
+fn run_failing<R, A>(
+    base: &[u8],
+    options: &OpenOptions,
+    fault: e4_fs::device::Fault,
+    op: impl FnOnce(&Filesystem) -> R,
+    inspect: impl FnOnce(&Filesystem) -> A,
+) -> FailingRun<R, A> {
+    use e4_fs::device::{Device, Fault, FaultyDevice, MemoryDevice};
+    use std::sync::Arc;
+
+    let device = Arc::new(FaultyDevice::new(
+        MemoryDevice::new(base.to_vec()),
+        Fault::Never,
+    ));
+    let fs = Filesystem::open_device(device.clone() as Arc<dyn Device>, options.clone()).unwrap();
+    let reads_before = device.counts().0;
+    device.set_fault(match fault {
+        Fault::Read(n) => Fault::Read(reads_before + n),
+        _ => Fault::Never,
+    });
+    let outcome = op(&fs);
+    let reads = device.counts().0 - reads_before;
+    device.set_fault(Fault::Never);
+    let seen = inspect(&fs);
+    let crashed = device.inner().bytes();
+    fs.unmount().unwrap();
+    FailingRun {
+        outcome,
+        reads,
+        seen,
+        crashed,
+        unmounted: device.inner().bytes(),
+    }
+}
+
+/// A delete in steps that fails part-way (a read that fails, at each of its reads in
+/// turn) leaves the file whole or an orphan partly freed, never lost blocks: the unmount
+/// frees what the orphan still holds, and e2fsck finds the image clean. Transactions are
+/// bounded to 24 blocks (`OpenOptions::transaction_limit`), so a 20 MiB file over 1 MiB
+/// groups takes several steps with commits between them.
+#[test]
+fn a_delete_in_steps_that_fails_part_way_loses_nothing() {
+    use e4_fs::device::Fault;
+
+    let image = one_mib_groups(64);
     {
         let fs = open(&image);
-        let file = fs.create(ROOT, b"wide", FILE).unwrap();
-        let chunk = vec![0x77u8; MIB as usize];
-        for i in 0..20 {
-            fs.write_at(file, i * MIB, &chunk).unwrap();
-        }
+        write_wide_file(&fs, 20);
         fs.unmount().unwrap();
     }
     let base = std::fs::read(&image.path).unwrap();
@@ -186,34 +249,25 @@ fn a_delete_in_steps_that_fails_part_way_loses_nothing() {
         commit_interval: std::time::Duration::ZERO,
         ..OpenOptions::writable()
     };
-    let run = |fault: Option<Fault>| {
-        let device = Arc::new(FaultyDevice::new(
-            MemoryDevice::new(base.clone()),
-            Fault::Never,
-        ));
-        let fs =
-            Filesystem::open_device(device.clone() as Arc<dyn Device>, options.clone()).unwrap();
-        let reads_before = device.counts().0;
-        device.set_fault(match fault {
-            Some(Fault::Read(n)) => Fault::Read(reads_before + n),
-            Some(Fault::CorruptRead(n)) => Fault::CorruptRead(reads_before + n),
-            _ => Fault::Never,
-        });
-        let outcome = fs.unlink(ROOT, b"wide");
-        let reads = device.counts().0 - reads_before;
-        device.set_fault(Fault::Never);
-        let name_left = fs.lookup(ROOT, b"wide").unwrap().is_some();
-        fs.unmount().unwrap();
-        (outcome, reads, name_left, device.inner().bytes())
+    let run = |fault| {
+        run_failing(
+            &base,
+            &options,
+            fault,
+            |fs| fs.unlink(ROOT, b"wide"),
+            |fs| fs.lookup(ROOT, b"wide").unwrap().is_some(),
+        )
     };
-    let (outcome, reads, _, _) = run(None);
-    outcome.unwrap();
+    let clean = run(Fault::Never);
+    clean.outcome.unwrap();
+    let reads = clean.reads;
     assert!(reads >= 3, "the steps read {reads} blocks");
     let mut stopped_part_way = 0;
     let checked = image.path.with_extension("checked");
     // A damaged bitmap (CorruptRead) fails its check as a failed read does.
     for fault in (0..reads).map(Fault::Read) {
-        let (outcome, _, name_left, bytes) = run(Some(fault));
+        let failing = run(fault);
+        let (outcome, name_left) = (&failing.outcome, failing.seen);
         assert!(
             outcome.is_err() || !name_left,
             "{fault:?}: unlinked, yet named"
@@ -221,7 +275,7 @@ fn a_delete_in_steps_that_fails_part_way_loses_nothing() {
         if outcome.is_err() && !name_left {
             stopped_part_way += 1;
         }
-        std::fs::write(&checked, bytes).unwrap();
+        std::fs::write(&checked, &failing.unmounted).unwrap();
         e2fsck_clean(&checked).unwrap_or_else(|e| panic!("{fault:?} ({outcome:?}): {e}"));
     }
     assert!(
@@ -231,39 +285,23 @@ fn a_delete_in_steps_that_fails_part_way_loses_nothing() {
 }
 
 /// A truncate in steps is all or nothing across a crash and across a failure part-way
-/// (a read that fails, at each of its reads in turn): its first step sets the new size and
-/// puts the file on the orphan list, so the image as the failure left it, opened again
-/// (the crash: the journal replayed, the orphan list processed), and the image the
+/// (a read that fails, at each of its reads in turn): its first step sets the new size
+/// and puts the file on the orphan list, so the image as the failure left it, opened
+/// again (the crash: the journal replayed, the orphan list processed), and the image the
 /// unmount leaves (which finishes the truncate) both hold the file at its old size with
 /// all its blocks or at its new size with only the blocks below it, and e2fsck finds
-/// them clean (the unmounted image before it is opened again too). (Before the first step set the size, a crash between steps left the file
-/// at a size between the two: `crash_states.rs` catches that one.)
+/// them clean (the unmounted image before it is opened again too). (Before the first
+/// step set the size, a crash between steps left the file at a size between the two:
+/// `crash_states.rs` catches that one.)
 #[test]
 fn a_truncate_in_steps_that_fails_part_way_is_all_or_nothing() {
-    use e4_fs::device::{Device, Fault, FaultyDevice, MemoryDevice};
+    use e4_fs::device::{Device, Fault, MemoryDevice};
     use std::sync::Arc;
 
-    const NEW_SIZE: u64 = 4096 + 7;
-    let image = make_empty_image(
-        &[
-            "-t",
-            "ext4",
-            "-b",
-            "4096",
-            "-g",
-            "256",
-            "-O",
-            "^resize_inode",
-        ],
-        32,
-    );
+    let image = one_mib_groups(32);
     let file = {
         let fs = open(&image);
-        let file = fs.create(ROOT, b"wide", FILE).unwrap();
-        let chunk = vec![0x77u8; MIB as usize];
-        for i in 0..12 {
-            fs.write_at(file, i * MIB, &chunk).unwrap();
-        }
+        let file = write_wide_file(&fs, 12);
         fs.unmount().unwrap();
         file
     };
@@ -286,34 +324,30 @@ fn a_truncate_in_steps_that_fails_part_way_is_all_or_nothing() {
     };
     // (size, blocks, free blocks) before and after.
     let (before, _) = reopen(base.clone());
-    let run = |fault: Fault| {
-        let device = Arc::new(FaultyDevice::new(
-            MemoryDevice::new(base.clone()),
-            Fault::Never,
-        ));
-        let fs =
-            Filesystem::open_device(device.clone() as Arc<dyn Device>, options.clone()).unwrap();
-        let reads_before = device.counts().0;
-        device.set_fault(match fault {
-            Fault::Read(n) => Fault::Read(reads_before + n),
-            _ => Fault::Never,
-        });
-        let outcome = fs.truncate(file, NEW_SIZE);
-        let reads = device.counts().0 - reads_before;
-        device.set_fault(Fault::Never);
-        let crashed = device.inner().bytes();
-        fs.unmount().unwrap();
-        (outcome, reads, crashed, device.inner().bytes())
+    let run = |fault| {
+        run_failing(
+            &base,
+            &options,
+            fault,
+            |fs| fs.truncate(file, NEW_SIZE),
+            |_| (),
+        )
     };
-    let (outcome, reads, _, unmounted) = run(Fault::Never);
-    outcome.unwrap();
-    let (after, _) = reopen(unmounted);
+    let clean = run(Fault::Never);
+    clean.outcome.unwrap();
+    let (after, _) = reopen(clean.unmounted);
     assert_eq!(after.0, NEW_SIZE);
+    let reads = clean.reads;
     assert!(reads >= 3, "the steps read {reads} blocks");
     let checked = image.path.with_extension("checked");
     let mut failed_part_way = 0;
     for fault in (0..reads).map(Fault::Read) {
-        let (outcome, _, crashed, unmounted) = run(fault);
+        let FailingRun {
+            outcome,
+            crashed,
+            unmounted,
+            ..
+        } = run(fault);
         // The unmount left the image clean and the orphan list empty: e2fsck as it is.
         std::fs::write(&checked, &unmounted).unwrap();
         e2fsck_clean(&checked).unwrap_or_else(|e| panic!("{fault:?}, as unmounted: {e}"));
@@ -393,19 +427,7 @@ fn truncate_paused_between_steps<R: Send>(
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::{mpsc, Arc, Mutex};
 
-    let image = make_empty_image(
-        &[
-            "-t",
-            "ext4",
-            "-b",
-            "4096",
-            "-g",
-            "256",
-            "-O",
-            "^resize_inode",
-        ],
-        32,
-    );
+    let image = one_mib_groups(32);
     let (paused_tx, paused) = mpsc::channel();
     let (release, release_rx) = mpsc::channel();
     let device = Arc::new(PausingDevice {
@@ -423,11 +445,7 @@ fn truncate_paused_between_steps<R: Send>(
     };
     let fs = Filesystem::open_device(device.clone() as Arc<dyn Device>, options).unwrap();
     let free_before = fs.statfs().free_blocks;
-    let file = fs.create(ROOT, b"wide", FILE).unwrap();
-    let chunk = vec![0x77u8; MIB as usize];
-    for i in 0..16 {
-        fs.write_at(file, i * MIB, &chunk).unwrap();
-    }
+    let file = write_wide_file(&fs, 16);
     fs.sync().unwrap();
     device.armed.store(true, Ordering::Release);
     let truncated = AtomicBool::new(false);
