@@ -71,6 +71,11 @@ pub struct Record {
     /// operation (the commit thread's own time is not theirs).
     pub log_blocks_per_op: Option<f64>,
     pub commit_wait_us_per_op: Option<f64>,
+    /// e4 only: commits during the point (an image without a journal commits on its
+    /// interval or memory pressure, so a short point may have none: its commit work then
+    /// comes after the clock stops), and the mean transaction's log blocks.
+    pub commits: Option<u64>,
+    pub log_blocks_per_commit: Option<f64>,
     /// near-full only: bytes acknowledged but missing afterwards (0 when nothing was lost).
     pub lost_bytes: Option<u64>,
     /// near-full only: bytes acknowledged beyond the free space at the start (0 when
@@ -138,6 +143,11 @@ impl Record {
                     - (b.commit_wait_nanos + b.gate_wait_nanos)
             })
             .map(|ns| ns / 1000.0),
+            commits: m.locks.as_ref().map(|(b, a)| a.commits - b.commits),
+            log_blocks_per_commit: m.locks.as_ref().and_then(|(b, a)| {
+                let commits = a.commits - b.commits;
+                (commits > 0).then(|| (a.log_blocks - b.log_blocks) as f64 / commits as f64)
+            }),
             lost_bytes: m.lost_bytes,
             overcommitted_bytes: m.overcommitted_bytes,
         }
@@ -196,7 +206,7 @@ impl BenchReport {
         for w in workloads {
             let _ = writeln!(
                 out,
-                "\n{w}\n  {:>7}  {:<width$} {:>12} {:>8} {:>9} {:>10} {:>10} {:>6} {:>9} {:>12} {:>10} {:>10} {:>11}",
+                "\n{w}\n  {:>7}  {:<width$} {:>12} {:>8} {:>9} {:>10} {:>10} {:>6} {:>9} {:>12} {:>10} {:>10} {:>11} {:>7} {:>10}",
                 "threads",
                 "target",
                 "ops/s",
@@ -209,7 +219,9 @@ impl BenchReport {
                 "contended/op",
                 "atomics/op",
                 "log blk/op",
-                "commit µs/op"
+                "commit µs/op",
+                "commits",
+                "blk/commit"
             );
             let rows: Vec<&Record> = self.records.iter().filter(|r| r.workload == w).collect();
             let threads: BTreeSet<usize> = rows.iter().map(|r| r.threads).collect();
@@ -226,7 +238,7 @@ impl BenchReport {
                         |v: Option<f64>, f: &dyn Fn(f64) -> String| v.map_or("-".to_string(), f);
                     let _ = writeln!(
                         out,
-                        "  {:>7}  {:<width$} {:>12.0} {:>8} {:>9} {:>10} {:>10} {:>6} {:>9} {:>12} {:>10} {:>10} {:>11}",
+                        "  {:>7}  {:<width$} {:>12.0} {:>8} {:>9} {:>10} {:>10} {:>6} {:>9} {:>12} {:>10} {:>10} {:>11} {:>7} {:>10}",
                         t,
                         r.target,
                         r.ops_per_sec,
@@ -240,6 +252,8 @@ impl BenchReport {
                         opt(r.shared_atomic_writes_per_op, &|v| format!("{v:.4}")),
                         opt(r.log_blocks_per_op, &|v| format!("{v:.3}")),
                         opt(r.commit_wait_us_per_op, &|v| format!("{v:.2}")),
+                        r.commits.map_or("-".to_string(), |c| c.to_string()),
+                        opt(r.log_blocks_per_commit, &|v| format!("{v:.0}")),
                     );
                     if let (Some(lost), Some(over)) = (r.lost_bytes, r.overcommitted_bytes) {
                         let verdict = if lost == 0 && over == 0 {
