@@ -5,7 +5,7 @@
 #
 # Usage: scripts/bench-repeat.sh [--runs N] [--duration S] [--threads "1 2"]
 #                                [--targets e4,kernel-ext4] [--binaries "BIN..."] [--samples]
-#                                WORKLOAD...
+#                                [--settle] WORKLOAD...
 #
 # The runs are interleaved (run 1 of every cell, then run 2, ...), so a slow minute on the
 # machine spreads over every cell instead of landing on one. kernel-ext4 needs root.
@@ -14,10 +14,11 @@
 # `git worktree add /tmp/base HEAD~1 && cargo build --release` there, then
 # `--targets e4 --binaries "/tmp/base/target/release/e4 target/release/e4"` (copy them to
 # distinct names first: the column uses the file name). --samples adds a column with every
-# run's ops/s in run order, to tell a bimodal spread from a steady drift.
+# run's ops/s in run order, to tell a bimodal spread from a steady drift. --settle passes
+# `e4 bench --settle` (each point's clock stops after the filesystem is written back).
 set -euo pipefail
 
-runs=5 duration=2 threads="1 2" targets=e4,kernel-ext4 binaries="" samples=0
+runs=5 duration=2 threads="1 2" targets=e4,kernel-ext4 binaries="" samples=0 settle=()
 while [ $# -gt 0 ]; do
   case $1 in
     --runs) runs=$2; shift 2 ;;
@@ -26,6 +27,7 @@ while [ $# -gt 0 ]; do
     --targets) targets=$2; shift 2 ;;
     --binaries) binaries=$2; shift 2 ;;
     --samples) samples=1; shift ;;
+    --settle) settle=(--settle); shift ;;
     -*) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 16 ;;
     *) break ;;
   esac
@@ -51,7 +53,7 @@ for run in $(seq "$runs"); do
     for t in $threads; do
       for e4 in $binaries; do
         "$e4" bench "$workload" --targets "$targets" --threads "$t" --duration "$duration" \
-          --baseline "${targets%%,*}" --json "$out/$(label "$e4")@$workload-$t-$run.json" \
+          --baseline "${targets%%,*}" ${settle[@]+"${settle[@]}"} --json "$out/$(label "$e4")@$workload-$t-$run.json" \
           > "$out/log" 2>&1 || { cat "$out/log" >&2; exit 1; }
       done
     done

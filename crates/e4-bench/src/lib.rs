@@ -57,6 +57,8 @@ pub struct Plan {
     pub keep: Option<PathBuf>,
     /// The CPUs the workload threads and a target's daemon run on (`--pin`).
     pub placement: Placement,
+    /// Each point's clock stops after the filesystem is written back (`--settle`).
+    pub settle: bool,
 }
 
 impl Default for Plan {
@@ -78,6 +80,7 @@ impl Default for Plan {
             baseline: Target::kernel_ext4(),
             keep: None,
             placement: Placement::default(),
+            settle: false,
         }
     }
 }
@@ -119,6 +122,7 @@ pub fn run(plan: &Plan, progress: &mut dyn FnMut(&str)) -> BenchReport {
                     size: plan.size,
                     append_by: plan.append_by,
                     placement: plan.placement.clone(),
+                    settle: plan.settle,
                 };
                 let name = target.name();
                 progress(&format!(

@@ -22,6 +22,7 @@ pub struct BenchArgs {
     pub chart: Option<PathBuf>,
     pub keep: Option<PathBuf>,
     pub pin: Pin,
+    pub settle: bool,
 }
 
 pub fn run(args: BenchArgs) -> Result<(), CliError> {
@@ -44,6 +45,7 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
         baseline: args.baseline.unwrap_or(defaults.baseline),
         keep: args.keep,
         placement,
+        settle: args.settle,
     };
     let report = e4_bench::run(&plan, &mut |line| eprintln!("{line}"));
     if let Some(path) = &args.json {

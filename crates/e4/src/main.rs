@@ -129,6 +129,10 @@ enum Command {
         /// How append grows its files: write or fallocate.
         #[arg(long, default_value = "write", value_parser = bench::parse_append_by)]
         by: e4_bench::AppendBy,
+        /// Stop each point's clock only after the filesystem is written back (syncfs;
+        /// e4's sync), so targets that write back later pay inside the clock too.
+        #[arg(long)]
+        settle: bool,
         /// Target the ratios are against (default kernel-ext4).
         #[arg(long, value_parser = |s: &str| s.parse::<e4_bench::Target>())]
         baseline: Option<e4_bench::Target>,
@@ -500,6 +504,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
             chart,
             keep,
             pin,
+            settle,
         } => bench::run(bench::BenchArgs {
             workloads,
             targets,
@@ -512,6 +517,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
             chart: chart.map(Into::into),
             keep: keep.map(Into::into),
             pin,
+            settle,
         }),
         Command::Fsck { .. } => unreachable!("fsck is dispatched by main"),
         Command::Import {
