@@ -29,6 +29,30 @@ pub trait Device: Send + Sync {
     fn flush(&self) -> io::Result<()>;
     /// Size in bytes.
     fn size(&self) -> u64;
+    /// Makes `len` bytes from `offset` read as zeros, durable at the next flush: blocks
+    /// mapped to a file before their contents are written must never show what the disk
+    /// held (another file's old data). This writes zeros; an image file punches a hole
+    /// instead, which writes nothing.
+    fn zero_range(&self, offset: u64, len: u64) -> io::Result<()> {
+        write_zeros(offset, len, |zeros, at| self.write_all_at(zeros, at))
+    }
+}
+
+/// Writes `len` zero bytes from `offset` through `write`, a megabyte at a time.
+fn write_zeros(
+    offset: u64,
+    len: u64,
+    write: impl Fn(&[u8], u64) -> io::Result<()>,
+) -> io::Result<()> {
+    const CHUNK: u64 = 1 << 20;
+    let zeros = vec![0u8; len.min(CHUNK) as usize];
+    let mut at = offset;
+    while at < offset + len {
+        let n = (offset + len - at).min(CHUNK) as usize;
+        write(&zeros[..n], at)?;
+        at += n as u64;
+    }
+    Ok(())
 }
 
 fn past_end(len: usize, offset: u64) -> io::Error {
@@ -42,6 +66,8 @@ fn past_end(len: usize, offset: u64) -> io::Error {
 pub struct FileDevice {
     file: File,
     size: u64,
+    /// A regular file, whose ranges can be punched out (not a block device).
+    regular: bool,
 }
 
 impl FileDevice {
@@ -54,7 +80,15 @@ impl FileDevice {
         let size = file
             .seek(SeekFrom::End(0))
             .map_err(|e| Error::io("cannot find the size of the image", e))?;
-        Ok(FileDevice { file, size })
+        let regular = file
+            .metadata()
+            .map_err(|e| Error::io("cannot read the image's metadata", e))?
+            .is_file();
+        Ok(FileDevice {
+            file,
+            size,
+            regular,
+        })
     }
 }
 
@@ -106,6 +140,25 @@ impl Device for FileDevice {
 
     fn size(&self) -> u64 {
         self.size
+    }
+
+    fn zero_range(&self, offset: u64, len: u64) -> io::Result<()> {
+        if offset.checked_add(len).is_none_or(|end| end > self.size) {
+            return Err(past_end(len as usize, offset));
+        }
+        if self.regular {
+            use rustix::fs::{fallocate, FallocateFlags};
+            let punch = FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE;
+            match fallocate(&self.file, punch, offset, len) {
+                Ok(()) => return Ok(()),
+                // A host filesystem that cannot punch holes gets zeros written.
+                Err(rustix::io::Errno::OPNOTSUPP) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        write_zeros(offset, len, |zeros, at| {
+            FileExt::write_all_at(&self.file, zeros, at)
+        })
     }
 }
 
@@ -304,5 +357,50 @@ impl<D: Device + ?Sized> Device for std::sync::Arc<D> {
     }
     fn size(&self) -> u64 {
         (**self).size()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::MetadataExt;
+
+    use super::*;
+
+    /// The bytes of `device`, read whole.
+    fn contents(device: &dyn Device) -> Vec<u8> {
+        let mut bytes = vec![0u8; device.size() as usize];
+        device.read_exact_at(&mut bytes, 0).unwrap();
+        bytes
+    }
+
+    /// A zeroed range reads as zeros and nothing around it changes, on an image file
+    /// (a hole punched: the host's blocks given back) and on memory (zeros written).
+    #[test]
+    fn a_zeroed_range_reads_as_zeros_and_only_it() {
+        const MIB: usize = 1 << 20;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("image");
+        let filled = vec![0x5au8; 4 * MIB];
+        std::fs::write(&path, &filled).unwrap();
+        let file = FileDevice::open(&path, true).unwrap();
+        let memory = MemoryDevice::new(filled.clone());
+        let (at, len) = (MIB + 4096, 2 * MIB);
+        for device in [&file as &dyn Device, &memory] {
+            device.zero_range(at as u64, len as u64).unwrap();
+            device.flush().unwrap();
+            let mut expected = filled.clone();
+            expected[at..at + len].fill(0);
+            assert!(contents(device) == expected);
+        }
+        // 512-byte units: a punched hole gives back what it covered.
+        let allocated = std::fs::metadata(&path).unwrap().blocks() * 512;
+        assert!(
+            allocated <= (4 * MIB - len) as u64,
+            "{allocated} bytes still allocated"
+        );
+        assert!(
+            file.zero_range(3 * MIB as u64, 2 * MIB as u64).is_err(),
+            "past the end"
+        );
     }
 }
