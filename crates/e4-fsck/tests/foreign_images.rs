@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use e4_format::journal::JournalSuperblock;
+use e4_format::superblock::Superblock;
 use e4_format::MetadataBlock;
 use e4_fsck::{check, Options, ProblemCode, Report};
 
@@ -484,6 +485,65 @@ fn bad_primary_superblock_with_a_sound_backup() {
     assert_eq!(codes, [ProblemCode::PR_0_SB_CORRUPT]);
 }
 
+/// A primary superblock whose cluster size differs from its block size without bigalloc
+/// (`s_log_cluster_size`, at byte 28): libext2fs's `ext2fs_open2` calls it corrupt, so
+/// `e2fsck -n` checks from the backup in group 1, and e4 does as for any primary that
+/// does not validate: it reports `PR_0_SB_CORRUPT`, an error (the kernel refuses to mount
+/// such a primary, "fragment/cluster size != block size"), and what the backup's stale
+/// descriptors show, as e2fsck does (mke2fs never writes group 1's uninitialized inode
+/// bitmap with metadata_csum). With one group there is no backup: both stop, exit 8.
+#[test]
+fn cluster_size_without_bigalloc() {
+    type Case = (
+        &'static str,
+        &'static [&'static str],
+        bool,
+        i32,
+        &'static [ProblemCode],
+    );
+    let cases: [Case; 2] = [
+        ("ext2", &["-t", "ext2", "-b", "1024"], false, 0, &[]),
+        (
+            "ext4 with metadata_csum",
+            &["-t", "ext4", "-b", "1024"],
+            true,
+            4,
+            &[
+                ProblemCode::PR_5_INODE_BMAP_PADDING,
+                ProblemCode::PR_5_INODE_BITMAP_CSUM_INVALID,
+            ],
+        ),
+    ];
+    for (what, mke2fs_args, sealed, oracle_exit, backup_codes) in cases {
+        let img = TestImage::new(mke2fs_args, "16M");
+        set_log_cluster_size(&img, 1, sealed);
+        let (oracle, text) = img.e2fsck();
+        assert!(
+            oracle == oracle_exit && text.contains("Superblock invalid, trying backup blocks"),
+            "{what}: e2fsck {oracle}\n{text}"
+        );
+        let (ours, report) = img.e4();
+        assert_eq!(ours, 4, "{what}");
+        let codes: Vec<ProblemCode> = report.unwrap().problems.iter().map(|p| p.code).collect();
+        assert_eq!(codes[0], ProblemCode::PR_0_SB_CORRUPT, "{what}");
+        assert_eq!(&codes[1..], backup_codes, "{what}");
+    }
+    let img = TestImage::new(&["-t", "ext4", "-b", "4096"], "8M");
+    set_log_cluster_size(&img, 3, true);
+    img.assert_exit("one group, no backup", 8, None);
+}
+
+/// Writes `s_log_cluster_size` of the primary superblock of `img`, resealing its checksum
+/// when `sealed` (so that the field alone is wrong).
+fn set_log_cluster_size(img: &TestImage, log: u32, sealed: bool) {
+    let mut raw = img.read(1024, 1024);
+    raw[28..32].copy_from_slice(&log.to_le_bytes());
+    if sealed {
+        Superblock::seal(&mut raw, ());
+    }
+    img.write(1024, &raw);
+}
+
 /// Where `e2fsck -n` stops because going on would need a write, e4 goes on (it reports
 /// what follows) but exits as e2fsck does.
 #[test]
@@ -514,7 +574,8 @@ fn break_inode_checksum(img: &TestImage, ino: u32) {
 /// Where libext2fs's own walks end in an error, e2fsck stops: a block map naming an
 /// indirect block outside the filesystem (any inode), the bad blocks inode failing its
 /// checksum, pass 1B's scan meeting an inode that fails its checksum, pass 2's
-/// `process_bad_inode` reading one, and a journal whose map stops short of its size.
+/// `process_bad_inode` or pass 4 reading one, and a journal whose map stops short of its
+/// size.
 #[test]
 fn walks_that_stop_e2fsck() {
     use ProblemCode::*;
@@ -569,6 +630,27 @@ fn walks_that_stop_e2fsck() {
         12,
         Some(EXT2_ET_BAD_INODE_CSUM_INVALID),
     );
+
+    // Pass 4 reads an inode again when its references differ from its links count, or
+    // when nothing names it (`check_ea_inode`).
+    for (what, command, code) in [
+        (
+            "a links count off",
+            "sif f links_count 2",
+            PR_4_BAD_REF_COUNT,
+        ),
+        ("an unattached inode", "unlink f", PR_4_UNATTACHED_INODE),
+    ] {
+        let img = TestImage::new(&["-t", "ext4", "-b", "1024"], "8M");
+        debugfs_all(&img, &["write /dev/null f", "sif f size 1", command]);
+        img.assert_exit(what, 4, Some(code));
+        break_inode_checksum(&img, 12);
+        img.assert_exit(
+            &format!("{what} and a checksum"),
+            12,
+            Some(EXT2_ET_PASS4_INODE_CSUM_INVALID),
+        );
+    }
 
     // ext3's journal is block-mapped: a block of it past the end ends the walk short.
     let img = TestImage::new(&["-t", "ext3", "-b", "1024"], "8M");

@@ -159,6 +159,7 @@ macro_rules! problem_codes {
                         | ProblemCode::PR_1_BLOCK_ITERATE
                         | ProblemCode::PR_1B_ISCAN_ERROR
                         | ProblemCode::EXT2_ET_BAD_INODE_CSUM_INVALID
+                        | ProblemCode::EXT2_ET_PASS4_INODE_CSUM_INVALID
                         | ProblemCode::PR_2_DIR_CORRUPTED
                         | ProblemCode::PR_3_NO_ROOT_INODE
                         | ProblemCode::E2FSCK_UNSUPPORTED_ENCODING
@@ -419,6 +420,12 @@ problem_codes! {
     PR_1_EXTENT_END_OUT_OF_BOUNDS = 0x01006E, Clear, ExtentTree, true;
     /// The extent header in `i_block` is missing or invalid.
     PR_1_MISSING_EXTENT_HEADER = 0x010081, ClearInode, ExtentTree, true;
+    /// `EXT2_ET_INODE_CSUM_INVALID` in pass 4: e2fsck reads an inode again when no entry
+    /// names it (`check_ea_inode`) or the references counted differ from its links count
+    /// (before `PR_4_BAD_REF_COUNT`), and one whose checksum fails stops it (exit 12 after
+    /// the checksum error). An e4 number; declared before pass 4's codes, so that it sorts
+    /// before them at one inode, as e2fsck reads the inode before it reports on it.
+    EXT2_ET_PASS4_INODE_CSUM_INVALID = 0x04F001, None, Inode, false;
     /// A value inode's stored reference count differs from the xattr entries naming it.
     PR_4_EA_INODE_REF_COUNT = 0x040005, Fix, Xattr, true;
     /// A quota file's usage differs from what the check found, or the file cannot be
