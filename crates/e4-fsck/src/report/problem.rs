@@ -566,6 +566,10 @@ problem_codes! {
     PR_2_HTREE_HASH_ORDER = 0x02003F, ClearHtree, Htree, true;
     /// Two entries in one directory have the same name.
     PR_2_DUPLICATE_DIRENT = 0x020041, Clear, DirectoryEntry, true;
+    /// Two entries of one block have the same bytes for a name, which the rehash that
+    /// follows does not find equal (casefolded, not strict, a name that does not fold):
+    /// e2fsck reports it and the filesystem stays valid.
+    PR_2_REPORT_DUP_DIRENT = 0x020043, None, DirectoryEntry, false;
     /// An htree index node's checksum does not match.
     PR_2_HTREE_NODE_CSUM_INVALID = 0x02004A, ClearHtree, Htree, true;
     /// A directory leaf block has no checksum tail.
