@@ -544,6 +544,78 @@ fn set_log_cluster_size(img: &TestImage, log: u32, sealed: bool) {
     img.write(1024, &raw);
 }
 
+/// Issue 23: a superblock claiming 2^16 groups (of 32,768 4 KiB blocks: a sparse 8 TiB
+/// file) over a 32 MiB image, whose descriptor table then holds zeros (no inode table,
+/// skipped) and, from group 256 on, the bytes of the block bitmap that follows (0xff:
+/// tables far past the end). e2fsck reports each descriptor in pass 0 and stops where
+/// its inode scan meets group 256 (exit 12, 67,767 lines); e4 printed 11 million lines
+/// (every block of every later group in pass 5). It must stop there too, with no more
+/// lines than e2fsck.
+#[test]
+fn claimed_groups_of_garbage_descriptors_stop_where_e2fsck_stops() {
+    const GROUPS: u64 = 1 << 16;
+    let img = TestImage::new(&["-t", "ext4", "-b", "4096", "-O", "64bit"], "32M");
+    // One debugfs run: the image does not open between these.
+    let script = img._dir.path().join("claims.debugfs");
+    std::fs::write(
+        &script,
+        format!(
+            "ssv blocks_count {}\nssv inodes_per_group 16\nssv inodes_count {}\n",
+            GROUPS * 32768,
+            GROUPS * 16
+        ),
+    )
+    .unwrap();
+    let script = script.to_str().unwrap();
+    bounded("debugfs", &["-w", "-f", script], &img.path);
+    // What a table at block 0 would hold first, were it read: a regular file in use (in
+    // the boot block, which ext4 leaves alone with 4 KiB blocks).
+    let mut inode = [0u8; 256];
+    inode[..2].copy_from_slice(&0o100_644u16.to_le_bytes());
+    inode[26] = 1;
+    img.write(0, &inode);
+    OpenOptions::new()
+        .write(true)
+        .open(&img.path)
+        .unwrap()
+        .set_len(GROUPS * 32768 * 4096)
+        .unwrap();
+    let (oracle, text) = img.e2fsck();
+    let (ours, report) = img.e4();
+    let report = report.expect("e4 checks it");
+    let mut our_text = Vec::new();
+    report.write_text(&mut our_text, "fs.img").unwrap();
+    let our_lines = our_text.split(|&b| b == b'\n').count();
+    let their_lines = text.lines().count();
+    assert_eq!(
+        (oracle, ours),
+        (12, 12),
+        "{}",
+        &text[..text.len().min(2000)]
+    );
+    assert!(
+        our_lines <= their_lines,
+        "e4 {our_lines} lines, e2fsck {their_lines}"
+    );
+    // Past pass 0, only the stop: no group before it has an inode table e2fsck reads
+    // (group 0's inodes are sound, the others' tables are at block 0, none), and nothing
+    // runs after it.
+    let past_pass_0: Vec<(ProblemCode, e4_fsck::Location)> = report
+        .problems
+        .iter()
+        .filter(|p| p.code.pass() > 0)
+        .map(|p| (p.code, p.location))
+        .collect();
+    assert_eq!(
+        past_pass_0,
+        // At the first inode of group 256, where e2fsck's scan meets it.
+        [(
+            ProblemCode::PR_1_ISCAN_ERROR,
+            e4_fsck::Location::Inode(256 * 16 + 1)
+        )]
+    );
+}
+
 /// Where `e2fsck -n` stops because going on would need a write, e4 goes on (it reports
 /// what follows) but exits as e2fsck does.
 #[test]

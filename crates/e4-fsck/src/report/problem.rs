@@ -157,6 +157,7 @@ macro_rules! problem_codes {
                         | ProblemCode::PR_0_JOURNAL_UNSUPP_MULTIFS
                         | ProblemCode::PR_0_CANT_FIND_JOURNAL
                         | ProblemCode::PR_1_BLOCK_ITERATE
+                        | ProblemCode::PR_1_ISCAN_ERROR
                         | ProblemCode::PR_1B_ISCAN_ERROR
                         | ProblemCode::EXT2_ET_BAD_INODE_CSUM_INVALID
                         | ProblemCode::EXT2_ET_PASS4_INODE_CSUM_INVALID
@@ -288,8 +289,10 @@ problem_codes! {
     PR_1_SET_DTIME = 0x010005, Fix, Inode, true;
     /// `i_extra_isize` does not fit the inode.
     PR_1_EXTRA_ISIZE = 0x01004F, Fix, Inode, true;
-    /// The inode table could not be read.
-    PR_1_ISCAN_ERROR = 0x010028, None, Inode, true;
+    /// The inode scan stops: a group's inode table lies outside the filesystem, or
+    /// cannot be read. Fatal (`PR_FATAL`: e2fsck stops, 8, or 12 after an error), and not
+    /// an error itself (no question is declined).
+    PR_1_ISCAN_ERROR = 0x010028, None, Inode, false;
     /// Two extents map the same logical block.
     PR_1_EXTENT_COLLISION = 0x01007D, Clear, ExtentTree, true;
     /// A directory extent is marked uninitialized.
