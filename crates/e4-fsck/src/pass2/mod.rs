@@ -48,6 +48,14 @@ struct BlockTask<'a> {
     htree: Option<&'a HtreeLayout>,
 }
 
+/// Directory blocks a worker checks before another may take the rest of its share. Blocks
+/// cost unequally (a leaf of long names in a large hash-tree directory is hashed name by
+/// name, a small directory's block holds a few entries), and costly ones lie together in
+/// physical order; without a cap, rayon left a run of them to one of two workers: on the
+/// fsck benchmark's full mixed image, 3,557 million instructions against 2,619 million
+/// (callgrind), pass 2 1.56x faster at two threads than at one.
+const BLOCKS_PER_TASK: usize = 256;
+
 /// Runs pass 2.
 /// Takes the directories' blocks (checked and dropped here; passes 3 on read the records).
 pub fn run(ctx: &Context, dirs: &mut Directories, progress: Option<&Progress>) -> Pass2Result {
@@ -103,7 +111,10 @@ pub fn run(ctx: &Context, dirs: &mut Directories, progress: Option<&Progress>) -
                 .extend(links);
         }
     };
-    blocks.par_iter().for_each(|block| keep(check(block)));
+    blocks
+        .par_iter()
+        .with_max_len(BLOCKS_PER_TASK)
+        .for_each(|block| keep(check(block)));
     drop(blocks);
     dirs.inline().par_iter().for_each(|(ino, contents)| {
         if let Some(dir) = dirs.record(*ino) {
