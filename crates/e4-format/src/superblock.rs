@@ -275,6 +275,18 @@ impl Superblock {
         {
             return out_of_range("s_log_cluster_size", self.log_cluster_size.into());
         }
+        // Without bigalloc a cluster is a block: libext2fs's `ext2fs_open2` calls any other
+        // cluster size a corrupt superblock (e2fsck then turns to a backup), and the kernel
+        // refuses to mount it ("fragment/cluster size != block size", ext4_handle_clustersize).
+        if !self.ro_compat().contains(RoCompatFeatures::BIGALLOC)
+            && self.log_cluster_size != self.log_block_size
+        {
+            return bad(Problem::FieldMismatch {
+                field: "s_log_cluster_size",
+                found: self.log_cluster_size.into(),
+                expected: self.log_block_size.into(),
+            });
+        }
         let block_size = self.block_size();
         let bits_per_block = 8 * block_size;
         // A block bitmap has one bit per cluster, so the limit is on clusters per group
@@ -602,6 +614,7 @@ pub(crate) fn test_superblock(ro_compat: RoCompatFeatures) -> Superblock {
     let mut sb = Superblock::decode(&[0; 1024]);
     sb.magic = SUPERBLOCK_MAGIC;
     sb.log_block_size = 2;
+    sb.log_cluster_size = 2;
     sb.blocks_count_lo = 32768;
     sb.blocks_per_group = 32768;
     sb.clusters_per_group = 32768;
@@ -661,6 +674,28 @@ mod tests {
         );
         // Decoding does not look at it: the checker decodes such a superblock.
         Superblock::decode_checked(&raw).unwrap();
+    }
+
+    #[test]
+    fn a_cluster_size_other_than_the_block_size_needs_bigalloc() {
+        let mut sb = test_superblock(RoCompatFeatures::empty());
+        Superblock::decode_checked(&encoded(&sb)).unwrap();
+        sb.log_cluster_size = 3;
+        assert_eq!(
+            Superblock::decode_checked(&encoded(&sb)),
+            Err(FormatError::corrupt(
+                Structure::Superblock,
+                LOC,
+                Problem::FieldMismatch {
+                    field: "s_log_cluster_size",
+                    found: 3,
+                    expected: 2
+                }
+            ))
+        );
+        sb.feature_ro_compat = RoCompatFeatures::BIGALLOC.bits();
+        sb.blocks_per_group = 2 * sb.clusters_per_group;
+        Superblock::decode_checked(&encoded(&sb)).unwrap();
     }
 
     #[test]

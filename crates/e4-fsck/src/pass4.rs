@@ -3,7 +3,7 @@
 //! counter. An inode nothing references is unattached (or, with no content, simply
 //! leaked).
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use rayon::prelude::*;
 
@@ -30,14 +30,21 @@ pub fn run(ctx: &Context, progress: Option<&Progress>) {
     // Chunks of the in-use bitmap, not a list of inode numbers: most inodes of a large
     // filesystem are unused, and a clear word skips 64 of them.
     let values = ctx.ea_inodes.values();
+    // A handful at most (damage): a copy, not a lock per inode.
+    let unreadable = ctx
+        .checksum_failed
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
     let chunks = inodes.div_ceil(INODES_PER_CHUNK);
     (0..chunks).into_par_iter().for_each(|chunk| {
         let first = chunk * INODES_PER_CHUNK + 1;
         let end = first
             .saturating_add(INODES_PER_CHUNK)
             .min(inodes.saturating_add(1));
-        ctx.inodes
-            .for_each_in_use(first..end, |ino| check_links(ctx, ino, dir_nlink, &values));
+        ctx.inodes.for_each_in_use(first..end, |ino| {
+            check_links(ctx, ino, dir_nlink, &values, &unreadable)
+        });
         meter.advance(u64::from(end - first));
     });
 }
@@ -47,8 +54,16 @@ pub fn run(ctx: &Context, progress: Option<&Progress>) {
 /// directory) are not referenced from directories and are skipped. An inode no entry
 /// names counts as one link when it is an xattr value that entries name, which must
 /// store their number (`check_ea_inode`); else it is unattached, and declined, e2fsck
-/// leaves its links count alone (`disconnect_inode`).
-fn check_links(ctx: &Context, ino: u32, dir_nlink: bool, values: &HashMap<u32, ValueInodeRefs>) {
+/// leaves its links count alone (`disconnect_inode`). Where e2fsck reads the inode again
+/// (`check_ea_inode` when no entry names it, and before `PR_4_BAD_REF_COUNT`), one in
+/// `unreadable` (its checksum failed in pass 1) stops it, and nothing more is said of it.
+fn check_links(
+    ctx: &Context,
+    ino: u32,
+    dir_nlink: bool,
+    values: &HashMap<u32, ValueInodeRefs>,
+    unreadable: &BTreeSet<u32>,
+) {
     let kind = ctx.inodes.kind(ino);
     if !kind.in_use() || kind == InodeKind::Reserved {
         return;
@@ -56,7 +71,21 @@ fn check_links(ctx: &Context, ino: u32, dir_nlink: bool, values: &HashMap<u32, V
     let on_disk = u32::from(ctx.inodes.links(ino));
     let mut counted = ctx.inodes.refs(ino);
     let loc = Location::Inode(ino);
+    let read_again = || {
+        let fails = unreadable.contains(&ino);
+        if fails {
+            ctx.report(
+                ProblemCode::EXT2_ET_PASS4_INODE_CSUM_INVALID,
+                loc,
+                format!("inode checksum does not match inode while reading inode {ino} in pass 4"),
+            );
+        }
+        !fails
+    };
     if counted == 0 {
+        if !read_again() {
+            return;
+        }
         match values.get(&ino) {
             Some(value) if value.from_xattrs > 0 => {
                 if value.stored_refs != value.from_xattrs && !value.lustre {
@@ -91,7 +120,7 @@ fn check_links(ctx: &Context, ino: u32, dir_nlink: bool, values: &HashMap<u32, V
     if kind == InodeKind::Directory && counted > LINK_MAX && (dir_nlink || on_disk == 1) {
         counted = 1;
     }
-    if counted != on_disk {
+    if counted != on_disk && read_again() {
         ctx.report(
             ProblemCode::PR_4_BAD_REF_COUNT,
             loc,

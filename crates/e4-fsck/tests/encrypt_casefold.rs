@@ -181,6 +181,87 @@ fn encrypted_casefold_damage_agrees() {
     }
 }
 
+/// Duplicate names, as e2fsck finds them in an encrypted and casefolded directory: pass
+/// 2 compares a block's names (ciphertext here) folded under strict mode, as bytes
+/// without it, and the rehash that follows a duplicate (pass 3A) compares them folded in
+/// either mode, which makes the error; a name that does not fold (not UTF-8, or starting
+/// with a continuation byte) equals none when folded. Two entries of one leaf are given
+/// names (the stored hashes stay theirs, as ciphertext names hash by their key).
+#[test]
+fn duplicate_names_agree() {
+    use ProblemCode::{PR_2_DUPLICATE_DIRENT as DUPLICATE, PR_2_REPORT_DUP_DIRENT as REPORT};
+    /// The edit of the two names, and (exit status, e4's code) without and with strict
+    /// mode.
+    type Case = (
+        &'static str,
+        fn(&mut [u8], &mut [u8]),
+        [(i32, Option<ProblemCode>); 2],
+    );
+    let cases: [Case; 5] = [
+        (
+            "the same bytes",
+            |a, b| b.copy_from_slice(a),
+            [(4, Some(DUPLICATE)), (4, Some(DUPLICATE))],
+        ),
+        (
+            "names differing in case",
+            |a, b| {
+                b.copy_from_slice(a);
+                b[0] = b.to_ascii_lowercase()[0];
+            },
+            [(0, None), (4, Some(DUPLICATE))],
+        ),
+        (
+            "the same bytes, not UTF-8",
+            |a, b| {
+                a[5] = 0xFF;
+                b.copy_from_slice(a);
+            },
+            [(0, Some(REPORT)), (0, None)],
+        ),
+        (
+            "the same bytes, starting with a continuation byte",
+            |a, b| {
+                a[0] = 0x85;
+                b.copy_from_slice(a);
+            },
+            [(0, Some(REPORT)), (0, None)],
+        ),
+        (
+            "names not UTF-8 differing in case",
+            |a, b| {
+                a[5] = 0xFF;
+                b.copy_from_slice(a);
+                b[0] = b.to_ascii_lowercase()[0];
+            },
+            [(0, None), (0, None)],
+        ),
+    ];
+    let scratch = tempfile::tempdir().unwrap();
+    for (mode, flags) in ["", ",encoding_flags=strict"].into_iter().enumerate() {
+        let pristine = encrypted_casefolded_image(flags, true);
+        for (what, edit, expected) in cases {
+            let what = format!("{what}, encoding{flags}");
+            let path = scratch.path().join("damaged.img");
+            std::fs::copy(&pristine.path, &path).unwrap();
+            edit_dir_block(&path, DIR, 1, |block| {
+                let (first, second) = (nth_entry_in(block, 1), nth_entry_in(block, 2));
+                let len = usize::from(block[first + 6]);
+                assert_eq!(len, usize::from(block[second + 6]));
+                let (head, tail) = block.split_at_mut(second + 8);
+                edit(&mut head[first + 8..first + 8 + len], &mut tail[..len]);
+            });
+            let (status, code) = expected[mode];
+            let codes = assert_exit(&path, &what, status);
+            let duplicates: Vec<ProblemCode> = codes
+                .into_iter()
+                .filter(|c| [DUPLICATE, REPORT].contains(c))
+                .collect();
+            assert_eq!(duplicates, Vec::from_iter(code), "{what}");
+        }
+    }
+}
+
 /// Byte offset, in `block`, of its `n`th entry (counting from 0).
 fn nth_entry_in(block: &[u8], n: usize) -> usize {
     let mut at = 0;

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use e4_format::journal::JournalSuperblock;
+use e4_format::superblock::Superblock;
 use e4_format::MetadataBlock;
 use e4_fsck::{check, Options, ProblemCode, Report};
 
@@ -484,6 +485,137 @@ fn bad_primary_superblock_with_a_sound_backup() {
     assert_eq!(codes, [ProblemCode::PR_0_SB_CORRUPT]);
 }
 
+/// A primary superblock whose cluster size differs from its block size without bigalloc
+/// (`s_log_cluster_size`, at byte 28): libext2fs's `ext2fs_open2` calls it corrupt, so
+/// `e2fsck -n` checks from the backup in group 1, and e4 does as for any primary that
+/// does not validate: it reports `PR_0_SB_CORRUPT`, an error (the kernel refuses to mount
+/// such a primary, "fragment/cluster size != block size"), and what the backup's stale
+/// descriptors show, as e2fsck does (mke2fs never writes group 1's uninitialized inode
+/// bitmap with metadata_csum). With one group there is no backup: both stop, exit 8.
+#[test]
+fn cluster_size_without_bigalloc() {
+    type Case = (
+        &'static str,
+        &'static [&'static str],
+        bool,
+        i32,
+        &'static [ProblemCode],
+    );
+    let cases: [Case; 2] = [
+        ("ext2", &["-t", "ext2", "-b", "1024"], false, 0, &[]),
+        (
+            "ext4 with metadata_csum",
+            &["-t", "ext4", "-b", "1024"],
+            true,
+            4,
+            &[
+                ProblemCode::PR_5_INODE_BMAP_PADDING,
+                ProblemCode::PR_5_INODE_BITMAP_CSUM_INVALID,
+            ],
+        ),
+    ];
+    for (what, mke2fs_args, sealed, oracle_exit, backup_codes) in cases {
+        let img = TestImage::new(mke2fs_args, "16M");
+        set_log_cluster_size(&img, 1, sealed);
+        let (oracle, text) = img.e2fsck();
+        assert!(
+            oracle == oracle_exit && text.contains("Superblock invalid, trying backup blocks"),
+            "{what}: e2fsck {oracle}\n{text}"
+        );
+        let (ours, report) = img.e4();
+        assert_eq!(ours, 4, "{what}");
+        let codes: Vec<ProblemCode> = report.unwrap().problems.iter().map(|p| p.code).collect();
+        assert_eq!(codes[0], ProblemCode::PR_0_SB_CORRUPT, "{what}");
+        assert_eq!(&codes[1..], backup_codes, "{what}");
+    }
+    let img = TestImage::new(&["-t", "ext4", "-b", "4096"], "8M");
+    set_log_cluster_size(&img, 3, true);
+    img.assert_exit("one group, no backup", 8, None);
+}
+
+/// Writes `s_log_cluster_size` of the primary superblock of `img`, resealing its checksum
+/// when `sealed` (so that the field alone is wrong).
+fn set_log_cluster_size(img: &TestImage, log: u32, sealed: bool) {
+    let mut raw = img.read(1024, 1024);
+    raw[28..32].copy_from_slice(&log.to_le_bytes());
+    if sealed {
+        Superblock::seal(&mut raw, ());
+    }
+    img.write(1024, &raw);
+}
+
+/// Issue 23: a superblock claiming 2^16 groups (of 32,768 4 KiB blocks: a sparse 8 TiB
+/// file) over a 32 MiB image, whose descriptor table then holds zeros (no inode table,
+/// skipped) and, from group 256 on, the bytes of the block bitmap that follows (0xff:
+/// tables far past the end). e2fsck reports each descriptor in pass 0 and stops where
+/// its inode scan meets group 256 (exit 12, 67,767 lines); e4 printed 11 million lines
+/// (every block of every later group in pass 5). It must stop there too, with no more
+/// lines than e2fsck.
+#[test]
+fn claimed_groups_of_garbage_descriptors_stop_where_e2fsck_stops() {
+    const GROUPS: u64 = 1 << 16;
+    let img = TestImage::new(&["-t", "ext4", "-b", "4096", "-O", "64bit"], "32M");
+    // One debugfs run: the image does not open between these.
+    let script = img._dir.path().join("claims.debugfs");
+    std::fs::write(
+        &script,
+        format!(
+            "ssv blocks_count {}\nssv inodes_per_group 16\nssv inodes_count {}\n",
+            GROUPS * 32768,
+            GROUPS * 16
+        ),
+    )
+    .unwrap();
+    let script = script.to_str().unwrap();
+    bounded("debugfs", &["-w", "-f", script], &img.path);
+    // What a table at block 0 would hold first, were it read: a regular file in use (in
+    // the boot block, which ext4 leaves alone with 4 KiB blocks).
+    let mut inode = [0u8; 256];
+    inode[..2].copy_from_slice(&0o100_644u16.to_le_bytes());
+    inode[26] = 1;
+    img.write(0, &inode);
+    OpenOptions::new()
+        .write(true)
+        .open(&img.path)
+        .unwrap()
+        .set_len(GROUPS * 32768 * 4096)
+        .unwrap();
+    let (oracle, text) = img.e2fsck();
+    let (ours, report) = img.e4();
+    let report = report.expect("e4 checks it");
+    let mut our_text = Vec::new();
+    report.write_text(&mut our_text, "fs.img").unwrap();
+    let our_lines = our_text.split(|&b| b == b'\n').count();
+    let their_lines = text.lines().count();
+    assert_eq!(
+        (oracle, ours),
+        (12, 12),
+        "{}",
+        &text[..text.len().min(2000)]
+    );
+    assert!(
+        our_lines <= their_lines,
+        "e4 {our_lines} lines, e2fsck {their_lines}"
+    );
+    // Past pass 0, only the stop: no group before it has an inode table e2fsck reads
+    // (group 0's inodes are sound, the others' tables are at block 0, none), and nothing
+    // runs after it.
+    let past_pass_0: Vec<(ProblemCode, e4_fsck::Location)> = report
+        .problems
+        .iter()
+        .filter(|p| p.code.pass() > 0)
+        .map(|p| (p.code, p.location))
+        .collect();
+    assert_eq!(
+        past_pass_0,
+        // At the first inode of group 256, where e2fsck's scan meets it.
+        [(
+            ProblemCode::PR_1_ISCAN_ERROR,
+            e4_fsck::Location::Inode(256 * 16 + 1)
+        )]
+    );
+}
+
 /// Where `e2fsck -n` stops because going on would need a write, e4 goes on (it reports
 /// what follows) but exits as e2fsck does.
 #[test]
@@ -514,7 +646,8 @@ fn break_inode_checksum(img: &TestImage, ino: u32) {
 /// Where libext2fs's own walks end in an error, e2fsck stops: a block map naming an
 /// indirect block outside the filesystem (any inode), the bad blocks inode failing its
 /// checksum, pass 1B's scan meeting an inode that fails its checksum, pass 2's
-/// `process_bad_inode` reading one, and a journal whose map stops short of its size.
+/// `process_bad_inode` or pass 4 reading one, and a journal whose map stops short of its
+/// size.
 #[test]
 fn walks_that_stop_e2fsck() {
     use ProblemCode::*;
@@ -569,6 +702,27 @@ fn walks_that_stop_e2fsck() {
         12,
         Some(EXT2_ET_BAD_INODE_CSUM_INVALID),
     );
+
+    // Pass 4 reads an inode again when its references differ from its links count, or
+    // when nothing names it (`check_ea_inode`).
+    for (what, command, code) in [
+        (
+            "a links count off",
+            "sif f links_count 2",
+            PR_4_BAD_REF_COUNT,
+        ),
+        ("an unattached inode", "unlink f", PR_4_UNATTACHED_INODE),
+    ] {
+        let img = TestImage::new(&["-t", "ext4", "-b", "1024"], "8M");
+        debugfs_all(&img, &["write /dev/null f", "sif f size 1", command]);
+        img.assert_exit(what, 4, Some(code));
+        break_inode_checksum(&img, 12);
+        img.assert_exit(
+            &format!("{what} and a checksum"),
+            12,
+            Some(EXT2_ET_PASS4_INODE_CSUM_INVALID),
+        );
+    }
 
     // ext3's journal is block-mapped: a block of it past the end ends the walk short.
     let img = TestImage::new(&["-t", "ext3", "-b", "1024"], "8M");

@@ -69,10 +69,43 @@ pub struct TablePiece {
     pub count: u32,
 }
 
-/// Splits every group's used inode table into pieces of at most [`INODES_PER_PIECE`].
-pub fn plan_pieces(ctx: &Context) -> Vec<TablePiece> {
+/// The first group, in scan order, whose inode table libext2fs's inode scan refuses: a
+/// table that starts before the first data block or ends past the filesystem
+/// (`ext2fs_open_inode_scan` for group 0, `get_next_blockgroup` for the others, whatever
+/// the group's flags). e2fsck's pass 1 stops there (`PR_1_ISCAN_ERROR`, fatal), having
+/// scanned the groups before it; a table at block 0 is no table (skipped, as
+/// `EXT2_SF_SKIP_MISSING_ITABLE` skips it). A superblock claiming many groups over
+/// garbage descriptors (zeros, then bitmap bytes of 0xff) meets such a table early.
+pub fn unscannable_group(ctx: &Context) -> Option<u32> {
+    let table_blocks = ctx.geo.inode_table_blocks();
+    (0..ctx.geo.groups()).find(|&group| {
+        let table = ctx.groups[group as usize].inode_table();
+        table != 0 && !ctx.is_valid_range(table, table_blocks)
+    })
+}
+
+/// Reports the scan stopping at `group` ([`unscannable_group`]), at the group's first
+/// inode: it sorts after what pass 1 found in the groups before, as e2fsck meets it.
+pub fn report_unscannable(ctx: &Context, group: u32) {
+    ctx.report(
+        ProblemCode::PR_1_ISCAN_ERROR,
+        Location::Inode(group * ctx.geo.inodes_per_group() + 1),
+        format!(
+            "error while scanning inodes: corrupt group descriptor: bad block for inode table of group {group} (block {})",
+            ctx.groups[group as usize].inode_table()
+        ),
+    );
+}
+
+/// Splits the used inode table of every group before `stop` (every group when `None`)
+/// into pieces of at most [`INODES_PER_PIECE`]; a group whose table is at block 0 has
+/// none ([`unscannable_group`]).
+pub fn plan_pieces(ctx: &Context, stop: Option<u32>) -> Vec<TablePiece> {
     let mut pieces = Vec::new();
-    for group in 0..ctx.geo.groups() {
+    for group in 0..stop.unwrap_or(ctx.geo.groups()) {
+        if ctx.groups[group as usize].inode_table() == 0 {
+            continue;
+        }
         let used = ctx.inodes_to_scan(group);
         let mut first = 0;
         while first < used {

@@ -1,8 +1,9 @@
-//! What e2fsck hashes for a name in a casefolded directory (`ext2fs_dirhash2` with the
-//! utf8 charset), which differs from the kernel for names that are not UTF-8. The
-//! kernel's `utf8_casefold` fails on any such name and the kernel hashes it as it is.
-//! e2fsprogs 1.47.0's folding (lib/ext2fs/nls_utf8.c, utf8-norm.c) goes byte by byte,
-//! as found against `debugfs dx_hash -c`:
+//! What e2fsck hashes and compares for a name in a casefolded directory
+//! (`ext2fs_dirhash2` and `ext2fs_casefold_cmp` with the utf8 charset), which differs
+//! from the kernel for names that are not UTF-8. The kernel's `utf8_casefold` fails on
+//! any such name and the kernel hashes it as it is. e2fsprogs 1.47.0's folding
+//! (lib/ext2fs/nls_utf8.c, utf8-norm.c) goes byte by byte, as found against
+//! `debugfs dx_hash -c`:
 //!
 //! - a name beginning with a continuation byte is refused at once (`utf8ncursor`:
 //!   `-EINVAL`) and hashed as it is;
@@ -13,10 +14,24 @@
 //!   `utf8byte` fail: `ext2fs_dirhash2` returns `-ENAMETOOLONG` and no hash, and pass 2
 //!   keeps the hash it had (the previous entry's);
 //! - the folding ends at a NUL.
+//!
+//! `utf8_casefold_cmp` folds both names the same way and calls them different (-1) as
+//! soon as either is refused or fails, so such a name equals no name, not even its own
+//! bytes.
 
 use std::borrow::Cow;
 
 use e4_format::casefold::casefold;
+
+/// What e2fsprogs's folding makes of a name.
+enum Folding {
+    /// The name folded.
+    Folded(Vec<u8>),
+    /// Refused at its first byte, a continuation byte (`utf8ncursor`).
+    Refused,
+    /// `utf8byte` failed on a sequence that is no character.
+    Failed,
+}
 
 /// The bytes e2fsck hashes for a name of a casefolded directory.
 #[derive(Debug, PartialEq, Eq)]
@@ -29,8 +44,26 @@ pub enum HashedName<'a> {
 
 /// What e2fsck hashes for `name` in a casefolded directory.
 pub fn hashed_name(name: &[u8]) -> HashedName<'_> {
+    match fold(name) {
+        Folding::Folded(folded) => HashedName::Bytes(Cow::Owned(folded)),
+        Folding::Refused => HashedName::Bytes(Cow::Borrowed(name)),
+        Folding::Failed => HashedName::Unhashed,
+    }
+}
+
+/// What `ext2fs_casefold_cmp` compares for `name`: its folded bytes, or none when the
+/// folding is refused or fails (the name then equals no other).
+pub fn compared_name(name: &[u8]) -> Option<Vec<u8>> {
+    match fold(name) {
+        Folding::Folded(folded) => Some(folded),
+        Folding::Refused | Folding::Failed => None,
+    }
+}
+
+/// Folds `name` as e2fsprogs 1.47.0 does (the module's rules).
+fn fold(name: &[u8]) -> Folding {
     if name.first().is_some_and(|&b| is_continuation(b)) {
-        return HashedName::Bytes(Cow::Borrowed(name));
+        return Folding::Refused;
     }
     let name = name.split(|&b| b == 0).next().unwrap_or(name);
     let mut folded = Vec::with_capacity(name.len());
@@ -53,11 +86,11 @@ pub fn hashed_name(name: &[u8]) -> HashedName<'_> {
             1 + usize::from(lead >= 0xC0) + usize::from(lead >= 0xE0) + usize::from(lead >= 0xF0);
         match name.get(at..at + len).map(std::str::from_utf8) {
             Some(Ok(_)) => at += len,
-            _ => return HashedName::Unhashed,
+            _ => return Folding::Failed,
         }
     }
     fold_run(&mut folded, &name[run_start..]);
-    HashedName::Bytes(Cow::Owned(folded))
+    Folding::Folded(folded)
 }
 
 fn is_continuation(b: u8) -> bool {
@@ -91,5 +124,17 @@ mod tests {
         for unhashed in [&b"A\xffB"[..], b"AB\xe2\x82", b"A\xed\xa0\x80B", b"A\xc3A"] {
             assert_eq!(hashed_name(unhashed), HashedName::Unhashed, "{unhashed:?}");
         }
+    }
+
+    #[test]
+    fn names_as_e2fsprogs_compares_them() {
+        assert_eq!(
+            compared_name("STRASSE".as_bytes()),
+            compared_name("Straße".as_bytes())
+        );
+        assert_eq!(compared_name(b"C\x85A"), Some(b"c\x85a".to_vec()));
+        // Refused or failed: equal to no name.
+        assert_eq!(compared_name(b"\x85ABC"), None);
+        assert_eq!(compared_name(b"A\xffB"), None);
     }
 }

@@ -157,8 +157,10 @@ macro_rules! problem_codes {
                         | ProblemCode::PR_0_JOURNAL_UNSUPP_MULTIFS
                         | ProblemCode::PR_0_CANT_FIND_JOURNAL
                         | ProblemCode::PR_1_BLOCK_ITERATE
+                        | ProblemCode::PR_1_ISCAN_ERROR
                         | ProblemCode::PR_1B_ISCAN_ERROR
                         | ProblemCode::EXT2_ET_BAD_INODE_CSUM_INVALID
+                        | ProblemCode::EXT2_ET_PASS4_INODE_CSUM_INVALID
                         | ProblemCode::PR_2_DIR_CORRUPTED
                         | ProblemCode::PR_3_NO_ROOT_INODE
                         | ProblemCode::E2FSCK_UNSUPPORTED_ENCODING
@@ -287,8 +289,10 @@ problem_codes! {
     PR_1_SET_DTIME = 0x010005, Fix, Inode, true;
     /// `i_extra_isize` does not fit the inode.
     PR_1_EXTRA_ISIZE = 0x01004F, Fix, Inode, true;
-    /// The inode table could not be read.
-    PR_1_ISCAN_ERROR = 0x010028, None, Inode, true;
+    /// The inode scan stops: a group's inode table lies outside the filesystem, or
+    /// cannot be read. Fatal (`PR_FATAL`: e2fsck stops, 8, or 12 after an error), and not
+    /// an error itself (no question is declined).
+    PR_1_ISCAN_ERROR = 0x010028, None, Inode, false;
     /// Two extents map the same logical block.
     PR_1_EXTENT_COLLISION = 0x01007D, Clear, ExtentTree, true;
     /// A directory extent is marked uninitialized.
@@ -419,6 +423,12 @@ problem_codes! {
     PR_1_EXTENT_END_OUT_OF_BOUNDS = 0x01006E, Clear, ExtentTree, true;
     /// The extent header in `i_block` is missing or invalid.
     PR_1_MISSING_EXTENT_HEADER = 0x010081, ClearInode, ExtentTree, true;
+    /// `EXT2_ET_INODE_CSUM_INVALID` in pass 4: e2fsck reads an inode again when no entry
+    /// names it (`check_ea_inode`) or the references counted differ from its links count
+    /// (before `PR_4_BAD_REF_COUNT`), and one whose checksum fails stops it (exit 12 after
+    /// the checksum error). An e4 number; declared before pass 4's codes, so that it sorts
+    /// before them at one inode, as e2fsck reads the inode before it reports on it.
+    EXT2_ET_PASS4_INODE_CSUM_INVALID = 0x04F001, None, Inode, false;
     /// A value inode's stored reference count differs from the xattr entries naming it.
     PR_4_EA_INODE_REF_COUNT = 0x040005, Fix, Xattr, true;
     /// A quota file's usage differs from what the check found, or the file cannot be
@@ -559,6 +569,10 @@ problem_codes! {
     PR_2_HTREE_HASH_ORDER = 0x02003F, ClearHtree, Htree, true;
     /// Two entries in one directory have the same name.
     PR_2_DUPLICATE_DIRENT = 0x020041, Clear, DirectoryEntry, true;
+    /// Two entries of one block have the same bytes for a name, which the rehash that
+    /// follows does not find equal (casefolded, not strict, a name that does not fold):
+    /// e2fsck reports it and the filesystem stays valid.
+    PR_2_REPORT_DUP_DIRENT = 0x020043, None, DirectoryEntry, false;
     /// An htree index node's checksum does not match.
     PR_2_HTREE_NODE_CSUM_INVALID = 0x02004A, ClearHtree, Htree, true;
     /// A directory leaf block has no checksum tail.
