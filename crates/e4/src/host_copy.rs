@@ -1,12 +1,15 @@
 //! Copying one host file into an inode of the image: its data (holes kept as holes), its
-//! xattrs, and its attributes. Shared by `e4 put` (one file) and `e4 import` (a tree).
+//! xattrs, and its attributes. Shared by `e4 put` (one file) and `e4 import` (a tree); a
+//! reproducible import copies data in two steps instead, [`data_regions`] for the blocks
+//! reserved in its ordered walk and [`fill_reserved`] on any thread.
 
 use std::cell::RefCell;
 use std::fs::{File, Metadata};
+use std::ops::Range;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::Path;
 
-use e4_fs::{Creator, Filesystem, SetAttributes, Timestamp, XattrSet};
+use e4_fs::{Creator, DataReservation, Filesystem, SetAttributes, Timestamp, XattrSet};
 use rustix::fs::SeekFrom;
 use rustix::io::Errno;
 
@@ -130,6 +133,53 @@ pub fn copy_data(fs: &Filesystem, ino: u32, host: &Path, size: u64) -> Result<u6
     // holding a reservation fills the filesystem early.
     fs.truncate(ino, size + grown)?;
     Ok(copied)
+}
+
+/// The byte ranges of host regular file `host` that hold data, for
+/// [`Filesystem::reserve_data`]: the whole file when its allocated blocks cover its size
+/// (known from `meta` without opening it), else the regions SEEK_DATA/SEEK_HOLE find.
+pub fn data_regions(host: &Path, meta: &Metadata) -> Result<Vec<Range<u64>>, CopyError> {
+    let size = meta.size();
+    if size == 0 {
+        return Ok(Vec::new());
+    }
+    if meta.blocks() * 512 >= size {
+        return Ok(std::iter::once(0..size).collect());
+    }
+    let host_error =
+        |what: &str, e: std::io::Error| CopyError::Host(format!("{}: {what}: {e}", host.display()));
+    let file = File::open(host).map_err(|e| host_error("cannot open", e))?;
+    let mut regions = Vec::new();
+    let mut offset = 0;
+    while let Some((start, end)) =
+        next_data(&file, offset, size).map_err(|e| host_error("cannot find its data", e.into()))?
+    {
+        regions.push(start..end);
+        offset = end;
+    }
+    Ok(regions)
+}
+
+/// Copies host file `host` into the blocks `reservation` holds for it (see
+/// [`data_regions`]). The size was fixed when the blocks were reserved: a host file that is
+/// shorter now is an error (the blocks left read as zeros), and bytes it gained are not
+/// copied. Returns the bytes copied.
+pub fn fill_reserved(reservation: DataReservation<'_>, host: &Path) -> Result<u64, CopyError> {
+    let host_error =
+        |what: &str, e: std::io::Error| CopyError::Host(format!("{}: {what}: {e}", host.display()));
+    let file = File::open(host).map_err(|e| host_error("cannot open", e))?;
+    COPY_BUFFER.with_borrow_mut(|buf| {
+        reservation.fill(buf, |offset, bytes| {
+            file.read_exact_at(bytes, offset)
+                .map_err(|e| match e.kind() {
+                    std::io::ErrorKind::UnexpectedEof => CopyError::Host(format!(
+                        "{}: it shrank while it was being copied",
+                        host.display()
+                    )),
+                    _ => host_error("cannot read", e),
+                })
+        })
+    })
 }
 
 /// The next region of data at or after `offset`, as [start, end), or None when only a hole

@@ -9,6 +9,13 @@
 //! copies on every core. The first [`PARALLEL_LEVELS`] levels recurse; deeper ones are
 //! walked with an explicit stack, so no host tree's depth can overflow a thread's stack.
 //!
+//! A reproducible import (`SOURCE_DATE_EPOCH`) walks one entry at a time in name order, so
+//! every inode number, directory entry and block placement is decided in an order the host
+//! cannot change; a regular file's blocks are reserved in that walk
+//! ([`Filesystem::reserve_data`]) and its data copied into them by `-j` − 1 other threads
+//! ([`host_copy::fill_reserved`]), which change no metadata, so the image is the same to
+//! the byte whatever the thread count.
+//!
 //! Order: a directory's own mode, owner and times are set once all its children are in, because creating them changes its mtime. A host inode with
 //! several names is created at the first name met and linked at the others after the walk
 //! (two threads may meet its names at once), and then the times of the directories that got
@@ -28,15 +35,19 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use e4_fs::{Error, FileType, Filesystem, SetAttributes};
+use e4_format::features::IncompatFeatures;
+use e4_fs::{DataReservation, Error, FileType, Filesystem, SetAttributes};
 use indicatif::{ProgressBar, ProgressStyle};
 use rayon::prelude::*;
 
 use crate::edit_session::{describe, stops_everything, ImagePath};
-use crate::host_copy::{copy_data, copy_xattrs, creator_of, final_attributes, CopyError};
+use crate::host_copy::{
+    self, copy_data, copy_xattrs, creator_of, data_regions, final_attributes, CopyError,
+};
 use crate::id_map::IdRule;
 use crate::output::CliError;
 
@@ -47,6 +58,9 @@ const ENTRIES_PER_TASK: usize = 64;
 /// are walked by [`Import::deep_directory`], whose stack does not grow with depth. 64
 /// levels of recursion fit a worker's stack many times over.
 const PARALLEL_LEVELS: usize = 64;
+/// Files whose blocks a reproducible walk reserved and whose data waits for a fill thread,
+/// at most: the walk waits beyond that, so memory stays bounded on any tree.
+const QUEUED_FILLS: usize = 4096;
 
 /// Imports the contents of host directory `host_dir` into directory `target` of the image
 /// (created if missing; its parent must exist), and gives `target` the host directory's
@@ -72,11 +86,12 @@ pub fn run(
 /// How an import departs from copying the host as it is (`e4 mkfs -d` uses it).
 #[derive(Debug, Clone, Default)]
 pub struct ImportPolicy {
-    /// `SOURCE_DATE_EPOCH`: the import is the same sequence of operations whatever the
-    /// host: one thread, each directory's entries in name order (so the host's directory
-    /// order and inode numbers decide nothing), and host times later than the epoch clamped
-    /// to it (reproducible-builds.org's rule). With the engine's clock stopped and interval
-    /// commits off, the image is then the same to the byte.
+    /// `SOURCE_DATE_EPOCH`: the import's changes to metadata are the same sequence whatever
+    /// the host and the thread count: one walk, each directory's entries in name order (so
+    /// the host's directory order and inode numbers decide nothing), file data copied by
+    /// other threads into blocks the walk reserved, and host times later than the epoch
+    /// clamped to it (reproducible-builds.org's rule). With the engine's clock stopped and
+    /// interval commits off, the image is then the same to the byte.
     pub reproducible_at: Option<i64>,
     /// How a host owner becomes the image's: kept, all one (`--owner`) or mapped
     /// (`--uid-map`, `--gid-map`), so an unprivileged build makes the image a root build
@@ -95,10 +110,15 @@ pub fn run_with(
     policy: &ImportPolicy,
 ) -> Result<(), CliError> {
     let reproducible_at = policy.reproducible_at;
-    let threads = if reproducible_at.is_some() {
-        Some(1)
-    } else {
-        threads
+    // A reproducible import walks on one thread; the others copy data.
+    let (threads, fill_threads) = match reproducible_at {
+        Some(_) => {
+            let all = threads.unwrap_or_else(|| {
+                std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+            });
+            (Some(1), all.saturating_sub(1))
+        }
+        None => (threads, 0),
     };
     let host_meta =
         fs::symlink_metadata(host_dir).map_err(|e| format!("{}: {e}", host_dir.display()))?;
@@ -106,6 +126,13 @@ pub fn run_with(
         return Err(format!("{}: not a directory", host_dir.display()).into());
     }
     let root = target_directory(fs, target, &host_meta)?;
+    let (fill_sender, fill_receiver) = match fill_threads {
+        0 => (None, None),
+        _ => {
+            let (sender, receiver) = sync_channel(QUEUED_FILLS);
+            (Some(sender), Some(Mutex::new(receiver)))
+        }
+    };
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads.unwrap_or(0))
         .build()
@@ -121,12 +148,32 @@ pub fn run_with(
         reproducible_at,
         uids: &policy.uids,
         gids: &policy.gids,
+        inline_files: fs
+            .superblock()
+            .incompat()
+            .contains(IncompatFeatures::INLINE_DATA),
+        fill_queue: Mutex::new(fill_sender),
     };
     let root_path = trimmed_root(target.bytes());
-    pool.install(|| {
-        import.directory_contents(host_dir, root, &root_path, 0);
-        import.finish_late_links();
-        import.finish_directory(host_dir, &root_path, root, &host_meta);
+    std::thread::scope(|scope| {
+        if let Some(receiver) = &fill_receiver {
+            for _ in 0..fill_threads {
+                scope.spawn(|| import.fill_from_queue(receiver));
+            }
+        }
+        pool.install(|| {
+            import.directory_contents(host_dir, root, &root_path, 0);
+            import.finish_late_links();
+            import.finish_directory(host_dir, &root_path, root, &host_meta);
+        });
+        // No more fills: the threads finish the queue and return.
+        drop(
+            import
+                .fill_queue
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take(),
+        );
     });
     import.progress.finish();
     let entries = import.progress.entries.load(Ordering::Relaxed);
@@ -213,6 +260,20 @@ struct Import<'a> {
     /// How each entry's host owner becomes its owner in the image.
     uids: &'a IdRule,
     gids: &'a IdRule,
+    /// The image has inline_data: a reproducible walk copies a file smaller than a block
+    /// itself, so the engine may put it in its inode as any write would.
+    inline_files: bool,
+    /// Where a reproducible walk sends files whose blocks it reserved, to be filled by the
+    /// fill threads; None with no fill thread (the walk fills them itself) or once the walk
+    /// is over.
+    fill_queue: Mutex<Option<SyncSender<FillJob<'a>>>>,
+}
+
+/// A file whose blocks a reproducible walk reserved, waiting for its data.
+struct FillJob<'a> {
+    host: PathBuf,
+    image_path: Vec<u8>,
+    reservation: DataReservation<'a>,
 }
 
 /// A second (or later) name of a host inode.
@@ -636,7 +697,11 @@ impl Import<'_> {
         };
         let mut bytes = 0;
         if file_type.is_file() {
-            match copy_data(fs, ino, host, meta.size()) {
+            let copied = match self.reproducible_at {
+                Some(_) => self.reserve_and_fill(ino, host, image_path, meta),
+                None => copy_data(fs, ino, host, meta.size()),
+            };
+            match copied {
                 Ok(copied) => bytes = copied,
                 Err(e) => {
                     self.copy_error(image_path, &e);
@@ -655,6 +720,60 @@ impl Import<'_> {
             self.image_error(image_path, &e);
         }
         Some(ino)
+    }
+
+    /// The data of host file `host` in a reproducible walk: a file smaller than a block of
+    /// an inline_data image is copied at once (the engine decides whether it goes in the
+    /// inode); any other gets its blocks reserved here, in the walk's order, and is filled
+    /// by a fill thread, or at once when there is none. Returns the bytes copied now.
+    fn reserve_and_fill(
+        &self,
+        ino: u32,
+        host: &Path,
+        image_path: &[u8],
+        meta: &Metadata,
+    ) -> Result<u64, CopyError> {
+        let size = meta.size();
+        if self.inline_files && size < u64::from(self.fs.block_size()) {
+            return copy_data(self.fs, ino, host, size);
+        }
+        let regions = data_regions(host, meta)?;
+        let reservation = self.fs.reserve_data(ino, size, &regions)?;
+        let job = FillJob {
+            host: host.to_path_buf(),
+            image_path: image_path.to_vec(),
+            reservation,
+        };
+        let queue = self.fill_queue.lock().unwrap_or_else(|p| p.into_inner());
+        let job = match queue.as_ref() {
+            Some(sender) => match sender.send(job) {
+                Ok(()) => return Ok(0),
+                // No fill thread left to take it.
+                Err(unsent) => unsent.0,
+            },
+            None => job,
+        };
+        drop(queue);
+        host_copy::fill_reserved(job.reservation, &job.host)
+    }
+
+    /// A fill thread: fills the files the walk queues until the walk is over. After a
+    /// failure that stops the import, the files left are dropped unfilled (their blocks
+    /// are zeroed; the import fails anyway).
+    fn fill_from_queue(&self, queue: &Mutex<Receiver<FillJob<'_>>>) {
+        loop {
+            let next = queue.lock().unwrap_or_else(|p| p.into_inner()).recv();
+            let Ok(job) = next else {
+                return;
+            };
+            if self.is_stopped() {
+                continue;
+            }
+            match host_copy::fill_reserved(job.reservation, &job.host) {
+                Ok(bytes) => self.progress.data(bytes),
+                Err(e) => self.copy_error(&job.image_path, &e),
+            }
+        }
     }
 
     /// Links the later names of multiply-linked host inodes, then sets the times of the
@@ -730,7 +849,13 @@ impl Progress {
 
     /// One more entry imported, with `bytes` of data.
     fn entry(&self, bytes: u64) {
-        let entries = self.entries.fetch_add(1, Ordering::Relaxed) + 1;
+        self.entries.fetch_add(1, Ordering::Relaxed);
+        self.data(bytes);
+    }
+
+    /// `bytes` more of data copied (by a fill thread, for an entry already counted).
+    fn data(&self, bytes: u64) {
+        let entries = self.entries.load(Ordering::Relaxed);
         let total = self.bytes.fetch_add(bytes, Ordering::Relaxed) + bytes;
         if let Some(bar) = &self.bar {
             bar.set_position(total);

@@ -41,35 +41,40 @@ fn a_tree_goes_in_and_comes_back_out() {
     let source = dir.path().join("source");
     std::fs::create_dir(&source).unwrap();
     generate_tree(&source, &TreeSpec::small());
-    // ext4 (extents, flex_bg, metadata_csum) and ext3 (block-mapped files).
-    for fs_type in ["ext4", "ext3"] {
-        let image = dir.path().join(format!("{fs_type}.img"));
+    // ext4 (extents, flex_bg, metadata_csum) and ext3 (block-mapped files), each also
+    // reproducible (blocks reserved in the walk, data filled by other threads), at an
+    // epoch later than every host time so that none is clamped.
+    for (fs_type, epoch) in [
+        ("ext4", None),
+        ("ext3", None),
+        ("ext4", Some("4000000000")),
+        ("ext3", Some("4000000000")),
+    ] {
+        let name = format!("{fs_type}{}", if epoch.is_some() { "-epoch" } else { "" });
+        let image = dir.path().join(format!("{name}.img"));
         let out = e4(
             &[
-                &"mkfs", &"-q", &"-t", &fs_type, &"-d", &source, &image, &"32M",
+                &"mkfs", &"-q", &"-t", &fs_type, &"-j", &"3", &"-d", &source, &image, &"32M",
             ],
-            None,
+            epoch,
         );
         assert!(
             out.status.success(),
-            "e4 mkfs -d ({fs_type}): {}",
+            "e4 mkfs -d ({name}): {}",
             stderr(&out)
         );
         e2fsck_clean(&image).unwrap();
-        let exported = dir.path().join(format!("{fs_type}-exported"));
+        let exported = dir.path().join(format!("{name}-exported"));
         let out = e4(&[&"export", &image, &exported], None);
         assert!(out.status.success(), "e4 export: {}", stderr(&out));
         let diffs = compare_trees(&source, &exported, &tree_options());
         assert!(
             diffs.is_empty(),
-            "{fs_type}: export differs from the source: {diffs:#?}"
+            "{name}: export differs from the source: {diffs:#?}"
         );
         if let Ok(mount) = KernelMount::mount(&image) {
             let diffs = compare_trees(&source, &mount.path(), &tree_options());
-            assert!(
-                diffs.is_empty(),
-                "{fs_type}: kernel mount differs: {diffs:#?}"
-            );
+            assert!(diffs.is_empty(), "{name}: kernel mount differs: {diffs:#?}");
         }
     }
 }
@@ -201,6 +206,9 @@ fn ordered_tree(root: &Path, reverse: bool) {
     )
     .unwrap();
     xattr::set(root.join("d02/f03"), "user.e4", b"value").unwrap();
+    // Larger than one fill's write (1 MiB).
+    let large: Vec<u8> = (0..3_000_000u32).map(|i| (i % 253) as u8).collect();
+    std::fs::write(root.join("large"), large).unwrap();
 }
 
 #[test]
@@ -215,28 +223,38 @@ fn source_date_epoch_makes_the_same_image_from_a_tree() {
     ordered_tree(&forward, false);
     ordered_tree(&backward, true);
     let epoch = Some("1700000000");
-    let images: Vec<_> = [(&forward, "1"), (&forward, "2"), (&backward, "2")]
-        .iter()
-        .enumerate()
-        .map(|(i, (source, threads))| {
-            let image = dir.path().join(format!("{i}.img"));
-            let out = e4(
-                &[
-                    &"mkfs", &"-q", &"-j", threads, &"-d", source, &image, &"32M",
-                ],
-                epoch,
-            );
-            assert!(out.status.success(), "{}", stderr(&out));
-            image
-        })
-        .collect();
+    let images: Vec<_> = [
+        (&forward, "1"),
+        (&forward, "2"),
+        (&forward, "4"),
+        (&backward, "3"),
+    ]
+    .iter()
+    .enumerate()
+    .map(|(i, (source, threads))| {
+        let image = dir.path().join(format!("{i}.img"));
+        let out = e4(
+            &[
+                &"mkfs", &"-q", &"-j", threads, &"-d", source, &image, &"32M",
+            ],
+            epoch,
+        );
+        assert!(out.status.success(), "{}", stderr(&out));
+        image
+    })
+    .collect();
     e2fsck_clean(&images[0]).unwrap();
+    let first = read(&images[0]);
     assert!(
-        read(&images[0]) == read(&images[1]),
+        first == read(&images[1]),
         "-j 1 and -j 2 made different images"
     );
     assert!(
-        read(&images[0]) == read(&images[2]),
+        first == read(&images[2]),
+        "-j 1 and -j 4 made different images"
+    );
+    assert!(
+        first == read(&images[3]),
         "the same tree created in another order made a different image"
     );
 }
