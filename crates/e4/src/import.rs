@@ -808,12 +808,17 @@ impl Import<'_> {
             }
         };
         let mut bytes = 0;
+        // A file opened for its data gives its xattrs too (a path through /proc costs a
+        // lookup of its own).
+        let mut opened = None;
         if file_type.is_file() {
             let copied = match self.reproducible_at {
                 Some(_) => self.reserve_and_fill(ino, host, at, image_path, meta),
-                None => at
-                    .open_file()
-                    .and_then(|file| copy_data(fs, ino, &file, at.shown, meta.size())),
+                None => at.open_file().and_then(|file| {
+                    let copied = copy_data(fs, ino, &file, at.shown, meta.size())?;
+                    opened = Some(file);
+                    Ok(copied)
+                }),
             };
             match copied {
                 Ok(copied) => bytes = copied,
@@ -826,7 +831,11 @@ impl Import<'_> {
             }
         }
         self.progress.entry(bytes);
-        if let Err(reason) = copy_xattrs(fs, ino, XattrSource::Path(&at.proc_path())) {
+        let xattrs = match &opened {
+            Some(file) => copy_xattrs(fs, ino, XattrSource::File(file)),
+            None => copy_xattrs(fs, ino, XattrSource::Path(&at.proc_path())),
+        };
+        if let Err(reason) = xattrs {
             self.progress
                 .fail(&format!("{}: {reason}", as_image_path(image_path).shown()));
         }
