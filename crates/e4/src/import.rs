@@ -40,11 +40,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use e4_format::features::IncompatFeatures;
-use e4_fs::{DataReservation, Error, FileType, Filesystem, SetAttributes};
+use e4_fs::{DataReservation, Error, FileType, Filesystem, SetAttributes, XattrSet};
 use indicatif::{ProgressBar, ProgressStyle};
 use rayon::prelude::*;
 
 use crate::edit_session::{describe, stops_everything, ImagePath};
+use crate::fs_config::{capability_xattr, FsConfig};
 use crate::host_copy::{
     copy_data, copy_xattrs, creator_of, data_regions, fill_reserved, final_attributes, CopyError,
     HostEntry, XattrSource,
@@ -100,6 +101,8 @@ pub struct ImportPolicy {
     /// would.
     pub uids: IdRule,
     pub gids: IdRule,
+    /// `--fs-config`: each entry's owner, mode and capabilities from its line.
+    pub fs_config: Option<FsConfig>,
 }
 
 /// As [`run`], with `policy`.
@@ -163,6 +166,7 @@ pub fn run_with(
         reproducible_at,
         uids: &policy.uids,
         gids: &policy.gids,
+        fs_config: policy.fs_config.as_ref(),
         inline_files: fs
             .superblock()
             .incompat()
@@ -275,6 +279,7 @@ struct Import<'a> {
     /// How each entry's host owner becomes its owner in the image.
     uids: &'a IdRule,
     gids: &'a IdRule,
+    fs_config: Option<&'a FsConfig>,
     /// The image has inline_data: a reproducible walk copies a file smaller than a block
     /// itself, so the engine may put it in its inode as any write would.
     inline_files: bool,
@@ -751,12 +756,45 @@ impl Import<'_> {
         if self.is_stopped() {
             return;
         }
-        if let Err(e) = self.fs.setattr(ino, &self.clamped(final_attributes(meta))) {
-            return self.image_error(image_path, &e);
-        }
         if let Err(reason) = copy_xattrs(self.fs, ino, XattrSource::File(host)) {
             self.progress
                 .fail(&format!("{}: {reason}", shown.display()));
+        }
+        self.set_final_attributes(ino, image_path, meta);
+    }
+
+    /// Gives inode `ino` (host `meta`, at `image_path`) the attributes it ends with, after
+    /// its data and xattrs: the host's, clamped and with owners mapped by the policy; under
+    /// `--fs-config`, the owner and mode its line gives, and its capabilities as
+    /// `security.capability` (over the host's). The import's root gets no line, as
+    /// e2fsdroid applies none to it; an entry the file does not name is one failure line.
+    fn set_final_attributes(&self, ino: u32, image_path: &[u8], meta: &Metadata) {
+        let mut attributes = self.clamped(final_attributes(meta));
+        let relative = image_path.strip_prefix(b"/").unwrap_or(image_path);
+        let mut capabilities = 0;
+        if let (Some(config), false) = (self.fs_config, relative.is_empty()) {
+            let Some(entry) = config.lookup(relative) else {
+                let shown = as_image_path(image_path).shown();
+                return self
+                    .progress
+                    .fail(&format!("{shown}: not in the fs_config file"));
+            };
+            attributes.uid = Some(entry.uid);
+            attributes.gid = Some(entry.gid);
+            attributes.permissions = Some(entry.permissions);
+            capabilities = entry.capabilities;
+        }
+        if capabilities != 0 {
+            let value = capability_xattr(capabilities);
+            let set = self
+                .fs
+                .set_xattr(ino, b"security.capability", &value, XattrSet::Either);
+            if let Err(e) = set {
+                return self.image_error(image_path, &e);
+            }
+        }
+        if let Err(e) = self.fs.setattr(ino, &attributes) {
+            self.image_error(image_path, &e);
         }
     }
 
@@ -839,9 +877,7 @@ impl Import<'_> {
             self.progress
                 .fail(&format!("{}: {reason}", as_image_path(image_path).shown()));
         }
-        if let Err(e) = fs.setattr(ino, &self.clamped(final_attributes(meta))) {
-            self.image_error(image_path, &e);
-        }
+        self.set_final_attributes(ino, image_path, meta);
         Some(ino)
     }
 

@@ -9,6 +9,7 @@ use e4_mkfs::{make_filesystem, size_to_fit, MkfsOptions, Profile, TreeUsage};
 use e4_fs::OpenOptions;
 
 use crate::edit_session::{with_writable_image_options, ImagePath};
+use crate::fs_config::FsConfig;
 use crate::id_map::{IdMap, IdRule};
 use crate::import::ImportPolicy;
 use crate::output::CliError;
@@ -115,6 +116,14 @@ pub struct MkfsArgs {
         conflicts_with = "owner"
     )]
     gid_map: Option<IdMap>,
+    /// With -d: each entry's owner, mode and file capabilities from FILE, in the canned
+    /// fs_config format e2fsdroid reads (-C): `PATH UID GID MODE [capabilities=N]` per line,
+    /// PATH relative to the image's root; every entry but the root must have a line.
+    #[arg(long, value_name = "FILE", value_parser = FsConfig::load, requires = "source")]
+    fs_config: Option<FsConfig>,
+    /// e2fsdroid's SELinux labels (-S): not done yet, refused by name.
+    #[arg(long, value_name = "FILE", hide = true)]
+    file_contexts: Option<PathBuf>,
     /// With -d and no SIZE: free space and inodes left beyond what the tree takes, in percent
     /// (default 10).
     #[arg(long, default_value_t = 10)]
@@ -161,6 +170,13 @@ pub fn run(args: MkfsArgs, source_date_epoch: Option<i64>) -> Result<(), CliErro
         ("-S", args.super_only),
         ("-z", args.undo_file.is_some()),
     ])?;
+    if args.file_contexts.is_some() {
+        return Err(CliError::Message(
+            "not supported by e4 mkfs yet: --file-contexts (SELinux labels); \
+             --fs-config sets owners, modes and capabilities"
+                .into(),
+        ));
+    }
     let options = MkfsOptions {
         fs_type: Some(args.fs_type),
         usage_types: args.usage_types,
@@ -213,6 +229,7 @@ pub fn run(args: MkfsArgs, source_date_epoch: Option<i64>) -> Result<(), CliErro
             reproducible_at: source_date_epoch,
             uids: rule(args.owner.map(|(uid, _)| uid), &args.uid_map),
             gids: rule(args.owner.map(|(_, gid)| gid), &args.gid_map),
+            fs_config: args.fs_config.clone(),
         };
         fill(
             &args.image,

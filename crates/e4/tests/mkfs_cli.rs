@@ -126,6 +126,7 @@ fn bad_and_unsupported_options_get_one_line() {
         (vec!["-n", "-S"], "mke2fs option -n, -S"),
         (vec!["-G", "16", "-O", "^flex_bg"], "flex_bg"),
         (vec!["-g", "1001"], "blocks per group"),
+        (vec!["--file-contexts", "fc"], "--file-contexts"),
     ] {
         let mut all: Vec<&dyn AsRef<std::ffi::OsStr>> = vec![&"mkfs", &"-q"];
         for a in &args {
@@ -143,6 +144,115 @@ fn bad_and_unsupported_options_get_one_line() {
     }
     let out = e4(&[&"mkfs", &image, &"1Q"], None);
     assert!(stderr(&out).contains("unknown suffix"), "{}", stderr(&out));
+}
+
+/// `--fs-config`: every entry takes the owner, mode and capabilities of its line (the last
+/// line for a path wins; `selabel=` ignored), seen through the kernel's mount (stat, and
+/// `security.capability` as getfattr reads it) or, without one, the engine; an entry the
+/// file does not name is one line, exit 1 and no image; a bad line is one line, exit 2.
+#[test]
+fn fs_config_gives_owners_modes_and_capabilities() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("source");
+    std::fs::create_dir_all(source.join("bin")).unwrap();
+    std::fs::write(source.join("bin/sh"), b"#!sh\n").unwrap();
+    std::fs::write(source.join("bin/ping"), b"ping").unwrap();
+    std::os::unix::fs::symlink("sh", source.join("bin/ash")).unwrap();
+    let config = dir.path().join("fs_config");
+    std::fs::write(
+        &config,
+        " 0 0 0755\nbin 0 2000 0751\n/bin/sh 0 2000 0755 selabel=u:object_r:shell_exec:s0\n\
+         bin/ping 0 3003 02750 capabilities=0x2000\nbin/ash 0 2000 0777\n\
+         bin/sh 1000 2000 04750\n",
+    )
+    .unwrap();
+    let image = dir.path().join("fs.img");
+    let out = e4(
+        &[
+            &"mkfs",
+            &"-q",
+            &"-j",
+            &"2",
+            &"--fs-config",
+            &config,
+            &"-d",
+            &source,
+            &image,
+            &"32M",
+        ],
+        Some("1700000000"),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    e2fsck_clean(&image).unwrap();
+    // OK to compare with what e2fsdroid writes: revision 2 with the effective flag, bit 13
+    // (CAP_NET_RAW) permitted.
+    let capability = [
+        1, 0, 0, 2, 0, 0x20, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    ];
+    let want = [
+        ("bin", (0, 2000, 0o751), None),
+        ("bin/sh", (1000, 2000, 0o4750), None),
+        ("bin/ping", (0, 3003, 0o2750), Some(&capability[..])),
+        ("bin/ash", (0, 2000, 0o777), None),
+    ];
+    match KernelMount::mount(&image) {
+        Ok(mount) => {
+            for (path, owner, caps) in want {
+                let path = mount.path().join(path);
+                let meta = std::fs::symlink_metadata(&path).unwrap();
+                let got = (meta.uid(), meta.gid(), meta.mode() & 0o7777);
+                assert_eq!(got, owner, "{}", path.display());
+                let got = xattr::get(&path, "security.capability").unwrap();
+                assert_eq!(got.as_deref(), caps, "{}", path.display());
+            }
+        }
+        Err(reason) => {
+            e4_testkit::kernel_comparison_skipped("--fs-config", &reason);
+            let fs = e4_fs::Filesystem::open(&image, e4_fs::OpenOptions::default()).unwrap();
+            for (path, owner, caps) in want {
+                let ino = fs
+                    .resolve_bytes(format!("/{path}").as_bytes(), false)
+                    .unwrap();
+                let meta = fs.metadata(ino).unwrap();
+                let got = (meta.uid, meta.gid, u32::from(meta.permissions));
+                assert_eq!(got, owner, "{path}");
+                let got = fs.get_xattr(ino, b"security.capability").unwrap();
+                assert_eq!(got.as_deref(), caps, "{path}");
+            }
+        }
+    }
+    // A path with no line: one line naming it, exit 1, no image.
+    std::fs::write(source.join("bin/extra"), b"").unwrap();
+    std::fs::remove_file(&image).unwrap();
+    let args: [&dyn AsRef<OsStr>; 9] = [
+        &"mkfs",
+        &"-q",
+        &"--fs-config",
+        &config,
+        &"-d",
+        &source,
+        &image,
+        &"32M",
+        &"-F",
+    ];
+    let out = e4(&args, None);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.lines()
+            .next()
+            .unwrap()
+            .contains("/bin/extra: not in the fs_config file"),
+        "{err}"
+    );
+    assert!(!image.exists(), "a failed fill left its image");
+    // A bad line: one line with its number, exit 2.
+    std::fs::write(&config, "bin 0 0 0755\nbin/sh root 0 0755\n").unwrap();
+    let out = e4(&args, None);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("line 2: UID is not a number"), "{err}");
 }
 
 fn read(path: &Path) -> Vec<u8> {
