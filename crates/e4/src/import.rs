@@ -45,6 +45,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use rayon::prelude::*;
 
 use crate::edit_session::{describe, stops_everything, ImagePath};
+use crate::file_contexts::{selinux_xattr, FileContexts, FileKind};
 use crate::fs_config::{capability_xattr, FsConfig};
 use crate::host_copy::{
     copy_data, copy_xattrs, creator_of, data_regions, fill_reserved, final_attributes, CopyError,
@@ -103,6 +104,8 @@ pub struct ImportPolicy {
     pub gids: IdRule,
     /// `--fs-config`: each entry's owner, mode and capabilities from its line.
     pub fs_config: Option<FsConfig>,
+    /// `--file-contexts`: each entry's SELinux label.
+    pub file_contexts: Option<FileContexts>,
 }
 
 /// As [`run`], with `policy`.
@@ -167,6 +170,7 @@ pub fn run_with(
         uids: &policy.uids,
         gids: &policy.gids,
         fs_config: policy.fs_config.as_ref(),
+        file_contexts: policy.file_contexts.as_ref(),
         inline_files: fs
             .superblock()
             .incompat()
@@ -280,6 +284,7 @@ struct Import<'a> {
     uids: &'a IdRule,
     gids: &'a IdRule,
     fs_config: Option<&'a FsConfig>,
+    file_contexts: Option<&'a FileContexts>,
     /// The image has inline_data: a reproducible walk copies a file smaller than a block
     /// itself, so the engine may put it in its inode as any write would.
     inline_files: bool,
@@ -766,8 +771,9 @@ impl Import<'_> {
     /// Gives inode `ino` (host `meta`, at `image_path`) the attributes it ends with, after
     /// its data and xattrs: the host's, clamped and with owners mapped by the policy; under
     /// `--fs-config`, the owner and mode its line gives, and its capabilities as
-    /// `security.capability` (over the host's). The import's root gets no line, as
-    /// e2fsdroid applies none to it; an entry the file does not name is one failure line.
+    /// `security.capability` (over the host's; the import's root gets no line, as
+    /// e2fsdroid applies none to it; an entry the file does not name is one failure line);
+    /// under `--file-contexts`, its label as `security.selinux` (over the host's).
     fn set_final_attributes(&self, ino: u32, image_path: &[u8], meta: &Metadata) {
         let mut attributes = self.clamped(final_attributes(meta));
         let relative = image_path.strip_prefix(b"/").unwrap_or(image_path);
@@ -783,6 +789,22 @@ impl Import<'_> {
             attributes.gid = Some(entry.gid);
             attributes.permissions = Some(entry.permissions);
             capabilities = entry.capabilities;
+        }
+        let kind = FileKind::of(meta.file_type());
+        let absolute: &[u8] = if image_path.is_empty() {
+            b"/"
+        } else {
+            image_path
+        };
+        let label = self.file_contexts.and_then(|c| c.lookup(absolute, kind));
+        if let Some(label) = label {
+            let value = selinux_xattr(label);
+            let set = self
+                .fs
+                .set_xattr(ino, b"security.selinux", &value, XattrSet::Either);
+            if let Err(e) = set {
+                return self.image_error(image_path, &e);
+            }
         }
         if capabilities != 0 {
             let value = capability_xattr(capabilities);

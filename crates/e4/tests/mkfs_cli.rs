@@ -126,7 +126,6 @@ fn bad_and_unsupported_options_get_one_line() {
         (vec!["-n", "-S"], "mke2fs option -n, -S"),
         (vec!["-G", "16", "-O", "^flex_bg"], "flex_bg"),
         (vec!["-g", "1001"], "blocks per group"),
-        (vec!["--file-contexts", "fc"], "--file-contexts"),
     ] {
         let mut all: Vec<&dyn AsRef<std::ffi::OsStr>> = vec![&"mkfs", &"-q"];
         for a in &args {
@@ -147,9 +146,12 @@ fn bad_and_unsupported_options_get_one_line() {
 }
 
 /// `--fs-config`: every entry takes the owner, mode and capabilities of its line (the last
-/// line for a path wins; `selabel=` ignored), seen through the kernel's mount (stat, and
-/// `security.capability` as getfattr reads it) or, without one, the engine; an entry the
-/// file does not name is one line, exit 1 and no image; a bad line is one line, exit 2.
+/// line for a path wins; `selabel=` ignored); `--file-contexts`: every entry, the root and
+/// lost+found take the label of the line libselinux would pick (the last match, an exact
+/// path over a pattern, a typed line only for its type, `<<none>>` none). Seen through the
+/// kernel's mount (stat, and the xattrs as getfattr reads them) or, without one, the
+/// engine. An entry the fs_config file does not name is one line, exit 1 and no image; a
+/// bad line is one line, exit 2.
 #[test]
 fn fs_config_gives_owners_modes_and_capabilities() {
     use std::os::unix::fs::MetadataExt;
@@ -167,6 +169,14 @@ fn fs_config_gives_owners_modes_and_capabilities() {
          bin/sh 1000 2000 04750\n",
     )
     .unwrap();
+    let contexts = dir.path().join("file_contexts");
+    std::fs::write(
+        &contexts,
+        "# labels\n/(.*)?  u:object_r:rootfs:s0\n/bin/sh  u:object_r:shell_exec:s0\n\
+         /bin(/.*)?  u:object_r:bin_file:s0\n/bin  -d  u:object_r:bin_dir:s0\n\
+         /bin/ash  <<none>>\n",
+    )
+    .unwrap();
     let image = dir.path().join("fs.img");
     let out = e4(
         &[
@@ -176,6 +186,8 @@ fn fs_config_gives_owners_modes_and_capabilities() {
             &"2",
             &"--fs-config",
             &config,
+            &"--file-contexts",
+            &contexts,
             &"-d",
             &source,
             &image,
@@ -196,6 +208,15 @@ fn fs_config_gives_owners_modes_and_capabilities() {
         ("bin/ping", (0, 3003, 0o2750), Some(&capability[..])),
         ("bin/ash", (0, 2000, 0o777), None),
     ];
+    let labels = [
+        ("", Some("u:object_r:rootfs:s0")),
+        ("lost+found", Some("u:object_r:rootfs:s0")),
+        ("bin", Some("u:object_r:bin_dir:s0")),
+        ("bin/sh", Some("u:object_r:shell_exec:s0")),
+        ("bin/ping", Some("u:object_r:bin_file:s0")),
+        ("bin/ash", None),
+    ];
+    let label_value = |label: Option<&str>| label.map(|l| format!("{l}\0").into_bytes());
     match KernelMount::mount(&image) {
         Ok(mount) => {
             for (path, owner, caps) in want {
@@ -205,6 +226,11 @@ fn fs_config_gives_owners_modes_and_capabilities() {
                 assert_eq!(got, owner, "{}", path.display());
                 let got = xattr::get(&path, "security.capability").unwrap();
                 assert_eq!(got.as_deref(), caps, "{}", path.display());
+            }
+            for (path, label) in labels {
+                let path = mount.path().join(path);
+                let got = xattr::get(&path, "security.selinux").unwrap();
+                assert_eq!(got, label_value(label), "{}", path.display());
             }
         }
         Err(reason) => {
@@ -219,6 +245,13 @@ fn fs_config_gives_owners_modes_and_capabilities() {
                 assert_eq!(got, owner, "{path}");
                 let got = fs.get_xattr(ino, b"security.capability").unwrap();
                 assert_eq!(got.as_deref(), caps, "{path}");
+            }
+            for (path, label) in labels {
+                let ino = fs
+                    .resolve_bytes(format!("/{path}").as_bytes(), false)
+                    .unwrap();
+                let got = fs.get_xattr(ino, b"security.selinux").unwrap();
+                assert_eq!(got, label_value(label), "{path}");
             }
         }
     }
