@@ -52,6 +52,7 @@ pub use ops::fallocate::FallocateMode;
 pub use ops::lock_stats::LockReport;
 pub use ops::readdir::DirCookie;
 pub use ops::rename::RenameMode;
+pub use ops::reserved_data::DataReservation;
 pub use ops::setattr::SetAttributes;
 pub use ops::stat::{Metadata, StatFs};
 pub use ops::xattr_write::XattrSet;

@@ -1,14 +1,24 @@
 //! Copying one host file into an inode of the image: its data (holes kept as holes), its
-//! xattrs, and its attributes. Shared by `e4 put` (one file) and `e4 import` (a tree).
+//! xattrs, and its attributes. Shared by `e4 put` (one file) and `e4 import` (a tree); a
+//! reproducible import copies data in two steps instead, [`data_regions`] for the blocks
+//! reserved in its ordered walk and [`fill_reserved`] on any thread.
+//!
+//! An import reads each entry of the host tree as a [`HostEntry`]: through its directory's
+//! open descriptor and its name (`openat`, `readlinkat`, O_NOFOLLOW), never by a path from
+//! the root, so a tree deeper than PATH_MAX imports.
 
 use std::cell::RefCell;
+use std::ffi::OsStr;
 use std::fs::{File, Metadata};
+use std::ops::Range;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, MetadataExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use e4_fs::{Creator, Filesystem, SetAttributes, Timestamp, XattrSet};
-use rustix::fs::SeekFrom;
+use e4_fs::{Creator, DataReservation, Filesystem, SetAttributes, Timestamp, XattrSet};
+use rustix::fs::{Mode, OFlags, SeekFrom};
 use rustix::io::Errno;
+use xattr::FileExt as _;
 
 /// Bytes copied per read and per engine write: a contiguous file is one engine call per MiB,
 /// and a buffer per thread stays cheap.
@@ -32,6 +42,69 @@ pub enum CopyError {
 impl From<e4_fs::Error> for CopyError {
     fn from(e: e4_fs::Error) -> Self {
         CopyError::Image(e)
+    }
+}
+
+/// An entry of the host tree: `name` in the open directory `dir`, `shown` its path for
+/// messages only.
+pub struct HostEntry<'a> {
+    pub dir: &'a File,
+    pub name: &'a OsStr,
+    pub shown: &'a Path,
+}
+
+impl HostEntry<'_> {
+    /// The entry's own metadata (a symlink's, not its target's): `fstat` of an O_PATH
+    /// descriptor, which opens nothing a device or FIFO would notice.
+    pub fn metadata(&self) -> Result<Metadata, String> {
+        self.open(OFlags::PATH)
+            .and_then(|file| file.metadata())
+            .map_err(|e| format!("{}: {e}", self.shown.display()))
+    }
+
+    /// The entry opened for reading (a symlink is refused, not followed).
+    pub fn open_file(&self) -> Result<File, CopyError> {
+        self.open(OFlags::RDONLY | OFlags::NOCTTY)
+            .map_err(|e| CopyError::Host(format!("{}: cannot open: {e}", self.shown.display())))
+    }
+
+    /// The entry opened as a directory, which must still be the one `meta` describes (a
+    /// directory renamed or replaced meanwhile is refused, not imported in its place).
+    pub fn open_directory(&self, meta: &Metadata) -> Result<File, String> {
+        let shown = self.shown.display();
+        let dir = self
+            .open(OFlags::RDONLY | OFlags::DIRECTORY)
+            .map_err(|e| format!("{shown}: {e}"))?;
+        let now = dir.metadata().map_err(|e| format!("{shown}: {e}"))?;
+        if (now.dev(), now.ino()) != (meta.dev(), meta.ino()) {
+            return Err(format!("{shown}: replaced during the import; skipped"));
+        }
+        Ok(dir)
+    }
+
+    /// A symlink's target.
+    pub fn read_link(&self) -> Result<Vec<u8>, String> {
+        rustix::fs::readlinkat(self.dir, self.name, Vec::new())
+            .map(|target| target.into_bytes())
+            .map_err(|e| format!("{}: {e}", self.shown.display()))
+    }
+
+    /// A short path naming the entry, for the xattr calls, which have no `*at` form: the
+    /// directory's descriptor in /proc, then the name (as `e4 export` sets xattrs).
+    pub fn proc_path(&self) -> PathBuf {
+        let mut path = PathBuf::from(format!("/proc/self/fd/{}", self.dir.as_raw_fd()));
+        path.push(self.name);
+        path
+    }
+
+    fn open(&self, flags: OFlags) -> std::io::Result<File> {
+        let flags = flags | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        Ok(File::from(rustix::fs::openat(
+            self.dir,
+            self.name,
+            flags,
+            Mode::empty(),
+        )?))
     }
 }
 
@@ -69,19 +142,25 @@ pub fn final_attributes(meta: &Metadata) -> SetAttributes {
     }
 }
 
-/// Copies the data of host regular file `host` (of `size` bytes) into the empty regular
-/// file `ino`, reading only the host's data regions (SEEK_DATA/SEEK_HOLE), so a sparse file
-/// stays sparse and the work follows the data, not the size. Returns the bytes copied.
-pub fn copy_data(fs: &Filesystem, ino: u32, host: &Path, size: u64) -> Result<u64, CopyError> {
+/// Copies the data of host regular file `file` (at `host`, of `size` bytes) into the empty
+/// regular file `ino`, reading only the host's data regions (SEEK_DATA/SEEK_HOLE), so a
+/// sparse file stays sparse and the work follows the data, not the size. Returns the bytes
+/// copied.
+pub fn copy_data(
+    fs: &Filesystem,
+    ino: u32,
+    file: &File,
+    host: &Path,
+    size: u64,
+) -> Result<u64, CopyError> {
     let host_error =
         |what: &str, e: std::io::Error| CopyError::Host(format!("{}: {what}: {e}", host.display()));
-    let file = File::open(host).map_err(|e| host_error("cannot open", e))?;
     let mut copied = 0;
     let mut offset = 0;
     let mut grown = 0;
     COPY_BUFFER.with_borrow_mut(|buf| {
         while offset < size {
-            let Some((start, end)) = next_data(&file, offset, size)
+            let Some((start, end)) = next_data(file, offset, size)
                 .map_err(|e| host_error("cannot find its data", e.into()))?
             else {
                 break;
@@ -132,6 +211,59 @@ pub fn copy_data(fs: &Filesystem, ino: u32, host: &Path, size: u64) -> Result<u6
     Ok(copied)
 }
 
+/// The byte ranges of host regular file `host` that hold data, for
+/// [`Filesystem::reserve_data`]: the whole file when its allocated blocks cover its size
+/// (known from `meta` without opening it), else the regions SEEK_DATA/SEEK_HOLE find.
+pub fn data_regions(host: &HostEntry<'_>, meta: &Metadata) -> Result<Vec<Range<u64>>, CopyError> {
+    let size = meta.size();
+    if size == 0 {
+        return Ok(Vec::new());
+    }
+    if meta.blocks() * 512 >= size {
+        return Ok(std::iter::once(0..size).collect());
+    }
+    let file = host.open_file()?;
+    let mut regions = Vec::new();
+    let mut offset = 0;
+    while let Some((start, end)) = next_data(&file, offset, size).map_err(|e| {
+        CopyError::Host(format!(
+            "{}: cannot find its data: {e}",
+            host.shown.display()
+        ))
+    })? {
+        regions.push(start..end);
+        offset = end;
+    }
+    Ok(regions)
+}
+
+/// Copies host file `host` into the blocks `reservation` holds for it (see
+/// [`data_regions`]). The size was fixed when the blocks were reserved: a host file that is
+/// shorter now is an error (the blocks left read as zeros), and bytes it gained are not
+/// copied. Returns the bytes copied.
+pub fn fill_reserved(
+    reservation: DataReservation<'_>,
+    host: &HostEntry<'_>,
+) -> Result<u64, CopyError> {
+    // Opened first: a failure drops the reservation, which zeroes its blocks.
+    let file = host.open_file()?;
+    let host_error = |what: &str, e: std::io::Error| {
+        CopyError::Host(format!("{}: {what}: {e}", host.shown.display()))
+    };
+    COPY_BUFFER.with_borrow_mut(|buf| {
+        reservation.fill(buf, |offset, bytes| {
+            file.read_exact_at(bytes, offset)
+                .map_err(|e| match e.kind() {
+                    std::io::ErrorKind::UnexpectedEof => CopyError::Host(format!(
+                        "{}: it shrank while it was being copied",
+                        host.shown.display()
+                    )),
+                    _ => host_error("cannot read", e),
+                })
+        })
+    })
+}
+
 /// The next region of data at or after `offset`, as [start, end), or None when only a hole
 /// is left. A host filesystem without SEEK_DATA support (EINVAL) is taken as all data.
 fn next_data(file: &File, offset: u64, size: u64) -> Result<Option<(u64, u64)>, Errno> {
@@ -163,11 +295,24 @@ fn write_all(fs: &Filesystem, ino: u32, mut offset: u64, mut data: &[u8]) -> Res
     Ok(())
 }
 
-/// Copies every xattr of host path `host` (not following a symlink) to inode `ino`. On
-/// failure, the message names the attributes that could not be set and the first reason,
-/// so a file costs one line however many attributes it has.
-pub fn copy_xattrs(fs: &Filesystem, ino: u32, host: &Path) -> Result<(), String> {
-    let names = match xattr::list(host) {
+/// Where a host file's xattrs are read from.
+#[derive(Clone, Copy)]
+pub enum XattrSource<'a> {
+    /// A path, not following a final symlink.
+    Path(&'a Path),
+    /// An open file or directory.
+    File(&'a File),
+}
+
+/// Copies every xattr of host file `host` to inode `ino`. On failure, the message names
+/// the attributes that could not be set and the first reason, so a file costs one line
+/// however many attributes it has.
+pub fn copy_xattrs(fs: &Filesystem, ino: u32, host: XattrSource<'_>) -> Result<(), String> {
+    let listed = match host {
+        XattrSource::Path(path) => xattr::list(path),
+        XattrSource::File(file) => file.list_xattr(),
+    };
+    let names = match listed {
         Ok(names) => names,
         // A host filesystem without xattrs has none to copy.
         Err(e) if e.raw_os_error() == Some(Errno::OPNOTSUPP.raw_os_error()) => return Ok(()),
@@ -176,7 +321,11 @@ pub fn copy_xattrs(fs: &Filesystem, ino: u32, host: &Path) -> Result<(), String>
     let mut failed = Vec::new();
     let mut first_reason = None;
     for name in names {
-        let result = match xattr::get(host, &name) {
+        let value = match host {
+            XattrSource::Path(path) => xattr::get(path, &name),
+            XattrSource::File(file) => file.get_xattr(&name),
+        };
+        let result = match value {
             // Removed between the listing and the read: nothing to copy.
             Ok(None) => continue,
             Ok(Some(value)) => fs

@@ -9,6 +9,13 @@
 //! copies on every core. The first [`PARALLEL_LEVELS`] levels recurse; deeper ones are
 //! walked with an explicit stack, so no host tree's depth can overflow a thread's stack.
 //!
+//! A reproducible import (`SOURCE_DATE_EPOCH`) walks one entry at a time in name order, so
+//! every inode number, directory entry and block placement is decided in an order the host
+//! cannot change; a regular file's blocks are reserved in that walk
+//! ([`Filesystem::reserve_data`]) and its data copied into them by `-j` − 1 other threads
+//! ([`host_copy::fill_reserved`]), which change no metadata, so the image is the same to
+//! the byte whatever the thread count.
+//!
 //! Order: a directory's own mode, owner and times are set once all its children are in, because creating them changes its mtime. A host inode with
 //! several names is created at the first name met and linked at the others after the walk
 //! (two threads may meet its names at once), and then the times of the directories that got
@@ -21,22 +28,29 @@
 //! other path would fail the same way.
 
 use std::collections::HashMap;
-use std::ffi::OsString;
-use std::fs::{self, Metadata};
+use std::ffi::{OsStr, OsString};
+use std::fs::{self, File, Metadata};
 use std::io::IsTerminal;
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use e4_fs::{Error, FileType, Filesystem, SetAttributes};
+use e4_format::features::IncompatFeatures;
+use e4_fs::{DataReservation, Error, FileType, Filesystem, SetAttributes, XattrSet};
 use indicatif::{ProgressBar, ProgressStyle};
 use rayon::prelude::*;
 
 use crate::edit_session::{describe, stops_everything, ImagePath};
-use crate::host_copy::{copy_data, copy_xattrs, creator_of, final_attributes, CopyError};
+use crate::file_contexts::{selinux_xattr, FileContexts, FileKind};
+use crate::fs_config::{capability_xattr, FsConfig};
+use crate::host_copy::{
+    copy_data, copy_xattrs, creator_of, data_regions, fill_reserved, final_attributes, CopyError,
+    HostEntry, XattrSource,
+};
 use crate::id_map::IdRule;
 use crate::output::CliError;
 
@@ -47,6 +61,10 @@ const ENTRIES_PER_TASK: usize = 64;
 /// are walked by [`Import::deep_directory`], whose stack does not grow with depth. 64
 /// levels of recursion fit a worker's stack many times over.
 const PARALLEL_LEVELS: usize = 64;
+/// Files whose blocks a reproducible walk reserved and whose data waits for a fill thread,
+/// at most: the walk waits beyond that, so memory and the host directories kept open for
+/// them (one per queued file at worst) stay bounded on any tree.
+const QUEUED_FILLS: usize = 256;
 
 /// Imports the contents of host directory `host_dir` into directory `target` of the image
 /// (created if missing; its parent must exist), and gives `target` the host directory's
@@ -72,17 +90,22 @@ pub fn run(
 /// How an import departs from copying the host as it is (`e4 mkfs -d` uses it).
 #[derive(Debug, Clone, Default)]
 pub struct ImportPolicy {
-    /// `SOURCE_DATE_EPOCH`: the import is the same sequence of operations whatever the
-    /// host: one thread, each directory's entries in name order (so the host's directory
-    /// order and inode numbers decide nothing), and host times later than the epoch clamped
-    /// to it (reproducible-builds.org's rule). With the engine's clock stopped and interval
-    /// commits off, the image is then the same to the byte.
+    /// `SOURCE_DATE_EPOCH`: the import's changes to metadata are the same sequence whatever
+    /// the host and the thread count: one walk, each directory's entries in name order (so
+    /// the host's directory order and inode numbers decide nothing), file data copied by
+    /// other threads into blocks the walk reserved, and host times later than the epoch
+    /// clamped to it (reproducible-builds.org's rule). With the engine's clock stopped and
+    /// interval commits off, the image is then the same to the byte.
     pub reproducible_at: Option<i64>,
     /// How a host owner becomes the image's: kept, all one (`--owner`) or mapped
     /// (`--uid-map`, `--gid-map`), so an unprivileged build makes the image a root build
     /// would.
     pub uids: IdRule,
     pub gids: IdRule,
+    /// `--fs-config`: each entry's owner, mode and capabilities from its line.
+    pub fs_config: Option<FsConfig>,
+    /// `--file-contexts`: each entry's SELinux label.
+    pub file_contexts: Option<FileContexts>,
 }
 
 /// As [`run`], with `policy`.
@@ -95,17 +118,42 @@ pub fn run_with(
     policy: &ImportPolicy,
 ) -> Result<(), CliError> {
     let reproducible_at = policy.reproducible_at;
-    let threads = if reproducible_at.is_some() {
-        Some(1)
-    } else {
-        threads
+    // A reproducible import walks on one thread; the others copy data.
+    let (threads, fill_threads) = match reproducible_at {
+        Some(_) => {
+            let all = threads.unwrap_or_else(|| {
+                std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+            });
+            (Some(1), all.saturating_sub(1))
+        }
+        None => (threads, 0),
     };
-    let host_meta =
-        fs::symlink_metadata(host_dir).map_err(|e| format!("{}: {e}", host_dir.display()))?;
-    if !host_meta.is_dir() {
-        return Err(format!("{}: not a directory", host_dir.display()).into());
-    }
+    // The walk reads everything else through this descriptor (see `HostEntry`).
+    let host_root = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags((rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::NOFOLLOW).bits() as i32)
+        .open(host_dir)
+        .map_err(|e| match e.raw_os_error() {
+            Some(code)
+                if code == rustix::io::Errno::NOTDIR.raw_os_error()
+                    || code == rustix::io::Errno::LOOP.raw_os_error() =>
+            {
+                format!("{}: not a directory", host_dir.display())
+            }
+            _ => format!("{}: {e}", host_dir.display()),
+        })?;
+    let host_meta = host_root
+        .metadata()
+        .map_err(|e| format!("{}: {e}", host_dir.display()))?;
+    let host_root = Arc::new(host_root);
     let root = target_directory(fs, target, &host_meta)?;
+    let (fill_sender, fill_receiver) = match fill_threads {
+        0 => (None, None),
+        _ => {
+            let (sender, receiver) = sync_channel(QUEUED_FILLS);
+            (Some(sender), Some(Mutex::new(receiver)))
+        }
+    };
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads.unwrap_or(0))
         .build()
@@ -121,12 +169,34 @@ pub fn run_with(
         reproducible_at,
         uids: &policy.uids,
         gids: &policy.gids,
+        fs_config: policy.fs_config.as_ref(),
+        file_contexts: policy.file_contexts.as_ref(),
+        inline_files: fs
+            .superblock()
+            .incompat()
+            .contains(IncompatFeatures::INLINE_DATA),
+        fill_queue: Mutex::new(fill_sender),
     };
     let root_path = trimmed_root(target.bytes());
-    pool.install(|| {
-        import.directory_contents(host_dir, root, &root_path, 0);
-        import.finish_late_links();
-        import.finish_directory(host_dir, &root_path, root, &host_meta);
+    std::thread::scope(|scope| {
+        if let Some(receiver) = &fill_receiver {
+            for _ in 0..fill_threads {
+                scope.spawn(|| import.fill_from_queue(receiver));
+            }
+        }
+        pool.install(|| {
+            import.directory_contents(&host_root, host_dir, root, &root_path, 0);
+            import.finish_late_links();
+            import.finish_directory(&host_root, host_dir, &root_path, root, &host_meta);
+        });
+        // No more fills: the threads finish the queue and return.
+        drop(
+            import
+                .fill_queue
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take(),
+        );
     });
     import.progress.finish();
     let entries = import.progress.entries.load(Ordering::Relaxed);
@@ -213,6 +283,37 @@ struct Import<'a> {
     /// How each entry's host owner becomes its owner in the image.
     uids: &'a IdRule,
     gids: &'a IdRule,
+    fs_config: Option<&'a FsConfig>,
+    file_contexts: Option<&'a FileContexts>,
+    /// The image has inline_data: a reproducible walk copies a file smaller than a block
+    /// itself, so the engine may put it in its inode as any write would.
+    inline_files: bool,
+    /// Where a reproducible walk sends files whose blocks it reserved, to be filled by the
+    /// fill threads; None with no fill thread (the walk fills them itself) or once the walk
+    /// is over.
+    fill_queue: Mutex<Option<SyncSender<FillJob<'a>>>>,
+}
+
+/// A file whose blocks a reproducible walk reserved, waiting for its data: `name` in the
+/// open host directory `host`.
+struct FillJob<'a> {
+    host: Arc<File>,
+    name: OsString,
+    shown: PathBuf,
+    image_path: Vec<u8>,
+    reservation: DataReservation<'a>,
+}
+
+impl FillJob<'_> {
+    /// Copies the host file into its reserved blocks: the bytes copied.
+    fn fill(self) -> Result<u64, CopyError> {
+        let at = HostEntry {
+            dir: &self.host,
+            name: &self.name,
+            shown: &self.shown,
+        };
+        fill_reserved(self.reservation, &at)
+    }
 }
 
 /// A second (or later) name of a host inode.
@@ -297,33 +398,41 @@ impl Import<'_> {
         }
     }
 
-    /// Imports every entry of host directory `host` into image directory `dir` (at
-    /// `image_path`, `depth` levels below the import's root): subdirectories by parallel
-    /// recursion down to [`PARALLEL_LEVELS`], by [`Import::deep_directory`] below.
-    fn directory_contents(&self, host: &Path, dir: u32, image_path: &[u8], depth: usize) {
-        self.contents(host, dir, image_path, &|name, meta| {
-            let (host, image_path) = (host.join(&name), child_path(image_path, &name));
+    /// Imports every entry of host directory `host` (at `shown`) into image directory `dir`
+    /// (at `image_path`, `depth` levels below the import's root): subdirectories by
+    /// parallel recursion down to [`PARALLEL_LEVELS`], by [`Import::deep_directory`] below.
+    fn directory_contents(
+        &self,
+        host: &Arc<File>,
+        shown: &Path,
+        dir: u32,
+        image_path: &[u8],
+        depth: usize,
+    ) {
+        self.contents(host, shown, dir, image_path, &|name, meta| {
+            let (shown, image_path) = (shown.join(&name), child_path(image_path, &name));
             if depth < PARALLEL_LEVELS {
-                self.directory(&host, dir, &image_path, &name, &meta, depth + 1);
+                self.directory(host, &shown, dir, &image_path, &name, &meta, depth + 1);
             } else {
-                self.deep_directory(host, dir, image_path, &name, &meta);
+                self.deep_directory(host, shown, dir, image_path, &name, &meta);
             }
         });
     }
 
-    /// Imports the entries of host directory `host` into image directory `dir` (at
-    /// `image_path`) in parallel tasks, handing each subdirectory (name and host metadata)
-    /// to `subdirectory`.
+    /// Imports the entries of host directory `host` (at `shown`) into image directory `dir`
+    /// (at `image_path`) in parallel tasks, handing each subdirectory (name and host
+    /// metadata) to `subdirectory`.
     fn contents(
         &self,
-        host: &Path,
+        host: &Arc<File>,
+        shown: &Path,
         dir: u32,
         image_path: &[u8],
         subdirectory: &(dyn Fn(OsString, Metadata) + Sync),
     ) {
-        let listing = match fs::read_dir(host) {
+        let listing = match rustix::fs::Dir::read_from(&**host) {
             Ok(listing) => listing,
-            Err(e) => return self.progress.fail(&format!("{}: {e}", host.display())),
+            Err(e) => return self.progress.fail(&format!("{}: {e}", shown.display())),
         };
         let mut tasks = Vec::new();
         let mut entries = Vec::new();
@@ -331,15 +440,21 @@ impl Import<'_> {
             let entry = match entry {
                 Ok(entry) => entry,
                 Err(e) => {
-                    self.progress.fail(&format!("{}: {e}", host.display()));
-                    continue;
+                    // A listing that failed part-way does not go on.
+                    self.progress.fail(&format!("{}: {e}", shown.display()));
+                    break;
                 }
             };
-            // d_type, when the host filesystem records it; the entry is lstat-ed anyway.
-            if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                tasks.push(Task::Subdirectory(entry.file_name()));
+            let name = entry.file_name().to_bytes();
+            if name == b"." || name == b".." {
+                continue;
+            }
+            let name = OsString::from_vec(name.to_vec());
+            // d_type, when the host filesystem records it; the entry is stat-ed anyway.
+            if entry.file_type() == rustix::fs::FileType::Directory {
+                tasks.push(Task::Subdirectory(name));
             } else {
-                entries.push(entry.file_name());
+                entries.push(name);
                 if entries.len() == ENTRIES_PER_TASK {
                     tasks.push(Task::Entries(std::mem::take(&mut entries)));
                 }
@@ -358,7 +473,7 @@ impl Import<'_> {
                 .collect();
             names.sort();
             for name in names {
-                if let Some(meta) = self.entry(host, dir, image_path, &name) {
+                if let Some(meta) = self.entry(host, shown, dir, image_path, &name) {
                     subdirectory(name, meta);
                 }
             }
@@ -370,21 +485,24 @@ impl Import<'_> {
                 Task::Entries(names) => names,
             };
             for name in names {
-                if let Some(meta) = self.entry(host, dir, image_path, &name) {
+                if let Some(meta) = self.entry(host, shown, dir, image_path, &name) {
                     subdirectory(name, meta);
                 }
             }
         });
     }
 
-    /// Imports the tree of host directory `host` as `name` in image directory `parent` (at
-    /// `image_path`). Depth is the host tree's to choose, so this walk keeps an explicit
-    /// stack whose levels hold only what is left to import there, and one host and one
-    /// image path; the thread's stack does not grow with depth.
+    /// Imports the tree of host directory `name` in `parent` (the directory itself at
+    /// `shown`) as `name` in image directory `parent_ino` (at `image_path`). Depth is the
+    /// host tree's to choose, so this walk keeps an explicit stack whose levels hold only
+    /// what is left to import there, one open host directory (a parent is reopened through
+    /// `..`, checked to be the directory left), one shown and one image path; neither the
+    /// thread's stack nor its descriptors grow with depth.
     fn deep_directory(
         &self,
-        mut host: PathBuf,
-        parent: u32,
+        parent: &Arc<File>,
+        mut shown: PathBuf,
+        parent_ino: u32,
         mut image_path: Vec<u8>,
         name: &OsString,
         meta: &Metadata,
@@ -395,9 +513,9 @@ impl Import<'_> {
             meta: Metadata,
             left: Vec<(OsString, Metadata)>,
         }
-        let subdirectories_of = |host: &Path, ino: u32, image_path: &[u8]| {
+        let subdirectories_of = |host: &Arc<File>, shown: &Path, ino: u32, image_path: &[u8]| {
             let found = Mutex::new(Vec::new());
-            self.contents(host, ino, image_path, &|name, meta| {
+            self.contents(host, shown, ino, image_path, &|name, meta| {
                 found
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
@@ -405,40 +523,55 @@ impl Import<'_> {
             });
             found.into_inner().unwrap_or_else(|p| p.into_inner())
         };
-        let Some(ino) = self.make_directory(parent, &image_path, name, meta) else {
+        let Some((mut host, ino)) =
+            self.open_and_make(parent, &shown, parent_ino, &image_path, name, meta)
+        else {
             return;
         };
         let mut stack = vec![Level {
             ino,
             meta: meta.clone(),
-            left: subdirectories_of(&host, ino, &image_path),
+            left: subdirectories_of(&host, &shown, ino, &image_path),
         }];
         loop {
             while stack.last().is_some_and(|level| level.left.is_empty()) {
                 // OK to unwrap: the loop condition saw a level.
                 let done = stack.pop().unwrap();
-                self.finish_directory(&host, &image_path, done.ino, &done.meta);
-                if stack.is_empty() {
+                self.finish_directory(&host, &shown, &image_path, done.ino, &done.meta);
+                let Some(up) = stack.last() else {
                     return;
-                }
-                host.pop();
+                };
+                shown.pop();
                 let parent_len = image_path.iter().rposition(|&b| b == b'/').unwrap_or(0);
                 image_path.truncate(parent_len);
+                let dot_dot = HostEntry {
+                    dir: &host,
+                    name: OsStr::new(".."),
+                    shown: &shown,
+                };
+                match dot_dot.open_directory(&up.meta) {
+                    Ok(dir) => host = Arc::new(dir),
+                    Err(line) => {
+                        // Moved meanwhile: what is left of this walk cannot be found.
+                        return self.progress.fail(&line);
+                    }
+                }
             }
             // OK to unwrap: the loop above returns when the stack empties and stops at a
             // level with a subdirectory left.
             let level = stack.last_mut().unwrap();
             let (name, meta) = level.left.pop().unwrap();
-            let parent = level.ino;
-            host.push(&name);
+            let parent_ino = level.ino;
+            shown.push(&name);
             image_path = child_path(&image_path, &name);
-            match self.make_directory(parent, &image_path, &name, &meta) {
-                Some(ino) => {
-                    let left = subdirectories_of(&host, ino, &image_path);
+            match self.open_and_make(&host, &shown, parent_ino, &image_path, &name, &meta) {
+                Some((child, ino)) => {
+                    let left = subdirectories_of(&child, &shown, ino, &image_path);
                     stack.push(Level { ino, meta, left });
+                    host = child;
                 }
                 None => {
-                    host.pop();
+                    shown.pop();
                     let parent_len = image_path.len() - name.len() - 1;
                     image_path.truncate(parent_len);
                 }
@@ -446,11 +579,13 @@ impl Import<'_> {
         }
     }
 
-    /// Imports one host entry that is not a directory; returns a directory's host metadata
-    /// for the caller's walk.
+    /// Imports one host entry, `name` in host directory `host` (at `shown_dir`), into image
+    /// directory `dir` (at `dir_path`) if it is not a directory; returns a directory's host
+    /// metadata for the caller's walk.
     fn entry(
         &self,
-        host_dir: &Path,
+        host: &Arc<File>,
+        shown_dir: &Path,
         dir: u32,
         dir_path: &[u8],
         name: &OsString,
@@ -458,17 +593,25 @@ impl Import<'_> {
         if self.is_stopped() {
             return None;
         }
-        let host = host_dir.join(name);
+        let shown = shown_dir.join(name);
+        let at = HostEntry {
+            dir: host,
+            name,
+            shown: &shown,
+        };
         let image_path = child_path(dir_path, name);
-        let meta = match fs::symlink_metadata(&host) {
+        let meta = match at.metadata() {
             Ok(meta) => meta,
-            Err(e) => {
-                self.progress.fail(&format!("{}: {e}", host.display()));
+            Err(line) => {
+                self.progress.fail(&line);
                 return None;
             }
         };
         if self.image_file == Some((meta.dev(), meta.ino())) {
-            let line = format!("{}: skipped: it is the image being written", host.display());
+            let line = format!(
+                "{}: skipped: it is the image being written",
+                shown.display()
+            );
             self.progress.fail(&line);
             return None;
         }
@@ -480,10 +623,10 @@ impl Import<'_> {
             let mut first_names = self.first_names.lock().unwrap_or_else(|p| p.into_inner());
             if first_names.contains_key(&key) {
                 drop(first_names);
-                let parent_attributes = match fs::symlink_metadata(host_dir) {
+                let parent_attributes = match host.metadata() {
                     Ok(parent) => self.clamped(times_only(&parent)),
                     Err(e) => {
-                        self.progress.fail(&format!("{}: {e}", host_dir.display()));
+                        self.progress.fail(&format!("{}: {e}", shown_dir.display()));
                         return None;
                     }
                 };
@@ -502,7 +645,7 @@ impl Import<'_> {
             }
             first_names.insert(key, None);
             drop(first_names);
-            if let Some(ino) = self.non_directory(&host, dir, &image_path, name, &meta) {
+            if let Some(ino) = self.non_directory(host, &at, dir, &image_path, &meta) {
                 self.first_names
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
@@ -510,25 +653,58 @@ impl Import<'_> {
             }
             return None;
         }
-        self.non_directory(&host, dir, &image_path, name, &meta);
+        self.non_directory(host, &at, dir, &image_path, &meta);
         None
     }
 
-    /// A host directory: made in the image (or, if it already is one there, merged into),
-    /// filled, then given its attributes.
+    /// A host directory, `name` in host directory `parent` (itself at `shown`): made in the
+    /// image (or, if it already is one there, merged into), filled, then given its
+    /// attributes.
+    #[allow(clippy::too_many_arguments)]
     fn directory(
         &self,
-        host: &Path,
-        parent: u32,
+        parent: &Arc<File>,
+        shown: &Path,
+        parent_ino: u32,
         image_path: &[u8],
         name: &OsString,
         meta: &Metadata,
         depth: usize,
     ) {
-        if let Some(ino) = self.make_directory(parent, image_path, name, meta) {
-            self.directory_contents(host, ino, image_path, depth);
-            self.finish_directory(host, image_path, ino, meta);
+        if let Some((host, ino)) =
+            self.open_and_make(parent, shown, parent_ino, image_path, name, meta)
+        {
+            self.directory_contents(&host, shown, ino, image_path, depth);
+            self.finish_directory(&host, shown, image_path, ino, meta);
         }
+    }
+
+    /// Opens host directory `name` in `parent` (at `shown`), which must still be the one
+    /// `meta` describes, and makes (or finds) it in image directory `parent_ino`: both, or
+    /// None after reporting a failure.
+    fn open_and_make(
+        &self,
+        parent: &Arc<File>,
+        shown: &Path,
+        parent_ino: u32,
+        image_path: &[u8],
+        name: &OsString,
+        meta: &Metadata,
+    ) -> Option<(Arc<File>, u32)> {
+        let at = HostEntry {
+            dir: parent,
+            name,
+            shown,
+        };
+        let host = match at.open_directory(meta) {
+            Ok(host) => Arc::new(host),
+            Err(line) => {
+                self.progress.fail(&line);
+                return None;
+            }
+        };
+        let ino = self.make_directory(parent_ino, image_path, name, meta)?;
+        Some((host, ino))
     }
 
     /// Makes directory `name` in image directory `parent`, or finds the one already there
@@ -572,44 +748,101 @@ impl Import<'_> {
     }
 
     /// Gives a directory its mode, owner, xattrs and times now that its children are in
-    /// (the owner too for one made here: a set-group-ID parent gave it its group).
-    fn finish_directory(&self, host: &Path, image_path: &[u8], ino: u32, meta: &Metadata) {
+    /// (the owner too for one made here: a set-group-ID parent gave it its group). `host`
+    /// is the open host directory, at `shown`.
+    fn finish_directory(
+        &self,
+        host: &File,
+        shown: &Path,
+        image_path: &[u8],
+        ino: u32,
+        meta: &Metadata,
+    ) {
         if self.is_stopped() {
             return;
         }
-        if let Err(e) = self.fs.setattr(ino, &self.clamped(final_attributes(meta))) {
-            return self.image_error(image_path, &e);
-        }
-        if let Err(reason) = copy_xattrs(self.fs, ino, host) {
+        if let Err(reason) = copy_xattrs(self.fs, ino, XattrSource::File(host)) {
             self.progress
-                .fail(&format!("{}: {reason}", as_image_path(image_path).shown()));
+                .fail(&format!("{}: {reason}", shown.display()));
+        }
+        self.set_final_attributes(ino, image_path, meta);
+    }
+
+    /// Gives inode `ino` (host `meta`, at `image_path`) the attributes it ends with, after
+    /// its data and xattrs: the host's, clamped and with owners mapped by the policy; under
+    /// `--fs-config`, the owner and mode its line gives, and its capabilities as
+    /// `security.capability` (over the host's; the import's root gets no line, as
+    /// e2fsdroid applies none to it; an entry the file does not name is one failure line);
+    /// under `--file-contexts`, its label as `security.selinux` (over the host's).
+    fn set_final_attributes(&self, ino: u32, image_path: &[u8], meta: &Metadata) {
+        let mut attributes = self.clamped(final_attributes(meta));
+        let relative = image_path.strip_prefix(b"/").unwrap_or(image_path);
+        let mut capabilities = 0;
+        if let (Some(config), false) = (self.fs_config, relative.is_empty()) {
+            let Some(entry) = config.lookup(relative) else {
+                let shown = as_image_path(image_path).shown();
+                return self
+                    .progress
+                    .fail(&format!("{shown}: not in the fs_config file"));
+            };
+            attributes.uid = Some(entry.uid);
+            attributes.gid = Some(entry.gid);
+            attributes.permissions = Some(entry.permissions);
+            capabilities = entry.capabilities;
+        }
+        let kind = FileKind::of(meta.file_type());
+        let absolute: &[u8] = if image_path.is_empty() {
+            b"/"
+        } else {
+            image_path
+        };
+        let label = self.file_contexts.and_then(|c| c.lookup(absolute, kind));
+        if let Some(label) = label {
+            let value = selinux_xattr(label);
+            let set = self
+                .fs
+                .set_xattr(ino, b"security.selinux", &value, XattrSet::Either);
+            if let Err(e) = set {
+                return self.image_error(image_path, &e);
+            }
+        }
+        if capabilities != 0 {
+            let value = capability_xattr(capabilities);
+            let set = self
+                .fs
+                .set_xattr(ino, b"security.capability", &value, XattrSet::Either);
+            if let Err(e) = set {
+                return self.image_error(image_path, &e);
+            }
+        }
+        if let Err(e) = self.fs.setattr(ino, &attributes) {
+            self.image_error(image_path, &e);
         }
     }
 
-    /// A host file that is not a directory: made in the image with its data, xattrs and
-    /// attributes. Returns its image inode once it exists (even if a later step failed, so
-    /// its other names can still be linked).
+    /// A host file that is not a directory (`at`, in open host directory `host`): made in
+    /// image directory `parent` with its data, xattrs and attributes. Returns its image
+    /// inode once it exists (even if a later step failed, so its other names can still be
+    /// linked).
     fn non_directory(
         &self,
-        host: &Path,
+        host: &Arc<File>,
+        at: &HostEntry<'_>,
         parent: u32,
         image_path: &[u8],
-        name: &OsString,
         meta: &Metadata,
     ) -> Option<u32> {
         let fs = self.fs;
-        let name_bytes = name.as_bytes();
+        let name_bytes = at.name.as_bytes();
         let creator = creator_of(meta);
         let file_type = meta.file_type();
         let made = if file_type.is_file() {
             fs.create(parent, name_bytes, creator)
         } else if file_type.is_symlink() {
-            match fs::read_link(host) {
-                Ok(target) => {
-                    fs.symlink(parent, name_bytes, target.as_os_str().as_bytes(), creator)
-                }
-                Err(e) => {
-                    self.progress.fail(&format!("{}: {e}", host.display()));
+            match at.read_link() {
+                Ok(target) => fs.symlink(parent, name_bytes, &target, creator),
+                Err(line) => {
+                    self.progress.fail(&line);
                     return None;
                 }
             }
@@ -635,8 +868,19 @@ impl Import<'_> {
             }
         };
         let mut bytes = 0;
+        // A file opened for its data gives its xattrs too (a path through /proc costs a
+        // lookup of its own).
+        let mut opened = None;
         if file_type.is_file() {
-            match copy_data(fs, ino, host, meta.size()) {
+            let copied = match self.reproducible_at {
+                Some(_) => self.reserve_and_fill(ino, host, at, image_path, meta),
+                None => at.open_file().and_then(|file| {
+                    let copied = copy_data(fs, ino, &file, at.shown, meta.size())?;
+                    opened = Some(file);
+                    Ok(copied)
+                }),
+            };
+            match copied {
                 Ok(copied) => bytes = copied,
                 Err(e) => {
                     self.copy_error(image_path, &e);
@@ -647,14 +891,75 @@ impl Import<'_> {
             }
         }
         self.progress.entry(bytes);
-        if let Err(reason) = copy_xattrs(fs, ino, host) {
+        let xattrs = match &opened {
+            Some(file) => copy_xattrs(fs, ino, XattrSource::File(file)),
+            None => copy_xattrs(fs, ino, XattrSource::Path(&at.proc_path())),
+        };
+        if let Err(reason) = xattrs {
             self.progress
                 .fail(&format!("{}: {reason}", as_image_path(image_path).shown()));
         }
-        if let Err(e) = fs.setattr(ino, &self.clamped(final_attributes(meta))) {
-            self.image_error(image_path, &e);
-        }
+        self.set_final_attributes(ino, image_path, meta);
         Some(ino)
+    }
+
+    /// The data of host file `at` (in open host directory `host`) in a reproducible walk: a
+    /// file smaller than a block of an inline_data image is copied at once (the engine
+    /// decides whether it goes in the inode); any other gets its blocks reserved here, in
+    /// the walk's order, and is filled by a fill thread, or at once when there is none.
+    /// Returns the bytes copied now.
+    fn reserve_and_fill(
+        &self,
+        ino: u32,
+        host: &Arc<File>,
+        at: &HostEntry<'_>,
+        image_path: &[u8],
+        meta: &Metadata,
+    ) -> Result<u64, CopyError> {
+        let size = meta.size();
+        if self.inline_files && size < u64::from(self.fs.block_size()) {
+            return copy_data(self.fs, ino, &at.open_file()?, at.shown, size);
+        }
+        let regions = data_regions(at, meta)?;
+        let reservation = self.fs.reserve_data(ino, size, &regions)?;
+        let job = FillJob {
+            host: Arc::clone(host),
+            name: at.name.to_os_string(),
+            shown: at.shown.to_path_buf(),
+            image_path: image_path.to_vec(),
+            reservation,
+        };
+        let queue = self.fill_queue.lock().unwrap_or_else(|p| p.into_inner());
+        let job = match queue.as_ref() {
+            Some(sender) => match sender.send(job) {
+                Ok(()) => return Ok(0),
+                // No fill thread left to take it.
+                Err(unsent) => unsent.0,
+            },
+            None => job,
+        };
+        drop(queue);
+        job.fill()
+    }
+
+    /// A fill thread: fills the files the walk queues until the walk is over. After a
+    /// failure that stops the import, the files left are dropped unfilled (their blocks
+    /// are zeroed; the import fails anyway).
+    fn fill_from_queue(&self, queue: &Mutex<Receiver<FillJob<'_>>>) {
+        loop {
+            let next = queue.lock().unwrap_or_else(|p| p.into_inner()).recv();
+            let Ok(job) = next else {
+                return;
+            };
+            if self.is_stopped() {
+                continue;
+            }
+            let image_path = job.image_path.clone();
+            match job.fill() {
+                Ok(bytes) => self.progress.data(bytes),
+                Err(e) => self.copy_error(&image_path, &e),
+            }
+        }
     }
 
     /// Links the later names of multiply-linked host inodes, then sets the times of the
@@ -730,7 +1035,13 @@ impl Progress {
 
     /// One more entry imported, with `bytes` of data.
     fn entry(&self, bytes: u64) {
-        let entries = self.entries.fetch_add(1, Ordering::Relaxed) + 1;
+        self.entries.fetch_add(1, Ordering::Relaxed);
+        self.data(bytes);
+    }
+
+    /// `bytes` more of data copied (by a fill thread, for an entry already counted).
+    fn data(&self, bytes: u64) {
+        let entries = self.entries.load(Ordering::Relaxed);
         let total = self.bytes.fetch_add(bytes, Ordering::Relaxed) + bytes;
         if let Some(bar) = &self.bar {
             bar.set_position(total);

@@ -14,6 +14,8 @@ mod bench;
 mod cat;
 mod edit_session;
 mod export;
+mod file_contexts;
+mod fs_config;
 mod fsck;
 mod host_copy;
 mod id_map;

@@ -9,6 +9,8 @@ use e4_mkfs::{make_filesystem, size_to_fit, MkfsOptions, Profile, TreeUsage};
 use e4_fs::OpenOptions;
 
 use crate::edit_session::{with_writable_image_options, ImagePath};
+use crate::file_contexts::FileContexts;
+use crate::fs_config::FsConfig;
 use crate::id_map::{IdMap, IdRule};
 use crate::import::ImportPolicy;
 use crate::output::CliError;
@@ -115,6 +117,17 @@ pub struct MkfsArgs {
         conflicts_with = "owner"
     )]
     gid_map: Option<IdMap>,
+    /// With -d: each entry's owner, mode and file capabilities from FILE, in the canned
+    /// fs_config format e2fsdroid reads (-C): `PATH UID GID MODE [capabilities=N]` per line,
+    /// PATH relative to the image's root; every entry but the root must have a line.
+    #[arg(long, value_name = "FILE", value_parser = FsConfig::load, requires = "source")]
+    fs_config: Option<FsConfig>,
+    /// With -d: each entry's SELinux label (security.selinux) from FILE, in the
+    /// file_contexts format libselinux and e2fsdroid (-S) read: `REGEX [TYPE] CONTEXT` per
+    /// line, matched against the entry's absolute path in the image, the last match winning
+    /// (an exact path over any pattern).
+    #[arg(long, value_name = "FILE", value_parser = FileContexts::load, requires = "source")]
+    file_contexts: Option<FileContexts>,
     /// With -d and no SIZE: free space and inodes left beyond what the tree takes, in percent
     /// (default 10).
     #[arg(long, default_value_t = 10)]
@@ -161,6 +174,7 @@ pub fn run(args: MkfsArgs, source_date_epoch: Option<i64>) -> Result<(), CliErro
         ("-S", args.super_only),
         ("-z", args.undo_file.is_some()),
     ])?;
+
     let options = MkfsOptions {
         fs_type: Some(args.fs_type),
         usage_types: args.usage_types,
@@ -213,6 +227,8 @@ pub fn run(args: MkfsArgs, source_date_epoch: Option<i64>) -> Result<(), CliErro
             reproducible_at: source_date_epoch,
             uids: rule(args.owner.map(|(uid, _)| uid), &args.uid_map),
             gids: rule(args.owner.map(|(_, gid)| gid), &args.gid_map),
+            fs_config: args.fs_config.clone(),
+            file_contexts: args.file_contexts.clone(),
         };
         fill(
             &args.image,
@@ -248,12 +264,29 @@ fn fill(
     }
     let root = ImagePath(std::ffi::OsStr::new("/"));
     let result = with_writable_image_options(image, options, |fs| {
-        crate::import::run_with(fs, path, source, root, threads, policy)
+        crate::import::run_with(fs, path, source, root, threads, policy)?;
+        label_lost_found(fs, policy)
     });
     if result.is_err() {
         discard_half_filled(path);
     }
     result
+}
+
+/// Labels lost+found, which mkfs made and the import did not, as e2fsdroid does under
+/// `--file-contexts`.
+fn label_lost_found(fs: &e4_fs::Filesystem, policy: &ImportPolicy) -> Result<(), CliError> {
+    let Some(contexts) = &policy.file_contexts else {
+        return Ok(());
+    };
+    let path = b"/lost+found";
+    let Some(label) = contexts.lookup(path, crate::file_contexts::FileKind::Directory) else {
+        return Ok(());
+    };
+    let value = crate::file_contexts::selinux_xattr(label);
+    fs.resolve_bytes(path, false)
+        .and_then(|ino| fs.set_xattr(ino, b"security.selinux", &value, e4_fs::XattrSet::Either))
+        .map_err(|e| CliError::Message(format!("/lost+found: {e}")))
 }
 
 /// `SOURCE_DATE_EPOCH`, as reproducible-builds.org defines it: seconds since the epoch.

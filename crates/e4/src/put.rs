@@ -9,7 +9,9 @@ use std::path::Path;
 use e4_fs::Filesystem;
 
 use crate::edit_session::{describe, ImagePath};
-use crate::host_copy::{copy_data, copy_xattrs, creator_of, final_attributes, CopyError};
+use crate::host_copy::{
+    copy_data, copy_xattrs, creator_of, final_attributes, CopyError, XattrSource,
+};
 use crate::output::CliError;
 use crate::tree_edit::destination;
 
@@ -24,7 +26,10 @@ pub fn run(fs: &Filesystem, host: &Path, path: ImagePath<'_>) -> Result<(), CliE
     let ino = fs
         .create(parent, name, creator_of(&meta))
         .map_err(|e| describe(shown, &e))?;
-    if let Err(e) = copy_data(fs, ino, host, meta.len()) {
+    let copied = std::fs::File::open(host)
+        .map_err(|e| CopyError::Host(format!("{}: cannot open: {e}", host.display())))
+        .and_then(|file| copy_data(fs, ino, &file, host, meta.len()));
+    if let Err(e) = copied {
         // Half a file is worse than none: the name goes again (best effort; the unmount
         // that follows keeps the image consistent either way).
         let _ = fs.unlink(parent, name);
@@ -34,7 +39,7 @@ pub fn run(fs: &Filesystem, host: &Path, path: ImagePath<'_>) -> Result<(), CliE
         }
         .into());
     }
-    let xattrs = copy_xattrs(fs, ino, host);
+    let xattrs = copy_xattrs(fs, ino, XattrSource::Path(host));
     fs.setattr(ino, &final_attributes(&meta))
         .map_err(|e| describe(shown, &e))?;
     xattrs.map_err(|reason| format!("{}: {reason}", shown.shown()).into())

@@ -41,35 +41,40 @@ fn a_tree_goes_in_and_comes_back_out() {
     let source = dir.path().join("source");
     std::fs::create_dir(&source).unwrap();
     generate_tree(&source, &TreeSpec::small());
-    // ext4 (extents, flex_bg, metadata_csum) and ext3 (block-mapped files).
-    for fs_type in ["ext4", "ext3"] {
-        let image = dir.path().join(format!("{fs_type}.img"));
+    // ext4 (extents, flex_bg, metadata_csum) and ext3 (block-mapped files), each also
+    // reproducible (blocks reserved in the walk, data filled by other threads), at an
+    // epoch later than every host time so that none is clamped.
+    for (fs_type, epoch) in [
+        ("ext4", None),
+        ("ext3", None),
+        ("ext4", Some("4000000000")),
+        ("ext3", Some("4000000000")),
+    ] {
+        let name = format!("{fs_type}{}", if epoch.is_some() { "-epoch" } else { "" });
+        let image = dir.path().join(format!("{name}.img"));
         let out = e4(
             &[
-                &"mkfs", &"-q", &"-t", &fs_type, &"-d", &source, &image, &"32M",
+                &"mkfs", &"-q", &"-t", &fs_type, &"-j", &"3", &"-d", &source, &image, &"32M",
             ],
-            None,
+            epoch,
         );
         assert!(
             out.status.success(),
-            "e4 mkfs -d ({fs_type}): {}",
+            "e4 mkfs -d ({name}): {}",
             stderr(&out)
         );
         e2fsck_clean(&image).unwrap();
-        let exported = dir.path().join(format!("{fs_type}-exported"));
+        let exported = dir.path().join(format!("{name}-exported"));
         let out = e4(&[&"export", &image, &exported], None);
         assert!(out.status.success(), "e4 export: {}", stderr(&out));
         let diffs = compare_trees(&source, &exported, &tree_options());
         assert!(
             diffs.is_empty(),
-            "{fs_type}: export differs from the source: {diffs:#?}"
+            "{name}: export differs from the source: {diffs:#?}"
         );
         if let Ok(mount) = KernelMount::mount(&image) {
             let diffs = compare_trees(&source, &mount.path(), &tree_options());
-            assert!(
-                diffs.is_empty(),
-                "{fs_type}: kernel mount differs: {diffs:#?}"
-            );
+            assert!(diffs.is_empty(), "{name}: kernel mount differs: {diffs:#?}");
         }
     }
 }
@@ -140,6 +145,149 @@ fn bad_and_unsupported_options_get_one_line() {
     assert!(stderr(&out).contains("unknown suffix"), "{}", stderr(&out));
 }
 
+/// `--fs-config`: every entry takes the owner, mode and capabilities of its line (the last
+/// line for a path wins; `selabel=` ignored); `--file-contexts`: every entry, the root and
+/// lost+found take the label of the line libselinux would pick (the last match, an exact
+/// path over a pattern, a typed line only for its type, `<<none>>` none). Seen through the
+/// kernel's mount (stat, and the xattrs as getfattr reads them) or, without one, the
+/// engine. An entry the fs_config file does not name is one line, exit 1 and no image; a
+/// bad line is one line, exit 2.
+#[test]
+fn fs_config_gives_owners_modes_and_capabilities() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("source");
+    std::fs::create_dir_all(source.join("bin")).unwrap();
+    std::fs::write(source.join("bin/sh"), b"#!sh\n").unwrap();
+    std::fs::write(source.join("bin/ping"), b"ping").unwrap();
+    std::os::unix::fs::symlink("sh", source.join("bin/ash")).unwrap();
+    let config = dir.path().join("fs_config");
+    std::fs::write(
+        &config,
+        " 0 0 0755\nbin 0 2000 0751\n/bin/sh 0 2000 0755 selabel=u:object_r:shell_exec:s0\n\
+         bin/ping 0 3003 02750 capabilities=0x2000\nbin/ash 0 2000 0777\n\
+         bin/sh 1000 2000 04750\n",
+    )
+    .unwrap();
+    let contexts = dir.path().join("file_contexts");
+    std::fs::write(
+        &contexts,
+        "# labels\n/(.*)?  u:object_r:rootfs:s0\n/bin/sh  u:object_r:shell_exec:s0\n\
+         /bin(/.*)?  u:object_r:bin_file:s0\n/bin  -d  u:object_r:bin_dir:s0\n\
+         /bin/ash  <<none>>\n",
+    )
+    .unwrap();
+    let image = dir.path().join("fs.img");
+    let out = e4(
+        &[
+            &"mkfs",
+            &"-q",
+            &"-j",
+            &"2",
+            &"--fs-config",
+            &config,
+            &"--file-contexts",
+            &contexts,
+            &"-d",
+            &source,
+            &image,
+            &"32M",
+        ],
+        Some("1700000000"),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    e2fsck_clean(&image).unwrap();
+    // OK to compare with what e2fsdroid writes: revision 2 with the effective flag, bit 13
+    // (CAP_NET_RAW) permitted.
+    let capability = [
+        1, 0, 0, 2, 0, 0x20, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    ];
+    let want = [
+        ("bin", (0, 2000, 0o751), None),
+        ("bin/sh", (1000, 2000, 0o4750), None),
+        ("bin/ping", (0, 3003, 0o2750), Some(&capability[..])),
+        ("bin/ash", (0, 2000, 0o777), None),
+    ];
+    let labels = [
+        ("", Some("u:object_r:rootfs:s0")),
+        ("lost+found", Some("u:object_r:rootfs:s0")),
+        ("bin", Some("u:object_r:bin_dir:s0")),
+        ("bin/sh", Some("u:object_r:shell_exec:s0")),
+        ("bin/ping", Some("u:object_r:bin_file:s0")),
+        ("bin/ash", None),
+    ];
+    let label_value = |label: Option<&str>| label.map(|l| format!("{l}\0").into_bytes());
+    match KernelMount::mount(&image) {
+        Ok(mount) => {
+            for (path, owner, caps) in want {
+                let path = mount.path().join(path);
+                let meta = std::fs::symlink_metadata(&path).unwrap();
+                let got = (meta.uid(), meta.gid(), meta.mode() & 0o7777);
+                assert_eq!(got, owner, "{}", path.display());
+                let got = xattr::get(&path, "security.capability").unwrap();
+                assert_eq!(got.as_deref(), caps, "{}", path.display());
+            }
+            for (path, label) in labels {
+                let path = mount.path().join(path);
+                let got = xattr::get(&path, "security.selinux").unwrap();
+                assert_eq!(got, label_value(label), "{}", path.display());
+            }
+        }
+        Err(reason) => {
+            e4_testkit::kernel_comparison_skipped("--fs-config", &reason);
+            let fs = e4_fs::Filesystem::open(&image, e4_fs::OpenOptions::default()).unwrap();
+            for (path, owner, caps) in want {
+                let ino = fs
+                    .resolve_bytes(format!("/{path}").as_bytes(), false)
+                    .unwrap();
+                let meta = fs.metadata(ino).unwrap();
+                let got = (meta.uid, meta.gid, u32::from(meta.permissions));
+                assert_eq!(got, owner, "{path}");
+                let got = fs.get_xattr(ino, b"security.capability").unwrap();
+                assert_eq!(got.as_deref(), caps, "{path}");
+            }
+            for (path, label) in labels {
+                let ino = fs
+                    .resolve_bytes(format!("/{path}").as_bytes(), false)
+                    .unwrap();
+                let got = fs.get_xattr(ino, b"security.selinux").unwrap();
+                assert_eq!(got, label_value(label), "{path}");
+            }
+        }
+    }
+    // A path with no line: one line naming it, exit 1, no image.
+    std::fs::write(source.join("bin/extra"), b"").unwrap();
+    std::fs::remove_file(&image).unwrap();
+    let args: [&dyn AsRef<OsStr>; 9] = [
+        &"mkfs",
+        &"-q",
+        &"--fs-config",
+        &config,
+        &"-d",
+        &source,
+        &image,
+        &"32M",
+        &"-F",
+    ];
+    let out = e4(&args, None);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.lines()
+            .next()
+            .unwrap()
+            .contains("/bin/extra: not in the fs_config file"),
+        "{err}"
+    );
+    assert!(!image.exists(), "a failed fill left its image");
+    // A bad line: one line with its number, exit 2.
+    std::fs::write(&config, "bin 0 0 0755\nbin/sh root 0 0755\n").unwrap();
+    let out = e4(&args, None);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("line 2: UID is not a number"), "{err}");
+}
+
 fn read(path: &Path) -> Vec<u8> {
     std::fs::read(path).unwrap()
 }
@@ -201,6 +349,9 @@ fn ordered_tree(root: &Path, reverse: bool) {
     )
     .unwrap();
     xattr::set(root.join("d02/f03"), "user.e4", b"value").unwrap();
+    // Larger than one fill's write (1 MiB).
+    let large: Vec<u8> = (0..3_000_000u32).map(|i| (i % 253) as u8).collect();
+    std::fs::write(root.join("large"), large).unwrap();
 }
 
 #[test]
@@ -215,28 +366,38 @@ fn source_date_epoch_makes_the_same_image_from_a_tree() {
     ordered_tree(&forward, false);
     ordered_tree(&backward, true);
     let epoch = Some("1700000000");
-    let images: Vec<_> = [(&forward, "1"), (&forward, "2"), (&backward, "2")]
-        .iter()
-        .enumerate()
-        .map(|(i, (source, threads))| {
-            let image = dir.path().join(format!("{i}.img"));
-            let out = e4(
-                &[
-                    &"mkfs", &"-q", &"-j", threads, &"-d", source, &image, &"32M",
-                ],
-                epoch,
-            );
-            assert!(out.status.success(), "{}", stderr(&out));
-            image
-        })
-        .collect();
+    let images: Vec<_> = [
+        (&forward, "1"),
+        (&forward, "2"),
+        (&forward, "4"),
+        (&backward, "3"),
+    ]
+    .iter()
+    .enumerate()
+    .map(|(i, (source, threads))| {
+        let image = dir.path().join(format!("{i}.img"));
+        let out = e4(
+            &[
+                &"mkfs", &"-q", &"-j", threads, &"-d", source, &image, &"32M",
+            ],
+            epoch,
+        );
+        assert!(out.status.success(), "{}", stderr(&out));
+        image
+    })
+    .collect();
     e2fsck_clean(&images[0]).unwrap();
+    let first = read(&images[0]);
     assert!(
-        read(&images[0]) == read(&images[1]),
+        first == read(&images[1]),
         "-j 1 and -j 2 made different images"
     );
     assert!(
-        read(&images[0]) == read(&images[2]),
+        first == read(&images[2]),
+        "-j 1 and -j 4 made different images"
+    );
+    assert!(
+        first == read(&images[3]),
         "the same tree created in another order made a different image"
     );
 }

@@ -18,6 +18,7 @@ pub(crate) mod read;
 pub(crate) mod readdir;
 pub(crate) mod remove;
 pub(crate) mod rename;
+pub(crate) mod reserved_data;
 pub(crate) mod setattr;
 pub(crate) mod stat;
 pub(crate) mod steps;

@@ -10,6 +10,8 @@
 use e4_format::features::{IncompatFeatures, RoCompatFeatures};
 use e4_format::inode::{flags, FileType, Inode};
 
+use e4_alloc::{Extent, ReservationWindow};
+
 use crate::error::Shortage;
 use crate::error::{Error, Result};
 use crate::filesystem::Filesystem;
@@ -245,9 +247,7 @@ impl Filesystem {
     ) -> Result<(), WriteStop> {
         let bs = u64::from(self.block_size());
         let InodeState { inode, window, .. } = state;
-        let stream = u64::from(inode.ino);
-        let group = (inode.ino - 1) / self.geometry.inodes_per_group();
-        let group_start = self.geometry.group_first_block(group);
+        let ino = inode.ino;
         let mut done = 0usize;
         self.edit_mapping(io, inode, |map, data_blocks| {
             let mut step = || -> Result<bool> {
@@ -274,31 +274,9 @@ impl Filesystem {
                     }
                     None => {
                         let want = map.hole_len(logical, span.min(map.max_run()))? as u32;
-                        let after_previous = match logical.checked_sub(1) {
-                            Some(prev) => map.lookup(prev)?.map(|r| r.physical + 1),
-                            None => None,
-                        };
-                        let small = logical == 0
-                            && map.hole_len(0, SMALL_FILE_BLOCKS + 1)? > SMALL_FILE_BLOCKS
-                            && (offset + data.len() as u64).div_ceil(bs) <= SMALL_FILE_BLOCKS;
-                        let blocks = &io.space.blocks;
-                        let privileged = io.space.may_use_root_reserve();
-                        io.extend_credits(GROUP);
-                        io.space.may_allocate(Shortage::Blocks)?;
-                        let got = if small {
-                            blocks.allocate_small_file_as(want, io.slot, stream, privileged)
-                        } else {
-                            let goal = after_previous.unwrap_or(group_start);
-                            blocks.allocate_append_as(
-                                window,
-                                Some(goal),
-                                want,
-                                io.slot,
-                                stream,
-                                privileged,
-                            )
-                        }
-                        .map_err(Error::from_block_allocation)?;
+                        let file_end = (offset + data.len() as u64).div_ceil(bs);
+                        let got = self
+                            .allocate_data_blocks(io, map, window, ino, logical, want, file_end)?;
                         let bytes = (u64::from(got.len) * bs - within).min(rest) as usize;
                         let placed = self
                             .write_padded(
@@ -334,6 +312,44 @@ impl Filesystem {
             written: done,
             error,
         })
+    }
+
+    /// Allocates up to `want` blocks for the hole at logical block `logical` of file `ino`
+    /// (whose data will end before logical block `file_end`), placed as a write places them:
+    /// the blocks of a small new file (data from block 0 and at most [`SMALL_FILE_BLOCKS`])
+    /// packed after the previous small file of this thread, other blocks after the file's
+    /// previous block, or else from its inode's group, through its reservation `window`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn allocate_data_blocks(
+        &self,
+        io: &TxnIo<'_>,
+        map: &FileMapping<'_>,
+        window: &mut ReservationWindow,
+        ino: u32,
+        logical: u64,
+        want: u32,
+        file_end: u64,
+    ) -> Result<Extent> {
+        let small = logical == 0
+            && map.hole_len(0, SMALL_FILE_BLOCKS + 1)? > SMALL_FILE_BLOCKS
+            && file_end <= SMALL_FILE_BLOCKS;
+        let blocks = &io.space.blocks;
+        let privileged = io.space.may_use_root_reserve();
+        let stream = u64::from(ino);
+        io.extend_credits(GROUP);
+        io.space.may_allocate(Shortage::Blocks)?;
+        if small {
+            blocks.allocate_small_file_as(want, io.slot, stream, privileged)
+        } else {
+            let after_previous = match logical.checked_sub(1) {
+                Some(prev) => map.lookup(prev)?.map(|r| r.physical + 1),
+                None => None,
+            };
+            let group = (ino - 1) / self.geometry.inodes_per_group();
+            let goal = after_previous.unwrap_or_else(|| self.geometry.group_first_block(group));
+            blocks.allocate_append_as(window, Some(goal), want, io.slot, stream, privileged)
+        }
+        .map_err(Error::from_block_allocation)
     }
 
     /// Writes `data` at byte `within` of the `blocks` blocks from `physical`, zeroing every
