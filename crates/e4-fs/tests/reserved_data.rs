@@ -2,11 +2,13 @@
 //! written (how `e4 mkfs -d` fills a reproducible image on every core). A fill puts the data
 //! where a read finds it, holes stay holes, a file truncated since its reservation refuses
 //! the fill (so no fill writes into blocks another file took), and blocks a fill did not
-//! reach read as zeros, never as what the disk held before. Images end `e2fsck -fn` clean.
+//! reach read as zeros, never as what the disk held before: the reservation zeroes them
+//! before the commit that maps them, so a crash before the fill shows zeros too. Images end `e2fsck -fn` clean.
 
 // A slice of one byte range is what `reserve_data` takes for a file that is all data.
 #![allow(clippy::single_range_in_vec_init)]
 
+use e4_fs::device::MemoryDevice;
 use e4_fs::{Creator, Error, Filesystem, OpenOptions};
 use e4_testkit::{e2fsck_clean, make_empty_image};
 
@@ -22,7 +24,10 @@ fn creator() -> Creator {
     }
 }
 
-/// The byte a test file holds at `offset`.
+/// What a removed file left on the free blocks: a byte [`pattern`] never gives.
+const OLD: u8 = 0xfe;
+
+/// The byte a test file holds at `offset` (1 to 251).
 fn pattern(offset: u64) -> u8 {
     (offset % 251) as u8 + 1
 }
@@ -147,9 +152,9 @@ fn blocks_a_fill_did_not_reach_read_as_zeros() {
     let image = make_empty_image(&["-t", "ext4", "-b", "4096"], 32);
     let fs = Filesystem::open(&image.path, OpenOptions::writable()).unwrap();
     let mut buf = Vec::new();
-    // Old contents on the free blocks: a file written and removed.
+    // Old contents on the free blocks: a file written and removed (a byte no pattern has).
     let old = fs.create(ROOT, b"old", creator()).unwrap();
-    fs.write_at(old, 0, &vec![0xee; 4 << 20]).unwrap();
+    fs.write_at(old, 0, &vec![OLD; 4 << 20]).unwrap();
     fs.unlink(ROOT, b"old").unwrap();
     fs.sync().unwrap();
     let size = 4 << 20;
@@ -165,10 +170,22 @@ fn blocks_a_fill_did_not_reach_read_as_zeros() {
     assert!(result.is_err());
     let dropped = fs.create(ROOT, b"dropped", creator()).unwrap();
     drop(fs.reserve_data(dropped, size, &[0..size]).unwrap());
-    for ino in [failed, dropped] {
+    // A crash between a reservation and its fill: the image as committed, recovered.
+    let pending = fs.create(ROOT, b"pending", creator()).unwrap();
+    let reservation = fs.reserve_data(pending, size, &[0..size]).unwrap();
+    fs.sync().unwrap();
+    let crashed = std::sync::Arc::new(MemoryDevice::new(std::fs::read(&image.path).unwrap()));
+    let crashed = Filesystem::open_device(crashed, OpenOptions::default()).unwrap();
+    assert!(
+        !contents(&crashed, pending).contains(&OLD),
+        "a reserved file shows what the disk held before, after a crash"
+    );
+    drop(crashed);
+    drop(reservation);
+    for ino in [failed, dropped, pending] {
         let got = contents(&fs, ino);
         assert!(
-            !got.contains(&0xee),
+            !got.contains(&OLD),
             "inode {ino} shows what the disk held before"
         );
     }

@@ -143,6 +143,14 @@ impl BlockStore {
             .map_err(|e| Error::io(format!("write of {} bytes at byte {offset}", data.len()), e))
     }
 
+    /// Makes `len` bytes of file data from byte `offset` read as zeros (a hole punched in
+    /// an image file; zeros written elsewhere), in blocks the file owns.
+    pub(crate) fn zero_data(&self, offset: u64, len: u64) -> Result<()> {
+        self.device
+            .zero_range(offset, len)
+            .map_err(|e| Error::io(format!("zeroing {len} bytes at byte {offset}"), e))
+    }
+
     /// Writes metadata to its home at byte `offset` (`what` names it in an error): the one
     /// way metadata reaches the device, called by write-back alone (and, with
     /// [`Self::write_uncached_home`], for blocks the cache does not own).

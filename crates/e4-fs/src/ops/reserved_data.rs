@@ -9,13 +9,14 @@
 //! needs no decision at all and runs on every core. Each fill's writes go only to blocks its
 //! file still maps, checked under the inode's lock at each write, so a fill can never write
 //! into blocks another file owns (a file truncated or removed since its reservation refuses the
-//! write). A reservation not filled to the end (a failed read, a dropped reservation) has its
-//! remaining blocks written with zeros, so no block of the file ever shows what the disk held
-//! before.
+//! write).
 //!
-//! The price of written extents: until its fill is done a reserved block reads as whatever the
-//! disk held there (zeros on a fresh image), to this process and after a crash, as in the
-//! kernel's data=writeback mode. A caller that must not show that uses `write_at`.
+//! Written extents say the blocks hold the file's data before the fill has written it, so
+//! the reservation makes them read as zeros first ([`crate::io::device::Device::zero_range`]:
+//! a hole punched in an image file, which writes nothing; zeros written on a block device),
+//! in the transaction that maps them and durable before its commit: until the fill, after a
+//! crash before it, and where a fill stops short (a failed read, a dropped reservation), the
+//! file reads zeros, never what the disk held there (another file's old data).
 
 use std::sync::Arc;
 
@@ -39,9 +40,8 @@ struct ReservedRun {
     len: u64,
 }
 
-/// The blocks [`Filesystem::reserve_data`] mapped for a file's data, waiting for
-/// [`DataReservation::fill`]. Dropped before its fill ends, it writes zeros into the blocks
-/// left (errors there are ignored: a drop has no one to tell).
+/// The blocks [`Filesystem::reserve_data`] mapped for a file's data (reading as zeros until
+/// then), waiting for [`DataReservation::fill`].
 pub struct DataReservation<'fs> {
     fs: &'fs Filesystem,
     ino: u32,
@@ -50,8 +50,6 @@ pub struct DataReservation<'fs> {
     handle: Arc<InodeHandle>,
     size: u64,
     runs: Vec<ReservedRun>,
-    /// Runs before this one have been written.
-    filled: usize,
 }
 
 impl std::fmt::Debug for DataReservation<'_> {
@@ -60,7 +58,6 @@ impl std::fmt::Debug for DataReservation<'_> {
             .field("ino", &self.ino)
             .field("size", &self.size)
             .field("runs", &self.runs)
-            .field("filled", &self.filled)
             .finish()
     }
 }
@@ -118,7 +115,6 @@ impl Filesystem {
             handle,
             size,
             runs: Vec::new(),
-            filled: 0,
         };
         let step = self.step_groups().map_or(u64::MAX, |groups| {
             (groups / 2).max(1) * u64::from(self.geometry.blocks_per_group())
@@ -158,9 +154,9 @@ impl Filesystem {
         let bs = u64::from(self.block_size());
         let runs = {
             // The inode; each allocation and mapping edit declares its own.
-            let txn = writer.begin(INODE)?;
+            let mut txn = writer.begin(INODE)?;
             let handle = self.inode_handle(ino)?;
-            let mut state = handle.lock(&self.inodes);
+            let mut state = self.lock_for_change(&mut txn, &handle, None);
             self.require_regular(&state)?;
             user_flags::refuse_write(&state.inode, 0)?;
             let io = writer.io(self, &txn);
@@ -188,6 +184,12 @@ impl Filesystem {
                             want as u32,
                             size.div_ceil(bs),
                         )?;
+                        // Zeros before the commit that maps them (its flush makes them
+                        // durable first): until the fill, and after a crash before it, the
+                        // blocks read as zeros, never as what the disk held.
+                        self.store
+                            .zero_data(got.start * bs, u64::from(got.len) * bs)
+                            .map_err(|e| io.unmapped(got, e))?;
                         if let Err(e) = map.insert(logical, got.start, u64::from(got.len), false) {
                             return Err(io.unmapped(got, e));
                         }
@@ -230,17 +232,17 @@ impl DataReservation<'_> {
     /// `offset` (bytes past the size are zeros). `buf` is the caller's, grown as needed (to
     /// 1 MiB at 4 KiB blocks). Returns the bytes of data written (those within the size).
     ///
-    /// A failure of `read` or of a write stops the fill; the blocks not written are then
-    /// zeroed. A write refuses blocks the file no longer maps as reserved (it was truncated
+    /// A failure of `read` or of a write stops the fill; the blocks not written read as
+    /// zeros. A write refuses blocks the file no longer maps as reserved (it was truncated
     /// or removed since): [`Error::Invalid`].
     pub fn fill<E: From<Error>>(
-        mut self,
+        self,
         buf: &mut Vec<u8>,
         mut read: impl FnMut(u64, &mut [u8]) -> std::result::Result<(), E>,
     ) -> std::result::Result<u64, E> {
         let bs = u64::from(self.fs.block_size());
         let mut bytes = 0;
-        while let Some(&run) = self.runs.get(self.filled) {
+        for &run in &self.runs {
             let mut done = 0;
             while done < run.len {
                 let blocks = (run.len - done).min(FILL_BLOCKS);
@@ -257,7 +259,6 @@ impl DataReservation<'_> {
                 bytes += data as u64;
                 done += blocks;
             }
-            self.filled += 1;
         }
         Ok(bytes)
     }
@@ -285,25 +286,5 @@ impl DataReservation<'_> {
             )));
         }
         fs.store.write_data(bytes, physical * bs)
-    }
-}
-
-impl Drop for DataReservation<'_> {
-    /// Zeroes the reserved blocks not filled, so none keeps what the disk held before.
-    fn drop(&mut self) {
-        if self.filled == self.runs.len() {
-            return;
-        }
-        let bs = u64::from(self.fs.block_size());
-        let zeros = vec![0u8; (FILL_BLOCKS * bs) as usize];
-        for run in &self.runs[self.filled..] {
-            let mut done = 0;
-            while done < run.len {
-                let blocks = (run.len - done).min(FILL_BLOCKS);
-                let bytes = &zeros[..(blocks * bs) as usize];
-                let _ = self.write_owned(run.logical + done, run.physical + done, bytes);
-                done += blocks;
-            }
-        }
     }
 }
