@@ -388,13 +388,17 @@ enum Command {
         /// Entries whose names start with '.' too.
         #[arg(short = 'a')]
         all: bool,
+        /// Directories' entries too, recursively, each under a "PATH:" heading.
+        #[arg(short = 'R')]
+        recursive: bool,
         /// Paths inside the image (a symlink is not followed).
         #[arg(required = true)]
         paths: Vec<OsString>,
     },
-    /// Change inode flags as chattr does: chattr IMG +i -a =e PATH...
+    /// Change inode flags as chattr does: chattr IMG [-R] +i -a =e PATH...
     ///
     /// Modes: +FLAGS adds, -FLAGS removes, =FLAGS sets exactly; letters aAcCdDeijPsStTuFxm.
+    /// -R among the modes: directories' entries too, recursively.
     #[command(allow_hyphen_values = true)]
     Chattr {
         /// The ext4 image file or block device to change.
@@ -573,10 +577,15 @@ fn run(cli: Cli) -> Result<(), CliError> {
             image,
             directories,
             all,
+            recursive,
             paths,
         } => inode_flags::lsattr(
             &open(&image)?,
-            inode_flags::LsattrOptions { directories, all },
+            inode_flags::LsattrOptions {
+                directories,
+                all,
+                recursive,
+            },
             &paths,
         ),
         Command::Chattr { image, args } => {
