@@ -1,6 +1,6 @@
 //! `e4 getfacl` and `e4 setfacl`: POSIX ACLs of files in an image, shown and changed as
-//! the acl package's tools do (`getfacl -n`'s listing; `setfacl -m`, `-x`, `-b`, `-k`,
-//! `-d`, `-n` in command-line order). The ACLs go through the engine's
+//! the acl package's tools do (`getfacl -n`'s listing; `setfacl -m`, `-x`, `-M`, `-X`,
+//! `-b`, `-k`, `-d`, `-n` in command-line order). The ACLs go through the engine's
 //! `system.posix_acl_*` attributes, so the engine's rules apply as on the kernel's ext4
 //! (`fs/posix_acl.c`): an access ACL sets the permission bits, one the bits express is not
 //! stored, a malformed one is refused.
@@ -48,8 +48,9 @@ pub struct SetfaclArgs {
 }
 
 /// Parses setfacl's options as getopt does: clusters of `b`, `k`, `d`, `n`, where `m` and
-/// `x` take the rest of the cluster or the next argument (`-dm u:1:rx`), `--` ends them;
-/// `-d` makes every later `-m`/`-x` entry a default ACL's.
+/// `x` take the rest of the cluster or the next argument (`-dm u:1:rx`), and `M` and `X`
+/// likewise a host file of entries (`-M FILE`); `--` ends them; `-d` makes every later
+/// `-m`/`-x` entry a default ACL's.
 pub fn parse_setfacl(args: &[OsString]) -> Result<SetfaclArgs, String> {
     let mut parsed = SetfaclArgs {
         ops: Vec::new(),
@@ -75,31 +76,42 @@ pub fn parse_setfacl(args: &[OsString]) -> Result<SetfaclArgs, String> {
                 'k' => parsed.ops.push(AclOp::RemoveDefault),
                 'd' => default = true,
                 'n' => parsed.keep_mask = true,
-                'm' | 'x' => {
+                'm' | 'x' | 'M' | 'X' => {
                     let rest = &cluster[at + 1..];
-                    let spec = if rest.is_empty() {
-                        let next = args.next().ok_or(format!("-{option} needs an ACL spec"))?;
-                        next.to_str().ok_or("an ACL spec must be text")?.to_string()
+                    let argument = if rest.is_empty() {
+                        let wanted = match option {
+                            'm' | 'x' => "an ACL spec",
+                            _ => "a file of ACL entries",
+                        };
+                        let next = args.next().ok_or(format!("-{option} needs {wanted}"))?;
+                        next.clone()
                     } else {
-                        rest.to_string()
+                        OsString::from(rest)
+                    };
+                    let spec = match option {
+                        'm' | 'x' => argument
+                            .to_str()
+                            .ok_or("an ACL spec must be text")?
+                            .to_string(),
+                        _ => spec_of_file(&argument)?,
                     };
                     let kind = match option {
-                        'm' => SpecKind::WithPerms,
+                        'm' | 'M' => SpecKind::WithPerms,
                         _ => SpecKind::NamesOnly,
                     };
                     let mut entries = parse_spec(&spec, kind)?;
                     for entry in &mut entries {
                         entry.default |= default;
                     }
-                    parsed.ops.push(match option {
-                        'm' => AclOp::Modify(entries),
-                        _ => AclOp::Remove(entries),
+                    parsed.ops.push(match kind {
+                        SpecKind::WithPerms => AclOp::Modify(entries),
+                        SpecKind::NamesOnly => AclOp::Remove(entries),
                     });
                     break;
                 }
                 other => {
                     return Err(format!(
-                        "-{other} is not a setfacl option e4 knows (-m, -x, -b, -k, -d, -n)"
+                        "-{other} is not a setfacl option e4 knows (-m, -x, -M, -X, -b, -k, -d, -n)"
                     ))
                 }
             }
@@ -112,6 +124,20 @@ pub fn parse_setfacl(args: &[OsString]) -> Result<SetfaclArgs, String> {
         return Err("setfacl needs a path".into());
     }
     Ok(parsed)
+}
+
+/// The entries of an ACL file (`setfacl -M`/`-X`, as acl 2.3 reads them): one or more
+/// per line, `#` to the end of a line a comment (so `getfacl`'s listing, its headers and
+/// `#effective:` notes included, can be given as it is), as one comma-separated spec.
+fn spec_of_file(path: &std::ffi::OsStr) -> Result<String, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("{}: {e}", std::path::Path::new(path).display()))?;
+    let entries: Vec<&str> = text
+        .lines()
+        .map(|line| line.split('#').next().unwrap_or("").trim())
+        .filter(|entry| !entry.is_empty())
+        .collect();
+    Ok(entries.join(","))
 }
 
 /// An ACL being edited: its entries, and what the command did to it.
@@ -386,6 +412,11 @@ mod tests {
         assert!(parse_setfacl(&os(&["-m"]))
             .unwrap_err()
             .contains("needs an ACL spec"));
+        assert!(parse_setfacl(&os(&["-M"]))
+            .unwrap_err()
+            .contains("needs a file of ACL entries"));
+        let missing = parse_setfacl(&os(&["-X", "/no/such/e4/acl/file", "/f"])).unwrap_err();
+        assert!(missing.starts_with("/no/such/e4/acl/file: "), "{missing}");
         assert!(parse_setfacl(&os(&["-R", "-b", "/a"]))
             .unwrap_err()
             .contains("-R"));

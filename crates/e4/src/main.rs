@@ -418,6 +418,8 @@ enum Command {
     /// Change POSIX ACLs as setfacl does: setfacl IMG [-b] [-k] [-d] [-n] [-m SPEC] [-x SPEC] PATH...
     ///
     /// SPEC: entries like u:1000:rwx,g::r-x,m::rw,o::-,d:u:1000:rx (numeric ids).
+    /// -M FILE and -X FILE: -m and -x with the entries of a host file (one or more per line,
+    /// # comments, getfacl's listing as it is).
     #[command(allow_hyphen_values = true)]
     Setfacl {
         /// The ext4 image file or block device to change.

@@ -333,3 +333,62 @@ fn bad_input_is_one_line() {
         e2fsck_clean(&image.path).unwrap();
     }
 }
+
+/// `setfacl -M FILE` and `-X FILE`: entries read from a host file (getfacl's listing, its
+/// comments and `#effective:` notes, blank lines), through e4 on one copy and through
+/// setfacl on the kernel's mount of the other; the ACLs must then be the same.
+#[test]
+fn setfacl_takes_entries_from_files_as_setfacl_does() {
+    let Some(image) = made_by_the_kernel("setfacl -M") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let kernel = twin(&image, &dir);
+    let add = dir.path().join("add.acl");
+    std::fs::write(
+        &add,
+        "# file: f\n# owner: 0\nuser:1000:rwx\ngroup:2000:r-x\t#effective:r-x\n\nmask::r-x\n",
+    )
+    .unwrap();
+    let remove = dir.path().join("remove.acl");
+    std::fs::write(&remove, "user:1000\n# and nothing else\n").unwrap();
+    let (add, remove) = (add.to_str().unwrap(), remove.to_str().unwrap());
+    let commands: [&[&str]; 3] = [
+        &["-M", add, "/f", "/d"],
+        &["-X", remove, "/f"],
+        &["-dM", add, "/d/sub"],
+    ];
+    let Ok(mount) = KernelMount::mount_writable(&kernel) else {
+        return;
+    };
+    for args in commands {
+        let mut e4_args: Vec<&dyn AsRef<OsStr>> = vec![&"setfacl", &image.path];
+        e4_args.extend(args.iter().map(|a| a as &dyn AsRef<OsStr>));
+        let ours = e4(&e4_args);
+        assert!(
+            ours.status.success(),
+            "e4 setfacl {args:?}: {}",
+            stderr(&ours)
+        );
+        let mut theirs_args: Vec<String> = args[..2].iter().map(|a| a.to_string()).collect();
+        theirs_args.extend(relative(&args[2..]));
+        let Some(theirs) = tool(&mount.path(), "setfacl", &theirs_args) else {
+            kernel_comparison_skipped("setfacl", "not installed (scripts/setup.sh installs it)");
+            return;
+        };
+        assert!(
+            theirs.status.success(),
+            "setfacl {args:?}: {}",
+            stderr(&theirs)
+        );
+    }
+    drop(mount);
+    e2fsck_clean(&image.path).unwrap();
+    let paths = ["/f", "/d", "/d/sub"];
+    let (ours, theirs) = listings("getfacl", &image.path, "getfacl", &["-n"], &paths, &kernel);
+    assert_eq!(
+        ours, theirs,
+        "e4 getfacl on e4's image, getfacl -n on the twin"
+    );
+    e2fsck_clean(&kernel).unwrap();
+}
