@@ -1,6 +1,6 @@
 //! `e4 getfacl` and `e4 setfacl`: POSIX ACLs of files in an image, shown and changed as
 //! the acl package's tools do (`getfacl -n`'s listing; `setfacl -m`, `-x`, `-M`, `-X`,
-//! `-b`, `-k`, `-d`, `-n` in command-line order). The ACLs go through the engine's
+//! `--set`, `--set-file`, `-b`, `-k`, `-d`, `-n` in command-line order). The ACLs go through the engine's
 //! `system.posix_acl_*` attributes, so the engine's rules apply as on the kernel's ext4
 //! (`fs/posix_acl.c`): an access ACL sets the permission bits, one the bits express is not
 //! stored, a malformed one is refused.
@@ -36,6 +36,9 @@ pub enum AclOp {
     RemoveAll,
     /// `-k`: remove the default ACL.
     RemoveDefault,
+    /// `--set`, `--set-file`: the access ACL becomes the spec's access entries and, if it
+    /// has default entries, the default ACL its default entries.
+    Set(Vec<SpecEntry>),
 }
 
 /// A parsed setfacl command line.
@@ -69,6 +72,31 @@ pub fn parse_setfacl(args: &[OsString]) -> Result<SetfaclArgs, String> {
             parsed.paths.push(arg.clone());
             continue;
         }
+        if let Some(long) = text.strip_prefix("--") {
+            let (name, inline) = match long.split_once('=') {
+                Some((name, value)) => (name, Some(OsString::from(value))),
+                None => (long, None),
+            };
+            let from_file = match name {
+                "set" => false,
+                "set-file" => true,
+                _ => {
+                    return Err(format!(
+                        "--{name} is not a setfacl option e4 knows (--set, --set-file)"
+                    ))
+                }
+            };
+            let argument = match inline {
+                Some(value) => value,
+                None => args
+                    .next()
+                    .ok_or(format!("--{name} needs an argument"))?
+                    .clone(),
+            };
+            let entries = entries_of(&argument, from_file, SpecKind::WithPerms, default)?;
+            parsed.ops.push(AclOp::Set(entries));
+            continue;
+        }
         let cluster = &text[1..];
         for (at, option) in cluster.char_indices() {
             match option {
@@ -88,21 +116,12 @@ pub fn parse_setfacl(args: &[OsString]) -> Result<SetfaclArgs, String> {
                     } else {
                         OsString::from(rest)
                     };
-                    let spec = match option {
-                        'm' | 'x' => argument
-                            .to_str()
-                            .ok_or("an ACL spec must be text")?
-                            .to_string(),
-                        _ => spec_of_file(&argument)?,
-                    };
                     let kind = match option {
                         'm' | 'M' => SpecKind::WithPerms,
                         _ => SpecKind::NamesOnly,
                     };
-                    let mut entries = parse_spec(&spec, kind)?;
-                    for entry in &mut entries {
-                        entry.default |= default;
-                    }
+                    let from_file = matches!(option, 'M' | 'X');
+                    let entries = entries_of(&argument, from_file, kind, default)?;
                     parsed.ops.push(match kind {
                         SpecKind::WithPerms => AclOp::Modify(entries),
                         SpecKind::NamesOnly => AclOp::Remove(entries),
@@ -124,6 +143,29 @@ pub fn parse_setfacl(args: &[OsString]) -> Result<SetfaclArgs, String> {
         return Err("setfacl needs a path".into());
     }
     Ok(parsed)
+}
+
+/// The entries an option names: its argument as a spec, or (`from_file`) the entries of
+/// the host file it names; every one a default ACL's after `-d`.
+fn entries_of(
+    argument: &std::ffi::OsStr,
+    from_file: bool,
+    kind: SpecKind,
+    default: bool,
+) -> Result<Vec<SpecEntry>, String> {
+    let spec = if from_file {
+        spec_of_file(argument)?
+    } else {
+        argument
+            .to_str()
+            .ok_or("an ACL spec must be text")?
+            .to_string()
+    };
+    let mut entries = parse_spec(&spec, kind)?;
+    for entry in &mut entries {
+        entry.default |= default;
+    }
+    Ok(entries)
 }
 
 /// The entries of an ACL file (`setfacl -M`/`-X`, as acl 2.3 reads them): one or more
@@ -230,6 +272,29 @@ fn set_one(fs: &Filesystem, args: &SetfaclArgs, path: ImagePath<'_>) -> Result<(
             AclOp::RemoveDefault => {
                 default.entries.clear();
                 default.changed = true;
+            }
+            AclOp::Set(entries) => {
+                if entries.iter().any(|spec| spec.default) && !is_directory {
+                    return Err(format!(
+                        "{}: only directories can have default ACLs",
+                        path.shown()
+                    ));
+                }
+                for (target, of_default) in [(&mut access, false), (&mut default, true)] {
+                    let given: Vec<AclEntry> = entries
+                        .iter()
+                        .filter(|spec| spec.default == of_default)
+                        .map(|spec| AclEntry {
+                            perm: resolve_x(spec.entry.perm, is_directory, meta.permissions),
+                            ..spec.entry
+                        })
+                        .collect();
+                    if !given.is_empty() {
+                        target.mask_given = given.iter().any(|e| e.tag == tag::MASK);
+                        target.entries = given;
+                        target.changed = true;
+                    }
+                }
             }
             AclOp::Modify(entries) | AclOp::Remove(entries) => {
                 let modify = matches!(op, AclOp::Modify(_));
@@ -415,6 +480,12 @@ mod tests {
         assert!(parse_setfacl(&os(&["-M"]))
             .unwrap_err()
             .contains("needs a file of ACL entries"));
+        assert!(parse_setfacl(&os(&["--set"]))
+            .unwrap_err()
+            .contains("--set needs an argument"));
+        assert!(parse_setfacl(&os(&["--restore=x", "/f"]))
+            .unwrap_err()
+            .contains("--restore"));
         let missing = parse_setfacl(&os(&["-X", "/no/such/e4/acl/file", "/f"])).unwrap_err();
         assert!(missing.starts_with("/no/such/e4/acl/file: "), "{missing}");
         assert!(parse_setfacl(&os(&["-R", "-b", "/a"]))

@@ -252,6 +252,15 @@ fn setfacl_and_getfacl_do_what_the_acl_tools_do_on_the_kernels_ext4() {
         // -b removes the default ACL too.
         &["-dm", "u:3:r", "/d/sub"],
         &["-b", "/d/sub"],
+        // --set replaces the ACL whole (mask recomputed), its default entries the default
+        // ACL; -d makes them all default entries; without the base entries, both refuse.
+        &["--set", "u::rw,g::r,o::-,u:1000:rwx", "/x"],
+        &[
+            "--set=u::rwx,g::rx,o::-,d:u::rwx,d:g::r,d:o::-,d:u:4:rw",
+            "/d",
+        ],
+        &["-d", "--set", "u::rwx,g::rx,o::x", "/d/sub"],
+        &["--set", "u:1000:r", "/f"],
     ];
     if !run_script("setfacl", "setfacl", script, &image.path, &kernel) {
         return;
@@ -353,10 +362,14 @@ fn setfacl_takes_entries_from_files_as_setfacl_does() {
     let remove = dir.path().join("remove.acl");
     std::fs::write(&remove, "user:1000\n# and nothing else\n").unwrap();
     let (add, remove) = (add.to_str().unwrap(), remove.to_str().unwrap());
-    let commands: [&[&str]; 3] = [
+    let whole = dir.path().join("whole.acl");
+    std::fs::write(&whole, "user::rw-\ngroup::r--\nother::---\nuser:1000:rwx\n").unwrap();
+    let whole = whole.to_str().unwrap();
+    let commands: [&[&str]; 4] = [
         &["-M", add, "/f", "/d"],
         &["-X", remove, "/f"],
         &["-dM", add, "/d/sub"],
+        &["--set-file", whole, "/d/g"],
     ];
     let Ok(mount) = KernelMount::mount_writable(&kernel) else {
         return;
@@ -384,7 +397,7 @@ fn setfacl_takes_entries_from_files_as_setfacl_does() {
     }
     drop(mount);
     e2fsck_clean(&image.path).unwrap();
-    let paths = ["/f", "/d", "/d/sub"];
+    let paths = ["/f", "/d", "/d/sub", "/d/g"];
     let (ours, theirs) = listings("getfacl", &image.path, "getfacl", &["-n"], &paths, &kernel);
     assert_eq!(
         ours, theirs,
