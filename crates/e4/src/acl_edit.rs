@@ -1,6 +1,6 @@
 //! `e4 getfacl` and `e4 setfacl`: POSIX ACLs of files in an image, shown and changed as
 //! the acl package's tools do (`getfacl -n`'s listing; `setfacl -m`, `-x`, `-M`, `-X`,
-//! `--set`, `--set-file`, `-b`, `-k`, `-d`, `-n` in command-line order). The ACLs go through the engine's
+//! `--set`, `--set-file`, `-b`, `-k`, `-d`, `-n` in command-line order, `-R`). The ACLs go through the engine's
 //! `system.posix_acl_*` attributes, so the engine's rules apply as on the kernel's ext4
 //! (`fs/posix_acl.c`): an access ACL sets the permission bits, one the bits express is not
 //! stored, a malformed one is refused.
@@ -18,7 +18,7 @@ use e4_format::posix_acl::{tag, AclEntry, PosixAcl};
 use e4_fs::{Error, FileType, Filesystem, Metadata, XattrSet};
 
 use crate::acl_text::{listing, parse_spec, resolve_x, SpecEntry, SpecKind};
-use crate::edit_session::{describe, ImagePath};
+use crate::edit_session::{describe, entry_names, ImagePath};
 use crate::outln;
 use crate::output::{after_paths, report_path, CliError, Output};
 
@@ -47,6 +47,9 @@ pub struct SetfaclArgs {
     pub ops: Vec<AclOp>,
     /// `-n`: the mask is left as it is.
     pub keep_mask: bool,
+    /// `-R`: a directory's entries too, recursively; symlinks met on the way are skipped
+    /// (setfacl's default walk, `-P` for what is found, a named symlink followed).
+    pub recursive: bool,
     pub paths: Vec<OsString>,
 }
 
@@ -58,6 +61,7 @@ pub fn parse_setfacl(args: &[OsString]) -> Result<SetfaclArgs, String> {
     let mut parsed = SetfaclArgs {
         ops: Vec::new(),
         keep_mask: false,
+        recursive: false,
         paths: Vec::new(),
     };
     let mut default = false;
@@ -104,6 +108,7 @@ pub fn parse_setfacl(args: &[OsString]) -> Result<SetfaclArgs, String> {
                 'k' => parsed.ops.push(AclOp::RemoveDefault),
                 'd' => default = true,
                 'n' => parsed.keep_mask = true,
+                'R' => parsed.recursive = true,
                 'm' | 'x' | 'M' | 'X' => {
                     let rest = &cluster[at + 1..];
                     let argument = if rest.is_empty() {
@@ -130,7 +135,7 @@ pub fn parse_setfacl(args: &[OsString]) -> Result<SetfaclArgs, String> {
                 }
                 other => {
                     return Err(format!(
-                        "-{other} is not a setfacl option e4 knows (-m, -x, -M, -X, -b, -k, -d, -n)"
+                        "-{other} is not a setfacl option e4 knows (-m, -x, -M, -X, -b, -k, -d, -n, -R)"
                     ))
                 }
             }
@@ -245,8 +250,15 @@ fn recompute_mask(entries: &mut Vec<AclEntry>) {
     });
 }
 
-/// Applies `args` to one file; an error is the line to show.
-fn set_one(fs: &Filesystem, args: &SetfaclArgs, path: ImagePath<'_>) -> Result<(), String> {
+/// Applies `args` to one file; an error is the line to show. `named`: the path was given
+/// on the command line; below it (`-R`), default entries are left out for what is not a
+/// directory, as setfacl's walk leaves them, instead of refused.
+fn set_one(
+    fs: &Filesystem,
+    args: &SetfaclArgs,
+    path: ImagePath<'_>,
+    named: bool,
+) -> Result<(), String> {
     let ino = path.resolve(fs, true)?;
     let why = |e: &Error| describe(path, e);
     let meta = fs.metadata(ino).map_err(|e| why(&e))?;
@@ -274,7 +286,7 @@ fn set_one(fs: &Filesystem, args: &SetfaclArgs, path: ImagePath<'_>) -> Result<(
                 default.changed = true;
             }
             AclOp::Set(entries) => {
-                if entries.iter().any(|spec| spec.default) && !is_directory {
+                if named && entries.iter().any(|spec| spec.default) && !is_directory {
                     return Err(format!(
                         "{}: only directories can have default ACLs",
                         path.shown()
@@ -284,6 +296,7 @@ fn set_one(fs: &Filesystem, args: &SetfaclArgs, path: ImagePath<'_>) -> Result<(
                     let given: Vec<AclEntry> = entries
                         .iter()
                         .filter(|spec| spec.default == of_default)
+                        .filter(|spec| is_directory || !spec.default)
                         .map(|spec| AclEntry {
                             perm: resolve_x(spec.entry.perm, is_directory, meta.permissions),
                             ..spec.entry
@@ -299,6 +312,9 @@ fn set_one(fs: &Filesystem, args: &SetfaclArgs, path: ImagePath<'_>) -> Result<(
             AclOp::Modify(entries) | AclOp::Remove(entries) => {
                 let modify = matches!(op, AclOp::Modify(_));
                 for spec in entries {
+                    if spec.default && !is_directory && !named {
+                        continue;
+                    }
                     if spec.default && !is_directory {
                         return Err(format!(
                             "{}: only directories can have default ACLs",
@@ -382,9 +398,43 @@ fn set_one(fs: &Filesystem, args: &SetfaclArgs, path: ImagePath<'_>) -> Result<(
 pub fn setfacl(fs: &Filesystem, args: &SetfaclArgs) -> Result<(), CliError> {
     let mut failed = 0;
     for path in &args.paths {
-        report_path(set_one(fs, args, ImagePath(path)), &mut failed);
+        set_tree(fs, args, ImagePath(path), true, &mut failed)?;
     }
     after_paths(failed)
+}
+
+/// setfacl of one path and, with `-R`, of a directory's entries after it (symlinks among
+/// them skipped, as setfacl's walk skips them).
+fn set_tree(
+    fs: &Filesystem,
+    args: &SetfaclArgs,
+    path: ImagePath<'_>,
+    named: bool,
+    failed: &mut usize,
+) -> Result<(), CliError> {
+    report_path(set_one(fs, args, path, named), failed);
+    if !args.recursive {
+        return Ok(());
+    }
+    let directory = path.resolve(fs, true).ok().filter(|&ino| {
+        fs.metadata(ino)
+            .is_ok_and(|meta| meta.file_type == FileType::Directory)
+    });
+    let Some(ino) = directory else {
+        return Ok(());
+    };
+    for name in entry_names(fs, ino, path, true)? {
+        let joined = path.joined(&name);
+        let entry = ImagePath::from_bytes(&joined);
+        let is_symlink = entry
+            .resolve(fs, false)
+            .and_then(|ino| fs.metadata(ino).map_err(|e| describe(entry, &e)))
+            .is_ok_and(|meta| meta.file_type == FileType::Symlink);
+        if !is_symlink {
+            set_tree(fs, args, entry, false, failed)?;
+        }
+    }
+    Ok(())
 }
 
 /// `e4 getfacl IMG PATH...`: what `getfacl -n` prints, for each path (a symlink is
@@ -488,9 +538,10 @@ mod tests {
             .contains("--restore"));
         let missing = parse_setfacl(&os(&["-X", "/no/such/e4/acl/file", "/f"])).unwrap_err();
         assert!(missing.starts_with("/no/such/e4/acl/file: "), "{missing}");
-        assert!(parse_setfacl(&os(&["-R", "-b", "/a"]))
+        assert!(parse_setfacl(&os(&["-R", "-b", "/a"])).unwrap().recursive);
+        assert!(parse_setfacl(&os(&["-P", "-b", "/a"]))
             .unwrap_err()
-            .contains("-R"));
+            .contains("-P"));
         assert!(parse_setfacl(&os(&["-m", "q:1:r", "/a"])).is_err());
     }
 

@@ -13,7 +13,7 @@ use std::ffi::OsString;
 use e4_format::inode::{flags, FileType};
 use e4_fs::Filesystem;
 
-use crate::edit_session::{describe, ImagePath};
+use crate::edit_session::{describe, entry_names, ImagePath};
 use crate::outln;
 use crate::output::{after_paths, report_path, CliError, Output};
 
@@ -192,7 +192,7 @@ fn change_flags(
     };
     if change.recursive {
         for name in entry_names(fs, ino, path, true)? {
-            let joined = joined(path, &name);
+            let joined = path.joined(&name);
             change_flags(fs, change, ImagePath::from_bytes(&joined), failed)?;
         }
     }
@@ -243,7 +243,7 @@ fn list_entries(
     failed: &mut usize,
 ) -> Result<(), CliError> {
     for name in entry_names(fs, ino, path, options.all)? {
-        let joined = joined(path, &name);
+        let joined = path.joined(&name);
         let entry_path = ImagePath::from_bytes(&joined);
         let Some(listed) = report_path(flags_of(fs, entry_path), failed) else {
             continue;
@@ -256,29 +256,6 @@ fn list_entries(
         }
     }
     Ok(())
-}
-
-/// The names in directory `ino` at `path`, in its own order, without `.` and `..`, and
-/// without the other names starting with `.` unless `dot_names`.
-fn entry_names(
-    fs: &Filesystem,
-    ino: u32,
-    path: ImagePath<'_>,
-    dot_names: bool,
-) -> Result<Vec<Vec<u8>>, CliError> {
-    let entries = fs.read_dir(ino).map_err(|e| describe(path, &e))?;
-    Ok(entries
-        .into_iter()
-        .map(|entry| entry.name)
-        .filter(|name| name != b"." && name != b".." && (dot_names || !name.starts_with(b".")))
-        .collect())
-}
-
-/// `dir/name`, without doubling a slash `dir` ends with.
-fn joined(dir: ImagePath<'_>, name: &[u8]) -> Vec<u8> {
-    let dir = dir.bytes();
-    let dir = &dir[..dir.iter().rposition(|&b| b != b'/').map_or(0, |at| at + 1)];
-    [dir, b"/", name].concat()
 }
 
 /// An inode lsattr shows.

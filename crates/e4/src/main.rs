@@ -420,7 +420,8 @@ enum Command {
     /// SPEC: entries like u:1000:rwx,g::r-x,m::rw,o::-,d:u:1000:rx (numeric ids).
     /// -M FILE and -X FILE: -m and -x with the entries of a host file (one or more per line,
     /// # comments, getfacl's listing as it is). --set SPEC and --set-file FILE: the ACL
-    /// (and, with default entries, the default ACL) replaced whole.
+    /// (and, with default entries, the default ACL) replaced whole. -R: directories'
+    /// entries too, recursively (symlinks met on the way skipped).
     #[command(allow_hyphen_values = true)]
     Setfacl {
         /// The ext4 image file or block device to change.

@@ -261,6 +261,11 @@ fn setfacl_and_getfacl_do_what_the_acl_tools_do_on_the_kernels_ext4() {
         ],
         &["-d", "--set", "u::rwx,g::rx,o::x", "/d/sub"],
         &["--set", "u:1000:r", "/f"],
+        // -R: the directory and everything below it (a symlink met is skipped); a default
+        // ACL given recursively.
+        &["-R", "-m", "u:6:rx", "/d"],
+        &["-R", "-m", "u:9:r", "/"],
+        &["-Rdm", "g:12:rw", "/d"],
     ];
     if !run_script("setfacl", "setfacl", script, &image.path, &kernel) {
         return;
@@ -305,7 +310,7 @@ fn bad_input_is_one_line() {
             2,
             "not a numeric id",
         ),
-        (vec!["setfacl", "IMG", "-R", "-b", "/"], 2, "-R"),
+        (vec!["setfacl", "IMG", "-P", "-b", "/"], 2, "-P"),
         (vec!["setfacl", "IMG", "-b"], 2, "needs a path"),
         (
             vec!["setfacl", "IMG", "-x", "u::", "/"],
