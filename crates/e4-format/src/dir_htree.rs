@@ -205,16 +205,24 @@ impl DxNode {
         }
         // The limit fits in the block (checked above) and count <= limit.
         let raw = &block[offset..offset + DX_ENTRY_SIZE * usize::from(count)];
+        // Every directory operation parses the root, often a few hundred entries: one
+        // 8-byte load per entry, and the order checked without a branch per pair.
         let mut entries: Vec<DxEntry> = raw
             .chunks_exact(DX_ENTRY_SIZE)
-            .map(|e| DxEntry {
-                hash: u32::from_le_bytes([e[0], e[1], e[2], e[3]]),
-                block: u32::from_le_bytes([e[4], e[5], e[6], e[7]]),
+            .map(|e| {
+                let raw = u64::from_le_bytes(e.try_into().expect("chunks of 8 bytes"));
+                DxEntry {
+                    hash: raw as u32,
+                    block: (raw >> 32) as u32,
+                }
             })
             .collect();
         // The first entry's hash bytes hold limit and count.
         entries[0].hash = 0;
-        if entries.windows(2).any(|w| w[0].hash > w[1].hash) {
+        let in_order = entries
+            .windows(2)
+            .fold(true, |in_order, w| in_order & (w[0].hash <= w[1].hash));
+        if !in_order {
             return Err(bad(Problem::HashesOutOfOrder));
         }
         Ok(DxNode {
@@ -354,6 +362,25 @@ mod tests {
         node.encode_into(&mut again);
         DxNode::seal(&mut again, 42);
         assert_eq!(again, block);
+    }
+
+    #[test]
+    fn hashes_out_of_order_are_corrupt_and_equal_hashes_are_not() {
+        let loc = Location::Block(4);
+        let with_hashes = |hashes: &[u32]| {
+            let entries = std::iter::once(0)
+                .chain(hashes.iter().copied())
+                .zip(1..)
+                .map(|(hash, block)| DxEntry { hash, block })
+                .collect();
+            DxNode::new_interior(1024, false, entries).encode_interior(1024)
+        };
+        // A run of one hash (collisions spread over leaves) is in order.
+        assert!(DxNode::parse(&with_hashes(&[0x100, 0x100, 0x900]), false, loc).is_ok());
+        for hashes in [&[0x900, 0x100][..], &[0x100, 0x900, 0x800, 0xa00]] {
+            let err = DxNode::parse(&with_hashes(hashes), false, loc).unwrap_err();
+            assert!(err.to_string().contains("hashes out of order"), "{err}");
+        }
     }
 
     #[test]

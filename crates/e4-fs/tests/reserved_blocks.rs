@@ -169,3 +169,40 @@ fn a_member_of_the_reserved_group_fills_the_reserve() {
     };
     the_reserve_is_filled_only_by(&img.path, member(vec![7, 4321]), member(vec![7]));
 }
+
+/// Writing into preallocated (unwritten) blocks on a disk full for the writer: the data
+/// has its blocks, but marking them written splits the extent, and a file whose inode
+/// holds four extents then needs an extent-tree block. The kernel's ext4 takes that block
+/// from the metadata reserve (`mpage_map_one_extent` maps with
+/// `EXT4_GET_BLOCKS_METADATA_NOFAIL`: writeback must not fail), so an ordinary user's
+/// write there succeeds on a full disk (checked on a loop mount of Linux 6.18:
+/// docs/FUSE.md, "Writing into preallocated space on a full disk"); so must e4's.
+#[test]
+fn an_ordinary_write_into_preallocated_blocks_on_a_full_disk_takes_its_tree_block() {
+    let img = make_empty_image(&["-t", "ext4", "-b", "4096", "-m", "5"], 64);
+    let fs = open_as(&img.path, Caller::ordinary());
+    let file = fs.create(ROOT, b"preallocated", FILE).unwrap();
+    // Four unwritten extents, as many as the inode holds.
+    for start in [0u64, 2 << 20, 4 << 20, 6 << 20] {
+        fs.fallocate(file, FallocateMode::KeepSize, start, 256 << 10)
+            .unwrap();
+    }
+    assert_eq!(fs.metadata(file).unwrap().blocks * 512, 4 * (256 << 10));
+    append_until_full(&fs, b"filler");
+    assert_eq!(fs.statfs().available_blocks, 0);
+    // Into the middle of the first extent: three extents where there was one.
+    let data = [0x5a; 4096];
+    assert_eq!(fs.write_at(file, 8 * 4096, &data).unwrap(), 4096);
+    assert_eq!(
+        fs.metadata(file).unwrap().blocks * 512,
+        4 * (256 << 10) + 4096,
+        "the preallocated blocks and one extent-tree leaf"
+    );
+    let mut back = [0; 4096];
+    assert_eq!(fs.read_at(file, 8 * 4096, &mut back).unwrap(), 4096);
+    assert_eq!(back, data);
+    // The file's size did not grow past the written block (KEEP_SIZE left it at 0).
+    assert_eq!(fs.metadata(file).unwrap().size, 9 * 4096);
+    fs.unmount().unwrap();
+    e2fsck_clean(&img.path).unwrap();
+}

@@ -709,11 +709,16 @@ fn run_in(dir: &Path, program: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// The tree a real-tree test copies: the repository's own `crates/` (about 450 entries,
-/// 4.5 MiB), or `E4_REAL_TREE` (e.g. `/usr/share/doc`: 5,000 entries, 133 MiB, symlinks).
-fn real_tree() -> std::path::PathBuf {
+/// The tree a real-tree test copies: `E4_REAL_TREE` (e.g. `/usr/share/doc`: 5,000
+/// entries, 133 MiB, symlinks), else `crate` of the repository's own `crates/` ("." for
+/// all of it: about 450 entries, 4.5 MiB).
+fn real_tree(crate_dir: &str) -> std::path::PathBuf {
     std::env::var_os("E4_REAL_TREE").map_or_else(
-        || Path::new(env!("CARGO_MANIFEST_DIR")).join(".."),
+        || {
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("..")
+                .join(crate_dir)
+        },
         Into::into,
     )
 }
@@ -727,7 +732,7 @@ fn real_tree() -> std::path::PathBuf {
 /// and the kernel's read-only mount of it must show that same tree.
 #[test]
 fn cp_tar_git_and_rm_of_a_real_tree_leave_what_the_kernel_reads_back() {
-    let source = real_tree();
+    let source = real_tree(".");
     // Two copies and git's objects.
     let size_mib = 256.max(3 * du_mib(&source) + 128);
     let Some(m) = TestMount::new("a real tree", size_mib, "") else {
@@ -735,11 +740,7 @@ fn cp_tar_git_and_rm_of_a_real_tree_leave_what_the_kernel_reads_back() {
     };
     let root = m.path().to_path_buf();
     let src = source.to_str().unwrap();
-    let exact = CompareOptions {
-        mtime_nanoseconds: true,
-        root_times: true,
-        ..CompareOptions::default()
-    };
+    let exact = to_the_nanosecond();
     // cp -a: everything, times to the nanosecond.
     run_in(&root, "cp", &["-a", &format!("{src}/."), "copy"]);
     let diffs = compare_trees(&source, &root.join("copy"), &exact);
@@ -754,10 +755,7 @@ fn cp_tar_git_and_rm_of_a_real_tree_leave_what_the_kernel_reads_back() {
     run_in(&root, "tar", &["cf", archive_path, "-C", src, "."]);
     fs::create_dir(root.join("untar")).unwrap();
     run_in(&root.join("untar"), "tar", &["xpf", archive_path]);
-    let seconds = CompareOptions {
-        root_times: true,
-        ..CompareOptions::default()
-    };
+    let seconds = to_the_second();
     let diffs = compare_trees(&source, &root.join("untar"), &seconds);
     assert!(
         diffs.is_empty(),
@@ -766,18 +764,7 @@ fn cp_tar_git_and_rm_of_a_real_tree_leave_what_the_kernel_reads_back() {
     );
     // git: a repository of the copy, committed, changed, restored, branched.
     let repo = root.join("copy");
-    let git = |args: &[&str]| {
-        let mut all = vec![
-            "-c",
-            "safe.directory=*",
-            "-c",
-            "user.name=e4",
-            "-c",
-            "user.email=e4@e4",
-        ];
-        all.extend_from_slice(args);
-        run_in(&repo, "git", &all)
-    };
+    let git = |args: &[&str]| git_in(&repo, args);
     git(&["init", "-q"]);
     git(&["add", "-A"]);
     git(&["commit", "-q", "-m", "the real tree"]);
@@ -804,21 +791,143 @@ fn cp_tar_git_and_rm_of_a_real_tree_leave_what_the_kernel_reads_back() {
         eventually(|| free_inodes(&root) > before),
         "rm -rf freed no inode"
     );
-    // What the mount shows now, kept on the host to compare with the kernel's view.
+    finish_as_the_kernel_reads_it(m, "a real tree");
+}
+
+/// Copies out what the mount shows, unmounts (the image must pass `e2fsck -fn`), and
+/// checks that the kernel's read-only mount of the image shows that same tree to the
+/// nanosecond.
+fn finish_as_the_kernel_reads_it(m: TestMount, what: &str) {
     let shown = tempfile::tempdir().unwrap();
-    run_in(&root, "cp", &["-a", ".", shown.path().to_str().unwrap()]);
+    run_in(m.path(), "cp", &["-a", ".", shown.path().to_str().unwrap()]);
     let image = m.finish();
     match KernelMount::mount(&image.path) {
         Ok(view) => {
+            let exact = to_the_nanosecond();
             let diffs = compare_trees(shown.path(), &view.path(), &exact);
             assert!(
                 diffs.is_empty(),
-                "the kernel's view: {:?}",
+                "{what}: the kernel's view: {:?}",
                 &diffs[..diffs.len().min(10)]
             );
         }
-        Err(reason) => e4_testkit::kernel_comparison_skipped("a real tree", &reason),
+        Err(reason) => e4_testkit::kernel_comparison_skipped(what, &reason),
     }
+}
+
+/// Trees compared as `cp -a` keeps them: mtimes to the nanosecond, the root's times too.
+fn to_the_nanosecond() -> CompareOptions {
+    CompareOptions {
+        mtime_nanoseconds: true,
+        root_times: true,
+        ..CompareOptions::default()
+    }
+}
+
+/// Trees compared as tar keeps them: mtimes to the second.
+fn to_the_second() -> CompareOptions {
+    CompareOptions {
+        root_times: true,
+        ..CompareOptions::default()
+    }
+}
+
+/// `git ARGS` in `repo` ([`run_in`]), as a user with a name, in a repository owned by
+/// anyone.
+fn git_in(repo: &Path, args: &[&str]) -> String {
+    let mut all = vec![
+        "-c",
+        "safe.directory=*",
+        "-c",
+        "user.name=e4",
+        "-c",
+        "user.email=e4@e4",
+    ];
+    all.extend_from_slice(args);
+    run_in(repo, "git", &all)
+}
+
+/// The real-tree tools of the test above, all at once in one mount, served by four
+/// worker threads: two `cp -a` of the tree, a `tar x` of it, `rm -rf` of a copy made
+/// before, and git committing, changing and checking out a third copy, each from a
+/// thread of its own. Then every copy must equal its source as above, the removed tree
+/// be gone, git's repository be clean and pass `git fsck`; the image must pass `e2fsck
+/// -fn` and the kernel's view of it equal what the mount showed. `E4_REAL_TREE` as above
+/// (the default here is `crates/e4-fs`).
+#[test]
+fn cp_tar_git_and_rm_at_once_in_one_mount_leave_what_the_kernel_reads_back() {
+    // By default one crate (150 entries, 1.7 MiB): six trees of it cost what two of
+    // `crates/` do.
+    let source = real_tree("e4-fs");
+    // Four copies and git's objects.
+    let size_mib = 256.max(5 * du_mib(&source) + 128);
+    let Some(m) = TestMount::new("real-tree tools at once", size_mib, "threads=4") else {
+        return;
+    };
+    let root = m.path().to_path_buf();
+    let src = source.to_str().unwrap();
+    let archive = tempfile::NamedTempFile::new().unwrap();
+    let archive_path = archive.path().to_str().unwrap();
+    run_in(&root, "tar", &["cf", archive_path, "-C", src, "."]);
+    // Made before: the tree rm -rf removes and the one git works in.
+    run_in(&root, "cp", &["-a", &format!("{src}/."), "doomed"]);
+    run_in(&root, "cp", &["-a", &format!("{src}/."), "repo"]);
+    fs::create_dir(root.join("untar")).unwrap();
+    let repo = root.join("repo");
+    let tracked_first = std::thread::scope(|scope| {
+        let copies: Vec<_> = ["copy1", "copy2"]
+            .map(|to| {
+                let root = &root;
+                scope.spawn(move || run_in(root, "cp", &["-a", &format!("{src}/."), to]))
+            })
+            .into_iter()
+            .collect();
+        let untar = scope.spawn(|| run_in(&root.join("untar"), "tar", &["xpf", archive_path]));
+        let remove = scope.spawn(|| run_in(&root, "rm", &["-rf", "doomed"]));
+        let git = scope.spawn(|| {
+            let git = |args: &[&str]| git_in(&repo, args);
+            git(&["init", "-q"]);
+            git(&["add", "-A"]);
+            git(&["commit", "-q", "-m", "the real tree"]);
+            let tracked = git(&["ls-files"]);
+            let first = tracked.lines().next().expect("a tracked file").to_string();
+            fs::OpenOptions::new()
+                .append(true)
+                .open(repo.join(&first))
+                .unwrap()
+                .write_all(b"changed through e4\n")
+                .unwrap();
+            assert_eq!(git(&["status", "--porcelain"]), format!(" M {first}\n"));
+            git(&["checkout", "-q", "--", &first]);
+            git(&["checkout", "-q", "-b", "other"]);
+            first
+        });
+        for worker in copies.into_iter().chain([untar, remove]) {
+            worker.join().expect("a tool's thread panicked");
+        }
+        git.join().expect("git's thread panicked")
+    });
+    let exact = to_the_nanosecond();
+    for copy in ["copy1", "copy2"] {
+        let diffs = compare_trees(&source, &root.join(copy), &exact);
+        assert!(
+            diffs.is_empty(),
+            "{copy}: {:?}",
+            &diffs[..diffs.len().min(10)]
+        );
+    }
+    let seconds = to_the_second();
+    let diffs = compare_trees(&source, &root.join("untar"), &seconds);
+    assert!(
+        diffs.is_empty(),
+        "tar x: {:?}",
+        &diffs[..diffs.len().min(10)]
+    );
+    assert!(!root.join("doomed").exists(), "rm -rf left the tree");
+    assert_eq!(git_in(&repo, &["status", "--porcelain"]), "");
+    assert!(git_in(&repo, &["ls-files"]).contains(&tracked_first));
+    git_in(&repo, &["fsck", "--no-progress"]);
+    finish_as_the_kernel_reads_it(m, "real-tree tools at once");
 }
 
 /// MiB of files under `dir` (`du -sm`).

@@ -1,6 +1,6 @@
 //! `e4 getfacl` and `e4 setfacl`: POSIX ACLs of files in an image, shown and changed as
-//! the acl package's tools do (`getfacl -n`'s listing; `setfacl -m`, `-x`, `-b`, `-k`,
-//! `-d`, `-n` in command-line order). The ACLs go through the engine's
+//! the acl package's tools do (`getfacl -n`'s listing; `setfacl -m`, `-x`, `-M`, `-X`,
+//! `--set`, `--set-file`, `-b`, `-k`, `-d`, `-n` in command-line order, `-R`). The ACLs go through the engine's
 //! `system.posix_acl_*` attributes, so the engine's rules apply as on the kernel's ext4
 //! (`fs/posix_acl.c`): an access ACL sets the permission bits, one the bits express is not
 //! stored, a malformed one is refused.
@@ -18,7 +18,7 @@ use e4_format::posix_acl::{tag, AclEntry, PosixAcl};
 use e4_fs::{Error, FileType, Filesystem, Metadata, XattrSet};
 
 use crate::acl_text::{listing, parse_spec, resolve_x, SpecEntry, SpecKind};
-use crate::edit_session::{describe, ImagePath};
+use crate::edit_session::{describe, entry_names, ImagePath};
 use crate::outln;
 use crate::output::{after_paths, report_path, CliError, Output};
 
@@ -36,6 +36,9 @@ pub enum AclOp {
     RemoveAll,
     /// `-k`: remove the default ACL.
     RemoveDefault,
+    /// `--set`, `--set-file`: the access ACL becomes the spec's access entries and, if it
+    /// has default entries, the default ACL its default entries.
+    Set(Vec<SpecEntry>),
 }
 
 /// A parsed setfacl command line.
@@ -44,16 +47,21 @@ pub struct SetfaclArgs {
     pub ops: Vec<AclOp>,
     /// `-n`: the mask is left as it is.
     pub keep_mask: bool,
+    /// `-R`: a directory's entries too, recursively; symlinks met on the way are skipped
+    /// (setfacl's default walk, `-P` for what is found, a named symlink followed).
+    pub recursive: bool,
     pub paths: Vec<OsString>,
 }
 
 /// Parses setfacl's options as getopt does: clusters of `b`, `k`, `d`, `n`, where `m` and
-/// `x` take the rest of the cluster or the next argument (`-dm u:1:rx`), `--` ends them;
-/// `-d` makes every later `-m`/`-x` entry a default ACL's.
+/// `x` take the rest of the cluster or the next argument (`-dm u:1:rx`), and `M` and `X`
+/// likewise a host file of entries (`-M FILE`); `--` ends them; `-d` makes every later
+/// `-m`/`-x` entry a default ACL's.
 pub fn parse_setfacl(args: &[OsString]) -> Result<SetfaclArgs, String> {
     let mut parsed = SetfaclArgs {
         ops: Vec::new(),
         keep_mask: false,
+        recursive: false,
         paths: Vec::new(),
     };
     let mut default = false;
@@ -68,6 +76,31 @@ pub fn parse_setfacl(args: &[OsString]) -> Result<SetfaclArgs, String> {
             parsed.paths.push(arg.clone());
             continue;
         }
+        if let Some(long) = text.strip_prefix("--") {
+            let (name, inline) = match long.split_once('=') {
+                Some((name, value)) => (name, Some(OsString::from(value))),
+                None => (long, None),
+            };
+            let from_file = match name {
+                "set" => false,
+                "set-file" => true,
+                _ => {
+                    return Err(format!(
+                        "--{name} is not a setfacl option e4 knows (--set, --set-file)"
+                    ))
+                }
+            };
+            let argument = match inline {
+                Some(value) => value,
+                None => args
+                    .next()
+                    .ok_or(format!("--{name} needs an argument"))?
+                    .clone(),
+            };
+            let entries = entries_of(&argument, from_file, SpecKind::WithPerms, default)?;
+            parsed.ops.push(AclOp::Set(entries));
+            continue;
+        }
         let cluster = &text[1..];
         for (at, option) in cluster.char_indices() {
             match option {
@@ -75,31 +108,34 @@ pub fn parse_setfacl(args: &[OsString]) -> Result<SetfaclArgs, String> {
                 'k' => parsed.ops.push(AclOp::RemoveDefault),
                 'd' => default = true,
                 'n' => parsed.keep_mask = true,
-                'm' | 'x' => {
+                'R' => parsed.recursive = true,
+                'm' | 'x' | 'M' | 'X' => {
                     let rest = &cluster[at + 1..];
-                    let spec = if rest.is_empty() {
-                        let next = args.next().ok_or(format!("-{option} needs an ACL spec"))?;
-                        next.to_str().ok_or("an ACL spec must be text")?.to_string()
+                    let argument = if rest.is_empty() {
+                        let wanted = match option {
+                            'm' | 'x' => "an ACL spec",
+                            _ => "a file of ACL entries",
+                        };
+                        let next = args.next().ok_or(format!("-{option} needs {wanted}"))?;
+                        next.clone()
                     } else {
-                        rest.to_string()
+                        OsString::from(rest)
                     };
                     let kind = match option {
-                        'm' => SpecKind::WithPerms,
+                        'm' | 'M' => SpecKind::WithPerms,
                         _ => SpecKind::NamesOnly,
                     };
-                    let mut entries = parse_spec(&spec, kind)?;
-                    for entry in &mut entries {
-                        entry.default |= default;
-                    }
-                    parsed.ops.push(match option {
-                        'm' => AclOp::Modify(entries),
-                        _ => AclOp::Remove(entries),
+                    let from_file = matches!(option, 'M' | 'X');
+                    let entries = entries_of(&argument, from_file, kind, default)?;
+                    parsed.ops.push(match kind {
+                        SpecKind::WithPerms => AclOp::Modify(entries),
+                        SpecKind::NamesOnly => AclOp::Remove(entries),
                     });
                     break;
                 }
                 other => {
                     return Err(format!(
-                        "-{other} is not a setfacl option e4 knows (-m, -x, -b, -k, -d, -n)"
+                        "-{other} is not a setfacl option e4 knows (-m, -x, -M, -X, -b, -k, -d, -n, -R)"
                     ))
                 }
             }
@@ -112,6 +148,43 @@ pub fn parse_setfacl(args: &[OsString]) -> Result<SetfaclArgs, String> {
         return Err("setfacl needs a path".into());
     }
     Ok(parsed)
+}
+
+/// The entries an option names: its argument as a spec, or (`from_file`) the entries of
+/// the host file it names; every one a default ACL's after `-d`.
+fn entries_of(
+    argument: &std::ffi::OsStr,
+    from_file: bool,
+    kind: SpecKind,
+    default: bool,
+) -> Result<Vec<SpecEntry>, String> {
+    let spec = if from_file {
+        spec_of_file(argument)?
+    } else {
+        argument
+            .to_str()
+            .ok_or("an ACL spec must be text")?
+            .to_string()
+    };
+    let mut entries = parse_spec(&spec, kind)?;
+    for entry in &mut entries {
+        entry.default |= default;
+    }
+    Ok(entries)
+}
+
+/// The entries of an ACL file (`setfacl -M`/`-X`, as acl 2.3 reads them): one or more
+/// per line, `#` to the end of a line a comment (so `getfacl`'s listing, its headers and
+/// `#effective:` notes included, can be given as it is), as one comma-separated spec.
+fn spec_of_file(path: &std::ffi::OsStr) -> Result<String, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("{}: {e}", std::path::Path::new(path).display()))?;
+    let entries: Vec<&str> = text
+        .lines()
+        .map(|line| line.split('#').next().unwrap_or("").trim())
+        .filter(|entry| !entry.is_empty())
+        .collect();
+    Ok(entries.join(","))
 }
 
 /// An ACL being edited: its entries, and what the command did to it.
@@ -177,8 +250,15 @@ fn recompute_mask(entries: &mut Vec<AclEntry>) {
     });
 }
 
-/// Applies `args` to one file; an error is the line to show.
-fn set_one(fs: &Filesystem, args: &SetfaclArgs, path: ImagePath<'_>) -> Result<(), String> {
+/// Applies `args` to one file; an error is the line to show. `named`: the path was given
+/// on the command line; below it (`-R`), default entries are left out for what is not a
+/// directory, as setfacl's walk leaves them, instead of refused.
+fn set_one(
+    fs: &Filesystem,
+    args: &SetfaclArgs,
+    path: ImagePath<'_>,
+    named: bool,
+) -> Result<(), String> {
     let ino = path.resolve(fs, true)?;
     let why = |e: &Error| describe(path, e);
     let meta = fs.metadata(ino).map_err(|e| why(&e))?;
@@ -205,9 +285,36 @@ fn set_one(fs: &Filesystem, args: &SetfaclArgs, path: ImagePath<'_>) -> Result<(
                 default.entries.clear();
                 default.changed = true;
             }
+            AclOp::Set(entries) => {
+                if named && entries.iter().any(|spec| spec.default) && !is_directory {
+                    return Err(format!(
+                        "{}: only directories can have default ACLs",
+                        path.shown()
+                    ));
+                }
+                for (target, of_default) in [(&mut access, false), (&mut default, true)] {
+                    let given: Vec<AclEntry> = entries
+                        .iter()
+                        .filter(|spec| spec.default == of_default)
+                        .filter(|spec| is_directory || !spec.default)
+                        .map(|spec| AclEntry {
+                            perm: resolve_x(spec.entry.perm, is_directory, meta.permissions),
+                            ..spec.entry
+                        })
+                        .collect();
+                    if !given.is_empty() {
+                        target.mask_given = given.iter().any(|e| e.tag == tag::MASK);
+                        target.entries = given;
+                        target.changed = true;
+                    }
+                }
+            }
             AclOp::Modify(entries) | AclOp::Remove(entries) => {
                 let modify = matches!(op, AclOp::Modify(_));
                 for spec in entries {
+                    if spec.default && !is_directory && !named {
+                        continue;
+                    }
                     if spec.default && !is_directory {
                         return Err(format!(
                             "{}: only directories can have default ACLs",
@@ -291,9 +398,43 @@ fn set_one(fs: &Filesystem, args: &SetfaclArgs, path: ImagePath<'_>) -> Result<(
 pub fn setfacl(fs: &Filesystem, args: &SetfaclArgs) -> Result<(), CliError> {
     let mut failed = 0;
     for path in &args.paths {
-        report_path(set_one(fs, args, ImagePath(path)), &mut failed);
+        set_tree(fs, args, ImagePath(path), true, &mut failed)?;
     }
     after_paths(failed)
+}
+
+/// setfacl of one path and, with `-R`, of a directory's entries after it (symlinks among
+/// them skipped, as setfacl's walk skips them).
+fn set_tree(
+    fs: &Filesystem,
+    args: &SetfaclArgs,
+    path: ImagePath<'_>,
+    named: bool,
+    failed: &mut usize,
+) -> Result<(), CliError> {
+    report_path(set_one(fs, args, path, named), failed);
+    if !args.recursive {
+        return Ok(());
+    }
+    let directory = path.resolve(fs, true).ok().filter(|&ino| {
+        fs.metadata(ino)
+            .is_ok_and(|meta| meta.file_type == FileType::Directory)
+    });
+    let Some(ino) = directory else {
+        return Ok(());
+    };
+    for name in entry_names(fs, ino, path, true)? {
+        let joined = path.joined(&name);
+        let entry = ImagePath::from_bytes(&joined);
+        let is_symlink = entry
+            .resolve(fs, false)
+            .and_then(|ino| fs.metadata(ino).map_err(|e| describe(entry, &e)))
+            .is_ok_and(|meta| meta.file_type == FileType::Symlink);
+        if !is_symlink {
+            set_tree(fs, args, entry, false, failed)?;
+        }
+    }
+    Ok(())
 }
 
 /// `e4 getfacl IMG PATH...`: what `getfacl -n` prints, for each path (a symlink is
@@ -386,9 +527,21 @@ mod tests {
         assert!(parse_setfacl(&os(&["-m"]))
             .unwrap_err()
             .contains("needs an ACL spec"));
-        assert!(parse_setfacl(&os(&["-R", "-b", "/a"]))
+        assert!(parse_setfacl(&os(&["-M"]))
             .unwrap_err()
-            .contains("-R"));
+            .contains("needs a file of ACL entries"));
+        assert!(parse_setfacl(&os(&["--set"]))
+            .unwrap_err()
+            .contains("--set needs an argument"));
+        assert!(parse_setfacl(&os(&["--restore=x", "/f"]))
+            .unwrap_err()
+            .contains("--restore"));
+        let missing = parse_setfacl(&os(&["-X", "/no/such/e4/acl/file", "/f"])).unwrap_err();
+        assert!(missing.starts_with("/no/such/e4/acl/file: "), "{missing}");
+        assert!(parse_setfacl(&os(&["-R", "-b", "/a"])).unwrap().recursive);
+        assert!(parse_setfacl(&os(&["-P", "-b", "/a"]))
+            .unwrap_err()
+            .contains("-P"));
         assert!(parse_setfacl(&os(&["-m", "q:1:r", "/a"])).is_err());
     }
 

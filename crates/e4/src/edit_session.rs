@@ -106,11 +106,33 @@ impl<'a> ImagePath<'a> {
         Ok((dir, name))
     }
 
+    /// `self/name`, without doubling a slash this path ends with.
+    pub fn joined(self, name: &[u8]) -> Vec<u8> {
+        [trim_trailing_slashes(self.bytes()), b"/", name].concat()
+    }
+
     /// The inode this path names (the last symlink followed when `follow`).
     pub fn resolve(self, fs: &Filesystem, follow: bool) -> Result<u32, String> {
         fs.resolve_bytes(self.bytes(), follow)
             .map_err(|e| describe(self, &e))
     }
+}
+
+/// The names in directory `ino` (at `path`, for messages), in its own order, without `.`
+/// and `..`, and without the other names starting with `.` unless `dot_names`: what the
+/// tools' `-R` walks (`iterate_on_dir`, nftw).
+pub fn entry_names(
+    fs: &Filesystem,
+    ino: u32,
+    path: ImagePath<'_>,
+    dot_names: bool,
+) -> Result<Vec<Vec<u8>>, String> {
+    let entries = fs.read_dir(ino).map_err(|e| describe(path, &e))?;
+    Ok(entries
+        .into_iter()
+        .map(|entry| entry.name)
+        .filter(|name| name != b"." && name != b".." && (dot_names || !name.starts_with(b".")))
+        .collect())
 }
 
 fn trim_trailing_slashes(path: &[u8]) -> &[u8] {

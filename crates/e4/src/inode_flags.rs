@@ -13,7 +13,7 @@ use std::ffi::OsString;
 use e4_format::inode::{flags, FileType};
 use e4_fs::Filesystem;
 
-use crate::edit_session::{describe, ImagePath};
+use crate::edit_session::{describe, entry_names, ImagePath};
 use crate::outln;
 use crate::output::{after_paths, report_path, CliError, Output};
 
@@ -67,12 +67,14 @@ fn flag_of(letter: char) -> Option<u32> {
         .flatten()
 }
 
-/// What chattr's modes ask for: flags to add and remove, or (`=`) exactly a set.
+/// What chattr's modes ask for: flags to add and remove, or (`=`) exactly a set; and
+/// whether (`-R`) a directory's entries change too, recursively.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct FlagChange {
     add: u32,
     remove: u32,
     set: Option<u32>,
+    recursive: bool,
 }
 
 impl FlagChange {
@@ -94,15 +96,29 @@ impl FlagChange {
 }
 
 /// Splits chattr's arguments into the modes (`+FLAGS`, `-FLAGS`, `=FLAGS`, as many as
-/// given, before the first path) and the paths (at least one).
+/// given, before the first path; `-R` among them for recursion) and the paths (at least
+/// one).
 pub fn parse_chattr(args: &[OsString]) -> Result<(FlagChange, &[OsString]), String> {
     let mut change = FlagChange::default();
     let mut modes = 0;
+    let mut taken = 0;
     for arg in args {
         let Some(text) = arg.to_str().filter(|t| t.starts_with(['+', '-', '='])) else {
             break;
         };
+        taken += 1;
         let (sign, letters) = text.split_at(1);
+        // As chattr, R among a `-`'s letters is the option, not a flag ("-R", "-Ri").
+        let letters = if sign == "-" && letters.contains('R') {
+            change.recursive = true;
+            let rest = letters.replace('R', "");
+            if rest.is_empty() {
+                continue;
+            }
+            rest
+        } else {
+            letters.to_string()
+        };
         if letters.is_empty() {
             return Err(format!("{text:?}: a mode needs flag letters ({SETTABLE})"));
         }
@@ -125,10 +141,10 @@ pub fn parse_chattr(args: &[OsString]) -> Result<(FlagChange, &[OsString]), Stri
     if change.set.is_some() && (change.add | change.remove) != 0 {
         return Err("= is incompatible with - and +".into());
     }
-    if modes == args.len() {
+    if taken == args.len() {
         return Err("chattr needs a path after its modes".into());
     }
-    Ok((change, &args[modes..]))
+    Ok((change, &args[taken..]))
 }
 
 /// The inode `path` names (not following a last symlink) if it is a regular file or a
@@ -147,19 +163,40 @@ fn flagged_inode(fs: &Filesystem, path: ImagePath<'_>, doing: &str) -> Result<(u
     }
 }
 
-/// `e4 chattr IMG MODE... PATH...`: every path is tried; each failure is one line, and the
-/// command fails if any did.
+/// `e4 chattr IMG MODE... PATH...`: every path is tried (with `-R`, a directory's entries
+/// after it, depth first, as chattr's `iterate_on_dir`); each failure is one line, and
+/// the command fails if any did.
 pub fn chattr(fs: &Filesystem, change: &FlagChange, paths: &[OsString]) -> Result<(), CliError> {
     let mut failed = 0;
     for path in paths.iter().map(|p| ImagePath(p)) {
-        let changed = flagged_inode(fs, path, "setting").and_then(|(ino, is_directory)| {
-            let old = fs.user_flags(ino).map_err(|e| describe(path, &e))?;
-            fs.set_user_flags(ino, change.apply(old, is_directory), true)
-                .map_err(|e| describe(path, &e))
-        });
-        report_path(changed, &mut failed);
+        change_flags(fs, change, path, &mut failed)?;
     }
     after_paths(failed)
+}
+
+/// chattr of one path, and with `-R` of a directory's entries.
+fn change_flags(
+    fs: &Filesystem,
+    change: &FlagChange,
+    path: ImagePath<'_>,
+    failed: &mut usize,
+) -> Result<(), CliError> {
+    let changed = flagged_inode(fs, path, "setting").and_then(|(ino, is_directory)| {
+        let old = fs.user_flags(ino).map_err(|e| describe(path, &e))?;
+        fs.set_user_flags(ino, change.apply(old, is_directory), true)
+            .map_err(|e| describe(path, &e))?;
+        Ok((ino, is_directory))
+    });
+    let Some((ino, true)) = report_path(changed, failed) else {
+        return Ok(());
+    };
+    if change.recursive {
+        for name in entry_names(fs, ino, path, true)? {
+            let joined = path.joined(&name);
+            change_flags(fs, change, ImagePath::from_bytes(&joined), failed)?;
+        }
+    }
+    Ok(())
 }
 
 /// How `e4 lsattr` lists.
@@ -169,9 +206,12 @@ pub struct LsattrOptions {
     pub directories: bool,
     /// `-a`: entries whose names start with `.` too.
     pub all: bool,
+    /// `-R`: a listed directory's entries too, under a `PATH:` heading, as lsattr prints
+    /// them.
+    pub recursive: bool,
 }
 
-/// `e4 lsattr IMG [-a] [-d] PATH...`: `FLAGS PATH` per line, a directory's entries (in
+/// `e4 lsattr IMG [-a] [-d] [-R] PATH...`: `FLAGS PATH` per line, a directory's entries (in
 /// the directory's own order, as lsattr reads them) unless `-d`. What has no flags (a
 /// symlink, a device), named or listed, is one line on stderr, and the command fails.
 pub fn lsattr(fs: &Filesystem, options: LsattrOptions, paths: &[OsString]) -> Result<(), CliError> {
@@ -185,23 +225,37 @@ pub fn lsattr(fs: &Filesystem, options: LsattrOptions, paths: &[OsString]) -> Re
             outln!(out, "{} {}", columns(found.flags), path.shown())?;
             continue;
         }
-        let entries = fs.read_dir(found.ino).map_err(|e| describe(path, &e))?;
-        let dir = path.bytes();
-        let dir = &dir[..dir.iter().rposition(|&b| b != b'/').map_or(0, |at| at + 1)];
-        for entry in entries {
-            let name = &entry.name[..];
-            if name == b"." || name == b".." || (name.starts_with(b".") && !options.all) {
-                continue;
-            }
-            let joined = [dir, b"/", name].concat();
-            let entry_path = ImagePath::from_bytes(&joined);
-            if let Some(listed) = report_path(flags_of(fs, entry_path), &mut failed) {
-                outln!(out, "{} {}", columns(listed.flags), entry_path.shown())?;
-            }
-        }
+        list_entries(fs, options, found.ino, path, &mut out, &mut failed)?;
     }
     out.finish()?;
     after_paths(failed)
+}
+
+/// lsattr's lines for the entries of directory `ino` at `path` (`lsattr_dir_proc`): names
+/// starting with `.` only with `-a`; with `-R`, after a directory's own line, a blank line,
+/// `PATH:`, its entries, and a blank line.
+fn list_entries(
+    fs: &Filesystem,
+    options: LsattrOptions,
+    ino: u32,
+    path: ImagePath<'_>,
+    out: &mut Output,
+    failed: &mut usize,
+) -> Result<(), CliError> {
+    for name in entry_names(fs, ino, path, options.all)? {
+        let joined = path.joined(&name);
+        let entry_path = ImagePath::from_bytes(&joined);
+        let Some(listed) = report_path(flags_of(fs, entry_path), failed) else {
+            continue;
+        };
+        outln!(out, "{} {}", columns(listed.flags), entry_path.shown())?;
+        if options.recursive && listed.is_directory {
+            outln!(out, "\n{}:", entry_path.shown())?;
+            list_entries(fs, options, listed.ino, entry_path, out, failed)?;
+            outln!(out, "")?;
+        }
+    }
+    Ok(())
 }
 
 /// An inode lsattr shows.
@@ -241,6 +295,20 @@ mod tests {
         assert_eq!(change.remove, flags::APPEND);
         assert_eq!(paths, 2);
         assert_eq!(parse(&["=e", "/f"]).unwrap().0.set, Some(flags::EXTENTS));
+    }
+
+    #[test]
+    fn r_among_a_removal_is_recursion() {
+        let (change, paths) = parse(&["-R", "+i", "/d"]).unwrap();
+        assert!(change.recursive);
+        assert_eq!((change.add, change.remove, paths), (flags::IMMUTABLE, 0, 1));
+        let (change, _) = parse(&["-Ri", "/d"]).unwrap();
+        assert!(change.recursive);
+        assert_eq!(change.remove, flags::IMMUTABLE);
+        assert!(!parse(&["+i", "/d"]).unwrap().0.recursive);
+        // An option is not a mode, and a mode still needs a path.
+        assert!(parse(&["-R", "/d"]).is_err());
+        assert!(parse(&["-R", "+i"]).is_err());
     }
 
     #[test]

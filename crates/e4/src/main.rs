@@ -394,13 +394,17 @@ enum Command {
         /// Entries whose names start with '.' too.
         #[arg(short = 'a')]
         all: bool,
+        /// Directories' entries too, recursively, each under a "PATH:" heading.
+        #[arg(short = 'R')]
+        recursive: bool,
         /// Paths inside the image (a symlink is not followed).
         #[arg(required = true)]
         paths: Vec<OsString>,
     },
-    /// Change inode flags as chattr does: chattr IMG +i -a =e PATH...
+    /// Change inode flags as chattr does: chattr IMG [-R] +i -a =e PATH...
     ///
     /// Modes: +FLAGS adds, -FLAGS removes, =FLAGS sets exactly; letters aAcCdDeijPsStTuFxm.
+    /// -R among the modes: directories' entries too, recursively.
     #[command(allow_hyphen_values = true)]
     Chattr {
         /// The ext4 image file or block device to change.
@@ -420,6 +424,10 @@ enum Command {
     /// Change POSIX ACLs as setfacl does: setfacl IMG [-b] [-k] [-d] [-n] [-m SPEC] [-x SPEC] PATH...
     ///
     /// SPEC: entries like u:1000:rwx,g::r-x,m::rw,o::-,d:u:1000:rx (numeric ids).
+    /// -M FILE and -X FILE: -m and -x with the entries of a host file (one or more per line,
+    /// # comments, getfacl's listing as it is). --set SPEC and --set-file FILE: the ACL
+    /// (and, with default entries, the default ACL) replaced whole. -R: directories'
+    /// entries too, recursively (symlinks met on the way skipped).
     #[command(allow_hyphen_values = true)]
     Setfacl {
         /// The ext4 image file or block device to change.
@@ -581,10 +589,15 @@ fn run(cli: Cli) -> Result<(), CliError> {
             image,
             directories,
             all,
+            recursive,
             paths,
         } => inode_flags::lsattr(
             &open(&image)?,
-            inode_flags::LsattrOptions { directories, all },
+            inode_flags::LsattrOptions {
+                directories,
+                all,
+                recursive,
+            },
             &paths,
         ),
         Command::Chattr { image, args } => {

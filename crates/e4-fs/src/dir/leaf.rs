@@ -14,6 +14,12 @@ use crate::buffer::verifier::{check_chain_region, MIN_REC_LEN};
 use crate::dir::entry::{DirEntry, DirFormat};
 use crate::error::Result;
 
+/// The smallest block size whose `rec_len` values are encoded (`ext4_rec_len_from_disk`).
+const LARGE_BLOCK: usize = 65536;
+/// A block size below [`LARGE_BLOCK`], standing for all of them: below it, `rec_len` is
+/// read as it is.
+const SMALL_BLOCK: usize = 4096;
+
 /// Fields of `ext4_dir_entry_2`, as byte ranges in a record.
 const INODE_FIELD: std::ops::Range<usize> = 0..4;
 pub(crate) const REC_LEN_FIELD: std::ops::Range<usize> = 4..6;
@@ -127,9 +133,10 @@ impl<B: AsRef<[u8]>> LeafBlock<B> {
 
     /// The live entry called `name`, if the block holds one.
     pub(crate) fn find(&self, name: &[u8]) -> Option<LeafEntry> {
-        self.records()
-            .find(|r| r.inode != 0 && same_name(r.name, name))
-            .map(|r| r.to_entry())
+        match self.scan(name, None) {
+            Scan::Found(record) => Some(record.to_entry()),
+            Scan::Absent(_) => None,
+        }
     }
 
     /// The first record with room for an entry with a `name_len`-byte name
@@ -142,17 +149,70 @@ impl<B: AsRef<[u8]>> LeafBlock<B> {
     /// Looks for `name` and, in the same walk, for the first record with room for it
     /// ([`LeafBlock::slot_for`]'s): a create reads each leaf once for both.
     pub(crate) fn probe(&self, name: &[u8]) -> LeafProbe {
-        let needed = entry_size(name.len());
+        match self.scan(name, Some(entry_size(name.len()))) {
+            Scan::Found(_) => LeafProbe::Found,
+            Scan::Absent(slot) => LeafProbe::Absent(slot),
+        }
+    }
+
+    /// The walk behind [`LeafBlock::find`] and [`LeafBlock::probe`] (the kernel's
+    /// `search_dirblock`, and `ext4_find_dest_de` when `needed` asks for a slot too). Every
+    /// lookup of an absent name and every create walks a whole leaf, a few hundred records,
+    /// so the loop touches only what decides each record: one 8-byte header load, the
+    /// name's bytes only where its length matches, and the slot's arithmetic only until a
+    /// slot is found. It stops where [`Records`] stops, but for a live record whose name,
+    /// of another length than `name`, runs past the chain: one a checked chain never has.
+    fn scan(&self, name: &[u8], needed: Option<usize>) -> Scan<'_> {
+        // The loop is compiled once per record layout, so that it tests neither layout
+        // fact per record.
+        let large = self.bytes.as_ref().len() >= LARGE_BLOCK;
+        match (self.filetype, large) {
+            (true, false) => self.scan_as::<true, false>(name, needed),
+            (true, true) => self.scan_as::<true, true>(name, needed),
+            (false, false) => self.scan_as::<false, false>(name, needed),
+            (false, true) => self.scan_as::<false, true>(name, needed),
+        }
+    }
+
+    /// [`LeafBlock::scan`] for blocks with (`FILETYPE`) or without the filetype feature,
+    /// of 64 KiB (`LARGE`, where `rec_len` is encoded) or less. Two loops, so that neither
+    /// carries the other's state: the first while a slot is wanted, the second after.
+    #[inline(always)]
+    fn scan_as<const FILETYPE: bool, const LARGE: bool>(
+        &self,
+        name: &[u8],
+        needed: Option<usize>,
+    ) -> Scan<'_> {
+        let bytes = self.bytes.as_ref();
+        let chain = &bytes[..self.end];
+        // rec_len_from_disk reads a length as it is below 64 KiB, whatever the size.
+        let block_size = if LARGE { bytes.len() } else { SMALL_BLOCK };
+        let offset_of = |rest: &[u8]| chain.len() - rest.len();
+        let mut rest = chain;
         let mut slot = None;
-        for r in self.records() {
-            if r.inode != 0 && same_name(r.name, name) {
-                return LeafProbe::Found;
-            }
-            if slot.is_none() {
-                slot = r.slot(needed);
+        if let Some(needed) = needed {
+            while let Some(header) = Header::first(rest, block_size, FILETYPE) {
+                match header.holds(rest, name) {
+                    Some(true) => return Scan::found(header, rest, offset_of(rest)),
+                    Some(false) => {}
+                    None => return Scan::Absent(None),
+                }
+                slot = header.slot(offset_of(rest), needed);
+                rest = &rest[header.rec_len..];
+                if slot.is_some() {
+                    break;
+                }
             }
         }
-        LeafProbe::Absent(slot)
+        while let Some(header) = Header::first(rest, block_size, FILETYPE) {
+            match header.holds(rest, name) {
+                Some(true) => return Scan::found(header, rest, offset_of(rest)),
+                Some(false) => {}
+                None => break,
+            }
+            rest = &rest[header.rec_len..];
+        }
+        Scan::Absent(slot)
     }
 }
 
@@ -402,16 +462,13 @@ pub(crate) enum LeafProbe {
 impl Record<'_> {
     /// This record as a slot for an entry needing `needed` bytes, if it has room.
     fn slot(&self, needed: usize) -> Option<Slot> {
-        let used = if self.inode == 0 {
-            0
-        } else {
-            entry_size(self.name.len())
-        };
-        (self.rec_len - used >= needed).then_some(Slot {
-            offset: self.offset,
-            used,
-            rec_len: self.rec_len,
-        })
+        slot_in(
+            self.offset,
+            self.inode,
+            self.rec_len,
+            self.name.len(),
+            needed,
+        )
     }
 
     fn to_entry(&self) -> LeafEntry {
@@ -442,36 +499,122 @@ impl<'a> Iterator for Records<'a> {
 
     fn next(&mut self) -> Option<Record<'a>> {
         let offset = self.offset;
-        let header = self
-            .chain
-            .get(offset..)?
-            .first_chunk::<ENTRY_HEADER_SIZE>()?;
-        let inode = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
-        let raw_len = u16::from_le_bytes([header[4], header[5]]);
-        let rec_len = rec_len_from_disk(raw_len, self.block_size);
-        let (name_len, file_type) = if self.filetype {
-            (usize::from(header[6]), header[7])
-        } else {
-            (usize::from(u16::from_le_bytes([header[6], header[7]])), 0)
-        };
-        if rec_len < ENTRY_HEADER_SIZE || rec_len > self.chain.len() - offset {
+        let rest = self.chain.get(offset..)?;
+        let record = Header::first(rest, self.block_size, self.filetype)?.record(rest, offset)?;
+        self.offset = offset + record.rec_len;
+        Some(record)
+    }
+}
+
+/// What [`LeafBlock::scan`] found.
+enum Scan<'a> {
+    /// The live record holding the name.
+    Found(Record<'a>),
+    /// No such name; the first slot with room, if one was asked for and found.
+    Absent(Option<Slot>),
+}
+
+impl<'a> Scan<'a> {
+    /// The record `header` starts at the front of `rest`, whose name [`Header::holds`]
+    /// found there.
+    fn found(header: Header, rest: &'a [u8], offset: usize) -> Self {
+        match header.record(rest, offset) {
+            Some(record) => Scan::Found(record),
+            None => Scan::Absent(None),
+        }
+    }
+}
+
+/// The fixed 8 bytes of a record, decoded from one load.
+#[derive(Clone, Copy)]
+struct Header {
+    inode: u32,
+    rec_len: usize,
+    name_len: usize,
+    file_type: u8,
+}
+
+impl Header {
+    /// The header of the record at the front of `rest` (the chain from that record on),
+    /// if it lies there with a `rec_len` that neither ends the chain early nor runs past
+    /// it. Only these bounds are tested: the rest was checked when the block was parsed or
+    /// built.
+    #[inline(always)]
+    fn first(rest: &[u8], block_size: usize, filetype: bool) -> Option<Header> {
+        let raw = u64::from_le_bytes(*rest.first_chunk::<ENTRY_HEADER_SIZE>()?);
+        let rec_len = rec_len_from_disk((raw >> 32) as u16, block_size);
+        if rec_len < ENTRY_HEADER_SIZE || rec_len > rest.len() {
             return None;
         }
-        let name = if inode == 0 {
+        let (name_len, file_type) = if filetype {
+            (usize::from((raw >> 48) as u8), (raw >> 56) as u8)
+        } else {
+            (usize::from((raw >> 48) as u16), 0)
+        };
+        Some(Header {
+            inode: raw as u32,
+            rec_len,
+            name_len,
+            file_type,
+        })
+    }
+
+    /// Whether this record, at the front of `rest`, is a live entry called `name`; `None`
+    /// if it is live with a name of that length that runs past the chain (where
+    /// [`Records`] ends its walk). Names of another length are not read.
+    #[inline(always)]
+    fn holds(&self, rest: &[u8], name: &[u8]) -> Option<bool> {
+        if self.inode == 0 || self.name_len != name.len() {
+            return Some(false);
+        }
+        let stored = rest.get(ENTRY_HEADER_SIZE..ENTRY_HEADER_SIZE + name.len())?;
+        Some(same_name(stored, name))
+    }
+
+    /// The record this header starts, at the front of `rest` and at `offset` in the chain;
+    /// `None` if it is live and its name runs past the chain.
+    fn record<'a>(&self, rest: &'a [u8], offset: usize) -> Option<Record<'a>> {
+        let name = if self.inode == 0 {
             &[][..]
         } else {
-            let start = offset + ENTRY_HEADER_SIZE;
-            self.chain.get(start..start + name_len)?
+            rest.get(ENTRY_HEADER_SIZE..ENTRY_HEADER_SIZE + self.name_len)?
         };
-        self.offset = offset + rec_len;
         Some(Record {
             offset,
-            inode,
-            rec_len,
-            file_type,
+            inode: self.inode,
+            rec_len: self.rec_len,
+            file_type: self.file_type,
             name,
         })
     }
+
+    /// This record, at `offset`, as a slot for an entry needing `needed` bytes.
+    fn slot(&self, offset: usize, needed: usize) -> Option<Slot> {
+        slot_in(offset, self.inode, self.rec_len, self.name_len, needed)
+    }
+}
+
+/// The record at `offset` as a slot for an entry needing `needed` bytes, if it has room:
+/// a free record (inode 0) offers its whole `rec_len`, a live one what its entry leaves.
+fn slot_in(
+    offset: usize,
+    inode: u32,
+    rec_len: usize,
+    name_len: usize,
+    needed: usize,
+) -> Option<Slot> {
+    // Most live records are as short as their entry allows: their own entry takes at least
+    // MIN_REC_LEN, and this one comparison turns them down.
+    let least_used = if inode == 0 { 0 } else { MIN_REC_LEN };
+    if rec_len < least_used + needed {
+        return None;
+    }
+    let used = if inode == 0 { 0 } else { entry_size(name_len) };
+    (rec_len >= used + needed).then_some(Slot {
+        offset,
+        used,
+        rec_len,
+    })
 }
 
 /// Whether two names are equal, compared from the end: names in one directory often share

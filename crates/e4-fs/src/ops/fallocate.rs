@@ -218,7 +218,7 @@ impl Filesystem {
             let io = match mode {
                 FallocateMode::PunchHole
                 | FallocateMode::CollapseRange
-                | FallocateMode::InsertRange => io.removing_space(),
+                | FallocateMode::InsertRange => io.tree_blocks_from_reserve(),
                 _ => io,
             };
             let whole = io.all_or_nothing(&mut state, |state| {

@@ -133,7 +133,7 @@ impl Filesystem {
     pub(crate) fn free_orphan_from(&self, ino: u32, first: u64) -> Result<bool> {
         let writer = self.writer()?;
         let txn = writer.begin(INODE)?;
-        let io = writer.io(self, &txn).removing_space();
+        let io = writer.io(self, &txn).tree_blocks_from_reserve();
         let handle = self.inode_handle(ino)?;
         let mut state = handle.lock(&self.inodes);
         if state.deleted || state.open_count > 0 || state.inode.links_count() > 0 {

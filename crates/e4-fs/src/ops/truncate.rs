@@ -94,7 +94,7 @@ impl Filesystem {
             if size > self.max_file_size(&state.inode) {
                 return Err(Error::FileTooBig(format!("inode {ino}")));
             }
-            let io = writer.io(self, &txn).removing_space();
+            let io = writer.io(self, &txn).tree_blocks_from_reserve();
             io.all_or_nothing(&mut state, |state| {
                 let inline = self.change_inline(&io, state, size, false, |_| {})?;
                 // At the same size too, as ext4_setattr calls ext4_truncate: blocks

@@ -184,7 +184,7 @@ impl Filesystem {
             if data.is_empty() {
                 return Ok(0);
             }
-            let io = writer.io(self, &txn);
+            let io = writer.io(self, &txn).tree_blocks_from_reserve();
             let end = offset + data.len() as u64;
             let new_len = end.max(state.inode.size());
             let written = io.all_or_nothing(&mut state, |state| {

@@ -161,12 +161,14 @@ impl<'a> TxnIo<'a> {
         }
     }
 
-    /// Block access for an operation that splits extents without adding data (truncate,
-    /// punch, collapse, insert): the tree blocks a split needs may come from the metadata
-    /// reserve, as
-    /// the kernel's `EXT4_GET_BLOCKS_METADATA_NOFAIL` lets them, so that freeing space on a
-    /// full filesystem does not fail for want of one block.
-    pub fn removing_space(mut self) -> Self {
+    /// Block access whose extent-tree blocks may come from the metadata reserve, as the
+    /// kernel's `EXT4_GET_BLOCKS_METADATA_NOFAIL` lets them (data blocks never do): for
+    /// operations that split extents without adding data (truncate, punch, collapse,
+    /// insert), so that freeing space on a full filesystem does not fail for want of one
+    /// block; and for writes, which the kernel's writeback maps with that flag
+    /// (`mpage_map_one_extent`), so that writing into preallocated blocks on a full
+    /// filesystem does not fail for the tree block marking them written needs.
+    pub fn tree_blocks_from_reserve(mut self) -> Self {
         self.reserve = Reserve::Metadata;
         self
     }

@@ -310,6 +310,36 @@ fn without_dir_index_a_directory_grows_linearly() {
     assert!(shape.leaves > 10);
 }
 
+/// In a 64 KiB block a record spanning the whole block has its rec_len encoded (0xffff,
+/// `ext4_rec_len_to_disk`): a linear directory's second block starts as one, and the leaf
+/// walks must decode it to find names after it and a slot in it.
+#[test]
+fn a_64k_block_takes_entries_after_an_encoded_rec_len() {
+    let mut fixture = Fixture::new(DirFormat {
+        dir_index: false,
+        ..format(65536, false)
+    });
+    let names: Vec<Vec<u8>> = (0..1000).map(|i| long_name(i, 100)).collect();
+    let mut dir = fixture.editor();
+    for (i, name) in names.iter().enumerate() {
+        dir.add_entry(name, 30 + i as u32, FileType::Regular)
+            .unwrap();
+    }
+    for (i, name) in names.iter().enumerate() {
+        assert_eq!(
+            dir.lookup(name).unwrap().map(|e| e.ino),
+            Some(30 + i as u32)
+        );
+    }
+    assert!(matches!(
+        dir.add_entry(&names[999], 1, FileType::Regular),
+        Err(Error::Exists(_))
+    ));
+    let (contents, shape) = fixture.check();
+    assert_eq!(contents.len(), 1000);
+    assert_eq!(shape.leaves, 2);
+}
+
 #[test]
 fn a_full_one_block_directory_becomes_indexed() {
     for (bs, csum) in [(1024, true), (1024, false), (4096, true)] {
@@ -704,10 +734,28 @@ fn run_edits(format: DirFormat, edits: &[Edit]) -> std::result::Result<(), TestC
                 let t = file_type_for(i + step);
                 let ino = 100 + step as u32;
                 if model.contains_key(name) {
-                    continue;
+                    // A create's path (`add_new`) must find the name wherever it lies:
+                    // before or after the leaf's first slot with room, or in the next leaf
+                    // of a run of colliding hashes.
+                    let mut make = || -> Result<u32> { panic!("made an inode for a name taken") };
+                    let added = fixture.editor().add_new(name, t, &mut make);
+                    prop_assert!(
+                        matches!(added, Err(Error::Exists(_))),
+                        "adding {:?} again at step {}: {:?}",
+                        String::from_utf8_lossy(name),
+                        step,
+                        added
+                    );
+                } else {
+                    // Half through the create's path, half through `add_entry` (link, rename).
+                    if step % 2 == 0 {
+                        let made = fixture.editor().add_new(name, t, &mut || Ok(ino)).unwrap();
+                        prop_assert_eq!(made, ino);
+                    } else {
+                        fixture.editor().add_entry(name, ino, t).unwrap();
+                    }
+                    model.insert(name.clone(), (ino, fixture.format.file_type_code(t)));
                 }
-                fixture.editor().add_entry(name, ino, t).unwrap();
-                model.insert(name.clone(), (ino, fixture.format.file_type_code(t)));
             }
             Edit::Remove(i) => {
                 let removed = fixture.editor().remove_entry(&pool[i]).unwrap();
