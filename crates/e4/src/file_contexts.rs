@@ -18,6 +18,7 @@
 use std::sync::Arc;
 
 use regex_automata::meta::Regex;
+use regex_automata::util::syntax;
 
 /// A file's type as a TYPE field names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,7 +115,10 @@ impl FileContexts {
                 }
                 _ => return Err(bad("not two or three fields")),
             };
-            let regex = Regex::new(&format!("^(?:{pattern})$"))
+            // As bytes, ASCII classes: the engine is built without Unicode tables.
+            let regex = Regex::builder()
+                .syntax(syntax::Config::new().unicode(false).utf8(false))
+                .build(&format!("^(?:{pattern})$"))
                 .map_err(|e| bad(&format!("the regex does not compile: {e}")))?;
             let spec = Spec {
                 regex,
