@@ -857,19 +857,10 @@ impl Filesystem {
         let parts = self.commit_parts(w);
         w.txns.commit(&parts)?;
         for ino in w.space.orphans.chain() {
-            // Whoever had it open can no longer close it.
-            let handle = self.inode_handle(ino)?;
-            let links = {
-                let mut state = handle.lock(&self.inodes);
-                state.open_count = 0;
-                state.inode.links_count()
-            };
-            if links == 0 {
-                self.close_orphan(ino)?;
-            } else {
-                // A truncate in steps that failed part-way.
-                self.finish_truncate(ino)?;
-            }
+            // Whoever had it open can no longer close it. One with links is a truncate in
+            // steps that failed part-way.
+            self.inode_handle(ino)?.lock(&self.inodes).open_count = 0;
+            self.finish_orphan(ino)?;
         }
         {
             let _closed = w.txns.close_gate();

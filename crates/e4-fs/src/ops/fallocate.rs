@@ -87,12 +87,11 @@ impl Filesystem {
     /// before it stay done).
     pub fn fallocate(&self, ino: u32, mode: FallocateMode, offset: u64, len: u64) -> Result<()> {
         let handle = self.inode_handle(ino)?;
-        if self.fallocate_cuts(&handle, mode, offset, len)?.is_empty() {
+        let Some((owner, cuts)) =
+            self.owned_steps(&handle, || self.fallocate_cuts(&handle, mode, offset, len))?
+        else {
             return self.retry_when_full(|| self.fallocate_once(&handle, mode, offset, len, None));
-        }
-        let owner = handle.own_steps(&self.inodes);
-        // Cut again: until it was owned the file could change.
-        let cuts = self.fallocate_cuts(&handle, mode, offset, len)?;
+        };
         // Cut only a range the operation takes: `offset + len` is within the file's limit.
         let end = offset + len;
         let mut at = offset;

@@ -36,20 +36,27 @@ impl Filesystem {
             ino = self.read_inode_record(ino)?.record.dtime;
         }
         for ino in chain {
-            let links = self
-                .inode_handle(ino)?
-                .read(&self.inodes)
-                .inode
-                .links_count();
             // On the list until it is done with: the next commit writes the chain.
             writer.space.orphans.add(ino);
-            if links == 0 {
-                self.close_orphan(ino)?;
-            } else {
-                self.finish_truncate(ino)?;
-            }
+            self.finish_orphan(ino)?;
         }
         Ok(())
+    }
+
+    /// Finishes what orphan `ino` stands for, nobody having it open: frees an inode
+    /// without links, finishes the truncate of one with links. At open for what a crash
+    /// left, and at unmount.
+    pub(crate) fn finish_orphan(&self, ino: u32) -> Result<()> {
+        let links = self
+            .inode_handle(ino)?
+            .read(&self.inodes)
+            .inode
+            .links_count();
+        if links == 0 {
+            self.close_orphan(ino)
+        } else {
+            self.finish_truncate(ino)
+        }
     }
 
     /// Finishes the truncate that orphan `ino`, which has links, stands for: frees what
@@ -57,7 +64,7 @@ impl Filesystem {
     /// crash meanwhile leaves it on the list for the next recovery (`ext4_orphan_cleanup`
     /// truncates, then `ext4_orphan_del`). At open for a truncate a crash cut short, and
     /// at unmount for one that failed part-way.
-    pub(crate) fn finish_truncate(&self, ino: u32) -> Result<()> {
+    fn finish_truncate(&self, ino: u32) -> Result<()> {
         let writer = self.writer()?;
         let handle = self.inode_handle(ino)?;
         let (file_type, size) = {
@@ -70,8 +77,7 @@ impl Filesystem {
         // The inode and its neighbour on the list. A truncate in steps took it off itself.
         let _txn = writer.begin(INODE + ORPHAN)?;
         let mut state = handle.lock(&self.inodes);
-        if state.inode.links_count() > 0 && writer.space.orphans.remove(ino) {
-            state.inode.record.dtime = 0;
+        if self.take_truncated_off_orphans(&mut state) {
             drop(state);
             self.inodes.mark_dirty(&handle);
         }

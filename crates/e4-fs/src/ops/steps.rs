@@ -49,6 +49,22 @@ use crate::map::run::Mapping;
 use crate::txn::TxnHandle;
 
 impl Filesystem {
+    /// Where an operation on `handle`'s file is cut into steps (`cut`), with the file
+    /// owned for them ([`InodeHandle::own_steps`]); `None` for an operation of one step,
+    /// which takes no ownership. Cut once unowned, and again once owned: until then the
+    /// file could change (the second cut may find no step left).
+    pub(crate) fn owned_steps<'h>(
+        &'h self,
+        handle: &'h InodeHandle,
+        cut: impl Fn() -> Result<Vec<u64>>,
+    ) -> Result<Option<(StepsOwner<'h>, Vec<u64>)>> {
+        if cut()?.is_empty() {
+            return Ok(None);
+        }
+        let owner = handle.own_steps(&self.inodes);
+        Ok(Some((owner, cut()?)))
+    }
+
     /// The lock of `handle`'s inode for a change to its blocks, size or flags, taken in
     /// `txn`, which has changed nothing yet. While an operation in steps owns the inode
     /// (`owner` is not its ownership) it leaves the transaction to wait for the last step

@@ -28,12 +28,11 @@ impl Filesystem {
     pub fn truncate(&self, ino: u32, size: u64) -> Result<()> {
         self.writer()?;
         let handle = self.inode_handle(ino)?;
-        if self.truncate_cuts(&handle, size)?.is_empty() {
+        let Some((owner, cuts)) =
+            self.owned_steps(&handle, || self.truncate_cuts(&handle, size))?
+        else {
             return self.truncate_step(&handle, TruncateStep::Whole(size), None);
-        }
-        let owner = handle.own_steps(&self.inodes);
-        // Cut again: until it was owned the file could change.
-        let cuts = self.truncate_cuts(&handle, size)?;
+        };
         let Some((&last, rest)) = cuts.split_last() else {
             return self.truncate_step(&handle, TruncateStep::Whole(size), Some(&owner));
         };
@@ -114,10 +113,8 @@ impl Filesystem {
             self.set_file_size(&mut state.inode, size);
             match step {
                 TruncateStep::Begin { .. } => writer.space.orphans.add(ino),
-                // Unlinked while open meanwhile: it stays on the list until its last close.
-                TruncateStep::End(_) if state.inode.links_count() > 0 => {
-                    writer.space.orphans.remove(ino);
-                    state.inode.record.dtime = 0;
+                TruncateStep::End(_) => {
+                    self.take_truncated_off_orphans(&mut state);
                 }
                 _ => {}
             }
@@ -126,6 +123,21 @@ impl Filesystem {
             self.inodes.mark_dirty(handle);
         }
         self.commit_if_needed()
+    }
+
+    /// Takes `state`'s file off the orphan list, where a truncate in steps put it: false
+    /// when it was not on it, or has no links (unlinked while open since, it stays on the
+    /// list until its last close).
+    pub(crate) fn take_truncated_off_orphans(&self, state: &mut InodeState) -> bool {
+        let on_list = state.inode.links_count() > 0
+            && self
+                .writer
+                .as_ref()
+                .is_some_and(|w| w.space.orphans.remove(state.inode.ino));
+        if on_list {
+            state.inode.record.dtime = 0;
+        }
+        on_list
     }
 
     /// Unmaps logical blocks `first..first+len` (clamped to what extents can map), freeing
