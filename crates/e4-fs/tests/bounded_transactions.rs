@@ -228,6 +228,24 @@ fn run_failing<R, A>(
     }
 }
 
+/// Opens `bytes` as a crash or an unmount left them (the journal replayed, the orphan list
+/// processed), runs `inspect`, unmounts, and returns what it saw and the bytes the
+/// unmount left.
+fn reopened<T>(
+    bytes: Vec<u8>,
+    options: &OpenOptions,
+    inspect: impl FnOnce(&Filesystem) -> T,
+) -> (T, Vec<u8>) {
+    use e4_fs::device::{Device, MemoryDevice};
+    use std::sync::Arc;
+
+    let device = Arc::new(MemoryDevice::new(bytes));
+    let fs = Filesystem::open_device(device.clone() as Arc<dyn Device>, options.clone()).unwrap();
+    let seen = inspect(&fs);
+    fs.unmount().unwrap();
+    (seen, device.bytes())
+}
+
 /// A delete in steps that fails part-way (a read that fails, at each of its reads in
 /// turn) leaves the file whole or an orphan partly freed, never lost blocks: the unmount
 /// frees what the orphan still holds, and e2fsck finds the image clean. Transactions are
@@ -295,8 +313,7 @@ fn a_delete_in_steps_that_fails_part_way_loses_nothing() {
 /// `crash_states.rs` catches that one.)
 #[test]
 fn a_truncate_in_steps_that_fails_part_way_is_all_or_nothing() {
-    use e4_fs::device::{Device, Fault, MemoryDevice};
-    use std::sync::Arc;
+    use e4_fs::device::Fault;
 
     let image = one_mib_groups(32);
     let file = {
@@ -314,13 +331,10 @@ fn a_truncate_in_steps_that_fails_part_way_is_all_or_nothing() {
         ..OpenOptions::writable()
     };
     let reopen = |bytes: Vec<u8>| {
-        let device = Arc::new(MemoryDevice::new(bytes));
-        let fs =
-            Filesystem::open_device(device.clone() as Arc<dyn Device>, options.clone()).unwrap();
-        let stat = fs.metadata(file).unwrap();
-        let free = fs.statfs().free_blocks;
-        fs.unmount().unwrap();
-        ((stat.size, stat.blocks, free), device.bytes())
+        reopened(bytes, &options, |fs| {
+            let stat = fs.metadata(file).unwrap();
+            (stat.size, stat.blocks, fs.statfs().free_blocks)
+        })
     };
     // (size, blocks, free blocks) before and after.
     let (before, _) = reopen(base.clone());
@@ -369,6 +383,132 @@ fn a_truncate_in_steps_that_fails_part_way_is_all_or_nothing() {
         failed_part_way > 0,
         "no fault fell after the first step and before the last"
     );
+}
+
+/// A collapse and a zeroing in steps that fail part-way (a read that fails, at each of
+/// their reads in turn) leave what the kernel's restarted handles leave: the steps before
+/// the failure done, the one it hit undone. A collapse punches its range a step at a
+/// time and moves the rest down only in its last step, and a zeroing frees and allocates
+/// its range a step at a time, so the file, as the failure left it (a crash: opened
+/// again) and as the unmount left it, is either the whole operation's result or the file
+/// as before with some of the range's blocks read as zeros: every other block holds its
+/// own bytes at its own offset (a move part-done, or a step's undo that lost a block,
+/// would show a block elsewhere or zeroed outside the range), the size is unchanged,
+/// and e2fsck finds the image clean.
+#[test]
+fn a_collapse_or_zeroing_in_steps_that_fails_part_way_keeps_every_block_in_place() {
+    use e4_fs::device::Fault;
+
+    const CHUNKS: u64 = 12;
+    const BLOCK: usize = 4096;
+    // Range: MiB 2 to 8 of 12, over 6 groups: two steps of 3 groups at least.
+    let (offset, len) = (2 * MIB, 6 * MIB);
+    let image = one_mib_groups(32);
+    // Each MiB of the file holds its own byte (1, 2, ...), so a block's bytes say where
+    // it came from.
+    let file = {
+        let fs = open(&image);
+        let file = fs.create(ROOT, b"wide", FILE).unwrap();
+        for chunk in 0..CHUNKS {
+            fs.write_at(file, chunk * MIB, &vec![chunk as u8 + 1; MIB as usize])
+                .unwrap();
+        }
+        fs.unmount().unwrap();
+        file
+    };
+    let base = std::fs::read(&image.path).unwrap();
+    let options = OpenOptions {
+        transaction_limit: Some(24),
+        commit_thread: false,
+        ..OpenOptions::writable()
+    };
+    let contents = |bytes: Vec<u8>| {
+        reopened(bytes, &options, |fs| {
+            fs.read_file(file, CHUNKS * MIB).unwrap()
+        })
+    };
+    let (before, _) = contents(base.clone());
+    let in_range = |at: u64| (offset..offset + len).contains(&at);
+    let checked = image.path.with_extension("checked");
+    for mode in [FallocateMode::CollapseRange, FallocateMode::ZeroRange] {
+        let run = |fault| {
+            run_failing(
+                &base,
+                &options,
+                fault,
+                |fs| fs.fallocate(file, mode, offset, len),
+                |_| (),
+            )
+        };
+        let clean = run(Fault::Never);
+        clean.outcome.unwrap();
+        let (after, _) = contents(clean.unmounted);
+        let expected: Vec<u8> = match mode {
+            FallocateMode::CollapseRange => before
+                .iter()
+                .enumerate()
+                .filter(|&(at, _)| !in_range(at as u64))
+                .map(|(_, &b)| b)
+                .collect(),
+            _ => before
+                .iter()
+                .enumerate()
+                .map(|(at, &b)| if in_range(at as u64) { 0 } else { b })
+                .collect(),
+        };
+        assert!(after == expected, "{mode:?} without a failure");
+        let reads = clean.reads;
+        assert!(reads >= 3, "{mode:?}: the steps read {reads} blocks");
+        let mut part_way = 0;
+        for fault in (0..reads).map(Fault::Read) {
+            let FailingRun {
+                outcome,
+                crashed,
+                unmounted,
+                ..
+            } = run(fault);
+            for (view, bytes) in [("crashed", crashed), ("unmounted", unmounted)] {
+                std::fs::write(&checked, &bytes).unwrap();
+                e2fsck_clean(&checked)
+                    .unwrap_or_else(|e| panic!("{mode:?} {fault:?}, {view}: {e}"));
+                let (found, _) = contents(bytes);
+                if found == after {
+                    continue;
+                }
+                assert!(
+                    outcome.is_err(),
+                    "{mode:?} {fault:?}: done, yet the file is not its result ({view})"
+                );
+                assert_eq!(
+                    found.len(),
+                    before.len(),
+                    "{mode:?} {fault:?} ({outcome:?}), {view}: the size"
+                );
+                for (n, (found, old)) in found.chunks(BLOCK).zip(before.chunks(BLOCK)).enumerate() {
+                    let zeroed = in_range((n * BLOCK) as u64) && found.iter().all(|&b| b == 0);
+                    assert!(
+                        found == old || zeroed,
+                        "{mode:?} {fault:?} ({outcome:?}), {view}: block {n} holds {:?}, \
+                         not its own {:?}{}",
+                        found[0],
+                        old[0],
+                        if in_range((n * BLOCK) as u64) {
+                            " nor zeros"
+                        } else {
+                            ""
+                        }
+                    );
+                }
+                if found != before {
+                    part_way += 1;
+                }
+            }
+        }
+        assert!(
+            part_way > 0,
+            "{mode:?}: no fault fell after a step that changed the file and before the last"
+        );
+    }
 }
 
 /// A device that stops the first flush after [`PausingDevice::arm`] until the test lets
