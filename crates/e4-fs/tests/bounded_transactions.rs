@@ -97,6 +97,55 @@ fn allocating_punching_truncating_and_unlinking_across_thousands_of_groups_fit_t
     e2fsck_clean(&image.path).unwrap();
 }
 
+/// An insert and a collapse whose move changes more tree blocks than the whole log holds
+/// (100,000 one-block extents: over 1,100 leaves of 1 KiB against a 1,024-block log) move
+/// in pieces of whole leaves, each a transaction of its own, as the kernel restarts its
+/// handle in `ext4_ext_shift_extents`: every commit fits the log, every block is where the
+/// move puts it, and e2fsck finds the image clean. (In one transaction, the move was
+/// written around the log: not crash-safe.)
+#[test]
+fn a_move_larger_than_the_log_goes_in_pieces_that_fit_it() {
+    const EXTENTS: u64 = 100_000;
+    const KIB: u64 = 1024;
+    let image = many_groups("ext4", "^resize_inode");
+    let fs = open(&image);
+    let file = fs.create(ROOT, b"sparse", FILE).unwrap();
+    // Block 2i holds the bytes of i: one extent each.
+    let bytes_of = |i: u64| (i as u32).to_le_bytes().repeat(KIB as usize / 4);
+    for i in 0..EXTENTS {
+        fs.write_at(file, 2 * i * KIB, &bytes_of(i)).unwrap();
+    }
+    let size = fs.metadata(file).unwrap().size;
+    let check_blocks = |at: &dyn Fn(u64) -> u64, what: &str| {
+        let mut block = vec![0u8; KIB as usize];
+        // Every block near the move's start, a sample of the rest, and the last.
+        for i in (0..200)
+            .chain((200..EXTENTS).step_by(97))
+            .chain([EXTENTS - 1])
+        {
+            fs.read_at(file, at(2 * i) * KIB, &mut block).unwrap();
+            assert!(
+                block == bytes_of(i),
+                "{what}: block {i} is not at {}",
+                at(2 * i)
+            );
+        }
+    };
+    // Three blocks in at block 7: everything from block 7 on moves up by 3.
+    fs.fallocate(file, FallocateMode::InsertRange, 7 * KIB, 3 * KIB)
+        .unwrap();
+    assert_all_logged(&fs, "an insert over 100,000 extents");
+    assert_eq!(fs.metadata(file).unwrap().size, size + 3 * KIB);
+    check_blocks(&|b| if b < 7 { b } else { b + 3 }, "inserted");
+    fs.fallocate(file, FallocateMode::CollapseRange, 7 * KIB, 3 * KIB)
+        .unwrap();
+    assert_all_logged(&fs, "a collapse over 100,000 extents");
+    assert_eq!(fs.metadata(file).unwrap().size, size);
+    check_blocks(&|b| b, "collapsed again");
+    fs.unmount().unwrap();
+    e2fsck_clean(&image.path).unwrap();
+}
+
 #[test]
 fn block_mapped_files_across_many_groups_are_freed_in_steps() {
     let image = many_groups("ext3", "^resize_inode");
@@ -388,8 +437,8 @@ fn a_truncate_in_steps_that_fails_part_way_is_all_or_nothing() {
 /// A collapse and a zeroing in steps that fail part-way (a read that fails, at each of
 /// their reads in turn) leave what the kernel's restarted handles leave: the steps before
 /// the failure done, the one it hit undone. A collapse punches its range a step at a
-/// time and moves the rest down only in its last step, and a zeroing frees and allocates
-/// its range a step at a time, so the file, as the failure left it (a crash: opened
+/// time and moves the rest down only after them (this file's tree is one leaf: in one
+/// step), and a zeroing frees and allocates its range a step at a time, so the file, as the failure left it (a crash: opened
 /// again) and as the unmount left it, is either the whole operation's result or the file
 /// as before with some of the range's blocks read as zeros: every other block holds its
 /// own bytes at its own offset (a move part-done, or a step's undo that lost a block,

@@ -178,19 +178,41 @@ impl<'a> FileMapping<'a> {
         }
     }
 
-    /// Moves every mapped block at or after `from` by `distance` blocks (see
-    /// [`ExtentTree::shift`]); block maps cannot (the kernel's EOPNOTSUPP).
-    pub fn shift(&mut self, from: u64, distance: u64, direction: ShiftDirection) -> Result<()> {
+    /// Moves every mapped block that starts in `from..until` (`None`: to the end) by
+    /// `distance` blocks (see [`ExtentTree::shift`]); block maps cannot (the kernel's
+    /// EOPNOTSUPP).
+    pub fn shift(
+        &mut self,
+        from: u64,
+        until: Option<u64>,
+        distance: u64,
+        direction: ShiftDirection,
+    ) -> Result<()> {
         let too_far = || Error::Invalid(format!("a shift of {distance} blocks from block {from}"));
+        let block = |b: u64| u32::try_from(b).map_err(|_| too_far());
         match self {
             FileMapping::Extents(t) => t.shift(
-                u32::try_from(from).map_err(|_| too_far())?,
-                u32::try_from(distance).map_err(|_| too_far())?,
+                block(from)?,
+                until.map(block).transpose()?,
+                block(distance)?,
                 direction,
             ),
             FileMapping::Blocks(_) => Err(Error::NotSupported(
                 "moving the blocks of a block-mapped file".into(),
             )),
+        }
+    }
+
+    /// Where a shift from `from` on can be cut into pieces of whole tree leaves
+    /// ([`ExtentTree::leaf_starts`]); empty for a block map or a one-leaf tree.
+    pub fn leaf_starts(&self, from: u64) -> Result<Vec<u64>> {
+        match self {
+            FileMapping::Extents(t) => Ok(t
+                .leaf_starts(u32::try_from(from).unwrap_or(u32::MAX))?
+                .into_iter()
+                .map(u64::from)
+                .collect()),
+            FileMapping::Blocks(_) => Ok(Vec::new()),
         }
     }
 

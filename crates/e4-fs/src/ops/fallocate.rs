@@ -1,8 +1,9 @@
 //! `fallocate`: allocating (as unwritten extents), punching holes, zeroing, and collapsing or
 //! inserting ranges, with the kernel's modes and errors.
 
-use e4_format::inode::{flags, FileType, Inode};
+use e4_format::inode::{flags, FileType, Inode, I_BLOCK_SIZE};
 
+use crate::buffer::read_io::ReadIo;
 use crate::error::{Error, Result, Shortage};
 use crate::filesystem::Filesystem;
 use std::sync::Arc;
@@ -50,6 +51,26 @@ fn require_fallocatable(inode: &Inode) -> Result<()> {
     }
 }
 
+/// One transaction's part of a fallocate cut into steps: the mode over a byte range and,
+/// for a collapse or an insert whose move is cut into pieces, the piece it moves.
+#[derive(Debug, Clone, Copy)]
+struct Step {
+    mode: FallocateMode,
+    offset: u64,
+    len: u64,
+    moves: Option<MovedPiece>,
+}
+
+/// The extents one step of a collapse or an insert moves: those that start in logical
+/// blocks `from..until` (`None`: to the end of the file). The piece without an `until`
+/// changes the size: an insert's first step (the kernel grows the file before it moves
+/// anything, so no block is ever past the end), a collapse's last.
+#[derive(Debug, Clone, Copy)]
+struct MovedPiece {
+    from: u64,
+    until: Option<u64>,
+}
+
 /// How far [`Filesystem::allocate_unwritten`] got.
 struct Reached {
     /// The logical block it stopped at: the end of its range unless the filesystem filled.
@@ -72,9 +93,12 @@ impl Filesystem {
     /// transaction may change runs in steps, each a fallocate of its own (`steps.rs`), the
     /// file owned by the operation between them: a failure or a crash part-way leaves the
     /// steps before it done, as the kernel's restarted handles do. A collapse punches its
-    /// range a step at a time and moves the blocks after it down in its last step (the
-    /// move changes tree blocks only, as `ext4_ext_shift_extents` does in one handle); an
-    /// insert frees nothing and is one step.
+    /// range a step at a time, then moves the blocks after it down; a move that changes
+    /// more tree blocks than a step may is cut into pieces of whole leaves, as
+    /// `ext4_ext_shift_extents` restarts its handle: a collapse moves its pieces from the
+    /// first on and shrinks the size in its last step, an insert grows the size in its
+    /// first step and moves its pieces from the last down. Between two pieces the tree is
+    /// valid (e2fsck-clean) and the file's blocks partly moved, as the kernel leaves them.
     ///
     /// An allocation ([`FallocateMode::Allocate`], [`FallocateMode::KeepSize`]) that fills
     /// the filesystem keeps what it allocated and answers [`Error::NoSpace`], as
@@ -87,34 +111,131 @@ impl Filesystem {
     /// before it stay done).
     pub fn fallocate(&self, ino: u32, mode: FallocateMode, offset: u64, len: u64) -> Result<()> {
         let handle = self.inode_handle(ino)?;
-        let Some((owner, cuts)) =
-            self.owned_steps(&handle, || self.fallocate_cuts(&handle, mode, offset, len))?
+        let Some((owner, steps)) =
+            self.owned_steps(&handle, || self.fallocate_steps(&handle, mode, offset, len))?
         else {
-            return self.retry_when_full(|| self.fallocate_once(&handle, mode, offset, len, None));
-        };
-        // Cut only a range the operation takes: `offset + len` is within the file's limit.
-        let end = offset + len;
-        let mut at = offset;
-        for next in cuts.into_iter().chain(std::iter::once(end)) {
-            let (step_mode, step_offset) = match mode {
-                // The last step collapses the whole range, whose blocks before `at` the
-                // steps before it have freed.
-                FallocateMode::CollapseRange if next == end => (mode, offset),
-                FallocateMode::CollapseRange => (FallocateMode::PunchHole, at),
-                _ => (mode, at),
+            let whole = Step {
+                mode,
+                offset,
+                len,
+                moves: None,
             };
-            self.retry_when_full(|| {
-                self.fallocate_once(
-                    &handle,
-                    step_mode,
-                    step_offset,
-                    next - step_offset,
-                    Some(&owner),
-                )
-            })?;
-            at = next;
+            return self.retry_when_full(|| self.fallocate_once(&handle, whole, None));
+        };
+        for step in steps {
+            self.retry_when_full(|| self.fallocate_once(&handle, step, Some(&owner)))?;
         }
         Ok(())
+    }
+
+    /// The steps of a fallocate too large for one transaction, in order; empty when one
+    /// step does it all.
+    fn fallocate_steps(
+        &self,
+        handle: &InodeHandle,
+        mode: FallocateMode,
+        offset: u64,
+        len: u64,
+    ) -> Result<Vec<Step>> {
+        let cuts = self.fallocate_cuts(handle, mode, offset, len)?;
+        let mut pieces = self.moved_pieces(handle, mode, offset, len)?;
+        if cuts.is_empty() && pieces.is_empty() {
+            return Ok(Vec::new());
+        }
+        let step = |mode, offset, len, moves| Step {
+            mode,
+            offset,
+            len,
+            moves,
+        };
+        let end = offset + len;
+        let mut steps = Vec::new();
+        let mut at = offset;
+        for next in cuts.into_iter().chain(std::iter::once(end)) {
+            match mode {
+                // A collapse punches its range a step at a time; the move comes after.
+                FallocateMode::CollapseRange if next < end => {
+                    steps.push(step(FallocateMode::PunchHole, at, next - at, None))
+                }
+                FallocateMode::CollapseRange | FallocateMode::InsertRange => {}
+                _ => steps.push(step(mode, at, next - at, None)),
+            }
+            at = next;
+        }
+        if mode == FallocateMode::InsertRange {
+            pieces.reverse();
+        }
+        match mode {
+            // The last step collapses the whole range, whose blocks the steps before it
+            // have freed (all but the last piece of it).
+            FallocateMode::CollapseRange | FallocateMode::InsertRange if pieces.is_empty() => {
+                steps.push(step(mode, offset, len, None))
+            }
+            FallocateMode::CollapseRange | FallocateMode::InsertRange => {
+                steps.extend(pieces.into_iter().map(|p| step(mode, offset, len, Some(p))))
+            }
+            _ => {}
+        }
+        Ok(steps)
+    }
+
+    /// Where a collapse's or an insert's move is cut into pieces: none unless it changes
+    /// more tree leaves than half of what one step may write, the rest left for the
+    /// interior nodes above them. A range the operation refuses is one step, refused
+    /// whole.
+    fn moved_pieces(
+        &self,
+        handle: &InodeHandle,
+        mode: FallocateMode,
+        offset: u64,
+        len: u64,
+    ) -> Result<Vec<MovedPiece>> {
+        let Some(blocks) = self.step_tree_blocks() else {
+            return Ok(Vec::new());
+        };
+        let state = handle.read(&self.inodes);
+        let inode = &state.inode;
+        let collapse = match mode {
+            FallocateMode::CollapseRange => true,
+            FallocateMode::InsertRange => false,
+            _ => return Ok(Vec::new()),
+        };
+        if !inode.has_flag(flags::EXTENTS)
+            || inode.has_flag(flags::INLINE_DATA)
+            || self.check_range_shift(inode, mode, offset, len).is_err()
+        {
+            return Ok(Vec::new());
+        }
+        let bs = u64::from(self.block_size());
+        let from = if collapse {
+            (offset + len) / bs
+        } else {
+            offset / bs
+        };
+        let io = ReadIo::new(&self.store);
+        let mut root = [0u8; I_BLOCK_SIZE];
+        let starts = FileMapping::reading(inode, &mut root, &io).leaf_starts(from)?;
+        // OK to cast: a step's blocks are a share of the log's.
+        let per_piece = (blocks / 2).max(1) as usize;
+        // The first piece takes the leaf that holds `from` and the leaves before its cut.
+        let bounds: Vec<u64> = starts
+            .into_iter()
+            .skip(per_piece - 1)
+            .step_by(per_piece)
+            .collect();
+        if bounds.is_empty() {
+            return Ok(Vec::new());
+        }
+        let lows = std::iter::once(from).chain(bounds.iter().copied());
+        let highs = bounds
+            .iter()
+            .copied()
+            .map(Some)
+            .chain(std::iter::once(None));
+        Ok(lows
+            .zip(highs)
+            .map(|(from, until)| MovedPiece { from, until })
+            .collect())
     }
 
     /// Where a fallocate is cut into steps (byte offsets inside the range, ascending):
@@ -181,11 +302,15 @@ impl Filesystem {
     fn fallocate_once(
         &self,
         handle: &Arc<InodeHandle>,
-        mode: FallocateMode,
-        offset: u64,
-        len: u64,
+        step: Step,
         owner: Option<&StepsOwner<'_>>,
     ) -> Result<()> {
+        let Step {
+            mode,
+            offset,
+            len,
+            moves,
+        } = step;
         let writer = self.writer()?;
         let ino = handle.ino;
         if len == 0 {
@@ -209,7 +334,10 @@ impl Filesystem {
                 .filter(|&end| end <= self.max_file_size(&state.inode))
                 .ok_or_else(|| Error::FileTooBig(format!("inode {ino}")))?;
             // Checked before an inline file moves out, so a refused range changes nothing.
-            self.check_range_shift(&state.inode, mode, offset, len)?;
+            // An insert's pieces after its first find the size grown: the first checked.
+            if !(mode == FallocateMode::InsertRange && moves.is_some_and(|p| p.until.is_some())) {
+                self.check_range_shift(&state.inode, mode, offset, len)?;
+            }
             let io = writer.io(self, &txn);
             // The modes the kernel runs with EXT4_GET_BLOCKS_METADATA_NOFAIL: an extent
             // split while removing or shifting space may take its tree block from the
@@ -224,7 +352,7 @@ impl Filesystem {
                 if self.fallocate_inline(&io, state, mode, offset, end)? {
                     return Ok(true);
                 }
-                self.fallocate_blocks(&io, state, mode, offset, end)
+                self.fallocate_blocks(&io, state, mode, offset, end, moves)
             })?;
             // Every mode moves mtime as well as ctime, allocation too (with KEEP_SIZE, and
             // within the size): Linux 6.18's ext4 does (measured on a loop mount; the FUSE
@@ -284,6 +412,7 @@ impl Filesystem {
         mode: FallocateMode,
         offset: u64,
         end: u64,
+        moves: Option<MovedPiece>,
     ) -> Result<bool> {
         let ino = state.inode.ino;
         if !state.inode.has_flag(flags::EXTENTS) {
@@ -327,16 +456,32 @@ impl Filesystem {
             }
             FallocateMode::CollapseRange => {
                 let (first, count) = (offset / bs, (end - offset) / bs);
-                self.free_range(io, state, first, count)?;
-                self.shift_blocks(io, state, first + count, count, ShiftDirection::Down)?;
-                let size = state.inode.size() - (end - offset);
-                self.set_file_size(&mut state.inode, size);
+                let piece = moves.unwrap_or(MovedPiece {
+                    from: first + count,
+                    until: None,
+                });
+                // The first piece frees what the punches before it left; the pieces after
+                // it find the range holding the blocks it moved down.
+                if piece.from == first + count {
+                    self.free_range(io, state, first, count)?;
+                }
+                self.shift_blocks(io, state, piece, count, ShiftDirection::Down)?;
+                if piece.until.is_none() {
+                    let size = state.inode.size() - (end - offset);
+                    self.set_file_size(&mut state.inode, size);
+                }
             }
             FallocateMode::InsertRange => {
                 let (first, count) = (offset / bs, (end - offset) / bs);
-                self.shift_blocks(io, state, first, count, ShiftDirection::Up)?;
-                let size = state.inode.size() + (end - offset);
-                self.set_file_size(&mut state.inode, size);
+                let piece = moves.unwrap_or(MovedPiece {
+                    from: first,
+                    until: None,
+                });
+                if piece.until.is_none() {
+                    let size = state.inode.size() + (end - offset);
+                    self.set_file_size(&mut state.inode, size);
+                }
+                self.shift_blocks(io, state, piece, count, ShiftDirection::Up)?;
             }
         }
         Ok(true)
@@ -396,21 +541,21 @@ impl Filesystem {
         Ok(())
     }
 
-    /// Moves every mapped block of `state` at or after logical block `from` by `count`
-    /// blocks, keeping `i_blocks` in step with the tree's nodes. The file's reservation window
+    /// Moves the mapped blocks of `state` that start in `piece` by `count` blocks, keeping
+    /// `i_blocks` in step with the tree's nodes. The file's reservation window
     /// is given back, as the kernel discards preallocations: it was placed after blocks that
     /// have moved.
     fn shift_blocks(
         &self,
         io: &TxnIo<'_>,
         state: &mut InodeState,
-        from: u64,
+        piece: MovedPiece,
         count: u64,
         direction: ShiftDirection,
     ) -> Result<()> {
         io.space.blocks.release_window(&mut state.window, io.slot);
         self.edit_mapping(io, &mut state.inode, |map, _| {
-            map.shift(from, count, direction)
+            map.shift(piece.from, piece.until, count, direction)
         })
     }
 

@@ -53,11 +53,11 @@ impl Filesystem {
     /// owned for them ([`InodeHandle::own_steps`]); `None` for an operation of one step,
     /// which takes no ownership. Cut once unowned, and again once owned: until then the
     /// file could change (the second cut may find no step left).
-    pub(crate) fn owned_steps<'h>(
+    pub(crate) fn owned_steps<'h, S>(
         &'h self,
         handle: &'h InodeHandle,
-        cut: impl Fn() -> Result<Vec<u64>>,
-    ) -> Result<Option<(StepsOwner<'h>, Vec<u64>)>> {
+        cut: impl Fn() -> Result<Vec<S>>,
+    ) -> Result<Option<(StepsOwner<'h>, Vec<S>)>> {
         if cut()?.is_empty() {
             return Ok(None);
         }
@@ -93,6 +93,13 @@ impl Filesystem {
     pub(crate) fn step_groups(&self) -> Option<u64> {
         let limit = self.writer.as_ref()?.txns.log_limit()?;
         Some((limit as u64 / (4 * u64::from(GROUP))).max(1))
+    }
+
+    /// The most tree blocks one step may write: a quarter of what the running transaction
+    /// may hold before it commits, as for [`Self::step_groups`]. `None` without a journal.
+    pub(crate) fn step_tree_blocks(&self) -> Option<u64> {
+        let limit = self.writer.as_ref()?.txns.log_limit()?;
+        Some((limit as u64 / 4).max(1))
     }
 
     /// Where to cut freeing or allocating `inode`'s mapped blocks in `from..to` (logical)

@@ -30,8 +30,24 @@ impl ExtentTree<'_> {
     /// overlap or pass block 0, or moving up would pass the last block an extent may map
     /// (2^32 - 2); with `NoSpace`, changing nothing, when the split needs a node block and
     /// none is left.
-    pub fn shift(&mut self, from: u32, distance: u32, direction: ShiftDirection) -> Result<()> {
-        if distance == 0 {
+    ///
+    /// With an `until`, only the extents that start in `from..until` move: a shift too
+    /// large for one transaction, cut where leaves start ([`Self::leaf_starts`]) and made a
+    /// piece at a time, as the kernel's
+    /// `ext4_ext_shift_extents` restarts its handle. Moving up, the pieces go from the last
+    /// down (the extents above a piece have moved already, so it lands below them); moving
+    /// down, from the first up (the blocks below a piece are free by then). Either way the
+    /// tree between two pieces is valid. Moving up, only the last piece (no `until`) is
+    /// checked against the format's last logical block: a piece below it lands below where
+    /// that one went.
+    pub fn shift(
+        &mut self,
+        from: u32,
+        until: Option<u32>,
+        distance: u32,
+        direction: ShiftDirection,
+    ) -> Result<()> {
+        if distance == 0 || until.is_some_and(|until| until <= from) {
             return Ok(());
         }
         let ino = self.owner.ino;
@@ -54,7 +70,7 @@ impl ExtentTree<'_> {
                 }
             }
             ShiftDirection::Up => {
-                if let Some(last) = self.last_extent()? {
+                if let Some(last) = self.last_extent()?.filter(|_| until.is_none()) {
                     // EXT_MAX_BLOCKS (2^32 - 1) is the first block no extent may reach.
                     if end_of(&last) + u64::from(distance) > LOGICAL_LIMIT - 1 {
                         return Err(Error::Invalid(format!(
@@ -67,7 +83,8 @@ impl ExtentTree<'_> {
             }
         }
         let mut root = self.read_root()?;
-        if self.shift_in(&mut root, from, distance, direction)? {
+        let until = until.map_or(LOGICAL_LIMIT, u64::from);
+        if self.shift_in(&mut root, from, until, distance, direction)? {
             self.write_node(&root)?;
         }
         self.keep_e2fsck_shape()
@@ -84,13 +101,44 @@ impl ExtentTree<'_> {
         Ok(node.extents.last().copied())
     }
 
-    /// Shifts the extents at or after `from` under `node`, writing changed children; returns
-    /// whether `node` itself changed (moved extents, or a key that followed its child), for
-    /// the caller to write. Children that end before `from` are not read.
+    /// The first logical block of every leaf after the one that maps `from` (or would),
+    /// ascending: where a shift from `from` on can be cut into pieces of whole leaves.
+    /// Reads interior nodes only; empty for a tree that is one leaf.
+    pub fn leaf_starts(&self, from: u32) -> Result<Vec<u32>> {
+        let mut starts = Vec::new();
+        self.leaf_starts_in(&self.read_root()?, from, &mut starts)?;
+        Ok(starts)
+    }
+
+    fn leaf_starts_in(&self, node: &Node, from: u32, starts: &mut Vec<u32>) -> Result<()> {
+        for (i, index) in node.indexes.iter().enumerate() {
+            let to = node
+                .indexes
+                .get(i + 1)
+                .map_or(LOGICAL_LIMIT, |next| u64::from(next.logical));
+            if to <= u64::from(from) {
+                continue;
+            }
+            if node.depth == 1 {
+                if index.logical > from {
+                    starts.push(index.logical);
+                }
+            } else {
+                self.leaf_starts_in(&self.read_node(index.child, node.depth - 1)?, from, starts)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Shifts the extents that start in `from..until` under `node`, writing changed
+    /// children; returns whether `node` itself changed (moved extents, or a key that
+    /// followed its child), for the caller to write. Children that end before `from` or
+    /// start at or after `until` are not read.
     fn shift_in(
         &mut self,
         node: &mut Node,
         from: u32,
+        until: u64,
         distance: u32,
         direction: ShiftDirection,
     ) -> Result<bool> {
@@ -104,7 +152,7 @@ impl ExtentTree<'_> {
             let mut changed = false;
             for e in &node.extents {
                 let mut e = *e;
-                if e.logical >= from {
+                if e.logical >= from && u64::from(e.logical) < until {
                     e.logical = moved(e.logical);
                     changed = true;
                     if let Some(left) = shifted.last_mut() {
@@ -128,11 +176,11 @@ impl ExtentTree<'_> {
                 .indexes
                 .get(i + 1)
                 .map_or(LOGICAL_LIMIT, |next| u64::from(next.logical));
-            if to <= u64::from(from) {
+            if to <= u64::from(from) || u64::from(node.indexes[i].logical) >= until {
                 continue;
             }
             let mut child = self.read_node(node.indexes[i].child, node.depth - 1)?;
-            if self.shift_in(&mut child, from, distance, direction)? {
+            if self.shift_in(&mut child, from, until, distance, direction)? {
                 // Which nodes a shift changes is known only as it walks: each is declared
                 // before it is written.
                 self.io.extend_credits(1);

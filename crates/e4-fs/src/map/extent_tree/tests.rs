@@ -680,12 +680,13 @@ fn shift_round_trip(block_size: usize, count: u32, from: u32, distance: u32) -> 
     append_unmergeable(&mut tree, 0, count);
     let before = check(&root, &io);
     let mut tree = ExtentTree::new(&mut root, &io, OWNER);
-    tree.shift(from, distance, ShiftDirection::Up).unwrap();
+    tree.shift(from, None, distance, ShiftDirection::Up)
+        .unwrap();
     let up = check(&root, &io);
     assert_eq!(up.mapping, shifted(&before.mapping, from, distance, true));
     assert_eq!(up.extents, before.extents);
     let mut tree = ExtentTree::new(&mut root, &io, OWNER);
-    tree.shift(from + distance, distance, ShiftDirection::Down)
+    tree.shift(from + distance, None, distance, ShiftDirection::Down)
         .unwrap();
     let down = check(&root, &io);
     assert_eq!(down.mapping, before.mapping);
@@ -724,7 +725,7 @@ fn shifting_down_into_mapped_blocks_or_below_zero_fails_and_changes_nothing() {
     let before = snapshot(&root, &io);
     for (from, distance) in [(10, 2), (11, 1), (3, 4), (12, 3)] {
         let mut tree = ExtentTree::new(&mut root, &io, OWNER);
-        let got = tree.shift(from, distance, ShiftDirection::Down);
+        let got = tree.shift(from, None, distance, ShiftDirection::Down);
         assert!(
             matches!(got, Err(Error::Invalid(_))),
             "{from} by {distance}: {got:?}"
@@ -735,12 +736,12 @@ fn shifting_down_into_mapped_blocks_or_below_zero_fails_and_changes_nothing() {
     // The last extent is block 58: it may move to 2^32 - 2, not to 2^32 - 1.
     let limit = u32::MAX - 58;
     assert!(matches!(
-        tree.shift(0, limit, ShiftDirection::Up),
+        tree.shift(0, None, limit, ShiftDirection::Up),
         Err(Error::Invalid(_))
     ));
     assert!(snapshot(&root, &io) == before);
     let mut tree = ExtentTree::new(&mut root, &io, OWNER);
-    tree.shift(0, limit - 1, ShiftDirection::Up).unwrap();
+    tree.shift(0, None, limit - 1, ShiftDirection::Up).unwrap();
     assert_eq!(
         tree.find(u32::MAX - 1).unwrap().unwrap().logical,
         u32::MAX - 1
@@ -759,7 +760,7 @@ fn shifting_up_from_inside_an_extent_splits_it_and_down_merges_it_again() {
     tree.insert(extent(100, 100, 50_000, false)).unwrap();
     let before = check(&root, &io);
     let mut tree = ExtentTree::new(&mut root, &io, OWNER);
-    tree.shift(150, 7, ShiftDirection::Up).unwrap();
+    tree.shift(150, None, 7, ShiftDirection::Up).unwrap();
     assert_eq!(
         tree.find(149).unwrap(),
         Some(extent(100, 50, 50_000, false))
@@ -774,7 +775,7 @@ fn shifting_up_from_inside_an_extent_splits_it_and_down_merges_it_again() {
     assert_eq!(up.mapping, shifted(&before.mapping, 150, 7, true));
     // Closing the hole makes the halves adjacent again: they merge back into one extent.
     let mut tree = ExtentTree::new(&mut root, &io, OWNER);
-    tree.shift(157, 7, ShiftDirection::Down).unwrap();
+    tree.shift(157, None, 7, ShiftDirection::Down).unwrap();
     assert_eq!(
         tree.find(150).unwrap(),
         Some(extent(100, 100, 50_000, false))
@@ -795,13 +796,71 @@ fn shifting_a_depth_2_tree_from_the_middle_of_an_index_node() {
     assert_eq!(before.depth, 2);
     for from in [1, 777, 2001, 3999] {
         let mut tree = ExtentTree::new(&mut root, &io, OWNER);
-        tree.shift(from, 123_457, ShiftDirection::Up).unwrap();
+        tree.shift(from, None, 123_457, ShiftDirection::Up).unwrap();
         let up = check(&root, &io);
         assert_eq!(up.mapping, shifted(&before.mapping, from, 123_457, true));
         let mut tree = ExtentTree::new(&mut root, &io, OWNER);
-        tree.shift(from + 123_457, 123_457, ShiftDirection::Down)
+        tree.shift(from + 123_457, None, 123_457, ShiftDirection::Down)
             .unwrap();
         assert_eq!(check(&root, &io).mapping, before.mapping);
+    }
+}
+
+/// A shift made in pieces (of whole leaves, as fallocate's steps make them, or cut inside
+/// leaves), up from the last piece and down from the first, ends where one shift ends, and the tree between two pieces
+/// is valid (`check`: keys, order and shape) with the blocks moved so far where they went.
+#[test]
+fn a_shift_in_pieces_of_leaves_ends_as_one_shift_and_is_valid_between_them() {
+    const DISTANCE: u32 = 50_001;
+    for count in [40u32, 2000] {
+        let io = MemoryMetaIo::new(1024, 100, 1 << 30);
+        let mut root = new_root();
+        let mut tree = ExtentTree::new(&mut root, &io, OWNER);
+        append_unmergeable(&mut tree, 0, count);
+        let before = check(&root, &io);
+        for from in [0, 1, 3, 2 * count / 3 + 1] {
+            let tree = ExtentTree::new(&mut root, &io, OWNER);
+            let starts = tree.leaf_starts(from).unwrap();
+            assert!(starts.iter().all(|&s| s > from), "{starts:?} from {from}");
+            assert!(starts.windows(2).all(|w| w[0] < w[1]), "{starts:?}");
+            // Pieces of two leaves (from..s1, s1..s3, ..., the last to the end), and pieces
+            // cut inside leaves.
+            let by_leaves: Vec<u32> = starts.iter().copied().skip(1).step_by(2).collect();
+            let inside: Vec<u32> = (1..)
+                .map(|k| from + 333 * k)
+                .take_while(|&b| b < 2 * count)
+                .collect();
+            for bounds in [by_leaves, inside] {
+                let lows: Vec<u32> = std::iter::once(from)
+                    .chain(bounds.iter().copied())
+                    .collect();
+                let highs: Vec<Option<u32>> =
+                    bounds.iter().copied().map(Some).chain([None]).collect();
+                let mut up = before.mapping.clone();
+                for (&low, &high) in lows.iter().zip(&highs).rev() {
+                    let mut tree = ExtentTree::new(&mut root, &io, OWNER);
+                    tree.shift(low, high, DISTANCE, ShiftDirection::Up).unwrap();
+                    up = up
+                        .into_iter()
+                        .map(|(l, v)| match l >= low && high.is_none_or(|h| l < h) {
+                            true => (l + DISTANCE, v),
+                            false => (l, v),
+                        })
+                        .collect();
+                    assert_eq!(check(&root, &io).mapping, up, "up, piece from {low}");
+                }
+                assert_eq!(up, shifted(&before.mapping, from, DISTANCE, true));
+                for (&low, &high) in lows.iter().zip(&highs) {
+                    let mut tree = ExtentTree::new(&mut root, &io, OWNER);
+                    let moved = |b: u32| b + DISTANCE;
+                    tree.shift(moved(low), high.map(moved), DISTANCE, ShiftDirection::Down)
+                        .unwrap();
+                    check(&root, &io);
+                }
+                assert_eq!(check(&root, &io).mapping, before.mapping, "from {from}");
+            }
+        }
+        assert!(before.depth >= 1);
     }
 }
 
@@ -911,7 +970,7 @@ fn run_model(block_size: usize, ops: Vec<Op>) {
                 } else {
                     ShiftDirection::Down
                 };
-                let result = tree.shift(from, distance, direction);
+                let result = tree.shift(from, None, distance, direction);
                 assert_eq!(result.is_ok(), fits, "{result:?}");
                 if fits {
                     model = shifted(&model, from, distance, up);
