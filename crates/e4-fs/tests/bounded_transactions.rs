@@ -560,6 +560,131 @@ fn a_collapse_or_zeroing_in_steps_that_fails_part_way_keeps_every_block_in_place
     }
 }
 
+/// An insert and a collapse whose move goes in pieces of leaves (2,100 one-block extents
+/// in leaves of 340, pieces of 3 leaves under a 24-block transaction limit) and fail
+/// part-way (a read that fails, at each of their reads in turn) leave, as the failure
+/// left the image (a crash: opened again) and as the unmount left it, a tree e2fsck finds
+/// clean and every block at its own offset or moved by the distance, the moved ones all
+/// those past a point (an insert moves from the end down) or before it (a collapse from
+/// the start up); the size grown from an insert's first piece on, a collapse's shrunk
+/// only in its last.
+#[test]
+fn a_move_in_pieces_that_fails_part_way_leaves_a_valid_tree() {
+    use e4_fs::device::Fault;
+
+    const EXTENTS: u64 = 2_100;
+    const BLOCK: u64 = 4096;
+    let image = one_mib_groups(32);
+    let bytes_of = |i: u64| (i as u32 + 1).to_le_bytes().repeat(BLOCK as usize / 4);
+    // Block 2i holds the bytes of i: one extent each.
+    let file = {
+        let fs = open(&image);
+        let file = fs.create(ROOT, b"sparse", FILE).unwrap();
+        for i in 0..EXTENTS {
+            fs.write_at(file, 2 * i * BLOCK, &bytes_of(i)).unwrap();
+        }
+        fs.unmount().unwrap();
+        file
+    };
+    let base = std::fs::read(&image.path).unwrap();
+    let size = 2 * (EXTENTS - 1) * BLOCK + BLOCK;
+    let options = OpenOptions {
+        transaction_limit: Some(24),
+        commit_thread: false,
+        ..OpenOptions::writable()
+    };
+    // Where each block after the first is (false: at its own offset, true: moved by
+    // `by`), and the size. The first, at block 0, stays.
+    let placed = |fs: &Filesystem, by: i64| {
+        let mut block = vec![0u8; BLOCK as usize];
+        fs.read_at(file, 0, &mut block).unwrap();
+        assert!(block == bytes_of(0), "block 0 moved");
+        let moved: Vec<bool> = (1..EXTENTS)
+            .map(|i| {
+                let own = 2 * i * BLOCK;
+                let at = |offset: u64, block: &mut Vec<u8>| {
+                    block.fill(0);
+                    fs.read_at(file, offset, block).unwrap();
+                    *block == bytes_of(i)
+                };
+                let there = own.checked_add_signed(by * BLOCK as i64).unwrap();
+                match (at(own, &mut block), at(there, &mut block)) {
+                    (true, false) => false,
+                    (false, true) => true,
+                    found => panic!("block {i}: (at its own offset, moved) {found:?}"),
+                }
+            })
+            .collect();
+        (moved, fs.metadata(file).unwrap().size)
+    };
+    let checked = image.path.with_extension("checked");
+    // Insert a block at block 1; collapse block 1 (a hole) away.
+    for (mode, by) in [
+        (FallocateMode::InsertRange, 1i64),
+        (FallocateMode::CollapseRange, -1),
+    ] {
+        let run = |fault| {
+            run_failing(
+                &base,
+                &options,
+                fault,
+                |fs| fs.fallocate(file, mode, BLOCK, BLOCK),
+                |_| (),
+            )
+        };
+        let clean = run(Fault::Never);
+        clean.outcome.unwrap();
+        let reads = clean.reads;
+        let ((moved, after_size), _) = reopened(clean.unmounted, &options, |fs| placed(fs, by));
+        assert!(moved.iter().all(|&m| m), "{mode:?}: not every block moved");
+        assert_eq!(
+            after_size,
+            size.checked_add_signed(by * BLOCK as i64).unwrap()
+        );
+        assert!(reads >= 7, "{mode:?}: the move read {reads} blocks");
+        let mut part_way = 0;
+        for fault in (0..reads).map(Fault::Read) {
+            let FailingRun {
+                outcome,
+                crashed,
+                unmounted,
+                ..
+            } = run(fault);
+            for (view, bytes) in [("crashed", crashed), ("unmounted", unmounted)] {
+                std::fs::write(&checked, &bytes).unwrap();
+                e2fsck_clean(&checked)
+                    .unwrap_or_else(|e| panic!("{mode:?} {fault:?}, {view}: {e}"));
+                let ((moved, found_size), _) = reopened(bytes, &options, |fs| placed(fs, by));
+                let what = format!("{mode:?} {fault:?} ({outcome:?}), {view}");
+                let first_moved = moved.iter().position(|&m| m).unwrap_or(moved.len());
+                let last_moved = moved.iter().rposition(|&m| m);
+                let some = last_moved.is_some();
+                let shape = format!(
+                    "{} of {} blocks moved, the first {first_moved}, the last {last_moved:?}",
+                    moved.iter().filter(|&&m| m).count(),
+                    moved.len()
+                );
+                match mode {
+                    FallocateMode::InsertRange => {
+                        assert!(moved[first_moved..].iter().all(|&m| m), "{what}: {shape}");
+                        assert_eq!(found_size, if some { after_size } else { size }, "{what}");
+                    }
+                    _ => {
+                        let end = last_moved.map_or(0, |l| l + 1);
+                        assert!(moved[..end].iter().all(|&m| m), "{what}: {shape}");
+                        let done = moved.iter().all(|&m| m);
+                        assert_eq!(found_size, if done { after_size } else { size }, "{what}");
+                    }
+                }
+                if some && moved.iter().any(|&m| !m) {
+                    part_way += 1;
+                }
+            }
+        }
+        assert!(part_way > 0, "{mode:?}: no fault fell between two pieces");
+    }
+}
+
 /// A device that stops the first flush after [`PausingDevice::arm`] until the test lets
 /// it go: a commit between two steps of an operation, with no lock held that another
 /// operation needs (the gate is open while a commit writes).
