@@ -226,6 +226,28 @@ fn write_wide_file(fs: &Filesystem, mib: u64) -> u32 {
     file
 }
 
+/// A 32 MiB [`one_mib_groups`] image holding what `write` makes (it returns the inode the
+/// test works on), unmounted: the image, that inode and the image's bytes.
+fn one_mib_groups_with(write: impl FnOnce(&Filesystem) -> u32) -> (Image, u32, Vec<u8>) {
+    let image = one_mib_groups(32);
+    let fs = open(&image);
+    let ino = write(&fs);
+    fs.unmount().unwrap();
+    let bytes = std::fs::read(&image.path).unwrap();
+    (image, ino, bytes)
+}
+
+/// Transactions of at most 24 blocks (steps of 3 groups on [`one_mib_groups`]), committed
+/// on the operations' thread where their sizes put them (no commit thread): the steps a
+/// failure or a pause finds committed do not depend on a thread's timing.
+fn in_steps() -> OpenOptions {
+    OpenOptions {
+        transaction_limit: Some(24),
+        commit_thread: false,
+        ..OpenOptions::writable()
+    }
+}
+
 /// What [`run_failing`] saw.
 struct FailingRun<R, A> {
     /// What the operation returned.
@@ -293,6 +315,49 @@ fn reopened<T>(
     let seen = inspect(&fs);
     fs.unmount().unwrap();
     (seen, device.bytes())
+}
+
+/// One image a failing run left, once e2fsck found it clean: see [`each_failing_view`].
+struct FailedView<'a, R> {
+    /// What failed, what the operation returned and which image this is, for messages.
+    what: String,
+    outcome: &'a R,
+    /// The image's bytes.
+    bytes: Vec<u8>,
+}
+
+/// Runs `op` on a copy of `base` with each of its `reads` reads failing in turn, and
+/// hands `check` the image as the failure left it (a crash) and as the unmount left it,
+/// each once e2fsck finds it clean.
+/// (`checked` is where e2fsck reads them.)
+fn each_failing_view<R: std::fmt::Debug>(
+    checked: &std::path::Path,
+    base: &[u8],
+    options: &OpenOptions,
+    reads: u64,
+    op: impl Fn(&Filesystem) -> R,
+    mut check: impl FnMut(FailedView<'_, R>),
+) {
+    use e4_fs::device::Fault;
+
+    for fault in (0..reads).map(Fault::Read) {
+        let FailingRun {
+            outcome,
+            crashed,
+            unmounted,
+            ..
+        } = run_failing(base, options, fault, &op, |_| ());
+        for (view, bytes) in [("crashed", crashed), ("unmounted", unmounted)] {
+            std::fs::write(checked, &bytes).unwrap();
+            let what = format!("{fault:?} ({outcome:?}), {view}");
+            e2fsck_clean(checked).unwrap_or_else(|e| panic!("{what}: {e}"));
+            check(FailedView {
+                what,
+                outcome: &outcome,
+                bytes,
+            });
+        }
+    }
 }
 
 /// A delete in steps that fails part-way (a read that fails, at each of its reads in
@@ -364,21 +429,8 @@ fn a_delete_in_steps_that_fails_part_way_loses_nothing() {
 fn a_truncate_in_steps_that_fails_part_way_is_all_or_nothing() {
     use e4_fs::device::Fault;
 
-    let image = one_mib_groups(32);
-    let file = {
-        let fs = open(&image);
-        let file = write_wide_file(&fs, 12);
-        fs.unmount().unwrap();
-        file
-    };
-    let base = std::fs::read(&image.path).unwrap();
-    // Commits where the transactions' sizes put them (no commit thread), so the steps a
-    // failure finds committed do not depend on a thread's timing.
-    let options = OpenOptions {
-        transaction_limit: Some(24),
-        commit_thread: false,
-        ..OpenOptions::writable()
-    };
+    let (image, file, base) = one_mib_groups_with(|fs| write_wide_file(fs, 12));
+    let options = in_steps();
     let reopen = |bytes: Vec<u8>| {
         reopened(bytes, &options, |fs| {
             let stat = fs.metadata(file).unwrap();
@@ -438,8 +490,8 @@ fn a_truncate_in_steps_that_fails_part_way_is_all_or_nothing() {
 /// their reads in turn) leave what the kernel's restarted handles leave: the steps before
 /// the failure done, the one it hit undone. A collapse punches its range a step at a
 /// time and moves the rest down only after them (this file's tree is one leaf: in one
-/// step), and a zeroing frees and allocates its range a step at a time, so the file, as the failure left it (a crash: opened
-/// again) and as the unmount left it, is either the whole operation's result or the file
+/// step), and a zeroing frees and allocates its range a step at a time, so the file, as
+/// the failure left it (a crash: opened again) and as the unmount left it, is either the whole operation's result or the file
 /// as before with some of the range's blocks read as zeros: every other block holds its
 /// own bytes at its own offset (a move part-done, or a step's undo that lost a block,
 /// would show a block elsewhere or zeroed outside the range), the size is unchanged,
@@ -452,25 +504,17 @@ fn a_collapse_or_zeroing_in_steps_that_fails_part_way_keeps_every_block_in_place
     const BLOCK: usize = 4096;
     // Range: MiB 2 to 8 of 12, over 6 groups: two steps of 3 groups at least.
     let (offset, len) = (2 * MIB, 6 * MIB);
-    let image = one_mib_groups(32);
     // Each MiB of the file holds its own byte (1, 2, ...), so a block's bytes say where
     // it came from.
-    let file = {
-        let fs = open(&image);
+    let (image, file, base) = one_mib_groups_with(|fs| {
         let file = fs.create(ROOT, b"wide", FILE).unwrap();
         for chunk in 0..CHUNKS {
             fs.write_at(file, chunk * MIB, &vec![chunk as u8 + 1; MIB as usize])
                 .unwrap();
         }
-        fs.unmount().unwrap();
         file
-    };
-    let base = std::fs::read(&image.path).unwrap();
-    let options = OpenOptions {
-        transaction_limit: Some(24),
-        commit_thread: false,
-        ..OpenOptions::writable()
-    };
+    });
+    let options = in_steps();
     let contents = |bytes: Vec<u8>| {
         reopened(bytes, &options, |fs| {
             fs.read_file(file, CHUNKS * MIB).unwrap()
@@ -509,50 +553,33 @@ fn a_collapse_or_zeroing_in_steps_that_fails_part_way_keeps_every_block_in_place
         let reads = clean.reads;
         assert!(reads >= 3, "{mode:?}: the steps read {reads} blocks");
         let mut part_way = 0;
-        for fault in (0..reads).map(Fault::Read) {
-            let FailingRun {
-                outcome,
-                crashed,
-                unmounted,
-                ..
-            } = run(fault);
-            for (view, bytes) in [("crashed", crashed), ("unmounted", unmounted)] {
-                std::fs::write(&checked, &bytes).unwrap();
-                e2fsck_clean(&checked)
-                    .unwrap_or_else(|e| panic!("{mode:?} {fault:?}, {view}: {e}"));
-                let (found, _) = contents(bytes);
-                if found == after {
-                    continue;
-                }
-                assert!(
-                    outcome.is_err(),
-                    "{mode:?} {fault:?}: done, yet the file is not its result ({view})"
-                );
-                assert_eq!(
-                    found.len(),
-                    before.len(),
-                    "{mode:?} {fault:?} ({outcome:?}), {view}: the size"
-                );
-                for (n, (found, old)) in found.chunks(BLOCK).zip(before.chunks(BLOCK)).enumerate() {
-                    let zeroed = in_range((n * BLOCK) as u64) && found.iter().all(|&b| b == 0);
-                    assert!(
-                        found == old || zeroed,
-                        "{mode:?} {fault:?} ({outcome:?}), {view}: block {n} holds {:?}, \
-                         not its own {:?}{}",
-                        found[0],
-                        old[0],
-                        if in_range((n * BLOCK) as u64) {
-                            " nor zeros"
-                        } else {
-                            ""
-                        }
-                    );
-                }
-                if found != before {
-                    part_way += 1;
-                }
+        let op = |fs: &Filesystem| fs.fallocate(file, mode, offset, len);
+        each_failing_view(&checked, &base, &options, reads, op, |failed| {
+            let what = format!("{mode:?} {}", failed.what);
+            let (found, _) = contents(failed.bytes);
+            if found == after {
+                return;
             }
-        }
+            assert!(
+                failed.outcome.is_err(),
+                "{what}: done, yet the file is not its result"
+            );
+            assert_eq!(found.len(), before.len(), "{what}: the size");
+            for (n, (found, old)) in found.chunks(BLOCK).zip(before.chunks(BLOCK)).enumerate() {
+                let in_range = in_range((n * BLOCK) as u64);
+                let zeroed = in_range && found.iter().all(|&b| b == 0);
+                assert!(
+                    found == old || zeroed,
+                    "{what}: block {n} holds {:?}, not its own {:?}{}",
+                    found[0],
+                    old[0],
+                    if in_range { " nor zeros" } else { "" }
+                );
+            }
+            if found != before {
+                part_way += 1;
+            }
+        });
         assert!(
             part_way > 0,
             "{mode:?}: no fault fell after a step that changed the file and before the last"
@@ -574,25 +601,17 @@ fn a_move_in_pieces_that_fails_part_way_leaves_a_valid_tree() {
 
     const EXTENTS: u64 = 2_100;
     const BLOCK: u64 = 4096;
-    let image = one_mib_groups(32);
     let bytes_of = |i: u64| (i as u32 + 1).to_le_bytes().repeat(BLOCK as usize / 4);
     // Block 2i holds the bytes of i: one extent each.
-    let file = {
-        let fs = open(&image);
+    let (image, file, base) = one_mib_groups_with(|fs| {
         let file = fs.create(ROOT, b"sparse", FILE).unwrap();
         for i in 0..EXTENTS {
             fs.write_at(file, 2 * i * BLOCK, &bytes_of(i)).unwrap();
         }
-        fs.unmount().unwrap();
         file
-    };
-    let base = std::fs::read(&image.path).unwrap();
+    });
     let size = 2 * (EXTENTS - 1) * BLOCK + BLOCK;
-    let options = OpenOptions {
-        transaction_limit: Some(24),
-        commit_thread: false,
-        ..OpenOptions::writable()
-    };
+    let options = in_steps();
     // Where each block after the first is (false: at its own offset, true: moved by
     // `by`), and the size. The first, at block 0, stays.
     let placed = |fs: &Filesystem, by: i64| {
@@ -643,44 +662,34 @@ fn a_move_in_pieces_that_fails_part_way_leaves_a_valid_tree() {
         );
         assert!(reads >= 7, "{mode:?}: the move read {reads} blocks");
         let mut part_way = 0;
-        for fault in (0..reads).map(Fault::Read) {
-            let FailingRun {
-                outcome,
-                crashed,
-                unmounted,
-                ..
-            } = run(fault);
-            for (view, bytes) in [("crashed", crashed), ("unmounted", unmounted)] {
-                std::fs::write(&checked, &bytes).unwrap();
-                e2fsck_clean(&checked)
-                    .unwrap_or_else(|e| panic!("{mode:?} {fault:?}, {view}: {e}"));
-                let ((moved, found_size), _) = reopened(bytes, &options, |fs| placed(fs, by));
-                let what = format!("{mode:?} {fault:?} ({outcome:?}), {view}");
-                let first_moved = moved.iter().position(|&m| m).unwrap_or(moved.len());
-                let last_moved = moved.iter().rposition(|&m| m);
-                let some = last_moved.is_some();
-                let shape = format!(
-                    "{} of {} blocks moved, the first {first_moved}, the last {last_moved:?}",
-                    moved.iter().filter(|&&m| m).count(),
-                    moved.len()
-                );
-                match mode {
-                    FallocateMode::InsertRange => {
-                        assert!(moved[first_moved..].iter().all(|&m| m), "{what}: {shape}");
-                        assert_eq!(found_size, if some { after_size } else { size }, "{what}");
-                    }
-                    _ => {
-                        let end = last_moved.map_or(0, |l| l + 1);
-                        assert!(moved[..end].iter().all(|&m| m), "{what}: {shape}");
-                        let done = moved.iter().all(|&m| m);
-                        assert_eq!(found_size, if done { after_size } else { size }, "{what}");
-                    }
+        let op = |fs: &Filesystem| fs.fallocate(file, mode, BLOCK, BLOCK);
+        each_failing_view(&checked, &base, &options, reads, op, |failed| {
+            let ((moved, found_size), _) = reopened(failed.bytes, &options, |fs| placed(fs, by));
+            let what = format!("{mode:?} {}", failed.what);
+            let first_moved = moved.iter().position(|&m| m).unwrap_or(moved.len());
+            let last_moved = moved.iter().rposition(|&m| m);
+            let some = last_moved.is_some();
+            let shape = format!(
+                "{} of {} blocks moved, the first {first_moved}, the last {last_moved:?}",
+                moved.iter().filter(|&&m| m).count(),
+                moved.len()
+            );
+            match mode {
+                FallocateMode::InsertRange => {
+                    assert!(moved[first_moved..].iter().all(|&m| m), "{what}: {shape}");
+                    assert_eq!(found_size, if some { after_size } else { size }, "{what}");
                 }
-                if some && moved.iter().any(|&m| !m) {
-                    part_way += 1;
+                _ => {
+                    let end = last_moved.map_or(0, |l| l + 1);
+                    assert!(moved[..end].iter().all(|&m| m), "{what}: {shape}");
+                    let done = moved.iter().all(|&m| m);
+                    assert_eq!(found_size, if done { after_size } else { size }, "{what}");
                 }
             }
-        }
+            if some && moved.iter().any(|&m| !m) {
+                part_way += 1;
+            }
+        });
         assert!(part_way > 0, "{mode:?}: no fault fell between two pieces");
     }
 }
@@ -752,11 +761,7 @@ fn truncate_paused_between_steps<R: Send>(
     });
     // Commits on the operations' thread, where the transactions' sizes put them: some
     // fall between the truncate's steps.
-    let options = OpenOptions {
-        transaction_limit: Some(24),
-        commit_thread: false,
-        ..OpenOptions::writable()
-    };
+    let options = in_steps();
     let fs = Filesystem::open_device(device.clone() as Arc<dyn Device>, options).unwrap();
     let free_before = fs.statfs().free_blocks;
     let file = write_wide_file(&fs, 16);
