@@ -411,6 +411,88 @@ fn concurrent_work_through_four_workers_leaves_a_clean_image() {
     m.finish();
 }
 
+/// How long the lookup/forget race runs: 2 s by default, `E4_FORGET_RACE_SECS` for longer.
+fn forget_race_duration() -> Duration {
+    let secs = std::env::var("E4_FORGET_RACE_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2.0);
+    Duration::from_secs_f64(secs)
+}
+
+/// The kernel sends FORGET when it evicts an inode, which the other tests leave to memory
+/// pressure; here `drop_caches` evicts every unused dentry and inode in a loop while
+/// three threads look the same names up again (each file has a name in two directories,
+/// so two lookups of one inode race too). A LOOKUP then meets the FORGET of the same inode
+/// on another worker, and the mount's lookup counts and the engine's open count must stay
+/// in step: no name may go missing, and once every file is unlinked and the kernel has
+/// forgotten them, every inode must be free again (a count lost in the race keeps its
+/// inode open in the engine, and so allocated, until unmount).
+#[test]
+fn lookups_racing_the_kernels_forgets_keep_every_inode_counted() {
+    const FILES: usize = 256;
+    let what = "lookups racing forgets";
+    if fs::write("/proc/sys/vm/drop_caches", "2").is_err() {
+        fuse_skipped(what, "cannot write /proc/sys/vm/drop_caches (needs root)");
+        return;
+    }
+    let Some(m) = TestMount::new(what, 32, "threads=4") else {
+        return;
+    };
+    let root = m.path().to_path_buf();
+    let before = free_inodes(&root);
+    let (a, b) = (root.join("a"), root.join("b"));
+    fs::create_dir(&a).unwrap();
+    fs::create_dir(&b).unwrap();
+    for i in 0..FILES {
+        fs::write(a.join(i.to_string()), i.to_string()).unwrap();
+        fs::hard_link(a.join(i.to_string()), b.join(i.to_string())).unwrap();
+    }
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let running = || !stop.load(std::sync::atomic::Ordering::Relaxed);
+    let (lookups, drops) = std::thread::scope(|s| {
+        let dropper = s.spawn(|| {
+            let mut drops = 0u64;
+            while running() {
+                fs::write("/proc/sys/vm/drop_caches", "2").unwrap();
+                drops += 1;
+            }
+            drops
+        });
+        let lookers: Vec<_> = (0..3usize)
+            .map(|t| {
+                let (a, b) = (&a, &b);
+                s.spawn(move || {
+                    let mut lookups = 0u64;
+                    let mut i = t * 17;
+                    while running() {
+                        i = (i + 7) % FILES;
+                        let dir = if (i + t) % 2 == 0 { a } else { b };
+                        let meta = fs::metadata(dir.join(i.to_string()))
+                            .unwrap_or_else(|e| panic!("stat {}/{i}: {e}", dir.display()));
+                        assert_eq!((meta.nlink(), meta.len()), (2, i.to_string().len() as u64));
+                        lookups += 1;
+                    }
+                    lookups
+                })
+            })
+            .collect();
+        std::thread::sleep(forget_race_duration());
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let lookups: u64 = lookers.into_iter().map(|t| t.join().unwrap()).sum();
+        (lookups, dropper.join().unwrap())
+    });
+    eprintln!("{what}: {lookups} stats, {drops} cache drops");
+    fs::remove_dir_all(&a).unwrap();
+    fs::remove_dir_all(&b).unwrap();
+    assert!(
+        eventually(|| free_inodes(&root) == before),
+        "inodes still allocated after every file was unlinked and forgotten: {} free, {before} before",
+        free_inodes(&root)
+    );
+    m.finish();
+}
+
 #[test]
 fn missing_entries_and_bad_renames_answer_errnos_not_panics() {
     let Some(m) = TestMount::new("errors", 16, "") else {
