@@ -31,6 +31,7 @@ use crate::attrs::{
 use crate::dir_listing::{self, Listed};
 use crate::error_policy::OnError;
 use crate::file_flags;
+use crate::kill_privileges::{caller_lacks_fsetid, kill_privileges};
 use crate::lookup_counts::LookupCounts;
 use crate::seek::{seek, Seek, SeekError};
 
@@ -51,12 +52,15 @@ const MAX_READAHEAD: u32 = 1 << 20;
 /// What the kernel is asked to do, where it offers it: look up and create in one
 /// directory in parallel (else it serialises them per directory), pass O_TRUNC to open
 /// (one request instead of SETATTR then OPEN), list with attributes (READDIRPLUS, the
-/// kernel choosing when), and cache symlink targets.
+/// kernel choosing when), cache symlink targets, and leave set-user-ID and set-group-ID
+/// to the mount (which saves a GETXATTR before every write and fallocate;
+/// `kill_privileges.rs`).
 const WANTED: InitFlags = InitFlags::FUSE_PARALLEL_DIROPS
     .union(InitFlags::FUSE_ATOMIC_O_TRUNC)
     .union(InitFlags::FUSE_DO_READDIRPLUS)
     .union(InitFlags::FUSE_READDIRPLUS_AUTO)
-    .union(InitFlags::FUSE_CACHE_SYMLINKS);
+    .union(InitFlags::FUSE_CACHE_SYMLINKS)
+    .union(InitFlags::FUSE_HANDLE_KILLPRIV_V2);
 
 /// Where [`Mounted::wait`](crate::Mounted) finds the result of writing the image back.
 pub(crate) type Outcome = Arc<Mutex<Option<e4_fs::Result<()>>>>;
@@ -73,6 +77,9 @@ pub(crate) struct E4Fuse {
     /// The kernel granted DONT_MASK: a create's mode comes without the umask taken off,
     /// and the umask beside it, for the engine to apply (`Creator::umask`).
     umask_is_ours: bool,
+    /// The kernel left clearing set-user-ID and set-group-ID on write, truncate and
+    /// fallocate to the mount (FUSE_HANDLE_KILLPRIV_V2).
+    kills_privileges: bool,
     block_size: u32,
     outcome: Outcome,
     on_error: OnError,
@@ -117,6 +124,7 @@ impl E4Fuse {
             fakeroot,
             posix_acl,
             umask_is_ours: false,
+            kills_privileges: false,
             outcome,
         }
     }
@@ -238,7 +246,9 @@ impl E4Fuse {
         Ok(done as u32)
     }
 
-    fn open_file(&self, ino: u32, flags: OpenFlags) -> Result<(), Errno> {
+    /// Opens inode `ino` for the kernel; with O_TRUNC, `caller` (a uid) decides whether
+    /// set-user-ID and set-group-ID go as on a truncate.
+    fn open_file(&self, ino: u32, flags: OpenFlags, caller: u32) -> Result<(), Errno> {
         let fs = self.fs();
         let intent = OpenIntent {
             write: flags.0 & libc::O_ACCMODE != libc::O_RDONLY,
@@ -249,16 +259,27 @@ impl E4Fuse {
         fs.open_inode(ino).or_errno(&self.on_error)?;
         if flags.0 & libc::O_TRUNC != 0 && flags.0 & libc::O_ACCMODE != libc::O_RDONLY {
             let size = Some(0);
-            if let Err(e) = fs.setattr(
-                ino,
-                &SetAttributes {
-                    size,
-                    ..Default::default()
-                },
-            ) {
+            if let Err(e) = self.kill_privileges_of(ino, caller).and_then(|()| {
+                fs.setattr(
+                    ino,
+                    &SetAttributes {
+                        size,
+                        ..Default::default()
+                    },
+                )
+            }) {
                 let _ = fs.release_inode(ino);
                 return Err(self.on_error.errno(&e));
             }
+        }
+        Ok(())
+    }
+
+    /// Clears inode `ino`'s set-user-ID and set-group-ID before a truncate or fallocate
+    /// by `caller` (a uid), where the kernel left that to the mount.
+    fn kill_privileges_of(&self, ino: u32, caller: u32) -> e4_fs::Result<()> {
+        if self.kills_privileges && caller_lacks_fsetid(caller) {
+            kill_privileges(self.fs(), ino)?;
         }
         Ok(())
     }
@@ -379,6 +400,7 @@ impl fuser::Filesystem for E4Fuse {
         // the kernel's limit.
         let _ = config.add_capabilities(offered);
         self.umask_is_ours = offered.contains(InitFlags::FUSE_DONT_MASK);
+        self.kills_privileges = offered.contains(InitFlags::FUSE_HANDLE_KILLPRIV_V2);
         let _ = config.set_max_write(MAX_WRITE);
         if let Err(most) = config.set_max_readahead(MAX_READAHEAD) {
             let _ = config.set_max_readahead(most);
@@ -431,7 +453,7 @@ impl fuser::Filesystem for E4Fuse {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -462,7 +484,14 @@ impl fuser::Filesystem for E4Fuse {
             atime: atime.map(time_of),
             mtime: mtime.map(time_of),
         };
-        match self.fs().setattr(ext4_ino(ino), &attrs) {
+        let ino = ext4_ino(ino);
+        // A truncate takes the privileges away first, as ext4's `do_truncate`; a new mode
+        // given with it is the caller's (the kernel sends it only without the capability).
+        let killed = match (size, mode) {
+            (Some(_), None) => self.kill_privileges_of(ino, req.uid()),
+            _ => Ok(()),
+        };
+        match killed.and_then(|()| self.fs().setattr(ino, &attrs)) {
             Ok(m) => reply.attr(&TTL, &self.attr(&m)),
             Err(e) => reply.error(self.on_error.errno(&e)),
         }
@@ -631,13 +660,13 @@ impl fuser::Filesystem for E4Fuse {
         self.reply_entry(reply, made);
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         if flags.0 & libc::O_ACCMODE != libc::O_RDONLY {
             if let Err(e) = self.on_error.may_change() {
                 return reply.error(e);
             }
         }
-        match self.open_file(ext4_ino(ino), flags) {
+        match self.open_file(ext4_ino(ino), flags, req.uid()) {
             // Every change goes through this mount, so cached pages stay good across opens.
             Ok(()) => reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE),
             Err(e) => reply.error(e),
@@ -670,7 +699,7 @@ impl fuser::Filesystem for E4Fuse {
         _fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
@@ -678,7 +707,13 @@ impl fuser::Filesystem for E4Fuse {
         if let Err(e) = self.on_error.may_change() {
             return reply.error(e);
         }
-        match self.write_file(ext4_ino(ino), offset, data) {
+        let ino = ext4_ino(ino);
+        if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
+            if let Err(e) = kill_privileges(self.fs(), ino) {
+                return reply.error(self.on_error.errno(&e));
+            }
+        }
+        match self.write_file(ino, offset, data) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(e),
         }
@@ -986,7 +1021,7 @@ impl fuser::Filesystem for E4Fuse {
 
     fn fallocate(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -998,6 +1033,10 @@ impl fuser::Filesystem for E4Fuse {
             return reply.error(e);
         }
         let (node, fs, ino) = (ino, self.fs(), ext4_ino(ino));
+        // ext4's fallocate clears them first (`file_modified`).
+        if let Err(e) = self.kill_privileges_of(ino, req.uid()) {
+            return reply.error(self.on_error.errno(&e));
+        }
         let result = match fallocation(mode) {
             Some(Fallocation::Engine(mode)) => fs
                 .fallocate(ino, mode, offset, length)

@@ -772,6 +772,62 @@ fn with_acl_the_kernel_checks_permissions_through_the_acls() {
     m.finish();
 }
 
+/// Set-user-ID and set-group-ID go when a user without CAP_FSETID writes, truncates
+/// (also by O_TRUNC) or fallocates a file, as on the kernel's ext4; set-group-ID without
+/// group execute stays, and root keeps both. The mount clears them itself: it asks the
+/// kernel for FUSE_HANDLE_KILLPRIV_V2, which spares a GETXATTR before every write.
+#[test]
+fn writes_by_a_user_clear_set_user_id_and_set_group_id_as_on_ext4() {
+    let Some(m) = TestMount::new("privileges cleared on write", 16, "allow_other") else {
+        return;
+    };
+    let as_user_1000 = |shell: &str| {
+        std::process::Command::new("timeout")
+            .args(["10", "setpriv", "--reuid=1000", "--regid=1000", "--clear-groups"])
+            .args(["sh", "-c", shell])
+            .current_dir(m.path())
+            .output()
+            .unwrap()
+    };
+    if !as_user_1000("true").status.success() {
+        eprintln!("privileges cleared on write: skipped, setpriv cannot run as user 1000 here");
+        return;
+    }
+    // (name, mode before, what user 1000 does, mode after): what ext4 leaves.
+    let cases = [
+        ("appended", 0o6775, "printf x >> appended", 0o775),
+        ("no-group-execute", 0o6745, "printf x >> no-group-execute", 0o2745),
+        ("written", 0o4755, "printf x 1<> written", 0o755),
+        ("truncated", 0o6775, "truncate -s 1 truncated", 0o775),
+        ("opened-with-o-trunc", 0o6775, ": > opened-with-o-trunc", 0o775),
+        ("fallocated", 0o6775, "fallocate -l 8192 fallocated", 0o775),
+        ("read", 0o6775, "cat read", 0o6775),
+    ];
+    for (name, before, _, _) in cases {
+        let path = m.path().join(name);
+        fs::write(&path, b"data").unwrap();
+        std::os::unix::fs::chown(&path, Some(1000), Some(1000)).unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(before)).unwrap();
+    }
+    let by_root = m.path().join("by-root");
+    fs::write(&by_root, b"data").unwrap();
+    fs::set_permissions(&by_root, fs::Permissions::from_mode(0o6775)).unwrap();
+    for (name, _, shell, after) in cases {
+        let out = as_user_1000(shell);
+        assert!(out.status.success(), "{shell}: {out:?}");
+        let mode = fs::metadata(m.path().join(name)).unwrap().mode() & 0o7777;
+        assert_eq!(mode, after, "{shell}: mode {mode:o}, ext4 leaves {after:o}");
+    }
+    OpenOptions::new()
+        .append(true)
+        .open(&by_root)
+        .unwrap()
+        .write_all(b"x")
+        .unwrap();
+    assert_eq!(fs::metadata(&by_root).unwrap().mode() & 0o7777, 0o6775);
+    m.finish();
+}
+
 /// Runs `program ARGS` in `dir` with at most 60 s (a stuck mount must not hang the test);
 /// it must succeed. Returns its standard output.
 fn run_in(dir: &Path, program: &str, args: &[&str]) -> String {
