@@ -783,7 +783,13 @@ fn writes_by_a_user_clear_set_user_id_and_set_group_id_as_on_ext4() {
     };
     let as_user_1000 = |shell: &str| {
         std::process::Command::new("timeout")
-            .args(["10", "setpriv", "--reuid=1000", "--regid=1000", "--clear-groups"])
+            .args([
+                "10",
+                "setpriv",
+                "--reuid=1000",
+                "--regid=1000",
+                "--clear-groups",
+            ])
             .args(["sh", "-c", shell])
             .current_dir(m.path())
             .output()
@@ -796,10 +802,20 @@ fn writes_by_a_user_clear_set_user_id_and_set_group_id_as_on_ext4() {
     // (name, mode before, what user 1000 does, mode after): what ext4 leaves.
     let cases = [
         ("appended", 0o6775, "printf x >> appended", 0o775),
-        ("no-group-execute", 0o6745, "printf x >> no-group-execute", 0o2745),
+        (
+            "no-group-execute",
+            0o6745,
+            "printf x >> no-group-execute",
+            0o2745,
+        ),
         ("written", 0o4755, "printf x 1<> written", 0o755),
         ("truncated", 0o6775, "truncate -s 1 truncated", 0o775),
-        ("opened-with-o-trunc", 0o6775, ": > opened-with-o-trunc", 0o775),
+        (
+            "opened-with-o-trunc",
+            0o6775,
+            ": > opened-with-o-trunc",
+            0o775,
+        ),
         ("fallocated", 0o6775, "fallocate -l 8192 fallocated", 0o775),
         ("read", 0o6775, "cat read", 0o6775),
     ];
