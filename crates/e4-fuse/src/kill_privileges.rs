@@ -1,5 +1,5 @@
 //! Set-user-ID and set-group-ID taken away by the mount itself when a file is written,
-//! truncated or fallocated (FUSE_HANDLE_KILLPRIV_V2).
+//! truncated, fallocated or chowned (FUSE_HANDLE_KILLPRIV_V2).
 //!
 //! Without that capability the kernel's FUSE checks before every write and fallocate
 //! whether the file holds `security.capability` (`file_remove_privs`, which never caches
@@ -15,7 +15,7 @@
 //! `security.capability` is still removed by the kernel itself (it asks whenever S_NOSEC
 //! is not set, which a `security.*` change clears).
 
-use e4_fs::{Filesystem, Result, SetAttributes};
+use e4_fs::{FileType, Filesystem, Result, SetAttributes};
 
 /// `S_ISUID`, `S_ISGID` and `S_IXGRP`.
 const SET_USER_ID: u16 = 0o4000;
@@ -36,8 +36,13 @@ fn without_privileges(permissions: u16) -> u16 {
 /// Clears inode `ino`'s set-user-ID and set-group-ID bits as the kernel's ext4 does before
 /// a write, truncate or fallocate by a caller without CAP_FSETID; a change of mode, so an
 /// immutable or append-only file refuses it (EPERM), as ext4's `notify_change` does.
+/// A directory keeps both (a chown's rule; nothing writes or truncates one).
 pub(crate) fn kill_privileges(fs: &Filesystem, ino: u32) -> Result<()> {
-    let permissions = fs.metadata(ino)?.permissions;
+    let metadata = fs.metadata(ino)?;
+    if metadata.file_type == FileType::Directory {
+        return Ok(());
+    }
+    let permissions = metadata.permissions;
     let kept = without_privileges(permissions);
     if kept != permissions {
         fs.setattr(

@@ -461,7 +461,7 @@ impl fuser::Filesystem for E4Fuse {
         size: Option<u64>,
         atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
-        _ctime: Option<SystemTime>,
+        ctime: Option<SystemTime>,
         _fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
         _chgtime: Option<SystemTime>,
@@ -489,6 +489,17 @@ impl fuser::Filesystem for E4Fuse {
         // given with it is the caller's (the kernel sends it only without the capability).
         let killed = match (size, mode) {
             (Some(_), None) => self.kill_privileges_of(ino, req.uid()),
+            // A SETATTR that changes nothing is what is left of the kernel's own request
+            // to drop them, once it has taken out the mode it leaves to the mount under
+            // HANDLE_KILLPRIV_V2: a chown naming no owner (`chown(f, -1, -1)`, which
+            // clears them on ext4 whoever calls, `chown_common`), or `file_remove_privs`.
+            // A chown naming an owner is the engine's to handle.
+            (None, None)
+                if self.kills_privileges
+                    && (uid, gid, atime, mtime, ctime) == (None, None, None, None, None) =>
+            {
+                kill_privileges(self.fs(), ino)
+            }
             _ => Ok(()),
         };
         match killed.and_then(|()| self.fs().setattr(ino, &attrs)) {

@@ -842,6 +842,18 @@ fn writes_by_a_user_clear_set_user_id_and_set_group_id_as_on_ext4() {
     drop(file);
     File::create(&by_root).unwrap();
     assert_eq!(fs::metadata(&by_root).unwrap().mode() & 0o7777, 0o6775);
+    // But a chown naming no owner clears them, even root's, and leaves a directory's.
+    let dir = m.path().join("dir");
+    fs::create_dir(&dir).unwrap();
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o6775)).unwrap();
+    for (path, after) in [(&by_root, 0o775), (&dir, 0o6775)] {
+        std::os::unix::fs::chown(path, None, None).unwrap();
+        assert_eq!(
+            fs::metadata(path).unwrap().mode() & 0o7777,
+            after,
+            "{path:?}"
+        );
+    }
     m.finish();
 }
 
