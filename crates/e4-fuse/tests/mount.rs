@@ -834,6 +834,25 @@ fn writes_by_a_user_clear_set_user_id_and_set_group_id_as_on_ext4() {
         let mode = fs::metadata(m.path().join(name)).unwrap().mode() & 0o7777;
         assert_eq!(mode, after, "{shell}: mode {mode:o}, ext4 leaves {after:o}");
     }
+    // An append-only file refuses the change of mode, and so the write (ext4's
+    // `notify_change`): nothing written, the bits kept.
+    let protected = m.path().join("protected");
+    fs::write(&protected, b"data").unwrap();
+    std::os::unix::fs::chown(&protected, Some(1000), Some(1000)).unwrap();
+    fs::set_permissions(&protected, fs::Permissions::from_mode(0o4777)).unwrap();
+    let chattr = std::process::Command::new("chattr")
+        .arg("+a")
+        .arg(&protected)
+        .status();
+    if chattr.is_ok_and(|s| s.success()) {
+        let out = as_user_1000("printf x >> protected");
+        assert!(
+            !out.status.success(),
+            "a write to an append-only 4777 file: {out:?}"
+        );
+        let meta = fs::metadata(&protected).unwrap();
+        assert_eq!((meta.mode() & 0o7777, meta.len()), (0o4777, 4));
+    }
     // Root holds CAP_FSETID: its append, truncate, O_TRUNC and fallocate keep both.
     let mut file = OpenOptions::new().append(true).open(&by_root).unwrap();
     file.write_all(b"x").unwrap();
