@@ -7,13 +7,13 @@
 //! fallocate (docs/BENCHMARKS.md, "Requests and instructions per operation through e4's
 //! mount"). With it the kernel marks the superblock SB_NOSEC, so an inode found without
 //! privileges is not asked about again until its mode or a `security.*` attribute
-//! changes, and leaves clearing the bits to the server: it flags a write whose caller
-//! lacks CAP_FSETID (`FUSE_WRITE_KILL_SUIDGID`); for truncate and O_TRUNC it sends
-//! `FATTR_KILL_SUIDGID` and `FUSE_OPEN_KILL_SUIDGID`, which fuser 0.18 does not pass on,
-//! so there (and for fallocate, where the kernel's ext4 clears them too, through
-//! `file_modified`) the mount takes a caller other than root for one without CAP_FSETID.
-//! `security.capability` is still removed by the kernel itself (it asks whenever S_NOSEC
-//! is not set, which a `security.*` change clears).
+//! changes, and leaves clearing the bits to the server. Where the kernel would have
+//! cleared them before a write or fallocate, or for a chown naming no owner, it now sends
+//! an empty SETATTR; a write also carries `FUSE_WRITE_KILL_SUIDGID`. For truncate and
+//! O_TRUNC it sends `FATTR_KILL_SUIDGID` and `FUSE_OPEN_KILL_SUIDGID`, which fuser 0.18
+//! does not pass on, so there the mount takes a caller other than root for one without
+//! CAP_FSETID. `security.capability` is still removed by the kernel itself (it asks
+//! whenever S_NOSEC is not set, which a `security.*` change clears).
 
 use e4_fs::{FileType, Filesystem, Result, SetAttributes};
 
@@ -56,8 +56,8 @@ pub(crate) fn kill_privileges(fs: &Filesystem, ino: u32) -> Result<()> {
     Ok(())
 }
 
-/// Whether the caller of a truncate, O_TRUNC open or fallocate is taken to lack
-/// CAP_FSETID: fuser 0.18 drops the kernel's own flag for these, so anyone but root.
+/// Whether the caller of a truncate or O_TRUNC open is taken to lack CAP_FSETID: fuser
+/// 0.18 drops the kernel's own flag for these, so anyone but root.
 pub(crate) fn caller_lacks_fsetid(uid: u32) -> bool {
     uid != 0
 }

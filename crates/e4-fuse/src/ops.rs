@@ -275,7 +275,7 @@ impl E4Fuse {
         Ok(())
     }
 
-    /// Clears inode `ino`'s set-user-ID and set-group-ID before a truncate or fallocate
+    /// Clears inode `ino`'s set-user-ID and set-group-ID before a truncate (or O_TRUNC)
     /// by `caller` (a uid), where the kernel left that to the mount.
     fn kill_privileges_of(&self, ino: u32, caller: u32) -> e4_fs::Result<()> {
         if self.kills_privileges && caller_lacks_fsetid(caller) {
@@ -719,6 +719,8 @@ impl fuser::Filesystem for E4Fuse {
             return reply.error(e);
         }
         let ino = ext4_ino(ino);
+        // The protocol's rule. On Linux 6.18 the kernel's `file_remove_privs` has already
+        // sent the empty SETATTR that clears them (see `setattr`), so nothing is left.
         if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
             if let Err(e) = kill_privileges(self.fs(), ino) {
                 return reply.error(self.on_error.errno(&e));
@@ -1032,7 +1034,7 @@ impl fuser::Filesystem for E4Fuse {
 
     fn fallocate(
         &self,
-        req: &Request,
+        _req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -1044,10 +1046,6 @@ impl fuser::Filesystem for E4Fuse {
             return reply.error(e);
         }
         let (node, fs, ino) = (ino, self.fs(), ext4_ino(ino));
-        // ext4's fallocate clears them first (`file_modified`).
-        if let Err(e) = self.kill_privileges_of(ino, req.uid()) {
-            return reply.error(self.on_error.errno(&e));
-        }
         let result = match fallocation(mode) {
             Some(Fallocation::Engine(mode)) => fs
                 .fallocate(ino, mode, offset, length)
