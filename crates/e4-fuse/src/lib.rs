@@ -22,6 +22,7 @@ mod daemon;
 mod dir_listing;
 mod error_policy;
 mod file_flags;
+mod kill_privileges;
 mod lookup_counts;
 mod ops;
 mod options;

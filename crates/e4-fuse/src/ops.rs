@@ -31,6 +31,7 @@ use crate::attrs::{
 use crate::dir_listing::{self, Listed};
 use crate::error_policy::OnError;
 use crate::file_flags;
+use crate::kill_privileges::{caller_lacks_fsetid, kill_privileges};
 use crate::lookup_counts::LookupCounts;
 use crate::seek::{seek, Seek, SeekError};
 
@@ -51,12 +52,15 @@ const MAX_READAHEAD: u32 = 1 << 20;
 /// What the kernel is asked to do, where it offers it: look up and create in one
 /// directory in parallel (else it serialises them per directory), pass O_TRUNC to open
 /// (one request instead of SETATTR then OPEN), list with attributes (READDIRPLUS, the
-/// kernel choosing when), and cache symlink targets.
+/// kernel choosing when), cache symlink targets, and leave set-user-ID and set-group-ID
+/// to the mount (which saves a GETXATTR before every write and fallocate;
+/// `kill_privileges.rs`).
 const WANTED: InitFlags = InitFlags::FUSE_PARALLEL_DIROPS
     .union(InitFlags::FUSE_ATOMIC_O_TRUNC)
     .union(InitFlags::FUSE_DO_READDIRPLUS)
     .union(InitFlags::FUSE_READDIRPLUS_AUTO)
-    .union(InitFlags::FUSE_CACHE_SYMLINKS);
+    .union(InitFlags::FUSE_CACHE_SYMLINKS)
+    .union(InitFlags::FUSE_HANDLE_KILLPRIV_V2);
 
 /// Where [`Mounted::wait`](crate::Mounted) finds the result of writing the image back.
 pub(crate) type Outcome = Arc<Mutex<Option<e4_fs::Result<()>>>>;
@@ -73,6 +77,9 @@ pub(crate) struct E4Fuse {
     /// The kernel granted DONT_MASK: a create's mode comes without the umask taken off,
     /// and the umask beside it, for the engine to apply (`Creator::umask`).
     umask_is_ours: bool,
+    /// The kernel left clearing set-user-ID and set-group-ID on write, truncate and
+    /// fallocate to the mount (FUSE_HANDLE_KILLPRIV_V2).
+    kills_privileges: bool,
     block_size: u32,
     outcome: Outcome,
     on_error: OnError,
@@ -117,6 +124,7 @@ impl E4Fuse {
             fakeroot,
             posix_acl,
             umask_is_ours: false,
+            kills_privileges: false,
             outcome,
         }
     }
@@ -238,7 +246,9 @@ impl E4Fuse {
         Ok(done as u32)
     }
 
-    fn open_file(&self, ino: u32, flags: OpenFlags) -> Result<(), Errno> {
+    /// Opens inode `ino` for the kernel; with O_TRUNC, `caller` (a uid) decides whether
+    /// set-user-ID and set-group-ID go as on a truncate.
+    fn open_file(&self, ino: u32, flags: OpenFlags, caller: u32) -> Result<(), Errno> {
         let fs = self.fs();
         let intent = OpenIntent {
             write: flags.0 & libc::O_ACCMODE != libc::O_RDONLY,
@@ -249,16 +259,27 @@ impl E4Fuse {
         fs.open_inode(ino).or_errno(&self.on_error)?;
         if flags.0 & libc::O_TRUNC != 0 && flags.0 & libc::O_ACCMODE != libc::O_RDONLY {
             let size = Some(0);
-            if let Err(e) = fs.setattr(
-                ino,
-                &SetAttributes {
-                    size,
-                    ..Default::default()
-                },
-            ) {
+            if let Err(e) = self.kill_privileges_of(ino, caller).and_then(|()| {
+                fs.setattr(
+                    ino,
+                    &SetAttributes {
+                        size,
+                        ..Default::default()
+                    },
+                )
+            }) {
                 let _ = fs.release_inode(ino);
                 return Err(self.on_error.errno(&e));
             }
+        }
+        Ok(())
+    }
+
+    /// Clears inode `ino`'s set-user-ID and set-group-ID before a truncate (or O_TRUNC)
+    /// by `caller` (a uid), where the kernel left that to the mount.
+    fn kill_privileges_of(&self, ino: u32, caller: u32) -> e4_fs::Result<()> {
+        if self.kills_privileges && caller_lacks_fsetid(caller) {
+            kill_privileges(self.fs(), ino)?;
         }
         Ok(())
     }
@@ -379,6 +400,7 @@ impl fuser::Filesystem for E4Fuse {
         // the kernel's limit.
         let _ = config.add_capabilities(offered);
         self.umask_is_ours = offered.contains(InitFlags::FUSE_DONT_MASK);
+        self.kills_privileges = offered.contains(InitFlags::FUSE_HANDLE_KILLPRIV_V2);
         let _ = config.set_max_write(MAX_WRITE);
         if let Err(most) = config.set_max_readahead(MAX_READAHEAD) {
             let _ = config.set_max_readahead(most);
@@ -431,7 +453,7 @@ impl fuser::Filesystem for E4Fuse {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -439,7 +461,7 @@ impl fuser::Filesystem for E4Fuse {
         size: Option<u64>,
         atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
-        _ctime: Option<SystemTime>,
+        ctime: Option<SystemTime>,
         _fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
         _chgtime: Option<SystemTime>,
@@ -462,7 +484,25 @@ impl fuser::Filesystem for E4Fuse {
             atime: atime.map(time_of),
             mtime: mtime.map(time_of),
         };
-        match self.fs().setattr(ext4_ino(ino), &attrs) {
+        let ino = ext4_ino(ino);
+        // A truncate takes the privileges away first, as ext4's `do_truncate`; a new mode
+        // given with it is the caller's (the kernel sends it only without the capability).
+        let killed = match (size, mode) {
+            (Some(_), None) => self.kill_privileges_of(ino, req.uid()),
+            // A SETATTR that changes nothing is what is left of the kernel's own request
+            // to drop them, once it has taken out the mode it leaves to the mount under
+            // HANDLE_KILLPRIV_V2: a chown naming no owner (`chown(f, -1, -1)`, which
+            // clears them on ext4 whoever calls, `chown_common`), or `file_remove_privs`.
+            // A chown naming an owner is the engine's to handle.
+            (None, None)
+                if self.kills_privileges
+                    && (uid, gid, atime, mtime, ctime) == (None, None, None, None, None) =>
+            {
+                kill_privileges(self.fs(), ino)
+            }
+            _ => Ok(()),
+        };
+        match killed.and_then(|()| self.fs().setattr(ino, &attrs)) {
             Ok(m) => reply.attr(&TTL, &self.attr(&m)),
             Err(e) => reply.error(self.on_error.errno(&e)),
         }
@@ -631,13 +671,13 @@ impl fuser::Filesystem for E4Fuse {
         self.reply_entry(reply, made);
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         if flags.0 & libc::O_ACCMODE != libc::O_RDONLY {
             if let Err(e) = self.on_error.may_change() {
                 return reply.error(e);
             }
         }
-        match self.open_file(ext4_ino(ino), flags) {
+        match self.open_file(ext4_ino(ino), flags, req.uid()) {
             // Every change goes through this mount, so cached pages stay good across opens.
             Ok(()) => reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE),
             Err(e) => reply.error(e),
@@ -670,7 +710,7 @@ impl fuser::Filesystem for E4Fuse {
         _fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
@@ -678,7 +718,15 @@ impl fuser::Filesystem for E4Fuse {
         if let Err(e) = self.on_error.may_change() {
             return reply.error(e);
         }
-        match self.write_file(ext4_ino(ino), offset, data) {
+        let ino = ext4_ino(ino);
+        // The protocol's rule. On Linux 6.18 the kernel's `file_remove_privs` has already
+        // sent the empty SETATTR that clears them (see `setattr`), so nothing is left.
+        if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
+            if let Err(e) = kill_privileges(self.fs(), ino) {
+                return reply.error(self.on_error.errno(&e));
+            }
+        }
+        match self.write_file(ino, offset, data) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(e),
         }

@@ -411,6 +411,88 @@ fn concurrent_work_through_four_workers_leaves_a_clean_image() {
     m.finish();
 }
 
+/// How long the lookup/forget race runs: 2 s by default, `E4_FORGET_RACE_SECS` for longer.
+fn forget_race_duration() -> Duration {
+    let secs = std::env::var("E4_FORGET_RACE_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2.0);
+    Duration::from_secs_f64(secs)
+}
+
+/// The kernel sends FORGET when it evicts an inode, which the other tests leave to memory
+/// pressure; here `drop_caches` evicts every unused dentry and inode in a loop while
+/// three threads look the same names up again (each file has a name in two directories,
+/// so two lookups of one inode race too). A LOOKUP then meets the FORGET of the same inode
+/// on another worker, and the mount's lookup counts and the engine's open count must stay
+/// in step: no name may go missing, and once every file is unlinked and the kernel has
+/// forgotten them, every inode must be free again (a count lost in the race keeps its
+/// inode open in the engine, and so allocated, until unmount).
+#[test]
+fn lookups_racing_the_kernels_forgets_keep_every_inode_counted() {
+    const FILES: usize = 256;
+    let what = "lookups racing forgets";
+    if fs::write("/proc/sys/vm/drop_caches", "2").is_err() {
+        fuse_skipped(what, "cannot write /proc/sys/vm/drop_caches (needs root)");
+        return;
+    }
+    let Some(m) = TestMount::new(what, 32, "threads=4") else {
+        return;
+    };
+    let root = m.path().to_path_buf();
+    let before = free_inodes(&root);
+    let (a, b) = (root.join("a"), root.join("b"));
+    fs::create_dir(&a).unwrap();
+    fs::create_dir(&b).unwrap();
+    for i in 0..FILES {
+        fs::write(a.join(i.to_string()), i.to_string()).unwrap();
+        fs::hard_link(a.join(i.to_string()), b.join(i.to_string())).unwrap();
+    }
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let running = || !stop.load(std::sync::atomic::Ordering::Relaxed);
+    let (lookups, drops) = std::thread::scope(|s| {
+        let dropper = s.spawn(|| {
+            let mut drops = 0u64;
+            while running() {
+                fs::write("/proc/sys/vm/drop_caches", "2").unwrap();
+                drops += 1;
+            }
+            drops
+        });
+        let lookers: Vec<_> = (0..3usize)
+            .map(|t| {
+                let (a, b) = (&a, &b);
+                s.spawn(move || {
+                    let mut lookups = 0u64;
+                    let mut i = t * 17;
+                    while running() {
+                        i = (i + 7) % FILES;
+                        let dir = if (i + t) % 2 == 0 { a } else { b };
+                        let meta = fs::metadata(dir.join(i.to_string()))
+                            .unwrap_or_else(|e| panic!("stat {}/{i}: {e}", dir.display()));
+                        assert_eq!((meta.nlink(), meta.len()), (2, i.to_string().len() as u64));
+                        lookups += 1;
+                    }
+                    lookups
+                })
+            })
+            .collect();
+        std::thread::sleep(forget_race_duration());
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let lookups: u64 = lookers.into_iter().map(|t| t.join().unwrap()).sum();
+        (lookups, dropper.join().unwrap())
+    });
+    eprintln!("{what}: {lookups} stats, {drops} cache drops");
+    fs::remove_dir_all(&a).unwrap();
+    fs::remove_dir_all(&b).unwrap();
+    assert!(
+        eventually(|| free_inodes(&root) == before),
+        "inodes still allocated after every file was unlinked and forgotten: {} free, {before} before",
+        free_inodes(&root)
+    );
+    m.finish();
+}
+
 #[test]
 fn missing_entries_and_bad_renames_answer_errnos_not_panics() {
     let Some(m) = TestMount::new("errors", 16, "") else {
@@ -686,6 +768,110 @@ fn with_acl_the_kernel_checks_permissions_through_the_acls() {
         other => eprintln!(
             "acl permission checks: skipped, setpriv cannot run as user 1000 here ({other:?})"
         ),
+    }
+    m.finish();
+}
+
+/// Set-user-ID and set-group-ID go when a user without CAP_FSETID writes, truncates
+/// (also by O_TRUNC) or fallocates a file, as on the kernel's ext4; set-group-ID without
+/// group execute stays, and root keeps both. The mount clears them itself: it asks the
+/// kernel for FUSE_HANDLE_KILLPRIV_V2, which spares a GETXATTR before every write.
+#[test]
+fn writes_by_a_user_clear_set_user_id_and_set_group_id_as_on_ext4() {
+    let Some(m) = TestMount::new("privileges cleared on write", 16, "allow_other") else {
+        return;
+    };
+    let as_user_1000 = |shell: &str| {
+        std::process::Command::new("timeout")
+            .args([
+                "10",
+                "setpriv",
+                "--reuid=1000",
+                "--regid=1000",
+                "--clear-groups",
+            ])
+            .args(["sh", "-c", shell])
+            .current_dir(m.path())
+            .output()
+            .unwrap()
+    };
+    if !as_user_1000("true").status.success() {
+        eprintln!("privileges cleared on write: skipped, setpriv cannot run as user 1000 here");
+        return;
+    }
+    // (name, mode before, what user 1000 does, mode after): what ext4 leaves.
+    let cases = [
+        ("appended", 0o6775, "printf x >> appended", 0o775),
+        (
+            "no-group-execute",
+            0o6745,
+            "printf x >> no-group-execute",
+            0o2745,
+        ),
+        ("written", 0o4755, "printf x 1<> written", 0o755),
+        ("truncated", 0o6775, "truncate -s 1 truncated", 0o775),
+        (
+            "opened-with-o-trunc",
+            0o6775,
+            ": > opened-with-o-trunc",
+            0o775,
+        ),
+        ("fallocated", 0o6775, "fallocate -l 8192 fallocated", 0o775),
+        ("read", 0o6775, "cat read", 0o6775),
+    ];
+    for (name, before, _, _) in cases {
+        let path = m.path().join(name);
+        fs::write(&path, b"data").unwrap();
+        std::os::unix::fs::chown(&path, Some(1000), Some(1000)).unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(before)).unwrap();
+    }
+    let by_root = m.path().join("by-root");
+    fs::write(&by_root, b"data").unwrap();
+    fs::set_permissions(&by_root, fs::Permissions::from_mode(0o6775)).unwrap();
+    for (name, _, shell, after) in cases {
+        let out = as_user_1000(shell);
+        assert!(out.status.success(), "{shell}: {out:?}");
+        let mode = fs::metadata(m.path().join(name)).unwrap().mode() & 0o7777;
+        assert_eq!(mode, after, "{shell}: mode {mode:o}, ext4 leaves {after:o}");
+    }
+    // An append-only file refuses the change of mode, and so the write (ext4's
+    // `notify_change`): nothing written, the bits kept.
+    let protected = m.path().join("protected");
+    fs::write(&protected, b"data").unwrap();
+    std::os::unix::fs::chown(&protected, Some(1000), Some(1000)).unwrap();
+    fs::set_permissions(&protected, fs::Permissions::from_mode(0o4777)).unwrap();
+    let chattr = std::process::Command::new("chattr")
+        .arg("+a")
+        .arg(&protected)
+        .status();
+    if chattr.is_ok_and(|s| s.success()) {
+        let out = as_user_1000("printf x >> protected");
+        assert!(
+            !out.status.success(),
+            "a write to an append-only 4777 file: {out:?}"
+        );
+        let meta = fs::metadata(&protected).unwrap();
+        assert_eq!((meta.mode() & 0o7777, meta.len()), (0o4777, 4));
+    }
+    // Root holds CAP_FSETID: its append, truncate, O_TRUNC and fallocate keep both.
+    let mut file = OpenOptions::new().append(true).open(&by_root).unwrap();
+    file.write_all(b"x").unwrap();
+    file.set_len(1).unwrap();
+    fallocate(&file, FallocateFlags::empty(), 0, 8192).unwrap();
+    drop(file);
+    File::create(&by_root).unwrap();
+    assert_eq!(fs::metadata(&by_root).unwrap().mode() & 0o7777, 0o6775);
+    // But a chown naming no owner clears them, even root's, and leaves a directory's.
+    let dir = m.path().join("dir");
+    fs::create_dir(&dir).unwrap();
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o6775)).unwrap();
+    for (path, after) in [(&by_root, 0o775), (&dir, 0o6775)] {
+        std::os::unix::fs::chown(path, None, None).unwrap();
+        assert_eq!(
+            fs::metadata(path).unwrap().mode() & 0o7777,
+            after,
+            "{path:?}"
+        );
     }
     m.finish();
 }
