@@ -717,7 +717,7 @@ fn a_claimed_group_count_too_large_for_memory_is_one_line() {
 /// (65,535 of them a problem, 66,000 lines of output; the test below). Measured
 /// 2026-12-06 (GNU time's maximum resident set): release builds, 5 runs each, e2fsck
 /// 1.47.0 8.0-8.1 MiB, e4 fsck 31.1-31.5 MiB, before this bound 33.3-37.3 MiB; the test
-/// build 31.7 MiB (35.3 and 36.1 with the bugs planted in the test). Of e4's
+/// build 31.7 MiB (34.5 and 35.2 with the bugs planted in the test). Of e4's
 /// peak, about 6 MiB are its program and runtime (its peak on a 32 MiB image), 4 MiB the
 /// descriptors (e2fsck holds them too), 6 MiB the per-block maps' chunk tables (2^31
 /// claimed blocks) and 11 MiB the problems (heaptrack).
@@ -733,7 +733,7 @@ fn fsck_of_garbage_descriptors_in_every_group_is_bounded() {
     let image = image_claiming_groups(dir.path(), 1 << 16);
     let (code, err, peak_kib) = e4_with_peak(4 << 20, &[&"fsck", &"-n", &"-f", &image]);
     // e2fsck stops in pass 1 (8), after errors (4), and so does e4. Planted: descriptors
-    // parsed 64 Ki at a time again, 36.1 MiB; each problem's text a `String` again, 35.3.
+    // parsed 64 Ki at a time again, 35.2 MiB; each problem's text a `String` again, 34.5.
     assert_eq!(code, Some(12), "e4 fsck: {err}");
     eprintln!("e4 fsck of 2^16 groups of garbage descriptors peaked at {peak_kib} KiB");
     assert!(
