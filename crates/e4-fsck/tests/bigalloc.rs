@@ -356,7 +356,11 @@ fn kernel_written_bigalloc_images_are_clean() {
             .collect();
         let report = forced_check(&image.path, Some(2));
         assert_eq!(report.exit_code(), 0, "{what}: e4");
-        let ours: Vec<String> = report.problems.iter().map(|p| p.message.clone()).collect();
+        let ours: Vec<String> = report
+            .problems
+            .iter()
+            .map(|p| p.message.to_string())
+            .collect();
         assert_eq!(ours, theirs, "{what}: e4's notes against e2fsck's\n{text}");
     }
 }

@@ -79,7 +79,7 @@ fn agree_report_by_report(image: &Path, what: &str) -> BTreeSet<ProblemCode> {
     assert_agreement(image, what);
     let (_, text) = e2fsck_verdict(image);
     let report = forced_check(image, None);
-    let ours = block_reports(report.problems.iter().map(|p| p.message.as_str()));
+    let ours = block_reports(report.problems.iter().map(|p| &*p.message));
     assert_eq!(ours, block_reports(text.lines()), "{what}:\n{text}");
     report.problems.iter().map(|p| p.code).collect()
 }

@@ -213,9 +213,13 @@ fn read_backup_superblock(image: &Image) -> Option<(Superblock, u64)> {
     })
 }
 
-/// Descriptor blocks parsed in parallel at a time: 64 Ki groups with 64-byte descriptors
-/// and 4 KiB blocks, a few MiB of parsed results beside the tables.
-const DESCRIPTOR_BLOCKS_PER_BATCH: u32 = 1 << 10;
+/// Descriptor blocks parsed in parallel at a time: 4 Ki groups with 64-byte descriptors
+/// and 4 KiB blocks, about half a MiB of parsed results beside the tables. Batches of 64 Ki
+/// groups held a descriptor and a problem for each group at once, beside the growing
+/// problem list: on an image claiming 2^16 groups of garbage descriptors that was 3.5 MiB
+/// of the check's peak (`e4/tests/bounded.rs`). A batch is still thousands of descriptors
+/// to share among the threads.
+const DESCRIPTOR_BLOCKS_PER_BATCH: u32 = 1 << 6;
 
 /// `geo` says where the table is: after the primary superblock, or after the backup in
 /// group 1 (`Geometry::with_descriptors_after`); with `from_backup` the uninit flags are

@@ -179,11 +179,14 @@ impl Context {
         Err(problem_list_too_large(kept + lost))
     }
 
-    /// The problems found, sorted into the order that does not depend on threads.
+    /// The problems found, sorted into the order that does not depend on threads. The
+    /// sort key holds every field of a problem, so problems with equal keys are equal and
+    /// the deduplicated list is the same whichever of them a sort puts first: an unstable
+    /// sort gives it without a stable sort's buffer of half the list.
     pub fn take_problems(&self) -> Vec<Problem> {
         let mut problems =
             std::mem::take(&mut *self.problems.lock().unwrap_or_else(|e| e.into_inner()));
-        problems.sort_by(|a, b| a.sort_key().cmp(&b.sort_key()));
+        problems.sort_unstable_by(|a, b| a.sort_key().cmp(&b.sort_key()));
         problems.dedup();
         problems
     }
