@@ -12,9 +12,11 @@
 //! A reproducible import (`SOURCE_DATE_EPOCH`) walks one entry at a time in name order, so
 //! every inode number, directory entry and block placement is decided in an order the host
 //! cannot change; a regular file's blocks are reserved in that walk
-//! ([`Filesystem::reserve_data`]) and its data copied into them by `-j` − 1 other threads
+//! ([`Filesystem::reserve_data`]) and its data copied into them by `-j` − 1 helper threads
 //! ([`host_copy::fill_reserved`]), which change no metadata, so the image is the same to
-//! the byte whatever the thread count.
+//! the byte whatever the thread count. The helpers also read the host tree ahead of the
+//! walk ([`crate::read_ahead`]): listings, metadata, symlink targets and xattrs, which do
+//! not depend on the order the walk places things in.
 //!
 //! Order: a directory's own mode, owner and times are set once all its children are in, because creating them changes its mtime. A host inode with
 //! several names is created at the first name met and linked at the others after the walk

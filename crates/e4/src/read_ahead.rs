@@ -313,3 +313,124 @@ pub fn entry_facts(at: &HostEntry<'_>) -> Option<EntryFacts> {
     let xattrs = (!kind.is_dir()).then(|| read_xattrs(XattrSource::Path(&at.proc_path())));
     Some(EntryFacts { meta, link, xattrs })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::MetadataExt;
+    use std::sync::Mutex;
+
+    use super::*;
+
+    /// The walk's side, as `Import::ordered_contents` does it: `dir`'s listing, read ahead
+    /// when a helper did, else read here and its subdirectories handed to the helpers.
+    fn listing_of(helpers: &Helpers<()>, dir: &Arc<File>) -> Listing {
+        let meta = dir.metadata().unwrap();
+        helpers.take((meta.dev(), meta.ino())).unwrap_or_else(|| {
+            let listing: Listing = sorted_names(dir)
+                .unwrap()
+                .into_iter()
+                .map(|name| {
+                    let shown = Path::new(&name);
+                    let facts = entry_facts(&HostEntry {
+                        dir,
+                        name: &name,
+                        shown,
+                    });
+                    (name, facts)
+                })
+                .collect();
+            helpers.read_subdirectories(dir, &listing);
+            listing
+        })
+    }
+
+    /// Every directory's listing, taken depth first in name order as the walk takes them
+    /// while a helper reads ahead, is that directory's (sorted, with its facts), whether a
+    /// helper read it or the walk did, also when the walk skips a directory (as it does
+    /// one it cannot make) whose listing was read.
+    #[test]
+    fn the_walk_gets_each_directory_its_own_listing_in_order() {
+        let root = tempfile::tempdir().unwrap();
+        // More subdirectories than the work list keeps, each with a file, a symlink and a
+        // subdirectory of its own.
+        for d in 0..(WORK_LIST + 6) {
+            let dir = root.path().join(format!("d{d:03}"));
+            std::fs::create_dir_all(dir.join("inner")).unwrap();
+            std::fs::write(dir.join("file"), format!("{d}")).unwrap();
+            std::os::unix::fs::symlink(format!("target{d}"), dir.join("link")).unwrap();
+        }
+        let skipped = 3;
+        let helpers = Helpers::<()>::new();
+        let open = |path: &Path| Arc::new(File::open(path).unwrap());
+        let top = listing_of(&helpers, &open(root.path()));
+        let names: Vec<_> = top.iter().map(|(n, _)| n.clone()).collect();
+        assert!(names.windows(2).all(|w| w[0] < w[1]), "sorted");
+        /// Ends the helper's work even when an assertion fails, so the test fails rather
+        /// than waits for the helper forever.
+        struct Finish<'a>(&'a Helpers<()>);
+        impl Drop for Finish<'_> {
+            fn drop(&mut self) {
+                self.0.finish(|()| {});
+            }
+        }
+        std::thread::scope(|scope| {
+            scope.spawn(|| helpers.run(|()| {}));
+            let _finish = Finish(&helpers);
+            // Until the helper is as far ahead as it goes.
+            while {
+                let state = helpers.lock();
+                !state.to_read.is_empty() && state.read.len() < DIRECTORIES_AHEAD
+            } {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            let mut read_ahead = 0;
+            for (d, (name, _)) in top.iter().enumerate().filter(|(d, _)| *d != skipped) {
+                let dir = open(&root.path().join(name));
+                let meta = dir.metadata().unwrap();
+                let taken = helpers.take((meta.dev(), meta.ino()));
+                read_ahead += usize::from(taken.is_some());
+                let listing = taken.unwrap_or_else(|| listing_of(&helpers, &dir));
+                let got: Vec<_> = listing.iter().map(|(n, _)| n.to_str().unwrap()).collect();
+                assert_eq!(got, ["file", "inner", "link"], "{name:?}");
+                let link = listing[2].1.as_ref().and_then(|f| f.link.clone());
+                assert_eq!(link, Some(format!("target{d}").into_bytes()), "{name:?}");
+                let inner = listing_of(&helpers, &open(&root.path().join(name).join("inner")));
+                assert!(inner.is_empty(), "{name:?}/inner");
+            }
+            assert!(
+                read_ahead >= DIRECTORIES_AHEAD / 4,
+                "{read_ahead} read ahead"
+            );
+        });
+    }
+
+    /// Every file queued for a fill is filled once, by a helper or by the walk (when the
+    /// helpers are behind, and at the end), however slow the helpers are.
+    #[test]
+    fn every_queued_fill_is_done_once() {
+        let helpers = Helpers::<usize>::new();
+        let filled = Mutex::new(Vec::new());
+        let fill = |job: usize| filled.lock().unwrap().push(job);
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                helpers.run(|job| {
+                    std::thread::sleep(std::time::Duration::from_micros(200));
+                    fill(job);
+                })
+            });
+            for job in 0..2000 {
+                if let Some(job) = helpers.fill_later(job) {
+                    fill(job);
+                }
+            }
+            helpers.finish(fill);
+        });
+        let mut filled = filled.into_inner().unwrap();
+        filled.sort_unstable();
+        assert!(
+            filled == (0..2000).collect::<Vec<_>>(),
+            "{} filled",
+            filled.len()
+        );
+    }
+}
