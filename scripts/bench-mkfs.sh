@@ -36,7 +36,7 @@ run() {  # label, round, command...
 }
 
 echo "# e4 mkfs -d benchmark, $(date -u '+%Y-%m-%d %H:%M UTC')"
-echo "$(nproc) CPUs; e4 at $(git -C "$(dirname "$0")" rev-parse --short HEAD 2>/dev/null || echo '?');"
+echo "$(nproc) CPUs; $e4; checkout at $(git -C "$(dirname "$0")" rev-parse --short HEAD 2>/dev/null || echo '?')"
 echo "tree: $src ($(du -sh "$work/tree" | cut -f1), $(find "$work/tree" | wc -l) entries), image ${size} MiB, $rounds rounds"
 for round in $(seq "$rounds"); do
   echo "round $round, load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
