@@ -8,7 +8,7 @@
 //! the root, so a tree deeper than PATH_MAX imports.
 
 use std::cell::RefCell;
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::fs::{File, Metadata};
 use std::ops::Range;
 use std::os::fd::AsRawFd;
@@ -68,15 +68,16 @@ impl HostEntry<'_> {
             .map_err(|e| CopyError::Host(format!("{}: cannot open: {e}", self.shown.display())))
     }
 
-    /// The entry opened as a directory, which must still be the one `meta` describes (a
-    /// directory renamed or replaced meanwhile is refused, not imported in its place).
-    pub fn open_directory(&self, meta: &Metadata) -> Result<File, String> {
+    /// The entry opened as a directory, which must still be host inode `key` (device,
+    /// inode), as its metadata said (a directory renamed or replaced meanwhile is refused,
+    /// not imported in its place).
+    pub fn open_directory(&self, key: (u64, u64)) -> Result<File, String> {
         let shown = self.shown.display();
         let dir = self
             .open(OFlags::RDONLY | OFlags::DIRECTORY)
             .map_err(|e| format!("{shown}: {e}"))?;
         let now = dir.metadata().map_err(|e| format!("{shown}: {e}"))?;
-        if (now.dev(), now.ino()) != (meta.dev(), meta.ino()) {
+        if (now.dev(), now.ino()) != key {
             return Err(format!("{shown}: replaced during the import; skipped"));
         }
         Ok(dir)
@@ -304,10 +305,14 @@ pub enum XattrSource<'a> {
     File(&'a File),
 }
 
-/// Copies every xattr of host file `host` to inode `ino`. On failure, the message names
-/// the attributes that could not be set and the first reason, so a file costs one line
-/// however many attributes it has.
-pub fn copy_xattrs(fs: &Filesystem, ino: u32, host: XattrSource<'_>) -> Result<(), String> {
+/// A host file's xattrs as read: each name with its value, or why the value could not be
+/// read (an attribute removed between the listing and the read is left out).
+pub type HostXattrs = Vec<(OsString, Result<Vec<u8>, String>)>;
+
+/// Reads every xattr of host file `host` (none where the host filesystem has no xattrs);
+/// an error only when they cannot be listed. A reproducible import reads them on a
+/// read-ahead thread ([`crate::read_ahead`]) and sets them in its ordered walk.
+pub fn read_xattrs(host: XattrSource<'_>) -> Result<HostXattrs, String> {
     let listed = match host {
         XattrSource::Path(path) => xattr::list(path),
         XattrSource::File(file) => file.list_xattr(),
@@ -315,28 +320,44 @@ pub fn copy_xattrs(fs: &Filesystem, ino: u32, host: XattrSource<'_>) -> Result<(
     let names = match listed {
         Ok(names) => names,
         // A host filesystem without xattrs has none to copy.
-        Err(e) if e.raw_os_error() == Some(Errno::OPNOTSUPP.raw_os_error()) => return Ok(()),
+        Err(e) if e.raw_os_error() == Some(Errno::OPNOTSUPP.raw_os_error()) => {
+            return Ok(Vec::new())
+        }
         Err(e) => return Err(format!("cannot list its xattrs: {e}")),
     };
-    let mut failed = Vec::new();
-    let mut first_reason = None;
+    let mut read = Vec::new();
     for name in names {
         let value = match host {
             XattrSource::Path(path) => xattr::get(path, &name),
             XattrSource::File(file) => file.get_xattr(&name),
         };
-        let result = match value {
+        match value {
             // Removed between the listing and the read: nothing to copy.
-            Ok(None) => continue,
-            Ok(Some(value)) => fs
+            Ok(None) => {}
+            Ok(Some(value)) => read.push((name, Ok(value))),
+            Err(e) => read.push((name, Err(format!("cannot read it on the host: {e}")))),
+        }
+    }
+    Ok(read)
+}
+
+/// Sets on inode `ino` the xattrs [`read_xattrs`] read. On failure, the message names the
+/// attributes that could not be set and the first reason, so a file costs one line however
+/// many attributes it has.
+pub fn set_xattrs(fs: &Filesystem, ino: u32, xattrs: &HostXattrs) -> Result<(), String> {
+    let mut failed = Vec::new();
+    let mut first_reason = None;
+    for (name, value) in xattrs {
+        let result = match value {
+            Ok(value) => fs
                 .set_xattr(
                     ino,
                     std::os::unix::ffi::OsStrExt::as_bytes(name.as_os_str()),
-                    &value,
+                    value,
                     XattrSet::Either,
                 )
                 .map_err(|e| e.to_string()),
-            Err(e) => Err(format!("cannot read it on the host: {e}")),
+            Err(reason) => Err(reason.clone()),
         };
         if let Err(reason) = result {
             failed.push(name.to_string_lossy().into_owned());
@@ -351,4 +372,10 @@ pub fn copy_xattrs(fs: &Filesystem, ino: u32, host: XattrSource<'_>) -> Result<(
             failed.join(", ")
         )),
     }
+}
+
+/// Copies every xattr of host file `host` to inode `ino` ([`read_xattrs`], then
+/// [`set_xattrs`]).
+pub fn copy_xattrs(fs: &Filesystem, ino: u32, host: XattrSource<'_>) -> Result<(), String> {
+    set_xattrs(fs, ino, &read_xattrs(host)?)
 }

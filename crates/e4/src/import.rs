@@ -12,9 +12,11 @@
 //! A reproducible import (`SOURCE_DATE_EPOCH`) walks one entry at a time in name order, so
 //! every inode number, directory entry and block placement is decided in an order the host
 //! cannot change; a regular file's blocks are reserved in that walk
-//! ([`Filesystem::reserve_data`]) and its data copied into them by `-j` − 1 other threads
+//! ([`Filesystem::reserve_data`]) and its data copied into them by `-j` − 1 helper threads
 //! ([`host_copy::fill_reserved`]), which change no metadata, so the image is the same to
-//! the byte whatever the thread count.
+//! the byte whatever the thread count. The helpers also read the host tree ahead of the
+//! walk ([`crate::read_ahead`]): listings, metadata, symlink targets and xattrs, which do
+//! not depend on the order the walk places things in.
 //!
 //! Order: a directory's own mode, owner and times are set once all its children are in, because creating them changes its mtime. A host inode with
 //! several names is created at the first name met and linked at the others after the walk
@@ -35,7 +37,6 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -48,11 +49,12 @@ use crate::edit_session::{describe, stops_everything, ImagePath};
 use crate::file_contexts::{selinux_xattr, FileContexts, FileKind};
 use crate::fs_config::{capability_xattr, FsConfig};
 use crate::host_copy::{
-    copy_data, copy_xattrs, creator_of, data_regions, fill_reserved, final_attributes, CopyError,
-    HostEntry, XattrSource,
+    copy_data, copy_xattrs, creator_of, data_regions, fill_reserved, final_attributes, set_xattrs,
+    CopyError, HostEntry, XattrSource,
 };
 use crate::id_map::IdRule;
 use crate::output::CliError;
+use crate::read_ahead::{entry_facts, sorted_names, EntryFacts, Helpers, Listing};
 
 /// Non-directory entries of one directory handled by one task: enough that a task is worth
 /// scheduling, few enough that a large flat directory still spreads over every core.
@@ -61,10 +63,6 @@ const ENTRIES_PER_TASK: usize = 64;
 /// are walked by [`Import::deep_directory`], whose stack does not grow with depth. 64
 /// levels of recursion fit a worker's stack many times over.
 const PARALLEL_LEVELS: usize = 64;
-/// Files whose blocks a reproducible walk reserved and whose data waits for a fill thread,
-/// at most: the walk waits beyond that, so memory and the host directories kept open for
-/// them (one per queued file at worst) stay bounded on any tree.
-const QUEUED_FILLS: usize = 256;
 
 /// Imports the contents of host directory `host_dir` into directory `target` of the image
 /// (created if missing; its parent must exist), and gives `target` the host directory's
@@ -147,13 +145,6 @@ pub fn run_with(
         .map_err(|e| format!("{}: {e}", host_dir.display()))?;
     let host_root = Arc::new(host_root);
     let root = target_directory(fs, target, &host_meta)?;
-    let (fill_sender, fill_receiver) = match fill_threads {
-        0 => (None, None),
-        _ => {
-            let (sender, receiver) = sync_channel(QUEUED_FILLS);
-            (Some(sender), Some(Mutex::new(receiver)))
-        }
-    };
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads.unwrap_or(0))
         .build()
@@ -175,13 +166,13 @@ pub fn run_with(
             .superblock()
             .incompat()
             .contains(IncompatFeatures::INLINE_DATA),
-        fill_queue: Mutex::new(fill_sender),
+        helpers: (fill_threads > 0).then(Helpers::new),
     };
     let root_path = trimmed_root(target.bytes());
     std::thread::scope(|scope| {
-        if let Some(receiver) = &fill_receiver {
+        if let Some(helpers) = &import.helpers {
             for _ in 0..fill_threads {
-                scope.spawn(|| import.fill_from_queue(receiver));
+                scope.spawn(|| helpers.run(|job| import.fill(job)));
             }
         }
         pool.install(|| {
@@ -189,14 +180,10 @@ pub fn run_with(
             import.finish_late_links();
             import.finish_directory(&host_root, host_dir, &root_path, root, &host_meta);
         });
-        // No more fills: the threads finish the queue and return.
-        drop(
-            import
-                .fill_queue
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .take(),
-        );
+        // No more fills: this thread and the helpers finish the queue.
+        if let Some(helpers) = &import.helpers {
+            helpers.finish(|job| import.fill(job));
+        }
     });
     import.progress.finish();
     let entries = import.progress.entries.load(Ordering::Relaxed);
@@ -288,10 +275,9 @@ struct Import<'a> {
     /// The image has inline_data: a reproducible walk copies a file smaller than a block
     /// itself, so the engine may put it in its inode as any write would.
     inline_files: bool,
-    /// Where a reproducible walk sends files whose blocks it reserved, to be filled by the
-    /// fill threads; None with no fill thread (the walk fills them itself) or once the walk
-    /// is over.
-    fill_queue: Mutex<Option<SyncSender<FillJob<'a>>>>,
+    /// A reproducible walk's `-j` − 1 helpers, which read the host tree ahead of it and
+    /// fill the files whose blocks it reserved; None with one thread (the walk does both).
+    helpers: Option<Helpers<FillJob<'a>>>,
 }
 
 /// A file whose blocks a reproducible walk reserved, waiting for its data: `name` in the
@@ -430,6 +416,9 @@ impl Import<'_> {
         image_path: &[u8],
         subdirectory: &(dyn Fn(OsString, Metadata) + Sync),
     ) {
+        if self.reproducible_at.is_some() {
+            return self.ordered_contents(host, shown, dir, image_path, subdirectory);
+        }
         let listing = match rustix::fs::Dir::read_from(&**host) {
             Ok(listing) => listing,
             Err(e) => return self.progress.fail(&format!("{}: {e}", shown.display())),
@@ -463,33 +452,69 @@ impl Import<'_> {
         if !entries.is_empty() {
             tasks.push(Task::Entries(entries));
         }
-        if self.reproducible_at.is_some() {
-            let mut names: Vec<OsString> = tasks
-                .into_iter()
-                .flat_map(|task| match task {
-                    Task::Subdirectory(name) => vec![name],
-                    Task::Entries(names) => names,
-                })
-                .collect();
-            names.sort();
-            for name in names {
-                if let Some(meta) = self.entry(host, shown, dir, image_path, &name) {
-                    subdirectory(name, meta);
-                }
-            }
-            return;
-        }
         tasks.into_par_iter().for_each(|task| {
             let names = match task {
                 Task::Subdirectory(name) => vec![name],
                 Task::Entries(names) => names,
             };
             for name in names {
-                if let Some(meta) = self.entry(host, shown, dir, image_path, &name) {
+                if let Some(meta) = self.entry(host, shown, dir, image_path, &name, None) {
                     subdirectory(name, meta);
                 }
             }
         });
+    }
+
+    /// [`Import::contents`] for a reproducible walk: one entry at a time in name order,
+    /// from the listing the helpers read ahead when they did, else read here (and its
+    /// subdirectories then handed to the helpers to read ahead).
+    fn ordered_contents(
+        &self,
+        host: &Arc<File>,
+        shown: &Path,
+        dir: u32,
+        image_path: &[u8],
+        subdirectory: &(dyn Fn(OsString, Metadata) + Sync),
+    ) {
+        let read_ahead = self.helpers.as_ref().and_then(|helpers| {
+            let meta = host.metadata().ok()?;
+            helpers.take((meta.dev(), meta.ino()))
+        });
+        let listing: Listing = match read_ahead {
+            Some(listing) => listing,
+            None => {
+                let names = match sorted_names(host) {
+                    Ok(names) => names,
+                    Err(e) => return self.progress.fail(&format!("{}: {e}", shown.display())),
+                };
+                match &self.helpers {
+                    // The facts are read here so the helpers know the subdirectories.
+                    Some(helpers) => {
+                        let listing = names
+                            .into_iter()
+                            .map(|name| {
+                                let shown = shown.join(&name);
+                                let at = HostEntry {
+                                    dir: host,
+                                    name: &name,
+                                    shown: &shown,
+                                };
+                                let facts = entry_facts(&at);
+                                (name, facts)
+                            })
+                            .collect();
+                        helpers.read_subdirectories(host, &listing);
+                        listing
+                    }
+                    None => names.into_iter().map(|name| (name, None)).collect(),
+                }
+            }
+        };
+        for (name, facts) in listing {
+            if let Some(meta) = self.entry(host, shown, dir, image_path, &name, facts) {
+                subdirectory(name, meta);
+            }
+        }
     }
 
     /// Imports the tree of host directory `name` in `parent` (the directory itself at
@@ -549,7 +574,7 @@ impl Import<'_> {
                     name: OsStr::new(".."),
                     shown: &shown,
                 };
-                match dot_dot.open_directory(&up.meta) {
+                match dot_dot.open_directory((up.meta.dev(), up.meta.ino())) {
                     Ok(dir) => host = Arc::new(dir),
                     Err(line) => {
                         // Moved meanwhile: what is left of this walk cannot be found.
@@ -581,7 +606,7 @@ impl Import<'_> {
 
     /// Imports one host entry, `name` in host directory `host` (at `shown_dir`), into image
     /// directory `dir` (at `dir_path`) if it is not a directory; returns a directory's host
-    /// metadata for the caller's walk.
+    /// metadata for the caller's walk. `facts`: what was read of it ahead, if anything.
     fn entry(
         &self,
         host: &Arc<File>,
@@ -589,6 +614,7 @@ impl Import<'_> {
         dir: u32,
         dir_path: &[u8],
         name: &OsString,
+        facts: Option<EntryFacts>,
     ) -> Option<Metadata> {
         if self.is_stopped() {
             return None;
@@ -600,13 +626,21 @@ impl Import<'_> {
             shown: &shown,
         };
         let image_path = child_path(dir_path, name);
-        let meta = match at.metadata() {
-            Ok(meta) => meta,
-            Err(line) => {
-                self.progress.fail(&line);
-                return None;
-            }
+        let facts = match facts {
+            Some(facts) => facts,
+            None => match at.metadata() {
+                Ok(meta) => EntryFacts {
+                    meta,
+                    link: None,
+                    xattrs: None,
+                },
+                Err(line) => {
+                    self.progress.fail(&line);
+                    return None;
+                }
+            },
         };
+        let meta = &facts.meta;
         if self.image_file == Some((meta.dev(), meta.ino())) {
             let line = format!(
                 "{}: skipped: it is the image being written",
@@ -616,7 +650,7 @@ impl Import<'_> {
             return None;
         }
         if meta.file_type().is_dir() {
-            return Some(meta);
+            return Some(facts.meta);
         }
         if meta.nlink() > 1 {
             let key = (meta.dev(), meta.ino());
@@ -645,7 +679,7 @@ impl Import<'_> {
             }
             first_names.insert(key, None);
             drop(first_names);
-            if let Some(ino) = self.non_directory(host, &at, dir, &image_path, &meta) {
+            if let Some(ino) = self.non_directory(host, &at, dir, &image_path, facts) {
                 self.first_names
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
@@ -653,7 +687,7 @@ impl Import<'_> {
             }
             return None;
         }
-        self.non_directory(host, &at, dir, &image_path, &meta);
+        self.non_directory(host, &at, dir, &image_path, facts);
         None
     }
 
@@ -696,7 +730,7 @@ impl Import<'_> {
             name,
             shown,
         };
-        let host = match at.open_directory(meta) {
+        let host = match at.open_directory((meta.dev(), meta.ino())) {
             Ok(host) => Arc::new(host),
             Err(line) => {
                 self.progress.fail(&line);
@@ -823,23 +857,24 @@ impl Import<'_> {
     /// A host file that is not a directory (`at`, in open host directory `host`): made in
     /// image directory `parent` with its data, xattrs and attributes. Returns its image
     /// inode once it exists (even if a later step failed, so its other names can still be
-    /// linked).
+    /// linked). What `facts` lacks (a symlink's target, the xattrs) is read here.
     fn non_directory(
         &self,
         host: &Arc<File>,
         at: &HostEntry<'_>,
         parent: u32,
         image_path: &[u8],
-        meta: &Metadata,
+        facts: EntryFacts,
     ) -> Option<u32> {
         let fs = self.fs;
+        let meta = &facts.meta;
         let name_bytes = at.name.as_bytes();
         let creator = creator_of(meta);
         let file_type = meta.file_type();
         let made = if file_type.is_file() {
             fs.create(parent, name_bytes, creator)
         } else if file_type.is_symlink() {
-            match at.read_link() {
+            match facts.link.map_or_else(|| at.read_link(), Ok) {
                 Ok(target) => fs.symlink(parent, name_bytes, &target, creator),
                 Err(line) => {
                     self.progress.fail(&line);
@@ -891,9 +926,10 @@ impl Import<'_> {
             }
         }
         self.progress.entry(bytes);
-        let xattrs = match &opened {
-            Some(file) => copy_xattrs(fs, ino, XattrSource::File(file)),
-            None => copy_xattrs(fs, ino, XattrSource::Path(&at.proc_path())),
+        let xattrs = match (&opened, facts.xattrs) {
+            (Some(file), _) => copy_xattrs(fs, ino, XattrSource::File(file)),
+            (None, Some(read)) => read.and_then(|read| set_xattrs(fs, ino, &read)),
+            (None, None) => copy_xattrs(fs, ino, XattrSource::Path(&at.proc_path())),
         };
         if let Err(reason) = xattrs {
             self.progress
@@ -929,36 +965,24 @@ impl Import<'_> {
             image_path: image_path.to_vec(),
             reservation,
         };
-        let queue = self.fill_queue.lock().unwrap_or_else(|p| p.into_inner());
-        let job = match queue.as_ref() {
-            Some(sender) => match sender.send(job) {
-                Ok(()) => return Ok(0),
-                // No fill thread left to take it.
-                Err(unsent) => unsent.0,
-            },
-            None => job,
+        let job = match &self.helpers {
+            Some(helpers) => helpers.fill_later(job),
+            None => Some(job),
         };
-        drop(queue);
-        job.fill()
+        job.map_or(Ok(0), FillJob::fill)
     }
 
-    /// A fill thread: fills the files the walk queues until the walk is over. After a
-    /// failure that stops the import, the files left are dropped unfilled (their blocks
-    /// are zeroed; the import fails anyway).
-    fn fill_from_queue(&self, queue: &Mutex<Receiver<FillJob<'_>>>) {
-        loop {
-            let next = queue.lock().unwrap_or_else(|p| p.into_inner()).recv();
-            let Ok(job) = next else {
-                return;
-            };
-            if self.is_stopped() {
-                continue;
-            }
-            let image_path = job.image_path.clone();
-            match job.fill() {
-                Ok(bytes) => self.progress.data(bytes),
-                Err(e) => self.copy_error(&image_path, &e),
-            }
+    /// A helper's fill of a file the walk queued. After a failure that stops the import,
+    /// the files left are dropped unfilled (their blocks are zeroed; the import fails
+    /// anyway).
+    fn fill(&self, job: FillJob<'_>) {
+        if self.is_stopped() {
+            return;
+        }
+        let image_path = job.image_path.clone();
+        match job.fill() {
+            Ok(bytes) => self.progress.data(bytes),
+            Err(e) => self.copy_error(&image_path, &e),
         }
     }
 

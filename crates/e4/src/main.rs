@@ -29,6 +29,7 @@ mod mkfs;
 mod mount;
 mod output;
 mod put;
+mod read_ahead;
 mod stat;
 mod time_format;
 mod tree_edit;

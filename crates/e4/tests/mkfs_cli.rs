@@ -352,6 +352,20 @@ fn ordered_tree(root: &Path, reverse: bool) {
     // Larger than one fill's write (1 MiB).
     let large: Vec<u8> = (0..3_000_000u32).map(|i| (i % 253) as u8).collect();
     std::fs::write(root.join("large"), large).unwrap();
+    // More subdirectories in one directory than the read-ahead's work list keeps (the
+    // walk reads those it dropped), each a level deeper, with a symlink and an xattr
+    // read ahead.
+    let mut nested: Vec<usize> = (0..70).collect();
+    if reverse {
+        nested.reverse();
+    }
+    for n in nested {
+        let dir = root.join("nested").join(format!("n{n:02}")).join("inner");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::os::unix::fs::symlink(format!("../{n}"), dir.join("link")).unwrap();
+        std::fs::write(dir.join("file"), format!("{n}")).unwrap();
+        xattr::set(dir.join("file"), "user.n", format!("{n}").as_bytes()).unwrap();
+    }
 }
 
 #[test]

@@ -1,0 +1,436 @@
+//! The helper threads of a reproducible import (`e4 mkfs -d` under `SOURCE_DATE_EPOCH`):
+//! they read the host tree ahead of the walk and fill the files whose blocks the walk
+//! reserved.
+//!
+//! The walk places every entry on one thread in name order (so the image is the same
+//! whatever the thread count); what it needs from the host before placing an entry (its
+//! metadata, a symlink's target, its xattrs, a directory's sorted listing) does not depend
+//! on that order, so `-j` − 1 helpers read it first. A helper reads a whole directory at a
+//! time (one hand-off per directory, not per file: waking a thread on another CPU costs
+//! tens of microseconds) and walks the tree in the walk's own order, depth first with
+//! names sorted, keeping a work list that is a stack: a directory's subdirectories go on
+//! it in reverse name order, so the next one popped is the next one the walk enters. The
+//! walk takes a directory's read [`Listing`] when it enters it (waiting if a helper is
+//! reading it), or reads it itself when no helper got to it; what the walk places, and in
+//! what order, is the same either way.
+//!
+//! Bounds: helpers stay at most [`DIRECTORIES_AHEAD`] read directories ahead of the walk,
+//! the work list keeps at most [`WORK_LIST`] directories (the farthest ahead are dropped,
+//! to be read by the walk; each holds its parent's descriptor open), and at most
+//! [`FILL_BACKLOG`] files wait for a fill (the walk fills the next itself beyond that), so
+//! memory and open descriptors stay bounded on any tree. Reading ahead comes before
+//! filling, as long as the helpers are not that far ahead: the walk waits on reads, nobody
+//! waits on a fill. The walk, once over, fills what is left beside the helpers, so no
+//! thread idles while there is work.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::ffi::OsString;
+use std::fs::{File, Metadata};
+use std::os::unix::ffi::OsStringExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+use crate::host_copy::{read_xattrs, HostEntry, HostXattrs, XattrSource};
+
+/// Read directories the helpers keep ahead of the walk, at most.
+const DIRECTORIES_AHEAD: usize = 64;
+/// Directories waiting to be read ahead, at most.
+const WORK_LIST: usize = 64;
+/// Files whose blocks the walk reserved and whose data waits for a helper, at most: beyond
+/// that the helpers are behind, and the walk fills the next file itself (a fill changes no
+/// metadata, so who does it changes nothing in the image). Memory and the host directories
+/// kept open for queued files (one per file at worst) stay bounded, and the walk and the
+/// helpers share the fills as their other work leaves them time.
+pub const FILL_BACKLOG: usize = 256;
+
+/// A host directory by (device, inode).
+pub type DirectoryKey = (u64, u64);
+
+/// What the walk needs from the host to place one entry, read ahead.
+pub struct EntryFacts {
+    pub meta: Metadata,
+    /// A symlink's target.
+    pub link: Option<Vec<u8>>,
+    /// A non-directory's xattrs (a directory's are read from its descriptor when it is
+    /// finished).
+    pub xattrs: Option<Result<HostXattrs, String>>,
+}
+
+/// A directory's entries in name order, each with its facts where they could be read (the
+/// walk reads an entry whose facts are missing itself, and reports what fails).
+pub type Listing = Vec<(OsString, Option<EntryFacts>)>;
+
+/// A directory to read ahead: `name` in the open host directory `parent`, which must be
+/// `key` when opened.
+pub struct ReadJob {
+    parent: Arc<File>,
+    name: OsString,
+    key: DirectoryKey,
+}
+
+/// The work of a reproducible import's helpers, shared with its walk.
+pub struct Helpers<J> {
+    state: Mutex<State<J>>,
+    /// Work for the helpers (a directory to read, a file to fill) or the walk's end.
+    work: Condvar,
+    /// For the walk: a directory read.
+    progress: Condvar,
+}
+
+struct State<J> {
+    /// Directories to read, the next to read last.
+    to_read: Vec<ReadJob>,
+    /// Directories being read, with the order number their read will have.
+    reading: HashMap<DirectoryKey, u64>,
+    /// Directories read and not yet taken by the walk, by order number (the order the walk
+    /// enters them).
+    read: BTreeMap<u64, (DirectoryKey, Listing)>,
+    next_number: u64,
+    fills: VecDeque<J>,
+    idle_helpers: usize,
+    /// The walk waits for a directory being read.
+    walk_waits: bool,
+    walk_over: bool,
+}
+
+impl<J> Helpers<J> {
+    pub fn new() -> Self {
+        Helpers {
+            state: Mutex::new(State {
+                to_read: Vec::new(),
+                reading: HashMap::new(),
+                read: BTreeMap::new(),
+                next_number: 0,
+                fills: VecDeque::new(),
+                idle_helpers: 0,
+                walk_waits: false,
+                walk_over: false,
+            }),
+            work: Condvar::new(),
+            progress: Condvar::new(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State<J>> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The walk waits for a helper to read a directory.
+    fn walk_wait<'s>(&self, mut state: MutexGuard<'s, State<J>>) -> MutexGuard<'s, State<J>> {
+        state.walk_waits = true;
+        let mut state = self.progress.wait(state).unwrap_or_else(|p| p.into_inner());
+        state.walk_waits = false;
+        state
+    }
+
+    /// Wakes the walk if it waits.
+    fn wake_walk(&self, state: &State<J>) {
+        if state.walk_waits {
+            self.progress.notify_one();
+        }
+    }
+
+    /// Wakes a helper if one waits for work (a wake costs a system call and a CPU switch:
+    /// busy helpers find the work on their own).
+    fn wake_helper(&self, state: &State<J>) {
+        if state.idle_helpers > 0 {
+            self.work.notify_one();
+        }
+    }
+
+    /// The walk read `listing` (of the open host directory `dir`) itself: its
+    /// subdirectories are read ahead, first the first.
+    pub fn read_subdirectories(&self, dir: &Arc<File>, listing: &Listing) {
+        let mut state = self.lock();
+        state.push_subdirectories(dir, listing);
+        self.wake_helper(&state);
+    }
+
+    /// The walk enters the host directory `key`: its listing, read ahead, or None when no
+    /// helper read it (the walk reads it itself). Listings read for directories the walk
+    /// has passed (it entered a later one) are dropped.
+    pub fn take(&self, key: DirectoryKey) -> Option<Listing> {
+        let mut state = self.lock();
+        loop {
+            let found = state
+                .read
+                .iter()
+                .find(|(_, (k, _))| *k == key)
+                .map(|(&n, _)| n);
+            if let Some(number) = found {
+                let mut later = state.read.split_off(&number);
+                state.read = later.split_off(&(number + 1));
+                let (_, listing) = later.remove(&number)?;
+                // Room ahead again.
+                self.wake_helper(&state);
+                return Some(listing);
+            }
+            if !state.reading.contains_key(&key) {
+                // Not read, nor being read: the walk reads it, and no helper must.
+                state.to_read.retain(|job| job.key != key);
+                return None;
+            }
+            state = self.walk_wait(state);
+        }
+    }
+
+    /// Queues a file for a helper to fill; gives it back when [`FILL_BACKLOG`] wait
+    /// already, for the walk to fill itself.
+    pub fn fill_later(&self, job: J) -> Option<J> {
+        let mut state = self.lock();
+        if state.fills.len() >= FILL_BACKLOG {
+            return Some(job);
+        }
+        state.fills.push_back(job);
+        self.wake_helper(&state);
+        None
+    }
+
+    /// The walk is over: its thread fills queued files with `fill` beside the helpers,
+    /// which return once the queue is empty.
+    pub fn finish(&self, fill: impl Fn(J)) {
+        let mut state = self.lock();
+        state.walk_over = true;
+        state.to_read.clear();
+        self.work.notify_all();
+        while let Some(job) = state.fills.pop_front() {
+            drop(state);
+            fill(job);
+            state = self.lock();
+        }
+    }
+
+    /// A helper thread: reads directories ahead of the walk (first) and fills queued files
+    /// with `fill`, until [`Helpers::finish`] and the queue is empty.
+    pub fn run(&self, fill: impl Fn(J)) {
+        let mut state = self.lock();
+        loop {
+            let ahead = state.read.len() + state.reading.len();
+            if ahead < DIRECTORIES_AHEAD {
+                if let Some(job) = state.to_read.pop() {
+                    let number = state.next_number;
+                    state.next_number += 1;
+                    state.reading.insert(job.key, number);
+                    drop(state);
+                    let listing = read_directory(&job);
+                    state = self.lock();
+                    state.reading.remove(&job.key);
+                    if let Some((dir, listing)) = listing {
+                        if !state.walk_over {
+                            state.push_subdirectories(&dir, &listing);
+                            state.read.insert(number, (job.key, listing));
+                        }
+                    }
+                    self.wake_walk(&state);
+                    continue;
+                }
+            }
+            if let Some(job) = state.fills.pop_front() {
+                drop(state);
+                fill(job);
+                state = self.lock();
+                continue;
+            }
+            if state.walk_over {
+                return;
+            }
+            state.idle_helpers += 1;
+            state = self.work.wait(state).unwrap_or_else(|p| p.into_inner());
+            state.idle_helpers -= 1;
+        }
+    }
+}
+
+impl<J> State<J> {
+    /// Puts the subdirectories of `listing` (of `dir`) on the work list, so that the first
+    /// by name is read next; the directories farthest ahead go when the list is full.
+    fn push_subdirectories(&mut self, dir: &Arc<File>, listing: &Listing) {
+        let subdirectories = listing.iter().rev().filter_map(|(name, facts)| {
+            let meta = &facts.as_ref()?.meta;
+            meta.is_dir().then(|| ReadJob {
+                parent: Arc::clone(dir),
+                name: name.clone(),
+                key: (meta.dev(), meta.ino()),
+            })
+        });
+        self.to_read.extend(subdirectories);
+        if self.to_read.len() > WORK_LIST {
+            let over = self.to_read.len() - WORK_LIST;
+            self.to_read.drain(..over);
+        }
+    }
+}
+
+/// Reads `job`'s directory: opened, checked to be the one expected, listed, sorted, and
+/// each entry's facts read. None when it cannot be opened or listed (the walk will read
+/// it, and report why).
+fn read_directory(job: &ReadJob) -> Option<(Arc<File>, Listing)> {
+    let shown = Path::new(&job.name);
+    let at = HostEntry {
+        dir: &job.parent,
+        name: &job.name,
+        shown,
+    };
+    let dir = at.open_directory(job.key).ok()?;
+    let names = sorted_names(&dir).ok()?;
+    let listing = names
+        .into_iter()
+        .map(|name| {
+            let facts = entry_facts(&HostEntry {
+                dir: &dir,
+                name: &name,
+                shown,
+            });
+            (name, facts)
+        })
+        .collect();
+    Some((Arc::new(dir), listing))
+}
+
+/// The names in host directory `dir` but `.` and `..`, sorted (the walk's order: byte
+/// order, whatever order the host lists them in); an error names what failed.
+pub fn sorted_names(dir: &File) -> Result<Vec<OsString>, rustix::io::Errno> {
+    let mut names = Vec::new();
+    for entry in rustix::fs::Dir::read_from(dir)? {
+        let name = entry?.file_name().to_bytes().to_vec();
+        if name != b"." && name != b".." {
+            names.push(OsString::from_vec(name));
+        }
+    }
+    names.sort();
+    Ok(names)
+}
+
+/// The facts of one entry, or None if any could not be read.
+pub fn entry_facts(at: &HostEntry<'_>) -> Option<EntryFacts> {
+    let meta = at.metadata().ok()?;
+    let kind = meta.file_type();
+    let link = match kind.is_symlink() {
+        true => Some(at.read_link().ok()?),
+        false => None,
+    };
+    let xattrs = (!kind.is_dir()).then(|| read_xattrs(XattrSource::Path(&at.proc_path())));
+    Some(EntryFacts { meta, link, xattrs })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::MetadataExt;
+    use std::sync::Mutex;
+
+    use super::*;
+
+    /// The walk's side, as `Import::ordered_contents` does it: `dir`'s listing, read ahead
+    /// when a helper did, else read here and its subdirectories handed to the helpers.
+    fn listing_of(helpers: &Helpers<()>, dir: &Arc<File>) -> Listing {
+        let meta = dir.metadata().unwrap();
+        helpers.take((meta.dev(), meta.ino())).unwrap_or_else(|| {
+            let listing: Listing = sorted_names(dir)
+                .unwrap()
+                .into_iter()
+                .map(|name| {
+                    let shown = Path::new(&name);
+                    let facts = entry_facts(&HostEntry {
+                        dir,
+                        name: &name,
+                        shown,
+                    });
+                    (name, facts)
+                })
+                .collect();
+            helpers.read_subdirectories(dir, &listing);
+            listing
+        })
+    }
+
+    /// Every directory's listing, taken depth first in name order as the walk takes them
+    /// while a helper reads ahead, is that directory's (sorted, with its facts), whether a
+    /// helper read it or the walk did, also when the walk skips a directory (as it does
+    /// one it cannot make) whose listing was read.
+    #[test]
+    fn the_walk_gets_each_directory_its_own_listing_in_order() {
+        let root = tempfile::tempdir().unwrap();
+        // More subdirectories than the work list keeps, each with a file, a symlink and a
+        // subdirectory of its own.
+        for d in 0..(WORK_LIST + 6) {
+            let dir = root.path().join(format!("d{d:03}"));
+            std::fs::create_dir_all(dir.join("inner")).unwrap();
+            std::fs::write(dir.join("file"), format!("{d}")).unwrap();
+            std::os::unix::fs::symlink(format!("target{d}"), dir.join("link")).unwrap();
+        }
+        let skipped = 3;
+        let helpers = Helpers::<()>::new();
+        let open = |path: &Path| Arc::new(File::open(path).unwrap());
+        let top = listing_of(&helpers, &open(root.path()));
+        let names: Vec<_> = top.iter().map(|(n, _)| n.clone()).collect();
+        assert!(names.windows(2).all(|w| w[0] < w[1]), "sorted");
+        /// Ends the helper's work even when an assertion fails, so the test fails rather
+        /// than waits for the helper forever.
+        struct Finish<'a>(&'a Helpers<()>);
+        impl Drop for Finish<'_> {
+            fn drop(&mut self) {
+                self.0.finish(|()| {});
+            }
+        }
+        std::thread::scope(|scope| {
+            scope.spawn(|| helpers.run(|()| {}));
+            let _finish = Finish(&helpers);
+            // Until the helper is as far ahead as it goes.
+            while {
+                let state = helpers.lock();
+                !state.to_read.is_empty() && state.read.len() < DIRECTORIES_AHEAD
+            } {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            let mut read_ahead = 0;
+            for (d, (name, _)) in top.iter().enumerate().filter(|(d, _)| *d != skipped) {
+                let dir = open(&root.path().join(name));
+                let meta = dir.metadata().unwrap();
+                let taken = helpers.take((meta.dev(), meta.ino()));
+                read_ahead += usize::from(taken.is_some());
+                let listing = taken.unwrap_or_else(|| listing_of(&helpers, &dir));
+                let got: Vec<_> = listing.iter().map(|(n, _)| n.to_str().unwrap()).collect();
+                assert_eq!(got, ["file", "inner", "link"], "{name:?}");
+                let link = listing[2].1.as_ref().and_then(|f| f.link.clone());
+                assert_eq!(link, Some(format!("target{d}").into_bytes()), "{name:?}");
+                let inner = listing_of(&helpers, &open(&root.path().join(name).join("inner")));
+                assert!(inner.is_empty(), "{name:?}/inner");
+            }
+            assert!(
+                read_ahead >= DIRECTORIES_AHEAD / 4,
+                "{read_ahead} read ahead"
+            );
+        });
+    }
+
+    /// Every file queued for a fill is filled once, by a helper or by the walk (when the
+    /// helpers are behind, and at the end), however slow the helpers are.
+    #[test]
+    fn every_queued_fill_is_done_once() {
+        let helpers = Helpers::<usize>::new();
+        let filled = Mutex::new(Vec::new());
+        let fill = |job: usize| filled.lock().unwrap().push(job);
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                helpers.run(|job| {
+                    std::thread::sleep(std::time::Duration::from_micros(200));
+                    fill(job);
+                })
+            });
+            for job in 0..2000 {
+                if let Some(job) = helpers.fill_later(job) {
+                    fill(job);
+                }
+            }
+            helpers.finish(fill);
+        });
+        let mut filled = filled.into_inner().unwrap();
+        filled.sort_unstable();
+        assert!(
+            filled == (0..2000).collect::<Vec<_>>(),
+            "{} filled",
+            filled.len()
+        );
+    }
+}
