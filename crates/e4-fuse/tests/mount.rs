@@ -929,12 +929,7 @@ fn cp_tar_git_and_rm_of_a_real_tree_leave_what_the_kernel_reads_back() {
     let exact = to_the_nanosecond();
     // cp -a: everything, times to the nanosecond.
     run_in(&root, "cp", &["-a", &format!("{src}/."), "copy"]);
-    let diffs = compare_trees(&source, &root.join("copy"), &exact);
-    assert!(
-        diffs.is_empty(),
-        "cp -a: {:?}",
-        &diffs[..diffs.len().min(10)]
-    );
+    assert_same_tree(&source, &root.join("copy"), &exact, "cp -a");
     // tar x, from a pipe: tar keeps mtimes to the second.
     let archive = tempfile::NamedTempFile::new().unwrap();
     let archive_path = archive.path().to_str().unwrap();
@@ -942,12 +937,7 @@ fn cp_tar_git_and_rm_of_a_real_tree_leave_what_the_kernel_reads_back() {
     fs::create_dir(root.join("untar")).unwrap();
     run_in(&root.join("untar"), "tar", &["xpf", archive_path]);
     let seconds = to_the_second();
-    let diffs = compare_trees(&source, &root.join("untar"), &seconds);
-    assert!(
-        diffs.is_empty(),
-        "tar x: {:?}",
-        &diffs[..diffs.len().min(10)]
-    );
+    assert_same_tree(&source, &root.join("untar"), &seconds, "tar x");
     // git: a repository of the copy, committed, changed, restored, branched.
     let repo = root.join("copy");
     let git = |args: &[&str]| git_in(&repo, args);
@@ -990,11 +980,11 @@ fn finish_as_the_kernel_reads_it(m: TestMount, what: &str) {
     match KernelMount::mount(&image.path) {
         Ok(view) => {
             let exact = to_the_nanosecond();
-            let diffs = compare_trees(shown.path(), &view.path(), &exact);
-            assert!(
-                diffs.is_empty(),
-                "{what}: the kernel's view: {:?}",
-                &diffs[..diffs.len().min(10)]
+            assert_same_tree(
+                shown.path(),
+                &view.path(),
+                &exact,
+                &format!("{what}: the kernel's view"),
             );
         }
         Err(reason) => e4_testkit::kernel_comparison_skipped(what, &reason),
@@ -1095,25 +1085,26 @@ fn cp_tar_git_and_rm_at_once_in_one_mount_leave_what_the_kernel_reads_back() {
     });
     let exact = to_the_nanosecond();
     for copy in ["copy1", "copy2"] {
-        let diffs = compare_trees(&source, &root.join(copy), &exact);
-        assert!(
-            diffs.is_empty(),
-            "{copy}: {:?}",
-            &diffs[..diffs.len().min(10)]
-        );
+        assert_same_tree(&source, &root.join(copy), &exact, copy);
     }
     let seconds = to_the_second();
-    let diffs = compare_trees(&source, &root.join("untar"), &seconds);
-    assert!(
-        diffs.is_empty(),
-        "tar x: {:?}",
-        &diffs[..diffs.len().min(10)]
-    );
+    assert_same_tree(&source, &root.join("untar"), &seconds, "tar x");
     assert!(!root.join("doomed").exists(), "rm -rf left the tree");
     assert_eq!(git_in(&repo, &["status", "--porcelain"]), "");
     assert!(git_in(&repo, &["ls-files"]).contains(&tracked_first));
     git_in(&repo, &["fsck", "--no-progress"]);
     finish_as_the_kernel_reads_it(m, "real-tree tools at once");
+}
+
+/// Fails unless trees `a` and `b` match under `options`, naming `what` and the first ten
+/// differences.
+fn assert_same_tree(a: &Path, b: &Path, options: &CompareOptions, what: &str) {
+    let diffs = compare_trees(a, b, options);
+    assert!(
+        diffs.is_empty(),
+        "{what}: {:?}",
+        &diffs[..diffs.len().min(10)]
+    );
 }
 
 /// MiB of files under `dir` (`du -sm`).

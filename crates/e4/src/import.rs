@@ -54,7 +54,7 @@ use crate::host_copy::{
 };
 use crate::id_map::IdRule;
 use crate::output::CliError;
-use crate::read_ahead::{entry_facts, sorted_names, EntryFacts, Helpers, Listing};
+use crate::read_ahead::{listing_with_facts, sorted_names, EntryFacts, Helpers, Listing};
 
 /// Non-directory entries of one directory handled by one task: enough that a task is worth
 /// scheduling, few enough that a large flat directory still spreads over every core.
@@ -490,19 +490,7 @@ impl Import<'_> {
                 match &self.helpers {
                     // The facts are read here so the helpers know the subdirectories.
                     Some(helpers) => {
-                        let listing = names
-                            .into_iter()
-                            .map(|name| {
-                                let shown = shown.join(&name);
-                                let at = HostEntry {
-                                    dir: host,
-                                    name: &name,
-                                    shown: &shown,
-                                };
-                                let facts = entry_facts(&at);
-                                (name, facts)
-                            })
-                            .collect();
+                        let listing = listing_with_facts(host, names, shown);
                         helpers.read_subdirectories(host, &listing);
                         listing
                     }

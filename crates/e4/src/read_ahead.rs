@@ -274,18 +274,25 @@ fn read_directory(job: &ReadJob) -> Option<(Arc<File>, Listing)> {
     };
     let dir = at.open_directory(job.key).ok()?;
     let names = sorted_names(&dir).ok()?;
-    let listing = names
+    let listing = listing_with_facts(&dir, names, shown);
+    Some((Arc::new(dir), listing))
+}
+
+/// `names` (of host directory `dir`, shown in messages as `shown`), each with its facts
+/// where they could be read.
+pub fn listing_with_facts(dir: &File, names: Vec<OsString>, shown: &Path) -> Listing {
+    names
         .into_iter()
         .map(|name| {
+            let shown = shown.join(&name);
             let facts = entry_facts(&HostEntry {
-                dir: &dir,
+                dir,
                 name: &name,
-                shown,
+                shown: &shown,
             });
             (name, facts)
         })
-        .collect();
-    Some((Arc::new(dir), listing))
+        .collect()
 }
 
 /// The names in host directory `dir` but `.` and `..`, sorted (the walk's order: byte
@@ -303,7 +310,7 @@ pub fn sorted_names(dir: &File) -> Result<Vec<OsString>, rustix::io::Errno> {
 }
 
 /// The facts of one entry, or None if any could not be read.
-pub fn entry_facts(at: &HostEntry<'_>) -> Option<EntryFacts> {
+fn entry_facts(at: &HostEntry<'_>) -> Option<EntryFacts> {
     let meta = at.metadata().ok()?;
     let kind = meta.file_type();
     let link = match kind.is_symlink() {

@@ -129,7 +129,8 @@ impl Filesystem {
     }
 
     /// The steps of a fallocate too large for one transaction, in order; empty when one
-    /// step does it all.
+    /// step does it all. A range the operation refuses is one step, refused whole (a
+    /// collapse or insert the kernel refuses too, before any step).
     fn fallocate_steps(
         &self,
         handle: &InodeHandle,
@@ -137,8 +138,24 @@ impl Filesystem {
         offset: u64,
         len: u64,
     ) -> Result<Vec<Step>> {
-        let cuts = self.fallocate_cuts(handle, mode, offset, len)?;
-        let mut pieces = self.moved_pieces(handle, mode, offset, len)?;
+        let state = handle.read(&self.inodes);
+        let inode = &state.inode;
+        let end = match offset.checked_add(len) {
+            Some(end) if len > 0 && end <= self.max_file_size(inode) => end,
+            _ => return Ok(Vec::new()),
+        };
+        let moves = matches!(
+            mode,
+            FallocateMode::CollapseRange | FallocateMode::InsertRange
+        );
+        if !inode.has_flag(flags::EXTENTS)
+            || inode.has_flag(flags::INLINE_DATA)
+            || (moves && self.check_range_shift(inode, mode, offset, len).is_err())
+        {
+            return Ok(Vec::new());
+        }
+        let cuts = self.fallocate_cuts(inode, mode, offset, end)?;
+        let mut pieces = self.moved_pieces(inode, mode, offset, end)?;
         if cuts.is_empty() && pieces.is_empty() {
             return Ok(Vec::new());
         }
@@ -148,69 +165,47 @@ impl Filesystem {
             len,
             moves,
         };
-        let end = offset + len;
         let mut steps = Vec::new();
         let mut at = offset;
         for next in cuts.into_iter().chain(std::iter::once(end)) {
-            match mode {
-                // A collapse punches its range a step at a time; the move comes after.
-                FallocateMode::CollapseRange if next < end => {
-                    steps.push(step(FallocateMode::PunchHole, at, next - at, None))
-                }
-                FallocateMode::CollapseRange | FallocateMode::InsertRange => {}
-                _ => steps.push(step(mode, at, next - at, None)),
+            // A collapse punches its range a step at a time; its move comes after.
+            if !moves {
+                steps.push(step(mode, at, next - at, None));
+            } else if next < end {
+                steps.push(step(FallocateMode::PunchHole, at, next - at, None));
             }
             at = next;
         }
-        if mode == FallocateMode::InsertRange {
-            pieces.reverse();
-        }
-        match mode {
-            // The last step collapses the whole range, whose blocks the steps before it
-            // have freed (all but the last piece of it).
-            FallocateMode::CollapseRange | FallocateMode::InsertRange if pieces.is_empty() => {
-                steps.push(step(mode, offset, len, None))
+        if moves {
+            if mode == FallocateMode::InsertRange {
+                pieces.reverse();
             }
-            FallocateMode::CollapseRange | FallocateMode::InsertRange => {
-                steps.extend(pieces.into_iter().map(|p| step(mode, offset, len, Some(p))))
+            if pieces.is_empty() {
+                steps.push(step(mode, offset, len, None));
             }
-            _ => {}
+            steps.extend(pieces.into_iter().map(|p| step(mode, offset, len, Some(p))));
         }
         Ok(steps)
     }
 
-    /// Where a collapse's or an insert's move is cut into pieces: none unless it changes
-    /// more tree leaves than half of what one step may write, the rest left for the
-    /// interior nodes above them. A range the operation refuses is one step, refused
-    /// whole.
+    /// Where a collapse's or an insert's move over `offset..end` of `inode` is cut into
+    /// pieces: none unless it changes more tree leaves than half of what one step may
+    /// write, the rest left for the interior nodes above them.
     fn moved_pieces(
         &self,
-        handle: &InodeHandle,
+        inode: &Inode,
         mode: FallocateMode,
         offset: u64,
-        len: u64,
+        end: u64,
     ) -> Result<Vec<MovedPiece>> {
         let Some(blocks) = self.step_tree_blocks() else {
             return Ok(Vec::new());
         };
-        let state = handle.read(&self.inodes);
-        let inode = &state.inode;
-        let collapse = match mode {
-            FallocateMode::CollapseRange => true,
-            FallocateMode::InsertRange => false,
-            _ => return Ok(Vec::new()),
-        };
-        if !inode.has_flag(flags::EXTENTS)
-            || inode.has_flag(flags::INLINE_DATA)
-            || self.check_range_shift(inode, mode, offset, len).is_err()
-        {
-            return Ok(Vec::new());
-        }
         let bs = u64::from(self.block_size());
-        let from = if collapse {
-            (offset + len) / bs
-        } else {
-            offset / bs
+        let from = match mode {
+            FallocateMode::CollapseRange => end / bs,
+            FallocateMode::InsertRange => offset / bs,
+            _ => return Ok(Vec::new()),
         };
         let io = ReadIo::new(&self.store);
         let mut root = [0u8; I_BLOCK_SIZE];
@@ -238,29 +233,20 @@ impl Filesystem {
             .collect())
     }
 
-    /// Where a fallocate is cut into steps (byte offsets inside the range, ascending):
-    /// none unless it allocates or punches blocks in more groups than one step may touch.
-    /// A range the operation refuses is one step, refused whole.
+    /// Where a fallocate of `offset..end` of `inode` is cut into steps (byte offsets
+    /// inside the range, ascending): none unless it allocates or punches blocks in more
+    /// groups than one step may touch.
     fn fallocate_cuts(
         &self,
-        handle: &InodeHandle,
+        inode: &Inode,
         mode: FallocateMode,
         offset: u64,
-        len: u64,
+        end: u64,
     ) -> Result<Vec<u64>> {
         let Some(groups) = self.step_groups() else {
             return Ok(Vec::new());
         };
-        let state = handle.read(&self.inodes);
-        let inode = &state.inode;
         let bs = u64::from(self.block_size());
-        let end = match offset.checked_add(len) {
-            Some(end) if len > 0 && end <= self.max_file_size(inode) => end,
-            _ => return Ok(Vec::new()),
-        };
-        if !inode.has_flag(flags::EXTENTS) || inode.has_flag(flags::INLINE_DATA) {
-            return Ok(Vec::new());
-        }
         // Allocation fills the range in order: a step allocates what half its groups hold,
         // which free space broken up may spread over the other half.
         let allocation_cuts = || {
@@ -276,14 +262,7 @@ impl Filesystem {
         };
         Ok(match mode {
             FallocateMode::Allocate | FallocateMode::KeepSize => allocation_cuts().collect(),
-            FallocateMode::PunchHole => freeing_cuts()?,
-            // A collapse the kernel refuses is refused whole, before any step.
-            FallocateMode::CollapseRange => {
-                match self.check_range_shift(inode, mode, offset, len) {
-                    Ok(()) => freeing_cuts()?,
-                    Err(_) => Vec::new(),
-                }
-            }
+            FallocateMode::PunchHole | FallocateMode::CollapseRange => freeing_cuts()?,
             // Frees what is mapped, then allocates the range: a step at either cut keeps
             // both within their share.
             FallocateMode::ZeroRange => {
