@@ -8,6 +8,8 @@
 //! its left neighbour in the same leaf when the two become logically and physically adjacent
 //! (a collapse that removes the blocks between two parts of one run joins them again).
 
+use e4_format::{Location, Problem};
+
 use super::{can_merge, end_of, ExtentTree, Node, LOGICAL_LIMIT};
 use crate::error::{Error, Result};
 
@@ -103,10 +105,18 @@ impl ExtentTree<'_> {
 
     /// The first logical block of every leaf after the one that maps `from` (or would),
     /// ascending: where a shift from `from` on can be cut into pieces of whole leaves.
-    /// Reads interior nodes only; empty for a tree that is one leaf.
+    /// Reads interior nodes only; empty for a tree that is one leaf. Each node's keys are
+    /// checked in order as it is read; keys out of order across two nodes (a damaged
+    /// index) are refused here too, so a piece never ends before it starts.
     pub fn leaf_starts(&self, from: u32) -> Result<Vec<u32>> {
         let mut starts = Vec::new();
         self.leaf_starts_in(&self.read_root()?, from, &mut starts)?;
+        if starts.windows(2).any(|pair| pair[0] >= pair[1]) {
+            return Err(super::corrupt(
+                Location::Inode(self.owner.ino),
+                Problem::KeysOutOfOrder,
+            ));
+        }
         Ok(starts)
     }
 

@@ -864,6 +864,37 @@ fn a_shift_in_pieces_of_leaves_ends_as_one_shift_and_is_valid_between_them() {
     }
 }
 
+/// Leaf starts out of order across two interior nodes (each node's own keys in order, so
+/// reading the nodes finds nothing) are refused, so no shift piece ends before it starts.
+#[test]
+fn leaf_starts_out_of_order_across_nodes_are_refused() {
+    let io = MemoryMetaIo::new(1024, 100, 1 << 30);
+    let mut root = new_root();
+    let mut tree = ExtentTree::new(&mut root, &io, OWNER);
+    // Two interior nodes of 84 leaves of 84 extents at most: over 7,056 extents.
+    append_unmergeable(&mut tree, 0, 8000);
+    assert_eq!(check(&root, &io).depth, 2);
+    assert!(
+        u16::from_le_bytes([root[2], root[3]]) >= 2,
+        "one interior node"
+    );
+    let key_at = |bytes: &[u8], i: usize| {
+        u32::from_le_bytes(bytes[12 + 12 * i..16 + 12 * i].try_into().unwrap())
+    };
+    // The first interior node's last key, raised past the second node's first.
+    let child = u32::from_le_bytes(root[16..20].try_into().unwrap()) as u64;
+    let second_key = key_at(&root, 1);
+    let mut bytes = io.blocks.lock().unwrap()[&child].1.clone();
+    let entries = usize::from(u16::from_le_bytes([bytes[2], bytes[3]]));
+    let last = 12 + 12 * (entries - 1);
+    bytes[last..last + 4].copy_from_slice(&(second_key + 5).to_le_bytes());
+    io.write(child, BlockKind::ExtentNode, OWNER, &bytes)
+        .unwrap();
+    let tree = ExtentTree::new(&mut root, &io, OWNER);
+    let refused = tree.leaf_starts(0).unwrap_err().to_string();
+    assert!(refused.contains("not strictly increasing"), "{refused}");
+}
+
 /// One step of the model test.
 #[derive(Debug, Clone)]
 enum Op {
