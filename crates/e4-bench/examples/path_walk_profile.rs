@@ -56,17 +56,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// Lock acquisitions of every kind the engine counts (those a walk can take).
+/// Lock acquisitions of every kind the engine counts.
 fn lock_total(fs: &Filesystem) -> u64 {
-    let r = fs.lock_stats();
-    [
-        r.inode,
-        r.inode_cache_shards,
-        r.buffer_cache_shards,
-        r.dentry_cache_shards,
-        r.commit_gate,
-    ]
-    .iter()
-    .map(|k| k.acquisitions)
-    .sum()
+    fs.lock_stats().kinds().iter().map(|k| k.acquisitions).sum()
 }

@@ -134,7 +134,7 @@ impl LogWriter {
     }
 
     /// Blocks in the log proper.
-    fn log_len(&self) -> u64 {
+    pub fn log_len(&self) -> u64 {
         let (first, last) = self.journal.log_bounds();
         u64::from(last - first)
     }

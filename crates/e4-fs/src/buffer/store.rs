@@ -3,7 +3,9 @@
 //! verified in its role, and every one it writes goes home through one method
 //! ([`BlockStore::write_home`], called by write-back only). File data bypasses the cache
 //! and goes straight to and from the device ([`BlockStore::read_data`],
-//! [`BlockStore::write_data`]).
+//! [`BlockStore::write_data`]). With a journal, committed blocks wait in the checkpoint
+//! list for their home write ([`CheckpointedDevice`]): every read and write of the device,
+//! the allocators' included, goes through it.
 
 use std::sync::Arc;
 
@@ -13,9 +15,10 @@ use crate::buffer::cache::{Buffer, BufferCache, BufferRole};
 use crate::buffer::verifier::BlockVerifier;
 use crate::error::{Error, Result};
 use crate::io::device::Device;
+use crate::journal::checkpoint_list::CheckpointedDevice;
 
 pub(crate) struct BlockStore {
-    device: Arc<dyn Device>,
+    device: Arc<CheckpointedDevice>,
     cache: BufferCache,
     verifier: BlockVerifier,
     block_size: u32,
@@ -34,7 +37,7 @@ impl BlockStore {
         verifier: BlockVerifier,
     ) -> Self {
         BlockStore {
-            device,
+            device: Arc::new(CheckpointedDevice::new(device, block_size)),
             cache: BufferCache::new(cache_blocks, block_size as usize),
             verifier,
             block_size,
@@ -58,9 +61,16 @@ impl BlockStore {
     }
 
     /// The device, for the allocators' lazy bitmap loads (they read whole bitmap blocks
-    /// the cache never holds: e4-alloc keeps its own copy).
+    /// the cache never holds: e4-alloc keeps its own copy): reads see the blocks the
+    /// checkpoint list holds.
     pub(crate) fn device(&self) -> Arc<dyn Device> {
-        Arc::clone(&self.device)
+        Arc::clone(&self.device) as Arc<dyn Device>
+    }
+
+    /// The checkpoint list in front of the device: a journal's commits hold their blocks
+    /// there, and its checkpoints write them home.
+    pub(crate) fn checkpoint_list(&self) -> &CheckpointedDevice {
+        &self.device
     }
 
     /// Metadata block `nr` through the cache, unverified: the caller verifies it in the
