@@ -22,7 +22,12 @@
 //! a torn write of the primary superblock, which on these one-group images neither e2fsck
 //! nor the kernel opens either.
 //!
-//! Each workload asserts a floor on its states (together over 10,000; about 37,000 run).
+//! A file made with `Run::create_whole` takes only changes e4 makes atomic, and must come
+//! back as one of its versions whole, or part-way through a range move in pieces in the
+//! shapes `crash_states/range_moves.rs` names (what the kernel and e4 promise of a crash
+//! in the middle of an insert or a collapse).
+//!
+//! Each workload asserts a floor on its states (together over 10,000; about 46,500 run).
 //! `E4_CRASH_KEEP=DIR` writes each failing crash image (before recovery) and what failed,
 //! with the writes since its flush, to DIR. `E4_CRASH_SAMPLES=N` samples N subsets per
 //! epoch instead of 32, `E4_CRASH_SEED` picks other ones: the long run is
@@ -415,7 +420,7 @@ fn a_move_in_pieces_leaves_the_file_before_after_or_part_way_at_every_crash() {
     assert!(taken > 4 * LEAF, "the new file took {taken} blocks");
     run.fsync(reuse);
     let (log, model) = run.finish();
-    sweep("a move in pieces", &log, &model, 1_000);
+    sweep("a move in pieces", &log, &model, 3_000);
     eprintln!(
         "a move in pieces: {} checks found a file part-way",
         model.part_way_states()
