@@ -358,14 +358,13 @@ fn inserts_and_collapses_leave_a_file_before_or_after_at_every_crash() {
 /// size grown and its blocks moved from some leaf on; a collapse's range freed, its
 /// blocks moved up to some leaf, the size not yet shrunk), never a block lost or doubled;
 /// the recovery leaves it so (nothing finishes a move, in the kernel either). Then a
-/// collapse of four leaves' extents frees their blocks and tree blocks in one
-/// transaction, and a new file takes every block an ordinary caller may: a crash never
-/// shows its data in the moved file, nor the moved file's in it. (1,800 one-block
-/// extents: six leaves of 340 under an index block; transactions bounded to one block,
-/// so each piece commits on its own. The freed tree blocks are not among those the new
-/// file takes: the allocator takes whole free runs first, and the metadata reserve keeps
-/// the last blocks, so the revoke of a freed leaf is not tested here but in
-/// `freed_directory_blocks_reused_for_data_are_never_overwritten_by_the_log`.)
+/// collapse of all but the first and last extents frees every tree block (the pieces
+/// logged each) with the data, in one transaction, and a new file takes every block an
+/// ordinary caller may, tree blocks among them: a replay of a tree block's old copy (its
+/// revoke missing) would write over the new file's data, and a crash never shows the new
+/// file's data in the moved file, nor the moved file's in it. (1,800 one-block extents:
+/// six leaves of 340 under an index block; transactions bounded to one block, so each
+/// piece commits on its own.)
 #[test]
 fn a_move_in_pieces_leaves_the_file_before_after_or_part_way_at_every_crash() {
     const EXTENTS: usize = 1_800;
@@ -398,26 +397,22 @@ fn a_move_in_pieces_leaves_the_file_before_after_or_part_way_at_every_crash() {
     run.fsync(other);
     // Back down: every extent but the first moves down, a leaf at a time from the first.
     run.move_range_in_pieces(sparse, Shift::Collapse, BLOCK, BLOCK);
-    // The extents of leaves 1 to 4 (340..1700, at blocks 2i) go with their leaves, and
-    // the last leaf moves down: one transaction.
-    let (first, end) = (2 * LEAF, 2 * 5 * LEAF);
-    let sectors = |run: &Run| run.fs.metadata(run.ino(sparse)).unwrap().blocks;
-    let before = sectors(&run);
-    run.move_range(
-        sparse,
-        Shift::Collapse,
-        first * BLOCK,
-        (end - first) * BLOCK,
-    );
-    let freed = (before - sectors(&run)) as usize / (BLOCK / 512);
-    assert!(
-        freed >= 4 * LEAF + 4,
-        "the collapse freed {freed} blocks: not the leaves"
-    );
-    // Every block an ordinary caller may take goes to a new file.
+    // Every extent but the first and the last goes (blocks 1..3598), and the last moves
+    // down to block 1: one transaction, which frees every tree block (two extents fit
+    // the inode).
+    let tree = run.tree_blocks(sparse);
+    assert_eq!(tree.len(), 7, "six leaves and an index block: {tree:?}");
+    run.move_range(sparse, Shift::Collapse, BLOCK, (2 * EXTENTS - 3) * BLOCK);
+    assert!(run.tree_blocks(sparse).is_empty(), "tree blocks left");
+    // Every block an ordinary caller may take goes to a new file, tree blocks among them.
     let reuse = run.create("/reuse");
     let taken = run.fill(reuse, 0, 4096 * BLOCK) / BLOCK;
     assert!(taken > 4 * LEAF, "the new file took {taken} blocks");
+    let reused = run.data_blocks(reuse).intersection(&tree).count();
+    assert!(
+        reused > 0,
+        "the new file took none of the freed tree blocks"
+    );
     run.fsync(reuse);
     let (log, model) = run.finish();
     sweep("a move in pieces", &log, &model, 3_000);

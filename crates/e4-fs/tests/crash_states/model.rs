@@ -11,15 +11,19 @@
 //! move in pieces may leave between two of them (`range_moves.rs`).
 
 use std::collections::hash_map::DefaultHasher;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use e4_format::extent::{ExtentEntries, ExtentNode};
+use e4_format::Location;
 use e4_fs::device::Device;
 use e4_fs::recording_device::{RecordingDevice, WriteLog};
-use e4_fs::{Creator, FallocateMode, FileType, Filesystem, OpenOptions, RenameMode, XattrSet};
+use e4_fs::{
+    Creator, FallocateMode, FileType, Filesystem, Mapping, OpenOptions, RenameMode, XattrSet,
+};
 use e4_testkit::make_empty_image;
 
 use super::range_moves::{RangeMove, Shift};
@@ -473,6 +477,47 @@ impl Run {
     /// The inode of file `id`.
     pub fn ino(&self, id: usize) -> u32 {
         self.model().inos[id]
+    }
+
+    /// The node blocks of file `id`'s extent tree (not the root in the inode), read from
+    /// the device: with no commit thread, an operation that committed has written its
+    /// blocks home when it returns.
+    pub fn tree_blocks(&self, id: usize) -> HashSet<u64> {
+        let inode = self.fs.read_inode(self.ino(id)).unwrap();
+        let root = ExtentNode::parse(&inode.record.block, Location::Inode(inode.ino)).unwrap();
+        let mut blocks = HashSet::new();
+        let mut todo = vec![root];
+        while let Some(node) = todo.pop() {
+            let ExtentEntries::Index(indexes) = node.entries else {
+                continue;
+            };
+            for child in indexes.iter().map(|index| index.leaf()) {
+                let mut bytes = vec![0; BLOCK];
+                self.device
+                    .read_exact_at(&mut bytes, child * BLOCK as u64)
+                    .unwrap();
+                todo.push(ExtentNode::parse(&bytes, Location::Block(child)).unwrap());
+                blocks.insert(child);
+            }
+        }
+        blocks
+    }
+
+    /// The blocks file `id` maps.
+    pub fn data_blocks(&self, id: usize) -> HashSet<u64> {
+        let inode = self.fs.read_inode(self.ino(id)).unwrap();
+        let end = inode.size().div_ceil(BLOCK as u64);
+        let (mut blocks, mut logical) = (HashSet::new(), 0);
+        while logical < end {
+            match self.fs.map_block(&inode, logical, end - logical).unwrap() {
+                Mapping::Data { physical, len, .. } => {
+                    blocks.extend(physical..physical + len);
+                    logical += len;
+                }
+                Mapping::Hole { len } => logical += len.max(1),
+            }
+        }
+        blocks
     }
 
     fn ino_of(&self, path: &str) -> u32 {
