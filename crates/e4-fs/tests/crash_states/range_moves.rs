@@ -14,7 +14,10 @@
 //! e4 (`ops/fallocate.rs`) does the same in pieces of whole leaves, each piece a step of
 //! its own with commits between them as the log's pressure asks, and promises exactly
 //! this of a crash (each state also e2fsck-clean, every block owned once):
-//! - a move that fits one transaction: the file before it or after it, whole;
+//! - a move that fits one transaction: the file before it or after it, whole (a collapse
+//!   over more groups than a step may touch punches its range in steps first, and a crash
+//!   between those leaves the range partly zeros: not modelled here, the workloads' images
+//!   have one group);
 //! - an insert of `n` blocks at block `o`, between pieces: the size grown by `n` blocks
 //!   (its first transaction grows it and moves the last piece), the extents from some
 //!   leaf's first block `p > o` on moved up by `n`, those below at their own places: the
