@@ -358,13 +358,15 @@ fn inserts_and_collapses_leave_a_file_before_or_after_at_every_crash() {
 /// size grown and its blocks moved from some leaf on; a collapse's range freed, its
 /// blocks moved up to some leaf, the size not yet shrunk), never a block lost or doubled;
 /// the recovery leaves it so (nothing finishes a move, in the kernel either). Then a
-/// collapse of all but the first and last extents frees every tree block (the pieces
-/// logged each) with the data, in one transaction, and a new file takes every block an
-/// ordinary caller may, tree blocks among them: a replay of a tree block's old copy (its
-/// revoke missing) would write over the new file's data, and a crash never shows the new
-/// file's data in the moved file, nor the moved file's in it. (1,800 one-block extents:
-/// six leaves of 340 under an index block; transactions bounded to one block, so each
-/// piece commits on its own.)
+/// collapse of all but the first and last extents, whose range lies in more groups than a
+/// step may touch, punches it in steps (a crash between them leaves it punched from its
+/// start to a step's cut, nothing moved) and frees every tree block (the pieces logged
+/// each) with the rest, and a new file takes every block an ordinary caller may, tree
+/// blocks among them: a replay of a tree block's old copy (its revoke missing) would
+/// write over the new file's data, and a crash never shows the new file's data in the
+/// moved file, nor the moved file's in it. (1,800 one-block extents: six leaves of 340
+/// under an index block, on 1 MiB groups; transactions bounded to one block, so each
+/// piece or step commits on its own and a step touches one group.)
 #[test]
 fn a_move_in_pieces_leaves_the_file_before_after_or_part_way_at_every_crash() {
     const EXTENTS: usize = 1_800;
@@ -374,22 +376,29 @@ fn a_move_in_pieces_leaves_the_file_before_after_or_part_way_at_every_crash() {
         ..model::options()
     };
     let (mut sparse, mut other) = (0, 0);
-    let run = Run::start_on(
-        &["-t", "ext4", "-b", "4096", "-m", "0"],
-        16,
-        options,
-        |run| {
-            sparse = run.create_whole("/sparse");
-            // Block 2i holds extent i: no two merge.
-            let blocks: Vec<usize> = (0..EXTENTS).map(|i| 2 * i * BLOCK).collect();
-            run.write_each(sparse, &blocks, BLOCK);
-            other = run.create("/other");
-            run.write(other, 0, BLOCK);
-            // A filler takes what is free, so the new file below takes the freed blocks.
-            let filler = run.create("/filler");
-            run.fill(filler, 0, 4096 * BLOCK);
-        },
-    );
+    let args = [
+        "-t",
+        "ext4",
+        "-b",
+        "4096",
+        "-g",
+        "256",
+        "-O",
+        "^resize_inode",
+        "-m",
+        "0",
+    ];
+    let run = Run::start_on(&args, 16, options, |run| {
+        sparse = run.create_whole("/sparse");
+        // Block 2i holds extent i: no two merge.
+        let blocks: Vec<usize> = (0..EXTENTS).map(|i| 2 * i * BLOCK).collect();
+        run.write_each(sparse, &blocks, BLOCK);
+        other = run.create("/other");
+        run.write(other, 0, BLOCK);
+        // A filler takes what is free, so the new file below takes the freed blocks.
+        let filler = run.create("/filler");
+        run.fill(filler, 0, 4096 * BLOCK);
+    });
     // A block in at block 1 (a hole): every extent but the first moves up, a leaf at a
     // time from the last.
     run.move_range_in_pieces(sparse, Shift::Insert, BLOCK, BLOCK);
@@ -397,12 +406,12 @@ fn a_move_in_pieces_leaves_the_file_before_after_or_part_way_at_every_crash() {
     run.fsync(other);
     // Back down: every extent but the first moves down, a leaf at a time from the first.
     run.move_range_in_pieces(sparse, Shift::Collapse, BLOCK, BLOCK);
-    // Every extent but the first and the last goes (blocks 1..3598), and the last moves
-    // down to block 1: one transaction, which frees every tree block (two extents fit
-    // the inode).
+    // Every extent but the first and the last goes (blocks 1..3598), punched a group at a
+    // time, and the last moves down to block 1 with the step that frees the rest and
+    // every tree block (two extents fit the inode).
     let tree = run.tree_blocks(sparse);
     assert_eq!(tree.len(), 7, "six leaves and an index block: {tree:?}");
-    run.move_range(sparse, Shift::Collapse, BLOCK, (2 * EXTENTS - 3) * BLOCK);
+    run.move_range_in_pieces(sparse, Shift::Collapse, BLOCK, (2 * EXTENTS - 3) * BLOCK);
     assert!(run.tree_blocks(sparse).is_empty(), "tree blocks left");
     // Every block an ordinary caller may take goes to a new file, tree blocks among them.
     let reuse = run.create("/reuse");

@@ -14,10 +14,12 @@
 //! e4 (`ops/fallocate.rs`) does the same in pieces of whole leaves, each piece a step of
 //! its own with commits between them as the log's pressure asks, and promises exactly
 //! this of a crash (each state also e2fsck-clean, every block owned once):
-//! - a move that fits one transaction: the file before it or after it, whole (a collapse
-//!   over more groups than a step may touch punches its range in steps first, and a crash
-//!   between those leaves the range partly zeros: not modelled here, the workloads' images
-//!   have one group);
+//! - a move that fits one transaction: the file before it or after it, whole;
+//! - a collapse whose range lies in more groups than a step may touch, between the steps
+//!   that punch it (`ops/fallocate.rs`, as the kernel's `ext4_ext_remove_space` restarts
+//!   its handle): the range's blocks from `o` up to some step's cut `x < e` freed, holes,
+//!   nothing moved, the size unchanged (the step that frees the rest moves the first
+//!   piece with it);
 //! - an insert of `n` blocks at block `o`, between pieces: the size grown by `n` blocks
 //!   (its first transaction grows it and moves the last piece), the extents from some
 //!   leaf's first block `p > o` on moved up by `n`, those below at their own places: the
@@ -65,9 +67,10 @@ impl RangeMove {
         after
     }
 
-    /// Where a crash between two of the move's pieces left the unmoved part of a file that
-    /// held `before` and now holds `bytes` (the block `p` of the module's shapes), or
-    /// `None` if `bytes` are no such state. The file before and after the move are not
+    /// Where a crash between two of the move's pieces or steps left the unchanged part of a
+    /// file that held `before` and now holds `bytes` (the block `p` or `x` of the module's
+    /// shapes: from it on, every byte is as before), or `None` if `bytes` are no such
+    /// state. The file before and after the move are not
     /// such states: the caller matches those whole.
     pub fn part_way(&self, before: &[u8], bytes: &[u8]) -> Option<usize> {
         let len = self.count * BLOCK;
@@ -87,13 +90,18 @@ impl RangeMove {
                 })
             }
             Shift::Collapse => {
-                let (at, end) = (self.at * BLOCK, (self.at + self.count) * BLOCK);
+                let at = self.at * BLOCK;
                 if bytes.len() != before.len() || bytes[..at] != before[..at] {
                     return None;
                 }
-                let moved = common_prefix(&bytes[at..], &before[end..]);
                 let tail = common_suffix(bytes, before);
                 let end = self.at + self.count;
+                // Punched from the range's start to a step's cut `x`, nothing moved.
+                let x = (before.len() - tail).div_ceil(BLOCK).max(self.at + 1);
+                if x < end && zeros(at..x * BLOCK) {
+                    return Some(x);
+                }
+                let moved = common_prefix(&bytes[at..], &before[end * BLOCK..]);
                 (end + 1..last.min(end + moved / BLOCK + 1)).find(|&p| {
                     let gap = p * BLOCK;
                     before.len() - gap <= tail && zeros(gap - len..gap)
@@ -163,10 +171,16 @@ mod tests {
             collapse.part_way(&before, &file(&[1, 4, 0, 0, 5, 6])),
             Some(4)
         );
-        // Not part-way: the range freed with nothing moved, the size shrunk early, a block
-        // doubled or lost.
+        // Punched in steps up to a cut, nothing moved yet.
+        assert_eq!(
+            collapse.part_way(&before, &file(&[1, 0, 3, 4, 5, 6])),
+            Some(2)
+        );
+        // Not part-way: the whole range freed with nothing moved, the range punched from
+        // its end, the size shrunk early, a block doubled or lost.
         for wrong in [
             file(&[1, 0, 0, 4, 5, 6]),
+            file(&[1, 2, 0, 4, 5, 6]),
             file(&[1, 4, 0, 0]),
             file(&[1, 4, 0, 4, 5, 6]),
             file(&[1, 4, 0, 0, 0, 6]),
