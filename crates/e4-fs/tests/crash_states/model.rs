@@ -152,14 +152,20 @@ pub struct Model {
     promises: Vec<Promise>,
     /// Whether each file, by file id, must show one version whole ([`Run::create_whole`]).
     whole: Vec<bool>,
-    /// Each file's range moves that may stop between pieces, by file id: the version each
-    /// started from, and the move.
-    pieced: Vec<Vec<(usize, RangeMove)>>,
-    /// Checks that found a file between two pieces of a move (each distinct recovered
-    /// image once per promises in force).
-    part_way: AtomicUsize,
+    /// Each file's range moves that may stop between pieces, by file id.
+    pieced: Vec<Vec<PiecedMove>>,
     /// The contents of the next version of a file that writes are making, by file id.
     writing: HashMap<usize, Vec<u8>>,
+}
+
+/// A range move that may stop between pieces.
+struct PiecedMove {
+    /// The version of the file it started from.
+    before: usize,
+    moved: RangeMove,
+    /// Checks that found the file between two of its pieces (each distinct recovered
+    /// image once per promises in force).
+    seen_part_way: AtomicUsize,
 }
 
 /// The least a crash state must hold, from the promises made by then.
@@ -298,10 +304,19 @@ impl Model {
         )
     }
 
-    /// How many checks found a file between two pieces of a range move: a workload that
-    /// moves in pieces asserts some did, so its crash states reached between them.
-    pub fn part_way_states(&self) -> usize {
-        self.part_way.load(Ordering::Relaxed)
+    /// For each range move in pieces, which file, the move, and how many checks found the
+    /// file between two of its pieces: a workload that moves in pieces asserts each was
+    /// found so, or its crash states never reached between them.
+    pub fn part_way_states(&self) -> Vec<(usize, RangeMove, usize)> {
+        self.pieced
+            .iter()
+            .enumerate()
+            .flat_map(|(id, moves)| {
+                moves
+                    .iter()
+                    .map(move |m| (id, m.moved, m.seen_part_way.load(Ordering::Relaxed)))
+            })
+            .collect()
     }
 
     /// Why `bytes` are not what file `id` may hold from version `floor` on, if they are not:
@@ -316,12 +331,19 @@ impl Model {
         if versions.iter().any(|v| v.as_slice() == bytes) {
             return None;
         }
-        let part_way = self.pieced[id]
-            .iter()
-            .filter(|(before, _)| *before >= floor)
-            .find_map(|(before, m)| m.part_way(&self.versions[id][*before], bytes));
-        if part_way.is_some() {
-            self.part_way.fetch_add(1, Ordering::Relaxed);
+        // Two moves may leave the same bytes part-way (an insert and the collapse that
+        // undoes it): each counts it.
+        let mut part_way = false;
+        for m in self.pieced[id].iter().filter(|m| m.before >= floor) {
+            if m.moved
+                .part_way(&self.versions[id][m.before], bytes)
+                .is_some()
+            {
+                m.seen_part_way.fetch_add(1, Ordering::Relaxed);
+                part_way = true;
+            }
+        }
+        if part_way {
             return None;
         }
         let near = versions
@@ -754,7 +776,11 @@ impl Run {
         let mut model = self.model();
         let before = model.versions[id].len() - 1;
         if pieces {
-            model.pieced[id].push((before, moved));
+            model.pieced[id].push(PiecedMove {
+                before,
+                moved,
+                seen_part_way: AtomicUsize::new(0),
+            });
         }
         let after = moved.apply(&model.versions[id][before]);
         model.versions[id].push(Arc::new(after));
