@@ -27,7 +27,7 @@
 //! shapes `crash_states/range_moves.rs` names (what the kernel and e4 promise of a crash
 //! in the middle of an insert or a collapse).
 //!
-//! Each workload asserts a floor on its states (together over 10,000; about 47,000 run).
+//! Each workload asserts a floor on its states (together over 10,000; about 45,500 run).
 //! `E4_CRASH_KEEP=DIR` writes each failing crash image (before recovery) and what failed,
 //! with the writes since its flush, to DIR. `E4_CRASH_SAMPLES=N` samples N subsets per
 //! epoch instead of 32, `E4_CRASH_SEED` picks other ones: the long run is
