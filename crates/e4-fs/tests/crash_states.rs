@@ -22,7 +22,12 @@
 //! a torn write of the primary superblock, which on these one-group images neither e2fsck
 //! nor the kernel opens either.
 //!
-//! Each workload asserts a floor on its states (together over 10,000; about 37,000 run).
+//! A file made with `Run::create_whole` takes only changes e4 makes atomic, and must come
+//! back as one of its versions whole, or part-way through a range move in pieces in the
+//! shapes `crash_states/range_moves.rs` names (what the kernel and e4 promise of a crash
+//! in the middle of an insert or a collapse).
+//!
+//! Each workload asserts a floor on its states (together over 10,000; about 45,500 run).
 //! `E4_CRASH_KEEP=DIR` writes each failing crash image (before recovery) and what failed,
 //! with the writes since its flush, to DIR. `E4_CRASH_SAMPLES=N` samples N subsets per
 //! epoch instead of 32, `E4_CRASH_SEED` picks other ones: the long run is
@@ -30,10 +35,12 @@
 
 mod crash_states {
     pub mod model;
+    pub mod range_moves;
     pub mod sweep;
 }
 
 use crash_states::model::{self, Run, BLOCK, RECORD};
+use crash_states::range_moves::Shift;
 use crash_states::sweep::sweep;
 use e4_fs::OpenOptions;
 
@@ -302,4 +309,125 @@ fn a_file_over_many_groups_is_freed_in_steps_that_every_crash_completes() {
     run.close(ids[1]);
     let (log, model) = run.finish();
     sweep("a file freed in steps", &log, &model, 500);
+}
+
+/// Inserts and collapses that each fit one transaction are atomic (`ops/fallocate.rs`): a
+/// crash leaves the file as before the move or as after it, whole (the files are checked
+/// whole, not record by record), every block it freed free once and reused by one file
+/// only, and every fsync'd file as fsync'd. Ranges at the start, in the middle and up to
+/// the last (partial) block; over data and over holes; a hole an insert opened filled
+/// again; the blocks a collapse freed taken by another file.
+#[test]
+fn inserts_and_collapses_leave_a_file_before_or_after_at_every_crash() {
+    let (mut a, mut b) = (0, 0);
+    let run = Run::start(|run| {
+        a = run.create_whole("/a");
+        run.write(a, 0, 40 * BLOCK);
+        // A partial last block: the moves keep it partial.
+        b = run.create_whole("/b");
+        run.write(b, 0, 24 * BLOCK + 6 * RECORD);
+        let c = run.create("/c");
+        run.write(c, 0, 2 * BLOCK);
+    });
+    run.move_range(a, Shift::Insert, 4 * BLOCK, 3 * BLOCK);
+    run.fsync(a);
+    run.move_range(a, Shift::Collapse, 10 * BLOCK, 5 * BLOCK);
+    run.move_range(b, Shift::Collapse, 0, 4 * BLOCK);
+    // Blocks the collapses freed, taken by a new file once their commit is on disk.
+    let d = run.create("/d");
+    run.write(d, 0, 9 * BLOCK);
+    run.fsync(d);
+    // The hole the insert opened, written again.
+    run.write(a, 5 * BLOCK, BLOCK);
+    run.fsync(a);
+    run.move_range(b, Shift::Insert, 19 * BLOCK, 2 * BLOCK);
+    run.move_range(a, Shift::Insert, 0, 2 * BLOCK);
+    run.sync();
+    run.move_range(a, Shift::Collapse, 0, 3 * BLOCK);
+    run.move_range(b, Shift::Collapse, 18 * BLOCK, 3 * BLOCK);
+    run.fsync(b);
+    run.move_range(a, Shift::Collapse, 30 * BLOCK, BLOCK);
+    let (log, model) = run.finish();
+    sweep("inserts and collapses", &log, &model, 1_000);
+}
+
+/// An insert and a collapse whose moves are larger than a transaction go in pieces of
+/// whole leaves with commits between them (`ops/fallocate.rs`, as
+/// `ext4_ext_shift_extents` restarts its handle), and a crash may fall between two: the
+/// file is then before, after, or part-way as `range_moves.rs` describes (an insert's
+/// size grown and its blocks moved from some leaf on; a collapse's range freed, its
+/// blocks moved up to some leaf, the size not yet shrunk), never a block lost or doubled;
+/// the recovery leaves it so (nothing finishes a move, in the kernel either). Then a
+/// collapse of all but the first and last extents, whose range lies in more groups than a
+/// step may touch, punches it in steps (a crash between them leaves it punched from its
+/// start to a step's cut, nothing moved) and frees every tree block (the pieces logged
+/// each) with the rest, and a new file takes every block an ordinary caller may, tree
+/// blocks among them: a replay of a tree block's old copy (its revoke missing) would
+/// write over the new file's data, and a crash never shows the new file's data in the
+/// moved file, nor the moved file's in it. (1,800 one-block extents: six leaves of 340
+/// under an index block, on 1 MiB groups; transactions bounded to one block, so each
+/// piece or step commits on its own and a step touches one group.)
+#[test]
+fn a_move_in_pieces_leaves_the_file_before_after_or_part_way_at_every_crash() {
+    const EXTENTS: usize = 1_800;
+    const LEAF: usize = 340;
+    let options = OpenOptions {
+        transaction_limit: Some(1),
+        ..model::options()
+    };
+    let (mut sparse, mut other) = (0, 0);
+    let args = [
+        "-t",
+        "ext4",
+        "-b",
+        "4096",
+        "-g",
+        "256",
+        "-O",
+        "^resize_inode",
+        "-m",
+        "0",
+    ];
+    let run = Run::start_on(&args, 16, options, |run| {
+        sparse = run.create_whole("/sparse");
+        // Block 2i holds extent i: no two merge.
+        let blocks: Vec<usize> = (0..EXTENTS).map(|i| 2 * i * BLOCK).collect();
+        run.write_each(sparse, &blocks, BLOCK);
+        other = run.create("/other");
+        run.write(other, 0, BLOCK);
+        // A filler takes what is free, so the new file below takes the freed blocks.
+        let filler = run.create("/filler");
+        run.fill(filler, 0, 4096 * BLOCK);
+    });
+    // A block in at block 1 (a hole): every extent but the first moves up, a leaf at a
+    // time from the last.
+    run.move_range_in_pieces(sparse, Shift::Insert, BLOCK, BLOCK);
+    run.append(other, BLOCK);
+    run.fsync(other);
+    // Two blocks out at block 1 (holes): every extent but the first moves down, a leaf at
+    // a time from the first, and extent i > 0 lands at block 2i - 1.
+    run.move_range_in_pieces(sparse, Shift::Collapse, BLOCK, 2 * BLOCK);
+    // Every extent but the first and the last goes (blocks 1..3597), punched a group at a
+    // time, and the last moves down to block 1 with the step that frees the rest and
+    // every tree block (two extents fit the inode).
+    let tree = run.tree_blocks(sparse);
+    assert_eq!(tree.len(), 7, "six leaves and an index block: {tree:?}");
+    run.move_range_in_pieces(sparse, Shift::Collapse, BLOCK, (2 * EXTENTS - 4) * BLOCK);
+    assert!(run.tree_blocks(sparse).is_empty(), "tree blocks left");
+    // Every block an ordinary caller may take goes to a new file, tree blocks among them.
+    let reuse = run.create("/reuse");
+    let taken = run.fill(reuse, 0, 4096 * BLOCK) / BLOCK;
+    assert!(taken > 4 * LEAF, "the new file took {taken} blocks");
+    let reused = run.data_blocks(reuse).intersection(&tree).count();
+    assert!(
+        reused > 0,
+        "the new file took none of the freed tree blocks"
+    );
+    run.fsync(reuse);
+    let (log, model) = run.finish();
+    sweep("a move in pieces", &log, &model, 3_000);
+    for (id, moved, seen) in model.part_way_states() {
+        eprintln!("a move in pieces: {seen} checks found file {id} part-way through {moved:?}");
+        assert!(seen > 0, "no crash state fell part-way through {moved:?}");
+    }
 }

@@ -3,17 +3,30 @@
 //! survive a crash from then on. Files are filled with 16-byte records naming the file, the
 //! record's place and the change that wrote it, so a file showing another file's bytes is
 //! told apart from one showing its own older bytes.
+//!
+//! A file's bytes after a crash are checked record by record (each some version's record
+//! at that place: a write's blocks reach the device one by one, and an overwrite lands in
+//! place before its commit), except for a file made with [`Run::create_whole`], whose every
+//! change is one that e4 makes atomic: it must be one version whole, or a state a range
+//! move in pieces may leave between two of them (`range_moves.rs`).
 
 use std::collections::hash_map::DefaultHasher;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use e4_format::extent::{ExtentEntries, ExtentNode};
+use e4_format::Location;
 use e4_fs::device::Device;
 use e4_fs::recording_device::{RecordingDevice, WriteLog};
-use e4_fs::{Creator, FallocateMode, FileType, Filesystem, OpenOptions, RenameMode, XattrSet};
+use e4_fs::{
+    Creator, FallocateMode, FileType, Filesystem, Mapping, OpenOptions, RenameMode, XattrSet,
+};
 use e4_testkit::make_empty_image;
+
+use super::range_moves::{RangeMove, Shift};
 
 pub const ROOT: u32 = 2;
 pub const BLOCK: usize = 4096;
@@ -137,6 +150,22 @@ pub struct Model {
     ids: Vec<Ids>,
     renames: Vec<Rename>,
     promises: Vec<Promise>,
+    /// Whether each file, by file id, must show one version whole ([`Run::create_whole`]).
+    whole: Vec<bool>,
+    /// Each file's range moves that may stop between pieces, by file id.
+    pieced: Vec<Vec<PiecedMove>>,
+    /// The contents of the next version of a file that writes are making, by file id.
+    writing: HashMap<usize, Vec<u8>>,
+}
+
+/// A range move that may stop between pieces.
+struct PiecedMove {
+    /// The version of the file it started from.
+    before: usize,
+    moved: RangeMove,
+    /// Checks that found the file between two of its pieces (each distinct recovered
+    /// image once per promises in force).
+    seen_part_way: AtomicUsize,
 }
 
 /// The least a crash state must hold, from the promises made by then.
@@ -275,9 +304,70 @@ impl Model {
         )
     }
 
+    /// For each range move in pieces, which file, the move, and how many checks found the
+    /// file between two of its pieces: a workload that moves in pieces asserts each was
+    /// found so, or its crash states never reached between them.
+    pub fn part_way_states(&self) -> Vec<(usize, RangeMove, usize)> {
+        self.pieced
+            .iter()
+            .enumerate()
+            .flat_map(|(id, moves)| {
+                moves
+                    .iter()
+                    .map(move |m| (id, m.moved, m.seen_part_way.load(Ordering::Relaxed)))
+            })
+            .collect()
+    }
+
     /// Why `bytes` are not what file `id` may hold from version `floor` on, if they are not:
-    /// its size is one of those versions', and every record is one that some version had.
+    /// for a whole file one of those versions, or a move in pieces from one of them part
+    /// way; for the others, its size is one of those versions', and every record is one
+    /// that some version had.
     fn content_problem(&self, id: usize, floor: usize, bytes: &[u8]) -> Option<String> {
+        if !self.whole[id] {
+            return self.record_problem(id, floor, bytes);
+        }
+        let versions = &self.versions[id][floor..];
+        if versions.iter().any(|v| v.as_slice() == bytes) {
+            return None;
+        }
+        // Two moves may leave the same bytes part-way (an insert and the collapse that
+        // undoes it): each counts it.
+        let mut part_way = false;
+        for m in self.pieced[id].iter().filter(|m| m.before >= floor) {
+            if m.moved
+                .part_way(&self.versions[id][m.before], bytes)
+                .is_some()
+            {
+                m.seen_part_way.fetch_add(1, Ordering::Relaxed);
+                part_way = true;
+            }
+        }
+        if part_way {
+            return None;
+        }
+        let near = versions
+            .iter()
+            .map(|v| {
+                let same = v.iter().zip(bytes).take_while(|(a, b)| a == b).count();
+                (same, v.len())
+            })
+            .max();
+        Some(format!(
+            "{} bytes, no version since {floor} whole nor a move of one part-way (the nearest \
+             version, of {} bytes, differs from byte {}){}",
+            bytes.len(),
+            near.map_or(0, |n| n.1),
+            near.map_or(0, |n| n.0),
+            self.record_problem(id, floor, bytes)
+                .map_or(String::new(), |p| format!("; {p}"))
+        ))
+    }
+
+    /// Why `bytes` are not what file `id` may hold from version `floor` on, record by
+    /// record, if they are not: its size is one of those versions', and every record is
+    /// one that some version had.
+    fn record_problem(&self, id: usize, floor: usize, bytes: &[u8]) -> Option<String> {
         let versions = &self.versions[id][floor..];
         if !versions.iter().any(|v| v.len() == bytes.len()) {
             let sizes: Vec<usize> = versions.iter().map(|v| v.len()).collect();
@@ -388,7 +478,14 @@ impl Run {
     }
 
     /// Unmounts (a sync: everything is promised) and hands back the log and the model.
+    /// Fails if a commit was written around the log (too large for it: not crash-safe).
     pub fn finish(self) -> (WriteLog, Model) {
+        // OK to unwrap: the workloads' images have a journal.
+        let stats = self.fs.journal_stats().unwrap();
+        assert_eq!(
+            stats.unjournaled, 0,
+            "a commit went around the log: {stats:?}"
+        );
         self.fs.unmount().unwrap();
         let mut model = self.model.into_inner().unwrap();
         model.promise_all(self.device.flushes());
@@ -397,6 +494,52 @@ impl Run {
 
     fn model(&self) -> std::sync::MutexGuard<'_, Model> {
         self.model.lock().unwrap()
+    }
+
+    /// The inode of file `id`.
+    pub fn ino(&self, id: usize) -> u32 {
+        self.model().inos[id]
+    }
+
+    /// The node blocks of file `id`'s extent tree (not the root in the inode), read from
+    /// the device: with no commit thread, an operation that committed has written its
+    /// blocks home when it returns.
+    pub fn tree_blocks(&self, id: usize) -> HashSet<u64> {
+        let inode = self.fs.read_inode(self.ino(id)).unwrap();
+        let root = ExtentNode::parse(&inode.record.block, Location::Inode(inode.ino)).unwrap();
+        let mut blocks = HashSet::new();
+        let mut todo = vec![root];
+        while let Some(node) = todo.pop() {
+            let ExtentEntries::Index(indexes) = node.entries else {
+                continue;
+            };
+            for child in indexes.iter().map(|index| index.leaf()) {
+                let mut bytes = vec![0; BLOCK];
+                self.device
+                    .read_exact_at(&mut bytes, child * BLOCK as u64)
+                    .unwrap();
+                todo.push(ExtentNode::parse(&bytes, Location::Block(child)).unwrap());
+                blocks.insert(child);
+            }
+        }
+        blocks
+    }
+
+    /// The blocks file `id` maps.
+    pub fn data_blocks(&self, id: usize) -> HashSet<u64> {
+        let inode = self.fs.read_inode(self.ino(id)).unwrap();
+        let end = inode.size().div_ceil(BLOCK as u64);
+        let (mut blocks, mut logical) = (HashSet::new(), 0);
+        while logical < end {
+            match self.fs.map_block(&inode, logical, end - logical).unwrap() {
+                Mapping::Data { physical, len, .. } => {
+                    blocks.extend(physical..physical + len);
+                    logical += len;
+                }
+                Mapping::Hole { len } => logical += len.max(1),
+            }
+        }
+        blocks
     }
 
     fn ino_of(&self, path: &str) -> u32 {
@@ -439,6 +582,17 @@ impl Run {
 
     /// Creates an empty file at `path`; its id.
     pub fn create(&self, path: &str) -> usize {
+        self.create_checked(path, false)
+    }
+
+    /// [`Run::create`] for a file whose every change e4 makes atomic, and which a crash
+    /// must leave one version whole (or part-way through a move in pieces): it takes only
+    /// writes of whole blocks into holes or past its end, and range moves.
+    pub fn create_whole(&self, path: &str) -> usize {
+        self.create_checked(path, true)
+    }
+
+    fn create_checked(&self, path: &str, whole: bool) -> usize {
         let (parent, name) = Run::split(path);
         let ino = self
             .fs
@@ -448,6 +602,8 @@ impl Run {
             let mut model = self.model();
             model.versions.push(vec![Arc::new(Vec::new())]);
             model.inos.push(ino);
+            model.whole.push(whole);
+            model.pieced.push(Vec::new());
             model.versions.len() - 1
         };
         self.edit_tree(|t, ids| {
@@ -467,22 +623,67 @@ impl Run {
     /// Writes `len` bytes of records at `offset` (both multiples of [`RECORD`]). Only the
     /// thread that owns file `id` changes it.
     pub fn write(&self, id: usize, offset: usize, len: usize) {
-        let (ino, change, mut contents) = {
-            let model = self.model();
-            let versions = &model.versions[id];
+        self.write_each(id, &[offset], len);
+    }
+
+    /// Writes `len` bytes of records at each of `offsets`, a write each, recorded as one
+    /// version (for a setup that lays out many extents: a version per write would copy
+    /// the file each time).
+    pub fn write_each(&self, id: usize, offsets: &[usize], len: usize) {
+        for &offset in offsets {
+            assert_eq!(self.write_up_to(id, offset, len), len, "a short write");
+        }
+        let version = Arc::new(self.writing(id));
+        self.model().versions[id].push(version);
+    }
+
+    /// Writes up to `len` bytes of records at `offset`, as many as fit (a full filesystem
+    /// ends the write short): the bytes written.
+    pub fn fill(&self, id: usize, offset: usize, len: usize) -> usize {
+        let written = self.write_up_to(id, offset, len);
+        let version = Arc::new(self.writing(id));
+        self.model().versions[id].push(version);
+        written
+    }
+
+    /// The contents of file `id` as the writes since its last version left them.
+    fn writing(&self, id: usize) -> Vec<u8> {
+        let mut model = self.model();
+        model.writing.remove(&id).unwrap_or_else(|| {
             // OK to unwrap: a file starts with one version.
-            let last = versions.last().unwrap();
-            (model.inos[id], versions.len(), last.as_ref().clone())
+            model.versions[id].last().unwrap().as_ref().clone()
+        })
+    }
+
+    /// One write of up to `len` bytes at `offset` into the version file `id` is making.
+    fn write_up_to(&self, id: usize, offset: usize, len: usize) -> usize {
+        let mut contents = self.writing(id);
+        let (ino, change, whole) = {
+            let model = self.model();
+            (model.inos[id], model.versions[id].len(), model.whole[id])
         };
+        if whole {
+            // Whole blocks into a hole or past the end go to new blocks, mapped by the
+            // commit: atomic. Records are never zeros, so zeros are a hole here.
+            let old = &contents[offset.min(contents.len())..(offset + len).min(contents.len())];
+            let whole_blocks = len % BLOCK == 0 || offset + len >= contents.len();
+            let fresh = (offset + len <= contents.len() || contents.len() % BLOCK == 0)
+                && old.iter().all(|&b| b == 0);
+            assert!(
+                offset % BLOCK == 0 && whole_blocks && fresh,
+                "file {id} is checked whole: a write must fill whole blocks of a hole"
+            );
+        }
         let data: Vec<u8> = (offset / RECORD..(offset + len) / RECORD)
             .flat_map(|index| record(id, index, change))
             .collect();
-        assert_eq!(self.fs.write_at(ino, offset as u64, &data).unwrap(), len);
+        let len = self.fs.write_at(ino, offset as u64, &data).unwrap();
         if contents.len() < offset + len {
             contents.resize(offset + len, 0);
         }
-        contents[offset..offset + len].copy_from_slice(&data);
-        self.model().versions[id].push(Arc::new(contents));
+        contents[offset..offset + len].copy_from_slice(&data[..len]);
+        self.model().writing.insert(id, contents);
+        len
     }
 
     pub fn append(&self, id: usize, len: usize) {
@@ -505,7 +706,7 @@ impl Run {
     /// lies, before the commit that shrinks the file (as ext4 does), so a crash may show
     /// the old size with those bytes zero: that is a version too.
     pub fn truncate(&self, id: usize, size: usize) {
-        let ino = self.model().inos[id];
+        let ino = self.in_place(id);
         self.fs.truncate(ino, size as u64).unwrap();
         self.change(id, |c| {
             let end = size.next_multiple_of(BLOCK).min(c.len());
@@ -517,7 +718,7 @@ impl Run {
     }
 
     pub fn punch(&self, id: usize, offset: usize, len: usize) {
-        let ino = self.model().inos[id];
+        let ino = self.in_place(id);
         self.fs
             .fallocate(ino, FallocateMode::PunchHole, offset as u64, len as u64)
             .unwrap();
@@ -527,6 +728,62 @@ impl Run {
                 c[offset..end].fill(0);
             }
         });
+    }
+
+    /// The inode of file `id`, for a change that writes over its blocks in place (zeros
+    /// in a partial block), which a crash may leave half done: not for a file checked
+    /// whole.
+    fn in_place(&self, id: usize) -> u32 {
+        let model = self.model();
+        assert!(
+            !model.whole[id],
+            "file {id} is checked whole: no changes in place"
+        );
+        model.inos[id]
+    }
+
+    /// Inserts or collapses (`shift`) `len` bytes at `offset` of file `id` (whole blocks):
+    /// a move e4 makes in one transaction, so a crash leaves it done or not.
+    pub fn move_range(&self, id: usize, shift: Shift, offset: usize, len: usize) {
+        self.move_range_as(id, shift, offset, len, false);
+    }
+
+    /// [`Run::move_range`] for a move larger than a transaction (the workload's
+    /// transaction limit makes it so), which e4 makes in pieces: a crash between two
+    /// leaves the file part-way (`range_moves.rs`).
+    pub fn move_range_in_pieces(&self, id: usize, shift: Shift, offset: usize, len: usize) {
+        self.move_range_as(id, shift, offset, len, true);
+    }
+
+    fn move_range_as(&self, id: usize, shift: Shift, offset: usize, len: usize, pieces: bool) {
+        assert!(
+            offset % BLOCK == 0 && len % BLOCK == 0,
+            "moves are in whole blocks"
+        );
+        let ino = self.model().inos[id];
+        let mode = match shift {
+            Shift::Insert => FallocateMode::InsertRange,
+            Shift::Collapse => FallocateMode::CollapseRange,
+        };
+        self.fs
+            .fallocate(ino, mode, offset as u64, len as u64)
+            .unwrap();
+        let moved = RangeMove {
+            shift,
+            at: offset / BLOCK,
+            count: len / BLOCK,
+        };
+        let mut model = self.model();
+        let before = model.versions[id].len() - 1;
+        if pieces {
+            model.pieced[id].push(PiecedMove {
+                before,
+                moved,
+                seen_part_way: AtomicUsize::new(0),
+            });
+        }
+        let after = moved.apply(&model.versions[id][before]);
+        model.versions[id].push(Arc::new(after));
     }
 
     /// Renames `from` to `to`, replacing what `to` named.
