@@ -25,13 +25,13 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::ffi::OsString;
-use std::fs::{File, Metadata};
+use std::fs::File;
 use std::os::unix::ffi::OsStringExt;
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use crate::host_copy::{read_xattrs, HostEntry, HostXattrs, XattrSource};
+use crate::host_metadata::HostMetadata;
 
 /// Read directories the helpers keep ahead of the walk, at most.
 const DIRECTORIES_AHEAD: usize = 64;
@@ -49,7 +49,7 @@ pub type DirectoryKey = (u64, u64);
 
 /// What the walk needs from the host to place one entry, read ahead.
 pub struct EntryFacts {
-    pub meta: Metadata,
+    pub meta: HostMetadata,
     /// A symlink's target.
     pub link: Option<Vec<u8>>,
     /// A non-directory's xattrs (a directory's are read from its descriptor when it is
@@ -251,7 +251,7 @@ impl<J> State<J> {
             meta.is_dir().then(|| ReadJob {
                 parent: Arc::clone(dir),
                 name: name.clone(),
-                key: (meta.dev(), meta.ino()),
+                key: meta.key(),
             })
         });
         self.to_read.extend(subdirectories);
@@ -312,18 +312,16 @@ pub fn sorted_names(dir: &File) -> Result<Vec<OsString>, rustix::io::Errno> {
 /// The facts of one entry, or None if any could not be read.
 fn entry_facts(at: &HostEntry<'_>) -> Option<EntryFacts> {
     let meta = at.metadata().ok()?;
-    let kind = meta.file_type();
-    let link = match kind.is_symlink() {
-        true => Some(at.read_link().ok()?),
-        false => None,
+    let link = match meta.file_type() {
+        rustix::fs::FileType::Symlink => Some(at.read_link().ok()?),
+        _ => None,
     };
-    let xattrs = (!kind.is_dir()).then(|| read_xattrs(XattrSource::Path(&at.proc_path())));
+    let xattrs = (!meta.is_dir()).then(|| read_xattrs(XattrSource::Path(&at.proc_path())));
     Some(EntryFacts { meta, link, xattrs })
 }
 
 #[cfg(test)]
 mod tests {
-    use std::os::unix::fs::MetadataExt;
     use std::sync::Mutex;
 
     use super::*;
@@ -331,8 +329,8 @@ mod tests {
     /// The walk's side, as `Import::ordered_contents` does it: `dir`'s listing, read ahead
     /// when a helper did, else read here and its subdirectories handed to the helpers.
     fn listing_of(helpers: &Helpers<()>, dir: &Arc<File>) -> Listing {
-        let meta = dir.metadata().unwrap();
-        helpers.take((meta.dev(), meta.ino())).unwrap_or_else(|| {
+        let key = HostMetadata::of(dir).unwrap().key();
+        helpers.take(key).unwrap_or_else(|| {
             let listing: Listing = sorted_names(dir)
                 .unwrap()
                 .into_iter()
@@ -393,8 +391,7 @@ mod tests {
             let mut read_ahead = 0;
             for (d, (name, _)) in top.iter().enumerate().filter(|(d, _)| *d != skipped) {
                 let dir = open(&root.path().join(name));
-                let meta = dir.metadata().unwrap();
-                let taken = helpers.take((meta.dev(), meta.ino()));
+                let taken = helpers.take(HostMetadata::of(&dir).unwrap().key());
                 read_ahead += usize::from(taken.is_some());
                 let listing = taken.unwrap_or_else(|| listing_of(&helpers, &dir));
                 let got: Vec<_> = listing.iter().map(|(n, _)| n.to_str().unwrap()).collect();
