@@ -77,6 +77,13 @@ pub struct OpenOptions {
     /// keeps each transaction's blocks) and an enumeration of crash states need — and an
     /// idle filesystem commits only at `sync` or unmount.
     pub commit_thread: bool,
+    /// On an image file, remember which ranges read as zeros (its holes at the open, less
+    /// everything written since) and skip zeroing them when blocks are reserved
+    /// ([`Filesystem::reserve_data`]): a fresh image from mkfs is almost all holes, and
+    /// each punch skipped is a system call and a wait on the image file's lock, which data
+    /// writes on other threads hold (`io/hole_map.rs`). Off by default: an old image's
+    /// data regions cost a scan at the open and memory, for few punches saved.
+    pub skip_zeroing_holes: bool,
 }
 
 impl Default for OpenOptions {
@@ -90,6 +97,7 @@ impl Default for OpenOptions {
             replay_journal: true,
             transaction_limit: None,
             commit_thread: true,
+            skip_zeroing_holes: false,
         }
     }
 }
@@ -269,7 +277,10 @@ impl Filesystem {
     /// image").
     pub fn open(path: impl AsRef<Path>, options: OpenOptions) -> Result<Self> {
         let path = path.as_ref();
-        let device = FileDevice::open(path, options.writable)?;
+        let mut device = FileDevice::open(path, options.writable)?;
+        if options.skip_zeroing_holes {
+            device = device.tracking_holes()?;
+        }
         Self::open_device(Arc::new(device), options)
     }
 

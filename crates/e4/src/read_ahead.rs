@@ -8,17 +8,21 @@
 //! on that order, so `-j` − 1 helpers read it first. A helper reads a whole directory at a
 //! time (one hand-off per directory, not per file: waking a thread on another CPU costs
 //! tens of microseconds) and walks the tree in the walk's own order, depth first with
-//! names sorted, keeping a work list that is a stack: a directory's subdirectories go on
-//! it in reverse name order, so the next one popped is the next one the walk enters. The
+//! names sorted, keeping a [`WorkList`] that is a stack: a directory's subdirectories go
+//! on it in reverse name order, so the next one popped is the next one the walk enters. The
 //! walk takes a directory's read [`Listing`] when it enters it (waiting if a helper is
 //! reading it), or reads it itself when no helper got to it; what the walk places, and in
 //! what order, is the same either way.
 //!
 //! Bounds: helpers stay at most [`DIRECTORIES_AHEAD`] read directories ahead of the walk,
-//! the work list keeps at most [`WORK_LIST`] directories (the farthest ahead are dropped,
-//! to be read by the walk; each holds its parent's descriptor open), and at most
-//! [`FILL_BACKLOG`] files wait for a fill (the walk fills the next itself beyond that), so
-//! memory and open descriptors stay bounded on any tree. Reading ahead comes before
+//! the work list holds the subdirectories of at most [`OPEN_PARENTS`] directories (each
+//! group holds its directory's descriptor open; the farthest ahead are dropped, to be read
+//! by the walk), and at most [`FILL_BACKLOG`] files wait for a fill (the walk fills the
+//! next itself beyond that), so memory and open descriptors stay bounded on any tree (the
+//! names waiting in the work list are fewer than those of the listings the walk holds).
+//! An idle helper is woken for fills only once [`FILL_BATCH`] wait, and every wake is
+//! sent after the state's lock is released, so the woken thread does not wait on it at
+//! once: on 2 CPUs a wake per file cost more than the fill it handed over. Reading ahead comes before
 //! filling, as long as the helpers are not that far ahead: the walk waits on reads, nobody
 //! waits on a fill. The walk, once over, fills what is left beside the helpers, so no
 //! thread idles while there is work.
@@ -35,14 +39,19 @@ use crate::host_metadata::HostMetadata;
 
 /// Read directories the helpers keep ahead of the walk, at most.
 const DIRECTORIES_AHEAD: usize = 64;
-/// Directories waiting to be read ahead, at most.
-const WORK_LIST: usize = 64;
+/// Directories whose subdirectories wait in the work list, at most (each holds its
+/// descriptor open). A directory of a thousand subdirectories (/usr/share/doc) is one.
+const OPEN_PARENTS: usize = 64;
 /// Files whose blocks the walk reserved and whose data waits for a helper, at most: beyond
 /// that the helpers are behind, and the walk fills the next file itself (a fill changes no
 /// metadata, so who does it changes nothing in the image). Memory and the host directories
 /// kept open for queued files (one per file at worst) stay bounded, and the walk and the
 /// helpers share the fills as their other work leaves them time.
 pub const FILL_BACKLOG: usize = 256;
+/// Files queued before an idle helper is woken for them: a wake costs the walk a system
+/// call and the helper tens of microseconds before it runs, more than filling a small
+/// file; a batch costs one. (A helper that is not idle finds the queue on its own.)
+const FILL_BATCH: usize = 16;
 
 /// A host directory by (device, inode).
 pub type DirectoryKey = (u64, u64);
@@ -79,8 +88,7 @@ pub struct Helpers<J> {
 }
 
 struct State<J> {
-    /// Directories to read, the next to read last.
-    to_read: Vec<ReadJob>,
+    to_read: WorkList,
     /// Directories being read, with the order number their read will have.
     reading: HashMap<DirectoryKey, u64>,
     /// Directories read and not yet taken by the walk, by order number (the order the walk
@@ -98,7 +106,7 @@ impl<J> Helpers<J> {
     pub fn new() -> Self {
         Helpers {
             state: Mutex::new(State {
-                to_read: Vec::new(),
+                to_read: WorkList::default(),
                 reading: HashMap::new(),
                 read: BTreeMap::new(),
                 next_number: 0,
@@ -124,17 +132,13 @@ impl<J> Helpers<J> {
         state
     }
 
-    /// Wakes the walk if it waits.
-    fn wake_walk(&self, state: &State<J>) {
-        if state.walk_waits {
-            self.progress.notify_one();
-        }
-    }
-
-    /// Wakes a helper if one waits for work (a wake costs a system call and a CPU switch:
-    /// busy helpers find the work on their own).
-    fn wake_helper(&self, state: &State<J>) {
-        if state.idle_helpers > 0 {
+    /// Releases the state's lock, then wakes a helper if one waits and `work` says there
+    /// is work for it (a wake costs a system call and a CPU switch: busy helpers find the
+    /// work on their own; and a helper woken while the lock is held would wait on it).
+    fn unlock_and_wake_helper(&self, state: MutexGuard<'_, State<J>>, work: bool) {
+        let wake = work && state.idle_helpers > 0;
+        drop(state);
+        if wake {
             self.work.notify_one();
         }
     }
@@ -144,7 +148,8 @@ impl<J> Helpers<J> {
     pub fn read_subdirectories(&self, dir: &Arc<File>, listing: &Listing) {
         let mut state = self.lock();
         state.push_subdirectories(dir, listing);
-        self.wake_helper(&state);
+        let work = !state.to_read.is_empty();
+        self.unlock_and_wake_helper(state, work);
     }
 
     /// The walk enters the host directory `key`: its listing, read ahead, or None when no
@@ -163,12 +168,13 @@ impl<J> Helpers<J> {
                 state.read = later.split_off(&(number + 1));
                 let (_, listing) = later.remove(&number)?;
                 // Room ahead again.
-                self.wake_helper(&state);
+                let work = !state.to_read.is_empty();
+                self.unlock_and_wake_helper(state, work);
                 return Some(listing);
             }
             if !state.reading.contains_key(&key) {
                 // Not read, nor being read: the walk reads it, and no helper must.
-                state.to_read.retain(|job| job.key != key);
+                state.to_read.remove(key);
                 return None;
             }
             state = self.walk_wait(state);
@@ -183,7 +189,8 @@ impl<J> Helpers<J> {
             return Some(job);
         }
         state.fills.push_back(job);
-        self.wake_helper(&state);
+        let work = state.fills.len() >= FILL_BATCH;
+        self.unlock_and_wake_helper(state, work);
         None
     }
 
@@ -222,7 +229,11 @@ impl<J> Helpers<J> {
                             state.read.insert(number, (job.key, listing));
                         }
                     }
-                    self.wake_walk(&state);
+                    if state.walk_waits {
+                        drop(state);
+                        self.progress.notify_one();
+                        state = self.lock();
+                    }
                     continue;
                 }
             }
@@ -248,17 +259,77 @@ impl<J> State<J> {
     fn push_subdirectories(&mut self, dir: &Arc<File>, listing: &Listing) {
         let subdirectories = listing.iter().rev().filter_map(|(name, facts)| {
             let meta = &facts.as_ref()?.meta;
-            meta.is_dir().then(|| ReadJob {
-                parent: Arc::clone(dir),
-                name: name.clone(),
-                key: meta.key(),
-            })
+            meta.is_dir().then(|| (name.clone(), meta.key()))
         });
-        self.to_read.extend(subdirectories);
-        if self.to_read.len() > WORK_LIST {
-            let over = self.to_read.len() - WORK_LIST;
-            self.to_read.drain(..over);
+        self.to_read.push(dir, subdirectories.collect());
+    }
+}
+
+/// The directories waiting to be read ahead, as a stack in the walk's order: groups, each
+/// the subdirectories of one directory read (which share its open descriptor), the next
+/// to read last in the last group. Empty groups are not kept.
+#[derive(Default)]
+struct WorkList {
+    groups: Vec<Subdirectories>,
+}
+
+/// Subdirectories of one host directory, waiting to be read ahead.
+struct Subdirectories {
+    parent: Arc<File>,
+    /// Names and keys, the next to read last.
+    left: Vec<(OsString, DirectoryKey)>,
+}
+
+impl WorkList {
+    fn is_empty(&self) -> bool {
+        self.groups.is_empty()
+    }
+
+    /// Puts `left` (subdirectories of `parent`, the first to read last) on top; past
+    /// [`OPEN_PARENTS`] groups, the bottom one (the farthest ahead of the walk) goes.
+    fn push(&mut self, parent: &Arc<File>, left: Vec<(OsString, DirectoryKey)>) {
+        if left.is_empty() {
+            return;
         }
+        self.groups.push(Subdirectories {
+            parent: Arc::clone(parent),
+            left,
+        });
+        if self.groups.len() > OPEN_PARENTS {
+            self.groups.remove(0);
+        }
+    }
+
+    /// The next directory to read.
+    fn pop(&mut self) -> Option<ReadJob> {
+        let group = self.groups.last_mut()?;
+        // OK to unwrap: empty groups are not kept.
+        let (name, key) = group.left.pop().unwrap();
+        let parent = Arc::clone(&group.parent);
+        if group.left.is_empty() {
+            self.groups.pop();
+        }
+        Some(ReadJob { parent, name, key })
+    }
+
+    /// Takes directory `key` off the list (the walk reads it itself). It is the next to
+    /// read unless the walk skipped one, so the top is looked at first.
+    fn remove(&mut self, key: DirectoryKey) {
+        let Some(top) = self.groups.last_mut() else {
+            return;
+        };
+        if top.left.last().is_some_and(|(_, k)| *k == key) {
+            self.pop();
+            return;
+        }
+        for group in &mut self.groups {
+            group.left.retain(|(_, k)| *k != key);
+        }
+        self.groups.retain(|group| !group.left.is_empty());
+    }
+
+    fn clear(&mut self) {
+        self.groups.clear();
     }
 }
 
@@ -326,50 +397,83 @@ mod tests {
 
     use super::*;
 
-    /// The walk's side, as `Import::ordered_contents` does it: `dir`'s listing, read ahead
-    /// when a helper did, else read here and its subdirectories handed to the helpers.
-    fn listing_of(helpers: &Helpers<()>, dir: &Arc<File>) -> Listing {
+    /// The walk's side, as `Import::ordered_contents` does it: `dir`'s listing (at
+    /// `path`), read ahead when a helper did (true), else read here and its subdirectories
+    /// handed to the helpers (false).
+    fn listing_of(helpers: &Helpers<()>, dir: &Arc<File>, path: &Path) -> (Listing, bool) {
         let key = HostMetadata::of(dir).unwrap().key();
-        helpers.take(key).unwrap_or_else(|| {
-            let listing: Listing = sorted_names(dir)
-                .unwrap()
-                .into_iter()
-                .map(|name| {
-                    let shown = Path::new(&name);
-                    let facts = entry_facts(&HostEntry {
-                        dir,
-                        name: &name,
-                        shown,
-                    });
-                    (name, facts)
-                })
-                .collect();
-            helpers.read_subdirectories(dir, &listing);
-            listing
-        })
+        match helpers.take(key) {
+            Some(listing) => (listing, true),
+            None => {
+                let listing = listing_with_facts(dir, sorted_names(dir).unwrap(), path);
+                helpers.read_subdirectories(dir, &listing);
+                (listing, false)
+            }
+        }
+    }
+
+    fn open(path: &Path) -> Arc<File> {
+        Arc::new(File::open(path).unwrap())
+    }
+
+    /// Walks the directories of `listing` (of `path`) and below as the import does, depth
+    /// first in name order, checking each listing against the directory's contents (every
+    /// name, sorted; each symlink's target), except `skip`, which the walk does not enter
+    /// (as it does not enter one it cannot make). Returns how many listings a helper read.
+    fn walk_below(helpers: &Helpers<()>, listing: &Listing, path: &Path, skip: &Path) -> usize {
+        use std::os::unix::ffi::OsStringExt;
+        let mut expected: Vec<OsString> = std::fs::read_dir(path)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        expected.sort();
+        let names: Vec<_> = listing.iter().map(|(n, _)| n.clone()).collect();
+        assert_eq!(names, expected, "{path:?}");
+        let mut read_ahead = 0;
+        for (name, facts) in listing {
+            let child = path.join(name);
+            let facts = facts
+                .as_ref()
+                .unwrap_or_else(|| panic!("{child:?}: no facts"));
+            if facts.meta.file_type() == rustix::fs::FileType::Symlink {
+                let target = std::fs::read_link(&child).unwrap().into_os_string();
+                assert_eq!(facts.link, Some(target.into_vec()), "{child:?}");
+            }
+            if facts.meta.is_dir() && child != skip {
+                let (below, was_read) = listing_of(helpers, &open(&child), &child);
+                read_ahead += usize::from(was_read) + walk_below(helpers, &below, &child, skip);
+            }
+        }
+        read_ahead
     }
 
     /// Every directory's listing, taken depth first in name order as the walk takes them
     /// while a helper reads ahead, is that directory's (sorted, with its facts), whether a
-    /// helper read it or the walk did, also when the walk skips a directory (as it does
-    /// one it cannot make) whose listing was read.
+    /// helper read it or the walk did: with more subdirectories in one directory than the
+    /// helpers keep directories ahead, with more directories holding subdirectories left
+    /// to read than the work list keeps (a chain deeper than [`OPEN_PARENTS`], a sibling
+    /// at each level, so the farthest ahead are dropped and the walk reads them), and when
+    /// the walk skips a directory whose listing was read.
     #[test]
     fn the_walk_gets_each_directory_its_own_listing_in_order() {
         let root = tempfile::tempdir().unwrap();
-        // More subdirectories than the work list keeps, each with a file, a symlink and a
-        // subdirectory of its own.
-        for d in 0..(WORK_LIST + 6) {
+        for d in 0..(DIRECTORIES_AHEAD + 6) {
             let dir = root.path().join(format!("d{d:03}"));
             std::fs::create_dir_all(dir.join("inner")).unwrap();
             std::fs::write(dir.join("file"), format!("{d}")).unwrap();
             std::os::unix::fs::symlink(format!("target{d}"), dir.join("link")).unwrap();
         }
-        let skipped = 3;
+        let mut level = root.path().join("e");
+        for depth in 0..(OPEN_PARENTS + 6) {
+            std::fs::create_dir_all(level.join("leaf")).unwrap();
+            std::fs::write(level.join("leaf").join("file"), format!("{depth}")).unwrap();
+            std::os::unix::fs::symlink(format!("up{depth}"), level.join("link")).unwrap();
+            level.push("c");
+        }
+        std::fs::create_dir(&level).unwrap();
+        let skip = root.path().join("d003");
         let helpers = Helpers::<()>::new();
-        let open = |path: &Path| Arc::new(File::open(path).unwrap());
-        let top = listing_of(&helpers, &open(root.path()));
-        let names: Vec<_> = top.iter().map(|(n, _)| n.clone()).collect();
-        assert!(names.windows(2).all(|w| w[0] < w[1]), "sorted");
+        let (top, _) = listing_of(&helpers, &open(root.path()), root.path());
         /// Ends the helper's work even when an assertion fails, so the test fails rather
         /// than waits for the helper forever.
         struct Finish<'a>(&'a Helpers<()>);
@@ -388,24 +492,50 @@ mod tests {
             } {
                 std::thread::sleep(std::time::Duration::from_millis(1));
             }
-            let mut read_ahead = 0;
-            for (d, (name, _)) in top.iter().enumerate().filter(|(d, _)| *d != skipped) {
-                let dir = open(&root.path().join(name));
-                let taken = helpers.take(HostMetadata::of(&dir).unwrap().key());
-                read_ahead += usize::from(taken.is_some());
-                let listing = taken.unwrap_or_else(|| listing_of(&helpers, &dir));
-                let got: Vec<_> = listing.iter().map(|(n, _)| n.to_str().unwrap()).collect();
-                assert_eq!(got, ["file", "inner", "link"], "{name:?}");
-                let link = listing[2].1.as_ref().and_then(|f| f.link.clone());
-                assert_eq!(link, Some(format!("target{d}").into_bytes()), "{name:?}");
-                let inner = listing_of(&helpers, &open(&root.path().join(name).join("inner")));
-                assert!(inner.is_empty(), "{name:?}/inner");
-            }
+            let read_ahead = walk_below(&helpers, &top, root.path(), &skip);
             assert!(
                 read_ahead >= DIRECTORIES_AHEAD / 4,
                 "{read_ahead} read ahead"
             );
         });
+    }
+
+    /// The work list gives directories back in the walk's order (a group's first name
+    /// first, the last group pushed first), keeps at most [`OPEN_PARENTS`] groups by
+    /// dropping the bottom one, and takes a directory off from the top or from anywhere.
+    #[test]
+    fn the_work_list_pops_in_walk_order_and_drops_the_farthest_ahead() {
+        let parent = open(Path::new("/"));
+        let group = |g: u64| -> Vec<(OsString, DirectoryKey)> {
+            (0..3)
+                .rev()
+                .map(|i| (OsString::from(format!("{g}.{i}")), (g, i)))
+                .collect()
+        };
+        let mut list = WorkList::default();
+        for g in 0..(OPEN_PARENTS as u64 + 2) {
+            list.push(&parent, group(g));
+        }
+        list.push(&parent, Vec::new());
+        assert_eq!(list.groups.len(), OPEN_PARENTS);
+        let top = OPEN_PARENTS as u64 + 1;
+        list.remove((top, 0));
+        list.remove((top, 2));
+        list.remove((top - 1, 1));
+        let mut popped = Vec::new();
+        while let Some(job) = list.pop() {
+            assert_eq!(
+                job.name,
+                OsString::from(format!("{}.{}", job.key.0, job.key.1))
+            );
+            popped.push(job.key);
+        }
+        let mut expected = vec![(top, 1), (top - 1, 0), (top - 1, 2)];
+        for g in (2..top - 1).rev() {
+            expected.extend((0..3).map(|i| (g, i)));
+        }
+        assert_eq!(popped, expected);
+        assert!(list.is_empty());
     }
 
     /// Every file queued for a fill is filled once, by a helper or by the walk (when the
