@@ -56,7 +56,9 @@ use crate::host_copy::{
 use crate::host_metadata::HostMetadata;
 use crate::id_map::IdRule;
 use crate::output::CliError;
-use crate::read_ahead::{listing_with_facts, sorted_names, EntryFacts, Helpers, Listing};
+use crate::read_ahead::{
+    listing_with_facts, sorted_names, EntryFacts, Helpers, Listing, XattrPaths,
+};
 
 /// Non-directory entries of one directory handled by one task: enough that a task is worth
 /// scheduling, few enough that a large flat directory still spreads over every core.
@@ -491,7 +493,7 @@ impl Import<'_> {
                 match &self.helpers {
                     // The facts are read here so the helpers know the subdirectories.
                     Some(helpers) => {
-                        let listing = listing_with_facts(host, names, shown);
+                        let listing = listing_with_facts(host, names, XattrPaths::ThroughProc);
                         helpers.read_subdirectories(host, &listing);
                         listing
                     }

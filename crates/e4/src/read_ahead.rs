@@ -211,6 +211,7 @@ impl<J> Helpers<J> {
     /// A helper thread: reads directories ahead of the walk (first) and fills queued files
     /// with `fill`, until [`Helpers::finish`] and the queue is empty.
     pub fn run(&self, fill: impl Fn(J)) {
+        let working_directory = OwnWorkingDirectory::of_this_thread();
         let mut state = self.lock();
         loop {
             let ahead = state.read.len() + state.reading.len();
@@ -220,7 +221,7 @@ impl<J> Helpers<J> {
                     state.next_number += 1;
                     state.reading.insert(job.key, number);
                     drop(state);
-                    let listing = read_directory(&job);
+                    let listing = read_directory(&job, &working_directory);
                     state = self.lock();
                     state.reading.remove(&job.key);
                     if let Some((dir, listing)) = listing {
@@ -336,34 +337,79 @@ impl WorkList {
 /// Reads `job`'s directory: opened, checked to be the one expected, listed, sorted, and
 /// each entry's facts read. None when it cannot be opened or listed (the walk will read
 /// it, and report why).
-fn read_directory(job: &ReadJob) -> Option<(Arc<File>, Listing)> {
-    let shown = Path::new(&job.name);
+fn read_directory(
+    job: &ReadJob,
+    working_directory: &OwnWorkingDirectory,
+) -> Option<(Arc<File>, Listing)> {
     let at = HostEntry {
         dir: &job.parent,
         name: &job.name,
-        shown,
+        shown: Path::new(&job.name),
     };
     let dir = at.open_directory(job.key).ok()?;
     let names = sorted_names(&dir).ok()?;
-    let listing = listing_with_facts(&dir, names, shown);
+    let listing = listing_with_facts(&dir, names, working_directory.enter(&dir));
     Some((Arc::new(dir), listing))
 }
 
-/// `names` (of host directory `dir`, shown in messages as `shown`), each with its facts
-/// where they could be read.
-pub fn listing_with_facts(dir: &File, names: Vec<OsString>, shown: &Path) -> Listing {
+/// `names` (of host directory `dir`), each with its facts where they could be read (the
+/// walk reads again, and reports, what could not), the xattrs through `paths`.
+pub fn listing_with_facts(dir: &File, names: Vec<OsString>, paths: XattrPaths) -> Listing {
     names
         .into_iter()
         .map(|name| {
-            let shown = shown.join(&name);
-            let facts = entry_facts(&HostEntry {
-                dir,
-                name: &name,
-                shown: &shown,
-            });
+            let facts = entry_facts(
+                &HostEntry {
+                    dir,
+                    name: &name,
+                    // Unused: the reasons are not kept.
+                    shown: Path::new(&name),
+                },
+                paths,
+            );
             (name, facts)
         })
         .collect()
+}
+
+/// How the entries of a listed directory are named for the xattr calls, which have no
+/// `*at` form before Linux 6.13.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum XattrPaths {
+    /// `/proc/self/fd/DIR/NAME`: five components to look up, two of them in procfs.
+    ThroughProc,
+    /// `NAME` alone: this thread's working directory is the listed directory.
+    InWorkingDirectory,
+}
+
+/// A helper thread's own working directory (`unshare(CLONE_FS)`: the process's stays
+/// where it is), moved into each directory the helper reads, so that the xattr calls name
+/// its entries by their names alone. Through /proc, listing an entry's xattrs was the
+/// dearest of its facts to read (one system call with the path walk above).
+struct OwnWorkingDirectory {
+    /// The unshare succeeded (a seccomp filter may refuse it; /proc paths are used then).
+    own: bool,
+}
+
+impl OwnWorkingDirectory {
+    fn of_this_thread() -> Self {
+        // SAFETY: CLONE_FS gives this thread its own working directory, root and umask,
+        // which nothing else on a helper thread uses (it reaches files through directory
+        // descriptors); the descriptor table, which `unshare_unsafe` warns of (CLONE_FILES),
+        // stays shared.
+        let unshared = unsafe { rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::FS) };
+        OwnWorkingDirectory {
+            own: unshared.is_ok(),
+        }
+    }
+
+    /// Moves this thread into `dir`: how entries of `dir` can be named now.
+    fn enter(&self, dir: &File) -> XattrPaths {
+        match self.own && rustix::process::fchdir(dir).is_ok() {
+            true => XattrPaths::InWorkingDirectory,
+            false => XattrPaths::ThroughProc,
+        }
+    }
 }
 
 /// The names in host directory `dir` but `.` and `..`, sorted (the walk's order: byte
@@ -381,13 +427,16 @@ pub fn sorted_names(dir: &File) -> Result<Vec<OsString>, rustix::io::Errno> {
 }
 
 /// The facts of one entry, or None if any could not be read.
-fn entry_facts(at: &HostEntry<'_>) -> Option<EntryFacts> {
+fn entry_facts(at: &HostEntry<'_>, paths: XattrPaths) -> Option<EntryFacts> {
     let meta = at.metadata().ok()?;
     let link = match meta.file_type() {
         rustix::fs::FileType::Symlink => Some(at.read_link().ok()?),
         _ => None,
     };
-    let xattrs = (!meta.is_dir()).then(|| read_xattrs(XattrSource::Path(&at.proc_path())));
+    let xattrs = (!meta.is_dir()).then(|| match paths {
+        XattrPaths::InWorkingDirectory => read_xattrs(XattrSource::Path(Path::new(at.name))),
+        XattrPaths::ThroughProc => read_xattrs(XattrSource::Path(&at.proc_path())),
+    });
     Some(EntryFacts { meta, link, xattrs })
 }
 
@@ -400,12 +449,13 @@ mod tests {
     /// The walk's side, as `Import::ordered_contents` does it: `dir`'s listing (at
     /// `path`), read ahead when a helper did (true), else read here and its subdirectories
     /// handed to the helpers (false).
-    fn listing_of(helpers: &Helpers<()>, dir: &Arc<File>, path: &Path) -> (Listing, bool) {
+    fn listing_of(helpers: &Helpers<()>, dir: &Arc<File>) -> (Listing, bool) {
         let key = HostMetadata::of(dir).unwrap().key();
         match helpers.take(key) {
             Some(listing) => (listing, true),
             None => {
-                let listing = listing_with_facts(dir, sorted_names(dir).unwrap(), path);
+                let names = sorted_names(dir).unwrap();
+                let listing = listing_with_facts(dir, names, XattrPaths::ThroughProc);
                 helpers.read_subdirectories(dir, &listing);
                 (listing, false)
             }
@@ -418,7 +468,9 @@ mod tests {
 
     /// Walks the directories of `listing` (of `path`) and below as the import does, depth
     /// first in name order, checking each listing against the directory's contents (every
-    /// name, sorted; each symlink's target), except `skip`, which the walk does not enter
+    /// name, sorted; each symlink's target; each file's xattrs, read by name from a
+    /// helper's own working directory or through /proc by the walk), except `skip`, which
+    /// the walk does not enter
     /// (as it does not enter one it cannot make). Returns how many listings a helper read.
     fn walk_below(helpers: &Helpers<()>, listing: &Listing, path: &Path, skip: &Path) -> usize {
         use std::os::unix::ffi::OsStringExt;
@@ -439,8 +491,13 @@ mod tests {
                 let target = std::fs::read_link(&child).unwrap().into_os_string();
                 assert_eq!(facts.link, Some(target.into_vec()), "{child:?}");
             }
+            if facts.meta.is_file() {
+                let got = facts.xattrs.clone().unwrap().unwrap();
+                let value = std::fs::read(&child).unwrap();
+                assert_eq!(got, [("user.e4".into(), Ok(value))], "{child:?}");
+            }
             if facts.meta.is_dir() && child != skip {
-                let (below, was_read) = listing_of(helpers, &open(&child), &child);
+                let (below, was_read) = listing_of(helpers, &open(&child));
                 read_ahead += usize::from(was_read) + walk_below(helpers, &below, &child, skip);
             }
         }
@@ -461,19 +518,22 @@ mod tests {
             let dir = root.path().join(format!("d{d:03}"));
             std::fs::create_dir_all(dir.join("inner")).unwrap();
             std::fs::write(dir.join("file"), format!("{d}")).unwrap();
+            xattr::set(dir.join("file"), "user.e4", format!("{d}").as_bytes()).unwrap();
             std::os::unix::fs::symlink(format!("target{d}"), dir.join("link")).unwrap();
         }
         let mut level = root.path().join("e");
         for depth in 0..(OPEN_PARENTS + 6) {
             std::fs::create_dir_all(level.join("leaf")).unwrap();
-            std::fs::write(level.join("leaf").join("file"), format!("{depth}")).unwrap();
+            let file = level.join("leaf").join("file");
+            std::fs::write(&file, format!("{depth}")).unwrap();
+            xattr::set(&file, "user.e4", format!("{depth}").as_bytes()).unwrap();
             std::os::unix::fs::symlink(format!("up{depth}"), level.join("link")).unwrap();
             level.push("c");
         }
         std::fs::create_dir(&level).unwrap();
         let skip = root.path().join("d003");
         let helpers = Helpers::<()>::new();
-        let (top, _) = listing_of(&helpers, &open(root.path()), root.path());
+        let (top, _) = listing_of(&helpers, &open(root.path()));
         /// Ends the helper's work even when an assertion fails, so the test fails rather
         /// than waits for the helper forever.
         struct Finish<'a>(&'a Helpers<()>);
