@@ -150,6 +150,17 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let file = root.path().join("file");
         std::fs::write(&file, vec![7u8; 5000]).unwrap();
+        // Times apart, to the nanosecond, so a field read for another shows.
+        let at = |s, ns| std::time::UNIX_EPOCH + std::time::Duration::new(s, ns);
+        let times = std::fs::FileTimes::new()
+            .set_accessed(at(1_600_000_000, 111))
+            .set_modified(at(1_500_000_000, 222));
+        File::options()
+            .write(true)
+            .open(&file)
+            .unwrap()
+            .set_times(times)
+            .unwrap();
         std::os::unix::fs::symlink("file", root.path().join("link")).unwrap();
         std::fs::create_dir(root.path().join("dir")).unwrap();
         let dir = File::open(root.path()).unwrap();
@@ -171,6 +182,9 @@ mod tests {
             assert_eq!(ours.is_dir(), std.is_dir(), "{name}");
             assert_eq!(ours.is_file(), std.is_file(), "{name}");
         }
+        let ours = HostMetadata::at(&dir, OsStr::new("file")).unwrap();
+        assert_eq!(ours.atime(), (1_600_000_000, 111));
+        assert_eq!(ours.mtime(), (1_500_000_000, 222));
         let link = HostMetadata::at(&dir, OsStr::new("link")).unwrap();
         assert_eq!(link.file_type(), FileType::Symlink);
         let opened = HostMetadata::of(&File::open(&file).unwrap()).unwrap();
