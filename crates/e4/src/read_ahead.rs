@@ -22,10 +22,10 @@
 //! names waiting in the work list are fewer than those of the listings the walk holds).
 //! An idle helper is woken for fills only once [`FILL_BATCH`] wait, and every wake is
 //! sent after the state's lock is released, so the woken thread does not wait on it at
-//! once: on 2 CPUs a wake per file cost more than the fill it handed over. Reading ahead comes before
-//! filling, as long as the helpers are not that far ahead: the walk waits on reads, nobody
-//! waits on a fill. The walk, once over, fills what is left beside the helpers, so no
-//! thread idles while there is work.
+//! once: on 2 CPUs a wake per file cost more than the fill it handed over. Reading ahead
+//! comes before filling, as long as the helpers are not that far ahead: the walk waits on
+//! reads, nobody waits on a fill. The walk, once over, fills what is left beside the
+//! helpers, so no thread idles while there is work.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::ffi::OsString;
