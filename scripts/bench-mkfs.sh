@@ -10,7 +10,9 @@
 # be equal to the byte.
 # Usage: scripts/bench-mkfs.sh SRC_DIR [SIZE_MIB] [ROUNDS] [THREADS...]
 #   (defaults: 4096 MiB, 7 rounds, threads 1 2). MKE2FS=0 leaves mke2fs -d out (it takes
-#   about 20x longer than e4 on a large tree).
+#   about 20x longer than e4 on a large tree). WRAP='chrt -f 10' runs each measured
+#   command at real-time priority (root only): on a machine others share, their work
+#   waits while it runs, a stand-in for a quiet machine (not a substitute: say so).
 # For the issue's 1.7x claim, on a quiet machine with 2 free cores:
 #   scripts/bench-mkfs.sh /usr/share 2048 9 1 2
 set -euo pipefail
@@ -27,7 +29,7 @@ times=$work/times   # lines: label<TAB>round<TAB>wall<TAB>cpu<TAB>peak KiB
 run() {  # label, round, command...
   local label=$1 round=$2; shift 2
   rm -f "$img"
-  /usr/bin/time -f "%e %U %S %M" -o "$work/time" "$@" > /dev/null 2> "$work/err" ||
+  ${WRAP:-} /usr/bin/time -f "%e %U %S %M" -o "$work/time" "$@" > /dev/null 2> "$work/err" ||
     { echo "$label round $round failed:"; cat "$work/err"; exit 1; }
   read -r wall user sys peak < "$work/time"
   printf '%s\t%s\t%s\t%s\t%s\n' "$label" "$round" "$wall" \
@@ -36,7 +38,7 @@ run() {  # label, round, command...
 }
 
 echo "# e4 mkfs -d benchmark, $(date -u '+%Y-%m-%d %H:%M UTC')"
-echo "$(nproc) CPUs; $e4; checkout at $(git -C "$(dirname "$0")" rev-parse --short HEAD 2>/dev/null || echo '?')"
+echo "$(nproc) CPUs; $e4; ${WRAP:+run under '$WRAP'; }checkout at $(git -C "$(dirname "$0")" rev-parse --short HEAD 2>/dev/null || echo '?')"
 echo "tree: $src ($(du -sh "$work/tree" | cut -f1), $(find "$work/tree" | wc -l) entries), image ${size} MiB, $rounds rounds"
 for round in $(seq "$rounds"); do
   echo "round $round, load average before: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -82,6 +82,13 @@ pub struct OpenOptions {
     /// logged it). `None`: half the cache's capacity. Tests make it small to see many
     /// checkpoints on small workloads.
     pub checkpoint_limit: Option<usize>,
+    /// On an image file, remember which ranges read as zeros (its holes at the open, less
+    /// everything written since) and skip zeroing them when blocks are reserved
+    /// ([`Filesystem::reserve_data`]): a fresh image from mkfs is almost all holes, and
+    /// each punch skipped is a system call and a wait on the image file's lock, which data
+    /// writes on other threads hold (`io/hole_map.rs`). Off by default: an old image's
+    /// data regions cost a scan at the open and memory, for few punches saved.
+    pub skip_zeroing_holes: bool,
 }
 
 impl Default for OpenOptions {
@@ -96,6 +103,7 @@ impl Default for OpenOptions {
             transaction_limit: None,
             commit_thread: true,
             checkpoint_limit: None,
+            skip_zeroing_holes: false,
         }
     }
 }
@@ -275,7 +283,10 @@ impl Filesystem {
     /// image").
     pub fn open(path: impl AsRef<Path>, options: OpenOptions) -> Result<Self> {
         let path = path.as_ref();
-        let device = FileDevice::open(path, options.writable)?;
+        let mut device = FileDevice::open(path, options.writable)?;
+        if options.skip_zeroing_holes {
+            device = device.tracking_holes()?;
+        }
         Self::open_device(Arc::new(device), options)
     }
 

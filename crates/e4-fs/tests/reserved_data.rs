@@ -147,10 +147,51 @@ fn a_fill_never_writes_blocks_its_file_gave_up() {
     e2fsck_clean(&image.path).unwrap();
 }
 
+/// Also with [`OpenOptions::skip_zeroing_holes`], which skips the zeroing where the image
+/// file is a hole: the removed file's blocks were written since the open, so they are
+/// zeroed still.
 #[test]
 fn blocks_a_fill_did_not_reach_read_as_zeros() {
+    for skip_zeroing_holes in [false, true] {
+        let options = OpenOptions {
+            skip_zeroing_holes,
+            ..OpenOptions::writable()
+        };
+        unreached_blocks_read_as_zeros(options);
+    }
+}
+
+/// A file written and removed in one session, then, with
+/// [`OpenOptions::skip_zeroing_holes`] on, a reservation dropped unfilled in the next: the
+/// blocks it got hold the old bytes on disk (data, not holes, at the open), and read as
+/// zeros.
+#[test]
+fn skipping_holes_still_zeroes_what_was_data_at_the_open() {
     let image = make_empty_image(&["-t", "ext4", "-b", "4096"], 32);
     let fs = Filesystem::open(&image.path, OpenOptions::writable()).unwrap();
+    let old = fs.create(ROOT, b"old", creator()).unwrap();
+    fs.write_at(old, 0, &vec![OLD; 4 << 20]).unwrap();
+    fs.unlink(ROOT, b"old").unwrap();
+    fs.unmount().unwrap();
+    let options = OpenOptions {
+        skip_zeroing_holes: true,
+        ..OpenOptions::writable()
+    };
+    let fs = Filesystem::open(&image.path, options).unwrap();
+    let size = 4 << 20;
+    let dropped = fs.create(ROOT, b"dropped", creator()).unwrap();
+    drop(fs.reserve_data(dropped, size, &[0..size]).unwrap());
+    assert!(
+        !contents(&fs, dropped).contains(&OLD),
+        "a reserved file shows what the disk held before the open"
+    );
+    fs.unmount().unwrap();
+    e2fsck_clean(&image.path).unwrap();
+}
+
+fn unreached_blocks_read_as_zeros(options: OpenOptions) {
+    let image = make_empty_image(&["-t", "ext4", "-b", "4096"], 32);
+    let fs = Filesystem::open(&image.path, options).unwrap();
     let mut buf = Vec::new();
     // Old contents on the free blocks: a file written and removed (a byte no pattern has).
     let old = fs.create(ROOT, b"old", creator()).unwrap();

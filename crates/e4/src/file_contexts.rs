@@ -34,22 +34,16 @@ pub enum FileKind {
 
 impl FileKind {
     /// The kind of host file type `file_type`.
-    pub fn of(file_type: std::fs::FileType) -> FileKind {
-        use std::os::unix::fs::FileTypeExt;
-        if file_type.is_dir() {
-            FileKind::Directory
-        } else if file_type.is_symlink() {
-            FileKind::Symlink
-        } else if file_type.is_char_device() {
-            FileKind::CharDevice
-        } else if file_type.is_block_device() {
-            FileKind::BlockDevice
-        } else if file_type.is_socket() {
-            FileKind::Socket
-        } else if file_type.is_fifo() {
-            FileKind::Fifo
-        } else {
-            FileKind::Regular
+    pub fn of(file_type: rustix::fs::FileType) -> FileKind {
+        use rustix::fs::FileType;
+        match file_type {
+            FileType::Directory => FileKind::Directory,
+            FileType::Symlink => FileKind::Symlink,
+            FileType::CharacterDevice => FileKind::CharDevice,
+            FileType::BlockDevice => FileKind::BlockDevice,
+            FileType::Socket => FileKind::Socket,
+            FileType::Fifo => FileKind::Fifo,
+            FileType::RegularFile | FileType::Unknown => FileKind::Regular,
         }
     }
 

@@ -9,16 +9,18 @@
 
 use std::cell::RefCell;
 use std::ffi::{OsStr, OsString};
-use std::fs::{File, Metadata};
+use std::fs::File;
 use std::ops::Range;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileExt, MetadataExt};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use e4_fs::{Creator, DataReservation, Filesystem, SetAttributes, Timestamp, XattrSet};
 use rustix::fs::{Mode, OFlags, SeekFrom};
 use rustix::io::Errno;
 use xattr::FileExt as _;
+
+use crate::host_metadata::HostMetadata;
 
 /// Bytes copied per read and per engine write: a contiguous file is one engine call per MiB,
 /// and a buffer per thread stays cheap.
@@ -54,12 +56,9 @@ pub struct HostEntry<'a> {
 }
 
 impl HostEntry<'_> {
-    /// The entry's own metadata (a symlink's, not its target's): `fstat` of an O_PATH
-    /// descriptor, which opens nothing a device or FIFO would notice.
-    pub fn metadata(&self) -> Result<Metadata, String> {
-        self.open(OFlags::PATH)
-            .and_then(|file| file.metadata())
-            .map_err(|e| format!("{}: {e}", self.shown.display()))
+    /// The entry's own metadata (a symlink's, not its target's), read without opening it.
+    pub fn metadata(&self) -> Result<HostMetadata, String> {
+        HostMetadata::at(self.dir, self.name).map_err(|e| format!("{}: {e}", self.shown.display()))
     }
 
     /// The entry opened for reading (a symlink is refused, not followed).
@@ -76,8 +75,8 @@ impl HostEntry<'_> {
         let dir = self
             .open(OFlags::RDONLY | OFlags::DIRECTORY)
             .map_err(|e| format!("{shown}: {e}"))?;
-        let now = dir.metadata().map_err(|e| format!("{shown}: {e}"))?;
-        if (now.dev(), now.ino()) != key {
+        let now = HostMetadata::of(&dir).map_err(|e| format!("{shown}: {e}"))?;
+        if now.key() != key {
             return Err(format!("{shown}: replaced during the import; skipped"));
         }
         Ok(dir)
@@ -110,10 +109,9 @@ impl HostEntry<'_> {
 }
 
 /// Owner and permission bits of a new inode for host file `meta`.
-pub fn creator_of(meta: &Metadata) -> Creator {
+pub fn creator_of(meta: &HostMetadata) -> Creator {
     Creator {
-        // The mode's low 12 bits are the permissions, setuid, setgid and sticky.
-        permissions: (meta.mode() & 0o7777) as u16,
+        permissions: meta.permissions(),
         uid: meta.uid(),
         gid: meta.gid(),
         umask: 0,
@@ -122,23 +120,24 @@ pub fn creator_of(meta: &Metadata) -> Creator {
 
 /// The host file's permissions and times, to apply last (after the data and the children,
 /// whose writes change mtime). Permissions go again because a write may clear setuid.
-pub fn final_attributes(meta: &Metadata) -> SetAttributes {
-    let time = |seconds: i64, nanoseconds: i64| Timestamp {
+pub fn final_attributes(meta: &HostMetadata) -> SetAttributes {
+    let time = |(seconds, nanoseconds): (i64, u32)| Timestamp {
         seconds,
-        // The kernel keeps st_*time_nsec in 0..1e9; a value out of range becomes 0.
-        nanoseconds: u32::try_from(nanoseconds)
-            .ok()
-            .filter(|&ns| ns < 1_000_000_000)
-            .unwrap_or(0),
+        // The kernel keeps tv_nsec in 0..1e9; a value out of range becomes 0.
+        nanoseconds: if nanoseconds < 1_000_000_000 {
+            nanoseconds
+        } else {
+            0
+        },
     };
     SetAttributes {
-        permissions: Some((meta.mode() & 0o7777) as u16),
+        permissions: Some(meta.permissions()),
         // The owner again: an inode made in a set-group-ID directory of the image took that
         // directory's group (as in the kernel); a copy keeps the host's, as `cp -a` does.
         uid: Some(meta.uid()),
         gid: Some(meta.gid()),
-        atime: Some(time(meta.atime(), meta.atime_nsec())),
-        mtime: Some(time(meta.mtime(), meta.mtime_nsec())),
+        atime: Some(time(meta.atime())),
+        mtime: Some(time(meta.mtime())),
         ..SetAttributes::default()
     }
 }
@@ -215,7 +214,10 @@ pub fn copy_data(
 /// The byte ranges of host regular file `host` that hold data, for
 /// [`Filesystem::reserve_data`]: the whole file when its allocated blocks cover its size
 /// (known from `meta` without opening it), else the regions SEEK_DATA/SEEK_HOLE find.
-pub fn data_regions(host: &HostEntry<'_>, meta: &Metadata) -> Result<Vec<Range<u64>>, CopyError> {
+pub fn data_regions(
+    host: &HostEntry<'_>,
+    meta: &HostMetadata,
+) -> Result<Vec<Range<u64>>, CopyError> {
     let size = meta.size();
     if size == 0 {
         return Ok(Vec::new());

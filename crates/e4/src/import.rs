@@ -31,10 +31,10 @@
 
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
-use std::fs::{self, File, Metadata};
+use std::fs::{self, File};
 use std::io::IsTerminal;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -44,6 +44,7 @@ use e4_format::features::IncompatFeatures;
 use e4_fs::{DataReservation, Error, FileType, Filesystem, SetAttributes, XattrSet};
 use indicatif::{ProgressBar, ProgressStyle};
 use rayon::prelude::*;
+use rustix::fs::FileType as HostFileType;
 
 use crate::edit_session::{describe, stops_everything, ImagePath};
 use crate::file_contexts::{selinux_xattr, FileContexts, FileKind};
@@ -52,9 +53,12 @@ use crate::host_copy::{
     copy_data, copy_xattrs, creator_of, data_regions, fill_reserved, final_attributes, set_xattrs,
     CopyError, HostEntry, XattrSource,
 };
+use crate::host_metadata::HostMetadata;
 use crate::id_map::IdRule;
 use crate::output::CliError;
-use crate::read_ahead::{listing_with_facts, sorted_names, EntryFacts, Helpers, Listing};
+use crate::read_ahead::{
+    listing_with_facts, sorted_names, EntryFacts, Helpers, Listing, XattrPaths,
+};
 
 /// Non-directory entries of one directory handled by one task: enough that a task is worth
 /// scheduling, few enough that a large flat directory still spreads over every core.
@@ -140,9 +144,8 @@ pub fn run_with(
             }
             _ => format!("{}: {e}", host_dir.display()),
         })?;
-    let host_meta = host_root
-        .metadata()
-        .map_err(|e| format!("{}: {e}", host_dir.display()))?;
+    let host_meta =
+        HostMetadata::of(&host_root).map_err(|e| format!("{}: {e}", host_dir.display()))?;
     let host_root = Arc::new(host_root);
     let root = target_directory(fs, target, &host_meta)?;
     let pool = rayon::ThreadPoolBuilder::new()
@@ -151,7 +154,7 @@ pub fn run_with(
         .map_err(|e| format!("cannot start worker threads: {e}"))?;
     let import = Import {
         fs,
-        image_file: fs::metadata(image).ok().map(|m| (m.dev(), m.ino())),
+        image_file: HostMetadata::of_path(image).ok().map(|m| m.key()),
         progress: Progress::new(),
         stopped: AtomicBool::new(false),
         stop_reason: Mutex::new(None),
@@ -220,7 +223,7 @@ fn counted(n: u64, one: &str, many: &str) -> String {
 fn target_directory(
     fs: &Filesystem,
     target: ImagePath<'_>,
-    host_meta: &Metadata,
+    host_meta: &HostMetadata,
 ) -> Result<u32, String> {
     match fs.resolve_bytes(target.bytes(), true) {
         Ok(ino) => match fs.metadata(ino) {
@@ -414,7 +417,7 @@ impl Import<'_> {
         shown: &Path,
         dir: u32,
         image_path: &[u8],
-        subdirectory: &(dyn Fn(OsString, Metadata) + Sync),
+        subdirectory: &(dyn Fn(OsString, HostMetadata) + Sync),
     ) {
         if self.reproducible_at.is_some() {
             return self.ordered_contents(host, shown, dir, image_path, subdirectory);
@@ -474,12 +477,12 @@ impl Import<'_> {
         shown: &Path,
         dir: u32,
         image_path: &[u8],
-        subdirectory: &(dyn Fn(OsString, Metadata) + Sync),
+        subdirectory: &(dyn Fn(OsString, HostMetadata) + Sync),
     ) {
-        let read_ahead = self.helpers.as_ref().and_then(|helpers| {
-            let meta = host.metadata().ok()?;
-            helpers.take((meta.dev(), meta.ino()))
-        });
+        let read_ahead = self
+            .helpers
+            .as_ref()
+            .and_then(|helpers| helpers.take(HostMetadata::of(host).ok()?.key()));
         let listing: Listing = match read_ahead {
             Some(listing) => listing,
             None => {
@@ -490,7 +493,7 @@ impl Import<'_> {
                 match &self.helpers {
                     // The facts are read here so the helpers know the subdirectories.
                     Some(helpers) => {
-                        let listing = listing_with_facts(host, names, shown);
+                        let listing = listing_with_facts(host, names, XattrPaths::ThroughProc);
                         helpers.read_subdirectories(host, &listing);
                         listing
                     }
@@ -518,13 +521,13 @@ impl Import<'_> {
         parent_ino: u32,
         mut image_path: Vec<u8>,
         name: &OsString,
-        meta: &Metadata,
+        meta: &HostMetadata,
     ) {
         /// A directory being imported, with the subdirectories it still holds.
         struct Level {
             ino: u32,
-            meta: Metadata,
-            left: Vec<(OsString, Metadata)>,
+            meta: HostMetadata,
+            left: Vec<(OsString, HostMetadata)>,
         }
         let subdirectories_of = |host: &Arc<File>, shown: &Path, ino: u32, image_path: &[u8]| {
             let found = Mutex::new(Vec::new());
@@ -543,7 +546,7 @@ impl Import<'_> {
         };
         let mut stack = vec![Level {
             ino,
-            meta: meta.clone(),
+            meta: *meta,
             left: subdirectories_of(&host, &shown, ino, &image_path),
         }];
         loop {
@@ -562,7 +565,7 @@ impl Import<'_> {
                     name: OsStr::new(".."),
                     shown: &shown,
                 };
-                match dot_dot.open_directory((up.meta.dev(), up.meta.ino())) {
+                match dot_dot.open_directory(up.meta.key()) {
                     Ok(dir) => host = Arc::new(dir),
                     Err(line) => {
                         // Moved meanwhile: what is left of this walk cannot be found.
@@ -603,7 +606,7 @@ impl Import<'_> {
         dir_path: &[u8],
         name: &OsString,
         facts: Option<EntryFacts>,
-    ) -> Option<Metadata> {
+    ) -> Option<HostMetadata> {
         if self.is_stopped() {
             return None;
         }
@@ -629,7 +632,7 @@ impl Import<'_> {
             },
         };
         let meta = &facts.meta;
-        if self.image_file == Some((meta.dev(), meta.ino())) {
+        if self.image_file == Some(meta.key()) {
             let line = format!(
                 "{}: skipped: it is the image being written",
                 shown.display()
@@ -637,15 +640,15 @@ impl Import<'_> {
             self.progress.fail(&line);
             return None;
         }
-        if meta.file_type().is_dir() {
+        if meta.is_dir() {
             return Some(facts.meta);
         }
         if meta.nlink() > 1 {
-            let key = (meta.dev(), meta.ino());
+            let key = meta.key();
             let mut first_names = self.first_names.lock().unwrap_or_else(|p| p.into_inner());
             if first_names.contains_key(&key) {
                 drop(first_names);
-                let parent_attributes = match host.metadata() {
+                let parent_attributes = match HostMetadata::of(host) {
                     Ok(parent) => self.clamped(times_only(&parent)),
                     Err(e) => {
                         self.progress.fail(&format!("{}: {e}", shown_dir.display()));
@@ -690,7 +693,7 @@ impl Import<'_> {
         parent_ino: u32,
         image_path: &[u8],
         name: &OsString,
-        meta: &Metadata,
+        meta: &HostMetadata,
         depth: usize,
     ) {
         if let Some((host, ino)) =
@@ -711,14 +714,14 @@ impl Import<'_> {
         parent_ino: u32,
         image_path: &[u8],
         name: &OsString,
-        meta: &Metadata,
+        meta: &HostMetadata,
     ) -> Option<(Arc<File>, u32)> {
         let at = HostEntry {
             dir: parent,
             name,
             shown,
         };
-        let host = match at.open_directory((meta.dev(), meta.ino())) {
+        let host = match at.open_directory(meta.key()) {
             Ok(host) => Arc::new(host),
             Err(line) => {
                 self.progress.fail(&line);
@@ -736,7 +739,7 @@ impl Import<'_> {
         parent: u32,
         image_path: &[u8],
         name: &OsString,
-        meta: &Metadata,
+        meta: &HostMetadata,
     ) -> Option<u32> {
         let made = match self.fs.mkdir(parent, name.as_bytes(), creator_of(meta)) {
             Ok(ino) => Ok(ino),
@@ -778,7 +781,7 @@ impl Import<'_> {
         shown: &Path,
         image_path: &[u8],
         ino: u32,
-        meta: &Metadata,
+        meta: &HostMetadata,
     ) {
         if self.is_stopped() {
             return;
@@ -796,7 +799,7 @@ impl Import<'_> {
     /// `security.capability` (over the host's; the import's root gets no line, as
     /// e2fsdroid applies none to it; an entry the file does not name is one failure line);
     /// under `--file-contexts`, its label as `security.selinux` (over the host's).
-    fn set_final_attributes(&self, ino: u32, image_path: &[u8], meta: &Metadata) {
+    fn set_final_attributes(&self, ino: u32, image_path: &[u8], meta: &HostMetadata) {
         let mut attributes = self.clamped(final_attributes(meta));
         let relative = image_path.strip_prefix(b"/").unwrap_or(image_path);
         let mut capabilities = 0;
@@ -858,30 +861,28 @@ impl Import<'_> {
         let meta = &facts.meta;
         let name_bytes = at.name.as_bytes();
         let creator = creator_of(meta);
-        let file_type = meta.file_type();
-        let made = if file_type.is_file() {
-            fs.create(parent, name_bytes, creator)
-        } else if file_type.is_symlink() {
-            match facts.link.map_or_else(|| at.read_link(), Ok) {
+        let node = |kind| fs.mknod(parent, name_bytes, kind, meta.rdev(), creator);
+        let made = match meta.file_type() {
+            HostFileType::RegularFile => fs.create(parent, name_bytes, creator),
+            HostFileType::Symlink => match facts.link.map_or_else(|| at.read_link(), Ok) {
                 Ok(target) => fs.symlink(parent, name_bytes, &target, creator),
                 Err(line) => {
                     self.progress.fail(&line);
                     return None;
                 }
+            },
+            HostFileType::Fifo => node(FileType::Fifo),
+            HostFileType::Socket => node(FileType::Socket),
+            HostFileType::CharacterDevice => node(FileType::CharDevice),
+            HostFileType::BlockDevice => node(FileType::BlockDevice),
+            HostFileType::Directory | HostFileType::Unknown => {
+                let line = format!(
+                    "{}: skipped: not a file type ext4 holds",
+                    at.shown.display()
+                );
+                self.progress.fail(&line);
+                return None;
             }
-        } else {
-            let kind = if file_type.is_fifo() {
-                FileType::Fifo
-            } else if file_type.is_socket() {
-                FileType::Socket
-            } else if file_type.is_char_device() {
-                FileType::CharDevice
-            } else {
-                FileType::BlockDevice
-            };
-            let rdev = meta.rdev();
-            let device = (rustix::fs::major(rdev), rustix::fs::minor(rdev));
-            fs.mknod(parent, name_bytes, kind, device, creator)
         };
         let ino = match made {
             Ok(ino) => ino,
@@ -894,7 +895,7 @@ impl Import<'_> {
         // A file opened for its data gives its xattrs too (a path through /proc costs a
         // lookup of its own).
         let mut opened = None;
-        if file_type.is_file() {
+        if meta.is_file() {
             let copied = match self.reproducible_at {
                 Some(_) => self.reserve_and_fill(ino, host, at, image_path, meta),
                 None => at.open_file().and_then(|file| {
@@ -938,7 +939,7 @@ impl Import<'_> {
         host: &Arc<File>,
         at: &HostEntry<'_>,
         image_path: &[u8],
-        meta: &Metadata,
+        meta: &HostMetadata,
     ) -> Result<u64, CopyError> {
         let size = meta.size();
         if self.inline_files && size < u64::from(self.fs.block_size()) {
@@ -1005,7 +1006,7 @@ impl Import<'_> {
 }
 
 /// Only the times of host file `meta` (for a directory whose other attributes are set).
-fn times_only(meta: &Metadata) -> SetAttributes {
+fn times_only(meta: &HostMetadata) -> SetAttributes {
     SetAttributes {
         permissions: None,
         uid: None,

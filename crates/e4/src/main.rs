@@ -18,6 +18,7 @@ mod file_contexts;
 mod fs_config;
 mod fsck;
 mod host_copy;
+mod host_metadata;
 mod id_map;
 mod import;
 mod info;

@@ -256,6 +256,9 @@ fn fill(
     policy: &ImportPolicy,
 ) -> Result<(), CliError> {
     let mut options = OpenOptions::writable();
+    // The image was just made: on an image file, nearly every block a reservation zeroes
+    // is still a hole, and the punch is skipped.
+    options.skip_zeroing_holes = true;
     if let Some(epoch) = policy.reproducible_at {
         e4_fs::freeze_clock(Some(epoch));
         options.commit_interval = std::time::Duration::ZERO;

@@ -12,12 +12,13 @@ use crate::edit_session::{describe, ImagePath};
 use crate::host_copy::{
     copy_data, copy_xattrs, creator_of, final_attributes, CopyError, XattrSource,
 };
+use crate::host_metadata::HostMetadata;
 use crate::output::CliError;
 use crate::tree_edit::destination;
 
 pub fn run(fs: &Filesystem, host: &Path, path: ImagePath<'_>) -> Result<(), CliError> {
     // A host symlink is followed, as cp(1) does: what is put is the file's contents.
-    let meta = std::fs::metadata(host).map_err(|e| format!("{}: {e}", host.display()))?;
+    let meta = HostMetadata::of_path(host).map_err(|e| format!("{}: {e}", host.display()))?;
     if !meta.is_file() {
         return Err(format!("{}: not a regular file", host.display()).into());
     }
@@ -28,7 +29,7 @@ pub fn run(fs: &Filesystem, host: &Path, path: ImagePath<'_>) -> Result<(), CliE
         .map_err(|e| describe(shown, &e))?;
     let copied = std::fs::File::open(host)
         .map_err(|e| CopyError::Host(format!("{}: cannot open: {e}", host.display())))
-        .and_then(|file| copy_data(fs, ino, &file, host, meta.len()));
+        .and_then(|file| copy_data(fs, ino, &file, host, meta.size()));
     if let Err(e) = copied {
         // Half a file is worse than none: the name goes again (best effort; the unmount
         // that follows keeps the image consistent either way).

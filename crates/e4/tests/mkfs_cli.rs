@@ -352,9 +352,8 @@ fn ordered_tree(root: &Path, reverse: bool) {
     // Larger than one fill's write (1 MiB).
     let large: Vec<u8> = (0..3_000_000u32).map(|i| (i % 253) as u8).collect();
     std::fs::write(root.join("large"), large).unwrap();
-    // More subdirectories in one directory than the read-ahead's work list keeps (the
-    // walk reads those it dropped), each a level deeper, with a symlink and an xattr
-    // read ahead.
+    // More subdirectories in one directory than the helpers read ahead of the walk, each
+    // a level deeper, with a symlink and an xattr read ahead.
     let mut nested: Vec<usize> = (0..70).collect();
     if reverse {
         nested.reverse();
@@ -366,6 +365,16 @@ fn ordered_tree(root: &Path, reverse: bool) {
         std::fs::write(dir.join("file"), format!("{n}")).unwrap();
         xattr::set(dir.join("file"), "user.n", format!("{n}").as_bytes()).unwrap();
     }
+    // A chain of directories deeper than the read-ahead's work list keeps directories
+    // with subdirectories left to read (64), with a sibling directory at each level: the
+    // work list drops the shallowest levels' siblings, which the walk reads itself.
+    let mut level = root.join("chain");
+    for depth in 0..70 {
+        std::fs::create_dir_all(level.join("sibling")).unwrap();
+        std::fs::write(level.join("sibling").join("file"), format!("{depth}")).unwrap();
+        level.push("c");
+    }
+    std::fs::create_dir(&level).unwrap();
 }
 
 #[test]

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::{Mutex, RwLock};
 
+use super::hole_map::HoleMap;
 use super::image_lock;
 use crate::error::{Error, Result};
 
@@ -68,6 +69,9 @@ pub struct FileDevice {
     size: u64,
     /// A regular file, whose ranges can be punched out (not a block device).
     regular: bool,
+    /// What of the image file is known to read as zeros, where [`Self::tracking_holes`]
+    /// asked for it: zeroing there is skipped.
+    holes: Option<HoleMap>,
 }
 
 impl FileDevice {
@@ -88,7 +92,27 @@ impl FileDevice {
             file,
             size,
             regular,
+            holes: None,
         })
+    }
+
+    /// The device, keeping track of which ranges of an image file read as zeros (its
+    /// holes now, less what is written from now on), so that [`Device::zero_range`] skips
+    /// them (`io/hole_map.rs`). A block device is returned as it is.
+    pub fn tracking_holes(mut self) -> Result<Self> {
+        if self.regular {
+            let holes = HoleMap::of_file(&self.file, self.size)
+                .map_err(|e| Error::io("cannot find the holes of the image", e))?;
+            self.holes = Some(holes);
+        }
+        Ok(self)
+    }
+
+    /// `len` bytes from `offset` are about to be written.
+    fn writing(&self, offset: u64, len: u64) {
+        if let Some(holes) = &self.holes {
+            holes.written(offset, len);
+        }
     }
 }
 
@@ -104,6 +128,7 @@ impl Device for FileDevice {
         {
             return Err(past_end(buf.len(), offset));
         }
+        self.writing(offset, buf.len() as u64);
         FileExt::write_all_at(&self.file, buf, offset)
     }
 
@@ -115,6 +140,7 @@ impl Device for FileDevice {
         {
             return Err(past_end(len, offset));
         }
+        self.writing(offset, len as u64);
         let mut slices: Vec<io::IoSlice<'_>> = bufs.iter().map(|b| io::IoSlice::new(b)).collect();
         let mut rest: &mut [io::IoSlice<'_>] = &mut slices;
         let mut at = offset;
@@ -145,6 +171,13 @@ impl Device for FileDevice {
     fn zero_range(&self, offset: u64, len: u64) -> io::Result<()> {
         if offset.checked_add(len).is_none_or(|end| end > self.size) {
             return Err(past_end(len as usize, offset));
+        }
+        if self
+            .holes
+            .as_ref()
+            .is_some_and(|holes| holes.reads_as_zeros(offset, len))
+        {
+            return Ok(());
         }
         if self.regular {
             use rustix::fs::{fallocate, FallocateFlags};

@@ -3,6 +3,7 @@
 
 pub(crate) mod credits;
 pub mod device;
+mod hole_map;
 mod image_lock;
 pub use image_lock::kernel_mount;
 pub(crate) mod meta_io;
