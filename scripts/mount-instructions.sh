@@ -8,7 +8,9 @@
 #
 # Usage: scripts/mount-instructions.sh [-n N] [WORKLOAD...]   (root; valgrind, fuse3)
 #   create      open(O_CREAT|O_EXCL) and close of a new name in one directory
-#   unlink      unlink of one of N files made in the set-up
+#   unlink      unlink of one of N files made in the set-up, 2 s later (as in `e4 bench
+#               unlink`, whose set-up takes longer than the mount's entry timeout once was)
+#   missing     a `stat` of a name that is not there (the same name each time)
 #   append      a 4 KiB write to a file opened O_APPEND
 #   read        1 MiB of a sequential read of a file written in the set-up, its pages
 #               dropped from the kernel's cache first (posix_fadvise DONTNEED)
@@ -38,7 +40,7 @@ mkdir "$work/mnt"
 # The workload's Python: set-up, then `count` operations.
 workload() {
   python3 - "$1" "$2" "$work/mnt" <<'PY'
-import os, sys
+import os, sys, time
 what, count, root = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 n = int(os.environ["N"])
 d = os.path.join(root, "d")
@@ -49,8 +51,16 @@ if what == "create":
 elif what == "unlink":
     for i in range(n):
         os.close(os.open(f"{d}/{i}", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+    time.sleep(2)
     for i in range(count):
         os.unlink(f"{d}/{i}")
+elif what == "missing":
+    for _ in range(count):
+        try:
+            os.stat(f"{d}/absent")
+            sys.exit("absent is there")
+        except FileNotFoundError:
+            pass
 elif what == "append":
     fd = os.open(f"{d}/f", os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o644)
     block = b"a" * 4096

@@ -26,7 +26,7 @@ use parking_lot::Mutex;
 
 use crate::attrs::{
     decode_rdev, entry_attr, ext4_ino, file_attr, file_type_of_mode, generation_of, kind_of,
-    timestamp, IdMap, Owners,
+    negative_entry_attr, timestamp, IdMap, Owners,
 };
 use crate::dir_listing::{self, Listed};
 use crate::error_policy::OnError;
@@ -35,12 +35,16 @@ use crate::kill_privileges::{caller_lacks_fsetid, kill_privileges};
 use crate::lookup_counts::LookupCounts;
 use crate::seek::{seek, Seek, SeekError};
 
-/// How long the kernel may trust an entry or attributes without asking again. Every
-/// change goes through this mount and every reply that changes something carries fresh
-/// attributes, so the only limit is how stale a `stat` may be after a change the kernel
-/// did not see coming (the link count of a hard-linked file after `unlink` of another
-/// name, whose reply carries no attributes).
-const TTL: Duration = Duration::from_secs(1);
+/// How long the kernel may trust an entry (a name, or a name's absence) or attributes
+/// without asking again. Every change goes through this mount (it holds the image's lock),
+/// so nothing changes behind the kernel's back: it updates or drops what it cached itself
+/// on every change it sends (an unlink drops the other names' link count and invalidates
+/// the name, a write or setxattr invalidates the attributes it changes), and a change the
+/// mount makes on its own tells it (`fallocate`'s ENOSPC below). So the timeout is long:
+/// with 1 s, every unlink in a directory made more than a second before cost a LOOKUP to
+/// revalidate the name first, two round trips instead of one (docs/BENCHMARKS.md,
+/// "Round trips per create and unlink").
+const TTL: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// Largest write request the kernel sends: its own cap (`fs.fuse.max_pages_limit`, 256
 /// pages) is 1 MiB, so asking for more buys nothing.
@@ -432,12 +436,18 @@ impl fuser::Filesystem for E4Fuse {
         if name.len() > MAX_NAME_LEN {
             return reply.error(Errno::ENAMETOOLONG);
         }
-        let found = self
+        match self
             .fs()
             .lookup(ext4_ino(parent), bytes(name))
             .or_errno(&self.on_error)
-            .and_then(|ino| ino.ok_or(Errno::ENOENT));
-        self.reply_entry(reply, found);
+        {
+            Ok(Some(ino)) => self.reply_entry(reply, Ok(ino)),
+            // Node 0: the kernel keeps a negative entry for `TTL`, so looking the name up
+            // again (a `stat` of a missing file, a search along a path) costs no request
+            // until a change through this mount names it. No lookup is counted.
+            Ok(None) => reply.entry(&TTL, &negative_entry_attr(), Generation(0)),
+            Err(e) => reply.error(e),
+        }
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
