@@ -12,6 +12,7 @@
 #               unlink`, whose set-up takes longer than the mount's entry timeout once was)
 #   missing     a `stat` of a name that is not there (the same name each time)
 #   append      a 4 KiB write to a file opened O_APPEND
+#   write       1 MiB of a sequential write in 1 MiB requests (then one fsync)
 #   read        1 MiB of a sequential read of a file written in the set-up, its pages
 #               dropped from the kernel's cache first (posix_fadvise DONTNEED)
 #   fallocate2  will-it-scale's fallocate2: an 8 KiB fallocate at the end, ftruncate to 0
@@ -27,7 +28,7 @@ while [ $# -gt 0 ]; do
     *) break ;;
   esac
 done
-[ $# -gt 0 ] || set -- create unlink append read fallocate2
+[ $# -gt 0 ] || set -- create unlink missing append fallocate2 write read
 e4=$(realpath "${E4:-target/release/e4}")
 work=$(mktemp -d /dev/shm/e4-instructions.XXXXXX)
 cleanup() {
@@ -66,6 +67,13 @@ elif what == "append":
     block = b"a" * 4096
     for _ in range(count):
         os.write(fd, block)
+    os.close(fd)
+elif what == "write":
+    fd = os.open(f"{d}/f", os.O_CREAT | os.O_WRONLY, 0o644)
+    mib = b"w" * (1 << 20)
+    for _ in range(count):
+        os.write(fd, mib)
+    os.fsync(fd)
     os.close(fd)
 elif what == "read":
     fd = os.open(f"{d}/f", os.O_CREAT | os.O_RDWR, 0o644)
