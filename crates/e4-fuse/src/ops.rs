@@ -39,8 +39,9 @@ use crate::seek::{seek, Seek, SeekError};
 /// without asking again. Every change goes through this mount (it holds the image's lock),
 /// so nothing changes behind the kernel's back: it updates or drops what it cached itself
 /// on every change it sends (an unlink drops the other names' link count and invalidates
-/// the name, a write or setxattr invalidates the attributes it changes), and a change the
-/// mount makes on its own tells it (`fallocate`'s ENOSPC below). So the timeout is long:
+/// the name, a write or setxattr invalidates the attributes it changes), and the mount
+/// tells it what a reply cannot (`attributes_changed`: a directory's new mtime against a
+/// GETATTR that raced the change, `fallocate`'s ENOSPC). So the timeout is long:
 /// with 1 s, every unlink in a directory made more than a second before cost a LOOKUP to
 /// revalidate the name first, two round trips instead of one (docs/BENCHMARKS.md,
 /// "Round trips per create and unlink").
@@ -165,6 +166,29 @@ impl E4Fuse {
             Err(e) => {
                 self.lookups.forget(fs, ino, 1);
                 Err(self.on_error.errno(&e))
+            }
+        }
+    }
+
+    /// Tells the kernel that node `node`'s attributes changed without a reply that carries
+    /// them: a directory that gained or lost a name, an inode whose xattrs changed. The
+    /// kernel drops what it cached when the reply comes, but a GETATTR answered before the
+    /// change and read after the reply would be cached again, stale, for `TTL` (a
+    /// directory statted while files were made in it kept an old mtime); the notification
+    /// also raises the inode's attribute version, so such an answer is thrown away.
+    /// Attributes only (offset -1): no page is dropped and no lock taken, so a handler may
+    /// send it.
+    fn attributes_changed(&self, node: INodeNo) {
+        if let Some(notifier) = self.notifier.get() {
+            let _ = notifier.inval_inode(node, -1, 0);
+        }
+    }
+
+    /// [`E4Fuse::attributes_changed`] for `nodes`, once `result` says the change was made.
+    fn changed<T>(&self, result: &Result<T, Errno>, nodes: &[INodeNo]) {
+        if result.is_ok() {
+            for &node in nodes {
+                self.attributes_changed(node);
             }
         }
     }
@@ -547,7 +571,7 @@ impl fuser::Filesystem for E4Fuse {
         if let Err(e) = self.on_error.may_change() {
             return reply.error(e);
         }
-        let parent = ext4_ino(parent);
+        let (node, parent) = (parent, ext4_ino(parent));
         let c = self.creator(req, mode, umask);
         let made = {
             let fs = self.fs();
@@ -566,6 +590,7 @@ impl fuser::Filesystem for E4Fuse {
                 _ => Err(Errno::EINVAL),
             }
         };
+        self.changed(&made, &[node]);
         self.reply_entry(reply, made);
     }
 
@@ -581,11 +606,15 @@ impl fuser::Filesystem for E4Fuse {
         if let Err(e) = self.on_error.may_change() {
             return reply.error(e);
         }
-        let parent = ext4_ino(parent);
         let made = self
             .fs()
-            .mkdir(parent, bytes(name), self.creator(req, mode, umask))
+            .mkdir(
+                ext4_ino(parent),
+                bytes(name),
+                self.creator(req, mode, umask),
+            )
             .or_errno(&self.on_error);
+        self.changed(&made, &[parent]);
         self.reply_entry(reply, made);
     }
 
@@ -593,24 +622,24 @@ impl fuser::Filesystem for E4Fuse {
         if let Err(e) = self.on_error.may_change() {
             return reply.error(e);
         }
-        reply_empty(
-            reply,
-            self.fs()
-                .unlink(ext4_ino(parent), bytes(name))
-                .or_errno(&self.on_error),
-        );
+        let result = self
+            .fs()
+            .unlink(ext4_ino(parent), bytes(name))
+            .or_errno(&self.on_error);
+        self.changed(&result, &[parent]);
+        reply_empty(reply, result);
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         if let Err(e) = self.on_error.may_change() {
             return reply.error(e);
         }
-        reply_empty(
-            reply,
-            self.fs()
-                .rmdir(ext4_ino(parent), bytes(name))
-                .or_errno(&self.on_error),
-        );
+        let result = self
+            .fs()
+            .rmdir(ext4_ino(parent), bytes(name))
+            .or_errno(&self.on_error);
+        self.changed(&result, &[parent]);
+        reply_empty(reply, result);
     }
 
     fn symlink(
@@ -624,12 +653,17 @@ impl fuser::Filesystem for E4Fuse {
         if let Err(e) = self.on_error.may_change() {
             return reply.error(e);
         }
-        let parent = ext4_ino(parent);
         let c = self.creator(req, 0o777, 0);
         let made = self
             .fs()
-            .symlink(parent, bytes(link_name), target.as_os_str().as_bytes(), c)
+            .symlink(
+                ext4_ino(parent),
+                bytes(link_name),
+                target.as_os_str().as_bytes(),
+                c,
+            )
             .or_errno(&self.on_error);
+        self.changed(&made, &[parent]);
         self.reply_entry(reply, made);
     }
 
@@ -667,6 +701,11 @@ impl fuser::Filesystem for E4Fuse {
                 )
                 .or_errno(&self.on_error)
         });
+        if parent == newparent {
+            self.changed(&result, &[parent]);
+        } else {
+            self.changed(&result, &[parent, newparent]);
+        }
         reply_empty(reply, result);
     }
 
@@ -687,6 +726,7 @@ impl fuser::Filesystem for E4Fuse {
             .link(ino, ext4_ino(newparent), bytes(newname))
             .or_errno(&self.on_error)
             .map(|()| ino);
+        self.changed(&made, &[newparent]);
         self.reply_entry(reply, made);
     }
 
@@ -966,6 +1006,7 @@ impl fuser::Filesystem for E4Fuse {
                 .set_xattr(ext4_ino(ino), bytes(name), value, how)
                 .or_errno(&self.on_error)
         });
+        self.changed(&result, &[ino]);
         reply_empty(reply, result);
     }
 
@@ -985,6 +1026,7 @@ impl fuser::Filesystem for E4Fuse {
             .fs()
             .remove_xattr(ext4_ino(ino), bytes(name))
             .or_errno(&self.on_error);
+        self.changed(&result, &[ino]);
         reply_empty(reply, result);
     }
 
@@ -1001,10 +1043,13 @@ impl fuser::Filesystem for E4Fuse {
         if let Err(e) = self.on_error.may_change() {
             return reply.error(e);
         }
-        let parent = ext4_ino(parent);
         let made = self
             .fs()
-            .create(parent, bytes(name), self.creator(req, mode, umask))
+            .create(
+                ext4_ino(parent),
+                bytes(name),
+                self.creator(req, mode, umask),
+            )
             .or_errno(&self.on_error)
             .and_then(|ino| {
                 let entry = self.entry(ino)?;
@@ -1014,6 +1059,7 @@ impl fuser::Filesystem for E4Fuse {
                 }
                 Ok(entry)
             });
+        self.changed(&made, &[parent]);
         match made {
             Ok((attr, generation)) => reply.created(
                 &TTL,
@@ -1087,10 +1133,7 @@ impl fuser::Filesystem for E4Fuse {
             // An allocation that filled the disk keeps what it allocated and may have moved
             // the size, but the kernel updates its cached attributes only after a fallocate
             // that succeeds: without this a `stat` showed the old size for up to `TTL`.
-            // Attributes only (offset -1): no page is dropped, no lock is needed.
-            if let Some(notifier) = self.notifier.get() {
-                let _ = notifier.inval_inode(node, -1, 0);
-            }
+            self.attributes_changed(node);
         }
         reply_empty(reply, result);
     }

@@ -366,6 +366,72 @@ fn reads_show_no_other_reads_bytes_and_come_in_one_mebibyte_requests() {
     m.finish();
 }
 
+/// What the kernel caches of a directory stays right while other threads stat it during
+/// creates and removals in it: its mtime, ctime and size at the end are what the image
+/// holds. The kernel drops a directory's cached attributes when a change in it returns,
+/// but a GETATTR answered before the change and read after that is cached all the same
+/// (nothing marks it stale), for the attributes' timeout; the mount tells the kernel
+/// after each change instead (`changed` in `ops.rs`), which also discards such a reply.
+#[test]
+fn a_directory_statted_while_it_changes_shows_its_last_change() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let what = "a directory statted while it changes";
+    let Some(m) = TestMount::new(what, 32, "threads=4") else {
+        return;
+    };
+    let dir = m.path().join("d");
+    fs::create_dir(&dir).unwrap();
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            s.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    fs::metadata(&dir).unwrap();
+                }
+            });
+        }
+        let writers: Vec<_> = (0..2)
+            .map(|t| {
+                let dir = &dir;
+                s.spawn(move || {
+                    for i in 0..1000 {
+                        let file = dir.join(format!("{t}-{i}"));
+                        fs::write(&file, b"").unwrap();
+                        if i % 2 == 1 {
+                            fs::remove_file(&file).unwrap();
+                        }
+                    }
+                })
+            })
+            .collect();
+        for writer in writers {
+            writer.join().unwrap();
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    let shown = fs::metadata(&dir).unwrap();
+    let image = m.finish();
+    match KernelMount::mount(&image.path) {
+        Ok(view) => {
+            let on_disk = fs::metadata(view.path().join("d")).unwrap();
+            let fields = |m: &fs::Metadata| {
+                (
+                    (m.mtime(), m.mtime_nsec()),
+                    (m.ctime(), m.ctime_nsec()),
+                    m.size(),
+                    m.nlink(),
+                )
+            };
+            assert_eq!(
+                fields(&shown),
+                fields(&on_disk),
+                "{what}: shown, then on disk"
+            );
+        }
+        Err(reason) => e4_testkit::kernel_comparison_skipped(what, &reason),
+    }
+}
+
 /// The offsets a directory handle hands out stay good while the directory changes under
 /// it: a listing read in many requests names nothing twice and everything that stayed.
 #[test]
