@@ -44,7 +44,7 @@ use crate::seek::{seek, Seek, SeekError};
 /// GETATTR that raced the change, `fallocate`'s ENOSPC). So the timeout is long:
 /// with 1 s, every unlink in a directory made more than a second before cost a LOOKUP to
 /// revalidate the name first, two round trips instead of one (docs/BENCHMARKS.md,
-/// "Round trips per create and unlink").
+/// "Round trips, reads and sequential I/O through e4's mount").
 const TTL: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// Largest write request the kernel sends: its own cap (`fs.fuse.max_pages_limit`, 256
@@ -71,8 +71,9 @@ const WANTED: InitFlags = InitFlags::FUSE_PARALLEL_DIROPS
 thread_local! {
     /// Each worker's buffer for READ replies, kept between requests: a new zeroed buffer
     /// per READ cost the daemon a pass over every byte before the engine filled it
-    /// (docs/BENCHMARKS.md, "Sequential reads through e4's mount"). The engine writes every
-    /// byte of what it returns (holes as zeros), and only that is sent.
+    /// (docs/BENCHMARKS.md, "Round trips, reads and sequential I/O through e4's mount").
+    /// The engine writes every byte of what it returns (holes as zeros), and only that is
+    /// sent.
     static READ_BUFFER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
