@@ -1,7 +1,8 @@
 //! The workloads: will-it-scale's fallocate2, fio-style appends, the FxMark
 //! micro-benchmarks that apply to a filesystem without a page cache of its own
 //! (reference/allocator.md §4.3), a race for the last blocks of a nearly full
-//! filesystem, and sequential 1 MiB writes and reads of a file per thread. Each runs on any [`FsOps`], setting up what it needs before the clock starts.
+//! filesystem, and sequential 1 MiB writes and reads of a file per thread. Each runs on
+//! any [`FsOps`], setting up what it needs before the clock starts.
 
 use std::io;
 use std::str::FromStr;
