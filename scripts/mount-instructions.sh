@@ -8,8 +8,11 @@
 #
 # Usage: scripts/mount-instructions.sh [-n N] [WORKLOAD...]   (root; valgrind, fuse3)
 #   create      open(O_CREAT|O_EXCL) and close of a new name in one directory
-#   unlink      unlink of one of N files made in the set-up
+#   unlink      unlink of one of N files made in the set-up, 2 s later (as in `e4 bench
+#               unlink`, whose set-up takes longer than the mount's entry timeout once was)
+#   missing     a `stat` of a name that is not there (the same name each time)
 #   append      a 4 KiB write to a file opened O_APPEND
+#   write       1 MiB of a sequential write in 1 MiB requests (then one fsync)
 #   read        1 MiB of a sequential read of a file written in the set-up, its pages
 #               dropped from the kernel's cache first (posix_fadvise DONTNEED)
 #   fallocate2  will-it-scale's fallocate2: an 8 KiB fallocate at the end, ftruncate to 0
@@ -25,7 +28,7 @@ while [ $# -gt 0 ]; do
     *) break ;;
   esac
 done
-[ $# -gt 0 ] || set -- create unlink append read fallocate2
+[ $# -gt 0 ] || set -- create unlink missing append fallocate2 write read
 e4=$(realpath "${E4:-target/release/e4}")
 work=$(mktemp -d /dev/shm/e4-instructions.XXXXXX)
 cleanup() {
@@ -38,7 +41,7 @@ mkdir "$work/mnt"
 # The workload's Python: set-up, then `count` operations.
 workload() {
   python3 - "$1" "$2" "$work/mnt" <<'PY'
-import os, sys
+import os, sys, time
 what, count, root = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 n = int(os.environ["N"])
 d = os.path.join(root, "d")
@@ -49,13 +52,28 @@ if what == "create":
 elif what == "unlink":
     for i in range(n):
         os.close(os.open(f"{d}/{i}", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+    time.sleep(2)
     for i in range(count):
         os.unlink(f"{d}/{i}")
+elif what == "missing":
+    for _ in range(count):
+        try:
+            os.stat(f"{d}/absent")
+            sys.exit("absent is there")
+        except FileNotFoundError:
+            pass
 elif what == "append":
     fd = os.open(f"{d}/f", os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o644)
     block = b"a" * 4096
     for _ in range(count):
         os.write(fd, block)
+    os.close(fd)
+elif what == "write":
+    fd = os.open(f"{d}/f", os.O_CREAT | os.O_WRONLY, 0o644)
+    mib = b"w" * (1 << 20)
+    for _ in range(count):
+        os.write(fd, mib)
+    os.fsync(fd)
     os.close(fd)
 elif what == "read":
     fd = os.open(f"{d}/f", os.O_CREAT | os.O_RDWR, 0o644)

@@ -25,6 +25,14 @@ pub trait FsOps: Sync {
     fn unlink(&self, dir: &Self::Dir, name: &str) -> io::Result<()>;
     fn rename(&self, from: &Self::Dir, name: &str, to: &Self::Dir, new: &str) -> io::Result<()>;
     fn write_at(&self, file: &Self::File, offset: u64, data: &[u8]) -> io::Result<()>;
+    /// Reads up to `buf.len()` bytes at `offset`; returns how many (0 at the end).
+    fn read_at(&self, file: &Self::File, offset: u64, buf: &mut [u8]) -> io::Result<usize>;
+    /// Makes the next read of `file` come from the filesystem's storage, not from a cache
+    /// in memory, the same way for every target: after an fsync (so nothing is dirty) the
+    /// kernel's page cache of the file is dropped (`posix_fadvise(POSIX_FADV_DONTNEED)`),
+    /// which a user can do without root and which FUSE mounts honour, where O_DIRECT needs
+    /// `direct_io` there and `drop_caches` drops every file on the machine.
+    fn drop_cached(&self, file: &Self::File) -> io::Result<()>;
     /// Allocates `[offset, offset + len)`, growing the size (mode 0).
     fn fallocate(&self, file: &Self::File, offset: u64, len: u64) -> io::Result<()>;
     fn truncate(&self, file: &Self::File, size: u64) -> io::Result<()>;
@@ -119,6 +127,14 @@ impl FsOps for E4Ops {
             .map(drop)
             .map_err(io_error)
     }
+    fn read_at(&self, file: &u32, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+        self.0.read_at(*file, offset, buf).map_err(io_error)
+    }
+    /// Nothing to drop: the engine keeps no file data in memory (its cache holds metadata
+    /// blocks), so every read goes to the image.
+    fn drop_cached(&self, _file: &u32) -> io::Result<()> {
+        Ok(())
+    }
     fn fallocate(&self, file: &u32, offset: u64, len: u64) -> io::Result<()> {
         self.0
             .fallocate(*file, FallocateMode::Allocate, offset, len)
@@ -195,6 +211,13 @@ impl FsOps for PosixOps {
     }
     fn write_at(&self, file: &File, offset: u64, data: &[u8]) -> io::Result<()> {
         file.write_all_at(data, offset)
+    }
+    fn read_at(&self, file: &File, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+        file.read_at(buf, offset)
+    }
+    fn drop_cached(&self, file: &File) -> io::Result<()> {
+        file.sync_all()?;
+        rustix::fs::fadvise(file, 0, None, rustix::fs::Advice::DontNeed).map_err(io::Error::from)
     }
     fn fallocate(&self, file: &File, offset: u64, len: u64) -> io::Result<()> {
         rustix::fs::fallocate(file, rustix::fs::FallocateFlags::empty(), offset, len)

@@ -2,7 +2,7 @@
 //! side with what users would pick instead.
 //!
 //! A [`Plan`] names workloads ([`Workload`]: will-it-scale fallocate2, appends, FxMark
-//! micro-benchmarks, a near-full race), targets ([`Target`]: e4 in process, the kernel's
+//! micro-benchmarks, a near-full race, sequential 1 MiB writes and reads), targets ([`Target`]: e4 in process, the kernel's
 //! ext4 on a loop device, fuse2fs, tmpfs, any directory) and thread counts. [`run`] measures
 //! every point from a freshly made filesystem, reads the layout each image-backed target
 //! left ([`LayoutReport`]) and returns a [`BenchReport`] for the table, `--json` and

@@ -1,7 +1,8 @@
 //! The workloads: will-it-scale's fallocate2, fio-style appends, the FxMark
 //! micro-benchmarks that apply to a filesystem without a page cache of its own
-//! (reference/allocator.md §4.3), and a race for the last blocks of a nearly full
-//! filesystem. Each runs on any [`FsOps`], setting up what it needs before the clock starts.
+//! (reference/allocator.md §4.3), a race for the last blocks of a nearly full
+//! filesystem, and sequential 1 MiB writes and reads of a file per thread. Each runs on
+//! any [`FsOps`], setting up what it needs before the clock starts.
 
 use std::io;
 use std::str::FromStr;
@@ -15,6 +16,9 @@ use crate::pinning::Placement;
 
 /// Bytes per append, overwrite and truncation step.
 pub const BLOCK: u64 = 4096;
+/// Bytes per request of `seqwrite` and `seqread`: the largest request the kernel's FUSE
+/// sends (`fs.fuse.max_pages_limit`), and what `dd bs=1M` or `cp` of a large file asks for.
+pub const SEQUENTIAL_REQUEST: u64 = 1 << 20;
 /// fallocate2's step and the size it truncates at.
 const FALLOCATE2_STEP: u64 = 8192;
 const FALLOCATE2_LIMIT: u64 = 1 << 20;
@@ -71,10 +75,17 @@ pub enum Workload {
     /// of space (not for `--duration`); checks that nothing was over-committed or lost.
     /// Image-backed targets only: it fills the filesystem.
     NearFull,
+    /// Sequential writes of a private new file in 1 MiB requests up to `--size`, then its
+    /// fsync, inside the clock: buffered I/O as a user sees it, done once the data is safe.
+    SeqWrite,
+    /// Sequential reads of a private file of `--size` in 1 MiB requests, from storage: the
+    /// file is written, fsync'd and dropped from the page cache before the clock
+    /// ([`FsOps::drop_cached`]).
+    SeqRead,
 }
 
 impl Workload {
-    pub const ALL: [Workload; 14] = [
+    pub const ALL: [Workload; 16] = [
         Workload::Fallocate2,
         Workload::Append,
         Workload::Create,
@@ -89,6 +100,8 @@ impl Workload {
         Workload::Mwrl,
         Workload::Mwrm,
         Workload::NearFull,
+        Workload::SeqWrite,
+        Workload::SeqRead,
     ];
 
     pub fn name(self) -> &'static str {
@@ -107,6 +120,8 @@ impl Workload {
             Workload::Mwrl => "mwrl",
             Workload::Mwrm => "mwrm",
             Workload::NearFull => "near-full",
+            Workload::SeqWrite => "seqwrite",
+            Workload::SeqRead => "seqread",
         }
     }
 
@@ -120,12 +135,17 @@ impl Workload {
                 | Workload::Dwtl
                 | Workload::Dwsl
                 | Workload::NearFull
+                | Workload::SeqWrite
+                | Workload::SeqRead
         )
     }
 
     /// Whether throughput is better told in MiB/s.
     pub fn moves_bytes(self) -> bool {
-        matches!(self, Workload::Append | Workload::NearFull)
+        matches!(
+            self,
+            Workload::Append | Workload::NearFull | Workload::SeqWrite | Workload::SeqRead
+        )
     }
 }
 
@@ -297,6 +317,53 @@ pub fn setup_files_per_thread(threads: usize) -> u64 {
 const SETUP_FILES: u64 = 400_000;
 const SETUP_FILES_PER_THREAD: u64 = 100_000;
 
+/// The size of each thread's file in `seqwrite` and `seqread`: `--size`, in whole requests
+/// (at least one).
+fn sequential_size(p: &Params) -> u64 {
+    (p.size / SEQUENTIAL_REQUEST).max(1) * SEQUENTIAL_REQUEST
+}
+
+/// The stamp that begins each 4 KiB block of thread `thread`'s sequential file at byte
+/// `pos`: a block read from another place or another thread's file does not carry it.
+/// Only the stamps are written and checked per request (256 words a MiB), so the clock
+/// measures the filesystem, not a pass over every byte; the rest of a block is 0x5a.
+fn stamp(thread: usize, pos: u64) -> [u8; 8] {
+    (pos << 8 | thread as u64 & 0xff).to_le_bytes()
+}
+
+/// Stamps each block of `request`, which goes at `offset` of thread `thread`'s file.
+fn stamp_sequential(request: &mut [u8], thread: usize, offset: u64) {
+    for (i, block) in request.chunks_exact_mut(BLOCK as usize).enumerate() {
+        block[..8].copy_from_slice(&stamp(thread, offset + i as u64 * BLOCK));
+    }
+}
+
+/// Whether `request`, read at `offset` of thread `thread`'s file, carries its stamps.
+fn is_stamped(request: &[u8], thread: usize, offset: u64) -> bool {
+    request
+        .chunks_exact(BLOCK as usize)
+        .enumerate()
+        .all(|(i, block)| block[..8] == stamp(thread, offset + i as u64 * BLOCK))
+}
+
+/// Reads one whole request at `offset` (a short read only at the end of the file, which
+/// `seqread` never reaches: it is an error here).
+fn read_request<F: FsOps>(fs: &F, file: &F::File, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        match fs.read_at(file, offset + done as u64, &mut buf[done..])? {
+            0 => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!("seqread: the file ends at {}", offset + done as u64),
+                ))
+            }
+            n => done += n,
+        }
+    }
+    Ok(())
+}
+
 /// Runs `workload` on `fs`, from an empty filesystem.
 pub fn run<F: FsOps>(fs: &F, workload: Workload, p: &Params) -> io::Result<Measurement> {
     let root = fs.root();
@@ -368,12 +435,21 @@ pub fn run<F: FsOps>(fs: &F, workload: Workload, p: &Params) -> io::Result<Measu
             | Workload::Dwtl
             | Workload::Dwsl
             | Workload::NearFull
+            | Workload::SeqWrite
+            | Workload::SeqRead
     ) {
-        for dir in &dirs {
+        for (t, dir) in dirs.iter().enumerate() {
             let file = fs.open_new(dir, "data")?;
             match workload {
                 Workload::Dwol => fs.write_at(&file, 0, &data)?,
                 Workload::Dwtl => fs.fallocate(&file, 0, p.size.max(BLOCK))?,
+                Workload::SeqRead => {
+                    let mut request = vec![0x5a; SEQUENTIAL_REQUEST as usize];
+                    for offset in (0..sequential_size(p)).step_by(SEQUENTIAL_REQUEST as usize) {
+                        stamp_sequential(&mut request, t, offset);
+                        fs.write_at(&file, offset, &request)?;
+                    }
+                }
                 _ => {}
             }
             files.push(file);
@@ -384,6 +460,11 @@ pub fn run<F: FsOps>(fs: &F, workload: Workload, p: &Params) -> io::Result<Measu
     // the clock ran (its commit threshold is crossed by 200,000 files, not by 100,000),
     // and the kernel wrote them back whenever its flusher ran.
     fs.sync_all()?;
+    if workload == Workload::SeqRead {
+        for file in &files {
+            fs.drop_cached(file)?;
+        }
+    }
     let free_at_start = fs.free_bytes()?;
     let duration = if workload == Workload::NearFull {
         NEAR_FULL_LIMIT
@@ -501,6 +582,46 @@ pub fn run<F: FsOps>(fs: &F, workload: Workload, p: &Params) -> io::Result<Measu
                 })?;
                 Ok(Tally { ops, bytes: 0 })
             }
+            Workload::SeqWrite => {
+                let mut request = vec![0x5a; SEQUENTIAL_REQUEST as usize];
+                let end = sequential_size(p);
+                let ops = until(window, |n| {
+                    let offset = n * SEQUENTIAL_REQUEST;
+                    if offset >= end {
+                        return Ok(false);
+                    }
+                    stamp_sequential(&mut request, t, offset);
+                    fs.write_at(&files[t], offset, &request)?;
+                    Ok(true)
+                })?;
+                fs.fsync(&files[t])?;
+                Ok(Tally {
+                    ops,
+                    bytes: ops * SEQUENTIAL_REQUEST,
+                })
+            }
+            Workload::SeqRead => {
+                let mut request = vec![0; SEQUENTIAL_REQUEST as usize];
+                let end = sequential_size(p);
+                let ops = until(window, |n| {
+                    let offset = n * SEQUENTIAL_REQUEST;
+                    if offset >= end {
+                        return Ok(false);
+                    }
+                    read_request(fs, &files[t], offset, &mut request)?;
+                    if !is_stamped(&request, t, offset) {
+                        return Err(io::Error::other(format!(
+                            "seqread: thread {t}'s file read back other bytes than were \
+                             written at {offset}"
+                        )));
+                    }
+                    Ok(true)
+                })?;
+                Ok(Tally {
+                    ops,
+                    bytes: ops * SEQUENTIAL_REQUEST,
+                })
+            }
             Workload::NearFull => {
                 let mut size = 0;
                 let ops = until(window, |_| match fs.write_at(&files[t], size, &data) {
@@ -617,6 +738,125 @@ mod tests {
         let each = one_thread_runs_out_first(PhaseEnd::EachOutOfWork, Some(1_000_000))
             .expect("the phase did not end");
         assert_eq!(each, [100, 1_000_000]);
+    }
+
+    /// A directory's operations, with a log of the sequential file's reads and cache drops.
+    struct Logged {
+        inner: crate::fs_ops::PosixOps,
+        log: Mutex<Vec<&'static str>>,
+    }
+
+    impl FsOps for Logged {
+        type Dir = std::path::PathBuf;
+        type File = std::fs::File;
+        fn root(&self) -> Self::Dir {
+            self.inner.root()
+        }
+        fn mkdir(&self, parent: &Self::Dir, name: &str) -> io::Result<Self::Dir> {
+            self.inner.mkdir(parent, name)
+        }
+        fn create(&self, dir: &Self::Dir, name: &str) -> io::Result<()> {
+            self.inner.create(dir, name)
+        }
+        fn open_new(&self, dir: &Self::Dir, name: &str) -> io::Result<Self::File> {
+            self.inner.open_new(dir, name)
+        }
+        fn unlink(&self, dir: &Self::Dir, name: &str) -> io::Result<()> {
+            self.inner.unlink(dir, name)
+        }
+        fn rename(&self, f: &Self::Dir, n: &str, t: &Self::Dir, m: &str) -> io::Result<()> {
+            self.inner.rename(f, n, t, m)
+        }
+        fn write_at(&self, file: &Self::File, offset: u64, data: &[u8]) -> io::Result<()> {
+            self.inner.write_at(file, offset, data)
+        }
+        fn read_at(&self, file: &Self::File, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+            self.log.lock().unwrap().push("read");
+            self.inner.read_at(file, offset, buf)
+        }
+        fn drop_cached(&self, file: &Self::File) -> io::Result<()> {
+            self.log.lock().unwrap().push("drop");
+            self.inner.drop_cached(file)
+        }
+        fn fallocate(&self, file: &Self::File, offset: u64, len: u64) -> io::Result<()> {
+            self.inner.fallocate(file, offset, len)
+        }
+        fn truncate(&self, file: &Self::File, size: u64) -> io::Result<()> {
+            self.inner.truncate(file, size)
+        }
+        fn fsync(&self, file: &Self::File) -> io::Result<()> {
+            self.inner.fsync(file)
+        }
+        fn sync_all(&self) -> io::Result<()> {
+            self.inner.sync_all()
+        }
+        fn file_size(&self, file: &Self::File) -> io::Result<u64> {
+            self.inner.file_size(file)
+        }
+        fn stat_path(&self, path: &str) -> io::Result<()> {
+            self.inner.stat_path(path)
+        }
+        fn read_dir(&self, dir: &Self::Dir) -> io::Result<usize> {
+            self.inner.read_dir(dir)
+        }
+        fn free_bytes(&self) -> io::Result<u64> {
+            self.inner.free_bytes()
+        }
+        fn lock_report(&self) -> Option<LockReport> {
+            None
+        }
+    }
+
+    fn sequential_params(threads: usize) -> Params {
+        Params {
+            threads,
+            duration: Duration::from_secs(60),
+            size: 3 * SEQUENTIAL_REQUEST,
+            append_by: AppendBy::Write,
+            placement: Placement::for_this_process(Pin::None).unwrap(),
+            settle: false,
+        }
+    }
+
+    #[test]
+    fn seqread_drops_every_file_from_the_cache_before_the_first_read_and_reads_it_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = Logged {
+            inner: crate::fs_ops::PosixOps {
+                root: dir.path().to_path_buf(),
+            },
+            log: Mutex::new(Vec::new()),
+        };
+        let m = run(&fs, Workload::SeqRead, &sequential_params(2)).unwrap();
+        assert_eq!((m.ops, m.bytes), (6, 6 * SEQUENTIAL_REQUEST));
+        let log = fs.log.into_inner().unwrap();
+        let first_read = log.iter().position(|&e| e == "read").unwrap();
+        assert_eq!(log[..first_read], ["drop", "drop"], "{log:?}");
+        assert!(!log[first_read..].contains(&"drop"), "{log:?}");
+    }
+
+    #[test]
+    fn seqwrite_writes_each_thread_its_size_and_seqread_checks_what_it_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = crate::fs_ops::PosixOps {
+            root: dir.path().to_path_buf(),
+        };
+        let m = run(&fs, Workload::SeqWrite, &sequential_params(2)).unwrap();
+        assert_eq!((m.ops, m.bytes), (6, 6 * SEQUENTIAL_REQUEST));
+        for t in 0..2 {
+            let data = std::fs::read(dir.path().join(format!("t{t}/data"))).unwrap();
+            assert_eq!(data.len() as u64, 3 * SEQUENTIAL_REQUEST);
+            for (n, request) in data.chunks(SEQUENTIAL_REQUEST as usize).enumerate() {
+                assert!(is_stamped(request, t, n as u64 * SEQUENTIAL_REQUEST));
+            }
+        }
+        // A block from another place, or another thread's, is not what was written there.
+        let mut request = vec![0x5a; SEQUENTIAL_REQUEST as usize];
+        stamp_sequential(&mut request, 1, SEQUENTIAL_REQUEST);
+        assert!(is_stamped(&request, 1, SEQUENTIAL_REQUEST));
+        assert!(!is_stamped(&request, 0, SEQUENTIAL_REQUEST));
+        request[BLOCK as usize * 3] ^= 1;
+        assert!(!is_stamped(&request, 1, SEQUENTIAL_REQUEST));
     }
 
     #[test]

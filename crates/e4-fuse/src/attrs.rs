@@ -176,6 +176,28 @@ pub(crate) fn entry_attr(m: &Metadata, block_size: u32, owners: Owners) -> FileA
     }
 }
 
+/// The attributes of a negative entry reply (a name that is not there): node 0, which
+/// the kernel takes for "no such name, and remember that"; the rest is not read.
+pub(crate) fn negative_entry_attr() -> FileAttr {
+    FileAttr {
+        ino: INodeNo(0),
+        size: 0,
+        blocks: 0,
+        atime: UNIX_EPOCH,
+        mtime: UNIX_EPOCH,
+        ctime: UNIX_EPOCH,
+        crtime: UNIX_EPOCH,
+        kind: fuser::FileType::RegularFile,
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: 0,
+        flags: 0,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -26,6 +26,7 @@ mod kill_privileges;
 mod lookup_counts;
 mod ops;
 mod options;
+mod readahead;
 mod seek;
 mod session;
 mod shards;

@@ -26,7 +26,7 @@ use parking_lot::Mutex;
 
 use crate::attrs::{
     decode_rdev, entry_attr, ext4_ino, file_attr, file_type_of_mode, generation_of, kind_of,
-    timestamp, IdMap, Owners,
+    negative_entry_attr, timestamp, IdMap, Owners,
 };
 use crate::dir_listing::{self, Listed};
 use crate::error_policy::OnError;
@@ -35,19 +35,25 @@ use crate::kill_privileges::{caller_lacks_fsetid, kill_privileges};
 use crate::lookup_counts::LookupCounts;
 use crate::seek::{seek, Seek, SeekError};
 
-/// How long the kernel may trust an entry or attributes without asking again. Every
-/// change goes through this mount and every reply that changes something carries fresh
-/// attributes, so the only limit is how stale a `stat` may be after a change the kernel
-/// did not see coming (the link count of a hard-linked file after `unlink` of another
-/// name, whose reply carries no attributes).
-const TTL: Duration = Duration::from_secs(1);
+/// How long the kernel may trust an entry (a name, or a name's absence) or attributes
+/// without asking again. Every change goes through this mount (it holds the image's lock),
+/// so nothing changes behind the kernel's back: it updates or drops what it cached itself
+/// on every change it sends (an unlink drops the other names' link count and invalidates
+/// the name, a write or setxattr invalidates the attributes it changes), and the mount
+/// tells it what a reply cannot (`attributes_changed`: a directory's new mtime against a
+/// GETATTR that raced the change, `fallocate`'s ENOSPC). So the timeout is long:
+/// with 1 s, every unlink in a directory made more than a second before cost a LOOKUP to
+/// revalidate the name first, two round trips instead of one (docs/BENCHMARKS.md,
+/// "Round trips, reads and sequential I/O through e4's mount").
+const TTL: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// Largest write request the kernel sends: its own cap (`fs.fuse.max_pages_limit`, 256
 /// pages) is 1 MiB, so asking for more buys nothing.
 const MAX_WRITE: u32 = 1 << 20;
 
-/// Readahead asked for: as large as a write, if the kernel offers it.
-const MAX_READAHEAD: u32 = 1 << 20;
+/// Readahead asked for: as large as a write, if the kernel offers it (it offers its
+/// backing-device window, 128 KiB by default, until `readahead.rs` raises that).
+const MAX_READAHEAD: u32 = crate::readahead::READAHEAD_KIB << 10;
 
 /// What the kernel is asked to do, where it offers it: look up and create in one
 /// directory in parallel (else it serialises them per directory), pass O_TRUNC to open
@@ -61,6 +67,15 @@ const WANTED: InitFlags = InitFlags::FUSE_PARALLEL_DIROPS
     .union(InitFlags::FUSE_READDIRPLUS_AUTO)
     .union(InitFlags::FUSE_CACHE_SYMLINKS)
     .union(InitFlags::FUSE_HANDLE_KILLPRIV_V2);
+
+thread_local! {
+    /// Each worker's buffer for READ replies, kept between requests: a new zeroed buffer
+    /// per READ cost the daemon a pass over every byte before the engine filled it
+    /// (docs/BENCHMARKS.md, "Round trips, reads and sequential I/O through e4's mount").
+    /// The engine writes every byte of what it returns (holes as zeros), and only that is
+    /// sent.
+    static READ_BUFFER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
 
 /// Where [`Mounted::wait`](crate::Mounted) finds the result of writing the image back.
 pub(crate) type Outcome = Arc<Mutex<Option<e4_fs::Result<()>>>>;
@@ -156,6 +171,29 @@ impl E4Fuse {
         }
     }
 
+    /// Tells the kernel that node `node`'s attributes changed without a reply that carries
+    /// them: a directory that gained or lost a name, an inode whose xattrs changed. The
+    /// kernel drops what it cached when the reply comes, but a GETATTR answered before the
+    /// change and read after the reply would be cached again, stale, for `TTL` (a
+    /// directory statted while files were made in it kept an old mtime); the notification
+    /// also raises the inode's attribute version, so such an answer is thrown away.
+    /// Attributes only (offset -1): no page is dropped and no lock taken, so a handler may
+    /// send it.
+    fn attributes_changed(&self, node: INodeNo) {
+        if let Some(notifier) = self.notifier.get() {
+            let _ = notifier.inval_inode(node, -1, 0);
+        }
+    }
+
+    /// [`E4Fuse::attributes_changed`] for `nodes`, once `result` says the change was made.
+    fn changed<T>(&self, result: &Result<T, Errno>, nodes: &[INodeNo]) {
+        if result.is_ok() {
+            for &node in nodes {
+                self.attributes_changed(node);
+            }
+        }
+    }
+
     fn reply_entry(&self, reply: ReplyEntry, made: Result<u32, Errno>) {
         match made.and_then(|ino| self.entry(ino)) {
             Ok((attr, generation)) => reply.entry(&TTL, &attr, generation),
@@ -212,8 +250,9 @@ impl E4Fuse {
         }
     }
 
-    fn read_file(&self, ino: u32, offset: u64, size: u32) -> Result<Vec<u8>, Errno> {
-        let mut buf = vec![0; size as usize];
+    /// Fills `buf` from `offset` of file `ino`; returns how many bytes it holds (fewer
+    /// only at the end of the file).
+    fn read_file(&self, ino: u32, offset: u64, buf: &mut [u8]) -> Result<usize, Errno> {
         let mut done = 0;
         // The kernel takes a short read for the end of the file: read until full or EOF.
         while done < buf.len() {
@@ -226,8 +265,7 @@ impl E4Fuse {
             }
             done += n;
         }
-        buf.truncate(done);
-        Ok(buf)
+        Ok(done)
     }
 
     fn write_file(&self, ino: u32, offset: u64, data: &[u8]) -> Result<u32, Errno> {
@@ -432,12 +470,18 @@ impl fuser::Filesystem for E4Fuse {
         if name.len() > MAX_NAME_LEN {
             return reply.error(Errno::ENAMETOOLONG);
         }
-        let found = self
+        match self
             .fs()
             .lookup(ext4_ino(parent), bytes(name))
             .or_errno(&self.on_error)
-            .and_then(|ino| ino.ok_or(Errno::ENOENT));
-        self.reply_entry(reply, found);
+        {
+            Ok(Some(ino)) => self.reply_entry(reply, Ok(ino)),
+            // Node 0: the kernel keeps a negative entry for `TTL`, so looking the name up
+            // again (a `stat` of a missing file, a search along a path) costs no request
+            // until a change through this mount names it. No lookup is counted.
+            Ok(None) => reply.entry(&TTL, &negative_entry_attr(), Generation(0)),
+            Err(e) => reply.error(e),
+        }
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
@@ -528,7 +572,7 @@ impl fuser::Filesystem for E4Fuse {
         if let Err(e) = self.on_error.may_change() {
             return reply.error(e);
         }
-        let parent = ext4_ino(parent);
+        let (node, parent) = (parent, ext4_ino(parent));
         let c = self.creator(req, mode, umask);
         let made = {
             let fs = self.fs();
@@ -547,6 +591,7 @@ impl fuser::Filesystem for E4Fuse {
                 _ => Err(Errno::EINVAL),
             }
         };
+        self.changed(&made, &[node]);
         self.reply_entry(reply, made);
     }
 
@@ -562,11 +607,15 @@ impl fuser::Filesystem for E4Fuse {
         if let Err(e) = self.on_error.may_change() {
             return reply.error(e);
         }
-        let parent = ext4_ino(parent);
         let made = self
             .fs()
-            .mkdir(parent, bytes(name), self.creator(req, mode, umask))
+            .mkdir(
+                ext4_ino(parent),
+                bytes(name),
+                self.creator(req, mode, umask),
+            )
             .or_errno(&self.on_error);
+        self.changed(&made, &[parent]);
         self.reply_entry(reply, made);
     }
 
@@ -574,24 +623,24 @@ impl fuser::Filesystem for E4Fuse {
         if let Err(e) = self.on_error.may_change() {
             return reply.error(e);
         }
-        reply_empty(
-            reply,
-            self.fs()
-                .unlink(ext4_ino(parent), bytes(name))
-                .or_errno(&self.on_error),
-        );
+        let result = self
+            .fs()
+            .unlink(ext4_ino(parent), bytes(name))
+            .or_errno(&self.on_error);
+        self.changed(&result, &[parent]);
+        reply_empty(reply, result);
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         if let Err(e) = self.on_error.may_change() {
             return reply.error(e);
         }
-        reply_empty(
-            reply,
-            self.fs()
-                .rmdir(ext4_ino(parent), bytes(name))
-                .or_errno(&self.on_error),
-        );
+        let result = self
+            .fs()
+            .rmdir(ext4_ino(parent), bytes(name))
+            .or_errno(&self.on_error);
+        self.changed(&result, &[parent]);
+        reply_empty(reply, result);
     }
 
     fn symlink(
@@ -605,12 +654,17 @@ impl fuser::Filesystem for E4Fuse {
         if let Err(e) = self.on_error.may_change() {
             return reply.error(e);
         }
-        let parent = ext4_ino(parent);
         let c = self.creator(req, 0o777, 0);
         let made = self
             .fs()
-            .symlink(parent, bytes(link_name), target.as_os_str().as_bytes(), c)
+            .symlink(
+                ext4_ino(parent),
+                bytes(link_name),
+                target.as_os_str().as_bytes(),
+                c,
+            )
             .or_errno(&self.on_error);
+        self.changed(&made, &[parent]);
         self.reply_entry(reply, made);
     }
 
@@ -648,6 +702,11 @@ impl fuser::Filesystem for E4Fuse {
                 )
                 .or_errno(&self.on_error)
         });
+        if parent == newparent {
+            self.changed(&result, &[parent]);
+        } else {
+            self.changed(&result, &[parent, newparent]);
+        }
         reply_empty(reply, result);
     }
 
@@ -668,6 +727,7 @@ impl fuser::Filesystem for E4Fuse {
             .link(ino, ext4_ino(newparent), bytes(newname))
             .or_errno(&self.on_error)
             .map(|()| ino);
+        self.changed(&made, &[newparent]);
         self.reply_entry(reply, made);
     }
 
@@ -684,6 +744,9 @@ impl fuser::Filesystem for E4Fuse {
         }
     }
 
+    // Kept out of fuser's dispatch, where the buffer's closure made the compiler inline it,
+    // so that scripts/mount-instructions.sh finds READs among the handlers it counts.
+    #[inline(never)]
     fn read(
         &self,
         _req: &Request,
@@ -695,10 +758,16 @@ impl fuser::Filesystem for E4Fuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        match self.read_file(ext4_ino(ino), offset, size) {
-            Ok(data) => reply.data(&data),
-            Err(e) => reply.error(e),
-        }
+        READ_BUFFER.with_borrow_mut(|buf| {
+            let size = size as usize;
+            if buf.len() < size {
+                buf.resize(size, 0);
+            }
+            match self.read_file(ext4_ino(ino), offset, &mut buf[..size]) {
+                Ok(n) => reply.data(&buf[..n]),
+                Err(e) => reply.error(e),
+            }
+        });
     }
 
     /// Writes where the kernel says: for O_APPEND it has already put the offset at the end
@@ -938,6 +1007,7 @@ impl fuser::Filesystem for E4Fuse {
                 .set_xattr(ext4_ino(ino), bytes(name), value, how)
                 .or_errno(&self.on_error)
         });
+        self.changed(&result, &[ino]);
         reply_empty(reply, result);
     }
 
@@ -957,6 +1027,7 @@ impl fuser::Filesystem for E4Fuse {
             .fs()
             .remove_xattr(ext4_ino(ino), bytes(name))
             .or_errno(&self.on_error);
+        self.changed(&result, &[ino]);
         reply_empty(reply, result);
     }
 
@@ -973,10 +1044,13 @@ impl fuser::Filesystem for E4Fuse {
         if let Err(e) = self.on_error.may_change() {
             return reply.error(e);
         }
-        let parent = ext4_ino(parent);
         let made = self
             .fs()
-            .create(parent, bytes(name), self.creator(req, mode, umask))
+            .create(
+                ext4_ino(parent),
+                bytes(name),
+                self.creator(req, mode, umask),
+            )
             .or_errno(&self.on_error)
             .and_then(|ino| {
                 let entry = self.entry(ino)?;
@@ -986,6 +1060,7 @@ impl fuser::Filesystem for E4Fuse {
                 }
                 Ok(entry)
             });
+        self.changed(&made, &[parent]);
         match made {
             Ok((attr, generation)) => reply.created(
                 &TTL,
@@ -1059,10 +1134,7 @@ impl fuser::Filesystem for E4Fuse {
             // An allocation that filled the disk keeps what it allocated and may have moved
             // the size, but the kernel updates its cached attributes only after a fallocate
             // that succeeds: without this a `stat` showed the old size for up to `TTL`.
-            // Attributes only (offset -1): no page is dropped, no lock is needed.
-            if let Some(notifier) = self.notifier.get() {
-                let _ = notifier.inval_inode(node, -1, 0);
-            }
+            self.attributes_changed(node);
         }
         reply_empty(reply, result);
     }

@@ -84,6 +84,8 @@ pub fn mount(image: &Path, dir: &Path, options: &MountOptions) -> Result<Mounted
     crate::warnings::report(&shown, &fs);
     let on_error = OnError::new(policy, &shown);
     let notifier = Arc::new(OnceLock::new());
+    // The mount point as /proc/self/mountinfo names it, found before the mount covers it.
+    let mount_point = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
     let served = E4Fuse::new(
         fs,
         owners,
@@ -107,6 +109,13 @@ pub fn mount(image: &Path, dir: &Path, options: &MountOptions) -> Result<Mounted
         .name("e4-fuse".into())
         .spawn(move || session.run())
         .map_err(MountError::Serve)?;
+    // Opening the root is a request (OPENDIR), sent only once INIT is answered: then the
+    // readahead window can be raised (where it cannot, without root, reads come in the
+    // kernel's default size). Not statfs, which valgrind runs holding its one lock, so a
+    // traced daemon (scripts/mount-instructions.sh) never served it.
+    if std::fs::File::open(&mount_point).is_ok() {
+        let _ = crate::readahead::raise_readahead(&mount_point);
+    }
     Ok(Mounted {
         unmounter,
         serving,

@@ -310,6 +310,128 @@ fn an_unlinked_file_lives_until_its_last_release_and_forget() {
     m.finish();
 }
 
+/// Reads from storage (the page cache dropped first) through one worker thread, whose
+/// READ buffer is kept between requests: a file's bytes past its end read as zeros once
+/// the file grows over them, as on ext4, even after a larger read of another file filled
+/// that buffer; and, as root, the mount's readahead window is raised to 1 MiB once INIT
+/// is done (`readahead.rs`), so a sequential read comes in 1 MiB READs.
+#[test]
+fn reads_show_no_other_reads_bytes_and_come_in_one_mebibyte_requests() {
+    let Some(m) = TestMount::new("reads", 32, "threads=1") else {
+        return;
+    };
+    let root = m.path();
+    if nix::unistd::geteuid().is_root() {
+        let dev = fs::metadata(root).unwrap().dev();
+        let (major, minor) = (nix::sys::stat::major(dev), nix::sys::stat::minor(dev));
+        let window = fs::read_to_string(format!("/sys/class/bdi/{major}:{minor}/read_ahead_kb"));
+        assert_eq!(window.unwrap().trim(), "1024", "the mount's read_ahead_kb");
+    }
+    let uncached = |path: &Path| {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .unwrap();
+        file.sync_all().unwrap();
+        nix::fcntl::posix_fadvise(
+            &file,
+            0,
+            0,
+            nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED,
+        )
+        .unwrap();
+        file
+    };
+    let (big, small) = (root.join("big"), root.join("small"));
+    fs::write(&big, vec![0xab; 1 << 20]).unwrap();
+    let mut read = Vec::new();
+    uncached(&big).read_to_end(&mut read).unwrap();
+    assert!(read.len() == 1 << 20 && read.iter().all(|&b| b == 0xab));
+    fs::write(&small, [b's'; 100]).unwrap();
+    let mut file = uncached(&small);
+    read.clear();
+    file.read_to_end(&mut read).unwrap();
+    assert_eq!(read, [b's'; 100]);
+    // The page the READ filled stays cached: growing the file past it shows its tail.
+    std::os::unix::fs::FileExt::write_all_at(&file, b"e", 8192).unwrap();
+    let grown = fs::read(&small).unwrap();
+    assert_eq!(grown.len(), 8193);
+    assert!(
+        grown[100..8192].iter().all(|&b| b == 0),
+        "bytes 100..8192 of a 100-byte file grown by a write at 8192 are not zeros: {:x?}",
+        &grown[100..116]
+    );
+    drop(file);
+    m.finish();
+}
+
+/// What the kernel caches of a directory stays right while other threads stat it during
+/// creates and removals in it: its mtime, ctime and size at the end are what the image
+/// holds. The kernel drops a directory's cached attributes when a change in it returns,
+/// but a GETATTR answered before the change and read after that is cached all the same
+/// (nothing marks it stale), for the attributes' timeout; the mount tells the kernel
+/// after each change instead (`changed` in `ops.rs`), which also discards such a reply.
+#[test]
+fn a_directory_statted_while_it_changes_shows_its_last_change() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let what = "a directory statted while it changes";
+    let Some(m) = TestMount::new(what, 32, "threads=4") else {
+        return;
+    };
+    let dir = m.path().join("d");
+    fs::create_dir(&dir).unwrap();
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            s.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    fs::metadata(&dir).unwrap();
+                }
+            });
+        }
+        let writers: Vec<_> = (0..2)
+            .map(|t| {
+                let dir = &dir;
+                s.spawn(move || {
+                    for i in 0..1000 {
+                        let file = dir.join(format!("{t}-{i}"));
+                        fs::write(&file, b"").unwrap();
+                        if i % 2 == 1 {
+                            fs::remove_file(&file).unwrap();
+                        }
+                    }
+                })
+            })
+            .collect();
+        for writer in writers {
+            writer.join().unwrap();
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    let shown = fs::metadata(&dir).unwrap();
+    let image = m.finish();
+    match KernelMount::mount(&image.path) {
+        Ok(view) => {
+            let on_disk = fs::metadata(view.path().join("d")).unwrap();
+            let fields = |m: &fs::Metadata| {
+                (
+                    (m.mtime(), m.mtime_nsec()),
+                    (m.ctime(), m.ctime_nsec()),
+                    m.size(),
+                    m.nlink(),
+                )
+            };
+            assert_eq!(
+                fields(&shown),
+                fields(&on_disk),
+                "{what}: shown, then on disk"
+            );
+        }
+        Err(reason) => e4_testkit::kernel_comparison_skipped(what, &reason),
+    }
+}
+
 /// The offsets a directory handle hands out stay good while the directory changes under
 /// it: a listing read in many requests names nothing twice and everything that stayed.
 #[test]

@@ -110,7 +110,9 @@ enum Command {
     /// unlink at 1, 2 and 4 threads on e4 and, when run as root, kernel-ext4.
     Bench {
         /// Workloads: fallocate2, append, create, unlink, create-shared, unlink-shared, dwol,
-        /// dwtl, dwsl, mrpl, mrdl, mwrl, mwrm, near-full.
+        /// dwtl, dwsl, mrpl, mrdl, mwrl, mwrm, near-full, seqwrite (1 MiB writes of a new
+        /// file up to --size, then fsync), seqread (1 MiB reads of a file of --size, dropped
+        /// from the page cache first).
         #[arg(value_parser = |s: &str| s.parse::<e4_bench::Workload>())]
         workloads: Vec<e4_bench::Workload>,
         /// Comma-separated: e4, e4-nojournal (e4 on an image without a journal), kernel-ext4, kernel-ext4:MOUNT-OPTIONS (e.g.
@@ -121,12 +123,13 @@ enum Command {
         #[arg(long, value_parser = bench::parse_threads)]
         threads: Option<std::vec::Vec<usize>>,
         /// Seconds per point (default 2). A workload with a set share of work per thread
-        /// (unlink, unlink-shared, mwrm, append to --size, dwtl) ends its point sooner, when
+        /// (unlink, unlink-shared, mwrm, append, seqwrite and seqread to --size, dwtl) ends its point sooner, when
         /// the first thread has done its share, so every counted second has all the threads
         /// working; near-full races until every thread has found the filesystem full.
         #[arg(long, value_parser = bench::parse_duration)]
         duration: Option<f64>,
-        /// Bytes each append thread writes at most, and dwtl's starting size: a number with
+        /// Bytes each append, seqwrite and seqread thread moves at most, and dwtl's
+        /// starting size: a number with
         /// an optional K, M or G (default 256M).
         #[arg(long, value_parser = bench::parse_size)]
         size: Option<u64>,

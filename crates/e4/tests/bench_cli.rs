@@ -157,3 +157,127 @@ fn unknown_workload_and_target_are_usage_errors() {
         assert_eq!(out.status.code(), Some(2), "{args:?}");
     }
 }
+
+/// Runs `e4 bench ARGS --json J --keep K` (bounded by `timeout`); returns the records and
+/// the kept images.
+fn bench_records(
+    args: &[&str],
+    dir: &std::path::Path,
+) -> (Vec<serde_json::Value>, Vec<std::path::PathBuf>) {
+    let json = dir.join("bench.json");
+    let keep = dir.join("images");
+    let out = Command::new("timeout")
+        .arg("120")
+        .arg(env!("CARGO_BIN_EXE_e4"))
+        .args(args)
+        .arg("--json")
+        .arg(&json)
+        .arg("--keep")
+        .arg(&keep)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let images = std::fs::read_dir(&keep)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "img"))
+        .collect();
+    (doc["records"].as_array().unwrap().clone(), images)
+}
+
+/// Each sequential point moves `--size` per thread in 1 MiB requests (one operation each),
+/// in MiB/s, and leaves an image e2fsck passes.
+fn assert_sequential_points(
+    records: &[serde_json::Value],
+    images: &[std::path::PathBuf],
+    points: usize,
+) {
+    assert_eq!(records.len(), points, "{records:?}");
+    for r in records {
+        let threads = r["threads"].as_u64().unwrap();
+        assert_eq!(
+            r["ops"].as_u64().unwrap(),
+            4 * threads,
+            "4 MiB a thread: {r}"
+        );
+        assert!(r["mib_per_sec"].as_f64().unwrap() > 0.0, "{r}");
+        assert_eq!(
+            r["mib_per_sec"], r["ops_per_sec"],
+            "one MiB an operation: {r}"
+        );
+    }
+    assert_eq!(images.len(), points);
+    for image in images {
+        let fsck = Command::new(e4_testkit::tool("e2fsck"))
+            .arg("-fn")
+            .arg(image)
+            .output()
+            .unwrap();
+        assert!(
+            fsck.status.success(),
+            "e2fsck -fn {}:\n{}",
+            image.display(),
+            String::from_utf8_lossy(&fsck.stdout)
+        );
+    }
+}
+
+const SEQUENTIAL_ARGS: [&str; 6] = ["--size", "4M", "--duration", "30", "--threads", "1,2"];
+
+#[test]
+fn seqwrite_and_seqread_move_their_size_in_mebibytes_on_e4() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = vec![
+        "bench",
+        "seqwrite",
+        "seqread",
+        "--targets",
+        "e4",
+        "--baseline",
+        "e4",
+    ];
+    args.extend(SEQUENTIAL_ARGS);
+    let (records, images) = bench_records(&args, dir.path());
+    assert_sequential_points(&records, &images, 4);
+}
+
+/// The same through the kernel: its ext4 on a loop device and e4's FUSE mount, whose
+/// cached pages `seqread` drops (POSIX_FADV_DONTNEED) before reading.
+#[test]
+fn seqwrite_and_seqread_run_on_the_kernels_ext4_and_e4s_mount() {
+    let what = "e4 bench seqwrite seqread on kernel-ext4 and e4-fuse";
+    if !e4_bench::target::is_root() {
+        return e4_testkit::kernel_comparison_skipped(what, "not root");
+    }
+    if !std::path::Path::new("/dev/fuse").exists() {
+        return e4_testkit::fuse_skipped(what, "no /dev/fuse");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // Detaches a mount the run left behind, whatever happens.
+    let _guards: Vec<_> = ["seqwrite", "seqread"]
+        .iter()
+        .flat_map(|w| ["1", "2"].map(|t| format!("e4-fuse-{w}-{t}.img.mnt")))
+        .map(|m| {
+            e4_testkit::FuseGuard::watch(
+                &dir.path().join("images").join(m),
+                std::time::Duration::from_secs(120),
+            )
+        })
+        .collect();
+    let mut args = vec![
+        "bench",
+        "seqwrite",
+        "seqread",
+        "--targets",
+        "e4-fuse,kernel-ext4",
+    ];
+    args.extend(SEQUENTIAL_ARGS);
+    let (records, images) = bench_records(&args, dir.path());
+    assert_sequential_points(&records, &images, 8);
+}
