@@ -83,7 +83,7 @@ fn check_in_pool(
         let sb = &ctx.sb;
         // A skipped check still says that the journal was not replayed, as e2fsck -n does.
         let journal_note = ctx
-            .take_problems()
+            .take_problems()?
             .into_iter()
             .filter(|p| p.code == ProblemCode::PR_0_JOURNAL_RUN)
             .collect();
@@ -144,7 +144,7 @@ fn check_in_pool(
     let blocks_used =
         ctx.block_found.count_ones() * ctx.cluster_ratio() + ctx.geo.first_data_block();
     clock.lap("totals");
-    let problems = ctx.take_problems();
+    let problems = ctx.take_problems()?;
     clock.lap("sort problems");
     let summary = Summary {
         inodes_used,
