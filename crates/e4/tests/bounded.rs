@@ -715,25 +715,28 @@ fn a_claimed_group_count_too_large_for_memory_is_one_line() {
 
 /// The bound on e4 fsck's peak on an image claiming 2^16 groups of garbage descriptors
 /// (65,535 of them a problem, 66,000 lines of output; the test below). Measured
-/// 2026-12-06 (GNU time's maximum resident set): release builds, 5 runs each, e2fsck
-/// 1.47.0 8.0-8.1 MiB, e4 fsck 31.1-31.5 MiB, before this bound 33.3-37.3 MiB; the test
-/// build 31.7 MiB (34.5 and 35.2 with the bugs planted in the test). Of e4's
-/// peak, about 6 MiB are its program and runtime (its peak on a 32 MiB image), 4 MiB the
-/// descriptors (e2fsck holds them too), 6 MiB the per-block maps' chunk tables (2^31
-/// claimed blocks) and 11 MiB the problems (heaptrack).
-const PEAK_KIB_GARBAGE_GROUPS: u64 = 33 * 1024;
+/// 2026-12-06 (GNU time's maximum resident set): release builds, e2fsck 1.47.0 8.0-8.1
+/// MiB; e4 fsck 31.1-31.5 MiB at 7babfcb, 23.2-23.5 MiB with the problems kept in pages
+/// and 8-byte chunk-table entries; the test build 23.7-24.0 MiB (26.3 with the problem
+/// list one vector grown by doubling again, 27.0 with `OnceLock` chunk entries). Of e4's
+/// peak, which is at the end of pass 0, about 5.2 MiB are its program and runtime, 4 MiB
+/// the descriptors (e2fsck holds them too), 3 MiB the per-block maps' chunk tables (2^31
+/// claimed blocks) and about 10 MiB the problems (records and texts).
+const PEAK_KIB_GARBAGE_GROUPS: u64 = 25 * 1024;
 
 /// Issue 23: what `e4 fsck` holds for an image whose every group is a problem is the
 /// problems and the descriptors, not a second copy of them in flight: one problem per
-/// group costs its record and its text, and the descriptors are parsed a batch at a
-/// time.
+/// group costs its record and its text, the descriptors are parsed a batch at a time,
+/// the problem list grows by pages without copying, and the per-block maps' chunk
+/// tables cost 8 bytes per chunk until written.
 #[test]
 fn fsck_of_garbage_descriptors_in_every_group_is_bounded() {
     let dir = tempfile::tempdir().unwrap();
     let image = image_claiming_groups(dir.path(), 1 << 16);
     let (code, err, peak_kib) = e4_with_peak(4 << 20, &[&"fsck", &"-n", &"-f", &image]);
-    // e2fsck stops in pass 1 (8), after errors (4), and so does e4. Planted: descriptors
-    // parsed 64 Ki at a time again, 35.2 MiB; each problem's text a `String` again, 34.5.
+    // e2fsck stops in pass 1 (8), after errors (4), and so does e4. Planted (before the
+    // pages): descriptors parsed 64 Ki at a time again, 35.2 MiB; each problem's text a
+    // `String` again, 34.5.
     assert_eq!(code, Some(12), "e4 fsck: {err}");
     eprintln!("e4 fsck of 2^16 groups of garbage descriptors peaked at {peak_kib} KiB");
     assert!(
