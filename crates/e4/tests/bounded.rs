@@ -131,6 +131,61 @@ fn clean(image: &Path) {
     tool("e2fsck", &[&"-fn", &image]);
 }
 
+/// `e4 args` under [`LIMIT_KIB`], 5 s of CPU time and a 256 KiB stack for every thread
+/// (`ulimit -s` for the main thread, `RUST_MIN_STACK` for the threads Rust starts): a walk
+/// whose depth an image or a path decides must neither recurse nor be quadratic in it.
+fn e4_small_stack(args: &[&dyn AsRef<OsStr>]) -> Output {
+    let mut cmd = Command::new("bash");
+    cmd.args([
+        "-c",
+        r#"ulimit -v "$1" -t 5 -s 256; shift; exec timeout "$@""#,
+        "bash",
+    ])
+    .arg(LIMIT_KIB.to_string())
+    .arg(TIMEOUT_S)
+    .arg(env!("CARGO_BIN_EXE_e4"))
+    .env("RUST_MIN_STACK", "262144");
+    for a in args {
+        cmd.arg(a);
+    }
+    cmd.output().unwrap()
+}
+
+/// Issue 23 item 2: `e4 mkdir -p` of a 20,000-level path (40,000 bytes, ten times
+/// PATH_MAX; the issue's export overflowed the stack on a 2,000-level tree `mkdir -p` had
+/// made) makes every level, e2fsck-clean, and `e4 fsck` and `e4 ls` of the deepest level
+/// go through it, each under a 256 KiB stack and 5 s of CPU. Planted: each prefix
+/// resolved from the root again (as before), 19 s of CPU, killed at 5.
+#[test]
+fn mkdir_p_fsck_and_ls_of_a_very_deep_tree() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let image = image_of(dir.path(), &empty, "256M", &["-b", "4096", "-N", "21000"]);
+    let levels = 20_000;
+    let deepest = "/d".repeat(levels);
+    let out = e4_small_stack(&[&"mkdir", &"-p", &image, &deepest]);
+    assert!(
+        out.status.success(),
+        "e4 mkdir -p: {:?} {}",
+        out.status,
+        stderr(&out)
+    );
+    clean(&image);
+    let out = e4_small_stack(&[&"fsck", &"-fn", &image]);
+    assert_eq!(out.status.code(), Some(0), "e4 fsck: {}", stderr(&out));
+    let out = e4_small_stack(&[&"ls", &image, &deepest]);
+    assert!(out.status.success(), "e4 ls: {}", stderr(&out));
+    assert!(out.stdout.is_empty(), "the deepest level is empty");
+    let fs = Filesystem::open(&image, OpenOptions::default()).unwrap();
+    let mut ino = e4_format::inode::ROOT_INO;
+    let mut depth = 0;
+    while let Some(next) = fs.lookup(ino, b"d").unwrap() {
+        (ino, depth) = (next, depth + 1);
+    }
+    assert_eq!(depth, levels, "every level is made");
+}
+
 /// Issue 23 item 2: `e4 rm -r` of a 20,000-level tree (legal; 19,000 overflowed the stack)
 /// removes it all and leaves a clean image.
 #[test]
