@@ -220,6 +220,35 @@ fn rm_r_of_a_directory_cycle_is_one_error_line() {
     );
 }
 
+/// Issue 23 item 2: the same cycle stops `e4 export` only where it closes: one line
+/// naming the entry that leads back, then export's count of what it could not export,
+/// every other level exported.
+#[test]
+fn export_of_a_directory_cycle_is_one_line_and_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let (image, _) = deep_image(dir.path(), 3);
+    tool("debugfs", &[&"-w", &"-R", &"ln /d /d/d/d/loop", &image]);
+    let dest = dir.path().join("out");
+    let out = e4(&[&"export", &image, &dest]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "e4 export: {err}");
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 2, "the cycle and the count: {err}");
+    assert!(
+        lines[0].contains("/d/d/d/loop") && lines[0].contains("directory cycle"),
+        "the line names the entry that closes the cycle: {err}"
+    );
+    assert!(lines[1].contains("1 path could not be exported"), "{err}");
+    assert!(
+        dest.join("d/d/d").is_dir(),
+        "the levels above it are exported"
+    );
+    assert!(
+        !dest.join("d/d/d/loop").exists(),
+        "the cycle is not followed"
+    );
+}
+
 /// Issue 23 item 2: `e4 export` of a 5,000-level tree (legal; 2,000 overflowed the stack;
 /// the walk itself was run by hand at 20,000, but removing the copy takes a minute here)
 /// exports every level, each directory with its own mode once its children are in.
