@@ -5,6 +5,10 @@
 //! peak (`e4/tests/bounded.rs::fsck_of_garbage_descriptors_in_every_group_is_bounded`).
 //! Every page is reserved fallibly: an image with a problem in each of millions of
 //! claimed groups has more than memory holds, and that is one error line, not an abort.
+//! A page is taken only while [`HEADROOM`] more could be had beside it, so the list stops
+//! growing while the small allocations around it (texts, the descriptor batches) still
+//! fit: pages alone filled memory to its last bytes under `ulimit -v`, and the next
+//! descriptor batch aborted (`e4/tests/bounded.rs::a_claimed_group_count_too_large_for_memory_is_one_line`).
 
 use e4_format::table::TableTooLarge;
 
@@ -13,6 +17,11 @@ use crate::report::problem::Problem;
 /// Problems a page holds: 48 KiB of records, small beside a list that matters for memory
 /// and large enough that the page pointers are nothing beside the records.
 const PAGE: usize = 1 << 10;
+
+/// Memory that must still be available beside a new page: enough for the check to end
+/// with its one line (a descriptor batch is 0.5 MiB). It is reserved and given back at
+/// once, never written, so it costs address space for a moment, not resident memory.
+const HEADROOM: usize = 8 << 20;
 
 /// Problems in the order found (not yet the order they are printed in).
 #[derive(Debug, Default)]
@@ -27,13 +36,15 @@ impl ProblemList {
         match self.pages.last_mut() {
             Some(page) if page.len() < page.capacity() => page.push(problem),
             _ => {
+                let entries = self.len() as u64 + 1;
+                let too_large = || too_large(entries);
                 let mut page = Vec::new();
-                page.try_reserve_exact(PAGE)
-                    .map_err(|_| too_large(self.len() as u64 + 1))?;
+                page.try_reserve_exact(PAGE).map_err(|_| too_large())?;
+                Vec::<u8>::new()
+                    .try_reserve_exact(HEADROOM)
+                    .map_err(|_| too_large())?;
                 page.push(problem);
-                self.pages
-                    .try_reserve(1)
-                    .map_err(|_| too_large(self.len() as u64 + 1))?;
+                self.pages.try_reserve(1).map_err(|_| too_large())?;
                 self.pages.push(page);
             }
         }
