@@ -28,6 +28,8 @@ const HEADROOM: usize = 8 << 20;
 pub struct ProblemList {
     /// Full pages, then the page being filled.
     pages: Vec<Vec<Problem>>,
+    /// Problems in all the pages.
+    len: usize,
 }
 
 impl ProblemList {
@@ -36,7 +38,7 @@ impl ProblemList {
         match self.pages.last_mut() {
             Some(page) if page.len() < page.capacity() => page.push(problem),
             _ => {
-                let entries = self.len() as u64 + 1;
+                let entries = self.len as u64 + 1;
                 let too_large = || too_large(entries);
                 let mut page = Vec::new();
                 page.try_reserve_exact(PAGE).map_err(|_| too_large())?;
@@ -48,22 +50,24 @@ impl ProblemList {
                 self.pages.push(page);
             }
         }
+        self.len += 1;
         Ok(())
     }
 
     /// Moves every problem of `other` to this list, without copying them.
     pub fn append(&mut self, other: ProblemList) -> Result<(), TableTooLarge> {
-        let entries = self.len() as u64 + other.len() as u64;
+        let entries = self.len as u64 + other.len as u64;
         self.pages
             .try_reserve(other.pages.len())
             .map_err(|_| too_large(entries))?;
         self.pages.extend(other.pages);
+        self.len += other.len;
         Ok(())
     }
 
     /// How many problems the list holds.
     pub fn len(&self) -> usize {
-        self.pages.iter().map(Vec::len).sum()
+        self.len
     }
 
     /// The problems, in the order found.
@@ -74,7 +78,7 @@ impl ProblemList {
     /// The problems in one vector, each page freed as soon as it is moved: the vector's
     /// memory is taken as it is filled, so the two together hold the list about once.
     pub fn into_vec(self) -> Result<Vec<Problem>, TableTooLarge> {
-        let len = self.len();
+        let len = self.len;
         let mut all = Vec::new();
         all.try_reserve_exact(len)
             .map_err(|_| too_large(len as u64))?;
