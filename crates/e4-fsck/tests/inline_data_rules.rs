@@ -97,6 +97,28 @@ fn inline_file_that_could_be_a_block_map() {
     );
 }
 
+/// An inline file maps no blocks, but its size is held to what a block map could reach
+/// (e2fsck's `ext2_max_sizes`, as for any file without the extents flag): on 4 KiB
+/// blocks (12 + 1 Ki + 1 Mi + 1 Gi) blocks, so exactly that is sound and one byte more is
+/// `PR_1_BAD_I_SIZE` (issue 23's inline file claiming 1 TiB on 1 KiB blocks, which e4
+/// called clean).
+#[test]
+fn inline_file_size_past_what_a_block_map_reaches() {
+    let host = HostFiles::new();
+    let per = 4096u64 / 4;
+    let reach = (12 + per + per * per + per * per * per) * 4096;
+    for (size, expected) in [
+        (reach, BTreeSet::new()),
+        (reach + 1, BTreeSet::from([ProblemCode::PR_1_BAD_I_SIZE])),
+    ] {
+        let codes = damaged(&[
+            format!("write {} /f", host.path("text")),
+            format!("sif /f size {size}"),
+        ]);
+        assert_eq!(codes, expected, "an inline file of {size} bytes");
+    }
+}
+
 /// An extent file given the inline flag: checked as inline data, it has no `system.data`
 /// and its extents are not walked (so `i_blocks` and the bitmap disagree).
 #[test]

@@ -39,6 +39,8 @@ pub fn run(args: &FsckArgs) -> u8 {
         threads: args.threads.map(|n| n.clamp(1, cores)),
         force: args.force,
         progress: args.progress.then(|| progress_on_stderr(&args.image)),
+        // One check per process: the main thread works instead of waiting.
+        use_calling_thread: true,
     };
     if let Some(InUse::Mounted {
         device,

@@ -131,6 +131,61 @@ fn clean(image: &Path) {
     tool("e2fsck", &[&"-fn", &image]);
 }
 
+/// `e4 args` under [`LIMIT_KIB`], 5 s of CPU time and a 256 KiB stack for every thread
+/// (`ulimit -s` for the main thread, `RUST_MIN_STACK` for the threads Rust starts): a walk
+/// whose depth an image or a path decides must neither recurse nor be quadratic in it.
+fn e4_small_stack(args: &[&dyn AsRef<OsStr>]) -> Output {
+    let mut cmd = Command::new("bash");
+    cmd.args([
+        "-c",
+        r#"ulimit -v "$1" -t 5 -s 256; shift; exec timeout "$@""#,
+        "bash",
+    ])
+    .arg(LIMIT_KIB.to_string())
+    .arg(TIMEOUT_S)
+    .arg(env!("CARGO_BIN_EXE_e4"))
+    .env("RUST_MIN_STACK", "262144");
+    for a in args {
+        cmd.arg(a);
+    }
+    cmd.output().unwrap()
+}
+
+/// Issue 23 item 2: `e4 mkdir -p` of a 20,000-level path (40,000 bytes, ten times
+/// PATH_MAX; the issue's export overflowed the stack on a 2,000-level tree `mkdir -p` had
+/// made) makes every level, e2fsck-clean, and `e4 fsck` and `e4 ls` of the deepest level
+/// go through it, each under a 256 KiB stack and 5 s of CPU. Planted: each prefix
+/// resolved from the root again (as before), 19 s of CPU, killed at 5.
+#[test]
+fn mkdir_p_fsck_and_ls_of_a_very_deep_tree() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let image = image_of(dir.path(), &empty, "256M", &["-b", "4096", "-N", "21000"]);
+    let levels = 20_000;
+    let deepest = "/d".repeat(levels);
+    let out = e4_small_stack(&[&"mkdir", &"-p", &image, &deepest]);
+    assert!(
+        out.status.success(),
+        "e4 mkdir -p: {:?} {}",
+        out.status,
+        stderr(&out)
+    );
+    clean(&image);
+    let out = e4_small_stack(&[&"fsck", &"-fn", &image]);
+    assert_eq!(out.status.code(), Some(0), "e4 fsck: {}", stderr(&out));
+    let out = e4_small_stack(&[&"ls", &image, &deepest]);
+    assert!(out.status.success(), "e4 ls: {}", stderr(&out));
+    assert!(out.stdout.is_empty(), "the deepest level is empty");
+    let fs = Filesystem::open(&image, OpenOptions::default()).unwrap();
+    let mut ino = e4_format::inode::ROOT_INO;
+    let mut depth = 0;
+    while let Some(next) = fs.lookup(ino, b"d").unwrap() {
+        (ino, depth) = (next, depth + 1);
+    }
+    assert_eq!(depth, levels, "every level is made");
+}
+
 /// Issue 23 item 2: `e4 rm -r` of a 20,000-level tree (legal; 19,000 overflowed the stack)
 /// removes it all and leaves a clean image.
 #[test]
@@ -162,6 +217,35 @@ fn rm_r_of_a_directory_cycle_is_one_error_line() {
     assert!(
         err.contains("/d/d/d/loop") && err.contains("directory cycle"),
         "the line names the cycle: {err}"
+    );
+}
+
+/// Issue 23 item 2: the same cycle stops `e4 export` only where it closes: one line
+/// naming the entry that leads back, then export's count of what it could not export,
+/// every other level exported.
+#[test]
+fn export_of_a_directory_cycle_is_one_line_and_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let (image, _) = deep_image(dir.path(), 3);
+    tool("debugfs", &[&"-w", &"-R", &"ln /d /d/d/d/loop", &image]);
+    let dest = dir.path().join("out");
+    let out = e4(&[&"export", &image, &dest]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "e4 export: {err}");
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 2, "the cycle and the count: {err}");
+    assert!(
+        lines[0].contains("/d/d/d/loop") && lines[0].contains("directory cycle"),
+        "the line names the entry that closes the cycle: {err}"
+    );
+    assert!(lines[1].contains("1 path could not be exported"), "{err}");
+    assert!(
+        dest.join("d/d/d").is_dir(),
+        "the levels above it are exported"
+    );
+    assert!(
+        !dest.join("d/d/d/loop").exists(),
+        "the cycle is not followed"
     );
 }
 
@@ -715,25 +799,28 @@ fn a_claimed_group_count_too_large_for_memory_is_one_line() {
 
 /// The bound on e4 fsck's peak on an image claiming 2^16 groups of garbage descriptors
 /// (65,535 of them a problem, 66,000 lines of output; the test below). Measured
-/// 2026-12-06 (GNU time's maximum resident set): release builds, 5 runs each, e2fsck
-/// 1.47.0 8.0-8.1 MiB, e4 fsck 31.1-31.5 MiB, before this bound 33.3-37.3 MiB; the test
-/// build 31.7 MiB (34.5 and 35.2 with the bugs planted in the test). Of e4's
-/// peak, about 6 MiB are its program and runtime (its peak on a 32 MiB image), 4 MiB the
-/// descriptors (e2fsck holds them too), 6 MiB the per-block maps' chunk tables (2^31
-/// claimed blocks) and 11 MiB the problems (heaptrack).
-const PEAK_KIB_GARBAGE_GROUPS: u64 = 33 * 1024;
+/// 2026-12-06 (GNU time's maximum resident set): release builds, e2fsck 1.47.0 8.0-8.1
+/// MiB; e4 fsck 31.1-31.5 MiB at 7babfcb, 23.2-23.5 MiB with the problems kept in pages
+/// and 8-byte chunk-table entries; the test build 23.7-24.0 MiB (26.3 with the problem
+/// list one vector grown by doubling again, 27.0 with `OnceLock` chunk entries). Of e4's
+/// peak, which is at the end of pass 0, about 5.2 MiB are its program and runtime, 4 MiB
+/// the descriptors (e2fsck holds them too), 3 MiB the per-block maps' chunk tables (2^31
+/// claimed blocks) and about 10 MiB the problems (records and texts).
+const PEAK_KIB_GARBAGE_GROUPS: u64 = 25 * 1024;
 
 /// Issue 23: what `e4 fsck` holds for an image whose every group is a problem is the
 /// problems and the descriptors, not a second copy of them in flight: one problem per
-/// group costs its record and its text, and the descriptors are parsed a batch at a
-/// time.
+/// group costs its record and its text, the descriptors are parsed a batch at a time,
+/// the problem list grows by pages without copying, and the per-block maps' chunk
+/// tables cost 8 bytes per chunk until written.
 #[test]
 fn fsck_of_garbage_descriptors_in_every_group_is_bounded() {
     let dir = tempfile::tempdir().unwrap();
     let image = image_claiming_groups(dir.path(), 1 << 16);
     let (code, err, peak_kib) = e4_with_peak(4 << 20, &[&"fsck", &"-n", &"-f", &image]);
-    // e2fsck stops in pass 1 (8), after errors (4), and so does e4. Planted: descriptors
-    // parsed 64 Ki at a time again, 35.2 MiB; each problem's text a `String` again, 34.5.
+    // e2fsck stops in pass 1 (8), after errors (4), and so does e4. Planted (before the
+    // pages): descriptors parsed 64 Ki at a time again, 35.2 MiB; each problem's text a
+    // `String` again, 34.5.
     assert_eq!(code, Some(12), "e4 fsck: {err}");
     eprintln!("e4 fsck of 2^16 groups of garbage descriptors peaked at {peak_kib} KiB");
     assert!(

@@ -20,8 +20,9 @@ use e4_format::{FormatError, MetadataBlock};
 
 use crate::report::phase_times::PhaseClock;
 use crate::report::problem::{Location, Problem, ProblemCode};
-use crate::state::context::{push_problem, reserve_problems, Context};
+use crate::state::context::Context;
 use crate::state::image::Image;
+use crate::state::problem_list::ProblemList;
 
 /// INCOMPAT features the checker understands: what e4 reads, encrypt, whose names are
 /// opaque bytes but every structure around them is checked, and casefold (the engine
@@ -67,7 +68,7 @@ impl std::error::Error for FsckError {}
 pub fn open_and_check(path: &Path, clock: &mut PhaseClock) -> Result<Context, FsckError> {
     // The caller names the image (the CLI's line starts with it), as for every other error.
     let image = Image::open(path).map_err(|e| FsckError::Io(e.to_string()))?;
-    let mut problems = Vec::new();
+    let mut problems = ProblemList::default();
     let (sb, from_backup) = read_superblock(&image, &mut problems)?;
     let unknown = sb.incompat().bits() & !CHECKABLE_INCOMPAT.bits();
     if unknown != 0 {
@@ -81,7 +82,7 @@ pub fn open_and_check(path: &Path, clock: &mut PhaseClock) -> Result<Context, Fs
             ProblemCode::E2FSCK_UNSUPPORTED_ENCODING,
             Location::Superblock,
             format!("unsupported encoding: {}", sb.encoding),
-        ));
+        ))?;
     }
     let geo = Geometry::new(&sb);
     let device_blocks = image.len() / u64::from(geo.block_size());
@@ -94,7 +95,7 @@ pub fn open_and_check(path: &Path, clock: &mut PhaseClock) -> Result<Context, Fs
             geo.blocks()
         )));
     }
-    let mut desc_problems = Vec::new();
+    let mut desc_problems = ProblemList::default();
     let (mut groups, mut checksums_ok) = read_descriptors(
         &image,
         &sb,
@@ -113,9 +114,9 @@ pub fn open_and_check(path: &Path, clock: &mut PhaseClock) -> Result<Context, Fs
                 ProblemCode::PR_0_CHECK_DESC_FAILED,
                 Location::Superblock,
                 format!("group descriptors look bad; using the backup superblock at byte {offset} and its descriptors"),
-            ));
+            ))?;
             sb = backup;
-            desc_problems.clear();
+            desc_problems = ProblemList::default();
             (groups, checksums_ok) = read_descriptors(
                 &image,
                 &sb,
@@ -125,8 +126,7 @@ pub fn open_and_check(path: &Path, clock: &mut PhaseClock) -> Result<Context, Fs
             )?;
         }
     }
-    reserve_problems(&mut problems, desc_problems.len())?;
-    problems.append(&mut desc_problems);
+    problems.append(desc_problems)?;
     clock.lap("read superblock and descriptors");
     let ctx = Context::new(image, sb, groups, checksums_ok, problems)?;
     clock.lap("allocate state");
@@ -145,7 +145,7 @@ pub fn open_and_check(path: &Path, clock: &mut PhaseClock) -> Result<Context, Fs
 /// usual place), and reported; the second value says a backup is used.
 fn read_superblock(
     image: &Image,
-    problems: &mut Vec<Problem>,
+    problems: &mut ProblemList,
 ) -> Result<(Superblock, bool), FsckError> {
     let mut raw = [0u8; 1024];
     image
@@ -171,7 +171,7 @@ fn read_superblock(
         format!(
             "primary superblock is invalid ({primary_error}); using the backup at byte {offset}"
         ),
-    ));
+    ))?;
     Ok((backup, true))
 }
 
@@ -230,7 +230,7 @@ fn read_descriptors(
     sb: &Superblock,
     geo: &Geometry,
     from_backup: bool,
-    problems: &mut Vec<Problem>,
+    problems: &mut ProblemList,
 ) -> Result<(Vec<GroupDescriptor>, Vec<bool>), FsckError> {
     let checksum = GroupChecksum::for_superblock(sb);
     let desc_size = sb.desc_size() as usize;
@@ -271,7 +271,7 @@ fn read_descriptors(
             let (mut desc, problem) = result?;
             checksums_ok.push(problem.is_none());
             if let Some(problem) = problem {
-                push_problem(problems, problem)?;
+                problems.push(problem)?;
             }
             if from_backup {
                 // Backup descriptors were written at mkfs or resize time, so their uninit

@@ -20,6 +20,7 @@ use crate::state::ea_inode_refs::EaInodes;
 use crate::state::encryption_policies::EncryptionPolicies;
 use crate::state::image::Image;
 use crate::state::inode_state::InodeStates;
+use crate::state::problem_list::{self, ProblemList};
 use crate::state::quota_usage::QuotaTotals;
 
 /// Shared checker state.
@@ -65,34 +66,10 @@ pub struct Context {
     /// to `process_bad_inode`.
     pub bad_inodes: Mutex<BTreeSet<u32>>,
     /// Problems found, in no particular order until [`Context::take_problems`] sorts them.
-    problems: Mutex<Vec<Problem>>,
-    /// Problems dropped because the list could not grow ([`push_problem`]): the check
+    problems: Mutex<ProblemList>,
+    /// Problems dropped because the list could not grow ([`ProblemList::push`]): the check
     /// ends with [`Context::problems_fit`]'s error rather than an abort.
     problems_lost: AtomicU64,
-}
-
-/// Adds `problem` to `list`, or says that the list cannot grow: a sparse image claiming
-/// millions of groups has a problem in each, more than memory holds (e2fsck prints them
-/// one by one until it runs out).
-pub fn push_problem(list: &mut Vec<Problem>, problem: Problem) -> Result<(), TableTooLarge> {
-    reserve_problems(list, 1)?;
-    list.push(problem);
-    Ok(())
-}
-
-/// Room for `more` problems in `list`, or the error that says the list cannot grow.
-pub fn reserve_problems(list: &mut Vec<Problem>, more: usize) -> Result<(), TableTooLarge> {
-    list.try_reserve(more)
-        .map_err(|_| problem_list_too_large(list.len() as u64 + more as u64))
-}
-
-fn problem_list_too_large(entries: u64) -> TableTooLarge {
-    TableTooLarge {
-        table: "the problems found",
-        claimed: e4_format::Location::Superblock,
-        entries,
-        bytes: entries.saturating_mul(size_of::<Problem>() as u64),
-    }
 }
 
 /// The size of the original ext2 inode, the part libext2fs looks at for a blank inode.
@@ -130,7 +107,7 @@ impl Context {
         sb: Superblock,
         groups: Vec<GroupDescriptor>,
         descriptor_checksums_ok: Vec<bool>,
-        problems: Vec<Problem>,
+        problems: ProblemList,
     ) -> Result<Self, TableTooLarge> {
         let geo = Geometry::new(&sb);
         let cluster_bits = sb.cluster_ratio().trailing_zeros();
@@ -163,7 +140,7 @@ impl Context {
         let problem = Problem::new(code, location, message);
         // A poisoned lock means another thread panicked: keep collecting regardless.
         let mut problems = self.problems.lock().unwrap_or_else(|e| e.into_inner());
-        if push_problem(&mut problems, problem).is_err() {
+        if problems.push(problem).is_err() {
             self.problems_lost.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -176,19 +153,19 @@ impl Context {
             return Ok(());
         }
         let kept = self.problems.lock().map_or(0, |p| p.len() as u64);
-        Err(problem_list_too_large(kept + lost))
+        Err(problem_list::too_large(kept + lost))
     }
 
     /// The problems found, sorted into the order that does not depend on threads. The
     /// sort key holds every field of a problem, so problems with equal keys are equal and
     /// the deduplicated list is the same whichever of them a sort puts first: an unstable
     /// sort gives it without a stable sort's buffer of half the list.
-    pub fn take_problems(&self) -> Vec<Problem> {
-        let mut problems =
-            std::mem::take(&mut *self.problems.lock().unwrap_or_else(|e| e.into_inner()));
+    pub fn take_problems(&self) -> Result<Vec<Problem>, TableTooLarge> {
+        let list = std::mem::take(&mut *self.problems.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut problems = list.into_vec()?;
         problems.sort_unstable_by(|a, b| a.sort_key().cmp(&b.sort_key()));
         problems.dedup();
-        problems
+        Ok(problems)
     }
 
     /// Whether no problem recorded so far leaves the filesystem in error.

@@ -8,19 +8,22 @@
 //! bitmaps use far smaller chunks (see [`AtomicBitmap`](super::atomic_bitmap::AtomicBitmap)),
 //! because what an empty filesystem uses is spread over the whole device.
 
-use std::sync::OnceLock;
-
 use e4_format::table::{try_table_from, TableTooLarge};
 use e4_format::Location;
+use once_cell::race::OnceBox;
 use rayon::prelude::*;
 
 /// Entries of the chunk table one parallel task looks at: a small table is walked on one
 /// thread.
 const CHUNKS_PER_TASK: usize = 1 << 12;
 
-/// A chunk: a fixed-size array behind a thin pointer, so a table entry is 16 bytes (a
-/// slice's fat pointer made it 24: 2 MiB more per block map of an empty 16 TiB image).
-type Chunk<A, const CHUNK: usize> = OnceLock<Box<[A; CHUNK]>>;
+/// A chunk: a fixed-size array behind a set-once thin pointer, so a table entry is 8 bytes.
+/// A slice's fat pointer in a `OnceLock` made it 24, a thin one 16 (the lock's state word
+/// beside the pointer): each 8 bytes is 2 MiB per block map of an empty 16 TiB image, and
+/// the table is written when it is made, so it is resident whatever the image holds. Two
+/// threads first writing into one chunk at once may both allocate it; one allocation is
+/// kept and the other dropped before anything is written into it.
+type Chunk<A, const CHUNK: usize> = OnceBox<[A; CHUNK]>;
 
 #[derive(Debug)]
 pub struct LazySlots<A, const CHUNK: usize = { 1 << 16 }> {
@@ -36,7 +39,7 @@ impl<A: Default, const CHUNK: usize> LazySlots<A, CHUNK> {
             len.div_ceil(CHUNK) as u64,
             table,
             Location::Superblock,
-            |_| OnceLock::new(),
+            |_| OnceBox::new(),
         )?;
         Ok(LazySlots { chunks, len })
     }

@@ -15,5 +15,6 @@ pub mod extent_levels;
 pub mod image;
 pub mod inode_state;
 pub mod lazy_slots;
+pub mod problem_list;
 pub mod quota_usage;
 pub mod reserved_inodes;

@@ -295,6 +295,7 @@ mod tests {
         let tally = walk_block_map(&walk, &inode, false, too_big, 0);
         let mut reported: Vec<u64> = ctx
             .take_problems()
+            .unwrap()
             .iter()
             .filter(|p| p.code == ProblemCode::PR_1_TOOBIG_REG)
             .map(|p| {
