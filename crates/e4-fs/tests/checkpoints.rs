@@ -1,4 +1,4 @@
-//! Lazy checkpointing (`journal/checkpoint_list.rs`): a committed block waits in the
+//! Lazy checkpointing (`io/checkpoint_list.rs`): a committed block waits in the
 //! checkpoint list and goes home once, at the checkpoint, however many commits logged it;
 //! meanwhile every read sees it; and a block a committed transaction freed leaves the list
 //! before it can become another file's data.

@@ -15,7 +15,7 @@ use crate::buffer::cache::{Buffer, BufferCache, BufferRole};
 use crate::buffer::verifier::BlockVerifier;
 use crate::error::{Error, Result};
 use crate::io::device::Device;
-use crate::journal::checkpoint_list::CheckpointedDevice;
+use crate::io::checkpoint_list::CheckpointedDevice;
 
 pub(crate) struct BlockStore {
     device: Arc<CheckpointedDevice>,

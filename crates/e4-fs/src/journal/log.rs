@@ -8,7 +8,7 @@
 //!    wrote, which reached the device before the commit, is durable too);
 //! 3. the commit block, and a flush: the transaction is durable;
 //! 4. then, and only then, the blocks join the checkpoint list
-//!    ([`crate::journal::checkpoint_list`]), which answers for them until the checkpoint
+//!    ([`crate::io::checkpoint_list`]), which answers for them until the checkpoint
 //!    writes them home, each once however many commits logged it; the blocks the
 //!    transaction freed leave it, before the allocator may hand them out again.
 //!

@@ -7,7 +7,6 @@
 //! kernel's or e2fsck's) brings to the last committed transaction. docs/WRITE-PATH.md,
 //! "The journal", has the order and why it is safe.
 
-pub(crate) mod checkpoint_list;
 pub(crate) mod device_blocks;
 pub(crate) mod log;
 pub(crate) mod recovery;
