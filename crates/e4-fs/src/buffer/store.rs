@@ -14,8 +14,8 @@ use e4_format::{FormatError, Location, Problem, Structure};
 use crate::buffer::cache::{Buffer, BufferCache, BufferRole};
 use crate::buffer::verifier::BlockVerifier;
 use crate::error::{Error, Result};
-use crate::io::device::Device;
 use crate::io::checkpoint_list::CheckpointedDevice;
+use crate::io::device::Device;
 
 pub(crate) struct BlockStore {
     device: Arc<CheckpointedDevice>,
