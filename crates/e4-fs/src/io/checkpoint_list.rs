@@ -16,9 +16,9 @@
 //! allocator may hand it out as file data. A write over a held block would be undone by
 //! the checkpoint's older copy; debug builds check every write for it.
 //!
-//! Who writes the list: commits and checkpoints, which are serial (the commit lock), so a
-//! copy never changes while a checkpoint writes it. Who reads it: every device read, from
-//! any thread. The blocks are spread over [`SHARDS`] locks by stripes of 256 blocks, so a
+//! Who writes the list: commits, and checkpoints, which write a stripe's blocks home under
+//! its lock while later commits go on (a commit's copy replaces a held one under the same
+//! lock). Who reads it: every device read, from any thread. The blocks are spread over [`SHARDS`] locks by stripes of 256 blocks, so a
 //! read takes one lock, two when it crosses a stripe, and reads of different places take
 //! different locks; when the list is empty (no journal, or just after a checkpoint) a read
 //! or write takes none.
@@ -41,11 +41,9 @@ const SHARDS: usize = 64;
 /// Blocks `1 << STRIPE_SHIFT` in a row share a shard: a read of up to a megabyte (at 4 KiB
 /// blocks) takes one or two locks.
 const STRIPE_SHIFT: u32 = 8;
-/// The most blocks gathered into one device write at a checkpoint.
-const RUN_BLOCKS: usize = 256;
 
 /// Held copies by block number, the blocks of the stripes that map to one shard.
-type Copies = BTreeMap<u64, Arc<[u8]>>;
+type Copies = BTreeMap<u64, Box<[u8]>>;
 
 /// The device with the checkpoint list in front of it.
 pub(crate) struct CheckpointedDevice {
@@ -56,7 +54,14 @@ pub(crate) struct CheckpointedDevice {
     /// locks while nothing is held.
     held: AtomicUsize,
     locks: LockStats,
+    /// Copies a checkpoint wrote home, kept for the next blocks to hold: a fresh
+    /// allocation per block, page faults included, cost more than the home writes saved.
+    /// At most [`SPARES`].
+    spares: Mutex<Vec<Box<[u8]>>>,
 }
+
+/// The most spare copies kept (16 MiB at 4 KiB blocks).
+const SPARES: usize = 4096;
 
 impl CheckpointedDevice {
     pub(crate) fn new(home: Arc<dyn Device>, block_size: u32) -> Self {
@@ -68,6 +73,7 @@ impl CheckpointedDevice {
                 .collect(),
             held: AtomicUsize::new(0),
             locks: LockStats::default(),
+            spares: Mutex::new(Vec::new()),
         }
     }
 
@@ -92,6 +98,14 @@ impl CheckpointedDevice {
     /// is durable: from here on the list, not the device, answers for these blocks.
     pub(crate) fn hold(&self, blocks: &[(u64, &[u8])]) {
         let mut added = 0;
+        let mut spares = std::mem::take(&mut *self.spares.lock());
+        let mut copy_of = |bytes: &[u8]| match spares.pop() {
+            Some(mut spare) => {
+                spare.copy_from_slice(bytes);
+                spare
+            }
+            None => Box::from(bytes),
+        };
         let mut rest = blocks;
         while let Some(&(first, _)) = rest.first() {
             let stripe = first >> STRIPE_SHIFT;
@@ -104,20 +118,16 @@ impl CheckpointedDevice {
             let mut copies = self.lock(stripe);
             for &(nr, bytes) in these {
                 match copies.get_mut(&nr) {
-                    // Not shared: no checkpoint is writing it (commits and checkpoints are
-                    // serial), so the copy is overwritten where it is.
-                    Some(held) => match Arc::get_mut(held) {
-                        Some(held) => held.copy_from_slice(bytes),
-                        None => *held = Arc::from(bytes),
-                    },
+                    Some(held) => held.copy_from_slice(bytes),
                     None => {
-                        copies.insert(nr, Arc::from(bytes));
+                        copies.insert(nr, copy_of(bytes));
                         added += 1;
                     }
                 }
             }
         }
         self.held.fetch_add(added, Ordering::AcqRel);
+        *self.spares.lock() = spares;
     }
 
     /// Drops the held copies of blocks in `runs` (sorted, disjoint): blocks a committed
@@ -146,60 +156,73 @@ impl CheckpointedDevice {
         self.held.fetch_sub(dropped, Ordering::AcqRel);
     }
 
-    /// The checkpoint's writes: every held block home, adjacent ones in one device write,
-    /// each leaving the list once written. Returns how many were written. On an error the
+    /// The checkpoint's writes: every held block home, a stripe at a time, each under its
+    /// stripe's lock and leaving the list once written (adjacent blocks in one device
+    /// write). Returns how many were written. Commits may go on meanwhile: a stripe
+    /// visited after a commit held newer copies in it writes those too (committed as
+    /// well), and a block a commit freed is either written before the commit's
+    /// [`Self::forget`] takes the lock or gone when the checkpoint gets it. On an error the
     /// blocks not yet written stay held (the log still has them: the tail has not moved).
     /// The caller flushes before it moves the log's tail.
     pub(crate) fn write_home(&self) -> io::Result<u64> {
         if self.held() == 0 {
             return Ok(0);
         }
-        let mut copies: Vec<(u64, Arc<[u8]>)> = self
+        let mut stripes: Vec<u64> = self
             .shards
             .iter()
             .flat_map(|shard| {
                 let copies = self.locks.take(|| shard.try_lock(), || shard.lock());
                 copies
-                    .iter()
-                    .map(|(nr, bytes)| (*nr, Arc::clone(bytes)))
+                    .keys()
+                    .map(|nr| nr >> STRIPE_SHIFT)
                     .collect::<Vec<_>>()
             })
             .collect();
-        copies.sort_unstable_by_key(|(nr, _)| *nr);
+        stripes.sort_unstable();
+        stripes.dedup();
         let mut written = 0;
-        let mut rest = copies.as_slice();
-        while let Some(&(first, _)) = rest.first() {
-            let len = rest
-                .iter()
-                .take(RUN_BLOCKS)
-                .enumerate()
-                .take_while(|(i, (nr, _))| *nr == first + *i as u64)
-                .count();
-            let (run, after) = rest.split_at(len);
-            rest = after;
-            let pieces: Vec<&[u8]> = run.iter().map(|(_, bytes)| &bytes[..]).collect();
-            self.home
-                .write_gathered_at(&pieces, first * self.block_size)?;
-            self.release(run);
-            written += len as u64;
+        let mut spares = Vec::new();
+        for stripe in stripes {
+            let mut copies = self.lock(stripe);
+            let blocks = stripe_blocks(stripe, 0..u64::MAX);
+            let mut these = copies.split_off(&blocks.start);
+            copies.append(&mut these.split_off(&blocks.end));
+            if let Err(e) = self.write_run_by_run(&these) {
+                copies.append(&mut these);
+                return Err(e);
+            }
+            drop(copies);
+            self.held.fetch_sub(these.len(), Ordering::AcqRel);
+            written += these.len() as u64;
+            spares.extend(these.into_values());
         }
+        let mut kept = self.spares.lock();
+        let room = SPARES.saturating_sub(kept.len());
+        kept.extend(spares.into_iter().take(room));
         Ok(written)
     }
 
-    /// Takes `written` out of the list (each only if it is still the copy held, which it
-    /// is: commits, the only writers of copies, wait for the checkpoint).
-    fn release(&self, written: &[(u64, Arc<[u8]>)]) {
-        let mut released = 0;
-        for these in written.chunk_by(|a, b| a.0 >> STRIPE_SHIFT == b.0 >> STRIPE_SHIFT) {
-            let mut copies = self.lock(these[0].0 >> STRIPE_SHIFT);
-            for (nr, bytes) in these {
-                if copies.get(nr).is_some_and(|held| Arc::ptr_eq(held, bytes)) {
-                    copies.remove(nr);
-                    released += 1;
-                }
+    /// Writes `copies` (of one stripe) home, adjacent blocks in one device write.
+    fn write_run_by_run(&self, copies: &Copies) -> io::Result<()> {
+        let mut run: Vec<&[u8]> = Vec::new();
+        let mut first = 0;
+        for (&nr, bytes) in copies {
+            if first + run.len() as u64 != nr {
+                self.write_run(first, &run)?;
+                run.clear();
+                first = nr;
             }
+            run.push(bytes);
         }
-        self.held.fetch_sub(released, Ordering::AcqRel);
+        self.write_run(first, &run)
+    }
+
+    fn write_run(&self, first: u64, run: &[&[u8]]) -> io::Result<()> {
+        match run.is_empty() {
+            true => Ok(()),
+            false => self.home.write_gathered_at(run, first * self.block_size),
+        }
     }
 
     fn lock(&self, stripe: u64) -> MutexGuard<'_, Copies> {

@@ -15,8 +15,9 @@
 //! A checkpoint writes every held block home, flushes, and only then moves the log's tail
 //! to its head in the journal superblock (flushed before any of that space is written
 //! again): a crash before the tail moves replays the log over whatever reached home.
-//! Checkpoints run ahead of need, on the commit thread, once the log is half full or the
-//! list holds more than its share of memory ([`JournalLog::wants_checkpoint`]); a commit
+//! Checkpoints run ahead of need, on the commit thread and beside the commits, once the log
+//! is half full or the list holds more than its share of memory
+//! ([`JournalLog::wants_checkpoint`], [`JournalLog::checkpoint_ahead`]); a commit
 //! checkpoints itself only when the log truly lacks room for it.
 //!
 //! With `async_commit` and block checksums, step 2's flush is skipped (the commit block is
@@ -192,9 +193,28 @@ impl JournalLog {
         writer.free() < writer.log_len() / 2 || store.checkpoint_list().held() > self.held_limit
     }
 
-    /// A checkpoint ahead of need (by the commit thread, between commits).
+    /// A checkpoint ahead of need, beside the commits that go on meanwhile (jbd2 does not
+    /// stop commits to checkpoint either): the log's place is marked, every block held is
+    /// written home and flushed, and the tail moves to the mark, unless a checkpoint of a
+    /// commit that found the log full moved it further meanwhile. Transactions committed
+    /// after the mark stay in the log, whether their blocks went home with the others or
+    /// not.
     pub(crate) fn checkpoint_ahead(&self, store: &BlockStore) -> Result<()> {
-        self.checkpoint(store, &mut self.writer.lock())
+        let (mark, before) = {
+            let writer = self.writer.lock();
+            (
+                writer.mark(),
+                self.counters.checkpoints.load(Ordering::Acquire),
+            )
+        };
+        self.write_held_home(store)?;
+        let mut writer = self.writer.lock();
+        if self.counters.checkpoints.load(Ordering::Acquire) == before {
+            let (at, block0) = writer.checkpoint_to(mark);
+            self.write_superblock(store, at, &block0)?;
+            self.counters.checkpoints.fetch_add(1, Ordering::AcqRel);
+        }
+        Ok(())
     }
 
     /// Writes every held block home, makes them durable, and moves the tail to the head:
@@ -203,7 +223,7 @@ impl JournalLog {
         self.write_held_home(store)?;
         let (at, block0) = writer.checkpoint();
         self.write_superblock(store, at, &block0)?;
-        self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
+        self.counters.checkpoints.fetch_add(1, Ordering::AcqRel);
         Ok(())
     }
 

@@ -482,18 +482,18 @@ impl Transactions {
     }
 
     /// A checkpoint ahead of need, if the journal wants one: the checkpoint list's blocks
-    /// home, and the log's tail moved (see `journal/log.rs`). Under the commit lock, so no
-    /// commit runs meanwhile; operations go on. A failure fails the filesystem, as a failed
-    /// commit does (the log still holds every committed transaction).
+    /// home, and the log's tail moved (see `journal/log.rs`), while commits go on. For the
+    /// commit thread, the one caller (so checkpoints ahead of need never overlap). A
+    /// failure fails the filesystem, as a failed commit does (the log still holds every
+    /// committed transaction).
     pub(crate) fn checkpoint_if_wanted(&self, parts: &CommitParts<'_>) -> Result<()> {
         let Some(journal) = parts.journal else {
             return Ok(());
         };
+        self.check_open()?;
         if !journal.wants_checkpoint(parts.store) {
             return Ok(());
         }
-        let _one = self.commit_lock.lock();
-        self.check_open()?;
         journal
             .checkpoint_ahead(parts.store)
             .inspect_err(|_| self.state.store(FAILED, Ordering::Release))
