@@ -68,7 +68,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     })?;
     // Where the threads met: contention per lock kind (LockReport's Debug lists them all).
     eprintln!("{:#?}", fs.lock_stats());
-    eprintln!("{:#?}", fs.journal_stats());
     fs.unmount()?;
     println!("{count} files created and removed");
     Ok(())

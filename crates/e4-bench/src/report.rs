@@ -84,7 +84,16 @@ pub struct Record {
 }
 
 fn lock_totals(r: &LockReport) -> (u64, u64) {
-    let kinds = r.kinds();
+    let kinds = [
+        r.inode,
+        r.inode_cache_shards,
+        r.buffer_cache_shards,
+        r.dentry_cache_shards,
+        r.commit_gate,
+        r.block_groups,
+        r.packing_windows,
+        r.inode_groups,
+    ];
     (
         kinds.iter().map(|k| k.acquisitions).sum(),
         kinds.iter().map(|k| k.contended).sum(),

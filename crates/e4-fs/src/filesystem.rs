@@ -77,11 +77,6 @@ pub struct OpenOptions {
     /// keeps each transaction's blocks) and an enumeration of crash states need — and an
     /// idle filesystem commits only at `sync` or unmount.
     pub commit_thread: bool,
-    /// With a journal, the most committed blocks that wait in memory for their checkpoint
-    /// before one writes them home ahead of need (each block once, however many commits
-    /// logged it). `None`: half the cache's capacity. Tests make it small to see many
-    /// checkpoints on small workloads.
-    pub checkpoint_limit: Option<usize>,
     /// On an image file, remember which ranges read as zeros (its holes at the open, less
     /// everything written since) and skip zeroing them when blocks are reserved
     /// ([`Filesystem::reserve_data`]): a fresh image from mkfs is almost all holes, and
@@ -102,7 +97,6 @@ impl Default for OpenOptions {
             replay_journal: true,
             transaction_limit: None,
             commit_thread: true,
-            checkpoint_limit: None,
             skip_zeroing_holes: false,
         }
     }
@@ -478,12 +472,7 @@ impl OpenFilesystem {
                 return Err(Error::ReadOnly(format!("{line}; run e2fsck")));
             }
             let journal = journal
-                .map(|j| {
-                    let held_limit = options
-                        .checkpoint_limit
-                        .unwrap_or(fs.store.cache().capacity() / 2);
-                    JournalLog::start(&fs.store, &j, &fs.superblock, held_limit)
-                })
+                .map(|j| JournalLog::start(&fs.store, &j, &fs.superblock))
                 .transpose()?;
             let space = Space::load(
                 &fs.store,
@@ -608,7 +597,7 @@ impl OpenFilesystem {
 
     /// The commit thread's visit: a commit if an operation asked for one and the running
     /// transaction is still past its threshold, or if the commit interval has passed and
-    /// the transaction holds changes; then a checkpoint if the journal wants one. Says how long to sleep next: until the interval
+    /// the transaction holds changes. Says how long to sleep next: until the interval
     /// after the last commit, or a whole interval when that has passed with nothing to
     /// commit; `Stop` once the filesystem takes no more changes.
     fn commit_for_the_thread(&self) -> Next {
@@ -626,10 +615,6 @@ impl OpenFilesystem {
                 w.txns.keep_thread_failure(e);
                 return Next::Stop;
             }
-        }
-        if let Err(e) = w.txns.checkpoint_if_wanted(&parts) {
-            w.txns.keep_thread_failure(e);
-            return Next::Stop;
         }
         Next::Wait(w.txns.commit_interval().map(|i| {
             let since = w.txns.since_last_commit();
@@ -740,13 +725,6 @@ impl Filesystem {
     #[cfg(feature = "testing")]
     pub fn allocations_seen(&self) -> u64 {
         self.writer.as_ref().map_or(0, |w| w.space.faults.seen())
-    }
-
-    /// Whether block `nr` waits in the checkpoint list for its home write (a journal's
-    /// commits hold their blocks there until a checkpoint).
-    #[cfg(feature = "testing")]
-    pub fn waits_for_checkpoint(&self, nr: u64) -> bool {
-        self.store.checkpoint_list().holds(nr)
     }
 
     /// The commits so far that wrote more metadata blocks than their transactions'

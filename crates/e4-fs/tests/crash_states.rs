@@ -115,7 +115,7 @@ fn truncates_and_punches_of_large_files_never_expose_freed_blocks() {
     run.truncate(one, 1000);
     run.sync();
     let (log, model) = run.finish();
-    sweep("truncates and punches", &log, &model, 300);
+    sweep("truncates and punches", &log, &model, 1_000);
 }
 
 #[test]
@@ -167,7 +167,7 @@ fn extended_attributes_change_whole_at_every_crash() {
         }
     }
     let (log, model) = run.finish();
-    sweep("xattrs", &log, &model, 750);
+    sweep("xattrs", &log, &model, 1_500);
 }
 
 #[test]
@@ -225,7 +225,7 @@ fn unlinked_open_files_are_freed_after_every_crash() {
         run.close(id);
     }
     let (log, model) = run.finish();
-    sweep("unlinked open files", &log, &model, 3_600);
+    sweep("unlinked open files", &log, &model, 6_000);
 }
 
 #[test]
@@ -348,7 +348,7 @@ fn inserts_and_collapses_leave_a_file_before_or_after_at_every_crash() {
     run.fsync(b);
     run.move_range(a, Shift::Collapse, 30 * BLOCK, BLOCK);
     let (log, model) = run.finish();
-    sweep("inserts and collapses", &log, &model, 320);
+    sweep("inserts and collapses", &log, &model, 1_000);
 }
 
 /// An insert and a collapse whose moves are larger than a transaction go in pieces of

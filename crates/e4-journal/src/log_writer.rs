@@ -60,13 +60,6 @@ pub struct EncodedTransaction {
     pub log_blocks: u64,
 }
 
-/// A point in the log: where a checkpoint that runs beside later commits moves the tail to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LogMark {
-    head: u32,
-    next_tid: u32,
-}
-
 /// The log's writer: one per open filesystem, used by one commit at a time.
 pub struct LogWriter {
     journal: Journal,
@@ -141,7 +134,7 @@ impl LogWriter {
     }
 
     /// Blocks in the log proper.
-    pub fn log_len(&self) -> u64 {
+    fn log_len(&self) -> u64 {
         let (first, last) = self.journal.log_bounds();
         u64::from(last - first)
     }
@@ -286,28 +279,10 @@ impl LogWriter {
     /// block to write, with `s_start` at the head and `s_sequence` the next tid; the log
     /// space is reused only after the caller has made that durable.
     pub fn checkpoint(&mut self) -> (u64, Vec<u8>) {
-        self.checkpoint_to(self.mark())
-    }
-
-    /// Where the log stands now: the head and the next tid, for a checkpoint that writes
-    /// home while later transactions commit ([`Self::checkpoint_to`]).
-    pub fn mark(&self) -> LogMark {
-        LogMark {
-            head: self.head,
-            next_tid: self.next_tid,
-        }
-    }
-
-    /// Every home write of every transaction before `mark` is durable: the log's live part
-    /// starts there. Transactions committed since stay live, with their blocks' revoke
-    /// needs. Returns the journal superblock block to write, as [`Self::checkpoint`].
-    pub fn checkpoint_to(&mut self, mark: LogMark) -> (u64, Vec<u8>) {
-        self.tail = mark.head;
-        // Tids grow (wrapping) from the mark on: a tid at or past it is in the live log.
-        self.logged
-            .retain(|_, tid| tid.wrapping_sub(mark.next_tid) < 1 << 31);
-        self.superblock.start = mark.head;
-        self.superblock.sequence = mark.next_tid;
+        self.tail = self.head;
+        self.logged.clear();
+        self.superblock.start = self.head;
+        self.superblock.sequence = self.next_tid;
         self.encoded_superblock()
     }
 

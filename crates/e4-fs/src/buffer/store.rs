@@ -3,9 +3,7 @@
 //! verified in its role, and every one it writes goes home through one method
 //! ([`BlockStore::write_home`], called by write-back only). File data bypasses the cache
 //! and goes straight to and from the device ([`BlockStore::read_data`],
-//! [`BlockStore::write_data`]). With a journal, committed blocks wait in the checkpoint
-//! list for their home write ([`CheckpointedDevice`]): every read and write of the device,
-//! the allocators' included, goes through it.
+//! [`BlockStore::write_data`]).
 
 use std::sync::Arc;
 
@@ -14,11 +12,10 @@ use e4_format::{FormatError, Location, Problem, Structure};
 use crate::buffer::cache::{Buffer, BufferCache, BufferRole};
 use crate::buffer::verifier::BlockVerifier;
 use crate::error::{Error, Result};
-use crate::io::checkpoint_list::CheckpointedDevice;
 use crate::io::device::Device;
 
 pub(crate) struct BlockStore {
-    device: Arc<CheckpointedDevice>,
+    device: Arc<dyn Device>,
     cache: BufferCache,
     verifier: BlockVerifier,
     block_size: u32,
@@ -37,7 +34,7 @@ impl BlockStore {
         verifier: BlockVerifier,
     ) -> Self {
         BlockStore {
-            device: Arc::new(CheckpointedDevice::new(device, block_size)),
+            device,
             cache: BufferCache::new(cache_blocks, block_size as usize),
             verifier,
             block_size,
@@ -61,16 +58,9 @@ impl BlockStore {
     }
 
     /// The device, for the allocators' lazy bitmap loads (they read whole bitmap blocks
-    /// the cache never holds: e4-alloc keeps its own copy): reads see the blocks the
-    /// checkpoint list holds.
+    /// the cache never holds: e4-alloc keeps its own copy).
     pub(crate) fn device(&self) -> Arc<dyn Device> {
-        Arc::clone(&self.device) as Arc<dyn Device>
-    }
-
-    /// The checkpoint list in front of the device: a journal's commits hold their blocks
-    /// there, and its checkpoints write them home.
-    pub(crate) fn checkpoint_list(&self) -> &CheckpointedDevice {
-        &self.device
+        Arc::clone(&self.device)
     }
 
     /// Metadata block `nr` through the cache, unverified: the caller verifies it in the

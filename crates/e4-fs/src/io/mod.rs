@@ -1,7 +1,6 @@
 //! Where bytes come from and go to, and the interface the on-disk mechanisms see. Nothing
 //! here imports anything else of e4-fs but its errors.
 
-pub(crate) mod checkpoint_list;
 pub(crate) mod credits;
 pub mod device;
 mod hole_map;

@@ -1,24 +1,17 @@
-//! Commits through the log. A commit hands [`JournalLog::commit`] every block it changed;
-//! they go to the log as one jbd2 transaction, in the order that makes a crash at any write
-//! recoverable:
+//! Commits through the log. A commit hands [`JournalLog::commit`] every block it will
+//! write home; they go to the log as one jbd2 transaction, in the order that makes a crash
+//! at any write recoverable:
 //!
-//! 1. if the log lacks room, a checkpoint first ([`JournalLog::checkpoint`]);
+//! 1. if the log lacks room, a checkpoint first: a flush makes every earlier home write
+//!    durable, then the journal superblock moves the tail to the head, flushed before any
+//!    of that space is written again;
 //! 2. revoke records for freed blocks that have a copy in the live log (or in this
 //!    transaction), then descriptors and copies; a flush (so the file data the operations
 //!    wrote, which reached the device before the commit, is durable too);
 //! 3. the commit block, and a flush: the transaction is durable;
-//! 4. then, and only then, the blocks join the checkpoint list
-//!    ([`crate::io::checkpoint_list`]), which answers for them until the checkpoint
-//!    writes them home, each once however many commits logged it; the blocks the
-//!    transaction freed leave it, before the allocator may hand them out again.
-//!
-//! A checkpoint writes every held block home, flushes, and only then moves the log's tail
-//! to its head in the journal superblock (flushed before any of that space is written
-//! again): a crash before the tail moves replays the log over whatever reached home.
-//! Checkpoints run ahead of need, on the commit thread and beside the commits, once the log
-//! is half full or the list holds more than its share of memory
-//! ([`JournalLog::wants_checkpoint`], [`JournalLog::checkpoint_ahead`]); a commit
-//! checkpoints itself only when the log truly lacks room for it.
+//! 4. then, and only then, the caller writes the blocks home, with no flush: they become
+//!    durable at the next commit's flush, and the tail never passes a transaction before
+//!    a flush has made its home writes durable (1).
 //!
 //! With `async_commit` and block checksums, step 2's flush is skipped (the commit block is
 //! sent with the rest and one flush follows), as jbd2 does: recovery finds a torn
@@ -35,7 +28,7 @@ use e4_journal::{FilesystemFeatures, Journal, LogWrite, LogWriter};
 use parking_lot::Mutex;
 
 use crate::buffer::store::BlockStore;
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// The most blocks gathered into one device write of the log.
 const RUN_BLOCKS: usize = 256;
@@ -49,10 +42,8 @@ pub struct JournalStats {
     pub log_blocks: u64,
     /// Revoke records written.
     pub revokes: u64,
-    /// Checkpoints: held blocks written home and the tail moved.
+    /// Checkpoints: the tail moved because the log was full.
     pub checkpoints: u64,
-    /// Blocks the checkpoints wrote home (each once, however many commits logged it).
-    pub checkpointed_blocks: u64,
     /// Commits too large for the log, written home directly (not crash-safe).
     pub unjournaled: u64,
 }
@@ -63,7 +54,6 @@ struct Counters {
     log_blocks: AtomicU64,
     revokes: AtomicU64,
     checkpoints: AtomicU64,
-    checkpointed_blocks: AtomicU64,
     unjournaled: AtomicU64,
 }
 
@@ -78,23 +68,13 @@ pub(crate) struct JournalLog {
     counters: Counters,
     /// Where a commit puts its sealed copies, kept from one commit to the next.
     room: Mutex<Vec<u8>>,
-    /// The most blocks the checkpoint list holds before a checkpoint runs ahead of need
-    /// (their memory).
-    held_limit: usize,
 }
 
 impl JournalLog {
     /// Starts logging into `journal` (empty): its superblock, pointing at the log's first
     /// block and the first transaction, is written now; the caller's flush at open (before
     /// any commit) makes it durable with the superblock that says `needs_recovery`.
-    /// `held_limit` is the most blocks the checkpoint list holds before a checkpoint runs
-    /// ahead of need.
-    pub(crate) fn start(
-        store: &BlockStore,
-        journal: &Journal,
-        sb: &Superblock,
-        held_limit: usize,
-    ) -> Result<Self> {
+    pub(crate) fn start(store: &BlockStore, journal: &Journal, sb: &Superblock) -> Result<Self> {
         let features = FilesystemFeatures {
             bit64: sb.incompat().contains(IncompatFeatures::BIT64),
             metadata_csum: sb.has_metadata_csum(),
@@ -113,7 +93,6 @@ impl JournalLog {
             superblock_block: (nr, bytes),
             counters: Counters::default(),
             room: Mutex::new(Vec::new()),
-            held_limit,
         })
     }
 
@@ -140,10 +119,10 @@ impl JournalLog {
         (nr, bytes)
     }
 
-    /// Logs one transaction, `blocks` (home block, contents as they go home), durably, and
-    /// holds them for the checkpoint; `freed` are the runs the transaction freed (sorted).
-    /// Returns false, having written nothing, when the transaction cannot fit the log even
-    /// empty: the caller writes it home and flushes.
+    /// Logs one transaction, `blocks` (home block, contents as they go home), durably;
+    /// `freed` are the runs the transaction freed. Returns false, having written nothing,
+    /// when the transaction cannot fit the log even empty: the caller writes it home and
+    /// flushes.
     pub(crate) fn commit(
         &self,
         store: &BlockStore,
@@ -173,11 +152,6 @@ impl JournalLog {
             &format!("the commit block of journal transaction {}", encoded.tid),
         )?;
         store.flush("after the journal commit block")?;
-        let mut held = blocks.to_vec();
-        held.sort_unstable_by_key(|(nr, _)| *nr);
-        let list = store.checkpoint_list();
-        list.hold(&held);
-        list.forget(freed);
         let c = &self.counters;
         c.commits.fetch_add(1, Ordering::Relaxed);
         c.log_blocks
@@ -186,78 +160,33 @@ impl JournalLog {
         Ok(true)
     }
 
-    /// Whether a checkpoint should run now, ahead of need: the log is half full, or the
-    /// checkpoint list holds more blocks than its limit (their memory).
-    pub(crate) fn wants_checkpoint(&self, store: &BlockStore) -> bool {
-        let writer = self.writer.lock();
-        writer.free() < writer.log_len() / 2 || store.checkpoint_list().held() > self.held_limit
-    }
-
-    /// A checkpoint ahead of need, beside the commits that go on meanwhile (jbd2 does not
-    /// stop commits to checkpoint either): the log's place is marked, every block held is
-    /// written home and flushed, and the tail moves to the mark, unless a checkpoint of a
-    /// commit that found the log full moved it further meanwhile. Transactions committed
-    /// after the mark stay in the log, whether their blocks went home with the others or
-    /// not.
-    pub(crate) fn checkpoint_ahead(&self, store: &BlockStore) -> Result<()> {
-        let (mark, before) = {
-            let writer = self.writer.lock();
-            (
-                writer.mark(),
-                self.counters.checkpoints.load(Ordering::Acquire),
-            )
-        };
-        self.write_held_home(store)?;
-        let mut writer = self.writer.lock();
-        if self.counters.checkpoints.load(Ordering::Acquire) == before {
-            let (at, block0) = writer.checkpoint_to(mark);
-            self.write_superblock(store, at, &block0)?;
-            self.counters.checkpoints.fetch_add(1, Ordering::AcqRel);
-        }
-        Ok(())
-    }
-
-    /// Writes every held block home, makes them durable, and moves the tail to the head:
-    /// the whole log is free again.
+    /// Makes every home write so far durable and moves the tail to the head: the whole log
+    /// is free again.
     fn checkpoint(&self, store: &BlockStore, writer: &mut LogWriter) -> Result<()> {
-        self.write_held_home(store)?;
+        store.flush("before a journal checkpoint")?;
         let (at, block0) = writer.checkpoint();
-        self.write_superblock(store, at, &block0)?;
-        self.counters.checkpoints.fetch_add(1, Ordering::AcqRel);
-        Ok(())
-    }
-
-    /// The clean close, after the last commit: every held block home and durable, then
-    /// the journal superblock says the log is empty (flushed), so the superblock may then
-    /// drop `needs_recovery`.
-    pub(crate) fn close(&self, store: &BlockStore) -> Result<()> {
-        let mut writer = self.writer.lock();
-        self.write_held_home(store)?;
-        let (at, block0) = writer.close();
-        self.write_superblock(store, at, &block0)
-    }
-
-    /// The checkpoint list's blocks home, and a flush: what lets the tail move.
-    fn write_held_home(&self, store: &BlockStore) -> Result<()> {
-        let written = store
-            .checkpoint_list()
-            .write_home()
-            .map_err(|e| Error::io("of the blocks a journal checkpoint writes home", e))?;
-        store.flush("before the journal's tail moves")?;
-        self.counters
-            .checkpointed_blocks
-            .fetch_add(written, Ordering::Relaxed);
-        Ok(())
-    }
-
-    /// Writes the journal superblock (block `at` of the device) and makes it durable.
-    fn write_superblock(&self, store: &BlockStore, at: u64, block0: &[u8]) -> Result<()> {
         store.write_home(
             at * u64::from(store.block_size()),
-            block0,
+            &block0,
             "the journal superblock",
         )?;
-        store.flush("after the journal superblock")
+        store.flush("after a journal checkpoint")?;
+        self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The clean close, after the last commit's home writes: they are flushed, and the
+    /// journal superblock says the log is empty (flushed), so the superblock may then drop
+    /// `needs_recovery`.
+    pub(crate) fn close(&self, store: &BlockStore) -> Result<()> {
+        store.flush("before emptying the journal")?;
+        let (at, block0) = self.writer.lock().close();
+        store.write_home(
+            at * u64::from(store.block_size()),
+            &block0,
+            "the journal superblock",
+        )?;
+        store.flush("after emptying the journal")
     }
 
     pub(crate) fn stats(&self) -> JournalStats {
@@ -268,7 +197,6 @@ impl JournalLog {
             log_blocks: get(&c.log_blocks),
             revokes: get(&c.revokes),
             checkpoints: get(&c.checkpoints),
-            checkpointed_blocks: get(&c.checkpointed_blocks),
             unjournaled: get(&c.unjournaled),
         }
     }

@@ -20,9 +20,6 @@ pub struct LockReport {
     /// Shards of the dentry cache (a probe per path component, a fill per miss, a forget
     /// per removed or replaced name).
     pub dentry_cache_shards: LockSnapshot,
-    /// Shards of the checkpoint list (with a journal, a probe per device read and write
-    /// while blocks wait for their checkpoint; none without one).
-    pub checkpoint_list_shards: LockSnapshot,
     /// The commit gate, taken for reading by every operation (one slot per thread).
     pub commit_gate: LockSnapshot,
     /// Block groups' locks in the block allocator.
@@ -49,23 +46,6 @@ pub struct LockReport {
     pub log_blocks: u64,
 }
 
-impl LockReport {
-    /// Every lock kind's counts, for totals.
-    pub fn kinds(&self) -> [LockSnapshot; 9] {
-        [
-            self.inode,
-            self.inode_cache_shards,
-            self.buffer_cache_shards,
-            self.dentry_cache_shards,
-            self.checkpoint_list_shards,
-            self.commit_gate,
-            self.block_groups,
-            self.packing_windows,
-            self.inode_groups,
-        ]
-    }
-}
-
 impl Filesystem {
     /// Lock acquisitions and contention so far, per lock kind (all zeros for the
     /// allocators and the gate when the filesystem is read-only).
@@ -75,7 +55,6 @@ impl Filesystem {
             inode_cache_shards: self.inodes.shard_stats().snapshot(),
             buffer_cache_shards: self.store.cache().shard_stats().snapshot(),
             dentry_cache_shards: self.dentries.shard_stats().snapshot(),
-            checkpoint_list_shards: self.store.checkpoint_list().lock_stats().snapshot(),
             ..LockReport::default()
         };
         if let Some(w) = &self.writer {

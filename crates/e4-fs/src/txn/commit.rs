@@ -13,12 +13,11 @@
 //! freed it is on disk. File data is written to its final place during the operation
 //! itself, before any commit that makes it reachable.
 //!
-//! With a journal, the blocks go to the log, and wait in the checkpoint list for a
-//! checkpoint to write them home (`journal/log.rs`); a crash at any write is recovered to
-//! the last commit. Without one, metadata goes home directly: a commit that is interrupted
-//! (a crash, a failed write) can leave the image inconsistent. After a failed commit the
-//! filesystem refuses further changes. A gathered block that the next transaction changes
-//! is written as the commit froze it (see [`Transactions::write_out`]).
+//! Until the journal lands, metadata goes to its home location directly: a commit that is
+//! interrupted (a crash, a failed write) can leave the image inconsistent, and after a
+//! failed commit the filesystem refuses further changes. Between commits the image is
+//! consistent: a gathered block that the next transaction changes is written as the commit
+//! froze it (see [`Transactions::write_out`]), which is also what the journal will log.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -310,16 +309,6 @@ impl Transactions {
         }
         self.committed.store(txn, Ordering::Release);
         self.commits.add(1);
-        // A checkpoint is the commit thread's to make, ahead of the commit that would
-        // otherwise find the log full (its own commits included: its visit checks again);
-        // without the thread, the committer makes it now, as it makes its own commits.
-        if let Some(journal) = parts.journal {
-            if journal.wants_checkpoint(parts.store) && !self.requests.request() {
-                journal
-                    .checkpoint_ahead(parts.store)
-                    .inspect_err(|_| self.state.store(FAILED, Ordering::Release))?;
-            }
-        }
         // OK to cast: u64 nanoseconds cover 584 years of one writer.
         let now = self.epoch.elapsed().as_nanos() as u64;
         self.last_commit.store(now, Ordering::Relaxed);
@@ -387,8 +376,8 @@ impl Transactions {
 
     /// The rest of a commit, while the next transaction runs: the gathered blocks, the
     /// bitmaps, descriptors and superblock, through the journal's log when there is one
-    /// ([`JournalLog::commit`]: durable in the log, then held for the checkpoint), else
-    /// home and flushed. An operation that
+    /// ([`JournalLog::commit`]: durable in the log before anything goes home, so the home
+    /// writes need no flush of their own), else home and flushed. An operation that
     /// changes a gathered block meanwhile first freezes a copy of it for this commit
     /// ([`Buffer`]), and the next commit, which starts only after this one, writes the
     /// change. No block freed by either transaction can be reused before its own commit
@@ -456,47 +445,20 @@ impl Transactions {
             .collect();
         let in_log = journal.commit(parts.store, &logged, freed)?;
         drop(logged);
-        if in_log {
-            // The checkpoint list answers for the blocks now, and the cache may let the
-            // buffers go. A copy of a bitmap or descriptor block the cache holds from an
-            // earlier read would be stale: dropped.
-            drop(buffers);
-            for (nr, _) in &uncached {
-                parts.store.cache().forget(*nr);
-            }
-        } else {
-            write_back::write_copies(parts.store, &sealed)?;
-            // Only now may the cache let the buffers go: until their home writes are done
-            // the device holds their old contents, and a buffer evicted and read back
-            // before then would bring those back, for the next commit to write over this
-            // one's changes (entries of large directories were lost so, once the cache was
-            // full).
-            drop(buffers);
-            write_back::write_uncached(parts.store, uncached)?;
-            write_back::write_superblock(parts.store, &superblock)?;
-            parts.store.flush("at a commit too large for the journal")?;
-        }
+        write_back::write_copies(parts.store, &sealed)?;
+        // Only now may the cache let the buffers go: until their home writes are done the
+        // device holds their old contents, and a buffer evicted and read back before then
+        // would bring those back, for the next commit to write over this one's changes
+        // (entries of large directories were lost so, once the cache was full).
+        drop(buffers);
         drop(sealed);
         journal.give_back_room(room);
-        Ok(written)
-    }
-
-    /// A checkpoint ahead of need, if the journal wants one: the checkpoint list's blocks
-    /// home, and the log's tail moved (see `journal/log.rs`), while commits go on. For the
-    /// commit thread, the one caller (so checkpoints ahead of need never overlap). A
-    /// failure fails the filesystem, as a failed commit does (the log still holds every
-    /// committed transaction).
-    pub(crate) fn checkpoint_if_wanted(&self, parts: &CommitParts<'_>) -> Result<()> {
-        let Some(journal) = parts.journal else {
-            return Ok(());
-        };
-        self.check_open()?;
-        if !journal.wants_checkpoint(parts.store) {
-            return Ok(());
+        write_back::write_uncached(parts.store, uncached)?;
+        write_back::write_superblock(parts.store, &superblock)?;
+        if !in_log {
+            parts.store.flush("at a commit too large for the journal")?;
         }
-        journal
-            .checkpoint_ahead(parts.store)
-            .inspect_err(|_| self.state.store(FAILED, Ordering::Release))
+        Ok(written)
     }
 
     /// Closes the gate for the unmount's last write: the superblock marked clean. No

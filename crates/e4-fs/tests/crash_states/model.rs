@@ -58,11 +58,6 @@ pub fn options() -> OpenOptions {
         commit_interval: Duration::ZERO,
         // Commits where the operations' sizes put them, the same on every run.
         commit_thread: false,
-        // The smallest cache, so blocks are evicted and read back through the checkpoint
-        // list, and a checkpoint once it holds 4 blocks: crashes fall before, during and
-        // after many checkpoints.
-        cache_bytes: 64 * BLOCK,
-        checkpoint_limit: Some(4),
         ..OpenOptions::writable()
     }
 }
