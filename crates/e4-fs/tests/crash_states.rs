@@ -44,6 +44,19 @@ use crash_states::range_moves::Shift;
 use crash_states::sweep::sweep;
 use e4_fs::OpenOptions;
 
+/// mke2fs arguments for 4 KiB blocks in 1 MiB groups (256 blocks), where a small
+/// `transaction_limit` makes operations over many groups go in steps.
+const ONE_MIB_GROUPS: &[&str] = &[
+    "-t",
+    "ext4",
+    "-b",
+    "4096",
+    "-g",
+    "256",
+    "-O",
+    "^resize_inode",
+];
+
 #[test]
 fn creates_and_renames_across_directories_are_atomic_at_every_crash() {
     let run = Run::start(|run| {
@@ -277,18 +290,8 @@ fn a_file_over_many_groups_is_freed_in_steps_that_every_crash_completes() {
         transaction_limit: Some(24),
         ..model::options()
     };
-    let args = [
-        "-t",
-        "ext4",
-        "-b",
-        "4096",
-        "-g",
-        "256",
-        "-O",
-        "^resize_inode",
-    ];
     let mut ids = Vec::new();
-    let run = Run::start_on(&args, 64, options, |run| {
+    let run = Run::start_on(ONE_MIB_GROUPS, 64, options, |run| {
         for (name, mib) in [("/wide", 20), ("/open", 20), ("/cut", 8)] {
             let id = run.create(name);
             for mib in 0..mib {
@@ -376,18 +379,7 @@ fn a_move_in_pieces_leaves_the_file_before_after_or_part_way_at_every_crash() {
         ..model::options()
     };
     let (mut sparse, mut other) = (0, 0);
-    let args = [
-        "-t",
-        "ext4",
-        "-b",
-        "4096",
-        "-g",
-        "256",
-        "-O",
-        "^resize_inode",
-        "-m",
-        "0",
-    ];
+    let args = [ONE_MIB_GROUPS, &["-m", "0"]].concat();
     let run = Run::start_on(&args, 16, options, |run| {
         sparse = run.create_whole("/sparse");
         // Block 2i holds extent i: no two merge.
