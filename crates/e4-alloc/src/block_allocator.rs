@@ -953,7 +953,7 @@ impl BlockAllocator {
     }
 
     /// Blocks held unused in windows, from two counters read without a lock (it can lag).
-    fn in_windows(&self) -> u64 {
+    pub fn in_windows(&self) -> u64 {
         let w = &self.stats.windows;
         w.reserved.get().saturating_sub(w.consumed.get())
     }

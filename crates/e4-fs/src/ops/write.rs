@@ -121,7 +121,26 @@ impl Filesystem {
     /// the bytes written: all of them, or fewer when the filesystem filled up part-way (then
     /// the file holds what was written). With nothing written, a full filesystem is an error.
     pub fn write_at(&self, ino: u32, offset: u64, data: &[u8]) -> Result<usize> {
+        self.release_windows_when_short(data.len() as u64)?;
         self.retry_when_full(|| self.write_at_once(ino, offset, data))
+    }
+
+    /// Near a full filesystem, gives back what reservation windows hold before a write of
+    /// `bytes` that may need it. A write takes its blocks in one transaction (all or
+    /// nothing at a crash), so one that ran out part-way stopped short while other files'
+    /// windows held free blocks ([`Self::retry_when_full`] frees them only when nothing was
+    /// written); the kernel discards its preallocations before it gives up too. Far from
+    /// full this is one read of the free-block estimate, no lock.
+    fn release_windows_when_short(&self, bytes: u64) -> Result<()> {
+        let Some(writer) = &self.writer else {
+            return Ok(());
+        };
+        let blocks = &writer.space.blocks;
+        let needed = bytes.div_ceil(u64::from(self.block_size()));
+        if blocks.free_blocks_estimate() >= needed || blocks.in_windows() == 0 {
+            return Ok(());
+        }
+        self.release_all_windows()
     }
 
     /// Runs `op`; if it finds the filesystem full while blocks or inodes freed in the
