@@ -201,19 +201,7 @@ fn operations_each_in_another_group_commit_before_the_log_overflows() {
 /// An ext4 image of `mib` MiB with 4 KiB blocks in 1 MiB groups, on which
 /// `OpenOptions::transaction_limit` of 24 blocks makes steps of 3 groups.
 fn one_mib_groups(mib: u64) -> Image {
-    make_empty_image(
-        &[
-            "-t",
-            "ext4",
-            "-b",
-            "4096",
-            "-g",
-            "256",
-            "-O",
-            "^resize_inode",
-        ],
-        mib,
-    )
+    make_empty_image(e4_testkit::ONE_MIB_GROUPS, mib)
 }
 
 /// Writes `mib` MiB of 0x77 into a new file `/wide` of `fs`; returns its inode.

@@ -43,19 +43,7 @@ use crash_states::model::{self, Run, BLOCK, RECORD};
 use crash_states::range_moves::Shift;
 use crash_states::sweep::sweep;
 use e4_fs::OpenOptions;
-
-/// mke2fs arguments for 4 KiB blocks in 1 MiB groups (256 blocks), where a small
-/// `transaction_limit` makes operations over many groups go in steps.
-const ONE_MIB_GROUPS: &[&str] = &[
-    "-t",
-    "ext4",
-    "-b",
-    "4096",
-    "-g",
-    "256",
-    "-O",
-    "^resize_inode",
-];
+use e4_testkit::ONE_MIB_GROUPS;
 
 #[test]
 fn creates_and_renames_across_directories_are_atomic_at_every_crash() {

@@ -160,6 +160,20 @@ pub fn e2fsck_problems(image: &Path) -> Vec<String> {
         .collect()
 }
 
+/// mke2fs arguments for ext4 with 4 KiB blocks in groups of 256 (1 MiB), no resize inode:
+/// an image of a few dozen MiB then has as many groups as a large volume has per log, so
+/// a small `OpenOptions::transaction_limit` makes operations over many groups go in steps.
+pub const ONE_MIB_GROUPS: &[&str] = &[
+    "-t",
+    "ext4",
+    "-b",
+    "4096",
+    "-g",
+    "256",
+    "-O",
+    "^resize_inode",
+];
+
 /// An image with nothing but what mke2fs puts there, for tests of single structures.
 pub fn make_empty_image(mke2fs_args: &[&str], size_mib: u64) -> Image {
     let dir = tempfile::tempdir().unwrap();
