@@ -417,36 +417,22 @@ impl DirectoryEditor<'_> {
     /// Reads the root and walks down to the bottom index node for the hash `hash_of` gives
     /// under the directory's hash version.
     pub(super) fn probe(&self, hash_of: impl FnOnce(HashVersion) -> u32) -> Result<IndexPath> {
-        let physical = self.physical(0)?;
-        let format = self.format();
-        let (root_info, version, hash, root) = look_at(
-            self.io(),
-            physical,
-            BlockKind::HtreeNode,
-            self.owner(),
-            |bytes| {
-                let loc = self.loc(physical);
-                let (info, entries) = DxRoot::entries_in(
-                    bytes,
-                    format.metadata_csum,
-                    format.max_index_levels(),
-                    loc,
-                )?;
-                let version = HashVersion::from_disk(info.hash_version, format.unsigned_hash)
-                    .ok_or_else(|| {
-                        FormatError::corrupt(
-                            Structure::HtreeRoot,
-                            loc,
-                            Problem::UnknownHashVersion {
-                                version: info.hash_version,
-                            },
-                        )
-                    })?;
-                let hash = hash_of(version);
-                let root = IndexLevel::following(0, &entries, entries.child_for(hash));
-                Ok((info, version, hash, root))
-            },
-        )?;
+        let (root_info, version, hash, root) = self.look_at_index(0, |info, entries| {
+            // OK to unwrap: block 0 is the root, shown with its info.
+            let info = info.cloned().expect("the root comes with its info");
+            let Some(version) =
+                HashVersion::from_disk(info.hash_version, self.format().unsigned_hash)
+            else {
+                let loc = self.loc(self.physical(0)?);
+                let problem = Problem::UnknownHashVersion {
+                    version: info.hash_version,
+                };
+                return Err(FormatError::corrupt(Structure::HtreeRoot, loc, problem).into());
+            };
+            let hash = hash_of(version);
+            let root = IndexLevel::following(0, &entries, entries.child_for(hash));
+            Ok((info, version, hash, root))
+        })?;
         let mut levels: SmallVec<[IndexLevel; MAX_LEVELS_LARGEDIR as usize]> = smallvec![root];
         for _ in 0..root_info.indirect_levels {
             let parent = levels.last().expect("levels start with the root");
@@ -489,6 +475,25 @@ impl DirectoryEditor<'_> {
         logical: u64,
         pick: impl FnOnce(&DxEntries<'_>) -> usize,
     ) -> Result<IndexLevel> {
+        self.look_at_index(logical, |_, entries| {
+            let at = pick(&entries);
+            if at >= entries.len() {
+                return Err(Error::Internal(format!(
+                    "index entry {at} of {} followed in directory block {logical}",
+                    entries.len()
+                )));
+            }
+            Ok(IndexLevel::following(logical, &entries, at))
+        })
+    }
+
+    /// Shows index node `logical` (0: the root, with its info) to `look` where it lies in
+    /// the cache, checked as a parse checks it.
+    fn look_at_index<T>(
+        &self,
+        logical: u64,
+        look: impl FnOnce(Option<&DxRootInfo>, DxEntries<'_>) -> Result<T>,
+    ) -> Result<T> {
         let physical = self.physical(logical)?;
         let format = self.format();
         look_at(
@@ -498,20 +503,17 @@ impl DirectoryEditor<'_> {
             self.owner(),
             |bytes| {
                 let loc = self.loc(physical);
-                let entries = if logical == 0 {
-                    DxRoot::entries_in(bytes, format.metadata_csum, format.max_index_levels(), loc)?
-                        .1
+                if logical == 0 {
+                    let (info, entries) = DxRoot::entries_in(
+                        bytes,
+                        format.metadata_csum,
+                        format.max_index_levels(),
+                        loc,
+                    )?;
+                    look(Some(&info), entries)
                 } else {
-                    DxNode::entries_in(bytes, format.metadata_csum, loc)?
-                };
-                let at = pick(&entries);
-                if at >= entries.len() {
-                    return Err(Error::Internal(format!(
-                        "index entry {at} of {} followed in directory block {logical}",
-                        entries.len()
-                    )));
+                    look(None, DxNode::entries_in(bytes, format.metadata_csum, loc)?)
                 }
-                Ok(IndexLevel::following(logical, &entries, at))
             },
         )
     }
@@ -535,42 +537,18 @@ impl DirectoryEditor<'_> {
         Ok(())
     }
 
-    /// Block 0's root info and its index, parsed where the block lies.
+    /// Block 0's root info and its index, copied.
     fn read_root(&self) -> Result<(DxRootInfo, DxNode)> {
-        let physical = self.physical(0)?;
-        let format = self.format();
-        let root = look_at(
-            self.io(),
-            physical,
-            BlockKind::HtreeNode,
-            self.owner(),
-            |bytes| {
-                Ok(DxRoot::parse(
-                    bytes,
-                    format.metadata_csum,
-                    format.max_index_levels(),
-                    self.loc(physical),
-                )?)
-            },
-        )?;
-        Ok((root.info, root.node))
+        self.look_at_index(0, |info, entries| {
+            // OK to unwrap: block 0 is the root, shown with its info.
+            let info = info.cloned().expect("the root comes with its info");
+            Ok((info, entries.to_node()))
+        })
     }
 
+    /// Interior index node `logical`, copied.
     fn read_index_node(&self, logical: u64) -> Result<DxNode> {
-        let physical = self.physical(logical)?;
-        look_at(
-            self.io(),
-            physical,
-            BlockKind::HtreeNode,
-            self.owner(),
-            |bytes| {
-                Ok(DxNode::parse(
-                    bytes,
-                    self.format().metadata_csum,
-                    self.loc(physical),
-                )?)
-            },
-        )
+        self.look_at_index(logical, |_, entries| Ok(entries.to_node()))
     }
 
     /// The logical block an index entry in node `from` points at, checked to lie inside
