@@ -419,7 +419,7 @@ fn read_request<F: FsOps>(fs: &F, file: &F::File, offset: u64, buf: &mut [u8]) -
 
 /// The tree and each thread's directory as a path, for the tree workloads: `None` for
 /// the others.
-fn tree_work<F: FsOps>(
+fn tree_and_paths<F: FsOps>(
     fs: &F,
     workload: Workload,
     p: &Params,
@@ -455,7 +455,7 @@ pub fn run<F: FsOps>(fs: &F, workload: Workload, p: &Params) -> io::Result<Measu
     let dirs: Vec<F::Dir> = (0..p.threads)
         .map(|t| fs.mkdir(&root, &format!("t{t}")))
         .collect::<io::Result<_>>()?;
-    let tree_work = tree_work(fs, workload, p, &dirs)?;
+    let tree_work = tree_and_paths(fs, workload, p, &dirs)?;
     let shared = fs.mkdir(&root, "shared")?;
     let data = vec![0x5a_u8; BLOCK as usize];
     // Set-up before the clock: files to remove, rename, list or shrink.
@@ -514,7 +514,7 @@ pub fn run<F: FsOps>(fs: &F, workload: Workload, p: &Params) -> io::Result<Measu
         Workload::RmTree | Workload::GitStatus => {
             // OK to unwrap: tree_work is Some for every tree workload.
             let (tree, paths) = tree_work.as_ref().unwrap();
-            // The copies are made at once, as the timed part will use them.
+            // Each thread makes its own copy, all at once, as they will be used.
             timed(p, p.duration, PhaseEnd::EachOutOfWork, |t, _| {
                 if workload == Workload::RmTree {
                     let copy = paths[t].join(TREE_COPY);
@@ -727,8 +727,14 @@ pub fn run<F: FsOps>(fs: &F, workload: Workload, p: &Params) -> io::Result<Measu
                 // OK to unwrap: tree_work is Some for every tree workload.
                 let (tree, paths) = tree_work.as_ref().unwrap();
                 let ops = match workload {
-                    Workload::Untar => tree.extract(&paths[t]).map(|()| 1)?,
-                    Workload::RmTree => real_tree::remove(&paths[t].join(TREE_COPY)).map(|()| 1)?,
+                    Workload::Untar => {
+                        tree.extract(&paths[t])?;
+                        1
+                    }
+                    Workload::RmTree => {
+                        real_tree::remove(&paths[t].join(TREE_COPY))?;
+                        1
+                    }
                     _ => until_every(window, 1, |_| {
                         real_tree::git_status_is_clean(&paths[t]).map(|()| true)
                     })?,

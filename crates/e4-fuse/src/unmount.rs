@@ -45,13 +45,11 @@ impl MountPoint {
         &self.dir
     }
 
-    /// Whether this mount is still the top one on its directory.
-    pub(crate) fn is_mounted(&self) -> bool {
-        match (self.device, mounted_device(&self.dir)) {
-            (Some(ours), Some(now)) => ours == now,
-            (None, now) => now.is_some(),
-            (Some(_), None) => false,
-        }
+    /// Whether this mount is still the top one on its directory. Unknown (no device) is
+    /// taken as mounted: the unmount itself then tells (EINVAL: nothing mounted there).
+    fn is_mounted(&self) -> bool {
+        self.device
+            .is_none_or(|ours| mounted_device(&self.dir) == Some(ours))
     }
 
     /// Unmounts, retrying while the mount is busy, for up to `patience`; then fails with
