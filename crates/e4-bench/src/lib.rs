@@ -116,9 +116,19 @@ pub fn run(plan: &Plan, progress: &mut dyn FnMut(&str)) -> BenchReport {
     let total = plan.workloads.len() * plan.threads.len() * plan.targets.len();
     let mut done = 0;
     let mut unavailable: Vec<Target> = Vec::new();
+    let git = if plan.workloads.contains(&Workload::GitStatus) {
+        real_tree::check_git()
+    } else {
+        Ok(())
+    };
     for &workload in &plan.workloads {
         if workload.works_on_a_tree() {
-            if let Err(why) = &tree {
+            let cannot = match (&tree, &git) {
+                (Err(why), _) => Some(why),
+                (Ok(_), Err(why)) if workload == Workload::GitStatus => Some(why),
+                _ => None,
+            };
+            if let Some(why) = cannot {
                 let line = format!("{}: {why}", workload.name());
                 progress(&format!("  skipped {line}"));
                 report.skipped.push(line);
@@ -214,8 +224,7 @@ fn tree_for(
     if !plan.workloads.iter().any(|w| w.works_on_a_tree()) {
         return Ok(None);
     }
-    let with_git = plan.workloads.contains(&Workload::GitStatus);
-    let tree = TreeTarball::build(&plan.tree, scratch, with_git)?;
+    let tree = TreeTarball::build(&plan.tree, scratch)?;
     progress(&format!(
         "tree: {} ({} files, {})",
         tree.source.display(),

@@ -32,17 +32,11 @@ pub struct TreeTarball {
 
 impl TreeTarball {
     /// Packs `source` into `scratch/tree.tar` with the system's `tar` and counts its files.
-    /// `with_git`: the run also needs `git`, checked here so that a missing one is one line
-    /// before any point, not a failure per point.
-    pub fn build(source: &Path, scratch: &Path, with_git: bool) -> Result<TreeTarball, String> {
+    pub fn build(source: &Path, scratch: &Path) -> Result<TreeTarball, String> {
         let (files, bytes) =
             count_files(source).map_err(|e| format!("the tree {}: {e}", source.display()))?;
         if files == 0 {
             return Err(format!("the tree {} holds no files", source.display()));
-        }
-        if with_git {
-            run(Command::new("git").arg("--version"), "git --version")
-                .map_err(|e| e.to_string())?;
         }
         let path = scratch.join("tree.tar");
         run(
@@ -88,6 +82,12 @@ impl TreeTarball {
         )?;
         git_status_is_clean(dir)
     }
+}
+
+/// Whether the system's `git` runs: checked once before any point, so that a missing
+/// one is one line, not a failure per point.
+pub fn check_git() -> Result<(), String> {
+    run(Command::new("git").arg("--version"), "git --version").map_err(|e| e.to_string())
 }
 
 /// `rm -rf dir`.
@@ -210,7 +210,7 @@ mod tests {
         std::fs::write(source.join("include/b.h"), "int b;\n".repeat(1000)).unwrap();
         std::fs::write(source.join("include/sys/c.h"), "#define C 1\n").unwrap();
         std::os::unix::fs::symlink("a.h", source.join("link.h")).unwrap();
-        TreeTarball::build(&source, scratch, true).unwrap()
+        TreeTarball::build(&source, scratch).unwrap()
     }
 
     fn params(threads: usize, tree: &TreeTarball) -> Params {
@@ -251,15 +251,14 @@ mod tests {
         let tree = small_tree(scratch.path());
         assert_eq!((tree.files, tree.bytes), (4, 7 + 7000 + 12));
         assert!(tree.path.starts_with(scratch.path()));
-        let missing =
-            TreeTarball::build(&scratch.path().join("none"), scratch.path(), false).unwrap_err();
+        let missing = TreeTarball::build(&scratch.path().join("none"), scratch.path()).unwrap_err();
         assert!(
             missing.contains("none") && !missing.contains('\n'),
             "{missing}"
         );
         let empty = scratch.path().join("empty");
         std::fs::create_dir(&empty).unwrap();
-        let none = TreeTarball::build(&empty, scratch.path(), false).unwrap_err();
+        let none = TreeTarball::build(&empty, scratch.path()).unwrap_err();
         assert!(none.contains("holds no files"), "{none}");
     }
 
