@@ -97,6 +97,16 @@ impl ReservationWindow {
         }
     }
 
+    /// Takes over the reservation `[next, next + remaining)` of `run` (a packing window's
+    /// rest, [`BlockAllocator::adopt_pack_window`]), giving up the run this window held.
+    pub(crate) fn adopt(&mut self, run: Option<Arc<ReservedRun>>, next: u64, remaining: u32) {
+        if let Some(old) = std::mem::replace(&mut self.run, run) {
+            old.give_up();
+        }
+        self.next = next;
+        self.remaining = remaining;
+    }
+
     /// Blocks reserved and not yet used.
     pub fn remaining(&self) -> u32 {
         self.remaining

@@ -19,6 +19,7 @@ use crossbeam_utils::CachePadded;
 use crate::block_allocator::{AllocError, AllocRequest, BlockAllocator, Extent, Reserve};
 use crate::group_state::ReservedRun;
 use crate::instrumented_lock::InstrumentedMutex;
+use crate::reservation_window::ReservationWindow;
 
 /// Largest allocation packed, in blocks: ext4's stream threshold (`s_mb_stream_request`).
 pub const SMALL_FILE_BLOCKS: u32 = 16;
@@ -130,6 +131,46 @@ impl BlockAllocator {
             }),
             other => other,
         }
+    }
+
+    /// Hands what is left of a packing window to `window`, an empty reservation window of a
+    /// file, when the packing window goes on right at `goal`, the block after the file's
+    /// last: the file was the last one packed there and now grows past a small file's size.
+    /// It then stays contiguous, as ext4's files do since it allocates at write-back,
+    /// knowing their size; without this an archive's files (tar writes a few blocks first)
+    /// took their first blocks here and the rest from a window elsewhere, in two extents.
+    /// `slot`'s window is tried first, then the others' (a FUSE mount's workers write one
+    /// file's pieces from different threads); a busy one is skipped, never waited for. The
+    /// slot that gave its window asks for a new one at its next small file, after this
+    /// one. For a file's first growth only: it touches every slot's lock.
+    pub fn adopt_pack_window(
+        &self,
+        window: &mut ReservationWindow,
+        goal: u64,
+        slot: usize,
+    ) -> bool {
+        if !self.config().pack_small_files
+            || self.config().window_cap == 0
+            || window.remaining() != 0
+        {
+            return false;
+        }
+        let slots = &self.packing().slots;
+        (0..slots.len()).any(|i| {
+            let cell = &slots[(slot + i) % slots.len()];
+            let Some(mut pack) = cell.try_lock(&self.stats().packing_locks) else {
+                return false;
+            };
+            if pack.remaining == 0 || pack.next != goal {
+                return false;
+            }
+            let end = pack.next + u64::from(pack.remaining);
+            window.adopt(pack.run.take(), pack.next, pack.remaining);
+            // The slot's next packing window is asked for after the one handed over.
+            pack.next = end;
+            pack.remaining = 0;
+            true
+        })
     }
 
     /// Gives what is left of a packing window back to its group.

@@ -748,6 +748,53 @@ fn small_files_are_packed_per_slot() {
     assert_eq!(alloc.free_blocks_for_statfs(), alloc.free_blocks());
 }
 
+/// A packed small file that grows takes over the rest of the packing window it ends in,
+/// whichever slot asks, so it stays one run; the slot's next small file is packed after
+/// what was handed over, and a file that does not end where a packing window goes on gets
+/// nothing from it.
+#[test]
+fn a_growing_small_file_takes_over_the_packing_window_it_ends_in() {
+    let alloc = BlockAllocator::empty(geometry(8, 4096), AllocatorConfig::default());
+    let before = alloc.free_blocks_for_statfs();
+    let small = alloc.allocate_small_file(3, 0, 1).unwrap();
+    let mut window = ReservationWindow::new();
+    assert!(!alloc.adopt_pack_window(&mut window, small.end() + 1, 0));
+    // Another thread's write of the file's next piece finds the window too.
+    assert!(alloc.adopt_pack_window(&mut window, small.end(), 1));
+    assert_eq!(window.unused().map(|e| e.start), Some(small.end()));
+    let grown = alloc
+        .allocate_append(&mut window, Some(small.end()), 40, 0, 1)
+        .unwrap();
+    assert_eq!((grown.start, grown.len), (small.end(), 40));
+    // The next small file of slot 0 comes after the handed-over window, not inside it.
+    let next = alloc.allocate_small_file(2, 0, 2).unwrap();
+    let held = window.unused().unwrap();
+    assert!(
+        next.start >= held.end(),
+        "{next:?} inside the file's window {held:?}"
+    );
+    // Every block handed out is in use on disk, and nothing was lost or counted twice
+    // (windows are free space for statfs).
+    let geo = *alloc.geometry();
+    for extent in [small, grown, next] {
+        for block in extent.start..extent.end() {
+            let (group, offset) = geo.group_of(block);
+            let (bitmap, _) = alloc
+                .group_bitmap_for_disk(group, geo.blocks_per_group.div_ceil(8) as usize)
+                .unwrap();
+            let offset = offset as usize;
+            assert!(
+                bitmap[offset / 8] & (1 << (offset % 8)) != 0,
+                "block {block} free on disk"
+            );
+        }
+    }
+    assert_eq!(alloc.free_blocks_for_statfs(), before - 3 - 40 - 2);
+    alloc.release_window(&mut window, 0);
+    alloc.release_small_file_windows();
+    assert_eq!(alloc.free_blocks_for_statfs(), alloc.free_blocks());
+}
+
 /// Blocks parked in packing windows never cause a false "no space".
 #[test]
 fn packing_windows_are_reclaimed_before_no_space() {

@@ -168,6 +168,16 @@ fn every_change(fs: &Filesystem, dir: u32, tag: u32, step: &dyn Fn(u32)) {
         fs.fallocate(other, FallocateMode::InsertRange, 20 * bs, 8 * bs)
             .unwrap();
         step(line!());
+        // An insert that splits an extent of a full root: the split adds a tree level.
+        let rooted = fs.create(dir, &name("rooted"), FILE).unwrap();
+        for i in 0..4u64 {
+            fs.write_at(rooted, i * 20 * bs, &pattern(10 * bs as usize, i))
+                .unwrap();
+        }
+        step(line!());
+        fs.fallocate(rooted, FallocateMode::InsertRange, 25 * bs, bs)
+            .unwrap();
+        step(line!());
         fs.fallocate(other, FallocateMode::ZeroRange, 3 * bs + 5, 40 * bs)
             .unwrap();
         step(line!());

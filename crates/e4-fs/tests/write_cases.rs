@@ -178,6 +178,46 @@ fn blocks_of(fs: &Filesystem, ino: u32) -> Vec<u64> {
     out
 }
 
+/// Files written as an archive is unpacked (a few blocks first, the rest after, one file
+/// after another from one thread) each lie in one run: a packed small file that grows takes
+/// over the rest of its packing window, and the next file is packed after it.
+#[test]
+fn a_small_file_that_grows_stays_contiguous_and_the_next_is_packed_after_it() {
+    // 4 KiB blocks, so that tar's first write is a small file's three blocks.
+    let img = make_empty_image(&["-t", "ext4", "-b", "4096"], 64);
+    let fs = Filesystem::open(&img.path, OpenOptions::writable()).unwrap();
+    let bs = fs.block_size() as usize;
+    let mut files = Vec::new();
+    for (i, blocks) in [40usize, 3, 25, 1, 60].into_iter().enumerate() {
+        let ino = fs.create(ROOT, format!("f{i}").as_bytes(), ME).unwrap();
+        // tar's first write: 9,728 bytes, then the rest.
+        let first = 9728.min(blocks * bs);
+        fs.write_at(ino, 0, &vec![i as u8 + 1; first]).unwrap();
+        if blocks * bs > first {
+            fs.write_at(ino, first as u64, &vec![i as u8 + 1; blocks * bs - first])
+                .unwrap();
+        }
+        files.push((ino, blocks));
+    }
+    let mut runs = Vec::new();
+    for &(ino, blocks) in &files {
+        let physical = blocks_of(&fs, ino);
+        assert_eq!(physical.len(), blocks);
+        assert!(
+            physical.windows(2).all(|w| w[1] == w[0] + 1),
+            "inode {ino} of {blocks} blocks is not one run: {physical:?}"
+        );
+        runs.push((physical[0], physical[physical.len() - 1]));
+    }
+    runs.sort_unstable();
+    assert!(
+        runs.windows(2).all(|w| w[0].1 < w[1].0),
+        "files overlap: {runs:?}"
+    );
+    fs.unmount().unwrap();
+    e2fsck_clean(&img.path).unwrap();
+}
+
 #[test]
 fn freed_blocks_are_reused_only_after_the_commit() {
     let img = make_empty_image(&["-t", "ext4", "-m", "0"], 16);

@@ -337,7 +337,8 @@ impl Filesystem {
     /// (whose data will end before logical block `file_end`), placed as a write places them:
     /// the blocks of a small new file (data from block 0 and at most [`SMALL_FILE_BLOCKS`])
     /// packed after the previous small file of this thread, other blocks after the file's
-    /// previous block, or else from its inode's group, through its reservation `window`.
+    /// previous block (a packed file that grows takes over the rest of the packing window
+    /// it ends in), or else from its inode's group, through its reservation `window`.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn allocate_data_blocks(
         &self,
@@ -364,6 +365,13 @@ impl Filesystem {
                 Some(prev) => map.lookup(prev)?.map(|r| r.physical + 1),
                 None => None,
             };
+            match after_previous {
+                // A small file growing on where a packing window goes on.
+                Some(goal) if logical <= SMALL_FILE_BLOCKS => {
+                    blocks.adopt_pack_window(window, goal, io.slot);
+                }
+                _ => {}
+            }
             let group = (ino - 1) / self.geometry.inodes_per_group();
             let goal = after_previous.unwrap_or_else(|| self.geometry.group_first_block(group));
             blocks.allocate_append_as(window, Some(goal), want, io.slot, stream, privileged)

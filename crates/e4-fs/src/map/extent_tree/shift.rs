@@ -81,6 +81,8 @@ impl ExtentTree<'_> {
                         )));
                     }
                 }
+                // The split may split nodes up to the root and add a level.
+                self.declare_edges(1)?;
                 self.split_extent_at(from)?;
             }
         }
