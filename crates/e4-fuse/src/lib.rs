@@ -30,6 +30,7 @@ mod readahead;
 mod seek;
 mod session;
 mod shards;
+mod shown_directories;
 mod warnings;
 
 pub use daemon::{report_mounted, start_daemon};

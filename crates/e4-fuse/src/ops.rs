@@ -14,7 +14,8 @@ use std::time::{Duration, SystemTime};
 
 use e4_format::dir_entry::MAX_NAME_LEN;
 use e4_fs::{
-    Creator, FallocateMode, Filesystem, Metadata, OpenIntent, RenameMode, SetAttributes, XattrSet,
+    Creator, FallocateMode, FileType, Filesystem, Metadata, OpenIntent, RenameMode, SetAttributes,
+    XattrSet,
 };
 use fuser::{
     CopyFileRangeFlags, Errno, FileAttr, FileHandle, FopenFlags, Generation, INodeNo, InitFlags,
@@ -26,7 +27,7 @@ use parking_lot::Mutex;
 
 use crate::attrs::{
     decode_rdev, entry_attr, ext4_ino, file_attr, file_type_of_mode, generation_of, kind_of,
-    negative_entry_attr, timestamp, IdMap, Owners,
+    negative_entry_attr, node_of, timestamp, IdMap, Owners,
 };
 use crate::dir_listing::{self, Listed};
 use crate::error_policy::OnError;
@@ -34,6 +35,7 @@ use crate::file_flags;
 use crate::kill_privileges::{caller_lacks_fsetid, kill_privileges};
 use crate::lookup_counts::LookupCounts;
 use crate::seek::{seek, Seek, SeekError};
+use crate::shown_directories::ShownDirectories;
 
 /// How long the kernel may trust an entry (a name, or a name's absence) or attributes
 /// without asking again. Every change goes through this mount (it holds the image's lock),
@@ -85,6 +87,8 @@ pub(crate) struct E4Fuse {
     /// `None` only after `destroy`, when no request comes any more.
     fs: Option<Arc<Filesystem>>,
     lookups: LookupCounts,
+    /// Directories whose attributes a reply may carry stale (`shown_directories`).
+    shown: ShownDirectories,
     owners: Owners,
     fakeroot: bool,
     /// `acl`: POSIX_ACL and DONT_MASK are asked for.
@@ -135,6 +139,7 @@ impl E4Fuse {
             block_size: fs.block_size(),
             fs: Some(fs),
             lookups: LookupCounts::new(),
+            shown: ShownDirectories::new(),
             owners,
             fakeroot,
             posix_acl,
@@ -159,7 +164,7 @@ impl E4Fuse {
     fn entry(&self, ino: u32) -> Result<(FileAttr, Generation), Errno> {
         let fs = self.fs();
         self.lookups.remember(fs, ino).or_errno(&self.on_error)?;
-        match fs.metadata(ino) {
+        match self.metadata_to_show(ino) {
             Ok(m) => Ok((
                 entry_attr(&m, self.block_size, self.owners),
                 generation_of(&m),
@@ -169,6 +174,22 @@ impl E4Fuse {
                 Err(self.on_error.errno(&e))
             }
         }
+    }
+
+    /// Inode `ino`'s metadata for a reply that carries its attributes (an attribute or
+    /// entry reply). A directory is recorded as shown first (`shown_directories`) and read
+    /// again after that, so a change in it either finds the record or is in what is sent.
+    fn metadata_to_show(&self, ino: u32) -> e4_fs::Result<Metadata> {
+        self.to_show(self.fs().metadata(ino)?)
+    }
+
+    /// [`E4Fuse::metadata_to_show`] from `m`, read (or changed) just before.
+    fn to_show(&self, m: Metadata) -> e4_fs::Result<Metadata> {
+        if m.file_type != FileType::Directory {
+            return Ok(m);
+        }
+        self.shown.showing(node_of(m.ino));
+        self.fs().metadata(m.ino)
     }
 
     /// Tells the kernel that node `node`'s attributes changed without a reply that carries
@@ -190,6 +211,20 @@ impl E4Fuse {
         if result.is_ok() {
             for &node in nodes {
                 self.attributes_changed(node);
+            }
+        }
+    }
+
+    /// Directories `dirs` gained or lost names, if `result` says so: the kernel is told
+    /// of those whose attributes a reply may have carried stale since it was last told
+    /// (`shown_directories`); the others' cached attributes the kernel drops itself when
+    /// the reply comes.
+    fn names_changed<T>(&self, result: &Result<T, Errno>, dirs: &[INodeNo]) {
+        if result.is_ok() {
+            for &dir in dirs {
+                if self.shown.take(dir) {
+                    self.attributes_changed(dir);
+                }
             }
         }
     }
@@ -489,7 +524,7 @@ impl fuser::Filesystem for E4Fuse {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match self.fs().metadata(ext4_ino(ino)) {
+        match self.metadata_to_show(ext4_ino(ino)) {
             Ok(m) => reply.attr(&TTL, &self.attr(&m)),
             Err(e) => reply.error(self.on_error.errno(&e)),
         }
@@ -546,7 +581,10 @@ impl fuser::Filesystem for E4Fuse {
             }
             _ => Ok(()),
         };
-        match killed.and_then(|()| self.fs().setattr(ino, &attrs)) {
+        match killed
+            .and_then(|()| self.fs().setattr(ino, &attrs))
+            .and_then(|m| self.to_show(m))
+        {
             Ok(m) => reply.attr(&TTL, &self.attr(&m)),
             Err(e) => reply.error(self.on_error.errno(&e)),
         }
@@ -577,21 +615,21 @@ impl fuser::Filesystem for E4Fuse {
         let made = {
             let fs = self.fs();
             match file_type_of_mode(mode) {
-                Some(e4_fs::FileType::Regular) => {
+                Some(FileType::Regular) => {
                     fs.create(parent, bytes(name), c).or_errno(&self.on_error)
                 }
                 Some(
-                    t @ (e4_fs::FileType::Fifo
-                    | e4_fs::FileType::Socket
-                    | e4_fs::FileType::CharDevice
-                    | e4_fs::FileType::BlockDevice),
+                    t @ (FileType::Fifo
+                    | FileType::Socket
+                    | FileType::CharDevice
+                    | FileType::BlockDevice),
                 ) => fs
                     .mknod(parent, bytes(name), t, decode_rdev(rdev), c)
                     .or_errno(&self.on_error),
                 _ => Err(Errno::EINVAL),
             }
         };
-        self.changed(&made, &[node]);
+        self.names_changed(&made, &[node]);
         self.reply_entry(reply, made);
     }
 
@@ -615,7 +653,7 @@ impl fuser::Filesystem for E4Fuse {
                 self.creator(req, mode, umask),
             )
             .or_errno(&self.on_error);
-        self.changed(&made, &[parent]);
+        self.names_changed(&made, &[parent]);
         self.reply_entry(reply, made);
     }
 
@@ -627,7 +665,7 @@ impl fuser::Filesystem for E4Fuse {
             .fs()
             .unlink(ext4_ino(parent), bytes(name))
             .or_errno(&self.on_error);
-        self.changed(&result, &[parent]);
+        self.names_changed(&result, &[parent]);
         reply_empty(reply, result);
     }
 
@@ -639,7 +677,7 @@ impl fuser::Filesystem for E4Fuse {
             .fs()
             .rmdir(ext4_ino(parent), bytes(name))
             .or_errno(&self.on_error);
-        self.changed(&result, &[parent]);
+        self.names_changed(&result, &[parent]);
         reply_empty(reply, result);
     }
 
@@ -664,7 +702,7 @@ impl fuser::Filesystem for E4Fuse {
                 c,
             )
             .or_errno(&self.on_error);
-        self.changed(&made, &[parent]);
+        self.names_changed(&made, &[parent]);
         self.reply_entry(reply, made);
     }
 
@@ -703,9 +741,9 @@ impl fuser::Filesystem for E4Fuse {
                 .or_errno(&self.on_error)
         });
         if parent == newparent {
-            self.changed(&result, &[parent]);
+            self.names_changed(&result, &[parent]);
         } else {
-            self.changed(&result, &[parent, newparent]);
+            self.names_changed(&result, &[parent, newparent]);
         }
         reply_empty(reply, result);
     }
@@ -727,7 +765,7 @@ impl fuser::Filesystem for E4Fuse {
             .link(ino, ext4_ino(newparent), bytes(newname))
             .or_errno(&self.on_error)
             .map(|()| ino);
-        self.changed(&made, &[newparent]);
+        self.names_changed(&made, &[newparent]);
         self.reply_entry(reply, made);
     }
 
@@ -1060,7 +1098,7 @@ impl fuser::Filesystem for E4Fuse {
                 }
                 Ok(entry)
             });
-        self.changed(&made, &[parent]);
+        self.names_changed(&made, &[parent]);
         match made {
             Ok((attr, generation)) => reply.created(
                 &TTL,
