@@ -437,7 +437,10 @@ fn shows_the_last_change_of_a_round(dir: &Path, round: &str, observe: &(dyn Fn()
                 }
             });
         }
-        let (a, b) = (dir.join(format!("{round}-a")), dir.join(format!("{round}-b")));
+        let (a, b) = (
+            dir.join(format!("{round}-a")),
+            dir.join(format!("{round}-b")),
+        );
         fs::write(&a, b"").unwrap();
         fs::write(&b, b"").unwrap();
         let before_last = std::time::SystemTime::now();
@@ -448,7 +451,10 @@ fn shows_the_last_change_of_a_round(dir: &Path, round: &str, observe: &(dyn Fn()
     let shown = fs::metadata(dir).unwrap();
     for (name, time) in [
         ("mtime", shown.modified().unwrap()),
-        ("ctime", UNIX_EPOCH + Duration::new(shown.ctime() as u64, shown.ctime_nsec() as u32)),
+        (
+            "ctime",
+            UNIX_EPOCH + Duration::new(shown.ctime() as u64, shown.ctime_nsec() as u32),
+        ),
     ] {
         assert!(
             time >= before_last,
