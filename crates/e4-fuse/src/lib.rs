@@ -23,7 +23,6 @@ mod dir_listing;
 mod error_policy;
 mod file_flags;
 mod kill_privileges;
-mod lookup_counts;
 mod ops;
 mod options;
 mod readahead;

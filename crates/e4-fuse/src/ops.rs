@@ -3,8 +3,21 @@
 //! fuser runs each request on the worker thread that read it from its clone of
 //! `/dev/fuse` and the handler runs inline there: no request is handed to another thread
 //! and no handler waits for another request. Engine calls lock only what they touch
-//! (inodes, directories, groups); the mount's own table ([`LookupCounts`]) is sharded by
-//! key, and a directory listing keeps no state but the kernel's offset (`dir_listing`).
+//! (inodes, directories, groups); the mount's one table of its own ([`ShownDirectories`])
+//! is sharded by key, and a directory listing keeps no state but the kernel's offset
+//! (`dir_listing`).
+//!
+//! The kernel's lookup counts (FUSE's `nlookup`: how many times a node was handed to the
+//! kernel in an entry reply, less what `forget` gave back) are the engine's own open
+//! counts: every entry reply opens the inode once ([`Filesystem::open_inode`], before the
+//! reply, since a forget can follow it at once on another thread), and a forget releases
+//! it as many times ([`Filesystem::release_inode_times`]); open file handles count there
+//! too. So a file whose last name is removed while the kernel still knows it lives on the
+//! orphan list until the last forget and release, as the protocol asks, and is freed
+//! then; any still known at unmount are freed by the engine's unmount (the kernel sends no
+//! forgets then). One count under the inode's own lock, instead of a table of the mount's
+//! beside the engine's, spares a forget and an entry reply a lookup in a second table
+//! (docs/BENCHMARKS.md, "Where an unlink through e4's mount goes").
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -33,7 +46,6 @@ use crate::dir_listing::{self, Listed};
 use crate::error_policy::OnError;
 use crate::file_flags;
 use crate::kill_privileges::{caller_lacks_fsetid, kill_privileges};
-use crate::lookup_counts::LookupCounts;
 use crate::seek::{seek, Seek, SeekError};
 use crate::shown_directories::ShownDirectories;
 
@@ -86,7 +98,6 @@ pub(crate) type Outcome = Arc<Mutex<Option<e4_fs::Result<()>>>>;
 pub(crate) struct E4Fuse {
     /// `None` only after `destroy`, when no request comes any more.
     fs: Option<Arc<Filesystem>>,
-    lookups: LookupCounts,
     /// Directories whose attributes a reply may carry stale (`shown_directories`).
     shown: ShownDirectories,
     owners: Owners,
@@ -138,7 +149,6 @@ impl E4Fuse {
             notifier,
             block_size: fs.block_size(),
             fs: Some(fs),
-            lookups: LookupCounts::new(),
             shown: ShownDirectories::new(),
             owners,
             fakeroot,
@@ -159,18 +169,19 @@ impl E4Fuse {
         file_attr(m, self.block_size, self.owners)
     }
 
-    /// `ino` handed to the kernel in an entry reply: its lookup count is raised first, and
-    /// given back if its attributes cannot be read.
+    /// `ino` handed to the kernel in an entry reply: its lookup count (the engine's open
+    /// count; module doc) is raised first, which fails if the inode has meanwhile lost its
+    /// last link and is open nowhere, and given back if its attributes cannot be read.
     fn entry(&self, ino: u32) -> Result<(FileAttr, Generation), Errno> {
         let fs = self.fs();
-        self.lookups.remember(fs, ino).or_errno(&self.on_error)?;
+        fs.open_inode(ino).or_errno(&self.on_error)?;
         match self.metadata_to_show(ino) {
             Ok(m) => Ok((
                 entry_attr(&m, self.block_size, self.owners),
                 generation_of(&m),
             )),
             Err(e) => {
-                self.lookups.forget(fs, ino, 1);
+                let _ = fs.release_inode(ino);
                 Err(self.on_error.errno(&e))
             }
         }
@@ -485,7 +496,6 @@ impl fuser::Filesystem for E4Fuse {
     /// back and mark it clean.
     fn destroy(&mut self) {
         let Some(mut fs) = self.fs.take() else { return };
-        self.lookups.forget_all(&fs);
         // The interval-commit thread holds the filesystem only while it commits.
         let result = loop {
             match Arc::try_unwrap(fs) {
@@ -520,7 +530,11 @@ impl fuser::Filesystem for E4Fuse {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        self.lookups.forget(self.fs(), ext4_ino(ino), nlookup);
+        // A forget has no reply: an error here (a count the kernel never had, as for the
+        // root, which it never forgets) shows at the next e2fsck, as the kernel's own
+        // failures in eviction do.
+        let times = u32::try_from(nlookup).unwrap_or(u32::MAX);
+        let _ = self.fs().release_inode_times(ext4_ino(ino), times);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
@@ -972,7 +986,7 @@ impl fuser::Filesystem for E4Fuse {
             let full = reply.add(attr.ino, next, name, &TTL, &attr, generation);
             if full && !e.is_dot() {
                 // Not sent: the lookup is not the kernel's.
-                self.lookups.forget(fs, e.ino, 1);
+                let _ = fs.release_inode(e.ino);
             }
             full
         });
@@ -1093,7 +1107,7 @@ impl fuser::Filesystem for E4Fuse {
             .and_then(|ino| {
                 let entry = self.entry(ino)?;
                 if let Err(e) = self.fs().open_inode(ino) {
-                    self.lookups.forget(self.fs(), ino, 1);
+                    let _ = self.fs().release_inode(ino);
                     return Err(self.on_error.errno(&e));
                 }
                 Ok(entry)
