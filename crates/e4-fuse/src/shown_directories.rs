@@ -8,7 +8,7 @@
 //! cached anyway, for the whole attribute timeout: nothing marks it stale. The mount's
 //! notification (an attributes-only FUSE_NOTIFY_INVAL_INODE) raises the inode's attribute
 //! version, which throws such a reply away. It costs a `write` to `/dev/fuse` and the
-//! kernel's inode lookup, about a tenth of the daemon's time per unlink, and it is needed
+//! kernel's inode lookup, about 8 % of the daemon's time per unlink, and it is needed
 //! only where a reply read before the change may still be on its way: so each reply that
 //! carries a directory's attributes records the directory first ([`ShownDirectories::showing`],
 //! then the attributes are read), and a change notifies only when it takes such a record
@@ -17,6 +17,9 @@
 //! change was taken into account and the attributes read after it are the new ones. A
 //! program that only creates and removes names (no `stat` of the directory) costs no
 //! notification; one that stats it between changes costs one per change, as before.
+//! A record stays until the directory's next change: dropping it at the kernel's FORGET
+//! of the directory would race an entry reply naming it that is on its way. So the table
+//! holds at most one entry per directory ever shown and not changed since.
 
 use fuser::INodeNo;
 
