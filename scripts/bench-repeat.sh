@@ -5,7 +5,7 @@
 #
 # Usage: scripts/bench-repeat.sh [--runs N] [--duration S] [--threads "1 2"]
 #                                [--targets e4,kernel-ext4] [--binaries "BIN..."] [--samples]
-#                                [--settle] WORKLOAD...
+#                                [--settle] [--pin same|split|none] WORKLOAD...
 #
 # The runs are interleaved (run 1 of every cell, then run 2, ...), so a slow minute on the
 # machine spreads over every cell instead of landing on one. kernel-ext4 needs root.
@@ -16,9 +16,11 @@
 # distinct names first: the column uses the file name). --samples adds a column with every
 # run's ops/s in run order, to tell a bimodal spread from a steady drift. --settle passes
 # `e4 bench --settle` (each point's clock stops after the filesystem is written back).
+# --pin passes `e4 bench --pin` (FUSE daemons and the workload on one CPU, on two, or left
+# to the scheduler; one placement per invocation).
 set -euo pipefail
 
-runs=5 duration=2 threads="1 2" targets=e4,kernel-ext4 binaries="" samples=0 settle=()
+runs=5 duration=2 threads="1 2" targets=e4,kernel-ext4 binaries="" samples=0 settle=() pin=()
 while [ $# -gt 0 ]; do
   case $1 in
     --runs) runs=$2; shift 2 ;;
@@ -28,6 +30,7 @@ while [ $# -gt 0 ]; do
     --binaries) binaries=$2; shift 2 ;;
     --samples) samples=1; shift ;;
     --settle) settle=(--settle); shift ;;
+    --pin) pin=(--pin "$2"); shift 2 ;;
     -*) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 16 ;;
     *) break ;;
   esac
@@ -47,13 +50,13 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
 echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), e4 at $(git -C "$repo" rev-parse --short HEAD)," \
-  "$(nproc) CPUs, load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+  "$(nproc) CPUs, load before: $(cut -d' ' -f1-3 /proc/loadavg)${pin[@]+, pinned: ${pin[1]}}"
 for run in $(seq "$runs"); do
   for workload in "$@"; do
     for t in $threads; do
       for e4 in $binaries; do
         "$e4" bench "$workload" --targets "$targets" --threads "$t" --duration "$duration" \
-          --baseline "${targets%%,*}" ${settle[@]+"${settle[@]}"} --json "$out/$(label "$e4")@$workload-$t-$run.json" \
+          --baseline "${targets%%,*}" ${settle[@]+"${settle[@]}"} ${pin[@]+"${pin[@]}"} --json "$out/$(label "$e4")@$workload-$t-$run.json" \
           > "$out/log" 2>&1 || { cat "$out/log" >&2; exit 1; }
       done
     done

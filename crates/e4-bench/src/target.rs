@@ -47,9 +47,12 @@ pub enum Target {
         options: String,
     },
     Fuse2fs,
-    /// `e4 mount` (this program, which must be `e4`), served by its default worker
-    /// threads, in the foreground as fuse2fs is.
-    E4Fuse,
+    /// `e4 mount` (this program, which must be `e4`) in the foreground as fuse2fs is, with
+    /// extra mount `options` (`-o rw,OPTIONS`, `+` separating them as for the kernel's
+    /// ext4; empty for the defaults): `e4-fuse:threads=1` serves with one worker thread.
+    E4Fuse {
+        options: String,
+    },
     Tmpfs,
     Posix(PathBuf),
 }
@@ -62,6 +65,13 @@ impl Target {
         }
     }
 
+    /// `e4 mount` with its default options.
+    pub fn e4_fuse() -> Target {
+        Target::E4Fuse {
+            options: String::new(),
+        }
+    }
+
     pub fn name(&self) -> String {
         match self {
             Target::E4 => "e4".into(),
@@ -69,7 +79,8 @@ impl Target {
             Target::KernelExt4 { options } if options.is_empty() => "kernel-ext4".into(),
             Target::KernelExt4 { options } => format!("kernel-ext4:{options}"),
             Target::Fuse2fs => "fuse2fs".into(),
-            Target::E4Fuse => "e4-fuse".into(),
+            Target::E4Fuse { options } if options.is_empty() => "e4-fuse".into(),
+            Target::E4Fuse { options } => format!("e4-fuse:{options}"),
             Target::Tmpfs => "tmpfs".into(),
             Target::Posix(dir) => format!("posix:{}", dir.display()),
         }
@@ -83,7 +94,7 @@ impl Target {
                 | Target::E4NoJournal
                 | Target::KernelExt4 { .. }
                 | Target::Fuse2fs
-                | Target::E4Fuse
+                | Target::E4Fuse { .. }
         )
     }
 }
@@ -96,7 +107,7 @@ impl FromStr for Target {
             "e4-nojournal" => Ok(Target::E4NoJournal),
             "kernel-ext4" => Ok(Target::kernel_ext4()),
             "fuse2fs" => Ok(Target::Fuse2fs),
-            "e4-fuse" => Ok(Target::E4Fuse),
+            "e4-fuse" => Ok(Target::e4_fuse()),
             "tmpfs" => Ok(Target::Tmpfs),
             _ => {
                 if let Some(options) = s.strip_prefix("kernel-ext4:").filter(|o| !o.is_empty()) {
@@ -104,11 +115,17 @@ impl FromStr for Target {
                         options: options.into(),
                     });
                 }
+                if let Some(options) = s.strip_prefix("e4-fuse:").filter(|o| !o.is_empty()) {
+                    return Ok(Target::E4Fuse {
+                        options: options.into(),
+                    });
+                }
                 match s.strip_prefix("posix:") {
                     Some(dir) if !dir.is_empty() => Ok(Target::Posix(PathBuf::from(dir))),
                     _ => Err(format!(
                         "unknown target '{s}' (one of: e4, e4-nojournal, kernel-ext4, \
-                         kernel-ext4:MOUNT-OPTIONS, fuse2fs, e4-fuse, tmpfs, posix:DIR)"
+                         kernel-ext4:MOUNT-OPTIONS, fuse2fs, e4-fuse, e4-fuse:MOUNT-OPTIONS, \
+                         tmpfs, posix:DIR)"
                     )),
                 }
             }
@@ -238,12 +255,22 @@ fn daemon_command(
     dir: &Path,
     daemon_cpu: Option<usize>,
 ) -> Result<Command, TargetError> {
-    let (program, before, after): (PathBuf, &[&str], &[&str]) = match target {
-        Target::Fuse2fs => (e4_host_tools::tool("fuse2fs"), &[], &["-f", "-o", "rw"]),
+    let (program, before, after): (PathBuf, Vec<String>, &[&str]) = match target {
+        Target::Fuse2fs => (e4_host_tools::tool("fuse2fs"), vec![], &["-f", "-o", "rw"]),
         _ => {
             let me = std::env::current_exe()
                 .map_err(|e| TargetError::Unavailable(format!("cannot find e4: {e}")))?;
-            (me, &["mount", "-f", "-o", "rw"], &[])
+            let options = match target {
+                Target::E4Fuse { options } if !options.is_empty() => {
+                    format!("rw,{}", options.replace('+', ","))
+                }
+                _ => "rw".into(),
+            };
+            (
+                me,
+                vec!["mount".into(), "-f".into(), "-o".into(), options],
+                &[],
+            )
         }
     };
     let mut command = match daemon_cpu {
@@ -377,7 +404,7 @@ pub fn run_point(
         | Target::E4NoJournal
         | Target::KernelExt4 { .. }
         | Target::Fuse2fs
-        | Target::E4Fuse => {
+        | Target::E4Fuse { .. } => {
             let image = work.join(image_name);
             make_image(&image, image_bytes(params), *target != Target::E4NoJournal)?;
             let measurement = if matches!(target, Target::E4 | Target::E4NoJournal) {
@@ -469,12 +496,27 @@ mod tests {
     fn the_e4_fuse_target_runs_this_program_as_e4_mount() {
         let (image, dir) = (Path::new("/s/a.img"), Path::new("/s/a.mnt"));
         let me = std::env::current_exe().unwrap().display().to_string();
-        let pinned = daemon_command(&Target::E4Fuse, image, dir, Some(1)).unwrap();
+        let pinned = daemon_command(&Target::e4_fuse(), image, dir, Some(1)).unwrap();
         assert_eq!(
             program_and_args(&pinned),
             ["taskset", "-c", "1", &me, "mount", "-f", "-o", "rw", "/s/a.img", "/s/a.mnt"]
         );
-        assert_eq!("e4-fuse".parse::<Target>().unwrap(), Target::E4Fuse);
-        assert!(Target::E4Fuse.has_image());
+        assert_eq!("e4-fuse".parse::<Target>().unwrap(), Target::e4_fuse());
+        assert!(Target::e4_fuse().has_image());
+        let one_worker: Target = "e4-fuse:threads=1+commit=1".parse().unwrap();
+        assert_eq!(one_worker.name(), "e4-fuse:threads=1+commit=1");
+        assert_eq!(
+            program_and_args(&daemon_command(&one_worker, image, dir, None).unwrap()),
+            [
+                &me,
+                "mount",
+                "-f",
+                "-o",
+                "rw,threads=1,commit=1",
+                "/s/a.img",
+                "/s/a.mnt"
+            ]
+        );
+        assert!("e4-fuse:".parse::<Target>().is_err());
     }
 }

@@ -65,6 +65,49 @@ fn a_file_unlinked_while_open_lives_until_its_last_close() {
     e2fsck_clean(&img.path).unwrap();
 }
 
+/// Several opens of an inode (a FUSE mount's lookups) given back at once: the inode lives
+/// until the last is, and a release of more than are held changes nothing.
+#[test]
+fn opens_given_back_at_once_free_an_unlinked_file_only_with_the_last() {
+    let img = make_empty_image(&["-t", "ext4"], 32);
+    let fs = Filesystem::open(&img.path, OpenOptions::writable()).unwrap();
+    let ino = fs.create(ROOT, b"looked-up", ME).unwrap();
+    fs.write_at(ino, 0, &vec![3u8; 50_000]).unwrap();
+    for _ in 0..3 {
+        fs.open_inode(ino).unwrap();
+    }
+    fs.unlink(ROOT, b"looked-up").unwrap();
+    fs.release_inode_times(ino, 2).unwrap();
+    fs.sync().unwrap();
+    assert_eq!(
+        superblock_of(&img.path).last_orphan,
+        ino,
+        "one open is left"
+    );
+    assert!(matches!(
+        fs.release_inode_times(ino, 2),
+        Err(Error::Invalid(_))
+    ));
+    assert_eq!(
+        fs.read_at(ino, 0, &mut [0u8; 10]).unwrap(),
+        10,
+        "still open once"
+    );
+    fs.release_inode_times(ino, 1).unwrap();
+    fs.sync().unwrap();
+    assert_eq!(
+        superblock_of(&img.path).last_orphan,
+        0,
+        "freed with the last"
+    );
+    assert!(matches!(
+        fs.release_inode_times(ino, 1),
+        Err(Error::NotFound(_) | Error::Invalid(_))
+    ));
+    fs.unmount().unwrap();
+    e2fsck_clean(&img.path).unwrap();
+}
+
 /// A write the filesystem cannot hold whole stops short only when the space is truly gone:
 /// blocks other files' reservation windows hold, which statfs counts free, are given back
 /// first (the kernel discards preallocations before it stops), before the write starts:

@@ -23,13 +23,13 @@ mod dir_listing;
 mod error_policy;
 mod file_flags;
 mod kill_privileges;
-mod lookup_counts;
 mod ops;
 mod options;
 mod readahead;
 mod seek;
 mod session;
 mod shards;
+mod shown_directories;
 mod unmount;
 mod warnings;
 

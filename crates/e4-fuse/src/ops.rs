@@ -3,8 +3,21 @@
 //! fuser runs each request on the worker thread that read it from its clone of
 //! `/dev/fuse` and the handler runs inline there: no request is handed to another thread
 //! and no handler waits for another request. Engine calls lock only what they touch
-//! (inodes, directories, groups); the mount's own table ([`LookupCounts`]) is sharded by
-//! key, and a directory listing keeps no state but the kernel's offset (`dir_listing`).
+//! (inodes, directories, groups); the mount's one table of its own ([`ShownDirectories`])
+//! is sharded by key, and a directory listing keeps no state but the kernel's offset
+//! (`dir_listing`).
+//!
+//! The kernel's lookup counts (FUSE's `nlookup`: how many times a node was handed to the
+//! kernel in an entry reply, less what `forget` gave back) are the engine's own open
+//! counts: every entry reply opens the inode once ([`Filesystem::open_inode`], before the
+//! reply, since a forget can follow it at once on another thread), and a forget releases
+//! it as many times ([`Filesystem::release_inode_times`]); open file handles count there
+//! too. So a file whose last name is removed while the kernel still knows it lives on the
+//! orphan list until the last forget and release, as the protocol asks, and is freed
+//! then; any still known at unmount are freed by the engine's unmount (the kernel sends no
+//! forgets then). One count under the inode's own lock, instead of a table of the mount's
+//! beside the engine's, spares a forget and an entry reply a lookup in a second table
+//! (docs/BENCHMARKS.md, "Where an unlink through e4's mount goes").
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -14,7 +27,8 @@ use std::time::{Duration, SystemTime};
 
 use e4_format::dir_entry::MAX_NAME_LEN;
 use e4_fs::{
-    Creator, FallocateMode, Filesystem, Metadata, OpenIntent, RenameMode, SetAttributes, XattrSet,
+    Creator, FallocateMode, FileType, Filesystem, Metadata, OpenIntent, RenameMode, SetAttributes,
+    XattrSet,
 };
 use fuser::{
     CopyFileRangeFlags, Errno, FileAttr, FileHandle, FopenFlags, Generation, INodeNo, InitFlags,
@@ -26,14 +40,14 @@ use parking_lot::Mutex;
 
 use crate::attrs::{
     decode_rdev, entry_attr, ext4_ino, file_attr, file_type_of_mode, generation_of, kind_of,
-    negative_entry_attr, timestamp, IdMap, Owners,
+    negative_entry_attr, node_of, timestamp, IdMap, Owners,
 };
 use crate::dir_listing::{self, Listed};
 use crate::error_policy::OnError;
 use crate::file_flags;
 use crate::kill_privileges::{caller_lacks_fsetid, kill_privileges};
-use crate::lookup_counts::LookupCounts;
 use crate::seek::{seek, Seek, SeekError};
+use crate::shown_directories::ShownDirectories;
 
 /// How long the kernel may trust an entry (a name, or a name's absence) or attributes
 /// without asking again. Every change goes through this mount (it holds the image's lock),
@@ -84,7 +98,8 @@ pub(crate) type Outcome = Arc<Mutex<Option<e4_fs::Result<()>>>>;
 pub(crate) struct E4Fuse {
     /// `None` only after `destroy`, when no request comes any more.
     fs: Option<Arc<Filesystem>>,
-    lookups: LookupCounts,
+    /// Directories whose attributes a reply may carry stale (`shown_directories`).
+    shown: ShownDirectories,
     owners: Owners,
     fakeroot: bool,
     /// `acl`: POSIX_ACL and DONT_MASK are asked for.
@@ -134,7 +149,7 @@ impl E4Fuse {
             notifier,
             block_size: fs.block_size(),
             fs: Some(fs),
-            lookups: LookupCounts::new(),
+            shown: ShownDirectories::new(),
             owners,
             fakeroot,
             posix_acl,
@@ -154,21 +169,38 @@ impl E4Fuse {
         file_attr(m, self.block_size, self.owners)
     }
 
-    /// `ino` handed to the kernel in an entry reply: its lookup count is raised first, and
-    /// given back if its attributes cannot be read.
+    /// `ino` handed to the kernel in an entry reply: its lookup count (the engine's open
+    /// count; module doc) is raised first, which fails if the inode has meanwhile lost its
+    /// last link and is open nowhere, and given back if its attributes cannot be read.
     fn entry(&self, ino: u32) -> Result<(FileAttr, Generation), Errno> {
         let fs = self.fs();
-        self.lookups.remember(fs, ino).or_errno(&self.on_error)?;
-        match fs.metadata(ino) {
+        fs.open_inode(ino).or_errno(&self.on_error)?;
+        match self.metadata_to_show(ino) {
             Ok(m) => Ok((
                 entry_attr(&m, self.block_size, self.owners),
                 generation_of(&m),
             )),
             Err(e) => {
-                self.lookups.forget(fs, ino, 1);
+                let _ = fs.release_inode(ino);
                 Err(self.on_error.errno(&e))
             }
         }
+    }
+
+    /// Inode `ino`'s metadata for a reply that carries its attributes (an attribute or
+    /// entry reply). A directory is recorded as shown first (`shown_directories`) and read
+    /// again after that, so a change in it either finds the record or is in what is sent.
+    fn metadata_to_show(&self, ino: u32) -> e4_fs::Result<Metadata> {
+        self.to_show(self.fs().metadata(ino)?)
+    }
+
+    /// [`E4Fuse::metadata_to_show`] from `m`, read (or changed) just before.
+    fn to_show(&self, m: Metadata) -> e4_fs::Result<Metadata> {
+        if m.file_type != FileType::Directory {
+            return Ok(m);
+        }
+        self.shown.showing(node_of(m.ino));
+        self.fs().metadata(m.ino)
     }
 
     /// Tells the kernel that node `node`'s attributes changed without a reply that carries
@@ -190,6 +222,20 @@ impl E4Fuse {
         if result.is_ok() {
             for &node in nodes {
                 self.attributes_changed(node);
+            }
+        }
+    }
+
+    /// Directories `dirs` gained or lost names, if `result` says so: the kernel is told
+    /// of those whose attributes a reply may have carried stale since it was last told
+    /// (`shown_directories`); the others' cached attributes the kernel drops itself when
+    /// the reply comes.
+    fn names_changed<T>(&self, result: &Result<T, Errno>, dirs: &[INodeNo]) {
+        if result.is_ok() {
+            for &dir in dirs {
+                if self.shown.take(dir) {
+                    self.attributes_changed(dir);
+                }
             }
         }
     }
@@ -450,7 +496,6 @@ impl fuser::Filesystem for E4Fuse {
     /// back and mark it clean.
     fn destroy(&mut self) {
         let Some(mut fs) = self.fs.take() else { return };
-        self.lookups.forget_all(&fs);
         // The interval-commit thread holds the filesystem only while it commits.
         let result = loop {
             match Arc::try_unwrap(fs) {
@@ -485,11 +530,15 @@ impl fuser::Filesystem for E4Fuse {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        self.lookups.forget(self.fs(), ext4_ino(ino), nlookup);
+        // A forget has no reply: an error here (a count the kernel never had, as for the
+        // root, which it never forgets) shows at the next e2fsck, as the kernel's own
+        // failures in eviction do.
+        let times = u32::try_from(nlookup).unwrap_or(u32::MAX);
+        let _ = self.fs().release_inode_times(ext4_ino(ino), times);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match self.fs().metadata(ext4_ino(ino)) {
+        match self.metadata_to_show(ext4_ino(ino)) {
             Ok(m) => reply.attr(&TTL, &self.attr(&m)),
             Err(e) => reply.error(self.on_error.errno(&e)),
         }
@@ -546,7 +595,10 @@ impl fuser::Filesystem for E4Fuse {
             }
             _ => Ok(()),
         };
-        match killed.and_then(|()| self.fs().setattr(ino, &attrs)) {
+        match killed
+            .and_then(|()| self.fs().setattr(ino, &attrs))
+            .and_then(|m| self.to_show(m))
+        {
             Ok(m) => reply.attr(&TTL, &self.attr(&m)),
             Err(e) => reply.error(self.on_error.errno(&e)),
         }
@@ -577,21 +629,21 @@ impl fuser::Filesystem for E4Fuse {
         let made = {
             let fs = self.fs();
             match file_type_of_mode(mode) {
-                Some(e4_fs::FileType::Regular) => {
+                Some(FileType::Regular) => {
                     fs.create(parent, bytes(name), c).or_errno(&self.on_error)
                 }
                 Some(
-                    t @ (e4_fs::FileType::Fifo
-                    | e4_fs::FileType::Socket
-                    | e4_fs::FileType::CharDevice
-                    | e4_fs::FileType::BlockDevice),
+                    t @ (FileType::Fifo
+                    | FileType::Socket
+                    | FileType::CharDevice
+                    | FileType::BlockDevice),
                 ) => fs
                     .mknod(parent, bytes(name), t, decode_rdev(rdev), c)
                     .or_errno(&self.on_error),
                 _ => Err(Errno::EINVAL),
             }
         };
-        self.changed(&made, &[node]);
+        self.names_changed(&made, &[node]);
         self.reply_entry(reply, made);
     }
 
@@ -615,7 +667,7 @@ impl fuser::Filesystem for E4Fuse {
                 self.creator(req, mode, umask),
             )
             .or_errno(&self.on_error);
-        self.changed(&made, &[parent]);
+        self.names_changed(&made, &[parent]);
         self.reply_entry(reply, made);
     }
 
@@ -627,7 +679,7 @@ impl fuser::Filesystem for E4Fuse {
             .fs()
             .unlink(ext4_ino(parent), bytes(name))
             .or_errno(&self.on_error);
-        self.changed(&result, &[parent]);
+        self.names_changed(&result, &[parent]);
         reply_empty(reply, result);
     }
 
@@ -639,7 +691,7 @@ impl fuser::Filesystem for E4Fuse {
             .fs()
             .rmdir(ext4_ino(parent), bytes(name))
             .or_errno(&self.on_error);
-        self.changed(&result, &[parent]);
+        self.names_changed(&result, &[parent]);
         reply_empty(reply, result);
     }
 
@@ -664,7 +716,7 @@ impl fuser::Filesystem for E4Fuse {
                 c,
             )
             .or_errno(&self.on_error);
-        self.changed(&made, &[parent]);
+        self.names_changed(&made, &[parent]);
         self.reply_entry(reply, made);
     }
 
@@ -703,9 +755,9 @@ impl fuser::Filesystem for E4Fuse {
                 .or_errno(&self.on_error)
         });
         if parent == newparent {
-            self.changed(&result, &[parent]);
+            self.names_changed(&result, &[parent]);
         } else {
-            self.changed(&result, &[parent, newparent]);
+            self.names_changed(&result, &[parent, newparent]);
         }
         reply_empty(reply, result);
     }
@@ -727,7 +779,7 @@ impl fuser::Filesystem for E4Fuse {
             .link(ino, ext4_ino(newparent), bytes(newname))
             .or_errno(&self.on_error)
             .map(|()| ino);
-        self.changed(&made, &[newparent]);
+        self.names_changed(&made, &[newparent]);
         self.reply_entry(reply, made);
     }
 
@@ -934,7 +986,7 @@ impl fuser::Filesystem for E4Fuse {
             let full = reply.add(attr.ino, next, name, &TTL, &attr, generation);
             if full && !e.is_dot() {
                 // Not sent: the lookup is not the kernel's.
-                self.lookups.forget(fs, e.ino, 1);
+                let _ = fs.release_inode(e.ino);
             }
             full
         });
@@ -1055,12 +1107,12 @@ impl fuser::Filesystem for E4Fuse {
             .and_then(|ino| {
                 let entry = self.entry(ino)?;
                 if let Err(e) = self.fs().open_inode(ino) {
-                    self.lookups.forget(self.fs(), ino, 1);
+                    let _ = self.fs().release_inode(ino);
                     return Err(self.on_error.errno(&e));
                 }
                 Ok(entry)
             });
-        self.changed(&made, &[parent]);
+        self.names_changed(&made, &[parent]);
         match made {
             Ok((attr, generation)) => reply.created(
                 &TTL,

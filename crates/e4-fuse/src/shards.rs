@@ -1,5 +1,5 @@
-//! A map split into independently locked shards, for the per-inode and per-handle tables
-//! every request touches: two requests meet on a lock only when their keys fall in the
+//! A map split into independently locked shards, for the mount's tables keyed by node
+//! (`shown_directories`), which requests on every thread touch: two requests meet on a lock only when their keys fall in the
 //! same shard (DESIGN.md, rule 1: no global lock on a hot path).
 
 use std::collections::HashMap;
@@ -27,13 +27,5 @@ impl<V> Shards<V> {
     /// The locked shard that holds `key`.
     pub(crate) fn shard(&self, key: u64) -> MutexGuard<'_, HashMap<u64, V>> {
         self.shards[key as usize % SHARDS].lock()
-    }
-
-    /// Empties every shard, returning what they held.
-    pub(crate) fn drain(&self) -> Vec<(u64, V)> {
-        self.shards
-            .iter()
-            .flat_map(|s| s.lock().drain().collect::<Vec<_>>())
-            .collect()
     }
 }

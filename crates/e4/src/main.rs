@@ -117,7 +117,8 @@ enum Command {
         #[arg(value_parser = |s: &str| s.parse::<e4_bench::Workload>())]
         workloads: Vec<e4_bench::Workload>,
         /// Comma-separated: e4, e4-nojournal (e4 on an image without a journal), kernel-ext4, kernel-ext4:MOUNT-OPTIONS (e.g.
-        /// kernel-ext4:nodelalloc), fuse2fs, e4-fuse (this program's `e4 mount`), tmpfs, posix:DIR.
+        /// kernel-ext4:nodelalloc), fuse2fs, e4-fuse (this program's `e4 mount`),
+        /// e4-fuse:MOUNT-OPTIONS (e.g. e4-fuse:threads=1; + between options), tmpfs, posix:DIR.
         #[arg(long, value_parser = bench::parse_targets)]
         targets: Option<std::vec::Vec<e4_bench::Target>>,
         /// Comma-separated thread counts (default 1,2,4).

@@ -67,6 +67,15 @@ impl Filesystem {
     /// Ends one [`Filesystem::open_inode`] of inode `ino`; the last close of an inode without
     /// links frees it.
     pub fn release_inode(&self, ino: u32) -> Result<()> {
+        self.release_inode_times(ino, 1)
+    }
+
+    /// Ends `times` [`Filesystem::open_inode`]s of inode `ino` at once, as
+    /// [`Filesystem::release_inode`] `times` over: a FUSE forget gives back every lookup
+    /// the kernel counted, and a mount that opens the inode once per lookup (the engine's
+    /// count is then the only one kept) gives them back here. Refused, changing nothing,
+    /// when the inode is open fewer times.
+    pub fn release_inode_times(&self, ino: u32, times: u32) -> Result<()> {
         self.check_caller_ino(ino)?;
         let writer = self.writer.as_ref();
         let handle = self.inode_handle(ino)?;
@@ -74,10 +83,13 @@ impl Filesystem {
             // Giving back a reservation window changes no block.
             let txn = writer.map(|w| w.begin(0)).transpose()?;
             let mut state = handle.lock(&self.inodes);
-            if state.open_count == 0 {
-                return Err(Error::Invalid(format!("inode {ino} is not open")));
+            if state.open_count < times || times == 0 {
+                return Err(Error::Invalid(format!(
+                    "inode {ino} is open {} times, not {times}",
+                    state.open_count
+                )));
             }
-            state.open_count -= 1;
+            state.open_count -= times;
             if let (0, Some(w), Some(txn)) = (state.open_count, writer, &txn) {
                 // The last close gives back the blocks reserved for the file's next
                 // appends, as the kernel discards its preallocation then.
