@@ -64,7 +64,10 @@ jq -r '(input_filename | split("/") | last | split("@") | first) as $binary | .r
      .ops_per_sec, (input_filename | split("-") | last | rtrimstr(".json"))] | @tsv' "$out"/*.json |
   sort -k1,1 -k2,2 -k3,3n -k5,5n |
   awk -F'\t' -v samples="$samples" '
-    { key = $1 "\t" $2 "\t" $3; in_order[key] = in_order[key] sprintf(" %.0fk", $4 / 1000) }
+    # Whole ops/s, but three decimals below 100 (the tree workloads do a few trees a second).
+    function rate(x) { return x >= 100 ? sprintf("%.0f", x) : sprintf("%.3f", x) }
+    { key = $1 "\t" $2 "\t" $3
+      in_order[key] = in_order[key] ($4 >= 1000 ? sprintf(" %.0fk", $4 / 1000) : " " rate($4)) }
     { v[key, ++n[key]] = $4; if (!(key in seen)) { seen[key]; order[++k] = key } }
     END {
       for (key in n) { c = n[key]; for (i = 2; i <= c; i++) { x = v[key, i]
@@ -77,7 +80,7 @@ jq -r '(input_filename | split("/") | last | split("@") | first) as $binary | .r
         split(key, f, "\t"); one = f[1] "\t" f[2] "\t1"
         if (f[3] == 1) base[f[1], f[2]] = med
         ratio = ((f[1], f[2]) in base) ? sprintf("%.2fx", med / base[f[1], f[2]]) : "-"
-        printf "| %s | %s | %s | %d | %.0f | %.0f | %.0f | %s |%s\n", f[1], f[2], f[3], c, med, v[key, 1], v[key, c], ratio, (samples ? in_order[key] " |" : "")
+        printf "| %s | %s | %s | %d | %s | %s | %s | %s |%s\n", f[1], f[2], f[3], c, rate(med), rate(v[key, 1]), rate(v[key, c]), ratio, (samples ? in_order[key] " |" : "")
       }
     }'
 echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -33,6 +33,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some(other) => return Err(format!("{other}: not `nojournal`").into()),
     };
     e4_bench::target::make_image(image.as_ref(), 2 << 30, journal).map_err(|e| format!("{e:?}"))?;
+    let opened = std::time::Instant::now();
     let fs = Filesystem::open(&image, OpenOptions::writable())?;
     let creator = Creator {
         permissions: 0o644,
@@ -68,7 +69,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     })?;
     // Where the threads met: contention per lock kind (LockReport's Debug lists them all).
     eprintln!("{:#?}", fs.lock_stats());
+    let worked = opened.elapsed();
     fs.unmount()?;
+    eprintln!(
+        "open and work {:.3} s, unmount {:.3} s",
+        worked.as_secs_f64(),
+        (opened.elapsed() - worked).as_secs_f64()
+    );
     println!("{count} files created and removed");
     Ok(())
 }

@@ -51,6 +51,9 @@ pub trait FsOps: Sync {
     fn free_bytes(&self) -> io::Result<u64>;
     /// The engine's lock counters, where the target has them (e4 only).
     fn lock_report(&self) -> Option<LockReport>;
+    /// `dir` as a path other programs (tar, git) can work in: `None` for e4 in process,
+    /// whose directories exist only inside this program.
+    fn host_path(&self, dir: &Self::Dir) -> Option<PathBuf>;
 }
 
 /// Whether `e` is "no space left on device", from either kind of target.
@@ -169,6 +172,9 @@ impl FsOps for E4Ops {
     fn lock_report(&self) -> Option<LockReport> {
         Some(self.0.lock_stats())
     }
+    fn host_path(&self, _dir: &u32) -> Option<PathBuf> {
+        None
+    }
 }
 
 /// A mounted directory: handles are paths and open descriptors.
@@ -253,5 +259,8 @@ impl FsOps for PosixOps {
     }
     fn lock_report(&self) -> Option<LockReport> {
         None
+    }
+    fn host_path(&self, dir: &PathBuf) -> Option<PathBuf> {
+        Some(dir.clone())
     }
 }

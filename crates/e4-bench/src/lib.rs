@@ -2,7 +2,8 @@
 //! side with what users would pick instead.
 //!
 //! A [`Plan`] names workloads ([`Workload`]: will-it-scale fallocate2, appends, FxMark
-//! micro-benchmarks, a near-full race, sequential 1 MiB writes and reads), targets ([`Target`]: e4 in process, the kernel's
+//! micro-benchmarks, a near-full race, sequential 1 MiB writes and reads, a real tree's
+//! untar, `rm -rf` and `git status`), targets ([`Target`]: e4 in process, the kernel's
 //! ext4 on a loop device, fuse2fs, tmpfs, any directory) and thread counts. [`run`] measures
 //! every point from a freshly made filesystem, reads the layout each image-backed target
 //! left ([`LayoutReport`]) and returns a [`BenchReport`] for the table, `--json` and
@@ -28,6 +29,7 @@ pub mod chart;
 pub mod fs_ops;
 pub mod layout;
 pub mod pinning;
+pub mod real_tree;
 pub mod report;
 pub mod target;
 pub mod workload;
@@ -37,6 +39,7 @@ use std::time::Duration;
 
 pub use layout::LayoutReport;
 pub use pinning::{Pin, Placement};
+pub use real_tree::TreeTarball;
 pub use report::{BenchReport, Machine, Record};
 pub use target::{Target, TargetError};
 pub use workload::{AppendBy, Params, Workload};
@@ -59,6 +62,8 @@ pub struct Plan {
     pub placement: Placement,
     /// Each point's clock stops after the filesystem is written back (`--settle`).
     pub settle: bool,
+    /// The directory the tree workloads copy (`--tree`; [`real_tree::DEFAULT_TREE`]).
+    pub tree: PathBuf,
 }
 
 impl Default for Plan {
@@ -81,6 +86,7 @@ impl Default for Plan {
             keep: None,
             placement: Placement::default(),
             settle: false,
+            tree: PathBuf::from(real_tree::DEFAULT_TREE),
         }
     }
 }
@@ -106,14 +112,35 @@ pub fn run(plan: &Plan, progress: &mut dyn FnMut(&str)) -> BenchReport {
             .push(format!("every target: {}: {e}", scratch.display()));
         return report;
     }
+    let tree = tree_for(plan, &scratch, progress);
     let total = plan.workloads.len() * plan.threads.len() * plan.targets.len();
     let mut done = 0;
     let mut unavailable: Vec<Target> = Vec::new();
+    let git = if plan.workloads.contains(&Workload::GitStatus) {
+        real_tree::check_git()
+    } else {
+        Ok(())
+    };
     for &workload in &plan.workloads {
+        if workload.works_on_a_tree() {
+            let cannot = match (&tree, &git) {
+                (Err(why), _) => Some(why),
+                (Ok(_), Err(why)) if workload == Workload::GitStatus => Some(why),
+                _ => None,
+            };
+            if let Some(why) = cannot {
+                let line = format!("{}: {why}", workload.name());
+                progress(&format!("  skipped {line}"));
+                report.skipped.push(line);
+                done += plan.threads.len() * plan.targets.len();
+                continue;
+            }
+        }
+        let mut not_applicable: Vec<&Target> = Vec::new();
         for &threads in &plan.threads {
             for target in &plan.targets {
                 done += 1;
-                if unavailable.contains(target) {
+                if unavailable.contains(target) || not_applicable.contains(&target) {
                     continue;
                 }
                 let params = Params {
@@ -123,6 +150,7 @@ pub fn run(plan: &Plan, progress: &mut dyn FnMut(&str)) -> BenchReport {
                     append_by: plan.append_by,
                     placement: plan.placement.clone(),
                     settle: plan.settle,
+                    tree: tree.clone().ok().flatten(),
                 };
                 let name = target.name();
                 progress(&format!(
@@ -163,6 +191,12 @@ pub fn run(plan: &Plan, progress: &mut dyn FnMut(&str)) -> BenchReport {
                         report.skipped.push(line);
                         unavailable.push(target.clone());
                     }
+                    Err(TargetError::NotApplicable(why)) => {
+                        let line = format!("{name} {}: not applicable: {why}", workload.name());
+                        progress(&format!("  skipped {line}"));
+                        report.skipped.push(line);
+                        not_applicable.push(target);
+                    }
                     Err(TargetError::Failed(why)) => {
                         let line = format!("{name} {} {threads}: {why}", workload.name());
                         progress(&format!("  failed: {line}"));
@@ -174,6 +208,28 @@ pub fn run(plan: &Plan, progress: &mut dyn FnMut(&str)) -> BenchReport {
     }
     if plan.keep.is_none() {
         let _ = std::fs::remove_dir_all(&scratch);
+    } else if let Ok(Some(tree)) = &tree {
+        let _ = std::fs::remove_file(&tree.path);
     }
     report
+}
+
+/// The tarball of `plan.tree` in `scratch`, made before any point, if a workload of the
+/// plan needs one; why not, in one line, if it cannot be made.
+fn tree_for(
+    plan: &Plan,
+    scratch: &std::path::Path,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Option<TreeTarball>, String> {
+    if !plan.workloads.iter().any(|w| w.works_on_a_tree()) {
+        return Ok(None);
+    }
+    let tree = TreeTarball::build(&plan.tree, scratch)?;
+    progress(&format!(
+        "tree: {} ({} files, {})",
+        tree.source.display(),
+        tree.files,
+        report::human_bytes(tree.bytes as f64)
+    ));
+    Ok(Some(tree))
 }

@@ -54,6 +54,9 @@ pub struct Record {
     pub ops_per_sec: f64,
     /// For workloads that move data.
     pub mib_per_sec: Option<f64>,
+    /// For the tree workloads (untar, rm-tree, git-status): the tree's regular files
+    /// extracted, removed or examined per second (`ops_per_sec` counts trees or runs).
+    pub files_per_sec: Option<f64>,
     /// Read back from the image after unmount (image-backed targets, workloads that write).
     pub extents_per_file: Option<f64>,
     pub mean_extent_bytes: Option<f64>,
@@ -126,6 +129,7 @@ impl Record {
             mib_per_sec: workload
                 .moves_bytes()
                 .then(|| m.bytes as f64 / seconds / f64::from(1 << 20)),
+            files_per_sec: m.files.map(|f| f as f64 / seconds),
             extents_per_file: layout.map(|l| l.extents_per_file),
             mean_extent_bytes: layout.map(|l| l.mean_extent_bytes),
             fragmentation_score: layout.map(|l| l.fragmentation_score),
@@ -206,12 +210,13 @@ impl BenchReport {
         for w in workloads {
             let _ = writeln!(
                 out,
-                "\n{w}\n  {:>7}  {:<width$} {:>12} {:>8} {:>9} {:>10} {:>10} {:>6} {:>9} {:>12} {:>10} {:>10} {:>11} {:>7} {:>10}",
+                "\n{w}\n  {:>7}  {:<width$} {:>12} {:>8} {:>9} {:>9} {:>10} {:>10} {:>6} {:>9} {:>12} {:>10} {:>10} {:>11} {:>7} {:>10}",
                 "threads",
                 "target",
                 "ops/s",
                 "ratio",
                 "MiB/s",
+                "files/s",
                 "ext/file",
                 "mean ext",
                 "score",
@@ -238,12 +243,13 @@ impl BenchReport {
                         |v: Option<f64>, f: &dyn Fn(f64) -> String| v.map_or("-".to_string(), f);
                     let _ = writeln!(
                         out,
-                        "  {:>7}  {:<width$} {:>12.0} {:>8} {:>9} {:>10} {:>10} {:>6} {:>9} {:>12} {:>10} {:>10} {:>11} {:>7} {:>10}",
+                        "  {:>7}  {:<width$} {:>12} {:>8} {:>9} {:>9} {:>10} {:>10} {:>6} {:>9} {:>12} {:>10} {:>10} {:>11} {:>7} {:>10}",
                         t,
                         r.target,
-                        r.ops_per_sec,
+                        ops_per_sec(r.ops_per_sec),
                         ratio,
                         opt(r.mib_per_sec, &|v| format!("{v:.0}")),
+                        opt(r.files_per_sec, &|v| format!("{v:.0}")),
                         opt(r.extents_per_file, &|v| format!("{v:.1}")),
                         opt(r.mean_extent_bytes, &human_bytes),
                         opt(r.fragmentation_score, &|v| format!("{v:.0}")),
@@ -270,6 +276,16 @@ impl BenchReport {
             let _ = writeln!(out, "\nskipped: {line}");
         }
         out
+    }
+}
+
+/// Whole operations per second, or three decimals below 100 (a tree workload
+/// does a few trees a second).
+fn ops_per_sec(v: f64) -> String {
+    if v >= 100.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.3}")
     }
 }
 

@@ -123,6 +123,8 @@ pub enum TargetError {
     Unavailable(String),
     /// Set-up worked but the run failed.
     Failed(String),
+    /// The workload cannot run on this target at any thread count: skip the pair.
+    NotApplicable(String),
 }
 
 /// Where scratch images and mount points go: tmpfs when there is one.
@@ -358,10 +360,17 @@ pub fn run_point(
     let fail = |e: io::Error| TargetError::Failed(format!("{}: {e}", workload.name()));
     if workload == Workload::NearFull && !target.has_image() {
         // Filling a shared tmpfs or someone's directory to 95 % is not a benchmark.
-        return Err(TargetError::Failed(
+        return Err(TargetError::NotApplicable(
             "near-full runs only on image-backed targets (e4, e4-nojournal, kernel-ext4, fuse2fs, e4-fuse)"
                 .into(),
         ));
+    }
+    if workload.works_on_a_tree() && matches!(target, Target::E4 | Target::E4NoJournal) {
+        return Err(TargetError::NotApplicable(format!(
+            "{} runs tar, rm or git in a directory, and e4 in process has none \
+             (run it on e4-fuse, kernel-ext4, fuse2fs, tmpfs or posix:DIR)",
+            workload.name()
+        )));
     }
     match target {
         Target::E4

@@ -1,10 +1,13 @@
 //! The workloads: will-it-scale's fallocate2, fio-style appends, the FxMark
 //! micro-benchmarks that apply to a filesystem without a page cache of its own
 //! (reference/allocator.md §4.3), a race for the last blocks of a nearly full
-//! filesystem, and sequential 1 MiB writes and reads of a file per thread. Each runs on
-//! any [`FsOps`], setting up what it needs before the clock starts.
+//! filesystem, sequential 1 MiB writes and reads of a file per thread, and a real source
+//! tree extracted, removed and `git status`ed through the system's tools
+//! ([`real_tree`](crate::real_tree)). Each runs on any [`FsOps`], setting up what it needs
+//! before the clock starts.
 
 use std::io;
+use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -13,6 +16,7 @@ use e4_fs::LockReport;
 
 use crate::fs_ops::{is_no_space, FsOps};
 use crate::pinning::Placement;
+use crate::real_tree::{self, TreeTarball};
 
 /// Bytes per append, overwrite and truncation step.
 pub const BLOCK: u64 = 4096;
@@ -82,10 +86,22 @@ pub enum Workload {
     /// file is written, fsync'd and dropped from the page cache before the clock
     /// ([`FsOps::drop_cached`]).
     SeqRead,
+    /// `tar -x` of the tree into a private directory per thread, once each, then `syncfs`,
+    /// inside the clock. Targets with a directory only (not e4 in process).
+    Untar,
+    /// `rm -rf` of a private copy of the tree per thread, extracted before the clock, then
+    /// `syncfs`, inside the clock.
+    RmTree,
+    /// `git status` in a private work tree per thread, committed before the clock, again
+    /// and again until `--duration`. Warm: the set-up ran `git status` once, so the index
+    /// holds every file's stat data and the kernel's caches hold what that run read, as
+    /// for a developer asking again (nothing is dropped: the kernel's dentry and attribute
+    /// caches can only be dropped machine-wide).
+    GitStatus,
 }
 
 impl Workload {
-    pub const ALL: [Workload; 16] = [
+    pub const ALL: [Workload; 19] = [
         Workload::Fallocate2,
         Workload::Append,
         Workload::Create,
@@ -102,6 +118,9 @@ impl Workload {
         Workload::NearFull,
         Workload::SeqWrite,
         Workload::SeqRead,
+        Workload::Untar,
+        Workload::RmTree,
+        Workload::GitStatus,
     ];
 
     pub fn name(self) -> &'static str {
@@ -122,6 +141,9 @@ impl Workload {
             Workload::NearFull => "near-full",
             Workload::SeqWrite => "seqwrite",
             Workload::SeqRead => "seqread",
+            Workload::Untar => "untar",
+            Workload::RmTree => "rm-tree",
+            Workload::GitStatus => "git-status",
         }
     }
 
@@ -137,6 +159,7 @@ impl Workload {
                 | Workload::NearFull
                 | Workload::SeqWrite
                 | Workload::SeqRead
+                | Workload::Untar
         )
     }
 
@@ -144,7 +167,21 @@ impl Workload {
     pub fn moves_bytes(self) -> bool {
         matches!(
             self,
-            Workload::Append | Workload::NearFull | Workload::SeqWrite | Workload::SeqRead
+            Workload::Append
+                | Workload::NearFull
+                | Workload::SeqWrite
+                | Workload::SeqRead
+                | Workload::Untar
+        )
+    }
+
+    /// Whether the workload runs the system's tools on a copy of the `--tree` (and so needs
+    /// a target with a directory, and [`Params::tree`]). Its ops are trees (untar, rm-tree)
+    /// or `git status` runs, each over the tree's files.
+    pub fn works_on_a_tree(self) -> bool {
+        matches!(
+            self,
+            Workload::Untar | Workload::RmTree | Workload::GitStatus
         )
     }
 }
@@ -175,7 +212,10 @@ pub struct Params {
     /// The timed part ends with the whole filesystem written back (`syncfs`; e4's
     /// `sync`), so a target that leaves its write-back for later (the kernel's flusher,
     /// e4's commit interval on an image without a journal) pays for it inside the clock.
+    /// `untar` and `rm-tree` always settle: a tree in the page cache is not extracted yet.
     pub settle: bool,
+    /// The tree the tree workloads copy ([`Workload::works_on_a_tree`]).
+    pub tree: Option<TreeTarball>,
 }
 
 /// What one point measured.
@@ -191,6 +231,9 @@ pub struct Measurement {
     /// For `near-full`: bytes acknowledged beyond what was free when the race started
     /// (must be 0).
     pub overcommitted_bytes: Option<u64>,
+    /// For the tree workloads: the tree's regular files, times the trees (or `git status`
+    /// runs) done.
+    pub files: Option<u64>,
 }
 
 /// Per-thread counts from the timed loop.
@@ -289,10 +332,20 @@ fn is_not_found(e: &io::Error) -> bool {
 /// Calls `op(n)` for n = 0, 1, ... until it returns `Ok(false)` (this thread is out of
 /// work), until the deadline, or, under [`PhaseEnd::FirstOutOfWork`], until another thread
 /// is out of work; the deadline and the others are looked at once per [`BATCH`].
-fn until(window: Window<'_>, mut op: impl FnMut(u64) -> io::Result<bool>) -> io::Result<u64> {
+fn until(window: Window<'_>, op: impl FnMut(u64) -> io::Result<bool>) -> io::Result<u64> {
+    until_every(window, BATCH, op)
+}
+
+/// [`until`], looking at the deadline and the others once per `batch` operations (1 for
+/// operations that take milliseconds, such as a `git status`).
+fn until_every(
+    window: Window<'_>,
+    batch: u64,
+    mut op: impl FnMut(u64) -> io::Result<bool>,
+) -> io::Result<u64> {
     let mut n = 0;
     loop {
-        for _ in 0..BATCH {
+        for _ in 0..batch {
             if !op(n)? {
                 if window.ends == PhaseEnd::FirstOutOfWork {
                     window.out_of_work.store(true, Ordering::Relaxed);
@@ -364,12 +417,45 @@ fn read_request<F: FsOps>(fs: &F, file: &F::File, offset: u64, buf: &mut [u8]) -
     Ok(())
 }
 
+/// The tree and each thread's directory as a path, for the tree workloads: `None` for
+/// the others.
+fn tree_and_paths<F: FsOps>(
+    fs: &F,
+    workload: Workload,
+    p: &Params,
+    dirs: &[F::Dir],
+) -> io::Result<Option<(TreeTarball, Vec<PathBuf>)>> {
+    if !workload.works_on_a_tree() {
+        return Ok(None);
+    }
+    let unsupported = |why: &str| {
+        io::Error::new(
+            io::ErrorKind::Unsupported,
+            format!("{} {why}", workload.name()),
+        )
+    };
+    let tree = p
+        .tree
+        .clone()
+        .ok_or_else(|| unsupported("has no tree to work on"))?;
+    let paths = dirs
+        .iter()
+        .map(|d| fs.host_path(d))
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(|| unsupported("needs a directory that tar and git can use"))?;
+    Ok(Some((tree, paths)))
+}
+
+/// Where `rm-tree` extracts each thread's copy, inside the thread's directory.
+const TREE_COPY: &str = "tree";
+
 /// Runs `workload` on `fs`, from an empty filesystem.
 pub fn run<F: FsOps>(fs: &F, workload: Workload, p: &Params) -> io::Result<Measurement> {
     let root = fs.root();
     let dirs: Vec<F::Dir> = (0..p.threads)
         .map(|t| fs.mkdir(&root, &format!("t{t}")))
         .collect::<io::Result<_>>()?;
+    let tree_work = tree_and_paths(fs, workload, p, &dirs)?;
     let shared = fs.mkdir(&root, "shared")?;
     let data = vec![0x5a_u8; BLOCK as usize];
     // Set-up before the clock: files to remove, rename, list or shrink.
@@ -424,6 +510,21 @@ pub fn run<F: FsOps>(fs: &F, workload: Workload, p: &Params) -> io::Result<Measu
             let filler = fs.open_new(&root, "filler")?;
             let fill = free * NEAR_FULL_PERCENT / 100 / BLOCK * BLOCK;
             fs.fallocate(&filler, 0, fill)?;
+        }
+        Workload::RmTree | Workload::GitStatus => {
+            // OK to unwrap: tree_work is Some for every tree workload.
+            let (tree, paths) = tree_work.as_ref().unwrap();
+            // Each thread makes its own copy, all at once, as they will be used.
+            timed(p, p.duration, PhaseEnd::EachOutOfWork, |t, _| {
+                if workload == Workload::RmTree {
+                    let copy = paths[t].join(TREE_COPY);
+                    std::fs::create_dir(&copy)?;
+                    tree.extract(&copy)?;
+                } else {
+                    tree.extract_committed(&paths[t])?;
+                }
+                Ok(Tally::default())
+            })?;
         }
         _ => {}
     }
@@ -622,6 +723,31 @@ pub fn run<F: FsOps>(fs: &F, workload: Workload, p: &Params) -> io::Result<Measu
                     bytes: ops * SEQUENTIAL_REQUEST,
                 })
             }
+            Workload::Untar | Workload::RmTree | Workload::GitStatus => {
+                // OK to unwrap: tree_work is Some for every tree workload.
+                let (tree, paths) = tree_work.as_ref().unwrap();
+                let ops = match workload {
+                    Workload::Untar => {
+                        tree.extract(&paths[t])?;
+                        1
+                    }
+                    Workload::RmTree => {
+                        real_tree::remove(&paths[t].join(TREE_COPY))?;
+                        1
+                    }
+                    _ => until_every(window, 1, |_| {
+                        real_tree::git_status_is_clean(&paths[t]).map(|()| true)
+                    })?,
+                };
+                Ok(Tally {
+                    ops,
+                    bytes: if workload == Workload::Untar {
+                        tree.bytes
+                    } else {
+                        0
+                    },
+                })
+            }
             Workload::NearFull => {
                 let mut size = 0;
                 let ops = until(window, |_| match fs.write_at(&files[t], size, &data) {
@@ -639,7 +765,7 @@ pub fn run<F: FsOps>(fs: &F, workload: Workload, p: &Params) -> io::Result<Measu
             }
         }
     })?;
-    let elapsed = if p.settle {
+    let elapsed = if p.settle || matches!(workload, Workload::Untar | Workload::RmTree) {
         let started = Instant::now();
         fs.sync_all()?;
         elapsed + started.elapsed()
@@ -666,6 +792,7 @@ pub fn run<F: FsOps>(fs: &F, workload: Workload, p: &Params) -> io::Result<Measu
         locks: before.zip(after),
         lost_bytes,
         overcommitted_bytes,
+        files: tree_work.map(|(tree, _)| tally.ops * tree.files),
     })
 }
 
@@ -688,6 +815,7 @@ mod tests {
             append_by: AppendBy::Write,
             placement: Placement::for_this_process(pin).unwrap(),
             settle: false,
+            tree: None,
         };
         let seen = Mutex::new(vec![(usize::MAX, Vec::new()); p.threads]);
         timed(&p, p.duration, PhaseEnd::EachOutOfWork, |t, _| {
@@ -712,6 +840,7 @@ mod tests {
                 append_by: AppendBy::Write,
                 placement: Placement::for_this_process(Pin::None).unwrap(),
                 settle: false,
+                tree: None,
             };
             let each = Mutex::new(vec![0; 2]);
             timed(&p, p.duration, ends, |t, window| {
@@ -805,6 +934,9 @@ mod tests {
         fn lock_report(&self) -> Option<LockReport> {
             None
         }
+        fn host_path(&self, dir: &Self::Dir) -> Option<std::path::PathBuf> {
+            self.inner.host_path(dir)
+        }
     }
 
     fn sequential_params(threads: usize) -> Params {
@@ -815,6 +947,7 @@ mod tests {
             append_by: AppendBy::Write,
             placement: Placement::for_this_process(Pin::None).unwrap(),
             settle: false,
+            tree: None,
         }
     }
 

@@ -72,6 +72,22 @@ impl DxRoot {
     /// Parses block 0 of an indexed directory. `csum` says whether a dx_tail is present
     /// (metadata_csum); `max_levels` is 2, or 3 with large_dir.
     pub fn parse(block: &[u8], csum: bool, max_levels: u8, loc: Location) -> Result<Self> {
+        let (info, entries) = Self::entries_in(block, csum, max_levels, loc)?;
+        Ok(DxRoot {
+            info,
+            node: entries.to_node(),
+        })
+    }
+
+    /// Block 0's root info and its entries where they lie, checked as [`DxRoot::parse`]
+    /// checks them, without copying them: a lookup follows one entry of each node on its
+    /// way down.
+    pub fn entries_in(
+        block: &[u8],
+        csum: bool,
+        max_levels: u8,
+        loc: Location,
+    ) -> Result<(DxRootInfo, DxEntries<'_>)> {
         let bad = |problem| FormatError::corrupt(Structure::HtreeRoot, loc, problem);
         let info_bytes = block
             .get(ROOT_INFO_OFFSET..)
@@ -95,8 +111,9 @@ impl DxRoot {
                 max: max_levels,
             }));
         }
-        let node = DxNode::parse_at(block, ROOT_ENTRIES_OFFSET, csum, Structure::HtreeRoot, loc)?;
-        Ok(DxRoot { info, node })
+        let entries =
+            DxEntries::parse_at(block, ROOT_ENTRIES_OFFSET, csum, Structure::HtreeRoot, loc)?;
+        Ok((info, entries))
     }
 
     /// The root a directory gets when it becomes indexed (`make_indexed_dir`): no interior
@@ -137,6 +154,12 @@ impl DxRoot {
 impl DxNode {
     /// Parses an interior index block.
     pub fn parse(block: &[u8], csum: bool, loc: Location) -> Result<Self> {
+        Ok(Self::entries_in(block, csum, loc)?.to_node())
+    }
+
+    /// An interior index block's entries where they lie, checked as [`DxNode::parse`]
+    /// checks them, without copying them.
+    pub fn entries_in(block: &[u8], csum: bool, loc: Location) -> Result<DxEntries<'_>> {
         // The fake dirent must span the whole block, or this is not an index node.
         let fake_len = le16(block, 4).map(|l| crate::dir_entry::rec_len_from_disk(l, block.len()));
         if le32(block, 0) != Some(0) || fake_len != Some(block.len()) {
@@ -146,7 +169,7 @@ impl DxNode {
                 Problem::NotAnIndexBlock,
             ));
         }
-        Self::parse_at(block, NODE_ENTRIES_OFFSET, csum, Structure::HtreeNode, loc)
+        DxEntries::parse_at(block, NODE_ENTRIES_OFFSET, csum, Structure::HtreeNode, loc)
     }
 
     fn expected_limit(block_len: usize, offset: usize, csum: bool) -> usize {
@@ -178,8 +201,35 @@ impl DxNode {
         block
     }
 
+    /// Writes `limit`, `count` and the entries into `block` at this node's offset.
+    pub fn encode_into(&self, block: &mut [u8]) {
+        let at = self.entries_offset;
+        for (i, e) in self.entries.iter().enumerate() {
+            let slot = at + DX_ENTRY_SIZE * i;
+            block[slot..slot + 4].copy_from_slice(&e.hash.to_le_bytes());
+            block[slot + 4..slot + 8].copy_from_slice(&e.block.to_le_bytes());
+        }
+        block[at..at + 2].copy_from_slice(&self.limit.to_le_bytes());
+        block[at + 2..at + 4].copy_from_slice(&(self.entries.len() as u16).to_le_bytes());
+    }
+}
+
+/// An index node's entries where they lie in its block, checked as a parse checks them
+/// (`limit` as the block's size says, `count` within it, hashes in order): what a lookup
+/// reads on its way down, with no copy. [`DxEntries::to_node`] copies them for an edit.
+#[derive(Debug, Clone, Copy)]
+pub struct DxEntries<'a> {
+    /// `count` entries of 8 bytes; the first one's hash bytes hold limit and count.
+    raw: &'a [u8],
+    /// `dx_countlimit.limit`.
+    pub limit: u16,
+    /// Where the entries start in the block.
+    offset: usize,
+}
+
+impl<'a> DxEntries<'a> {
     fn parse_at(
-        block: &[u8],
+        block: &'a [u8],
         offset: usize,
         csum: bool,
         structure: Structure,
@@ -192,7 +242,7 @@ impl DxNode {
                 need: offset + 4,
             }));
         };
-        let expected = Self::expected_limit(block.len(), offset, csum);
+        let expected = DxNode::expected_limit(block.len(), offset, csum);
         if usize::from(limit) != expected {
             return Err(bad(Problem::FieldMismatch {
                 field: "limit",
@@ -204,50 +254,85 @@ impl DxNode {
             return Err(bad(Problem::BadCount { count, limit }));
         }
         // The limit fits in the block (checked above) and count <= limit.
-        let raw = &block[offset..offset + DX_ENTRY_SIZE * usize::from(count)];
-        // Every directory operation parses the root, often a few hundred entries: one
-        // 8-byte load per entry, and the order checked without a branch per pair.
-        let mut entries: Vec<DxEntry> = raw
-            .chunks_exact(DX_ENTRY_SIZE)
-            .map(|e| {
-                let raw = u64::from_le_bytes(e.try_into().expect("chunks of 8 bytes"));
-                DxEntry {
-                    hash: raw as u32,
-                    block: (raw >> 32) as u32,
-                }
-            })
-            .collect();
-        // The first entry's hash bytes hold limit and count.
-        entries[0].hash = 0;
-        let in_order = entries
-            .windows(2)
-            .fold(true, |in_order, w| in_order & (w[0].hash <= w[1].hash));
+        let entries = DxEntries {
+            raw: &block[offset..offset + DX_ENTRY_SIZE * usize::from(count)],
+            limit,
+            offset,
+        };
+        // Every directory operation reads the root, often a few hundred entries: the
+        // order checked without a branch per pair.
+        let mut hashes =
+            entries.raw.chunks_exact(DX_ENTRY_SIZE).skip(1).map(|e| {
+                u32::from_le_bytes(e[..4].try_into().expect("an entry's hash is 4 bytes"))
+            });
+        let in_order = hashes.next().is_none_or(|first| {
+            hashes
+                .fold((true, first), |(in_order, last), hash| {
+                    (in_order & (last <= hash), hash)
+                })
+                .0
+        });
         if !in_order {
             return Err(bad(Problem::HashesOutOfOrder));
         }
-        Ok(DxNode {
-            limit,
-            entries,
-            entries_offset: offset,
-        })
+        Ok(entries)
+    }
+
+    /// `count`: the live entries.
+    pub fn len(&self) -> usize {
+        self.raw.len() / DX_ENTRY_SIZE
+    }
+
+    /// Never true: a node holds at least one entry (a count of 0 is corrupt).
+    pub fn is_empty(&self) -> bool {
+        self.raw.is_empty()
+    }
+
+    /// Entry `i` (`i < len()`); the first one's hash reads as 0.
+    pub fn get(&self, i: usize) -> DxEntry {
+        let at = i * DX_ENTRY_SIZE;
+        let raw = u64::from_le_bytes(
+            self.raw[at..at + DX_ENTRY_SIZE]
+                .try_into()
+                .expect("an entry is 8 bytes"),
+        );
+        DxEntry {
+            hash: if i == 0 { 0 } else { raw as u32 },
+            block: (raw >> 32) as u32,
+        }
+    }
+
+    fn hash(&self, i: usize) -> u32 {
+        self.get(i).hash
     }
 
     /// The child to follow for `hash`: the last entry whose hash is not above it.
     pub fn child_for(&self, hash: u32) -> usize {
-        // entries[0].hash is 0, so the partition point is at least 1.
-        self.entries.partition_point(|e| e.hash <= hash) - 1
+        // Entry 0's hash reads as 0, so at least one entry is not above `hash`.
+        let (mut low, mut high) = (1, self.len());
+        while low < high {
+            let mid = low + (high - low) / 2;
+            if self.hash(mid) <= hash {
+                low = mid + 1;
+            } else {
+                high = mid;
+            }
+        }
+        low - 1
     }
 
-    /// Writes `limit`, `count` and the entries into `block` at this node's offset.
-    pub fn encode_into(&self, block: &mut [u8]) {
-        let at = self.entries_offset;
-        for (i, e) in self.entries.iter().enumerate() {
-            let slot = at + DX_ENTRY_SIZE * i;
-            block[slot..slot + 4].copy_from_slice(&e.hash.to_le_bytes());
-            block[slot + 4..slot + 8].copy_from_slice(&e.block.to_le_bytes());
+    /// The entries, in order.
+    pub fn iter(&self) -> impl Iterator<Item = DxEntry> + '_ {
+        (0..self.len()).map(|i| self.get(i))
+    }
+
+    /// The node as an owned, editable copy.
+    pub fn to_node(&self) -> DxNode {
+        DxNode {
+            limit: self.limit,
+            entries: self.iter().collect(),
+            entries_offset: self.offset,
         }
-        block[at..at + 2].copy_from_slice(&self.limit.to_le_bytes());
-        block[at + 2..at + 4].copy_from_slice(&(self.entries.len() as u16).to_le_bytes());
     }
 }
 
@@ -354,9 +439,12 @@ mod tests {
         let loc = Location::Block(4);
         let node = DxNode::parse(&block, true, loc).unwrap();
         DxNode::verify(&block, 42, loc).unwrap();
-        assert_eq!(node.child_for(0x50), 0);
-        assert_eq!(node.child_for(0x100), 1);
-        assert_eq!(node.child_for(u32::MAX), 2);
+        let entries = DxNode::entries_in(&block, true, loc).unwrap();
+        assert_eq!(entries.child_for(0x50), 0);
+        assert_eq!(entries.child_for(0x100), 1);
+        assert_eq!(entries.child_for(0x8ff), 1);
+        assert_eq!(entries.child_for(u32::MAX), 2);
+        assert_eq!(entries.to_node(), node);
         let mut again = vec![0u8; 1024];
         again[4..6].copy_from_slice(&1024u16.to_le_bytes());
         node.encode_into(&mut again);
@@ -380,6 +468,27 @@ mod tests {
         for hashes in [&[0x900, 0x100][..], &[0x100, 0x900, 0x800, 0xa00]] {
             let err = DxNode::parse(&with_hashes(hashes), false, loc).unwrap_err();
             assert!(err.to_string().contains("hashes out of order"), "{err}");
+        }
+    }
+
+    #[test]
+    fn the_child_followed_is_the_last_entry_not_above_the_hash() {
+        let loc = Location::Block(4);
+        // Runs of equal hashes (collisions spread over leaves) and gaps, at every count.
+        for count in 1..=40u32 {
+            let entries: Vec<DxEntry> = (0..count)
+                .map(|i| DxEntry {
+                    hash: if i == 0 { 0 } else { (i / 3) * 16 + 16 },
+                    block: i + 1,
+                })
+                .collect();
+            let block = DxNode::new_interior(1024, false, entries.clone()).encode_interior(1024);
+            let view = DxNode::entries_in(&block, false, loc).unwrap();
+            assert_eq!(view.iter().collect::<Vec<_>>(), entries);
+            for hash in (0..count * 6 + 40).chain([u32::MAX]) {
+                let expected = entries.iter().rposition(|e| e.hash <= hash).unwrap();
+                assert_eq!(view.child_for(hash), expected, "count {count} hash {hash}");
+            }
         }
     }
 

@@ -30,9 +30,11 @@ mod readahead;
 mod seek;
 mod session;
 mod shards;
+mod unmount;
 mod warnings;
 
 pub use daemon::{report_mounted, start_daemon};
 pub use error_policy::ErrorPolicy;
 pub use options::{MountOptions, OptionError};
-pub use session::{mount, mount_until_signal, MountError, Mounted};
+pub use session::{mount, mount_until_signal, MountError, Mounted, UNMOUNT_PATIENCE};
+pub use unmount::unmount_dir;

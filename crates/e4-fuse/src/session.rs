@@ -3,19 +3,28 @@
 
 use std::io;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use e4_fs::{Caller, Filesystem, OpenOptions};
-use fuser::{Config, MountOption, Session, SessionACL, SessionUnmounter};
+use fuser::{Config, MountOption, Session, SessionACL};
 use nix::sys::pthread::{pthread_kill, pthread_self};
 use nix::sys::signal::{SigSet, SigmaskHow, Signal};
-use parking_lot::Mutex;
 
 use crate::attrs::{IdMap, Owners};
 use crate::error_policy::{ErrorPolicy, OnError};
 use crate::ops::{E4Fuse, Outcome};
 use crate::options::MountOptions;
+use crate::unmount::MountPoint;
+
+/// How long [`Mounted::unmount`] retries a busy mount before it gives up.
+pub const UNMOUNT_PATIENCE: Duration = Duration::from_secs(10);
+
+/// How long an unmount signal's unmount retries a busy mount before it says (once) what
+/// holds it; it goes on retrying until the mount is released.
+const BUSY_NOTICE: Duration = Duration::from_secs(2);
 
 /// Why a mount failed, or why the image may not have been written back.
 #[derive(Debug, thiserror::Error)]
@@ -26,8 +35,8 @@ pub enum MountError {
     ReadOnly { image: String, reason: String },
     #[error("cannot mount on {dir}: {source}")]
     Mount { dir: String, source: io::Error },
-    #[error("cannot unmount: {0}")]
-    Unmount(io::Error),
+    #[error("cannot unmount {dir}: {reason}")]
+    Unmount { dir: String, reason: String },
     #[error("serving the mount failed: {0}")]
     Serve(io::Error),
     #[error("writing the image back failed: {0}")]
@@ -36,8 +45,9 @@ pub enum MountError {
 
 /// A mounted image, served by fuser's worker threads until it is unmounted.
 pub struct Mounted {
-    /// Shared with the signal waiter of [`mount_until_signal`].
-    unmounter: Arc<Mutex<SessionUnmounter>>,
+    /// The mount, unmounted by its directory (fuser's own unmounter gives the mount up
+    /// when an unmount fails, so it cannot retry one: crate::unmount).
+    mount_point: MountPoint,
     serving: JoinHandle<io::Result<()>>,
     outcome: Outcome,
 }
@@ -95,16 +105,15 @@ pub fn mount(image: &Path, dir: &Path, options: &MountOptions) -> Result<Mounted
         on_error,
         Arc::clone(&notifier),
     );
-    let mut session =
-        Session::new(served, dir, &fuse_config(&shown, options)).map_err(|source| {
-            MountError::Mount {
-                dir: dir.display().to_string(),
-                source,
-            }
-        })?;
+    let session = Session::new(served, dir, &fuse_config(&shown, options)).map_err(|source| {
+        MountError::Mount {
+            dir: dir.display().to_string(),
+            source,
+        }
+    })?;
     // Before the first request can need it: `run` starts serving below.
     let _ = notifier.set(session.notifier());
-    let unmounter = Arc::new(Mutex::new(session.unmount_callable()));
+    let mount_point = MountPoint::on(&mount_point);
     let serving = std::thread::Builder::new()
         .name("e4-fuse".into())
         .spawn(move || session.run())
@@ -113,11 +122,11 @@ pub fn mount(image: &Path, dir: &Path, options: &MountOptions) -> Result<Mounted
     // readahead window can be raised (where it cannot, without root, reads come in the
     // kernel's default size). Not statfs, which valgrind runs holding its one lock, so a
     // traced daemon (scripts/mount-instructions.sh) never served it.
-    if std::fs::File::open(&mount_point).is_ok() {
-        let _ = crate::readahead::raise_readahead(&mount_point);
+    if std::fs::File::open(mount_point.dir()).is_ok() {
+        let _ = crate::readahead::raise_readahead(mount_point.dir());
     }
     Ok(Mounted {
-        unmounter,
+        mount_point,
         serving,
         outcome,
     })
@@ -152,13 +161,20 @@ fn fuse_config(image: &str, options: &MountOptions) -> Config {
 }
 
 impl Mounted {
-    /// Unmounts (as `fusermount3 -u` would), then waits as [`Mounted::wait`].
+    /// Unmounts (as `umount DIR` or `fusermount3 -u DIR` would), retrying for up to
+    /// [`UNMOUNT_PATIENCE`] while something holds the mount, then waits as
+    /// [`Mounted::wait`]. A mount still busy after that stays mounted and served; its
+    /// write-back then follows whatever unmounts it later, unobserved.
     pub fn unmount(self) -> Result<(), MountError> {
-        self.unmounter
-            .lock()
-            .unmount()
-            .map_err(MountError::Unmount)?;
+        self.try_unmount(UNMOUNT_PATIENCE)?;
         self.wait()
+    }
+
+    /// Unmounts, retrying for up to `patience` while something holds the mount (EBUSY);
+    /// then fails naming the processes that hold it, leaving it mounted and served, to be
+    /// unmounted again or waited for.
+    pub fn try_unmount(&self, patience: Duration) -> Result<(), MountError> {
+        self.mount_point.unmount_within(patience)
     }
 
     /// Waits until the mount is gone (`fusermount3 -u DIR`, `umount DIR`, or
@@ -207,7 +223,9 @@ pub fn mount_until_signal(
         .map_err(|e| MountError::Serve(e.into()))?;
     let result = mount(image, dir, options).and_then(|serving| {
         mounted();
-        let unmounter = serving.unmounter.clone();
+        let mount_point = serving.mount_point.clone();
+        let served = Arc::new(AtomicBool::new(false));
+        let session_ended = Arc::clone(&served);
         let (tx, rx) = std::sync::mpsc::channel();
         let waiter = std::thread::spawn(move || {
             // OK to ignore: the receiver waits for this message.
@@ -215,10 +233,11 @@ pub fn mount_until_signal(
             // Any of the signals (or the wake-up below) ends the mount; one already gone
             // is not unmounted again.
             if signals.wait().is_ok() {
-                let _ = unmounter.lock().unmount();
+                unmount_once_released(&mount_point, &session_ended);
             }
         });
         let result = serving.wait();
+        served.store(true, Ordering::Release);
         // Unmounted by someone else: wake the waiter with a signal only it takes.
         if let Ok(id) = rx.recv() {
             let _ = pthread_kill(id, Signal::SIGHUP);
@@ -228,4 +247,22 @@ pub fn mount_until_signal(
     });
     let _ = previous.thread_set_mask();
     result
+}
+
+/// An unmount signal's unmount: retries while the mount is busy, saying once on the
+/// standard error what holds it, until it is unmounted (by this or by anyone) or the
+/// session has ended. A signal is not repeated, so giving up would leave the daemon
+/// deaf to the next one; and a forced unmount would fail the holders' writes.
+fn unmount_once_released(mount_point: &MountPoint, session_ended: &AtomicBool) {
+    let mut said = false;
+    while !session_ended.load(Ordering::Acquire) {
+        match mount_point.unmount_within(BUSY_NOTICE) {
+            Ok(()) => return,
+            Err(busy) if !said => {
+                eprintln!("e4 mount: {busy}; unmounting it once it is released");
+                said = true;
+            }
+            Err(_) => {}
+        }
+    }
 }

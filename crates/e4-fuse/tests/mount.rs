@@ -492,6 +492,62 @@ fn a_read_only_mount_refuses_changes_and_leaves_the_image_as_it_was() {
     );
 }
 
+/// `sleep SECONDS` working in `dir`: a process holding the mount on it, as a shell `cd`'d
+/// there, or a child forked while one of this process's files there was open, does.
+fn holding(dir: &Path, seconds: &str) -> std::process::Child {
+    std::process::Command::new("sleep")
+        .arg(seconds)
+        .current_dir(dir)
+        .spawn()
+        .unwrap()
+}
+
+/// While anything holds a mount its unmount fails with EBUSY; under load, one of the
+/// tests' forked children holds it for a moment. The unmount waits for it to let go.
+#[test]
+fn an_unmount_waits_for_a_process_holding_the_mount_for_a_moment() {
+    let Some(m) = TestMount::new("busy for a moment", 16, "") else {
+        return;
+    };
+    fs::write(m.path().join("f"), "written before").unwrap();
+    let mut holder = holding(m.path(), "1");
+    let image = m.finish();
+    holder.wait().unwrap();
+    let fs = e4_fs::Filesystem::open(&image.path, e4_fs::OpenOptions::default()).unwrap();
+    let ino = fs.resolve("/f", true).unwrap();
+    assert_eq!(fs.read_file(ino, u64::MAX).unwrap(), b"written before");
+}
+
+/// An unmount still busy when its patience runs out fails in one line naming the process
+/// that holds the mount, and leaves the mount served; once that process has gone, the
+/// same mount unmounts and is written back.
+#[test]
+fn an_unmount_still_busy_names_the_holder_and_leaves_the_mount_served() {
+    let Some(m) = TestMount::new("busy for long", 16, "") else {
+        return;
+    };
+    let mut holder = holding(m.path(), "30");
+    let busy = m
+        .mounted
+        .as_ref()
+        .unwrap()
+        .try_unmount(Duration::from_millis(300))
+        .unwrap_err()
+        .to_string();
+    let named = format!("pid {} (sleep)", holder.id());
+    assert!(
+        busy.contains(&named) && busy.contains("busy") && busy.lines().count() == 1,
+        "{busy}"
+    );
+    fs::write(m.path().join("after"), "still served").unwrap();
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    let image = m.finish();
+    let fs = e4_fs::Filesystem::open(&image.path, e4_fs::OpenOptions::default()).unwrap();
+    let ino = fs.resolve("/after", true).unwrap();
+    assert_eq!(fs.read_file(ino, u64::MAX).unwrap(), b"still served");
+}
+
 /// Several threads create, write, read back, rename and remove files, each in its own
 /// directory and all in one shared one, through a mount with as many workers.
 #[test]

@@ -23,6 +23,7 @@ pub struct BenchArgs {
     pub keep: Option<PathBuf>,
     pub pin: Pin,
     pub settle: bool,
+    pub tree: Option<PathBuf>,
 }
 
 pub fn run(args: BenchArgs) -> Result<(), CliError> {
@@ -46,6 +47,7 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
         keep: args.keep,
         placement,
         settle: args.settle,
+        tree: args.tree.unwrap_or(defaults.tree),
     };
     let report = e4_bench::run(&plan, &mut |line| eprintln!("{line}"));
     if let Some(path) = &args.json {

@@ -112,7 +112,8 @@ enum Command {
         /// Workloads: fallocate2, append, create, unlink, create-shared, unlink-shared, dwol,
         /// dwtl, dwsl, mrpl, mrdl, mwrl, mwrm, near-full, seqwrite (1 MiB writes of a new
         /// file up to --size, then fsync), seqread (1 MiB reads of a file of --size, dropped
-        /// from the page cache first).
+        /// from the page cache first), untar, rm-tree, git-status (a copy of --tree per
+        /// thread, through the system's tar, rm and git; not on the e4 target).
         #[arg(value_parser = |s: &str| s.parse::<e4_bench::Workload>())]
         workloads: Vec<e4_bench::Workload>,
         /// Comma-separated: e4, e4-nojournal (e4 on an image without a journal), kernel-ext4, kernel-ext4:MOUNT-OPTIONS (e.g.
@@ -140,6 +141,10 @@ enum Command {
         /// e4's sync), so targets that write back later pay inside the clock too.
         #[arg(long)]
         settle: bool,
+        /// The directory untar, rm-tree and git-status copy, packed once with tar before
+        /// any point (default /usr/include: a real source tree wherever e4 can be built).
+        #[arg(long, value_name = "DIR")]
+        tree: Option<String>,
         /// Target the ratios are against (default kernel-ext4).
         #[arg(long, value_parser = |s: &str| s.parse::<e4_bench::Target>())]
         baseline: Option<e4_bench::Target>,
@@ -520,6 +525,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
             keep,
             pin,
             settle,
+            tree,
         } => bench::run(bench::BenchArgs {
             workloads,
             targets,
@@ -533,6 +539,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
             keep: keep.map(Into::into),
             pin,
             settle,
+            tree: tree.map(Into::into),
         }),
         Command::Fsck { .. } => unreachable!("fsck is dispatched by main"),
         Command::Import {

@@ -281,3 +281,53 @@ fn seqwrite_and_seqread_run_on_the_kernels_ext4_and_e4s_mount() {
     let (records, images) = bench_records(&args, dir.path());
     assert_sequential_points(&records, &images, 8);
 }
+
+/// The real-tree workloads end to end on e4's mount and tmpfs, with a small `--tree`: a
+/// point per workload and target (e4 in process is not applicable, and skipped), files/s
+/// counting the tree's files, each image clean after untar, `rm -rf` and git through the
+/// mount.
+#[test]
+fn the_tree_workloads_run_tar_rm_and_git_through_e4s_mount() {
+    let what = "e4 bench untar rm-tree git-status on e4-fuse";
+    if !e4_bench::target::is_root() {
+        return e4_testkit::kernel_comparison_skipped(what, "not root");
+    }
+    if !std::path::Path::new("/dev/fuse").exists() {
+        return e4_testkit::fuse_skipped(what, "no /dev/fuse");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let tree = dir.path().join("tree");
+    std::fs::create_dir_all(tree.join("sys")).unwrap();
+    for n in 0..20 {
+        std::fs::write(tree.join(format!("h{n}.h")), "int x;\n".repeat(n * 500)).unwrap();
+    }
+    std::fs::write(tree.join("sys/types.h"), "typedef int t;\n").unwrap();
+    let workloads = ["untar", "rm-tree", "git-status"];
+    let _guards: Vec<_> = workloads
+        .iter()
+        .map(|w| {
+            e4_testkit::FuseGuard::watch(
+                &dir.path().join(format!("images/e4-fuse-{w}-2.img.mnt")),
+                std::time::Duration::from_secs(120),
+            )
+        })
+        .collect();
+    let mut args = vec!["bench"];
+    args.extend(workloads);
+    args.extend(["--targets", "e4-fuse,tmpfs,e4", "--threads", "2"]);
+    args.extend(["--duration", "0.3", "--baseline", "tmpfs", "--tree"]);
+    args.push(tree.to_str().unwrap());
+    let (records, images) = bench_records(&args, dir.path());
+    assert_eq!(records.len(), 6, "3 workloads x 2 targets: {records:?}");
+    for r in &records {
+        let ops = r["ops"].as_u64().unwrap();
+        assert!(ops >= 2, "a tree or a run per thread at least: {r}");
+        let files_per_op =
+            r["files_per_sec"].as_f64().unwrap() / r["ops_per_sec"].as_f64().unwrap();
+        assert!((files_per_op - 21.0).abs() < 1e-6, "{r}");
+    }
+    assert_eq!(images.len(), 3, "{images:?}");
+    for image in images {
+        e4_testkit::e2fsck_clean(&image).unwrap();
+    }
+}

@@ -8,8 +8,11 @@ use std::collections::BTreeSet;
 
 use e4_format::dir_entry::rec_len_to_disk;
 use e4_format::dir_hash::{dir_hash, HashVersion};
-use e4_format::dir_htree::{DxEntry, DxNode, DxRoot, DxRootInfo, DX_BLOCK_MASK};
+use e4_format::dir_htree::{
+    DxEntries, DxEntry, DxNode, DxRoot, DxRootInfo, DX_BLOCK_MASK, MAX_LEVELS_LARGEDIR,
+};
 use e4_format::{FormatError, Problem, Structure};
+use smallvec::{smallvec, SmallVec};
 
 use crate::dir::editor::{check_dot_entries, DirectoryEditor, Found, DOTDOT_OFFSET};
 use crate::dir::leaf::{LeafBlock, LeafEntry, LeafProbe, NewEntry, REC_LEN_FIELD};
@@ -17,23 +20,59 @@ use crate::error::Shortage;
 use crate::error::{Error, Result};
 use crate::io::meta_io::{look_at, BlockKind};
 
-/// One index node on the path from the root, and the entry the path follows in it.
+/// One index node on the path from the root, and the entry the path follows in it: what
+/// a lookup needs of the node, read where it lies in the cache. The node itself is copied
+/// only for an insert that edits it ([`DirectoryEditor::node_of`]): a probe that copied
+/// every node on its way down spent a tenth of a create in allocating and freeing them.
 pub(super) struct IndexLevel {
     /// The node's logical block in the directory (0 for the root).
     pub(super) logical: u64,
-    node: DxNode,
     /// Index of the entry followed.
     pub(super) at: usize,
+    /// The node's `count` and `limit`.
+    count: usize,
+    limit: u16,
+    followed: DxEntry,
+    /// The entry after the followed one, if there is one.
+    next: Option<DxEntry>,
+    /// The node, once an edit has copied it.
+    node: Option<DxNode>,
 }
 
 impl IndexLevel {
+    /// The level of node `logical` whose entries are `entries`, following entry `at`.
+    fn following(logical: u64, entries: &DxEntries<'_>, at: usize) -> Self {
+        IndexLevel {
+            logical,
+            at,
+            count: entries.len(),
+            limit: entries.limit,
+            followed: entries.get(at),
+            next: (at + 1 < entries.len()).then(|| entries.get(at + 1)),
+            node: None,
+        }
+    }
+
+    /// The level of `node` (already a copy, as an edit leaves it), following entry `at`.
+    fn of_node(logical: u64, node: DxNode, at: usize) -> Self {
+        IndexLevel {
+            logical,
+            at,
+            count: node.entries.len(),
+            limit: node.limit,
+            followed: node.entries[at],
+            next: node.entries.get(at + 1).copied(),
+            node: Some(node),
+        }
+    }
+
     fn is_full(&self) -> bool {
-        self.node.entries.len() >= usize::from(self.node.limit)
+        self.count >= usize::from(self.limit)
     }
 
     /// The entry the path follows.
     pub(super) fn followed(&self) -> DxEntry {
-        self.node.entries[self.at]
+        self.followed
     }
 }
 
@@ -45,8 +84,9 @@ pub(super) struct IndexPath {
     /// lookup does not copy it.)
     unwritten_root: Option<Vec<u8>>,
     root_info: DxRootInfo,
-    /// Root first; one level per index level.
-    levels: Vec<IndexLevel>,
+    /// Root first; one level per index level (at most three: large_dir's depth, so the
+    /// path lives on the stack).
+    levels: SmallVec<[IndexLevel; MAX_LEVELS_LARGEDIR as usize]>,
     /// How names are hashed, from the root and the superblock.
     pub(super) version: HashVersion,
 }
@@ -57,8 +97,8 @@ impl IndexPath {
         self.levels
             .iter()
             .rev()
-            .find(|l| l.at + 1 < l.node.entries.len())
-            .map(|l| l.node.entries[l.at + 1].hash)
+            .find_map(|l| l.next)
+            .map(|next| next.hash)
     }
 
     pub(super) fn bottom(&self) -> &IndexLevel {
@@ -245,11 +285,7 @@ impl DirectoryEditor<'_> {
         let mut path = IndexPath {
             unwritten_root: Some(root_block),
             root_info: root.info,
-            levels: vec![IndexLevel {
-                logical: 0,
-                node: root.node,
-                at: 0,
-            }],
+            levels: smallvec![IndexLevel::of_node(0, root.node, 0)],
             version,
         };
         let hash = self.hash_name(version, &entry.name);
@@ -322,7 +358,7 @@ impl DirectoryEditor<'_> {
 
         let bottom = path.levels.len() - 1;
         let key = hash2 | u32::from(continued);
-        insert_key(&mut path.levels[bottom], key, new_logical);
+        self.insert_key(&mut path.levels[bottom], key, new_logical)?;
         self.write_index_level(path, bottom)
     }
 
@@ -352,10 +388,10 @@ impl DirectoryEditor<'_> {
                 return Err(Error::NoSpace(Shortage::DirectoryIndex));
             }
             let (physical, logical) = self.append_index_block()?;
-            let root = &mut path.levels[0];
-            let child = DxNode::new_interior(block_size, csum, root.node.entries.clone());
+            let root = self.node_of(&mut path.levels[0])?;
+            let child = DxNode::new_interior(block_size, csum, root.entries.clone());
             self.write_index_node(physical, &child)?;
-            root.node.entries = vec![DxEntry {
+            root.entries = vec![DxEntry {
                 hash: 0,
                 block: logical,
             }];
@@ -363,13 +399,13 @@ impl DirectoryEditor<'_> {
             return self.write_index_level(path, 0);
         }
         let (physical, logical) = self.append_index_block()?;
-        let full = &mut path.levels[level];
-        let keep = full.node.entries.len() / 2;
-        let moved = full.node.entries.split_off(keep);
+        let full = self.node_of(&mut path.levels[level])?;
+        let keep = full.entries.len() / 2;
+        let moved = full.entries.split_off(keep);
         let key = moved[0].hash;
         self.write_index_node(physical, &DxNode::new_interior(block_size, csum, moved))?;
         self.write_index_level(path, level)?;
-        insert_key(&mut path.levels[level - 1], key, logical);
+        self.insert_key(&mut path.levels[level - 1], key, logical)?;
         self.write_index_level(path, level - 1)
     }
 
@@ -381,33 +417,27 @@ impl DirectoryEditor<'_> {
     /// Reads the root and walks down to the bottom index node for the hash `hash_of` gives
     /// under the directory's hash version.
     pub(super) fn probe(&self, hash_of: impl FnOnce(HashVersion) -> u32) -> Result<IndexPath> {
-        let (root_info, root) = self.read_root()?;
-        let loc = self.loc(self.physical(0)?);
-        let version = HashVersion::from_disk(root_info.hash_version, self.format().unsigned_hash)
-            .ok_or_else(|| {
-            FormatError::corrupt(
-                Structure::HtreeRoot,
-                loc,
-                Problem::UnknownHashVersion {
-                    version: root_info.hash_version,
-                },
-            )
+        let (root_info, version, hash, root) = self.look_at_index(0, |info, entries| {
+            // OK to unwrap: block 0 is the root, shown with its info.
+            let info = info.cloned().expect("the root comes with its info");
+            let Some(version) =
+                HashVersion::from_disk(info.hash_version, self.format().unsigned_hash)
+            else {
+                let loc = self.loc(self.physical(0)?);
+                let problem = Problem::UnknownHashVersion {
+                    version: info.hash_version,
+                };
+                return Err(FormatError::corrupt(Structure::HtreeRoot, loc, problem).into());
+            };
+            let hash = hash_of(version);
+            let root = IndexLevel::following(0, &entries, entries.child_for(hash));
+            Ok((info, version, hash, root))
         })?;
-        let hash = hash_of(version);
-        let mut levels = vec![IndexLevel {
-            logical: 0,
-            at: root.child_for(hash),
-            node: root,
-        }];
+        let mut levels: SmallVec<[IndexLevel; MAX_LEVELS_LARGEDIR as usize]> = smallvec![root];
         for _ in 0..root_info.indirect_levels {
             let parent = levels.last().expect("levels start with the root");
             let logical = self.index_target(parent.followed(), parent.logical)?;
-            let node = self.read_index_node(logical)?;
-            levels.push(IndexLevel {
-                logical,
-                at: node.child_for(hash),
-                node,
-            });
+            levels.push(self.read_level(logical, |entries| entries.child_for(hash))?);
         }
         Ok(IndexPath {
             unwritten_root: None,
@@ -423,60 +453,102 @@ impl DirectoryEditor<'_> {
     pub(super) fn advance(&self, path: &mut IndexPath) -> Result<Option<u32>> {
         let Some(level) = (0..path.levels.len())
             .rev()
-            .find(|&l| path.levels[l].at + 1 < path.levels[l].node.entries.len())
+            .find(|&l| path.levels[l].next.is_some())
         else {
             return Ok(None);
         };
-        path.levels[level].at += 1;
+        let at = path.levels[level].at + 1;
+        path.levels[level] = self.read_level(path.levels[level].logical, |_| at)?;
         let key = path.levels[level].followed().hash;
         for below in level + 1..path.levels.len() {
             let above = &path.levels[below - 1];
             let logical = self.index_target(above.followed(), above.logical)?;
-            path.levels[below] = IndexLevel {
-                logical,
-                node: self.read_index_node(logical)?,
-                at: 0,
-            };
+            path.levels[below] = self.read_level(logical, |_| 0)?;
         }
         Ok(Some(key))
     }
 
-    /// Block 0's root info and its index, parsed where the block lies.
-    fn read_root(&self) -> Result<(DxRootInfo, DxNode)> {
-        let physical = self.physical(0)?;
-        let format = self.format();
-        let root = look_at(
-            self.io(),
-            physical,
-            BlockKind::HtreeNode,
-            self.owner(),
-            |bytes| {
-                Ok(DxRoot::parse(
-                    bytes,
-                    format.metadata_csum,
-                    format.max_index_levels(),
-                    self.loc(physical),
-                )?)
-            },
-        )?;
-        Ok((root.info, root.node))
+    /// The level of index node `logical` (0: the root) following the entry `pick` chooses
+    /// among its entries, read where the node lies.
+    fn read_level(
+        &self,
+        logical: u64,
+        pick: impl FnOnce(&DxEntries<'_>) -> usize,
+    ) -> Result<IndexLevel> {
+        self.look_at_index(logical, |_, entries| {
+            let at = pick(&entries);
+            if at >= entries.len() {
+                return Err(Error::Internal(format!(
+                    "index entry {at} of {} followed in directory block {logical}",
+                    entries.len()
+                )));
+            }
+            Ok(IndexLevel::following(logical, &entries, at))
+        })
     }
 
-    fn read_index_node(&self, logical: u64) -> Result<DxNode> {
+    /// Shows index node `logical` (0: the root, with its info) to `look` where it lies in
+    /// the cache, checked as a parse checks it.
+    fn look_at_index<T>(
+        &self,
+        logical: u64,
+        look: impl FnOnce(Option<&DxRootInfo>, DxEntries<'_>) -> Result<T>,
+    ) -> Result<T> {
         let physical = self.physical(logical)?;
+        let format = self.format();
         look_at(
             self.io(),
             physical,
             BlockKind::HtreeNode,
             self.owner(),
             |bytes| {
-                Ok(DxNode::parse(
-                    bytes,
-                    self.format().metadata_csum,
-                    self.loc(physical),
-                )?)
+                let loc = self.loc(physical);
+                if logical == 0 {
+                    let (info, entries) = DxRoot::entries_in(
+                        bytes,
+                        format.metadata_csum,
+                        format.max_index_levels(),
+                        loc,
+                    )?;
+                    look(Some(&info), entries)
+                } else {
+                    look(None, DxNode::entries_in(bytes, format.metadata_csum, loc)?)
+                }
             },
         )
+    }
+
+    /// The node of `level`, copied from where it lies the first time an edit needs it.
+    fn node_of<'l>(&self, level: &'l mut IndexLevel) -> Result<&'l mut DxNode> {
+        let node = match level.node.take() {
+            Some(node) => node,
+            None if level.logical == 0 => self.read_root()?.1,
+            None => self.read_index_node(level.logical)?,
+        };
+        Ok(level.node.insert(node))
+    }
+
+    /// Adds (key → block) right after the entry `level` follows (`dx_insert_block`).
+    fn insert_key(&self, level: &mut IndexLevel, key: u32, block: u32) -> Result<()> {
+        let at = level.at;
+        let node = self.node_of(level)?;
+        node.entries.insert(at + 1, DxEntry { hash: key, block });
+        level.count = node.entries.len();
+        Ok(())
+    }
+
+    /// Block 0's root info and its index, copied.
+    fn read_root(&self) -> Result<(DxRootInfo, DxNode)> {
+        self.look_at_index(0, |info, entries| {
+            // OK to unwrap: block 0 is the root, shown with its info.
+            let info = info.cloned().expect("the root comes with its info");
+            Ok((info, entries.to_node()))
+        })
+    }
+
+    /// Interior index node `logical`, copied.
+    fn read_index_node(&self, logical: u64) -> Result<DxNode> {
+        self.look_at_index(logical, |_, entries| Ok(entries.to_node()))
     }
 
     /// The logical block an index entry in node `from` points at, checked to lie inside
@@ -501,9 +573,15 @@ impl DirectoryEditor<'_> {
 
     fn write_index_level(&self, path: &IndexPath, level: usize) -> Result<()> {
         let index = &path.levels[level];
+        let node = index.node.as_ref().ok_or_else(|| {
+            Error::Internal(format!(
+                "index node at directory block {} written without an edit",
+                index.logical
+            ))
+        })?;
         let physical = self.physical(index.logical)?;
         if index.logical != 0 {
-            return self.write_index_node(physical, &index.node);
+            return self.write_index_node(physical, node);
         }
         let mut block = match &path.unwritten_root {
             Some(bytes) => bytes.clone(),
@@ -513,7 +591,7 @@ impl DirectoryEditor<'_> {
         };
         DxRoot {
             info: path.root_info.clone(),
-            node: index.node.clone(),
+            node: node.clone(),
         }
         .encode_into(&mut block);
         self.io()
@@ -550,12 +628,4 @@ impl DirectoryEditor<'_> {
             })
             .collect()
     }
-}
-
-/// Adds (key → block) right after the entry `index` follows (`dx_insert_block`).
-fn insert_key(index: &mut IndexLevel, key: u32, block: u32) {
-    index
-        .node
-        .entries
-        .insert(index.at + 1, DxEntry { hash: key, block });
 }
