@@ -104,7 +104,7 @@ pub struct ImportPolicy {
     /// The ordered walk without `reproducible_at`'s clamping: one thread places every
     /// entry in name order and reserves each file's blocks, the others read the host tree
     /// ahead of it and copy the data. `e4 mkfs -d` always walks so: on two CPUs it took
-    /// 14-18% less wall time at `-j 2` than parallel walkers, and less at `-j 1` too
+    /// 13-17% less wall time at `-j 2` than parallel walkers, and as little or less at `-j 1`
     /// (docs/BENCHMARKS.md), since parallel walkers both write the image file and spin on
     /// its lock in the host's kernel. (`reproducible_at` implies it.)
     pub ordered: bool,
