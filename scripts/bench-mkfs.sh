@@ -13,6 +13,8 @@
 #   about 20x longer than e4 on a large tree). WRAP='chrt -f 10' runs each measured
 #   command at real-time priority (root only): on a machine others share, their work
 #   waits while it runs, a stand-in for a quiet machine (not a substitute: say so).
+#   E4_BEFORE=PATH also runs that e4 build in every round beside this one (rows labelled
+#   "before: ..."), for a before/after under the same load.
 # For the issue's 1.7x claim, on a quiet machine with 2 free cores:
 #   scripts/bench-mkfs.sh /usr/share 2048 9 1 2
 set -euo pipefail
@@ -25,6 +27,7 @@ trap 'rm -rf "$work"' EXIT
 cp -a "$src" "$work/tree"
 img=$work/img
 times=$work/times   # lines: label<TAB>round<TAB>wall<TAB>cpu<TAB>peak KiB
+declare -A reproducible   # build -> cksum of its reproducible images
 
 run() {  # label, round, command...
   local label=$1 round=$2; shift 2
@@ -38,23 +41,27 @@ run() {  # label, round, command...
 }
 
 echo "# e4 mkfs -d benchmark, $(date -u '+%Y-%m-%d %H:%M UTC')"
-echo "$(nproc) CPUs; $e4; ${WRAP:+run under '$WRAP'; }checkout at $(git -C "$(dirname "$0")" rev-parse --short HEAD 2>/dev/null || echo '?')"
+echo "$(nproc) CPUs; $e4${E4_BEFORE:+ (before: $E4_BEFORE)}; ${WRAP:+run under '$WRAP'; }checkout at $(git -C "$(dirname "$0")" rev-parse --short HEAD 2>/dev/null || echo '?')"
 echo "tree: $src ($(du -sh "$work/tree" | cut -f1), $(find "$work/tree" | wc -l) entries), image ${size} MiB, $rounds rounds"
 for round in $(seq "$rounds"); do
   echo "round $round, load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
   if [ "${MKE2FS:-1}" != 0 ]; then
     run "mke2fs -d" "$round" mke2fs -q -F -t ext4 -d "$work/tree" "$img" "${size}M"
   fi
-  for t in "${threads[@]}"; do
-    run "e4 mkfs -d -j $t" "$round" "$e4" mkfs -q -j "$t" -d "$work/tree" "$img" "${size}M"
-  done
-  for t in "${threads[@]}"; do
-    run "e4 mkfs -d -j $t, SOURCE_DATE_EPOCH" "$round" env SOURCE_DATE_EPOCH=1700000000 \
-      "$e4" mkfs -q -j "$t" -d "$work/tree" "$img" "${size}M"
-    sum=$(cksum < "$img")
-    [ "${reproducible:-$sum}" = "$sum" ] ||
-      { echo "SOURCE_DATE_EPOCH -j $t round $round: the image differs from the first"; exit 1; }
-    reproducible=$sum
+  for build in ${E4_BEFORE:+before} after; do
+    bin=$e4; prefix=""
+    [ "$build" = before ] && { bin=$E4_BEFORE; prefix="before: "; }
+    for t in "${threads[@]}"; do
+      run "${prefix}e4 mkfs -d -j $t" "$round" "$bin" mkfs -q -j "$t" -d "$work/tree" "$img" "${size}M"
+    done
+    for t in "${threads[@]}"; do
+      run "${prefix}e4 mkfs -d -j $t, SOURCE_DATE_EPOCH" "$round" env SOURCE_DATE_EPOCH=1700000000 \
+        "$bin" mkfs -q -j "$t" -d "$work/tree" "$img" "${size}M"
+      sum=$(cksum < "$img")
+      [ "${reproducible[$build]:-$sum}" = "$sum" ] ||
+        { echo "${prefix}SOURCE_DATE_EPOCH -j $t round $round: the image differs from the first"; exit 1; }
+      reproducible[$build]=$sum
+    done
   done
 done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -76,13 +83,14 @@ for label, runs in rows.items():
     print(f"| {label} | {statistics.median(wall):.2f} | {min(wall):.2f}-{max(wall):.2f} "
           f"| {statistics.median(cpu):.2f} | {statistics.median(peak):.0f} |")
 threads = sys.argv[2:]
-for suffix in ["", ", SOURCE_DATE_EPOCH"]:
-    one = rows.get(f"e4 mkfs -d -j {threads[0]}{suffix}")
-    for t in threads[1:]:
-        other = rows.get(f"e4 mkfs -d -j {t}{suffix}")
-        if not one or not other:
-            continue
-        ratios = [one[r][0] / other[r][0] for r in one if r in other and other[r][0] > 0]
-        print(f"\n-j {threads[0]} / -j {t} wall time{suffix}, round by round: median "
-              f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}x-{max(ratios):.2f}x)")
+for prefix in ["before: ", ""]:
+    for suffix in ["", ", SOURCE_DATE_EPOCH"]:
+        one = rows.get(f"{prefix}e4 mkfs -d -j {threads[0]}{suffix}")
+        for t in threads[1:]:
+            other = rows.get(f"{prefix}e4 mkfs -d -j {t}{suffix}")
+            if not one or not other:
+                continue
+            ratios = [one[r][0] / other[r][0] for r in one if r in other and other[r][0] > 0]
+            print(f"\n{prefix}-j {threads[0]} / -j {t} wall time{suffix}, round by round: median "
+                  f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}x-{max(ratios):.2f}x)")
 EOF

@@ -9,14 +9,16 @@
 //! copies on every core. The first [`PARALLEL_LEVELS`] levels recurse; deeper ones are
 //! walked with an explicit stack, so no host tree's depth can overflow a thread's stack.
 //!
-//! A reproducible import (`SOURCE_DATE_EPOCH`) walks one entry at a time in name order, so
-//! every inode number, directory entry and block placement is decided in an order the host
-//! cannot change; a regular file's blocks are reserved in that walk
-//! ([`Filesystem::reserve_data`]) and its data copied into them by `-j` − 1 helper threads
-//! ([`host_copy::fill_reserved`]), which change no metadata, so the image is the same to
-//! the byte whatever the thread count. The helpers also read the host tree ahead of the
-//! walk ([`crate::read_ahead`]): listings, metadata, symlink targets and xattrs, which do
-//! not depend on the order the walk places things in.
+//! An ordered import (`e4 mkfs -d`, and any reproducible one, `SOURCE_DATE_EPOCH`) walks
+//! one entry at a time in name order, so every inode number, directory entry and block
+//! placement is decided in an order the host cannot change; a regular file's blocks are
+//! reserved in that walk ([`Filesystem::reserve_data`]) and its data copied into them by
+//! `-j` − 1 helper threads ([`host_copy::fill_reserved`]), which change no metadata, so the
+//! image is the same to the byte whatever the thread count. The helpers also read the host
+//! tree ahead of the walk ([`crate::read_ahead`]): listings, metadata, symlink targets and
+//! xattrs, which do not depend on the order the walk places things in. On two CPUs this
+//! beats two parallel walkers, which both write the image file and spin on its lock in the
+//! host's kernel ([`ImportPolicy::ordered`]).
 //!
 //! Order: a directory's own mode, owner and times are set once all its children are in, because creating them changes its mtime. A host inode with
 //! several names is created at the first name met and linked at the others after the walk
@@ -99,6 +101,13 @@ pub struct ImportPolicy {
     /// clamped to it (reproducible-builds.org's rule). With the engine's clock stopped and
     /// interval commits off, the image is then the same to the byte.
     pub reproducible_at: Option<i64>,
+    /// The ordered walk without `reproducible_at`'s clamping: one thread places every
+    /// entry in name order and reserves each file's blocks, the others read the host tree
+    /// ahead of it and copy the data. `e4 mkfs -d` always walks so: on two CPUs it took
+    /// 13-17% less wall time at `-j 2` than parallel walkers, and as little or less at `-j 1`
+    /// (docs/BENCHMARKS.md), since parallel walkers both write the image file and spin on
+    /// its lock in the host's kernel. (`reproducible_at` implies it.)
+    pub ordered: bool,
     /// How a host owner becomes the image's: kept, all one (`--owner`) or mapped
     /// (`--uid-map`, `--gid-map`), so an unprivileged build makes the image a root build
     /// would.
@@ -120,15 +129,16 @@ pub fn run_with(
     policy: &ImportPolicy,
 ) -> Result<(), CliError> {
     let reproducible_at = policy.reproducible_at;
-    // A reproducible import walks on one thread; the others copy data.
-    let (threads, fill_threads) = match reproducible_at {
-        Some(_) => {
+    let ordered = policy.ordered || reproducible_at.is_some();
+    // An ordered import walks on one thread; the others read ahead and copy data.
+    let (threads, fill_threads) = match ordered {
+        true => {
             let all = threads.unwrap_or_else(|| {
                 std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
             });
             (Some(1), all.saturating_sub(1))
         }
-        None => (threads, 0),
+        false => (threads, 0),
     };
     // The walk reads everything else through this descriptor (see `HostEntry`).
     let host_root = fs::OpenOptions::new()
@@ -161,6 +171,7 @@ pub fn run_with(
         first_names: Mutex::new(HashMap::new()),
         late_links: Mutex::new(Vec::new()),
         reproducible_at,
+        ordered,
         uids: &policy.uids,
         gids: &policy.gids,
         fs_config: policy.fs_config.as_ref(),
@@ -267,23 +278,25 @@ struct Import<'a> {
     first_names: Mutex<HashMap<(u64, u64), Option<u32>>>,
     /// Further names of those inodes, linked after the walk.
     late_links: Mutex<Vec<LateLink>>,
-    /// `SOURCE_DATE_EPOCH` for a reproducible import: entries in name order, one at a
-    /// time, times clamped to it.
+    /// `SOURCE_DATE_EPOCH` for a reproducible import: times clamped to it.
     reproducible_at: Option<i64>,
+    /// Entries in name order, one at a time, with fills on the helpers
+    /// ([`ImportPolicy::ordered`]).
+    ordered: bool,
     /// How each entry's host owner becomes its owner in the image.
     uids: &'a IdRule,
     gids: &'a IdRule,
     fs_config: Option<&'a FsConfig>,
     file_contexts: Option<&'a FileContexts>,
-    /// The image has inline_data: a reproducible walk copies a file smaller than a block
+    /// The image has inline_data: an ordered walk copies a file smaller than a block
     /// itself, so the engine may put it in its inode as any write would.
     inline_files: bool,
-    /// A reproducible walk's `-j` − 1 helpers, which read the host tree ahead of it and
+    /// An ordered walk's `-j` − 1 helpers, which read the host tree ahead of it and
     /// fill the files whose blocks it reserved; None with one thread (the walk does both).
     helpers: Option<Helpers<FillJob<'a>>>,
 }
 
-/// A file whose blocks a reproducible walk reserved, waiting for its data: `name` in the
+/// A file whose blocks an ordered walk reserved, waiting for its data: `name` in the
 /// open host directory `host`.
 struct FillJob<'a> {
     host: Arc<File>,
@@ -419,7 +432,7 @@ impl Import<'_> {
         image_path: &[u8],
         subdirectory: &(dyn Fn(OsString, HostMetadata) + Sync),
     ) {
-        if self.reproducible_at.is_some() {
+        if self.ordered {
             return self.ordered_contents(host, shown, dir, image_path, subdirectory);
         }
         let listing = match rustix::fs::Dir::read_from(&**host) {
@@ -468,7 +481,7 @@ impl Import<'_> {
         });
     }
 
-    /// [`Import::contents`] for a reproducible walk: one entry at a time in name order,
+    /// [`Import::contents`] for an ordered walk: one entry at a time in name order,
     /// from the listing the helpers read ahead when they did, else read here (and its
     /// subdirectories then handed to the helpers to read ahead).
     fn ordered_contents(
@@ -896,9 +909,9 @@ impl Import<'_> {
         // lookup of its own).
         let mut opened = None;
         if meta.is_file() {
-            let copied = match self.reproducible_at {
-                Some(_) => self.reserve_and_fill(ino, host, at, image_path, meta),
-                None => at.open_file().and_then(|file| {
+            let copied = match self.ordered {
+                true => self.reserve_and_fill(ino, host, at, image_path, meta),
+                false => at.open_file().and_then(|file| {
                     let copied = copy_data(fs, ino, &file, at.shown, meta.size())?;
                     opened = Some(file);
                     Ok(copied)
@@ -928,7 +941,7 @@ impl Import<'_> {
         Some(ino)
     }
 
-    /// The data of host file `at` (in open host directory `host`) in a reproducible walk: a
+    /// The data of host file `at` (in open host directory `host`) in an ordered walk: a
     /// file smaller than a block of an inline_data image is copied at once (the engine
     /// decides whether it goes in the inode); any other gets its blocks reserved here, in
     /// the walk's order, and is filled by a fill thread, or at once when there is none.

@@ -225,6 +225,7 @@ pub fn run(args: MkfsArgs, source_date_epoch: Option<i64>) -> Result<(), CliErro
         };
         let policy = ImportPolicy {
             reproducible_at: source_date_epoch,
+            ordered: true,
             uids: rule(args.owner.map(|(uid, _)| uid), &args.uid_map),
             gids: rule(args.owner.map(|(_, gid)| gid), &args.gid_map),
             fs_config: args.fs_config.clone(),

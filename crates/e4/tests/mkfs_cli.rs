@@ -425,6 +425,74 @@ fn source_date_epoch_makes_the_same_image_from_a_tree() {
     );
 }
 
+/// Each path of `image` below its root with its inode number and, for a regular file, the
+/// block its data starts at, in directory order (depth first).
+fn placement(image: &Path) -> Vec<(Vec<u8>, u32, Option<u64>)> {
+    let fs = e4_fs::Filesystem::open(image, e4_fs::OpenOptions::default()).unwrap();
+    let mut placed = Vec::new();
+    let mut stack = vec![(Vec::new(), 2)];
+    while let Some((path, dir)) = stack.pop() {
+        for entry in fs.read_dir(dir).unwrap() {
+            if entry.name == b"." || entry.name == b".." {
+                continue;
+            }
+            let child = [&path[..], b"/", &entry.name].concat();
+            let meta = fs.metadata(entry.ino).unwrap();
+            let first_block = match meta.file_type {
+                e4_fs::FileType::Regular => {
+                    let inode = fs.read_inode(entry.ino).unwrap();
+                    match fs.map_block(&inode, 0, 1).unwrap() {
+                        e4_fs::Mapping::Data { physical, .. } => Some(physical),
+                        _ => None,
+                    }
+                }
+                e4_fs::FileType::Directory => {
+                    stack.push((child.clone(), entry.ino));
+                    None
+                }
+                _ => None,
+            };
+            placed.push((child, entry.ino, first_block));
+        }
+    }
+    placed
+}
+
+/// `e4 mkfs -d` without `SOURCE_DATE_EPOCH` walks in name order too, with helpers reading
+/// ahead and filling (`ImportPolicy::ordered`: on two CPUs faster than parallel walkers):
+/// whatever `-j` and the host's directory order, each path gets the same inode number and
+/// its data the same blocks (the UUID and hash seed given, so directories list alike).
+#[test]
+fn without_source_date_epoch_the_walk_still_places_in_name_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let other = tempfile::tempdir_in("/dev/shm").unwrap_or_else(|_| tempfile::tempdir().unwrap());
+    let (forward, backward) = (dir.path().join("forward"), other.path().join("backward"));
+    std::fs::create_dir(&forward).unwrap();
+    std::fs::create_dir(&backward).unwrap();
+    ordered_tree(&forward, false);
+    ordered_tree(&backward, true);
+    let uuid = "6f1d3c52-9a0e-4b7e-8c1a-2d4f5e6a7b8c";
+    let seed = format!("hash_seed={uuid}");
+    let placements: Vec<_> = [(&forward, "1"), (&forward, "3"), (&backward, "2")]
+        .iter()
+        .enumerate()
+        .map(|(i, (source, threads))| {
+            let image = dir.path().join(format!("{i}.img"));
+            mkfs_from(source, &image, &["-j", threads, "-U", uuid, "-E", &seed]);
+            placement(&image)
+        })
+        .collect();
+    assert!(placements[0].len() > 500, "{} placed", placements[0].len());
+    assert!(
+        placements[0] == placements[1],
+        "-j 1 and -j 3 placed entries apart"
+    );
+    assert!(
+        placements[0] == placements[2],
+        "the tree created in another order was placed apart"
+    );
+}
+
 /// The (uid, gid) pairs of every entry of `image` but its root and lost+found, exported
 /// under `dir` (as root, export gives each file its owner), and how many entries there were.
 fn exported_owners(image: &Path, dir: &Path) -> (std::collections::BTreeSet<(u32, u32)>, usize) {
