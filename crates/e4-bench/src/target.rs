@@ -198,6 +198,13 @@ fn failed(what: &str) -> impl Fn(io::Error) -> TargetError + '_ {
     move |e| TargetError::Failed(format!("{what}: {e}"))
 }
 
+/// How long an unmount retries a mount still busy (a process of the workload finishing in
+/// it) before it detaches the mount instead and reports the point failed.
+const UNMOUNT_PATIENCE: Duration = Duration::from_secs(10);
+/// How long a FUSE daemon may take to write its image back and exit after the unmount,
+/// before it is killed and the point reported failed: a run never hangs on one.
+const DAEMON_PATIENCE: Duration = Duration::from_secs(120);
+
 /// A mount the harness made, undone on drop (also when the workload fails).
 struct Mounted {
     dir: PathBuf,
@@ -209,33 +216,76 @@ struct Mounted {
 impl Mounted {
     /// Unmounts; for a FUSE daemon, waits until it has written the image back and exited.
     fn unmount(mut self) -> Result<(), TargetError> {
-        let status = Command::new("umount")
-            .arg(&self.dir)
-            .status()
-            .map_err(failed("umount"))?;
-        if !status.success() {
-            return Err(TargetError::Failed(format!(
-                "umount {} failed",
-                self.dir.display()
-            )));
-        }
-        if let Some(mut daemon) = self.daemon.take() {
-            daemon.wait().map_err(failed("the FUSE daemon"))?;
-        }
-        Ok(())
+        let unmounted = unmount_within(&self.dir, UNMOUNT_PATIENCE);
+        let exited = match self.daemon.take() {
+            Some(daemon) => wait_for_exit(daemon, DAEMON_PATIENCE),
+            None => Ok(()),
+        };
+        unmounted.and(exited)
     }
 }
 
 impl Drop for Mounted {
     fn drop(&mut self) {
-        // Only reached when the run failed before `unmount`: best effort.
-        let _ = Command::new("umount")
-            .arg(&self.dir)
-            .stderr(Stdio::null())
-            .status();
-        if let Some(mut daemon) = self.daemon.take() {
-            let _ = daemon.wait();
+        // Only reached when the run failed before `unmount`: best effort, bounded.
+        let _ = unmount_within(&self.dir, UNMOUNT_PATIENCE);
+        if let Some(daemon) = self.daemon.take() {
+            let _ = wait_for_exit(daemon, DAEMON_PATIENCE);
         }
+    }
+}
+
+/// `umount DIR`, again every 50 ms while the mount is busy, for up to `patience`; then
+/// detached (`umount -l`, so a FUSE daemon can exit once its last user leaves) and an
+/// error that says so.
+fn unmount_within(dir: &Path, patience: Duration) -> Result<(), TargetError> {
+    let started = std::time::Instant::now();
+    loop {
+        let out = Command::new("umount")
+            .arg(dir)
+            .output()
+            .map_err(failed("umount"))?;
+        if out.status.success() || !is_mounted(dir) {
+            return Ok(());
+        }
+        if started.elapsed() >= patience {
+            let _ = Command::new("umount")
+                .arg("-l")
+                .arg(dir)
+                .stderr(Stdio::null())
+                .status();
+            return Err(TargetError::Failed(format!(
+                "umount {}: {} (for {} s; detached)",
+                dir.display(),
+                String::from_utf8_lossy(&out.stderr).trim(),
+                patience.as_secs()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Waits for `daemon` to exit, for up to `patience`; then kills it and says so.
+fn wait_for_exit(mut daemon: Child, patience: Duration) -> Result<(), TargetError> {
+    let started = std::time::Instant::now();
+    loop {
+        if daemon
+            .try_wait()
+            .map_err(failed("the FUSE daemon"))?
+            .is_some()
+        {
+            return Ok(());
+        }
+        if started.elapsed() >= patience {
+            let _ = daemon.kill();
+            let _ = daemon.wait();
+            return Err(TargetError::Failed(format!(
+                "the FUSE daemon (pid {}) had not exited {} s after the unmount; killed",
+                daemon.id(),
+                patience.as_secs()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -467,6 +517,36 @@ mod tests {
     }
 
     use super::*;
+
+    /// A daemon that does not exit after its unmount is killed after the patience, and
+    /// the point says so, instead of the run waiting forever; one that exits is waited for.
+    #[test]
+    fn a_daemon_that_does_not_exit_is_killed_after_the_patience() {
+        let stuck = Command::new("sleep").arg("30").spawn().unwrap();
+        let pid = stuck.id();
+        let started = std::time::Instant::now();
+        let err = wait_for_exit(stuck, Duration::from_millis(200)).unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert!(
+            matches!(&err, TargetError::Failed(m) if m.contains("killed")),
+            "{err:?}"
+        );
+        assert!(
+            !Path::new(&format!("/proc/{pid}")).exists(),
+            "pid {pid} still there"
+        );
+        let quick = Command::new("true").spawn().unwrap();
+        wait_for_exit(quick, Duration::from_secs(10)).unwrap();
+    }
+
+    /// A directory nothing is mounted on counts as unmounted at once.
+    #[test]
+    fn unmounting_a_directory_not_mounted_is_done() {
+        let dir = std::env::temp_dir().join(format!("e4-bench-unmounted-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        unmount_within(&dir, Duration::from_secs(10)).unwrap();
+        std::fs::remove_dir(&dir).unwrap();
+    }
 
     fn program_and_args(c: &Command) -> Vec<String> {
         std::iter::once(c.get_program())
