@@ -930,8 +930,16 @@ impl fuser::Filesystem for E4Fuse {
     }
 
     fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        // The offset is a listing's whole state (`dir_listing`): no handle to keep.
-        reply.opened(FileHandle(0), FopenFlags::empty());
+        // The offset is a listing's whole state (`dir_listing`): no handle to keep. The
+        // kernel may keep a listing in the directory's page cache and serve it again,
+        // across opens, until the directory changes: every change goes through this mount,
+        // which the kernel sees (and the daemon's own notifications drop the cache too),
+        // as the day-long entry and attribute timeouts already rely on. A warm `git status`
+        // lists every directory of its tree.
+        reply.opened(
+            FileHandle(0),
+            FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE,
+        );
     }
 
     fn readdir(

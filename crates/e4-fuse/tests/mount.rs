@@ -6,7 +6,7 @@
 //! stuck one is aborted after [`LIMIT`] and detached at the end of its test whatever
 //! happened.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::fs::{self, File, FileTimes, OpenOptions};
 use std::io::{ErrorKind, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -494,6 +494,58 @@ fn a_directory_read_while_it_changes_lists_nothing_twice() {
     for i in (1..400).step_by(2) {
         assert!(unique.contains(&name(i)), "{} was skipped", name(i));
     }
+    m.finish();
+}
+
+/// The kernel keeps a directory's listing across opens (FOPEN_CACHE_DIR): every change of
+/// its names through the mount (create, mkdir, link, symlink, rename in, out and within,
+/// unlink, rmdir) shows in the next listing.
+#[test]
+fn a_kept_listing_shows_every_change_of_names() {
+    let Some(m) = TestMount::new("kept listings", 32, "") else {
+        return;
+    };
+    let (d, other) = (m.path().join("d"), m.path().join("other"));
+    fs::create_dir(&d).unwrap();
+    fs::create_dir(&other).unwrap();
+    File::create(other.join("outside")).unwrap();
+    let listed = || -> BTreeSet<String> {
+        fs::read_dir(&d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect()
+    };
+    let mut expected = BTreeSet::new();
+    // After each change, listed twice: the second listing is the one the kernel may serve
+    // from what it kept.
+    let mut changed = |change: &str, added: &[&str], removed: &[&str]| {
+        expected.extend(added.iter().map(|n| n.to_string()));
+        for gone in removed {
+            expected.remove(*gone);
+        }
+        for _ in 0..2 {
+            assert_eq!(listed(), expected, "after {change}");
+        }
+    };
+    changed("nothing", &[], &[]);
+    File::create(d.join("f")).unwrap();
+    changed("a create", &["f"], &[]);
+    fs::create_dir(d.join("sub")).unwrap();
+    changed("a mkdir", &["sub"], &[]);
+    fs::hard_link(d.join("f"), d.join("l")).unwrap();
+    changed("a link", &["l"], &[]);
+    std::os::unix::fs::symlink("f", d.join("s")).unwrap();
+    changed("a symlink", &["s"], &[]);
+    fs::rename(d.join("f"), d.join("g")).unwrap();
+    changed("a rename within", &["g"], &["f"]);
+    fs::rename(other.join("outside"), d.join("in")).unwrap();
+    changed("a rename in", &["in"], &[]);
+    fs::rename(d.join("in"), other.join("back")).unwrap();
+    changed("a rename out", &[], &["in"]);
+    fs::remove_file(d.join("l")).unwrap();
+    changed("an unlink", &[], &["l"]);
+    fs::remove_dir(d.join("sub")).unwrap();
+    changed("an rmdir", &[], &["sub"]);
     m.finish();
 }
 
