@@ -4,7 +4,7 @@
 //! reproducible. The geometry against mke2fs is e4-mkfs's own test (mke2fs_equal.rs).
 
 use std::ffi::OsStr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use e4_testkit::{
@@ -317,6 +317,33 @@ fn source_date_epoch_makes_the_same_empty_image() {
     e2fsck_clean(&a).unwrap();
 }
 
+/// The same tree made in name order (`forward`, under `dir`, which also holds the images)
+/// and in reverse (`backward`), the second on tmpfs where there is one: its directories
+/// list entries in creation order, where ext4's list them by hash, so the two walks meet
+/// names in other orders.
+struct Trees {
+    dir: tempfile::TempDir,
+    forward: PathBuf,
+    backward: PathBuf,
+    _other: tempfile::TempDir,
+}
+
+fn trees_in_both_orders() -> Trees {
+    let dir = tempfile::tempdir().unwrap();
+    let other = tempfile::tempdir_in("/dev/shm").unwrap_or_else(|_| tempfile::tempdir().unwrap());
+    let (forward, backward) = (dir.path().join("forward"), other.path().join("backward"));
+    std::fs::create_dir(&forward).unwrap();
+    std::fs::create_dir(&backward).unwrap();
+    ordered_tree(&forward, false);
+    ordered_tree(&backward, true);
+    Trees {
+        dir,
+        forward,
+        backward,
+        _other: other,
+    }
+}
+
 /// A tree of directories, files (one sparse), a hard link, a symlink, a fifo and an xattr,
 /// created in name order or in reverse (so the host's directory order and inode numbers
 /// differ between the two).
@@ -379,15 +406,12 @@ fn ordered_tree(root: &Path, reverse: bool) {
 
 #[test]
 fn source_date_epoch_makes_the_same_image_from_a_tree() {
-    let dir = tempfile::tempdir().unwrap();
-    // The second copy on tmpfs where there is one: its directories list entries in creation
-    // order, where ext4's list them by hash, so the two walks meet names in other orders.
-    let other = tempfile::tempdir_in("/dev/shm").unwrap_or_else(|_| tempfile::tempdir().unwrap());
-    let (forward, backward) = (dir.path().join("forward"), other.path().join("backward"));
-    std::fs::create_dir(&forward).unwrap();
-    std::fs::create_dir(&backward).unwrap();
-    ordered_tree(&forward, false);
-    ordered_tree(&backward, true);
+    let Trees {
+        dir,
+        forward,
+        backward,
+        _other,
+    } = trees_in_both_orders();
     let epoch = Some("1700000000");
     let images: Vec<_> = [
         (&forward, "1"),
@@ -464,13 +488,12 @@ fn placement(image: &Path) -> Vec<(Vec<u8>, u32, Option<u64>)> {
 /// its data the same blocks (the UUID and hash seed given, so directories list alike).
 #[test]
 fn without_source_date_epoch_the_walk_still_places_in_name_order() {
-    let dir = tempfile::tempdir().unwrap();
-    let other = tempfile::tempdir_in("/dev/shm").unwrap_or_else(|_| tempfile::tempdir().unwrap());
-    let (forward, backward) = (dir.path().join("forward"), other.path().join("backward"));
-    std::fs::create_dir(&forward).unwrap();
-    std::fs::create_dir(&backward).unwrap();
-    ordered_tree(&forward, false);
-    ordered_tree(&backward, true);
+    let Trees {
+        dir,
+        forward,
+        backward,
+        _other,
+    } = trees_in_both_orders();
     let uuid = "6f1d3c52-9a0e-4b7e-8c1a-2d4f5e6a7b8c";
     let seed = format!("hash_seed={uuid}");
     let placements: Vec<_> = [(&forward, "1"), (&forward, "3"), (&backward, "2")]
