@@ -262,13 +262,18 @@ mod tests {
         assert!(none.contains("holds no files"), "{none}");
     }
 
+    /// A directory `fs` under `scratch` and the POSIX target working in it.
+    fn posix_root(scratch: &Path) -> (PathBuf, PosixOps) {
+        let root = scratch.join("fs");
+        std::fs::create_dir(&root).unwrap();
+        (root.clone(), PosixOps { root })
+    }
+
     #[test]
     fn untar_gives_each_thread_the_whole_tree_and_counts_its_files() {
         let scratch = tempfile::tempdir().unwrap();
         let tree = small_tree(scratch.path());
-        let root = scratch.path().join("fs");
-        std::fs::create_dir(&root).unwrap();
-        let fs = PosixOps { root: root.clone() };
+        let (root, fs) = posix_root(scratch.path());
         let m = run_workload(&fs, Workload::Untar, &params(2, &tree)).unwrap();
         assert_eq!((m.ops, m.bytes, m.files), (2, 2 * tree.bytes, Some(8)));
         let source = files_under(&tree.source);
@@ -286,9 +291,7 @@ mod tests {
     fn rm_tree_removes_each_threads_copy_made_before_the_clock() {
         let scratch = tempfile::tempdir().unwrap();
         let tree = small_tree(scratch.path());
-        let root = scratch.path().join("fs");
-        std::fs::create_dir(&root).unwrap();
-        let fs = PosixOps { root: root.clone() };
+        let (root, fs) = posix_root(scratch.path());
         let m = run_workload(&fs, Workload::RmTree, &params(2, &tree)).unwrap();
         assert_eq!((m.ops, m.files), (2, Some(8)));
         for t in 0..2 {
@@ -303,9 +306,7 @@ mod tests {
     fn git_status_runs_until_the_deadline_in_a_committed_tree_and_sees_a_change() {
         let scratch = tempfile::tempdir().unwrap();
         let tree = small_tree(scratch.path());
-        let root = scratch.path().join("fs");
-        std::fs::create_dir(&root).unwrap();
-        let fs = PosixOps { root: root.clone() };
+        let (root, fs) = posix_root(scratch.path());
         let m = run_workload(&fs, Workload::GitStatus, &params(2, &tree)).unwrap();
         assert!(m.ops >= 2, "at least one run per thread: {}", m.ops);
         assert_eq!(m.files, Some(m.ops * tree.files));

@@ -10,6 +10,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use e4_fs::{Filesystem, OpenOptions};
+use e4_host_tools::mount_table::is_mounted;
 
 use crate::fs_ops::{E4Ops, PosixOps};
 use crate::workload::{self, Measurement, Params, Workload};
@@ -287,11 +288,6 @@ fn wait_for_exit(mut daemon: Child, patience: Duration) -> Result<(), TargetErro
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-}
-
-fn is_mounted(dir: &Path) -> bool {
-    let needle = format!(" {} ", dir.display());
-    std::fs::read_to_string("/proc/mounts").is_ok_and(|m| m.contains(&needle))
 }
 
 /// The FUSE daemon of `target` (fuse2fs, or `e4 mount` run by this very program)

@@ -1,6 +1,7 @@
 //! A map split into independently locked shards, for the mount's tables keyed by node
-//! (`shown_directories`), which requests on every thread touch: two requests meet on a lock only when their keys fall in the
-//! same shard (DESIGN.md, rule 1: no global lock on a hot path).
+//! (`shown_directories`), which requests on every thread touch: two requests meet on a
+//! lock only when their keys fall in the same shard (DESIGN.md, rule 1: no global lock on
+//! a hot path).
 
 use std::collections::HashMap;
 

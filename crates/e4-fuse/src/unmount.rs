@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use e4_host_tools::mount_table::mounted_device;
 use nix::errno::Errno;
 
 use crate::MountError;
@@ -125,48 +126,6 @@ pub fn unmount_dir(dir: &Path, patience: Duration) -> Result<(), MountError> {
     MountPoint::on(&canonical).unmount_within(patience)
 }
 
-/// The `major:minor` of the top mount on `dir` (canonical), from /proc/self/mountinfo,
-/// which is read without touching the mount.
-fn mounted_device(dir: &Path) -> Option<(u32, u32)> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    let dir = dir.to_str()?;
-    info.lines().rev().find_map(|line| {
-        // mount ID, parent ID, major:minor, root, mount point, ...
-        let mut fields = line.split(' ');
-        let device = fields.nth(2)?;
-        if unescape(fields.nth(1)?) != dir {
-            return None;
-        }
-        let (major, minor) = device.split_once(':')?;
-        Some((major.parse().ok()?, minor.parse().ok()?))
-    })
-}
-
-/// A mountinfo path with its octal escapes (`\040` for a space, ...) undone.
-fn unescape(field: &str) -> String {
-    let bytes = field.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let code = bytes
-            .get(i + 1..i + 4)
-            .filter(|_| bytes[i] == b'\\')
-            .and_then(|d| std::str::from_utf8(d).ok())
-            .and_then(|d| u8::from_str_radix(d, 8).ok());
-        match code {
-            Some(c) => {
-                out.push(c);
-                i += 4;
-            }
-            None => {
-                out.push(bytes[i]);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 /// The processes with something under `dir` as their working or root directory, their
 /// program, an open file or a mapped one, as `pid N (command)`, from /proc (the paths
 /// as this process sees them; nothing on the mount is touched).
@@ -209,13 +168,6 @@ fn holds(proc_dir: &Path, dir: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn mountinfo_escapes_are_undone() {
-        assert_eq!(unescape(r"/tmp/a\040b\134c"), r"/tmp/a b\c");
-        assert_eq!(unescape(r"/plain"), "/plain");
-        assert_eq!(unescape(r"/end\04"), r"/end\04");
-    }
 
     #[test]
     fn a_process_working_in_a_directory_holds_it() {

@@ -3,7 +3,11 @@
 //! benchmark. Debian installs e2fsprogs in `/usr/sbin` and `/sbin`, which are on root's
 //! PATH but not on a normal user's, so a tool looked up by its bare name was "not
 //! installed" for a user who had it (`e4 bench` skipped every target, the tests panicked
-//! with "mke2fs must be installed"). Every caller takes its path from [`tool`].
+//! with "mke2fs must be installed"). Every caller takes its path from [`tool`]. And what
+//! the host has mounted where ([`mount_table`]), for the mount, its tests and the
+//! benchmark.
+
+pub mod mount_table;
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};

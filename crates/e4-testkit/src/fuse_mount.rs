@@ -9,6 +9,11 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+/// Whether something is mounted on a directory, read without touching the mount, which may
+/// be stuck.
+pub use e4_host_tools::mount_table::is_mounted;
+use e4_host_tools::mount_table::mounted_device;
+
 /// Reports that a test of `what` cannot mount with FUSE. With `E4_REQUIRE_FUSE=1` (CI sets
 /// it wherever /dev/fuse is usable) that fails the test, so a FUSE test is never skipped
 /// unnoticed; otherwise one line on stderr says so.
@@ -17,26 +22,6 @@ pub fn fuse_skipped(what: &str, reason: &str) {
         panic!("E4_REQUIRE_FUSE=1 but {what} cannot mount with FUSE: {reason}");
     }
     eprintln!("{what}: FUSE test skipped: {reason}");
-}
-
-/// The `major:minor` of the mount on `dir`, from /proc/self/mountinfo: read without
-/// touching the mount, which may be stuck.
-fn mounted_device(dir: &Path) -> Option<(u32, u32)> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    let dir = dir.to_str()?;
-    info.lines().rev().find_map(|line| {
-        let mut fields = line.split(' ');
-        let device = fields.nth(2)?;
-        (fields.nth(1)? == dir).then(|| {
-            let (major, minor) = device.split_once(':')?;
-            Some((major.parse().ok()?, minor.parse().ok()?))
-        })?
-    })
-}
-
-/// Whether something is mounted on `dir`.
-pub fn is_mounted(dir: &Path) -> bool {
-    mounted_device(dir).is_some()
 }
 
 /// Ends the mount on `dir` whatever state its daemon is in: aborts the FUSE connection
