@@ -261,6 +261,52 @@ fn a_small_file_that_grows_stays_contiguous_and_the_next_is_packed_after_it() {
     e2fsck_clean(&img.path).unwrap();
 }
 
+/// A packed small file's growth that fails part-way (its data write, from the first on)
+/// leaves the file as it was and keeps no block; the retried growth and the next small file
+/// lie apart, and the image is e2fsck-clean.
+#[test]
+fn a_failed_growth_of_a_packed_file_loses_nothing() {
+    let img = make_empty_image(&["-t", "ext4", "-b", "4096"], 64);
+    let bytes = std::fs::read(&img.path).unwrap();
+    let device = Arc::new(FaultyDevice::new(MemoryDevice::new(bytes), Fault::Never));
+    let fs = Filesystem::open_device(device.clone(), OpenOptions::writable()).unwrap();
+    let bs = fs.block_size() as usize;
+    let ino = fs.create(ROOT, b"grows", ME).unwrap();
+    fs.write_at(ino, 0, &vec![1u8; 3 * bs]).unwrap();
+    let packed = blocks_of(&fs, ino);
+    let free = fs.statfs().free_blocks;
+    // The growth's one data write fails (every write after it is the commit's).
+    let (_, writes_so_far, _) = device.counts();
+    device.set_fault(Fault::WritesFrom(writes_so_far));
+    let grown = fs.write_at(ino, 3 * bs as u64, &vec![2u8; 20 * bs]);
+    device.set_fault(Fault::Never);
+    assert!(matches!(grown, Err(Error::Io { .. })), "{grown:?}");
+    assert_eq!(
+        blocks_of(&fs, ino),
+        packed,
+        "the failed growth mapped blocks"
+    );
+    assert_eq!(fs.metadata(ino).unwrap().size, 3 * bs as u64);
+    assert_eq!(
+        fs.statfs().free_blocks,
+        free,
+        "the failed growth kept blocks"
+    );
+    // The retry goes on where the failed one's blocks were given back from (the front
+    // of the window it took over has moved past them, as any window's does).
+    fs.write_at(ino, 3 * bs as u64, &vec![2u8; 20 * bs])
+        .unwrap();
+    let physical = blocks_of(&fs, ino);
+    assert_eq!(physical.len(), 23);
+    let next = fs.create(ROOT, b"next", ME).unwrap();
+    fs.write_at(next, 0, &vec![3u8; 2 * bs]).unwrap();
+    assert!(blocks_of(&fs, next).iter().all(|b| !physical.contains(b)));
+    fs.unmount().unwrap();
+    let copy = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(copy.path(), device.inner().bytes()).unwrap();
+    e2fsck_clean(copy.path()).unwrap();
+}
+
 #[test]
 fn freed_blocks_are_reused_only_after_the_commit() {
     let img = make_empty_image(&["-t", "ext4", "-m", "0"], 16);
