@@ -215,6 +215,13 @@ impl Geometry {
         })
     }
 
+    /// Which inode-table block holds inode `ino`'s record: its group, and the block's
+    /// place in that group's table. `None` where [`Self::inode_location`] is.
+    pub fn inode_table_block(&self, ino: u32) -> Option<(u32, u64)> {
+        let loc = self.inode_location(ino)?;
+        Some((loc.group, loc.table_offset / u64::from(self.block_size())))
+    }
+
     /// Whether `start..start+len` lies inside the filesystem's data area.
     pub fn contains_run(&self, start: u64, len: u64) -> bool {
         start >= self.first_data_block()
@@ -261,6 +268,23 @@ mod tests {
             }
         }
         Superblock::decode(&raw)
+    }
+
+    #[test]
+    fn inodes_share_a_table_block_exactly_when_their_records_do() {
+        // 1 KiB blocks, 256-byte inodes: 4 records a block, 256 inodes (64 blocks) a group.
+        let g = Geometry::new(&superblock(0, 8193, 1024, &[]));
+        let block = |ino| g.inode_table_block(ino).unwrap();
+        assert_eq!(
+            [block(1), block(4), block(5), block(256)],
+            [(0, 0), (0, 0), (0, 1), (0, 63)]
+        );
+        assert_eq!(
+            [block(257), block(261), block(4096)],
+            [(1, 0), (1, 1), (15, 63)]
+        );
+        assert_eq!(g.inode_table_block(0), None);
+        assert_eq!(g.inode_table_block(4097), None);
     }
 
     #[test]

@@ -64,8 +64,8 @@ pub struct OpenOptions {
     /// writing over a log that was not replayed would lose what it holds.
     pub replay_journal: bool,
     /// With a journal, commit once the running transaction holds about this many changed
-    /// metadata blocks, if that is below what the log allows (three quarters of a quarter
-    /// of it, as jbd2 bounds a transaction by a quarter). `None`: the log decides. Smaller
+    /// metadata blocks, if that is below what the log allows (three quarters of half of
+    /// it). `None`: the log decides. Smaller
     /// transactions commit more often and split large operations into more steps; tests
     /// use it to see on small images what only large volumes do otherwise.
     pub transaction_limit: Option<usize>,
@@ -386,13 +386,14 @@ impl OpenFilesystem {
                 )));
             }
         }
+        let inodes = InodeCache::new(&geometry);
         let mut fs = OpenFilesystem {
             store,
             geometry,
             superblock,
             descriptors,
             inode_table,
-            inodes: InodeCache::new(),
+            inodes,
             dentries: DentryCache::new(),
             read_only_reason,
             warnings,
@@ -485,10 +486,11 @@ impl OpenFilesystem {
             if journal.is_some() {
                 space.superblock.set_needs_recovery();
             }
-            // With a journal a transaction must fit its log: the dirty blocks an operation
-            // may leave are most of what one transaction may log (a quarter of the log),
-            // the rest for what the commit adds (bitmaps, descriptors, the superblock, the
-            // log's descriptor blocks).
+            // With a journal a transaction must fit its log: past three quarters of what
+            // one transaction may log (half the log) an operation asks for a commit, and
+            // past all of it commits itself; the rest of the log is for what operations
+            // still running add before the commit stops them, and the log's descriptor,
+            // revoke and commit blocks.
             let log_limit = journal.as_ref().map(|j| {
                 let limit = usize::try_from(j.max_transaction() * 3 / 4).unwrap_or(usize::MAX);
                 options
@@ -497,12 +499,7 @@ impl OpenFilesystem {
             });
             fs.writer = Some(Writer {
                 space,
-                txns: Transactions::new(
-                    fs.geometry.blocks(),
-                    options.commit_interval,
-                    log_limit,
-                    fs.store.block_size() as usize / fs.superblock.inode_size() as usize,
-                ),
+                txns: Transactions::new(fs.geometry.blocks(), options.commit_interval, log_limit),
                 rename_lock: Mutex::new(()),
                 xattr_block_locks: XattrBlockLocks::default(),
                 journal,

@@ -31,6 +31,7 @@ mod journal;
 mod map;
 mod names;
 mod ops;
+mod shard;
 mod space;
 mod time;
 mod txn;

@@ -1,11 +1,12 @@
-//! With a journal every transaction fits its log, however many groups an operation or a
-//! run of operations touches (`ops/steps.rs`, `txn/commit.rs` `log_blocks_pending`): a
-//! commit larger than the log is written around it (not crash-safe) and counted in
-//! `JournalStats::unjournaled`, which must stay 0. The images have 1 KiB blocks in groups
-//! of 256 blocks and the smallest log mke2fs makes (1024 blocks): 2,048 groups on 512 MiB,
-//! so one bitmap per group touched is twice what the log holds.
+//! With a journal every transaction fits its log, however many groups or inode-table
+//! blocks an operation or a run of operations touches (`ops/steps.rs`, `txn/commit.rs`
+//! `log_blocks_pending`): a commit larger than the log is written around it (not
+//! crash-safe) and counted in `JournalStats::unjournaled`, which must stay 0. The images
+//! have 1 KiB blocks in groups of 256 blocks and the smallest log mke2fs makes (1024
+//! blocks): 2,048 groups on 512 MiB, so one bitmap per group touched is twice what the log
+//! holds.
 
-use e4_fs::{Creator, FallocateMode, Filesystem, OpenOptions};
+use e4_fs::{Creator, FallocateMode, Filesystem, OpenOptions, SetAttributes};
 use e4_testkit::{e2fsck_clean, make_empty_image, Image};
 
 const ROOT: u32 = 2;
@@ -194,6 +195,53 @@ fn operations_each_in_another_group_commit_before_the_log_overflows() {
         fs.unlink(dir, b"f").unwrap();
     }
     assert_all_logged(&fs, "1,500 unlinks in as many groups");
+    fs.unmount().unwrap();
+    e2fsck_clean(&image.path).unwrap();
+}
+
+#[test]
+fn inode_changes_each_in_another_table_block_commit_before_the_log_overflows() {
+    // 128-byte inodes, 8 to a 1 KiB table block, 8 to a group: every file made in its own
+    // directory (a group each) has a table block to itself. A transaction counted as if
+    // its inodes were packed would hold 8 times the table blocks it was counted for.
+    let image = make_empty_image(
+        &[
+            "-t",
+            "ext4",
+            "-b",
+            "1024",
+            "-g",
+            "256",
+            "-J",
+            "size=1",
+            "-N",
+            "16384",
+            "-I",
+            "128",
+            "-O",
+            "^resize_inode,^flex_bg",
+        ],
+        512,
+    );
+    let fs = open(&image);
+    let files: Vec<u32> = (0..2000)
+        .map(|i| {
+            let dir = fs.mkdir(ROOT, format!("d{i}").as_bytes(), DIR).unwrap();
+            fs.create(dir, b"f", FILE).unwrap()
+        })
+        .collect();
+    fs.sync().unwrap();
+    let tables: std::collections::HashSet<u32> = files.iter().map(|ino| (ino - 1) / 8).collect();
+    assert!(tables.len() > 1900, "{} table blocks", tables.len());
+    for &file in &files {
+        let attrs = SetAttributes {
+            permissions: Some(0o600),
+            ..SetAttributes::default()
+        };
+        fs.setattr(file, &attrs).unwrap();
+    }
+    fs.sync().unwrap();
+    assert_all_logged(&fs, "2,000 changes of mode in as many inode-table blocks");
     fs.unmount().unwrap();
     e2fsck_clean(&image.path).unwrap();
 }

@@ -262,11 +262,11 @@ fn assert_same_outside_superblock_and_journal(a: &[u8], b: &[u8], image: &Path, 
 }
 
 /// Operations that leave many dirty inodes and blocks commit before their transaction
-/// outgrows the log: on the smallest journal mke2fs makes (1024 blocks), thousands of
-/// creates without a sync never need a commit written around the journal. Committing in
-/// the operations' threads, where the threshold alone decides (more than two commits
-/// before the unmount), and on the commit thread, which lets a transaction grow up to
-/// twice the threshold while it catches up.
+/// outgrows the log: on a small journal (4,096 1 KiB blocks for 32 MiB), two rounds of
+/// thousands of creates and unlinks without a sync never need a commit written around the
+/// journal. Committing in the operations' threads, where the threshold alone decides
+/// (more than two commits before the unmount), and on the commit thread, which lets a
+/// transaction grow to what one may log while it catches up.
 #[test]
 fn every_transaction_fits_the_log() {
     for commit_thread in [false, true] {
@@ -278,11 +278,13 @@ fn every_transaction_fits_the_log() {
             };
             let fs = Filesystem::open(&img.path, options).unwrap();
             let dir = fs.mkdir(ROOT, b"d", DIR).unwrap();
-            for i in 0..6000u32 {
-                fs.create(dir, format!("{i:05}").as_bytes(), FILE).unwrap();
-            }
-            for i in (0..6000u32).step_by(2) {
-                fs.unlink(dir, format!("{i:05}").as_bytes()).unwrap();
+            for round in 0..2 {
+                for i in 0..7500u32 {
+                    fs.create(dir, format!("{i:05}").as_bytes(), FILE).unwrap();
+                }
+                for i in (round..7500u32).step_by(1 + round as usize) {
+                    fs.unlink(dir, format!("{i:05}").as_bytes()).unwrap();
+                }
             }
             let stats = fs.journal_stats().unwrap();
             fs.unmount().unwrap();

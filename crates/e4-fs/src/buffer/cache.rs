@@ -221,9 +221,7 @@ impl BufferCache {
     }
 
     fn shard_of(&self, nr: u64) -> &RwLock<Shard> {
-        // Fibonacci hashing spreads neighbouring blocks over different shards.
-        let h = nr.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - SHARDS.trailing_zeros());
-        &self.shards[h as usize]
+        &self.shards[crate::shard::shard_of(nr, SHARDS)]
     }
 
     /// Block `nr`'s shard, for a change.

@@ -7,17 +7,19 @@
 //! insert a handle, never while an inode is read from disk by another thread (two threads
 //! missing on one inode may both read it; the first to insert wins and both use its handle).
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crossbeam_utils::CachePadded;
 use e4_alloc::stats::LockStats;
 use e4_alloc::ReservationWindow;
+use e4_format::geometry::Geometry;
 use e4_format::inode::{FileType, Inode};
 use foldhash::HashMap;
 use parking_lot::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::error::Result;
+use crate::inode::dirty_set::DirtySet;
 
 /// Shards: as the buffer cache's, many more than threads (an operation takes two or three
 /// shard locks, and two threads meeting in one showed as contention with 64).
@@ -149,7 +151,6 @@ impl Drop for StepsOwner<'_> {
 
 struct Shard {
     handles: HashMap<u32, Arc<InodeHandle>>,
-    dirty: Vec<Arc<InodeHandle>>,
     /// How many handles make the next insert trim the shard: twice what the last trim left
     /// (at least [`CLEAN_PER_SHARD`]), so a shard whose handles are all held or dirty (a
     /// burst of creates before a commit) is not scanned again on every insert.
@@ -160,7 +161,6 @@ impl Default for Shard {
     fn default() -> Self {
         Shard {
             handles: HashMap::default(),
-            dirty: Vec::new(),
             trim_at: CLEAN_PER_SHARD,
         }
     }
@@ -170,34 +170,30 @@ pub(crate) struct InodeCache {
     shards: Box<[CachePadded<Mutex<Shard>>]>,
     shard_locks: LockStats,
     inode_locks: LockStats,
-    /// Inodes dirty now: a bound on the inode-table blocks the next commit writes, which
-    /// a journal's transaction must have room for. Changed only when an inode turns dirty
-    /// (once per inode per transaction) and at the commit, as the buffer cache's count.
-    dirty_inodes: CachePadded<AtomicUsize>,
+    dirty: DirtySet<Arc<InodeHandle>>,
 }
 
 impl InodeCache {
-    pub fn new() -> Self {
+    pub fn new(geometry: &Geometry) -> Self {
         InodeCache {
             shards: (0..SHARDS)
                 .map(|_| CachePadded::new(Mutex::default()))
                 .collect(),
             shard_locks: LockStats::default(),
             inode_locks: LockStats::default(),
-            dirty_inodes: CachePadded::new(AtomicUsize::new(0)),
+            dirty: DirtySet::new(geometry),
         }
     }
 
-    /// Inodes dirty now (a load: no lock).
-    pub fn dirty_count(&self) -> usize {
-        self.dirty_inodes.load(Ordering::Relaxed)
+    /// Inode-table blocks holding a dirty inode: what the next commit writes for the
+    /// dirty inodes (a load: no lock).
+    pub fn dirty_table_blocks(&self) -> usize {
+        self.dirty.table_blocks()
     }
 
     fn shard(&self, ino: u32) -> MutexGuard<'_, Shard> {
-        self.shard_locks.take(
-            || self.shards[ino as usize % SHARDS].try_lock(),
-            || self.shards[ino as usize % SHARDS].lock(),
-        )
+        let shard = &self.shards[crate::shard::shard_of(u64::from(ino), SHARDS)];
+        self.shard_locks.take(|| shard.try_lock(), || shard.lock())
     }
 
     pub fn shard_stats(&self) -> &LockStats {
@@ -266,8 +262,8 @@ impl InodeCache {
     /// Marks `handle` changed; the next commit writes its inode back.
     pub fn mark_dirty(&self, handle: &Arc<InodeHandle>) {
         if !handle.dirty.swap(true, Ordering::AcqRel) {
-            self.shard(handle.ino).dirty.push(Arc::clone(handle));
-            self.dirty_inodes.fetch_add(1, Ordering::Relaxed);
+            self.dirty
+                .add(handle.ino, Arc::clone(handle), &self.shard_locks);
         }
     }
 
@@ -282,28 +278,17 @@ impl InodeCache {
 
     /// Whether some inode is dirty (takes every shard's lock: not for hot paths).
     pub fn any_dirty(&self) -> bool {
-        self.shards.iter().any(|s| {
-            !self
-                .shard_locks
-                .take(|| s.try_lock(), || s.lock())
-                .dirty
-                .is_empty()
-        })
+        !self.dirty.is_empty(&self.shard_locks)
     }
 
     /// Every dirty handle, marked clean (the caller writes them back).
     pub fn take_dirty(&self) -> Vec<Arc<InodeHandle>> {
         // Sorted by a copy of the number beside each handle: sorting by `h.ino` would chase
         // a pointer per comparison (7 % of a two-thread create run went to that sort).
-        let mut out = Vec::new();
-        for shard in self.shards.iter() {
-            let taken = std::mem::take(&mut shard.lock().dirty);
-            for h in taken {
-                h.dirty.store(false, Ordering::Release);
-                out.push((h.ino, h));
-            }
+        let mut out = self.dirty.take(&self.shard_locks);
+        for (_, h) in &out {
+            h.dirty.store(false, Ordering::Release);
         }
-        self.dirty_inodes.fetch_sub(out.len(), Ordering::Relaxed);
         out.sort_unstable_by_key(|(ino, _)| *ino);
         out.into_iter().map(|(_, h)| h).collect()
     }

@@ -2,5 +2,6 @@
 //! records live in, and what the flags users set (`chattr`) allow.
 
 pub(crate) mod cache;
+pub(crate) mod dirty_set;
 pub(crate) mod table;
 pub(crate) mod user_flags;

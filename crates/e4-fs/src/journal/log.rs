@@ -106,7 +106,7 @@ impl JournalLog {
         *self.room.lock() = room;
     }
 
-    /// The most log blocks one transaction should take (a quarter of the log, as jbd2).
+    /// The most log blocks one transaction should take (half the log).
     pub(crate) fn max_transaction(&self) -> u64 {
         self.writer.lock().max_transaction()
     }

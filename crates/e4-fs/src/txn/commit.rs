@@ -123,19 +123,16 @@ impl Transactions {
     }
 
     /// The blocks the running transaction would log if it committed now, counted from
-    /// loads of words written on a block's, inode's or group's first change only: dirty
-    /// buffers, dirty inodes by the table blocks they fill when packed (how creates and
-    /// most bursts dirty them), and for each group whose bitmap changed the bitmap and a
-    /// descriptor block. Inodes scattered one per table block make a transaction larger
-    /// than counted, and the log keeps three times the limit in reserve for that (a
-    /// transaction larger than the whole log is written around it, and counted in
-    /// [`crate::JournalStats::unjournaled`]). Before the groups were counted, operations
-    /// that each changed another group's bitmap (a 1 KiB-block image has a group every
-    /// 8 MiB) made transactions larger than the log.
+    /// loads of words written on a block's, inode-table block's or group's first change
+    /// only: dirty buffers, the table blocks holding dirty inodes, and for each group
+    /// whose bitmap changed the bitmap and a descriptor block. Before the groups were
+    /// counted, operations that each changed another group's bitmap (a 1 KiB-block image
+    /// has a group every 8 MiB) made transactions larger than the log; before the table
+    /// blocks were, inodes changed one per table block did (counted as if packed).
     fn log_blocks_pending(&self, store: &BlockStore, inodes: &InodeCache, space: &Space) -> usize {
         let groups = space.blocks.dirty_group_count() + space.inodes.dirty_group_count();
         store.cache().dirty_count()
-            + inodes.dirty_count().div_ceil(self.inodes_per_block)
+            + inodes.dirty_table_blocks()
             + usize::try_from(groups)
                 .unwrap_or(usize::MAX)
                 .saturating_mul(GROUP as usize)
@@ -170,9 +167,9 @@ impl Transactions {
     /// committing: then it does not queue behind it, as that commit is already relieving
     /// the pressure, and a second one right after it would write a transaction of a few
     /// blocks (at 64 threads, each crossing the threshold at once, the queue was most of
-    /// the time spent committing). Past twice the threshold an operation commits, or waits
-    /// its turn, itself, thread or not, so a transaction stays bounded however long a
-    /// commit takes.
+    /// the time spent committing). Far past the threshold ([`Self::far_past_threshold`]) an
+    /// operation commits, or waits its turn, itself, thread or not, so a transaction stays
+    /// bounded however long a commit takes.
     pub(crate) fn commit_for_pressure(
         &self,
         parts: &CommitParts<'_>,
@@ -201,13 +198,15 @@ impl Transactions {
         result
     }
 
-    /// Whether the running transaction holds twice what makes an operation commit.
+    /// Whether the running transaction holds twice the dirty blocks that make an operation
+    /// commit, or, with a journal, all a transaction may log (the limit is three quarters
+    /// of it: `filesystem.rs`).
     fn far_past_threshold(&self, store: &BlockStore, inodes: &InodeCache, space: &Space) -> bool {
         let cache = store.cache();
         cache.dirty_count() > 2 * DIRTY_LIMIT.min(cache.capacity())
-            || self
-                .log_limit
-                .is_some_and(|limit| self.log_blocks_pending(store, inodes, space) > 2 * limit)
+            || self.log_limit.is_some_and(|limit| {
+                self.log_blocks_pending(store, inodes, space) > limit + limit / 3
+            })
     }
 
     fn add_commit_wait(&self, started: Instant) {
@@ -531,10 +530,11 @@ mod tests {
     }
 
     /// An operation past the commit threshold that finds another thread committing goes
-    /// on without queueing behind it; past twice the threshold it waits its turn.
+    /// on without queueing behind it; far past it it waits its turn.
     #[test]
     fn an_operation_past_the_threshold_does_not_queue_behind_a_running_commit() {
-        // The smallest journal (1024 blocks), and inodes enough to pass twice its threshold.
+        // A small journal (4,096 1 KiB blocks), and inodes enough to pass far past its
+        // threshold.
         let img = e4_testkit::make_empty_image(&["-t", "ext4", "-N", "20000"], 32);
         let fs = open_without_interval(&img.path);
         let txns = &fs.writer.as_ref().unwrap().txns;
@@ -550,10 +550,10 @@ mod tests {
                     fs.create(2, format!("f{n}").as_bytes(), CREATOR).unwrap();
                     n += 1;
                 }
-                // Past the threshold, not twice past it: this create must not wait.
+                // Past the threshold, not far past it: this create must not wait.
                 fs.create(2, b"one-more", CREATOR).unwrap();
                 done.send(()).unwrap();
-                // On until the commit: the create that passes twice the threshold waits
+                // On until the commit: the create that passes far past the threshold waits
                 // for the running commit's end, and commits.
                 while w.txns.commits() == 0 {
                     fs.create(2, format!("g{n}").as_bytes(), CREATOR).unwrap();

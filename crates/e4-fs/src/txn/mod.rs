@@ -122,12 +122,10 @@ pub(crate) struct Transactions {
     last_commit: CachePadded<AtomicU64>,
     /// What the running transaction's handles declared they may dirty.
     credits: CreditLedger,
-    /// With a journal, the dirty blocks (dirty inodes counted by the inode-table blocks
-    /// they fill) that make an operation commit once it is done, so that a transaction
-    /// fits the log.
+    /// With a journal, the dirty blocks (the inode-table blocks of dirty inodes counted
+    /// in) that make an operation commit once it is done, so that a transaction fits the
+    /// log.
     log_limit: Option<usize>,
-    /// Inode records per inode-table block.
-    inodes_per_block: usize,
     /// How operations ask the commit thread for a commit ([`committer`]).
     requests: Arc<CommitRequests>,
     /// Why the commit thread's commit failed, for the next caller to report as it would
@@ -151,13 +149,8 @@ const UNMOUNTED: u8 = 2;
 impl Transactions {
     /// Transactions for a volume of `blocks` blocks, committing every `commit_interval`
     /// (zero: no interval commits); with a journal, once an operation leaves more than
-    /// `log_limit` dirty metadata blocks, counting `inodes_per_block` dirty inodes as one.
-    pub(crate) fn new(
-        blocks: u64,
-        commit_interval: Duration,
-        log_limit: Option<usize>,
-        inodes_per_block: usize,
-    ) -> Self {
+    /// `log_limit` dirty metadata blocks.
+    pub(crate) fn new(blocks: u64, commit_interval: Duration, log_limit: Option<usize>) -> Self {
         Transactions {
             gate: (0..SLOTS)
                 .map(|_| CachePadded::new(RwLock::new(())))
@@ -185,7 +178,6 @@ impl Transactions {
             last_commit: CachePadded::new(AtomicU64::new(0)),
             credits: CreditLedger::new(SLOTS),
             log_limit,
-            inodes_per_block: inodes_per_block.max(1),
             requests: Arc::default(),
             thread_failure: Mutex::new(None),
         }
