@@ -1,10 +1,9 @@
 //! Which shard of a sharded table a key falls in.
 
 /// The shard of `key` among `shards` (a power of two), by Fibonacci hashing: neighbouring
-/// keys land in different shards, and so do keys a multiple of the shard count apart. Two
-/// threads creating at the same pace in different groups use inode numbers and table
-/// blocks that far apart; taken modulo the shard count, they met in the same shard at
-/// every step (the inode cache's shards were contended twice as often).
+/// keys land in different shards, and so do keys a multiple of the shard count apart (two
+/// threads creating at the same pace in different groups use inode numbers that far
+/// apart: taken modulo the shard count, they would meet in one shard at every step).
 pub(crate) fn shard_of(key: u64, shards: usize) -> usize {
     debug_assert!(shards.is_power_of_two());
     (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - shards.trailing_zeros())) as usize
