@@ -79,6 +79,9 @@ pub struct Record {
     /// comes after the clock stops), and the mean transaction's log blocks.
     pub commits: Option<u64>,
     pub log_blocks_per_commit: Option<f64>,
+    /// e4 only: commits during the point written around the journal because they did not
+    /// fit it (not crash-safe): the report flags any.
+    pub unjournaled: Option<u64>,
     /// near-full only: bytes acknowledged but missing afterwards (0 when nothing was lost).
     pub lost_bytes: Option<u64>,
     /// near-full only: bytes acknowledged beyond the free space at the start (0 when
@@ -152,6 +155,7 @@ impl Record {
                 let commits = a.commits - b.commits;
                 (commits > 0).then(|| (a.log_blocks - b.log_blocks) as f64 / commits as f64)
             }),
+            unjournaled: m.locks.as_ref().map(|(b, a)| a.unjournaled - b.unjournaled),
             lost_bytes: m.lost_bytes,
             overcommitted_bytes: m.overcommitted_bytes,
         }
@@ -261,6 +265,13 @@ impl BenchReport {
                         r.commits.map_or("-".to_string(), |c| c.to_string()),
                         opt(r.log_blocks_per_commit, &|v| format!("{v:.0}")),
                     );
+                    if let Some(around) = r.unjournaled.filter(|n| *n > 0) {
+                        let _ = writeln!(
+                            out,
+                            "  {:>7}  journal check: FAILED: {around} commits too large for the log, written around it (not crash-safe)",
+                            ""
+                        );
+                    }
                     if let (Some(lost), Some(over)) = (r.lost_bytes, r.overcommitted_bytes) {
                         let verdict = if lost == 0 && over == 0 {
                             "no over-commit, nothing lost".to_string()
@@ -313,5 +324,72 @@ pub fn human_count(v: f64) -> String {
         format!("{:.0}K", v / 1e3)
     } else {
         format!("{v:.0}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::pinning::Placement;
+    use crate::workload::AppendBy;
+
+    /// The table of one e4 create point whose engine counters moved from `before` to
+    /// `after`.
+    fn table_for(before: LockReport, after: LockReport) -> String {
+        let params = Params {
+            threads: 1,
+            duration: Duration::from_secs(1),
+            size: 0,
+            append_by: AppendBy::Write,
+            placement: Placement::default(),
+            settle: false,
+            tree: None,
+        };
+        let measured = Measurement {
+            ops: 1000,
+            elapsed: Duration::from_secs(1),
+            locks: Some((before, after)),
+            ..Measurement::default()
+        };
+        BenchReport {
+            machine: Machine {
+                cores: 2,
+                kernel: "6.18".into(),
+                cpu: "test".into(),
+            },
+            duration_secs: 1.0,
+            baseline: "e4".into(),
+            pin: "none",
+            records: vec![Record::new(
+                Workload::Create,
+                "e4",
+                &params,
+                &measured,
+                None,
+            )],
+            skipped: Vec::new(),
+        }
+        .table()
+    }
+
+    #[test]
+    fn a_point_with_a_commit_written_around_the_journal_is_flagged() {
+        let before = LockReport {
+            unjournaled: 1,
+            ..LockReport::default()
+        };
+        let after = LockReport {
+            unjournaled: 3,
+            ..LockReport::default()
+        };
+        let table = table_for(before.clone(), after);
+        assert!(
+            table.contains("journal check: FAILED: 2 commits too large for the log"),
+            "{table}"
+        );
+        let table = table_for(before.clone(), before);
+        assert!(!table.contains("journal check"), "{table}");
     }
 }

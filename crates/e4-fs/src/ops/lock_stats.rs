@@ -44,6 +44,9 @@ pub struct LockReport {
     /// Journal blocks written so far (descriptors, copies, revokes, commit blocks; 0
     /// without a journal).
     pub log_blocks: u64,
+    /// Commits so far too large for the log, written home around it (not crash-safe;
+    /// [`crate::JournalStats::unjournaled`]): a bound on transactions failed.
+    pub unjournaled: u64,
 }
 
 impl Filesystem {
@@ -62,7 +65,9 @@ impl Filesystem {
             report.commits = w.txns.commits();
             report.commit_wait_nanos = w.txns.commit_wait_nanos();
             report.gate_wait_nanos = w.txns.gate_wait_nanos();
-            report.log_blocks = w.journal.as_ref().map_or(0, |j| j.stats().log_blocks);
+            let journal = w.journal.as_ref().map(|j| j.stats()).unwrap_or_default();
+            report.log_blocks = journal.log_blocks;
+            report.unjournaled = journal.unjournaled;
             let blocks = w.space.blocks.stats();
             report.block_groups = blocks.group_locks.snapshot();
             report.packing_windows = blocks.packing_locks.snapshot();
