@@ -384,12 +384,12 @@ mod tests {
             unjournaled: 3,
             ..LockReport::default()
         };
-        let table = table_for(before.clone(), after);
+        let table = table_for(before, after);
         assert!(
             table.contains("journal check: FAILED: 2 commits too large for the log"),
             "{table}"
         );
-        let table = table_for(before.clone(), before);
+        let table = table_for(before, before);
         assert!(!table.contains("journal check"), "{table}");
     }
 }
