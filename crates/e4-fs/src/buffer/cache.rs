@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crossbeam_utils::CachePadded;
-use e4_alloc::stats::LockStats;
+use e4_alloc::stats::{Counter, LockStats};
 use foldhash::HashMap;
 use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -201,7 +201,10 @@ pub struct BufferCache {
     shard_locks: LockStats,
     /// Buffers dirtied since the last [`BufferCache::take_dirty`] (written on a buffer's
     /// first change in a transaction only; read by every operation to decide on a commit).
-    dirty_buffers: AtomicUsize,
+    /// A line of its own: every thread writes it, and every lookup reads the fields above.
+    dirty_buffers: CachePadded<AtomicUsize>,
+    /// Operations' writes to `dirty_buffers`, for the lock report's shared atomic writes.
+    shared_writes: Counter,
     per_shard: usize,
     block_size: usize,
 }
@@ -216,7 +219,8 @@ impl BufferCache {
             per_shard: capacity.div_ceil(SHARDS).max(1),
             block_size,
             shard_locks: LockStats::default(),
-            dirty_buffers: AtomicUsize::new(0),
+            dirty_buffers: CachePadded::new(AtomicUsize::new(0)),
+            shared_writes: Counter::default(),
         }
     }
 
@@ -363,6 +367,7 @@ impl BufferCache {
         if !buffer.dirty.swap(true, Ordering::AcqRel) {
             self.shard(buffer.nr).dirty.push(Arc::clone(buffer));
             self.dirty_buffers.fetch_add(1, Ordering::Relaxed);
+            self.shared_writes.add(1);
         }
     }
 
@@ -398,8 +403,14 @@ impl BufferCache {
             if slot.buffer.dirty.swap(false, Ordering::AcqRel) {
                 shard.dirty.retain(|b| b.nr != nr);
                 self.dirty_buffers.fetch_sub(1, Ordering::Relaxed);
+                self.shared_writes.add(1);
             }
         }
+    }
+
+    /// Operations' writes to the cache's shared dirty count so far.
+    pub fn shared_writes(&self) -> u64 {
+        self.shared_writes.get()
     }
 
     /// How many blocks the cache holds before it evicts (the shards' shares together).

@@ -276,6 +276,11 @@ impl InodeCache {
             .is_some_and(|h| h.dirty.load(Ordering::Acquire))
     }
 
+    /// Operations' writes to the dirty inodes' shared words so far.
+    pub fn dirty_shared_writes(&self) -> u64 {
+        self.dirty.shared_writes()
+    }
+
     /// Whether some inode is dirty (takes every shard's lock: not for hot paths).
     pub fn any_dirty(&self) -> bool {
         !self.dirty.is_empty(&self.shard_locks)

@@ -28,9 +28,11 @@ pub struct LockReport {
     pub packing_windows: LockSnapshot,
     /// Inode groups' locks in the inode allocator (claims and frees).
     pub inode_groups: LockSnapshot,
-    /// Writes to shared atomics so far: free-space index bit moves and the free-block and
-    /// free-inode counters' shared-pool operations (refills, direct pool use, drains). The
-    /// rest of the counters' traffic stays in per-slot lines and is not counted.
+    /// Writes to shared atomics so far: free-space index bit moves, the free-block and
+    /// free-inode counters' shared-pool operations (refills, direct pool use, drains), and
+    /// operations' changes of the buffer cache's dirty count and of the dirty inodes'
+    /// table-block marks and count. The rest of the counters' traffic stays in per-slot
+    /// lines and is not counted.
     pub shared_atomic_writes: u64,
     /// Commits so far.
     pub commits: u64,
@@ -76,7 +78,9 @@ impl Filesystem {
             };
             report.shared_atomic_writes = w.space.blocks.index().stats().updates.get()
                 + pool_writes(w.space.blocks.counter_stats())
-                + pool_writes(w.space.inodes.counter_stats());
+                + pool_writes(w.space.inodes.counter_stats())
+                + self.store.cache().shared_writes()
+                + self.inodes.dirty_shared_writes();
             let inodes = w.space.inodes.stats();
             let (claims, frees) = (inodes.group_locks.snapshot(), inodes.free_locks.snapshot());
             report.inode_groups = LockSnapshot {
