@@ -147,8 +147,8 @@ impl LogWriter {
     /// transaction home as soon as it is logged, so a checkpoint is a flush and the other
     /// half always takes the next transaction; every commit logs again the blocks the
     /// last one logged (a directory's leaves, the bitmaps), so fewer, larger transactions
-    /// log less: a quarter made the journal cost e4 about 44 % of a two-thread create and
-    /// unlink run, half about 17 %.
+    /// log less: a quarter made the journal cost e4 35-42 % of a two-thread create and
+    /// unlink run, half 16-22 %.
     pub fn max_transaction(&self) -> u64 {
         self.log_len() / 2
     }
