@@ -581,9 +581,9 @@ impl BlockAllocator {
         recovered
     }
 
-    /// The stream-goal slot of a stream key (Fibonacci hashing spreads nearby keys).
+    /// The stream-goal slot of a stream key (nearby keys in different slots).
     fn goal_slot(&self, stream: u64) -> &AtomicU64 {
-        &self.stream_goals[(stream.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as usize % GOAL_SLOTS]
+        &self.stream_goals[crate::shard::shard_of(stream, GOAL_SLOTS)]
     }
 
     fn start_goal(&self, req: &AllocRequest) -> u64 {

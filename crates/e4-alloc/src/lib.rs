@@ -25,6 +25,7 @@ pub mod limit_counter;
 pub mod pending_frees;
 pub mod reservation_window;
 mod reserve_pool;
+pub mod shard;
 pub mod small_file_packing;
 pub mod stats;
 mod sync;

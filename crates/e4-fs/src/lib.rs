@@ -31,7 +31,6 @@ mod journal;
 mod map;
 mod names;
 mod ops;
-mod shard;
 mod space;
 mod time;
 mod txn;

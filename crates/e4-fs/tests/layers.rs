@@ -9,7 +9,6 @@ use std::path::Path;
 const LAYERS: &[(&str, u32)] = &[
     ("error", 0),
     ("time", 0),
-    ("shard", 0),
     ("io", 1),
     ("buffer", 2),
     ("map", 3),

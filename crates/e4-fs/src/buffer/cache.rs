@@ -225,7 +225,7 @@ impl BufferCache {
     }
 
     fn shard_of(&self, nr: u64) -> &RwLock<Shard> {
-        &self.shards[crate::shard::shard_of(nr, SHARDS)]
+        &self.shards[e4_alloc::shard::shard_of(nr, SHARDS)]
     }
 
     /// Block `nr`'s shard, for a change.

@@ -192,7 +192,7 @@ impl InodeCache {
     }
 
     fn shard(&self, ino: u32) -> MutexGuard<'_, Shard> {
-        let shard = &self.shards[crate::shard::shard_of(u64::from(ino), SHARDS)];
+        let shard = &self.shards[e4_alloc::shard::shard_of(u64::from(ino), SHARDS)];
         self.shard_locks.take(|| shard.try_lock(), || shard.lock())
     }
 

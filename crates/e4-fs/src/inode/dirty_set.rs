@@ -20,7 +20,7 @@ use e4_alloc::stats::{Counter, LockStats};
 use e4_format::geometry::Geometry;
 use parking_lot::{Mutex, MutexGuard};
 
-/// Shards of the handle lists, by inode number ([`crate::shard::shard_of`]).
+/// Shards of the handle lists, by inode number ([`e4_alloc::shard::shard_of`]).
 const SHARDS: usize = 256;
 
 /// One shard's dirty handles, each with its inode number.
@@ -92,7 +92,7 @@ impl<T> DirtySet<T> {
             self.table_blocks.fetch_add(1, Ordering::Relaxed);
             self.shared_writes.add(1);
         }
-        self.shard(crate::shard::shard_of(u64::from(ino), SHARDS), locks)
+        self.shard(e4_alloc::shard::shard_of(u64::from(ino), SHARDS), locks)
             .push((ino, handle));
     }
 

@@ -365,12 +365,9 @@ impl Filesystem {
                 Some(prev) => map.lookup(prev)?.map(|r| r.physical + 1),
                 None => None,
             };
-            match after_previous {
-                // A small file growing on where a packing window goes on.
-                Some(goal) if logical <= SMALL_FILE_BLOCKS => {
-                    blocks.adopt_pack_window(window, goal, io.slot);
-                }
-                _ => {}
+            // A small file growing on where a packing window goes on.
+            if let Some(goal) = after_previous.filter(|_| logical <= SMALL_FILE_BLOCKS) {
+                blocks.adopt_pack_window(window, goal, io.slot);
             }
             let group = (ino - 1) / self.geometry.inodes_per_group();
             let goal = after_previous.unwrap_or_else(|| self.geometry.group_first_block(group));
