@@ -177,4 +177,30 @@ mod tests {
             "a block counted again in the next transaction"
         );
     }
+
+    #[test]
+    fn threads_marking_the_same_blocks_count_each_block_once() {
+        // 256 inodes, 4 to a block: 64 blocks. Each of 8 threads (more than cores) adds
+        // every eighth inode, all starting together, so neighbours in a block are added
+        // by different threads at about the same time.
+        for _ in 0..200 {
+            let set = DirtySet::new(&geometry());
+            let locks = LockStats::default();
+            let start = std::sync::Barrier::new(8);
+            std::thread::scope(|s| {
+                for t in 0..8u32 {
+                    let (set, locks, start) = (&set, &locks, &start);
+                    s.spawn(move || {
+                        start.wait();
+                        for ino in (1..=256u32).filter(|i| i % 8 == t) {
+                            set.add(ino, ino, locks);
+                        }
+                    });
+                }
+            });
+            assert_eq!(set.table_blocks(), 64);
+            assert_eq!(set.take(&locks).len(), 256);
+            assert_eq!(set.table_blocks(), 0);
+        }
+    }
 }
