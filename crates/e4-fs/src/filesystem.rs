@@ -33,9 +33,9 @@ use crate::names::dentry_cache::DentryCache;
 use crate::space::caller::Caller;
 use crate::space::descriptors::GroupDescriptors;
 use crate::space::Space;
-use crate::txn::commit::CommitParts;
 use crate::txn::committer::{Committer, Next};
 use crate::txn::txn_io::TxnIo;
+use crate::txn::CommitParts;
 use crate::txn::{write_back, Transactions, TxnHandle, SLOTS};
 use crate::xattr::block_locks::XattrBlockLocks;
 
@@ -174,12 +174,34 @@ pub(crate) struct Writer {
 impl Writer {
     /// Joins the running transaction, declaring that the operation may dirty up to
     /// `credits` metadata blocks ([`crate::io::credits`]).
-    pub(crate) fn begin(&self, credits: u32) -> Result<TxnHandle<'_>> {
-        self.txns.begin(credits)
+    /// `fs` is the filesystem this writer belongs to.
+    pub(crate) fn begin<'a>(&'a self, fs: &'a Filesystem, credits: u32) -> Result<TxnHandle<'a>> {
+        self.txns.begin(&fs.commit_parts(self), credits, 0)
+    }
+
+    /// [`Self::begin`] for a step of an operation in steps (`ops/steps.rs`) or a piece of a
+    /// large write: with log room for the whole step, which declares its credits as it goes.
+    pub(crate) fn begin_step<'a>(
+        &'a self,
+        fs: &'a Filesystem,
+        credits: u32,
+    ) -> Result<TxnHandle<'a>> {
+        self.begin_with_room(fs, credits, fs.step_credits().unwrap_or(0))
+    }
+
+    /// [`Self::begin`] with log room for at least `room` credits, for an operation that
+    /// will declare that many as it runs and cannot stop part-way for room.
+    pub(crate) fn begin_with_room<'a>(
+        &'a self,
+        fs: &'a Filesystem,
+        credits: u32,
+        room: u64,
+    ) -> Result<TxnHandle<'a>> {
+        self.txns.begin(&fs.commit_parts(self), credits, room)
     }
 
     /// Block access inside the transaction `txn` joined.
-    pub(crate) fn io<'a>(&'a self, fs: &'a Filesystem, txn: &TxnHandle<'_>) -> TxnIo<'a> {
+    pub(crate) fn io<'a>(&'a self, fs: &'a Filesystem, txn: &'a TxnHandle<'a>) -> TxnIo<'a> {
         TxnIo::new(&fs.store, &self.space, &self.txns, txn)
     }
 }
@@ -497,9 +519,14 @@ impl OpenFilesystem {
                     .transaction_limit
                     .map_or(limit, |l| limit.min(l.max(1)))
             });
+            // What operations in flight may add beyond that ([`crate::txn::log_room`]):
+            // three quarters of the other half; the last eighth of the log is for the
+            // descriptor and revoke blocks, and credits declared inside handles when the
+            // room had none left.
+            let log_room = journal.as_ref().map(|j| j.max_transaction() * 3 / 4);
             fs.writer = Some(Writer {
                 space,
-                txns: Transactions::new(fs.geometry.blocks(), options.commit_interval, log_limit),
+                txns: Transactions::new(&fs.geometry, options.commit_interval, log_limit, log_room),
                 rename_lock: Mutex::new(()),
                 xattr_block_locks: XattrBlockLocks::default(),
                 journal,
@@ -700,11 +727,13 @@ impl Filesystem {
 
     /// The journal's work so far (`None` without a journal, or read-only).
     pub fn journal_stats(&self) -> Option<JournalStats> {
-        self.writer
-            .as_ref()?
-            .journal
-            .as_ref()
-            .map(JournalLog::stats)
+        let writer = self.writer.as_ref()?;
+        let (room_waits, room_overdrafts) = writer.txns.room_stats();
+        writer.journal.as_ref().map(|j| JournalStats {
+            room_waits,
+            room_overdrafts,
+            ..j.stats()
+        })
     }
 
     /// Makes the allocation of blocks or an inode after the next `succeed` fail as if the

@@ -883,3 +883,133 @@ fn an_unlink_during_a_truncate_in_steps_frees_the_file() {
     assert_all_logged(&paused.fs, "an unlink during a truncate in steps");
     unmount_and_check(paused);
 }
+
+/// What [`many_groups`]' 1,024-block log bounds a transaction by: half the log, which no
+/// operation joins past (`txn/commit.rs` `log_full`), plus the log room the operations
+/// running then may still use (`txn/log_room.rs`: three quarters of the other half).
+const MOST_A_TRANSACTION_TAKES: u64 = 512 + 384;
+
+/// Fails unless no commit so far was written around the log, and the largest transaction
+/// stayed within [`MOST_A_TRANSACTION_TAKES`].
+fn assert_within_bound(fs: &Filesystem, after: &str) {
+    let stats = fs.journal_stats().unwrap();
+    assert_eq!(stats.unjournaled, 0, "after {after}: {stats:?}");
+    assert!(
+        stats.largest_transaction <= MOST_A_TRANSACTION_TAKES,
+        "after {after}: {stats:?}"
+    );
+}
+
+/// Sixty-four threads each deleting a 15 MiB file (60 groups of 256 KiB, freed in steps)
+/// on a 1,024-block log: every operation in flight when the transaction reaches its bound
+/// adds to it before the commit stops them. Without the log room (each step reserving its
+/// groups before it joins) the largest transaction took 969-1,263 log blocks, and one was
+/// written around the log in two runs of three.
+#[test]
+fn deletes_in_steps_from_many_threads_fit_the_log() {
+    let image = make_empty_image(
+        &[
+            "-t",
+            "ext4",
+            "-b",
+            "1024",
+            "-g",
+            "256",
+            "-J",
+            "size=1",
+            "-N",
+            "8192",
+            "-O",
+            "^resize_inode",
+        ],
+        1200,
+    );
+    let fs = open(&image);
+    const FILES: usize = 64;
+    for i in 0..FILES {
+        let f = fs.create(ROOT, format!("f{i}").as_bytes(), FILE).unwrap();
+        fs.fallocate(f, FallocateMode::Allocate, 0, 15 * MIB)
+            .unwrap();
+    }
+    fs.sync().unwrap();
+    let free = fs.statfs().free_blocks;
+    std::thread::scope(|s| {
+        for i in 0..FILES {
+            let fs = &fs;
+            s.spawn(move || fs.unlink(ROOT, format!("f{i}").as_bytes()).unwrap());
+        }
+    });
+    assert_within_bound(&fs, "64 deletes in steps at once");
+    fs.sync().unwrap();
+    assert!(fs.statfs().free_blocks > free + FILES as u64 * 15 * 1024);
+    fs.unmount().unwrap();
+    e2fsck_clean(&image.path).unwrap();
+}
+
+/// One 300 MiB write on 1 KiB blocks in 256 KiB groups touches 1,200 groups: a bitmap and
+/// a share of a descriptor each, more than the 1,024-block log. It goes in pieces, each a
+/// transaction that fits (in one, it was written around the log).
+#[test]
+fn a_write_larger_than_the_log_goes_in_pieces_that_fit_it() {
+    let image = many_groups("ext4", "^resize_inode");
+    let fs = open(&image);
+    let file = fs.create(ROOT, b"w", FILE).unwrap();
+    let data: Vec<u8> = (0..300 * MIB as usize).map(|i| (i / 4093) as u8).collect();
+    assert_eq!(fs.write_at(file, 0, &data).unwrap(), data.len());
+    assert_within_bound(&fs, "one 300 MiB write");
+    let stats = fs.journal_stats().unwrap();
+    assert!(stats.commits >= 3, "{stats:?}");
+    let mut back = vec![0u8; data.len()];
+    fs.read_at(file, 0, &mut back).unwrap();
+    assert!(back == data, "the pieces hold the write");
+    fs.unmount().unwrap();
+    e2fsck_clean(&image.path).unwrap();
+}
+
+/// Unlinks of empty files, each in its own group: the inode bitmap each frees changes only
+/// at the commit, but counts toward the transaction from the unlink on. Without the commit
+/// thread an operation commits itself past three quarters of half the log (384 blocks),
+/// so no transaction goes past that by more than one unlink; counted without the freed
+/// inodes' groups, the largest took 482.
+#[test]
+fn unlinks_count_the_inode_bitmaps_their_commit_changes() {
+    let image = make_empty_image(
+        &[
+            "-t",
+            "ext4",
+            "-b",
+            "1024",
+            "-g",
+            "256",
+            "-J",
+            "size=1",
+            "-N",
+            "16384",
+            "-I",
+            "128",
+            "-O",
+            "^resize_inode,^flex_bg",
+        ],
+        512,
+    );
+    let options = OpenOptions {
+        commit_thread: false,
+        ..OpenOptions::writable()
+    };
+    let fs = Filesystem::open(&image.path, options).unwrap();
+    for i in 0..2000 {
+        let dir = fs.mkdir(ROOT, format!("d{i}").as_bytes(), DIR).unwrap();
+        fs.create(dir, b"f", FILE).unwrap();
+    }
+    fs.sync().unwrap();
+    for i in 0..2000 {
+        let dir = fs.resolve(&format!("/d{i}"), false).unwrap();
+        fs.unlink(dir, b"f").unwrap();
+    }
+    fs.sync().unwrap();
+    let stats = fs.journal_stats().unwrap();
+    assert_eq!(stats.unjournaled, 0, "{stats:?}");
+    assert!(stats.largest_transaction <= 400, "{stats:?}");
+    fs.unmount().unwrap();
+    e2fsck_clean(&image.path).unwrap();
+}

@@ -46,6 +46,15 @@ pub struct JournalStats {
     pub checkpoints: u64,
     /// Commits too large for the log, written home directly (not crash-safe).
     pub unjournaled: u64,
+    /// The most log blocks one transaction needed (descriptors, copies, revokes and its
+    /// commit block), logged or not: how close the largest came to the log's size.
+    pub largest_transaction: u64,
+    /// Operations that waited for log room before joining a transaction
+    /// (`txn/log_room.rs`): the operations in flight held all of it.
+    pub room_waits: u64,
+    /// Credits declared inside operations when the log room had none left, covered by the
+    /// log's margin instead.
+    pub room_overdrafts: u64,
 }
 
 #[derive(Default)]
@@ -55,6 +64,7 @@ struct Counters {
     revokes: AtomicU64,
     checkpoints: AtomicU64,
     unjournaled: AtomicU64,
+    largest_transaction: AtomicU64,
 }
 
 /// The log of a filesystem open for writing.
@@ -132,6 +142,9 @@ impl JournalLog {
         let mut writer = self.writer.lock();
         let revokes = revokes(&writer, blocks, freed);
         let needed = writer.blocks_needed(blocks.len(), revokes.len());
+        self.counters
+            .largest_transaction
+            .fetch_max(needed, Ordering::Relaxed);
         if needed > writer.free() {
             self.checkpoint(store, &mut writer)?;
             if needed > writer.free() {
@@ -198,6 +211,9 @@ impl JournalLog {
             revokes: get(&c.revokes),
             checkpoints: get(&c.checkpoints),
             unjournaled: get(&c.unjournaled),
+            largest_transaction: get(&c.largest_transaction),
+            room_waits: 0,
+            room_overdrafts: 0,
         }
     }
 }

@@ -113,7 +113,7 @@ impl Filesystem {
     ) -> Result<()> {
         // Its xattr block: a new one (or a copy of a shared one) and the reference count
         // of the block it leaves.
-        io.txns.declare_credits(io.slot, NEW_BLOCK + 1);
+        io.txn.extend(NEW_BLOCK + 1);
         let disk = acl.to_disk();
         let update = XattrUpdate::new(
             name,

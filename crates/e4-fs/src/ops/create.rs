@@ -222,7 +222,7 @@ impl Filesystem {
         check_name(name)?;
         let writer = self.writer()?;
         let ino = {
-            let txn = writer.begin(CREATE_CREDITS)?;
+            let txn = writer.begin(self, CREATE_CREDITS)?;
             let io = writer.io(self, &txn);
             let format = self.dir_format();
             let parent_handle = self.inode_handle(parent)?;

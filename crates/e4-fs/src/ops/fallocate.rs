@@ -297,8 +297,11 @@ impl Filesystem {
         }
         let whole = {
             // The inode; each allocation and mapping edit declares its own.
-            let mut txn = writer.begin(INODE)?;
-            let mut state = self.lock_for_change(&mut txn, handle, owner);
+            let mut txn = match owner {
+                Some(_) => writer.begin_step(self, INODE)?,
+                None => writer.begin(self, INODE)?,
+            };
+            let mut state = self.lock_for_change(&mut txn, handle, owner)?;
             // `vfs_fallocate`: an append-only file may only gain allocated space.
             match mode {
                 FallocateMode::Allocate | FallocateMode::KeepSize => {

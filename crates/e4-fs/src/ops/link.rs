@@ -19,7 +19,7 @@ impl Filesystem {
         let writer = self.writer()?;
         {
             // The inode's link count, the directory, and the entry.
-            let txn = writer.begin(2 * INODE + ADD_ENTRY_CREDITS)?;
+            let txn = writer.begin(self, 2 * INODE + ADD_ENTRY_CREDITS)?;
             let io = writer.io(self, &txn);
             let format = self.dir_format();
             let handles = [self.inode_handle(parent)?, self.inode_handle(ino)?];

@@ -31,8 +31,8 @@ pub struct LockReport {
     /// Writes to shared atomics so far: free-space index bit moves, the free-block and
     /// free-inode counters' shared-pool operations (refills, direct pool use, drains), and
     /// operations' changes of the buffer cache's dirty count and of the dirty inodes'
-    /// table-block marks and count. The rest of the counters' traffic stays in per-slot
-    /// lines and is not counted.
+    /// table-block marks and count, and the log room's shared pool. The rest of the
+    /// counters' traffic stays in per-slot lines and is not counted.
     pub shared_atomic_writes: u64,
     /// Commits so far.
     pub commits: u64,
@@ -80,7 +80,8 @@ impl Filesystem {
                 + pool_writes(w.space.blocks.counter_stats())
                 + pool_writes(w.space.inodes.counter_stats())
                 + self.store.cache().shared_writes()
-                + self.inodes.dirty_shared_writes();
+                + self.inodes.dirty_shared_writes()
+                + w.txns.room_shared_writes();
             let inodes = w.space.inodes.stats();
             let (claims, frees) = (inodes.group_locks.snapshot(), inodes.free_locks.snapshot());
             report.inode_groups = LockSnapshot {

@@ -75,7 +75,7 @@ impl Filesystem {
             self.truncate(ino, size)?;
         }
         // The inode and its neighbour on the list. A truncate in steps took it off itself.
-        let _txn = writer.begin(INODE + ORPHAN)?;
+        let _txn = writer.begin(self, INODE + ORPHAN)?;
         let mut state = handle.lock(&self.inodes);
         if self.take_truncated_off_orphans(&mut state) {
             drop(state);

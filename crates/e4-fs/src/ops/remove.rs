@@ -37,8 +37,11 @@ impl Filesystem {
         check_name(name)?;
         let writer = self.writer()?;
         let mut free_in_steps = None;
+        // Log room for freeing the victim's blocks here, once found to need more than a
+        // handle's allowance: the search starts again in a handle that holds it.
+        let mut room_to_free = 0;
         loop {
-            let txn = writer.begin(REMOVE_CREDITS)?;
+            let txn = writer.begin_with_room(self, REMOVE_CREDITS, room_to_free)?;
             let io = writer.io(self, &txn);
             let format = self.dir_format();
             let parent_handle = self.inode_handle(parent)?;
@@ -88,6 +91,15 @@ impl Filesystem {
                 self.require_live_directory(&target.inode)?;
                 if !self.edit_dir(&io, &format, target, |e| e.is_empty())? {
                     return Err(Error::NotEmpty(shown(name)));
+                }
+            }
+            let last_link = is_dir || target.inode.links_count() <= 1;
+            // (No room is held without a journal, and none is needed.)
+            if room_to_free == 0 && txn.room_held() > 0 && last_link && target.open_count == 0 {
+                let needed = self.room_to_free(&target.inode) + u64::from(REMOVE_CREDITS);
+                if needed > txn.room_held() {
+                    room_to_free = needed;
+                    continue;
                 }
             }
             // Forgotten under the directory's lock, before the edit (dentry_cache.rs).
@@ -155,7 +167,7 @@ impl Filesystem {
         state.deleted = true;
         // Out of the cache before the number can be handed out again (after the commit).
         self.inodes.remove(state.inode.ino);
-        io.txns.free_inode(state.inode.ino, is_dir, io.slot);
+        io.txns.free_inode(io.txn, state.inode.ino, is_dir);
         Ok(())
     }
 

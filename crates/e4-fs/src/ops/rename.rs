@@ -46,7 +46,7 @@ impl Filesystem {
         check_name(new_name)?;
         let writer = self.writer()?;
         loop {
-            let txn = writer.begin(RENAME_CREDITS)?;
+            let txn = writer.begin(self, RENAME_CREDITS)?;
             // Moves between directories are serialised (the kernel's s_vfs_rename_mutex).
             let _moving = (old_parent != new_parent).then(|| writer.rename_lock.lock());
             let io = writer.io(self, &txn);

@@ -26,7 +26,7 @@ use crate::error::{Error, Result};
 use crate::filesystem::Filesystem;
 use crate::inode::cache::InodeHandle;
 use crate::inode::user_flags;
-use crate::io::credits::INODE;
+use crate::io::credits::{GROUP, INODE};
 use crate::map::run::Mapping;
 
 /// Most blocks one fill write covers: bounds the caller's buffer (1 MiB at 4 KiB blocks).
@@ -153,10 +153,11 @@ impl Filesystem {
         let writer = self.writer()?;
         let bs = u64::from(self.block_size());
         let runs = {
-            // The inode; each allocation and mapping edit declares its own.
-            let mut txn = writer.begin(INODE)?;
+            // The inode; each allocation and mapping edit declares its own, within the
+            // step's room.
+            let mut txn = writer.begin_step(self, INODE)?;
             let handle = self.inode_handle(ino)?;
-            let mut state = self.lock_for_change(&mut txn, &handle, None);
+            let mut state = self.lock_for_change(&mut txn, &handle, None)?;
             self.require_regular(&state)?;
             user_flags::refuse_write(&state.inode, 0)?;
             let io = writer.io(self, &txn);
@@ -174,6 +175,7 @@ impl Filesystem {
                                  were reserved for it"
                             )));
                         }
+                        io.txn.extend(GROUP);
                         // OK to cast: at most `max_run`, an extent's length.
                         let got = self.allocate_data_blocks(
                             &io,

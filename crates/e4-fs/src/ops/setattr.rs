@@ -81,7 +81,7 @@ impl Filesystem {
         let handle = self.inode_handle(ino)?;
         let last = {
             // Giving back a reservation window changes no block.
-            let txn = writer.map(|w| w.begin(0)).transpose()?;
+            let txn = writer.map(|w| w.begin(self, 0)).transpose()?;
             let mut state = handle.lock(&self.inodes);
             if state.open_count < times || times == 0 {
                 return Err(Error::Invalid(format!(
@@ -125,7 +125,7 @@ impl Filesystem {
         let writer = self.writer()?;
         // The inode, its neighbour on the orphan list, and its xattr block's reference
         // count (its blocks' and inode's frees declare their own).
-        let txn = writer.begin(INODE + ORPHAN + 1)?;
+        let txn = writer.begin_step(self, INODE + ORPHAN + 1)?;
         let io = writer.io(self, &txn);
         let handle = self.inode_handle(ino)?;
         let mut state = handle.lock(&self.inodes);
@@ -164,7 +164,7 @@ impl Filesystem {
         let writer = self.writer()?;
         {
             // The inode; an access ACL rewritten with a new mode declares its own.
-            let txn = writer.begin(INODE)?;
+            let txn = writer.begin(self, INODE)?;
             let io = writer.io(self, &txn);
             let handle = self.inode_handle(ino)?;
             let mut state = handle.lock(&self.inodes);

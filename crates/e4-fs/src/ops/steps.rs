@@ -76,14 +76,15 @@ impl Filesystem {
         txn: &mut TxnHandle<'_>,
         handle: &'h InodeHandle,
         owner: Option<&StepsOwner<'_>>,
-    ) -> InodeGuard<'h> {
+    ) -> Result<InodeGuard<'h>> {
         loop {
             let state = handle.lock(&self.inodes);
             if !state.stepping || owner.is_some_and(|o| o.owns(handle)) {
-                return state;
+                return Ok(state);
             }
             drop(state);
-            txn.wait_outside(|| handle.wait_for_steps());
+            let writer = self.writer()?;
+            txn.wait_outside(&self.commit_parts(writer), || handle.wait_for_steps())?;
         }
     }
 
@@ -93,6 +94,31 @@ impl Filesystem {
     pub(crate) fn step_groups(&self) -> Option<u64> {
         let limit = self.writer.as_ref()?.txns.log_limit()?;
         Some((limit as u64 / (4 * u64::from(GROUP))).max(1))
+    }
+
+    /// The log room a step reserves when it begins ([`crate::filesystem::Writer::begin_step`]):
+    /// the bitmaps and descriptors of [`Self::step_groups`] groups, which it declares as it
+    /// frees or allocates; tree blocks beyond what it declares at its start take room as
+    /// they are declared. `None` without a journal.
+    pub(crate) fn step_credits(&self) -> Option<u64> {
+        Some(self.step_groups()? * u64::from(GROUP))
+    }
+
+    /// The filesystem blocks `inode` holds (data, tree and xattr block), from `i_blocks`.
+    pub(crate) fn blocks_held(&self, inode: &Inode) -> u64 {
+        let huge = self
+            .superblock()
+            .ro_compat()
+            .contains(RoCompatFeatures::HUGE_FILE);
+        inode.blocks_512(huge, self.block_size()) / u64::from(self.block_size() / 512)
+    }
+
+    /// The log room freeing `inode`'s blocks in one transaction may declare: a group's
+    /// bitmap and descriptor per block at most, and never more than a step
+    /// ([`Self::step_credits`]), since a file in more groups is freed in steps.
+    pub(crate) fn room_to_free(&self, inode: &Inode) -> u64 {
+        let per_block = self.blocks_held(inode).saturating_mul(u64::from(GROUP));
+        self.step_credits().map_or(0, |step| per_block.min(step))
     }
 
     /// The most tree blocks one step may write: a quarter of what the running transaction
@@ -109,11 +135,7 @@ impl Filesystem {
         let Some(limit) = self.step_groups() else {
             return Ok(Vec::new());
         };
-        let huge = self
-            .superblock()
-            .ro_compat()
-            .contains(RoCompatFeatures::HUGE_FILE);
-        let blocks = inode.blocks_512(huge, self.block_size()) / u64::from(self.block_size() / 512);
+        let blocks = self.blocks_held(inode);
         // Every block lies in one group, so this many blocks touch this many groups at most.
         if blocks <= limit || inode.has_flag(flags::INLINE_DATA) {
             return Ok(Vec::new());
@@ -155,7 +177,7 @@ impl Filesystem {
     /// such an orphan (freed meanwhile), and there is nothing to do.
     pub(crate) fn free_orphan_from(&self, ino: u32, first: u64) -> Result<bool> {
         let writer = self.writer()?;
-        let txn = writer.begin(INODE)?;
+        let txn = writer.begin_step(self, INODE)?;
         let io = writer.io(self, &txn).tree_blocks_from_reserve();
         let handle = self.inode_handle(ino)?;
         let mut state = handle.lock(&self.inodes);

@@ -77,8 +77,11 @@ impl Filesystem {
                 TruncateStep::Begin { .. } | TruncateStep::End(_) => ORPHAN,
                 _ => 0,
             };
-            let mut txn = writer.begin(INODE + orphan_credits)?;
-            let mut state = self.lock_for_change(&mut txn, handle, owner);
+            let mut txn = match step {
+                TruncateStep::Whole(_) => writer.begin(self, INODE)?,
+                _ => writer.begin_step(self, INODE + orphan_credits)?,
+            };
+            let mut state = self.lock_for_change(&mut txn, handle, owner)?;
             let gone = state.deleted || (state.inode.links_count() == 0 && state.open_count == 0);
             if gone && matches!(step, TruncateStep::Free(_) | TruncateStep::End(_)) {
                 return Ok(());

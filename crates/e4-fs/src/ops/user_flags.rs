@@ -23,11 +23,11 @@ impl Filesystem {
         self.check_caller_ino(ino)?;
         let writer = self.writer()?;
         let shown = {
-            let mut txn = writer.begin(INODE)?;
+            let mut txn = writer.begin(self, INODE)?;
             let handle = self.inode_handle(ino)?;
             // A flag change waits for a truncate in steps, as for a write: immutable set
             // between two steps would stop it half-done.
-            let mut state = self.lock_for_change(&mut txn, &handle, None);
+            let mut state = self.lock_for_change(&mut txn, &handle, None)?;
             if state.inode.links_count() == 0 && state.open_count == 0 {
                 return Err(Error::NotFound(format!("inode {ino}")));
             }

@@ -120,9 +120,30 @@ impl Filesystem {
     /// Writes `data` at byte `offset` of regular file `ino`, growing it as needed. Returns
     /// the bytes written: all of them, or fewer when the filesystem filled up part-way (then
     /// the file holds what was written). With nothing written, a full filesystem is an error.
+    ///
+    /// With a journal, a write whose blocks would take more log room than is free (a large
+    /// write into fragmented free space touches a bitmap per group) goes in pieces, each a
+    /// transaction of its own, as the kernel's writeback maps a large write in several
+    /// handles: after a crash the file may hold a leading part of the write, never a
+    /// block of anything else.
     pub fn write_at(&self, ino: u32, offset: u64, data: &[u8]) -> Result<usize> {
         self.release_windows_when_short(data.len() as u64)?;
-        self.retry_when_full(|| self.write_at_once(ino, offset, data))
+        let mut done = 0;
+        loop {
+            let piece = self
+                .retry_when_full(|| self.write_at_once(ino, offset + done as u64, &data[done..]));
+            match piece {
+                Ok(Written { bytes, more }) => {
+                    done += bytes;
+                    if !more || done == data.len() {
+                        return Ok(done);
+                    }
+                }
+                // What earlier pieces wrote stays written, as a short write.
+                Err(_) if done > 0 => return Ok(done),
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// Near a full filesystem, gives back what reservation windows hold before a write of
@@ -174,7 +195,7 @@ impl Filesystem {
     fn release_all_windows(&self) -> Result<()> {
         let writer = self.writer()?;
         // Giving back reservation windows changes no block.
-        let txn = writer.begin(0)?;
+        let txn = writer.begin(self, 0)?;
         for handle in self.inodes.all() {
             let mut state = handle.lock(&self.inodes);
             writer
@@ -186,14 +207,16 @@ impl Filesystem {
         Ok(())
     }
 
-    fn write_at_once(&self, ino: u32, offset: u64, data: &[u8]) -> Result<usize> {
+    /// One transaction of [`Self::write_at`]: all of `data`, or a leading part of it when
+    /// the filesystem filled up part-way or (`more`) the log room ran out.
+    fn write_at_once(&self, ino: u32, offset: u64, data: &[u8]) -> Result<Written> {
         let writer = self.writer()?;
         let written = {
             // The inode, and a block for inline bytes moving out of it; each run's
             // allocation and mapping edit declares its own.
-            let mut txn = writer.begin(INODE + NEW_BLOCK)?;
+            let mut txn = writer.begin(self, INODE + NEW_BLOCK)?;
             let handle = self.inode_handle(ino)?;
-            let mut state = self.lock_for_change(&mut txn, &handle, None);
+            let mut state = self.lock_for_change(&mut txn, &handle, None)?;
             self.require_regular(&state)?;
             user_flags::refuse_write(&state.inode, offset)?;
             offset
@@ -201,7 +224,7 @@ impl Filesystem {
                 .filter(|&end| end <= self.max_file_size(&state.inode))
                 .ok_or_else(|| Error::FileTooBig(format!("inode {ino}")))?;
             if data.is_empty() {
-                return Ok(0);
+                return Ok(Written::default());
             }
             let io = writer.io(self, &txn).tree_blocks_from_reserve();
             let end = offset + data.len() as u64;
@@ -212,21 +235,30 @@ impl Filesystem {
                     content[offset as usize..end as usize].copy_from_slice(data)
                 })?;
                 if inline {
-                    return Ok(data.len());
+                    return Ok(Written {
+                        bytes: data.len(),
+                        more: false,
+                    });
                 }
                 match self.write_blocks(&io, state, offset, data) {
-                    Ok(()) => Ok(data.len()),
+                    Ok(bytes) => Ok(Written {
+                        bytes,
+                        more: bytes < data.len(),
+                    }),
                     // The filesystem filled up part-way: the write stops short and keeps
                     // what it wrote, as the kernel's does. Any other failure, or nothing
                     // written, is undone whole.
                     Err(WriteStop {
                         written,
                         error: Error::NoSpace(_),
-                    }) if written > 0 => Ok(written),
+                    }) if written > 0 => Ok(Written {
+                        bytes: written,
+                        more: false,
+                    }),
                     Err(WriteStop { error, .. }) => Err(error),
                 }
             })?;
-            let new_end = offset + written as u64;
+            let new_end = offset + written.bytes as u64;
             if new_end > state.inode.size() {
                 self.set_file_size(&mut state.inode, new_end);
             }
@@ -256,14 +288,16 @@ impl Filesystem {
     }
 
     /// The block writes of [`Filesystem::write_at`], stopping at the first failure with how
-    /// much was written before it. `i_blocks` is kept in step either way.
+    /// much was written before it, or (returning the bytes written) before an allocation
+    /// the log room cannot cover, once something is written. `i_blocks` is kept in step
+    /// either way.
     fn write_blocks(
         &self,
         io: &TxnIo<'_>,
         state: &mut InodeState,
         offset: u64,
         data: &[u8],
-    ) -> Result<(), WriteStop> {
+    ) -> Result<usize, WriteStop> {
         let bs = u64::from(self.block_size());
         let InodeState { inode, window, .. } = state;
         let ino = inode.ino;
@@ -292,6 +326,13 @@ impl Filesystem {
                         bytes
                     }
                     None => {
+                        // The run's bitmap and descriptor: with something written, a run
+                        // the log room cannot cover ends this transaction's part.
+                        if done == 0 {
+                            io.extend_credits(GROUP);
+                        } else if !io.txn.try_extend(GROUP) {
+                            return Ok(false);
+                        }
                         let want = map.hole_len(logical, span.min(map.max_run()))? as u32;
                         let file_end = (offset + data.len() as u64).div_ceil(bs);
                         let got = self
@@ -327,6 +368,7 @@ impl Filesystem {
                 }
             }
         })
+        .map(|()| done)
         .map_err(|error| WriteStop {
             written: done,
             error,
@@ -338,7 +380,8 @@ impl Filesystem {
     /// the blocks of a small new file (data from block 0 and at most [`SMALL_FILE_BLOCKS`])
     /// packed after the previous small file of this thread, other blocks after the file's
     /// previous block (a packed file that grows takes over the rest of the packing window
-    /// it ends in), or else from its inode's group, through its reservation `window`.
+    /// it ends in), or else from its inode's group, through its reservation `window`. The
+    /// caller has declared the credits of one allocation (`GROUP`).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn allocate_data_blocks(
         &self,
@@ -356,7 +399,6 @@ impl Filesystem {
         let blocks = &io.space.blocks;
         let privileged = io.space.may_use_root_reserve();
         let stream = u64::from(ino);
-        io.extend_credits(GROUP);
         io.space.may_allocate(Shortage::Blocks)?;
         if small {
             blocks.allocate_small_file_as(want, io.slot, stream, privileged)
@@ -402,6 +444,14 @@ impl Filesystem {
         state.inode.set_size(bytes.len() as u64);
         Ok(())
     }
+}
+
+/// What one transaction of a write wrote.
+#[derive(Default)]
+struct Written {
+    bytes: usize,
+    /// Stopped for want of log room, with more to write in the next transaction.
+    more: bool,
 }
 
 /// Where a write stopped, and why.

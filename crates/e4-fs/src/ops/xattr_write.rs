@@ -195,7 +195,7 @@ impl Filesystem {
         {
             // The inode (in-inode attributes), a new attribute block, and the reference
             // count of the block it replaces (whose free declares its own).
-            let txn = writer.begin(INODE + NEW_BLOCK + 1)?;
+            let txn = writer.begin(self, INODE + NEW_BLOCK + 1)?;
             let io = writer.io(self, &txn);
             let handle = self.inode_handle(ino)?;
             let mut state = handle.lock(&self.inodes);

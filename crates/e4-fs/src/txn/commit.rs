@@ -24,22 +24,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use e4_alloc::{DirtyGroup, TransactionFrees};
-use e4_format::geometry::Geometry;
-use e4_format::superblock::Superblock;
 use parking_lot::MutexGuard;
 
 use crate::buffer::cache::Buffer;
 use crate::buffer::store::BlockStore;
 use crate::error::{Error, Result};
 use crate::inode::cache::InodeCache;
-use crate::inode::table::InodeTable;
 use crate::io::credits::GROUP;
-use crate::journal::log::JournalLog;
 use crate::space::bitmaps::BitmapWrite;
-use crate::space::descriptors::GroupDescriptors;
 use crate::space::Space;
 use crate::txn::write_back;
-use crate::txn::{FreedInode, Transactions, FAILED};
+use crate::txn::{CommitParts, FreedInode, Transactions, FAILED};
 
 /// How long an fsync waits for another thread's commit before sleeping.
 const COMMIT_SPIN: Duration = Duration::from_micros(200);
@@ -51,22 +46,6 @@ const COMMIT_SPIN: Duration = Duration::from_micros(200);
 /// threads' 200,000 unlinks (13,500 dirty blocks against 8,192) commit inside the
 /// benchmark's timed phase where one thread's 100,000 did not.
 const DIRTY_LIMIT: usize = 16 * 1024;
-
-/// The parts of a filesystem a commit reads and writes, borrowed from it: a commit never
-/// sees the `Filesystem` itself.
-pub(crate) struct CommitParts<'a> {
-    pub store: &'a BlockStore,
-    /// The superblock as opened (geometry and feature facts; the one written is in
-    /// [`Space::superblock`]).
-    pub superblock: &'a Superblock,
-    pub geometry: &'a Geometry,
-    pub descriptors: &'a GroupDescriptors,
-    pub inode_table: &'a InodeTable,
-    pub inodes: &'a InodeCache,
-    pub space: &'a Space,
-    /// The log, when the filesystem has a journal.
-    pub journal: Option<&'a JournalLog>,
-}
 
 /// What a commit gathered with every operation stopped, to write while the next
 /// transaction runs.
@@ -130,7 +109,9 @@ impl Transactions {
     /// has a group every 8 MiB) made transactions larger than the log; before the table
     /// blocks were, inodes changed one per table block did (counted as if packed).
     fn log_blocks_pending(&self, store: &BlockStore, inodes: &InodeCache, space: &Space) -> usize {
-        let groups = space.blocks.dirty_group_count() + space.inodes.dirty_group_count();
+        let groups = space.blocks.dirty_group_count()
+            + space.inodes.dirty_group_count()
+            + self.inode_free_groups.count();
         store.cache().dirty_count()
             + inodes.dirty_table_blocks()
             + usize::try_from(groups)
@@ -199,14 +180,34 @@ impl Transactions {
     }
 
     /// Whether the running transaction holds twice the dirty blocks that make an operation
-    /// commit, or, with a journal, all a transaction may log (the limit is three quarters
-    /// of it: `filesystem.rs`).
+    /// commit, or, with a journal, all a transaction may log ([`Self::log_full`]).
     fn far_past_threshold(&self, store: &BlockStore, inodes: &InodeCache, space: &Space) -> bool {
         let cache = store.cache();
         cache.dirty_count() > 2 * DIRTY_LIMIT.min(cache.capacity())
-            || self.log_limit.is_some_and(|limit| {
-                self.log_blocks_pending(store, inodes, space) > limit + limit / 3
-            })
+            || self.log_full(store, inodes, space)
+    }
+
+    /// With a journal, whether the running transaction holds all a transaction may log
+    /// (half the log; the limit at which operations ask for a commit is three quarters of
+    /// it: `filesystem.rs`). Operations past it commit, and none joins it
+    /// ([`Self::begin`]).
+    pub(crate) fn log_full(&self, store: &BlockStore, inodes: &InodeCache, space: &Space) -> bool {
+        self.log_limit
+            .is_some_and(|limit| self.log_blocks_pending(store, inodes, space) > limit + limit / 3)
+    }
+
+    /// For an operation the running transaction did not admit ([`Self::log_full`]): commits
+    /// it, or waits for the commit that is committing it.
+    pub(crate) fn commit_when_full(&self, parts: &CommitParts<'_>) -> Result<()> {
+        let started = Instant::now();
+        let one = self.commit_lock.lock();
+        let result = if self.log_full(parts.store, parts.inodes, parts.space) {
+            self.commit_locked(parts, CommitTurn::new(self, one))
+        } else {
+            Ok(())
+        };
+        self.add_commit_wait(started);
+        result
     }
 
     fn add_commit_wait(&self, started: Instant) {
@@ -365,6 +366,8 @@ impl Transactions {
         }
         freed.sort_unstable();
         for FreedInode { ino, directory } in freed {
+            self.inode_free_groups
+                .remove((ino.saturating_sub(1) / self.inodes_per_group) as usize);
             space
                 .inodes
                 .free(ino, directory, 0)
@@ -375,7 +378,7 @@ impl Transactions {
 
     /// The rest of a commit, while the next transaction runs: the gathered blocks, the
     /// bitmaps, descriptors and superblock, through the journal's log when there is one
-    /// ([`JournalLog::commit`]: durable in the log before anything goes home, so the home
+    /// ([`crate::journal::log::JournalLog::commit`]: durable in the log before anything goes home, so the home
     /// writes need no flush of their own), else home and flushed. An operation that
     /// changes a gathered block meanwhile first freezes a copy of it for this commit
     /// ([`Buffer`]), and the next commit, which starts only after this one, writes the

@@ -13,23 +13,43 @@
 pub(crate) mod commit;
 pub(crate) mod committer;
 pub(crate) mod credit_ledger;
+pub(crate) mod log_room;
 pub(crate) mod txn_io;
 pub(crate) mod undo;
 pub(crate) mod write_back;
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
+use e4_alloc::dirty_groups::DirtyGroups;
 use e4_alloc::stats::{Counter, LockStats};
 use e4_alloc::{BlockAllocator, TransactionFrees};
 use parking_lot::{Condvar, Mutex, RwLock, RwLockReadGuard};
 
+use e4_format::geometry::Geometry;
+use e4_format::superblock::Superblock;
+
+use crate::buffer::store::BlockStore;
 use crate::error::{Error, Result};
+use crate::inode::cache::InodeCache;
+use crate::inode::table::InodeTable;
 use crate::io::credits::GROUP;
+use crate::journal::log::JournalLog;
+use crate::space::descriptors::GroupDescriptors;
+use crate::space::Space;
 use crate::txn::committer::CommitRequests;
 use crate::txn::credit_ledger::CreditLedger;
+use crate::txn::log_room::{Held, LogRoom};
+
+/// Log room a handle reserves beyond the credits it declares at its start, for what it
+/// declares as it runs (an extent or index split, a directory block, a few groups' frees):
+/// an operation whose later credits may be larger reserves them when it begins
+/// ([`crate::filesystem::Writer::begin_with_room`]), or stops and goes on in a new handle
+/// when the room refuses them ([`TxnHandle::try_extend`]).
+const EXTEND_ALLOWANCE: u64 = 16;
 
 /// Limit-counter slots, commit-gate slots and pending-free lists: one per thread up to this.
 pub(crate) const SLOTS: usize = 64;
@@ -46,8 +66,25 @@ fn thread_slot() -> usize {
     THREAD_SLOT.with(|s| *s)
 }
 
+/// The parts of a filesystem a commit reads and writes, borrowed from it: a commit never
+/// sees the `Filesystem` itself.
+pub(crate) struct CommitParts<'a> {
+    pub store: &'a BlockStore,
+    /// The superblock as opened (geometry and feature facts; the one written is in
+    /// [`Space::superblock`]).
+    pub superblock: &'a Superblock,
+    pub geometry: &'a Geometry,
+    pub descriptors: &'a GroupDescriptors,
+    pub inode_table: &'a InodeTable,
+    pub inodes: &'a InodeCache,
+    pub space: &'a Space,
+    /// The log, when the filesystem has a journal.
+    pub journal: Option<&'a JournalLog>,
+}
+
 /// An operation's membership in the running transaction, with the credits it declared
-/// ([`crate::io::credits`]). Hold it across every change the operation makes; drop it before waiting
+/// ([`crate::io::credits`]) and, with a journal, the log room it reserved for them
+/// ([`log_room`]). Hold it across every change the operation makes; drop it before waiting
 /// for a commit.
 pub(crate) struct TxnHandle<'a> {
     gate: RwLockReadGuard<'a, ()>,
@@ -56,24 +93,82 @@ pub(crate) struct TxnHandle<'a> {
     /// The credits [`Transactions::begin`] declared, declared again by
     /// [`TxnHandle::wait_outside`] in the transaction it joins.
     begun_with: u32,
+    /// The log room it holds, given back when it ends.
+    held: Cell<Held>,
 }
 
 impl TxnHandle<'_> {
-    /// Leaves the transaction while `wait` runs, then joins the one running by then and
+    /// Leaves the transaction while `wait` runs, then joins the one running by then, as
+    /// [`Transactions::begin`] joins (admitted again, its room reserved again), and
     /// declares the handle's first credits in it again. Only for a handle that has changed
     /// nothing yet and holds no lock a commit or another operation needs: a wait inside a
     /// handle would keep every commit (and every operation after the next one closes the
-    /// gate) waiting for it.
-    pub(crate) fn wait_outside<T>(&mut self, wait: impl FnOnce() -> T) -> T {
-        let waited = RwLockReadGuard::unlocked(&mut self.gate, wait);
+    /// gate) waiting for it, and room held while waiting could be the room the awaited
+    /// operation needs.
+    pub(crate) fn wait_outside<T>(
+        &mut self,
+        parts: &CommitParts<'_>,
+        wait: impl FnOnce() -> T,
+    ) -> Result<T> {
+        let txns = self.txns;
+        let (slot, held) = (self.slot, self.held.take());
+        if let Some(room) = &txns.room {
+            room.release(slot, held.reserved);
+        }
+        let (waited, admitted) = RwLockReadGuard::unlocked(&mut self.gate, || {
+            let waited = wait();
+            (waited, txns.admit(parts, slot, held.reserved))
+        });
+        self.held.set(Held {
+            reserved: admitted?,
+            declared: 0,
+        });
         self.extend(self.begun_with);
-        waited
+        Ok(waited)
+    }
+
+    /// The log room the handle holds (0 without a journal).
+    pub(crate) fn room_held(&self) -> u64 {
+        self.held.get().reserved
+    }
+
+    /// [`Self::extend`] for an operation that can stop here and go on in a new handle (a
+    /// write's next run of blocks): declares `credits` only if the log room covers them
+    /// and [`EXTEND_ALLOWANCE`] more (for what the step then declares: the run's mapping
+    /// edit), else declares nothing and returns false (jbd2's `jbd2_journal_extend`
+    /// failing, after which ext4 restarts its handle).
+    pub(crate) fn try_extend(&self, credits: u32) -> bool {
+        if let Some(room) = &self.txns.room {
+            let mut held = self.held.get();
+            held.declared += u64::from(credits) + EXTEND_ALLOWANCE;
+            if !room.try_cover(self.slot, &mut held) {
+                return false;
+            }
+            held.declared -= EXTEND_ALLOWANCE;
+            self.held.set(held);
+        }
+        self.txns.credits.declare(self.slot, credits);
+        true
     }
 
     /// Declares `credits` more blocks this operation may dirty, before the step that may
-    /// dirty them (jbd2's `jbd2_journal_extend`).
+    /// dirty them (jbd2's `jbd2_journal_extend`), covering them with log room.
     pub(crate) fn extend(&self, credits: u32) {
-        self.txns.declare_credits(self.slot, credits);
+        self.txns.credits.declare(self.slot, credits);
+        if let Some(room) = &self.txns.room {
+            let mut held = self.held.get();
+            held.declared += u64::from(credits);
+            room.top_up(self.slot, &mut held);
+            self.held.set(held);
+        }
+    }
+}
+
+impl Drop for TxnHandle<'_> {
+    fn drop(&mut self) {
+        if let Some(room) = &self.txns.room {
+            room.release(self.slot, self.held.get().reserved);
+        }
     }
 }
 
@@ -88,6 +183,12 @@ pub(crate) struct Transactions {
     /// inodes of two threads' files share groups, and their frees met on the group's lock),
     /// and a number is never handed out again in the transaction that freed it.
     inode_frees: Box<[CachePadded<Mutex<Vec<FreedInode>>>]>,
+    /// The groups of `inode_frees`: their inode bitmaps and descriptors change only at the
+    /// commit, but count toward the running transaction's size now (an unlink of an empty
+    /// file in each of many groups changed one inode bitmap each, uncounted, and its
+    /// transaction came out a quarter larger than counted). Emptied as the commit frees them.
+    inode_free_groups: DirtyGroups,
+    inodes_per_group: u32,
     /// The running transaction's number: operations that start now join it.
     running: AtomicU64,
     /// The last transaction written back (0: none yet). Advanced only under `commit_lock`.
@@ -126,6 +227,9 @@ pub(crate) struct Transactions {
     /// in) that make an operation commit once it is done, so that a transaction fits the
     /// log.
     log_limit: Option<usize>,
+    /// With a journal, what the operations in flight may still add to the running
+    /// transaction ([`log_room`]).
+    room: Option<LogRoom>,
     /// How operations ask the commit thread for a commit ([`committer`]).
     requests: Arc<CommitRequests>,
     /// Why the commit thread's commit failed, for the next caller to report as it would
@@ -147,10 +251,16 @@ const FAILED: u8 = 1;
 const UNMOUNTED: u8 = 2;
 
 impl Transactions {
-    /// Transactions for a volume of `blocks` blocks, committing every `commit_interval`
-    /// (zero: no interval commits); with a journal, once an operation leaves more than
-    /// `log_limit` dirty metadata blocks.
-    pub(crate) fn new(blocks: u64, commit_interval: Duration, log_limit: Option<usize>) -> Self {
+    /// Transactions for a volume of `geometry`, committing every `commit_interval` (zero: no
+    /// interval commits); with a journal, once an operation leaves more than `log_limit`
+    /// dirty metadata blocks, with `log_room` blocks for the operations in flight.
+    pub(crate) fn new(
+        geometry: &Geometry,
+        commit_interval: Duration,
+        log_limit: Option<usize>,
+        log_room: Option<u64>,
+    ) -> Self {
+        let blocks = geometry.blocks();
         Transactions {
             gate: (0..SLOTS)
                 .map(|_| CachePadded::new(RwLock::new(())))
@@ -161,6 +271,8 @@ impl Transactions {
             inode_frees: (0..SLOTS)
                 .map(|_| CachePadded::new(Mutex::new(Vec::new())))
                 .collect(),
+            inode_free_groups: DirtyGroups::new(geometry.groups() as usize),
+            inodes_per_group: geometry.inodes_per_group().max(1),
             running: AtomicU64::new(1),
             committed: AtomicU64::new(0),
             commit_lock: Mutex::new(()),
@@ -178,6 +290,7 @@ impl Transactions {
             last_commit: CachePadded::new(AtomicU64::new(0)),
             credits: CreditLedger::new(SLOTS),
             log_limit,
+            room: log_room.map(|total| LogRoom::new(total, SLOTS)),
             requests: Arc::default(),
             thread_failure: Mutex::new(None),
         }
@@ -249,10 +362,20 @@ impl Transactions {
     }
 
     /// Joins the running transaction, declaring that the operation may dirty up to
-    /// `credits` metadata blocks ([`crate::io::credits`]).
-    pub(crate) fn begin(&self, credits: u32) -> Result<TxnHandle<'_>> {
+    /// `credits` metadata blocks ([`crate::io::credits`]), with log room for at least
+    /// `prepaid` (an operation in steps: a whole step, which it declares as it goes).
+    /// With a journal it is first admitted ([`Self::admit`]); the caller holds no lock an
+    /// operation or a commit needs.
+    pub(crate) fn begin(
+        &self,
+        parts: &CommitParts<'_>,
+        credits: u32,
+        prepaid: u64,
+    ) -> Result<TxnHandle<'_>> {
         self.check_open()?;
         let slot = thread_slot();
+        let room = u64::from(credits) + EXTEND_ALLOWANCE + prepaid;
+        let reserved = self.admit(parts, slot, room)?;
         let handle = TxnHandle {
             gate: self.gate_locks.take(
                 || self.gate[slot].try_read(),
@@ -266,15 +389,51 @@ impl Transactions {
             txns: self,
             slot,
             begun_with: credits,
+            held: Cell::new(Held {
+                reserved,
+                declared: u64::from(credits),
+            }),
         };
-        handle.extend(credits);
+        self.credits.declare(slot, credits);
         Ok(handle)
     }
 
-    /// Declares `credits` more for the running transaction, from thread slot `slot` (the
-    /// caller holds a handle from it).
-    pub(crate) fn declare_credits(&self, slot: usize, credits: u32) {
-        self.credits.declare(slot, credits);
+    /// With a journal, reserves `room` units of log room and makes sure the running
+    /// transaction is not past the most it may log; past it, the operation commits, or
+    /// waits for the commit, before it joins (jbd2's `start_this_handle` waits the same
+    /// way), so only operations admitted before it got there add to it, each within what
+    /// it reserved. The room is reserved first and the transaction's size read after it:
+    /// an operation that read a size under the bound held its room from before that read.
+    /// (The reservation is a read-modify-write, a full barrier on x86-64, so the size is
+    /// read after it; where the memory model is weaker the argument holds up to the
+    /// reordering of a few instructions, which the log's last eighth covers many times.)
+    /// Returns the units reserved (0 without a journal).
+    fn admit(&self, parts: &CommitParts<'_>, slot: usize, room: u64) -> Result<u64> {
+        let Some(log_room) = &self.room else {
+            return Ok(0);
+        };
+        loop {
+            let reserved = log_room.reserve(slot, room);
+            if !self.log_full(parts.store, parts.inodes, parts.space) {
+                return Ok(reserved);
+            }
+            log_room.release(slot, reserved);
+            self.commit_when_full(parts)?;
+            self.check_open()?;
+        }
+    }
+
+    /// Writes to the log room's shared pool (0 without a journal).
+    pub(crate) fn room_shared_writes(&self) -> u64 {
+        self.room.as_ref().map_or(0, LogRoom::shared_writes)
+    }
+
+    /// Reservations that waited for log room, and credits declared inside handles when
+    /// the room had none left (both 0 without a journal).
+    pub(crate) fn room_stats(&self) -> (u64, u64) {
+        self.room
+            .as_ref()
+            .map_or((0, 0), |r| (r.waits(), r.overdrafts()))
     }
 
     /// Commits that wrote more blocks than their transactions declared (none, unless a
@@ -292,8 +451,13 @@ impl Transactions {
 
     /// Frees inode `ino` when the running transaction commits (see `inode_frees`); the
     /// commit writes its group's inode bitmap and descriptor, declared here.
-    pub(crate) fn free_inode(&self, ino: u32, directory: bool, slot: usize) {
-        self.credits.declare(slot, GROUP);
+    pub(crate) fn free_inode(&self, txn: &TxnHandle<'_>, ino: u32, directory: bool) {
+        txn.extend(GROUP);
+        let slot = txn.slot;
+        if self.log_limit.is_some() {
+            self.inode_free_groups
+                .insert((ino.saturating_sub(1) / self.inodes_per_group) as usize);
+        }
         self.inode_frees[slot]
             .lock()
             .push(FreedInode { ino, directory });
@@ -310,19 +474,17 @@ impl Transactions {
     /// so a free declares its groups' bitmaps and descriptors.
     pub(crate) fn free_blocks(
         &self,
+        txn: &TxnHandle<'_>,
         blocks: &BlockAllocator,
         start: u64,
         len: u64,
-        slot: usize,
     ) -> Result<()> {
+        let slot = txn.slot;
         let geometry = blocks.geometry();
         let per_group = u64::from(geometry.blocks_per_group);
         let first = start.saturating_sub(geometry.first_data_block);
         let groups = (first + len).div_ceil(per_group) - first / per_group;
-        self.credits.declare(
-            slot,
-            GROUP.saturating_mul(u32::try_from(groups).unwrap_or(u32::MAX)),
-        );
+        txn.extend(GROUP.saturating_mul(u32::try_from(groups).unwrap_or(u32::MAX)));
         let mut frees = self.frees[slot].lock();
         self.pending_blocks.fetch_add(len, Ordering::Relaxed);
         for piece in pieces(start, len) {

@@ -22,6 +22,8 @@ pub(crate) struct TxnIo<'a> {
     pub txns: &'a Transactions,
     /// The caller's thread slot (limit counters, pending-free list).
     pub slot: usize,
+    /// The operation's handle, which every credit it declares goes through.
+    pub txn: &'a TxnHandle<'a>,
     /// The set-aside blocks the mechanisms' own blocks (tree nodes) may come from: the
     /// handle's ([`Space::reserve`]), or the metadata reserve when removing space.
     reserve: Reserve,
@@ -36,13 +38,14 @@ impl<'a> TxnIo<'a> {
         store: &'a BlockStore,
         space: &'a Space,
         txns: &'a Transactions,
-        txn: &TxnHandle<'_>,
+        txn: &'a TxnHandle<'a>,
     ) -> Self {
         TxnIo {
             store,
             space,
             txns,
             slot: txn.slot,
+            txn,
             reserve: space.reserve,
             undo: RefCell::new(UndoLog::take()),
         }
@@ -51,7 +54,7 @@ impl<'a> TxnIo<'a> {
     /// Frees `len` blocks from `start` when the running transaction commits.
     pub fn free_blocks(&self, start: u64, len: u64) -> Result<()> {
         self.txns
-            .free_blocks(&self.space.blocks, start, len, self.slot)?;
+            .free_blocks(self.txn, &self.space.blocks, start, len)?;
         self.undo.borrow_mut().freed(start, len);
         Ok(())
     }
@@ -252,6 +255,6 @@ impl MetaIo for TxnIo<'_> {
     }
 
     fn extend_credits(&self, credits: u32) {
-        self.txns.declare_credits(self.slot, credits);
+        self.txn.extend(credits);
     }
 }
