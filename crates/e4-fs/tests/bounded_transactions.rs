@@ -54,6 +54,9 @@ fn allocating_punching_truncating_and_unlinking_across_thousands_of_groups_fit_t
     fs.fallocate(big, FallocateMode::Allocate, 0, 400 * MIB)
         .unwrap();
     assert_all_logged(&fs, "a 400 MiB fallocate");
+    // Each run's extent declares a split at every level of the tree: a step's allocation
+    // declares more than its room, and stops to go on in a new handle, not on the margin.
+    assert_eq!(fs.journal_stats().unwrap().room_overdrafts, 0);
     assert_eq!(fs.metadata(big).unwrap().size, 400 * MIB);
     fs.write_at(big, 300 * MIB + 5, b"kept").unwrap();
     fs.fallocate(big, FallocateMode::PunchHole, 10 * MIB, 200 * MIB)
@@ -889,13 +892,22 @@ fn an_unlink_during_a_truncate_in_steps_frees_the_file() {
 /// running then may still use (`txn/log_room.rs`: three quarters of the other half).
 const MOST_A_TRANSACTION_TAKES: u64 = 512 + 384;
 
-/// Fails unless no commit so far was written around the log, and the largest transaction
-/// stayed within [`MOST_A_TRANSACTION_TAKES`].
+/// The last eighth of [`many_groups`]' log: what credits declared inside handles when the
+/// log room had none left may take.
+const LOG_MARGIN: u64 = 128;
+
+/// Fails unless no commit so far was written around the log, the largest transaction
+/// stayed within [`MOST_A_TRANSACTION_TAKES`], and credits declared beyond the log room
+/// within [`LOG_MARGIN`].
 fn assert_within_bound(fs: &Filesystem, after: &str) {
     let stats = fs.journal_stats().unwrap();
     assert_eq!(stats.unjournaled, 0, "after {after}: {stats:?}");
     assert!(
         stats.largest_transaction <= MOST_A_TRANSACTION_TAKES,
+        "after {after}: {stats:?}"
+    );
+    assert!(
+        stats.room_overdrafts <= LOG_MARGIN,
         "after {after}: {stats:?}"
     );
 }
@@ -1010,6 +1022,154 @@ fn unlinks_count_the_inode_bitmaps_their_commit_changes() {
     let stats = fs.journal_stats().unwrap();
     assert_eq!(stats.unjournaled, 0, "{stats:?}");
     assert!(stats.largest_transaction <= 400, "{stats:?}");
+    fs.unmount().unwrap();
+    e2fsck_clean(&image.path).unwrap();
+}
+
+/// Twenty-four threads on the 1,024-block log, more than the log room lets run at once:
+/// truncates and fallocates in steps of four shared files, small writes into those files
+/// (which leave their transaction and wait for a truncate's steps, giving their room back),
+/// 512 KiB writes that go in pieces when the room runs out, creates and unlinks. Nothing
+/// may deadlock (a watchdog fails the test after two minutes), every transaction stays
+/// within its bound, and e2fsck finds the image clean.
+#[test]
+fn steps_writes_creates_and_unlinks_from_many_threads_share_the_log_room() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let image = make_empty_image(
+        &[
+            "-t",
+            "ext4",
+            "-b",
+            "1024",
+            "-g",
+            "256",
+            "-J",
+            "size=1",
+            "-N",
+            "16384",
+            "-O",
+            "^resize_inode",
+        ],
+        1200,
+    );
+    let fs = open(&image);
+    let shared: Vec<u32> = (0..4)
+        .map(|i| {
+            fs.create(ROOT, format!("shared{i}").as_bytes(), FILE)
+                .unwrap()
+        })
+        .collect();
+    let done = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let watchdog = s.spawn(|| {
+            let started = std::time::Instant::now();
+            while !done.load(Ordering::Acquire) {
+                assert!(
+                    started.elapsed() < std::time::Duration::from_secs(120),
+                    "the threads did not finish: a deadlock"
+                );
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+        });
+        let workers: Vec<_> = (0..24u32)
+            .map(|t| {
+                let (fs, shared) = (&fs, &shared);
+                s.spawn(move || {
+                    let file = shared[t as usize % shared.len()];
+                    let chunk = vec![t as u8; 512 * 1024];
+                    for round in 0..20u64 {
+                        match t % 4 {
+                            0 => {
+                                fs.fallocate(file, FallocateMode::KeepSize, 0, 12 * MIB)
+                                    .unwrap();
+                                fs.truncate(file, round * 1000).unwrap();
+                            }
+                            1 => {
+                                fs.write_at(file, round * 4096 + 17, b"small").unwrap();
+                            }
+                            2 => {
+                                let name = format!("big{t}-{round}");
+                                let f = fs.create(ROOT, name.as_bytes(), FILE).unwrap();
+                                for piece in 0..4 {
+                                    fs.write_at(f, piece * chunk.len() as u64, &chunk).unwrap();
+                                }
+                                if round % 2 == 1 {
+                                    fs.unlink(ROOT, name.as_bytes()).unwrap();
+                                }
+                            }
+                            _ => {
+                                for n in 0..50 {
+                                    let name = format!("c{t}-{round}-{n}");
+                                    fs.create(ROOT, name.as_bytes(), FILE).unwrap();
+                                    if n % 2 == 0 {
+                                        fs.unlink(ROOT, name.as_bytes()).unwrap();
+                                    }
+                                }
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join().unwrap();
+        }
+        done.store(true, Ordering::Release);
+        watchdog.join().unwrap();
+    });
+    assert_within_bound(&fs, "24 threads of mixed work");
+    fs.unmount().unwrap();
+    e2fsck_clean(&image.path).unwrap();
+}
+/// A fallocate into free space broken into single blocks: every run is an extent, and each
+/// extent inserted declares a split at every level of the tree, so one step's allocation
+/// declares far more than the log room holds though it dirties little. It stops where the
+/// room runs out and goes on in a new handle (as a write does), rather than declaring on
+/// the log's margin: every block is allocated, and the file reads as zeros.
+#[test]
+fn a_fallocate_into_scattered_free_blocks_goes_on_in_new_handles() {
+    let image = make_empty_image(
+        &[
+            "-t",
+            "ext4",
+            "-b",
+            "1024",
+            "-g",
+            "256",
+            "-J",
+            "size=1",
+            "-N",
+            "1024",
+            "-O",
+            "^resize_inode",
+        ],
+        64,
+    );
+    let fs = open(&image);
+    let free = fs.statfs().free_blocks;
+    // Everything free taken, then every other block of the first file given back: only
+    // single free blocks are left.
+    let filler = fs.create(ROOT, b"filler", FILE).unwrap();
+    let _ = fs.fallocate(filler, FallocateMode::KeepSize, 0, free * 1024);
+    let rest = fs.create(ROOT, b"rest", FILE).unwrap();
+    let _ = fs.fallocate(rest, FallocateMode::KeepSize, 0, free * 1024);
+    let filled = fs.metadata(filler).unwrap().blocks / 2;
+    for block in (0..filled / 2).map(|i| 2 * i) {
+        fs.fallocate(filler, FallocateMode::PunchHole, block * 1024, 1024)
+            .unwrap();
+    }
+    fs.sync().unwrap();
+    let scattered = fs.create(ROOT, b"scattered", FILE).unwrap();
+    let len = 4000 * 1024;
+    fs.fallocate(scattered, FallocateMode::Allocate, 0, len)
+        .unwrap();
+    let stats = fs.journal_stats().unwrap();
+    assert_eq!(stats.room_overdrafts, 0, "{stats:?}");
+    assert_within_bound(&fs, "a fallocate into single free blocks");
+    assert_eq!(fs.metadata(scattered).unwrap().size, len);
+    let mut back = vec![1u8; len as usize];
+    fs.read_at(scattered, 0, &mut back).unwrap();
+    assert!(back.iter().all(|&b| b == 0));
     fs.unmount().unwrap();
     e2fsck_clean(&image.path).unwrap();
 }

@@ -73,10 +73,25 @@ struct MovedPiece {
 
 /// How far [`Filesystem::allocate_unwritten`] got.
 struct Reached {
-    /// The logical block it stopped at: the end of its range unless the filesystem filled.
+    /// The logical block it stopped at: the end of its range unless the filesystem filled
+    /// or the log room ran out.
     to: u64,
     /// Blocks it allocated.
     allocated: u64,
+    /// It stopped because the log room could not cover the next run.
+    out_of_room: bool,
+}
+
+/// How far one transaction of a fallocate got.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Progress {
+    /// All of its range.
+    Whole,
+    /// Part of it: the filesystem filled up (what was allocated stays).
+    FilledUp,
+    /// Part of it: the log room ran out; the same step run again goes on from there
+    /// (what is mapped is passed over), in a new transaction.
+    OutOfRoom,
 }
 
 impl Filesystem {
@@ -120,10 +135,11 @@ impl Filesystem {
                 len,
                 moves: None,
             };
-            return self.retry_when_full(|| self.fallocate_once(&handle, whole, None));
+            while !self.retry_when_full(|| self.fallocate_once(&handle, whole, None))? {}
+            return Ok(());
         };
         for step in steps {
-            self.retry_when_full(|| self.fallocate_once(&handle, step, Some(&owner)))?;
+            while !self.retry_when_full(|| self.fallocate_once(&handle, step, Some(&owner)))? {}
         }
         Ok(())
     }
@@ -277,13 +293,14 @@ impl Filesystem {
     }
 
     /// One step of [`Filesystem::fallocate`] (the whole of it unless `owner` owns the
-    /// file for its steps), in a transaction of its own.
+    /// file for its steps), in a transaction of its own. False when the log room ran out
+    /// part-way: the same step again goes on from there.
     fn fallocate_once(
         &self,
         handle: &Arc<InodeHandle>,
         step: Step,
         owner: Option<&StepsOwner<'_>>,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let Step {
             mode,
             offset,
@@ -295,12 +312,14 @@ impl Filesystem {
         if len == 0 {
             return Err(Error::Invalid("fallocate of 0 bytes".into()));
         }
-        let whole = {
-            // The inode; each allocation and mapping edit declares its own.
-            let mut txn = match owner {
-                Some(_) => writer.begin_step(self, INODE)?,
-                None => writer.begin(self, INODE)?,
+        let progress = {
+            // The inode; each allocation and mapping edit declares its own, in room for a
+            // step, or for a bitmap and descriptor per block of a smaller range.
+            let room = match owner {
+                Some(_) => self.step_credits().unwrap_or(0),
+                None => self.room_for_blocks(len.div_ceil(u64::from(self.block_size()))),
             };
+            let mut txn = writer.begin_with_room(self, INODE, room)?;
             let mut state = self.lock_for_change(&mut txn, handle, owner)?;
             // `vfs_fallocate`: an append-only file may only gain allocated space.
             match mode {
@@ -330,9 +349,9 @@ impl Filesystem {
                 | FallocateMode::InsertRange => io.tree_blocks_from_reserve(),
                 _ => io,
             };
-            let whole = io.all_or_nothing(&mut state, |state| {
+            let progress = io.all_or_nothing(&mut state, |state| {
                 if self.fallocate_inline(&io, state, mode, offset, end)? {
-                    return Ok(true);
+                    return Ok(Progress::Whole);
                 }
                 self.fallocate_blocks(&io, state, mode, offset, end, moves)
             })?;
@@ -342,13 +361,13 @@ impl Filesystem {
             Self::touch(&mut state.inode, true);
             drop(state);
             self.inodes.mark_dirty(handle);
-            whole
+            progress
         };
         self.commit_if_needed()?;
-        if whole {
-            Ok(())
-        } else {
-            Err(Error::NoSpace(Shortage::Blocks))
+        match progress {
+            Progress::Whole => Ok(true),
+            Progress::OutOfRoom => Ok(false),
+            Progress::FilledUp => Err(Error::NoSpace(Shortage::Blocks)),
         }
     }
 
@@ -384,9 +403,9 @@ impl Filesystem {
         Ok(inline)
     }
 
-    /// [`Filesystem::fallocate`] on a file mapped by extents. False when an allocation
-    /// filled the filesystem part-way and kept what it allocated (the caller commits it and
-    /// answers no space).
+    /// [`Filesystem::fallocate`] on a file mapped by extents: how far it got (an allocation
+    /// that filled the filesystem part-way keeps what it allocated; the caller commits it
+    /// and answers no space).
     fn fallocate_blocks(
         &self,
         io: &TxnIo<'_>,
@@ -395,7 +414,7 @@ impl Filesystem {
         offset: u64,
         end: u64,
         moves: Option<MovedPiece>,
-    ) -> Result<bool> {
+    ) -> Result<Progress> {
         let ino = state.inode.ino;
         if !state.inode.has_flag(flags::EXTENTS) {
             return Err(Error::NotSupported(format!(
@@ -406,7 +425,8 @@ impl Filesystem {
         let (first_full, end_full) = (offset.div_ceil(bs), end / bs);
         match mode {
             FallocateMode::Allocate | FallocateMode::KeepSize => {
-                let reached = self.allocate_unwritten(io, state, offset / bs, end.div_ceil(bs))?;
+                let reached =
+                    self.allocate_unwritten(io, state, offset / bs, end.div_ceil(bs), true)?;
                 // ext4's `epos`: the end of what is mapped, within the range asked for.
                 let mapped_to = (reached.to * bs).min(end);
                 let grows = mode == FallocateMode::Allocate && mapped_to > state.inode.size();
@@ -416,7 +436,13 @@ impl Filesystem {
                 if grows {
                     self.set_file_size(&mut state.inode, mapped_to);
                 }
-                return Ok(mapped_to == end);
+                return Ok(if mapped_to == end {
+                    Progress::Whole
+                } else if reached.out_of_room {
+                    Progress::OutOfRoom
+                } else {
+                    Progress::FilledUp
+                });
             }
             FallocateMode::PunchHole | FallocateMode::ZeroRange => {
                 // The mapping first: its failures are undone whole. The partial blocks'
@@ -427,7 +453,11 @@ impl Filesystem {
                 if mode == FallocateMode::ZeroRange {
                     let last = end.div_ceil(bs);
                     // Short of space: all or nothing (undone whole by the caller).
-                    if self.allocate_unwritten(io, state, offset / bs, last)?.to < last {
+                    if self
+                        .allocate_unwritten(io, state, offset / bs, last, false)?
+                        .to
+                        < last
+                    {
                         return Err(Error::NoSpace(Shortage::Blocks));
                     }
                     if end > state.inode.size() {
@@ -466,7 +496,7 @@ impl Filesystem {
                 self.shift_blocks(io, state, piece, count, ShiftDirection::Up)?;
             }
         }
-        Ok(true)
+        Ok(Progress::Whole)
     }
 
     /// The checks `ext4_collapse_range` and `ext4_insert_range` make, in their order, for a
@@ -542,19 +572,22 @@ impl Filesystem {
     }
 
     /// Maps every hole in logical blocks `first..end` to newly allocated unwritten blocks, in
-    /// order, until the filesystem is full: what is mapped by then stays, and the caller
-    /// decides what a shortfall means.
+    /// order, until the filesystem is full, or (with `may_stop`, once something is
+    /// allocated) until the log room cannot cover the next run: what is mapped by then
+    /// stays, and the caller decides what a shortfall means.
     fn allocate_unwritten(
         &self,
         io: &TxnIo<'_>,
         state: &mut InodeState,
         first: u64,
         end: u64,
+        may_stop: bool,
     ) -> Result<Reached> {
         let InodeState { inode, window, .. } = state;
         let stream = u64::from(inode.ino);
         let mut logical = first;
         let mut allocated = 0;
+        let mut out_of_room = false;
         self.edit_mapping(io, inode, |map, data_blocks| {
             while logical < end {
                 if let Some(run) = map.lookup(logical)? {
@@ -567,7 +600,12 @@ impl Filesystem {
                     Some(prev) => map.lookup(prev)?.map(|r| r.physical + 1),
                     None => None,
                 };
-                io.extend_credits(GROUP);
+                if !may_stop || allocated == 0 {
+                    io.extend_credits(GROUP);
+                } else if !io.txn.try_extend(GROUP) {
+                    out_of_room = true;
+                    break;
+                }
                 let got = io.space.may_allocate(Shortage::Blocks).and_then(|()| {
                     io.space
                         .blocks
@@ -599,6 +637,7 @@ impl Filesystem {
         Ok(Reached {
             to: logical,
             allocated,
+            out_of_room,
         })
     }
 

@@ -78,7 +78,12 @@ impl Filesystem {
                 _ => 0,
             };
             let mut txn = match step {
-                TruncateStep::Whole(_) => writer.begin(self, INODE)?,
+                // Room for freeing what the file holds (a file in more groups than a step
+                // goes in steps).
+                TruncateStep::Whole(_) => {
+                    let room = self.room_to_free(&handle.read(&self.inodes).inode);
+                    writer.begin_with_room(self, INODE, room)?
+                }
                 _ => writer.begin_step(self, INODE + orphan_credits)?,
             };
             let mut state = self.lock_for_change(&mut txn, handle, owner)?;
