@@ -101,7 +101,11 @@ impl LogRoom {
 
     /// Covers what `held` declared beyond what it reserved, without waiting: from the room
     /// while it has some, else on the log's margin (counted).
+    #[inline]
     pub(crate) fn top_up(&self, slot: usize, held: &mut Held) {
+        if held.declared <= held.reserved {
+            return;
+        }
         if !self.try_cover(slot, held) {
             self.overdrafts.add(held.declared - held.reserved);
             // Counted once: what runs on the margin is not taken again.
