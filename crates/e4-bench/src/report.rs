@@ -70,8 +70,8 @@ pub struct Record {
     pub shared_atomic_writes_per_op: Option<f64>,
     pub commits_per_op: Option<f64>,
     /// e4 only: journal blocks written, and microseconds the workload's threads spent
-    /// committing, waiting for a commit, or held at the gate while one gathered, per
-    /// operation (the commit thread's own time is not theirs).
+    /// committing, waiting for a commit, held at the gate while one gathered, or waiting
+    /// for log room, per operation (the commit thread's own time is not theirs).
     pub log_blocks_per_op: Option<f64>,
     pub commit_wait_us_per_op: Option<f64>,
     /// e4 only: commits during the point (an image without a journal commits on its
@@ -146,8 +146,8 @@ impl Record {
             commits_per_op: per_op(&|b, a| a.commits - b.commits),
             log_blocks_per_op: per_op(&|b, a| a.log_blocks - b.log_blocks),
             commit_wait_us_per_op: per_op(&|b, a| {
-                (a.commit_wait_nanos + a.gate_wait_nanos)
-                    - (b.commit_wait_nanos + b.gate_wait_nanos)
+                (a.commit_wait_nanos + a.gate_wait_nanos + a.room_wait_nanos)
+                    - (b.commit_wait_nanos + b.gate_wait_nanos + b.room_wait_nanos)
             })
             .map(|ns| ns / 1000.0),
             commits: m.locks.as_ref().map(|(b, a)| a.commits - b.commits),

@@ -43,6 +43,9 @@ pub struct LockReport {
     /// Nanoseconds operations spent held at the commit gate while a commit gathered (the
     /// part of any commit every operation waits for).
     pub gate_wait_nanos: u64,
+    /// Nanoseconds operations spent waiting for log room before they joined a transaction
+    /// (`txn/log_room.rs`: the operations in flight held all of it).
+    pub room_wait_nanos: u64,
     /// Journal blocks written so far (descriptors, copies, revokes, commit blocks; 0
     /// without a journal).
     pub log_blocks: u64,
@@ -67,6 +70,7 @@ impl Filesystem {
             report.commits = w.txns.commits();
             report.commit_wait_nanos = w.txns.commit_wait_nanos();
             report.gate_wait_nanos = w.txns.gate_wait_nanos();
+            report.room_wait_nanos = w.txns.room_wait_nanos();
             let journal = w.journal.as_ref().map(|j| j.stats()).unwrap_or_default();
             report.log_blocks = journal.log_blocks;
             report.unjournaled = journal.unjournaled;

@@ -26,7 +26,7 @@
 //! step when they begin, so what they declare later is already covered.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use e4_alloc::stats::Counter;
 use e4_alloc::LimitCounter;
@@ -48,8 +48,9 @@ pub(crate) struct LogRoom {
     waiting: AtomicUsize,
     wake: Mutex<()>,
     freed: Condvar,
-    /// Reservations that had to wait for room.
+    /// Reservations that had to wait for room, and the nanoseconds they waited.
     waits: Counter,
+    wait_nanos: Counter,
     /// Credits declared inside a handle when the room had none left.
     overdrafts: Counter,
 }
@@ -77,6 +78,7 @@ impl LogRoom {
             wake: Mutex::new(()),
             freed: Condvar::new(),
             waits: Counter::default(),
+            wait_nanos: Counter::default(),
             overdrafts: Counter::default(),
         }
     }
@@ -89,6 +91,7 @@ impl LogRoom {
             return n;
         }
         self.waits.add(1);
+        let started = Instant::now();
         self.waiting.fetch_add(1, Ordering::SeqCst);
         let mut guard = self.wake.lock();
         while !self.room.try_reserve(slot, n) {
@@ -96,6 +99,8 @@ impl LogRoom {
         }
         drop(guard);
         self.waiting.fetch_sub(1, Ordering::SeqCst);
+        // OK to cast: u64 nanoseconds cover 584 years.
+        self.wait_nanos.add(started.elapsed().as_nanos() as u64);
         n
     }
 
@@ -151,6 +156,11 @@ impl LogRoom {
     /// Reservations that waited for room.
     pub(crate) fn waits(&self) -> u64 {
         self.waits.get()
+    }
+
+    /// Nanoseconds reservations spent waiting for room.
+    pub(crate) fn wait_nanos(&self) -> u64 {
+        self.wait_nanos.get()
     }
 
     /// Credits declared inside handles that found no room left.

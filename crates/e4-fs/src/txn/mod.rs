@@ -423,6 +423,11 @@ impl Transactions {
         }
     }
 
+    /// Nanoseconds operations spent waiting for log room (0 without a journal).
+    pub(crate) fn room_wait_nanos(&self) -> u64 {
+        self.room.as_ref().map_or(0, LogRoom::wait_nanos)
+    }
+
     /// Writes to the log room's shared pool (0 without a journal).
     pub(crate) fn room_shared_writes(&self) -> u64 {
         self.room.as_ref().map_or(0, LogRoom::shared_writes)
