@@ -6,7 +6,7 @@
 //! blocks): 2,048 groups on 512 MiB, so one bitmap per group touched is twice what the log
 //! holds.
 
-use e4_fs::{Creator, FallocateMode, Filesystem, OpenOptions, SetAttributes};
+use e4_fs::{Creator, FallocateMode, Filesystem, OpenOptions, RenameMode, SetAttributes};
 use e4_testkit::{e2fsck_clean, make_empty_image, Image};
 
 const ROOT: u32 = 2;
@@ -1170,6 +1170,33 @@ fn a_fallocate_into_scattered_free_blocks_goes_on_in_new_handles() {
     let mut back = vec![1u8; len as usize];
     fs.read_at(scattered, 0, &mut back).unwrap();
     assert!(back.iter().all(|&b| b == 0));
+    fs.unmount().unwrap();
+    e2fsck_clean(&image.path).unwrap();
+}
+
+/// A rename over a file spread over more groups than the log holds frees that file: in
+/// steps, after the rename, as an unlink frees one (the rename leaves it an orphan, with
+/// no name, until its last step).
+#[test]
+fn a_rename_over_a_large_file_frees_it_in_steps() {
+    let image = many_groups("ext4", "^resize_inode");
+    let fs = open(&image);
+    let free = fs.statfs().free_blocks;
+    let big = fs.create(ROOT, b"big", FILE).unwrap();
+    fs.fallocate(big, FallocateMode::Allocate, 0, 400 * MIB)
+        .unwrap();
+    let small = fs.create(ROOT, b"small", FILE).unwrap();
+    fs.write_at(small, 0, b"the new contents").unwrap();
+    fs.rename(ROOT, b"small", ROOT, b"big", RenameMode::Replace)
+        .unwrap();
+    assert_within_bound(&fs, "a rename over a 400 MiB file");
+    assert_eq!(fs.lookup(ROOT, b"big").unwrap(), Some(small));
+    fs.sync().unwrap();
+    assert_eq!(
+        fs.statfs().free_blocks,
+        free - 1,
+        "only the new file's block is used"
+    );
     fs.unmount().unwrap();
     e2fsck_clean(&image.path).unwrap();
 }

@@ -45,8 +45,11 @@ impl Filesystem {
         check_name(old_name)?;
         check_name(new_name)?;
         let writer = self.writer()?;
-        loop {
-            let txn = writer.begin(self, RENAME_CREDITS)?;
+        // Log room for freeing a replaced file here, once found to need more than a
+        // handle's allowance: the search starts again in a handle that holds it.
+        let mut room_to_free = 0;
+        let free_in_steps = loop {
+            let txn = writer.begin_with_room(self, RENAME_CREDITS, room_to_free)?;
             // Moves between directories are serialised (the kernel's s_vfs_rename_mutex).
             let _moving = (old_parent != new_parent).then(|| writer.rename_lock.lock());
             let io = writer.io(self, &txn);
@@ -114,9 +117,22 @@ impl Filesystem {
             if now_source != Some(source) || now_target != target {
                 continue;
             }
+            if let Some(t) = target.filter(|_| mode != RenameMode::Exchange) {
+                let victim = state(&mut locked, t);
+                let is_dir = victim.inode.file_type() == Some(FileType::Directory);
+                let last_link = is_dir || victim.inode.links_count() <= 1;
+                // (No room is held without a journal, and none is needed.)
+                if room_to_free == 0 && txn.room_held() > 0 && last_link && victim.open_count == 0 {
+                    let needed = self.room_to_free(&victim.inode) + u64::from(RENAME_CREDITS);
+                    if needed > txn.room_held() {
+                        room_to_free = needed;
+                        continue;
+                    }
+                }
+            }
             // All or nothing: the records of every inode involved, put back with every
             // block change if the rename fails part-way.
-            io.all_or_nothing_locked(&mut locked, |locked| {
+            let free_in_steps = io.all_or_nothing_locked(&mut locked, |locked| {
                 self.rename_locked(
                     &io, &format, locked, old_parent, old_name, new_parent, new_name, source,
                     target, mode,
@@ -126,7 +142,10 @@ impl Filesystem {
             for h in &handles {
                 self.inodes.mark_dirty(h);
             }
-            break;
+            break free_in_steps;
+        };
+        if let Some(replaced) = free_in_steps {
+            self.close_orphan(replaced)?;
         }
         self.commit_if_needed()
     }
@@ -154,6 +173,9 @@ impl Filesystem {
         .into())
     }
 
+    /// The rename's changes, with every inode involved locked. Returns a replaced file
+    /// left an orphan because it is too large to free in this transaction: the caller
+    /// frees it in steps (`steps.rs`).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn rename_locked(
         &self,
@@ -167,7 +189,9 @@ impl Filesystem {
         source: u32,
         target: Option<u32>,
         mode: RenameMode,
-    ) -> Result<()> {
+    ) -> Result<Option<u32>> {
+        // A replaced file to free in steps after the rename.
+        let mut freed_later = None;
         let type_of =
             |locked: &mut [(u32, InodeGuard<'_>)], ino: u32| known_type(&state(locked, ino).inode);
         let source_type = type_of(locked, source)?;
@@ -284,10 +308,16 @@ impl Filesystem {
                 let victim = state(locked, t);
                 Self::touch(&mut victim.inode, false);
                 if victim.inode.links_count() == 0 {
-                    if victim.open_count == 0 {
+                    // A replaced file too large to free in one transaction stays an orphan,
+                    // freed in steps once the rename is done, as an unlinked one is.
+                    let in_steps = !self.step_cuts(&victim.inode, 0, u64::MAX)?.is_empty();
+                    if victim.open_count == 0 && !in_steps {
                         self.delete_inode(io, victim)?;
                     } else {
                         io.space.orphans.add(t);
+                        if victim.open_count == 0 {
+                            freed_later = Some(t);
+                        }
                     }
                 }
             }
@@ -295,6 +325,6 @@ impl Filesystem {
         }
         Self::touch(&mut state(locked, old_parent).inode, true);
         Self::touch(&mut state(locked, new_parent).inode, true);
-        Ok(())
+        Ok(freed_later)
     }
 }
