@@ -1170,6 +1170,16 @@ fn a_fallocate_into_scattered_free_blocks_goes_on_in_new_handles() {
     let mut back = vec![1u8; len as usize];
     fs.read_at(scattered, 0, &mut back).unwrap();
     assert!(back.iter().all(|&b| b == 0));
+    // One write over all of it turns every one of those extents written: each conversion
+    // declares its tree's worst case too, and the write goes on in a new handle when the
+    // room cannot cover the next.
+    let data: Vec<u8> = (0..len as usize).map(|i| (i / 1021) as u8).collect();
+    assert_eq!(fs.write_at(scattered, 0, &data).unwrap(), data.len());
+    let stats = fs.journal_stats().unwrap();
+    assert_eq!(stats.room_overdrafts, 0, "{stats:?}");
+    assert_within_bound(&fs, "a write over single unwritten blocks");
+    fs.read_at(scattered, 0, &mut back).unwrap();
+    assert!(back == data);
     fs.unmount().unwrap();
     e2fsck_clean(&image.path).unwrap();
 }

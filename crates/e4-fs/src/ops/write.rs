@@ -319,6 +319,11 @@ impl Filesystem {
                         bytes
                     }
                     Some(run) => {
+                        // Turning the run written edits the tree: with something written, a
+                        // run the log room cannot cover ends this transaction's part.
+                        if done > 0 && !io.txn.try_extend(0) {
+                            return Ok(false);
+                        }
                         let blocks = run.len.min(span);
                         let bytes = (blocks * bs - within).min(rest) as usize;
                         self.write_padded(run.physical, within, &data[done..done + bytes], blocks)?;

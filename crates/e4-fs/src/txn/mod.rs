@@ -136,7 +136,8 @@ impl TxnHandle<'_> {
     /// write's next run of blocks): declares `credits` only if the log room covers them
     /// and [`EXTEND_ALLOWANCE`] more (for what the step then declares: the run's mapping
     /// edit), else declares nothing and returns false (jbd2's `jbd2_journal_extend`
-    /// failing, after which ext4 restarts its handle).
+    /// failing, after which ext4 restarts its handle). With 0 credits, a probe: whether
+    /// the room covers the allowance.
     pub(crate) fn try_extend(&self, credits: u32) -> bool {
         if let Some(room) = &self.txns.room {
             let mut held = self.held.get();
