@@ -629,10 +629,12 @@ impl OpenFilesystem {
             return Next::Stop;
         };
         let parts = self.commit_parts(w);
-        // An interval passed counts as pressure does.
+        // An interval passed counts as pressure does (operations leave the interval to
+        // this thread).
         let wanted = w
             .txns
-            .wants_commit_with(&self.store, &self.inodes, &w.space);
+            .wants_commit_with(&self.store, &self.inodes, &w.space)
+            || w.txns.interval_passed();
         if wanted && w.txns.has_changes(&parts) {
             if let Err(e) = w.txns.commit_unwaited(&parts) {
                 // The filesystem now refuses changes; the next caller reports why.

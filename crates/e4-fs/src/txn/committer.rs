@@ -50,6 +50,11 @@ pub(crate) struct CommitRequests {
 }
 
 impl CommitRequests {
+    /// Whether a commit thread serves requests (and wakes for the commit interval).
+    pub(crate) fn is_served(&self) -> bool {
+        self.served.load(Ordering::Acquire)
+    }
+
     /// Asks the commit thread for a commit. Returns false, having done nothing, when no
     /// thread serves requests: the caller commits itself.
     pub(crate) fn request(&self) -> bool {
