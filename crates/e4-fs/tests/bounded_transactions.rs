@@ -27,12 +27,15 @@ const MIB: u64 = 1 << 20;
 /// A 512 MiB image of `kind` (ext3 or ext4) with 2,048 groups and a 1024-block log, plus
 /// `features` (`-O`).
 fn many_groups(kind: &str, features: &str) -> Image {
-    make_empty_image(
-        &[
-            "-t", kind, "-b", "1024", "-g", "256", "-J", "size=1", "-N", "8192", "-O", features,
-        ],
-        512,
-    )
+    small_groups(kind, 512, &["-N", "8192", "-O", features])
+}
+
+/// An image of `kind` and `mib` MiB with 1 KiB blocks in groups of 256 (256 KiB) and the
+/// smallest log mke2fs makes (1,024 blocks), with `more` arguments to mke2fs.
+fn small_groups(kind: &str, mib: u64, more: &[&str]) -> Image {
+    let mut args = vec!["-t", kind, "-b", "1024", "-g", "256", "-J", "size=1"];
+    args.extend_from_slice(more);
+    make_empty_image(&args, mib)
 }
 
 fn open(image: &Image) -> Filesystem {
@@ -181,12 +184,7 @@ fn block_mapped_files_across_many_groups_are_freed_in_steps() {
 fn operations_each_in_another_group_commit_before_the_log_overflows() {
     let image = many_groups("ext4", "^resize_inode,^flex_bg");
     let fs = open(&image);
-    let files: Vec<u32> = (0..1500)
-        .map(|i| {
-            let dir = fs.mkdir(ROOT, format!("d{i}").as_bytes(), DIR).unwrap();
-            fs.create(dir, b"f", FILE).unwrap()
-        })
-        .collect();
+    let files = files_in_their_own_directories(&fs, 1500);
     fs.sync().unwrap();
     for &file in &files {
         fs.fallocate(file, FallocateMode::KeepSize, 0, 1024)
@@ -202,37 +200,34 @@ fn operations_each_in_another_group_commit_before_the_log_overflows() {
     e2fsck_clean(&image.path).unwrap();
 }
 
-#[test]
-fn inode_changes_each_in_another_table_block_commit_before_the_log_overflows() {
-    // 128-byte inodes, 8 to a 1 KiB table block, 8 to a group: every file made in its own
-    // directory (a group each) has a table block to itself. A transaction counted as if
-    // its inodes were packed would hold 8 times the table blocks it was counted for.
-    let image = make_empty_image(
-        &[
-            "-t",
-            "ext4",
-            "-b",
-            "1024",
-            "-g",
-            "256",
-            "-J",
-            "size=1",
-            "-N",
-            "16384",
-            "-I",
-            "128",
-            "-O",
-            "^resize_inode,^flex_bg",
-        ],
+/// A 512 MiB [`small_groups`] image with 128-byte inodes, 8 to a 1 KiB table block and 8
+/// to a group, without flex_bg: a file made in its own directory (a group each) has a
+/// table block and an inode bitmap to itself.
+fn table_block_per_group() -> Image {
+    small_groups(
+        "ext4",
         512,
-    );
-    let fs = open(&image);
-    let files: Vec<u32> = (0..2000)
+        &["-N", "16384", "-I", "128", "-O", "^resize_inode,^flex_bg"],
+    )
+}
+
+/// Files `/d{i}/f` for `i` in `0..count`, each in its own directory: their inodes.
+fn files_in_their_own_directories(fs: &Filesystem, count: usize) -> Vec<u32> {
+    (0..count)
         .map(|i| {
             let dir = fs.mkdir(ROOT, format!("d{i}").as_bytes(), DIR).unwrap();
             fs.create(dir, b"f", FILE).unwrap()
         })
-        .collect();
+        .collect()
+}
+
+/// A transaction counted as if its inodes were packed would hold 8 times the table blocks
+/// it was counted for.
+#[test]
+fn inode_changes_each_in_another_table_block_commit_before_the_log_overflows() {
+    let image = table_block_per_group();
+    let fs = open(&image);
+    let files = files_in_their_own_directories(&fs, 2000);
     fs.sync().unwrap();
     let tables: std::collections::HashSet<u32> = files.iter().map(|ino| (ino - 1) / 8).collect();
     assert!(tables.len() > 1900, "{} table blocks", tables.len());
@@ -919,23 +914,7 @@ fn assert_within_bound(fs: &Filesystem, after: &str) {
 /// written around the log in two runs of three.
 #[test]
 fn deletes_in_steps_from_many_threads_fit_the_log() {
-    let image = make_empty_image(
-        &[
-            "-t",
-            "ext4",
-            "-b",
-            "1024",
-            "-g",
-            "256",
-            "-J",
-            "size=1",
-            "-N",
-            "8192",
-            "-O",
-            "^resize_inode",
-        ],
-        1200,
-    );
+    let image = small_groups("ext4", 1200, &["-N", "8192", "-O", "^resize_inode"]);
     let fs = open(&image);
     const FILES: usize = 64;
     for i in 0..FILES {
@@ -985,34 +964,13 @@ fn a_write_larger_than_the_log_goes_in_pieces_that_fit_it() {
 /// inodes' groups, the largest took 482.
 #[test]
 fn unlinks_count_the_inode_bitmaps_their_commit_changes() {
-    let image = make_empty_image(
-        &[
-            "-t",
-            "ext4",
-            "-b",
-            "1024",
-            "-g",
-            "256",
-            "-J",
-            "size=1",
-            "-N",
-            "16384",
-            "-I",
-            "128",
-            "-O",
-            "^resize_inode,^flex_bg",
-        ],
-        512,
-    );
+    let image = table_block_per_group();
     let options = OpenOptions {
         commit_thread: false,
         ..OpenOptions::writable()
     };
     let fs = Filesystem::open(&image.path, options).unwrap();
-    for i in 0..2000 {
-        let dir = fs.mkdir(ROOT, format!("d{i}").as_bytes(), DIR).unwrap();
-        fs.create(dir, b"f", FILE).unwrap();
-    }
+    files_in_their_own_directories(&fs, 2000);
     fs.sync().unwrap();
     for i in 0..2000 {
         let dir = fs.resolve(&format!("/d{i}"), false).unwrap();
@@ -1035,23 +993,7 @@ fn unlinks_count_the_inode_bitmaps_their_commit_changes() {
 #[test]
 fn steps_writes_creates_and_unlinks_from_many_threads_share_the_log_room() {
     use std::sync::atomic::{AtomicBool, Ordering};
-    let image = make_empty_image(
-        &[
-            "-t",
-            "ext4",
-            "-b",
-            "1024",
-            "-g",
-            "256",
-            "-J",
-            "size=1",
-            "-N",
-            "16384",
-            "-O",
-            "^resize_inode",
-        ],
-        1200,
-    );
+    let image = small_groups("ext4", 1200, &["-N", "16384", "-O", "^resize_inode"]);
     let fs = open(&image);
     let shared: Vec<u32> = (0..4)
         .map(|i| {
@@ -1121,6 +1063,7 @@ fn steps_writes_creates_and_unlinks_from_many_threads_share_the_log_room() {
     fs.unmount().unwrap();
     e2fsck_clean(&image.path).unwrap();
 }
+
 /// A fallocate into free space broken into single blocks: every run is an extent, and each
 /// extent inserted declares a split at every level of the tree, so one step's allocation
 /// declares far more than the log room holds though it dirties little. It stops where the
@@ -1128,23 +1071,7 @@ fn steps_writes_creates_and_unlinks_from_many_threads_share_the_log_room() {
 /// the log's margin: every block is allocated, and the file reads as zeros.
 #[test]
 fn a_fallocate_into_scattered_free_blocks_goes_on_in_new_handles() {
-    let image = make_empty_image(
-        &[
-            "-t",
-            "ext4",
-            "-b",
-            "1024",
-            "-g",
-            "256",
-            "-J",
-            "size=1",
-            "-N",
-            "1024",
-            "-O",
-            "^resize_inode",
-        ],
-        64,
-    );
+    let image = small_groups("ext4", 64, &["-N", "1024", "-O", "^resize_inode"]);
     let fs = open(&image);
     let free = fs.statfs().free_blocks;
     // Everything free taken, then every other block of the first file given back: only

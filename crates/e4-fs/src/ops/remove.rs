@@ -93,12 +93,9 @@ impl Filesystem {
                     return Err(Error::NotEmpty(shown(name)));
                 }
             }
-            let last_link = is_dir || target.inode.links_count() <= 1;
-            // (No room is held without a journal, and none is needed.)
-            if room_to_free == 0 && txn.room_held() > 0 && last_link && target.open_count == 0 {
-                let needed = self.room_to_free(&target.inode) + u64::from(REMOVE_CREDITS);
-                if needed > txn.room_held() {
-                    room_to_free = needed;
+            if room_to_free == 0 {
+                if let Some(room) = self.room_short_to_free(&txn, target, REMOVE_CREDITS) {
+                    room_to_free = room;
                     continue;
                 }
             }

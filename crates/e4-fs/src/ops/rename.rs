@@ -117,17 +117,12 @@ impl Filesystem {
             if now_source != Some(source) || now_target != target {
                 continue;
             }
-            if let Some(t) = target.filter(|_| mode != RenameMode::Exchange) {
-                let victim = state(&mut locked, t);
-                let is_dir = victim.inode.file_type() == Some(FileType::Directory);
-                let last_link = is_dir || victim.inode.links_count() <= 1;
-                // (No room is held without a journal, and none is needed.)
-                if room_to_free == 0 && txn.room_held() > 0 && last_link && victim.open_count == 0 {
-                    let needed = self.room_to_free(&victim.inode) + u64::from(RENAME_CREDITS);
-                    if needed > txn.room_held() {
-                        room_to_free = needed;
-                        continue;
-                    }
+            if let Some(t) = target.filter(|_| mode != RenameMode::Exchange && room_to_free == 0) {
+                if let Some(room) =
+                    self.room_short_to_free(&txn, state(&mut locked, t), RENAME_CREDITS)
+                {
+                    room_to_free = room;
+                    continue;
                 }
             }
             // All or nothing: the records of every inode involved, put back with every

@@ -37,12 +37,12 @@
 use std::collections::HashSet;
 
 use e4_format::features::RoCompatFeatures;
-use e4_format::inode::{flags, Inode, I_BLOCK_SIZE};
+use e4_format::inode::{flags, FileType, Inode, I_BLOCK_SIZE};
 
 use crate::buffer::read_io::ReadIo;
 use crate::error::Result;
 use crate::filesystem::Filesystem;
-use crate::inode::cache::{InodeGuard, InodeHandle, StepsOwner};
+use crate::inode::cache::{InodeGuard, InodeHandle, InodeState, StepsOwner};
 use crate::io::credits::{GROUP, INODE};
 use crate::map::file_mapping::FileMapping;
 use crate::map::run::Mapping;
@@ -122,6 +122,27 @@ impl Filesystem {
     /// ([`Self::step_credits`]), since a file in more groups is freed in steps.
     pub(crate) fn room_to_free(&self, inode: &Inode) -> u64 {
         self.room_for_blocks(self.blocks_held(inode))
+    }
+
+    /// For an operation that takes a name away from `victim` in `txn`: the log room it needs
+    /// (its own `credits` and freeing `victim`'s blocks) when that frees `victim` now (its
+    /// last name, not open) and `txn` holds less. The caller then starts again in a handle
+    /// that holds it ([`crate::filesystem::Writer::begin_with_room`]), before it changes
+    /// anything. `None` when `txn` holds enough, or without a journal.
+    pub(crate) fn room_short_to_free(
+        &self,
+        txn: &TxnHandle<'_>,
+        victim: &InodeState,
+        credits: u32,
+    ) -> Option<u64> {
+        let is_dir = victim.inode.file_type() == Some(FileType::Directory);
+        let last_name = is_dir || victim.inode.links_count() <= 1;
+        // No room is held without a journal, and none is needed.
+        if txn.room_held() == 0 || !last_name || victim.open_count > 0 {
+            return None;
+        }
+        let needed = self.room_to_free(&victim.inode) + u64::from(credits);
+        (needed > txn.room_held()).then_some(needed)
     }
 
     /// The log room an operation on `blocks` blocks may declare in one transaction: a
