@@ -84,10 +84,12 @@ impl LogRoom {
     }
 
     /// Reserves `n` units (at most the room's total) from `slot`, waiting until they are
-    /// free. The caller holds no handle and no lock another operation needs.
+    /// free. The caller holds no handle and no lock another operation needs. While anyone
+    /// waits, a new reservation waits with them rather than passing them: a step's large
+    /// reservation would otherwise wait for as long as small ones kept arriving.
     pub(crate) fn reserve(&self, slot: usize, n: u64) -> u64 {
         let n = n.min(self.total);
-        if self.room.try_reserve(slot, n) {
+        if self.waiting.load(Ordering::SeqCst) == 0 && self.room.try_reserve(slot, n) {
             return n;
         }
         self.waits.add(1);
