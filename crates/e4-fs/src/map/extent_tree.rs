@@ -576,40 +576,42 @@ impl<'a> ExtentTree<'a> {
         Ok(node)
     }
 
+    /// The node in `bytes`, checked: no empty or overlapping extent, keys in order. Read
+    /// through the zero-copy view (no intermediate list of entries, no list of keys): the
+    /// write path decodes the root on every edit.
     fn decode(&self, bytes: &[u8], loc: Location, block: Option<u64>) -> Result<Node> {
-        let parsed = ExtentNode::parse(bytes, loc)?;
-        let mut node = Node::empty_leaf(block, parsed.header.max);
-        node.depth = parsed.header.depth;
-        let keys: Vec<u32> = match parsed.entries {
-            ExtentEntries::Leaf(leaves) => {
-                node.extents = leaves.iter().map(ExtentLeaf::extent).collect();
-                if let Some(e) = node.extents.iter().find(|e| e.len == 0) {
-                    return Err(corrupt(
-                        loc,
-                        Problem::ZeroLengthExtent { logical: e.logical },
-                    ));
-                }
-                if node
-                    .extents
-                    .windows(2)
-                    .any(|w| end_of(&w[0]) > u64::from(w[1].logical))
-                {
-                    return Err(corrupt(loc, Problem::ExtentsOverlap));
-                }
-                node.extents.iter().map(|e| e.logical).collect()
+        let view = ExtentNodeView::new(bytes, loc)?;
+        let mut node = Node::empty_leaf(block, view.header.max);
+        node.depth = view.header.depth;
+        let in_order = if view.is_leaf() {
+            node.extents = (0..view.len()).map(|i| view.leaf(i).extent()).collect();
+            if let Some(e) = node.extents.iter().find(|e| e.len == 0) {
+                return Err(corrupt(
+                    loc,
+                    Problem::ZeroLengthExtent { logical: e.logical },
+                ));
             }
-            ExtentEntries::Index(indexes) => {
-                node.indexes = indexes
-                    .iter()
-                    .map(|i| Index {
-                        logical: i.block,
-                        child: i.leaf(),
-                    })
-                    .collect();
-                node.indexes.iter().map(|i| i.logical).collect()
+            if node
+                .extents
+                .windows(2)
+                .any(|w| end_of(&w[0]) > u64::from(w[1].logical))
+            {
+                return Err(corrupt(loc, Problem::ExtentsOverlap));
             }
+            node.extents.windows(2).all(|w| w[0].logical < w[1].logical)
+        } else {
+            node.indexes = (0..view.len())
+                .map(|i| {
+                    let index = view.index(i);
+                    Index {
+                        logical: index.block,
+                        child: index.leaf(),
+                    }
+                })
+                .collect();
+            node.indexes.windows(2).all(|w| w[0].logical < w[1].logical)
         };
-        if keys.windows(2).any(|w| w[0] >= w[1]) {
+        if !in_order {
             return Err(corrupt(loc, Problem::KeysOutOfOrder));
         }
         Ok(node)
