@@ -1174,3 +1174,46 @@ fn closing_unlinked_files_from_many_threads_does_not_wait_for_log_room() {
     fs.unmount().unwrap();
     e2fsck_clean(&image.path).unwrap();
 }
+
+/// Unlinks of open files, each in its own table block, between orphans already on the
+/// list: each unlink puts its file on the orphan list, whose chain the commit rewrites
+/// (each orphan's `i_dtime` names the next), so the record of the orphan before it, in
+/// another table block, changes at the commit. Counted from the unlink on, no transaction
+/// goes past three quarters of half the log (384 blocks) by more than one unlink; counted
+/// only at the commit, the largest took 551.
+#[test]
+fn orphan_list_changes_count_the_neighbours_their_commit_changes() {
+    let image = table_block_per_group();
+    let options = OpenOptions {
+        commit_thread: false,
+        ..OpenOptions::writable()
+    };
+    let fs = Filesystem::open(&image.path, options).unwrap();
+    let files = files_in_their_own_directories(&fs, 1200);
+    for &f in &files {
+        fs.open_inode(f).unwrap();
+    }
+    // Every other file an orphan first, in a transaction of its own.
+    for i in (0..files.len()).step_by(2) {
+        let dir = fs.resolve(&format!("/d{i}"), false).unwrap();
+        fs.unlink(dir, b"f").unwrap();
+    }
+    fs.sync().unwrap();
+    let before = fs.journal_stats().unwrap().largest_transaction;
+    for i in (1..files.len()).step_by(2) {
+        let dir = fs.resolve(&format!("/d{i}"), false).unwrap();
+        fs.unlink(dir, b"f").unwrap();
+    }
+    fs.sync().unwrap();
+    let stats = fs.journal_stats().unwrap();
+    assert_eq!(stats.unjournaled, 0, "{stats:?}");
+    assert!(
+        stats.largest_transaction <= 400,
+        "largest before the second unlinks {before}: {stats:?}"
+    );
+    for &f in &files {
+        fs.release_inode(f).unwrap();
+    }
+    fs.unmount().unwrap();
+    e2fsck_clean(&image.path).unwrap();
+}
