@@ -108,13 +108,20 @@ impl Filesystem {
     /// first in steps when they are in more groups than one transaction may change
     /// (`steps.rs`), then the rest and the inode together.
     pub(crate) fn close_orphan(&self, ino: u32) -> Result<()> {
-        let cuts = {
+        // The room the last transaction may need to free what is left: an orphan nobody
+        // has open only shrinks, so what it holds now bounds it (and a step bounds what
+        // the steps before it leave). A whole step's room for every last close of an
+        // unlinked file let two such closes hold all of the log room.
+        let (cuts, room) = {
             let handle = self.inode_handle(ino)?;
             let state = handle.read(&self.inodes);
             if state.deleted || state.open_count > 0 || state.inode.links_count() > 0 {
                 return Ok(());
             }
-            self.step_cuts(&state.inode, 0, u64::MAX)?
+            (
+                self.step_cuts(&state.inode, 0, u64::MAX)?,
+                self.room_to_free(&state.inode),
+            )
         };
         for cut in cuts.into_iter().rev() {
             if !self.free_orphan_from(ino, cut)? {
@@ -125,7 +132,7 @@ impl Filesystem {
         let writer = self.writer()?;
         // The inode, its neighbour on the orphan list, and its xattr block's reference
         // count (its blocks' and inode's frees declare their own).
-        let txn = writer.begin_step(self, INODE + ORPHAN + 1)?;
+        let txn = writer.begin_with_room(self, INODE + ORPHAN + 1, room)?;
         let io = writer.io(self, &txn);
         let handle = self.inode_handle(ino)?;
         let mut state = handle.lock(&self.inodes);

@@ -114,6 +114,7 @@ impl Transactions {
             + self.inode_free_groups.count();
         store.cache().dirty_count()
             + inodes.dirty_table_blocks()
+            + space.orphans.pending_changes()
             + usize::try_from(groups)
                 .unwrap_or(usize::MAX)
                 .saturating_mul(GROUP as usize)
@@ -490,7 +491,7 @@ impl Transactions {
 /// may have dropped it since: its record is read again (its slot is in use, so it is not
 /// in the table's never-written part).
 fn chain_orphans(parts: &CommitParts<'_>) -> Result<()> {
-    let orphans = parts.space.orphans.chain();
+    let orphans = parts.space.orphans.chain_for_commit();
     for (i, &ino) in orphans.iter().enumerate() {
         let handle = parts.inodes.get_or_load(ino, || {
             parts.inode_table.read_record(parts.store, ino, false)
