@@ -345,11 +345,11 @@ pub fn decide(opts: &MkfsOptions, profile: &Profile, existing_bytes: u64) -> Res
         Some(other) => return Err(invalid("errors", format!("{other:?}"))),
     };
 
+    // The tick's time, as mke2fs's time(2): a finer clock runs up to a tick ahead of it
+    // just after a second begins, and an e2fsck started within that tick found the
+    // superblock's times in the future.
     let now = opts.source_date_epoch.unwrap_or_else(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs() as i64)
-            .unwrap_or(0)
+        rustix::time::clock_gettime(rustix::time::ClockId::RealtimeCoarse).tv_sec
     });
     let uuid = match opts.uuid.as_deref() {
         Some("clear") => [0; 16],

@@ -93,11 +93,12 @@ impl Filesystem {
                     return Err(Error::NotEmpty(shown(name)));
                 }
             }
-            if room_to_free == 0 {
-                if let Some(room) = self.room_short_to_free(&txn, target, REMOVE_CREDITS) {
-                    room_to_free = room;
-                    continue;
-                }
+            // Short again only if the name now leads to a larger file (renamed over it
+            // meanwhile): the room needed is at most a step's, always less than the room's
+            // total, so each retry's handle holds what it asked for.
+            if let Some(room) = self.room_short_to_free(&txn, target, REMOVE_CREDITS) {
+                room_to_free = room;
+                continue;
             }
             // Forgotten under the directory's lock, before the edit (dentry_cache.rs).
             self.dentries.forget(parent, name);

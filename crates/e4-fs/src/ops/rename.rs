@@ -117,7 +117,8 @@ impl Filesystem {
             if now_source != Some(source) || now_target != target {
                 continue;
             }
-            if let Some(t) = target.filter(|_| mode != RenameMode::Exchange && room_to_free == 0) {
+            // As in `remove_name`: short again only for a larger file under the name.
+            if let Some(t) = target.filter(|_| mode != RenameMode::Exchange) {
                 if let Some(room) =
                     self.room_short_to_free(&txn, state(&mut locked, t), RENAME_CREDITS)
                 {

@@ -87,6 +87,16 @@ impl Filesystem {
                 _ => writer.begin_step(self, INODE + orphan_credits)?,
             };
             let mut state = self.lock_for_change(&mut txn, handle, owner)?;
+            if matches!(step, TruncateStep::Whole(_))
+                && txn.room_held() > 0
+                && self.room_to_free(&state.inode) + u64::from(INODE) > txn.room_held()
+            {
+                // The file grew between the room's estimate and the lock: again, with the
+                // room its blocks now need (at most a step's, less than the room's total).
+                drop(state);
+                drop(txn);
+                return self.truncate_step(handle, step, owner);
+            }
             let gone = state.deleted || (state.inode.links_count() == 0 && state.open_count == 0);
             if gone && matches!(step, TruncateStep::Free(_) | TruncateStep::End(_)) {
                 return Ok(());

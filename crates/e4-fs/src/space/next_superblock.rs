@@ -41,7 +41,7 @@ impl NextSuperblock {
         let mut superblock = sb.clone();
         superblock.state &= !STATE_VALID;
         superblock.mnt_count = superblock.mnt_count.wrapping_add(1);
-        superblock.set_mount_time(crate::time::now().seconds);
+        superblock.set_mount_time(crate::time::now_seconds_coarse());
         NextSuperblock {
             superblock: Mutex::new(superblock),
             opened_over_sums,
@@ -93,7 +93,7 @@ impl NextSuperblock {
         sb.set_free_blocks_count(blocks);
         // OK to cast: clamped to s_inodes_count, a u32.
         sb.free_inodes_count = clamp(free_inodes, inodes_over, u64::from(sb.inodes_count)) as u32;
-        sb.set_write_time(crate::time::now().seconds);
+        sb.set_write_time(crate::time::now_seconds_coarse());
         let mut bytes = [0u8; Superblock::SIZE];
         sb.encode(&mut bytes);
         Superblock::seal(&mut bytes, ());
