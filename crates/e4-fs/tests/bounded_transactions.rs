@@ -192,8 +192,7 @@ fn operations_each_in_another_group_commit_before_the_log_overflows() {
     }
     assert_all_logged(&fs, "1,500 one-block fallocates in as many groups");
     for (i, _) in files.iter().enumerate() {
-        let dir = fs.resolve(&format!("/d{i}"), false).unwrap();
-        fs.unlink(dir, b"f").unwrap();
+        unlink_file_of_directory(&fs, i);
     }
     assert_all_logged(&fs, "1,500 unlinks in as many groups");
     fs.unmount().unwrap();
@@ -209,6 +208,23 @@ fn table_block_per_group() -> Image {
         512,
         &["-N", "16384", "-I", "128", "-O", "^resize_inode,^flex_bg"],
     )
+}
+
+/// `image` opened for writing without the commit thread: an operation past three
+/// quarters of half the log (384 blocks of the 1,024-block log) commits itself, so no
+/// transaction goes past that by more than one operation.
+fn without_commit_thread(image: &Image) -> Filesystem {
+    let options = OpenOptions {
+        commit_thread: false,
+        ..OpenOptions::writable()
+    };
+    Filesystem::open(&image.path, options).unwrap()
+}
+
+/// Unlinks `/d{i}/f` (made by [`files_in_their_own_directories`]).
+fn unlink_file_of_directory(fs: &Filesystem, i: usize) {
+    let dir = fs.resolve(&format!("/d{i}"), false).unwrap();
+    fs.unlink(dir, b"f").unwrap();
 }
 
 /// Files `/d{i}/f` for `i` in `0..count`, each in its own directory: their inodes.
@@ -965,16 +981,11 @@ fn a_write_larger_than_the_log_goes_in_pieces_that_fit_it() {
 #[test]
 fn unlinks_count_the_inode_bitmaps_their_commit_changes() {
     let image = table_block_per_group();
-    let options = OpenOptions {
-        commit_thread: false,
-        ..OpenOptions::writable()
-    };
-    let fs = Filesystem::open(&image.path, options).unwrap();
+    let fs = without_commit_thread(&image);
     files_in_their_own_directories(&fs, 2000);
     fs.sync().unwrap();
     for i in 0..2000 {
-        let dir = fs.resolve(&format!("/d{i}"), false).unwrap();
-        fs.unlink(dir, b"f").unwrap();
+        unlink_file_of_directory(&fs, i);
     }
     fs.sync().unwrap();
     let stats = fs.journal_stats().unwrap();
@@ -1184,25 +1195,19 @@ fn closing_unlinked_files_from_many_threads_does_not_wait_for_log_room() {
 #[test]
 fn orphan_list_changes_count_the_neighbours_their_commit_changes() {
     let image = table_block_per_group();
-    let options = OpenOptions {
-        commit_thread: false,
-        ..OpenOptions::writable()
-    };
-    let fs = Filesystem::open(&image.path, options).unwrap();
+    let fs = without_commit_thread(&image);
     let files = files_in_their_own_directories(&fs, 1200);
     for &f in &files {
         fs.open_inode(f).unwrap();
     }
     // Every other file an orphan first, in a transaction of its own.
     for i in (0..files.len()).step_by(2) {
-        let dir = fs.resolve(&format!("/d{i}"), false).unwrap();
-        fs.unlink(dir, b"f").unwrap();
+        unlink_file_of_directory(&fs, i);
     }
     fs.sync().unwrap();
     let before = fs.journal_stats().unwrap().largest_transaction;
     for i in (1..files.len()).step_by(2) {
-        let dir = fs.resolve(&format!("/d{i}"), false).unwrap();
-        fs.unlink(dir, b"f").unwrap();
+        unlink_file_of_directory(&fs, i);
     }
     fs.sync().unwrap();
     let stats = fs.journal_stats().unwrap();
