@@ -356,7 +356,7 @@ impl Filesystem {
                     parent,
                     parent_hint: None,
                     kind: self.new_inode_kind(kind, parent, name),
-                    slot: io.slot,
+                    slot: io.txn.slot,
                 },
                 &io.space.blocks,
             )
@@ -374,7 +374,7 @@ impl Filesystem {
             let freed = io
                 .space
                 .inodes
-                .free(ino, is_dir, io.slot)
+                .free(ino, is_dir, io.txn.slot)
                 .map_err(Error::from_inode_allocation);
             return Err(e.after_undo(released.and(freed)));
         }

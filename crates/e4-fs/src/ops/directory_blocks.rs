@@ -93,13 +93,20 @@ impl DirectoryBlocks for InodeDirectoryBlocks<'_> {
             Some(window) if logical >= WINDOWLESS_BLOCKS => {
                 window.raise_cap(directory_window_cap(logical));
                 let privileged = self.io.space.may_use_root_reserve();
-                blocks.allocate_append_as(window, Some(goal), 1, self.io.slot, stream, privileged)
+                blocks.allocate_append_as(
+                    window,
+                    Some(goal),
+                    1,
+                    self.io.txn.slot,
+                    stream,
+                    privileged,
+                )
             }
             _ => blocks.allocate(AllocRequest {
                 goal: Some(goal),
                 len: 1,
                 min_len: 1,
-                slot: self.io.slot,
+                slot: self.io.txn.slot,
                 stream,
                 reserve: self.io.space.reserve,
             }),

@@ -11,7 +11,6 @@ use std::sync::Arc;
 use crate::inode::cache::{InodeHandle, InodeState, StepsOwner};
 use crate::inode::user_flags::{refuse_if_immutable, refuse_if_protected};
 use crate::io::credits::{GROUP, INODE};
-use crate::io::meta_io::MetaIo;
 use crate::map::extent_tree::ShiftDirection;
 use crate::map::file_mapping::FileMapping;
 use crate::txn::txn_io::TxnIo;
@@ -565,7 +564,9 @@ impl Filesystem {
         count: u64,
         direction: ShiftDirection,
     ) -> Result<()> {
-        io.space.blocks.release_window(&mut state.window, io.slot);
+        io.space
+            .blocks
+            .release_window(&mut state.window, io.txn.slot);
         self.edit_mapping(io, &mut state.inode, |map, _| {
             map.shift(piece.from, piece.until, count, direction)
         })
@@ -600,9 +601,7 @@ impl Filesystem {
                     Some(prev) => map.lookup(prev)?.map(|r| r.physical + 1),
                     None => None,
                 };
-                if !may_stop || allocated == 0 {
-                    io.extend_credits(GROUP);
-                } else if !io.txn.try_extend(GROUP) {
+                if !io.txn.extend_or_stop(GROUP, may_stop && allocated > 0) {
                     out_of_room = true;
                     break;
                 }
@@ -613,7 +612,7 @@ impl Filesystem {
                             window,
                             goal,
                             want,
-                            io.slot,
+                            io.txn.slot,
                             stream,
                             io.space.may_use_root_reserve(),
                         )

@@ -152,7 +152,7 @@ impl Filesystem {
         // The number is freed at commit, which must not fail for want of its bitmap.
         io.space
             .inodes
-            .load_group_of(state.inode.ino, io.slot)
+            .load_group_of(state.inode.ino, io.txn.slot)
             .map_err(Error::from_inode_allocation)?;
         self.release_inode_space(io, state)?;
         let is_dir = state.inode.file_type() == Some(FileType::Directory);
@@ -171,7 +171,9 @@ impl Filesystem {
 
     /// Frees every block an inode owns (data, tree, xattr block reference) and its window.
     pub(super) fn release_inode_space(&self, io: &TxnIo<'_>, state: &mut InodeState) -> Result<()> {
-        io.space.blocks.release_window(&mut state.window, io.slot);
+        io.space
+            .blocks
+            .release_window(&mut state.window, io.txn.slot);
         let inode = &state.inode;
         let mapped = match inode.file_type() {
             Some(FileType::Regular | FileType::Directory) => true,

@@ -212,7 +212,9 @@ impl Filesystem {
                 Ok(runs)
             })?;
             // Blocks held ahead for appends: this file gets no more.
-            io.space.blocks.release_window(&mut state.window, io.slot);
+            io.space
+                .blocks
+                .release_window(&mut state.window, io.txn.slot);
             Self::touch(&mut state.inode, true);
             drop(state);
             self.inodes.mark_dirty(&handle);

@@ -321,7 +321,7 @@ impl Filesystem {
                     Some(run) => {
                         // Turning the run written edits the tree: with something written, a
                         // run the log room cannot cover ends this transaction's part.
-                        if done > 0 && !io.txn.try_extend(0) {
+                        if !io.txn.extend_or_stop(0, done > 0) {
                             return Ok(false);
                         }
                         let blocks = run.len.min(span);
@@ -333,9 +333,7 @@ impl Filesystem {
                     None => {
                         // The run's bitmap and descriptor: with something written, a run
                         // the log room cannot cover ends this transaction's part.
-                        if done == 0 {
-                            io.extend_credits(GROUP);
-                        } else if !io.txn.try_extend(GROUP) {
+                        if !io.txn.extend_or_stop(GROUP, done > 0) {
                             return Ok(false);
                         }
                         let want = map.hole_len(logical, span.min(map.max_run()))? as u32;
@@ -406,7 +404,7 @@ impl Filesystem {
         let stream = u64::from(ino);
         io.space.may_allocate(Shortage::Blocks)?;
         if small {
-            blocks.allocate_small_file_as(want, io.slot, stream, privileged)
+            blocks.allocate_small_file_as(want, io.txn.slot, stream, privileged)
         } else {
             let after_previous = match logical.checked_sub(1) {
                 Some(prev) => map.lookup(prev)?.map(|r| r.physical + 1),
@@ -414,11 +412,11 @@ impl Filesystem {
             };
             // A small file growing on where a packing window goes on.
             if let Some(goal) = after_previous.filter(|_| logical <= SMALL_FILE_BLOCKS) {
-                blocks.adopt_pack_window(window, goal, io.slot);
+                blocks.adopt_pack_window(window, goal, io.txn.slot);
             }
             let group = (ino - 1) / self.geometry.inodes_per_group();
             let goal = after_previous.unwrap_or_else(|| self.geometry.group_first_block(group));
-            blocks.allocate_append_as(window, Some(goal), want, io.slot, stream, privileged)
+            blocks.allocate_append_as(window, Some(goal), want, io.txn.slot, stream, privileged)
         }
         .map_err(Error::from_block_allocation)
     }

@@ -367,8 +367,7 @@ impl Transactions {
         }
         freed.sort_unstable();
         for FreedInode { ino, directory } in freed {
-            self.inode_free_groups
-                .remove((ino.saturating_sub(1) / self.inodes_per_group) as usize);
+            self.inode_free_groups.remove(self.group_of_inode(ino));
             space
                 .inodes
                 .free(ino, directory, 0)
@@ -379,8 +378,8 @@ impl Transactions {
 
     /// The rest of a commit, while the next transaction runs: the gathered blocks, the
     /// bitmaps, descriptors and superblock, through the journal's log when there is one
-    /// ([`crate::journal::log::JournalLog::commit`]: durable in the log before anything goes home, so the home
-    /// writes need no flush of their own), else home and flushed. An operation that
+    /// ([`crate::journal::log::JournalLog::commit`]: durable in the log before anything
+    /// goes home, so the home writes need no flush of their own), else home and flushed. An operation that
     /// changes a gathered block meanwhile first freezes a copy of it for this commit
     /// ([`Buffer`]), and the next commit, which starts only after this one, writes the
     /// change. No block freed by either transaction can be reused before its own commit

@@ -110,9 +110,6 @@ impl LogRoom {
     /// while it has some, else on the log's margin (counted).
     #[inline]
     pub(crate) fn top_up(&self, slot: usize, held: &mut Held) {
-        if held.declared <= held.reserved {
-            return;
-        }
         if !self.try_cover(slot, held) {
             self.overdrafts.add(held.declared - held.reserved);
             // Counted once: what runs on the margin is not taken again.
@@ -122,6 +119,7 @@ impl LogRoom {
 
     /// Covers what `held` declared beyond what it reserved from the room, if the room has
     /// it; false (nothing taken) if not.
+    #[inline]
     pub(crate) fn try_cover(&self, slot: usize, held: &mut Held) -> bool {
         let short = held.declared.saturating_sub(held.reserved);
         if short == 0 {

@@ -27,10 +27,9 @@ use crossbeam_utils::CachePadded;
 use e4_alloc::dirty_groups::DirtyGroups;
 use e4_alloc::stats::{Counter, LockStats};
 use e4_alloc::{BlockAllocator, TransactionFrees};
-use parking_lot::{Condvar, Mutex, RwLock, RwLockReadGuard};
-
 use e4_format::geometry::Geometry;
 use e4_format::superblock::Superblock;
+use parking_lot::{Condvar, Mutex, RwLock, RwLockReadGuard};
 
 use crate::buffer::store::BlockStore;
 use crate::error::{Error, Result};
@@ -48,7 +47,7 @@ use crate::txn::log_room::{Held, LogRoom};
 /// declares as it runs (an extent or index split, a directory block, a few groups' frees):
 /// an operation whose later credits may be larger reserves them when it begins
 /// ([`crate::filesystem::Writer::begin_with_room`]), or stops and goes on in a new handle
-/// when the room refuses them ([`TxnHandle::try_extend`]).
+/// when the room refuses them ([`TxnHandle::extend_or_stop`]).
 const EXTEND_ALLOWANCE: u64 = 16;
 
 /// Limit-counter slots, commit-gate slots and pending-free lists: one per thread up to this.
@@ -132,13 +131,19 @@ impl TxnHandle<'_> {
         self.held.get().reserved
     }
 
-    /// [`Self::extend`] for an operation that can stop here and go on in a new handle (a
-    /// write's next run of blocks): declares `credits` only if the log room covers them
-    /// and [`EXTEND_ALLOWANCE`] more (for what the step then declares: the run's mapping
-    /// edit), else declares nothing and returns false (jbd2's `jbd2_journal_extend`
-    /// failing, after which ext4 restarts its handle). With 0 credits, a probe: whether
-    /// the room covers the allowance.
-    pub(crate) fn try_extend(&self, credits: u32) -> bool {
+    /// Declares `credits` before the next step of an operation that, once it has done
+    /// something (`may_stop`), can stop here and go on in a new handle (a write's or a
+    /// fallocate's next run of blocks): then only if the log room covers them and
+    /// [`EXTEND_ALLOWANCE`] more, for what the step declares next (the run's mapping edit);
+    /// else it declares nothing and returns false (jbd2's `jbd2_journal_extend` failing,
+    /// after which ext4 restarts its handle). With 0 credits, a probe: whether the room
+    /// covers the allowance. Before anything is done the step must go ahead, and this is
+    /// [`Self::extend`].
+    pub(crate) fn extend_or_stop(&self, credits: u32, may_stop: bool) -> bool {
+        if !may_stop {
+            self.extend(credits);
+            return true;
+        }
         if let Some(room) = &self.txns.room {
             let mut held = self.held.get();
             held.declared += u64::from(credits) + EXTEND_ALLOWANCE;
@@ -461,12 +466,16 @@ impl Transactions {
         txn.extend(GROUP);
         let slot = txn.slot;
         if self.log_limit.is_some() {
-            self.inode_free_groups
-                .insert((ino.saturating_sub(1) / self.inodes_per_group) as usize);
+            self.inode_free_groups.insert(self.group_of_inode(ino));
         }
         self.inode_frees[slot]
             .lock()
             .push(FreedInode { ino, directory });
+    }
+
+    /// The group of inode `ino` (for `inode_free_groups`).
+    fn group_of_inode(&self, ino: u32) -> usize {
+        (ino.saturating_sub(1) / self.inodes_per_group) as usize
     }
 
     /// Inodes freed in the running transaction, free once it commits.

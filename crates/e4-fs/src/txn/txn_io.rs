@@ -20,9 +20,8 @@ pub(crate) struct TxnIo<'a> {
     pub store: &'a BlockStore,
     pub space: &'a Space,
     pub txns: &'a Transactions,
-    /// The caller's thread slot (limit counters, pending-free list).
-    pub slot: usize,
-    /// The operation's handle, which every credit it declares goes through.
+    /// The operation's handle, which every credit it declares goes through; its thread
+    /// slot picks the limit counters' and pending-free lists' slots.
     pub txn: &'a TxnHandle<'a>,
     /// The set-aside blocks the mechanisms' own blocks (tree nodes) may come from: the
     /// handle's ([`Space::reserve`]), or the metadata reserve when removing space.
@@ -44,7 +43,6 @@ impl<'a> TxnIo<'a> {
             store,
             space,
             txns,
-            slot: txn.slot,
             txn,
             reserve: space.reserve,
             undo: RefCell::new(UndoLog::take()),
@@ -87,7 +85,7 @@ impl<'a> TxnIo<'a> {
         if in_use {
             return error;
         }
-        let freed = self.space.blocks.free(run, self.slot);
+        let freed = self.space.blocks.free(run, self.txn.slot);
         error.after_undo(freed.map_err(Error::from_block_allocation))
     }
 
@@ -99,7 +97,7 @@ impl<'a> TxnIo<'a> {
         if log.is_empty() {
             return Ok(());
         }
-        let undone = log.undo(self.store, self.space, self.txns, self.slot);
+        let undone = log.undo(self.store, self.space, self.txns, self.txn.slot);
         // Undone: nothing of the log may be undone a second time.
         log.clear();
         undone.map_err(|e| self.txns.fail(e))
@@ -232,7 +230,7 @@ impl MetaIo for TxnIo<'_> {
                 goal: (goal != 0).then_some(goal),
                 len: 1,
                 min_len: 1,
-                slot: self.slot,
+                slot: self.txn.slot,
                 stream: u64::from(owner.ino),
                 reserve: self.reserve,
             })
