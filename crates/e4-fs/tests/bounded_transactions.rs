@@ -1222,3 +1222,33 @@ fn orphan_list_changes_count_the_neighbours_their_commit_changes() {
     fs.unmount().unwrap();
     e2fsck_clean(&image.path).unwrap();
 }
+
+/// A write in pieces whose allocation fails in a later piece (the filesystem full there):
+/// the pieces before it stay written, and the write returns them as a short count; nothing
+/// written is lost, nothing else is mapped, and e2fsck finds the image clean.
+#[test]
+fn a_write_in_pieces_that_fails_in_a_later_piece_keeps_the_earlier_pieces() {
+    let image = many_groups("ext4", "^resize_inode");
+    let fs = open(&image);
+    let file = fs.create(ROOT, b"w", FILE).unwrap();
+    let data: Vec<u8> = (0..300 * MIB as usize).map(|i| (i / 4093) as u8).collect();
+    let before = fs.allocations_seen();
+    fs.fail_allocations_after(Some(600));
+    let written = fs.write_at(file, 0, &data).unwrap();
+    fs.fail_allocations_after(None);
+    assert!(
+        fs.allocations_seen() - before > 600,
+        "the failure was reached"
+    );
+    assert!(written > 0 && written < data.len(), "{written} bytes");
+    assert_eq!(fs.metadata(file).unwrap().size, written as u64);
+    let mut back = vec![0u8; written];
+    fs.read_at(file, 0, &mut back).unwrap();
+    assert!(
+        back == data[..written],
+        "the earlier pieces hold their bytes"
+    );
+    assert_within_bound(&fs, "a write in pieces failing part-way");
+    fs.unmount().unwrap();
+    e2fsck_clean(&image.path).unwrap();
+}
