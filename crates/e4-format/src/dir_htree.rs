@@ -61,6 +61,35 @@ pub struct DxNode {
     entries_offset: usize,
 }
 
+/// Whether a view of an index block walks its entries to check that their hashes are in
+/// order, or relies on [`check_index_block`] having checked the same bytes: a lookup reads
+/// the root's few hundred entries on every operation, and its buffer cache checks each
+/// block once, when the block is first read, not on every look.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HashOrder {
+    Check,
+    CheckedBefore,
+}
+
+/// Checks an index block read from the disk, once, as a lookup needs it: the root (block 0,
+/// "." and ".." first) or an interior node (one empty record spanning the block), told apart
+/// by its first record; `limit`, `count`, the root's info, and the hashes in order, which
+/// binary search relies on (out of order, a lookup follows the wrong child, misses a name
+/// that is there, and a create then adds it twice).
+pub fn check_index_block(block: &[u8], csum: bool, max_levels: u8, loc: Location) -> Result<()> {
+    if is_interior_layout(block) {
+        DxNode::entries_in(block, csum, HashOrder::Check, loc).map(drop)
+    } else {
+        DxRoot::entries_in(block, csum, max_levels, HashOrder::Check, loc).map(drop)
+    }
+}
+
+/// Whether `block` starts as an interior node does: a record of inode 0 spanning the block.
+fn is_interior_layout(block: &[u8]) -> bool {
+    let fake_len = le16(block, 4).map(|l| crate::dir_entry::rec_len_from_disk(l, block.len()));
+    le32(block, 0) == Some(0) && fake_len == Some(block.len())
+}
+
 /// The parsed root block.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DxRoot {
@@ -72,7 +101,7 @@ impl DxRoot {
     /// Parses block 0 of an indexed directory. `csum` says whether a dx_tail is present
     /// (metadata_csum); `max_levels` is 2, or 3 with large_dir.
     pub fn parse(block: &[u8], csum: bool, max_levels: u8, loc: Location) -> Result<Self> {
-        let (info, entries) = Self::entries_in(block, csum, max_levels, loc)?;
+        let (info, entries) = Self::entries_in(block, csum, max_levels, HashOrder::Check, loc)?;
         Ok(DxRoot {
             info,
             node: entries.to_node(),
@@ -80,15 +109,21 @@ impl DxRoot {
     }
 
     /// Block 0's root info and its entries where they lie, checked as [`DxRoot::parse`]
-    /// checks them, without copying them: a lookup follows one entry of each node on its
-    /// way down.
+    /// checks them (the hash order as `order` says), without copying them: a lookup
+    /// follows one entry of each node on its way down.
     pub fn entries_in(
         block: &[u8],
         csum: bool,
         max_levels: u8,
+        order: HashOrder,
         loc: Location,
     ) -> Result<(DxRootInfo, DxEntries<'_>)> {
         let bad = |problem| FormatError::corrupt(Structure::HtreeRoot, loc, problem);
+        // A root checked in the layout of an interior node would not have had its own
+        // entries' order checked (`check_index_block` tells them apart so).
+        if is_interior_layout(block) {
+            return Err(bad(Problem::NotAnIndexBlock));
+        }
         let info_bytes = block
             .get(ROOT_INFO_OFFSET..)
             .and_then(prefix::<8>)
@@ -111,8 +146,14 @@ impl DxRoot {
                 max: max_levels,
             }));
         }
-        let entries =
-            DxEntries::parse_at(block, ROOT_ENTRIES_OFFSET, csum, Structure::HtreeRoot, loc)?;
+        let entries = DxEntries::parse_at(
+            block,
+            ROOT_ENTRIES_OFFSET,
+            csum,
+            order,
+            Structure::HtreeRoot,
+            loc,
+        )?;
         Ok((info, entries))
     }
 
@@ -154,22 +195,33 @@ impl DxRoot {
 impl DxNode {
     /// Parses an interior index block.
     pub fn parse(block: &[u8], csum: bool, loc: Location) -> Result<Self> {
-        Ok(Self::entries_in(block, csum, loc)?.to_node())
+        Ok(Self::entries_in(block, csum, HashOrder::Check, loc)?.to_node())
     }
 
     /// An interior index block's entries where they lie, checked as [`DxNode::parse`]
-    /// checks them, without copying them.
-    pub fn entries_in(block: &[u8], csum: bool, loc: Location) -> Result<DxEntries<'_>> {
+    /// checks them (the hash order as `order` says), without copying them.
+    pub fn entries_in(
+        block: &[u8],
+        csum: bool,
+        order: HashOrder,
+        loc: Location,
+    ) -> Result<DxEntries<'_>> {
         // The fake dirent must span the whole block, or this is not an index node.
-        let fake_len = le16(block, 4).map(|l| crate::dir_entry::rec_len_from_disk(l, block.len()));
-        if le32(block, 0) != Some(0) || fake_len != Some(block.len()) {
+        if !is_interior_layout(block) {
             return Err(FormatError::corrupt(
                 Structure::HtreeNode,
                 loc,
                 Problem::NotAnIndexBlock,
             ));
         }
-        DxEntries::parse_at(block, NODE_ENTRIES_OFFSET, csum, Structure::HtreeNode, loc)
+        DxEntries::parse_at(
+            block,
+            NODE_ENTRIES_OFFSET,
+            csum,
+            order,
+            Structure::HtreeNode,
+            loc,
+        )
     }
 
     fn expected_limit(block_len: usize, offset: usize, csum: bool) -> usize {
@@ -232,6 +284,7 @@ impl<'a> DxEntries<'a> {
         block: &'a [u8],
         offset: usize,
         csum: bool,
+        order: HashOrder,
         structure: Structure,
         loc: Location,
     ) -> Result<Self> {
@@ -259,8 +312,10 @@ impl<'a> DxEntries<'a> {
             limit,
             offset,
         };
-        // Every directory operation reads the root, often a few hundred entries: the
-        // order checked without a branch per pair.
+        if order == HashOrder::CheckedBefore {
+            return Ok(entries);
+        }
+        // The order checked without a branch per pair.
         let mut hashes =
             entries.raw.chunks_exact(DX_ENTRY_SIZE).skip(1).map(|e| {
                 u32::from_le_bytes(e[..4].try_into().expect("an entry's hash is 4 bytes"))
@@ -356,8 +411,7 @@ fn dx_checksum(
 /// a fake dirent spanning the block, the root with "." and "..") and its (offset of
 /// count/limit, count, limit), or `None` if count/limit leave no room for a `dx_tail`.
 fn index_layout(block: &[u8]) -> (Structure, Option<(usize, usize, usize)>) {
-    let fake_len = le16(block, 4).map(|l| crate::dir_entry::rec_len_from_disk(l, block.len()));
-    let (structure, offset) = if le32(block, 0) == Some(0) && fake_len == Some(block.len()) {
+    let (structure, offset) = if is_interior_layout(block) {
         (Structure::HtreeNode, NODE_ENTRIES_OFFSET)
     } else {
         (Structure::HtreeRoot, ROOT_ENTRIES_OFFSET)
@@ -439,7 +493,7 @@ mod tests {
         let loc = Location::Block(4);
         let node = DxNode::parse(&block, true, loc).unwrap();
         DxNode::verify(&block, 42, loc).unwrap();
-        let entries = DxNode::entries_in(&block, true, loc).unwrap();
+        let entries = DxNode::entries_in(&block, true, HashOrder::Check, loc).unwrap();
         assert_eq!(entries.child_for(0x50), 0);
         assert_eq!(entries.child_for(0x100), 1);
         assert_eq!(entries.child_for(0x8ff), 1);
@@ -466,9 +520,47 @@ mod tests {
         // A run of one hash (collisions spread over leaves) is in order.
         assert!(DxNode::parse(&with_hashes(&[0x100, 0x100, 0x900]), false, loc).is_ok());
         for hashes in [&[0x900, 0x100][..], &[0x100, 0x900, 0x800, 0xa00]] {
-            let err = DxNode::parse(&with_hashes(hashes), false, loc).unwrap_err();
+            let block = with_hashes(hashes);
+            let err = DxNode::parse(&block, false, loc).unwrap_err();
             assert!(err.to_string().contains("hashes out of order"), "{err}");
+            let err = check_index_block(&block, false, MAX_LEVELS, loc).unwrap_err();
+            assert!(err.to_string().contains("hashes out of order"), "{err}");
+            // A view of bytes checked before does not walk them again.
+            assert!(DxNode::entries_in(&block, false, HashOrder::CheckedBefore, loc).is_ok());
         }
+    }
+
+    /// A root block with its "." and "..", `dx_root_info` and `hashes` after the first entry.
+    fn root_block(hashes: &[u32]) -> Vec<u8> {
+        let mut block = vec![0u8; 1024];
+        crate::dir_entry::encode_entry(&mut block, 2, 12, 2, b".");
+        crate::dir_entry::encode_entry(&mut block[12..], 2, 1024 - 12, 2, b"..");
+        let mut root = DxRoot::new(1024, false, 1, 1);
+        root.node.entries.extend(
+            hashes
+                .iter()
+                .zip(2..)
+                .map(|(&hash, block)| DxEntry { hash, block }),
+        );
+        root.encode_into(&mut block);
+        block
+    }
+
+    #[test]
+    fn the_check_of_a_root_walks_the_root_and_a_root_is_never_read_as_a_node() {
+        let loc = Location::Block(4);
+        check_index_block(&root_block(&[0x100, 0x900]), false, MAX_LEVELS, loc).unwrap();
+        let err =
+            check_index_block(&root_block(&[0x900, 0x100]), false, MAX_LEVELS, loc).unwrap_err();
+        assert!(err.to_string().contains("hashes out of order"), "{err}");
+        // Block 0 laid out as an interior node is checked as one, so it must not then be
+        // read as the root whose order nobody checked.
+        let node = DxNode::new_interior(1024, false, vec![DxEntry { hash: 0, block: 1 }]);
+        let as_node = node.encode_interior(1024);
+        check_index_block(&as_node, false, MAX_LEVELS, loc).unwrap();
+        let err = DxRoot::entries_in(&as_node, false, MAX_LEVELS, HashOrder::CheckedBefore, loc)
+            .unwrap_err();
+        assert!(err.to_string().contains("index"), "{err}");
     }
 
     #[test]
@@ -483,7 +575,7 @@ mod tests {
                 })
                 .collect();
             let block = DxNode::new_interior(1024, false, entries.clone()).encode_interior(1024);
-            let view = DxNode::entries_in(&block, false, loc).unwrap();
+            let view = DxNode::entries_in(&block, false, HashOrder::Check, loc).unwrap();
             assert_eq!(view.iter().collect::<Vec<_>>(), entries);
             for hash in (0..count * 6 + 40).chain([u32::MAX]) {
                 let expected = entries.iter().rposition(|e| e.hash <= hash).unwrap();

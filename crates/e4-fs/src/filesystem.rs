@@ -20,7 +20,8 @@ use e4_journal::{Journal, Recovery};
 use parking_lot::Mutex;
 
 use crate::buffer::store::BlockStore;
-use crate::buffer::verifier::BlockVerifier;
+use crate::buffer::verifier::{BlockVerifier, DirectoryLayout};
+use crate::dir::entry::DirFormat;
 use crate::error::{Error, Result};
 use crate::inode::cache::{InodeCache, InodeHandle};
 use crate::inode::table::InodeTable;
@@ -379,10 +380,13 @@ impl OpenFilesystem {
         let csum_seed = (options.verify_checksums && superblock.has_metadata_csum())
             .then(|| superblock.csum_seed());
         let cache_blocks = options.cache_bytes / block_size as usize;
-        let verifier = BlockVerifier::new(
-            csum_seed,
-            superblock.incompat().contains(IncompatFeatures::FILETYPE),
-        );
+        let dir_format = DirFormat::from_superblock(&superblock);
+        let directories = DirectoryLayout {
+            filetype: dir_format.filetype,
+            metadata_csum: dir_format.metadata_csum,
+            max_index_levels: dir_format.max_index_levels(),
+        };
+        let verifier = BlockVerifier::new(csum_seed, directories);
         let store = BlockStore::new(device, block_size, blocks, cache_blocks.max(64), verifier);
         let geometry = Geometry::with_descriptors_after(&superblock, descriptors_after);
         let descriptors = GroupDescriptors::read(

@@ -59,6 +59,95 @@ fn htree_lookup_reads_depth_blocks_and_finds_every_name() {
     for missing in [&b"entry_999999_"[..], b"needle2", b"x"] {
         assert_eq!(fs.lookup(dir.ino, missing).unwrap(), None);
     }
+    let names: Vec<Vec<u8>> = entries.into_iter().map(|e| e.name).collect();
+    for node in [false, true] {
+        index_hashes_out_of_order_fail_lookups(&img, &fs, &dir, node, &names);
+    }
+}
+
+/// With two hashes of an index block (the root, or with `node` the root's first child, an
+/// interior node of this two-level tree) swapped and its checksum sealed again, so that only the order is
+/// wrong: a lookup whose way passes the block would binary-search entries out of order and
+/// could miss a name that is there (and a create then add it twice). Every such lookup
+/// fails naming the block instead, on the first look and on every look after (the order is
+/// checked once per block read, when the cache verifies it); none answers wrongly.
+fn index_hashes_out_of_order_fail_lookups(
+    img: &Image,
+    fs: &Filesystem,
+    dir: &e4_format::inode::Inode,
+    node: bool,
+    names: &[Vec<u8>],
+) {
+    use e4_format::dir_htree::DxNode;
+    let bs = fs.block_size() as usize;
+    let mut bytes = std::fs::read(&img.path).unwrap();
+    let physical_of = |logical| match fs.map_block(dir, logical, 1).unwrap() {
+        e4_fs::Mapping::Data { physical, .. } => physical,
+        hole => panic!("directory block {logical} is {hole:?}"),
+    };
+    let root = physical_of(0) as usize * bs;
+    // The root's entries start after ".", ".." and dx_root_info (0x20), with the first
+    // entry's block at 0x24; a node's after its empty record (8).
+    assert_eq!(bytes[root + 0x1e], 1, "the root has one interior level");
+    let first_child = u32::from_le_bytes(bytes[root + 0x24..root + 0x28].try_into().unwrap());
+    let (logical, entries) = if node {
+        (u64::from(first_child & 0x0fff_ffff), 8)
+    } else {
+        (0, 0x20)
+    };
+    let physical = physical_of(logical);
+    let block = &mut bytes[physical as usize * bs..][..bs];
+    // Entries 2 and 3 (hash and block) trade places.
+    let count = u16::from_le_bytes([block[entries + 2], block[entries + 3]]) as usize;
+    assert!(count >= 4, "index block {logical} has {count} entries");
+    let (second, third) = (entries + 16, entries + 24);
+    let mut swapped = [0u8; 8];
+    swapped.copy_from_slice(&block[second..second + 8]);
+    block.copy_within(third..third + 8, second);
+    block[third..third + 8].copy_from_slice(&swapped);
+    let seed = e4_format::checksum::inode_csum_seed(
+        fs.superblock().csum_seed(),
+        dir.ino,
+        dir.record.generation,
+    );
+    DxNode::seal(block, seed);
+    let damaged = img.path.with_extension(format!("order{logical}.img"));
+    std::fs::write(&damaged, &bytes).unwrap();
+
+    // Checked with and without checksums (the verifier's two ways).
+    for verify_checksums in [true, false] {
+        let options = OpenOptions {
+            verify_checksums,
+            ..OpenOptions::default()
+        };
+        let fs = Filesystem::open(&damaged, options).unwrap();
+        refuses_or_finds(&fs, dir.ino, physical, names);
+    }
+    std::fs::remove_file(&damaged).unwrap();
+}
+
+/// Looks every name up twice in `dir`: found, or refused for index block `physical`'s
+/// order; at least one refused.
+fn refuses_or_finds(fs: &Filesystem, dir: u32, physical: u64, names: &[Vec<u8>]) {
+    let mut refused = 0;
+    for _pass in 0..2 {
+        for name in names {
+            match fs.lookup(dir, name) {
+                Ok(found) => assert!(
+                    found.is_some(),
+                    "{:?} missed",
+                    String::from_utf8_lossy(name)
+                ),
+                Err(e) => {
+                    let text = e.to_string();
+                    assert!(text.contains("hashes out of order"), "{text}");
+                    assert!(text.contains(&physical.to_string()), "{text}");
+                    refused += 1;
+                }
+            }
+        }
+    }
+    assert!(refused > 0, "no lookup passed index block {physical}");
 }
 
 /// Three claims on one image of the default profile, made once: each image takes about 30 s

@@ -348,9 +348,7 @@ pub fn decide(opts: &MkfsOptions, profile: &Profile, existing_bytes: u64) -> Res
     // The tick's time, as mke2fs's time(2): a finer clock runs up to a tick ahead of it
     // just after a second begins, and an e2fsck started within that tick found the
     // superblock's times in the future.
-    let now = opts.source_date_epoch.unwrap_or_else(|| {
-        rustix::time::clock_gettime(rustix::time::ClockId::RealtimeCoarse).tv_sec
-    });
+    let now = opts.source_date_epoch.unwrap_or_else(tick_seconds);
     let uuid = match opts.uuid.as_deref() {
         Some("clear") => [0; 16],
         Some("random") | None => derived_uuid(opts.source_date_epoch, b"uuid")?,
@@ -472,4 +470,17 @@ fn derived_uuid(epoch: Option<i64>, purpose: &[u8]) -> Result<[u8; 16]> {
     out[6] = (out[6] & 0x0F) | 0x40;
     out[8] = (out[8] & 0x3F) | 0x80;
     Ok(out)
+}
+
+/// The seconds of the last timer tick, as `time(2)` reads them (the coarse clock always
+/// exists on Linux; the fine one stands in should it not).
+fn tick_seconds() -> i64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_REALTIME_COARSE).map_or_else(
+        |_| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs() as i64)
+        },
+        |t| t.tv_sec(),
+    )
 }

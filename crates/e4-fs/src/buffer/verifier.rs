@@ -1,12 +1,12 @@
 //! The verify and seal steps of every metadata block kind, in one table: a block is verified
 //! once when it is first used in a role (the buffer remembers it), and sealed at write-back,
 //! once, just before a dirty block is written, according to the role it was written in
-//! (DESIGN.md, concurrency rule 4). Without metadata_csum nothing is sealed, and only a
-//! directory leaf's entry chain is verified.
+//! (DESIGN.md, concurrency rule 4). Without metadata_csum nothing is sealed, and only the
+//! structure is verified: a directory leaf's entry chain and an index node's entries.
 
 use e4_format::checksum::inode_csum_seed;
 use e4_format::dir_entry::{has_tail, DirEntryIter, DirLeafBlock, TAIL_SIZE};
-use e4_format::dir_htree::DxNode;
+use e4_format::dir_htree::{check_index_block, DxNode};
 use e4_format::extent::ExtentNode;
 use e4_format::xattr::XattrBlockHeader;
 use e4_format::{BlockSeed, Location, MetadataBlock};
@@ -33,15 +33,24 @@ impl BufferRole {
 pub(crate) struct BlockVerifier {
     /// The checksum seed, when metadata_csum is on and verification is wanted.
     csum_seed: Option<u32>,
+    directories: DirectoryLayout,
+}
+
+/// The features directory blocks are laid out by, checked whether or not checksums are.
+pub(crate) struct DirectoryLayout {
     /// INCOMPAT_FILETYPE: directory records carry a file type.
-    filetype: bool,
+    pub filetype: bool,
+    /// RO_COMPAT_METADATA_CSUM: index blocks end with a `dx_tail` (which shortens `limit`).
+    pub metadata_csum: bool,
+    /// Index levels an htree may have, the root included (2, or 3 with large_dir).
+    pub max_index_levels: u8,
 }
 
 impl BlockVerifier {
-    pub(crate) fn new(csum_seed: Option<u32>, filetype: bool) -> Self {
+    pub(crate) fn new(csum_seed: Option<u32>, directories: DirectoryLayout) -> Self {
         BlockVerifier {
             csum_seed,
-            filetype,
+            directories,
         }
     }
 
@@ -51,10 +60,11 @@ impl BlockVerifier {
     }
 
     /// Verifies `buffer` for `role` unless it was verified (or written) in that role
-    /// before: its checksum, and for a directory leaf its entry chain (with or without
-    /// checksums), which editors then trust.
+    /// before: its checksum, and with or without checksums a directory leaf's entry chain
+    /// and an index node's entries in hash order, which editors and lookups then trust.
     pub(crate) fn verify(&self, buffer: &Buffer, role: BufferRole) -> Result<()> {
-        if self.csum_seed.is_none() && role.kind != BlockKind::DirectoryLeaf {
+        let structural = matches!(role.kind, BlockKind::DirectoryLeaf | BlockKind::HtreeNode);
+        if self.csum_seed.is_none() && !structural {
             return Ok(());
         }
         let nr = buffer.nr();
@@ -65,9 +75,21 @@ impl BlockVerifier {
             },
             None => Location::Block(nr),
         };
+        let dirs = &self.directories;
+        let check_index = |bytes: &[u8]| -> Result<()> {
+            Ok(check_index_block(
+                bytes,
+                dirs.metadata_csum,
+                dirs.max_index_levels,
+                loc,
+            )?)
+        };
         buffer.verify_as(role, |bytes| -> Result<()> {
             let Some(fs_seed) = self.csum_seed else {
-                return check_leaf_chain(bytes, self.filetype, false, loc);
+                return match role.kind {
+                    BlockKind::HtreeNode => check_index(bytes),
+                    _ => check_leaf_chain(bytes, dirs.filetype, false, loc),
+                };
             };
             // Computed here, not before: most reads find the buffer verified already.
             let inode_seed = role
@@ -79,9 +101,12 @@ impl BlockVerifier {
                     if has_tail(bytes) {
                         DirLeafBlock::verify(bytes, seed, loc)?;
                     }
-                    check_leaf_chain(bytes, self.filetype, true, loc)?
+                    check_leaf_chain(bytes, dirs.filetype, true, loc)?
                 }
-                (BlockKind::HtreeNode, Some(seed)) => DxNode::verify(bytes, seed, loc)?,
+                (BlockKind::HtreeNode, Some(seed)) => {
+                    DxNode::verify(bytes, seed, loc)?;
+                    check_index(bytes)?
+                }
                 (BlockKind::XattrBlock, _) => {
                     let seed = BlockSeed {
                         seed: fs_seed,

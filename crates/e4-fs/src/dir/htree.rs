@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use e4_format::dir_entry::rec_len_to_disk;
 use e4_format::dir_hash::{dir_hash, HashVersion};
 use e4_format::dir_htree::{
-    DxEntries, DxEntry, DxNode, DxRoot, DxRootInfo, DX_BLOCK_MASK, MAX_LEVELS_LARGEDIR,
+    DxEntries, DxEntry, DxNode, DxRoot, DxRootInfo, HashOrder, DX_BLOCK_MASK, MAX_LEVELS_LARGEDIR,
 };
 use e4_format::{FormatError, Problem, Structure};
 use smallvec::{smallvec, SmallVec};
@@ -488,7 +488,8 @@ impl DirectoryEditor<'_> {
     }
 
     /// Shows index node `logical` (0: the root, with its info) to `look` where it lies in
-    /// the cache, checked as a parse checks it.
+    /// the cache, checked as a parse checks it: the hash order by the buffer cache's
+    /// verifier, once per block read (`check_index_block`), the rest on every look.
     fn look_at_index<T>(
         &self,
         logical: u64,
@@ -508,11 +509,16 @@ impl DirectoryEditor<'_> {
                         bytes,
                         format.metadata_csum,
                         format.max_index_levels(),
+                        HashOrder::CheckedBefore,
                         loc,
                     )?;
                     look(Some(&info), entries)
                 } else {
-                    look(None, DxNode::entries_in(bytes, format.metadata_csum, loc)?)
+                    let order = HashOrder::CheckedBefore;
+                    look(
+                        None,
+                        DxNode::entries_in(bytes, format.metadata_csum, order, loc)?,
+                    )
                 }
             },
         )
