@@ -442,7 +442,9 @@ impl<'a> ExtentTree<'a> {
     /// the range lies strictly inside one extent in a full leaf, which must split.
     pub fn remove(&mut self, start: u32, len: u64) -> Result<Vec<(u64, u64)>> {
         let end = u64::from(start).saturating_add(len).min(LOGICAL_LIMIT);
-        if len == 0 {
+        // An empty tree (every new file's, so every unlinked empty file's) has nothing to
+        // walk, and nothing to declare.
+        if len == 0 || self.is_empty()? {
             return Ok(Vec::new());
         }
         // Two edges, and the split that cuts a range out of one extent.
@@ -540,6 +542,12 @@ impl<'a> ExtentTree<'a> {
         self.io
             .extend_credits(edges * (depth + (depth + 1) * NEW_BLOCK));
         Ok(())
+    }
+
+    /// Whether the tree maps nothing: a root leaf without entries (its header checked).
+    fn is_empty(&self) -> Result<bool> {
+        let root = ExtentNodeView::new(&self.root[..], Location::Inode(self.owner.ino))?;
+        Ok(root.is_leaf() && root.len() == 0)
     }
 
     fn read_root(&self) -> Result<Node> {
