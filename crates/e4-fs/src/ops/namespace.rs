@@ -14,7 +14,7 @@
 use std::sync::Arc;
 
 use e4_format::features::RoCompatFeatures;
-use e4_format::inode::{flags, FileType, Inode};
+use e4_format::inode::{flags, FileType, Inode, Timestamp};
 use e4_format::{FormatError, Location, Problem, Structure};
 
 use crate::dir::editor::{DirectoryEdit, DirectoryEditor};
@@ -161,7 +161,13 @@ impl Filesystem {
 
     /// Sets the change time (and the modification time with `mtime`) to now.
     pub(crate) fn touch(inode: &mut Inode, mtime: bool) {
-        let now = crate::time::now();
+        Self::touch_at(inode, mtime, crate::time::now());
+    }
+
+    /// [`Filesystem::touch`] at `now`: for an operation that changes several inodes under
+    /// their locks at one moment, reading the clock once (each read was about 2.5 % of an
+    /// unlink on the development VM).
+    pub(crate) fn touch_at(inode: &mut Inode, mtime: bool, now: Timestamp) {
         inode.set_ctime(now);
         if mtime {
             inode.set_mtime(now);

@@ -114,8 +114,9 @@ impl Filesystem {
                 } else {
                     target.inode.record.links_count = target.inode.links_count().saturating_sub(1);
                 }
-                Self::touch(&mut dir.inode, true);
-                Self::touch(&mut target.inode, false);
+                let now = crate::time::now();
+                Self::touch_at(&mut dir.inode, true, now);
+                Self::touch_at(&mut target.inode, false, now);
                 let unused = target.inode.links_count() == 0 && target.open_count == 0;
                 // A victim too large to free in one transaction stays an orphan, freed in
                 // steps once this operation is done (`steps.rs`).
@@ -156,8 +157,8 @@ impl Filesystem {
             .map_err(Error::from_inode_allocation)?;
         self.release_inode_space(io, state)?;
         let is_dir = state.inode.file_type() == Some(FileType::Directory);
-        let now = crate::time::now();
-        state.inode.record.dtime = (now.seconds as u32).max(1);
+        // Whole seconds of the last tick, as the kernel's `ktime_get_real_seconds`.
+        state.inode.record.dtime = (crate::time::now_seconds_coarse() as u32).max(1);
         state.inode.record.links_count = 0;
         state.inode.set_size(0);
         // The last step that can fail: an operation that fails before it is undone whole.
