@@ -350,15 +350,24 @@ impl<'a> ExtentTree<'a> {
 
     /// The first extent that contains `logical` or starts after it (to size a hole).
     pub fn next_extent(&self, logical: u32) -> Result<Option<Extent>> {
-        let mut path = self.path_to(logical)?;
-        let leaf = &path[path.len() - 1].node;
-        if let Some(e) = leaf.extents.iter().find(|e| end_of(e) > u64::from(logical)) {
+        let path = self.path_to(logical)?;
+        self.next_extent_on(&path, logical)
+    }
+
+    /// [`ExtentTree::next_extent`] from `path`, the path to `logical`.
+    fn next_extent_on(&self, path: &[Step], logical: u32) -> Result<Option<Extent>> {
+        let (leaf, ancestors) = path.split_last().expect("a path ends at a leaf");
+        if let Some(e) = leaf
+            .node
+            .extents
+            .iter()
+            .find(|e| end_of(e) > u64::from(logical))
+        {
             return Ok(Some(*e));
         }
         // Nothing left in this leaf: the first extent of the next leaf, found from the
         // deepest ancestor with an entry right of the one followed.
-        path.pop();
-        while let Some(step) = path.pop() {
+        for step in ancestors.iter().rev() {
             if let Some(next) = step.node.indexes.get(step.position + 1) {
                 let mut node = self.read_node(next.child, step.node.depth - 1)?;
                 while node.depth > 0 {
@@ -387,7 +396,8 @@ impl<'a> ExtentTree<'a> {
     pub fn insert(&mut self, extent: Extent) -> Result<()> {
         self.check_new_extent(&extent)?;
         self.declare_edges(1)?;
-        if let Some(next) = self.next_extent(extent.logical)? {
+        let mut path = self.path_to(extent.logical)?;
+        if let Some(next) = self.next_extent_on(&path, extent.logical)? {
             if u64::from(next.logical) < end_of(&extent) {
                 return Err(Error::Invalid(format!(
                     "logical blocks {}..{} of inode {} are already mapped",
@@ -397,7 +407,6 @@ impl<'a> ExtentTree<'a> {
                 )));
             }
         }
-        let mut path = self.path_to(extent.logical)?;
         // Beyond the kernel where it is cheap (issue 22, item 2): only the nodes already in
         // hand are compared, not the whole tree.
         if let Some(block) = already_used(&path, &extent) {
