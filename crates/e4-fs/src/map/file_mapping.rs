@@ -26,6 +26,13 @@ pub(crate) struct MappedRun {
     pub unwritten: bool,
 }
 
+/// What lies at a logical block: the mapped run from there, or the hole's length.
+pub(crate) enum RunOrHole {
+    Run(MappedRun),
+    /// Unmapped blocks from there on, up to the length asked for.
+    Hole(u64),
+}
+
 pub(crate) enum FileMapping<'a> {
     Extents(ExtentTree<'a>),
     Blocks(BlockMapTree<'a>),
@@ -134,13 +141,28 @@ impl<'a> FileMapping<'a> {
 
     /// How many blocks from `logical` on are unmapped, up to `max`.
     pub fn hole_len(&self, logical: u64, max: u64) -> Result<u64> {
+        Ok(match self.run_or_hole(logical, max)? {
+            RunOrHole::Hole(len) => len,
+            RunOrHole::Run(_) => 0,
+        })
+    }
+
+    /// What lies at `logical`, in one walk of the mapping: the run [`FileMapping::lookup`]
+    /// finds, or the hole [`FileMapping::hole_len`] measures (up to `max`, and never past
+    /// the last logical block), for a loop that skips runs and fills holes.
+    pub fn run_or_hole(&self, logical: u64, max: u64) -> Result<RunOrHole> {
         let max = max.min(self.logical_limit().saturating_sub(logical));
-        if max == 0 {
-            return Ok(0);
-        }
-        Ok(match self.run_at(logical, max)? {
-            Mapping::Hole { len } => len,
-            Mapping::Data { .. } => 0,
+        Ok(match self.run_at(logical, u64::MAX)? {
+            Mapping::Data {
+                physical,
+                len,
+                unwritten,
+            } => RunOrHole::Run(MappedRun {
+                physical,
+                len,
+                unwritten,
+            }),
+            Mapping::Hole { len } => RunOrHole::Hole(len.min(max)),
         })
     }
 

@@ -12,7 +12,7 @@ use crate::inode::cache::{InodeHandle, InodeState, StepsOwner};
 use crate::inode::user_flags::{refuse_if_immutable, refuse_if_protected};
 use crate::io::credits::{GROUP, INODE};
 use crate::map::extent_tree::ShiftDirection;
-use crate::map::file_mapping::FileMapping;
+use crate::map::file_mapping::{FileMapping, RunOrHole};
 use crate::txn::txn_io::TxnIo;
 
 /// How [`Filesystem::fallocate`] changes a range.
@@ -591,12 +591,14 @@ impl Filesystem {
         let mut out_of_room = false;
         self.edit_mapping(io, inode, |map, data_blocks| {
             while logical < end {
-                if let Some(run) = map.lookup(logical)? {
-                    logical += run.len;
-                    continue;
-                }
                 // Unwritten extents hold at most 32,767 blocks.
-                let want = map.hole_len(logical, (end - logical).min(32767))? as u32;
+                let want = match map.run_or_hole(logical, (end - logical).min(32767))? {
+                    RunOrHole::Run(run) => {
+                        logical += run.len;
+                        continue;
+                    }
+                    RunOrHole::Hole(len) => len as u32,
+                };
                 let goal = match logical.checked_sub(1) {
                     Some(prev) => map.lookup(prev)?.map(|r| r.physical + 1),
                     None => None,

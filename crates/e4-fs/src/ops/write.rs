@@ -20,7 +20,7 @@ use crate::inode::cache::InodeState;
 use crate::inode::user_flags;
 use crate::io::credits::{GROUP, INODE, NEW_BLOCK};
 use crate::io::meta_io::MetaIo;
-use crate::map::file_mapping::FileMapping;
+use crate::map::file_mapping::{FileMapping, RunOrHole};
 use crate::txn::txn_io::TxnIo;
 
 /// Most blocks one step of a write handles (bounds the zero-padding buffer).
@@ -311,14 +311,14 @@ impl Filesystem {
                 let (logical, within) = (pos / bs, pos % bs);
                 let rest = (data.len() - done) as u64;
                 let span = (within + rest).div_ceil(bs).min(STEP_BLOCKS);
-                let taken = match map.lookup(logical)? {
-                    Some(run) if !run.unwritten => {
+                let taken = match map.run_or_hole(logical, span.min(map.max_run()))? {
+                    RunOrHole::Run(run) if !run.unwritten => {
                         let bytes = (run.len * bs - within).min(rest) as usize;
                         self.store
                             .write_data(&data[done..done + bytes], run.physical * bs + within)?;
                         bytes
                     }
-                    Some(run) => {
+                    RunOrHole::Run(run) => {
                         // Turning the run written edits the tree: with something written, a
                         // run the log room cannot cover ends this transaction's part.
                         if !io.txn.extend_or_stop(0, done > 0) {
@@ -330,13 +330,13 @@ impl Filesystem {
                         map.mark_written(logical, blocks)?;
                         bytes
                     }
-                    None => {
+                    RunOrHole::Hole(hole) => {
                         // The run's bitmap and descriptor: with something written, a run
                         // the log room cannot cover ends this transaction's part.
                         if !io.txn.extend_or_stop(GROUP, done > 0) {
                             return Ok(false);
                         }
-                        let want = map.hole_len(logical, span.min(map.max_run()))? as u32;
+                        let want = hole as u32;
                         let file_end = (offset + data.len() as u64).div_ceil(bs);
                         let got = self
                             .allocate_data_blocks(io, map, window, ino, logical, want, file_end)?;
