@@ -810,9 +810,12 @@ impl Filesystem {
     /// flag) is not a file and is refused, as the kernel's `__ext4_iget` refuses it
     /// ("unexpected EA_INODE flag"); such values are read by the xattr code.
     pub fn read_inode(&self, ino: u32) -> Result<Inode> {
-        let inode = self.inode_handle(ino)?.read(&self.inodes).inode.clone();
-        refuse_ea_inode(&inode)?;
-        Ok(inode)
+        let handle = self.inode_handle(ino)?;
+        let state = handle.read(&self.inodes);
+        refuse_ea_inode(&state.inode)?;
+        // The caller sees the times: the next change must show against them.
+        state.show_times();
+        Ok(state.inode.clone())
     }
 
     /// Runs `read` on inode `ino`, named by a caller, under the inode's lock shared with

@@ -1,13 +1,70 @@
-//! The current time, as inode timestamps store it.
+//! The current time, as inode timestamps store it, chosen as the kernel's multigrain
+//! timestamps choose it (Linux 6.13 on, `inode_set_ctime_current`): a change stamps the
+//! time of the last timer tick, unless someone has looked at the inode's times since its
+//! last change and the tick has not moved past them; then the fine clock, so that the
+//! change shows. Reading the tick costs a fifth of the fine clock (4 ns against 20 ns on the
+//! development VM), where one read of the fine clock was 7 % of a fallocate.
+//!
+//! A floor keeps the order across inodes: every fine time handed out raises it, and a tick
+//! time below it is raised to it, so a change never carries an earlier time than one made
+//! before it elsewhere.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use e4_format::inode::Timestamp;
 
+/// The latest fine time handed out, in nanoseconds since the epoch (0: none yet).
+static FLOOR: AtomicU64 = AtomicU64::new(0);
+
+/// The time a change stamps on an inode whose change time is `last`; `shown` says whether
+/// its times were read since that change (see the module doc).
+pub(crate) fn change_time(last: Timestamp, shown: bool) -> Timestamp {
+    if let Some(frozen) = frozen::now() {
+        return frozen;
+    }
+    let tick = tick_time();
+    if shown && tick <= last {
+        return fine_time();
+    }
+    tick
+}
+
+/// The fine clock, raising the floor to it: for changes that always want it (and
+/// [`change_time`]'s shown inodes).
 pub(crate) fn now() -> Timestamp {
     if let Some(frozen) = frozen::now() {
         return frozen;
     }
+    fine_time()
+}
+
+fn fine_time() -> Timestamp {
+    let t = clock_time();
+    if let Some(nanos) = as_nanos(t) {
+        FLOOR.fetch_max(nanos, Ordering::Relaxed);
+    }
+    t
+}
+
+/// The last tick's time, or the floor if a fine time already handed out is later.
+fn tick_time() -> Timestamp {
+    let tick = nix::time::clock_gettime(nix::time::ClockId::CLOCK_REALTIME_COARSE).map_or_else(
+        |_| clock_time(),
+        |t| Timestamp {
+            seconds: t.tv_sec(),
+            nanoseconds: t.tv_nsec() as u32,
+        },
+    );
+    let floor = FLOOR.load(Ordering::Relaxed);
+    match as_nanos(tick) {
+        Some(nanos) if nanos < floor => from_nanos(floor),
+        _ => tick,
+    }
+}
+
+/// The fine clock as it reads.
+fn clock_time() -> Timestamp {
     match SystemTime::now().duration_since(UNIX_EPOCH) {
         Ok(d) => Timestamp {
             seconds: d.as_secs() as i64,
@@ -20,6 +77,21 @@ pub(crate) fn now() -> Timestamp {
                 nanoseconds: 0,
             }
         }
+    }
+}
+
+/// `t` in nanoseconds since the epoch; `None` before it (the floor is for the present).
+fn as_nanos(t: Timestamp) -> Option<u64> {
+    let seconds = u64::try_from(t.seconds).ok()?;
+    seconds
+        .checked_mul(1_000_000_000)?
+        .checked_add(u64::from(t.nanoseconds))
+}
+
+fn from_nanos(nanos: u64) -> Timestamp {
+    Timestamp {
+        seconds: (nanos / 1_000_000_000) as i64,
+        nanoseconds: (nanos % 1_000_000_000) as u32,
     }
 }
 

@@ -273,3 +273,42 @@ fn chown_clears_setuid_and_setgid_of_files_as_the_kernel_does() {
     }
     both_clean(&kernel_img.path, &e4_img);
 }
+
+/// Multigrain timestamps, as the kernel's ext4 stamps them since 6.13: a change right after
+/// a stat shows in the next stat (its times move although the clock's tick has not), a
+/// change nobody looked at takes the tick's time, and no change ever carries a time earlier
+/// than one made before it, in the same file or another (plants: `read_inode` not
+/// recording that the times were read: the write's mtime equals the stat's, caught here;
+/// the floor dropped: a tick time behind the fine one just handed out, caught here).
+#[test]
+fn a_change_after_a_stat_shows_and_times_never_go_back() {
+    let img = make_empty_image(&["-t", "ext4"], 16);
+    let fs = Filesystem::open(&img.path, OpenOptions::writable()).unwrap();
+    let mut last_change = None;
+    for round in 0..50 {
+        let name = format!("f{round}");
+        let file = fs.create(ROOT, name.as_bytes(), creator(0o644)).unwrap();
+        let other = fs
+            .create(ROOT, format!("g{round}").as_bytes(), creator(0o644))
+            .unwrap();
+        let seen = fs.metadata(file).unwrap();
+        fs.write_at(file, 0, b"x").unwrap();
+        let after = fs.metadata(file).unwrap();
+        assert!(
+            after.mtime > seen.mtime,
+            "round {round}: {seen:?} then {after:?}"
+        );
+        assert!(after.ctime > seen.ctime, "round {round}");
+        // `other` was never looked at: its change takes the tick's time, which may not be
+        // earlier than the fine time `file` just got.
+        fs.write_at(other, 0, b"y").unwrap();
+        let other_after = fs.metadata(other).unwrap();
+        assert!(other_after.mtime >= after.mtime, "round {round}");
+        if let Some(last) = last_change {
+            assert!(after.ctime >= last, "round {round}: went back");
+        }
+        last_change = Some(other_after.ctime);
+    }
+    fs.unmount().unwrap();
+    e2fsck_clean(&img.path).unwrap();
+}

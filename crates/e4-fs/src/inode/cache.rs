@@ -14,7 +14,7 @@ use crossbeam_utils::CachePadded;
 use e4_alloc::stats::LockStats;
 use e4_alloc::ReservationWindow;
 use e4_format::geometry::Geometry;
-use e4_format::inode::{FileType, Inode};
+use e4_format::inode::{FileType, Inode, Timestamp};
 use foldhash::HashMap;
 use parking_lot::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -40,6 +40,9 @@ pub(crate) struct InodeState {
     /// An operation in steps owns the file ([`InodeHandle::own_steps`]): between its
     /// transactions nothing else may change the file's blocks, size or flags.
     pub stepping: bool,
+    /// Someone read the inode's times since its last change (set under the shared lock):
+    /// the next change stamps the fine clock (`time::change_time`).
+    times_shown: AtomicBool,
 }
 
 impl InodeState {
@@ -57,7 +60,22 @@ impl InodeState {
             open_count: 0,
             deleted: false,
             stepping: false,
+            times_shown: AtomicBool::new(false),
         }
+    }
+
+    /// Records that a caller read the inode's times (under its lock, shared or not).
+    pub fn show_times(&self) {
+        if !self.times_shown.load(Ordering::Relaxed) {
+            self.times_shown.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// The time a change stamps now (`time::change_time`); the times count as unread
+    /// again after it.
+    pub fn change_time(&mut self) -> Timestamp {
+        let shown = std::mem::take(self.times_shown.get_mut());
+        crate::time::change_time(self.inode.ctime(), shown)
     }
 }
 

@@ -232,14 +232,31 @@ impl Survey {
 pub enum Lookup {
     /// The extent that holds it.
     Extent(Extent),
-    /// Nothing maps it; `next` is the first mapped logical block after it (`u64::MAX`: none).
-    Hole { next: u64 },
+    /// Nothing maps it; `next` is the first mapped logical block after it (`u64::MAX`:
+    /// none), and `previous` what the walk saw of the block before it.
+    Hole { next: u64, previous: Previous },
+}
+
+/// The block before a hole, as far as a lookup's walk to the hole saw it: what a write or
+/// fallocate filling the hole wants for a goal (the block after the previous one's), had
+/// without a second walk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Previous {
+    /// Mapped: `after` is the physical block right after its.
+    Mapped {
+        after: u64,
+    },
+    Unmapped,
+    /// In a leaf the walk did not read: the hole starts a leaf's range below its first
+    /// extent, which only a tree whose index key is lower than its child's first extent
+    /// has (e4 and the kernel keep the keys equal, `correct_keys`).
+    Unknown,
 }
 
 /// One step of a lookup's walk down the tree.
 enum Down {
     Found(Extent),
-    Hole,
+    Hole(Previous),
     Child { block: u64, depth: u16 },
 }
 
@@ -317,16 +334,26 @@ impl<'a> ExtentTree<'a> {
                 next = next.min(u64::from(node.first_block(pos)));
             }
             if pos == 0 {
-                return Ok(Down::Hole);
+                // Nothing in the whole tree starts by `logical` when the root says so;
+                // below it, the block before may be in the leaf to the left.
+                let root = depth.is_none();
+                return Ok(Down::Hole(match root {
+                    true => Previous::Unmapped,
+                    false => Previous::Unknown,
+                }));
             }
             if node.is_leaf() {
                 let extent = node.leaf(pos - 1).extent();
-                return Ok(
-                    match logical - u64::from(extent.logical) < u64::from(extent.len) {
-                        true => Down::Found(extent),
-                        false => Down::Hole,
-                    },
-                );
+                let end = u64::from(extent.logical) + u64::from(extent.len);
+                return Ok(if logical < end {
+                    Down::Found(extent)
+                } else if logical == end {
+                    Down::Hole(Previous::Mapped {
+                        after: extent.physical + u64::from(extent.len),
+                    })
+                } else {
+                    Down::Hole(Previous::Unmapped)
+                });
             }
             Ok(Down::Child {
                 block: node.index(pos - 1).leaf(),
@@ -337,7 +364,7 @@ impl<'a> ExtentTree<'a> {
         loop {
             match down {
                 Down::Found(extent) => return Ok(Lookup::Extent(extent)),
-                Down::Hole => return Ok(Lookup::Hole { next }),
+                Down::Hole(previous) => return Ok(Lookup::Hole { next, previous }),
                 Down::Child { block, depth } => {
                     let loc = Location::InodeBlock { inode: ino, block };
                     down = look_at(self.io, block, BlockKind::ExtentNode, self.owner, |bytes| {

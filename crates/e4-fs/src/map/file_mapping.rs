@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::io::meta_io::MetaIo;
 use crate::io::meta_io::Owner;
 use crate::map::block_map::BlockMapTree;
-use crate::map::extent_tree::{ExtentTree, Lookup, ShiftDirection};
+use crate::map::extent_tree::{ExtentTree, Lookup, Previous, ShiftDirection};
 use crate::map::run::Mapping;
 
 /// Longest written extent.
@@ -29,8 +29,12 @@ pub(crate) struct MappedRun {
 /// What lies at a logical block: the mapped run from there, or the hole's length.
 pub(crate) enum RunOrHole {
     Run(MappedRun),
-    /// Unmapped blocks from there on, up to the length asked for.
-    Hole(u64),
+    /// Unmapped blocks from there on, up to the length asked for, and what the walk saw of
+    /// the block before (for [`FileMapping::after_previous`]).
+    Hole {
+        len: u64,
+        previous: Previous,
+    },
 }
 
 pub(crate) enum FileMapping<'a> {
@@ -92,19 +96,7 @@ impl<'a> FileMapping<'a> {
             return Ok(Mapping::Hole { len: max_len });
         }
         let run = match self {
-            FileMapping::Extents(t) => match t.lookup(logical)? {
-                Lookup::Extent(e) => {
-                    let offset = logical - u64::from(e.logical);
-                    Mapping::Data {
-                        physical: e.physical + offset,
-                        len: u64::from(e.len) - offset,
-                        unwritten: e.unwritten,
-                    }
-                }
-                Lookup::Hole { next } => Mapping::Hole {
-                    len: next.saturating_sub(logical).max(1),
-                },
-            },
+            FileMapping::Extents(t) => Self::extent_run(logical, t.lookup(logical)?).0,
             FileMapping::Blocks(t) => t.lookup_run(logical, max_len)?,
         };
         Ok(match run {
@@ -139,11 +131,41 @@ impl<'a> FileMapping<'a> {
         })
     }
 
+    /// An extent tree's lookup at `logical` as a run, with what it saw of the block before.
+    fn extent_run(logical: u64, found: Lookup) -> (Mapping, Previous) {
+        match found {
+            Lookup::Extent(e) => {
+                let offset = logical - u64::from(e.logical);
+                let run = Mapping::Data {
+                    physical: e.physical + offset,
+                    len: u64::from(e.len) - offset,
+                    unwritten: e.unwritten,
+                };
+                (run, Previous::Unknown)
+            }
+            Lookup::Hole { next, previous } => {
+                let len = next.saturating_sub(logical).max(1);
+                (Mapping::Hole { len }, previous)
+            }
+        }
+    }
+
     /// How many blocks from `logical` on are unmapped, up to `max`.
     pub fn hole_len(&self, logical: u64, max: u64) -> Result<u64> {
         Ok(match self.run_or_hole(logical, max)? {
-            RunOrHole::Hole(len) => len,
+            RunOrHole::Hole { len, .. } => len,
             RunOrHole::Run(_) => 0,
+        })
+    }
+
+    /// The physical block right after the one mapping `logical - 1`, if that one is mapped:
+    /// where data filling a hole at `logical` goes best. `previous` is what a walk to
+    /// `logical` saw of it ([`RunOrHole::Hole`]); where it could not see, this looks.
+    pub fn after_previous(&self, logical: u64, previous: Previous) -> Result<Option<u64>> {
+        Ok(match (logical.checked_sub(1), previous) {
+            (None, _) | (Some(_), Previous::Unmapped) => None,
+            (Some(_), Previous::Mapped { after }) => Some(after),
+            (Some(prev), Previous::Unknown) => self.lookup(prev)?.map(|r| r.physical + 1),
         })
     }
 
@@ -152,7 +174,13 @@ impl<'a> FileMapping<'a> {
     /// the last logical block), for a loop that skips runs and fills holes.
     pub fn run_or_hole(&self, logical: u64, max: u64) -> Result<RunOrHole> {
         let max = max.min(self.logical_limit().saturating_sub(logical));
-        Ok(match self.run_at(logical, u64::MAX)? {
+        let (run, previous) = match self {
+            FileMapping::Extents(t) if logical < self.logical_limit() => {
+                Self::extent_run(logical, t.lookup(logical)?)
+            }
+            _ => (self.run_at(logical, u64::MAX)?, Previous::Unknown),
+        };
+        Ok(match run {
             Mapping::Data {
                 physical,
                 len,
@@ -162,7 +190,10 @@ impl<'a> FileMapping<'a> {
                 len,
                 unwritten,
             }),
-            Mapping::Hole { len } => RunOrHole::Hole(len.min(max)),
+            Mapping::Hole { len } => RunOrHole::Hole {
+                len: len.min(max),
+                previous,
+            },
         })
     }
 

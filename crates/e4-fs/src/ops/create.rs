@@ -324,7 +324,7 @@ impl Filesystem {
                 (Err(e), None) => return Err(e),
                 (Ok(_), None) => unreachable!("add_new returns an inode only `make` made"),
             };
-            Self::touch(&mut parent_state.inode, true);
+            Self::touch(&mut parent_state, true);
             self.inodes.mark_dirty(&parent_handle);
             self.inodes.mark_dirty(&handle);
             ino
@@ -414,7 +414,8 @@ impl Filesystem {
         let mut inode = Inode::new(ino, sb.inode_size() as usize, mode, new_generation(ino));
         inode.set_uid(creator.uid);
         inode.set_gid(creator.gid);
-        let now = crate::time::now();
+        // A new inode's times: nobody has read them.
+        let now = crate::time::change_time(e4_format::inode::Timestamp::default(), false);
         inode.set_atime(now);
         inode.set_mtime(now);
         inode.set_ctime(now);

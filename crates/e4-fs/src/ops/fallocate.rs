@@ -357,7 +357,7 @@ impl Filesystem {
             // Every mode moves mtime as well as ctime, allocation too (with KEEP_SIZE, and
             // within the size): Linux 6.18's ext4 does (measured on a loop mount; the FUSE
             // differential test compares).
-            Self::touch(&mut state.inode, true);
+            Self::touch(&mut state, true);
             drop(state);
             self.inodes.mark_dirty(handle);
             progress
@@ -592,17 +592,14 @@ impl Filesystem {
         self.edit_mapping(io, inode, |map, data_blocks| {
             while logical < end {
                 // Unwritten extents hold at most 32,767 blocks.
-                let want = match map.run_or_hole(logical, (end - logical).min(32767))? {
+                let (want, previous) = match map.run_or_hole(logical, (end - logical).min(32767))? {
                     RunOrHole::Run(run) => {
                         logical += run.len;
                         continue;
                     }
-                    RunOrHole::Hole(len) => len as u32,
+                    RunOrHole::Hole { len, previous } => (len as u32, previous),
                 };
-                let goal = match logical.checked_sub(1) {
-                    Some(prev) => map.lookup(prev)?.map(|r| r.physical + 1),
-                    None => None,
-                };
+                let goal = map.after_previous(logical, previous)?;
                 if !io.txn.extend_or_stop(GROUP, may_stop && allocated > 0) {
                     out_of_room = true;
                     break;

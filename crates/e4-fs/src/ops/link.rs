@@ -51,8 +51,8 @@ impl Filesystem {
                 self.edit_dir(&io, &format, dir, |e| e.add_entry(name, ino, file_type))
             })?;
             target.inode.record.links_count += 1;
-            Self::touch(&mut target.inode, false);
-            Self::touch(&mut dir.inode, true);
+            Self::touch(target, false);
+            Self::touch(dir, true);
             drop(locked);
             for h in &handles {
                 self.inodes.mark_dirty(h);

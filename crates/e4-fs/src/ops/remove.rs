@@ -13,6 +13,7 @@ use crate::io::credits::{INODE, ORPHAN};
 use crate::ops::namespace::{lock_in_order, shown, state, two_states};
 use crate::txn::txn_io::TxnIo;
 use crate::xattr::inline_data::InlineData;
+use smallvec::smallvec;
 
 /// Credits of a removal: the directory's inode and the entry's leaf, the victim's inode, its
 /// neighbour on the orphan list, and its xattr block's reference count. Its blocks' and
@@ -65,7 +66,7 @@ impl Filesystem {
                 victim_handle.try_lock(&self.inodes)
             };
             let mut locked = match held {
-                Some(v) => vec![(parent, p), (victim, v)],
+                Some(v) => smallvec![(parent, p), (victim, v)],
                 None => {
                     drop(p);
                     let mut locked = lock_in_order(&self.inodes, [&parent_handle, &victim_handle]);
@@ -78,9 +79,8 @@ impl Filesystem {
                 }
             };
             // `may_delete` refuses before it looks at the victim's type or contents.
-            let dir_inode = state(&mut locked, parent).inode.clone();
-            refuse_removal(&dir_inode, &state(&mut locked, victim).inode)?;
-            let target = state(&mut locked, victim);
+            let (dir, target) = two_states(&mut locked, parent, victim);
+            refuse_removal(&dir.inode, &target.inode)?;
             let is_dir = target.inode.file_type() == Some(FileType::Directory);
             match (directory, is_dir) {
                 (false, true) => return Err(Error::IsADirectory(shown(name))),
@@ -114,9 +114,8 @@ impl Filesystem {
                 } else {
                     target.inode.record.links_count = target.inode.links_count().saturating_sub(1);
                 }
-                let now = crate::time::now();
-                Self::touch_at(&mut dir.inode, true, now);
-                Self::touch_at(&mut target.inode, false, now);
+                Self::touch(dir, true);
+                Self::touch(target, false);
                 let unused = target.inode.links_count() == 0 && target.open_count == 0;
                 // A victim too large to free in one transaction stays an orphan, freed in
                 // steps once this operation is done (`steps.rs`).

@@ -245,7 +245,7 @@ impl Filesystem {
                 }
             }
             for ino in [source, target] {
-                Self::touch(&mut state(locked, ino).inode, false);
+                Self::touch(state(locked, ino), false);
             }
         } else {
             if let Some(t) = target {
@@ -302,7 +302,7 @@ impl Filesystem {
                     victim.inode.record.links_count = victim.inode.links_count().saturating_sub(1);
                 }
                 let victim = state(locked, t);
-                Self::touch(&mut victim.inode, false);
+                Self::touch(victim, false);
                 if victim.inode.links_count() == 0 {
                     // A replaced file too large to free in one transaction stays an orphan,
                     // freed in steps once the rename is done, as an unlinked one is.
@@ -317,10 +317,10 @@ impl Filesystem {
                     }
                 }
             }
-            Self::touch(&mut state(locked, source).inode, false);
+            Self::touch(state(locked, source), false);
         }
-        Self::touch(&mut state(locked, old_parent).inode, true);
-        Self::touch(&mut state(locked, new_parent).inode, true);
+        Self::touch(state(locked, old_parent), true);
+        Self::touch(state(locked, new_parent), true);
         Ok(freed_later)
     }
 }

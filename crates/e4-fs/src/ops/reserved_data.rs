@@ -27,6 +27,7 @@ use crate::filesystem::Filesystem;
 use crate::inode::cache::InodeHandle;
 use crate::inode::user_flags;
 use crate::io::credits::{GROUP, INODE};
+use crate::map::extent_tree::Previous;
 use crate::map::run::Mapping;
 
 /// Most blocks one fill write covers: bounds the caller's buffer (1 MiB at 4 KiB blocks).
@@ -185,6 +186,7 @@ impl Filesystem {
                             logical,
                             want as u32,
                             size.div_ceil(bs),
+                            Previous::Unknown,
                         )?;
                         // Zeros before the commit that maps them (its flush makes them
                         // durable first): until the fill, and after a crash before it, the
@@ -215,7 +217,7 @@ impl Filesystem {
             io.space
                 .blocks
                 .release_window(&mut state.window, io.txn.slot);
-            Self::touch(&mut state.inode, true);
+            Self::touch(&mut state, true);
             drop(state);
             self.inodes.mark_dirty(&handle);
             runs

@@ -205,7 +205,7 @@ impl Filesystem {
             if let Some(t) = attrs.mtime {
                 inode.set_mtime(t);
             }
-            inode.set_ctime(crate::time::now());
+            Self::touch(&mut state, false);
             drop(state);
             self.inodes.mark_dirty(&handle);
         }

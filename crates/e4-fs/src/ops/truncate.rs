@@ -136,7 +136,7 @@ impl Filesystem {
                 }
                 _ => {}
             }
-            Self::touch(&mut state.inode, true);
+            Self::touch(&mut state, true);
             drop(state);
             self.inodes.mark_dirty(handle);
         }

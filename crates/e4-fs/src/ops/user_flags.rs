@@ -33,7 +33,7 @@ impl Filesystem {
             }
             let new = after_set(&state.inode, flags, may_protect)?;
             state.inode.record.flags = new;
-            state.inode.set_ctime(crate::time::now());
+            Self::touch(&mut state, false);
             let shown = visible(&state.inode);
             drop(state);
             self.inodes.mark_dirty(&handle);

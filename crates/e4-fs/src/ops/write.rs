@@ -20,6 +20,7 @@ use crate::inode::cache::InodeState;
 use crate::inode::user_flags;
 use crate::io::credits::{GROUP, INODE, NEW_BLOCK};
 use crate::io::meta_io::MetaIo;
+use crate::map::extent_tree::Previous;
 use crate::map::file_mapping::{FileMapping, RunOrHole};
 use crate::txn::txn_io::TxnIo;
 
@@ -262,7 +263,7 @@ impl Filesystem {
             if new_end > state.inode.size() {
                 self.set_file_size(&mut state.inode, new_end);
             }
-            Self::touch(&mut state.inode, true);
+            Self::touch(&mut state, true);
             self.inodes.mark_dirty(&handle);
             written
         };
@@ -330,16 +331,17 @@ impl Filesystem {
                         map.mark_written(logical, blocks)?;
                         bytes
                     }
-                    RunOrHole::Hole(hole) => {
+                    RunOrHole::Hole { len, previous } => {
                         // The run's bitmap and descriptor: with something written, a run
                         // the log room cannot cover ends this transaction's part.
                         if !io.txn.extend_or_stop(GROUP, done > 0) {
                             return Ok(false);
                         }
-                        let want = hole as u32;
+                        let want = len as u32;
                         let file_end = (offset + data.len() as u64).div_ceil(bs);
-                        let got = self
-                            .allocate_data_blocks(io, map, window, ino, logical, want, file_end)?;
+                        let got = self.allocate_data_blocks(
+                            io, map, window, ino, logical, want, file_end, previous,
+                        )?;
                         let bytes = (u64::from(got.len) * bs - within).min(rest) as usize;
                         let placed = self
                             .write_padded(
@@ -383,7 +385,8 @@ impl Filesystem {
     /// the blocks of a small new file (data from block 0 and at most [`SMALL_FILE_BLOCKS`])
     /// packed after the previous small file of this thread, other blocks after the file's
     /// previous block (a packed file that grows takes over the rest of the packing window
-    /// it ends in), or else from its inode's group, through its reservation `window`. The
+    /// it ends in), or else from its inode's group, through its reservation `window`.
+    /// `previous` is what the caller's look at the hole saw of the block before it. The
     /// caller has declared the credits of one allocation (`GROUP`).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn allocate_data_blocks(
@@ -395,6 +398,7 @@ impl Filesystem {
         logical: u64,
         want: u32,
         file_end: u64,
+        previous: Previous,
     ) -> Result<Extent> {
         let small = logical == 0
             && map.hole_len(0, SMALL_FILE_BLOCKS + 1)? > SMALL_FILE_BLOCKS
@@ -406,10 +410,7 @@ impl Filesystem {
         if small {
             blocks.allocate_small_file_as(want, io.txn.slot, stream, privileged)
         } else {
-            let after_previous = match logical.checked_sub(1) {
-                Some(prev) => map.lookup(prev)?.map(|r| r.physical + 1),
-                None => None,
-            };
+            let after_previous = map.after_previous(logical, previous)?;
             // A small file growing on where a packing window goes on.
             if let Some(goal) = after_previous.filter(|_| logical <= SMALL_FILE_BLOCKS) {
                 blocks.adopt_pack_window(window, goal, io.txn.slot);

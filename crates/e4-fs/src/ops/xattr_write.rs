@@ -206,7 +206,7 @@ impl Filesystem {
             refuse_if_protected(&state.inode, "change its xattrs")?;
             let inode = &mut state.inode;
             if self.update_xattrs(&io, inode, update)? {
-                inode.set_ctime(crate::time::now());
+                Self::touch(&mut state, false);
                 drop(state);
                 self.inodes.mark_dirty(&handle);
             }

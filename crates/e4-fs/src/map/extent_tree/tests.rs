@@ -1028,3 +1028,43 @@ proptest! {
         run_model(1024, ops);
     }
 }
+
+/// What a lookup of a hole says of the block before it is what a lookup of that block
+/// finds, in a tree of several levels: mapped (with the physical block after it) or
+/// unmapped (plant: `Mapped` reporting the extent's last block instead of the one after
+/// it: caught here).
+#[test]
+fn a_hole_lookup_tells_what_maps_the_block_before_it() {
+    let io = MemoryMetaIo::new(TINY_BLOCK, 100, 1000);
+    let mut root = new_root();
+    let mut tree = ExtentTree::new(&mut root, &io, OWNER);
+    // Pairs of blocks (unmergeable with each other) with a gap of one or three after each.
+    for i in 0..40u32 {
+        let logical = 4 * i + i % 2;
+        tree.insert(extent(logical, 2, 20_000 + 8 * u64::from(i), i % 4 == 1))
+            .unwrap();
+    }
+    assert!(check(&root, &io).depth >= 2);
+    let tree = ExtentTree::new(&mut root, &io, OWNER);
+    let (mut mapped, mut unmapped, mut unknown) = (0, 0, 0);
+    for logical in 1..200u64 {
+        let Lookup::Hole { previous, .. } = tree.lookup(logical).unwrap() else {
+            continue;
+        };
+        let truth = tree.find((logical - 1) as u32).unwrap();
+        match (previous, truth) {
+            (Previous::Mapped { after }, Some(e)) => {
+                assert_eq!(after, e.physical + (logical - 1 - u64::from(e.logical)) + 1);
+                mapped += 1;
+            }
+            (Previous::Unmapped, None) => unmapped += 1,
+            (Previous::Unknown, _) => unknown += 1,
+            (said, truth) => panic!("block {logical}: the walk said {said:?}, {truth:?} maps it"),
+        }
+    }
+    assert!(
+        mapped > 10 && unmapped > 10,
+        "{mapped} mapped, {unmapped} unmapped"
+    );
+    assert!(unknown < mapped, "{unknown} unknown");
+}
