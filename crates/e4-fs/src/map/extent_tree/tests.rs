@@ -362,6 +362,68 @@ fn an_insert_of_blocks_the_tree_already_uses_is_corruption() {
     check(&root, &io);
 }
 
+/// A root leaf holding `extents` as given, in order or not.
+fn root_holding(extents: &[Extent]) -> [u8; I_BLOCK_SIZE] {
+    let mut root = new_root();
+    Node {
+        block: None,
+        depth: 0,
+        max: ROOT_MAX_ENTRIES,
+        extents: extents.to_vec(),
+        indexes: Vec::new(),
+    }
+    .encode(&mut root);
+    root
+}
+
+/// An append that merges into the root's last extent, done where the entry lies, refuses
+/// what the general path refuses: blocks an earlier extent of the root maps (corruption,
+/// nothing changed), and a root whose entries overlap (plants: either check dropped from
+/// `merged_in_root_leaf`: the append merges and this test fails).
+#[test]
+fn an_append_merging_in_the_root_refuses_what_an_insert_refuses() {
+    let io = MemoryMetaIo::new(1024, 100, 1000);
+    let (a, b) = (extent(0, 2, 500, false), extent(10, 2, 498, false));
+    let mut root = root_holding(&[a, b]);
+    let mut tree = ExtentTree::new(&mut root, &io, OWNER);
+    // Continues `b` physically (498..500 then 500..503), and 500 is `a`'s.
+    let got = tree.insert(extent(12, 3, 500, false));
+    assert!(
+        matches!(
+            got,
+            Err(Error::Format(FormatError::Corrupt {
+                problem: Problem::BlockReferencedTwice { .. },
+                ..
+            }))
+        ),
+        "{got:?}"
+    );
+    assert_eq!(tree.extents().unwrap(), vec![a, b]);
+    // A root whose extents overlap is corrupt, whatever the append would merge into.
+    let overlapping = [extent(0, 5, 700, false), extent(3, 2, 800, false)];
+    let mut root = root_holding(&overlapping);
+    let mut tree = ExtentTree::new(&mut root, &io, OWNER);
+    let got = tree.insert(extent(5, 1, 802, false));
+    assert!(
+        matches!(
+            got,
+            Err(Error::Format(FormatError::Corrupt {
+                problem: Problem::ExtentsOverlap,
+                ..
+            }))
+        ),
+        "{got:?}"
+    );
+    // And the merge itself, written and unwritten, reads back as the general path writes it.
+    for unwritten in [false, true] {
+        let first = extent(0, 2, 900, unwritten);
+        let mut root = root_holding(&[first]);
+        let mut tree = ExtentTree::new(&mut root, &io, OWNER);
+        tree.insert(extent(2, 3, 902, unwritten)).unwrap();
+        assert_eq!(tree.extents().unwrap(), vec![extent(0, 5, 900, unwritten)]);
+    }
+}
+
 #[test]
 fn unwritten_extent_converts_in_three_parts_then_merges() {
     let io = MemoryMetaIo::new(1024, 100, 1000);
