@@ -30,15 +30,16 @@ pub(crate) fn change_time(last: Timestamp, shown: bool) -> Timestamp {
     tick
 }
 
-/// The fine clock, raising the floor to it: for changes that always want it (and
-/// [`change_time`]'s shown inodes).
+/// The fine clock, for what is not an inode's time (a commit block's, a seed): it leaves
+/// the floor alone.
 pub(crate) fn now() -> Timestamp {
     if let Some(frozen) = frozen::now() {
         return frozen;
     }
-    fine_time()
+    clock_time()
 }
 
+/// The fine clock for a change that must show, raising the floor to it.
 fn fine_time() -> Timestamp {
     let t = clock_time();
     if let Some(nanos) = as_nanos(t) {
