@@ -242,7 +242,7 @@ pub enum Lookup {
 /// without a second walk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Previous {
-    /// Mapped: `after` is the physical block right after its.
+    /// Mapped: `after` is the physical block right after the one that maps it.
     Mapped {
         after: u64,
     },
@@ -336,10 +336,10 @@ impl<'a> ExtentTree<'a> {
             if pos == 0 {
                 // Nothing in the whole tree starts by `logical` when the root says so;
                 // below it, the block before may be in the leaf to the left.
-                let root = depth.is_none();
-                return Ok(Down::Hole(match root {
-                    true => Previous::Unmapped,
-                    false => Previous::Unknown,
+                return Ok(Down::Hole(if depth.is_none() {
+                    Previous::Unmapped
+                } else {
+                    Previous::Unknown
                 }));
             }
             if node.is_leaf() {
