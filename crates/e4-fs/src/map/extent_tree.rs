@@ -599,14 +599,14 @@ impl<'a> ExtentTree<'a> {
         if at == 0 || at != root.len() {
             return Ok(false);
         }
-        let extents = || (0..root.len()).map(|i| root.leaf(i).extent());
-        let sound = extents()
-            .zip(extents().skip(1))
-            .all(|(a, b)| a.len > 0 && b.len > 0 && end_of(&a) <= u64::from(b.logical));
+        let extents = (0..root.len()).map(|i| root.leaf(i).extent());
+        let sound = leaf_problem(extents.clone()).is_none();
         let (start, end) = (extent.physical, end_of_physical(extent));
-        let apart = extents().all(|e| end_of_physical(&e) <= start || end <= e.physical);
+        let apart = extents
+            .clone()
+            .all(|e| end_of_physical(&e) <= start || end <= e.physical);
         let last = root.leaf(at - 1).extent();
-        if !(sound && apart && last.len > 0 && can_merge(&last, extent)) {
+        if !(sound && apart && can_merge(&last, extent)) {
             return Ok(false);
         }
         let merged = Extent {
@@ -668,18 +668,8 @@ impl<'a> ExtentTree<'a> {
         node.depth = view.header.depth;
         let in_order = if view.is_leaf() {
             node.extents = (0..view.len()).map(|i| view.leaf(i).extent()).collect();
-            if let Some(e) = node.extents.iter().find(|e| e.len == 0) {
-                return Err(corrupt(
-                    loc,
-                    Problem::ZeroLengthExtent { logical: e.logical },
-                ));
-            }
-            if node
-                .extents
-                .windows(2)
-                .any(|w| end_of(&w[0]) > u64::from(w[1].logical))
-            {
-                return Err(corrupt(loc, Problem::ExtentsOverlap));
+            if let Some(problem) = leaf_problem(node.extents.iter().copied()) {
+                return Err(corrupt(loc, problem));
             }
             node.extents.windows(2).all(|w| w[0].logical < w[1].logical)
         } else {
@@ -1311,6 +1301,26 @@ fn already_used(path: &[Step], extent: &Extent) -> Option<u64> {
                 })
             })
     })
+}
+
+/// What is wrong with a leaf's extents, in the order they lie, if anything: one of no
+/// length (the first such), else one reaching past the start of the next (which out of
+/// order also does). One pass: it runs on every append to a small file.
+fn leaf_problem(extents: impl Iterator<Item = Extent>) -> Option<Problem> {
+    let mut zero_length = None;
+    let mut overlap = false;
+    let mut previous: Option<Extent> = None;
+    for e in extents {
+        if e.len == 0 && zero_length.is_none() {
+            zero_length = Some(e.logical);
+        }
+        overlap |= previous.is_some_and(|p| end_of(&p) > u64::from(e.logical));
+        previous = Some(e);
+    }
+    match zero_length {
+        Some(logical) => Some(Problem::ZeroLengthExtent { logical }),
+        None => overlap.then_some(Problem::ExtentsOverlap),
+    }
 }
 
 fn end_of_physical(e: &Extent) -> u64 {
