@@ -72,6 +72,7 @@ pub use crate::time::frozen::freeze_clock;
 pub mod testing {
     pub use crate::dir::editor::{DirectoryBlocks, DirectoryEditor};
     pub use crate::dir::entry::DirFormat;
+    pub use crate::io::derived::Derived;
     pub use crate::io::meta_io::{BlockKind, MetaIo, Owner};
     pub use crate::map::block_map::BlockMapTree;
     pub use crate::map::extent_tree::ExtentTree;

@@ -18,8 +18,11 @@ use std::sync::Arc;
 use crossbeam_utils::CachePadded;
 use e4_alloc::stats::{Counter, LockStats};
 use foldhash::HashMap;
-use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use parking_lot::{
+    MappedRwLockReadGuard, MappedRwLockWriteGuard, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard,
+};
 
+use crate::io::derived::Derived;
 use crate::io::meta_io::{BlockKind, Owner};
 
 /// Shards: a power of two comfortably above the thread counts the engine targets (an
@@ -37,7 +40,8 @@ pub struct BufferRole {
 /// A cached metadata block.
 pub struct Buffer {
     nr: u64,
-    bytes: RwLock<Box<[u8]>>,
+    /// The bytes, under the lock every reader and writer of them takes.
+    bytes: RwLock<Contents>,
     /// Set once the bytes came from the device (a failed load leaves it clear, and readers
     /// that waited for the load go back to the cache).
     loaded: AtomicBool,
@@ -49,6 +53,25 @@ pub struct Buffer {
     /// `b_frozen_data`), so a commit writes exactly its own transaction's contents.
     committing: AtomicBool,
     claim: Mutex<CommitClaim>,
+}
+
+/// A buffer's bytes, and what was derived from them while they stay as they are.
+pub struct Contents {
+    pub bytes: Box<[u8]>,
+    /// What a mechanism derived from the bytes (a directory leaf's index). Every change of
+    /// the bytes drops it ([`Buffer::bytes_mut`]) but the edits that keep it true
+    /// ([`Buffer::contents_mut`]); sealing a checksum into a tail keeps it (what the tail
+    /// guards stays as it was).
+    pub derived: Derived,
+}
+
+impl Contents {
+    fn new(bytes: Box<[u8]>) -> Self {
+        Contents {
+            bytes,
+            derived: Derived::default(),
+        }
+    }
 }
 
 /// What the commit that took a buffer writes, kept apart from what the next transaction
@@ -67,7 +90,7 @@ impl Buffer {
     fn new(nr: u64, bytes: Box<[u8]>, loaded: bool) -> Self {
         Buffer {
             nr,
-            bytes: RwLock::new(bytes),
+            bytes: RwLock::new(Contents::new(bytes)),
             loaded: AtomicBool::new(loaded),
             dirty: AtomicBool::new(false),
             role: Mutex::new(None),
@@ -81,21 +104,36 @@ impl Buffer {
     }
 
     /// The bytes, shared with other readers.
-    pub fn bytes(&self) -> RwLockReadGuard<'_, Box<[u8]>> {
+    pub fn bytes(&self) -> MappedRwLockReadGuard<'_, Box<[u8]>> {
+        RwLockReadGuard::map(self.bytes.read(), |c| &c.bytes)
+    }
+
+    /// The bytes and what was derived from them, shared with other readers.
+    pub fn contents(&self) -> RwLockReadGuard<'_, Contents> {
         self.bytes.read()
     }
 
     /// The bytes, for changing them; the caller holds the lock of the object that owns the
-    /// block, and marks the buffer dirty through [`BufferCache::mark_dirty`].
-    pub fn bytes_mut(&self) -> RwLockWriteGuard<'_, Box<[u8]>> {
-        let bytes = self.bytes.write();
+    /// block, and marks the buffer dirty through [`BufferCache::mark_dirty`]. What was
+    /// derived from them is dropped.
+    pub fn bytes_mut(&self) -> MappedRwLockWriteGuard<'_, Box<[u8]>> {
+        let mut contents = self.contents_mut();
+        contents.derived.clear();
+        RwLockWriteGuard::map(contents, |c| &mut c.bytes)
+    }
+
+    /// The bytes and what was derived from them, for a change that keeps the derived
+    /// structures true of the bytes it leaves (a directory edit and the leaf's index);
+    /// otherwise as [`Self::bytes_mut`].
+    pub fn contents_mut(&self) -> RwLockWriteGuard<'_, Contents> {
+        let contents = self.bytes.write();
         if self.committing.load(Ordering::Acquire) {
             let mut claim = self.claim.lock();
             if claim.frozen.is_none() {
-                claim.frozen = Some(bytes.clone());
+                claim.frozen = Some(contents.bytes.clone());
             }
         }
-        bytes
+        contents
     }
 
     /// Hands `write` the contents the commit that took this buffer must write, with the
@@ -106,11 +144,12 @@ impl Buffer {
         &self,
         write: impl FnOnce(&mut [u8], Option<BufferRole>) -> T,
     ) -> T {
-        let mut bytes = self.bytes.write();
+        let mut contents = self.bytes.write();
         let CommitClaim { role, frozen } = std::mem::take(&mut *self.claim.lock());
         let written = match frozen {
             Some(mut copy) => write(&mut copy, role),
-            None => write(&mut bytes, role),
+            // Sealing writes a checksum only: what was derived stays true.
+            None => write(&mut contents.bytes, role),
         };
         self.committing.store(false, Ordering::Release);
         written
@@ -323,7 +362,7 @@ impl BufferCache {
                 self.insert_locked(&mut shard, &buffer);
                 guard
             };
-            match read(&mut loading) {
+            match read(&mut loading.bytes) {
                 Ok(()) => {
                     buffer.loaded.store(true, Ordering::Release);
                     drop(loading);

@@ -6,7 +6,7 @@
 use crate::buffer::cache::BufferRole;
 use crate::buffer::store::BlockStore;
 use crate::error::{Error, Result};
-use crate::io::meta_io::{BlockKind, MetaIo, Owner};
+use crate::io::meta_io::{BlockKind, LookWithDerived, MetaIo, Owner};
 
 pub(crate) struct ReadIo<'a> {
     store: &'a BlockStore,
@@ -37,6 +37,17 @@ impl MetaIo for ReadIo<'_> {
         look: &mut dyn FnMut(&[u8]) -> Result<()>,
     ) -> Result<()> {
         self.store.visit(nr, BufferRole::of(kind, owner), look)
+    }
+
+    fn visit_with_derived(
+        &self,
+        nr: u64,
+        kind: BlockKind,
+        owner: Owner,
+        look: &mut LookWithDerived<'_>,
+    ) -> Result<()> {
+        self.store
+            .visit_with_derived(nr, BufferRole::of(kind, owner), look)
     }
 
     fn modify(

@@ -13,6 +13,7 @@ use crate::buffer::cache::{Buffer, BufferCache, BufferRole};
 use crate::buffer::verifier::BlockVerifier;
 use crate::error::{Error, Result};
 use crate::io::device::Device;
+use crate::io::meta_io::LookWithDerived;
 
 pub(crate) struct BlockStore {
     device: Arc<dyn Device>,
@@ -116,6 +117,18 @@ impl BlockStore {
         let buffer = self.read_as(nr, role)?;
         let bytes = buffer.bytes();
         look(&bytes)
+    }
+
+    /// [`Self::visit`] with what was derived from the bytes beside them.
+    pub(crate) fn visit_with_derived(
+        &self,
+        nr: u64,
+        role: BufferRole,
+        look: &mut LookWithDerived<'_>,
+    ) -> Result<()> {
+        let buffer = self.read_as(nr, role)?;
+        let contents = buffer.contents();
+        look(&contents.bytes, Some(&contents.derived))
     }
 
     /// Verifies `buffer` as `role`, unless it was verified or written in that role before.

@@ -26,10 +26,10 @@ use e4_format::inode::FileType;
 use e4_format::{FormatError, Location, Problem, Structure};
 
 use crate::dir::entry::{check_name, DirEntry, DirFormat};
-use crate::dir::leaf::{LeafBlock, LeafEntry, LeafProbe, NewEntry};
+use crate::dir::leaf::{LeafBlock, LeafEdit, LeafEntry, LeafProbe, LeafView, NewEntry};
 use crate::error::Shortage;
 use crate::error::{Error, Result};
-use crate::io::meta_io::{edit_at, look_at, BlockKind, MetaIo, Owner};
+use crate::io::meta_io::{BlockKind, MetaIo, Owner};
 
 /// The blocks of one directory, as the engine maps them.
 /// Credits ([`crate::io::credits`]) of adding one entry, besides the blocks the directory
@@ -373,12 +373,12 @@ impl<'a> DirectoryEditor<'a> {
             let (_, go_on) = self.look_leaf(logical, |physical, leaf| {
                 // Block 0 of a linear directory starts with "." and "..".
                 let skip = if logical == 0 {
-                    check_dot_entries(leaf.bytes(), self.format, self.loc(physical))?;
+                    check_dot_entries(leaf.leaf().bytes(), self.format, self.loc(physical))?;
                     2
                 } else {
                     0
                 };
-                Ok(leaf.entries().skip(skip).all(&mut visit))
+                Ok(leaf.leaf().entries().skip(skip).all(&mut visit))
             })?;
             if !go_on {
                 break;
@@ -448,41 +448,58 @@ impl<'a> DirectoryEditor<'a> {
         }
     }
 
-    /// Runs `look` on leaf `logical` where it lies in the cache; returns the leaf's block
-    /// number and what `look` made. `look` must not use the editor's `MetaIo`.
+    /// Runs `look` on leaf `logical` where it lies in the cache, with the leaf's index where
+    /// the store keeps one; returns the leaf's block number and what `look` made. `look`
+    /// must not use the editor's `MetaIo`.
     pub(crate) fn look_leaf<T>(
         &self,
         logical: u64,
-        look: impl FnOnce(u64, &LeafBlock<&[u8]>) -> Result<T>,
+        look: impl FnOnce(u64, &LeafView<'_>) -> Result<T>,
     ) -> Result<(u64, T)> {
         let physical = self.physical(logical)?;
         let loc = self.loc(physical);
-        let seen = look_at(
-            self.io,
+        let mut look = Some(look);
+        let mut seen = None;
+        self.io.visit_with_derived(
             physical,
             BlockKind::DirectoryLeaf,
             self.owner,
-            |bytes| look(physical, &LeafBlock::checked(bytes, self.format, loc)?),
+            &mut |bytes, kept| {
+                let look = look.take().expect("a visit shows the block once");
+                let leaf = LeafView::new(LeafBlock::checked(bytes, self.format, loc)?, kept);
+                seen = Some(look(physical, &leaf)?);
+                Ok(())
+            },
         )?;
-        Ok((physical, seen))
+        Ok((
+            physical,
+            seen.expect("a visit returned Ok without showing the block"),
+        ))
     }
 
     /// Changes leaf block `physical` where it lies with `edit`, which cannot fail (every
     /// check comes before: a look found the place, and the directory's lock has been held
-    /// since).
+    /// since) and keeps the leaf's index, where the store keeps one, true.
     pub(crate) fn edit_leaf<T>(
         &self,
         physical: u64,
-        edit: impl FnOnce(&mut LeafBlock<&mut [u8]>) -> T,
+        edit: impl FnOnce(&mut LeafEdit<'_>) -> T,
     ) -> Result<T> {
         let loc = self.loc(physical);
-        edit_at(
-            self.io,
+        let mut edit = Some(edit);
+        let mut made = None;
+        self.io.modify_with_derived(
             physical,
             BlockKind::DirectoryLeaf,
             self.owner,
-            |bytes| Ok(edit(&mut LeafBlock::checked(bytes, self.format, loc)?)),
-        )
+            &mut |bytes, kept| {
+                let edit = edit.take().expect("a modify edits the block once");
+                let leaf = LeafBlock::checked(bytes, self.format, loc)?;
+                made = Some(edit(&mut LeafEdit::new(leaf, kept)));
+                Ok(())
+            },
+        )?;
+        Ok(made.expect("a modify returned Ok without editing the block"))
     }
 
     /// A copy of leaf `logical`, for a split or a conversion that rebuilds it.

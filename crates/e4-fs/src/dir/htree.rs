@@ -195,8 +195,9 @@ impl DirectoryEditor<'_> {
             }
             if !path.bottom().is_full() {
                 let version = path.version;
-                let (_, staying) =
-                    self.look_leaf(logical, |_, leaf| Ok(self.hashed(leaf.entries(), version)))?;
+                let (_, staying) = self.look_leaf(logical, |_, leaf| {
+                    Ok(self.hashed(leaf.leaf().entries(), version))
+                })?;
                 return self.split_leaf(&mut path, physical, staying, entry, hash);
             }
             // The index changed shape: find the leaf again from the root, as the kernel does.

@@ -12,13 +12,18 @@ use e4_format::{FormatError, Location, Problem, Structure};
 
 use crate::buffer::verifier::{check_chain_region, MIN_REC_LEN};
 use crate::dir::entry::{DirEntry, DirFormat};
+use crate::dir::leaf_index::LeafIndex;
 use crate::error::Result;
+use crate::io::derived::Derived;
 
 /// The smallest block size whose `rec_len` values are encoded (`ext4_rec_len_from_disk`).
 const LARGE_BLOCK: usize = 65536;
 /// A block size below [`LARGE_BLOCK`], standing for all of them: below it, `rec_len` is
 /// read as it is.
 const SMALL_BLOCK: usize = 4096;
+/// The room the smallest entry (a 1-byte name) needs: a record without it has room for
+/// none.
+const SMALLEST_ENTRY: usize = MIN_REC_LEN;
 
 /// Fields of `ext4_dir_entry_2`, as byte ranges in a record.
 const INODE_FIELD: std::ops::Range<usize> = 0..4;
@@ -115,10 +120,15 @@ impl<B: AsRef<[u8]>> LeafBlock<B> {
 
     /// Every record in chain order, free ones included.
     fn records(&self) -> Records<'_> {
+        self.records_from(0)
+    }
+
+    /// The records in chain order from the one at `offset` (which must start one).
+    fn records_from(&self, offset: usize) -> Records<'_> {
         let bytes = self.bytes.as_ref();
         Records {
             chain: &bytes[..self.end],
-            offset: 0,
+            offset,
             block_size: bytes.len(),
             filetype: self.filetype,
         }
@@ -129,6 +139,12 @@ impl<B: AsRef<[u8]>> LeafBlock<B> {
         self.records()
             .filter(|r| r.inode != 0)
             .map(|r| r.to_entry())
+    }
+
+    /// The name of the live record at `offset`, if one starts there.
+    fn live_name_at(&self, offset: usize) -> Option<&[u8]> {
+        let record = self.records_from(offset).next()?;
+        (record.inode != 0).then_some(record.name)
     }
 
     /// The live entry called `name`, if the block holds one.
@@ -146,16 +162,72 @@ impl<B: AsRef<[u8]>> LeafBlock<B> {
         self.records().find_map(|r| r.slot(needed))
     }
 
-    /// Looks for `name` and, in the same walk, for the first record with room for it
-    /// ([`LeafBlock::slot_for`]'s): a create reads each leaf once for both.
-    pub(crate) fn probe(&self, name: &[u8]) -> LeafProbe {
-        match self.scan(name, Some(entry_size(name.len()))) {
-            Scan::Found(_) => LeafProbe::Found,
-            Scan::Absent(slot) => LeafProbe::Absent(slot),
-        }
+    /// [`LeafBlock::scan`] through the leaf's index where the store keeps one (`kept`).
+    fn scan_in(&self, name: &[u8], needed: Option<usize>, kept: Option<&Derived>) -> Scan<'_> {
+        // Only a create builds the index: a lookup alone walks (once per leaf read, the
+        // build would cost more than the walk it saves).
+        let index = match (kept, needed) {
+            (Some(kept), Some(_)) => kept.get_or_make(|| self.index()),
+            (Some(kept), None) => kept.get::<LeafIndex>(),
+            (None, _) => None,
+        };
+        let Some(index) = index else {
+            return self.scan(name, needed);
+        };
+        let scan = self.scan_indexed(name, needed, index);
+        debug_assert_eq!(
+            scan.answer(),
+            self.scan(name, needed).answer(),
+            "the leaf index disagrees with a walk of the leaf about {:?}",
+            String::from_utf8_lossy(name)
+        );
+        scan
     }
 
-    /// The walk behind [`LeafBlock::find`] and [`LeafBlock::probe`] (the kernel's
+    /// [`LeafBlock::scan`]'s answer from `index`: only the records whose name hashes as
+    /// `name` does are read, and the search for room starts at the first room.
+    fn scan_indexed(&self, name: &[u8], needed: Option<usize>, index: &LeafIndex) -> Scan<'_> {
+        let bytes = self.bytes.as_ref();
+        let chain = &bytes[..self.end];
+        let wanted = Wanted::new(name);
+        // The first holder in the chain, as the walk's: a damaged leaf may hold a name twice.
+        let holder = index
+            .holding(name)
+            .filter_map(|offset| {
+                let rest = chain.get(offset..)?;
+                let header = Header::first(rest, bytes.len(), self.filetype)?;
+                (header.holds(rest, &wanted) == Some(true)).then_some((offset, header, rest))
+            })
+            .min_by_key(|(offset, _, _)| *offset);
+        if let Some((offset, header, rest)) = holder {
+            return Scan::found(header, rest, offset);
+        }
+        Scan::Absent(needed.and_then(|needed| {
+            self.records_from(index.first_room())
+                .find_map(|r| r.slot(needed))
+        }))
+    }
+
+    /// This leaf's index: where its records start, its live records' names, and its first
+    /// record with room.
+    pub(crate) fn index(&self) -> LeafIndex {
+        LeafIndex::new(
+            self.records()
+                .map(|r| (r.offset, (r.inode != 0).then_some(r.name))),
+            self.end,
+            self.first_room_from(0),
+        )
+    }
+
+    /// The offset of the first record from `offset` on with room for the smallest entry;
+    /// the chain's end if none has.
+    fn first_room_from(&self, offset: usize) -> usize {
+        self.records_from(offset)
+            .find(|r| r.slot(SMALLEST_ENTRY).is_some())
+            .map_or(self.end, |r| r.offset)
+    }
+
+    /// The walk behind [`LeafBlock::find`] and [`LeafView::probe`] (the kernel's
     /// `search_dirblock`, and `ext4_find_dest_de` when `needed` asks for a slot too). Every
     /// lookup of an absent name and every create walks a whole leaf, a few hundred records,
     /// so the loop touches only what decides each record: one 8-byte header load, the
@@ -230,7 +302,7 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> LeafBlock<B> {
         }
     }
 
-    /// Adds an entry in `slot`, which [`LeafBlock::probe`] found for this name: a live
+    /// Adds an entry in `slot`, which [`LeafView::probe`] found for this name: a live
     /// record is cut to its smallest size and the entry takes the rest; a free record is
     /// reused whole.
     pub(crate) fn insert_at(&mut self, slot: Slot, name: &[u8], ino: u32, file_type: u8) {
@@ -251,29 +323,37 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> LeafBlock<B> {
 
     /// Deletes the record at `offset` (`ext4_generic_delete_entry`): the previous record
     /// absorbs it and it is zeroed; the first record of the block instead becomes free,
-    /// keeping its `rec_len`, with everything after that field zeroed.
-    pub(crate) fn remove(&mut self, offset: usize) {
+    /// keeping its `rec_len`, with everything after that field zeroed. Returns where the
+    /// freed bytes are now: the record that absorbed them, or the record itself made free;
+    /// `None` if no record starts at `offset`.
+    pub(crate) fn remove(&mut self, offset: usize) -> Option<usize> {
+        self.remove_after(0, offset)
+    }
+
+    /// [`LeafBlock::remove`], walking to the record before `offset` from the record at
+    /// `from` (0, or a record before `offset`).
+    fn remove_after(&mut self, from: usize, offset: usize) -> Option<usize> {
         let mut previous = None;
         let mut found = None;
-        for r in self.records() {
+        for r in self.records_from(from) {
             if r.offset == offset {
                 found = Some(r.rec_len);
                 break;
             }
             previous = Some((r.offset, r.rec_len));
         }
-        let Some(rec_len) = found else {
-            return;
-        };
+        let rec_len = found?;
         match previous {
             Some((prev, prev_len)) => {
                 self.set_rec_len(prev, prev_len + rec_len);
                 self.bytes.as_mut()[offset..offset + rec_len].fill(0);
+                Some(prev)
             }
             None => {
                 let bytes = self.bytes.as_mut();
                 bytes[offset + INODE_FIELD.start..offset + INODE_FIELD.end].fill(0);
                 bytes[offset + NAME_LEN_FIELD..offset + rec_len].fill(0);
+                Some(offset)
             }
         }
     }
@@ -451,7 +531,7 @@ pub(crate) struct Slot {
     rec_len: usize,
 }
 
-/// What [`LeafBlock::probe`] found.
+/// What [`LeafView::probe`] found.
 #[derive(Debug)]
 pub(crate) enum LeafProbe {
     /// The name is here.
@@ -488,6 +568,7 @@ impl Record<'_> {
 /// and inserts walk every record of a leaf, several times per operation). The bounds are
 /// still tested: a record that breaks them ends the walk rather than reading past the
 /// chain.
+#[derive(Clone)]
 struct Records<'a> {
     chain: &'a [u8],
     offset: usize,
@@ -522,6 +603,120 @@ impl<'a> Scan<'a> {
         match header.record(rest, offset) {
             Some(record) => Scan::Found(record),
             None => Scan::Absent(None),
+        }
+    }
+
+    /// What a caller learns: the offset of the record found, or the slot.
+    fn answer(&self) -> (Option<usize>, Option<Slot>) {
+        match self {
+            Scan::Found(record) => (Some(record.offset), None),
+            Scan::Absent(slot) => (None, *slot),
+        }
+    }
+}
+
+/// A cached leaf being looked at, with its index where the store keeps one
+/// ([`crate::io::meta_io::MetaIo::visit_with_derived`]).
+pub(crate) struct LeafView<'a> {
+    leaf: LeafBlock<&'a [u8]>,
+    kept: Option<&'a Derived>,
+}
+
+impl<'a> LeafView<'a> {
+    pub(crate) fn new(leaf: LeafBlock<&'a [u8]>, kept: Option<&'a Derived>) -> Self {
+        LeafView { leaf, kept }
+    }
+
+    /// The leaf, for what the index does not answer (listings, ".." checks).
+    pub(crate) fn leaf(&self) -> &LeafBlock<&'a [u8]> {
+        &self.leaf
+    }
+
+    /// [`LeafBlock::find`], through the index.
+    pub(crate) fn find(&self, name: &[u8]) -> Option<LeafEntry> {
+        match self.leaf.scan_in(name, None, self.kept) {
+            Scan::Found(record) => Some(record.to_entry()),
+            Scan::Absent(_) => None,
+        }
+    }
+
+    /// Looks for `name` and, in the same look, for the first record with room for it
+    /// ([`LeafBlock::slot_for`]'s): a create reads each leaf once for both.
+    pub(crate) fn probe(&self, name: &[u8]) -> LeafProbe {
+        match self
+            .leaf
+            .scan_in(name, Some(entry_size(name.len())), self.kept)
+        {
+            Scan::Found(_) => LeafProbe::Found,
+            Scan::Absent(slot) => LeafProbe::Absent(slot),
+        }
+    }
+}
+
+/// The leaf index among what the store keeps for a leaf, if built.
+fn index_in<'k>(kept: &'k mut Option<&mut Derived>) -> Option<&'k mut LeafIndex> {
+    kept.as_deref_mut()?.get_mut()
+}
+
+/// A cached leaf being changed in place, with its index where the store keeps one
+/// ([`crate::io::meta_io::MetaIo::modify_with_derived`]): each edit changes both.
+pub(crate) struct LeafEdit<'a> {
+    leaf: LeafBlock<&'a mut [u8]>,
+    kept: Option<&'a mut Derived>,
+}
+
+impl<'a> LeafEdit<'a> {
+    pub(crate) fn new(leaf: LeafBlock<&'a mut [u8]>, kept: Option<&'a mut Derived>) -> Self {
+        LeafEdit { leaf, kept }
+    }
+
+    /// [`LeafBlock::insert_at`]. The first room moves only if the slot was there.
+    pub(crate) fn insert_at(&mut self, slot: Slot, name: &[u8], ino: u32, file_type: u8) {
+        self.leaf.insert_at(slot, name, ino, file_type);
+        if let Some(index) = index_in(&mut self.kept) {
+            if !index.add(slot.offset + slot.used, name) {
+                *index = self.leaf.index();
+            } else if slot.offset <= index.first_room() {
+                index.set_first_room(self.leaf.first_room_from(slot.offset));
+            }
+        }
+        self.check_index();
+    }
+
+    /// [`LeafBlock::remove`], walking from the record before, which the index knows. The
+    /// record that takes the freed bytes has room now.
+    pub(crate) fn remove(&mut self, offset: usize) {
+        let mut index = index_in(&mut self.kept);
+        let from = index
+            .as_ref()
+            .and_then(|i| i.record_before(offset))
+            .unwrap_or(0);
+        let room = self.leaf.remove_after(from, offset);
+        if let (Some(index), Some(room)) = (index.as_mut(), room) {
+            if room != offset {
+                index.absorbed(offset);
+            }
+            index.set_first_room(index.first_room().min(room));
+        }
+        self.check_index();
+    }
+
+    /// [`LeafBlock::set_target`]: the name stays, and so does the index.
+    pub(crate) fn set_target(&mut self, offset: usize, ino: u32, file_type: u8) {
+        self.leaf.set_target(offset, ino, file_type);
+    }
+
+    /// With debug assertions, checks the index kept against one built afresh.
+    fn check_index(&mut self) {
+        if cfg!(debug_assertions) {
+            if let Some(index) = index_in(&mut self.kept) {
+                let live = |offset| self.leaf.live_name_at(offset);
+                assert_eq!(
+                    index.contents(live),
+                    self.leaf.index().contents(live),
+                    "the leaf index went stale in an edit"
+                );
+            }
         }
     }
 }
@@ -660,5 +855,88 @@ fn chain_end(format: &DirFormat) -> usize {
         format.block_size - TAIL_SIZE
     } else {
         format.block_size
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn format() -> DirFormat {
+        DirFormat {
+            block_size: 1024,
+            filetype: true,
+            metadata_csum: false,
+            dir_index: true,
+            large_dir: false,
+            def_hash_version: 1,
+            unsigned_hash: false,
+            hash_seed: [0; 4],
+        }
+    }
+
+    fn entry(name: &[u8], ino: u32) -> NewEntry {
+        NewEntry {
+            ino,
+            file_type: 1,
+            name: name.to_vec(),
+        }
+    }
+
+    /// A name removed from a leaf stays in its index as a stale entry; a later name may put
+    /// bytes at that offset that read as a record holding the removed name (an inode,
+    /// lengths, "victim"). The index offers only offsets where records start, so the
+    /// removed name stays gone, as a walk of the leaf finds it gone.
+    #[test]
+    fn a_removed_name_is_not_found_inside_a_later_name() {
+        let format = format();
+        let loc = Location::Block(1);
+        let long = [b'q'; 20];
+        // Records at 0 ("p"), 12 (20 q's), 40 ("victim") and 56 ("w", to the end).
+        let entries = [
+            entry(b"p", 11),
+            entry(&long, 12),
+            entry(b"victim", 13),
+            entry(b"w", 14),
+        ];
+        let mut bytes = LeafBlock::packed(&format, &entries)
+            .unwrap()
+            .bytes()
+            .to_vec();
+        let mut kept = Derived::default();
+        let view = |bytes: &[u8], kept: &Derived, name: &[u8]| {
+            let view = LeafView::new(LeafBlock::checked(bytes, &format, loc).unwrap(), Some(kept));
+            (view.probe(name), view.find(name).map(|e| e.offset))
+        };
+        assert_eq!(view(&bytes, &kept, b"victim").1, Some(40));
+        {
+            let leaf = LeafBlock::checked(&mut bytes[..], &format, loc).unwrap();
+            let mut edit = LeafEdit::new(leaf, Some(&mut kept));
+            edit.remove(12);
+            edit.remove(40);
+        }
+        // 20 bytes of name, then what reads as a record at 40: inode 0x41414141, rec_len
+        // 257, name_len 6, file type 1, "victim".
+        let mut forged = vec![b'x'; 20];
+        forged.extend_from_slice(&[0x41, 0x41, 0x41, 0x41, 0x01, 0x01, 6, 1]);
+        forged.extend_from_slice(b"victim");
+        let LeafProbe::Absent(Some(slot)) = view(&bytes, &kept, &forged).0 else {
+            panic!("no room for the forged name");
+        };
+        {
+            let leaf = LeafBlock::checked(&mut bytes[..], &format, loc).unwrap();
+            LeafEdit::new(leaf, Some(&mut kept)).insert_at(slot, &forged, 15, 1);
+        }
+        assert_eq!(view(&bytes, &kept, &forged).1, Some(12));
+        assert!(matches!(
+            view(&bytes, &kept, b"victim"),
+            (LeafProbe::Absent(_), None)
+        ));
+        assert_eq!(
+            LeafBlock::checked(&bytes[..], &format, loc)
+                .unwrap()
+                .find(b"victim"),
+            None
+        );
     }
 }

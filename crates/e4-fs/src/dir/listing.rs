@@ -66,12 +66,13 @@ impl DirectoryEditor<'_> {
             let (_, go_on) = self.look_leaf(logical, |physical, leaf| {
                 // Block 0 of a linear directory starts with "." and "..".
                 let skip = if logical == 0 {
-                    check_dot_entries(leaf.bytes(), self.format(), self.loc(physical))?;
+                    check_dot_entries(leaf.leaf().bytes(), self.format(), self.loc(physical))?;
                     2
                 } else {
                     0
                 };
                 Ok(leaf
+                    .leaf()
                     .entries()
                     .skip(skip)
                     .filter(|e| e.offset >= start)
@@ -107,8 +108,9 @@ impl DirectoryEditor<'_> {
             loop {
                 let bottom = path.bottom();
                 let logical = self.index_target(bottom.followed(), bottom.logical)?;
-                let (_, entries) =
-                    self.look_leaf(logical, |_, leaf| Ok(leaf.entries().collect::<Vec<_>>()))?;
+                let (_, entries) = self.look_leaf(logical, |_, leaf| {
+                    Ok(leaf.leaf().entries().collect::<Vec<_>>())
+                })?;
                 run.extend(entries.into_iter().map(|e| (position(&e.name), e)));
                 match path.next_key() {
                     Some(key) if key & 1 == 1 => {

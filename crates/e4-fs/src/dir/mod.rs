@@ -9,4 +9,5 @@ pub(crate) mod entry;
 mod htree;
 pub(crate) mod inline;
 pub(crate) mod leaf;
+pub(crate) mod leaf_index;
 mod listing;

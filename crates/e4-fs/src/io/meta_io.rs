@@ -10,6 +10,7 @@
 //! [`BlockKind`] it was written as and its [`Owner`] (DESIGN.md, concurrency rule 4).
 
 use crate::error::Result;
+use crate::io::derived::Derived;
 
 /// What a metadata block holds: decides how it is verified when read and sealed when written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -47,6 +48,13 @@ impl Owner {
     }
 }
 
+/// A look at a block's bytes and what the store derived from them
+/// ([`MetaIo::visit_with_derived`]).
+pub type LookWithDerived<'a> = dyn FnMut(&[u8], Option<&Derived>) -> Result<()> + 'a;
+/// An edit of a block's bytes that keeps what was derived from them true
+/// ([`MetaIo::modify_with_derived`]).
+pub type EditWithDerived<'a> = dyn FnMut(&mut [u8], Option<&mut Derived>) -> Result<()> + 'a;
+
 /// Block-level access inside one transaction, as a mechanism needs it.
 pub trait MetaIo {
     /// Block size in bytes.
@@ -62,6 +70,28 @@ pub trait MetaIo {
         owner: Owner,
         look: &mut dyn FnMut(&[u8]) -> Result<()>,
     ) -> Result<()>;
+    /// [`MetaIo::visit`], with the structure derived from the block's bytes that the store
+    /// keeps beside its cached copy ([`Derived`]); `None` from a store that keeps none.
+    fn visit_with_derived(
+        &self,
+        nr: u64,
+        kind: BlockKind,
+        owner: Owner,
+        look: &mut LookWithDerived<'_>,
+    ) -> Result<()> {
+        self.visit(nr, kind, owner, &mut |bytes| look(bytes, None))
+    }
+    /// [`MetaIo::modify`], with the block's derived structure where the store keeps one:
+    /// `edit` keeps it true of the bytes it leaves, or clears it.
+    fn modify_with_derived(
+        &self,
+        nr: u64,
+        kind: BlockKind,
+        owner: Owner,
+        edit: &mut EditWithDerived<'_>,
+    ) -> Result<()> {
+        self.modify(nr, kind, owner, &mut |bytes| edit(bytes, None))
+    }
     /// A copy of metadata block `nr`, for a caller that rebuilds it and writes it back.
     fn read(&self, nr: u64, kind: BlockKind, owner: Owner) -> Result<Vec<u8>> {
         look_at(self, nr, kind, owner, |bytes| Ok(bytes.to_vec()))
@@ -119,24 +149,6 @@ pub(crate) fn look_at<T>(
     Ok(seen.expect("visit returned Ok without showing the block"))
 }
 
-/// [`MetaIo::modify`] for an edit that yields a value.
-pub(crate) fn edit_at<T>(
-    io: &(impl MetaIo + ?Sized),
-    nr: u64,
-    kind: BlockKind,
-    owner: Owner,
-    edit: impl FnOnce(&mut [u8]) -> Result<T>,
-) -> Result<T> {
-    let mut edit = Some(edit);
-    let mut made = None;
-    io.modify(nr, kind, owner, &mut |bytes| {
-        let edit = edit.take().expect("modify edits the block once");
-        made = Some(edit(bytes)?);
-        Ok(())
-    })?;
-    Ok(made.expect("modify returned Ok without editing the block"))
-}
-
 #[cfg(test)]
 pub(crate) mod memory {
     //! A [`MetaIo`] over a map of blocks with a bump allocator, for mechanism unit tests.
@@ -163,6 +175,9 @@ pub(crate) mod memory {
         /// A check run on every directory leaf read, as the engine's verifier runs one (its
         /// entry chain), for tests that plant damaged leaves.
         leaf_check: Option<LeafCheck>,
+        /// Blocks' derived structures (directory leaves' indexes), kept as the buffer cache
+        /// keeps them: by the edits that keep them true, dropped by every other write.
+        derived: Mutex<BTreeMap<u64, Derived>>,
     }
 
     impl MemoryMetaIo {
@@ -175,6 +190,7 @@ pub(crate) mod memory {
                 limit,
                 reads: Default::default(),
                 leaf_check: None,
+                derived: Mutex::default(),
             }
         }
 
@@ -216,8 +232,36 @@ pub(crate) mod memory {
             }
         }
 
+        fn visit_with_derived(
+            &self,
+            nr: u64,
+            kind: BlockKind,
+            owner: Owner,
+            look: &mut LookWithDerived<'_>,
+        ) -> Result<()> {
+            let mut derived = self.derived.lock().unwrap();
+            let kept = derived.entry(nr).or_default();
+            self.visit(nr, kind, owner, &mut |bytes| look(bytes, Some(kept)))
+        }
+
+        fn modify_with_derived(
+            &self,
+            nr: u64,
+            kind: BlockKind,
+            owner: Owner,
+            edit: &mut EditWithDerived<'_>,
+        ) -> Result<()> {
+            let mut kept = self.derived.lock().unwrap().remove(&nr).unwrap_or_default();
+            let mut bytes = self.read(nr, kind, owner)?;
+            edit(&mut bytes, Some(&mut kept))?;
+            self.write(nr, kind, owner, &bytes)?;
+            self.derived.lock().unwrap().insert(nr, kept);
+            Ok(())
+        }
+
         fn write(&self, nr: u64, kind: BlockKind, _owner: Owner, bytes: &[u8]) -> Result<()> {
             assert_eq!(bytes.len(), self.block_size);
+            self.derived.lock().unwrap().remove(&nr);
             assert!(
                 self.allocated.lock().unwrap().contains(&nr),
                 "write to block {nr}, which is not allocated"
@@ -243,6 +287,7 @@ pub(crate) mod memory {
         fn free(&self, start: u64, len: u64, _owner: Owner) -> Result<()> {
             let mut allocated = self.allocated.lock().unwrap();
             for nr in start..start + len {
+                self.derived.lock().unwrap().remove(&nr);
                 assert!(
                     allocated.remove(&nr),
                     "free of block {nr}, which is not allocated"

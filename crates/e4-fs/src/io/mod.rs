@@ -2,6 +2,7 @@
 //! here imports anything else of e4-fs but its errors.
 
 pub(crate) mod credits;
+pub(crate) mod derived;
 pub mod device;
 mod hole_map;
 mod image_lock;

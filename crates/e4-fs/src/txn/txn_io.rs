@@ -11,7 +11,7 @@ use crate::buffer::cache::{Buffer, BufferRole};
 use crate::buffer::store::BlockStore;
 use crate::error::{Error, Result, Shortage};
 use crate::inode::cache::{InodeGuard, InodeState};
-use crate::io::meta_io::{BlockKind, MetaIo, Owner};
+use crate::io::meta_io::{BlockKind, EditWithDerived, LookWithDerived, MetaIo, Owner};
 use crate::space::Space;
 use crate::txn::undo::UndoLog;
 use crate::txn::{Transactions, TxnHandle};
@@ -209,6 +209,33 @@ impl MetaIo for TxnIo<'_> {
         let buffer = self.store.read_as(nr, BufferRole::of(kind, owner))?;
         self.log_buffer(&buffer);
         edit(&mut buffer.bytes_mut())?;
+        self.store.cache().mark_dirty(&buffer);
+        Ok(())
+    }
+
+    fn visit_with_derived(
+        &self,
+        nr: u64,
+        kind: BlockKind,
+        owner: Owner,
+        look: &mut LookWithDerived<'_>,
+    ) -> Result<()> {
+        self.store
+            .visit_with_derived(nr, BufferRole::of(kind, owner), look)
+    }
+
+    fn modify_with_derived(
+        &self,
+        nr: u64,
+        kind: BlockKind,
+        owner: Owner,
+        edit: &mut EditWithDerived<'_>,
+    ) -> Result<()> {
+        let buffer = self.store.read_as(nr, BufferRole::of(kind, owner))?;
+        self.log_buffer(&buffer);
+        let mut contents = buffer.contents_mut();
+        let contents = &mut *contents;
+        edit(&mut contents.bytes, Some(&mut contents.derived))?;
         self.store.cache().mark_dirty(&buffer);
         Ok(())
     }
