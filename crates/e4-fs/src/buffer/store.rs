@@ -67,6 +67,14 @@ impl BlockStore {
     /// Metadata block `nr` through the cache, unverified: the caller verifies it in the
     /// role it uses it for ([`Self::verify`]).
     pub(crate) fn read(&self, nr: u64) -> Result<Arc<Buffer>> {
+        self.read_or_zeros(nr, false)
+    }
+
+    /// [`Self::read`], but a miss makes the block from zeros instead of reading it when
+    /// `never_written`: an inode-table block in the part of its table no inode was ever
+    /// used in, whose records the caller is about to write (as the kernel's
+    /// `__ext4_get_inode_loc` makes a block of new inodes in memory).
+    pub(crate) fn read_or_zeros(&self, nr: u64, never_written: bool) -> Result<Arc<Buffer>> {
         if nr >= self.blocks {
             return Err(FormatError::corrupt(
                 Structure::BlockPointer,
@@ -77,6 +85,10 @@ impl BlockStore {
         }
         let offset = nr * u64::from(self.block_size);
         self.cache.get_or_read(nr, |buf| {
+            if never_written {
+                buf.fill(0);
+                return Ok(());
+            }
             self.device
                 .read_exact_at(buf, offset)
                 .map_err(|e| Error::io(format!("read of block {nr}"), e))

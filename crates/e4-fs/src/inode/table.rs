@@ -87,18 +87,40 @@ impl InodeTable {
 
     /// Encodes `inode` (computing its checksum) into its inode-table block, which the next
     /// commit writes.
-    pub(crate) fn write_record(&self, store: &BlockStore, inode: &Inode) -> Result<()> {
-        self.record_writer(store).write(inode)
+    pub(crate) fn write_record(
+        &self,
+        store: &BlockStore,
+        descriptors: &GroupDescriptors,
+        inode: &Inode,
+    ) -> Result<()> {
+        self.record_writer(store, descriptors).write(inode)
     }
 
     /// A writer of many records, which reads a table block once for a run of records in
     /// it: a commit writes its dirty inodes in number order, sixteen to a 4 KiB block.
-    pub(crate) fn record_writer<'a>(&'a self, store: &'a BlockStore) -> RecordWriter<'a> {
+    pub(crate) fn record_writer<'a>(
+        &'a self,
+        store: &'a BlockStore,
+        descriptors: &'a GroupDescriptors,
+    ) -> RecordWriter<'a> {
         RecordWriter {
             table: self,
             store,
+            descriptors,
             block: None,
         }
+    }
+
+    /// Whether no inode of the table block holding `ino` was ever in use, as the last
+    /// commit left the descriptors (`BG_INODE_UNINIT`, or past `bg_itable_unused`): the
+    /// only records that block will hold are ones written since.
+    fn block_never_written(&self, descriptors: &GroupDescriptors, ino: u32) -> bool {
+        let Some(at) = self.geometry.inode_location(ino) else {
+            return false;
+        };
+        let per_block = (self.geometry.block_size() as usize / self.inode_size).max(1) as u32;
+        let first = at.index - at.index % per_block;
+        descriptors.past_itable_used(at.group, first, self.geometry.inodes_per_group())
     }
 
     /// Zeroes the records of group `group`'s inodes `from..to` that `bitmap` shows free
@@ -131,6 +153,7 @@ impl InodeTable {
 pub(crate) struct RecordWriter<'a> {
     table: &'a InodeTable,
     store: &'a BlockStore,
+    descriptors: &'a GroupDescriptors,
     /// The table block the last record went to.
     block: Option<Arc<Buffer>>,
 }
@@ -143,7 +166,10 @@ impl RecordWriter<'_> {
         let buffer = match &self.block {
             Some(buffer) if buffer.nr() == nr => buffer,
             _ => {
-                let buffer = self.store.read(nr)?;
+                // A block of new inodes only is made, not read: a create's record went
+                // to a block the device was read for, a third of a commit's gather.
+                let fresh = self.table.block_never_written(self.descriptors, inode.ino);
+                let buffer = self.store.read_or_zeros(nr, fresh)?;
                 buffer.set_role(TABLE_ROLE);
                 self.block.insert(buffer)
             }

@@ -324,6 +324,7 @@ impl Transactions {
         chain_orphans(parts)?;
         write_back::write_inode_records(
             parts.store,
+            parts.descriptors,
             parts.inode_table,
             parts.inodes,
             &parts.inodes.take_dirty(),

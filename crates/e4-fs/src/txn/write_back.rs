@@ -16,6 +16,7 @@ use crate::buffer::store::BlockStore;
 use crate::error::Result;
 use crate::inode::cache::{InodeCache, InodeHandle};
 use crate::inode::table::InodeTable;
+use crate::space::descriptors::GroupDescriptors;
 
 /// Below this many items a commit works on its own thread: starting threads costs tens of
 /// microseconds, and an fsync-driven commit holds a handful of blocks.
@@ -27,12 +28,13 @@ const RUN_LIMIT: usize = 256;
 /// inode number, so each thread's share touches its own range of table blocks.
 pub(crate) fn write_inode_records(
     store: &BlockStore,
+    descriptors: &GroupDescriptors,
     table: &InodeTable,
     inodes: &InodeCache,
     handles: &[Arc<InodeHandle>],
 ) -> Result<()> {
     in_chunks(handles, |chunk| {
-        let mut records = table.record_writer(store);
+        let mut records = table.record_writer(store, descriptors);
         for handle in chunk {
             let state = handle.lock(inodes);
             // A deleted inode's last record went into the table when it was freed; its
