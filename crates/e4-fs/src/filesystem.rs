@@ -46,7 +46,9 @@ pub struct OpenOptions {
     /// Verify metadata checksums (metadata_csum, gdt_csum) when blocks are first read.
     /// On by default; turning it off lets a damaged image be salvaged (read-only).
     pub verify_checksums: bool,
-    /// Bytes of clean metadata the block cache may hold. Default 64 MiB.
+    /// Bytes of clean metadata the block cache may hold. Default 64 MiB. A directory leaf
+    /// that creates have indexed (`dir/leaf_index.rs`) holds up to as much again beside
+    /// it (its table is at most half full, four bytes a record).
     pub cache_bytes: usize,
     /// Open for writing. The image is marked "not clean" until [`Filesystem::unmount`].
     pub writable: bool,
