@@ -352,6 +352,17 @@ impl InodeAllocator {
         Ok(self.loaded(group, guard, 0)?.snapshot())
     }
 
+    /// How many of group `group`'s inodes `from..to` (indexes in the group) are in use,
+    /// this transaction's claims included; `None` if the group's bitmap is not loaded (no
+    /// inode of it was claimed or freed since the filesystem was opened).
+    pub fn used_between(&self, group: u32, from: u32, to: u32) -> Option<u32> {
+        let guard = self
+            .groups
+            .get(group as usize)?
+            .lock(&self.stats.group_locks);
+        guard.as_ref().map(|bitmap| bitmap.used_between(from, to))
+    }
+
     /// Claims a free inode for `req`, placed next to `blocks`' free space as Orlov wants.
     pub fn allocate(
         &self,

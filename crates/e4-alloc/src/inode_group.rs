@@ -109,6 +109,15 @@ impl InodeBitmap {
         self.words[(index / BITS) as usize] & (1 << (index % BITS)) != 0
     }
 
+    /// How many of the inodes `from..to` are in use (indexes past the group count as in
+    /// use, as their bits are set).
+    pub(crate) fn used_between(&self, from: u32, to: u32) -> u32 {
+        (from..to.min(self.inodes))
+            .filter(|&i| self.is_used(i))
+            .count() as u32
+            + to.saturating_sub(self.inodes.max(from))
+    }
+
     /// Bytes the loaded bitmap holds.
     pub(crate) fn memory_bytes(&self) -> usize {
         std::mem::size_of::<Self>() + self.words.len() * std::mem::size_of::<u64>()

@@ -7,6 +7,9 @@ use std::process::Command;
 use e4_fs::{Creator, Error, Filesystem, Mapping, OpenOptions, Shortage};
 use e4_testkit::{e2fsck_clean, e2fsck_problems, make_empty_image, PROFILES};
 
+/// ext4's root directory.
+const ROOT_DIR: u32 = 2;
+
 const CREATOR: Creator = Creator {
     permissions: 0o644,
     uid: 0,
@@ -164,4 +167,59 @@ fn racing_writers_never_get_a_block_of_a_corrupt_group() {
         before,
         "e2fsck sees new damage"
     );
+}
+
+/// A group whose bitmap shows inodes in use past its `bg_itable_unused` (a descriptor that
+/// lost count: e2fsck repairs it). A commit makes a table block of new inodes from zeros
+/// instead of reading it, but only when the bitmap shows no other inode of it in use: a
+/// new file whose inode shares a table block with such inodes must leave their records
+/// as they were, and the commit, lowering `bg_itable_unused` over them, leaves the image
+/// e2fsck-clean. Planted bug: trusting the descriptor's boundary alone (as the first cut
+/// of the made blocks did) zeroes inode 21's record ("f9 has deleted/unused inode 21").
+#[test]
+fn inodes_in_use_past_itable_unused_keep_their_records_through_a_create() {
+    // 1 KiB blocks, 256-byte inodes: four records a table block; 128 inodes a group.
+    let image = make_empty_image(&["-t", "ext4", "-O", "^has_journal", "-N", "1024"], 64);
+    let fs = Filesystem::open(&image.path, OpenOptions::writable()).unwrap();
+    let files: Vec<u32> = (0..10)
+        .map(|i| {
+            fs.create(ROOT_DIR, format!("f{i}").as_bytes(), CREATOR)
+                .unwrap()
+        })
+        .collect();
+    fs.unmount().unwrap();
+    assert_eq!(files, (12..22).collect::<Vec<_>>());
+    // Inodes 1-16 inside the used part; 17-21 (f5-f9) past it, in use.
+    let requests = image.path.with_extension("debugfs");
+    std::fs::write(
+        &requests,
+        "set_bg 0 itable_unused 112\nset_bg 0 checksum calc\n",
+    )
+    .unwrap();
+    let set = Command::new(e4_testkit::tool("debugfs"))
+        .arg("-w")
+        .arg("-f")
+        .arg(&requests)
+        .arg(&image.path)
+        .output()
+        .unwrap();
+    assert!(set.status.success());
+    assert!(
+        !e2fsck_problems(&image.path).is_empty(),
+        "e2fsck must see the lowered count"
+    );
+
+    let fs = Filesystem::open(&image.path, OpenOptions::writable()).unwrap();
+    // Inode 22: the table block of 21-24.
+    assert_eq!(fs.create(ROOT_DIR, b"new", CREATOR).unwrap(), 22);
+    fs.unmount().unwrap();
+    e2fsck_clean(&image.path).unwrap();
+    let fs = Filesystem::open(&image.path, OpenOptions::default()).unwrap();
+    for (i, ino) in files.iter().enumerate() {
+        assert_eq!(
+            fs.lookup(ROOT_DIR, format!("f{i}").as_bytes()).unwrap(),
+            Some(*ino)
+        );
+        assert_eq!(fs.read_inode(*ino).unwrap().links_count(), 1, "f{i}");
+    }
 }

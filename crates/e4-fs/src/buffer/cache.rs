@@ -109,7 +109,7 @@ impl Buffer {
     }
 
     /// The bytes and what was derived from them, shared with other readers.
-    pub fn contents(&self) -> RwLockReadGuard<'_, Contents> {
+    pub(crate) fn contents(&self) -> RwLockReadGuard<'_, Contents> {
         self.bytes.read()
     }
 
@@ -125,7 +125,7 @@ impl Buffer {
     /// The bytes and what was derived from them, for a change that keeps the derived
     /// structures true of the bytes it leaves (a directory edit and the leaf's index);
     /// otherwise as [`Self::bytes_mut`].
-    pub fn contents_mut(&self) -> RwLockWriteGuard<'_, Contents> {
+    pub(crate) fn contents_mut(&self) -> RwLockWriteGuard<'_, Contents> {
         let contents = self.bytes.write();
         if self.committing.load(Ordering::Acquire) {
             let mut claim = self.claim.lock();

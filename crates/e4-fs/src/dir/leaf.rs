@@ -191,6 +191,8 @@ impl<B: AsRef<[u8]>> LeafBlock<B> {
         let chain = &bytes[..self.end];
         let wanted = Wanted::new(name);
         // The first holder in the chain, as the walk's: a damaged leaf may hold a name twice.
+        // (The table offers such twins in chain order already, as the build enters them and
+        // an insert never adds a live name; the minimum does not depend on that.)
         let holder = index
             .holding(name)
             .filter_map(|offset| {
@@ -692,6 +694,16 @@ impl<'a> LeafEdit<'a> {
             .and_then(|i| i.record_before(offset))
             .unwrap_or(0);
         let room = self.leaf.remove_after(from, offset);
+        if room.is_none() && from != 0 {
+            // The record the index named does not lead to `offset`: a stale index (a bug
+            // the debug checks exist to catch). The walk from the start decides, and the
+            // index is dropped, to be built afresh.
+            self.leaf.remove_after(0, offset);
+            if let Some(kept) = self.kept.as_deref_mut() {
+                kept.clear();
+            }
+            return;
+        }
         if let (Some(index), Some(room)) = (index.as_mut(), room) {
             if room != offset {
                 index.absorbed(offset);
@@ -938,5 +950,32 @@ mod tests {
                 .find(b"victim"),
             None
         );
+    }
+
+    /// An index that names a record start where none is (stale: a bug) must not make a
+    /// removal edit the wrong record or none: the walk from the start decides, and the
+    /// index is dropped.
+    #[test]
+    fn a_removal_with_a_stale_index_walks_from_the_start() {
+        let format = format();
+        let loc = Location::Block(1);
+        // Records at 0 ("a"), 12 ("b") and 24 ("c", to the end).
+        let entries = [entry(b"a", 11), entry(b"b", 12), entry(b"c", 13)];
+        let mut bytes = LeafBlock::packed(&format, &entries)
+            .unwrap()
+            .bytes()
+            .to_vec();
+        // Starts at 0, 16 and 24: 16 lies inside "b"'s record.
+        let records = [(0, None), (16, None), (24, Some(&b"c"[..]))];
+        let stale = LeafIndex::new(records.into_iter(), 1024, 1024);
+        let mut kept = Derived::default();
+        assert!(kept.get_or_make(|| stale).is_some());
+        let leaf = LeafBlock::checked(&mut bytes[..], &format, loc).unwrap();
+        LeafEdit::new(leaf, Some(&mut kept)).remove(24);
+        let leaf = LeafBlock::checked(&bytes[..], &format, loc).unwrap();
+        let names: Vec<Vec<u8>> = leaf.entries().map(|e| e.name).collect();
+        assert_eq!(names, vec![b"a".to_vec(), b"b".to_vec()]);
+        assert_eq!(leaf.entries().last().map(|e| e.rec_len), Some(1024 - 12));
+        assert!(kept.get::<LeafIndex>().is_none());
     }
 }

@@ -2,6 +2,7 @@
 //! through the block cache (a table block shared by many inodes has one copy, and
 //! write-back writes it once).
 
+use e4_alloc::InodeAllocator;
 use e4_format::geometry::Geometry;
 use e4_format::inode::Inode;
 use e4_format::{FormatError, Location, Problem, Structure};
@@ -87,40 +88,23 @@ impl InodeTable {
 
     /// Encodes `inode` (computing its checksum) into its inode-table block, which the next
     /// commit writes.
-    pub(crate) fn write_record(
-        &self,
-        store: &BlockStore,
-        descriptors: &GroupDescriptors,
-        inode: &Inode,
-    ) -> Result<()> {
-        self.record_writer(store, descriptors).write(inode)
+    pub(crate) fn write_record(&self, store: &BlockStore, inode: &Inode) -> Result<()> {
+        self.record_writer(store).write(inode)
     }
 
     /// A writer of many records, which reads a table block once for a run of records in
     /// it: a commit writes its dirty inodes in number order, sixteen to a 4 KiB block.
-    pub(crate) fn record_writer<'a>(
-        &'a self,
-        store: &'a BlockStore,
-        descriptors: &'a GroupDescriptors,
-    ) -> RecordWriter<'a> {
+    pub(crate) fn record_writer<'a>(&'a self, store: &'a BlockStore) -> RecordWriter<'a> {
         RecordWriter {
             table: self,
             store,
-            descriptors,
             block: None,
         }
     }
 
-    /// Whether no inode of the table block holding `ino` was ever in use, as the last
-    /// commit left the descriptors (`BG_INODE_UNINIT`, or past `bg_itable_unused`): the
-    /// only records that block will hold are ones written since.
-    fn block_never_written(&self, descriptors: &GroupDescriptors, ino: u32) -> bool {
-        let Some(at) = self.geometry.inode_location(ino) else {
-            return false;
-        };
-        let per_block = (self.geometry.block_size() as usize / self.inode_size).max(1) as u32;
-        let first = at.index - at.index % per_block;
-        descriptors.past_itable_used(at.group, first, self.geometry.inodes_per_group())
+    /// The table block holding inode `ino`'s record; `None` for a number outside the table.
+    pub(crate) fn block_of(&self, ino: u32) -> Option<u64> {
+        self.slot(ino).ok().map(|(nr, _)| nr)
     }
 
     /// Zeroes the records of group `group`'s inodes `from..to` that `bitmap` shows free
@@ -153,12 +137,46 @@ impl InodeTable {
 pub(crate) struct RecordWriter<'a> {
     table: &'a InodeTable,
     store: &'a BlockStore,
-    descriptors: &'a GroupDescriptors,
     /// The table block the last record went to.
     block: Option<Arc<Buffer>>,
 }
 
 impl RecordWriter<'_> {
+    /// Makes the table block of inode `ino` from zeros instead of reading it, when the
+    /// cache does not hold it and the only inodes in use in it are the `writers` whose
+    /// records the caller (a commit's gather) is about to write: it lies past its group's
+    /// `bg_itable_unused` as the last commit left it, and the inode bitmap, with this
+    /// transaction's claims, shows exactly `writers` of its inodes in use. As the kernel's
+    /// `__ext4_get_inode_loc`, which makes a new inode's block in memory when every other
+    /// inode of it is free: a read per sixteen creates, with every operation stopped, is a
+    /// disk's seek each. (The bitmap, not the descriptor alone: a damaged image may have
+    /// inodes in use past `bg_itable_unused`, whose records a made block would wipe.)
+    pub(crate) fn make_block_of_new(
+        &mut self,
+        ino: u32,
+        writers: u32,
+        descriptors: &GroupDescriptors,
+        allocator: &InodeAllocator,
+    ) {
+        let geometry = &self.table.geometry;
+        let (Some(nr), Some(at)) = (self.table.block_of(ino), geometry.inode_location(ino)) else {
+            return;
+        };
+        if self.store.cache().peek(nr).is_some() {
+            return;
+        }
+        let per_block = (geometry.block_size() as usize / self.table.inode_size).max(1) as u32;
+        let first = at.index - at.index % per_block;
+        let unused = descriptors.past_itable_used(at.group, first, geometry.inodes_per_group())
+            && allocator.used_between(at.group, first, first + per_block) == Some(writers);
+        if unused {
+            if let Ok(buffer) = self.store.read_or_zeros(nr, true) {
+                buffer.set_role(TABLE_ROLE);
+                self.block = Some(buffer);
+            }
+        }
+    }
+
     /// Encodes `inode` (computing its checksum) into its inode-table block, which the next
     /// commit writes.
     pub(crate) fn write(&mut self, inode: &Inode) -> Result<()> {
@@ -166,10 +184,7 @@ impl RecordWriter<'_> {
         let buffer = match &self.block {
             Some(buffer) if buffer.nr() == nr => buffer,
             _ => {
-                // A block of new inodes only is made, not read: a create's record went
-                // to a block the device was read for, a third of a commit's gather.
-                let fresh = self.table.block_never_written(self.descriptors, inode.ino);
-                let buffer = self.store.read_or_zeros(nr, fresh)?;
+                let buffer = self.store.read(nr)?;
                 buffer.set_role(TABLE_ROLE);
                 self.block.insert(buffer)
             }

@@ -161,8 +161,7 @@ impl Filesystem {
         state.inode.record.links_count = 0;
         state.inode.set_size(0);
         // The last step that can fail: an operation that fails before it is undone whole.
-        self.inode_table
-            .write_record(&self.store, &self.descriptors, &state.inode)?;
+        self.inode_table.write_record(&self.store, &state.inode)?;
         state.deleted = true;
         // Out of the cache before the number can be handed out again (after the commit).
         self.inodes.remove(state.inode.ino);

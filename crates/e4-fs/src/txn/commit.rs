@@ -325,6 +325,7 @@ impl Transactions {
         write_back::write_inode_records(
             parts.store,
             parts.descriptors,
+            &parts.space.inodes,
             parts.inode_table,
             parts.inodes,
             &parts.inodes.take_dirty(),

@@ -9,6 +9,7 @@
 
 use std::sync::Arc;
 
+use e4_alloc::InodeAllocator;
 use e4_format::superblock::{Superblock, SUPERBLOCK_OFFSET};
 
 use crate::buffer::cache::Buffer;
@@ -29,18 +30,33 @@ const RUN_LIMIT: usize = 256;
 pub(crate) fn write_inode_records(
     store: &BlockStore,
     descriptors: &GroupDescriptors,
+    allocator: &InodeAllocator,
     table: &InodeTable,
     inodes: &InodeCache,
     handles: &[Arc<InodeHandle>],
 ) -> Result<()> {
     in_chunks(handles, |chunk| {
-        let mut records = table.record_writer(store, descriptors);
-        for handle in chunk {
-            let state = handle.lock(inodes);
-            // A deleted inode's last record went into the table when it was freed; its
-            // number may already belong to a new inode.
-            if !state.deleted {
-                records.write(&state.inode)?;
+        let mut records = table.record_writer(store);
+        let mut rest = chunk;
+        while let Some(first) = rest.first() {
+            // The handles whose records share the first one's table block.
+            let block = table.block_of(first.ino);
+            let run = rest
+                .iter()
+                .take_while(|h| table.block_of(h.ino) == block)
+                .count();
+            let (these, after) = rest.split_at(run);
+            rest = after;
+            // A block the cache lacks holds no inode deleted in this transaction (its
+            // last record went into the cached block), so all `run` are written below.
+            records.make_block_of_new(first.ino, run as u32, descriptors, allocator);
+            for handle in these {
+                let state = handle.lock(inodes);
+                // A deleted inode's last record went into the table when it was freed; its
+                // number may already belong to a new inode.
+                if !state.deleted {
+                    records.write(&state.inode)?;
+                }
             }
         }
         Ok(())
