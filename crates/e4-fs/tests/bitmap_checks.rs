@@ -87,23 +87,13 @@ fn racing_writers_never_get_a_block_of_a_corrupt_group() {
         })
         .unwrap_or_else(|| panic!("no free count for group {CORRUPT} in {stats}"));
     // One session: the descriptor's count, then its checksum (metadata_csum).
-    let requests = image.path.with_extension("debugfs");
-    std::fs::write(
-        &requests,
-        format!(
+    set_descriptor(
+        &image.path,
+        &format!(
             "set_bg {CORRUPT} free_blocks_count {}\nset_bg {CORRUPT} checksum calc\n",
             free + 40
         ),
-    )
-    .unwrap();
-    let set = Command::new(e4_testkit::tool("debugfs"))
-        .arg("-w")
-        .arg("-f")
-        .arg(&requests)
-        .arg(&image.path)
-        .output()
-        .unwrap();
-    assert!(set.status.success());
+    );
     let before = e2fsck_problems(&image.path);
     assert!(!before.is_empty(), "e2fsck must see the changed count");
 
@@ -190,20 +180,10 @@ fn inodes_in_use_past_itable_unused_keep_their_records_through_a_create() {
     fs.unmount().unwrap();
     assert_eq!(files, (12..22).collect::<Vec<_>>());
     // Inodes 1-16 inside the used part; 17-21 (f5-f9) past it, in use.
-    let requests = image.path.with_extension("debugfs");
-    std::fs::write(
-        &requests,
+    set_descriptor(
+        &image.path,
         "set_bg 0 itable_unused 112\nset_bg 0 checksum calc\n",
-    )
-    .unwrap();
-    let set = Command::new(e4_testkit::tool("debugfs"))
-        .arg("-w")
-        .arg("-f")
-        .arg(&requests)
-        .arg(&image.path)
-        .output()
-        .unwrap();
-    assert!(set.status.success());
+    );
     assert!(
         !e2fsck_problems(&image.path).is_empty(),
         "e2fsck must see the lowered count"
@@ -222,4 +202,18 @@ fn inodes_in_use_past_itable_unused_keep_their_records_through_a_create() {
         );
         assert_eq!(fs.read_inode(*ino).unwrap().links_count(), 1, "f{i}");
     }
+}
+
+/// Runs debugfs `requests` (`set_bg` lines, in one session) on the image at `path`.
+fn set_descriptor(path: &std::path::Path, requests: &str) {
+    let file = path.with_extension("debugfs");
+    std::fs::write(&file, requests).unwrap();
+    let set = Command::new(e4_testkit::tool("debugfs"))
+        .arg("-w")
+        .arg("-f")
+        .arg(&file)
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(set.status.success(), "debugfs: {requests}");
 }
