@@ -6,8 +6,9 @@
 //! entry (`ext4_find_dest_de`), and to the entry before one it deletes
 //! (`ext4_generic_delete_entry`): a create in a large directory read a few hundred records,
 //! each load waiting for the one before (a quarter of e4's create, with its two walks made
-//! one). The index is built once from a verified leaf and kept beside the cached block;
-//! the directory edits keep it up to date ([`LeafEdit`](crate::dir::leaf::LeafEdit)) and
+//! one). The index is built from a verified leaf by the first create that looks at it (a
+//! lookup alone walks: a build costs more than the walk it saves once) and kept beside the
+//! cached block (`io/derived.rs`); the directory edits keep it up to date ([`LeafEdit`](crate::dir::leaf::LeafEdit)) and
 //! any other change of the block's bytes drops it (`buffer/cache.rs`). A lookup then reads
 //! one slot run of a small hash table and the records it names; a create starts its search
 //! for room where room begins; a removal finds the record before from the map of record
