@@ -274,8 +274,8 @@ M = [
   ['--test', 'commit_consistency', 'stale']),
  # A commit seals by the role its transaction gave the block.
  ("a commit seals by the block's role now, not the role it took it in", 'crates/e4-fs/src/buffer/cache.rs',
-  '        let written = match frozen {\n            Some(mut copy) => write(&mut copy, role),\n            None => write(&mut bytes, role),',
-  '        let _ = role;\n        let role = *self.role.lock();\n        let written = match frozen {\n            Some(mut copy) => write(&mut copy, role),\n            None => write(&mut bytes, role),',
+  '        let written = match frozen {\n            Some(mut copy) => write(&mut copy, role),',
+  '        let _ = role;\n        let role = *self.role.lock();\n        let written = match frozen {\n            Some(mut copy) => write(&mut copy, role),',
   ['--test', 'commit_consistency', 'seals']),
  # An undone operation puts back the roles of the blocks it rewrote.
  ("an undo puts back a block's bytes but not its role", 'crates/e4-fs/src/txn/undo.rs',
