@@ -371,7 +371,7 @@ M = [
  ("a commit's frees become reusable before its blocks are written", 'crates/e4-fs/src/txn/commit.rs',
   '        let written = match gathered.and_then(|batch| self.write_out(parts, batch, &freed)) {',
   '        let mut frees = frees;\n        for f in frees.drain(..) {\n            parts.space.blocks.commit_frees(f, 0);\n        }\n        let written = match gathered.and_then(|batch| self.write_out(parts, batch, &freed)) {',
-  ['--test', 'commit_consistency']),
+  ['--test', 'commit_consistency', 'frees']),
  ("a directory's window stays at 64 blocks however large it grows", 'crates/e4-fs/src/ops/directory_blocks.rs',
   '                window.raise_cap(directory_window_cap(logical));\n',
   '                let _ = directory_window_cap(logical);\n',

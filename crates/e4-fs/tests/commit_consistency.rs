@@ -382,3 +382,64 @@ fn a_commit_makes_blocks_of_new_inodes_without_reading_them() {
         assert_eq!(fs.read_inode(ino).unwrap().links_count(), 1, "{}", name(i));
     }
 }
+
+/// A commit's frees become reusable only once it has written its own blocks: until then
+/// the image a crash would leave still has them in use (a freed extent leaf, say), and
+/// data written into them would land in that image's metadata. Allocation takes blocks
+/// anywhere with room, so a write aimed at a freed block does not reliably get it; what
+/// the allocator counts as free shows the rule directly. While the commit of a truncate
+/// is held at its first home write, the freed blocks are not free yet; once it has
+/// written, they are. Planted bug: the frees handed to the allocator before the commit's
+/// writes (the count rises while the commit is held).
+#[test]
+fn blocks_a_commit_frees_become_free_only_once_it_has_written() {
+    let img = make_empty_image(&["-t", "ext4", "-O", "^has_journal", "-b", "1024"], 8);
+    let device = Arc::new(HomeWriteGate {
+        inner: MemoryDevice::new(std::fs::read(&img.path).unwrap()),
+        journal: std::collections::HashSet::new(),
+        armed: AtomicBool::new(false),
+        state: Mutex::new((false, false)),
+        changed: std::sync::Condvar::new(),
+    });
+    let options = OpenOptions {
+        commit_interval: Duration::ZERO,
+        ..OpenOptions::writable()
+    };
+    let fs = Filesystem::open_device(device.clone(), options).unwrap();
+    // Every second block: twelve extents, a tree with a leaf block.
+    let doomed = fs.create(ROOT, b"doomed", FILE).unwrap();
+    for i in 0..12u64 {
+        fs.write_at(doomed, 2 * i * 1024, &[0x5a; 1024]).unwrap();
+    }
+    fs.sync().unwrap();
+    let free_before = fs.statfs().free_blocks;
+    fs.truncate(doomed, 0).unwrap();
+    assert_eq!(
+        fs.statfs().free_blocks,
+        free_before,
+        "blocks free before the commit"
+    );
+    device.armed.store(true, Ordering::Release);
+    let free_during = std::thread::scope(|s| {
+        let committer = s.spawn(|| fs.sync());
+        device.wait_until_held();
+        let free_during = fs.statfs().free_blocks;
+        device.release();
+        committer.join().unwrap().unwrap();
+        free_during
+    });
+    let free_after = fs.statfs().free_blocks;
+    assert_eq!(
+        free_during, free_before,
+        "blocks free while the commit is held"
+    );
+    assert_eq!(
+        free_after,
+        free_before + 13,
+        "the twelve data blocks and the leaf"
+    );
+    fs.unmount().unwrap();
+    let path = img.path.with_extension("after");
+    std::fs::write(&path, device.inner.bytes()).unwrap();
+    e2fsck_clean(&path).unwrap();
+}
