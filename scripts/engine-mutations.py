@@ -256,8 +256,8 @@ M = [
   ['--test', 'dentry_cache', 'a_name_just_placed']),
  # In-place leaf edits (MetaIo::modify).
  ('an edit in place is not marked dirty', 'crates/e4-fs/src/txn/txn_io.rs',
-  '        edit(&mut buffer.bytes_mut())?;\n        self.store.cache().mark_dirty(&buffer);',
-  '        edit(&mut buffer.bytes_mut())?;',
+  '        edit(&mut contents.bytes, Some(&mut contents.derived))?;\n        self.store.cache().mark_dirty(&buffer);',
+  '        edit(&mut contents.bytes, Some(&mut contents.derived))?;',
   ['--test', 'write_model']),
  ('an edit in place removes the entry after the one found', 'crates/e4-fs/src/dir/editor.rs',
   '        self.edit_leaf(place.physical, |leaf| leaf.remove(place.offset))',

@@ -126,6 +126,17 @@ struct HomeWriteGate {
 }
 
 impl HomeWriteGate {
+    /// A gate over `inner` whose journal lies at the byte offsets `journal`, not armed.
+    fn new(inner: MemoryDevice, journal: std::collections::HashSet<u64>) -> Self {
+        HomeWriteGate {
+            inner,
+            journal,
+            armed: AtomicBool::new(false),
+            state: Mutex::new((false, false)),
+            changed: std::sync::Condvar::new(),
+        }
+    }
+
     fn hold_if_home(&self, offset: u64) {
         if self.journal.contains(&offset) || !self.armed.swap(false, Ordering::AcqRel) {
             return;
@@ -196,13 +207,10 @@ fn journal_offsets(image: &std::path::Path) -> std::collections::HashSet<u64> {
 #[test]
 fn a_block_is_never_read_back_stale_while_its_commit_writes_it_home() {
     let img = make_empty_image(&["-t", "ext4", "-b", "4096"], 64);
-    let device = Arc::new(HomeWriteGate {
-        inner: MemoryDevice::new(std::fs::read(&img.path).unwrap()),
-        journal: journal_offsets(&img.path),
-        armed: AtomicBool::new(false),
-        state: Mutex::new((false, false)),
-        changed: std::sync::Condvar::new(),
-    });
+    let device = Arc::new(HomeWriteGate::new(
+        MemoryDevice::new(std::fs::read(&img.path).unwrap()),
+        journal_offsets(&img.path),
+    ));
     let options = OpenOptions {
         cache_bytes: 64 * 4096,
         commit_interval: Duration::ZERO,
@@ -267,15 +275,12 @@ fn a_commit_seals_a_block_by_its_role_in_that_commit() {
     let img = make_empty_image(&["-t", "ext4", "-O", "^has_journal", "-b", "1024"], 16);
     let copies = Arc::new(Mutex::new(Vec::new()));
     let kept = Arc::clone(&copies);
-    let device = Arc::new(HomeWriteGate {
-        inner: MemoryDevice::watching_flushes(std::fs::read(&img.path).unwrap(), move |image| {
+    let device = Arc::new(HomeWriteGate::new(
+        MemoryDevice::watching_flushes(std::fs::read(&img.path).unwrap(), move |image| {
             kept.lock().unwrap().push(image.to_vec())
         }),
-        journal: std::collections::HashSet::new(),
-        armed: AtomicBool::new(false),
-        state: Mutex::new((false, false)),
-        changed: std::sync::Condvar::new(),
-    });
+        std::collections::HashSet::new(),
+    ));
     let options = OpenOptions {
         commit_interval: Duration::ZERO,
         ..OpenOptions::writable()
@@ -394,13 +399,10 @@ fn a_commit_makes_blocks_of_new_inodes_without_reading_them() {
 #[test]
 fn blocks_a_commit_frees_become_free_only_once_it_has_written() {
     let img = make_empty_image(&["-t", "ext4", "-O", "^has_journal", "-b", "1024"], 8);
-    let device = Arc::new(HomeWriteGate {
-        inner: MemoryDevice::new(std::fs::read(&img.path).unwrap()),
-        journal: std::collections::HashSet::new(),
-        armed: AtomicBool::new(false),
-        state: Mutex::new((false, false)),
-        changed: std::sync::Condvar::new(),
-    });
+    let device = Arc::new(HomeWriteGate::new(
+        MemoryDevice::new(std::fs::read(&img.path).unwrap()),
+        std::collections::HashSet::new(),
+    ));
     let options = OpenOptions {
         commit_interval: Duration::ZERO,
         ..OpenOptions::writable()

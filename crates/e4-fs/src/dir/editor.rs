@@ -29,7 +29,7 @@ use crate::dir::entry::{check_name, DirEntry, DirFormat};
 use crate::dir::leaf::{LeafBlock, LeafEdit, LeafEntry, LeafProbe, LeafView, NewEntry};
 use crate::error::Shortage;
 use crate::error::{Error, Result};
-use crate::io::meta_io::{BlockKind, MetaIo, Owner};
+use crate::io::meta_io::{edit_with_derived, look_with_derived, BlockKind, MetaIo, Owner};
 
 /// The blocks of one directory, as the engine maps them.
 /// Credits ([`crate::io::credits`]) of adding one entry, besides the blocks the directory
@@ -458,23 +458,17 @@ impl<'a> DirectoryEditor<'a> {
     ) -> Result<(u64, T)> {
         let physical = self.physical(logical)?;
         let loc = self.loc(physical);
-        let mut look = Some(look);
-        let mut seen = None;
-        self.io.visit_with_derived(
+        let seen = look_with_derived(
+            self.io,
             physical,
             BlockKind::DirectoryLeaf,
             self.owner,
-            &mut |bytes, kept| {
-                let look = look.take().expect("a visit shows the block once");
+            |bytes, kept| {
                 let leaf = LeafView::new(LeafBlock::checked(bytes, self.format, loc)?, kept);
-                seen = Some(look(physical, &leaf)?);
-                Ok(())
+                look(physical, &leaf)
             },
         )?;
-        Ok((
-            physical,
-            seen.expect("a visit returned Ok without showing the block"),
-        ))
+        Ok((physical, seen))
     }
 
     /// Changes leaf block `physical` where it lies with `edit`, which cannot fail (every
@@ -486,20 +480,16 @@ impl<'a> DirectoryEditor<'a> {
         edit: impl FnOnce(&mut LeafEdit<'_>) -> T,
     ) -> Result<T> {
         let loc = self.loc(physical);
-        let mut edit = Some(edit);
-        let mut made = None;
-        self.io.modify_with_derived(
+        edit_with_derived(
+            self.io,
             physical,
             BlockKind::DirectoryLeaf,
             self.owner,
-            &mut |bytes, kept| {
-                let edit = edit.take().expect("a modify edits the block once");
+            |bytes, kept| {
                 let leaf = LeafBlock::checked(bytes, self.format, loc)?;
-                made = Some(edit(&mut LeafEdit::new(leaf, kept)));
-                Ok(())
+                Ok(edit(&mut LeafEdit::new(leaf, kept)))
             },
-        )?;
-        Ok(made.expect("a modify returned Ok without editing the block"))
+        )
     }
 
     /// A copy of leaf `logical`, for a split or a conversion that rebuilds it.

@@ -149,10 +149,7 @@ impl<B: AsRef<[u8]>> LeafBlock<B> {
 
     /// The live entry called `name`, if the block holds one.
     pub(crate) fn find(&self, name: &[u8]) -> Option<LeafEntry> {
-        match self.scan(name, None) {
-            Scan::Found(record) => Some(record.to_entry()),
-            Scan::Absent(_) => None,
-        }
+        self.scan(name, None).entry()
     }
 
     /// The first record with room for an entry with a `name_len`-byte name
@@ -608,6 +605,14 @@ impl<'a> Scan<'a> {
         }
     }
 
+    /// The entry found, if any.
+    fn entry(&self) -> Option<LeafEntry> {
+        match self {
+            Scan::Found(record) => Some(record.to_entry()),
+            Scan::Absent(_) => None,
+        }
+    }
+
     /// What a caller learns: the offset of the record found, or the slot.
     fn answer(&self) -> (Option<usize>, Option<Slot>) {
         match self {
@@ -636,10 +641,7 @@ impl<'a> LeafView<'a> {
 
     /// [`LeafBlock::find`], through the index.
     pub(crate) fn find(&self, name: &[u8]) -> Option<LeafEntry> {
-        match self.leaf.scan_in(name, None, self.kept) {
-            Scan::Found(record) => Some(record.to_entry()),
-            Scan::Absent(_) => None,
-        }
+        self.leaf.scan_in(name, None, self.kept).entry()
     }
 
     /// Looks for `name` and, in the same look, for the first record with room for it

@@ -139,14 +139,43 @@ pub(crate) fn look_at<T>(
     owner: Owner,
     look: impl FnOnce(&[u8]) -> Result<T>,
 ) -> Result<T> {
+    look_with_derived(io, nr, kind, owner, |bytes, _| look(bytes))
+}
+
+/// [`MetaIo::visit_with_derived`] for a look that yields a value.
+pub(crate) fn look_with_derived<T>(
+    io: &(impl MetaIo + ?Sized),
+    nr: u64,
+    kind: BlockKind,
+    owner: Owner,
+    look: impl FnOnce(&[u8], Option<&Derived>) -> Result<T>,
+) -> Result<T> {
     let mut look = Some(look);
     let mut seen = None;
-    io.visit(nr, kind, owner, &mut |bytes| {
+    io.visit_with_derived(nr, kind, owner, &mut |bytes, kept| {
         let look = look.take().expect("visit shows the block once");
-        seen = Some(look(bytes)?);
+        seen = Some(look(bytes, kept)?);
         Ok(())
     })?;
     Ok(seen.expect("visit returned Ok without showing the block"))
+}
+
+/// [`MetaIo::modify_with_derived`] for an edit that yields a value.
+pub(crate) fn edit_with_derived<T>(
+    io: &(impl MetaIo + ?Sized),
+    nr: u64,
+    kind: BlockKind,
+    owner: Owner,
+    edit: impl FnOnce(&mut [u8], Option<&mut Derived>) -> Result<T>,
+) -> Result<T> {
+    let mut edit = Some(edit);
+    let mut made = None;
+    io.modify_with_derived(nr, kind, owner, &mut |bytes, kept| {
+        let edit = edit.take().expect("modify edits the block once");
+        made = Some(edit(bytes, kept)?);
+        Ok(())
+    })?;
+    Ok(made.expect("modify returned Ok without editing the block"))
 }
 
 #[cfg(test)]

@@ -204,13 +204,13 @@ impl MetaIo for TxnIo<'_> {
         owner: Owner,
         edit: &mut dyn FnMut(&mut [u8]) -> Result<()>,
     ) -> Result<()> {
-        // Verifying records the role write-back seals by (where there is a checksum to
-        // seal), so the edit needs no second lock to set it.
-        let buffer = self.store.read_as(nr, BufferRole::of(kind, owner))?;
-        self.log_buffer(&buffer);
-        edit(&mut buffer.bytes_mut())?;
-        self.store.cache().mark_dirty(&buffer);
-        Ok(())
+        // A plain edit keeps nothing derived from the bytes.
+        self.modify_with_derived(nr, kind, owner, &mut |bytes, kept| {
+            if let Some(kept) = kept {
+                kept.clear();
+            }
+            edit(bytes)
+        })
     }
 
     fn visit_with_derived(
@@ -231,6 +231,8 @@ impl MetaIo for TxnIo<'_> {
         owner: Owner,
         edit: &mut EditWithDerived<'_>,
     ) -> Result<()> {
+        // Verifying records the role write-back seals by (where there is a checksum to
+        // seal), so the edit needs no second lock to set it.
         let buffer = self.store.read_as(nr, BufferRole::of(kind, owner))?;
         self.log_buffer(&buffer);
         let mut contents = buffer.contents_mut();
