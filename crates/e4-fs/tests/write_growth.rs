@@ -147,7 +147,6 @@ fn punching_every_other_block_builds_a_deep_extent_tree() {
     }
 }
 
-/// Runs of contiguous blocks holding directory `dir`'s blocks.
 /// Directory `dir`'s size in blocks and its runs of physically contiguous blocks, as
 /// (first logical block, length).
 fn directory_runs(fs: &Filesystem, dir: u32) -> (u64, Vec<(u64, u64)>) {
@@ -200,6 +199,54 @@ fn directories_growing_by_turns_do_not_interleave_their_blocks() {
         );
         // Past that, windows of about a quarter of the directory (the last may be cut
         // short by the end of the directory).
+        for &(start, len) in &runs[..runs.len() - 1] {
+            assert!(
+                start < 256 || len >= start / 8,
+                "a run of {len} blocks at block {start}: {runs:?}"
+            );
+        }
+    }
+    fs.unmount().unwrap();
+    e2fsck_clean(&img.path).unwrap();
+}
+
+/// Colouring does not separate every pair: where a colour's part of the volume is smaller
+/// than the directories, a directory grows into the part where the next colour's began.
+/// Without reservation windows each would then take the block after the other's last by
+/// turns, one extent per block; windows keep them in runs, and the runs grow with the
+/// directories (about a quarter of their size past 256 blocks), where fixed 64-block windows
+/// would give each one run per 64 blocks.
+#[test]
+fn directories_outgrowing_their_colour_take_runs_that_grow_with_them() {
+    // 4,096-block groups without flex_bg: a colour's part is 256 blocks, and the two
+    // directories (adjacent inode numbers) begin 256 blocks apart.
+    let img = make_empty_image(
+        &[
+            "-t", "ext4", "-b", "4096", "-g", "4096", "-O", "^flex_bg", "-N", "220000",
+        ],
+        256,
+    );
+    let fs = Filesystem::open(&img.path, OpenOptions::writable()).unwrap();
+    // Below a top-level directory, new directories go to their parent's group.
+    let top = fs.mkdir(ROOT, b"top", ME).unwrap();
+    let dirs = [
+        fs.mkdir(top, b"a", ME).unwrap(),
+        fs.mkdir(top, b"b", ME).unwrap(),
+    ];
+    for i in 0..100_000u32 {
+        for dir in dirs {
+            let name = format!("entry-{i:06}-{}", "y".repeat(40));
+            fs.create(dir, name.as_bytes(), ME).unwrap();
+        }
+    }
+    let group = |ino: u32| (ino - 1) / fs.superblock().inodes_per_group;
+    assert_eq!(group(dirs[0]), group(dirs[1]), "the two must share a group");
+    for dir in dirs {
+        let (blocks, runs) = directory_runs(&fs, dir);
+        assert!(blocks > 2000, "{blocks} blocks");
+        // Chasing each other from the start, they take windows by turns: 19 runs each
+        // (2026-12-07), 40 with 64-block windows throughout, one per block without windows.
+        assert!(runs.len() <= 24, "{} runs: {runs:?}", runs.len());
         for &(start, len) in &runs[..runs.len() - 1] {
             assert!(
                 start < 256 || len >= start / 8,

@@ -5,9 +5,13 @@
 //! must see the same tree as e4.
 
 use std::collections::BTreeMap;
+use std::io;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
+use e4_fs::device::{Device, MemoryDevice};
 use e4_fs::{Creator, Error, FileType, Filesystem, OpenOptions, RenameMode};
 use e4_testkit::{e2fsck_clean, make_empty_image, KernelMount};
 use rand::rngs::StdRng;
@@ -225,8 +229,9 @@ fn many_threads_on_private_and_shared_directories() {
 /// An unlink that cannot take the file's lock while holding the directory's (the file's
 /// number is lower, and a long write holds its lock) lets go of the directory and takes
 /// both in order. Creates made in that gap change the leaf the entry is in: the unlink must
-/// remove the entry from the leaf as it is then, not from its first look (which would put
-/// back the leaf without those names).
+/// remove the entry from the leaf as it is then, not from its first look. The names made are
+/// long enough that the one-block directory becomes indexed and its leaves split: the
+/// victim's record moves, so its first place holds something else (the index root).
 #[test]
 fn an_unlink_waiting_for_the_file_keeps_names_made_meanwhile() {
     let img = make_empty_image(&["-t", "ext4", "-N", "20000"], 512);
@@ -239,6 +244,10 @@ fn an_unlink_waiting_for_the_file_keeps_names_made_meanwhile() {
     );
     fs.rename(ROOT, b"victim", dir, b"victim", RenameMode::Replace)
         .unwrap();
+    // A second name keeps the file: the unlink frees nothing, so it needs no more log room
+    // than it began with and never starts over (which would look the name up afresh).
+    fs.link(file, ROOT, b"kept").unwrap();
+    let made = |i: usize| format!("made-{i:03}-{}", "n".repeat(200));
     let data = vec![0x5au8; 256 << 20];
     std::thread::scope(|s| {
         let writing = s.spawn(|| fs.write_at(file, 0, &data).unwrap());
@@ -246,19 +255,26 @@ fn an_unlink_waiting_for_the_file_keeps_names_made_meanwhile() {
         let unlinking = s.spawn(|| fs.unlink(dir, b"victim").unwrap());
         std::thread::sleep(std::time::Duration::from_millis(20));
         for i in 0..100 {
-            fs.create(dir, format!("made-{i}").as_bytes(), ME).unwrap();
+            fs.create(dir, made(i).as_bytes(), ME).unwrap();
         }
         writing.join().unwrap();
         unlinking.join().unwrap();
     });
+    assert!(
+        fs.read_inode(dir)
+            .unwrap()
+            .has_flag(e4_format::inode::flags::INDEX),
+        "the names made must turn the directory indexed"
+    );
     for i in 0..100 {
-        let name = format!("made-{i}");
+        let name = made(i);
         assert!(
             fs.lookup(dir, name.as_bytes()).unwrap().is_some(),
             "{name} was lost"
         );
     }
     assert_eq!(fs.lookup(dir, b"victim").unwrap(), None);
+    assert_eq!(fs.read_inode(file).unwrap().links_count(), 1);
     fs.unmount().unwrap();
     e2fsck_clean(&img.path).unwrap();
 }
@@ -280,7 +296,7 @@ fn a_read_never_sees_another_files_bytes_in_blocks_its_file_gave_up() {
     let filler = fs.create(ROOT, b"filler", ME).unwrap();
     let spare = fs.statfs().free_blocks.saturating_sub(64) * 4096;
     fs.write_at(filler, 0, &vec![1u8; spare as usize]).unwrap();
-    let done = std::sync::atomic::AtomicBool::new(false);
+    let done = AtomicBool::new(false);
     std::thread::scope(|s| {
         let reader = s.spawn(|| {
             let mut buf = vec![0u8; LEN];
@@ -310,4 +326,122 @@ fn a_read_never_sees_another_files_bytes_in_blocks_its_file_gave_up() {
     });
     fs.unmount().unwrap();
     e2fsck_clean(&img.path).unwrap();
+}
+
+/// A memory device that, once armed, holds the first read of at least [`HELD_READ`] bytes
+/// (a file's data; metadata is read a block at a time) until released.
+struct DataReadGate {
+    inner: MemoryDevice,
+    armed: AtomicBool,
+    /// (a read is held, it may go on)
+    state: Mutex<(bool, bool)>,
+    changed: Condvar,
+}
+
+const HELD_READ: usize = 64 << 10;
+
+impl DataReadGate {
+    fn new(inner: MemoryDevice) -> Self {
+        DataReadGate {
+            inner,
+            armed: AtomicBool::new(false),
+            state: Mutex::new((false, false)),
+            changed: Condvar::new(),
+        }
+    }
+
+    fn wait_until_held(&self) {
+        let mut state = self.state.lock().unwrap();
+        while !state.0 {
+            state = self.changed.wait(state).unwrap();
+        }
+    }
+
+    fn release(&self) {
+        self.state.lock().unwrap().1 = true;
+        self.changed.notify_all();
+    }
+}
+
+impl Device for DataReadGate {
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        if buf.len() >= HELD_READ && self.armed.swap(false, Ordering::AcqRel) {
+            let mut state = self.state.lock().unwrap();
+            state.0 = true;
+            self.changed.notify_all();
+            while !state.1 {
+                state = self.changed.wait(state).unwrap();
+            }
+        }
+        self.inner.read_exact_at(buf, offset)
+    }
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.inner.write_all_at(buf, offset)
+    }
+    fn flush(&self) -> io::Result<()> {
+        self.inner.flush()
+    }
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+}
+
+/// [`a_read_never_sees_another_files_bytes_in_blocks_its_file_gave_up`] without the race:
+/// the read is held at its data, after it has followed the mapping, while another thread
+/// truncates the file, commits, and writes another file into the blocks given up. The
+/// truncate must wait for the read (the inode's lock), so nothing of that happens before
+/// the read is let go: the reader sees its file's bytes. A read following a copy of the
+/// inode taken under the lock and then let go would read the other file's.
+#[test]
+fn a_read_held_at_its_data_keeps_the_blocks_from_a_truncate() {
+    let img = make_empty_image(&["-t", "ext4", "-b", "4096"], 16);
+    let device = Arc::new(DataReadGate::new(MemoryDevice::new(
+        std::fs::read(&img.path).unwrap(),
+    )));
+    let fs = Filesystem::open_device(device.clone(), OpenOptions::writable()).unwrap();
+    const LEN: usize = 1 << 20;
+    let file = fs.create(ROOT, b"a", ME).unwrap();
+    fs.write_at(file, 0, &[0xaa; LEN]).unwrap();
+    // Everything else full: `b` can only go where `a` was (and 16 spare blocks).
+    let filler = fs.create(ROOT, b"filler", ME).unwrap();
+    let spare = fs.statfs().free_blocks.saturating_sub(16) * 4096;
+    fs.write_at(filler, 0, &vec![1u8; spare as usize]).unwrap();
+    fs.sync().unwrap();
+    device.armed.store(true, Ordering::Release);
+    let other_written = AtomicBool::new(false);
+    let read = std::thread::scope(|s| {
+        let reader = s.spawn(|| {
+            let mut buf = vec![0u8; LEN];
+            let n = fs.read_at(file, 0, &mut buf).unwrap();
+            buf.truncate(n);
+            buf
+        });
+        device.wait_until_held();
+        let writer = s.spawn(|| {
+            fs.truncate(file, 0).unwrap();
+            fs.sync().unwrap();
+            let other = fs.create(ROOT, b"b", ME).unwrap();
+            fs.write_at(other, 0, &[0xbb; LEN]).unwrap();
+            fs.sync().unwrap();
+            other_written.store(true, Ordering::Release);
+        });
+        // Long enough for the writer to finish if nothing stops it; it must not.
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while !other_written.load(Ordering::Acquire) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        device.release();
+        writer.join().unwrap();
+        reader.join().unwrap()
+    });
+    assert_eq!(read.len(), LEN);
+    assert!(
+        read.iter().all(|&b| b == 0xaa),
+        "the read saw another file's bytes"
+    );
+    assert_eq!(fs.read_file(file, 1 << 30).unwrap().len(), 0);
+    fs.unmount().unwrap();
+    let path = img.path.with_extension("after");
+    std::fs::write(&path, device.inner.bytes()).unwrap();
+    e2fsck_clean(&path).unwrap();
 }
