@@ -129,7 +129,7 @@ impl DirectoryEdit for DirectoryEditor<'_> {
     }
     fn remove_located(&mut self, located: Located) -> Result<()> {
         match located.at {
-            Some(place) => self.remove_at(place),
+            Some(place) => self.remove_at(place, &located.entry),
             None => DirectoryEditor::remove_entry(self, &located.entry.name).map(drop),
         }
     }
@@ -286,13 +286,28 @@ impl<'a> DirectoryEditor<'a> {
             return Ok(None);
         };
         let (entry, place) = found.into_parts();
-        self.remove_at(place)?;
+        self.remove_at(place, &entry)?;
         Ok(Some(entry))
     }
 
-    /// Removes the entry at `place` from the leaf it was found in.
-    fn remove_at(&mut self, place: EntryPlace) -> Result<()> {
-        self.edit_leaf(place.physical, |leaf| leaf.remove(place.offset))
+    /// Removes `entry` at `place`, the leaf and offset it was found at. A place that no
+    /// longer holds it (found before the leaf changed: a caller's locking bug) is an error
+    /// and changes nothing; removing there anyway would leave the name behind, pointing at
+    /// an inode its unlink frees, or take another name out.
+    fn remove_at(&mut self, place: EntryPlace, entry: &DirEntry) -> Result<()> {
+        let removed = self.edit_leaf(place.physical, |leaf| {
+            leaf.remove(place.offset, entry.ino, &entry.name)
+        })?;
+        if !removed {
+            return Err(Error::Internal(format!(
+                "directory {}: block {}: no entry {:?} at offset {} to remove",
+                self.owner.ino,
+                place.physical,
+                String::from_utf8_lossy(&entry.name),
+                place.offset
+            )));
+        }
+        Ok(())
     }
 
     /// Finds `name`. "." and ".." are the caller's to resolve: like every name no entry may

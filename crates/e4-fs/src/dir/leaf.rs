@@ -687,9 +687,19 @@ impl<'a> LeafEdit<'a> {
         self.check_index();
     }
 
-    /// [`LeafBlock::remove`], walking from the record before, which the index knows. The
-    /// record that takes the freed bytes has room now.
-    pub(crate) fn remove(&mut self, offset: usize) {
+    /// Removes the live record at `offset` if it holds `name` for `ino` ([`LeafBlock::remove`],
+    /// walking from the record before, which the index knows); false, changing nothing, if
+    /// no such record starts there (a place found before the leaf changed). The record that
+    /// takes the freed bytes has room now.
+    pub(crate) fn remove(&mut self, offset: usize, ino: u32, name: &[u8]) -> bool {
+        let holds = self
+            .leaf
+            .records_from(offset)
+            .next()
+            .is_some_and(|r| r.inode == ino && r.name == name);
+        if !holds {
+            return false;
+        }
         let mut index = index_in(&mut self.kept);
         let from = index
             .as_ref()
@@ -700,11 +710,11 @@ impl<'a> LeafEdit<'a> {
             // The record the index named does not lead to `offset`: a stale index (a bug
             // the debug checks exist to catch). The walk from the start decides, and the
             // index is dropped, to be built afresh.
-            self.leaf.remove_after(0, offset);
+            let removed = self.leaf.remove_after(0, offset).is_some();
             if let Some(kept) = self.kept.as_deref_mut() {
                 kept.clear();
             }
-            return;
+            return removed;
         }
         if let (Some(index), Some(room)) = (index.as_mut(), room) {
             if room != offset {
@@ -713,6 +723,7 @@ impl<'a> LeafEdit<'a> {
             index.set_first_room(index.first_room().min(room));
         }
         self.check_index();
+        room.is_some()
     }
 
     /// [`LeafBlock::set_target`]: the name stays, and so does the index.
@@ -926,8 +937,8 @@ mod tests {
         {
             let leaf = LeafBlock::checked(&mut bytes[..], &format, loc).unwrap();
             let mut edit = LeafEdit::new(leaf, Some(&mut kept));
-            edit.remove(12);
-            edit.remove(40);
+            assert!(edit.remove(12, 12, &long));
+            assert!(edit.remove(40, 13, b"victim"));
         }
         // 20 bytes of name, then what reads as a record at 40: inode 0x41414141, rec_len
         // 257, name_len 6, file type 1, "victim".
@@ -954,6 +965,29 @@ mod tests {
         );
     }
 
+    /// A removal at a place that does not hold the name asked for (a place found before the
+    /// leaf changed) changes nothing: not another name's record, not one of another inode,
+    /// not bytes inside a record.
+    #[test]
+    fn a_removal_where_the_entry_is_not_changes_nothing() {
+        let format = format();
+        let loc = Location::Block(1);
+        let entries = [entry(b"a", 11), entry(b"b", 12), entry(b"c", 13)];
+        let mut bytes = LeafBlock::packed(&format, &entries)
+            .unwrap()
+            .bytes()
+            .to_vec();
+        let before = bytes.clone();
+        let mut kept = Derived::default();
+        let leaf = LeafBlock::checked(&mut bytes[..], &format, loc).unwrap();
+        let mut edit = LeafEdit::new(leaf, Some(&mut kept));
+        assert!(!edit.remove(12, 12, b"c"), "another name's record");
+        assert!(!edit.remove(12, 99, b"b"), "another inode's record");
+        assert!(!edit.remove(16, 12, b"b"), "inside a record");
+        assert!(!edit.remove(2048, 12, b"b"), "past the chain");
+        assert_eq!(bytes, before);
+    }
+
     /// An index that names a record start where none is (stale: a bug) must not make a
     /// removal edit the wrong record or none: the walk from the start decides, and the
     /// index is dropped.
@@ -973,7 +1007,7 @@ mod tests {
         let mut kept = Derived::default();
         assert!(kept.get_or_make(|| stale).is_some());
         let leaf = LeafBlock::checked(&mut bytes[..], &format, loc).unwrap();
-        LeafEdit::new(leaf, Some(&mut kept)).remove(24);
+        assert!(LeafEdit::new(leaf, Some(&mut kept)).remove(24, 13, b"c"));
         let leaf = LeafBlock::checked(&bytes[..], &format, loc).unwrap();
         let names: Vec<Vec<u8>> = leaf.entries().map(|e| e.name).collect();
         assert_eq!(names, vec![b"a".to_vec(), b"b".to_vec()]);
