@@ -20,6 +20,7 @@ use parking_lot::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::error::Result;
 use crate::inode::dirty_set::DirtySet;
+use crate::map::run_cache::RunCache;
 
 /// Shards: as the buffer cache's, many more than threads (an operation takes two or three
 /// shard locks, and two threads meeting in one showed as contention with 64).
@@ -32,6 +33,8 @@ pub(crate) struct InodeState {
     pub inode: Inode,
     /// The file's reservation window: where its appends go next (e4-alloc).
     pub window: ReservationWindow,
+    /// A directory's recently used runs of blocks (`map/run_cache.rs`).
+    pub runs: RunCache,
     /// Opens through the API (a FUSE mount's file handles); an inode whose last link is
     /// removed while open lives on until the last close.
     pub open_count: u32,
@@ -57,6 +60,7 @@ impl InodeState {
         InodeState {
             inode,
             window,
+            runs: RunCache::default(),
             open_count: 0,
             deleted: false,
             stepping: false,

@@ -6,3 +6,4 @@ pub(crate) mod block_map;
 pub(crate) mod extent_tree;
 pub(crate) mod file_mapping;
 pub(crate) mod run;
+pub(crate) mod run_cache;

@@ -461,6 +461,7 @@ impl Filesystem {
                     io,
                     inode,
                     window: None,
+                    runs: None,
                 };
                 DirectoryEditor::new(io, &mut blocks, format, owner).init(parent)
             }

@@ -2,6 +2,8 @@
 //! logical blocks mapped through the inode's extent tree, and growth by one block at a time
 //! placed after the directory's last block.
 
+use std::cell::RefCell;
+
 use e4_alloc::{AllocRequest, ReservationWindow};
 use e4_format::inode::{flags, Inode, I_BLOCK_SIZE};
 use e4_format::{FormatError, Location, Problem, Structure};
@@ -11,23 +13,19 @@ use crate::error::{Error, Result, Shortage};
 use crate::filesystem::Filesystem;
 use crate::io::credits::NEW_BLOCK;
 use crate::io::meta_io::MetaIo;
-use crate::map::file_mapping::FileMapping;
-use crate::map::run::Mapping;
+use crate::map::file_mapping::{FileMapping, MappedRun};
+use crate::map::run_cache::RunCache;
 use crate::space::placement::{directory_window_cap, first_window_goal, WINDOWLESS_BLOCKS};
 use crate::txn::txn_io::TxnIo;
 
 /// Directories larger than this need large_dir (`i_size_high` is only used with it).
 const SMALL_DIR_LIMIT: u64 = 1 << 32;
 
-/// The physical block behind logical block `logical` of directory `ino`: a hole or an
+/// The run of written blocks from logical block `logical` of directory `ino`: a hole or an
 /// unwritten extent in a directory is corruption.
-fn written_block(mapping: &FileMapping<'_>, ino: u32, logical: u64) -> Result<u64> {
-    match mapping.run_at(logical, 1)? {
-        Mapping::Data {
-            physical,
-            unwritten: false,
-            ..
-        } => Ok(physical),
+fn written_run(mapping: &FileMapping<'_>, ino: u32, logical: u64) -> Result<MappedRun> {
+    match mapping.lookup(logical)? {
+        Some(run) if !run.unwritten => Ok(run),
         _ => Err(FormatError::corrupt(
             Structure::Directory,
             Location::Inode(ino),
@@ -48,6 +46,17 @@ pub(crate) struct InodeDirectoryBlocks<'a> {
     /// up with one extent per block. `None` for a directory being made or leaving inline
     /// data, which is given its first block.
     pub window: Option<&'a mut ReservationWindow>,
+    /// The directory's recently used runs, where its state keeps them (`None` for one
+    /// being made or leaving inline data).
+    pub runs: Option<RefCell<&'a mut RunCache>>,
+}
+
+impl InodeDirectoryBlocks<'_> {
+    fn walk(&self, logical: u64) -> Result<MappedRun> {
+        let mut root = [0u8; I_BLOCK_SIZE];
+        let mapping = FileMapping::reading(self.inode, &mut root, self.io);
+        written_run(&mapping, self.inode.ino, logical)
+    }
 }
 
 impl DirectoryBlocks for InodeDirectoryBlocks<'_> {
@@ -56,9 +65,24 @@ impl DirectoryBlocks for InodeDirectoryBlocks<'_> {
     }
 
     fn physical(&self, logical: u64) -> Result<u64> {
-        let mut root = [0u8; I_BLOCK_SIZE];
-        let mapping = FileMapping::reading(self.inode, &mut root, self.io);
-        written_block(&mapping, self.inode.ino, logical)
+        let Some(runs) = &self.runs else {
+            return Ok(self.walk(logical)?.physical);
+        };
+        let mut runs = runs.borrow_mut();
+        if let Some(physical) = runs.physical(self.inode, logical) {
+            if cfg!(debug_assertions) {
+                assert_eq!(
+                    physical,
+                    self.walk(logical)?.physical,
+                    "directory {}: block {logical} cached at another place",
+                    self.inode.ino
+                );
+            }
+            return Ok(physical);
+        }
+        let run = self.walk(logical)?;
+        runs.keep(self.inode, logical, run.len, run.physical);
+        Ok(run.physical)
     }
 
     fn append_block(&mut self) -> Result<u64> {
@@ -172,7 +196,7 @@ impl DirectoryBlocks for ReadDirBlocks<'_> {
     }
 
     fn physical(&self, logical: u64) -> Result<u64> {
-        written_block(&self.mapping, self.ino, logical)
+        Ok(written_run(&self.mapping, self.ino, logical)?.physical)
     }
 
     fn append_block(&mut self) -> Result<u64> {

@@ -73,6 +73,7 @@ impl InlineDirectoryEditor<'_> {
             io: self.io,
             inode: self.inode,
             window: None,
+            runs: None,
         };
         let placed = blocks.append_block().and_then(|physical| {
             self.io
@@ -120,6 +121,7 @@ impl DirectoryEdit for InlineDirectoryEditor<'_> {
             io: self.io,
             inode: self.inode,
             window: None,
+            runs: None,
         };
         DirectoryEditor::new(self.io, &mut blocks, self.format, owner)
             .add_entry(name, ino, file_type)

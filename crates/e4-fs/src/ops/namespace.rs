@@ -11,6 +11,7 @@
 //! A name is looked up again once every lock is held; if it changed in between (another
 //! thread renamed or removed it), the operation starts over.
 
+use std::cell::RefCell;
 use std::sync::Arc;
 
 use e4_format::features::RoCompatFeatures;
@@ -119,6 +120,7 @@ impl Filesystem {
             io,
             inode: &mut dir.inode,
             window: Some(&mut dir.window),
+            runs: Some(RefCell::new(&mut dir.runs)),
         };
         let mut editor = DirectoryEditor::new(io, &mut blocks, format, owner);
         f(&mut editor)
