@@ -20,6 +20,11 @@ use e4_fs::{Creator, Filesystem, OpenOptions};
 
 const ROOT_INO: u32 = 2;
 
+/// The allocator the `e4` binary runs with: counts made with the system's would weigh
+/// allocations as e4 never pays them.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let (Some(image), Some(count)) = (args.next(), args.next()) else {
