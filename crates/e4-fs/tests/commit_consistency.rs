@@ -4,13 +4,13 @@
 //! copy of the image at every flush, and `e2fsck -fn` checks the copies.
 
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use e4_fs::device::{Device, MemoryDevice};
+use e4_fs::device::{Device, Fault, FaultyDevice, MemoryDevice};
 use e4_fs::{Creator, Filesystem, OpenOptions};
-use e4_testkit::{e2fsck_clean, make_empty_image};
+use e4_testkit::{e2fsck_clean, make_empty_image, IoGate};
 
 const ROOT: u32 = 2;
 const FILE: Creator = Creator {
@@ -119,10 +119,7 @@ struct HomeWriteGate {
     inner: MemoryDevice,
     /// The journal's blocks, as byte offsets.
     journal: std::collections::HashSet<u64>,
-    armed: AtomicBool,
-    /// (a home write is held, it may go on)
-    state: Mutex<(bool, bool)>,
-    changed: std::sync::Condvar,
+    gate: IoGate,
 }
 
 impl HomeWriteGate {
@@ -131,34 +128,14 @@ impl HomeWriteGate {
         HomeWriteGate {
             inner,
             journal,
-            armed: AtomicBool::new(false),
-            state: Mutex::new((false, false)),
-            changed: std::sync::Condvar::new(),
+            gate: IoGate::default(),
         }
     }
 
     fn hold_if_home(&self, offset: u64) {
-        if self.journal.contains(&offset) || !self.armed.swap(false, Ordering::AcqRel) {
-            return;
+        if !self.journal.contains(&offset) {
+            self.gate.hold_if_armed();
         }
-        let mut state = self.state.lock().unwrap();
-        state.0 = true;
-        self.changed.notify_all();
-        while !state.1 {
-            state = self.changed.wait(state).unwrap();
-        }
-    }
-
-    fn wait_until_held(&self) {
-        let mut state = self.state.lock().unwrap();
-        while !state.0 {
-            state = self.changed.wait(state).unwrap();
-        }
-    }
-
-    fn release(&self) {
-        self.state.lock().unwrap().1 = true;
-        self.changed.notify_all();
     }
 }
 
@@ -227,10 +204,10 @@ fn a_block_is_never_read_back_stale_while_its_commit_writes_it_home() {
     fs.sync().unwrap();
 
     fs.create(dir, b"committed", FILE).unwrap();
-    device.armed.store(true, Ordering::Release);
+    device.gate.arm();
     std::thread::scope(|s| {
         let committer = s.spawn(|| fs.sync());
-        device.wait_until_held();
+        device.gate.wait_until_held();
         // The commit has logged "committed" and holds before writing it home. The
         // crowd's blocks pass through the cache meanwhile.
         for _ in 0..2 {
@@ -244,7 +221,7 @@ fn a_block_is_never_read_back_stale_while_its_commit_writes_it_home() {
             .into_iter()
             .map(|e| e.name)
             .collect();
-        device.release();
+        device.gate.release();
         committer.join().unwrap().unwrap();
         assert!(
             names.iter().any(|n| n == b"committed"),
@@ -295,17 +272,17 @@ fn a_commit_seals_a_block_by_its_role_in_that_commit() {
     fs.sync().unwrap();
     // The leaf's last entry, in the transaction the held commit takes.
     fs.create(dir, name(81).as_bytes(), FILE).unwrap();
-    device.armed.store(true, Ordering::Release);
+    device.gate.arm();
     std::thread::scope(|s| {
         let committer = s.spawn(|| fs.sync());
-        device.wait_until_held();
+        device.gate.wait_until_held();
         fs.create(dir, name(82).as_bytes(), FILE).unwrap();
         assert_ne!(
             fs.read_inode(dir).unwrap().flags() & e4_format::inode::flags::INDEX,
             0,
             "the directory was meant to become indexed while the commit is held"
         );
-        device.release();
+        device.gate.release();
         committer.join().unwrap().unwrap();
     });
     let held_commit = copies.lock().unwrap().last().unwrap().clone();
@@ -321,28 +298,6 @@ fn a_commit_seals_a_block_by_its_role_in_that_commit() {
     }
 }
 
-/// A memory device that counts reads.
-struct CountedReads {
-    inner: MemoryDevice,
-    reads: AtomicU64,
-}
-
-impl Device for CountedReads {
-    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        self.reads.fetch_add(1, Ordering::Relaxed);
-        self.inner.read_exact_at(buf, offset)
-    }
-    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        self.inner.write_all_at(buf, offset)
-    }
-    fn flush(&self) -> io::Result<()> {
-        self.inner.flush()
-    }
-    fn size(&self) -> u64 {
-        self.inner.size()
-    }
-}
-
 /// A commit writes new inodes' records into their table blocks. A block no inode was ever
 /// used in (past its group's `bg_itable_unused`) is made from zeros, not read: a read per
 /// sixteen creates, with every operation stopped for the commit's gather, on a disk. A
@@ -354,27 +309,24 @@ fn a_commit_makes_blocks_of_new_inodes_without_reading_them() {
     let mut image = std::fs::read(&img.path).unwrap();
     let name = |i: u32| format!("f{i}");
     for (round, files) in [(0, 0..1000), (1, 1000..1010)] {
-        let device = Arc::new(CountedReads {
-            inner: MemoryDevice::new(image),
-            reads: AtomicU64::new(0),
-        });
+        let device = Arc::new(FaultyDevice::new(MemoryDevice::new(image), Fault::Never));
         let fs = Filesystem::open_device(device.clone(), OpenOptions::writable()).unwrap();
         let dir = match fs.lookup(ROOT, b"d").unwrap() {
             Some(dir) => dir,
             None => fs.mkdir(ROOT, b"d", DIR).unwrap(),
         };
-        let before = device.reads.load(Ordering::Relaxed);
+        let before = device.counts().0;
         for i in files {
             fs.create(dir, name(i).as_bytes(), FILE).unwrap();
         }
         fs.sync().unwrap();
-        let reads = device.reads.load(Ordering::Relaxed) - before;
+        let reads = device.counts().0 - before;
         if round == 0 {
             // 1,000 new records fill 63 table blocks; what is read is bitmaps.
             assert!(reads < 8, "{reads} reads for 1,000 creates");
         }
         fs.unmount().unwrap();
-        image = device.inner.bytes();
+        image = device.inner().bytes();
     }
     let path = img.path.with_extension("after");
     std::fs::write(&path, &image).unwrap();
@@ -421,12 +373,12 @@ fn blocks_a_commit_frees_become_free_only_once_it_has_written() {
         free_before,
         "blocks free before the commit"
     );
-    device.armed.store(true, Ordering::Release);
+    device.gate.arm();
     let free_during = std::thread::scope(|s| {
         let committer = s.spawn(|| fs.sync());
-        device.wait_until_held();
+        device.gate.wait_until_held();
         let free_during = fs.statfs().free_blocks;
-        device.release();
+        device.gate.release();
         committer.join().unwrap().unwrap();
         free_during
     });

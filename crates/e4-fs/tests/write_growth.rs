@@ -168,6 +168,29 @@ fn directory_runs(fs: &Filesystem, dir: u32) -> (u64, Vec<(u64, u64)>) {
     (blocks, runs)
 }
 
+/// Makes `files` entries of 58-byte names in each of `dirs`, one in each by turns, as
+/// threads making files in their own directories do.
+fn grow_by_turns(fs: &Filesystem, dirs: [u32; 2], files: u32) {
+    for i in 0..files {
+        for dir in dirs {
+            let name = format!("entry-{i:06}-{}", "y".repeat(40));
+            fs.create(dir, name.as_bytes(), ME).unwrap();
+        }
+    }
+}
+
+/// Past its first 256 blocks, a directory's runs are windows of about a quarter of its
+/// size (the last may be cut short by the end of the directory): at least an eighth of
+/// where they start.
+fn assert_runs_grow_with_the_directory(runs: &[(u64, u64)]) {
+    for &(start, len) in &runs[..runs.len() - 1] {
+        assert!(
+            start < 256 || len >= start / 8,
+            "a run of {len} blocks at block {start}: {runs:?}"
+        );
+    }
+}
+
 /// Two directories growing by turns (as each thread's own directory does under creates from
 /// every thread) take their blocks from reservation windows: a run of blocks each, not one
 /// block each by turns; and a large directory's windows grow with it, so its runs do. Past
@@ -181,12 +204,7 @@ fn directories_growing_by_turns_do_not_interleave_their_blocks() {
         fs.mkdir(ROOT, b"a", ME).unwrap(),
         fs.mkdir(ROOT, b"b", ME).unwrap(),
     ];
-    for i in 0..36_000u32 {
-        for dir in dirs {
-            let name = format!("entry-{i:06}-{}", "y".repeat(40));
-            fs.create(dir, name.as_bytes(), ME).unwrap();
-        }
-    }
+    grow_by_turns(&fs, dirs, 36_000);
     for dir in dirs {
         let (blocks, runs) = directory_runs(&fs, dir);
         assert!(blocks > 700, "{blocks} blocks");
@@ -197,14 +215,7 @@ fn directories_growing_by_turns_do_not_interleave_their_blocks() {
             early <= 3 + 256 / 64 + 2,
             "{early} runs in 256 blocks: {runs:?}"
         );
-        // Past that, windows of about a quarter of the directory (the last may be cut
-        // short by the end of the directory).
-        for &(start, len) in &runs[..runs.len() - 1] {
-            assert!(
-                start < 256 || len >= start / 8,
-                "a run of {len} blocks at block {start}: {runs:?}"
-            );
-        }
+        assert_runs_grow_with_the_directory(&runs);
     }
     fs.unmount().unwrap();
     e2fsck_clean(&img.path).unwrap();
@@ -233,12 +244,7 @@ fn directories_outgrowing_their_colour_take_runs_that_grow_with_them() {
         fs.mkdir(top, b"a", ME).unwrap(),
         fs.mkdir(top, b"b", ME).unwrap(),
     ];
-    for i in 0..100_000u32 {
-        for dir in dirs {
-            let name = format!("entry-{i:06}-{}", "y".repeat(40));
-            fs.create(dir, name.as_bytes(), ME).unwrap();
-        }
-    }
+    grow_by_turns(&fs, dirs, 100_000);
     let group = |ino: u32| (ino - 1) / fs.superblock().inodes_per_group;
     assert_eq!(group(dirs[0]), group(dirs[1]), "the two must share a group");
     for dir in dirs {
@@ -247,12 +253,7 @@ fn directories_outgrowing_their_colour_take_runs_that_grow_with_them() {
         // Chasing each other from the start, they take windows by turns: 19 runs each
         // (2026-12-07), 40 with 64-block windows throughout, one per block without windows.
         assert!(runs.len() <= 24, "{} runs: {runs:?}", runs.len());
-        for &(start, len) in &runs[..runs.len() - 1] {
-            assert!(
-                start < 256 || len >= start / 8,
-                "a run of {len} blocks at block {start}: {runs:?}"
-            );
-        }
+        assert_runs_grow_with_the_directory(&runs);
     }
     fs.unmount().unwrap();
     e2fsck_clean(&img.path).unwrap();

@@ -8,12 +8,12 @@ use std::collections::BTreeMap;
 use std::io;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use e4_fs::device::{Device, MemoryDevice};
 use e4_fs::{Creator, Error, FileType, Filesystem, OpenOptions, RenameMode};
-use e4_testkit::{e2fsck_clean, make_empty_image, KernelMount};
+use e4_testkit::{e2fsck_clean, make_empty_image, IoGate, KernelMount};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -332,46 +332,15 @@ fn a_read_never_sees_another_files_bytes_in_blocks_its_file_gave_up() {
 /// (a file's data; metadata is read a block at a time) until released.
 struct DataReadGate {
     inner: MemoryDevice,
-    armed: AtomicBool,
-    /// (a read is held, it may go on)
-    state: Mutex<(bool, bool)>,
-    changed: Condvar,
+    gate: IoGate,
 }
 
 const HELD_READ: usize = 64 << 10;
 
-impl DataReadGate {
-    fn new(inner: MemoryDevice) -> Self {
-        DataReadGate {
-            inner,
-            armed: AtomicBool::new(false),
-            state: Mutex::new((false, false)),
-            changed: Condvar::new(),
-        }
-    }
-
-    fn wait_until_held(&self) {
-        let mut state = self.state.lock().unwrap();
-        while !state.0 {
-            state = self.changed.wait(state).unwrap();
-        }
-    }
-
-    fn release(&self) {
-        self.state.lock().unwrap().1 = true;
-        self.changed.notify_all();
-    }
-}
-
 impl Device for DataReadGate {
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        if buf.len() >= HELD_READ && self.armed.swap(false, Ordering::AcqRel) {
-            let mut state = self.state.lock().unwrap();
-            state.0 = true;
-            self.changed.notify_all();
-            while !state.1 {
-                state = self.changed.wait(state).unwrap();
-            }
+        if buf.len() >= HELD_READ {
+            self.gate.hold_if_armed();
         }
         self.inner.read_exact_at(buf, offset)
     }
@@ -395,9 +364,10 @@ impl Device for DataReadGate {
 #[test]
 fn a_read_held_at_its_data_keeps_the_blocks_from_a_truncate() {
     let img = make_empty_image(&["-t", "ext4", "-b", "4096"], 16);
-    let device = Arc::new(DataReadGate::new(MemoryDevice::new(
-        std::fs::read(&img.path).unwrap(),
-    )));
+    let device = Arc::new(DataReadGate {
+        inner: MemoryDevice::new(std::fs::read(&img.path).unwrap()),
+        gate: IoGate::default(),
+    });
     let fs = Filesystem::open_device(device.clone(), OpenOptions::writable()).unwrap();
     const LEN: usize = 1 << 20;
     let file = fs.create(ROOT, b"a", ME).unwrap();
@@ -407,7 +377,7 @@ fn a_read_held_at_its_data_keeps_the_blocks_from_a_truncate() {
     let spare = fs.statfs().free_blocks.saturating_sub(16) * 4096;
     fs.write_at(filler, 0, &vec![1u8; spare as usize]).unwrap();
     fs.sync().unwrap();
-    device.armed.store(true, Ordering::Release);
+    device.gate.arm();
     let other_written = AtomicBool::new(false);
     let read = std::thread::scope(|s| {
         let reader = s.spawn(|| {
@@ -416,7 +386,7 @@ fn a_read_held_at_its_data_keeps_the_blocks_from_a_truncate() {
             buf.truncate(n);
             buf
         });
-        device.wait_until_held();
+        device.gate.wait_until_held();
         let writer = s.spawn(|| {
             fs.truncate(file, 0).unwrap();
             fs.sync().unwrap();
@@ -430,7 +400,7 @@ fn a_read_held_at_its_data_keeps_the_blocks_from_a_truncate() {
         while !other_written.load(Ordering::Acquire) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(5));
         }
-        device.release();
+        device.gate.release();
         writer.join().unwrap();
         reader.join().unwrap()
     });

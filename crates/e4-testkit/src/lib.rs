@@ -8,6 +8,7 @@
 mod compare;
 mod fuse_mount;
 mod image;
+mod io_gate;
 mod kernel_mount;
 mod layers;
 mod raw_image;
@@ -22,6 +23,7 @@ pub use image::{
     e2fsck_clean, e2fsck_problems, make_empty_image, make_image, Image, Profile, ONE_MIB_GROUPS,
     PROFILES,
 };
+pub use io_gate::IoGate;
 pub use kernel_mount::{kernel_comparison_skipped, KernelMount, LoopDevice, LoopMount};
 pub use layers::layering_problems;
 pub use raw_image::RawImage;

@@ -965,6 +965,15 @@ mod tests {
         );
     }
 
+    /// A leaf with records at 0 ("a", inode 11), 12 ("b", 12) and 24 ("c", 13, to the end).
+    fn leaf_a_b_c(format: &DirFormat) -> Vec<u8> {
+        let entries = [entry(b"a", 11), entry(b"b", 12), entry(b"c", 13)];
+        LeafBlock::packed(format, &entries)
+            .unwrap()
+            .bytes()
+            .to_vec()
+    }
+
     /// A removal at a place that does not hold the name asked for (a place found before the
     /// leaf changed) changes nothing: not another name's record, not one of another inode,
     /// not bytes inside a record.
@@ -972,11 +981,7 @@ mod tests {
     fn a_removal_where_the_entry_is_not_changes_nothing() {
         let format = format();
         let loc = Location::Block(1);
-        let entries = [entry(b"a", 11), entry(b"b", 12), entry(b"c", 13)];
-        let mut bytes = LeafBlock::packed(&format, &entries)
-            .unwrap()
-            .bytes()
-            .to_vec();
+        let mut bytes = leaf_a_b_c(&format);
         let before = bytes.clone();
         let mut kept = Derived::default();
         let leaf = LeafBlock::checked(&mut bytes[..], &format, loc).unwrap();
@@ -995,12 +1000,7 @@ mod tests {
     fn a_removal_with_a_stale_index_walks_from_the_start() {
         let format = format();
         let loc = Location::Block(1);
-        // Records at 0 ("a"), 12 ("b") and 24 ("c", to the end).
-        let entries = [entry(b"a", 11), entry(b"b", 12), entry(b"c", 13)];
-        let mut bytes = LeafBlock::packed(&format, &entries)
-            .unwrap()
-            .bytes()
-            .to_vec();
+        let mut bytes = leaf_a_b_c(&format);
         // Starts at 0, 16 and 24: 16 lies inside "b"'s record.
         let records = [(0, None), (16, None), (24, Some(&b"c"[..]))];
         let stale = LeafIndex::new(records.into_iter(), 1024, 1024);
