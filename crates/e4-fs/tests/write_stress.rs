@@ -227,15 +227,17 @@ fn many_threads_on_private_and_shared_directories() {
 }
 
 /// An unlink that cannot take the file's lock while holding the directory's (the file's
-/// number is lower, and a long write holds its lock) lets go of the directory and takes
-/// both in order. Creates made in that gap change the leaf the entry is in: the unlink must
-/// remove the entry from the leaf as it is then, not from its first look. The names made are
-/// long enough that the one-block directory becomes indexed and its leaves split: the
-/// victim's record moves, so its first place holds something else (the index root).
+/// number is lower, and a write holds its lock, held at its data by the device) lets go of
+/// the directory and takes both in order. Creates made in that gap change the leaf the
+/// entry is in: the unlink must remove the entry from the leaf as it is then, not from its
+/// first look. The names made are long enough that the one-block directory becomes indexed
+/// and its leaves split: the victim's record moves, so its first place holds something
+/// else (the index root).
 #[test]
 fn an_unlink_waiting_for_the_file_keeps_names_made_meanwhile() {
-    let img = make_empty_image(&["-t", "ext4", "-N", "20000"], 512);
-    let fs = Filesystem::open(&img.path, OpenOptions::writable()).unwrap();
+    let img = make_empty_image(&["-t", "ext4", "-N", "20000"], 64);
+    let device = DataGate::over(&img.path, true);
+    let fs = device.open();
     let file = fs.create(ROOT, b"victim", ME).unwrap();
     let dir = fs.mkdir(ROOT, b"d", ME).unwrap();
     assert!(
@@ -248,15 +250,22 @@ fn an_unlink_waiting_for_the_file_keeps_names_made_meanwhile() {
     // than it began with and never starts over (which would look the name up afresh).
     fs.link(file, ROOT, b"kept").unwrap();
     let made = |i: usize| format!("made-{i:03}-{}", "n".repeat(200));
-    let data = vec![0x5au8; 256 << 20];
+    let data = vec![0x5au8; 1 << 20];
     std::thread::scope(|s| {
+        device.gate.arm();
         let writing = s.spawn(|| fs.write_at(file, 0, &data).unwrap());
-        std::thread::sleep(std::time::Duration::from_millis(20));
+        device.gate.wait_until_held();
+        let contended = fs.lock_stats().inode.contended;
         let unlinking = s.spawn(|| fs.unlink(dir, b"victim").unwrap());
-        std::thread::sleep(std::time::Duration::from_millis(20));
+        wait_until_an_inode_lock_is_waited_for(&fs, contended);
         for i in 0..100 {
             fs.create(dir, made(i).as_bytes(), ME).unwrap();
         }
+        assert!(
+            !unlinking.is_finished(),
+            "the unlink did not wait for the file"
+        );
+        device.gate.release();
         writing.join().unwrap();
         unlinking.join().unwrap();
     });
@@ -276,7 +285,56 @@ fn an_unlink_waiting_for_the_file_keeps_names_made_meanwhile() {
     assert_eq!(fs.lookup(dir, b"victim").unwrap(), None);
     assert_eq!(fs.read_inode(file).unwrap().links_count(), 1);
     fs.unmount().unwrap();
-    e2fsck_clean(&img.path).unwrap();
+    device.e2fsck_clean(&img.path);
+}
+
+/// A rename looks at its source's type with no directory locked (a move's "into itself"
+/// check); while it waits there for the source (a write holds its lock, held at its data),
+/// the empty destination directory is removed. Locked again, the rename must find the
+/// destination gone (ENOENT, as the kernel's lookup in a dead directory), not look into
+/// the freed directory's blocks, and leave the file where it was.
+#[test]
+fn a_rename_into_a_directory_removed_while_it_waits_is_not_found() {
+    for mkfs in [
+        &["-t", "ext4", "-N", "20000"][..],
+        &[
+            "-t",
+            "ext4",
+            "-N",
+            "20000",
+            "-O",
+            "inline_data",
+            "-I",
+            "256",
+        ],
+    ] {
+        let img = make_empty_image(mkfs, 64);
+        let device = DataGate::over(&img.path, true);
+        let fs = device.open();
+        let file = fs.create(ROOT, b"f", ME).unwrap();
+        fs.mkdir(ROOT, b"d", ME).unwrap();
+        let dir = fs.lookup(ROOT, b"d").unwrap().unwrap();
+        let data = vec![0x5au8; 1 << 20];
+        let renamed = std::thread::scope(|s| {
+            device.gate.arm();
+            let writing = s.spawn(|| fs.write_at(file, 0, &data).unwrap());
+            device.gate.wait_until_held();
+            let contended = fs.lock_stats().inode.contended;
+            let renaming = s.spawn(|| fs.rename(ROOT, b"f", dir, b"g", RenameMode::Replace));
+            wait_until_an_inode_lock_is_waited_for(&fs, contended);
+            fs.rmdir(ROOT, b"d").unwrap();
+            device.gate.release();
+            writing.join().unwrap();
+            renaming.join().unwrap()
+        });
+        assert!(
+            matches!(renamed, Err(Error::NotFound(_))),
+            "{mkfs:?}: {renamed:?}"
+        );
+        assert_eq!(fs.lookup(ROOT, b"f").unwrap(), Some(file), "{mkfs:?}");
+        fs.unmount().unwrap();
+        device.e2fsck_clean(&img.path);
+    }
 }
 
 /// A read follows the file's mapping under the inode's lock (shared with other readers): a
@@ -328,23 +386,56 @@ fn a_read_never_sees_another_files_bytes_in_blocks_its_file_gave_up() {
     e2fsck_clean(&img.path).unwrap();
 }
 
-/// A memory device that, once armed, holds the first read of at least [`HELD_READ`] bytes
-/// (a file's data; metadata is read a block at a time) until released.
-struct DataReadGate {
+/// A memory device that, once armed, holds the first read (or write) of at least
+/// [`HELD_BYTES`] bytes until released: a file's data, which an operation reads or writes
+/// holding the file's lock (metadata goes a block at a time).
+struct DataGate {
     inner: MemoryDevice,
     gate: IoGate,
+    writes: bool,
 }
 
-const HELD_READ: usize = 64 << 10;
+const HELD_BYTES: usize = 64 << 10;
 
-impl Device for DataReadGate {
+impl DataGate {
+    /// A gate over a copy of the image at `path`, holding reads, or writes when `writes`.
+    fn over(path: &Path, writes: bool) -> Arc<Self> {
+        Arc::new(DataGate {
+            inner: MemoryDevice::new(std::fs::read(path).unwrap()),
+            gate: IoGate::default(),
+            writes,
+        })
+    }
+
+    /// The filesystem on it, with no commit of its own accord (a commit waiting for the
+    /// held operation's transaction would stop every other operation a test makes).
+    fn open(self: &Arc<Self>) -> Filesystem {
+        let options = OpenOptions {
+            commit_interval: Duration::from_secs(3600),
+            ..OpenOptions::writable()
+        };
+        Filesystem::open_device(self.clone(), options).unwrap()
+    }
+
+    /// e2fsck on what the device holds (the filesystem unmounted).
+    fn e2fsck_clean(&self, img: &Path) {
+        let path = img.with_extension("after");
+        std::fs::write(&path, self.inner.bytes()).unwrap();
+        e2fsck_clean(&path).unwrap();
+    }
+}
+
+impl Device for DataGate {
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        if buf.len() >= HELD_READ {
+        if !self.writes && buf.len() >= HELD_BYTES {
             self.gate.hold_if_armed();
         }
         self.inner.read_exact_at(buf, offset)
     }
     fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        if self.writes && buf.len() >= HELD_BYTES {
+            self.gate.hold_if_armed();
+        }
         self.inner.write_all_at(buf, offset)
     }
     fn flush(&self) -> io::Result<()> {
@@ -352,6 +443,19 @@ impl Device for DataReadGate {
     }
     fn size(&self) -> u64 {
         self.inner.size()
+    }
+}
+
+/// Waits until some thread is blocked on an inode's lock (counted as contended before it
+/// blocks): the operation a test started has made its first look and now waits.
+fn wait_until_an_inode_lock_is_waited_for(fs: &Filesystem, contended_before: u64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while fs.lock_stats().inode.contended == contended_before {
+        assert!(
+            Instant::now() < deadline,
+            "nothing waits for an inode's lock"
+        );
+        std::thread::sleep(Duration::from_millis(1));
     }
 }
 
@@ -364,10 +468,7 @@ impl Device for DataReadGate {
 #[test]
 fn a_read_held_at_its_data_keeps_the_blocks_from_a_truncate() {
     let img = make_empty_image(&["-t", "ext4", "-b", "4096"], 16);
-    let device = Arc::new(DataReadGate {
-        inner: MemoryDevice::new(std::fs::read(&img.path).unwrap()),
-        gate: IoGate::default(),
-    });
+    let device = DataGate::over(&img.path, false);
     let fs = Filesystem::open_device(device.clone(), OpenOptions::writable()).unwrap();
     const LEN: usize = 1 << 20;
     let file = fs.create(ROOT, b"a", ME).unwrap();
@@ -411,7 +512,5 @@ fn a_read_held_at_its_data_keeps_the_blocks_from_a_truncate() {
     );
     assert_eq!(fs.read_file(file, 1 << 30).unwrap().len(), 0);
     fs.unmount().unwrap();
-    let path = img.path.with_extension("after");
-    std::fs::write(&path, device.inner.bytes()).unwrap();
-    e2fsck_clean(&path).unwrap();
+    device.e2fsck_clean(&img.path);
 }

@@ -7,11 +7,13 @@
 //! The cache is kept beside the inode's in-memory state, under its lock, and holds
 //! answers for one state of the mapping only: the inode's size and `i_block` as they were
 //! when its runs were found. A directory's mapping changes only by growing (a block
-//! appended past its size: e4 never frees or moves a live directory's blocks), and every
-//! growth changes its size; an undone growth puts the size back, and with it a mapping
-//! whose blocks below the size are the ones cached. Any other size or root empties it, so
-//! an answer can be stale only if a directory's blocks below its size were remapped with
-//! its size and root unchanged. Debug builds check every answer against a walk.
+//! appended past its size: e4 never frees or moves a live directory's blocks), every
+//! growth changes its size, and every growth empties the cache (`append_block`); an undone
+//! growth puts the size back, and with it a mapping whose blocks below the size are the
+//! ones cached before it. Any other size or root empties it, so an answer can be stale only
+//! if a directory's blocks below its size were remapped with its size and root unchanged
+//! (an orphan directory freed in steps is, but nothing edits a directory without links).
+//! Debug builds check every answer against a walk.
 
 use e4_format::inode::{Inode, I_BLOCK_SIZE};
 
@@ -52,6 +54,15 @@ impl RunCache {
         let after = runs.runs.partition_point(|r| r.logical <= logical);
         let run = runs.runs[..after].last()?;
         (logical < run.logical + run.len).then(|| run.physical + (logical - run.logical))
+    }
+
+    /// Forgets every run: the mapping grew. Its size changed too, which the next look
+    /// would find; forgetting at once also covers a growth undone and then made again to
+    /// the same size and `i_block` (a depth-1 tree, whose root does not show a leaf's
+    /// change) with no look in between, when runs found after the first growth would
+    /// otherwise pass for the second's.
+    pub(crate) fn clear(&mut self) {
+        self.0 = None;
     }
 
     /// Keeps the run of `len` blocks from `logical` at `physical`, found in `inode`'s
@@ -150,6 +161,15 @@ mod tests {
             "dropped: the run found last overlapped it"
         );
         assert_eq!(cache.physical(&dir, 13), Some(301));
+    }
+
+    #[test]
+    fn a_cleared_cache_answers_nothing() {
+        let dir = inode(40960, 1);
+        let mut cache = RunCache::default();
+        cache.keep(&dir, 0, 10, 100);
+        cache.clear();
+        assert_eq!(cache.physical(&dir, 3), None);
     }
 
     #[test]

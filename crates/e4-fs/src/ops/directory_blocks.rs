@@ -148,6 +148,9 @@ impl DirectoryBlocks for InodeDirectoryBlocks<'_> {
         }
         self.io.took(got);
         self.inode.set_size(new_size);
+        if let Some(runs) = &self.runs {
+            runs.borrow_mut().clear();
+        }
         Ok(got.start)
     }
 

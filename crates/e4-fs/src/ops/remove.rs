@@ -71,6 +71,8 @@ impl Filesystem {
                     drop(p);
                     let mut locked = lock_in_order(&self.inodes, [&parent_handle, &victim_handle]);
                     let dir = state(&mut locked, parent);
+                    // Removed meanwhile (emptied and rmdir'd while nothing was locked).
+                    self.require_live_directory(&dir.inode)?;
                     match self.edit_dir(&io, &format, dir, |e| e.locate(name))? {
                         Some(again) if again.entry.ino == victim => located = again,
                         _ => continue,

@@ -107,6 +107,11 @@ impl Filesystem {
             {
                 continue;
             }
+            // Either directory may have been removed while none was locked (an rmdir of an
+            // empty destination while this rename waited for its source): ENOENT, as the
+            // kernel's lookup in a dead directory answers, not a look into freed blocks.
+            self.require_live_directory(&state(&mut locked, old_parent).inode)?;
+            self.require_live_directory(&state(&mut locked, new_parent).inode)?;
             let (source, target) = (source.ino, target.map(|t| t.ino));
             let now_source = self
                 .lookup_locked(&io, &format, state(&mut locked, old_parent), old_name)?
