@@ -29,7 +29,7 @@ use crate::dir::entry::{check_name, DirEntry, DirFormat};
 use crate::dir::leaf::{LeafBlock, LeafEdit, LeafEntry, LeafProbe, LeafView, NewEntry};
 use crate::error::Shortage;
 use crate::error::{Error, Result};
-use crate::io::meta_io::{edit_with_derived, look_with_derived, BlockKind, MetaIo, Owner};
+use crate::io::meta_io::{edit_in_ranges, look_with_derived, BlockKind, MetaIo, Owner};
 
 /// The blocks of one directory, as the engine maps them.
 /// Credits ([`crate::io::credits`]) of adding one entry, besides the blocks the directory
@@ -495,14 +495,14 @@ impl<'a> DirectoryEditor<'a> {
         edit: impl FnOnce(&mut LeafEdit<'_>) -> T,
     ) -> Result<T> {
         let loc = self.loc(physical);
-        edit_with_derived(
+        edit_in_ranges(
             self.io,
             physical,
             BlockKind::DirectoryLeaf,
             self.owner,
-            |bytes, kept| {
+            |bytes, kept, before| {
                 let leaf = LeafBlock::checked(bytes, self.format, loc)?;
-                Ok(edit(&mut LeafEdit::new(leaf, kept)))
+                Ok(edit(&mut LeafEdit::new(leaf, kept, Some(before))))
             },
         )
     }

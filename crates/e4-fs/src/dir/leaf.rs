@@ -4,6 +4,8 @@
 //! `ext4_generic_delete_entry`, `ext4_init_new_dir`) so that blocks e4 edits look like
 //! blocks the kernel edits.
 
+use std::ops::Range;
+
 use e4_format::dir_entry::{
     encode_entry, entry_size, has_tail, init_leaf_tail, rec_len_from_disk, rec_len_to_disk,
     ENTRY_HEADER_SIZE, TAIL_SIZE,
@@ -15,6 +17,7 @@ use crate::dir::entry::{DirEntry, DirFormat};
 use crate::dir::leaf_index::LeafIndex;
 use crate::error::Result;
 use crate::io::derived::Derived;
+use crate::io::meta_io::BeforeChange;
 
 /// The smallest block size whose `rec_len` values are encoded (`ext4_rec_len_from_disk`).
 const LARGE_BLOCK: usize = 65536;
@@ -332,27 +335,45 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> LeafBlock<B> {
     /// [`LeafBlock::remove`], walking to the record before `offset` from the record at
     /// `from` (0, or a record before `offset`).
     fn remove_after(&mut self, from: usize, offset: usize) -> Option<usize> {
+        let removal = self.removal(from, offset)?;
+        Some(self.apply_removal(removal))
+    }
+
+    /// [`LeafBlock::apply_removal`]'s plan for the record at `offset`, walking from the
+    /// record at `from`; `None` if no record starts there.
+    fn removal(&self, from: usize, offset: usize) -> Option<Removal> {
         let mut previous = None;
-        let mut found = None;
         for r in self.records_from(from) {
             if r.offset == offset {
-                found = Some(r.rec_len);
-                break;
+                return Some(Removal {
+                    offset,
+                    rec_len: r.rec_len,
+                    previous,
+                });
             }
             previous = Some((r.offset, r.rec_len));
         }
-        let rec_len = found?;
+        None
+    }
+
+    /// Removes the record `removal` names; returns where the freed bytes are now.
+    fn apply_removal(&mut self, removal: Removal) -> usize {
+        let Removal {
+            offset,
+            rec_len,
+            previous,
+        } = removal;
         match previous {
             Some((prev, prev_len)) => {
                 self.set_rec_len(prev, prev_len + rec_len);
                 self.bytes.as_mut()[offset..offset + rec_len].fill(0);
-                Some(prev)
+                prev
             }
             None => {
                 let bytes = self.bytes.as_mut();
                 bytes[offset + INODE_FIELD.start..offset + INODE_FIELD.end].fill(0);
                 bytes[offset + NAME_LEN_FIELD..offset + rec_len].fill(0);
-                Some(offset)
+                offset
             }
         }
     }
@@ -662,20 +683,54 @@ fn index_in<'k>(kept: &'k mut Option<&mut Derived>) -> Option<&'k mut LeafIndex>
     kept.as_deref_mut()?.get_mut()
 }
 
+/// The removal of the record at `offset` (`rec_len` bytes), with the record before it
+/// (offset, rec_len), which absorbs it, if any.
+#[derive(Debug, Clone, Copy)]
+struct Removal {
+    offset: usize,
+    rec_len: usize,
+    previous: Option<(usize, usize)>,
+}
+
+impl Removal {
+    /// The bytes the removal changes: the record before's `rec_len` and the record.
+    fn changed(&self) -> Range<usize> {
+        let first = self.previous.map_or(self.offset, |(prev, _)| prev);
+        first..self.offset + self.rec_len
+    }
+}
+
 /// A cached leaf being changed in place, with its index where the store keeps one
-/// ([`crate::io::meta_io::MetaIo::modify_with_derived`]): each edit changes both.
+/// ([`crate::io::meta_io::MetaIo::modify_with_derived`]): each edit changes both. Each
+/// edit first names the bytes it changes to `before` where the store asks for them
+/// ([`crate::io::meta_io::MetaIo::modify_in_ranges`]): a removal the record and the
+/// `rec_len` of the record before, an insert the record it splits, a new target the
+/// inode and type fields.
 pub(crate) struct LeafEdit<'a> {
     leaf: LeafBlock<&'a mut [u8]>,
     kept: Option<&'a mut Derived>,
+    before: Option<&'a mut BeforeChange<'a>>,
 }
 
 impl<'a> LeafEdit<'a> {
-    pub(crate) fn new(leaf: LeafBlock<&'a mut [u8]>, kept: Option<&'a mut Derived>) -> Self {
-        LeafEdit { leaf, kept }
+    pub(crate) fn new(
+        leaf: LeafBlock<&'a mut [u8]>,
+        kept: Option<&'a mut Derived>,
+        before: Option<&'a mut BeforeChange<'a>>,
+    ) -> Self {
+        LeafEdit { leaf, kept, before }
+    }
+
+    /// Names `range` as about to change.
+    fn before_change(&mut self, range: Range<usize>) {
+        if let Some(before) = self.before.as_deref_mut() {
+            before(range.start, &self.leaf.bytes[range]);
+        }
     }
 
     /// [`LeafBlock::insert_at`]. The first room moves only if the slot was there.
     pub(crate) fn insert_at(&mut self, slot: Slot, name: &[u8], ino: u32, file_type: u8) {
+        self.before_change(slot.offset..slot.offset + slot.rec_len);
         self.leaf.insert_at(slot, name, ino, file_type);
         if let Some(index) = index_in(&mut self.kept) {
             if !index.add(slot.offset + slot.used, name) {
@@ -700,34 +755,41 @@ impl<'a> LeafEdit<'a> {
         if !holds {
             return false;
         }
-        let mut index = index_in(&mut self.kept);
-        let from = index
+        let from = index_in(&mut self.kept)
             .as_ref()
             .and_then(|i| i.record_before(offset))
             .unwrap_or(0);
-        let room = self.leaf.remove_after(from, offset);
-        if room.is_none() && from != 0 {
+        let (removal, stale) = match self.leaf.removal(from, offset) {
+            Some(removal) => (Some(removal), false),
             // The record the index named does not lead to `offset`: a stale index (a bug
             // the debug checks exist to catch). The walk from the start decides, and the
             // index is dropped, to be built afresh.
-            let removed = self.leaf.remove_after(0, offset).is_some();
+            None if from != 0 => (self.leaf.removal(0, offset), true),
+            None => (None, false),
+        };
+        if stale {
             if let Some(kept) = self.kept.as_deref_mut() {
                 kept.clear();
             }
-            return removed;
         }
-        if let (Some(index), Some(room)) = (index.as_mut(), room) {
+        let Some(removal) = removal else {
+            return false;
+        };
+        self.before_change(removal.changed());
+        let room = self.leaf.apply_removal(removal);
+        if let Some(index) = index_in(&mut self.kept) {
             if room != offset {
                 index.absorbed(offset);
             }
             index.set_first_room(index.first_room().min(room));
         }
         self.check_index();
-        room.is_some()
+        true
     }
 
     /// [`LeafBlock::set_target`]: the name stays, and so does the index.
     pub(crate) fn set_target(&mut self, offset: usize, ino: u32, file_type: u8) {
+        self.before_change(offset..offset + FILE_TYPE_FIELD + 1);
         self.leaf.set_target(offset, ino, file_type);
     }
 
@@ -936,7 +998,7 @@ mod tests {
         assert_eq!(view(&bytes, &kept, b"victim").1, Some(40));
         {
             let leaf = LeafBlock::checked(&mut bytes[..], &format, loc).unwrap();
-            let mut edit = LeafEdit::new(leaf, Some(&mut kept));
+            let mut edit = LeafEdit::new(leaf, Some(&mut kept), None);
             assert!(edit.remove(12, 12, &long));
             assert!(edit.remove(40, 13, b"victim"));
         }
@@ -950,7 +1012,7 @@ mod tests {
         };
         {
             let leaf = LeafBlock::checked(&mut bytes[..], &format, loc).unwrap();
-            LeafEdit::new(leaf, Some(&mut kept)).insert_at(slot, &forged, 15, 1);
+            LeafEdit::new(leaf, Some(&mut kept), None).insert_at(slot, &forged, 15, 1);
         }
         assert_eq!(view(&bytes, &kept, &forged).1, Some(12));
         assert!(matches!(
@@ -985,7 +1047,7 @@ mod tests {
         let before = bytes.clone();
         let mut kept = Derived::default();
         let leaf = LeafBlock::checked(&mut bytes[..], &format, loc).unwrap();
-        let mut edit = LeafEdit::new(leaf, Some(&mut kept));
+        let mut edit = LeafEdit::new(leaf, Some(&mut kept), None);
         assert!(!edit.remove(12, 12, b"c"), "another name's record");
         assert!(!edit.remove(12, 99, b"b"), "another inode's record");
         assert!(!edit.remove(16, 12, b"b"), "inside a record");
@@ -1007,7 +1069,7 @@ mod tests {
         let mut kept = Derived::default();
         assert!(kept.get_or_make(|| stale).is_some());
         let leaf = LeafBlock::checked(&mut bytes[..], &format, loc).unwrap();
-        assert!(LeafEdit::new(leaf, Some(&mut kept)).remove(24, 13, b"c"));
+        assert!(LeafEdit::new(leaf, Some(&mut kept), None).remove(24, 13, b"c"));
         let leaf = LeafBlock::checked(&bytes[..], &format, loc).unwrap();
         let names: Vec<Vec<u8>> = leaf.entries().map(|e| e.name).collect();
         assert_eq!(names, vec![b"a".to_vec(), b"b".to_vec()]);

@@ -11,7 +11,9 @@ use crate::buffer::cache::{Buffer, BufferRole};
 use crate::buffer::store::BlockStore;
 use crate::error::{Error, Result, Shortage};
 use crate::inode::cache::{InodeGuard, InodeState};
-use crate::io::meta_io::{BlockKind, EditWithDerived, LookWithDerived, MetaIo, Owner};
+use crate::io::meta_io::{
+    BlockKind, EditInRanges, EditWithDerived, LookWithDerived, MetaIo, Owner,
+};
 use crate::space::Space;
 use crate::txn::undo::UndoLog;
 use crate::txn::{Transactions, TxnHandle};
@@ -238,6 +240,43 @@ impl MetaIo for TxnIo<'_> {
         let mut contents = buffer.contents_mut();
         let contents = &mut *contents;
         edit(&mut contents.bytes, Some(&mut contents.derived))?;
+        self.store.cache().mark_dirty(&buffer);
+        Ok(())
+    }
+
+    /// Logs the ranges the edit names instead of the whole block. Debug builds check that
+    /// the edit changed no byte outside them.
+    fn modify_in_ranges(
+        &self,
+        nr: u64,
+        kind: BlockKind,
+        owner: Owner,
+        edit: &mut EditInRanges<'_>,
+    ) -> Result<()> {
+        let buffer = self.store.read_as(nr, BufferRole::of(kind, owner))?;
+        let role = buffer.role();
+        let mut contents = buffer.contents_mut();
+        let contents = &mut *contents;
+        let before = cfg!(debug_assertions).then(|| contents.bytes.to_vec());
+        let mut named = Vec::new();
+        edit(
+            &mut contents.bytes,
+            Some(&mut contents.derived),
+            &mut |offset, bytes| {
+                self.undo.borrow_mut().range(nr, offset, bytes, role);
+                if cfg!(debug_assertions) {
+                    named.push(offset..offset + bytes.len());
+                }
+            },
+        )?;
+        if let Some(before) = before {
+            let unnamed = (0..before.len())
+                .find(|&i| before[i] != contents.bytes[i] && !named.iter().any(|r| r.contains(&i)));
+            assert_eq!(
+                unnamed, None,
+                "block {nr}: an edit in ranges changed a byte it did not name"
+            );
+        }
         self.store.cache().mark_dirty(&buffer);
         Ok(())
     }

@@ -9,8 +9,10 @@
 //! blocks it took (given back at once: nothing can have seen them) and the blocks it freed
 //! in the running transaction (taken back out of the pending frees). The operation itself
 //! restores its inodes' records, which it holds locked. The log costs nothing until an
-//! operation changes a block, then one copy of each block it changes (a create changes one
-//! directory block: about 500 instructions of its 22,000).
+//! operation changes a block, then one copy of each block it changes, or, for an edit that
+//! names the bytes it changes (a directory leaf's: `MetaIo::modify_in_ranges`), of those
+//! bytes alone: the copy of the 4 KiB leaf an unlink changes a few dozen bytes of, its
+//! cache misses more than its instructions, was 6 % of an unlink's time.
 
 use e4_alloc::Extent;
 
@@ -20,10 +22,15 @@ use crate::error::{Error, Result};
 use crate::space::Space;
 use crate::txn::Transactions;
 
-/// A metadata block as it was before an operation first changed or freed it.
+/// A metadata block, or a range of its bytes, as it was before an operation changed or
+/// freed it.
 struct LoggedBlock {
     nr: u64,
-    /// Where its contents start in [`UndoLog::images`].
+    /// Where the bytes start in the block: 0 for the whole block.
+    offset: usize,
+    /// How many: the block size for the whole block.
+    len: usize,
+    /// Where they start in [`UndoLog::images`].
     at: usize,
     /// The role its buffer had (what write-back seals it by, and what a read verified it
     /// as): the operation may have rewritten it in another (a directory's leaf turned into
@@ -92,10 +99,35 @@ impl UndoLog {
     /// Logs block `nr`'s contents and role before its first change.
     pub(crate) fn block(&mut self, nr: u64, before: &[u8], role: Option<BufferRole>) {
         if self.note(nr) {
-            let at = self.images.len();
-            self.images.extend_from_slice(before);
-            self.blocks.push(LoggedBlock { nr, at, role });
+            self.push(nr, 0, before, role);
         }
+    }
+
+    /// Logs the bytes of block `nr` from `offset` before a change of them, unless the whole
+    /// block is logged already (or new). Every such change is logged, in order: undone last
+    /// first, each puts back what the one before it left.
+    pub(crate) fn range(
+        &mut self,
+        nr: u64,
+        offset: usize,
+        before: &[u8],
+        role: Option<BufferRole>,
+    ) {
+        if !self.has_block(nr) {
+            self.push(nr, offset, before, role);
+        }
+    }
+
+    fn push(&mut self, nr: u64, offset: usize, before: &[u8], role: Option<BufferRole>) {
+        let at = self.images.len();
+        self.images.extend_from_slice(before);
+        self.blocks.push(LoggedBlock {
+            nr,
+            offset,
+            len: before.len(),
+            at,
+            role,
+        });
     }
 
     /// Logs a run the operation allocated; its blocks have nothing to restore.
@@ -142,8 +174,31 @@ impl UndoLog {
             keep(txns.cancel_free(&space.blocks, start, len, slot));
         }
         let block_size = store.block_size() as usize;
-        for &LoggedBlock { nr, at, role } in self.blocks.iter().rev() {
-            let buffer = store.cache().get_new(nr, &self.images[at..at + block_size]);
+        for logged in self.blocks.iter().rev() {
+            let LoggedBlock {
+                nr,
+                offset,
+                len,
+                at,
+                role,
+            } = *logged;
+            let image = &self.images[at..at + len];
+            let buffer = if len == block_size {
+                store.cache().get_new(nr, image)
+            } else {
+                // Changed in this transaction, so dirty, so still cached: a dirty buffer is
+                // never evicted, and one the operation replaced or forgot since was logged
+                // whole after this and is put back before it.
+                let Some(buffer) = store.cache().peek(nr) else {
+                    keep(Err(Error::Internal(format!(
+                        "block {nr}: {len} bytes at {offset} to put back, and the block is no \
+                         longer cached"
+                    ))));
+                    continue;
+                };
+                buffer.bytes_mut()[offset..offset + len].copy_from_slice(image);
+                buffer
+            };
             buffer.restore_role(role);
             store.cache().mark_dirty(&buffer);
         }
