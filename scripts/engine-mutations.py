@@ -280,8 +280,8 @@ M = [
   '        edit(&mut contents.bytes, Some(&mut contents.derived))?;',
   ['--test', 'write_model']),
  ('an edit in place removes the entry after the one found', 'crates/e4-fs/src/dir/editor.rs',
-  '        self.edit_leaf(place.physical, |leaf| leaf.remove(place.offset))',
-  '        self.edit_leaf(place.physical, |leaf| leaf.remove(place.offset + 1))',
+  '            leaf.remove(place.offset, entry.ino, &entry.name)',
+  '            leaf.remove(place.offset + 1, entry.ino, &entry.name)',
   ['--test', 'write_model']),
  ('a create inserts where an earlier probe found room, after the leaf changed', 'crates/e4-fs/src/dir/htree.rs',
   '        let ino = make()?;\n        self.edit_leaf(physical, |leaf| leaf.insert_at(slot, name, ino, file_type))?;',
@@ -591,8 +591,8 @@ M = [
   '            && (allocator.used_between(at.group, first, first + per_block).is_some() || writers > 0);',
   ['--test', 'bitmap_checks']),
  ('leaf index: a removal trusts a stale record-before', 'crates/e4-fs/src/dir/leaf.rs',
-  '        if room.is_none() && from != 0 {',
-  '        if room.is_none() && from != 0 && false {',
+  '            None if from != 0 => (self.leaf.removal(0, offset), true),',
+  '            None if from != 0 && false => (self.leaf.removal(0, offset), true),',
   ['--lib', 'dir::leaf']),
 ]
 
