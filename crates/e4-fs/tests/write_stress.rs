@@ -464,7 +464,8 @@ fn wait_until_an_inode_lock_is_waited_for(fs: &Filesystem, contended_before: u64
 /// truncates the file, commits, and writes another file into the blocks given up. The
 /// truncate must wait for the read (the inode's lock), so nothing of that happens before
 /// the read is let go: the reader sees its file's bytes. A read following a copy of the
-/// inode taken under the lock and then let go would read the other file's.
+/// inode taken under the lock and then let go would read the other file's: nothing would
+/// wait, and the writer would end while the read is held.
 #[test]
 fn a_read_held_at_its_data_keeps_the_blocks_from_a_truncate() {
     let img = make_empty_image(&["-t", "ext4", "-b", "4096"], 16);
@@ -488,6 +489,7 @@ fn a_read_held_at_its_data_keeps_the_blocks_from_a_truncate() {
             buf
         });
         device.gate.wait_until_held();
+        let contended = fs.lock_stats().inode.contended;
         let writer = s.spawn(|| {
             fs.truncate(file, 0).unwrap();
             fs.sync().unwrap();
@@ -496,10 +498,16 @@ fn a_read_held_at_its_data_keeps_the_blocks_from_a_truncate() {
             fs.sync().unwrap();
             other_written.store(true, Ordering::Release);
         });
-        // Long enough for the writer to finish if nothing stops it; it must not.
-        let deadline = Instant::now() + Duration::from_secs(1);
-        while !other_written.load(Ordering::Acquire) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(5));
+        // The truncate waits for the file's lock (counted as contended before it blocks),
+        // or, if the read holds nothing, the writer gets to the end: either decides.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !other_written.load(Ordering::Acquire) && fs.lock_stats().inode.contended == contended
+        {
+            assert!(
+                Instant::now() < deadline,
+                "the writer neither waits nor ends"
+            );
+            std::thread::sleep(Duration::from_millis(1));
         }
         device.gate.release();
         writer.join().unwrap();
