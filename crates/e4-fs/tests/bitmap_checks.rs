@@ -5,7 +5,7 @@
 use std::process::Command;
 
 use e4_fs::{Creator, Error, Filesystem, Mapping, OpenOptions, Shortage};
-use e4_testkit::{e2fsck_clean, e2fsck_problems, make_empty_image, PROFILES};
+use e4_testkit::{debugfs_script, e2fsck_clean, e2fsck_problems, make_empty_image, PROFILES};
 
 /// ext4's root directory.
 const ROOT_DIR: u32 = 2;
@@ -87,7 +87,7 @@ fn racing_writers_never_get_a_block_of_a_corrupt_group() {
         })
         .unwrap_or_else(|| panic!("no free count for group {CORRUPT} in {stats}"));
     // One session: the descriptor's count, then its checksum (metadata_csum).
-    set_descriptor(
+    debugfs_script(
         &image.path,
         &format!(
             "set_bg {CORRUPT} free_blocks_count {}\nset_bg {CORRUPT} checksum calc\n",
@@ -180,7 +180,7 @@ fn inodes_in_use_past_itable_unused_keep_their_records_through_a_create() {
     fs.unmount().unwrap();
     assert_eq!(files, (12..22).collect::<Vec<_>>());
     // Inodes 1-16 inside the used part; 17-21 (f5-f9) past it, in use.
-    set_descriptor(
+    debugfs_script(
         &image.path,
         "set_bg 0 itable_unused 112\nset_bg 0 checksum calc\n",
     );
@@ -202,18 +202,4 @@ fn inodes_in_use_past_itable_unused_keep_their_records_through_a_create() {
         );
         assert_eq!(fs.read_inode(*ino).unwrap().links_count(), 1, "f{i}");
     }
-}
-
-/// Runs debugfs `requests` (`set_bg` lines, in one session) on the image at `path`.
-fn set_descriptor(path: &std::path::Path, requests: &str) {
-    let file = path.with_extension("debugfs");
-    std::fs::write(&file, requests).unwrap();
-    let set = Command::new(e4_testkit::tool("debugfs"))
-        .arg("-w")
-        .arg("-f")
-        .arg(&file)
-        .arg(path)
-        .output()
-        .unwrap();
-    assert!(set.status.success(), "debugfs: {requests}");
 }

@@ -13,7 +13,6 @@ use std::fs::{File, OpenOptions as FileOptions};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::Path;
-use std::process::Command;
 use std::sync::Mutex;
 
 use e4_format::checksum::inode_csum_seed;
@@ -25,7 +24,7 @@ use e4_format::{Location, MetadataBlock};
 use e4_fs::testing::{BlockKind, MetaIo, Owner};
 use e4_fs::testing::{DirFormat, DirectoryBlocks, DirectoryEditor};
 use e4_fs::{Error, Filesystem, OpenOptions, Result, Shortage};
-use e4_testkit::{e2fsck_clean, make_empty_image, KernelMount};
+use e4_testkit::{debugfs_script, e2fsck_clean, make_empty_image, KernelMount};
 
 /// Blocks read from an image (or zeros, for a dry run) and written to memory.
 struct ImageBlocks {
@@ -190,28 +189,10 @@ fn run(
     left
 }
 
-fn debugfs(image: &Path, script: &str) -> String {
-    let script_path = image.with_extension("debugfs");
-    std::fs::write(&script_path, script).unwrap();
-    let out = Command::new(e4_testkit::tool("debugfs"))
-        .arg("-w")
-        .arg("-f")
-        .arg(&script_path)
-        .arg(image)
-        .output()
-        .expect("debugfs must be installed (e2fsprogs)");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 /// The physical blocks of directory `d` in logical order, from the leaves of `ex d`
 /// ("level/depth  entry/entries  first - last  physical - physical_last  length").
 fn directory_blocks(image: &Path) -> Vec<u64> {
-    let extents = debugfs(image, "ex d\n");
+    let extents = debugfs_script(image, "ex d\n");
     let mut blocks = Vec::new();
     for line in extents.lines() {
         let words: Vec<&str> = line.split_whitespace().collect();
@@ -234,7 +215,7 @@ fn build_and_check(mke2fs_args: &[&str], size_mib: u64, work: Workload) {
     let img = make_empty_image(mke2fs_args, size_mib);
     if work.unsigned_hash {
         // s_flags: EXT2_FLAGS_UNSIGNED_HASH instead of mke2fs's SIGNED_HASH.
-        debugfs(&img.path, "ssv flags 2\n");
+        debugfs_script(&img.path, "ssv flags 2\n");
     }
     let sb = Filesystem::open(&img.path, OpenOptions::default())
         .unwrap()
@@ -247,7 +228,7 @@ fn build_and_check(mke2fs_args: &[&str], size_mib: u64, work: Workload) {
     for f in 0..files {
         script += &format!("write /dev/null f{f}\n");
     }
-    debugfs(&img.path, &script);
+    debugfs_script(&img.path, &script);
 
     let fs = Filesystem::open(&img.path, OpenOptions::default()).unwrap();
     let ino = fs.resolve("/d", true).unwrap();
@@ -283,7 +264,7 @@ fn build_and_check(mke2fs_args: &[&str], size_mib: u64, work: Workload) {
     );
     let needed = dry.used;
 
-    debugfs(&img.path, &"expand_dir d\n".repeat(needed - 1));
+    debugfs_script(&img.path, &"expand_dir d\n".repeat(needed - 1));
     let pool = directory_blocks(&img.path);
     assert_eq!(pool.len(), needed);
 
@@ -345,7 +326,7 @@ fn build_and_check(mke2fs_args: &[&str], size_mib: u64, work: Workload) {
         let links = 1 + left.iter().filter(|&&i| i / LINKS_PER_FILE == f).count();
         script += &format!("sif f{f} links_count {links}\n");
     }
-    debugfs(&img.path, &script);
+    debugfs_script(&img.path, &script);
 
     if let Err(report) = e2fsck_clean(&img.path) {
         panic!("{report}");

@@ -192,3 +192,23 @@ pub fn make_empty_image(mke2fs_args: &[&str], size_mib: u64) -> Image {
     );
     Image { _dir: dir, path }
 }
+
+/// Runs debugfs `script` (one request a line, in one session) on the image at `image`,
+/// opened for writing, and returns what it printed; a failing debugfs fails the test.
+pub fn debugfs_script(image: &Path, script: &str) -> String {
+    let script_path = image.with_extension("debugfs");
+    std::fs::write(&script_path, script).unwrap();
+    let out = Command::new(crate::tool("debugfs"))
+        .arg("-w")
+        .arg("-f")
+        .arg(&script_path)
+        .arg(image)
+        .output()
+        .expect("debugfs must be installed (e2fsprogs)");
+    assert!(
+        out.status.success(),
+        "debugfs {script:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}

@@ -20,8 +20,8 @@ pub use compare::{compare_trees, CompareOptions};
 pub use e4_host_tools::{has_tool, tool};
 pub use fuse_mount::{fuse_skipped, is_mounted, FuseGuard};
 pub use image::{
-    e2fsck_clean, e2fsck_problems, make_empty_image, make_image, Image, Profile, ONE_MIB_GROUPS,
-    PROFILES,
+    debugfs_script, e2fsck_clean, e2fsck_problems, make_empty_image, make_image, Image, Profile,
+    ONE_MIB_GROUPS, PROFILES,
 };
 pub use io_gate::IoGate;
 pub use kernel_mount::{kernel_comparison_skipped, KernelMount, LoopDevice, LoopMount};

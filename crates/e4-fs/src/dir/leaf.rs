@@ -759,21 +759,21 @@ impl<'a> LeafEdit<'a> {
             .as_ref()
             .and_then(|i| i.record_before(offset))
             .unwrap_or(0);
-        let (removal, stale) = match self.leaf.removal(from, offset) {
-            Some(removal) => (Some(removal), false),
+        let removal = match self.leaf.removal(from, offset) {
+            Some(removal) => removal,
             // The record the index named does not lead to `offset`: a stale index (a bug
             // the debug checks exist to catch). The walk from the start decides, and the
             // index is dropped, to be built afresh.
-            None if from != 0 => (self.leaf.removal(0, offset), true),
-            None => (None, false),
-        };
-        if stale {
-            if let Some(kept) = self.kept.as_deref_mut() {
-                kept.clear();
+            None if from != 0 => {
+                if let Some(kept) = self.kept.as_deref_mut() {
+                    kept.clear();
+                }
+                match self.leaf.removal(0, offset) {
+                    Some(removal) => removal,
+                    None => return false,
+                }
             }
-        }
-        let Some(removal) = removal else {
-            return false;
+            None => return false,
         };
         self.before_change(removal.changed());
         let room = self.leaf.apply_removal(removal);

@@ -38,6 +38,22 @@ struct Runs {
     runs: Vec<CachedRun>,
 }
 
+impl Runs {
+    /// None yet, for `inode`'s mapping as it is now.
+    fn of(inode: &Inode) -> Self {
+        Runs {
+            size: inode.size(),
+            root: inode.record.block,
+            runs: Vec::new(),
+        }
+    }
+
+    /// Whether the runs were found in `inode`'s mapping as it is now.
+    fn are_of(&self, inode: &Inode) -> bool {
+        self.size == inode.size() && self.root == inode.record.block
+    }
+}
+
 /// Runs found in one inode's mapping; empty (and no allocation) until the first is kept.
 #[derive(Debug, Default)]
 pub(crate) struct RunCache(Option<Box<Runs>>);
@@ -47,7 +63,7 @@ impl RunCache {
     /// `inode`'s mapping as it is now; a cache found for another state is emptied.
     pub(crate) fn physical(&mut self, inode: &Inode, logical: u64) -> Option<u64> {
         let runs = self.0.as_mut()?;
-        if runs.size != inode.size() || runs.root != inode.record.block {
+        if !runs.are_of(inode) {
             self.0 = None;
             return None;
         }
@@ -68,20 +84,10 @@ impl RunCache {
     /// Keeps the run of `len` blocks from `logical` at `physical`, found in `inode`'s
     /// mapping as it is now.
     pub(crate) fn keep(&mut self, inode: &Inode, logical: u64, len: u64, physical: u64) {
-        let fresh = || {
-            Box::new(Runs {
-                size: inode.size(),
-                root: inode.record.block,
-                runs: Vec::new(),
-            })
+        let runs = match &mut self.0 {
+            Some(runs) if runs.are_of(inode) && runs.runs.len() < MAX_RUNS => runs,
+            slot => slot.insert(Box::new(Runs::of(inode))),
         };
-        let runs = self.0.get_or_insert_with(fresh);
-        if runs.size != inode.size()
-            || runs.root != inode.record.block
-            || runs.runs.len() >= MAX_RUNS
-        {
-            **runs = *fresh();
-        }
         let at = runs.runs.partition_point(|r| r.logical < logical);
         // A run found from a later block of a run kept already, or the other way round:
         // the mapping is one, so the two agree where they overlap; keep the one found last

@@ -184,6 +184,62 @@ impl Drop for TxnIo<'_> {
     }
 }
 
+/// What an edit through [`TxnIo`] keeps for its undo: the whole block before its first
+/// change, or the ranges the edit names before each change.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Logged {
+    Whole,
+    Ranges,
+}
+
+impl TxnIo<'_> {
+    /// Block `nr`, verified as `kind`, changed in place by `edit` and marked dirty, logged as
+    /// `logged` says. Verifying records the role write-back seals by (where there is a
+    /// checksum to seal), so the edit needs no second lock to set it. Debug builds check
+    /// that an edit in ranges changed no byte outside them.
+    fn edit_buffer(
+        &self,
+        nr: u64,
+        kind: BlockKind,
+        owner: Owner,
+        logged: Logged,
+        edit: &mut EditInRanges<'_>,
+    ) -> Result<()> {
+        let buffer = self.store.read_as(nr, BufferRole::of(kind, owner))?;
+        if logged == Logged::Whole {
+            self.log_buffer(&buffer);
+        }
+        let role = buffer.role();
+        let mut contents = buffer.contents_mut();
+        let contents = &mut *contents;
+        let check = cfg!(debug_assertions) && logged == Logged::Ranges;
+        let before = check.then(|| contents.bytes.to_vec());
+        let mut named = Vec::new();
+        edit(
+            &mut contents.bytes,
+            Some(&mut contents.derived),
+            &mut |offset, bytes| {
+                if logged == Logged::Ranges {
+                    self.undo.borrow_mut().range(nr, offset, bytes, role);
+                    if check {
+                        named.push(offset..offset + bytes.len());
+                    }
+                }
+            },
+        )?;
+        if let Some(before) = before {
+            let unnamed = (0..before.len())
+                .find(|&i| before[i] != contents.bytes[i] && !named.iter().any(|r| r.contains(&i)));
+            assert_eq!(
+                unnamed, None,
+                "block {nr}: an edit in ranges changed a byte it did not name"
+            );
+        }
+        self.store.cache().mark_dirty(&buffer);
+        Ok(())
+    }
+}
+
 impl MetaIo for TxnIo<'_> {
     fn block_size(&self) -> usize {
         self.store.block_size() as usize
@@ -233,19 +289,12 @@ impl MetaIo for TxnIo<'_> {
         owner: Owner,
         edit: &mut EditWithDerived<'_>,
     ) -> Result<()> {
-        // Verifying records the role write-back seals by (where there is a checksum to
-        // seal), so the edit needs no second lock to set it.
-        let buffer = self.store.read_as(nr, BufferRole::of(kind, owner))?;
-        self.log_buffer(&buffer);
-        let mut contents = buffer.contents_mut();
-        let contents = &mut *contents;
-        edit(&mut contents.bytes, Some(&mut contents.derived))?;
-        self.store.cache().mark_dirty(&buffer);
-        Ok(())
+        self.edit_buffer(nr, kind, owner, Logged::Whole, &mut |bytes, kept, _| {
+            edit(bytes, kept)
+        })
     }
 
-    /// Logs the ranges the edit names instead of the whole block. Debug builds check that
-    /// the edit changed no byte outside them.
+    /// Logs the ranges the edit names instead of the whole block.
     fn modify_in_ranges(
         &self,
         nr: u64,
@@ -253,32 +302,7 @@ impl MetaIo for TxnIo<'_> {
         owner: Owner,
         edit: &mut EditInRanges<'_>,
     ) -> Result<()> {
-        let buffer = self.store.read_as(nr, BufferRole::of(kind, owner))?;
-        let role = buffer.role();
-        let mut contents = buffer.contents_mut();
-        let contents = &mut *contents;
-        let before = cfg!(debug_assertions).then(|| contents.bytes.to_vec());
-        let mut named = Vec::new();
-        edit(
-            &mut contents.bytes,
-            Some(&mut contents.derived),
-            &mut |offset, bytes| {
-                self.undo.borrow_mut().range(nr, offset, bytes, role);
-                if cfg!(debug_assertions) {
-                    named.push(offset..offset + bytes.len());
-                }
-            },
-        )?;
-        if let Some(before) = before {
-            let unnamed = (0..before.len())
-                .find(|&i| before[i] != contents.bytes[i] && !named.iter().any(|r| r.contains(&i)));
-            assert_eq!(
-                unnamed, None,
-                "block {nr}: an edit in ranges changed a byte it did not name"
-            );
-        }
-        self.store.cache().mark_dirty(&buffer);
-        Ok(())
+        self.edit_buffer(nr, kind, owner, Logged::Ranges, edit)
     }
 
     fn write(&self, nr: u64, kind: BlockKind, owner: Owner, bytes: &[u8]) -> Result<()> {

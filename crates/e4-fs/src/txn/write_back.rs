@@ -37,19 +37,12 @@ pub(crate) fn write_inode_records(
 ) -> Result<()> {
     in_chunks(handles, |chunk| {
         let mut records = table.record_writer(store);
-        let mut rest = chunk;
-        while let Some(first) = rest.first() {
-            // The handles whose records share the first one's table block.
-            let block = table.block_of(first.ino);
-            let run = rest
-                .iter()
-                .take_while(|h| table.block_of(h.ino) == block)
-                .count();
-            let (these, after) = rest.split_at(run);
-            rest = after;
+        // The handles whose records share a table block, together.
+        for these in chunk.chunk_by(|a, b| table.block_of(a.ino) == table.block_of(b.ino)) {
             // A block the cache lacks holds no inode deleted in this transaction (its
-            // last record went into the cached block), so all `run` are written below.
-            records.make_block_of_new(first.ino, run as u32, descriptors, allocator);
+            // last record went into the cached block), so all of `these` are written below.
+            let writers = these.len() as u32;
+            records.make_block_of_new(these[0].ino, writers, descriptors, allocator);
             for handle in these {
                 let state = handle.lock(inodes);
                 // A deleted inode's last record went into the table when it was freed; its
