@@ -594,6 +594,22 @@ M = [
   '            None if from != 0 => {',
   '            None if from != 0 && false => {',
   ['--lib', 'dir::leaf']),
+ ('gathered inode left marked dirty', 'crates/e4-fs/src/txn/write_back.rs',
+  '                handle.mark_clean(&state);\n',
+  '',
+  ['--test', 'commit_consistency']),
+ ('dirty table-block marks left set at the take', 'crates/e4-fs/src/inode/dirty_set.rs',
+  '                    word.swap(0, Ordering::Relaxed).count_ones()',
+  '                    word.load(Ordering::Relaxed).count_ones()',
+  ['--lib', 'dirty_set']),
+ ('every release joins a transaction', 'crates/e4-fs/src/ops/setattr.rs',
+  '                None if !state.window.reset_if_unreserved() => {',
+  '                None if true => {',
+  ['--lib', 'only_a_last_close']),
+ ('the last close keeps its window', 'crates/e4-fs/src/ops/setattr.rs',
+  '                Some(txn) => w.space.blocks.release_window(&mut state.window, txn.slot),',
+  '                Some(txn) => {\n                    let _ = txn;\n                }',
+  ['--lib', 'only_a_last_close']),
 ]
 
 

@@ -112,6 +112,17 @@ impl ReservationWindow {
         self.remaining
     }
 
+    /// Starts the window afresh, as [`BlockAllocator::release_window`] leaves it, when it
+    /// holds no run: there is nothing to give back to a group, so no group lock or
+    /// allocator slot is needed. Returns false, changing nothing, when it holds one.
+    pub fn reset_if_unreserved(&mut self) -> bool {
+        if self.run.is_some() {
+            return false;
+        }
+        *self = ReservationWindow::new();
+        true
+    }
+
     /// The reserved blocks not yet used, if any.
     pub fn unused(&self) -> Option<Extent> {
         (self.remaining > 0).then_some(Extent {

@@ -114,18 +114,27 @@ impl<T> DirtySet<T> {
     /// Every dirty handle with its inode number, the set left empty; the caller marks
     /// them clean. With every operation stopped (a commit's gather).
     pub fn take(&self, locks: &LockStats) -> Handles<T> {
-        let mut out = Vec::new();
-        for i in 0..SHARDS {
-            out.append(&mut self.shard(i, locks));
+        let mut shards: Vec<_> = (0..SHARDS).map(|i| self.shard(i, locks)).collect();
+        let mut out = Vec::with_capacity(shards.iter().map(|s| s.len()).sum());
+        for shard in &mut shards {
+            out.append(shard);
         }
-        let cleared = out
+        drop(shards);
+        // Every marked block holds one of `out`'s inodes: the first of them seen swaps its
+        // word to zero, counting the blocks it marked, and the rest find it zero (a load,
+        // where a read-modify-write per inode was a tenth of the take).
+        let cleared: u32 = out
             .iter()
-            .filter(|(ino, _)| match self.mark_of(*ino) {
-                Some((word, bit)) => word.fetch_and(!bit, Ordering::Relaxed) & bit != 0,
-                None => true,
+            .map(|(ino, _)| match self.mark_of(*ino) {
+                Some((word, _)) if word.load(Ordering::Relaxed) != 0 => {
+                    word.swap(0, Ordering::Relaxed).count_ones()
+                }
+                Some(_) => 0,
+                None => 1,
             })
-            .count();
-        self.table_blocks.fetch_sub(cleared, Ordering::Relaxed);
+            .sum();
+        self.table_blocks
+            .fetch_sub(cleared as usize, Ordering::Relaxed);
         out
     }
 }

@@ -25,8 +25,9 @@ const PARALLEL_FROM: usize = 2048;
 /// The most blocks gathered into one device write (1 MiB at 4 KiB).
 const RUN_LIMIT: usize = 256;
 
-/// Writes each dirty inode's record into its inode-table block. `handles` are sorted by
-/// inode number, so each thread's share touches its own range of table blocks.
+/// Writes each dirty inode's record into its inode-table block and marks the handle
+/// clean. `handles` are sorted by inode number, so each thread's share touches its own
+/// range of table blocks.
 pub(crate) fn write_inode_records(
     store: &BlockStore,
     descriptors: &GroupDescriptors,
@@ -50,6 +51,7 @@ pub(crate) fn write_inode_records(
                 if !state.deleted {
                     records.write(&state.inode)?;
                 }
+                handle.mark_clean(&state);
             }
         }
         Ok(())
