@@ -93,6 +93,12 @@ impl Layout {
         let group = (ino - 1) / self.sb.inodes_per_group;
         self.descriptors[group as usize].flags &= !BG_INODE_UNINIT;
     }
+
+    /// Counts `group`'s block bitmap as initialized (written, with its checksum) though no
+    /// block of the group is used yet.
+    pub fn initialize_block_bitmap(&mut self, group: u32) {
+        self.descriptors[group as usize].flags &= !BG_BLOCK_UNINIT;
+    }
 }
 
 /// `calc_reserved_gdt_blocks`: room for the descriptor table of a filesystem 1024 times
@@ -192,6 +198,15 @@ pub fn lay_out(p: &Params) -> Result<Layout> {
             }
             break (rounded, ibpg);
         };
+        // Groups hold inodes in eights, so a tiny volume or `-N` can round below the
+        // filesystem's own inodes, lost+found (11) the last of them; mke2fs fails there,
+        // creating lost+found.
+        if ipg * groups < u64::from(FIRST_INO) {
+            return Err(MkfsError::Geometry(format!(
+                "{} inodes leave none for lost+found (inode {FIRST_INO}): ask for more with -N, or give a larger SIZE",
+                ipg * groups
+            )));
+        }
         let rsv = if p.features.has_compat(CompatFeatures::RESIZE_INODE) {
             reserved_gdt_blocks(blocks, first_data_block, bpg, per_block, desc_blocks, bs)
         } else {

@@ -249,6 +249,9 @@ fn empty_filesystems_equal_mke2fs_byte_for_byte() {
         ),
         // A last group too small for its tables is dropped.
         ("ext2-trimmed", "8195K", &["-t", "ext2"]),
+        // Eight inodes a group: lost+found (11) is the second group's first directory.
+        ("few-inodes", "100M", &["-t", "ext4", "-N", "100"]),
+        ("few-inodes-ext3", "64M", &["-t", "ext3", "-N", "20"]),
     ];
     // Larger ones (seconds each): with E4_MKFS_LARGE=1.
     if std::env::var_os("E4_MKFS_LARGE").is_some_and(|v| v == "1") {

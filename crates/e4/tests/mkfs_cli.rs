@@ -141,6 +141,27 @@ fn bad_and_unsupported_options_get_one_line() {
             "{args:?}: {err}"
         );
     }
+    // Too few inodes for lost+found, from a tiny size or from -N: one line, no image.
+    for (args, size) in [(vec![], "100K"), (vec!["-N", "5"], "1M")] {
+        let _ = std::fs::remove_file(&image);
+        let mut all: Vec<&dyn AsRef<std::ffi::OsStr>> = vec![&"mkfs", &"-q"];
+        for a in &args {
+            all.push(a);
+        }
+        all.push(&image);
+        all.push(&size);
+        let out = e4(&all, None);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{args:?} {size}: {err}");
+        assert!(
+            err.contains("lost+found") && err.lines().count() == 1,
+            "{args:?} {size}: {err}"
+        );
+        assert!(
+            std::fs::metadata(&image).map_or(true, |m| m.len() == 0),
+            "{args:?} {size}: an image was left"
+        );
+    }
     let out = e4(&[&"mkfs", &image, &"1Q"], None);
     assert!(stderr(&out).contains("unknown suffix"), "{}", stderr(&out));
 }

@@ -171,6 +171,16 @@ impl Maker<'_> {
         let mut lost_found = self.new_inode(LOST_FOUND_INO, 0o040700);
         lost_found.record.links_count = 2;
         self.layout.use_inode_group(LOST_FOUND_INO);
+        // mke2fs makes lost+found with `ext2fs_new_inode` when only the root's inode is in
+        // use, and a scan that reaches a group whose inode bitmap is still uninitialized
+        // counts its block bitmap as initialized too (`check_inode_uninit`: "mkfs might
+        // have set this flag; clear it too"). With fewer than 11 inodes a group,
+        // lost+found's group is not the root's and is such a group.
+        let ipg = self.layout.sb.inodes_per_group;
+        if (LOST_FOUND_INO - 1) / ipg != (ROOT_INO - 1) / ipg {
+            self.layout
+                .initialize_block_bitmap((LOST_FOUND_INO - 1) / ipg);
+        }
         let first = self
             .layout
             .allocate_block(self.inode_goal(LOST_FOUND_INO))?;
@@ -227,7 +237,13 @@ impl Maker<'_> {
         }
         self.store(&root);
         self.store(&lost_found);
-        self.layout.descriptors[0].set_used_dirs_count(2);
+        // Each directory counts in its own group: with fewer than 11 inodes a group
+        // (a small `-N`), lost+found is in the second.
+        for ino in [ROOT_INO, LOST_FOUND_INO] {
+            let group = &mut self.layout.descriptors
+                [((ino - 1) / self.layout.sb.inodes_per_group) as usize];
+            group.set_used_dirs_count(group.used_dirs_count() + 1);
+        }
         Ok(())
     }
 
