@@ -54,6 +54,15 @@ pub struct Mounted {
 
 /// Mounts `image` on `dir` and starts serving it; returns once the kernel has the mount.
 pub fn mount(image: &Path, dir: &Path, options: &MountOptions) -> Result<Mounted, MountError> {
+    // Before the image is opened (which may replay its journal): the kernel would take a
+    // regular file as the mount point too, with a root that is not a directory.
+    let not_a_dir = |source| MountError::Mount {
+        dir: dir.display().to_string(),
+        source,
+    };
+    if !std::fs::metadata(dir).map_err(not_a_dir)?.is_dir() {
+        return Err(not_a_dir(io::Error::from(nix::errno::Errno::ENOTDIR)));
+    }
     // The whole path, for the mount table's source column.
     let shown = std::fs::canonicalize(image)
         .unwrap_or_else(|_| image.to_path_buf())

@@ -63,6 +63,47 @@ fn an_unknown_option_is_refused_in_one_line() {
     );
 }
 
+/// A mount point that is a regular file, or that does not exist, is refused in one line
+/// before the image is opened: the image is left byte for byte as it was.
+#[test]
+fn a_mount_point_that_is_not_a_directory_is_refused_before_the_image_is_opened() {
+    let image = make_empty_image(&["-t", "ext4"], 8);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("file");
+    std::fs::write(&file, b"not a directory").unwrap();
+    let before = std::fs::read(&image.path).unwrap();
+    for (point, said) in [
+        (file, "Not a directory"),
+        (dir.path().join("missing"), "No such file or directory"),
+    ] {
+        let mut child = e4()
+            .args(["mount", "-f"])
+            .arg(&image.path)
+            .arg(&point)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        if !eventually(|| child.try_wait().unwrap().is_some()) {
+            let _ = child.kill();
+            let _ = child.wait();
+            let _ = Command::new("fusermount3").arg("-u").arg(&point).status();
+            panic!("a mount on {} went on", point.display());
+        }
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(
+            stderr.contains("cannot mount on") && stderr.contains(said),
+            "{stderr}"
+        );
+        assert!(
+            std::fs::read(&image.path).unwrap() == before,
+            "the image changed"
+        );
+    }
+}
+
 /// Waits for a foreground mount by `child` on `dir`; false (with the skip reported) if
 /// it exited first.
 fn mounted_by(child: &mut Child, dir: &Path) -> bool {
