@@ -148,6 +148,22 @@ impl PosixAcl {
         Ok(Some(acl))
     }
 
+    /// Refuses a named user or group whose id is `(uid_t)-1`, which is no id: the kernel's
+    /// `posix_acl_from_xattr` refuses to set such an ACL. (Only for setting: an ACL stored
+    /// with one still reads, so that it can be shown and the entry removed.)
+    pub fn check_ids(&self) -> Result<(), InvalidAcl> {
+        if self
+            .entries
+            .iter()
+            .any(|e| e.has_id() && e.id == UNDEFINED_ID)
+        {
+            return Err(InvalidAcl(
+                "a named entry with id 4294967295, which is no id",
+            ));
+        }
+        Ok(())
+    }
+
     /// The form `getxattr` returns: version 2, every entry 8 bytes.
     pub fn to_xattr(&self) -> Vec<u8> {
         let mut out = XATTR_ACL_VERSION.to_le_bytes().to_vec();
@@ -411,6 +427,28 @@ mod tests {
         ] {
             assert!(PosixAcl::from_xattr(&xattr_form(&bad)).is_err(), "{bad:?}");
         }
+        // A named user or group whose id is (uid_t)-1, no id: read, but not set.
+        for no_id in [
+            vec![
+                base[0],
+                (tag::USER, 4, NO_ID),
+                base[1],
+                (tag::MASK, 4, NO_ID),
+                base[2],
+            ],
+            vec![
+                base[0],
+                base[1],
+                (tag::GROUP, 4, NO_ID),
+                (tag::MASK, 4, NO_ID),
+                base[2],
+            ],
+        ] {
+            let acl = PosixAcl::from_xattr(&xattr_form(&no_id)).unwrap().unwrap();
+            assert!(acl.check_ids().is_err(), "{no_id:?}");
+        }
+        let acl = PosixAcl::from_xattr(&xattr_form(&base)).unwrap().unwrap();
+        assert_eq!(acl.check_ids(), Ok(()));
         let mut wrong_version = xattr_form(&base);
         wrong_version[0] = 1;
         assert!(PosixAcl::from_xattr(&wrong_version).is_err());

@@ -294,6 +294,13 @@ fn many_attributes_of_many_sizes_on_every_profile() {
             ),
             Err(Error::Invalid(_))
         ));
+        // A named user or group with id (uid_t)-1, which the kernel refuses to set.
+        for no_id in [named_acl(NO_ID, 2, 7), named_acl(1, NO_ID, 7)] {
+            assert!(matches!(
+                fs.set_xattr(file, ACCESS, &no_id, XattrSet::Either),
+                Err(Error::Invalid(_))
+            ));
+        }
         check_image(fs, &img.path, &model, &paths, profile);
     }
 }

@@ -27,10 +27,18 @@ pub enum SpecKind {
 /// `X` is kept as the execute bit's request and resolved per file ([`resolve_x`]): it is
 /// returned as bit 0o10, outside `rwx`.
 pub fn parse_spec(spec: &str, kind: SpecKind) -> Result<Vec<SpecEntry>, String> {
-    spec.split(',')
-        .map(str::trim)
-        .filter(|e| !e.is_empty())
+    let mut entries: Vec<&str> = spec.split(',').map(str::trim).collect();
+    // One trailing comma is allowed, as setfacl allows it; an empty spec or an empty
+    // entry elsewhere is refused, as setfacl refuses it.
+    if entries.len() > 1 && entries.last() == Some(&"") {
+        entries.pop();
+    }
+    entries
+        .into_iter()
         .map(|text| {
+            if text.is_empty() {
+                return Err(format!("{spec:?} has an empty ACL entry"));
+            }
             parse_entry(text, kind).map_err(|why| format!("{text:?} is not an ACL entry: {why}"))
         })
         .collect()
@@ -66,7 +74,12 @@ fn parse_entry(text: &str, kind: SpecKind) -> Result<SpecEntry, String> {
     let (tag, id) = if id.is_empty() {
         (tag, u32::MAX)
     } else if id.bytes().all(|b| b.is_ascii_digit()) {
-        let n = id.parse().map_err(|_| format!("id {id} is too large"))?;
+        // `-x` may name (uid_t)-1, no id, to take out an entry a damaged or foreign ACL
+        // stores with it; `-m` may not give it one (the kernel refuses such an ACL).
+        let n = match kind {
+            SpecKind::WithPerms => crate::attribute_edit::parse_id(id)?,
+            SpecKind::NamesOnly => id.parse().map_err(|_| format!("id {id} is too large"))?,
+        };
         (
             if tag == tag::USER_OBJ {
                 tag::USER
@@ -96,13 +109,20 @@ fn parse_perms(text: &str) -> Result<u16, String> {
     if text.is_empty() {
         return Err("no permissions".into());
     }
-    text.chars().try_fold(0, |perm, c| match c {
-        'r' => Ok(perm | 4),
-        'w' => Ok(perm | 2),
-        'x' => Ok(perm | 1),
-        'X' => Ok(perm | EXECUTE_IF_SEARCHABLE),
-        '-' => Ok(perm),
-        _ => Err(format!("'{c}' is not one of r, w, x, X, -")),
+    // Each letter at most once, as setfacl takes them ('-' as often as wanted).
+    text.chars().try_fold(0, |perm, c| {
+        let bit = match c {
+            'r' => 4,
+            'w' => 2,
+            'x' => 1,
+            'X' => EXECUTE_IF_SEARCHABLE,
+            '-' => return Ok(perm),
+            _ => return Err(format!("'{c}' is not one of r, w, x, X, -")),
+        };
+        if perm & bit != 0 {
+            return Err(format!("'{c}' is given twice"));
+        }
+        Ok(perm | bit)
     })
 }
 
@@ -194,10 +214,27 @@ mod tests {
             ("u:1:rq", "'q'"),
             ("u:1", "wrong number"),
             ("u:1:", "no permissions"),
+            ("u:1:rwxx", "'x' is given twice"),
+            ("u:1:XX", "'X' is given twice"),
+            ("u:4294967295:r", "no id"),
+            ("g:4294967296:r", "too large"),
+            ("", "empty ACL entry"),
+            ("u:1:r,,u:2:w", "empty ACL entry"),
+            (",u:1:r", "empty ACL entry"),
         ] {
             let error = parse_spec(spec, SpecKind::WithPerms).unwrap_err();
             assert!(error.contains(why), "{spec}: {error}");
         }
+        assert_eq!(
+            parse_spec("u:1:r-w,", SpecKind::WithPerms).unwrap()[0].entry,
+            entry(tag::USER, 6, 1),
+            "a trailing comma and repeated '-' are setfacl's"
+        );
+        assert_eq!(
+            parse_spec("u:4294967295", SpecKind::NamesOnly).unwrap()[0].entry,
+            entry(tag::USER, 0, u32::MAX),
+            "-x names an entry stored with no id"
+        );
         assert!(parse_spec("u:1:r", SpecKind::NamesOnly)
             .unwrap_err()
             .contains("-x"));

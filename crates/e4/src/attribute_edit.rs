@@ -31,7 +31,9 @@ pub fn parse_owner(text: &str) -> Result<Owner, String> {
         if part.is_empty() {
             Ok(None)
         } else if part.bytes().all(|b| b.is_ascii_digit()) {
-            part.parse().map(Some).map_err(|_| bad())
+            parse_id(part)
+                .map(Some)
+                .map_err(|why| format!("{}: {why}", bad()))
         } else {
             Err(bad())
         }
@@ -44,6 +46,17 @@ pub fn parse_owner(text: &str) -> Result<Owner, String> {
         return Err(bad());
     }
     Ok(Owner { uid, gid })
+}
+
+/// A user or group id, decimal. 4294967295 is refused: it is `(uid_t)-1`, which
+/// chown(2) reads as "leave it" and the kernel holds for no id at all (a file owned by it
+/// shows as 65534, an ACL entry naming it is refused), as chown(1) and setfacl refuse it.
+pub fn parse_id(text: &str) -> Result<u32, String> {
+    match text.parse::<u32>() {
+        Ok(u32::MAX) => Err(format!("{text} is (uid_t)-1, which is no id")),
+        Ok(id) => Ok(id),
+        Err(_) => Err(format!("id {text} is too large")),
+    }
 }
 
 /// A size in bytes, with an optional K, M, G or T suffix (powers of 1024, as truncate(1)).
@@ -125,8 +138,21 @@ mod tests {
         assert_eq!(parse_owner("0"), owner(Some(0), None));
         assert_eq!(parse_owner("5:"), owner(Some(5), None));
         assert_eq!(parse_owner(":7"), owner(None, Some(7)));
-        assert_eq!(parse_owner("4294967295:0"), owner(Some(u32::MAX), Some(0)));
-        for bad in [":", "", "root:root", "1:2:3", "4294967296", "-1:0", "+1"] {
+        assert_eq!(
+            parse_owner("4294967294:0"),
+            owner(Some(u32::MAX - 1), Some(0))
+        );
+        for bad in [
+            ":",
+            "",
+            "root:root",
+            "1:2:3",
+            "4294967296",
+            "-1:0",
+            "+1",
+            "4294967295",
+            "0:4294967295",
+        ] {
             assert!(parse_owner(bad).is_err(), "{bad}");
         }
     }

@@ -309,10 +309,13 @@ pub fn source_date_epoch() -> Result<Option<i64>, CliError> {
 fn parse_owner(text: &str) -> Result<(u32, u32), String> {
     let bad = || format!("{text:?} is not UID:GID (numbers)");
     let (uid, gid) = text.split_once(':').ok_or_else(bad)?;
-    Ok((
-        uid.parse().map_err(|_| bad())?,
-        gid.parse().map_err(|_| bad())?,
-    ))
+    let id = |part: &str| {
+        if part.is_empty() || !part.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(bad());
+        }
+        crate::attribute_edit::parse_id(part).map_err(|why| format!("{}: {why}", bad()))
+    };
+    Ok((id(uid)?, id(gid)?))
 }
 
 /// Leaves nothing at `path` that claims to be the filesystem asked for: an image file is

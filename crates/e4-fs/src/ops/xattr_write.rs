@@ -163,6 +163,7 @@ impl Filesystem {
             return self.change_xattr(ino, &update);
         }
         let acl = PosixAcl::from_xattr(value)
+            .and_then(|acl| acl.map(|a| a.check_ids().map(|()| a)).transpose())
             .map_err(|e| Error::Invalid(format!("{}: {e}", String::from_utf8_lossy(name))))?;
         let Some(acl) = acl else {
             update.change = XattrChange::Clear { how };
