@@ -317,6 +317,9 @@ enum Command {
     /// SOURCE_DATE_EPOCH in the environment sets every time written and derives the UUID
     /// and hash seed (unless -U / -E hash_seed= give them), so the same inputs make the
     /// same image.
+    ///
+    /// As with mke2fs, an option given twice takes its last value; -O, -E and -J add up.
+    #[command(args_override_self = true)]
     Mkfs(Box<mkfs::MkfsArgs>),
     /// Copy one host file into the image.
     ///

@@ -44,21 +44,23 @@ pub struct MkfsArgs {
     /// Percentage of blocks reserved for the superuser.
     #[arg(short = 'm')]
     reserved_percent: Option<f64>,
-    /// Features to set or (with ^) clear, comma-separated.
-    #[arg(short = 'O')]
-    features: Option<String>,
+    /// Features to set or (with ^) clear, comma-separated; repeated -O add up, as in
+    /// mke2fs.
+    #[arg(short = 'O', action = ArgAction::Append)]
+    features: Vec<String>,
     /// Volume label.
     #[arg(short = 'L')]
     label: Option<String>,
     /// UUID (or clear, random).
     #[arg(short = 'U')]
     uuid: Option<String>,
-    /// Extended options: hash_seed=UUID, lazy_itable_init=0|1, root_owner=UID:GID.
-    #[arg(short = 'E')]
-    extended: Option<String>,
-    /// Journal options: size=MiB.
-    #[arg(short = 'J')]
-    journal: Option<String>,
+    /// Extended options: hash_seed=UUID, lazy_itable_init=0|1, root_owner=UID:GID;
+    /// repeated -E add up, as in mke2fs.
+    #[arg(short = 'E', action = ArgAction::Append)]
+    extended: Vec<String>,
+    /// Journal options: size=MiB; repeated -J add up (the last size wins), as in mke2fs.
+    #[arg(short = 'J', action = ArgAction::Append)]
+    journal: Vec<String>,
     /// Behaviour on errors: continue, remount-ro or panic.
     #[arg(short = 'e')]
     errors_behavior: Option<String>,
@@ -183,11 +185,11 @@ pub fn run(args: MkfsArgs, source_date_epoch: Option<i64>) -> Result<(), CliErro
         inodes: args.inodes,
         bytes_per_inode: args.bytes_per_inode,
         reserved_percent: args.reserved_percent,
-        features: args.features,
+        features: joined(args.features),
         label: args.label,
         uuid: args.uuid,
-        extended: args.extended,
-        journal: args.journal,
+        extended: joined(args.extended),
+        journal: joined(args.journal),
         size: args.size,
         errors_behavior: args.errors_behavior,
         flex_bg_size: args.flex_bg_size,
@@ -303,6 +305,11 @@ pub fn source_date_epoch() -> Result<Option<i64>, CliError> {
             ))
         }),
     }
+}
+
+/// Repeated options that add up (`-O`, `-E`, `-J`), as one comma-separated list.
+fn joined(given: Vec<String>) -> Option<String> {
+    (!given.is_empty()).then(|| given.join(","))
 }
 
 /// `--owner UID:GID`.

@@ -313,6 +313,63 @@ fn read(path: &Path) -> Vec<u8> {
     std::fs::read(path).unwrap()
 }
 
+/// As with mke2fs, -O, -E and -J given more than once add up, and any other option given
+/// twice takes its last value: the image is the one the combined options make.
+#[test]
+fn repeated_options_add_up_or_take_the_last_as_in_mke2fs() {
+    let dir = tempfile::tempdir().unwrap();
+    let (repeated, combined) = (dir.path().join("repeated"), dir.path().join("combined"));
+    let out = e4(
+        &[
+            &"mkfs",
+            &"-q",
+            &"-O",
+            &"^64bit",
+            &"-O",
+            &"^extent",
+            &"-E",
+            &"lazy_itable_init=0",
+            &"-E",
+            &"root_owner=5:6",
+            &"-m",
+            &"7",
+            &"-m",
+            &"1",
+            &"-J",
+            &"size=8",
+            &"-J",
+            &"size=4",
+            &repeated,
+            &"32M",
+        ],
+        Some("1700000000"),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = e4(
+        &[
+            &"mkfs",
+            &"-q",
+            &"-O",
+            &"^64bit,^extent",
+            &"-E",
+            &"lazy_itable_init=0,root_owner=5:6",
+            &"-m",
+            &"1",
+            &"-J",
+            &"size=4",
+            &combined,
+            &"32M",
+        ],
+        Some("1700000000"),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        read(&repeated) == read(&combined),
+        "repeated options made another image than their combined form"
+    );
+    e2fsck_clean(&repeated).unwrap();
+}
+
 #[test]
 fn source_date_epoch_makes_the_same_empty_image() {
     let dir = tempfile::tempdir().unwrap();
