@@ -217,6 +217,23 @@ pub fn decide(opts: &MkfsOptions, profile: &Profile, existing_bytes: u64) -> Res
             "reserved online resize blocks (resize_inode) need sparse_super",
         ));
     }
+    // mke2fs's own refusals of feature pairs.
+    if features.has_incompat(IncompatFeatures::BIT64)
+        && !features.has_incompat(IncompatFeatures::EXTENTS)
+    {
+        return Err(invalid(
+            "features",
+            "64bit needs extent (a block-mapped file cannot address 64-bit blocks); add -O extent or -O ^64bit",
+        ));
+    }
+    if features.has_incompat(IncompatFeatures::CSUM_SEED)
+        && !features.has_ro_compat(RoCompatFeatures::METADATA_CSUM)
+    {
+        return Err(invalid(
+            "features",
+            "metadata_csum_seed needs metadata_csum",
+        ));
+    }
     if fs_blocks > u64::from(u32::MAX) && !features.has_incompat(IncompatFeatures::BIT64) {
         return Err(MkfsError::Geometry(format!(
             "{fs_blocks} blocks need the 64bit feature"

@@ -252,6 +252,12 @@ fn empty_filesystems_equal_mke2fs_byte_for_byte() {
         // Eight inodes a group: lost+found (11) is the second group's first directory.
         ("few-inodes", "100M", &["-t", "ext4", "-N", "100"]),
         ("few-inodes-ext3", "64M", &["-t", "ext3", "-N", "20"]),
+        // Under 2048 blocks there is no journal, even one asked for.
+        (
+            "tiny-asking-a-journal",
+            "1M",
+            &["-t", "ext4", "-J", "size=4"],
+        ),
     ];
     // Larger ones (seconds each): with E4_MKFS_LARGE=1.
     if std::env::var_os("E4_MKFS_LARGE").is_some_and(|v| v == "1") {

@@ -211,8 +211,13 @@ pub fn run(args: MkfsArgs, source_date_epoch: Option<i64>) -> Result<(), CliErro
         _ => None,
     };
     let options = fitting.unwrap_or(options);
+    let journal_asked = options.journal.is_some();
     let made = make_filesystem(&args.image, &options)
         .map_err(|e| CliError::Message(format!("{image}: {e}")))?;
+    if journal_asked && made.journal_blocks == 0 {
+        // As mke2fs, which goes on without the journal (and says so even with -q).
+        eprintln!("e4: {image}: the filesystem is too small for a journal (under 2048 blocks); made without one");
+    }
     if !args.quiet {
         println!(
             "{image}: {} blocks of {} bytes, {} inodes, {} groups, journal {} blocks",

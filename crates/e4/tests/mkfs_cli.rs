@@ -126,6 +126,13 @@ fn bad_and_unsupported_options_get_one_line() {
         (vec!["-n", "-S"], "mke2fs option -n, -S"),
         (vec!["-G", "16", "-O", "^flex_bg"], "flex_bg"),
         (vec!["-g", "1001"], "blocks per group"),
+        // Feature pairs mke2fs refuses.
+        (vec!["-O", "^extent"], "64bit needs extent"),
+        (vec!["-t", "ext2", "-O", "64bit"], "64bit needs extent"),
+        (
+            vec!["-O", "metadata_csum_seed,^metadata_csum"],
+            "metadata_csum_seed needs metadata_csum",
+        ),
     ] {
         let mut all: Vec<&dyn AsRef<std::ffi::OsStr>> = vec![&"mkfs", &"-q"];
         for a in &args {

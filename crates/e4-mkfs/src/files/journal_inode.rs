@@ -56,6 +56,12 @@ impl Maker<'_> {
     fn journal_size(&self, p: &Params) -> Result<u64> {
         let blocks = self.layout.sb.blocks_count();
         let bs = self.layout.block_size();
+        // `ext2fs_get_journal_params` first: under 2048 blocks there is no journal, even
+        // one asked for with -J (mke2fs says "Filesystem too small for a journal" and goes
+        // on without one; `Made::journal_blocks` is then 0).
+        if blocks < 2048 {
+            return Ok(0);
+        }
         let size = match p.journal_size_mib {
             Some(mib) => {
                 let j = mib * 1024 / (bs / 1024);
@@ -79,8 +85,7 @@ impl Maker<'_> {
                 j
             }
             None => match blocks {
-                0..2048 => 0,
-                2048..32768 => 1024,
+                0..32768 => 1024,
                 32768..262_144 => 4096,
                 262_144..524_288 => 8192,
                 524_288..4_194_304 => 16384,
