@@ -23,12 +23,13 @@ pub struct MkfsArgs {
     /// Filesystem size: bytes with a suffix K, M, G, T, or a count of -b blocks (KiB
     /// without -b). Default: the image's or the device's current size.
     size: Option<String>,
-    /// Filesystem type: ext2, ext3 or ext4.
-    #[arg(short = 't', default_value = "ext4")]
-    fs_type: String,
-    /// Usage types from mke2fs.conf (news, largefile, ...), comma-separated.
-    #[arg(short = 'T')]
-    usage_types: Option<String>,
+    /// Filesystem type: ext2, ext3 or ext4 (default ext4); once, as mke2fs takes it.
+    #[arg(short = 't', action = ArgAction::Append)]
+    fs_type: Vec<String>,
+    /// Usage types from mke2fs.conf (news, largefile, ...), comma-separated; once, as
+    /// mke2fs takes them.
+    #[arg(short = 'T', action = ArgAction::Append)]
+    usage_types: Vec<String>,
     /// Block size in bytes.
     #[arg(short = 'b')]
     block_size: Option<u32>,
@@ -178,8 +179,8 @@ pub fn run(args: MkfsArgs, source_date_epoch: Option<i64>) -> Result<(), CliErro
     ])?;
 
     let options = MkfsOptions {
-        fs_type: Some(args.fs_type),
-        usage_types: args.usage_types,
+        fs_type: Some(only_once(args.fs_type, "-t")?.unwrap_or_else(|| "ext4".into())),
+        usage_types: only_once(args.usage_types, "-T")?,
         block_size: args.block_size,
         inode_size: args.inode_size,
         inodes: args.inodes,
@@ -310,6 +311,16 @@ pub fn source_date_epoch() -> Result<Option<i64>, CliError> {
             ))
         }),
     }
+}
+
+/// An option mke2fs takes only once (`-t`, `-T`): a second is refused, as mke2fs refuses it.
+fn only_once(given: Vec<String>, option: &str) -> Result<Option<String>, CliError> {
+    if given.len() > 1 {
+        return Err(CliError::Message(format!(
+            "the {option} option may only be used once"
+        )));
+    }
+    Ok(given.into_iter().next())
 }
 
 /// Repeated options that add up (`-O`, `-E`, `-J`), as one comma-separated list.

@@ -126,6 +126,15 @@ fn bad_and_unsupported_options_get_one_line() {
         (vec!["-n", "-S"], "mke2fs option -n, -S"),
         (vec!["-G", "16", "-O", "^flex_bg"], "flex_bg"),
         (vec!["-g", "1001"], "blocks per group"),
+        // Options mke2fs takes only once.
+        (
+            vec!["-t", "ext4", "-t", "ext2"],
+            "-t option may only be used once",
+        ),
+        (
+            vec!["-T", "news", "-T", "small"],
+            "-T option may only be used once",
+        ),
         // Feature pairs mke2fs refuses.
         (vec!["-O", "^extent"], "64bit needs extent"),
         (vec!["-t", "ext2", "-O", "64bit"], "64bit needs extent"),
