@@ -35,6 +35,8 @@ pub enum MountError {
     ReadOnly { image: String, reason: String },
     #[error("cannot mount on {dir}: {source}")]
     Mount { dir: String, source: io::Error },
+    #[error("cannot open /dev/fuse: {0} (a mount needs it readable and writable by this user)")]
+    Device(io::Error),
     #[error("cannot unmount {dir}: {reason}")]
     Unmount { dir: String, reason: String },
     #[error("serving the mount failed: {0}")]
@@ -63,6 +65,13 @@ pub fn mount(image: &Path, dir: &Path, options: &MountOptions) -> Result<Mounted
     if !std::fs::metadata(dir).map_err(not_a_dir)?.is_dir() {
         return Err(not_a_dir(io::Error::from(nix::errno::Errno::ENOTDIR)));
     }
+    // fuser opens the device itself (fusermount3 only mounts it), so a device this user
+    // may not open fails the mount with a bare "Permission denied" that names nothing.
+    nix::unistd::access(
+        "/dev/fuse",
+        nix::unistd::AccessFlags::R_OK | nix::unistd::AccessFlags::W_OK,
+    )
+    .map_err(|e| MountError::Device(io::Error::from(e)))?;
     // The whole path, for the mount table's source column.
     let shown = std::fs::canonicalize(image)
         .unwrap_or_else(|_| image.to_path_buf())

@@ -104,6 +104,43 @@ fn a_mount_point_that_is_not_a_directory_is_refused_before_the_image_is_opened()
     }
 }
 
+/// A user who may not open /dev/fuse is told that, not "cannot mount on DIR: Permission
+/// denied". Runs where /dev/fuse is closed to other users (0600, as on the development VM)
+/// and setpriv can become user 65534; elsewhere it says it is skipped.
+#[test]
+fn a_user_without_dev_fuse_is_told_so() {
+    use std::os::unix::fs::PermissionsExt;
+    let closed = std::fs::metadata("/dev/fuse").is_ok_and(|m| m.permissions().mode() & 0o006 == 0);
+    if !closed || !rustix::process::geteuid().is_root() {
+        eprintln!("a_user_without_dev_fuse_is_told_so: skipped, /dev/fuse is open to other users here or the test is not root");
+        return;
+    }
+    // An image and a mount point that user may use: only the device stands in the way.
+    let image = make_empty_image(&["-t", "ext4"], 8);
+    let dir = tempfile::tempdir().unwrap();
+    let point = dir.path().join("mnt");
+    std::fs::create_dir(&point).unwrap();
+    for (path, mode) in [
+        (dir.path(), 0o777),
+        (point.as_path(), 0o777),
+        (image.path.parent().unwrap(), 0o777),
+        (image.path.as_path(), 0o666),
+    ] {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(env!("CARGO_BIN_EXE_e4"))
+        .args(["mount", "-f"])
+        .arg(&image.path)
+        .arg(&point)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("cannot open /dev/fuse"), "{stderr}");
+}
+
 /// Waits for a foreground mount by `child` on `dir`; false (with the skip reported) if
 /// it exited first.
 fn mounted_by(child: &mut Child, dir: &Path) -> bool {
