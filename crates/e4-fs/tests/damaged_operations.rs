@@ -276,3 +276,59 @@ fn rename_of_a_directory_whose_block_fails_verification_moves_nothing() {
         );
     }
 }
+
+/// A write into a file whose extent maps its data onto the group descriptors (found while
+/// building the `write` fuzz target): it used to write the data over them, since a write
+/// looked up the file's blocks without checking them, leaving an image e2fsck could not
+/// open. Now the
+/// lookup refuses a run that overlaps the filesystem's metadata, as the kernel does, and
+/// the write fails before anything is written.
+#[test]
+fn write_into_a_file_mapped_onto_the_group_descriptors_writes_nothing() {
+    let img = built_image(
+        &["-t", "ext4", "-b", "1024", "-O", "^metadata_csum"],
+        |fs| {
+            let file = fs.create(ROOT, b"f", FILE).unwrap();
+            fs.write_at(file, 0, &pattern(3 * 1024, 1)).unwrap();
+        },
+    );
+    let raw = RawImage::read(&img.path).unwrap();
+    let ino = 12;
+    // The first extent's `ee_start_lo` (bytes 20-23 of `i_block`), onto block 2: the
+    // descriptors, right after the superblock on 1 KiB blocks.
+    let offset = raw.inode_offset(ino).unwrap() + 0x28 + 20;
+    damage(&img.path, offset, 4, |p| {
+        p.copy_from_slice(&2u32.to_le_bytes())
+    });
+    fails_and_changes_nothing(
+        &img.path,
+        |fs| fs.write_at(ino, 100, &pattern(1000, 2)).map(drop),
+        8,
+    );
+}
+
+/// The same through a block map: an ext2 file whose indirect block pointer names a block of
+/// the inode table. A write past the twelve direct blocks used to read the inode table as
+/// the indirect block and write through the pointers it found there; now the pointer is
+/// refused before the block is read as the file's.
+#[test]
+fn write_through_an_indirect_pointer_into_the_inode_table_writes_nothing() {
+    let img = built_image(&["-t", "ext2", "-b", "1024"], |fs| {
+        let file = fs.create(ROOT, b"f", FILE).unwrap();
+        fs.write_at(file, 0, &pattern(20 * 1024, 1)).unwrap();
+    });
+    let raw = RawImage::read(&img.path).unwrap();
+    let ino = 12;
+    let table = raw.group_descriptor(0).unwrap().inode_table();
+    // `i_block[12]`, the indirect block pointer, onto the inode table's second block.
+    let offset = raw.inode_offset(ino).unwrap() + 0x28 + 48;
+    let pointer = u32::try_from(table + 1).unwrap();
+    damage(&img.path, offset, 4, |p| {
+        p.copy_from_slice(&pointer.to_le_bytes())
+    });
+    fails_and_changes_nothing(
+        &img.path,
+        |fs| fs.write_at(ino, 14 * 1024, &pattern(3000, 3)).map(drop),
+        8,
+    );
+}
