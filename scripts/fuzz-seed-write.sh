@@ -27,7 +27,11 @@ dfs() {
 seed() {
   local name=$1 size=$2
   shift 2
-  mke2fs -q -F -b 1024 -N 128 "$@" -d "$src" "$work/$name.img" "$size" 2>&1 | grep -Ev "too small for a journal|^Creating regular file|^$" >&2 || true
+  local out
+  out=$(mke2fs -q -F -b 1024 -N 128 "$@" -d "$src" "$work/$name.img" "$size" 2>&1) || {
+    echo "$out" >&2
+    exit 1
+  }
   dfs -R "ea_set /d/f user.small 12345" "$work/$name.img"
   dfs -R "ea_set -f $work/v300 /d/big user.big" "$work/$name.img"
 }
@@ -38,6 +42,9 @@ e2fsck -fyD "$work/htree.img" >/dev/null 2>&1 || true
 seed inline 256K -t ext4 -O ^metadata_csum,inline_data
 seed csum 256K -t ext4
 seed ext2 256K -t ext2
+# Small ones: the more of an image is metadata, the more of its mutations reach it.
+seed tiny4 128K -t ext4 -O ^metadata_csum,^resize_inode -N 80
+seed tiny2 128K -t ext2 -O ^resize_inode -N 80
 seed journal4 2M -t ext4 -O ^metadata_csum
 seed journal3 2M -t ext3
 # A file with indirect blocks (block maps), one whose extents need an index block
