@@ -500,6 +500,11 @@ impl OpenFilesystem {
                 let line = recovery::record_journal_error(fs.store.device().as_ref(), j)?;
                 return Err(Error::ReadOnly(format!("{line}; run e2fsck")));
             }
+            // The journal's blocks are the filesystem's, never a file's.
+            let journal_runs = journal
+                .as_ref()
+                .map(|j| j.layout().runs().to_vec())
+                .unwrap_or_default();
             let journal = journal
                 .map(|j| JournalLog::start(&fs.store, &j, &fs.superblock))
                 .transpose()?;
@@ -508,6 +513,7 @@ impl OpenFilesystem {
                 &fs.superblock,
                 &fs.geometry,
                 &fs.descriptors.snapshot(),
+                &journal_runs,
                 &options.caller,
                 SLOTS,
             )?;

@@ -332,3 +332,37 @@ fn write_through_an_indirect_pointer_into_the_inode_table_writes_nothing() {
         8,
     );
 }
+
+/// A file whose extent maps its data onto a block of the journal: a write used to put the
+/// data in the log, and a truncate freed the journal's block in the bitmap, for the next
+/// allocation to hand out while the journal still used it. The journal's blocks are now in
+/// the system zone with the fixed metadata (as the kernel protects the journal inode's
+/// blocks), so both fail and nothing changes.
+#[test]
+fn a_file_mapped_onto_the_journal_neither_writes_nor_frees_it() {
+    let img = built_image(
+        &["-t", "ext4", "-b", "1024", "-O", "^metadata_csum"],
+        |fs| {
+            let file = fs.create(ROOT, b"f", FILE).unwrap();
+            fs.write_at(file, 0, &pattern(1024, 1)).unwrap();
+        },
+    );
+    let raw = RawImage::read(&img.path).unwrap();
+    let ino = 12;
+    let journal_block = raw.file_block(8, 5).unwrap().unwrap();
+    // The first extent's `ee_start_lo`, onto the journal's sixth block.
+    let offset = raw.inode_offset(ino).unwrap() + 0x28 + 20;
+    let pointer = u32::try_from(journal_block).unwrap();
+    damage(&img.path, offset, 4, |p| {
+        p.copy_from_slice(&pointer.to_le_bytes())
+    });
+    fails_and_changes_nothing(
+        &img.path,
+        |fs| {
+            let write = fs.write_at(ino, 0, &pattern(100, 2));
+            assert!(write.is_err(), "the write must fail: {write:?}");
+            fs.truncate(ino, 0)
+        },
+        8,
+    );
+}
