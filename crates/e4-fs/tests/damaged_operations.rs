@@ -366,3 +366,41 @@ fn a_file_mapped_onto_the_journal_neither_writes_nor_frees_it() {
         8,
     );
 }
+
+/// An ext3 journal whose block map names the group descriptors as its second block: the
+/// first commit used to write its descriptor block there (the log's first block), leaving
+/// the descriptors broken until the commit was written home, and for good after a crash in
+/// between. A writable open now refuses the journal, and leaves the image as it was; a
+/// read-only open goes on without it and says why.
+#[test]
+fn a_journal_mapped_onto_the_group_descriptors_is_refused() {
+    let img = make_empty_image(&["-t", "ext3", "-b", "1024"], 8);
+    let raw = RawImage::read(&img.path).unwrap();
+    // `i_block[1]` of the journal inode (8), onto block 2: the descriptors.
+    let offset = raw.inode_offset(8).unwrap() + 0x28 + 4;
+    damage(&img.path, offset, 4, |p| {
+        p.copy_from_slice(&2u32.to_le_bytes())
+    });
+    let before = std::fs::read(&img.path).unwrap();
+    let opened = Filesystem::open(&img.path, options());
+    let message = opened
+        .err()
+        .expect("the writable open must fail")
+        .to_string();
+    assert!(
+        message.contains("inode 8") && message.contains("overlap the filesystem's metadata"),
+        "{message}"
+    );
+    assert!(
+        std::fs::read(&img.path).unwrap() == before,
+        "the image changed"
+    );
+    let fs = Filesystem::open(&img.path, OpenOptions::default()).unwrap();
+    assert!(
+        fs.warnings()
+            .iter()
+            .any(|w| w.contains("journal cannot be used")),
+        "{:?}",
+        fs.warnings()
+    );
+}
