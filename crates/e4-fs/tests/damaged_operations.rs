@@ -404,3 +404,53 @@ fn a_journal_mapped_onto_the_group_descriptors_is_refused() {
         fs.warnings()
     );
 }
+
+/// A file whose xattr block pointer names a block of the journal that holds a copy of a
+/// good xattr block (a stale log block, say): replacing the attribute used to rewrite the
+/// "block" in place, in the journal. The pointer is now checked like a block of the file's
+/// mapping, and the change fails before anything is written.
+#[test]
+fn an_xattr_block_pointer_into_the_journal_is_refused() {
+    let img = built_image(
+        &["-t", "ext4", "-b", "1024", "-O", "^metadata_csum"],
+        |fs| {
+            let file = fs.create(ROOT, b"f", FILE).unwrap();
+            fs.set_xattr(file, b"user.big", &pattern(600, 3), XattrSet::Create)
+                .unwrap();
+        },
+    );
+    let raw = RawImage::read(&img.path).unwrap();
+    let ino = 12;
+    let xattr_block = raw.inode(ino).unwrap().file_acl();
+    assert_ne!(xattr_block, 0, "the value must be in a block");
+    // Far from the log's head, where this test's few commits write.
+    let journal_block = raw.file_block(8, 900).unwrap().unwrap();
+    let copy = raw.block(xattr_block).unwrap().to_vec();
+    damage(&img.path, journal_block * 1024, 1024, |b| {
+        b.copy_from_slice(&copy)
+    });
+    // `i_file_acl_lo`, at 0x68 in the inode.
+    let offset = raw.inode_offset(ino).unwrap() + 0x68;
+    let pointer = u32::try_from(journal_block).unwrap();
+    damage(&img.path, offset, 4, |p| {
+        p.copy_from_slice(&pointer.to_le_bytes())
+    });
+    // Not `fails_and_changes_nothing`: the block is the journal's, so a later commit's log
+    // goes over the copy there, and e2fsck's findings change with it, rightly.
+    let before = std::fs::read(&img.path).unwrap();
+    let fs = Filesystem::open(&img.path, options()).unwrap();
+    let outcome = fs.set_xattr(ino, b"user.big", &pattern(600, 4), XattrSet::Replace);
+    let message = outcome.expect_err("the change must fail").to_string();
+    assert!(
+        message.contains("overlap the filesystem's metadata"),
+        "{message}"
+    );
+    fs.unmount().unwrap();
+    let after = std::fs::read(&img.path).unwrap();
+    assert_eq!(
+        changed_blocks(&before, &after, 1024, &img.path),
+        Vec::<usize>::new()
+    );
+    let journal = &after[journal_block as usize * 1024..][..1024];
+    assert!(journal == &copy[..], "the journal's block was written");
+}
