@@ -399,6 +399,31 @@ impl BlockAllocator {
         &self.geometry
     }
 
+    /// The first block of the `len` blocks from `start` that lies in the system zone
+    /// (superblocks and descriptors, reserved GDT blocks, bitmaps, inode tables), if one
+    /// does: what a file's mapping must never name. Blocks outside the volume are not
+    /// looked at (the caller checks the bounds). One look per group the run crosses; no
+    /// lock is taken (the system zone never changes).
+    pub fn system_zone_block(&self, start: u64, len: u64) -> Option<u64> {
+        let g = &self.geometry;
+        let end = start.saturating_add(len).min(g.blocks);
+        let mut at = start.max(g.first_data_block);
+        while at < end {
+            let (group, offset) = g.group_of(at);
+            let piece_len = u64::from(g.group_blocks(group) - offset).min(end - at);
+            let piece_end = u64::from(offset) + piece_len;
+            let hit = self.groups[group as usize]
+                .system
+                .iter()
+                .find(|s| u64::from(s.start) < piece_end && offset < s.start + s.len);
+            if let Some(s) = hit {
+                return Some(g.block_at(group, s.start.max(offset)));
+            }
+            at += piece_len;
+        }
+        None
+    }
+
     pub fn stats(&self) -> &AllocatorStats {
         &self.stats
     }

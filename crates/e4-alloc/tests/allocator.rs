@@ -632,6 +632,16 @@ fn the_system_zone_is_never_handed_out_or_freed() {
     for e in zone {
         assert_eq!(alloc.free(e, 0), refused(e, BadFree::SystemZone));
     }
+    // Asked about a run, it names the run's first block in the zone, across groups too.
+    let (g1, g2) = (geo.block_at(1, 0), geo.block_at(2, 500));
+    assert_eq!(alloc.system_zone_block(0, 1), None);
+    assert_eq!(alloc.system_zone_block(0, 2), Some(1));
+    assert_eq!(alloc.system_zone_block(41, g1 - 41), None);
+    assert_eq!(alloc.system_zone_block(41, 2000), Some(g1));
+    assert_eq!(alloc.system_zone_block(g1 + 2, 5), Some(g1 + 2));
+    assert_eq!(alloc.system_zone_block(g1 + 3, g2 - g1 - 3), None);
+    assert_eq!(alloc.system_zone_block(g2 + 19, 1), Some(g2 + 19));
+    assert_eq!(alloc.system_zone_block(g2 + 20, u64::MAX), None);
     // Still on disk as used.
     assert!(zone_blocks.is_subset(&disk_blocks(&alloc, &geo)));
 }

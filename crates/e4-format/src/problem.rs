@@ -233,6 +233,10 @@ pub enum Problem {
     OutsideFilesystem { block: u64 },
     /// A run of blocks lies (partly) outside the filesystem, or in its first block.
     RunOutsideFilesystem { start: u64, len: u64 },
+    /// A run of blocks a file's mapping names (data, or a block of the mapping's own)
+    /// overlaps the filesystem's fixed metadata (superblocks and descriptors, bitmaps, inode
+    /// tables), first at `block`.
+    RunInMetadata { start: u64, len: u64, block: u64 },
     /// Blocks the engine was told to free are not in use, are reserved, or are metadata.
     UnfreeableBlocks { len: u64 },
     /// An entry or list entry stops in the middle.
@@ -406,6 +410,10 @@ impl fmt::Display for Problem {
             Problem::RunOutsideFilesystem { start, len } => {
                 write!(f, "blocks {start}+{len} lie outside the filesystem")
             }
+            Problem::RunInMetadata { start, len, block } => write!(
+                f,
+                "blocks {start}+{len} overlap the filesystem's metadata (block {block})"
+            ),
             Problem::UnfreeableBlocks { len } => write!(
                 f,
                 "{len} blocks to free are not in use, reserved, or metadata"

@@ -432,7 +432,9 @@ impl OpenFilesystem {
         let journal = crate::journal::journal_inode(&fs.superblock).and_then(|ino| {
             ino.map(|ino| {
                 let inode = fs.read_inode_record(ino)?;
-                crate::journal::locate(&fs.store, &fs.superblock, &inode)
+                let journal = crate::journal::locate(&fs.store, &fs.superblock, &inode)?;
+                fs.check_journal_clear_of_metadata(ino, &journal)?;
+                Ok(journal)
             })
             .transpose()
         });
@@ -500,6 +502,11 @@ impl OpenFilesystem {
                 let line = recovery::record_journal_error(fs.store.device().as_ref(), j)?;
                 return Err(Error::ReadOnly(format!("{line}; run e2fsck")));
             }
+            // The journal's blocks are the filesystem's, never a file's.
+            let journal_runs = journal
+                .as_ref()
+                .map(|j| j.layout().runs().to_vec())
+                .unwrap_or_default();
             let journal = journal
                 .map(|j| JournalLog::start(&fs.store, &j, &fs.superblock))
                 .transpose()?;
@@ -508,6 +515,7 @@ impl OpenFilesystem {
                 &fs.superblock,
                 &fs.geometry,
                 &fs.descriptors.snapshot(),
+                &journal_runs,
                 &options.caller,
                 SLOTS,
             )?;
@@ -539,6 +547,26 @@ impl OpenFilesystem {
             });
         }
         Ok(fs)
+    }
+
+    /// Refuses a journal (inode `ino`) whose blocks overlap the fixed metadata: its log
+    /// would be written over the descriptors, a bitmap or the inode table.
+    fn check_journal_clear_of_metadata(&self, ino: u32, journal: &Journal) -> Result<()> {
+        let descriptors = self.descriptors.snapshot();
+        let runs = journal.layout().runs();
+        match crate::space::run_in_fixed_metadata(&self.geometry, &descriptors, runs) {
+            Some((run, block)) => Err(FormatError::corrupt(
+                Structure::BlockMapping,
+                Location::Inode(ino),
+                Problem::RunInMetadata {
+                    start: run.physical,
+                    len: run.len,
+                    block,
+                },
+            )
+            .into()),
+            None => Ok(()),
+        }
     }
 
     /// Recovers the journal `fs` found needing it, then opens again: in place for writing,

@@ -276,3 +276,181 @@ fn rename_of_a_directory_whose_block_fails_verification_moves_nothing() {
         );
     }
 }
+
+/// A write into a file whose extent maps its data onto the group descriptors (found while
+/// building the `write` fuzz target): it used to write the data over them, since a write
+/// looked up the file's blocks without checking them, leaving an image e2fsck could not
+/// open. Now the
+/// lookup refuses a run that overlaps the filesystem's metadata, as the kernel does, and
+/// the write fails before anything is written.
+#[test]
+fn write_into_a_file_mapped_onto_the_group_descriptors_writes_nothing() {
+    let img = built_image(
+        &["-t", "ext4", "-b", "1024", "-O", "^metadata_csum"],
+        |fs| {
+            let file = fs.create(ROOT, b"f", FILE).unwrap();
+            fs.write_at(file, 0, &pattern(3 * 1024, 1)).unwrap();
+        },
+    );
+    let raw = RawImage::read(&img.path).unwrap();
+    let ino = 12;
+    // The first extent's `ee_start_lo` (bytes 20-23 of `i_block`), onto block 2: the
+    // descriptors, right after the superblock on 1 KiB blocks.
+    let offset = raw.inode_offset(ino).unwrap() + 0x28 + 20;
+    damage(&img.path, offset, 4, |p| {
+        p.copy_from_slice(&2u32.to_le_bytes())
+    });
+    fails_and_changes_nothing(
+        &img.path,
+        |fs| fs.write_at(ino, 100, &pattern(1000, 2)).map(drop),
+        8,
+    );
+}
+
+/// The same through a block map: an ext2 file whose indirect block pointer names a block of
+/// the inode table. A write past the twelve direct blocks used to read the inode table as
+/// the indirect block and write through the pointers it found there; now the pointer is
+/// refused before the block is read as the file's.
+#[test]
+fn write_through_an_indirect_pointer_into_the_inode_table_writes_nothing() {
+    let img = built_image(&["-t", "ext2", "-b", "1024"], |fs| {
+        let file = fs.create(ROOT, b"f", FILE).unwrap();
+        fs.write_at(file, 0, &pattern(20 * 1024, 1)).unwrap();
+    });
+    let raw = RawImage::read(&img.path).unwrap();
+    let ino = 12;
+    let table = raw.group_descriptor(0).unwrap().inode_table();
+    // `i_block[12]`, the indirect block pointer, onto the inode table's second block.
+    let offset = raw.inode_offset(ino).unwrap() + 0x28 + 48;
+    let pointer = u32::try_from(table + 1).unwrap();
+    damage(&img.path, offset, 4, |p| {
+        p.copy_from_slice(&pointer.to_le_bytes())
+    });
+    fails_and_changes_nothing(
+        &img.path,
+        |fs| fs.write_at(ino, 14 * 1024, &pattern(3000, 3)).map(drop),
+        8,
+    );
+}
+
+/// A file whose extent maps its data onto a block of the journal: a write used to put the
+/// data in the log, and a truncate freed the journal's block in the bitmap, for the next
+/// allocation to hand out while the journal still used it. The journal's blocks are now in
+/// the system zone with the fixed metadata (as the kernel protects the journal inode's
+/// blocks), so both fail and nothing changes.
+#[test]
+fn a_file_mapped_onto_the_journal_neither_writes_nor_frees_it() {
+    let img = built_image(
+        &["-t", "ext4", "-b", "1024", "-O", "^metadata_csum"],
+        |fs| {
+            let file = fs.create(ROOT, b"f", FILE).unwrap();
+            fs.write_at(file, 0, &pattern(1024, 1)).unwrap();
+        },
+    );
+    let raw = RawImage::read(&img.path).unwrap();
+    let ino = 12;
+    let journal_block = raw.file_block(8, 5).unwrap().unwrap();
+    // The first extent's `ee_start_lo`, onto the journal's sixth block.
+    let offset = raw.inode_offset(ino).unwrap() + 0x28 + 20;
+    let pointer = u32::try_from(journal_block).unwrap();
+    damage(&img.path, offset, 4, |p| {
+        p.copy_from_slice(&pointer.to_le_bytes())
+    });
+    fails_and_changes_nothing(
+        &img.path,
+        |fs| {
+            let write = fs.write_at(ino, 0, &pattern(100, 2));
+            assert!(write.is_err(), "the write must fail: {write:?}");
+            fs.truncate(ino, 0)
+        },
+        8,
+    );
+}
+
+/// An ext3 journal whose block map names the group descriptors as its second block: the
+/// first commit used to write its descriptor block there (the log's first block), leaving
+/// the descriptors broken until the commit was written home, and for good after a crash in
+/// between. A writable open now refuses the journal, and leaves the image as it was; a
+/// read-only open goes on without it and says why.
+#[test]
+fn a_journal_mapped_onto_the_group_descriptors_is_refused() {
+    let img = make_empty_image(&["-t", "ext3", "-b", "1024"], 8);
+    let raw = RawImage::read(&img.path).unwrap();
+    // `i_block[1]` of the journal inode (8), onto block 2: the descriptors.
+    let offset = raw.inode_offset(8).unwrap() + 0x28 + 4;
+    damage(&img.path, offset, 4, |p| {
+        p.copy_from_slice(&2u32.to_le_bytes())
+    });
+    let before = std::fs::read(&img.path).unwrap();
+    let opened = Filesystem::open(&img.path, options());
+    let message = opened
+        .err()
+        .expect("the writable open must fail")
+        .to_string();
+    assert!(
+        message.contains("inode 8") && message.contains("overlap the filesystem's metadata"),
+        "{message}"
+    );
+    assert!(
+        std::fs::read(&img.path).unwrap() == before,
+        "the image changed"
+    );
+    let fs = Filesystem::open(&img.path, OpenOptions::default()).unwrap();
+    assert!(
+        fs.warnings()
+            .iter()
+            .any(|w| w.contains("journal cannot be used")),
+        "{:?}",
+        fs.warnings()
+    );
+}
+
+/// A file whose xattr block pointer names a block of the journal that holds a copy of a
+/// good xattr block (a stale log block, say): replacing the attribute used to rewrite the
+/// "block" in place, in the journal. The pointer is now checked like a block of the file's
+/// mapping, and the change fails before anything is written.
+#[test]
+fn an_xattr_block_pointer_into_the_journal_is_refused() {
+    let img = built_image(
+        &["-t", "ext4", "-b", "1024", "-O", "^metadata_csum"],
+        |fs| {
+            let file = fs.create(ROOT, b"f", FILE).unwrap();
+            fs.set_xattr(file, b"user.big", &pattern(600, 3), XattrSet::Create)
+                .unwrap();
+        },
+    );
+    let raw = RawImage::read(&img.path).unwrap();
+    let ino = 12;
+    let xattr_block = raw.inode(ino).unwrap().file_acl();
+    assert_ne!(xattr_block, 0, "the value must be in a block");
+    // Far from the log's head, where this test's few commits write.
+    let journal_block = raw.file_block(8, 900).unwrap().unwrap();
+    let copy = raw.block(xattr_block).unwrap().to_vec();
+    damage(&img.path, journal_block * 1024, 1024, |b| {
+        b.copy_from_slice(&copy)
+    });
+    // `i_file_acl_lo`, at 0x68 in the inode.
+    let offset = raw.inode_offset(ino).unwrap() + 0x68;
+    let pointer = u32::try_from(journal_block).unwrap();
+    damage(&img.path, offset, 4, |p| {
+        p.copy_from_slice(&pointer.to_le_bytes())
+    });
+    // Not `fails_and_changes_nothing`: the block is the journal's, so a later commit's log
+    // goes over the copy there, and e2fsck's findings change with it, rightly.
+    let before = std::fs::read(&img.path).unwrap();
+    let fs = Filesystem::open(&img.path, options()).unwrap();
+    let outcome = fs.set_xattr(ino, b"user.big", &pattern(600, 4), XattrSet::Replace);
+    let message = outcome.expect_err("the change must fail").to_string();
+    assert!(
+        message.contains("overlap the filesystem's metadata"),
+        "{message}"
+    );
+    fs.unmount().unwrap();
+    let after = std::fs::read(&img.path).unwrap();
+    assert_eq!(
+        changed_blocks(&before, &after, 1024, &img.path),
+        Vec::<usize>::new()
+    );
+    let journal = &after[journal_block as usize * 1024..][..1024];
+    assert!(journal == &copy[..], "the journal's block was written");
+}

@@ -151,6 +151,15 @@ pub trait MetaIo {
     /// a change whose size it learns only while it runs (a re-pack of a tree, a shift of
     /// every leaf after a point). Stores outside a transaction have nothing to declare.
     fn extend_credits(&self, _credits: u32) {}
+    /// Checks `len` blocks from `start` that `owner` names (a run of its data, a block of
+    /// its mapping's own, its xattr block) before they are read as its or written: they
+    /// must lie inside the filesystem and clear of its system zone (superblocks and
+    /// descriptors, bitmaps, inode tables, the journal), or a write through a damaged
+    /// pointer would land on them (the kernel's `ext4_inode_block_valid`). Stores outside a transaction only
+    /// read, and check nothing here.
+    fn check_mapped(&self, _start: u64, _len: u64, _owner: Owner) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// [`MetaIo::visit`] for a look that yields a value (the trait method takes a `dyn` closure

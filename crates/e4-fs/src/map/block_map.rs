@@ -118,6 +118,7 @@ impl<'a> BlockMapTree<'a> {
                 });
             }
             let block = u64::from(pointer);
+            self.io.check_mapped(block, 1, self.owner)?;
             pointer = look_at(
                 self.io,
                 block,
@@ -245,7 +246,13 @@ impl<'a> BlockMapTree<'a> {
     }
 
     fn read_indirect(&self, block: u64) -> Result<Vec<u8>> {
+        self.io.check_mapped(block, 1, self.owner)?;
         self.io.read(block, BlockKind::IndirectBlock, self.owner)
+    }
+
+    /// The store the map reads through, and whose blocks these are.
+    pub(crate) fn io_and_owner(&self) -> (&dyn MetaIo, Owner) {
+        (self.io, self.owner)
     }
 
     /// Brings indirect block `block` into `pending` (once), so later reads see its changes.

@@ -367,6 +367,7 @@ impl<'a> ExtentTree<'a> {
                 Down::Hole(previous) => return Ok(Lookup::Hole { next, previous }),
                 Down::Child { block, depth } => {
                     let loc = Location::InodeBlock { inode: ino, block };
+                    self.io.check_mapped(block, 1, self.owner)?;
                     down = look_at(self.io, block, BlockKind::ExtentNode, self.owner, |bytes| {
                         step(bytes, loc, Some(depth))
                     })?;
@@ -653,6 +654,7 @@ impl<'a> ExtentTree<'a> {
             inode: self.owner.ino,
             block,
         };
+        self.io.check_mapped(block, 1, self.owner)?;
         let bytes = self.io.read(block, BlockKind::ExtentNode, self.owner)?;
         let node = self.decode(&bytes, loc, Some(block))?;
         check_child(loc, depth, node.depth, node.first_key())?;
@@ -688,6 +690,11 @@ impl<'a> ExtentTree<'a> {
             return Err(corrupt(loc, Problem::KeysOutOfOrder));
         }
         Ok(node)
+    }
+
+    /// The store the tree reads through, and whose blocks these are.
+    pub(crate) fn io_and_owner(&self) -> (&dyn MetaIo, Owner) {
+        (self.io, self.owner)
     }
 
     fn write_node(&mut self, node: &Node) -> Result<()> {
@@ -1127,6 +1134,7 @@ impl<'a> ExtentTree<'a> {
             block,
         };
         let mut counts = (0, 0);
+        self.io.check_mapped(block, 1, self.owner)?;
         self.io
             .visit(block, BlockKind::ExtentNode, self.owner, &mut |bytes| {
                 let view = ExtentNodeView::new(bytes, loc)?;

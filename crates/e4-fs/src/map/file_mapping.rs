@@ -99,6 +99,7 @@ impl<'a> FileMapping<'a> {
             FileMapping::Extents(t) => Self::extent_run(logical, t.lookup(logical)?).0,
             FileMapping::Blocks(t) => t.lookup_run(logical, max_len)?,
         };
+        self.check_run(&run)?;
         Ok(match run {
             Mapping::Hole { len } => Mapping::Hole {
                 len: len.min(max_len),
@@ -129,6 +130,19 @@ impl<'a> FileMapping<'a> {
             }),
             Mapping::Hole { .. } => None,
         })
+    }
+
+    /// Checks a run of data the mapping names before anyone reads or writes it as the
+    /// file's ([`MetaIo::check_mapped`]).
+    fn check_run(&self, run: &Mapping) -> Result<()> {
+        let (io, owner) = match self {
+            FileMapping::Extents(t) => t.io_and_owner(),
+            FileMapping::Blocks(t) => t.io_and_owner(),
+        };
+        match *run {
+            Mapping::Data { physical, len, .. } => io.check_mapped(physical, len, owner),
+            Mapping::Hole { .. } => Ok(()),
+        }
     }
 
     /// An extent tree's lookup at `logical` as a run, with what it saw of the block before.
@@ -176,7 +190,9 @@ impl<'a> FileMapping<'a> {
         let max = max.min(self.logical_limit().saturating_sub(logical));
         let (run, previous) = match self {
             FileMapping::Extents(t) if logical < self.logical_limit() => {
-                Self::extent_run(logical, t.lookup(logical)?)
+                let (run, previous) = Self::extent_run(logical, t.lookup(logical)?);
+                self.check_run(&run)?;
+                (run, previous)
             }
             _ => (self.run_at(logical, u64::MAX)?, Previous::Unknown),
         };

@@ -21,6 +21,7 @@ use e4_format::features::RoCompatFeatures;
 use e4_format::geometry::Geometry;
 use e4_format::group_descriptor::{GroupDescriptor, BG_BLOCK_UNINIT, BG_INODE_UNINIT};
 use e4_format::superblock::Superblock;
+use e4_journal::PhysicalRun;
 
 use crate::buffer::store::BlockStore;
 use crate::error::{Error, Result, Shortage};
@@ -62,13 +63,15 @@ pub(crate) fn metadata_reserve(sb: &Superblock) -> u64 {
 
 impl Space {
     /// Builds the allocators from the descriptors (bitmaps load lazily per group, each
-    /// checked against its checksum as it loads). `slots` is the number of per-thread slots
-    /// of the limit counters.
+    /// checked against its checksum as it loads). `journal` is where the journal's blocks
+    /// are: with the fixed metadata, the system zone no file may map, free or be given.
+    /// `slots` is the number of per-thread slots of the limit counters.
     pub(crate) fn load(
         store: &BlockStore,
         sb: &Superblock,
         geometry: &Geometry,
         descriptors: &[GroupDescriptor],
+        journal: &[PhysicalRun],
         caller: &Caller,
         slots: usize,
     ) -> Result<Self> {
@@ -106,7 +109,7 @@ impl Space {
             alloc_geometry,
             config,
             summary,
-            &system_zone(geometry, descriptors),
+            &system_zone(geometry, descriptors, journal),
             block_source,
         )
         .map_err(Error::from_block_allocation)?
@@ -171,10 +174,51 @@ impl Space {
     }
 }
 
-/// Every group's fixed metadata (superblock and descriptor copies, bitmaps, inode table):
-/// blocks the allocator must never hand out, whatever a bitmap says.
-fn system_zone(geometry: &Geometry, descriptors: &[GroupDescriptor]) -> Vec<e4_alloc::Extent> {
+/// The first of `runs` (the journal's) that overlaps the fixed metadata (superblock and
+/// descriptor copies, bitmaps, inode tables), and the first such block in it. The zone is
+/// sorted and merged once, then each run is one binary search.
+pub(crate) fn run_in_fixed_metadata(
+    geometry: &Geometry,
+    descriptors: &[GroupDescriptor],
+    runs: &[PhysicalRun],
+) -> Option<(PhysicalRun, u64)> {
+    let mut zone = system_zone(geometry, descriptors, &[]);
+    zone.sort_by_key(|e| e.start);
+    let mut merged: Vec<(u64, u64)> = Vec::with_capacity(zone.len());
+    for e in zone {
+        match merged.last_mut() {
+            Some((_, end)) if e.start <= *end => *end = (*end).max(e.end()),
+            _ => merged.push((e.start, e.end())),
+        }
+    }
+    runs.iter().find_map(|run| {
+        let end = run.physical.saturating_add(run.len);
+        let i = merged.partition_point(|&(_, zone_end)| zone_end <= run.physical);
+        let &(start, _) = merged.get(i)?;
+        (start < end).then(|| (*run, start.max(run.physical)))
+    })
+}
+
+/// Every group's fixed metadata (superblock and descriptor copies, bitmaps, inode table)
+/// and the journal's blocks: blocks the allocator must never hand out or free, whatever a
+/// bitmap says, and no file's mapping may name (the kernel's system zone, with the journal
+/// inode's blocks as `ext4_protect_reserved_inode` adds them).
+fn system_zone(
+    geometry: &Geometry,
+    descriptors: &[GroupDescriptor],
+    journal: &[PhysicalRun],
+) -> Vec<e4_alloc::Extent> {
     let mut zone = Vec::new();
+    for run in journal {
+        // Runs of at most 2^32 - 1 blocks each (a journal has at most 2^32 blocks).
+        let mut start = run.physical;
+        let end = run.physical + run.len;
+        while start < end {
+            let len = (end - start).min(u64::from(u32::MAX)) as u32;
+            zone.push(e4_alloc::Extent { start, len });
+            start += u64::from(len);
+        }
+    }
     for (g, desc) in descriptors.iter().enumerate() {
         let base = geometry.base_metadata(g as u32);
         for (start, len) in [

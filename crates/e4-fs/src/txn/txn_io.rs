@@ -6,6 +6,7 @@
 use std::cell::RefCell;
 
 use e4_alloc::{AllocRequest, Extent, Reserve};
+use e4_format::{FormatError, Location, Problem, Structure};
 
 use crate::buffer::cache::{Buffer, BufferRole};
 use crate::buffer::store::BlockStore;
@@ -311,6 +312,27 @@ impl MetaIo for TxnIo<'_> {
         buffer.set_role(BufferRole::of(kind, owner));
         self.store.cache().mark_dirty(&buffer);
         Ok(())
+    }
+
+    fn check_mapped(&self, start: u64, len: u64, owner: Owner) -> Result<()> {
+        let geometry = self.space.blocks.geometry();
+        let bad = |problem| {
+            Error::from(FormatError::corrupt(
+                Structure::BlockMapping,
+                Location::Inode(owner.ino),
+                problem,
+            ))
+        };
+        let inside = start
+            .checked_add(len)
+            .is_some_and(|end| start >= geometry.first_data_block && end <= geometry.blocks);
+        if !inside {
+            return Err(bad(Problem::RunOutsideFilesystem { start, len }));
+        }
+        match self.space.blocks.system_zone_block(start, len) {
+            Some(block) => Err(bad(Problem::RunInMetadata { start, len, block })),
+            None => Ok(()),
+        }
     }
 
     fn allocate(&self, goal: u64, owner: Owner) -> Result<u64> {

@@ -89,6 +89,7 @@ fn read_block_header(
     inode: &Inode,
     nr: u64,
 ) -> Result<(Vec<u8>, XattrBlockHeader)> {
+    io.check_mapped(nr, 1, Owner::of(inode))?;
     let bytes = io.read(nr, BlockKind::XattrBlock, Owner::of(inode))?;
     let loc = Location::InodeBlock {
         inode: inode.ino,
@@ -119,6 +120,8 @@ impl InodeXattrs {
         let block = if nr == 0 {
             None
         } else {
+            // Checked like a block of the file's mapping: an edit writes it in place.
+            io.check_mapped(nr, 1, Owner::of(inode))?;
             let bytes = io.read(nr, BlockKind::XattrBlock, Owner::of(inode))?;
             let loc = Location::InodeBlock {
                 inode: inode.ino,
