@@ -610,6 +610,14 @@ M = [
   '                Some(txn) => w.space.blocks.release_window(&mut state.window, txn.slot),',
   '                Some(txn) => {\n                    let _ = txn;\n                }',
   ['--lib', 'only_a_last_close']),
+ ('mapped runs unchecked in transactions', 'crates/e4-fs/src/txn/txn_io.rs',
+  '        match self.space.blocks.system_zone_block(start, len) {',
+  '        match None::<u64> {',
+  ['--test', 'damaged_operations']),
+ ("the journal's blocks not in the system zone", 'crates/e4-fs/src/filesystem.rs',
+  '                &journal_runs,',
+  '                &{\n                    let _ = &journal_runs;\n                    Vec::new()\n                },',
+  ['--test', 'damaged_operations', 'journal']),
 ]
 
 
