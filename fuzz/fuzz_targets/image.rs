@@ -6,7 +6,11 @@ use e4_fs::{Filesystem, OpenOptions};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let options = OpenOptions { verify_checksums: false, cache_bytes: 1 << 20, ..OpenOptions::default() };
+    let options = OpenOptions {
+        verify_checksums: false,
+        cache_bytes: 1 << 20,
+        ..OpenOptions::default()
+    };
     if let Ok(fs) = Filesystem::open_bytes(data.to_vec(), options) {
         e4_testkit::walk_everything(&fs);
     }

@@ -152,34 +152,26 @@ fn e4_base(mke2fs: &[&str]) -> Vec<u8> {
 fn bases() -> &'static [Base] {
     static BASES: OnceLock<Vec<Base>> = OnceLock::new();
     BASES.get_or_init(|| {
+        // Small 1 KiB-block images, with and without metadata checksums and 64-bit tags.
+        const EXT4: &[&str] = &["-t", "ext4", "-b", "1024", "-N", "64"];
+        const EXT4_PLAIN: &[&str] = &[
+            "-t",
+            "ext4",
+            "-b",
+            "1024",
+            "-N",
+            "64",
+            "-O",
+            "^metadata_csum,^64bit",
+        ];
+        const EXT3: &[&str] = &["-t", "ext3", "-b", "1024", "-N", "64"];
         let images = vec![
-            debugfs_base(&["-t", "ext4", "-b", "1024", "-N", "64"], "-c"),
-            debugfs_base(
-                &[
-                    "-t",
-                    "ext4",
-                    "-b",
-                    "1024",
-                    "-N",
-                    "64",
-                    "-O",
-                    "^metadata_csum,^64bit",
-                ],
-                "",
-            ),
-            debugfs_base(&["-t", "ext3", "-b", "1024", "-N", "64"], ""),
-            debugfs_base(&["-t", "ext4", "-b", "1024", "-N", "64"], ""),
-            e4_base(&["-t", "ext4", "-b", "1024", "-N", "64"]),
-            e4_base(&[
-                "-t",
-                "ext4",
-                "-b",
-                "1024",
-                "-N",
-                "64",
-                "-O",
-                "^metadata_csum,^64bit",
-            ]),
+            debugfs_base(EXT4, "-c"),
+            debugfs_base(EXT4_PLAIN, ""),
+            debugfs_base(EXT3, ""),
+            debugfs_base(EXT4, ""),
+            e4_base(EXT4),
+            e4_base(EXT4_PLAIN),
         ];
         images
             .into_iter()

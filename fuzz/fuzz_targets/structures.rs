@@ -4,12 +4,12 @@
 //! its checksum (it verifies, or is corrupt in some other way).
 #![no_main]
 
+use e4_format::bitmap::{BitmapBlock, BitmapKind, BitmapSeed};
 use e4_format::dir_entry::{DirEntryIter, DirLeafBlock};
 use e4_format::dir_htree::{DxNode, DxRoot};
 use e4_format::extent::ExtentNode;
 use e4_format::group_descriptor::{GroupChecksum, GroupDescriptor, GroupSeed};
 use e4_format::inode::{Inode, InodeSeed};
-use e4_format::bitmap::{BitmapBlock, BitmapKind, BitmapSeed};
 use e4_format::journal::{CommitBlock, DescriptorBlock, JournalSuperblock, RevokeBlock};
 use e4_format::mmp::MmpBlock;
 use e4_format::orphan_file::OrphanBlock;
@@ -31,14 +31,22 @@ fuzz_target!(|data: &[u8]| {
     for csum in [GroupChecksum::None, GroupChecksum::Crc32c { seed: 1 }] {
         let size = data.len().min(64);
         if let Ok(d) = GroupDescriptor::parse(&data[..size], 3, &csum) {
-            assert_eq!(GroupDescriptor::parse(&d.to_bytes(3, size, &csum), 3, &csum).unwrap(), d);
+            assert_eq!(
+                GroupDescriptor::parse(&d.to_bytes(3, size, &csum), 3, &csum).unwrap(),
+                d
+            );
         }
     }
     if data.len() >= 128 {
         let size = if data.len() >= 256 { 256 } else { 128 };
         if let Ok(inode) = Inode::parse(&data[..size], 12, None) {
             assert_eq!(inode.to_bytes(None), &data[..size]);
-            let _ = (inode.mtime(), inode.crtime(), inode.device_number(), inode.size());
+            let _ = (
+                inode.mtime(),
+                inode.crtime(),
+                inode.device_number(),
+                inode.size(),
+            );
             let _ = parse_inode_xattrs(&inode.xattr_area, loc);
         }
     }
@@ -77,16 +85,30 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(QuotaEntry::decode(&bytes), entry);
     }
     let _ = OrphanBlock::decode(data, loc);
-    let seed = BlockSeed { seed: 5, block_nr: 9 };
+    let seed = BlockSeed {
+        seed: 5,
+        block_nr: 9,
+    };
     verify_and_seal::<ExtentNode>(data, 7, loc);
     verify_and_seal::<DxNode>(data, 7, loc);
     verify_and_seal::<DirLeafBlock>(data, 7, loc);
     verify_and_seal::<XattrBlockHeader>(data, seed, loc);
     verify_and_seal::<OrphanBlock>(data, seed, loc);
     verify_and_seal::<MmpBlock>(data, 7, loc);
-    verify_and_seal::<Inode>(data, InodeSeed { fs_seed: 5, ino: 12 }, loc);
+    verify_and_seal::<Inode>(
+        data,
+        InodeSeed {
+            fs_seed: 5,
+            ino: 12,
+        },
+        loc,
+    );
     let checksum = GroupChecksum::Crc16 { uuid: [3; 16] };
-    verify_and_seal::<GroupDescriptor>(&data[..data.len().min(64)], GroupSeed { checksum, group: 3 }, loc);
+    verify_and_seal::<GroupDescriptor>(
+        &data[..data.len().min(64)],
+        GroupSeed { checksum, group: 3 },
+        loc,
+    );
     verify_and_seal::<Superblock>(data, (), loc);
     verify_and_seal::<JournalSuperblock>(data, (), loc);
     verify_and_seal::<DescriptorBlock>(data, 7, loc);
@@ -99,10 +121,21 @@ fuzz_target!(|data: &[u8]| {
     }
     let _ = CommitBlock::decode_checked(data, loc);
     // A bitmap sealed over any bytes verifies; one that is too short is corrupt.
-    let bitmap_seed = BitmapSeed { fs_seed: 5, covered: 512, has_hi: data.len() % 2 == 0 };
-    let mut bitmap = BitmapBlock { kind: BitmapKind::Inode, group: 3, stored: 0 };
+    let bitmap_seed = BitmapSeed {
+        fs_seed: 5,
+        covered: 512,
+        has_hi: data.len() % 2 == 0,
+    };
+    let mut bitmap = BitmapBlock {
+        kind: BitmapKind::Inode,
+        group: 3,
+        stored: 0,
+    };
     bitmap.seal(data, bitmap_seed);
-    assert!(!matches!(bitmap.verify(data, bitmap_seed), Err(FormatError::Checksum { .. })));
+    assert!(!matches!(
+        bitmap.verify(data, bitmap_seed),
+        Err(FormatError::Checksum { .. })
+    ));
 });
 
 /// Verifies `data` as block kind `B`, then seals a copy and verifies that: whatever else is
@@ -111,5 +144,8 @@ fn verify_and_seal<B: MetadataBlock>(data: &[u8], seed: B::Seed, loc: Location) 
     let _ = B::verify(data, seed, loc);
     let mut sealed = data.to_vec();
     B::seal(&mut sealed, seed);
-    assert!(!matches!(B::verify(&sealed, seed, loc), Err(FormatError::Checksum { .. })));
+    assert!(!matches!(
+        B::verify(&sealed, seed, loc),
+        Err(FormatError::Checksum { .. })
+    ));
 }
