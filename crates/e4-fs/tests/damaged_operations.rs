@@ -280,9 +280,8 @@ fn rename_of_a_directory_whose_block_fails_verification_moves_nothing() {
 /// A write into a file whose extent maps its data onto the group descriptors (found while
 /// building the `write` fuzz target): it used to write the data over them, since a write
 /// looked up the file's blocks without checking them, leaving an image e2fsck could not
-/// open. Now the
-/// lookup refuses a run that overlaps the filesystem's metadata, as the kernel does, and
-/// the write fails before anything is written.
+/// open. Now the lookup refuses a run that overlaps the filesystem's metadata, as the
+/// kernel does, and the write fails before anything is written.
 #[test]
 fn write_into_a_file_mapped_onto_the_group_descriptors_writes_nothing() {
     let img = built_image(
