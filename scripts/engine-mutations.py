@@ -618,6 +618,10 @@ M = [
   '                &journal_runs,',
   '                &{\n                    let _ = &journal_runs;\n                    Vec::new()\n                },',
   ['--test', 'damaged_operations', 'journal']),
+ ('reads of mapped runs not checked against the fixed metadata', 'crates/e4-fs/src/filesystem.rs',
+  '        if ino < self.superblock.first_ino() {',
+  '        if ino < self.superblock.first_ino() || ino > 0 {',
+  ['--test', 'damaged_operations', 'a_read_of']),
 ]
 
 

@@ -6,7 +6,7 @@
 
 use std::ops::Deref;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use e4_format::features::{feature_names, FeatureKind, IncompatFeatures, READABLE_INCOMPAT};
 use e4_format::geometry::Geometry;
@@ -33,6 +33,7 @@ use crate::journal::JournalOnDisk;
 use crate::names::dentry_cache::DentryCache;
 use crate::space::caller::Caller;
 use crate::space::descriptors::GroupDescriptors;
+use crate::space::fixed_metadata::FixedMetadata;
 use crate::space::Space;
 use crate::txn::committer::{Committer, Next};
 use crate::txn::txn_io::TxnIo;
@@ -159,6 +160,9 @@ pub struct OpenFilesystem {
     /// The journal as the open found it on disk, before any recovery, or why it cannot be
     /// used (a read-only open goes on without it).
     journal_on_disk: std::result::Result<Option<JournalOnDisk>, Error>,
+    /// Where the fixed metadata lies, made at its first use (a journal's check at open, a
+    /// file's first mapped run).
+    fixed_metadata: OnceLock<FixedMetadata>,
 }
 
 /// What a filesystem open for writing has besides its reader.
@@ -428,6 +432,7 @@ impl OpenFilesystem {
             writer: None,
             journal_note: note,
             journal_on_disk: Ok(on_disk),
+            fixed_metadata: OnceLock::new(),
         };
         let journal = crate::journal::journal_inode(&fs.superblock).and_then(|ino| {
             ino.map(|ino| {
@@ -552,17 +557,27 @@ impl OpenFilesystem {
     /// Refuses a journal (inode `ino`) whose blocks overlap the fixed metadata: its log
     /// would be written over the descriptors, a bitmap or the inode table.
     fn check_journal_clear_of_metadata(&self, ino: u32, journal: &Journal) -> Result<()> {
-        let descriptors = self.descriptors.snapshot();
-        let runs = journal.layout().runs();
-        match crate::space::run_in_fixed_metadata(&self.geometry, &descriptors, runs) {
-            Some((run, block)) => Err(FormatError::corrupt(
+        journal
+            .layout()
+            .runs()
+            .iter()
+            .try_for_each(|run| self.check_clear_of_metadata(run.physical, run.len, ino))
+    }
+
+    /// The fixed metadata's runs ([`FixedMetadata`]), made at the first call.
+    fn fixed_metadata(&self) -> &FixedMetadata {
+        self.fixed_metadata
+            .get_or_init(|| FixedMetadata::new(&self.geometry, &self.descriptors.snapshot()))
+    }
+
+    /// Refuses a run of `len` blocks from `start` that inode `ino`'s mapping names on the
+    /// fixed metadata.
+    fn check_clear_of_metadata(&self, start: u64, len: u64, ino: u32) -> Result<()> {
+        match self.fixed_metadata().first_in(start, len) {
+            Some(block) => Err(FormatError::corrupt(
                 Structure::BlockMapping,
                 Location::Inode(ino),
-                Problem::RunInMetadata {
-                    start: run.physical,
-                    len: run.len,
-                    block,
-                },
+                Problem::RunInMetadata { start, len, block },
             )
             .into()),
             None => Ok(()),
@@ -891,19 +906,30 @@ impl Filesystem {
         self.inodes.get_or_load(ino, || self.read_inode_record(ino))
     }
 
-    /// Checks that a run of physical blocks lies inside the filesystem.
-    pub(crate) fn check_extent_bounds(&self, start: u64, len: u64, loc: Location) -> Result<()> {
+    /// Checks a run of physical blocks inode `ino`'s mapping names before it is read as the
+    /// inode's: inside the filesystem, and, for a file (not a reserved inode: the resize
+    /// inode's blocks are the reserved GDT blocks), clear of the fixed metadata, as the
+    /// kernel checks every mapped run (a damaged mapping would show the inode table as a
+    /// file's data). Writes check again in their transaction, against the journal's blocks
+    /// too (`MetaIo::check_mapped`).
+    pub(crate) fn check_mapped_run(&self, start: u64, len: u64, ino: u32) -> Result<()> {
         let end = start.checked_add(len);
         let first = u64::from(self.superblock.first_data_block);
         match end {
-            Some(end) if start >= first && end <= self.superblock.blocks_count() => Ok(()),
-            _ => Err(FormatError::corrupt(
-                Structure::BlockMapping,
-                loc,
-                Problem::RunOutsideFilesystem { start, len },
-            )
-            .into()),
+            Some(end) if start >= first && end <= self.superblock.blocks_count() => {}
+            _ => {
+                return Err(FormatError::corrupt(
+                    Structure::BlockMapping,
+                    Location::Inode(ino),
+                    Problem::RunOutsideFilesystem { start, len },
+                )
+                .into())
+            }
         }
+        if ino < self.superblock.first_ino() {
+            return Ok(());
+        }
+        self.check_clear_of_metadata(start, len, ino)
     }
 
     /// Asks for a commit if the operation that just ended left enough behind (dirty

@@ -306,6 +306,37 @@ fn write_into_a_file_mapped_onto_the_group_descriptors_writes_nothing() {
     );
 }
 
+/// A read of a file whose extent maps its data onto the inode table is refused, on a
+/// read-only open as on a writable one, as the kernel refuses it: it showed the table's
+/// records as the file's bytes.
+#[test]
+fn a_read_of_a_file_mapped_onto_the_inode_table_is_refused() {
+    let img = built_image(
+        &["-t", "ext4", "-b", "1024", "-O", "^metadata_csum"],
+        |fs| {
+            let file = fs.create(ROOT, b"f", FILE).unwrap();
+            fs.write_at(file, 0, &pattern(3 * 1024, 1)).unwrap();
+        },
+    );
+    let raw = RawImage::read(&img.path).unwrap();
+    let ino = 12;
+    let table = raw.group_descriptor(0).unwrap().inode_table();
+    let offset = raw.inode_offset(ino).unwrap() + 0x28 + 20;
+    let start = u32::try_from(table).unwrap();
+    damage(&img.path, offset, 4, |p| {
+        p.copy_from_slice(&start.to_le_bytes())
+    });
+    for options in [e4_fs::OpenOptions::default(), options()] {
+        let fs = Filesystem::open(&img.path, options).unwrap();
+        let mut back = vec![0u8; 1024];
+        let read = fs.read_at(ino, 0, &mut back);
+        assert!(
+            matches!(&read, Err(e) if e.to_string().contains("overlap the filesystem's metadata")),
+            "{read:?}"
+        );
+    }
+}
+
 /// The same through a block map: an ext2 file whose indirect block pointer names a block of
 /// the inode table. A write past the twelve direct blocks used to read the inode table as
 /// the indirect block and write through the pointers it found there; now the pointer is

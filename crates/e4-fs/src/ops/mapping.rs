@@ -4,7 +4,6 @@
 //! per block.
 
 use e4_format::inode::{flags, Inode, I_BLOCK_SIZE};
-use e4_format::Location;
 
 use crate::buffer::read_io::ReadIo;
 use crate::error::{Error, Result};
@@ -26,7 +25,7 @@ impl Filesystem {
         let mut root = [0u8; I_BLOCK_SIZE];
         let run = FileMapping::reading(inode, &mut root, &io).run_at(logical, max_len)?;
         if let Mapping::Data { physical, len, .. } = run {
-            self.check_extent_bounds(physical, len, Location::Inode(inode.ino))?;
+            self.check_mapped_run(physical, len, inode.ino)?;
         }
         Ok(run)
     }

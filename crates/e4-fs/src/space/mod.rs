@@ -8,6 +8,7 @@ pub(crate) mod caller;
 pub(crate) mod descriptors;
 #[cfg(feature = "testing")]
 pub(crate) mod faults;
+pub(crate) mod fixed_metadata;
 pub(crate) mod next_superblock;
 pub(crate) mod orphans;
 pub(crate) mod placement;
@@ -172,31 +173,6 @@ impl Space {
     pub(crate) fn may_use_root_reserve(&self) -> bool {
         self.reserve >= Reserve::Root
     }
-}
-
-/// The first of `runs` (the journal's) that overlaps the fixed metadata (superblock and
-/// descriptor copies, bitmaps, inode tables), and the first such block in it. The zone is
-/// sorted and merged once, then each run is one binary search.
-pub(crate) fn run_in_fixed_metadata(
-    geometry: &Geometry,
-    descriptors: &[GroupDescriptor],
-    runs: &[PhysicalRun],
-) -> Option<(PhysicalRun, u64)> {
-    let mut zone = system_zone(geometry, descriptors, &[]);
-    zone.sort_by_key(|e| e.start);
-    let mut merged: Vec<(u64, u64)> = Vec::with_capacity(zone.len());
-    for e in zone {
-        match merged.last_mut() {
-            Some((_, end)) if e.start <= *end => *end = (*end).max(e.end()),
-            _ => merged.push((e.start, e.end())),
-        }
-    }
-    runs.iter().find_map(|run| {
-        let end = run.physical.saturating_add(run.len);
-        let i = merged.partition_point(|&(_, zone_end)| zone_end <= run.physical);
-        let &(start, _) = merged.get(i)?;
-        (start < end).then(|| (*run, start.max(run.physical)))
-    })
 }
 
 /// Every group's fixed metadata (superblock and descriptor copies, bitmaps, inode table)
