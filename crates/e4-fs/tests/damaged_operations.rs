@@ -50,6 +50,27 @@ fn built_image(mke2fs_args: &[&str], build: impl FnOnce(&Filesystem)) -> Image {
     img
 }
 
+/// An ext4 image (1 KiB blocks, without metadata_csum so the damage passes the open)
+/// holding one 3 KiB file, inode 12, whose first extent's `ee_start_lo` (bytes 20-23 of
+/// `i_block`) is then set to the block `aim` picks.
+fn file_with_its_extent_at(aim: impl Fn(&RawImage) -> u64) -> (Image, u32) {
+    let img = built_image(
+        &["-t", "ext4", "-b", "1024", "-O", "^metadata_csum"],
+        |fs| {
+            let file = fs.create(ROOT, b"f", FILE).unwrap();
+            fs.write_at(file, 0, &pattern(3 * 1024, 1)).unwrap();
+        },
+    );
+    let raw = RawImage::read(&img.path).unwrap();
+    let ino = 12;
+    let offset = raw.inode_offset(ino).unwrap() + 0x28 + 20;
+    let start = u32::try_from(aim(&raw)).unwrap();
+    damage(&img.path, offset, 4, |p| {
+        p.copy_from_slice(&start.to_le_bytes())
+    });
+    (img, ino)
+}
+
 /// Changes the image file's bytes at `offset` with `damage`.
 fn damage(path: &Path, offset: u64, len: usize, damage: impl FnOnce(&mut [u8])) {
     let mut bytes = std::fs::read(path).unwrap();
@@ -284,21 +305,8 @@ fn rename_of_a_directory_whose_block_fails_verification_moves_nothing() {
 /// kernel does, and the write fails before anything is written.
 #[test]
 fn write_into_a_file_mapped_onto_the_group_descriptors_writes_nothing() {
-    let img = built_image(
-        &["-t", "ext4", "-b", "1024", "-O", "^metadata_csum"],
-        |fs| {
-            let file = fs.create(ROOT, b"f", FILE).unwrap();
-            fs.write_at(file, 0, &pattern(3 * 1024, 1)).unwrap();
-        },
-    );
-    let raw = RawImage::read(&img.path).unwrap();
-    let ino = 12;
-    // The first extent's `ee_start_lo` (bytes 20-23 of `i_block`), onto block 2: the
-    // descriptors, right after the superblock on 1 KiB blocks.
-    let offset = raw.inode_offset(ino).unwrap() + 0x28 + 20;
-    damage(&img.path, offset, 4, |p| {
-        p.copy_from_slice(&2u32.to_le_bytes())
-    });
+    // Block 2: the descriptors, right after the superblock on 1 KiB blocks.
+    let (img, ino) = file_with_its_extent_at(|_| 2);
     fails_and_changes_nothing(
         &img.path,
         |fs| fs.write_at(ino, 100, &pattern(1000, 2)).map(drop),
@@ -311,21 +319,7 @@ fn write_into_a_file_mapped_onto_the_group_descriptors_writes_nothing() {
 /// records as the file's bytes.
 #[test]
 fn a_read_of_a_file_mapped_onto_the_inode_table_is_refused() {
-    let img = built_image(
-        &["-t", "ext4", "-b", "1024", "-O", "^metadata_csum"],
-        |fs| {
-            let file = fs.create(ROOT, b"f", FILE).unwrap();
-            fs.write_at(file, 0, &pattern(3 * 1024, 1)).unwrap();
-        },
-    );
-    let raw = RawImage::read(&img.path).unwrap();
-    let ino = 12;
-    let table = raw.group_descriptor(0).unwrap().inode_table();
-    let offset = raw.inode_offset(ino).unwrap() + 0x28 + 20;
-    let start = u32::try_from(table).unwrap();
-    damage(&img.path, offset, 4, |p| {
-        p.copy_from_slice(&start.to_le_bytes())
-    });
+    let (img, ino) = file_with_its_extent_at(|raw| raw.group_descriptor(0).unwrap().inode_table());
     for options in [e4_fs::OpenOptions::default(), options()] {
         let fs = Filesystem::open(&img.path, options).unwrap();
         let mut back = vec![0u8; 1024];
@@ -370,22 +364,8 @@ fn write_through_an_indirect_pointer_into_the_inode_table_writes_nothing() {
 /// blocks), so both fail and nothing changes.
 #[test]
 fn a_file_mapped_onto_the_journal_neither_writes_nor_frees_it() {
-    let img = built_image(
-        &["-t", "ext4", "-b", "1024", "-O", "^metadata_csum"],
-        |fs| {
-            let file = fs.create(ROOT, b"f", FILE).unwrap();
-            fs.write_at(file, 0, &pattern(1024, 1)).unwrap();
-        },
-    );
-    let raw = RawImage::read(&img.path).unwrap();
-    let ino = 12;
-    let journal_block = raw.file_block(8, 5).unwrap().unwrap();
-    // The first extent's `ee_start_lo`, onto the journal's sixth block.
-    let offset = raw.inode_offset(ino).unwrap() + 0x28 + 20;
-    let pointer = u32::try_from(journal_block).unwrap();
-    damage(&img.path, offset, 4, |p| {
-        p.copy_from_slice(&pointer.to_le_bytes())
-    });
+    // From the journal's (inode 8's) sixth block on.
+    let (img, ino) = file_with_its_extent_at(|raw| raw.file_block(8, 5).unwrap().unwrap());
     fails_and_changes_nothing(
         &img.path,
         |fs| {
