@@ -913,18 +913,13 @@ impl Filesystem {
     /// file's data). Writes check again in their transaction, against the journal's blocks
     /// too (`MetaIo::check_mapped`).
     pub(crate) fn check_mapped_run(&self, start: u64, len: u64, ino: u32) -> Result<()> {
-        let end = start.checked_add(len);
-        let first = u64::from(self.superblock.first_data_block);
-        match end {
-            Some(end) if start >= first && end <= self.superblock.blocks_count() => {}
-            _ => {
-                return Err(FormatError::corrupt(
-                    Structure::BlockMapping,
-                    Location::Inode(ino),
-                    Problem::RunOutsideFilesystem { start, len },
-                )
-                .into())
-            }
+        if !self.geometry.contains_run(start, len) {
+            return Err(FormatError::corrupt(
+                Structure::BlockMapping,
+                Location::Inode(ino),
+                Problem::RunOutsideFilesystem { start, len },
+            )
+            .into());
         }
         if ino < self.superblock.first_ino() {
             return Ok(());

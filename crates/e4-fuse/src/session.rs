@@ -58,12 +58,12 @@ pub struct Mounted {
 pub fn mount(image: &Path, dir: &Path, options: &MountOptions) -> Result<Mounted, MountError> {
     // Before the image is opened (which may replay its journal): the kernel would take a
     // regular file as the mount point too, with a root that is not a directory.
-    let not_a_dir = |source| MountError::Mount {
+    let refused = |source| MountError::Mount {
         dir: dir.display().to_string(),
         source,
     };
-    if !std::fs::metadata(dir).map_err(not_a_dir)?.is_dir() {
-        return Err(not_a_dir(io::Error::from(nix::errno::Errno::ENOTDIR)));
+    if !std::fs::metadata(dir).map_err(refused)?.is_dir() {
+        return Err(refused(io::Error::from(nix::errno::Errno::ENOTDIR)));
     }
     // fuser opens the device itself (fusermount3 only mounts it), so a device this user
     // may not open fails the mount with a bare "Permission denied" that names nothing.

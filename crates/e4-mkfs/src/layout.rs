@@ -90,8 +90,13 @@ impl Layout {
     /// Marks inode `ino` used (`ext2fs_inode_alloc_stats2`): its group's inode bitmap is
     /// now initialized.
     pub fn use_inode_group(&mut self, ino: u32) {
-        let group = (ino - 1) / self.sb.inodes_per_group;
+        let group = self.group_of_inode(ino);
         self.descriptors[group as usize].flags &= !BG_INODE_UNINIT;
+    }
+
+    /// The group inode `ino` belongs to.
+    pub fn group_of_inode(&self, ino: u32) -> u32 {
+        (ino - 1) / self.sb.inodes_per_group
     }
 
     /// Counts `group`'s block bitmap as initialized (written, with its checksum) though no

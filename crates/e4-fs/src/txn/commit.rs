@@ -289,10 +289,6 @@ impl Transactions {
         let budget = self.credits.close(txn);
         let gathered = self.gather(parts);
         drop(closed);
-        let gathered = gathered.map(|mut batch| {
-            drop(std::mem::take(&mut batch.inodes));
-            batch
-        });
         // The runs the transaction frees: a journal revokes those it holds copies of.
         let freed: Vec<e4_alloc::Extent> = match parts.journal {
             Some(_) => {
@@ -408,8 +404,10 @@ impl Transactions {
             inode_bitmaps,
             buffers,
             block_groups,
-            inodes: _,
+            inodes,
         } = batch;
+        // The gate is open again: let the written handles go (see `CommitBatch::inodes`).
+        drop(inodes);
         let block_bitmaps =
             parts
                 .space

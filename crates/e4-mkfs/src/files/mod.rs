@@ -127,7 +127,7 @@ impl Maker<'_> {
     /// `ext2fs_find_inode_goal` for a file with no blocks yet: the first block of its
     /// flex group.
     fn inode_goal(&self, ino: u32) -> u64 {
-        let mut group = (ino - 1) / self.layout.sb.inodes_per_group;
+        let mut group = self.layout.group_of_inode(ino);
         let log_flex = self.layout.sb.log_groups_per_flex;
         if log_flex != 0 {
             group &= !((1u32 << log_flex) - 1);
@@ -176,10 +176,9 @@ impl Maker<'_> {
         // counts its block bitmap as initialized too (`check_inode_uninit`: "mkfs might
         // have set this flag; clear it too"). With fewer than 11 inodes a group,
         // lost+found's group is not the root's and is such a group.
-        let ipg = self.layout.sb.inodes_per_group;
-        if (LOST_FOUND_INO - 1) / ipg != (ROOT_INO - 1) / ipg {
-            self.layout
-                .initialize_block_bitmap((LOST_FOUND_INO - 1) / ipg);
+        let lost_found_group = self.layout.group_of_inode(LOST_FOUND_INO);
+        if lost_found_group != self.layout.group_of_inode(ROOT_INO) {
+            self.layout.initialize_block_bitmap(lost_found_group);
         }
         let first = self
             .layout
@@ -240,9 +239,9 @@ impl Maker<'_> {
         // Each directory counts in its own group: with fewer than 11 inodes a group
         // (a small `-N`), lost+found is in the second.
         for ino in [ROOT_INO, LOST_FOUND_INO] {
-            let group = &mut self.layout.descriptors
-                [((ino - 1) / self.layout.sb.inodes_per_group) as usize];
-            group.set_used_dirs_count(group.used_dirs_count() + 1);
+            let group = self.layout.group_of_inode(ino) as usize;
+            let desc = &mut self.layout.descriptors[group];
+            desc.set_used_dirs_count(desc.used_dirs_count() + 1);
         }
         Ok(())
     }
