@@ -320,6 +320,7 @@ fn write_into_a_file_mapped_onto_the_group_descriptors_writes_nothing() {
 #[test]
 fn a_read_of_a_file_mapped_onto_the_inode_table_is_refused() {
     let (img, ino) = file_with_its_extent_at(|raw| raw.group_descriptor(0).unwrap().inode_table());
+    let problems = e2fsck_problems(&img.path);
     for options in [e4_fs::OpenOptions::default(), options()] {
         let fs = Filesystem::open(&img.path, options).unwrap();
         let mut back = vec![0u8; 1024];
@@ -327,6 +328,12 @@ fn a_read_of_a_file_mapped_onto_the_inode_table_is_refused() {
         assert!(
             matches!(&read, Err(e) if e.to_string().contains("overlap the filesystem's metadata")),
             "{read:?}"
+        );
+        drop(fs);
+        assert_eq!(
+            e2fsck_problems(&img.path),
+            problems,
+            "e2fsck must find what it found before, nothing new"
         );
     }
 }
